@@ -1,0 +1,17 @@
+# Debian's libglpk-dev ships glpk.h and libglpk.so only (no .pc, no CMake config).
+find_path(GLPK_INCLUDE_DIR glpk.h)
+find_library(GLPK_LIBRARY glpk)
+if(GLPK_INCLUDE_DIR AND EXISTS ${GLPK_INCLUDE_DIR}/glpk.h)
+  file(STRINGS ${GLPK_INCLUDE_DIR}/glpk.h _maj REGEX "#define GLP_MAJOR_VERSION")
+  file(STRINGS ${GLPK_INCLUDE_DIR}/glpk.h _min REGEX "#define GLP_MINOR_VERSION")
+  string(REGEX MATCH "[0-9]+" _maj "${_maj}")
+  string(REGEX MATCH "[0-9]+" _min "${_min}")
+  set(GLPK_VERSION "${_maj}.${_min}")
+endif()
+include(FindPackageHandleStandardArgs)
+find_package_handle_standard_args(GLPK REQUIRED_VARS GLPK_LIBRARY GLPK_INCLUDE_DIR VERSION_VAR GLPK_VERSION)
+if(GLPK_FOUND AND NOT TARGET GLPK::GLPK)
+  add_library(GLPK::GLPK UNKNOWN IMPORTED)
+  set_target_properties(GLPK::GLPK PROPERTIES IMPORTED_LOCATION ${GLPK_LIBRARY}
+                        INTERFACE_INCLUDE_DIRECTORIES ${GLPK_INCLUDE_DIR})
+endif()

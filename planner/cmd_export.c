@@ -1,0 +1,11 @@
+/* cmd_export.c — placeholder until the subcommand lands (owner replaces this file). */
+#include <stdio.h>
+
+#include "dt_cli.h"
+
+int dt_cmd_export(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "dtplan export: not available in this build yet\n");
+    return 1;
+}

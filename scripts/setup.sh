@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian packages dtplan/dtrun build and run with (idempotent).
+# Needs root (or sudo). The CUDA toolkit is optional and not installed here:
+# without it the CPU parts build and the CUDA backend is reported as OFF.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config
+      libglpk-dev glpk-utils            # MILP solver (dtplan solve)
+      libplot-dev plotutils             # charts (PNG/SVG)
+      libcjson-dev                      # plan / config JSON
+      libopenmpi-dev openmpi-bin        # MPI communication for CPU ranks
+      libopenblas-openmp-dev            # CPU GEMM (OpenMP build, shares the engine's thread pool)
+      fortunes-min fortunes             # real English text for the default training job
+      python3)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
