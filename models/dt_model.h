@@ -71,4 +71,8 @@ double dt_model_block_fwd_flops_per_seq(const dt_model *m, int64_t seq);
 
 const char *dt_family_name(dt_family f);   /* "gpt2" / "llama" */
 
+/* For a derived model (m->derived): the well-known shape it was taken from, e.g.
+ * "Llama-2-7B" (docs/models.md, "Derived shapes"); NULL otherwise. */
+const char *dt_model_derived_source(const dt_model *m);
+
 #endif

@@ -1,0 +1,577 @@
+/* model.c — resolving architectures (catalog, config.json, bare parameter count)
+ * and their shape arithmetic. See dt_model.h and docs/models.md.
+ *
+ * Notation (docs/models.md): L layers, h hidden, a = n_head, k = n_kv_head,
+ * d = head_dim, f = ffn, V = vocab, P = max_pos. Counts are elements. */
+#include "dt_model.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "dt_json.h"
+#include "dt_units.h"
+
+/* The catalog, embedded at build time by cmake/EmbedFiles.cmake (name = file stem). */
+typedef struct { const char *name; const char *text; } dt_embedded_file;
+extern const dt_embedded_file dt_catalog_files[];
+extern const int dt_catalog_files_count;
+
+/* Upper bounds on each dimension: keep every count below 2^62 so int64 arithmetic
+ * cannot overflow (3·h·f·L <= 3·2^20·2^22·2^14 < 2^58), far above any real model. */
+#define DT_MAX_LAYERS   (INT64_C(1) << 14)
+#define DT_MAX_HIDDEN   (INT64_C(1) << 20)
+#define DT_MAX_HEADS    (INT64_C(1) << 16)
+#define DT_MAX_HEAD_DIM (INT64_C(1) << 16)
+#define DT_MAX_QDIM     (INT64_C(1) << 22)   /* n_head * head_dim */
+#define DT_MAX_FFN      (INT64_C(1) << 22)
+#define DT_MAX_VOCAB    (INT64_C(1) << 24)
+#define DT_MAX_POS      (INT64_C(1) << 24)
+
+/* GPT-2's MLP width when n_inner is null: 4·h (HF GPT2MLP, inner_dim = n_inner or 4 * n_embd). */
+#define DT_GPT2_FFN_MULT 4
+/* HF defaults when a llama-family config omits a key (LlamaConfig defaults). */
+#define DT_LLAMA_DEFAULT_RMS_EPS    1e-6
+#define DT_LLAMA_DEFAULT_ROPE_THETA 10000.0
+/* HF GPT2Config default layer_norm_epsilon. */
+#define DT_GPT2_DEFAULT_LN_EPS 1e-5
+
+const char *dt_family_name(dt_family f) {
+    switch (f) {
+    case DT_FAMILY_GPT2: return "gpt2";
+    case DT_FAMILY_LLAMA: return "llama";
+    }
+    return "?";
+}
+
+/* ------------------------------------------------------------------ catalog */
+
+/* Canonical catalog names: the lower-cased last component of each file's
+ * "_name_or_path" ("Qwen/Qwen3-0.6B" -> "qwen3-0.6b"), which equals the file stem.
+ * Taken from the text rather than the embedded name because CMake's NAME_WE
+ * stem stops at the first dot ("qwen3-0.6b.json" -> "qwen3-0"). Computed once. */
+#define DT_CATALOG_MAX 256
+static char catalog_names[DT_CATALOG_MAX][sizeof(((dt_model *)0)->name)];
+static pthread_once_t catalog_once = PTHREAD_ONCE_INIT;
+
+static void catalog_init(void) {
+    for (int i = 0; i < dt_catalog_files_count && i < DT_CATALOG_MAX; i++) {
+        char *dst = catalog_names[i];
+        snprintf(dst, sizeof catalog_names[i], "%s", dt_catalog_files[i].name);
+        cJSON *root = cJSON_Parse(dt_catalog_files[i].text);
+        const cJSON *np = cJSON_GetObjectItemCaseSensitive(root, "_name_or_path");
+        if (cJSON_IsString(np)) {
+            const char *base = strrchr(np->valuestring, '/');
+            base = base ? base + 1 : np->valuestring;
+            if (*base) snprintf(dst, sizeof catalog_names[i], "%s", base);
+        }
+        for (char *c = dst; *c; c++) *c = (char)tolower((unsigned char)*c);
+        cJSON_Delete(root);
+    }
+}
+
+int dt_model_catalog_count(void) {
+    return dt_catalog_files_count < DT_CATALOG_MAX ? dt_catalog_files_count : DT_CATALOG_MAX;
+}
+
+const char *dt_model_catalog_name(int i) {
+    if (i < 0 || i >= dt_model_catalog_count()) return NULL;
+    pthread_once(&catalog_once, catalog_init);
+    return catalog_names[i];
+}
+
+static int str_ieq(const char *a, const char *b) {
+    for (; *a && *b; a++, b++)
+        if (tolower((unsigned char)*a) != tolower((unsigned char)*b)) return 0;
+    return *a == *b;
+}
+
+static void set_name(dt_model *m, const char *name) {
+    snprintf(m->name, sizeof m->name, "%s", name ? name : "");
+}
+
+/* ------------------------------------------------------------ config.json */
+
+/* Reads key as a whole number in [1, max]. Absent or null: *out untouched and
+ * *present = 0 (when present is non-NULL; otherwise absence is an error). */
+static int json_int(const cJSON *root, const char *key, int64_t max, int64_t *out, int *present,
+                    const char *name, dt_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v || cJSON_IsNull(v)) {
+        if (present) {
+            *present = 0;
+            return DT_OK;
+        }
+        return dt_errorf(err, DT_EINVAL, "%s: config.json is missing the required key '%s'", name, key);
+    }
+    if (!cJSON_IsNumber(v))
+        return dt_errorf(err, DT_EINVAL, "%s: config.json key '%s' must be a number", name, key);
+    double x = v->valuedouble;
+    if (!isfinite(x) || x != floor(x) || x < 1 || x > (double)max)
+        return dt_errorf(err, DT_EINVAL,
+                         "%s: config.json key '%s' must be a whole number in 1..%lld (got %g)", name,
+                         key, (long long)max, x);
+    *out = (int64_t)x;
+    if (present) *present = 1;
+    return DT_OK;
+}
+
+/* Optional positive finite real; absent or null leaves *out untouched. */
+static int json_pos_real(const cJSON *root, const char *key, double *out, const char *name,
+                         dt_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v || cJSON_IsNull(v)) return DT_OK;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble <= 0)
+        return dt_errorf(err, DT_EINVAL, "%s: config.json key '%s' must be a positive number", name,
+                         key);
+    *out = v->valuedouble;
+    return DT_OK;
+}
+
+/* Optional boolean; absent or null leaves *out untouched. */
+static int json_bool(const cJSON *root, const char *key, int *out, const char *name, dt_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v || cJSON_IsNull(v)) return DT_OK;
+    if (!cJSON_IsBool(v))
+        return dt_errorf(err, DT_EINVAL, "%s: config.json key '%s' must be true or false", name, key);
+    *out = cJSON_IsTrue(v) ? 1 : 0;
+    return DT_OK;
+}
+
+/* Optional string that must equal one of the allowed values (activation functions). */
+static int json_str_in(const cJSON *root, const char *key, const char *const *allowed,
+                       const char *name, dt_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v || cJSON_IsNull(v)) return DT_OK;
+    if (!cJSON_IsString(v))
+        return dt_errorf(err, DT_EINVAL, "%s: config.json key '%s' must be a string", name, key);
+    for (int i = 0; allowed[i]; i++)
+        if (strcmp(v->valuestring, allowed[i]) == 0) return DT_OK;
+    return dt_errorf(err, DT_EINVAL, "%s: config.json key '%s' is '%s', which this family does not implement (expected '%s')",
+                     name, key, v->valuestring, allowed[0]);
+}
+
+static int parse_gpt2(const cJSON *root, const char *name, dt_model *m, dt_error *err) {
+    int rc, present;
+    m->family = DT_FAMILY_GPT2;
+    if ((rc = json_int(root, "n_embd", DT_MAX_HIDDEN, &m->hidden, NULL, name, err))) return rc;
+    if ((rc = json_int(root, "n_layer", DT_MAX_LAYERS, &m->n_layer, NULL, name, err))) return rc;
+    if ((rc = json_int(root, "n_head", DT_MAX_HEADS, &m->n_head, NULL, name, err))) return rc;
+    if ((rc = json_int(root, "vocab_size", DT_MAX_VOCAB, &m->vocab, NULL, name, err))) return rc;
+    if ((rc = json_int(root, "n_positions", DT_MAX_POS, &m->max_pos, &present, name, err))) return rc;
+    if (!present && (rc = json_int(root, "n_ctx", DT_MAX_POS, &m->max_pos, NULL, name, err)))
+        return dt_error_prefix(err, "(neither 'n_positions' nor 'n_ctx' given)"), rc;
+    m->ffn = DT_GPT2_FFN_MULT * m->hidden;
+    if ((rc = json_int(root, "n_inner", DT_MAX_FFN, &m->ffn, &present, name, err))) return rc;
+    if (m->hidden % m->n_head != 0)
+        return dt_errorf(err, DT_EINVAL,
+                         "%s: config.json 'n_embd' (%lld) must be divisible by 'n_head' (%lld)", name,
+                         (long long)m->hidden, (long long)m->n_head);
+    m->n_kv_head = m->n_head;
+    m->head_dim = m->hidden / m->n_head;
+    m->norm_eps = DT_GPT2_DEFAULT_LN_EPS;
+    if ((rc = json_pos_real(root, "layer_norm_epsilon", &m->norm_eps, name, err))) return rc;
+    m->tied_embeddings = 1;   /* GPT2LMHeadModel ties lm_head to wte by default */
+    if ((rc = json_bool(root, "tie_word_embeddings", &m->tied_embeddings, name, err))) return rc;
+    static const char *const acts[] = {"gelu_new", "gelu", "gelu_pytorch_tanh", NULL};
+    if ((rc = json_str_in(root, "activation_function", acts, name, err))) return rc;
+    m->qkv_bias = 1;
+    m->qk_norm = 0;
+    m->rope_theta = 0;
+    return DT_OK;
+}
+
+static int parse_llama(const cJSON *root, const char *type, const char *name, dt_model *m,
+                       dt_error *err) {
+    int rc, present;
+    m->family = DT_FAMILY_LLAMA;
+    if ((rc = json_int(root, "hidden_size", DT_MAX_HIDDEN, &m->hidden, NULL, name, err))) return rc;
+    if ((rc = json_int(root, "num_hidden_layers", DT_MAX_LAYERS, &m->n_layer, NULL, name, err))) return rc;
+    if ((rc = json_int(root, "num_attention_heads", DT_MAX_HEADS, &m->n_head, NULL, name, err))) return rc;
+    if ((rc = json_int(root, "intermediate_size", DT_MAX_FFN, &m->ffn, NULL, name, err))) return rc;
+    if ((rc = json_int(root, "vocab_size", DT_MAX_VOCAB, &m->vocab, NULL, name, err))) return rc;
+    if ((rc = json_int(root, "max_position_embeddings", DT_MAX_POS, &m->max_pos, NULL, name, err)))
+        return rc;
+    m->n_kv_head = m->n_head;   /* HF: num_key_value_heads defaults to num_attention_heads */
+    if ((rc = json_int(root, "num_key_value_heads", DT_MAX_HEADS, &m->n_kv_head, &present, name, err)))
+        return rc;
+    if ((rc = json_int(root, "head_dim", DT_MAX_HEAD_DIM, &m->head_dim, &present, name, err))) return rc;
+    if (!present) {
+        if (m->hidden % m->n_head != 0)
+            return dt_errorf(err, DT_EINVAL,
+                             "%s: config.json 'hidden_size' (%lld) is not divisible by "
+                             "'num_attention_heads' (%lld) and no 'head_dim' is given",
+                             name, (long long)m->hidden, (long long)m->n_head);
+        m->head_dim = m->hidden / m->n_head;
+    }
+    m->norm_eps = DT_LLAMA_DEFAULT_RMS_EPS;
+    if ((rc = json_pos_real(root, "rms_norm_eps", &m->norm_eps, name, err))) return rc;
+    /* RoPE base: "rope_theta" (transformers <= 4.x) or "rope_parameters": {"rope_theta"} (5.x). */
+    m->rope_theta = DT_LLAMA_DEFAULT_ROPE_THETA;
+    if ((rc = json_pos_real(root, "rope_theta", &m->rope_theta, name, err))) return rc;
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+    if (rp && !cJSON_IsNull(rp)) {
+        if (!cJSON_IsObject(rp))
+            return dt_errorf(err, DT_EINVAL, "%s: config.json key 'rope_parameters' must be an object",
+                             name);
+        if ((rc = json_pos_real(rp, "rope_theta", &m->rope_theta, name, err)))
+            return dt_error_prefix(err, "in 'rope_parameters'"), rc;
+    }
+    m->tied_embeddings = 0;   /* LlamaConfig / Qwen2Config / Qwen3Config default */
+    if ((rc = json_bool(root, "tie_word_embeddings", &m->tied_embeddings, name, err))) return rc;
+    static const char *const acts[] = {"silu", "swish", NULL};
+    if ((rc = json_str_in(root, "hidden_act", acts, name, err))) return rc;
+
+    /* Biases. Qwen2 hard-codes bias on q/k/v (not o); llama/mistral/qwen3 put
+     * attention_bias on q, k, v AND o, and mlp_bias on the MLP, which the llama
+     * block here does not have: refuse rather than miscount. */
+    int attention_bias = 0, mlp_bias = 0;
+    if ((rc = json_bool(root, "attention_bias", &attention_bias, name, err))) return rc;
+    if ((rc = json_bool(root, "mlp_bias", &mlp_bias, name, err))) return rc;
+    int is_qwen2 = strcmp(type, "qwen2") == 0;
+    if (!is_qwen2 && attention_bias)
+        return dt_errorf(err, DT_EINVAL,
+                         "%s: config.json 'attention_bias': true (bias on q/k/v/o) is not supported "
+                         "for model_type '%s'; only Qwen2's q/k/v bias is",
+                         name, type);
+    if (mlp_bias)
+        return dt_errorf(err, DT_EINVAL, "%s: config.json 'mlp_bias': true is not supported", name);
+    m->qkv_bias = is_qwen2;
+    m->qk_norm = strcmp(type, "qwen3") == 0;
+    return DT_OK;
+}
+
+int dt_model_from_config_json(const char *json, const char *name, dt_model *out, dt_error *err) {
+    if (!json || !out) return dt_errorf(err, DT_EINTERNAL, "dt_model_from_config_json: NULL argument");
+    if (!name) name = "config";
+    memset(out, 0, sizeof *out);
+    cJSON *root = NULL;
+    int rc = dt_json_parse(json, name, &root, err);
+    if (rc) return rc;
+    if (!cJSON_IsObject(root)) {
+        rc = dt_errorf(err, DT_EINVAL, "%s: config.json must be a JSON object", name);
+        goto done;
+    }
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    if (!cJSON_IsString(mt)) {
+        rc = dt_errorf(err, DT_EINVAL,
+                       "%s: config.json has no string 'model_type' (expected gpt2, llama, mistral, "
+                       "qwen2 or qwen3)",
+                       name);
+        goto done;
+    }
+    const char *type = mt->valuestring;
+    if (strcmp(type, "gpt2") == 0) {
+        rc = parse_gpt2(root, name, out, err);
+    } else if (strcmp(type, "llama") == 0 || strcmp(type, "mistral") == 0 ||
+               strcmp(type, "qwen2") == 0 || strcmp(type, "qwen3") == 0) {
+        rc = parse_llama(root, type, name, out, err);
+    } else {
+        rc = dt_errorf(err, DT_EINVAL,
+                       "%s: config.json 'model_type' is '%s' (supported: gpt2, llama, mistral, "
+                       "qwen2, qwen3)",
+                       name, type);
+    }
+    if (rc == DT_OK) {
+        set_name(out, name);
+        out->derived = 0;
+        rc = dt_model_validate(out, err);
+    }
+done:
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* Display name of a config path: the file stem, or for ".../Qwen3-0.6B/config.json"
+ * the directory name (how HF checkouts are laid out). */
+static void name_from_path(const char *path, char *name, size_t n) {
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t len = strlen(base);
+    if (len > 5 && str_ieq(base + len - 5, ".json")) len -= 5;
+    if (len == 6 && strncmp(base, "config", 6) == 0 && base > path + 1) {
+        const char *end = base - 1;   /* the '/' before the file name */
+        const char *start = end;
+        while (start > path && start[-1] != '/') start--;
+        if (end > start) {
+            snprintf(name, n, "%.*s", (int)(end - start), start);
+            return;
+        }
+    }
+    snprintf(name, n, "%.*s", (int)len, base);
+}
+
+static int is_config_path(const char *s) {
+    size_t len = strlen(s);
+    return strchr(s, '/') != NULL || (len >= 5 && str_ieq(s + len - 5, ".json"));
+}
+
+int dt_model_resolve(const char *name_or_path, dt_model *out, dt_error *err) {
+    if (!name_or_path || !*name_or_path)
+        return dt_errorf(err, DT_EINVAL, "--model: empty model name (give a catalog name such as "
+                                         "gpt2 or a path to a config.json)");
+    if (is_config_path(name_or_path)) {
+        char *text = NULL;
+        int rc = dt_json_read_file(name_or_path, &text, NULL, err);
+        if (rc == DT_EIO) err->code = rc = DT_EINVAL;   /* a wrong --model path is bad input */
+        if (rc) return dt_error_prefix(err, "--model");
+        char name[sizeof out->name];
+        name_from_path(name_or_path, name, sizeof name);
+        rc = dt_model_from_config_json(text, name, out, err);
+        free(text);
+        return rc;
+    }
+    int n = dt_model_catalog_count();
+    for (int i = 0; i < n; i++)
+        if (str_ieq(dt_model_catalog_name(i), name_or_path))
+            return dt_model_from_config_json(dt_catalog_files[i].text, dt_model_catalog_name(i), out,
+                                             err);
+    char list[DT_ERROR_MSG_MAX / 2];
+    size_t used = 0;
+    list[0] = '\0';
+    for (int i = 0; i < n && used + 1 < sizeof list; i++) {
+        int w = snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "",
+                         dt_model_catalog_name(i));
+        if (w < 0) break;
+        used += (size_t)w;
+    }
+    return dt_errorf(err, DT_EINVAL,
+                     "--model: unknown model '%s' (catalog: %s; or give a path to a config.json)",
+                     name_or_path, list);
+}
+
+/* --------------------------------------------------------------- validate */
+
+#define CHECK_RANGE(field, lo, hi)                                                             \
+    do {                                                                                       \
+        if (m->field < (lo) || m->field > (hi))                                                \
+            return dt_errorf(err, DT_EINVAL, "model '%s': " #field " = %lld is outside %lld..%lld", \
+                             m->name, (long long)m->field, (long long)(lo), (long long)(hi));  \
+    } while (0)
+
+int dt_model_validate(const dt_model *m, dt_error *err) {
+    if (!m) return dt_errorf(err, DT_EINTERNAL, "dt_model_validate: NULL model");
+    if (m->family != DT_FAMILY_GPT2 && m->family != DT_FAMILY_LLAMA)
+        return dt_errorf(err, DT_EINVAL, "model '%s': unknown family %d", m->name, (int)m->family);
+    CHECK_RANGE(n_layer, 1, DT_MAX_LAYERS);
+    CHECK_RANGE(hidden, 1, DT_MAX_HIDDEN);
+    CHECK_RANGE(n_head, 1, DT_MAX_HEADS);
+    CHECK_RANGE(n_kv_head, 1, m->n_head);
+    CHECK_RANGE(head_dim, 1, DT_MAX_HEAD_DIM);
+    CHECK_RANGE(ffn, 1, DT_MAX_FFN);
+    CHECK_RANGE(vocab, 1, DT_MAX_VOCAB);
+    CHECK_RANGE(max_pos, 1, DT_MAX_POS);
+    if (m->n_head * m->head_dim > DT_MAX_QDIM)
+        return dt_errorf(err, DT_EINVAL, "model '%s': n_head * head_dim = %lld exceeds %lld", m->name,
+                         (long long)(m->n_head * m->head_dim), (long long)DT_MAX_QDIM);
+    if (m->n_head % m->n_kv_head != 0)
+        return dt_errorf(err, DT_EINVAL,
+                         "model '%s': n_head (%lld) must be a multiple of n_kv_head (%lld) for GQA",
+                         m->name, (long long)m->n_head, (long long)m->n_kv_head);
+    if (!(m->norm_eps > 0) || !isfinite(m->norm_eps))
+        return dt_errorf(err, DT_EINVAL, "model '%s': norm epsilon must be positive", m->name);
+    if (m->family == DT_FAMILY_GPT2) {
+        if (m->n_kv_head != m->n_head || m->n_head * m->head_dim != m->hidden)
+            return dt_errorf(err, DT_EINVAL,
+                             "model '%s': gpt2 needs n_kv_head == n_head and n_head * head_dim == "
+                             "hidden (got %lld, %lld, %lld x %lld vs %lld)",
+                             m->name, (long long)m->n_kv_head, (long long)m->n_head,
+                             (long long)m->n_head, (long long)m->head_dim, (long long)m->hidden);
+        if (!m->qkv_bias || m->qk_norm)
+            return dt_errorf(err, DT_EINVAL,
+                             "model '%s': gpt2 always has linear biases and no q/k norm", m->name);
+    } else if (!(m->rope_theta > 0) || !isfinite(m->rope_theta)) {
+        return dt_errorf(err, DT_EINVAL, "model '%s': rope_theta must be positive", m->name);
+    }
+    return DT_OK;
+}
+
+/* ---------------------------------------------------------- param counts */
+
+/* One block's weights that are matrix multiplies (no biases, no norms). */
+static int64_t block_matmul_params(const dt_model *m) {
+    int64_t h = m->hidden, q = m->n_head * m->head_dim, kv = m->n_kv_head * m->head_dim;
+    int64_t attn = h * q + 2 * h * kv + q * h;             /* q, k, v, o (gpt2: c_attn + c_proj) */
+    int64_t mlp = m->family == DT_FAMILY_GPT2 ? 2 * h * m->ffn  /* c_fc, c_proj */
+                                              : 3 * h * m->ffn; /* gate, up, down */
+    return attn + mlp;
+}
+
+int64_t dt_model_block_params(const dt_model *m) {
+    int64_t h = m->hidden, q = m->n_head * m->head_dim, kv = m->n_kv_head * m->head_dim;
+    int64_t n = block_matmul_params(m);
+    if (m->family == DT_FAMILY_GPT2) {
+        n += (q + 2 * kv) + h;   /* c_attn bias [3h], attn.c_proj bias [h] */
+        n += m->ffn + h;         /* mlp.c_fc bias [f], mlp.c_proj bias [h] */
+        n += 2 * 2 * h;          /* ln_1, ln_2: weight + bias */
+    } else {
+        if (m->qkv_bias) n += q + 2 * kv;        /* Qwen2 q/k/v bias */
+        if (m->qk_norm) n += 2 * m->head_dim;    /* Qwen3 q_norm, k_norm [d] */
+        n += 2 * h;                              /* input_layernorm, post_attention_layernorm */
+    }
+    return n;
+}
+
+int64_t dt_model_embedding_params(const dt_model *m) {
+    int64_t n = m->vocab * m->hidden;                               /* wte / embed_tokens */
+    if (m->family == DT_FAMILY_GPT2) n += m->max_pos * m->hidden;   /* wpe */
+    return n;
+}
+
+int64_t dt_model_head_params(const dt_model *m) {
+    int64_t n = m->family == DT_FAMILY_GPT2 ? 2 * m->hidden : m->hidden;   /* ln_f / norm */
+    if (!m->tied_embeddings) n += m->vocab * m->hidden;                  /* lm_head */
+    return n;
+}
+
+int64_t dt_model_params(const dt_model *m) {
+    return dt_model_embedding_params(m) + m->n_layer * dt_model_block_params(m) +
+           dt_model_head_params(m);
+}
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+int64_t dt_model_largest_module_params(const dt_model *m) {
+    /* Each module's own parameters (weight + bias of one nn.Linear / Conv1D / Embedding). */
+    int64_t h = m->hidden, q = m->n_head * m->head_dim, kv = m->n_kv_head * m->head_dim;
+    int64_t best = m->vocab * h;   /* wte / embed_tokens (and an untied lm_head, same size) */
+    if (m->family == DT_FAMILY_GPT2) {
+        best = max64(best, m->max_pos * h);            /* wpe */
+        best = max64(best, h * (q + 2 * kv) + q + 2 * kv);   /* c_attn */
+        best = max64(best, h * m->ffn + m->ffn);       /* c_fc */
+        best = max64(best, m->ffn * h + h);            /* mlp.c_proj */
+    } else {
+        best = max64(best, h * q + (m->qkv_bias ? q : 0));   /* q_proj */
+        best = max64(best, h * m->ffn);                       /* gate/up/down */
+    }
+    return best;
+}
+
+/* ----------------------------------------------------------------- FLOPs */
+
+/* Convention (docs/models.md): a multiply-add is 2 FLOPs; forward matmuls cost
+ * 2 · (matmul weights) · T, with the lm_head counted even when tied (the product
+ * is computed); attention computes the full T x T square per head, QK^T and PV,
+ * 2 · 2 · T² · a · d per layer (no causal halving: what a simple engine does).
+ * Norms, activations, softmax, biases and embedding lookups are not counted.
+ * Backward = 2 x forward, so training = 3 x forward. */
+#define DT_FLOPS_PER_MAC 2.0
+#define DT_TRAIN_OVER_FWD 3.0
+
+double dt_model_block_fwd_flops_per_seq(const dt_model *m, int64_t seq) {
+    double T = (double)seq;
+    double mm = DT_FLOPS_PER_MAC * (double)block_matmul_params(m) * T;
+    double attn = 2.0 /* QK^T and PV */ * DT_FLOPS_PER_MAC * T * T * (double)(m->n_head * m->head_dim);
+    return mm + attn;
+}
+
+double dt_model_train_flops_per_seq(const dt_model *m, int64_t seq) {
+    double lm_head = DT_FLOPS_PER_MAC * (double)(m->vocab * m->hidden) * (double)seq;
+    double fwd = (double)m->n_layer * dt_model_block_fwd_flops_per_seq(m, seq) + lm_head;
+    return DT_TRAIN_OVER_FWD * fwd;
+}
+
+/* ------------------------------------------------------ derived shapes */
+
+/* Well-known llama-family decoder shapes (docs/models.md, "Derived shapes").
+ * dt_model_for_params picks the anchor nearest the request (in log scale); if the
+ * anchor's exact count is within DT_DERIVE_EXACT_TOL of it the anchor is used as
+ * is, otherwise only the depth L is rescaled to land near the request. */
+typedef struct {
+    const char *source;
+    int64_t hidden, n_layer, n_head, n_kv_head, head_dim, ffn, vocab;
+    int tied;
+} dt_anchor_shape;
+
+static const dt_anchor_shape dt_anchors[] = {
+    /* GPT-3 "Small"/"Medium"/"2.7B" widths (Brown et al. 2020, Table 2.1) as llama
+     * blocks: SwiGLU ffn = 8/3·h rounded up to 256, Llama-2's 32000 vocabulary. */
+    {"GPT-3 Small width, llama block", 768, 12, 12, 12, 64, 2048, 32000, 0},
+    {"GPT-3 Medium width, llama block", 1024, 24, 16, 16, 64, 2816, 32000, 0},
+    {"TinyLlama-1.1B", 2048, 22, 32, 4, 64, 5632, 32000, 0},
+    {"GPT-3 2.7B width, llama block", 2560, 32, 20, 20, 128, 6912, 32000, 0},
+    {"Llama-2-7B", 4096, 32, 32, 32, 128, 11008, 32000, 0},
+    {"Llama-2-13B", 5120, 40, 40, 40, 128, 13824, 32000, 0},
+    {"Qwen2.5-32B (without q/k/v bias)", 5120, 64, 40, 8, 128, 27648, 152064, 0},
+    {"Llama-2-70B", 8192, 80, 64, 8, 128, 28672, 32000, 0},
+    {"GPT-3 175B width, llama block, GQA 8", 12288, 96, 96, 8, 128, 32768, 32000, 0},
+};
+#define DT_N_ANCHORS ((int)(sizeof dt_anchors / sizeof dt_anchors[0]))
+#define DT_DERIVE_EXACT_TOL 0.05       /* use a well-known shape unchanged within 5% */
+#define DT_DERIVE_MIN_PARAMS INT64_C(10000000)   /* 10M: below this no standard shape is meaningful */
+#define DT_DERIVE_MAX_PARAMS INT64_C(100000000000000)  /* 100T */
+/* Llama-2 settings for the fields the anchors leave open. */
+#define DT_DERIVE_MAX_POS 4096
+#define DT_DERIVE_RMS_EPS 1e-5
+#define DT_DERIVE_ROPE_THETA 10000.0
+
+static void anchor_model(const dt_anchor_shape *a, dt_model *m) {
+    memset(m, 0, sizeof *m);
+    m->family = DT_FAMILY_LLAMA;
+    m->hidden = a->hidden;
+    m->n_layer = a->n_layer;
+    m->n_head = a->n_head;
+    m->n_kv_head = a->n_kv_head;
+    m->head_dim = a->head_dim;
+    m->ffn = a->ffn;
+    m->vocab = a->vocab;
+    m->max_pos = DT_DERIVE_MAX_POS;
+    m->tied_embeddings = a->tied;
+    m->norm_eps = DT_DERIVE_RMS_EPS;
+    m->rope_theta = DT_DERIVE_ROPE_THETA;
+    m->derived = 1;
+}
+
+int dt_model_for_params(int64_t n_params, dt_model *out, dt_error *err) {
+    if (!out) return dt_errorf(err, DT_EINTERNAL, "dt_model_for_params: NULL model");
+    if (n_params < DT_DERIVE_MIN_PARAMS || n_params > DT_DERIVE_MAX_PARAMS)
+        return dt_errorf(err, DT_EINVAL,
+                         "--params: %lld is outside the range a standard decoder shape is derived "
+                         "for (10M..100T); give --model NAME or a config.json instead",
+                         (long long)n_params);
+    int best = 0;
+    double best_dist = INFINITY;
+    for (int i = 0; i < DT_N_ANCHORS; i++) {
+        dt_model a;
+        anchor_model(&dt_anchors[i], &a);
+        double dist = fabs(log((double)dt_model_params(&a) / (double)n_params));
+        if (dist < best_dist) {
+            best_dist = dist;
+            best = i;
+        }
+    }
+    dt_model m;
+    anchor_model(&dt_anchors[best], &m);
+    int64_t have = dt_model_params(&m);
+    if (fabs((double)have - (double)n_params) > DT_DERIVE_EXACT_TOL * (double)n_params) {
+        int64_t fixed = dt_model_embedding_params(&m) + dt_model_head_params(&m);
+        int64_t block = dt_model_block_params(&m);
+        int64_t layers = (int64_t)llround((double)(n_params - fixed) / (double)block);
+        if (layers < 1) layers = 1;
+        if (layers > DT_MAX_LAYERS) layers = DT_MAX_LAYERS;
+        m.n_layer = layers;
+    }
+    char count[32];
+    dt_format_count(n_params, count, sizeof count);
+    snprintf(m.name, sizeof m.name, "derived-%s", count);
+    int rc = dt_model_validate(&m, err);
+    if (rc) return rc;
+    *out = m;
+    return DT_OK;
+}
+
+const char *dt_model_derived_source(const dt_model *m) {
+    if (!m || !m->derived) return NULL;
+    for (int i = 0; i < DT_N_ANCHORS; i++) {
+        const dt_anchor_shape *a = &dt_anchors[i];
+        if (a->hidden == m->hidden && a->n_head == m->n_head && a->n_kv_head == m->n_kv_head &&
+            a->ffn == m->ffn && a->vocab == m->vocab)
+            return a->source;
+    }
+    return NULL;
+}

@@ -1,0 +1,177 @@
+/* config.json parsing: both RoPE spellings, a config given by path, defaults,
+ * and bad configs rejected with the JSON key named. */
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dt_model.h"
+#include "dt_test.h"
+
+/* Llama-3.1-8B as transformers 5.x writes it: RoPE base inside "rope_parameters". */
+static const char llama31_rope_parameters[] =
+    "{\"model_type\": \"llama\", \"hidden_size\": 4096, \"intermediate_size\": 14336,"
+    " \"num_hidden_layers\": 32, \"num_attention_heads\": 32, \"num_key_value_heads\": 8,"
+    " \"vocab_size\": 128256, \"max_position_embeddings\": 131072, \"rms_norm_eps\": 1e-05,"
+    " \"tie_word_embeddings\": false, \"hidden_act\": \"silu\","
+    " \"rope_parameters\": {\"rope_theta\": 500000.0, \"rope_type\": \"llama3\", \"factor\": 8.0}}";
+
+/* Minimal valid llama config used as the base of the bad-config table. */
+#define BASE_LLAMA                                                                    \
+    "\"hidden_size\": 64, \"intermediate_size\": 176, \"num_hidden_layers\": 2,"      \
+    " \"num_attention_heads\": 4, \"vocab_size\": 256, \"max_position_embeddings\": 128"
+
+static void expect_error(const char *json, const char *needle) {
+    dt_model m;
+    dt_error err = {0};
+    int rc = dt_model_from_config_json(json, "bad", &m, &err);
+    if (rc != DT_EINVAL || !strstr(err.msg, needle))
+        fprintf(stderr, "for %s\n  rc %d, message '%s' (wanted '%s')\n", json, rc, err.msg, needle);
+    CHECK_EQ_I64(rc, DT_EINVAL);
+    CHECK(strstr(err.msg, needle) != NULL);
+    CHECK(strchr(err.msg, '\n') == NULL);
+}
+
+int main(void) {
+    dt_error err = {0};
+    dt_model a, b;
+
+    /* rope_parameters spelling == rope_theta spelling (the catalog's llama-3.1-8b) */
+    CHECK_EQ_I64(dt_model_from_config_json(llama31_rope_parameters, "l31", &a, &err), DT_OK);
+    CHECK_NEAR(a.rope_theta, 500000.0, 1e-12);
+    CHECK_EQ_I64(dt_model_resolve("llama-3.1-8b", &b, &err), DT_OK);
+    CHECK_NEAR(b.rope_theta, 500000.0, 1e-12);
+    CHECK_EQ_I64(dt_model_params(&a), INT64_C(8030261248));
+    CHECK_EQ_I64(dt_model_params(&a), dt_model_params(&b));
+    CHECK_STR(a.name, "l31");
+
+    /* defaults: no num_key_value_heads -> MHA; no head_dim -> h / a; no rope -> 10000;
+     * no tie_word_embeddings -> untied; no rms_norm_eps -> 1e-6 */
+    CHECK_EQ_I64(dt_model_from_config_json("{\"model_type\": \"mistral\", " BASE_LLAMA "}", "d", &a,
+                                           &err), DT_OK);
+    CHECK(a.n_kv_head == 4 && a.head_dim == 16 && !a.tied_embeddings && !a.qkv_bias && !a.qk_norm);
+    CHECK_NEAR(a.rope_theta, 10000.0, 1e-12);
+    CHECK_NEAR(a.norm_eps, 1e-6, 1e-12);
+    /* qwen2 always has q/k/v bias, even without attention_bias */
+    CHECK_EQ_I64(dt_model_from_config_json("{\"model_type\": \"qwen2\", " BASE_LLAMA "}", "q2", &b,
+                                           &err), DT_OK);
+    CHECK(b.qkv_bias == 1);
+    CHECK_EQ_I64(dt_model_params(&b) - dt_model_params(&a), 2 * (64 + 64 + 64));
+    /* qwen3 has q/k norm: 2·d per layer */
+    CHECK_EQ_I64(dt_model_from_config_json("{\"model_type\": \"qwen3\", " BASE_LLAMA "}", "q3", &b,
+                                           &err), DT_OK);
+    CHECK(b.qk_norm == 1 && b.qkv_bias == 0);
+    CHECK_EQ_I64(dt_model_params(&b) - dt_model_params(&a), 2 * (2 * 16));
+    /* tied llama: one V·h less */
+    CHECK_EQ_I64(dt_model_from_config_json(
+                     "{\"model_type\": \"llama\", \"tie_word_embeddings\": true, " BASE_LLAMA "}",
+                     "t", &b, &err), DT_OK);
+    CHECK_EQ_I64(dt_model_params(&a) - dt_model_params(&b), 256 * 64);
+    /* gpt2 with an explicit n_inner and n_ctx instead of n_positions */
+    CHECK_EQ_I64(dt_model_from_config_json(
+                     "{\"model_type\": \"gpt2\", \"n_embd\": 64, \"n_layer\": 1, \"n_head\": 4,"
+                     " \"vocab_size\": 10, \"n_ctx\": 8, \"n_inner\": 100}", "g", &a, &err), DT_OK);
+    CHECK(a.ffn == 100 && a.max_pos == 8 && a.head_dim == 16);
+    /* 10·64 + 8·64 + (3·64·64+192 + 64·64+64 + 64·100+100 + 100·64+64 + 4·64) + 2·64 */
+    CHECK_EQ_I64(dt_model_params(&a), 640 + 512 + (12480 + 4160 + 6500 + 6464 + 256) + 128);
+
+    /* A config given by path: "<dir>/Qwen3-0.6B/config.json" is named after its directory. */
+    char dir[] = "/tmp/dt_models_test_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char sub[256], path[300];
+    snprintf(sub, sizeof sub, "%s/Qwen3-0.6B", dir);
+    CHECK(mkdir(sub, 0700) == 0);
+    snprintf(path, sizeof path, "%s/config.json", sub);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs("{\"model_type\": \"qwen3\", \"hidden_size\": 1024, \"intermediate_size\": 3072,"
+              " \"num_hidden_layers\": 28, \"num_attention_heads\": 16, \"num_key_value_heads\": 8,"
+              " \"head_dim\": 128, \"vocab_size\": 151936, \"max_position_embeddings\": 40960,"
+              " \"rms_norm_eps\": 1e-06, \"rope_parameters\": {\"rope_theta\": 1000000},"
+              " \"tie_word_embeddings\": true}", f);
+        fclose(f);
+    }
+    CHECK_EQ_I64(dt_model_resolve(path, &a, &err), DT_OK);
+    CHECK_STR(a.name, "Qwen3-0.6B");
+    CHECK_EQ_I64(dt_model_params(&a), INT64_C(596049920));
+    CHECK_NEAR(a.rope_theta, 1e6, 1e-12);
+    /* a bare file name ending in .json is a path too, named by its stem */
+    char path2[300];
+    snprintf(path2, sizeof path2, "%s/my-model.json", dir);
+    CHECK(rename(path, path2) == 0);
+    CHECK_EQ_I64(dt_model_resolve(path2, &a, &err), DT_OK);
+    CHECK_STR(a.name, "my-model");
+    unlink(path2);
+    rmdir(sub);
+    rmdir(dir);
+    /* missing file: one line naming the path */
+    dt_error_clear(&err);
+    CHECK_EQ_I64(dt_model_resolve("/nonexistent/dir/config.json", &a, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "/nonexistent/dir/config.json") != NULL);
+    CHECK_EQ_I64(dt_model_resolve("nope.json", &a, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "--model: cannot open") != NULL);
+
+    /* bad configs: the key is named */
+    expect_error("{", "invalid JSON");
+    expect_error("{\"model_type\": \"llama\", " BASE_LLAMA ", \"vocab_size\": 3}", "duplicate key");
+    expect_error("[1, 2]", "must be a JSON object");
+    expect_error("{\"hidden_size\": 64}", "model_type");
+    expect_error("{\"model_type\": \"bert\", " BASE_LLAMA "}", "'bert'");
+    expect_error("{\"model_type\": \"llama\", \"hidden_size\": 64}", "missing the required key 'num_hidden_layers'");
+    expect_error("{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 176,"
+                 " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 0,"
+                 " \"max_position_embeddings\": 128}", "'vocab_size'");
+    expect_error("{\"model_type\": \"llama\", \"hidden_size\": -64, \"intermediate_size\": 176,"
+                 " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 256,"
+                 " \"max_position_embeddings\": 128}", "'hidden_size'");
+    expect_error("{\"model_type\": \"llama\", \"hidden_size\": 64.5, \"intermediate_size\": 176,"
+                 " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 256,"
+                 " \"max_position_embeddings\": 128}", "'hidden_size'");
+    expect_error("{\"model_type\": \"llama\", \"hidden_size\": \"64\", \"intermediate_size\": 176,"
+                 " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 256,"
+                 " \"max_position_embeddings\": 128}", "'hidden_size' must be a number");
+    expect_error("{\"model_type\": \"llama\", \"hidden_size\": 1e300, \"intermediate_size\": 176,"
+                 " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 256,"
+                 " \"max_position_embeddings\": 128}", "'hidden_size'");
+    expect_error("{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 176,"
+                 " \"num_hidden_layers\": 2, \"num_attention_heads\": 5, \"vocab_size\": 256,"
+                 " \"max_position_embeddings\": 128}", "'num_attention_heads'");
+    expect_error("{\"model_type\": \"llama\", " BASE_LLAMA ", \"num_key_value_heads\": 3}",
+                 "n_kv_head");
+    expect_error("{\"model_type\": \"llama\", " BASE_LLAMA ", \"rope_theta\": -1}", "'rope_theta'");
+    expect_error("{\"model_type\": \"llama\", " BASE_LLAMA ", \"rope_parameters\": {\"rope_theta\": \"x\"}}",
+                 "'rope_parameters'");
+    expect_error("{\"model_type\": \"llama\", " BASE_LLAMA ", \"rope_parameters\": 5}", "'rope_parameters'");
+    expect_error("{\"model_type\": \"llama\", " BASE_LLAMA ", \"tie_word_embeddings\": 1}",
+                 "'tie_word_embeddings'");
+    expect_error("{\"model_type\": \"llama\", " BASE_LLAMA ", \"rms_norm_eps\": 0}", "'rms_norm_eps'");
+    expect_error("{\"model_type\": \"llama\", " BASE_LLAMA ", \"hidden_act\": \"gelu\"}", "'hidden_act'");
+    expect_error("{\"model_type\": \"llama\", " BASE_LLAMA ", \"attention_bias\": true}", "'attention_bias'");
+    expect_error("{\"model_type\": \"llama\", " BASE_LLAMA ", \"mlp_bias\": true}", "'mlp_bias'");
+    expect_error("{\"model_type\": \"gpt2\", \"n_embd\": 64, \"n_layer\": 1, \"n_head\": 4,"
+                 " \"vocab_size\": 10}", "'n_ctx'");
+    expect_error("{\"model_type\": \"gpt2\", \"n_embd\": 64, \"n_layer\": 1, \"n_head\": 5,"
+                 " \"vocab_size\": 10, \"n_positions\": 8}", "'n_head'");
+    expect_error("{\"model_type\": \"gpt2\", \"n_embd\": 64, \"n_layer\": 1, \"n_head\": 4,"
+                 " \"vocab_size\": 10, \"n_positions\": 8, \"activation_function\": \"relu\"}",
+                 "'activation_function'");
+
+    /* dt_model_validate on hand-made shapes */
+    CHECK_EQ_I64(dt_model_resolve("llama-tiny", &a, &err), DT_OK);
+    b = a;
+    b.n_kv_head = 3;
+    CHECK_EQ_I64(dt_model_validate(&b, &err), DT_EINVAL);
+    b = a;
+    b.n_layer = 0;
+    CHECK_EQ_I64(dt_model_validate(&b, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "n_layer") != NULL);
+    b = a;
+    b.rope_theta = 0;
+    CHECK_EQ_I64(dt_model_validate(&b, &err), DT_EINVAL);
+    CHECK_EQ_I64(dt_model_resolve("gpt2-tiny", &a, &err), DT_OK);
+    b = a;
+    b.head_dim = 8;
+    CHECK_EQ_I64(dt_model_validate(&b, &err), DT_EINVAL);
+
+    TEST_MAIN_END();
+}

@@ -1,0 +1,170 @@
+/* Exact parameter counts of every catalog entry against the published table
+ * (reference/memory-formulas.md §5), largest modules, derived shapes, FLOPs. */
+#include <stdint.h>
+
+#include "dt_model.h"
+#include "dt_test.h"
+
+typedef struct {
+    const char *name;
+    int64_t params;        /* exact published / architecture count */
+    int64_t largest;       /* DeepSpeed model_to_params' largest module; 0 = not tabulated */
+} expect_t;
+
+/* The tiny models' counts are computed by hand from the §5 formulas:
+ *   gpt2-tiny  : V·h + P·h + L(12h² + 13h) + 2h with V 256, P 64, h 64, L 2
+ *              = 16384 + 4096 + 2·(49152 + 832) + 128 = 120,576
+ *   gpt2-small-test: 32768 + 16384 + 4·(196608 + 1664) + 256 = 842,496
+ *   llama-tiny : h 64, a 4, k 2, d 16, f 176, V 256, untied:
+ *                per layer 64·64 + 2·64·32 + 64·64 + 3·64·176 + 2·64 = 46,208;
+ *                total 2·46208 + 64 + 2·256·64 = 125,248 */
+static const expect_t expected[] = {
+    {"gpt2", 124439808, 38597376},               /* 50257·768 */
+    {"gpt2-medium", 354823168, 51463168},        /* 50257·1024 */
+    {"gpt2-large", 774030080, 64328960},
+    {"gpt2-xl", 1557611200, 80411200},
+    {"qwen3-0.6b", 596049920, 155582464},
+    {"qwen2.5-32b", 32763876352, 778567680},
+    {"qwen3-32b", 32762123264, 777912320},
+    {"llama-2-7b", 6738415616, 131072000},
+    {"llama-2-13b", 13015864320, 163840000},
+    {"llama-2-70b", 68976648192, 262144000},
+    {"llama-3.1-8b", 8030261248, 525336576},     /* 128256·4096 */
+    {"gpt2-tiny", 120576, 16640},                /* c_fc 64·256+256 > wte 256·64 */
+    {"gpt2-small-test", 842496, 66048},         /* c_fc 128·512+512 = 66048 > wte 32768 */
+    {"llama-tiny", 125248, 16384},
+};
+
+int main(void) {
+    dt_error err = {0};
+    int n = (int)(sizeof expected / sizeof expected[0]);
+
+    /* Every catalog entry has an expectation and vice versa. */
+    CHECK_EQ_I64(dt_model_catalog_count(), n);
+    for (int i = 0; i < dt_model_catalog_count(); i++) {
+        const char *name = dt_model_catalog_name(i);
+        int found = 0;
+        for (int j = 0; j < n; j++) found |= strcmp(name, expected[j].name) == 0;
+        if (!found) fprintf(stderr, "catalog entry '%s' has no expected count\n", name);
+        CHECK(found);
+    }
+    CHECK(dt_model_catalog_name(-1) == NULL);
+    CHECK(dt_model_catalog_name(n) == NULL);
+
+    for (int j = 0; j < n; j++) {
+        dt_model m;
+        int rc = dt_model_resolve(expected[j].name, &m, &err);
+        if (rc) fprintf(stderr, "%s: %s\n", expected[j].name, err.msg);
+        CHECK_EQ_I64(rc, DT_OK);
+        if (rc) continue;
+        CHECK_STR(m.name, expected[j].name);
+        CHECK_EQ_I64(m.derived, 0);
+        if (dt_model_params(&m) != expected[j].params) fprintf(stderr, "model %s\n", m.name);
+        CHECK_EQ_I64(dt_model_params(&m), expected[j].params);
+        if (expected[j].largest) CHECK_EQ_I64(dt_model_largest_module_params(&m), expected[j].largest);
+        CHECK_EQ_I64(dt_model_embedding_params(&m) + m.n_layer * dt_model_block_params(&m) +
+                         dt_model_head_params(&m),
+                     dt_model_params(&m));
+        CHECK_EQ_I64(dt_model_validate(&m, &err), DT_OK);
+    }
+
+    /* Shape details the families depend on. */
+    dt_model m;
+    CHECK_EQ_I64(dt_model_resolve("Qwen2.5-32B", &m, &err), DT_OK);   /* case-insensitive */
+    CHECK_STR(m.name, "qwen2.5-32b");
+    CHECK(m.family == DT_FAMILY_LLAMA && m.qkv_bias == 1 && m.qk_norm == 0 && !m.tied_embeddings);
+    CHECK_EQ_I64(m.head_dim, 128);
+    CHECK_NEAR(m.rope_theta, 1e6, 1e-12);
+    CHECK_EQ_I64(dt_model_resolve("QWEN3-0.6B", &m, &err), DT_OK);
+    CHECK(m.qk_norm == 1 && m.qkv_bias == 0 && m.tied_embeddings == 1);
+    CHECK_EQ_I64(m.n_kv_head, 8);
+    CHECK_EQ_I64(m.n_head * m.head_dim, 2048);   /* head_dim from config, != hidden / heads */
+    /* non-embedding count on the model card: 440,467,456 */
+    CHECK_EQ_I64(dt_model_params(&m) - dt_model_embedding_params(&m), 440467456);
+    CHECK_EQ_I64(dt_model_resolve("GPT2", &m, &err), DT_OK);
+    CHECK(m.family == DT_FAMILY_GPT2 && m.tied_embeddings && m.qkv_bias);
+    CHECK_EQ_I64(m.ffn, 3072);      /* n_inner null -> 4h */
+    CHECK_EQ_I64(m.max_pos, 1024);
+    CHECK_NEAR(m.norm_eps, 1e-5, 1e-12);
+    CHECK_STR(dt_family_name(m.family), "gpt2");
+    CHECK_EQ_I64(dt_model_resolve("gpt2-tiny", &m, &err), DT_OK);
+    CHECK(m.n_layer == 2 && m.hidden == 64 && m.n_head == 4 && m.vocab == 256 && m.max_pos == 64);
+    CHECK_EQ_I64(dt_model_resolve("llama-tiny", &m, &err), DT_OK);
+    CHECK(m.n_head == 4 && m.n_kv_head == 2 && m.head_dim == 16);
+    CHECK_STR(dt_family_name(m.family), "llama");
+
+    /* Unknown names list the catalog. */
+    dt_error_clear(&err);
+    CHECK_EQ_I64(dt_model_resolve("gpt5", &m, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "unknown model 'gpt5'") != NULL);
+    CHECK(strstr(err.msg, "qwen3-32b") != NULL && strstr(err.msg, "gpt2-medium") != NULL);
+    CHECK(strchr(err.msg, '\n') == NULL);
+    CHECK_EQ_I64(dt_model_resolve("", &m, &err), DT_EINVAL);
+
+    /* FLOPs convention (docs/models.md): 3 x (2·matmul·T + L·4·T²·a·d), lm_head counted. */
+    CHECK_EQ_I64(dt_model_resolve("gpt2", &m, &err), DT_OK);
+    {
+        double T = 1024, h = 768, L = 12, V = 50257;
+        double block_mm = 12 * h * h;   /* c_attn 3h², c_proj h², c_fc 4h², mlp c_proj 4h² */
+        double block = 2 * block_mm * T + 4 * T * T * h;
+        CHECK_NEAR(dt_model_block_fwd_flops_per_seq(&m, 1024), block, 1e-12);
+        CHECK_NEAR(dt_model_train_flops_per_seq(&m, 1024), 3 * (L * block + 2 * V * h * T), 1e-12);
+    }
+    CHECK_EQ_I64(dt_model_resolve("llama-2-70b", &m, &err), DT_OK);
+    {
+        double T = 4096, h = 8192, f = 28672, L = 80, V = 32000, q = 64 * 128, kv = 8 * 128;
+        double block_mm = h * q + 2 * h * kv + q * h + 3 * h * f;
+        double block = 2 * block_mm * T + 4 * T * T * q;
+        CHECK_NEAR(dt_model_block_fwd_flops_per_seq(&m, 4096), block, 1e-12);
+        CHECK_NEAR(dt_model_train_flops_per_seq(&m, 4096), 3 * (L * block + 2 * V * h * T), 1e-12);
+        /* close to the 6·Ψ·T rule of thumb for a big model at moderate T */
+        CHECK_NEAR(dt_model_train_flops_per_seq(&m, 4096), 6.0 * 68976648192.0 * 4096, 0.15);
+    }
+
+    /* Derived shapes: within 5% of the request from 125M to 175B and beyond. */
+    static const double sizes[] = {125e6, 200e6, 350e6, 760e6, 1.3e9, 2.7e9, 6.7e9, 13e9, 20e9,
+                                   32e9,  50e9,  70e9,  100e9, 175e9, 400e9, 1e12};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        dt_model d;
+        int rc = dt_model_for_params((int64_t)sizes[i], &d, &err);
+        if (rc) fprintf(stderr, "%g: %s\n", sizes[i], err.msg);
+        CHECK_EQ_I64(rc, DT_OK);
+        if (rc) continue;
+        CHECK(d.derived == 1 && d.family == DT_FAMILY_LLAMA);
+        CHECK(strncmp(d.name, "derived-", 8) == 0);
+        CHECK(dt_model_derived_source(&d) != NULL);
+        CHECK_EQ_I64(dt_model_validate(&d, &err), DT_OK);
+        double got = (double)dt_model_params(&d);
+        if (fabs(got / sizes[i] - 1) > 0.05)
+            fprintf(stderr, "derived %g -> %.0f (L %lld, h %lld)\n", sizes[i], got,
+                    (long long)d.n_layer, (long long)d.hidden);
+        CHECK_NEAR(got, sizes[i], 0.05);
+        /* bigger requests never give smaller models (monotone) */
+        if (i > 0) {
+            dt_model prev;
+            CHECK_EQ_I64(dt_model_for_params((int64_t)sizes[i - 1], &prev, &err), DT_OK);
+            CHECK(dt_model_params(&prev) <= dt_model_params(&d));
+        }
+    }
+    {
+        /* "32B" -> the Qwen2.5-32B shape (without its q/k/v bias) */
+        dt_model d;
+        CHECK_EQ_I64(dt_model_for_params(INT64_C(32000000000), &d, &err), DT_OK);
+        CHECK(d.hidden == 5120 && d.n_layer == 64 && d.n_head == 40 && d.n_kv_head == 8);
+        CHECK(d.head_dim == 128 && d.ffn == 27648 && d.vocab == 152064 && !d.tied_embeddings);
+        CHECK_STR(d.name, "derived-32.00B");
+        CHECK_EQ_I64(dt_model_params(&d), INT64_C(32763876352) - 64 * (5120 + 2 * 1024));
+        CHECK(strstr(dt_model_derived_source(&d), "Qwen2.5-32B") != NULL);
+        /* "7B" -> Llama-2-7B unchanged */
+        CHECK_EQ_I64(dt_model_for_params(INT64_C(7000000000), &d, &err), DT_OK);
+        CHECK_EQ_I64(dt_model_params(&d), INT64_C(6738415616));
+        CHECK_STR(dt_model_derived_source(&d), "Llama-2-7B");
+        CHECK_EQ_I64(dt_model_resolve("gpt2", &d, &err), DT_OK);
+        CHECK(dt_model_derived_source(&d) == NULL);
+    }
+    CHECK_EQ_I64(dt_model_for_params(1000, &m, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "--params") != NULL);
+    CHECK_EQ_I64(dt_model_for_params(INT64_MAX, &m, &err), DT_EINVAL);
+
+    TEST_MAIN_END();
+}
