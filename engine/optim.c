@@ -1,0 +1,283 @@
+/* optim.c — see dt_optim.h. */
+#include "dt_optim.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dt_dtype.h"
+#include "dt_memtrack.h"
+
+/* One element of a buffer of dtype t, as fp32 (and back, rounding to nearest even). */
+static inline float ld(const void *p, dt_dtype t, size_t i) {
+    switch (t) {
+    case DT_DTYPE_BF16: return dt_bf16_to_f32(((const dt_bf16 *)p)[i]);
+    case DT_DTYPE_FP16: return dt_fp16_to_f32(((const dt_fp16 *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+
+static inline void st(void *p, dt_dtype t, size_t i, float x) {
+    switch (t) {
+    case DT_DTYPE_BF16: ((dt_bf16 *)p)[i] = dt_f32_to_bf16(x); break;
+    case DT_DTYPE_FP16: ((dt_fp16 *)p)[i] = dt_f32_to_fp16(x); break;
+    default: ((float *)p)[i] = x; break;
+    }
+}
+
+struct dt_optim {
+    dt_precision prec;
+    size_t n;
+    float *master;     /* [n] fp32, or NULL */
+    void *m, *v;       /* [n] moment dtype */
+};
+
+int dt_optim_create(const dt_precision *prec, size_t n, dt_optim **out, dt_error *err) {
+    *out = NULL;
+    if (n == 0) return dt_errorf(err, DT_EINVAL, "optimizer: no parameters to optimise");
+    if (prec->moment != DT_DTYPE_FP32 && prec->moment != DT_DTYPE_BF16)
+        return dt_errorf(err, DT_EINVAL, "optimizer: moments in %s are not supported (use fp32 or bf16)",
+                         dt_dtype_name(prec->moment));
+    if (prec->has_master && prec->master != DT_DTYPE_FP32)
+        return dt_errorf(err, DT_EINVAL, "optimizer: master weights must be fp32, not %s",
+                         dt_dtype_name(prec->master));
+    if (!prec->has_master && prec->param == DT_DTYPE_FP16)
+        return dt_errorf(err, DT_EINVAL,
+                         "optimizer: fp16 params need fp32 master weights (use mixed-fp16)");
+    dt_optim *o = calloc(1, sizeof *o);
+    if (!o) return dt_errorf(err, DT_ENOMEM, "optimizer: out of memory");
+    o->prec = *prec;
+    o->n = n;
+    size_t msz = (size_t)dt_dtype_size(prec->moment);
+    o->m = dt_mem_alloc(DT_POOL_DEVICE, DT_MEM_OPTIMIZER, n * msz);
+    o->v = dt_mem_alloc(DT_POOL_DEVICE, DT_MEM_OPTIMIZER, n * msz);
+    if (prec->has_master) o->master = dt_mem_alloc(DT_POOL_DEVICE, DT_MEM_OPTIMIZER, n * sizeof(float));
+    if (!o->m || !o->v || (prec->has_master && !o->master)) {
+        dt_optim_free(o);
+        return dt_errorf(err, DT_ENOMEM, "optimizer: cannot allocate state for %zu parameters", n);
+    }
+    *out = o;
+    return DT_OK;
+}
+
+void dt_optim_free(dt_optim *o) {
+    if (!o) return;
+    dt_mem_free(o->master);
+    dt_mem_free(o->m);
+    dt_mem_free(o->v);
+    free(o);
+}
+
+size_t dt_optim_numel(const dt_optim *o) { return o->n; }
+int dt_optim_has_master(const dt_optim *o) { return o->master != NULL; }
+dt_dtype dt_optim_moment_dtype(const dt_optim *o) { return o->prec.moment; }
+float *dt_optim_master(dt_optim *o) { return o->master; }
+void *dt_optim_m(dt_optim *o) { return o->m; }
+void *dt_optim_v(dt_optim *o) { return o->v; }
+
+void dt_optim_init_master(dt_optim *o, const void *params) {
+    if (!o->master) return;
+    for (size_t i = 0; i < o->n; i++) o->master[i] = ld(params, o->prec.param, i);
+}
+
+/* The per-element update, torch.optim.AdamW's order (decay first, then Adam):
+ *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+ *   p = p (1 - lr wd) - lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) */
+void dt_optim_update(dt_optim *o, void *params, const void *grads, size_t begin, size_t count,
+                     const dt_adamw *hp, double grad_mul, int decay, int64_t t) {
+    const float b1 = (float)hp->beta1, b2 = (float)hp->beta2, eps = (float)hp->eps;
+    const float lr = (float)hp->lr, gm = (float)grad_mul;
+    const float bc1 = (float)(1.0 - pow(hp->beta1, (double)t));
+    const float bc2 = (float)(1.0 - pow(hp->beta2, (double)t));
+    const float shrink = decay ? (float)(1.0 - hp->lr * hp->weight_decay) : 1.0f;
+    const dt_dtype pdt = o->prec.param, gdt = o->prec.grad, mdt = o->prec.moment;
+    float *master = o->master;
+    const long long end = (long long)(begin + count);
+#pragma omp parallel for schedule(static)
+    for (long long i = (long long)begin; i < end; i++) {
+        float g = ld(grads, gdt, (size_t)i) * gm;
+        float m = ld(o->m, mdt, (size_t)i);
+        float v = ld(o->v, mdt, (size_t)i);
+        m = b1 * m + (1.0f - b1) * g;
+        v = b2 * v + (1.0f - b2) * g * g;
+        float p = master ? master[i] : ld(params, pdt, (size_t)i);
+        p = p * shrink - lr * (m / bc1) / (sqrtf(v / bc2) + eps);
+        st(o->m, mdt, (size_t)i, m);
+        st(o->v, mdt, (size_t)i, v);
+        if (master) master[i] = p;
+        st(params, pdt, (size_t)i, p);
+    }
+}
+
+/* Fixed block partition (not per thread) so the sum does not depend on the
+ * number of OpenMP threads. */
+#define DT_SUMSQ_BLOCKS 1024
+
+double dt_grad_sumsq(const void *grads, dt_dtype dt, size_t n, int *nonfinite) {
+    double part[DT_SUMSQ_BLOCKS];
+    int bad[DT_SUMSQ_BLOCKS];
+    size_t bs = (n + DT_SUMSQ_BLOCKS - 1) / DT_SUMSQ_BLOCKS;
+    if (bs == 0) bs = 1;
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < DT_SUMSQ_BLOCKS; b++) {
+        size_t lo = (size_t)b * bs, hi = lo + bs < n ? lo + bs : n;
+        double s = 0.0;
+        int nf = 0;
+        for (size_t i = lo; i < hi; i++) {
+            float g = ld(grads, dt, i);
+            if (!isfinite(g)) nf = 1;
+            s += (double)g * (double)g;
+        }
+        part[b] = s;
+        bad[b] = nf;
+    }
+    double s = 0.0;
+    int nf = 0;
+    for (int b = 0; b < DT_SUMSQ_BLOCKS; b++) {
+        s += part[b];
+        nf |= bad[b];
+    }
+    if (nonfinite) *nonfinite = nf || !isfinite(s);
+    return s;
+}
+
+/* DeepSpeed adds this to the unscaled norm before dividing by the clip value
+ * (runtime/zero/stage_1_and_2.py unscale_and_clip_grads). */
+#define DT_CLIP_NORM_EPS 1e-6
+
+double dt_clip_divisor(double norm, double loss_scale, double max_norm) {
+    double clip = 1.0;
+    if (max_norm > 0.0) {
+        clip = (norm / loss_scale + DT_CLIP_NORM_EPS) / max_norm;
+        if (clip < 1.0) clip = 1.0;
+    }
+    return clip * loss_scale;
+}
+
+/* ---- schedules: deepspeed/runtime/lr_schedules.py ---- */
+
+/* DeepSpeed clamps warmup_num_steps to at least 2 (the log warmup divides by ln W). */
+#define DT_MIN_WARMUP_STEPS 2
+
+static double warmup_gamma(const dt_schedule *s, int64_t t, int64_t W) {
+    if (t >= W) return 1.0;
+    if (s->warmup_linear) return (double)t / (double)W;
+    return log((double)t + 1.0) / log((double)W);
+}
+
+double dt_schedule_lr(const dt_schedule *s, double lr, int64_t t) {
+    int64_t W = s->warmup_steps > DT_MIN_WARMUP_STEPS ? s->warmup_steps : DT_MIN_WARMUP_STEPS;
+    int64_t T = s->total_steps;
+    switch (s->kind) {
+    case DT_SCHED_CONSTANT:
+        return lr;
+    case DT_SCHED_WARMUP_LR:
+        return s->warmup_min_lr + (lr - s->warmup_min_lr) * warmup_gamma(s, t, W);
+    case DT_SCHED_WARMUP_DECAY_LR: {
+        double g;
+        if (t < W) {
+            g = warmup_gamma(s, t, W);
+        } else {
+            double span = (double)(T - W) > 1.0 ? (double)(T - W) : 1.0;
+            g = (double)(T - t) / span;
+            if (g < 0.0) g = 0.0;
+        }
+        return s->warmup_min_lr + (lr - s->warmup_min_lr) * g;
+    }
+    case DT_SCHED_WARMUP_COSINE_LR: {
+        double r;
+        if (t < W) {
+            r = s->warmup_min_lr + (1.0 - s->warmup_min_lr) * warmup_gamma(s, t, W);
+        } else {
+            double real_last = (double)(t - W + 1), real_total = (double)(T - W);
+            double c = (1.0 + cos(M_PI * real_last / real_total)) / 2.0;
+            r = s->cos_min_ratio + (1.0 - s->cos_min_ratio) * c;
+            if (r < 0.0) r = 0.0;
+        }
+        return lr * r;
+    }
+    }
+    return lr;
+}
+
+const char *dt_schedule_name(dt_sched_kind k) {
+    switch (k) {
+    case DT_SCHED_CONSTANT: return "constant";
+    case DT_SCHED_WARMUP_LR: return "WarmupLR";
+    case DT_SCHED_WARMUP_DECAY_LR: return "WarmupDecayLR";
+    case DT_SCHED_WARMUP_COSINE_LR: return "WarmupCosineLR";
+    }
+    return "?";
+}
+
+/* ---- loss scaler: deepspeed/runtime/fp16/loss_scaler.py DynamicLossScaler ---- */
+
+#define DT_LOSS_SCALE_FACTOR 2.0   /* DynamicLossScaler scale_factor default */
+
+void dt_loss_scaler_init(dt_loss_scaler *s, const dt_precision *prec) {
+    memset(s, 0, sizeof *s);
+    s->scale_factor = DT_LOSS_SCALE_FACTOR;
+    s->last_overflow_iter = -1;
+    s->cur_scale = 1.0;
+    s->min_scale = 1.0;
+    s->scale_window = 1;
+    s->delayed_shift = 1;
+    s->cur_hysteresis = 1;
+    if (prec->param != DT_DTYPE_FP16) return;
+    if (prec->loss_scale > 0.0) {
+        s->cur_scale = prec->loss_scale;
+        return;
+    }
+    s->dynamic = 1;
+    s->cur_scale = ldexp(1.0, prec->initial_scale_power);
+    s->scale_window = prec->loss_scale_window > 0 ? prec->loss_scale_window : 1;
+    s->min_scale = prec->min_loss_scale;
+    s->delayed_shift = prec->hysteresis > 0 ? prec->hysteresis : 1;
+    s->cur_hysteresis = s->delayed_shift;
+}
+
+int dt_loss_scaler_update(dt_loss_scaler *s, int overflow, char *msg, size_t msg_len,
+                          dt_error *err) {
+    if (msg && msg_len) msg[0] = '\0';
+    if (!s->dynamic) {
+        if (overflow && msg)
+            snprintf(msg, msg_len, "OVERFLOW! Skipping step. Static loss scale %g is kept",
+                     s->cur_scale);
+        s->cur_iter++;
+        return DT_OK;
+    }
+    if (overflow) {
+        if (s->delayed_shift == 1 || s->cur_hysteresis == 1) {
+            if (s->cur_scale == s->min_scale)
+                return dt_errorf(err, DT_ERUNTIME,
+                                 "Current loss scale already at minimum (%g) - cannot decrease "
+                                 "scale anymore: the fp16 gradients overflow at every scale; "
+                                 "lower the learning rate or use mixed-bf16",
+                                 s->min_scale);
+            double next = s->cur_scale / s->scale_factor;
+            if (next < s->min_scale) next = s->min_scale;
+            if (msg)
+                snprintf(msg, msg_len,
+                         "OVERFLOW! Rank 0 Skipping step. Attempted loss scale: %g, reducing to %g",
+                         s->cur_scale, next);
+            s->cur_scale = next;
+        } else {
+            if (msg)
+                snprintf(msg, msg_len,
+                         "OVERFLOW! Rank 0 Skipping step. Attempted loss scale: %g, but hysteresis "
+                         "is %d. Reducing hysteresis to %d",
+                         s->cur_scale, s->cur_hysteresis, s->cur_hysteresis - 1);
+            s->cur_hysteresis--;
+        }
+        s->last_overflow_iter = s->cur_iter;
+    } else {
+        if (s->consecutive_hysteresis) s->cur_hysteresis = s->delayed_shift;
+        if ((s->cur_iter - s->last_overflow_iter) % s->scale_window == 0) {
+            if (!s->consecutive_hysteresis) s->cur_hysteresis = s->delayed_shift;
+            s->cur_scale *= s->scale_factor;
+        }
+    }
+    s->cur_iter++;
+    return DT_OK;
+}
