@@ -499,11 +499,13 @@ static const dt_anchor_shape dt_anchors[] = {
     {"Llama-2-13B", 5120, 40, 40, 40, 128, 13824, 32000, 0},
     {"Qwen2.5-32B (without q/k/v bias)", 5120, 64, 40, 8, 128, 27648, 152064, 0},
     {"Llama-2-70B", 8192, 80, 64, 8, 128, 28672, 32000, 0},
-    {"GPT-3 175B width, llama block, GQA 8", 12288, 96, 96, 8, 128, 32768, 32000, 0},
+    {"GPT-3 175B shape, llama block", 12288, 96, 96, 96, 128, 32768, 32000, 0},
 };
 #define DT_N_ANCHORS ((int)(sizeof dt_anchors / sizeof dt_anchors[0]))
 #define DT_DERIVE_EXACT_TOL 0.05       /* use a well-known shape unchanged within 5% */
-#define DT_DERIVE_MIN_PARAMS INT64_C(10000000)   /* 10M: below this no standard shape is meaningful */
+/* 100M: below this the embeddings (>= 2·32000·768 = 49M for the smallest anchor)
+ * dominate and no "standard" shape is meaningful; use --model gpt2-tiny etc. */
+#define DT_DERIVE_MIN_PARAMS INT64_C(100000000)
 #define DT_DERIVE_MAX_PARAMS INT64_C(100000000000000)  /* 100T */
 /* Llama-2 settings for the fields the anchors leave open. */
 #define DT_DERIVE_MAX_POS 4096
@@ -532,7 +534,7 @@ int dt_model_for_params(int64_t n_params, dt_model *out, dt_error *err) {
     if (n_params < DT_DERIVE_MIN_PARAMS || n_params > DT_DERIVE_MAX_PARAMS)
         return dt_errorf(err, DT_EINVAL,
                          "--params: %lld is outside the range a standard decoder shape is derived "
-                         "for (10M..100T); give --model NAME or a config.json instead",
+                         "for (100M..100T); give --model NAME or a config.json instead",
                          (long long)n_params);
     int best = 0;
     double best_dist = INFINITY;

@@ -53,29 +53,49 @@ static int parse_number(const char *s, double *value, const char **rest) {
 
 static const char *what_or_default(const char *what) { return what && *what ? what : "value"; }
 
+/* What a parser expects, for its error messages. */
+typedef struct {
+    const char *noun;       /* "count" / "size" */
+    const char *examples;   /* "32B, 6.7B, 7e9 or 350M" */
+    const char *one;        /* a single working example: "32B" */
+} dt_expect;
+
+static const dt_expect expect_count = {"count", "32B, 6.7B, 7e9 or 350M", "32B"};
+static const dt_expect expect_size = {"size", "80G = 80 GiB, 80GB = 80e9 bytes, 512M or 1T", "80G"};
+
+static int syntax_error(const char *s, const char *what, const dt_expect *e, dt_error *err) {
+    return dt_errorf(err, DT_EINVAL, "%s: cannot parse '%s' (expected a %s such as %s)", what, s,
+                     e->noun, e->examples);
+}
+
+/* The shared front of both parsers: a non-negative decimal number, then *rest. */
+static int parse_lead(const char *s, const char *what, const dt_expect *e, double *x,
+                      const char **rest, dt_error *err) {
+    if (s[0] == '-')
+        return dt_errorf(err, DT_EINVAL, "%s: '%s' must be positive (e.g. %s)", what, s, e->one);
+    if (!parse_number(s, x, rest)) return syntax_error(s, what, e, err);
+    return DT_OK;
+}
+
 /* A converted value must be a positive int64: shared range check for counts and bytes. */
-static int to_positive_int64(double x, const char *s, const char *what, const char *example,
+static int to_positive_int64(double x, const char *s, const char *what, const dt_expect *e,
                              int64_t *out, dt_error *err) {
     if (x >= DT_INT64_LIMIT)
         return dt_errorf(err, DT_EINVAL, "%s: '%s' is too large (at most about 9.2e18)", what, s);
     int64_t v = (int64_t)llround(x);
     if (v <= 0)
-        return dt_errorf(err, DT_EINVAL, "%s: '%s' must be positive (e.g. %s)", what, s, example);
+        return dt_errorf(err, DT_EINVAL, "%s: '%s' must be positive (e.g. %s)", what, s, e->one);
     *out = v;
     return DT_OK;
 }
 
 int dt_parse_count(const char *s, const char *what, int64_t *out, dt_error *err) {
-    static const char example[] = "32B, 6.7B, 7e9 or 350M";
     what = what_or_default(what);
     if (!s) s = "";
-    if (s[0] == '-')
-        return dt_errorf(err, DT_EINVAL, "%s: '%s' must be positive (e.g. 32B)", what, s);
     double x;
     const char *rest;
-    if (!parse_number(s, &x, &rest))
-        return dt_errorf(err, DT_EINVAL, "%s: cannot parse '%s' (expected a count such as %s)", what,
-                         s, example);
+    int rc = parse_lead(s, what, &expect_count, &x, &rest, err);
+    if (rc) return rc;
     double mult = 1;
     switch (*rest) {
     case '\0': break;
@@ -85,30 +105,25 @@ int dt_parse_count(const char *s, const char *what, int64_t *out, dt_error *err)
     case 't': case 'T': mult = 1e12; rest++; break;
     default: rest = NULL; break;
     }
-    if (!rest || *rest != '\0')
-        return dt_errorf(err, DT_EINVAL, "%s: cannot parse '%s' (expected a count such as %s)", what,
-                         s, example);
+    if (!rest || *rest != '\0') return syntax_error(s, what, &expect_count, err);
     double v = x * mult;
     /* A count of things is whole: "6.7B" is, "2.5" is not. Allow double rounding noise. */
     if (v < DT_INT64_LIMIT && fabs(v - nearbyint(v)) > 1e-6 * fmax(1.0, v))
-        return dt_errorf(err, DT_EINVAL, "%s: '%s' is not a whole number (e.g. %s)", what, s, example);
-    return to_positive_int64(v, s, what, "32B", out, err);
+        return dt_errorf(err, DT_EINVAL, "%s: '%s' is not a whole number (e.g. %s)", what, s,
+                         expect_count.examples);
+    return to_positive_int64(v, s, what, &expect_count, out, err);
 }
 
 /* Memory size suffixes. K/M/G/T/P alone, with "i", or with "iB" are binary
  * (2^10k); with a bare trailing "B" they are decimal (10^3k). "B" alone = bytes. */
 int dt_parse_bytes(const char *s, const char *what, int64_t *out, dt_error *err) {
-    static const char example[] = "80G = 80 GiB, 80GB = 80e9 bytes, 512M or 1T";
     static const char prefixes[] = "KMGTP";
     what = what_or_default(what);
     if (!s) s = "";
-    if (s[0] == '-')
-        return dt_errorf(err, DT_EINVAL, "%s: '%s' must be positive (e.g. 80G)", what, s);
     double x;
     const char *rest;
-    if (!parse_number(s, &x, &rest))
-        return dt_errorf(err, DT_EINVAL, "%s: cannot parse '%s' (expected a size such as %s)", what,
-                         s, example);
+    int rc = parse_lead(s, what, &expect_size, &x, &rest, err);
+    if (rc) return rc;
     double mult = 1;
     const char *p = *rest ? strchr(prefixes, toupper((unsigned char)*rest)) : NULL;
     if (p) {
@@ -129,10 +144,8 @@ int dt_parse_bytes(const char *s, const char *what, int64_t *out, dt_error *err)
     } else if (*rest == 'b' || *rest == 'B') {
         rest++;
     }
-    if (*rest != '\0')
-        return dt_errorf(err, DT_EINVAL, "%s: cannot parse '%s' (expected a size such as %s)", what,
-                         s, example);
-    return to_positive_int64(x * mult, s, what, "80G", out, err);
+    if (*rest != '\0') return syntax_error(s, what, &expect_size, err);
+    return to_positive_int64(x * mult, s, what, &expect_size, out, err);
 }
 
 int dt_parse_units(const char *s, dt_units *out, dt_error *err) {

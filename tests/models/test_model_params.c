@@ -122,7 +122,7 @@ int main(void) {
     }
 
     /* Derived shapes: within 5% of the request from 125M to 175B and beyond. */
-    static const double sizes[] = {125e6, 200e6, 350e6, 760e6, 1.3e9, 2.7e9, 6.7e9, 13e9, 20e9,
+    static const double sizes[] = {100e6, 125e6, 200e6, 350e6, 760e6, 1.3e9, 2.7e9, 6.7e9, 13e9, 20e9,
                                    32e9,  50e9,  70e9,  100e9, 175e9, 400e9, 1e12};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         dt_model d;
@@ -162,6 +162,13 @@ int main(void) {
         CHECK_EQ_I64(dt_model_resolve("gpt2", &d, &err), DT_OK);
         CHECK(dt_model_derived_source(&d) == NULL);
     }
+    {
+        /* "175B" -> GPT-3's 96 x 12288 shape, 96 heads */
+        dt_model d;
+        CHECK_EQ_I64(dt_model_for_params(INT64_C(175000000000), &d, &err), DT_OK);
+        CHECK(d.hidden == 12288 && d.n_layer == 96 && d.n_head == 96 && d.n_kv_head == 96);
+    }
+    CHECK_EQ_I64(dt_model_for_params(99999999, &m, &err), DT_EINVAL);
     CHECK_EQ_I64(dt_model_for_params(1000, &m, &err), DT_EINVAL);
     CHECK(strstr(err.msg, "--params") != NULL);
     CHECK_EQ_I64(dt_model_for_params(INT64_MAX, &m, &err), DT_EINVAL);
