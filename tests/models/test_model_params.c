@@ -5,6 +5,10 @@
 #include "dt_model.h"
 #include "dt_test.h"
 
+/* The embedded files (cmake/EmbedFiles.cmake), to check names against file stems. */
+typedef struct { const char *name; const char *text; } dt_embedded_file;
+extern const dt_embedded_file dt_catalog_files[];
+
 typedef struct {
     const char *name;
     int64_t params;        /* exact published / architecture count */
@@ -47,6 +51,12 @@ int main(void) {
         for (int j = 0; j < n; j++) found |= strcmp(name, expected[j].name) == 0;
         if (!found) fprintf(stderr, "catalog entry '%s' has no expected count\n", name);
         CHECK(found);
+        /* _name_or_path agrees with the file name (the embedded stem may stop at the
+         * first dot: "qwen3-0.6b.json" -> "qwen3-0") */
+        const char *stem = dt_catalog_files[i].name;
+        if (strncmp(name, stem, strlen(stem)) != 0)
+            fprintf(stderr, "catalog file '%s' says its name is '%s'\n", stem, name);
+        CHECK(strncmp(name, stem, strlen(stem)) == 0);
     }
     CHECK(dt_model_catalog_name(-1) == NULL);
     CHECK(dt_model_catalog_name(n) == NULL);
