@@ -44,7 +44,7 @@ int dt_model_resolve(const char *name_or_path, dt_model *out, dt_error *err);
 /* Parses config.json text; name is stored in out->name. */
 int dt_model_from_config_json(const char *json, const char *name, dt_model *out, dt_error *err);
 /* A standard llama-family decoder shape whose parameter count is close to n_params
- * (documented in docs/memory-model.md); sets out->derived = 1. */
+ * (documented in docs/models.md); sets out->derived = 1. */
 int dt_model_for_params(int64_t n_params, dt_model *out, dt_error *err);
 /* Checks internal consistency (positive sizes, heads divide, GQA groups). */
 int dt_model_validate(const dt_model *m, dt_error *err);
@@ -64,7 +64,7 @@ int64_t dt_model_largest_module_params(const dt_model *m);
 
 /* Training FLOPs for one sequence of seq tokens, forward + backward (no recompute):
  * 6 * (matmul params) * seq + the attention score (QK^T) and value (PV) FLOPs the
- * engine really performs; the exact convention is written in docs/memory-model.md. */
+ * engine really performs; the exact convention is written in docs/models.md. */
 double dt_model_train_flops_per_seq(const dt_model *m, int64_t seq);
 /* Forward FLOPs of one transformer block for one sequence (used for recompute cost). */
 double dt_model_block_fwd_flops_per_seq(const dt_model *m, int64_t seq);
