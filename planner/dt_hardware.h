@@ -1,4 +1,4 @@
-/* dt_hardware.h — hardware profiles (configs/hardware/*.json) and their numbers.
+/* dt_hardware.h — hardware profiles (configs/hardware/NAME.json) and their numbers.
  * Units: FLOP/s, bytes/s, bytes, seconds. Every number cites its source in
  * docs/hardware.md. */
 #ifndef DT_HARDWARE_H

@@ -24,7 +24,7 @@ int dt_error_prefix(dt_error *err, const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+    snprintf(err->msg, sizeof err->msg, "%.500s: %.500s", prefix, old);
     return err->code;
 }
 

@@ -1,0 +1,357 @@
+/* comm.c — "self" and MPI backends of dt_comm.h.
+ *
+ * Every MPI collective is issued non-blocking (MPI_I*) and completed by a
+ * polling wait with a monotonic deadline, so a dead or hung peer turns into an
+ * error after timeout_s instead of a hang. 16-bit reductions use a user MPI_Op
+ * that widens each pair to fp32, adds, and rounds back (MPI has no bf16/fp16
+ * types); the algorithm and its order stay Open MPI's own. */
+#include "dt_comm.h"
+
+#include <mpi.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dt_dtype.h"
+
+struct dt_comm {
+    dt_comm_backend backend;
+    int rank, size, local_rank, local_size;
+    double timeout_s;
+    int we_initialised_mpi;
+    MPI_Comm world;          /* duplicate of MPI_COMM_WORLD (MPI backend) */
+    MPI_Op op_sum16[3];      /* indexed by dt_dtype; only BF16 and FP16 used */
+    int64_t bytes[DT_COLL_COUNT];
+    int64_t calls[DT_COLL_COUNT];
+};
+
+struct dt_comm_req {
+    MPI_Request mpi;
+    const char *what;        /* for messages: "all-reduce", "barrier", ... */
+    void *bounce;            /* owned staging copy (in-place reduce-scatter), freed at wait */
+    void *avg_buf;           /* non-NULL: divide avg_count elements by world size on completion */
+    size_t avg_count;
+    dt_dtype t;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void count(dt_comm *c, dt_collective coll, size_t elems, dt_dtype t) {
+    c->bytes[coll] += (int64_t)elems * dt_dtype_size(t);
+    c->calls[coll] += 1;
+}
+
+/* ---- 16-bit sum operators ---------------------------------------------- */
+
+static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    (void)dt;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = dt_f32_to_bf16(dt_bf16_to_f32(a[i]) + dt_bf16_to_f32(b[i]));
+}
+
+static void sum_fp16(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    (void)dt;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = dt_f32_to_fp16(dt_fp16_to_f32(a[i]) + dt_fp16_to_f32(b[i]));
+}
+
+static MPI_Datatype mpi_type(dt_dtype t) {
+    return t == DT_DTYPE_FP32 ? MPI_FLOAT : MPI_UINT16_T;
+}
+
+static MPI_Op mpi_sum(const dt_comm *c, dt_dtype t) {
+    return t == DT_DTYPE_FP32 ? MPI_SUM : c->op_sum16[t];
+}
+
+/* Divides n elements of type t by the world size (for DT_RED_AVG). */
+static void scale_avg(void *buf, size_t n, dt_dtype t, int world) {
+    const float inv = 1.0f / (float)world;
+    if (t == DT_DTYPE_FP32) {
+        float *f = buf;
+        for (size_t i = 0; i < n; i++) f[i] *= inv;
+    } else if (t == DT_DTYPE_BF16) {
+        uint16_t *h = buf;
+        for (size_t i = 0; i < n; i++) h[i] = dt_f32_to_bf16(dt_bf16_to_f32(h[i]) * inv);
+    } else {
+        uint16_t *h = buf;
+        for (size_t i = 0; i < n; i++) h[i] = dt_f32_to_fp16(dt_fp16_to_f32(h[i]) * inv);
+    }
+}
+
+static int check_count(size_t n, const char *what, dt_error *err) {
+    if (n > (size_t)INT32_MAX)
+        return dt_errorf(err, DT_EINVAL,
+                         "%s of %zu elements exceeds MPI's int count limit; use smaller buckets", what, n);
+    return DT_OK;
+}
+
+/* ---- lifecycle ---------------------------------------------------------- */
+
+int dt_comm_init_self(dt_comm **out, dt_error *err) {
+    dt_comm *c = calloc(1, sizeof *c);
+    if (!c) return dt_errorf(err, DT_ENOMEM, "out of memory creating the self communicator");
+    c->backend = DT_COMM_SELF;
+    c->size = c->local_size = 1;
+    c->timeout_s = 600.0;
+    *out = c;
+    return DT_OK;
+}
+
+int dt_comm_init_mpi(dt_comm **out, double timeout_s, dt_error *err) {
+    if (!(timeout_s > 0)) return dt_errorf(err, DT_EINVAL, "communication timeout must be > 0 s");
+    dt_comm *c = calloc(1, sizeof *c);
+    if (!c) return dt_errorf(err, DT_ENOMEM, "out of memory creating the MPI communicator");
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        int provided = 0;
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+            free(c);
+            return dt_errorf(err, DT_ERUNTIME, "MPI_Init_thread failed (is this run under mpirun/srun?)");
+        }
+        c->we_initialised_mpi = 1;
+    }
+    MPI_Comm_dup(MPI_COMM_WORLD, &c->world);
+    /* Errors come back as codes so they become messages, not aborts. */
+    MPI_Comm_set_errhandler(c->world, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(c->world, &c->rank);
+    MPI_Comm_size(c->world, &c->size);
+    MPI_Comm local;
+    MPI_Comm_split_type(c->world, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &local);
+    MPI_Comm_rank(local, &c->local_rank);
+    MPI_Comm_size(local, &c->local_size);
+    MPI_Comm_free(&local);
+    MPI_Op_create(sum_bf16, 1, &c->op_sum16[DT_DTYPE_BF16]);
+    MPI_Op_create(sum_fp16, 1, &c->op_sum16[DT_DTYPE_FP16]);
+    c->backend = DT_COMM_MPI;
+    c->timeout_s = timeout_s;
+    *out = c;
+    return DT_OK;
+}
+
+void dt_comm_free(dt_comm *c) {
+    if (!c) return;
+    if (c->backend == DT_COMM_MPI) {
+        MPI_Op_free(&c->op_sum16[DT_DTYPE_BF16]);
+        MPI_Op_free(&c->op_sum16[DT_DTYPE_FP16]);
+        MPI_Comm_free(&c->world);
+        if (c->we_initialised_mpi) MPI_Finalize();
+    }
+    free(c);
+}
+
+void dt_comm_abort(dt_comm *c, int code) {
+    if (c && c->backend == DT_COMM_MPI) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+dt_comm_backend dt_comm_backend_of(const dt_comm *c) { return c->backend; }
+const char *dt_comm_backend_name(const dt_comm *c) {
+    return c->backend == DT_COMM_SELF ? "self" : c->backend == DT_COMM_MPI ? "mpi" : "nccl";
+}
+int dt_comm_rank(const dt_comm *c) { return c->rank; }
+int dt_comm_size(const dt_comm *c) { return c->size; }
+int dt_comm_local_rank(const dt_comm *c) { return c->local_rank; }
+int dt_comm_local_size(const dt_comm *c) { return c->local_size; }
+double dt_comm_timeout(const dt_comm *c) { return c->timeout_s; }
+void dt_comm_set_timeout(dt_comm *c, double timeout_s) {
+    if (timeout_s > 0) c->timeout_s = timeout_s;
+}
+
+int64_t dt_comm_bytes(const dt_comm *c, dt_collective coll) {
+    return coll >= 0 && coll < DT_COLL_COUNT ? c->bytes[coll] : 0;
+}
+int64_t dt_comm_calls(const dt_comm *c, dt_collective coll) {
+    return coll >= 0 && coll < DT_COLL_COUNT ? c->calls[coll] : 0;
+}
+void dt_comm_reset_counters(dt_comm *c) {
+    memset(c->bytes, 0, sizeof c->bytes);
+    memset(c->calls, 0, sizeof c->calls);
+}
+
+/* ---- non-blocking core -------------------------------------------------- */
+
+static int new_req(const char *what, dt_comm_req **req, dt_error *err) {
+    *req = calloc(1, sizeof **req);
+    if (!*req) return dt_errorf(err, DT_ENOMEM, "out of memory for a %s request", what);
+    (*req)->what = what;
+    (*req)->mpi = MPI_REQUEST_NULL;
+    return DT_OK;
+}
+
+static int mpi_fail(int rc, const char *what, dt_error *err) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    return dt_errorf(err, DT_ERUNTIME, "MPI %s failed: %s", what, msg);
+}
+
+int dt_comm_iallreduce(dt_comm *c, void *buf, size_t n, dt_dtype t, dt_reduce_op op,
+                       dt_comm_req **req, dt_error *err) {
+    int rc = check_count(n, "all-reduce", err);
+    if (rc) return rc;
+    if ((rc = new_req("all-reduce", req, err))) return rc;
+    count(c, DT_COLL_ALLREDUCE, n, t);
+    (*req)->t = t;
+    if (c->backend == DT_COMM_MPI && n > 0) {
+        rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(t), mpi_sum(c, t), c->world, &(*req)->mpi);
+        if (rc != MPI_SUCCESS) {
+            free(*req);
+            *req = NULL;
+            return mpi_fail(rc, "all-reduce", err);
+        }
+    }
+    if (op == DT_RED_AVG) {
+        (*req)->avg_buf = buf;
+        (*req)->avg_count = n;
+    }
+    return DT_OK;
+}
+
+int dt_comm_ireduce_scatter(dt_comm *c, const void *send, void *recv, size_t n, dt_dtype t,
+                            dt_reduce_op op, dt_comm_req **req, dt_error *err) {
+    int rc = check_count(n * (size_t)c->size, "reduce-scatter", err);
+    if (rc) return rc;
+    if ((rc = new_req("reduce-scatter", req, err))) return rc;
+    count(c, DT_COLL_REDUCE_SCATTER, n * (size_t)c->size, t);
+    (*req)->t = t;
+    size_t esz = (size_t)dt_dtype_size(t);
+    if (c->backend == DT_COMM_MPI && n > 0) {
+        /* In place (recv is this rank's block of send): stage the input in a
+         * bounce buffer the request owns, since MPI_IN_PLACE semantics differ. */
+        const void *sb = send;
+        size_t total = n * (size_t)c->size * esz;
+        if ((const char *)send + (size_t)c->rank * n * esz == (const char *)recv) {
+            (*req)->bounce = malloc(total);
+            if (!(*req)->bounce) {
+                free(*req);
+                *req = NULL;
+                return dt_errorf(err, DT_ENOMEM, "out of memory for an in-place reduce-scatter");
+            }
+            memcpy((*req)->bounce, send, total);
+            sb = (*req)->bounce;
+        }
+        rc = MPI_Ireduce_scatter_block(sb, recv, (int)n, mpi_type(t), mpi_sum(c, t), c->world,
+                                       &(*req)->mpi);
+        if (rc != MPI_SUCCESS) {
+            free((*req)->bounce);
+            free(*req);
+            *req = NULL;
+            return mpi_fail(rc, "reduce-scatter", err);
+        }
+    } else if (n > 0 && send != recv) {
+        memmove(recv, send, n * esz);
+    }
+    if (op == DT_RED_AVG) {
+        (*req)->avg_buf = recv;
+        (*req)->avg_count = n;
+    }
+    return DT_OK;
+}
+
+int dt_comm_iallgather(dt_comm *c, const void *send, void *recv, size_t n, dt_dtype t,
+                       dt_comm_req **req, dt_error *err) {
+    int rc = check_count(n * (size_t)c->size, "all-gather", err);
+    if (rc) return rc;
+    if ((rc = new_req("all-gather", req, err))) return rc;
+    count(c, DT_COLL_ALLGATHER, n * (size_t)c->size, t);
+    size_t esz = (size_t)dt_dtype_size(t);
+    if (c->backend == DT_COMM_MPI && n > 0) {
+        const void *sb = send;
+        if ((const char *)recv + (size_t)c->rank * n * esz == (const char *)send) sb = MPI_IN_PLACE;
+        rc = MPI_Iallgather(sb, (int)n, mpi_type(t), recv, (int)n, mpi_type(t), c->world, &(*req)->mpi);
+        if (rc != MPI_SUCCESS) {
+            free(*req);
+            *req = NULL;
+            return mpi_fail(rc, "all-gather", err);
+        }
+    } else if (n > 0 && send != recv) {
+        memmove(recv, send, n * esz);
+    }
+    return DT_OK;
+}
+
+int dt_comm_wait(dt_comm *c, dt_comm_req *req, dt_error *err) {
+    if (!req) return DT_OK;
+    int rc = DT_OK;
+    if (req->mpi != MPI_REQUEST_NULL) {
+        double deadline = now_s() + c->timeout_s;
+        int done = 0;
+        while (!done) {
+            int mrc = MPI_Test(&req->mpi, &done, MPI_STATUS_IGNORE);
+            if (mrc != MPI_SUCCESS) {
+                rc = mpi_fail(mrc, req->what, err);
+                break;
+            }
+            if (!done && now_s() > deadline) {
+                rc = dt_errorf(err, DT_ERUNTIME,
+                               "%s on rank %d did not complete within %.0f s: another rank died or hangs "
+                               "(raise the limit with --timeout if steps are legitimately slow)",
+                               req->what, c->rank, c->timeout_s);
+                break;
+            }
+            if (!done) sched_yield();
+        }
+    }
+    if (rc == DT_OK && req->avg_buf && c->size > 1) scale_avg(req->avg_buf, req->avg_count, req->t, c->size);
+    free(req->bounce);
+    free(req);
+    return rc;
+}
+
+/* ---- blocking wrappers -------------------------------------------------- */
+
+int dt_comm_allreduce(dt_comm *c, void *buf, size_t n, dt_dtype t, dt_reduce_op op, dt_error *err) {
+    dt_comm_req *r = NULL;
+    int rc = dt_comm_iallreduce(c, buf, n, t, op, &r, err);
+    return rc ? rc : dt_comm_wait(c, r, err);
+}
+
+int dt_comm_reduce_scatter(dt_comm *c, const void *send, void *recv, size_t n, dt_dtype t,
+                           dt_reduce_op op, dt_error *err) {
+    dt_comm_req *r = NULL;
+    int rc = dt_comm_ireduce_scatter(c, send, recv, n, t, op, &r, err);
+    return rc ? rc : dt_comm_wait(c, r, err);
+}
+
+int dt_comm_allgather(dt_comm *c, const void *send, void *recv, size_t n, dt_dtype t, dt_error *err) {
+    dt_comm_req *r = NULL;
+    int rc = dt_comm_iallgather(c, send, recv, n, t, &r, err);
+    return rc ? rc : dt_comm_wait(c, r, err);
+}
+
+int dt_comm_broadcast(dt_comm *c, void *buf, size_t n, dt_dtype t, int root, dt_error *err) {
+    int rc = check_count(n, "broadcast", err);
+    if (rc) return rc;
+    if (root < 0 || root >= c->size)
+        return dt_errorf(err, DT_EINVAL, "broadcast root %d outside world of %d ranks", root, c->size);
+    count(c, DT_COLL_BROADCAST, n, t);
+    if (c->backend != DT_COMM_MPI || n == 0) return DT_OK;
+    dt_comm_req *r = NULL;
+    if ((rc = new_req("broadcast", &r, err))) return rc;
+    int mrc = MPI_Ibcast(buf, (int)n, mpi_type(t), root, c->world, &r->mpi);
+    if (mrc != MPI_SUCCESS) {
+        free(r);
+        return mpi_fail(mrc, "broadcast", err);
+    }
+    return dt_comm_wait(c, r, err);
+}
+
+int dt_comm_barrier(dt_comm *c, dt_error *err) {
+    if (c->backend != DT_COMM_MPI) return DT_OK;
+    dt_comm_req *r = NULL;
+    int rc = new_req("barrier", &r, err);
+    if (rc) return rc;
+    int mrc = MPI_Ibarrier(c->world, &r->mpi);
+    if (mrc != MPI_SUCCESS) {
+        free(r);
+        return mpi_fail(mrc, "barrier", err);
+    }
+    return dt_comm_wait(c, r, err);
+}
