@@ -1,11 +1,250 @@
-/* cmd_solve.c — placeholder until the subcommand lands (owner replaces this file). */
+/* cmd_solve.c — `dtplan solve`: the fastest (stage, offload, micro-batch,
+ * accumulation, checkpointed layers) under a memory limit, by GLPK (dt_solve.h),
+ * printed with its memory breakdown and predicted speed, the best alternative of
+ * every other stage and why it lost; -o writes the plan. docs/solver.md. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "dt_cli.h"
+#include "dt_memory.h"
+#include "dt_solve.h"
+#include "dt_timemodel.h"
+#include "dt_units.h"
+
+/* Default global batch from the seeds' typical settings: per-device batch 1 with
+ * gradient accumulation 16 (seed 002 "DeepSpeed显存优化": per_device_train_batch_size 1,
+ * gradient_accumulation_steps 16), times the world size. */
+#define DT_SOLVE_DEFAULT_PER_DEVICE 1
+#define DT_SOLVE_DEFAULT_ACCUM 16
+#define DT_SOLVE_DEFAULT_HARDWARE "H100-SXM-80GB"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dtplan solve --mem LIMIT (--model NAME|config.json | --params N) [options]\n"
+            "  --mem 80G             memory per GPU (80G = 80 GiB, 80GB = 80e9 bytes)\n"
+            "  --gpus N              total ranks (default 1); --nodes N (default 1, must divide --gpus)\n"
+            "  --global-batch N      sequences per optimizer step (default %d x %d x world)\n"
+            "  --seq N               tokens per sequence (default 1024)\n"
+            "  --hardware NAME|PATH  profile (default %s); --interconnect 100Gb (inter-node link)\n"
+            "  --host-mem SIZE       host memory per node (default: the profile's)\n"
+            "  --nvme SIZE           NVMe capacity per node (default: the profile's)\n"
+            "  --precision P         mixed-bf16 (default) | mixed-fp16 | pure-bf16 | fp32\n"
+            "  --stages 0,1,2,3      stages the solver may choose; --no-offload; --no-overlap\n"
+            "  --units GiB|GB        display unit; -o plan.json writes the chosen plan\n",
+            DT_SOLVE_DEFAULT_PER_DEVICE, DT_SOLVE_DEFAULT_ACCUM, DT_SOLVE_DEFAULT_HARDWARE);
+}
+
+static int fail(const char *msg) {
+    fprintf(stderr, "dtplan: %s\n", msg);
+    return 2;
+}
+
+static int parse_stages(const char *s, unsigned *mask, dt_error *err) {
+    *mask = 0;
+    const char *p = s;
+    if (!*p) return dt_errorf(err, DT_EINVAL, "--stages: empty (example: --stages 2,3)");
+    while (*p) {
+        if (*p < '0' || *p > '3' || (p[1] && p[1] != ','))
+            return dt_errorf(err, DT_EINVAL, "--stages '%s': expected a comma list of 0..3 (example: 2,3)", s);
+        *mask |= 1u << (*p - '0');
+        p += p[1] ? 2 : 1;
+    }
+    return DT_OK;
+}
+
+static double ms_since(const struct timespec *t0) {
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) * 1e-6;
+}
+
+static const char *stage_name(int s) {
+    static const char *const n[4] = {"DDP (stage 0)", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
+    return n[s];
+}
+
+static void print_config(const dt_solve_choice *c, int64_t L) {
+    printf("%s, offload optimizer %s, offload param %s, micro-batch %lld x accumulation %lld, "
+           "%lld/%lld layers checkpointed",
+           stage_name(c->zero_stage), dt_offload_name(c->offload_optimizer),
+           dt_offload_name(c->offload_param), (long long)c->micro_batch, (long long)c->grad_accum,
+           (long long)c->ckpt_layers, (long long)L);
+}
+
+static void print_result(const dt_solve_request *rq, const dt_solve_result *r, dt_units u,
+                         double solve_ms) {
+    const dt_plan *p = &r->plan;
+    const dt_mem_breakdown *m = &p->prediction.memory;
+    const dt_time_breakdown *t = &p->prediction.time;
+    char b[8][48];
+    int64_t L = p->model.n_layer;
+    printf("chosen: ");
+    print_config(&r->best, L);
+    printf("\n  per GPU: params %s, grads %s, optimizer %s, activations %s, buffers %s, reserve %s\n",
+           dt_format_bytes(m->params, u, b[0], 48), dt_format_bytes(m->grads, u, b[1], 48),
+           dt_format_bytes(m->optimizer, u, b[2], 48), dt_format_bytes(m->activations, u, b[3], 48),
+           dt_format_bytes(m->buffers, u, b[4], 48), dt_format_bytes(m->reserve, u, b[5], 48));
+    printf("  per GPU total %s of %s;  host per node %s of %s;  NVMe %s of %s\n",
+           dt_format_bytes(m->total, u, b[0], 48), dt_format_bytes(rq->mem_limit_bytes, u, b[1], 48),
+           dt_format_bytes(m->host_total, u, b[2], 48), dt_format_bytes(rq->host_limit_bytes, u, b[3], 48),
+           dt_format_bytes(m->nvme, u, b[4], 48), dt_format_bytes(rq->nvme_limit_bytes, u, b[5], 48));
+    printf("  step %.4g s = compute %.4g + recompute %.4g + exposed comm %.4g (of %.4g) + offload %.4g + "
+           "optimizer %.4g\n",
+           t->step_s, t->compute_s, t->recompute_s, t->comm_exposed_s, t->comm_s, t->offload_s,
+           t->optimizer_s);
+    printf("  %.0f tokens/s, MFU %.1f%% (of %s peak %s FLOP/s)\n", t->tokens_per_s, 100.0 * t->mfu,
+           p->cluster.hw.name, dt_dtype_name(p->precision.param));
+    printf("  bytes per rank per step:");
+    for (int c = 0; c < DT_COLL_COUNT; c++)
+        if (p->prediction.comm_bytes[c])
+            printf(" %s %s", dt_collective_name((dt_collective)c),
+                   dt_format_bytes(p->prediction.comm_bytes[c], u, b[0], 48));
+    printf("\nalternatives (best of each other stage):\n");
+    for (int s = 0; s < 4; s++) {
+        const dt_solve_choice *c = &r->per_stage[s];
+        if (s == r->best.zero_stage) continue;
+        if (!((rq->stage_mask >> s) & 1u)) {
+            printf("  %-14s not allowed (--stages)\n", stage_name(s));
+            continue;
+        }
+        if (!c->valid) {
+            printf("  %-14s no valid configuration\n", stage_name(s));
+            continue;
+        }
+        if (c->fits) {
+            printf("  %-14s lost on time: %.4g s/step (+%.1f%%) with ", stage_name(s), c->step_s,
+                   100.0 * (c->step_s / r->best.step_s - 1.0));
+        } else if (c->mem.total > rq->mem_limit_bytes) {
+            printf("  %-14s lost on memory: needs %s per GPU at least, with ", stage_name(s),
+                   dt_format_bytes(c->mem.total, u, b[0], 48));
+        } else {
+            printf("  %-14s lost on memory: host %s per node / NVMe %s at least, with ", stage_name(s),
+                   dt_format_bytes(c->mem.host_total, u, b[0], 48), dt_format_bytes(c->mem.nvme, u, b[1], 48));
+        }
+        print_config(c, L);
+        printf("\n");
+    }
+    printf("solver: %d candidates, MILP %d columns x %d rows, %d GLPK solves, %.1f ms\n", r->n_candidates,
+           r->n_columns, r->n_rows, r->milp_solves, solve_ms);
+}
 
 int dt_cmd_solve(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "dtplan solve: not available in this build yet\n");
-    return 1;
+    const char *mem = NULL, *model = NULL, *params = NULL, *gpus = "1", *nodes = "1", *gbatch = NULL;
+    const char *seq = NULL, *hardware = DT_SOLVE_DEFAULT_HARDWARE, *link = NULL, *host = NULL;
+    const char *nvme = NULL, *prec = NULL, *stages = "0,1,2,3", *outp = NULL, *units = "GiB";
+    int no_offload = 0, no_overlap = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--no-offload")) { no_offload = 1; continue; }
+        if (!strcmp(a, "--no-overlap")) { no_overlap = 1; continue; }
+        static const char *const names[] = {"--mem", "--model", "--params", "--gpus", "--nodes",
+                                            "--global-batch", "--seq", "--hardware", "--interconnect",
+                                            "--host-mem", "--nvme", "--precision", "--stages", "-o",
+                                            "--units"};
+        const char **slots[] = {&mem, &model, &params, &gpus, &nodes, &gbatch, &seq, &hardware,
+                                &link, &host, &nvme, &prec, &stages, &outp, &units};
+        int k = -1;
+        for (int j = 0; j < (int)(sizeof names / sizeof names[0]); j++)
+            if (!strcmp(a, names[j])) k = j;
+        if (k < 0) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "solve: unknown option '%s' (try: dtplan solve --help)", a);
+            return fail(msg);
+        }
+        if (i + 1 >= argc) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "solve: %s needs a value", a);
+            return fail(msg);
+        }
+        *slots[k] = argv[++i];
+    }
+    dt_error err;
+    dt_error_clear(&err);
+    if (!mem) return fail("solve: --mem is required (example: --mem 80G)");
+    if (!model == !params) return fail("solve: give exactly one of --model NAME and --params N (example: --params 32B)");
+
+    dt_solve_request rq;
+    memset(&rq, 0, sizeof rq);
+    dt_plan *b = &rq.base;
+    dt_plan_defaults(b);
+    int64_t n_gpus, n_nodes, v;
+    dt_units u;
+    if (model ? dt_model_resolve(model, &b->model, &err) : 0) return fail(err.msg);
+    if (params) {
+        if (dt_parse_count(params, "--params", &v, &err) || dt_model_for_params(v, &b->model, &err))
+            return fail(err.msg);
+    }
+    if (dt_parse_bytes(mem, "--mem", &rq.mem_limit_bytes, &err) ||
+        dt_parse_count(gpus, "--gpus", &n_gpus, &err) || dt_parse_count(nodes, "--nodes", &n_nodes, &err) ||
+        dt_parse_units(units, &u, &err) || parse_stages(stages, &rq.stage_mask, &err))
+        return fail(err.msg);
+    if (n_gpus % n_nodes) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "solve: --gpus %lld is not divisible by --nodes %lld", (long long)n_gpus,
+                 (long long)n_nodes);
+        return fail(msg);
+    }
+    if (dt_hardware_load(hardware, link, &b->cluster.hw, &err)) return fail(err.msg);
+    b->cluster.device = b->cluster.hw.device;
+    b->cluster.nodes = n_nodes;
+    b->cluster.gpus_per_node = n_gpus / n_nodes;
+    b->parallel.world_size = n_gpus;
+    b->parallel.overlap_comm = !no_overlap;
+    if (prec) {
+        dt_precision_preset pp;
+        if (dt_precision_parse_preset(prec, &pp, &err)) return fail(err.msg);
+        dt_precision_from_preset(pp, &b->precision);
+    }
+    if (seq && dt_parse_count(seq, "--seq", &b->batch.seq_len, &err)) return fail(err.msg);
+    b->batch.global_batch = DT_SOLVE_DEFAULT_PER_DEVICE * DT_SOLVE_DEFAULT_ACCUM * n_gpus;
+    if (gbatch && dt_parse_count(gbatch, "--global-batch", &b->batch.global_batch, &err)) return fail(err.msg);
+    rq.host_limit_bytes = b->cluster.hw.host_mem_bytes;
+    rq.nvme_limit_bytes = b->cluster.hw.nvme_bytes;
+    if (host && dt_parse_bytes(host, "--host-mem", &rq.host_limit_bytes, &err)) return fail(err.msg);
+    if (nvme && dt_parse_bytes(nvme, "--nvme", &rq.nvme_limit_bytes, &err)) return fail(err.msg);
+    rq.allow_offload = !no_offload;
+    if (rq.mem_limit_bytes <= b->cluster.hw.reserve_bytes) {
+        char msg[256], rb[48];
+        snprintf(msg, sizeof msg, "solve: --mem %s is not above the profile's runtime reserve %s", mem,
+                 dt_format_bytes(b->cluster.hw.reserve_bytes, u, rb, sizeof rb));
+        return fail(msg);
+    }
+
+    char pbuf[32], sbuf[48];
+    printf("dtplan solve: %s (%s params), %lld x %s on %lld node(s) (%s inter-node), %s, global batch %lld x "
+           "seq %lld\n",
+           b->model.name, dt_format_count(dt_model_params(&b->model), pbuf, sizeof pbuf), (long long)n_gpus,
+           b->cluster.hw.name, (long long)n_nodes, b->cluster.hw.interconnect,
+           dt_precision_preset_name(b->precision.preset), (long long)b->batch.global_batch,
+           (long long)b->batch.seq_len);
+    printf("limit: %s per GPU (reserve %s included)\n", dt_format_bytes(rq.mem_limit_bytes, u, sbuf, sizeof sbuf),
+           dt_format_bytes(b->cluster.hw.reserve_bytes, u, pbuf, sizeof pbuf));
+
+    dt_solve_result *r = malloc(sizeof *r);
+    if (!r) return fail("solve: out of memory");
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = dt_solve(&rq, r, &err);
+    double ms = ms_since(&t0);
+    if (rc) {
+        free(r);
+        fprintf(stderr, "dtplan: %s\n", err.msg);
+        return rc == DT_EINVAL || rc == DT_EINFEASIBLE ? 2 : 1;
+    }
+    print_result(&rq, r, u, ms);
+    if (outp) {
+        if (dt_plan_save(outp, &r->plan, &err)) {
+            free(r);
+            return fail(err.msg);
+        }
+        printf("plan: %s\n", outp);
+    }
+    free(r);
+    return 0;
 }

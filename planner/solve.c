@@ -1,0 +1,584 @@
+/* solve.c — the planner's MILP (GLPK) and its brute-force oracle (dt_solve.h).
+ *
+ * Candidates: every (stage, offload_optimizer, offload_param, micro-batch) the
+ * request allows and dt_plan_validate accepts; micro-batch runs over the divisors
+ * of global_batch / world, so the accumulation is an integer. For each candidate
+ * the memory model is evaluated at every K = 0..L checkpointed layers and cut into
+ * maximal runs on which (device, host, NVMe) bytes are exactly affine in K; each
+ * run is one MILP "choice" with x (binary) and k (integer, lo·x <= k <= hi·x).
+ * Formulation, linearisation and tolerances: docs/solver.md. */
+#include "dt_solve.h"
+
+#include <glpk.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dt_memory.h"
+#include "dt_timemodel.h"
+
+/* Memory rows are written in GiB so coefficients stay near 1..1e3 (reference/planning.md §6). */
+#define DT_SOLVE_MEM_SCALE (1.0 / 1073741824.0)
+/* GLPK MIP time limit (ms): generous; a solve takes milliseconds. */
+#define DT_SOLVE_TM_LIM_MS 10000
+/* Rounds of "verify exactly, cut, re-solve" before giving up (docs/solver.md). */
+#define DT_SOLVE_MAX_CUT_ROUNDS 16
+
+typedef struct {
+    int stage;
+    dt_offload oo, op;
+    int64_t mb, accum;
+    int64_t lo, hi;             /* K range of this affine run */
+    int64_t dev0, host0, nvme0; /* bytes at K = lo */
+    int64_t ddev, dhost, dnvme; /* bytes per extra checkpointed layer */
+    dt_time_terms tt;
+    int cand;                   /* index of the (stage, offload, mb) candidate */
+} dt_choice_run;
+
+typedef struct {
+    const dt_solve_request *rq;
+    dt_choice_run *runs;
+    int n_runs, cap_runs;
+    int n_cand;
+    int64_t L;
+    /* lazy cuts from exact verification: k_j >= kmin[j] * x_j (kmin > hi bans j) */
+    int64_t *kmin;
+} dt_ctx;
+
+static int64_t mem_dev(const dt_mem_breakdown *m) { return m->total; }
+
+static void plan_for(const dt_solve_request *rq, int stage, dt_offload oo, dt_offload op, int64_t mb,
+                     int64_t K, dt_plan *p) {
+    *p = rq->base;
+    int64_t W = p->cluster.nodes * p->cluster.gpus_per_node;
+    p->parallel.world_size = W;
+    p->parallel.zero_stage = stage;
+    p->parallel.offload_optimizer = oo;
+    p->parallel.offload_param = op;
+    p->batch.micro_batch = mb;
+    p->batch.grad_accum = rq->base.batch.global_batch / (W * mb);
+    p->activations.ckpt_layers = K;
+    p->prediction.valid = 0;
+}
+
+static int fits(const dt_solve_request *rq, const dt_mem_breakdown *m) {
+    return mem_dev(m) <= rq->mem_limit_bytes && m->host_total <= rq->host_limit_bytes &&
+           m->nvme <= rq->nvme_limit_bytes;
+}
+
+static int check_request(const dt_solve_request *rq, dt_error *err) {
+    const dt_plan *b = &rq->base;
+    if (b->cluster.nodes < 1 || b->cluster.gpus_per_node < 1)
+        return dt_errorf(err, DT_EINVAL, "nodes and gpus per node must be >= 1");
+    int64_t W = b->cluster.nodes * b->cluster.gpus_per_node;
+    if (b->batch.global_batch < 1 || b->batch.global_batch % W)
+        return dt_errorf(err, DT_EINVAL,
+                         "global batch %lld is not a positive multiple of the world size %lld "
+                         "(train_batch_size must equal micro_batch * gradient_accumulation_steps * world_size)",
+                         (long long)b->batch.global_batch, (long long)W);
+    if (rq->mem_limit_bytes <= 0 || rq->host_limit_bytes <= 0 || rq->nvme_limit_bytes < 0)
+        return dt_errorf(err, DT_EINVAL, "memory limits must be positive");
+    if (!(rq->stage_mask & 0xFu))
+        return dt_errorf(err, DT_EINVAL, "no ZeRO stage allowed (--stages takes a list like 0,1,2,3)");
+    if (b->model.n_layer < 1) return dt_errorf(err, DT_EINVAL, "model has no layers");
+    return DT_OK;
+}
+
+static int push_run(dt_ctx *c, const dt_choice_run *r, dt_error *err) {
+    if (c->n_runs == c->cap_runs) {
+        int cap = c->cap_runs ? 2 * c->cap_runs : 64;
+        dt_choice_run *nr = realloc(c->runs, (size_t)cap * sizeof *nr);
+        if (!nr) return dt_errorf(err, DT_ENOMEM, "solver: out of memory");
+        c->runs = nr;
+        c->cap_runs = cap;
+    }
+    c->runs[c->n_runs++] = *r;
+    return DT_OK;
+}
+
+/* Offload options per stage (DeepSpeed: optimizer offload from stage 1, param offload stage 3). */
+static const dt_offload k_offloads[3] = {DT_OFFLOAD_NONE, DT_OFFLOAD_CPU, DT_OFFLOAD_NVME};
+
+/* Calls fn(stage, oo, op, mb) for every candidate of the request (validated plans only). */
+typedef int (*dt_cand_fn)(void *ud, int stage, dt_offload oo, dt_offload op, int64_t mb,
+                          dt_error *err);
+static int for_each_candidate(const dt_solve_request *rq, dt_cand_fn fn, void *ud, int *n_out,
+                              dt_error *err) {
+    int64_t W = rq->base.cluster.nodes * rq->base.cluster.gpus_per_node;
+    int64_t per_rank = rq->base.batch.global_batch / W;
+    int n = 0;
+    dt_error first;
+    dt_error_clear(&first);
+    for (int s = 0; s < 4; s++) {
+        if (!(rq->stage_mask & (1u << s))) continue;
+        int n_oo = (s >= 1 && rq->allow_offload) ? 3 : 1;
+        int n_op = (s == 3 && rq->allow_offload) ? 3 : 1;
+        for (int a = 0; a < n_oo; a++)
+            for (int o = 0; o < n_op; o++)
+                for (int64_t mb = 1; mb <= per_rank; mb++) {
+                    if (per_rank % mb) continue;
+                    dt_plan p;
+                    dt_error e;
+                    dt_error_clear(&e);
+                    plan_for(rq, s, k_offloads[a], k_offloads[o], mb, 0, &p);
+                    if (dt_plan_validate(&p, &e)) {
+                        if (!first.code) first = e;
+                        continue;
+                    }
+                    n++;
+                    if (fn(ud, s, k_offloads[a], k_offloads[o], mb, err)) return err->code;
+                }
+    }
+    *n_out = n;
+    if (n == 0) {
+        if (first.code) return dt_errorf(err, DT_EINVAL, "no valid configuration: %s", first.msg);
+        return dt_errorf(err, DT_EINVAL, "no candidate configuration (check --stages)");
+    }
+    return DT_OK;
+}
+
+/* ---- building the runs: exact memory at every K, split into affine pieces ---- */
+static int add_candidate_runs(void *ud, int stage, dt_offload oo, dt_offload op, int64_t mb,
+                              dt_error *err) {
+    dt_ctx *c = ud;
+    const int64_t L = c->L;
+    dt_plan p;
+    plan_for(c->rq, stage, oo, op, mb, 0, &p);
+    dt_choice_run r;
+    memset(&r, 0, sizeof r);
+    r.stage = stage, r.oo = oo, r.op = op, r.mb = mb, r.accum = p.batch.grad_accum;
+    r.cand = c->n_cand++;
+    if (dt_time_terms_build(&p, &r.tt, err)) return err->code;
+    int64_t prev[3] = {0, 0, 0}, d[3] = {0, 0, 0};
+    for (int64_t K = 0; K <= L; K++) {
+        dt_mem_breakdown m;
+        p.activations.ckpt_layers = K;
+        if (dt_memory_estimate(&p, &m, err)) return err->code;
+        int64_t v[3] = {mem_dev(&m), m.host_total, m.nvme};
+        if (K == 0) {
+            r.lo = r.hi = 0;
+            r.dev0 = v[0], r.host0 = v[1], r.nvme0 = v[2];
+        } else if (K == r.lo + 1) {
+            for (int i = 0; i < 3; i++) d[i] = v[i] - prev[i];
+            r.hi = K;
+        } else if (v[0] - prev[0] == d[0] && v[1] - prev[1] == d[1] && v[2] - prev[2] == d[2]) {
+            r.hi = K;
+        } else { /* the affine run ends at K - 1; start a new one at K */
+            r.ddev = d[0], r.dhost = d[1], r.dnvme = d[2];
+            if (push_run(c, &r, err)) return err->code;
+            r.lo = r.hi = K;
+            r.dev0 = v[0], r.host0 = v[1], r.nvme0 = v[2];
+            d[0] = d[1] = d[2] = 0;
+        }
+        for (int i = 0; i < 3; i++) prev[i] = v[i];
+    }
+    r.ddev = d[0], r.dhost = d[1], r.dnvme = d[2];
+    return push_run(c, &r, err);
+}
+
+static int64_t run_dev(const dt_choice_run *r, int64_t K) { return r->dev0 + (K - r->lo) * r->ddev; }
+static int64_t run_host(const dt_choice_run *r, int64_t K) { return r->host0 + (K - r->lo) * r->dhost; }
+static int64_t run_nvme(const dt_choice_run *r, int64_t K) { return r->nvme0 + (K - r->lo) * r->dnvme; }
+
+/* ---- the MILP ---- */
+static jmp_buf g_glpk_fail;
+static void on_glpk_error(void *info) {
+    (void)info;
+    longjmp(g_glpk_fail, 1);
+}
+
+/* Column layout per run j: x_j, k_j, then one e per overlap phase. */
+typedef struct {
+    int *col0;      /* first column of run j (x); k = col0 + 1; e_i = col0 + 2 + i */
+    int n_cols;
+    int *ia, *ja;
+    double *ar;
+    int cap_nz;
+} dt_milp_layout;
+
+/* Solves min time (then min device memory among time-ties) over the runs whose
+ * stage is in stage_mask. Returns DT_OK with *pick and *pick_k, DT_EINFEASIBLE, or an
+ * error. n_rows_out/n_cols_out report the size. */
+static int milp_solve(dt_ctx *c, unsigned stage_mask, int *pick, int64_t *pick_k, int *n_solves,
+                      int *n_rows_out, int *n_cols_out, dt_error *err) {
+    const dt_solve_request *rq = c->rq;
+    dt_milp_layout ly;
+    memset(&ly, 0, sizeof ly);
+    ly.col0 = calloc((size_t)c->n_runs, sizeof *ly.col0);
+    int nz_est = 8;
+    for (int j = 0; j < c->n_runs; j++) {
+        ly.col0[j] = ly.n_cols + 1;
+        ly.n_cols += 2 + c->runs[j].tt.n_phases;
+        nz_est += 12 + 6 * c->runs[j].tt.n_phases; /* upper bound of DT_NZ calls below */
+    }
+    ly.cap_nz = nz_est + 1;
+    ly.ia = malloc((size_t)ly.cap_nz * sizeof *ly.ia);
+    ly.ja = malloc((size_t)ly.cap_nz * sizeof *ly.ja);
+    ly.ar = malloc((size_t)ly.cap_nz * sizeof *ly.ar);
+    if (!ly.col0 || !ly.ia || !ly.ja || !ly.ar) {
+        free(ly.col0), free(ly.ia), free(ly.ja), free(ly.ar);
+        return dt_errorf(err, DT_ENOMEM, "solver: out of memory");
+    }
+    int rc = DT_OK;
+    glp_prob *volatile lp = NULL;
+    if (setjmp(g_glpk_fail)) {
+        /* GLPK hit a fatal error: only glp_free_env is safe now (reference/planning.md §6) */
+        glp_error_hook(NULL, NULL);
+        glp_free_env();
+        free(ly.col0), free(ly.ia), free(ly.ja), free(ly.ar);
+        return dt_errorf(err, DT_EINTERNAL, "solver: GLPK reported a fatal error (model of %d columns)",
+                         ly.n_cols);
+    }
+    glp_error_hook(on_glpk_error, NULL);
+    glp_term_out(GLP_OFF);
+    const int ncol = ly.n_cols;
+    lp = glp_create_prob();
+    glp_set_obj_dir(lp, GLP_MIN);
+    glp_add_cols(lp, ncol);
+
+    /* rows: 1 one-hot, 2 device memory, 3 host, 4 nvme, then per run: link rows and epigraph rows */
+    enum { R_ONEHOT = 1, R_DEV, R_HOST, R_NVME, R_FIXED_COUNT = 4 };
+    glp_add_rows(lp, R_FIXED_COUNT);
+    glp_set_row_bnds(lp, R_ONEHOT, GLP_FX, 1.0, 1.0);
+    glp_set_row_bnds(lp, R_DEV, GLP_UP, 0.0,
+                     (double)(rq->mem_limit_bytes - rq->base.cluster.hw.reserve_bytes) * DT_SOLVE_MEM_SCALE);
+    glp_set_row_bnds(lp, R_HOST, GLP_UP, 0.0, (double)rq->host_limit_bytes * DT_SOLVE_MEM_SCALE);
+    glp_set_row_bnds(lp, R_NVME, GLP_UP, 0.0, (double)rq->nvme_limit_bytes * DT_SOLVE_MEM_SCALE);
+    int nz = 0;
+#define DT_NZ(i, j, v) (++nz, ly.ia[nz] = (i), ly.ja[nz] = (j), ly.ar[nz] = (v))
+    const double reserve = (double)rq->base.cluster.hw.reserve_bytes;
+    for (int j = 0; j < c->n_runs; j++) {
+        const dt_choice_run *r = &c->runs[j];
+        int x = ly.col0[j], k = x + 1;
+        int allowed = (stage_mask >> r->stage) & 1u;
+        int64_t lo = r->lo > c->kmin[j] ? r->lo : c->kmin[j];
+        if (lo > r->hi) allowed = 0;
+        glp_set_col_kind(lp, x, GLP_BV);
+        if (!allowed) glp_set_col_bnds(lp, x, GLP_FX, 0.0, 0.0);
+        glp_set_col_kind(lp, k, GLP_IV);
+        glp_set_col_bnds(lp, k, GLP_DB, 0.0, (double)r->hi);
+        if (r->hi == 0) glp_set_col_bnds(lp, k, GLP_FX, 0.0, 0.0);
+        /* objective: base·x + per_ckpt·k + sum mult_i·e_i */
+        glp_set_obj_coef(lp, x, r->tt.base_s);
+        glp_set_obj_coef(lp, k, r->tt.per_ckpt_s);
+        DT_NZ(R_ONEHOT, x, 1.0);
+        /* memory affine in k on [lo, hi]: a·x + d·k with a = m(lo) - lo·d */
+        double a_dev = ((double)r->dev0 - reserve - (double)r->lo * (double)r->ddev) * DT_SOLVE_MEM_SCALE;
+        DT_NZ(R_DEV, x, a_dev);
+        if (r->ddev) DT_NZ(R_DEV, k, (double)r->ddev * DT_SOLVE_MEM_SCALE);
+        DT_NZ(R_HOST, x, ((double)r->host0 - (double)r->lo * (double)r->dhost) * DT_SOLVE_MEM_SCALE);
+        if (r->dhost) DT_NZ(R_HOST, k, (double)r->dhost * DT_SOLVE_MEM_SCALE);
+        DT_NZ(R_NVME, x, ((double)r->nvme0 - (double)r->lo * (double)r->dnvme) * DT_SOLVE_MEM_SCALE);
+        if (r->dnvme) DT_NZ(R_NVME, k, (double)r->dnvme * DT_SOLVE_MEM_SCALE);
+        /* linking: lo·x <= k <= hi·x (k is 0 unless the run is chosen) */
+        int row = glp_add_rows(lp, 2);
+        glp_set_row_bnds(lp, row, GLP_UP, 0.0, 0.0);
+        DT_NZ(row, k, 1.0);
+        DT_NZ(row, x, -(double)r->hi);
+        glp_set_row_bnds(lp, row + 1, GLP_LO, 0.0, 0.0);
+        DT_NZ(row + 1, k, 1.0);
+        if (lo) DT_NZ(row + 1, x, -(double)lo);
+        /* exposed communication of each overlap phase, epigraph of a max:
+         *   e >= tail·x,  e >= (comm - work0)·x - work_per_ckpt·k */
+        for (int i = 0; i < r->tt.n_phases; i++) {
+            const dt_time_phase *ph = &r->tt.phase[i];
+            int e = x + 2 + i;
+            glp_set_col_kind(lp, e, GLP_CV);
+            glp_set_col_bnds(lp, e, GLP_LO, 0.0, 0.0);
+            glp_set_obj_coef(lp, e, ph->mult);
+            int er = glp_add_rows(lp, 2);
+            glp_set_row_bnds(lp, er, GLP_LO, 0.0, 0.0);
+            DT_NZ(er, e, 1.0);
+            if (ph->tail_s) DT_NZ(er, x, -ph->tail_s);
+            glp_set_row_bnds(lp, er + 1, GLP_LO, 0.0, 0.0);
+            DT_NZ(er + 1, e, 1.0);
+            if (ph->comm_s - ph->work0_s) DT_NZ(er + 1, x, -(ph->comm_s - ph->work0_s));
+            if (ph->work_per_ckpt_s) DT_NZ(er + 1, k, ph->work_per_ckpt_s);
+        }
+    }
+    glp_load_matrix(lp, nz, ly.ia, ly.ja, ly.ar);
+
+    glp_iocp parm;
+    glp_init_iocp(&parm);
+    parm.presolve = GLP_ON;
+    parm.msg_lev = GLP_MSG_OFF;
+    parm.tm_lim = DT_SOLVE_TM_LIM_MS;
+    parm.mip_gap = 0.0;
+
+    /* pass 1: minimum step time */
+    int grc = glp_intopt(lp, &parm);
+    int st = glp_mip_status(lp);
+    ++*n_solves;
+    if (grc == GLP_ENOPFS || grc == GLP_ENODFS || (grc == 0 && st == GLP_NOFEAS)) {
+        rc = DT_EINFEASIBLE;
+    } else if (grc != 0 && grc != GLP_ETMLIM && grc != GLP_EMIPGAP) {
+        rc = dt_errorf(err, DT_EINTERNAL, "solver: glp_intopt failed (code %d)", grc);
+    } else if (st != GLP_OPT && st != GLP_FEAS) {
+        rc = grc == GLP_ETMLIM ? dt_errorf(err, DT_EINTERNAL, "solver: GLPK time limit with no solution")
+                               : DT_EINFEASIBLE;
+    } else {
+        /* pass 2: among plans within the tie tolerance of the best time, least memory */
+        double tstar = glp_mip_obj_val(lp);
+        int tr = glp_add_rows(lp, 1);
+        int *idx = malloc((size_t)(ncol + 1) * sizeof *idx);
+        double *val = malloc((size_t)(ncol + 1) * sizeof *val);
+        if (!idx || !val) {
+            free(idx), free(val);
+            rc = dt_errorf(err, DT_ENOMEM, "solver: out of memory");
+        } else {
+            int n = 0;
+            for (int col = 1; col <= ncol; col++) {
+                double oc = glp_get_obj_coef(lp, col);
+                if (oc != 0.0) idx[++n] = col, val[n] = oc;
+            }
+            glp_set_mat_row(lp, tr, n, idx, val);
+            glp_set_row_bnds(lp, tr, GLP_UP, 0.0, tstar + fabs(tstar) * DT_SOLVE_TIME_TIE_REL + 1e-12);
+            for (int col = 1; col <= ncol; col++) glp_set_obj_coef(lp, col, 0.0);
+            for (int j = 0; j < c->n_runs; j++) {
+                const dt_choice_run *r = &c->runs[j];
+                glp_set_obj_coef(lp, ly.col0[j],
+                                 ((double)r->dev0 - (double)r->lo * (double)r->ddev) * DT_SOLVE_MEM_SCALE);
+                glp_set_obj_coef(lp, ly.col0[j] + 1, (double)r->ddev * DT_SOLVE_MEM_SCALE);
+            }
+            free(idx), free(val);
+            grc = glp_intopt(lp, &parm);
+            st = glp_mip_status(lp);
+            ++*n_solves;
+            if (grc != 0 && grc != GLP_ETMLIM && grc != GLP_EMIPGAP)
+                rc = dt_errorf(err, DT_EINTERNAL, "solver: tie-break glp_intopt failed (code %d)", grc);
+            else if (st != GLP_OPT && st != GLP_FEAS)
+                rc = dt_errorf(err, DT_EINTERNAL, "solver: tie-break found no solution (status %d)", st);
+        }
+        if (!rc) {
+            *pick = -1;
+            for (int j = 0; j < c->n_runs; j++)
+                if (lround(glp_mip_col_val(lp, ly.col0[j])) == 1) {
+                    *pick = j;
+                    *pick_k = lround(glp_mip_col_val(lp, ly.col0[j] + 1));
+                }
+            if (*pick < 0) rc = dt_errorf(err, DT_EINTERNAL, "solver: MILP solution selects no choice");
+        }
+    }
+    *n_rows_out = glp_get_num_rows(lp);
+    *n_cols_out = ncol;
+    glp_delete_prob(lp);
+    glp_error_hook(NULL, NULL);
+    free(ly.col0), free(ly.ia), free(ly.ja), free(ly.ar);
+#undef DT_NZ
+    return rc;
+}
+
+static void fill_choice(const dt_solve_request *rq, int stage, dt_offload oo, dt_offload op, int64_t mb,
+                        int64_t K, dt_solve_choice *ch, dt_plan *plan_out) {
+    dt_plan p;
+    dt_error e;
+    plan_for(rq, stage, oo, op, mb, K, &p);
+    memset(ch, 0, sizeof *ch);
+    ch->valid = 1;
+    ch->zero_stage = stage, ch->offload_optimizer = oo, ch->offload_param = op;
+    ch->micro_batch = mb, ch->grad_accum = p.batch.grad_accum, ch->ckpt_layers = K;
+    dt_time_breakdown t;
+    if (dt_memory_estimate(&p, &ch->mem, &e) == DT_OK && dt_time_estimate(&p, &t, &e) == DT_OK) {
+        ch->step_s = t.step_s;
+        ch->fits = fits(rq, &ch->mem);
+    }
+    if (plan_out) *plan_out = p;
+}
+
+static void fill_from_run(const dt_ctx *c, int j, int64_t K, dt_solve_choice *ch, dt_plan *p) {
+    const dt_choice_run *r = &c->runs[j];
+    fill_choice(c->rq, r->stage, r->oo, r->op, r->mb, K, ch, p);
+}
+
+/* Smallest device memory over the runs of the stages in mask that fit host and NVMe
+ * (or, if none does, over all of them). */
+static int min_memory_run(const dt_ctx *c, unsigned mask, int64_t *K_out) {
+    int best = -1;
+    int64_t best_mem = 0;
+    for (int pass = 0; pass < 2 && best < 0; pass++)
+        for (int j = 0; j < c->n_runs; j++) {
+            const dt_choice_run *r = &c->runs[j];
+            if (!((mask >> r->stage) & 1u)) continue;
+            /* memory is affine on the run: its minimum is at an end */
+            int64_t K = run_dev(r, r->hi) < run_dev(r, r->lo) ? r->hi : r->lo;
+            if (pass == 0 && (run_host(r, K) > c->rq->host_limit_bytes ||
+                              run_nvme(r, K) > c->rq->nvme_limit_bytes))
+                continue;
+            if (best < 0 || run_dev(r, K) < best_mem) best = j, best_mem = run_dev(r, K), *K_out = K;
+        }
+    return best;
+}
+
+static const char *stage_label(int s) {
+    static const char *const n[4] = {"DDP (stage 0)", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
+    return s >= 0 && s < 4 ? n[s] : "?";
+}
+
+static void describe(const dt_solve_choice *ch, char *buf, size_t n) {
+    snprintf(buf, n, "%s, offload optimizer %s, param %s, micro-batch %lld x accumulation %lld, %lld checkpointed layers",
+             stage_label(ch->zero_stage), dt_offload_name(ch->offload_optimizer),
+             dt_offload_name(ch->offload_param), (long long)ch->micro_batch, (long long)ch->grad_accum,
+             (long long)ch->ckpt_layers);
+}
+
+static int infeasible_message(const dt_solve_request *rq, const dt_solve_choice *mm, dt_error *err) {
+    char cfg[256];
+    describe(mm, cfg, sizeof cfg);
+    double gib = 1073741824.0;
+    if (mm->mem.host_total > rq->host_limit_bytes || mm->mem.nvme > rq->nvme_limit_bytes)
+        return dt_errorf(err, DT_EINFEASIBLE,
+                         "nothing fits: even the smallest configuration (%s) needs %.2f GiB host memory per node "
+                         "(limit %.2f) and %.2f GiB NVMe (limit %.2f)",
+                         cfg, mm->mem.host_total / gib, rq->host_limit_bytes / gib, mm->mem.nvme / gib,
+                         rq->nvme_limit_bytes / gib);
+    return dt_errorf(err, DT_EINFEASIBLE,
+                     "nothing fits in %.2f GiB per GPU; the smallest memory that fits is %.2f GiB "
+                     "(--mem %.0fM) with %s",
+                     rq->mem_limit_bytes / gib, mem_dev(&mm->mem) / gib,
+                     ceil((double)mem_dev(&mm->mem) / 1048576.0), cfg);
+}
+
+/* Solves for the stages in mask, verifying the pick exactly and cutting until it holds. */
+static int solve_verified(dt_ctx *c, unsigned mask, dt_solve_result *out, int *pick, int64_t *K,
+                          dt_error *err) {
+    for (int round = 0; round < DT_SOLVE_MAX_CUT_ROUNDS; round++) {
+        int rc = milp_solve(c, mask, pick, K, &out->milp_solves, &out->n_rows, &out->n_columns, err);
+        if (rc) return rc;
+        const dt_choice_run *r = &c->runs[*pick];
+        if (run_dev(r, *K) <= c->rq->mem_limit_bytes && run_host(r, *K) <= c->rq->host_limit_bytes &&
+            run_nvme(r, *K) <= c->rq->nvme_limit_bytes)
+            return DT_OK;
+        /* GLPK accepted the pick within its feasibility tolerance but it does not fit
+         * exactly: more checkpointing is the only way this run can fit (memory is
+         * non-increasing in K on it), else ban it */
+        c->kmin[*pick] = r->ddev < 0 && r->dhost <= 0 && r->dnvme <= 0 ? *K + 1 : r->hi + 1;
+    }
+    return dt_errorf(err, DT_EINTERNAL, "solver: exact verification did not converge");
+}
+
+static int ctx_build(dt_ctx *c, const dt_solve_request *rq, dt_solve_result *out, dt_error *err) {
+    memset(c, 0, sizeof *c);
+    c->rq = rq;
+    c->L = rq->base.model.n_layer;
+    if (for_each_candidate(rq, add_candidate_runs, c, &out->n_candidates, err)) return err->code;
+    c->kmin = calloc((size_t)c->n_runs, sizeof *c->kmin);
+    if (!c->kmin) return dt_errorf(err, DT_ENOMEM, "solver: out of memory");
+    return DT_OK;
+}
+
+static void ctx_free(dt_ctx *c) {
+    free(c->runs);
+    free(c->kmin);
+}
+
+int dt_solve(const dt_solve_request *rq, dt_solve_result *out, dt_error *err) {
+    memset(out, 0, sizeof *out);
+    if (check_request(rq, err)) return err->code;
+    dt_ctx c;
+    int rc = ctx_build(&c, rq, out, err);
+    if (rc) {
+        ctx_free(&c);
+        return rc;
+    }
+    int pick;
+    int64_t K;
+    rc = solve_verified(&c, rq->stage_mask, out, &pick, &K, err);
+    if (rc == DT_OK) {
+        fill_from_run(&c, pick, K, &out->best, &out->plan);
+        rc = dt_predict(&out->plan, err);
+    }
+    /* the best of every other allowed stage, or its least-memory configuration */
+    for (int s = 0; s < 4 && (rc == DT_OK || rc == DT_EINFEASIBLE); s++) {
+        if (!((rq->stage_mask >> s) & 1u)) continue;
+        if (rc == DT_OK && s == out->best.zero_stage) {
+            out->per_stage[s] = out->best;
+            continue;
+        }
+        int srcp = rc == DT_OK ? solve_verified(&c, 1u << s, out, &pick, &K, err) : DT_EINFEASIBLE;
+        if (srcp == DT_OK) {
+            fill_from_run(&c, pick, K, &out->per_stage[s], NULL);
+        } else if (srcp == DT_EINFEASIBLE) {
+            int j = min_memory_run(&c, 1u << s, &K);
+            if (j >= 0) fill_from_run(&c, j, K, &out->per_stage[s], NULL);
+        } else {
+            rc = srcp;
+        }
+    }
+    if (rc == DT_EINFEASIBLE) {
+        int j = min_memory_run(&c, rq->stage_mask, &K);
+        if (j >= 0) {
+            fill_from_run(&c, j, K, &out->min_memory, NULL);
+            infeasible_message(rq, &out->min_memory, err);
+        } else {
+            dt_errorf(err, DT_EINFEASIBLE, "nothing fits");
+        }
+    }
+    ctx_free(&c);
+    glp_free_env();
+    return rc;
+}
+
+/* ---- brute force: every candidate, every K, the models called directly ---- */
+typedef struct {
+    const dt_solve_request *rq;
+    dt_solve_result *out;
+    int64_t L;
+} dt_enum_ctx;
+
+/* a better than b: fits first, then time (within the tie tolerance), then device memory */
+static int better(const dt_solve_choice *a, const dt_solve_choice *b) {
+    if (!b->valid) return 1;
+    if (a->fits != b->fits) return a->fits;
+    if (!a->fits) return mem_dev(&a->mem) < mem_dev(&b->mem);
+    double tol = fabs(b->step_s) * DT_SOLVE_TIME_TIE_REL + 1e-12;
+    if (a->step_s < b->step_s - tol) return 1;
+    if (a->step_s > b->step_s + tol) return 0;
+    return mem_dev(&a->mem) < mem_dev(&b->mem);
+}
+
+/* Infeasible candidates rank by device memory among those that fit host and NVMe. */
+static int better_infeasible(const dt_solve_request *rq, const dt_solve_choice *a, const dt_solve_choice *b) {
+    if (!b->valid) return 1;
+    int ha = a->mem.host_total <= rq->host_limit_bytes && a->mem.nvme <= rq->nvme_limit_bytes;
+    int hb = b->mem.host_total <= rq->host_limit_bytes && b->mem.nvme <= rq->nvme_limit_bytes;
+    if (ha != hb) return ha;
+    return mem_dev(&a->mem) < mem_dev(&b->mem);
+}
+
+static int enum_candidate(void *ud, int stage, dt_offload oo, dt_offload op, int64_t mb, dt_error *err) {
+    dt_enum_ctx *e = ud;
+    for (int64_t K = 0; K <= e->L; K++) {
+        dt_solve_choice ch;
+        dt_plan p;
+        plan_for(e->rq, stage, oo, op, mb, K, &p);
+        memset(&ch, 0, sizeof ch);
+        dt_time_breakdown t;
+        if (dt_memory_estimate(&p, &ch.mem, err) || dt_time_estimate(&p, &t, err)) return err->code;
+        ch.valid = 1;
+        ch.fits = fits(e->rq, &ch.mem);
+        ch.zero_stage = stage, ch.offload_optimizer = oo, ch.offload_param = op;
+        ch.micro_batch = mb, ch.grad_accum = p.batch.grad_accum, ch.ckpt_layers = K;
+        ch.step_s = t.step_s;
+        if (ch.fits ? better(&ch, &e->out->per_stage[stage])
+                    : (!e->out->per_stage[stage].fits &&
+                       better_infeasible(e->rq, &ch, &e->out->per_stage[stage])))
+            e->out->per_stage[stage] = ch;
+        if (ch.fits && better(&ch, &e->out->best)) e->out->best = ch;
+        if (better_infeasible(e->rq, &ch, &e->out->min_memory)) e->out->min_memory = ch;
+    }
+    return DT_OK;
+}
+
+int dt_solve_enumerate(const dt_solve_request *rq, dt_solve_result *out, dt_error *err) {
+    memset(out, 0, sizeof *out);
+    if (check_request(rq, err)) return err->code;
+    dt_enum_ctx e = {rq, out, rq->base.model.n_layer};
+    if (for_each_candidate(rq, enum_candidate, &e, &out->n_candidates, err)) return err->code;
+    if (!out->best.valid) return infeasible_message(rq, &out->min_memory, err);
+    const dt_solve_choice *b = &out->best;
+    plan_for(rq, b->zero_stage, b->offload_optimizer, b->offload_param, b->micro_batch, b->ckpt_layers,
+             &out->plan);
+    return dt_predict(&out->plan, err);
+}

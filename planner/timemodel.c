@@ -1,0 +1,296 @@
+/* timemodel.c — predicted step time and bytes communicated (dt_timemodel.h).
+ * This file is the engine's schedule written as arithmetic; docs/time-model.md
+ * states the same rules in prose and cites the constants.
+ *
+ * Notation: W world size, N nodes, G ranks per node, A gradient accumulation
+ * (micro-steps per optimizer step), b micro-batch, s sequence length, L blocks,
+ * K checkpointed blocks, pb/gb bytes per param/grad element. */
+#include "dt_timemodel.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "dt_memory.h"
+#include "dt_solve.h"
+
+/* Backward costs twice the forward (weight- and input-gradient GEMMs), so the
+ * forward is 1/3 of the training FLOPs (Kaplan et al. 2020, Narayanan et al. 2021). */
+#define DT_FWD_SHARE (1.0 / 3.0)
+/* Scalars all-reduced once per step for the loss (all stages) and the partial
+ * squared gradient norm (stages 1-3, whose gradients are sharded): fp32 each. */
+#define DT_SCALAR_BYTES 4
+#define DT_LOSS_SCALARS 1
+#define DT_LOSS_NORM_SCALARS 2
+
+/* The parameter layout every stage shares (docs/time-model.md "Units"): unit 0 =
+ * embeddings, units 1..L = blocks, unit L+1 = final norm + untied head (if any).
+ * Stages 1-3 pad each unit to a multiple of W so it splits into equal shards. */
+typedef struct {
+    int64_t n_units;
+    int64_t emb, block, head;           /* elements, unpadded */
+    int64_t emb_pad, block_pad, head_pad;
+    int64_t total, total_pad;           /* sum over units */
+} dt_units_layout;
+
+static int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+static void layout_of(const dt_plan *p, dt_units_layout *u) {
+    int64_t W = p->parallel.world_size, L = p->model.n_layer;
+    u->emb = dt_model_embedding_params(&p->model);
+    u->block = dt_model_block_params(&p->model);
+    u->head = dt_model_head_params(&p->model);
+    u->emb_pad = round_up(u->emb, W);
+    u->block_pad = round_up(u->block, W);
+    u->head_pad = round_up(u->head, W);
+    u->n_units = 1 + L + (u->head > 0);
+    u->total = u->emb + L * u->block + u->head;
+    u->total_pad = u->emb_pad + L * u->block_pad + u->head_pad;
+}
+
+/* ---- alpha-beta collectives, ring algorithm (reference/planning.md §5.1) ---- */
+typedef struct {
+    int64_t n;      /* ranks */
+    double busbw;   /* bytes/s */
+    double alpha;   /* s per ring step */
+} dt_net;
+
+static dt_net net_of(const dt_plan *p) {
+    dt_net net;
+    net.n = p->parallel.world_size;
+    int inter = p->cluster.nodes > 1;
+    net.busbw = inter ? p->cluster.hw.inter_busbw : p->cluster.hw.intra_busbw;
+    net.alpha = inter ? p->cluster.hw.inter_alpha_s : p->cluster.hw.intra_alpha_s;
+    return net;
+}
+
+/* bytes = the full logical buffer (dt_collective convention). */
+static double t_coll(const dt_net *net, dt_collective c, double bytes) {
+    if (net->n <= 1 || bytes <= 0) return 0.0;
+    double n = (double)net->n;
+    if (c == DT_COLL_ALLREDUCE)
+        return 2.0 * (n - 1.0) * net->alpha + 2.0 * (n - 1.0) / n * bytes / net->busbw;
+    /* reduce-scatter, all-gather */
+    return (n - 1.0) * net->alpha + (n - 1.0) / n * bytes / net->busbw;
+}
+
+/* Sum over units of one collective per unit. */
+static double t_units(const dt_net *net, const dt_units_layout *u, int64_t L, dt_collective c,
+                      int elem_bytes) {
+    double t = t_coll(net, c, (double)(u->emb_pad * elem_bytes)) +
+               (double)L * t_coll(net, c, (double)(u->block_pad * elem_bytes));
+    if (u->head > 0) t += t_coll(net, c, (double)(u->head_pad * elem_bytes));
+    return t;
+}
+
+/* The unit whose collective runs first in backward (and last in forward). */
+static int64_t last_unit_pad(const dt_units_layout *u) { return u->head > 0 ? u->head_pad : u->block_pad; }
+
+static int check_plan(const dt_plan *p, dt_error *err) {
+    if (p->parallel.world_size < 1 || p->cluster.nodes < 1 || p->cluster.gpus_per_node < 1 ||
+        p->parallel.world_size != p->cluster.nodes * p->cluster.gpus_per_node)
+        return dt_errorf(err, DT_EINVAL, "time model: world_size %lld != nodes %lld x gpus_per_node %lld",
+                         (long long)p->parallel.world_size, (long long)p->cluster.nodes,
+                         (long long)p->cluster.gpus_per_node);
+    if (p->batch.micro_batch < 1 || p->batch.grad_accum < 1 || p->batch.seq_len < 1)
+        return dt_errorf(err, DT_EINVAL, "time model: micro_batch, grad_accum and seq_len must be positive");
+    if (p->parallel.zero_stage < 0 || p->parallel.zero_stage > 3)
+        return dt_errorf(err, DT_EINVAL, "time model: zero_stage %d is not 0..3", p->parallel.zero_stage);
+    if (p->parallel.zero_stage == 0 && p->parallel.reduce_bucket_elems < 1)
+        return dt_errorf(err, DT_EINVAL, "time model: reduce_bucket_elems must be positive");
+    const dt_hardware *hw = &p->cluster.hw;
+    int dt = (int)p->precision.param;
+    if (dt < 0 || dt > 2 || hw->achievable_flops[dt] <= 0)
+        return dt_errorf(err, DT_EINVAL,
+                         "hardware %s has no %s arithmetic (achievable_flops.%s = 0); choose another --precision",
+                         hw->name, dt_dtype_name(p->precision.param), dt_dtype_name(p->precision.param));
+    if ((p->parallel.world_size > 1 && (hw->intra_busbw <= 0 || (p->cluster.nodes > 1 && hw->inter_busbw <= 0))) ||
+        hw->mem_bw <= 0 || hw->h2d_bw <= 0 || hw->cpu_adam_params_per_s <= 0 || hw->nvme_bw <= 0)
+        return dt_errorf(err, DT_EINVAL, "time model: hardware %s has a zero bandwidth or rate", hw->name);
+    return DT_OK;
+}
+
+int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
+    if (check_plan(p, err)) return err->code;
+    memset(t, 0, sizeof *t);
+    const dt_hardware *hw = &p->cluster.hw;
+    const dt_precision *pr = &p->precision;
+    const int stage = p->parallel.zero_stage;
+    const int64_t L = p->model.n_layer, W = p->parallel.world_size, G = p->cluster.gpus_per_node;
+    const double A = (double)p->batch.grad_accum, b = (double)p->batch.micro_batch;
+    const int pb = dt_dtype_size(pr->param), gb = dt_dtype_size(pr->grad);
+    const int ob = dt_precision_optimizer_bytes(pr);
+    const double R = hw->achievable_flops[pr->param];
+
+    /* ---- compute, per micro-step ---- */
+    const double f_train = b * dt_model_train_flops_per_seq(&p->model, p->batch.seq_len);
+    const double t_fwd = DT_FWD_SHARE * f_train / R;
+    const double t_bwd = (1.0 - DT_FWD_SHARE) * f_train / R;
+    const double t_rec = b * dt_model_block_fwd_flops_per_seq(&p->model, p->batch.seq_len) / R;
+    t->compute_s = A * (t_fwd + t_bwd);
+    t->per_ckpt_s = A * t_rec;
+    t->recompute_per_layer_s = t->per_ckpt_s;
+
+    /* ---- communication ---- */
+    dt_units_layout u;
+    layout_of(p, &u);
+    const dt_net net = net_of(p);
+    const int overlap = p->parallel.overlap_comm != 0;
+    double fixed = 0.0;   /* comm that is always exposed */
+    dt_time_phase ph[DT_TT_MAX_PHASES];
+    int nph = 0;
+    double comm_total = 0.0;
+
+    if (W > 1) {
+        /* metrics all-reduce once per step, after backward */
+        double scal = t_coll(&net, DT_COLL_ALLREDUCE,
+                             (double)DT_SCALAR_BYTES * (stage == 0 ? DT_LOSS_SCALARS : DT_LOSS_NORM_SCALARS));
+        fixed += scal;
+        comm_total += scal;
+        if (stage == 0) {
+            /* gradient all-reduce in buckets of reduce_bucket_elems, formed in backward
+             * order, during the last micro-step's backward */
+            int64_t B = p->parallel.reduce_bucket_elems;
+            int64_t nb = (u.total + B - 1) / B, last = u.total - (nb - 1) * B;
+            double c = (double)(nb - 1) * t_coll(&net, DT_COLL_ALLREDUCE, (double)(B * gb)) +
+                       t_coll(&net, DT_COLL_ALLREDUCE, (double)(last * gb));
+            ph[nph++] = (dt_time_phase){1.0, t_coll(&net, DT_COLL_ALLREDUCE, (double)(last * gb)), c,
+                                        t_bwd, t_rec};
+        } else {
+            double rs = t_units(&net, &u, L, DT_COLL_REDUCE_SCATTER, gb);
+            double rs_tail = t_coll(&net, DT_COLL_REDUCE_SCATTER, (double)(u.emb_pad * gb));
+            double ag = t_units(&net, &u, L, DT_COLL_ALLGATHER, pb);
+            if (stage == 1 || stage == 2) {
+                /* stage 1: reduce-scatter per unit in the last micro-step's backward;
+                 * stage 2: in every micro-step's backward. Updated params all-gathered
+                 * per unit after the optimizer step (nothing left to overlap with). */
+                ph[nph++] = (dt_time_phase){stage == 1 ? 1.0 : A, rs_tail, rs, t_bwd, t_rec};
+                fixed += ag;
+            } else {
+                /* stage 3: forward gathers every unit (prefetching the next while the
+                 * current computes); backward gathers every unit again and reduce-scatters
+                 * its gradients, in every micro-step */
+                double ag_first_fwd = t_coll(&net, DT_COLL_ALLGATHER, (double)(u.emb_pad * pb));
+                double ag_first_bwd = t_coll(&net, DT_COLL_ALLGATHER, (double)(last_unit_pad(&u) * pb));
+                ph[nph++] = (dt_time_phase){A, ag_first_fwd, ag, t_fwd, 0.0};
+                ph[nph++] = (dt_time_phase){A, ag_first_bwd + rs_tail, ag + rs, t_bwd, t_rec};
+            }
+        }
+    }
+    for (int i = 0; i < nph; i++) {
+        comm_total += ph[i].mult * ph[i].comm_s;
+        if (!overlap) { /* nothing overlaps: the whole phase is exposed */
+            fixed += ph[i].mult * ph[i].comm_s;
+        } else {
+            t->phase[t->n_phases++] = ph[i];
+        }
+    }
+    t->comm_total_s = comm_total;
+    t->comm_fixed_exposed_s = fixed;
+
+    /* ---- offload transfers and the optimizer step (synchronous, exposed) ---- */
+    const double shard = stage == 0 ? (double)u.total : (double)u.total_pad / (double)W;
+    const double node_shard = shard * (double)G;   /* what one node's CPU / NVMe serves */
+    double off = 0.0, opt;
+    dt_offload oo = stage >= 1 ? p->parallel.offload_optimizer : DT_OFFLOAD_NONE;
+    dt_offload op = stage == 3 ? p->parallel.offload_param : DT_OFFLOAD_NONE;
+    if (oo != DT_OFFLOAD_NONE) {
+        off += shard * gb / hw->h2d_bw;                       /* grads D2H once per step */
+        if (op == DT_OFFLOAD_NONE) off += shard * pb / hw->h2d_bw; /* updated params H2D */
+        if (oo == DT_OFFLOAD_NVME)
+            off += 2.0 * node_shard * ob / hw->nvme_bw;       /* optimizer state read + write */
+        opt = node_shard / hw->cpu_adam_params_per_s;
+    } else {
+        /* device AdamW is memory-bound: grads read twice (norm, update), optimizer
+         * state read and written, params written (and read when there is no master) */
+        double bytes = 2.0 * gb + 2.0 * ob + (double)pb * (pr->has_master ? 1.0 : 2.0);
+        opt = shard * bytes / hw->mem_bw;
+    }
+    if (op != DT_OFFLOAD_NONE) {
+        /* each gather (forward and backward, every micro-step) first brings the
+         * rank's shard of the unit to the device */
+        off += 2.0 * A * shard * pb / hw->h2d_bw;
+        if (op == DT_OFFLOAD_NVME)
+            off += (2.0 * A + 1.0) * node_shard * pb / hw->nvme_bw; /* reads + one write */
+    }
+    t->offload_s = off;
+    t->optimizer_s = opt;
+    t->base_s = t->compute_s + fixed + off + opt;
+    return DT_OK;
+}
+
+void dt_time_terms_eval(const dt_time_terms *t, int64_t K, dt_time_breakdown *out) {
+    memset(out, 0, sizeof *out);
+    double exposed = t->comm_fixed_exposed_s;
+    for (int i = 0; i < t->n_phases; i++) {
+        const dt_time_phase *ph = &t->phase[i];
+        double e = ph->comm_s - ph->work0_s - ph->work_per_ckpt_s * (double)K;
+        exposed += ph->mult * (e > ph->tail_s ? e : ph->tail_s);
+    }
+    out->compute_s = t->compute_s;
+    out->recompute_s = t->per_ckpt_s * (double)K;
+    out->comm_s = t->comm_total_s;
+    out->comm_exposed_s = exposed;
+    out->offload_s = t->offload_s;
+    out->optimizer_s = t->optimizer_s;
+    out->step_s = out->compute_s + out->recompute_s + exposed + out->offload_s + out->optimizer_s;
+}
+
+int dt_time_estimate(const dt_plan *p, dt_time_breakdown *out, dt_error *err) {
+    dt_time_terms t;
+    if (dt_time_terms_build(p, &t, err)) return err->code;
+    int64_t K = p->activations.ckpt_layers;
+    if (K < 0 || K > p->model.n_layer)
+        return dt_errorf(err, DT_EINVAL, "time model: ckpt_layers %lld is not in 0..%lld", (long long)K,
+                         (long long)p->model.n_layer);
+    dt_time_terms_eval(&t, K, out);
+    double tokens = (double)p->batch.global_batch * (double)p->batch.seq_len;
+    double model_flops = (double)p->batch.global_batch *
+                         dt_model_train_flops_per_seq(&p->model, p->batch.seq_len);
+    double peak = p->cluster.hw.peak_flops[p->precision.param] * (double)p->parallel.world_size;
+    out->tokens_per_s = out->step_s > 0 ? tokens / out->step_s : 0.0;
+    out->mfu = out->step_s > 0 && peak > 0 ? model_flops / (out->step_s * peak) : 0.0;
+    return DT_OK;
+}
+
+int dt_comm_bytes(const dt_plan *p, int64_t out[DT_COLL_COUNT], dt_error *err) {
+    memset(out, 0, sizeof(int64_t) * DT_COLL_COUNT);
+    if (check_plan(p, err)) return err->code;
+    if (p->parallel.world_size <= 1) return DT_OK;
+    dt_units_layout u;
+    layout_of(p, &u);
+    const int stage = p->parallel.zero_stage;
+    const int64_t A = p->batch.grad_accum;
+    const int64_t pb = dt_dtype_size(p->precision.param), gb = dt_dtype_size(p->precision.grad);
+    switch (stage) {
+    case 0:
+        out[DT_COLL_ALLREDUCE] = u.total * gb + DT_SCALAR_BYTES * DT_LOSS_SCALARS;
+        break;
+    case 1:
+        out[DT_COLL_REDUCE_SCATTER] = u.total_pad * gb;
+        out[DT_COLL_ALLGATHER] = u.total_pad * pb;
+        out[DT_COLL_ALLREDUCE] = DT_SCALAR_BYTES * DT_LOSS_NORM_SCALARS;
+        break;
+    case 2:
+        out[DT_COLL_REDUCE_SCATTER] = A * u.total_pad * gb;
+        out[DT_COLL_ALLGATHER] = u.total_pad * pb;
+        out[DT_COLL_ALLREDUCE] = DT_SCALAR_BYTES * DT_LOSS_NORM_SCALARS;
+        break;
+    default:
+        out[DT_COLL_ALLGATHER] = 2 * A * u.total_pad * pb;
+        out[DT_COLL_REDUCE_SCATTER] = A * u.total_pad * gb;
+        out[DT_COLL_ALLREDUCE] = DT_SCALAR_BYTES * DT_LOSS_NORM_SCALARS;
+        break;
+    }
+    return DT_OK;
+}
+
+int dt_predict(dt_plan *p, dt_error *err) {
+    dt_prediction pred;
+    memset(&pred, 0, sizeof pred);
+    if (dt_memory_estimate(p, &pred.memory, err)) return err->code;
+    if (dt_time_estimate(p, &pred.time, err)) return err->code;
+    if (dt_comm_bytes(p, pred.comm_bytes, err)) return err->code;
+    pred.valid = 1;
+    p->prediction = pred;
+    return DT_OK;
+}
