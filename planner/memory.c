@@ -1,0 +1,256 @@
+/* memory.c — the memory model: bytes per rank (device), per node (host) and per
+ * node on NVMe. Every formula and its source: docs/memory-model.md.
+ *
+ * Notation (as docs/activations.md): Ψ model-state parameters, N data-parallel
+ * ranks, n ranks per node, B micro-batch, T sequence, C hidden, F ffn, H / Hkv
+ * query / kv heads, d head dim, V vocab, L blocks, K checkpointed blocks,
+ * a activation bytes. shard = ceil(Ψ / N) (partitions padded to equal size). */
+#include "dt_memory.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#include "dt_dsconfig.h"
+
+/* fp32 statistics (LayerNorm mean/rstd, RMSNorm rstd, softmax log-sum-exp) and
+ * fp32 logits, int32 token ids: docs/activations.md. */
+#define STAT_BYTES 4
+#define LOGIT_BYTES 4
+#define TOKEN_ID_BYTES 4
+#define LOSS_BYTES 4
+
+/* DeepSpeed code defaults the plan does not carry (reference/ecosystem.md §1.3):
+ * offload_optimizer.buffer_count (NVMe swap buffers), sub_group_size (elements per
+ * optimizer tile), offload_param.buffer_count and buffer_size (elements). */
+#define DS_OPT_SWAP_BUFFERS 4
+#define DS_SUB_GROUP_ELEMS 1000000000LL
+#define DS_PARAM_SWAP_BUFFERS 5
+#define DS_PARAM_BUFFER_ELEMS 100000000LL
+
+/* Anything above 2^60 bytes (an exabyte) per rank is a nonsensical request; the
+ * arithmetic below saturates there instead of overflowing. */
+#define MEM_SATURATE ((int64_t)1 << 60)
+
+static int64_t smul(int64_t a, int64_t b) {
+    if (a <= 0 || b <= 0) return 0;
+    if (a > MEM_SATURATE / b) return MEM_SATURATE;
+    return a * b;
+}
+static int64_t smul3(int64_t a, int64_t b, int64_t c) { return smul(smul(a, b), c); }
+static int64_t sadd(int64_t a, int64_t b) {
+    int64_t s = a + b;
+    return s > MEM_SATURATE ? MEM_SATURATE : s;
+}
+static int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+static int64_t ceil_div(int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : a; }
+
+static int64_t act_bytes(const dt_plan *p) { return dt_dtype_size(p->precision.activation); }
+
+/* Attention bytes kept for backward in one block: flash keeps the fp32
+ * log-sum-exp (B·H·T), materialized keeps the probabilities (B·H·T·T). */
+static int64_t attention_saved(const dt_plan *p) {
+    const int64_t B = p->batch.micro_batch, T = p->batch.seq_len, H = p->model.n_head;
+    if (p->activations.attention == DT_ATTN_MATERIALIZED) return smul(smul3(act_bytes(p), B, H), smul(T, T));
+    return smul3(STAT_BYTES, smul(B, H), T);
+}
+
+/* One full (not checkpointed) block: docs/activations.md tables. */
+static int64_t full_block(const dt_plan *p) {
+    const dt_model *m = &p->model;
+    const int64_t a = act_bytes(p), BT = smul(p->batch.micro_batch, p->batch.seq_len);
+    const int64_t C = m->hidden, F = m->ffn;
+    int64_t bytes;
+    if (m->family == DT_FAMILY_GPT2) {
+        /* x, ln_1 out, qkv (3C), attn out, residual, ln_2 out = 8C; c_fc out, GELU out = 2F;
+         * ln_1 and ln_2 mean+rstd = 4 fp32 per token */
+        bytes = sadd(smul3(a, BT, 8 * C + 2 * F), smul3(4, STAT_BYTES, BT));
+    } else {
+        const int64_t qd = m->n_head * m->head_dim, kvd = m->n_kv_head * m->head_dim;
+        /* x, norm1 out, residual, norm2 out = 4C; q, k, v; attention output (H·d);
+         * gate, up, SiLU(gate)·up = 3F */
+        int64_t width = 4 * C + qd + 2 * kvd + qd + 3 * F;
+        int64_t stats = 2; /* rstd of both RMSNorms, per token */
+        if (m->qk_norm) {
+            width += qd + kvd;               /* q/k-norm inputs */
+            stats += m->n_head + m->n_kv_head; /* their rstd, per head per token */
+        }
+        bytes = sadd(smul3(a, BT, width), smul3(stats, STAT_BYTES, BT));
+    }
+    return sadd(bytes, attention_saved(p));
+}
+
+/* Head: the final residual and the final norm's output (a·BTC each) plus its
+ * statistics (GPT-2 LayerNorm: mean + rstd; RMSNorm: rstd). */
+static int64_t head_saved(const dt_plan *p) {
+    const int64_t a = act_bytes(p), BT = smul(p->batch.micro_batch, p->batch.seq_len);
+    const int64_t stats = p->model.family == DT_FAMILY_GPT2 ? 2 : 1;
+    return sadd(smul3(2 * a, BT, p->model.hidden), smul3(stats, STAT_BYTES, BT));
+}
+
+int64_t dt_memory_activations_per_block(const dt_plan *p, int checkpointed) {
+    if (checkpointed) /* a checkpointed block keeps only its input x */
+        return smul3(act_bytes(p), smul(p->batch.micro_batch, p->batch.seq_len), p->model.hidden);
+    return full_block(p);
+}
+
+int64_t dt_memory_activations(const dt_plan *p, int64_t ckpt_layers) {
+    const int64_t L = p->model.n_layer;
+    int64_t K = ckpt_layers < 0 ? 0 : (ckpt_layers > L ? L : ckpt_layers);
+    const int64_t full = full_block(p), kept = dt_memory_activations_per_block(p, 1);
+    int64_t total = smul(L - K, full);
+    total = sadd(total, smul(K, kept));
+    if (K > 0) total = sadd(total, full - kept); /* the one shared recompute area */
+    return sadd(total, head_saved(p));
+}
+
+/* Largest unit the stage-3 engine gathers at once: one transformer block, or the
+ * embedding / head when those are bigger (they are for LLM vocabularies). */
+static int64_t gather_unit(const dt_model *m) {
+    return imax(dt_model_block_params(m),
+                imax(dt_model_embedding_params(m), dt_model_head_params(m)));
+}
+
+/* Device temporaries alive at the peak (the start of backward), bytes per rank. */
+static int64_t buffers_bytes(const dt_plan *p, int64_t psi) {
+    const dt_parallel *z = &p->parallel;
+    const dt_model *m = &p->model;
+    const int64_t pb = dt_precision_param_bytes(&p->precision);
+    const int64_t gb = dt_precision_grad_bytes(&p->precision);
+    const int64_t a = act_bytes(p), B = p->batch.micro_batch, T = p->batch.seq_len;
+    const int64_t BT = smul(B, T);
+    int64_t bytes = 0;
+
+    /* communication buckets, each bounded by the model size */
+    const int64_t reduce = imin(z->reduce_bucket_elems, psi);
+    const int64_t gather = imin(z->allgather_bucket_elems, psi);
+    switch (z->zero_stage) {
+    case 0: /* DDP-style all-reduce of one flattened bucket */
+        bytes = smul(reduce, gb);
+        break;
+    case 1:
+    case 2: /* ipg buffers: two when overlap_comm (double-buffered), plus the
+             * all-gather of updated 16-bit params at the step */
+        bytes = sadd(smul3(z->overlap_comm ? 2 : 1, reduce, gb), smul(gather, pb));
+        break;
+    default: { /* stage 3 */
+        const int64_t unit = gather_unit(m);
+        int64_t live = unit + imin(z->prefetch_bucket_elems, unit); /* current + prefetch */
+        live = imin(live, imax(unit, z->max_live_params));          /* capped by max_live */
+        live = imin(live, psi);
+        bytes = smul(reduce, gb);                  /* one reduce-scatter bucket */
+        bytes = sadd(bytes, smul(live, pb));       /* gathered 16-bit params */
+        bytes = sadd(bytes, smul(imin(unit, psi), gb)); /* full-size grads of the unit */
+        break;
+    }
+    }
+
+    /* logits (fp32 B·T·V, reused for their gradient), per-token losses, token ids */
+    bytes = sadd(bytes, smul3(LOGIT_BYTES, BT, m->vocab));
+    bytes = sadd(bytes, smul(LOSS_BYTES, BT));
+    bytes = sadd(bytes, smul3(2, TOKEN_ID_BYTES, BT));
+
+    /* backward scratch: residual-stream gradient in and out (2·a·BTC) plus the
+     * widest per-block gradient temporary (qkv or MLP inner) */
+    int64_t qkv, mlp;
+    if (m->family == DT_FAMILY_GPT2) {
+        qkv = 3 * m->hidden;
+        mlp = m->ffn;
+    } else {
+        qkv = (m->n_head + 2 * m->n_kv_head) * m->head_dim;
+        mlp = 2 * m->ffn; /* gate and up gradients */
+    }
+    bytes = sadd(bytes, smul3(a, BT, 2 * m->hidden + imax(qkv, mlp)));
+    return bytes;
+}
+
+static int check_plan(const dt_plan *p, dt_error *err) {
+    const dt_parallel *z = &p->parallel;
+    const dt_cluster *c = &p->cluster;
+    int rc = dt_model_validate(&p->model, err);
+    if (rc) return rc;
+    if (c->nodes < 1 || c->gpus_per_node < 1)
+        return dt_errorf(err, DT_EINVAL, "cluster: nodes (%lld) and gpus per node (%lld) must be >= 1",
+                         (long long)c->nodes, (long long)c->gpus_per_node);
+    if (z->world_size != c->nodes * c->gpus_per_node)
+        return dt_errorf(err, DT_EINVAL,
+                         "parallel.world_size %lld != nodes %lld x gpus_per_node %lld",
+                         (long long)z->world_size, (long long)c->nodes,
+                         (long long)c->gpus_per_node);
+    if (z->zero_stage < 0 || z->zero_stage > 3)
+        return dt_errorf(err, DT_EINVAL, "zero_stage %d: must be 0, 1, 2 or 3", z->zero_stage);
+    rc = dt_ds_check_offload(z->zero_stage, z->offload_optimizer, z->offload_param, err);
+    if (rc) return rc;
+    if (z->reduce_bucket_elems < 1 || z->allgather_bucket_elems < 1 || z->prefetch_bucket_elems < 0 ||
+        z->max_live_params < 0)
+        return dt_errorf(err, DT_EINVAL,
+                         "bucket sizes must be positive (reduce %lld, allgather %lld elements)",
+                         (long long)z->reduce_bucket_elems, (long long)z->allgather_bucket_elems);
+    if (p->batch.micro_batch < 1 || p->batch.seq_len < 1)
+        return dt_errorf(err, DT_EINVAL, "micro-batch (%lld) and sequence length (%lld) must be >= 1",
+                         (long long)p->batch.micro_batch, (long long)p->batch.seq_len);
+    if (p->activations.ckpt_layers < 0 || p->activations.ckpt_layers > p->model.n_layer)
+        return dt_errorf(err, DT_EINVAL, "checkpointed layers %lld: must be between 0 and %lld (the model's layers)",
+                         (long long)p->activations.ckpt_layers, (long long)p->model.n_layer);
+    return DT_OK;
+}
+
+int dt_memory_estimate_n(const dt_plan *p, int64_t n_params, dt_mem_breakdown *out,
+                         dt_error *err) {
+    memset(out, 0, sizeof *out);
+    int rc = check_plan(p, err);
+    if (rc) return rc;
+    const dt_parallel *z = &p->parallel;
+    const dt_precision *pr = &p->precision;
+    const int64_t psi = n_params > 0 ? n_params : dt_model_params(&p->model);
+    const int64_t N = z->world_size, n = p->cluster.gpus_per_node;
+    const int64_t shard = ceil_div(psi, N);
+    const int64_t pb = dt_precision_param_bytes(pr), gb = dt_precision_grad_bytes(pr);
+    const int64_t ob = dt_precision_optimizer_bytes(pr);
+    const int stage = z->zero_stage;
+
+    /* model states on the device: ZeRO paper §5 (Ψ replicated or Ψ/N sharded) */
+    out->params = z->offload_param != DT_OFFLOAD_NONE ? 0 : smul(pb, stage >= 3 ? shard : psi);
+    out->grads = smul(gb, stage >= 2 ? shard : psi);
+    out->optimizer = z->offload_optimizer != DT_OFFLOAD_NONE ? 0 : smul(ob, stage >= 1 ? shard : psi);
+    out->activations = dt_memory_activations(p, p->activations.ckpt_layers);
+    out->buffers = buffers_bytes(p, psi);
+    out->reserve = p->cluster.hw.reserve_bytes;
+    out->total = out->params;
+    out->total = sadd(out->total, out->grads);
+    out->total = sadd(out->total, out->optimizer);
+    out->total = sadd(out->total, out->activations);
+    out->total = sadd(out->total, out->buffers);
+    out->total = sadd(out->total, out->reserve);
+
+    /* host per node: the n local ranks' offloaded shards and pinned staging */
+    if (z->offload_optimizer == DT_OFFLOAD_CPU) out->host_optimizer = smul3(n, ob, shard);
+    if (z->offload_param == DT_OFFLOAD_CPU) out->host_params = smul3(n, pb, shard);
+    if (z->offload_optimizer != DT_OFFLOAD_NONE) {
+        /* the CPU optimizer reads an upcast gradient partition (fp32 with a master) */
+        const int64_t hg = pr->has_master ? dt_dtype_size(pr->master) : gb;
+        out->host_buffers = sadd(out->host_buffers, smul3(n, hg, shard));
+    }
+    if (z->offload_optimizer == DT_OFFLOAD_NVME) {
+        const int64_t w = dt_dtype_size(pr->has_master ? pr->master : pr->moment);
+        out->host_buffers = sadd(out->host_buffers,
+                                 smul3(n, DS_OPT_SWAP_BUFFERS, smul(imin(DS_SUB_GROUP_ELEMS, shard), w)));
+        out->nvme = sadd(out->nvme, smul3(n, ob, shard));
+    }
+    if (z->offload_param == DT_OFFLOAD_NVME) {
+        out->host_buffers = sadd(out->host_buffers,
+                                 smul3(n, DS_PARAM_SWAP_BUFFERS, smul(imin(DS_PARAM_BUFFER_ELEMS, shard), pb)));
+        out->nvme = sadd(out->nvme, smul3(n, pb, shard));
+    }
+    out->host_total = sadd(sadd(out->host_params, out->host_optimizer), out->host_buffers);
+    if (out->total >= MEM_SATURATE || out->host_total >= MEM_SATURATE)
+        return dt_errorf(err, DT_EINVAL,
+                         "the request needs more than 2^60 bytes per GPU or node (micro-batch %lld, "
+                         "sequence %lld): use smaller sizes",
+                         (long long)p->batch.micro_batch, (long long)p->batch.seq_len);
+    return DT_OK;
+}
+
+int dt_memory_estimate(const dt_plan *p, dt_mem_breakdown *out, dt_error *err) {
+    return dt_memory_estimate_n(p, 0, out, err);
+}
