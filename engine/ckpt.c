@@ -35,7 +35,7 @@ static const dt_tensor_info *find_tensor(const dt_gpt2 *g, const char *name) {
     return NULL;
 }
 
-static int mkdir_p(const char *dir, dt_error *err) {
+int dt_mkdirs(const char *dir, dt_error *err) {
     char buf[DT_PATH_MAX * 2];
     snprintf(buf, sizeof buf, "%s", dir);
     for (char *p = buf + 1; *p; p++) {
@@ -372,7 +372,7 @@ static int prune(const char *out_dir, int64_t keep_last) {
 int dt_ckpt_save(const char *out_dir, dt_gpt2 *g, const dt_model *m, const dt_precision *prec,
                  dt_optim *o, const dt_train_state *st, const char *plan_json, int64_t keep_last,
                  char *saved_path, size_t saved_len, dt_error *err) {
-    if (mkdir_p(out_dir, err)) return err->code;
+    if (dt_mkdirs(out_dir, err)) return err->code;
     char tmp[DT_PATH_MAX * 2], fin[DT_PATH_MAX * 2], old[DT_PATH_MAX * 2], p[DT_PATH_MAX * 3];
     long long step = (long long)st->step;
     snprintf(tmp, sizeof tmp, "%s/." DT_CKPT_PREFIX "%0*lld.tmp", out_dir, DT_CKPT_STEP_DIGITS, step);

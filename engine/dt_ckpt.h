@@ -55,6 +55,9 @@ int dt_hf_config_write(const dt_model *m, const char *path, dt_error *err);
 
 /* ---- checkpoints ---- */
 
+/* mkdir -p: creates dir and its missing parents. */
+int dt_mkdirs(const char *dir, dt_error *err);
+
 /* o may be NULL (weights only). plan_json (may be NULL) is stored as plan.json. */
 int dt_ckpt_save(const char *out_dir, dt_gpt2 *g, const dt_model *m, const dt_precision *prec,
                  dt_optim *o, const dt_train_state *st, const char *plan_json, int64_t keep_last,

@@ -1,9 +1,225 @@
-/* dtrun — placeholder until the engine CLI lands (owner replaces this file). */
+/* dtrun — executes a plan written by dtplan (docs/dtrun.md).
+ *
+ *   dtrun PLAN.json [--out DIR] [--max-steps N] [--data PATH] [--resume] [--quiet]
+ *   dtrun sample CKPT_DIR [--prompt TEXT] [--tokens N] [--seed S] [--temperature X]
+ *
+ * Exit status: 0 success, 2 bad input (arguments, plan, data), 1 other failures. */
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "dt_ckpt.h"
+#include "dt_data.h"
+#include "dt_gpt2.h"
+#include "dt_plan.h"
+#include "dt_train.h"
+
+#define DT_SAMPLE_TOKENS 200       /* default --tokens */
+#define DT_SAMPLE_TEMPERATURE 0.8  /* default --temperature */
+#define DT_SAMPLE_SEED 42          /* default --seed */
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dtrun PLAN.json [--out DIR] [--max-steps N] [--data PATH] [--resume] [--quiet]\n"
+            "       dtrun sample CKPT_DIR [--prompt TEXT] [--tokens N] [--seed S] [--temperature X]\n"
+            "\n"
+            "Trains the plan's model exactly as planned (world size 1, cpu device). --out and\n"
+            "--data override the plan's output.dir and data.train; --max-steps stops early\n"
+            "without changing the LR schedule; --resume continues from the newest complete\n"
+            "checkpoint in the output directory. Writes metrics.jsonl, run-report.json and\n"
+            "checkpoints (ckpt-NNNNNNNN/, loadable by transformers' GPT2LMHeadModel).\n"
+            "'sample' prints text from a checkpoint (or the newest one under a run directory).\n");
+}
+
+static int exit_code(int rc) { return rc == DT_EINVAL || rc == DT_EINFEASIBLE ? 2 : 1; }
+
+static int fail(int rc, const dt_error *err) {
+    fprintf(stderr, "dtrun: %s\n", err->msg);
+    return exit_code(rc);
+}
+
+static int parse_i64(const char *s, const char *what, int64_t min, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || end == s || v < min) {
+        fprintf(stderr, "dtrun: %s expects an integer >= %lld, got '%s'\n", what, (long long)min, s);
+        return 2;
+    }
+    *out = v;
+    return 0;
+}
+
+static int cmd_train(int argc, char **argv) {
+    const char *plan_path = NULL;
+    dt_train_opts o;
+    memset(&o, 0, sizeof o);
+    o.progress = -1;
+    o.log = stderr;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int has_val = i + 1 < argc;
+        if (strcmp(a, "--out") == 0 && has_val) o.out_dir = argv[++i];
+        else if (strcmp(a, "--data") == 0 && has_val) o.data_path = argv[++i];
+        else if (strcmp(a, "--max-steps") == 0 && has_val) {
+            if (parse_i64(argv[++i], "--max-steps", 1, &o.max_steps)) return 2;
+        } else if (strcmp(a, "--resume") == 0) o.resume = 1;
+        else if (strcmp(a, "--quiet") == 0) o.log = NULL;
+        else if (strcmp(a, "--no-progress") == 0) o.progress = 0;
+        else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "dtrun: unknown option '%s'%s (see dtrun --help)\n", a,
+                    has_val ? "" : " or missing value");
+            return 2;
+        } else if (!plan_path) plan_path = a;
+        else {
+            fprintf(stderr, "dtrun: unexpected argument '%s' (one plan file)\n", a);
+            return 2;
+        }
+    }
+    if (!plan_path) {
+        usage(stderr);
+        return 2;
+    }
+    o.plan_path = plan_path;
+    dt_plan plan;
+    dt_error err;
+    dt_error_clear(&err);
+    int rc = dt_plan_load(plan_path, &plan, &err);
+    if (!rc) rc = dt_plan_validate(&plan, &err);
+    if (rc) return fail(rc, &err);
+    dt_train_result r;
+    rc = dt_train(&plan, &o, &r, &err);
+    if (rc) return fail(rc, &err);
+    if (o.log)
+        fprintf(stderr, "dtrun: done: step %lld, loss %.4f -> %.4f%s, %.0f tokens/s\n", (long long)r.steps,
+                r.first_loss, r.last_loss, r.skipped ? " (some fp16 steps skipped)" : "", r.tokens_per_s);
+    return 0;
+}
+
+/* ---- sample ---- */
+
+static int cmd_sample(int argc, char **argv) {
+    const char *dir = NULL, *prompt = "\n";
+    int64_t ntok = DT_SAMPLE_TOKENS, seed = DT_SAMPLE_SEED;
+    double temp = DT_SAMPLE_TEMPERATURE;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int has_val = i + 1 < argc;
+        if (strcmp(a, "--prompt") == 0 && has_val) prompt = argv[++i];
+        else if (strcmp(a, "--tokens") == 0 && has_val) {
+            if (parse_i64(argv[++i], "--tokens", 1, &ntok)) return 2;
+        } else if (strcmp(a, "--seed") == 0 && has_val) {
+            if (parse_i64(argv[++i], "--seed", 0, &seed)) return 2;
+        } else if (strcmp(a, "--temperature") == 0 && has_val) {
+            char *end;
+            temp = strtod(argv[++i], &end);
+            if (*end || !(temp > 0)) {
+                fprintf(stderr, "dtrun: --temperature expects a number > 0, got '%s'\n", argv[i]);
+                return 2;
+            }
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "dtrun: sample: unknown option '%s'\n", a);
+            return 2;
+        } else if (!dir) dir = a;
+        else {
+            fprintf(stderr, "dtrun: sample: unexpected argument '%s'\n", a);
+            return 2;
+        }
+    }
+    if (!dir) {
+        fprintf(stderr, "dtrun: sample needs a checkpoint directory (a ckpt-NNNNNNNN or a run's --out)\n");
+        return 2;
+    }
+    dt_error err;
+    dt_error_clear(&err);
+    char ckpt[DT_PATH_MAX * 2], p[DT_PATH_MAX * 3];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    if (stat(p, &sb) == 0) {
+        snprintf(ckpt, sizeof ckpt, "%s", dir);
+    } else {
+        int64_t step;
+        dt_ckpt_latest(dir, ckpt, sizeof ckpt, &step, &err);
+        if (step < 0) {
+            fprintf(stderr, "dtrun: %s: no checkpoint here (no model.safetensors, no ckpt-* directory)\n", dir);
+            return 2;
+        }
+    }
+    dt_model m;
+    snprintf(p, sizeof p, "%s/config.json", ckpt);
+    int rc = dt_model_resolve(p, &m, &err);
+    if (rc) return fail(rc, &err);
+    if (m.vocab < DT_BYTE_VOCAB) {
+        fprintf(stderr, "dtrun: sample decodes bytes; the model's vocab %lld is smaller than 256\n",
+                (long long)m.vocab);
+        return 2;
+    }
+    dt_precision prec;
+    dt_precision_from_preset(DT_PREC_FP32, &prec);
+    dt_gpt2 *g;
+    const int64_t T = m.max_pos;
+    if ((rc = dt_gpt2_create(&m, &prec, 1, T, 0, DT_ATTN_FLASH, &g, &err))) return fail(rc, &err);
+    snprintf(p, sizeof p, "%s/model.safetensors", ckpt);
+    if ((rc = dt_weights_load(g, &m, DT_DTYPE_FP32, p, &err))) {
+        dt_gpt2_free(g);
+        return fail(rc, &err);
+    }
+    int32_t *ctx = calloc((size_t)T, sizeof *ctx);
+    int64_t len = 0;
+    for (const unsigned char *s = (const unsigned char *)prompt; *s; s++) {
+        if (len == T) {   /* keep the last T bytes of a long prompt */
+            memmove(ctx, ctx + 1, (size_t)(T - 1) * sizeof *ctx);
+            len--;
+        }
+        ctx[len++] = *s;
+    }
+    if (len == 0) ctx[len++] = '\n';
+    fputs(prompt, stdout);
+    uint64_t rng = (uint64_t)seed;
+    double *prob = malloc((size_t)m.vocab * sizeof *prob);
+    for (int64_t k = 0; k < ntok && !rc; k++) {
+        float loss;
+        if ((rc = dt_gpt2_forward(g, ctx, NULL, &loss, &err))) break;
+        const float *logits = dt_gpt2_logits(g) + (len - 1) * m.vocab;
+        /* softmax with temperature over the byte tokens, then inverse-CDF sampling */
+        double mx = -INFINITY, sum = 0;
+        for (int64_t v = 0; v < DT_BYTE_VOCAB; v++) mx = fmax(mx, logits[v] / temp);
+        for (int64_t v = 0; v < DT_BYTE_VOCAB; v++) sum += (prob[v] = exp(logits[v] / temp - mx));
+        double u = ldexp((double)(dt_rng_next(&rng) >> 11), -53) * sum;   /* 53-bit uniform in [0, sum) */
+        int64_t tok = DT_BYTE_VOCAB - 1;
+        for (int64_t v = 0; v < DT_BYTE_VOCAB; v++) {
+            if (u < prob[v]) {
+                tok = v;
+                break;
+            }
+            u -= prob[v];
+        }
+        putchar((int)tok);
+        if (len == T) {
+            memmove(ctx, ctx + 1, (size_t)(T - 1) * sizeof *ctx);
+            len--;
+        }
+        ctx[len++] = (int32_t)tok;
+    }
+    putchar('\n');
+    free(prob);
+    free(ctx);
+    dt_gpt2_free(g);
+    return rc ? fail(rc, &err) : 0;
+}
 
 int main(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "dtrun: not available in this build yet\n");
-    return 1;
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "sample") == 0) return cmd_sample(argc - 1, argv + 1);
+    return cmd_train(argc, argv);
 }

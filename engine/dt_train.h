@@ -1,0 +1,68 @@
+/* dt_train.h — the single-rank training loop that executes a plan unchanged
+ * (DESIGN §6, issue 4), and the run report that sets what it measured next to
+ * the plan's prediction. docs/dtrun.md describes the outputs.
+ *
+ * One optimizer step = grad_accum micro-steps of forward + backward (gradients
+ * accumulated, each scaled by loss_scale / grad_accum), then the global gradient
+ * norm, the fp16 overflow check (skip + loss-scaler update), DeepSpeed's
+ * unscale-and-clip, the LR schedule and AdamW. Weight decay applies to the 2-D
+ * weights (embeddings and linear weights), not to biases and LayerNorm params
+ * (Hugging Face Trainer's grouping). */
+#ifndef DT_TRAIN_H
+#define DT_TRAIN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dt_error.h"
+#include "dt_plan.h"
+
+typedef struct dt_train_opts {
+    const char *plan_path;   /* copied into checkpoints; named in the report (may be NULL) */
+    const char *out_dir;     /* NULL: plan.output.dir */
+    const char *data_path;   /* NULL: plan.data.train */
+    int64_t max_steps;       /* stop after this many optimizer steps in total; <= 0: the plan's
+                              * schedule.total_steps. Never changes the schedule. */
+    int resume;              /* continue from the newest complete checkpoint in out_dir */
+    int progress;            /* -1: a progress bar when log is a TTY; 0 never; 1 always */
+    FILE *log;               /* human-readable lines; NULL: quiet */
+} dt_train_opts;
+
+typedef struct dt_train_result {
+    int64_t first_step;      /* the step the run started from (0, or the resumed step) */
+    int64_t steps;           /* step reached */
+    int64_t skipped;         /* fp16 overflow skips in this run */
+    double first_loss, last_loss;
+    double last_valid_loss;  /* NAN when never evaluated */
+    double step_time_s;      /* mean wall time of a step (the first excluded when > 1 ran) */
+    double tokens_per_s;
+} dt_train_result;
+
+/* Trains; writes out_dir/metrics.jsonl (appended to on resume), checkpoints and
+ * out_dir/run-report.json. Plans for more than one rank or for cuda fail with
+ * DT_EINVAL ("distributed runs land with the ZeRO engine"). */
+int dt_train(const dt_plan *plan, const dt_train_opts *opts, dt_train_result *res, dt_error *err);
+
+/* ---- run report (runreport.c) ---- */
+
+typedef struct dt_run_measure {
+    int64_t peak[5];         /* measured peak bytes per dt_mem_category, device pool */
+    int64_t peak_total;      /* peak of the device pool's sum */
+    int64_t host_peak_total; /* peak of the host pool's sum */
+    int64_t peak_rss_bytes;
+    double step_time_s;
+    double tokens_per_s;
+    int64_t steps;
+    double first_loss, last_loss, last_valid_loss;
+} dt_run_measure;
+
+/* Fills m's memory fields from the memory tracker and getrusage. */
+void dt_run_measure_memory(dt_run_measure *m);
+
+/* Writes run-report.json: "predicted" (the plan's prediction when valid, else
+ * dt_memory_estimate's), "measured" and "diff_pct" per category, step time,
+ * tokens/s. Prints the comparison table to log when non-NULL. */
+int dt_run_report_write(const char *path, const dt_plan *plan, const char *plan_path,
+                        const dt_run_measure *m, FILE *log, dt_error *err);
+
+#endif

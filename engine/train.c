@@ -1,0 +1,342 @@
+/* train.c — see dt_train.h. */
+#include "dt_train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dt_ckpt.h"
+#include "dt_data.h"
+#include "dt_gpt2.h"
+#include "dt_json.h"
+#include "dt_memtrack.h"
+#include "dt_optim.h"
+
+#define DT_PROGRESS_WIDTH 24     /* characters of the progress bar */
+#define DT_LOG_LINES 20          /* non-TTY: about this many progress lines per run */
+#define DT_MSG_MAX 256
+
+typedef struct {
+    const dt_plan *plan;
+    const dt_train_opts *opts;
+    char out_dir[DT_PATH_MAX];
+    char *plan_json;             /* the plan file's text, stored in checkpoints */
+    dt_gpt2 *g;
+    dt_optim *o;
+    dt_corpus *train_c, *valid_c;
+    dt_loader *train_l, *valid_l;
+    int32_t *inputs, *targets;   /* [B, T] */
+    dt_train_state st;
+    FILE *metrics;
+    int tty;
+} trainer;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int check_plan(const dt_plan *p, dt_error *err) {
+    if (p->parallel.world_size != 1 || p->cluster.nodes * p->cluster.gpus_per_node != 1)
+        return dt_errorf(err, DT_EINVAL,
+                         "the plan asks for %lld ranks; this dtrun runs world size 1 only "
+                         "(distributed runs land with the ZeRO engine)",
+                         (long long)p->parallel.world_size);
+    if (p->cluster.device != DT_DEVICE_CPU)
+        return dt_errorf(err, DT_EINVAL,
+                         "the plan's device is cuda; this dtrun runs on the cpu device only "
+                         "(distributed and CUDA runs land with the ZeRO engine)");
+    if (p->model.family != DT_FAMILY_GPT2)
+        return dt_errorf(err, DT_EINVAL, "model %s is of the %s family; the engine runs GPT-2 models",
+                         p->model.name, dt_family_name(p->model.family));
+    if (p->batch.seq_len > p->model.max_pos)
+        return dt_errorf(err, DT_EINVAL, "batch.seq_len %lld exceeds the model's max_pos %lld",
+                         (long long)p->batch.seq_len, (long long)p->model.max_pos);
+    if (p->schedule.total_steps < 1)
+        return dt_errorf(err, DT_EINVAL, "schedule.total_steps must be >= 1");
+    return DT_OK;
+}
+
+static int setup_data(trainer *t, dt_error *err) {
+    const dt_plan *p = t->plan;
+    const dt_data *d = &p->data;
+    const char *train_path = t->opts->data_path ? t->opts->data_path : d->train;
+    int64_t T = p->batch.seq_len, B = p->batch.micro_batch;
+    if (dt_corpus_open(train_path, d->format, p->model.vocab, &t->train_c, err)) return err->code;
+    int64_t n = dt_corpus_windows(t->train_c, T), ntrain = n, nvalid = 0;
+    const dt_corpus *vc = NULL;
+    int64_t vfirst = 0;
+    if (d->valid[0]) {
+        if (dt_corpus_open(d->valid, d->format, p->model.vocab, &t->valid_c, err)) return err->code;
+        vc = t->valid_c;
+        nvalid = dt_corpus_windows(vc, T);
+    } else if (d->valid_fraction > 0) {
+        dt_split_windows(n, d->valid_fraction, &ntrain, &nvalid);
+        vc = t->train_c;
+        vfirst = ntrain;
+    }
+    if (dt_loader_create(t->train_c, T, B, 0, ntrain, 1, d->seed, 0, 1, "training data", &t->train_l, err))
+        return dt_error_prefix(err, "%s", train_path);
+    /* validation needs at least one micro-batch of windows; with fewer it is skipped */
+    if (vc && d->eval_interval > 0 && nvalid >= B &&
+        dt_loader_create(vc, T, B, vfirst, nvalid, 0, d->seed, 0, 1, "validation data", &t->valid_l, err))
+        return err->code;
+    return DT_OK;
+}
+
+static int init_weights(trainer *t, int64_t *resumed_from, dt_error *err) {
+    const dt_plan *p = t->plan;
+    *resumed_from = -1;
+    if (t->opts->resume) {
+        char path[DT_PATH_MAX * 2];
+        int64_t step;
+        if (dt_ckpt_latest(t->out_dir, path, sizeof path, &step, err)) return err->code;
+        if (step >= 0) {
+            if (dt_ckpt_load(path, t->g, &p->precision, t->o, &t->st, err)) return err->code;
+            *resumed_from = step;
+            return dt_loader_set_pos(t->train_l, t->st.data, err);
+        }
+        if (t->opts->log) fprintf(t->opts->log, "dtrun: no checkpoint in %s, starting from step 0\n", t->out_dir);
+    }
+    if (p->output.init[0]) {
+        if (dt_weights_load(t->g, &p->model, p->precision.param, p->output.init, err))
+            return dt_error_prefix(err, "output.init");
+    } else {
+        dt_gpt2_init_random(t->g, p->data.seed);
+    }
+    dt_optim_init_master(t->o, dt_gpt2_params(t->g));
+    dt_loss_scaler_init(&t->st.scaler, &p->precision);
+    t->st.rng = p->data.seed;
+    return DT_OK;
+}
+
+static int evaluate(trainer *t, double *loss_out, dt_error *err) {
+    dt_loader_reset(t->valid_l);
+    int64_t nb = t->plan->data.eval_batches > 0 ? t->plan->data.eval_batches : 1;
+    int64_t avail = dt_loader_windows(t->valid_l) / t->plan->batch.micro_batch;
+    if (nb > avail) nb = avail;
+    double sum = 0;
+    for (int64_t i = 0; i < nb; i++) {
+        float loss;
+        dt_loader_next(t->valid_l, t->inputs, t->targets);
+        if (dt_gpt2_forward(t->g, t->inputs, t->targets, &loss, err)) return err->code;
+        sum += loss;
+    }
+    *loss_out = sum / (double)nb;
+    return DT_OK;
+}
+
+static void progress(trainer *t, int64_t step, int64_t stop, double loss, double tps, double eta_s) {
+    FILE *log = t->opts->log;
+    double frac = (double)step / (double)stop;
+    char bar[DT_PROGRESS_WIDTH + 1];
+    int fill = (int)(frac * DT_PROGRESS_WIDTH);
+    for (int i = 0; i < DT_PROGRESS_WIDTH; i++) bar[i] = i < fill ? '#' : '.';
+    bar[DT_PROGRESS_WIDTH] = '\0';
+    double mib = (double)dt_mem_current_total(DT_POOL_DEVICE) / (1024.0 * 1024.0);
+    fprintf(log, "\rstep %lld/%lld [%s] loss %.4f | %.0f tok/s | ETA %02d:%02d | mem %.1f MiB ",
+            (long long)step, (long long)stop, bar, loss, tps, (int)(eta_s / 60), (int)fmod(eta_s, 60), mib);
+    fflush(log);
+}
+
+/* One optimizer step; fills the metrics it produced. */
+static int train_step(trainer *t, double *loss_out, double *lr_out, double *norm_out, int *skipped,
+                      char *msg, dt_error *err) {
+    const dt_plan *p = t->plan;
+    const int64_t accum = p->batch.grad_accum;
+    dt_loss_scaler *sc = &t->st.scaler;
+    const double scale = sc->cur_scale;   /* the scale this step's loss is multiplied by */
+    dt_gpt2_zero_grad(t->g);
+    double loss_sum = 0;
+    for (int64_t a = 0; a < accum; a++) {
+        float loss;
+        dt_loader_next(t->train_l, t->inputs, t->targets);
+        if (dt_gpt2_forward(t->g, t->inputs, t->targets, &loss, err)) return err->code;
+        if (dt_gpt2_backward(t->g, (float)(scale / (double)accum), err)) return err->code;
+        loss_sum += loss;
+    }
+    t->st.tokens += accum * p->batch.micro_batch * p->batch.seq_len;
+    *loss_out = loss_sum / (double)accum;
+    int nonfinite = 0;
+    size_t n = dt_gpt2_num_params(t->g);
+    double norm = sqrt(dt_grad_sumsq(dt_gpt2_grads(t->g), p->precision.grad, n, &nonfinite));
+    *norm_out = norm / scale;
+    *skipped = 0;
+    if (p->precision.param == DT_DTYPE_FP16) {
+        if (dt_loss_scaler_update(sc, nonfinite, msg, DT_MSG_MAX, err)) return err->code;
+        if (nonfinite) {
+            *skipped = 1;
+            t->st.skipped_steps++;
+            *lr_out = dt_schedule_lr(&p->schedule, p->optimizer.lr, t->st.adam_step);
+            t->st.data = dt_loader_get_pos(t->train_l);
+            return DT_OK;
+        }
+    } else if (nonfinite) {
+        return dt_errorf(err, DT_ERUNTIME,
+                         "step %lld: non-finite gradients (loss %g); lower optimizer.lr or enable "
+                         "grad_clip",
+                         (long long)t->st.step + 1, *loss_out);
+    }
+    /* DeepSpeed unscale_and_clip_grads, with the scale the loss was multiplied by */
+    double div = dt_clip_divisor(norm, scale, p->optimizer.grad_clip);
+    double lr = dt_schedule_lr(&p->schedule, p->optimizer.lr, t->st.adam_step);
+    t->st.adam_step++;
+    dt_adamw hp = {lr, p->optimizer.beta1, p->optimizer.beta2, p->optimizer.eps, p->optimizer.weight_decay};
+    void *params = dt_gpt2_params(t->g);
+    const void *grads = dt_gpt2_grads(t->g);
+    for (int i = 0; i < dt_gpt2_num_tensors(t->g); i++) {
+        const dt_tensor_info *ti = dt_gpt2_tensor(t->g, i);
+        dt_optim_update(t->o, params, grads, ti->offset, ti->numel, &hp, 1.0 / div, ti->ndim >= 2,
+                        t->st.adam_step);
+    }
+    *lr_out = lr;
+    t->st.data = dt_loader_get_pos(t->train_l);
+    return DT_OK;
+}
+
+static int save(trainer *t, dt_error *err) {
+    char path[DT_PATH_MAX * 2];
+    if (dt_ckpt_save(t->out_dir, t->g, &t->plan->model, &t->plan->precision, t->o, &t->st, t->plan_json,
+                     t->plan->output.keep_last, path, sizeof path, err))
+        return err->code;
+    if (t->opts->log) {
+        if (t->tty) fprintf(t->opts->log, "\n");
+        fprintf(t->opts->log, "dtrun: saved checkpoint %s\n", path);
+    }
+    return DT_OK;
+}
+
+static void trainer_free(trainer *t) {
+    if (t->metrics) fclose(t->metrics);
+    dt_loader_free(t->train_l);
+    dt_loader_free(t->valid_l);
+    dt_corpus_free(t->train_c);
+    dt_corpus_free(t->valid_c);
+    free(t->inputs);
+    free(t->targets);
+    dt_optim_free(t->o);
+    dt_gpt2_free(t->g);
+    free(t->plan_json);
+}
+
+int dt_train(const dt_plan *plan, const dt_train_opts *opts, dt_train_result *res, dt_error *err) {
+    memset(res, 0, sizeof *res);
+    res->last_valid_loss = NAN;
+    if (check_plan(plan, err)) return err->code;
+    trainer t;
+    memset(&t, 0, sizeof t);
+    t.plan = plan;
+    t.opts = opts;
+    t.tty = opts->log && (opts->progress > 0 || (opts->progress < 0 && isatty(fileno(opts->log))));
+    snprintf(t.out_dir, sizeof t.out_dir, "%s", opts->out_dir ? opts->out_dir : plan->output.dir);
+    int rc;
+    if ((rc = dt_mkdirs(t.out_dir, err))) return rc;
+    if (opts->plan_path && dt_json_read_file(opts->plan_path, &t.plan_json, NULL, err)) return err->code;
+
+    const int64_t B = plan->batch.micro_batch, T = plan->batch.seq_len;
+    rc = dt_gpt2_create(&plan->model, &plan->precision, B, T, plan->activations.ckpt_layers,
+                        plan->activations.attention, &t.g, err);
+    if (!rc) rc = dt_optim_create(&plan->precision, dt_gpt2_num_params(t.g), &t.o, err);
+    if (!rc) rc = setup_data(&t, err);
+    t.inputs = malloc((size_t)(B * T) * sizeof(int32_t));
+    t.targets = malloc((size_t)(B * T) * sizeof(int32_t));
+    int64_t resumed = -1;
+    if (!rc) rc = init_weights(&t, &resumed, err);
+    if (rc) {
+        trainer_free(&t);
+        return rc;
+    }
+    const int64_t total = plan->schedule.total_steps;
+    const int64_t stop = opts->max_steps > 0 && opts->max_steps < total ? opts->max_steps : total;
+    res->first_step = t.st.step;
+    char mpath[DT_PATH_MAX + 32];
+    snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", t.out_dir);
+    t.metrics = fopen(mpath, resumed >= 0 ? "a" : "w");
+    if (!t.metrics) {
+        rc = dt_errorf(err, DT_EIO, "%s: cannot write: %s", mpath, strerror(errno));
+        trainer_free(&t);
+        return rc;
+    }
+    FILE *log = opts->log;
+    if (log) {
+        fprintf(log, "dtrun: %s, %zu params, %s, B=%lld T=%lld accum=%lld, ckpt %lld/%lld layers, %lld train windows\n",
+                plan->model.name, dt_gpt2_num_params(t.g), dt_precision_preset_name(plan->precision.preset),
+                (long long)B, (long long)T, (long long)plan->batch.grad_accum,
+                (long long)plan->activations.ckpt_layers, (long long)plan->model.n_layer,
+                (long long)dt_loader_windows(t.train_l));
+        if (resumed >= 0) fprintf(log, "dtrun: resumed from step %lld\n", (long long)resumed);
+    }
+    const double tokens_per_step = (double)(plan->batch.grad_accum * B * T);
+    double time_sum = 0, first_time = 0;
+    int64_t timed = 0, log_every = stop / DT_LOG_LINES > 0 ? stop / DT_LOG_LINES : 1;
+    char msg[DT_MSG_MAX];
+    while (t.st.step < stop) {
+        double t0 = now_s(), loss = 0, lr = 0, norm = 0;
+        int skipped;
+        msg[0] = '\0';
+        if ((rc = train_step(&t, &loss, &lr, &norm, &skipped, msg, err))) break;
+        double dt = now_s() - t0;
+        t.st.step++;
+        if (timed == 0) first_time = dt;
+        else time_sum += dt;
+        timed++;
+        double mean = timed > 1 ? time_sum / (double)(timed - 1) : first_time;
+        double tps = tokens_per_step / dt;
+        if (t.st.step == res->first_step + 1) res->first_loss = loss;
+        res->last_loss = loss;
+        if (skipped) res->skipped++;
+        double vloss = NAN;
+        int64_t ei = plan->data.eval_interval;
+        if (t.valid_l && ei > 0 && (t.st.step % ei == 0 || t.st.step == stop)) {
+            if ((rc = evaluate(&t, &vloss, err))) break;
+            res->last_valid_loss = vloss;
+        }
+        fprintf(t.metrics,
+                "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"tokens_per_s\": %.1f, \"step_ms\": %.3f, "
+                "\"grad_norm\": %.9g, \"loss_scale\": %g, \"skipped\": %s, \"mem\": %lld",
+                (long long)t.st.step, loss, lr, tps, dt * 1e3, norm, t.st.scaler.cur_scale,
+                skipped ? "true" : "false", (long long)dt_mem_current_total(DT_POOL_DEVICE));
+        if (!isnan(vloss)) fprintf(t.metrics, ", \"val_loss\": %.9g", vloss);
+        fprintf(t.metrics, "}\n");
+        fflush(t.metrics);
+        if (log) {
+            if (msg[0]) fprintf(log, "%sdtrun: step %lld: %s\n", t.tty ? "\n" : "", (long long)t.st.step, msg);
+            if (t.tty) {
+                progress(&t, t.st.step, stop, loss, tps, mean * (double)(stop - t.st.step));
+                if (!isnan(vloss)) fprintf(log, "\nstep %lld: val loss %.4f\n", (long long)t.st.step, vloss);
+            } else if (t.st.step % log_every == 0 || t.st.step == stop || !isnan(vloss)) {
+                fprintf(log, "step %lld/%lld: loss %.4f lr %.3g norm %.3f %.0f tok/s%s", (long long)t.st.step,
+                        (long long)stop, loss, lr, norm, tps, isnan(vloss) ? "\n" : "");
+                if (!isnan(vloss)) fprintf(log, " val loss %.4f\n", vloss);
+            }
+        }
+        int64_t si = plan->output.save_interval;
+        if ((si > 0 && t.st.step % si == 0) || t.st.step == stop)
+            if ((rc = save(&t, err))) break;
+    }
+    if (log && t.tty) fprintf(log, "\n");
+    res->steps = t.st.step;
+    res->step_time_s = timed > 1 ? time_sum / (double)(timed - 1) : first_time;
+    res->tokens_per_s = res->step_time_s > 0 ? tokens_per_step / res->step_time_s : 0;
+    if (!rc) {
+        dt_run_measure m;
+        memset(&m, 0, sizeof m);
+        dt_run_measure_memory(&m);
+        m.step_time_s = res->step_time_s;
+        m.tokens_per_s = res->tokens_per_s;
+        m.steps = res->steps;
+        m.first_loss = res->first_loss;
+        m.last_loss = res->last_loss;
+        m.last_valid_loss = res->last_valid_loss;
+        char rpath[DT_PATH_MAX + 32];
+        snprintf(rpath, sizeof rpath, "%s/run-report.json", t.out_dir);
+        rc = dt_run_report_write(rpath, plan, opts->plan_path, &m, log, err);
+    }
+    trainer_free(&t);
+    return rc;
+}
