@@ -63,6 +63,25 @@ void *dt_gpt2_params(dt_gpt2 *g);   /* flat, param dtype, num_params elements */
 void *dt_gpt2_grads(dt_gpt2 *g);    /* flat, grad dtype */
 void dt_gpt2_set_hooks(dt_gpt2 *g, const dt_gpt2_hooks *hooks);
 
+/* Hook order. Forward: before/after_forward(0) around the encoder, then
+ * before/after_forward(1 + l) for each block l, before/after_forward(L + 1) around
+ * ln_f, then before/after_forward(0) AGAIN around the tied classifier (wte).
+ * Backward: before_backward(0) (classifier), before/after_backward(L + 1),
+ * before/after_backward(1 + l) for l = L-1 .. 0 (a checkpointed block is
+ * recomputed inside its pair), encoder, after_backward(0). Group 0's grads are
+ * complete only at after_backward(0), the last call. */
+
+/* Per-group storage, as the model sees it: the base of a group's parameters
+ * (param dtype) and gradients (grad dtype), group_numel elements each. By
+ * default they point into the flat buffers. */
+void *dt_gpt2_group_params(dt_gpt2 *g, int group);
+void *dt_gpt2_group_grads(dt_gpt2 *g, int group);
+/* Rebinds a group's parameter and gradient storage (e.g. a ZeRO-3 gather buffer
+ * or a ZeRO-2 bucket); NULL restores the default (the flat buffer). The memory
+ * must hold group_numel elements of the param / grad dtype and outlive its use.
+ * Returns DT_EINVAL for a group outside 0 .. L+1. */
+int dt_gpt2_bind_group(dt_gpt2 *g, int group, void *params, void *grads);
+
 /* GPT-2 init from seed: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)),
  * biases 0, LayerNorm weight 1. Deterministic for a given seed. */
 void dt_gpt2_init_random(dt_gpt2 *g, uint64_t seed);
@@ -71,11 +90,23 @@ void dt_gpt2_init_random(dt_gpt2 *g, uint64_t seed);
  * *loss = mean cross-entropy over B*T (fp32). */
 int dt_gpt2_forward(dt_gpt2 *g, const int32_t *inputs, const int32_t *targets, float *loss,
                     dt_error *err);
+/* Tokens outside 0..V-1 are DT_EINVAL. Without targets *loss is not written. */
 /* Backward of the last forward (which must have had targets); gradients are
  * ACCUMULATED into the grad buffer, scaled by grad_scale (1/accum * loss scale). */
 int dt_gpt2_backward(dt_gpt2 *g, float grad_scale, dt_error *err);
 void dt_gpt2_zero_grad(dt_gpt2 *g);
-/* fp32 logits [B, T, V] of the last forward. */
+/* fp32 logits [B, T, V] of the last forward (after dt_gpt2_backward the buffer
+ * holds the logit gradients instead). */
 const float *dt_gpt2_logits(const dt_gpt2 *g);
+
+/* 1 if every gradient (through the bound group pointers) is finite, 0 if any is
+ * inf or NaN: the overflow test of fp16 dynamic loss scaling. */
+int dt_gpt2_grads_finite(const dt_gpt2 *g);
+/* Sum of squared gradients over all groups, in double, in an order independent
+ * of the thread count (global-norm clipping: norm = sqrt(sumsq) / loss scale). */
+double dt_gpt2_grad_sumsq(const dt_gpt2 *g);
+/* Bytes of the saved-activation allocation (DT_MEM_ACTIVATIONS), the quantity
+ * docs/activations.md defines. */
+size_t dt_gpt2_activation_bytes(const dt_gpt2 *g);
 
 #endif

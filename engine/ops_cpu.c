@@ -1,0 +1,568 @@
+/* ops_cpu.c — the CPU device backend: dt_ops.h with OpenBLAS cblas_sgemm for
+ * every matrix product and OpenMP loops for everything else, plus the bulk
+ * 16-bit conversions of dt_dtype.h (AVX-512 when the compiler targets it).
+ *
+ * Determinism: every reduction has a fixed order that does not depend on the
+ * number of threads (parallel loops split over independent outputs: rows for
+ * row-wise ops, column bands for column sums), so a recomputed block gives
+ * bitwise the same numbers as the original forward. */
+#include "dt_ops.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "dt_dtype.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+/* Column band for column-parallel reductions: 64 floats = 4 AVX-512 vectors, one
+ * 256-byte run per row, so a band stays in L1 while rows stream past. */
+#define DT_COL_BAND 64
+/* Key tile of the flash attention forward (keys per online-softmax update). */
+#define DT_ATT_TILE 64
+/* Largest head size the attention kernels keep on the stack (GPT-2 uses 64;
+ * the largest GPT-2/3 family models use 128). */
+#define DT_ATT_MAX_HS 256
+/* Arrays shorter than this are converted on one thread (thread start-up would
+ * cost more than the work). */
+#define DT_PAR_MIN 32768
+
+/* ----------------------------------------------------------------------------
+ * fast exp: exp(x) = 2^n * e^r, n = round(x / ln2), |r| <= ln2/2, e^r by its
+ * Taylor series to degree 7 (truncation error < r^8/8! ~ 1.4e-9 relative, below
+ * fp32's 6e-8 epsilon). Written branch-free so `omp simd` vectorises it; libm's
+ * expf is not vectorised without -ffast-math. */
+#define DT_LN2_HI 0.693145751953125f     /* ln 2 split in two for exact r (Cody–Waite) */
+#define DT_LN2_LO 1.428606765330187e-06f
+#define DT_LOG2E 1.4426950408889634f
+#define DT_EXP_MAX 88.0f                  /* e^88 < FLT_MAX = 3.4e38 */
+#define DT_EXP_MIN -87.0f                 /* e^-87 > FLT_MIN = 1.18e-38 (normal) */
+
+#pragma omp declare simd
+static inline float fast_expf(float x) {
+    x = x > DT_EXP_MAX ? DT_EXP_MAX : x;
+    int under = x < DT_EXP_MIN;
+    x = x < DT_EXP_MIN ? DT_EXP_MIN : x;
+    float fn = floorf(x * DT_LOG2E + 0.5f);
+    float r = x - fn * DT_LN2_HI;
+    r = r - fn * DT_LN2_LO;
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t n = (int32_t)fn;
+    float scale = dt_bits_f32((uint32_t)(n + 127) << 23);
+    return under ? 0.0f : p * scale;
+}
+
+/* tanh(u) = sign(u) (1 - 2 / (e^{2|u|} + 1)); absolute error ~1e-7, which is what
+ * GELU needs (it uses 1 + tanh). */
+#pragma omp declare simd
+static inline float fast_tanhf(float u) {
+    float a = fabsf(u);
+    float e = fast_expf(2.0f * a);
+    float t = 1.0f - 2.0f / (e + 1.0f);
+    return u < 0 ? -t : t;
+}
+
+/* ----------------------------------------------------------------------------
+ * GEMM */
+
+void dt_op_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                int64_t ldc) {
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, (blasint)M, (blasint)N, (blasint)K, alpha, A,
+                (blasint)lda, B, (blasint)ldb, beta, C, (blasint)ldc);
+}
+
+void dt_op_linear_forward(float *out, const float *inp, const float *w, const float *bias,
+                          int64_t N, int64_t IC, int64_t OC) {
+    float beta = 0.0f;
+    if (bias) {
+        /* start from the broadcast bias so the GEMM adds onto it (beta = 1) */
+#pragma omp parallel for schedule(static)
+        for (int64_t n = 0; n < N; n++) memcpy(out + n * OC, bias, (size_t)OC * sizeof(float));
+        beta = 1.0f;
+    }
+    dt_op_gemm(0, 0, N, OC, IC, 1.0f, inp, IC, w, OC, beta, out, OC);
+}
+
+void dt_op_bias_backward(float *db, const float *dout, int64_t N, int64_t OC) {
+    int64_t nband = (OC + DT_COL_BAND - 1) / DT_COL_BAND;
+#pragma omp parallel for schedule(static)
+    for (int64_t band = 0; band < nband; band++) {
+        int64_t c0 = band * DT_COL_BAND;
+        int64_t c1 = c0 + DT_COL_BAND < OC ? c0 + DT_COL_BAND : OC;
+        float acc[DT_COL_BAND] = {0};
+        for (int64_t n = 0; n < N; n++) {
+            const float *row = dout + n * OC;
+#pragma omp simd
+            for (int64_t c = c0; c < c1; c++) acc[c - c0] += row[c];
+        }
+        for (int64_t c = c0; c < c1; c++) db[c] += acc[c - c0];
+    }
+}
+
+void dt_op_linear_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                           const float *inp, const float *w, int64_t N, int64_t IC, int64_t OC,
+                           int accumulate_dinp) {
+    if (dinp)  /* dinp[N, IC] = dout[N, OC] @ w[IC, OC]^T */
+        dt_op_gemm(0, 1, N, IC, OC, 1.0f, dout, OC, w, OC, accumulate_dinp ? 1.0f : 0.0f, dinp,
+                   IC);
+    /* dw[IC, OC] += inp[N, IC]^T @ dout[N, OC] */
+    dt_op_gemm(1, 0, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dw, OC);
+    if (dbias) dt_op_bias_backward(dbias, dout, N, OC);
+}
+
+/* ----------------------------------------------------------------------------
+ * encoder */
+
+void dt_op_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
+                           int64_t B, int64_t T, int64_t C) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < B * T; n++) {
+        const float *we = wte + (int64_t)tokens[n] * C;
+        const float *pe = wpe + (n % T) * C;
+        float *o = out + n * C;
+#pragma omp simd
+        for (int64_t c = 0; c < C; c++) o[c] = we[c] + pe[c];
+    }
+}
+
+void dt_op_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                            int64_t B, int64_t T, int64_t C) {
+    int64_t nband = (C + DT_COL_BAND - 1) / DT_COL_BAND;
+#pragma omp parallel for schedule(static)
+    for (int64_t band = 0; band < nband; band++) {
+        int64_t c0 = band * DT_COL_BAND;
+        int64_t c1 = c0 + DT_COL_BAND < C ? c0 + DT_COL_BAND : C;
+        for (int64_t n = 0; n < B * T; n++) {
+            const float *d = dout + n * C;
+            float *we = dwte + (int64_t)tokens[n] * C;
+            float *pe = dwpe + (n % T) * C;
+#pragma omp simd
+            for (int64_t c = c0; c < c1; c++) {
+                we[c] += d[c];
+                pe[c] += d[c];
+            }
+        }
+    }
+}
+
+/* ----------------------------------------------------------------------------
+ * LayerNorm */
+
+void dt_op_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                             const float *w, const float *b, int64_t N, int64_t C, float eps) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const float *x = inp + n * C;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int64_t c = 0; c < C; c++) s += x[c];
+        float m = s / (float)C;
+        float v = 0.0f;
+#pragma omp simd reduction(+ : v)
+        for (int64_t c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+        float r = 1.0f / sqrtf(v / (float)C + eps);
+        float *o = out + n * C;
+#pragma omp simd
+        for (int64_t c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
+        mean[n] = m;
+        rstd[n] = r;
+    }
+}
+
+void dt_op_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                              const float *inp, const float *w, const float *mean,
+                              const float *rstd, int64_t N, int64_t C) {
+    /* dinp, row by row: dxhat = dout * w;
+     * dinp += rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) */
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const float *x = inp + n * C, *d = dout + n * C;
+        float m = mean[n], r = rstd[n];
+        float s1 = 0.0f, s2 = 0.0f;
+#pragma omp simd reduction(+ : s1, s2)
+        for (int64_t c = 0; c < C; c++) {
+            float dx = d[c] * w[c];
+            s1 += dx;
+            s2 += dx * (x[c] - m) * r;
+        }
+        s1 /= (float)C;
+        s2 /= (float)C;
+        float *di = dinp + n * C;
+#pragma omp simd
+        for (int64_t c = 0; c < C; c++) {
+            float xhat = (x[c] - m) * r;
+            di[c] += r * (d[c] * w[c] - s1 - xhat * s2);
+        }
+    }
+    /* dw, db: column sums over rows, one band of columns per task */
+    int64_t nband = (C + DT_COL_BAND - 1) / DT_COL_BAND;
+#pragma omp parallel for schedule(static)
+    for (int64_t band = 0; band < nband; band++) {
+        int64_t c0 = band * DT_COL_BAND;
+        int64_t c1 = c0 + DT_COL_BAND < C ? c0 + DT_COL_BAND : C;
+        float aw[DT_COL_BAND] = {0}, ab[DT_COL_BAND] = {0};
+        for (int64_t n = 0; n < N; n++) {
+            const float *x = inp + n * C, *d = dout + n * C;
+            float m = mean[n], r = rstd[n];
+#pragma omp simd
+            for (int64_t c = c0; c < c1; c++) {
+                aw[c - c0] += d[c] * (x[c] - m) * r;
+                ab[c - c0] += d[c];
+            }
+        }
+        for (int64_t c = c0; c < c1; c++) {
+            dw[c] += aw[c - c0];
+            db[c] += ab[c - c0];
+        }
+    }
+}
+
+/* ----------------------------------------------------------------------------
+ * attention */
+
+static inline float dot(const float *a, const float *b, int64_t n) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+void dt_op_attention_forward_flash(float *out, float *lse, const float *qkv, int64_t B,
+                                   int64_t T, int64_t C, int64_t H) {
+    int64_t hs = C / H, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for collapse(3) schedule(static)
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < T; i++) {
+                const float *base = qkv + b * T * C3;
+                const float *q = base + i * C3 + h * hs;
+                float acc[DT_ATT_MAX_HS];
+                float s[DT_ATT_TILE];
+                for (int64_t d = 0; d < hs; d++) acc[d] = 0.0f;
+                float mx = -INFINITY, l = 0.0f;
+                /* keys 0..i (causal), one tile at a time with an online softmax */
+                for (int64_t j0 = 0; j0 <= i; j0 += DT_ATT_TILE) {
+                    int64_t j1 = j0 + DT_ATT_TILE <= i + 1 ? j0 + DT_ATT_TILE : i + 1;
+                    float tmax = -INFINITY;
+                    for (int64_t j = j0; j < j1; j++) {
+                        float v = dot(q, base + j * C3 + C + h * hs, hs) * scale;
+                        s[j - j0] = v;
+                        tmax = v > tmax ? v : tmax;
+                    }
+                    float mnew = tmax > mx ? tmax : mx;
+                    float corr = fast_expf(mx - mnew);   /* 0 on the first tile */
+                    l *= corr;
+#pragma omp simd
+                    for (int64_t d = 0; d < hs; d++) acc[d] *= corr;
+                    for (int64_t j = j0; j < j1; j++) {
+                        float p = fast_expf(s[j - j0] - mnew);
+                        l += p;
+                        const float *v = base + j * C3 + 2 * C + h * hs;
+#pragma omp simd
+                        for (int64_t d = 0; d < hs; d++) acc[d] += p * v[d];
+                    }
+                    mx = mnew;
+                }
+                float inv = 1.0f / l;
+                float *o = out + (b * T + i) * C + h * hs;
+                for (int64_t d = 0; d < hs; d++) o[d] = acc[d] * inv;
+                lse[(b * H + h) * T + i] = mx + logf(l);
+            }
+}
+
+/* Shared backward core. For one (b, h): given p_ij (from lse or probs),
+ *   dv_j += p_ij dout_i;  dp_ij = dout_i . v_j;  ds_ij = p_ij (dp_ij - D_i)
+ *   dq_i += scale ds_ij k_j;  dk_j += scale ds_ij q_i
+ * with D_i = sum_j p_ij dp_ij = dout_i . out_i. */
+static void attention_backward_bh(float *dqkv, const float *dout, const float *qkv,
+                                  const float *out, const float *lse, const float *probs,
+                                  int64_t b, int64_t h, int64_t T, int64_t C, int64_t H) {
+    int64_t hs = C / H, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    const float *base = qkv + b * T * C3;
+    float *dbase = dqkv + b * T * C3;
+    for (int64_t t = 0; t < T; t++) {   /* this (b, h)'s q, k, v gradient slices start at 0 */
+        float *r = dbase + t * C3 + h * hs;
+        memset(r, 0, (size_t)hs * sizeof(float));
+        memset(r + C, 0, (size_t)hs * sizeof(float));
+        memset(r + 2 * C, 0, (size_t)hs * sizeof(float));
+    }
+    float pbuf[DT_ATT_TILE], dpbuf[DT_ATT_TILE];
+    for (int64_t i = 0; i < T; i++) {
+        const float *q = base + i * C3 + h * hs;
+        const float *dout_i = dout + (b * T + i) * C + h * hs;
+        float *dq = dbase + i * C3 + h * hs;
+        float D;
+        float li = lse ? lse[(b * H + h) * T + i] : 0.0f;
+        const float *prow = probs ? probs + ((b * H + h) * T + i) * T : NULL;
+        if (out) {
+            D = dot(dout_i, out + (b * T + i) * C + h * hs, hs);
+        } else {   /* materialized: D_i = sum_j p_ij dp_ij */
+            D = 0.0f;
+            for (int64_t j = 0; j <= i; j++)
+                D += prow[j] * dot(dout_i, base + j * C3 + 2 * C + h * hs, hs);
+        }
+        for (int64_t j0 = 0; j0 <= i; j0 += DT_ATT_TILE) {
+            int64_t j1 = j0 + DT_ATT_TILE <= i + 1 ? j0 + DT_ATT_TILE : i + 1;
+            for (int64_t j = j0; j < j1; j++) {
+                const float *k = base + j * C3 + C + h * hs;
+                const float *v = base + j * C3 + 2 * C + h * hs;
+                pbuf[j - j0] = prow ? prow[j] : fast_expf(dot(q, k, hs) * scale - li);
+                dpbuf[j - j0] = dot(dout_i, v, hs);
+            }
+            for (int64_t j = j0; j < j1; j++) {
+                float p = pbuf[j - j0];
+                float ds = p * (dpbuf[j - j0] - D) * scale;
+                const float *k = base + j * C3 + C + h * hs;
+                float *dk = dbase + j * C3 + C + h * hs;
+                float *dv = dk + C;
+#pragma omp simd
+                for (int64_t d = 0; d < hs; d++) {
+                    dq[d] += ds * k[d];
+                    dk[d] += ds * q[d];
+                    dv[d] += p * dout_i[d];
+                }
+            }
+        }
+    }
+}
+
+void dt_op_attention_backward_flash(float *dqkv, const float *dout, const float *qkv,
+                                    const float *out, const float *lse, int64_t B, int64_t T,
+                                    int64_t C, int64_t H) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            attention_backward_bh(dqkv, dout, qkv, out, lse, NULL, b, h, T, C, H);
+}
+
+void dt_op_attention_forward_probs(float *out, float *probs, const float *qkv, int64_t B,
+                                   int64_t T, int64_t C, int64_t H) {
+    int64_t hs = C / H, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for collapse(3) schedule(static)
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < T; i++) {
+                const float *base = qkv + b * T * C3;
+                const float *q = base + i * C3 + h * hs;
+                float *p = probs + ((b * H + h) * T + i) * T;
+                float mx = -INFINITY;
+                for (int64_t j = 0; j <= i; j++) {
+                    p[j] = dot(q, base + j * C3 + C + h * hs, hs) * scale;
+                    mx = p[j] > mx ? p[j] : mx;
+                }
+                float sum = 0.0f;
+                for (int64_t j = 0; j <= i; j++) {
+                    p[j] = fast_expf(p[j] - mx);
+                    sum += p[j];
+                }
+                float inv = 1.0f / sum;
+                for (int64_t j = 0; j <= i; j++) p[j] *= inv;
+                for (int64_t j = i + 1; j < T; j++) p[j] = 0.0f;
+                float *o = out + (b * T + i) * C + h * hs;
+                for (int64_t d = 0; d < hs; d++) o[d] = 0.0f;
+                for (int64_t j = 0; j <= i; j++) {
+                    const float *v = base + j * C3 + 2 * C + h * hs;
+#pragma omp simd
+                    for (int64_t d = 0; d < hs; d++) o[d] += p[j] * v[d];
+                }
+            }
+}
+
+void dt_op_attention_backward_probs(float *dqkv, const float *dout, const float *qkv,
+                                    const float *probs, int64_t B, int64_t T, int64_t C,
+                                    int64_t H) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            attention_backward_bh(dqkv, dout, qkv, NULL, NULL, probs, b, h, T, C, H);
+}
+
+/* ----------------------------------------------------------------------------
+ * GELU (tanh approximation). sqrt(2/pi) and 0.044715: Hendrycks & Gimpel 2016,
+ * eq. for the tanh approximation; GPT-2's gelu_new. */
+#define DT_GELU_S 0.7978845608028654f   /* sqrt(2 / pi) */
+#define DT_GELU_C 0.044715f
+
+void dt_op_gelu_forward(float *out, const float *inp, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float t = fast_tanhf(DT_GELU_S * (x + DT_GELU_C * x * x * x));
+        out[i] = 0.5f * x * (1.0f + t);
+    }
+}
+
+void dt_op_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float t = fast_tanhf(DT_GELU_S * (x + DT_GELU_C * x * x * x));
+        float du = DT_GELU_S * (1.0f + 3.0f * DT_GELU_C * x * x);
+        float g = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+        dinp[i] = g * dout[i];
+    }
+}
+
+/* ----------------------------------------------------------------------------
+ * residual, axpy, finiteness */
+
+void dt_op_residual_forward(float *out, const float *a, const float *b, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void dt_op_axpy(float *y, const float *x, float alpha, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= DT_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) y[i] += alpha * x[i];
+}
+
+int dt_op_all_finite(const float *x, int64_t n) {
+    int bad = 0;
+#pragma omp parallel for reduction(| : bad) schedule(static) if (n >= DT_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) bad |= (dt_f32_bits(x[i]) & 0x7f800000u) == 0x7f800000u;
+    return !bad;
+}
+
+/* ----------------------------------------------------------------------------
+ * cross-entropy on the logits buffer */
+
+double dt_op_crossentropy_forward(float *lse, float *losses, const float *logits,
+                                  const int32_t *targets, int64_t N, int64_t V) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const float *z = logits + n * V;
+        float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+        for (int64_t v = 0; v < V; v++) mx = z[v] > mx ? z[v] : mx;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int64_t v = 0; v < V; v++) s += fast_expf(z[v] - mx);
+        lse[n] = mx + logf(s);
+        if (targets) losses[n] = lse[n] - z[targets[n]];
+    }
+    if (!targets) return 0.0;
+    double total = 0.0;
+    for (int64_t n = 0; n < N; n++) total += losses[n];
+    return total / (double)N;
+}
+
+void dt_op_crossentropy_backward_inplace(float *logits, const float *lse, const int32_t *targets,
+                                         float dloss, int64_t N, int64_t V) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        float *z = logits + n * V;
+        float l = lse[n];
+#pragma omp simd
+        for (int64_t v = 0; v < V; v++) z[v] = dloss * fast_expf(z[v] - l);
+        z[targets[n]] -= dloss;
+    }
+}
+
+/* ----------------------------------------------------------------------------
+ * bulk 16-bit conversions */
+
+void dt_bf16_from_f32(dt_bf16 *dst, const float *src, size_t n) {
+    size_t nv = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+    nv = n / 16 * 16;
+#pragma omp parallel for schedule(static) if (n >= DT_PAR_MIN)
+    for (size_t i = 0; i < nv; i += 16) {
+        __m512i u = _mm512_loadu_si512((const void *)(src + i));
+        __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+        __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+        r = _mm512_srli_epi32(r, 16);
+        /* NaN inputs: keep the sign/exponent bits and set the quiet bit */
+        __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+        __mmask16 nan = _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000));
+        __m512i qn = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+        r = _mm512_mask_mov_epi32(r, nan, qn);
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtepi32_epi16(r));
+    }
+#endif
+    for (size_t i = nv; i < n; i++) dst[i] = dt_f32_to_bf16(src[i]);
+}
+
+void dt_bf16_to_f32_n(float *dst, const dt_bf16 *src, size_t n) {
+    size_t nv = 0;
+#if defined(__AVX512F__)
+    nv = n / 16 * 16;
+#pragma omp parallel for schedule(static) if (n >= DT_PAR_MIN)
+    for (size_t i = 0; i < nv; i += 16) {
+        __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + i)));
+        _mm512_storeu_si512((void *)(dst + i), _mm512_slli_epi32(h, 16));
+    }
+#endif
+    for (size_t i = nv; i < n; i++) dst[i] = dt_bf16_to_f32(src[i]);
+}
+
+void dt_fp16_from_f32(dt_fp16 *dst, const float *src, size_t n) {
+    size_t nv = 0;
+#if defined(__AVX512F__)
+    nv = n / 16 * 16;
+#pragma omp parallel for schedule(static) if (n >= DT_PAR_MIN)
+    for (size_t i = 0; i < nv; i += 16) {
+        __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(src + i),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm256_storeu_si256((__m256i *)(dst + i), h);
+    }
+#endif
+    for (size_t i = nv; i < n; i++) dst[i] = dt_f32_to_fp16(src[i]);
+}
+
+void dt_fp16_to_f32_n(float *dst, const dt_fp16 *src, size_t n) {
+    size_t nv = 0;
+#if defined(__AVX512F__)
+    nv = n / 16 * 16;
+#pragma omp parallel for schedule(static) if (n >= DT_PAR_MIN)
+    for (size_t i = 0; i < nv; i += 16)
+        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
+#endif
+    for (size_t i = nv; i < n; i++) dst[i] = dt_fp16_to_f32(src[i]);
+}
+
+void dt_convert(void *dst, dt_dtype dst_t, const void *src, dt_dtype src_t, size_t n) {
+    if (dst_t == src_t) {
+        memcpy(dst, src, n * (size_t)dt_dtype_size(dst_t));
+        return;
+    }
+    if (src_t == DT_DTYPE_FP32) {
+        if (dst_t == DT_DTYPE_BF16) dt_bf16_from_f32(dst, src, n);
+        else dt_fp16_from_f32(dst, src, n);
+        return;
+    }
+    if (dst_t == DT_DTYPE_FP32) {
+        if (src_t == DT_DTYPE_BF16) dt_bf16_to_f32_n(dst, src, n);
+        else dt_fp16_to_f32_n(dst, src, n);
+        return;
+    }
+    /* bf16 <-> fp16: through fp32, element by element */
+    const uint16_t *s = src;
+    uint16_t *d = dst;
+    for (size_t i = 0; i < n; i++) {
+        float f = src_t == DT_DTYPE_BF16 ? dt_bf16_to_f32(s[i]) : dt_fp16_to_f32(s[i]);
+        d[i] = dst_t == DT_DTYPE_BF16 ? dt_f32_to_bf16(f) : dt_f32_to_fp16(f);
+    }
+}
+
+void dt_round_f32(float *x, dt_dtype t, size_t n) {
+    if (t == DT_DTYPE_FP32) return;
+#pragma omp parallel for schedule(static) if (n >= DT_PAR_MIN)
+    for (size_t i = 0; i < n; i++)
+        x[i] = t == DT_DTYPE_BF16 ? dt_bf16_to_f32(dt_f32_to_bf16(x[i]))
+                                  : dt_fp16_to_f32(dt_f32_to_fp16(x[i]));
+}

@@ -1,0 +1,446 @@
+/* test_gpt2.c — the whole GPT-2 against the golden file written by
+ * scripts/gen_golden.py (float64 NumPy reference): logits, loss, every
+ * gradient; in fp32, bf16 and fp16 storage, flash and materialized attention.
+ * Also: activation checkpointing gives bitwise-identical gradients, the
+ * saved-activation bytes equal docs/activations.md's formula, 16-bit storage is
+ * really 16-bit, hooks fire in the documented order, rebinding a group works,
+ * grad_scale / accumulation / inf detection, the Hugging Face layout of
+ * GPT-2 124M, and bad inputs give one-line errors.
+ * Usage: test_kernels_gpt2 GOLDEN_FILE */
+#include <stdint.h>
+
+#include "dt_dtype.h"
+#include "dt_gpt2.h"
+#include "dt_memtrack.h"
+#include "dt_test.h"
+
+typedef struct {
+    int32_t L, C, H, V, maxT, F, B, T, steps, P;
+    float ln_eps, lr, beta1, beta2, adam_eps, wd;
+    int32_t *inputs, *targets;
+    float *params, *logits, loss, *grads, *step_losses, *params_after;
+} golden;
+
+static int read_golden(const char *path, golden *g) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "cannot open golden file %s\n", path);
+        return 1;
+    }
+    char magic[8];
+    int ok = fread(magic, 1, 8, f) == 8 && memcmp(magic, "DTGOLD01", 8) == 0;
+    ok = ok && fread(&g->L, sizeof(int32_t), 10, f) == 10 && fread(&g->ln_eps, sizeof(float), 6, f) == 6;
+    if (ok) {
+        size_t N = (size_t)g->B * g->T, P = (size_t)g->P;
+        g->inputs = malloc(N * 4);
+        g->targets = malloc(N * 4);
+        g->params = malloc(P * 4);
+        g->logits = malloc(N * g->V * 4);
+        g->grads = malloc(P * 4);
+        g->step_losses = malloc((size_t)g->steps * 4);
+        g->params_after = malloc(P * 4);
+        ok = fread(g->inputs, 4, N, f) == N && fread(g->targets, 4, N, f) == N &&
+             fread(g->params, 4, P, f) == P && fread(g->logits, 4, N * g->V, f) == N * g->V &&
+             fread(&g->loss, 4, 1, f) == 1 && fread(g->grads, 4, P, f) == P &&
+             fread(g->step_losses, 4, (size_t)g->steps, f) == (size_t)g->steps &&
+             fread(g->params_after, 4, P, f) == P;
+    }
+    fclose(f);
+    if (!ok) fprintf(stderr, "golden file %s is truncated or not a DTGOLD01 file\n", path);
+    return !ok;
+}
+
+static dt_model make_model(int64_t L, int64_t C, int64_t H, int64_t V, int64_t maxT) {
+    dt_model m;
+    memset(&m, 0, sizeof m);
+    snprintf(m.name, sizeof m.name, "test-gpt2");
+    m.family = DT_FAMILY_GPT2;
+    m.n_layer = L;
+    m.hidden = C;
+    m.n_head = m.n_kv_head = H;
+    m.head_dim = C / H;
+    m.ffn = 4 * C;
+    m.vocab = V;
+    m.max_pos = maxT;
+    m.tied_embeddings = 1;
+    m.qkv_bias = 1;
+    m.norm_eps = 1e-5;
+    return m;
+}
+
+static dt_precision prec_of(dt_dtype t) {
+    dt_precision p;
+    dt_precision_from_preset(t == DT_DTYPE_FP32 ? DT_PREC_FP32
+                             : t == DT_DTYPE_BF16 ? DT_PREC_MIXED_BF16 : DT_PREC_MIXED_FP16, &p);
+    return p;
+}
+
+/* grads of the model as fp32 (converted from the grad dtype) */
+static float *grads_f32(dt_gpt2 *g, dt_dtype gt) {
+    size_t P = dt_gpt2_num_params(g);
+    float *out = malloc(P * sizeof(float));
+    dt_convert(out, DT_DTYPE_FP32, dt_gpt2_grads(g), gt, P);
+    return out;
+}
+
+static dt_gpt2 *golden_model(const golden *gd, dt_dtype t, int64_t K, dt_attention attn) {
+    dt_model m = make_model(gd->L, gd->C, gd->H, gd->V, gd->maxT);
+    dt_precision p = prec_of(t);
+    dt_gpt2 *g = NULL;
+    dt_error err = {0};
+    if (dt_gpt2_create(&m, &p, gd->B, gd->T, K, attn, &g, &err)) {
+        fprintf(stderr, "create: %s\n", err.msg);
+        exit(1);
+    }
+    CHECK_EQ_I64(dt_gpt2_num_params(g), gd->P);
+    dt_convert(dt_gpt2_params(g), t, gd->params, DT_DTYPE_FP32, (size_t)gd->P);
+    return g;
+}
+
+/* fwd + bwd on the golden batch; returns the loss */
+static float run(dt_gpt2 *g, const golden *gd, float scale) {
+    dt_error err = {0};
+    float loss = NAN;
+    CHECK(dt_gpt2_forward(g, gd->inputs, gd->targets, &loss, &err) == 0);
+    CHECK(dt_gpt2_backward(g, scale, &err) == 0);
+    return loss;
+}
+
+/* per tensor: ||got - ref|| <= tol * ||ref|| */
+static void compare_grads(dt_gpt2 *g, const float *got, const float *ref, double tol,
+                          const char *what) {
+    for (int i = 0; i < dt_gpt2_num_tensors(g); i++) {
+        const dt_tensor_info *t = dt_gpt2_tensor(g, i);
+        double d2 = 0, r2 = 0;
+        for (size_t k = 0; k < t->numel; k++) {
+            double d = (double)got[t->offset + k] - ref[t->offset + k];
+            d2 += d * d;
+            r2 += (double)ref[t->offset + k] * ref[t->offset + k];
+        }
+        double rel = sqrt(d2) / (sqrt(r2) > 1e-20 ? sqrt(r2) : 1e-20);
+        if (!(rel <= tol))
+            fprintf(stderr, "%s: grad %s relative error %.3g > %.3g\n", what, t->name, rel, tol);
+        CHECK(rel <= tol);
+    }
+}
+
+static void test_golden(const golden *gd) {
+    struct { dt_dtype t; dt_attention a; double logit_tol, loss_tol, grad_tol; const char *what; } cases[] = {
+        {DT_DTYPE_FP32, DT_ATTN_FLASH, 2e-5, 1e-5, 2e-4, "fp32 flash"},
+        {DT_DTYPE_FP32, DT_ATTN_MATERIALIZED, 2e-5, 1e-5, 2e-4, "fp32 materialized"},
+        /* 16-bit: params, activations and grads rounded (8 / 11 significant bits) */
+        {DT_DTYPE_BF16, DT_ATTN_FLASH, 5e-2, 1e-2, 6e-2, "bf16 flash"},
+        {DT_DTYPE_FP16, DT_ATTN_FLASH, 1e-2, 2e-3, 1e-2, "fp16 flash"},
+        {DT_DTYPE_FP16, DT_ATTN_MATERIALIZED, 1e-2, 2e-3, 1e-2, "fp16 materialized"},
+    };
+    size_t NV = (size_t)gd->B * gd->T * gd->V;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        dt_gpt2 *g = golden_model(gd, cases[c].t, 0, cases[c].a);
+        dt_error err = {0};
+        float loss = NAN;
+        CHECK(dt_gpt2_forward(g, gd->inputs, gd->targets, &loss, &err) == 0);
+        double maxe = 0;
+        const float *lg = dt_gpt2_logits(g);
+        for (size_t i = 0; i < NV; i++) maxe = fmax(maxe, fabs(lg[i] - gd->logits[i]));
+        if (!(maxe <= cases[c].logit_tol)) fprintf(stderr, "%s: logits max error %.3g\n", cases[c].what, maxe);
+        CHECK(maxe <= cases[c].logit_tol);
+        CHECK_NEAR(loss, gd->loss, cases[c].loss_tol);
+        CHECK(dt_gpt2_backward(g, 1.0f, &err) == 0);
+        float *gr = grads_f32(g, cases[c].t);
+        compare_grads(g, gr, gd->grads, cases[c].grad_tol, cases[c].what);
+        free(gr);
+        dt_gpt2_free(g);
+    }
+}
+
+/* K checkpointed blocks: bitwise the same gradients and loss as K = 0 */
+static void test_checkpointing_bitwise(const golden *gd) {
+    dt_dtype ts[2] = {DT_DTYPE_FP32, DT_DTYPE_BF16};
+    dt_attention as[2] = {DT_ATTN_FLASH, DT_ATTN_MATERIALIZED};
+    for (int ti = 0; ti < 2; ti++)
+        for (int ai = 0; ai < 2; ai++) {
+            dt_gpt2 *g0 = golden_model(gd, ts[ti], 0, as[ai]);
+            float l0 = run(g0, gd, 1.0f);
+            size_t gbytes = dt_gpt2_num_params(g0) * (size_t)dt_dtype_size(ts[ti]);
+            for (int64_t K = 1; K <= gd->L; K++) {
+                dt_gpt2 *gk = golden_model(gd, ts[ti], K, as[ai]);
+                float lk = run(gk, gd, 1.0f);
+                CHECK(memcmp(&l0, &lk, sizeof l0) == 0);
+                int same = memcmp(dt_gpt2_grads(g0), dt_gpt2_grads(gk), gbytes) == 0;
+                if (!same) fprintf(stderr, "checkpointing K=%lld dtype %d attn %d: grads differ\n", (long long)K, ti, ai);
+                CHECK(same);
+                /* K = 1 saves nothing (x + one recompute area = one full block); more does */
+                if (K >= 2) CHECK(dt_gpt2_activation_bytes(gk) < dt_gpt2_activation_bytes(g0));
+                else CHECK(dt_gpt2_activation_bytes(gk) == dt_gpt2_activation_bytes(g0));
+                dt_gpt2_free(gk);
+            }
+            dt_gpt2_free(g0);
+        }
+}
+
+/* docs/activations.md, GPT-2 family, evaluated independently here */
+static int64_t contract_bytes(int64_t L, int64_t C, int64_t H, int64_t B, int64_t T, int64_t K,
+                              int a, dt_attention attn) {
+    int64_t BT = B * T, F = 4 * C;
+    int64_t att = attn == DT_ATTN_FLASH ? 4 * B * H * T : (int64_t)a * B * H * T * T;
+    int64_t full = a * BT * (8 * C + 2 * F) + 16 * BT + att;
+    int64_t head = 2 * a * BT * C + 8 * BT;
+    return (L - K) * full + K * a * BT * C + (K > 0 ? full - a * BT * C : 0) + head;
+}
+
+static void test_memory_contract(void) {
+    struct { int64_t L, C, H, V, maxT, B, T, K; dt_dtype t; dt_attention a; } cs[] = {
+        {2, 64, 4, 256, 64, 2, 32, 0, DT_DTYPE_FP32, DT_ATTN_FLASH},
+        {4, 64, 4, 256, 64, 3, 64, 2, DT_DTYPE_BF16, DT_ATTN_FLASH},
+        {4, 64, 4, 256, 64, 3, 64, 4, DT_DTYPE_FP16, DT_ATTN_MATERIALIZED},
+        {3, 48, 6, 100, 40, 1, 40, 1, DT_DTYPE_FP32, DT_ATTN_MATERIALIZED},
+    };
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        dt_model m = make_model(cs[c].L, cs[c].C, cs[c].H, cs[c].V, cs[c].maxT);
+        dt_precision p = prec_of(cs[c].t);
+        int64_t before_a = dt_mem_current(DT_POOL_DEVICE, DT_MEM_ACTIVATIONS);
+        int64_t before_p = dt_mem_current(DT_POOL_DEVICE, DT_MEM_PARAMS);
+        int64_t before_g = dt_mem_current(DT_POOL_DEVICE, DT_MEM_GRADS);
+        int64_t before_o = dt_mem_current(DT_POOL_DEVICE, DT_MEM_OPTIMIZER);
+        dt_gpt2 *g = NULL;
+        dt_error err = {0};
+        CHECK(dt_gpt2_create(&m, &p, cs[c].B, cs[c].T, cs[c].K, cs[c].a, &g, &err) == 0);
+        if (!g) continue;
+        int sz = dt_dtype_size(cs[c].t);
+        int64_t want = contract_bytes(cs[c].L, cs[c].C, cs[c].H, cs[c].B, cs[c].T, cs[c].K, sz, cs[c].a);
+        CHECK_EQ_I64(dt_mem_current(DT_POOL_DEVICE, DT_MEM_ACTIVATIONS) - before_a, want);
+        CHECK_EQ_I64(dt_gpt2_activation_bytes(g), want);
+        /* 16-bit params and grads really take 2 bytes each */
+        CHECK_EQ_I64(dt_mem_current(DT_POOL_DEVICE, DT_MEM_PARAMS) - before_p, (int64_t)dt_gpt2_num_params(g) * sz);
+        CHECK_EQ_I64(dt_mem_current(DT_POOL_DEVICE, DT_MEM_GRADS) - before_g, (int64_t)dt_gpt2_num_params(g) * sz);
+        CHECK_EQ_I64(dt_mem_current(DT_POOL_DEVICE, DT_MEM_OPTIMIZER) - before_o, 0);
+        dt_gpt2_free(g);
+        CHECK_EQ_I64(dt_mem_current(DT_POOL_DEVICE, DT_MEM_ACTIVATIONS), before_a);
+    }
+}
+
+/* ---- hooks ---- */
+typedef struct { char log[512]; int fail_at; int n; } hook_log;
+static int hk(hook_log *h, char kind, int group) {
+    char s[16];
+    snprintf(s, sizeof s, "%c%d ", kind, group);
+    strncat(h->log, s, sizeof h->log - strlen(h->log) - 1);
+    return ++h->n == h->fail_at ? DT_ERUNTIME : 0;
+}
+static int bf(void *c, int g) { return hk(c, 'F', g); }
+static int af(void *c, int g) { return hk(c, 'f', g); }
+static int bb(void *c, int g) { return hk(c, 'B', g); }
+static int ab(void *c, int g) { return hk(c, 'b', g); }
+
+static void test_hooks(const golden *gd) {
+    dt_gpt2 *g = golden_model(gd, DT_DTYPE_FP32, 1, DT_ATTN_FLASH);
+    hook_log h = {0};
+    dt_gpt2_hooks hooks = {&h, bf, af, bb, ab};
+    dt_gpt2_set_hooks(g, &hooks);
+    CHECK_EQ_I64(dt_gpt2_num_groups(g), gd->L + 2);
+    run(g, gd, 1.0f);
+    CHECK_STR(h.log, "F0 f0 F1 f1 F2 f2 F3 f3 F0 f0 B0 B3 b3 B2 b2 B1 b1 b0 ");
+    /* a failing hook aborts the pass with its code */
+    memset(&h, 0, sizeof h);
+    h.fail_at = 3;
+    dt_error err = {0};
+    float loss;
+    CHECK_EQ_I64(dt_gpt2_forward(g, gd->inputs, gd->targets, &loss, &err), DT_ERUNTIME);
+    CHECK(strstr(err.msg, "before_forward hook failed for group 1") != NULL);
+    dt_gpt2_set_hooks(g, NULL);
+    dt_gpt2_free(g);
+}
+
+/* ---- bind_group: params and grads of a group live elsewhere ---- */
+static void test_bind_group(const golden *gd) {
+    dt_gpt2 *ref = golden_model(gd, DT_DTYPE_FP32, 0, DT_ATTN_FLASH);
+    run(ref, gd, 1.0f);
+    dt_gpt2 *g = golden_model(gd, DT_DTYPE_FP32, 0, DT_ATTN_FLASH);
+    int grp = 2;
+    size_t n = dt_gpt2_group_numel(g, grp), off = dt_gpt2_group_offset(g, grp);
+    float *p = malloc(n * 4), *gr = calloc(n, 4);
+    memcpy(p, (float *)dt_gpt2_params(g) + off, n * 4);
+    memset((float *)dt_gpt2_params(g) + off, 0, n * 4);   /* the flat copy is now wrong */
+    CHECK(dt_gpt2_bind_group(g, grp, p, gr) == 0);
+    CHECK(dt_gpt2_group_params(g, grp) == p);
+    run(g, gd, 1.0f);
+    CHECK(memcmp(gr, (float *)dt_gpt2_grads(ref) + off, n * 4) == 0);
+    /* the flat grads of that group were not touched */
+    int untouched = 1;
+    for (size_t i = 0; i < n; i++) untouched &= ((float *)dt_gpt2_grads(g))[off + i] == 0.0f;
+    CHECK(untouched);
+    CHECK(dt_gpt2_bind_group(g, grp, NULL, NULL) == 0);
+    CHECK(dt_gpt2_group_params(g, grp) == (float *)dt_gpt2_params(g) + off);
+    CHECK_EQ_I64(dt_gpt2_bind_group(g, 99, p, gr), DT_EINVAL);
+    free(p);
+    free(gr);
+    dt_gpt2_free(g);
+    dt_gpt2_free(ref);
+}
+
+/* ---- grad_scale, accumulation, inf detection, sum of squares ---- */
+static void test_scale_accum(const golden *gd) {
+    dt_gpt2 *a = golden_model(gd, DT_DTYPE_FP32, 0, DT_ATTN_FLASH);
+    dt_gpt2 *b = golden_model(gd, DT_DTYPE_FP32, 0, DT_ATTN_FLASH);
+    run(a, gd, 1.0f);
+    run(b, gd, 4.0f);   /* powers of two scale exactly */
+    size_t P = dt_gpt2_num_params(a);
+    const float *ga = dt_gpt2_grads(a), *gb = dt_gpt2_grads(b);
+    int exact = 1;
+    for (size_t i = 0; i < P; i++) exact &= gb[i] == 4.0f * ga[i];
+    CHECK(exact);
+    run(a, gd, 1.0f);   /* accumulate a second micro-step: 2x (summation order may differ
+                           for wte rows hit by several tokens, so to rounding) */
+    double maxe = 0;
+    for (size_t i = 0; i < P; i++) maxe = fmax(maxe, fabs(ga[i] - gb[i] * 0.5f));
+    CHECK(maxe < 1e-7);
+    CHECK(ga[P - 1] == gb[P - 1] * 0.5f);   /* ln_f.bias: same order, exact */
+    double s = 0;
+    for (size_t i = 0; i < P; i++) s += (double)ga[i] * ga[i];
+    CHECK_NEAR(dt_gpt2_grad_sumsq(a), s, 1e-9);
+    CHECK(dt_gpt2_grads_finite(a));
+    ((float *)dt_gpt2_grads(a))[P - 1] = INFINITY;
+    CHECK(!dt_gpt2_grads_finite(a));
+    dt_gpt2_zero_grad(a);
+    CHECK(dt_gpt2_grad_sumsq(a) == 0.0);
+    CHECK(dt_gpt2_grads_finite(a));
+    dt_gpt2_free(a);
+    dt_gpt2_free(b);
+
+    /* fp16 grads overflow into inf with a huge loss scale, and that is detected */
+    dt_gpt2 *h = golden_model(gd, DT_DTYPE_FP16, 0, DT_ATTN_FLASH);
+    run(h, gd, 1.0f);
+    CHECK(dt_gpt2_grads_finite(h));
+    dt_gpt2_zero_grad(h);
+    run(h, gd, 65536.0f * 65536.0f);
+    CHECK(!dt_gpt2_grads_finite(h));
+    dt_gpt2_free(h);
+}
+
+/* ---- init ---- */
+static void test_init(void) {
+    dt_model m = make_model(4, 64, 4, 256, 64);
+    dt_precision p = prec_of(DT_DTYPE_FP32);
+    dt_gpt2 *g = NULL, *g2 = NULL;
+    dt_error err = {0};
+    CHECK(dt_gpt2_create(&m, &p, 1, 8, 0, DT_ATTN_FLASH, &g, &err) == 0);
+    CHECK(dt_gpt2_create(&m, &p, 1, 8, 0, DT_ATTN_FLASH, &g2, &err) == 0);
+    dt_gpt2_init_random(g, 7);
+    dt_gpt2_init_random(g2, 7);
+    size_t P = dt_gpt2_num_params(g);
+    CHECK(memcmp(dt_gpt2_params(g), dt_gpt2_params(g2), P * 4) == 0);
+    dt_gpt2_init_random(g2, 8);
+    CHECK(memcmp(dt_gpt2_params(g), dt_gpt2_params(g2), P * 4) != 0);
+    const float *w = dt_gpt2_params(g);
+    for (int i = 0; i < dt_gpt2_num_tensors(g); i++) {
+        const dt_tensor_info *t = dt_gpt2_tensor(g, i);
+        double s = 0, s2 = 0;
+        for (size_t k = 0; k < t->numel; k++) {
+            s += w[t->offset + k];
+            s2 += (double)w[t->offset + k] * w[t->offset + k];
+        }
+        double mean = s / t->numel, sd = sqrt(s2 / t->numel - mean * mean);
+        if (strstr(t->name, "bias")) CHECK(s2 == 0.0);
+        else if (strstr(t->name, "ln_")) CHECK(mean == 1.0 && sd < 1e-6);
+        else if (strstr(t->name, "c_proj.weight")) CHECK_NEAR(sd, 0.02 / sqrt(8.0), 0.1 * 0.02 / sqrt(8.0));
+        else CHECK_NEAR(sd, 0.02, 0.1 * 0.02);
+    }
+    dt_gpt2_free(g);
+    dt_gpt2_free(g2);
+}
+
+/* ---- GPT-2 124M layout: Hugging Face's parameter count, names, shapes ---- */
+static void test_gpt2_124m_layout(void) {
+    dt_model m = make_model(12, 768, 12, 50257, 1024);
+    dt_precision p = prec_of(DT_DTYPE_BF16);   /* 2 bytes: half the memory of fp32 */
+    dt_gpt2 *g = NULL;
+    dt_error err = {0};
+    CHECK(dt_gpt2_create(&m, &p, 1, 1, 0, DT_ATTN_FLASH, &g, &err) == 0);
+    if (!g) return;
+    CHECK_EQ_I64(dt_gpt2_num_params(g), 124439808);   /* HF GPT2LMHeadModel, tied, V unpadded */
+    CHECK_EQ_I64(dt_gpt2_num_tensors(g), 2 + 12 * 12 + 2);
+    CHECK_EQ_I64(dt_gpt2_num_groups(g), 14);
+    const dt_tensor_info *t = dt_gpt2_tensor(g, 0);
+    CHECK_STR(t->name, "wte.weight");
+    CHECK_EQ_I64(t->shape[0], 50257);
+    t = dt_gpt2_tensor(g, 2 + 12 * 3 + 2);
+    CHECK_STR(t->name, "h.3.attn.c_attn.weight");
+    CHECK_EQ_I64(t->shape[0], 768);
+    CHECK_EQ_I64(t->shape[1], 2304);
+    CHECK_EQ_I64(t->group, 4);
+    t = dt_gpt2_tensor(g, 2 + 12 * 11 + 10);
+    CHECK_STR(t->name, "h.11.mlp.c_proj.weight");
+    CHECK_EQ_I64(t->shape[0], 3072);
+    CHECK_EQ_I64(t->shape[1], 768);
+    t = dt_gpt2_tensor(g, dt_gpt2_num_tensors(g) - 1);
+    CHECK_STR(t->name, "ln_f.bias");
+    CHECK_EQ_I64(t->offset + t->numel, 124439808);
+    CHECK(dt_gpt2_tensor(g, 148) == NULL && dt_gpt2_tensor(g, -1) == NULL);
+    /* groups tile the buffer; a block group is 12 C^2 + 13 C */
+    size_t sum = 0;
+    for (int k = 0; k < dt_gpt2_num_groups(g); k++) {
+        CHECK_EQ_I64(dt_gpt2_group_offset(g, k), sum);
+        sum += dt_gpt2_group_numel(g, k);
+    }
+    CHECK_EQ_I64(sum, 124439808);
+    CHECK_EQ_I64(dt_gpt2_group_numel(g, 5), 12 * 768 * 768 + 13 * 768);
+    dt_gpt2_free(g);
+}
+
+/* ---- bad input ---- */
+static void test_errors(const golden *gd) {
+    dt_model m = make_model(2, 64, 4, 256, 64);
+    dt_precision p = prec_of(DT_DTYPE_FP32);
+    dt_gpt2 *g = NULL;
+    dt_error err = {0};
+    CHECK_EQ_I64(dt_gpt2_create(&m, &p, 2, 65, 0, DT_ATTN_FLASH, &g, &err), DT_EINVAL);
+    CHECK(g == NULL && strstr(err.msg, "T <= 64") != NULL && !strchr(err.msg, '\n'));
+    CHECK_EQ_I64(dt_gpt2_create(&m, &p, 2, 8, 3, DT_ATTN_FLASH, &g, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "checkpointed layers 3") != NULL);
+    m.n_head = 5;
+    CHECK_EQ_I64(dt_gpt2_create(&m, &p, 2, 8, 0, DT_ATTN_FLASH, &g, &err), DT_EINVAL);
+    m.n_head = 4;
+    m.family = DT_FAMILY_LLAMA;
+    CHECK_EQ_I64(dt_gpt2_create(&m, &p, 2, 8, 0, DT_ATTN_FLASH, &g, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "llama") != NULL);
+
+    g = golden_model(gd, DT_DTYPE_FP32, 0, DT_ATTN_FLASH);
+    CHECK_EQ_I64(dt_gpt2_backward(g, 1.0f, &err), DT_EINVAL);   /* no forward yet */
+    CHECK(strstr(err.msg, "forward with targets") != NULL);
+    int32_t *bad = malloc(sizeof(int32_t) * gd->B * gd->T);
+    memcpy(bad, gd->inputs, sizeof(int32_t) * gd->B * gd->T);
+    bad[5] = gd->V;
+    float loss = 123.0f;
+    CHECK_EQ_I64(dt_gpt2_forward(g, bad, gd->targets, &loss, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "input token 256 at position 5") != NULL);
+    CHECK_EQ_I64(dt_gpt2_forward(g, gd->inputs, bad, &loss, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "target token") != NULL);
+    /* logits only: loss untouched, backward refused */
+    CHECK(dt_gpt2_forward(g, gd->inputs, NULL, &loss, &err) == 0);
+    CHECK(loss == 123.0f);
+    CHECK(fabs(dt_gpt2_logits(g)[0] - gd->logits[0]) < 1e-4);
+    CHECK_EQ_I64(dt_gpt2_backward(g, 1.0f, &err), DT_EINVAL);
+    free(bad);
+    dt_gpt2_free(g);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_kernels_gpt2 GOLDEN_FILE\n");
+        return 2;
+    }
+    golden gd;
+    if (read_golden(argv[1], &gd)) return 1;
+    test_golden(&gd);
+    test_checkpointing_bitwise(&gd);
+    test_memory_contract();
+    test_hooks(&gd);
+    test_bind_group(&gd);
+    test_scale_accum(&gd);
+    test_init();
+    test_gpt2_124m_layout();
+    test_errors(&gd);
+    free(gd.inputs); free(gd.targets); free(gd.params); free(gd.logits); free(gd.grads);
+    free(gd.step_losses); free(gd.params_after);
+    TEST_MAIN_END();
+}
