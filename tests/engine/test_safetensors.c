@@ -1,0 +1,165 @@
+/* test_safetensors.c — write/read round trip (F32, BF16, metadata, 8-byte
+ * header padding, ordering) and the reader's validation of damaged files. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dt_safetensors.h"
+#include "dt_test.h"
+
+static char dir[256];
+
+static void path_of(char *p, size_t n, const char *name) { snprintf(p, n, "%s/%s", dir, name); }
+
+/* Writes a raw safetensors file: 8-byte length, header text, payload bytes. */
+static void write_raw(const char *name, const char *header, size_t payload) {
+    char p[512];
+    path_of(p, sizeof p, name);
+    FILE *f = fopen(p, "wb");
+    uint64_t n = strlen(header);
+    fwrite(&n, 8, 1, f);
+    fwrite(header, 1, n, f);
+    for (size_t i = 0; i < payload; i++) fputc(0, f);
+    fclose(f);
+}
+
+static void expect_bad(const char *name, const char *needle) {
+    char p[512];
+    path_of(p, sizeof p, name);
+    dt_st_file *f = NULL;
+    dt_error err;
+    dt_error_clear(&err);
+    int rc = dt_st_open(p, &f, &err);
+    CHECK(rc == DT_EINVAL);
+    if (rc == DT_EINVAL) {
+        if (!strstr(err.msg, needle)) fprintf(stderr, "%s: message '%s' lacks '%s'\n", name, err.msg, needle);
+        CHECK(strstr(err.msg, needle) != NULL);
+        CHECK(strstr(err.msg, name) != NULL);   /* names the file */
+    }
+    CHECK(f == NULL);
+}
+
+static void test_round_trip(void) {
+    float a[6] = {1, 2, 3, 4, 5, 6};
+    uint16_t b[3] = {0x3f80, 0x4000, 0xbf80};   /* bf16 1, 2, -1 */
+    int64_t sa[2] = {2, 3}, sb[1] = {3};
+    dt_st_writer *w = dt_st_writer_new();
+    dt_error err;
+    CHECK(dt_st_writer_add(w, "z.bf16", "BF16", 1, sb, b, &err) == DT_OK);
+    CHECK(dt_st_writer_add(w, "a.f32", "F32", 2, sa, a, &err) == DT_OK);
+    CHECK(dt_st_writer_add(w, "a.f32", "F32", 2, sa, a, &err) == DT_EINVAL);   /* duplicate */
+    CHECK(dt_st_writer_add(w, "q", "F13", 1, sb, b, &err) == DT_EINVAL);
+    CHECK(dt_st_writer_meta(w, "format", "pt", &err) == DT_OK);
+    char p[512];
+    path_of(p, sizeof p, "rt.safetensors");
+    CHECK(dt_st_write(w, p, &err) == DT_OK);
+    dt_st_writer_free(w);
+    CHECK(access(p, F_OK) == 0);
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.tmp", p);
+    CHECK(access(tmp, F_OK) != 0);   /* the temporary name is gone */
+
+    /* header length is a multiple of 8 (reference writer's padding) */
+    FILE *fp = fopen(p, "rb");
+    uint64_t hn = 0;
+    CHECK(fread(&hn, 8, 1, fp) == 1);
+    fclose(fp);
+    CHECK(hn % 8 == 0);
+
+    dt_st_file *f;
+    CHECK(dt_st_open(p, &f, &err) == DT_OK);
+    CHECK_EQ_I64(dt_st_count(f), 2);
+    CHECK_STR(dt_st_metadata(f, "format"), "pt");
+    CHECK(dt_st_metadata(f, "nope") == NULL);
+    const dt_st_tensor *t = dt_st_find(f, "a.f32");
+    CHECK(t != NULL);
+    if (t) {
+        CHECK_STR(t->dtype, "F32");
+        CHECK_EQ_I64(t->ndim, 2);
+        CHECK_EQ_I64(t->shape[1], 3);
+        CHECK_EQ_I64(t->begin, 0);   /* 4-byte dtypes first */
+        CHECK(memcmp(dt_st_data(f, t), a, sizeof a) == 0);
+    }
+    t = dt_st_find(f, "z.bf16");
+    CHECK(t != NULL);
+    if (t) {
+        CHECK_EQ_I64(t->begin, 24);
+        CHECK(memcmp(dt_st_data(f, t), b, sizeof b) == 0);
+    }
+    dt_st_close(f);
+    dt_dtype dt;
+    CHECK(dt_st_dtype_parse("BF16", &dt) == DT_OK && dt == DT_DTYPE_BF16);
+    CHECK(dt_st_dtype_parse("I64", &dt) != DT_OK);
+    CHECK_STR(dt_st_dtype_name(DT_DTYPE_FP16), "F16");
+}
+
+static void test_validation(void) {
+    /* size does not match shape x dtype */
+    write_raw("size.safetensors", "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4);
+    expect_bad("size.safetensors", "needs 8");
+    /* a hole between tensors */
+    write_raw("hole.safetensors",
+              "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+              "\"y\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}", 12);
+    expect_bad("hole.safetensors", "hole or overlap");
+    /* overlapping tensors */
+    write_raw("overlap.safetensors",
+              "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+              "\"y\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8);
+    expect_bad("overlap.safetensors", "hole or overlap");
+    /* truncated payload */
+    write_raw("trunc.safetensors", "{\"x\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 10);
+    expect_bad("trunc.safetensors", "truncated");
+    /* header length beyond the file */
+    write_raw("hlen.safetensors", "", 0);
+    char p[512];
+    path_of(p, sizeof p, "hlen.safetensors");
+    FILE *f = fopen(p, "wb");
+    uint64_t n = 1000;
+    fwrite(&n, 8, 1, f);
+    fwrite("{}", 1, 2, f);
+    fclose(f);
+    expect_bad("hlen.safetensors", "header length");
+    /* shorter than 8 bytes */
+    path_of(p, sizeof p, "tiny.safetensors");
+    f = fopen(p, "wb");
+    fwrite("abc", 1, 3, f);
+    fclose(f);
+    expect_bad("tiny.safetensors", "shorter than");
+    /* not JSON, not an object, unknown dtype, duplicate key, bad metadata */
+    write_raw("json.safetensors", "{\"x\": [", 0);
+    expect_bad("json.safetensors", "json.safetensors");
+    write_raw("arr.safetensors", "[1, 2]   ", 0);
+    expect_bad("arr.safetensors", "not a JSON object");
+    write_raw("dtype.safetensors", "{\"x\":{\"dtype\":\"F31\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4);
+    expect_bad("dtype.safetensors", "unknown dtype");
+    write_raw("dup.safetensors",
+              "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+              "\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8);
+    expect_bad("dup.safetensors", "duplicate");
+    write_raw("meta.safetensors", "{\"__metadata__\":{\"a\":1}}", 0);
+    expect_bad("meta.safetensors", "must be a string");
+    /* an empty file with only metadata and a padded header is fine */
+    write_raw("empty.safetensors", "{\"__metadata__\":{\"format\":\"pt\"}}      ", 0);
+    dt_st_file *ok;
+    dt_error err;
+    path_of(p, sizeof p, "empty.safetensors");
+    CHECK(dt_st_open(p, &ok, &err) == DT_OK);
+    if (ok) {
+        CHECK_EQ_I64(dt_st_count(ok), 0);
+        dt_st_close(ok);
+    }
+}
+
+int main(void) {
+    snprintf(dir, sizeof dir, "/tmp/dt_test_st_XXXXXX");
+    if (!mkdtemp(dir)) return 1;
+    test_round_trip();
+    test_validation();
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) return 1;
+    TEST_MAIN_END();
+}
