@@ -60,6 +60,13 @@ static int check_plan(const dt_plan *p, dt_error *err) {
     return rc;
 }
 
+/* Validates the plan and opens the output buffer; 0 on success. */
+static int begin(const dt_plan *p, strbuf *b, dt_error *err) {
+    if (check_plan(p, err)) return err ? err->code : DT_EINVAL;
+    if (!sb_open(b)) return dt_errorf(err, DT_ENOMEM, "out of memory");
+    return DT_OK;
+}
+
 /* ---------------------------------------------------------------- config */
 
 static void add_offload(cJSON *zero, const char *key, dt_offload o, const char *nvme_path) {
@@ -172,12 +179,8 @@ char *dt_dsexport_config(const dt_plan *p, dt_error *err) {
 /* ----------------------------------------------------------------- notes */
 
 char *dt_dsexport_notes(const dt_plan *p, dt_error *err) {
-    if (check_plan(p, err)) return NULL;
     strbuf b;
-    if (!sb_open(&b)) {
-        dt_errorf(err, DT_ENOMEM, "out of memory");
-        return NULL;
-    }
+    if (begin(p, &b, err)) return NULL;
     if (p->activations.ckpt_layers > 0)
         sb_printf(&b,
                   "note: the plan recomputes %lld of %lld layers; DeepSpeed does not choose this, the "
@@ -210,14 +213,10 @@ static void opts_or_default(const dt_dsexport_opts *in, dt_dsexport_opts *o) {
 }
 
 char *dt_dsexport_launch(const dt_plan *p, const dt_dsexport_opts *in, dt_error *err) {
-    if (check_plan(p, err)) return NULL;
     dt_dsexport_opts o;
     opts_or_default(in, &o);
     strbuf b;
-    if (!sb_open(&b)) {
-        dt_errorf(err, DT_ENOMEM, "out of memory");
-        return NULL;
-    }
+    if (begin(p, &b, err)) return NULL;
     const long long nodes = (long long)p->cluster.nodes, per = (long long)p->cluster.gpus_per_node;
     const char *node_rank = nodes > 1 ? "$NODE_RANK" : "0";
     sb_printf(&b, "# DeepSpeed: on each of the %lld node(s), NODE_RANK = 0..%lld\n", nodes, nodes - 1);
@@ -235,14 +234,10 @@ char *dt_dsexport_launch(const dt_plan *p, const dt_dsexport_opts *in, dt_error 
 }
 
 char *dt_dsexport_sbatch(const dt_plan *p, const dt_dsexport_opts *in, dt_error *err) {
-    if (check_plan(p, err)) return NULL;
     dt_dsexport_opts o;
     opts_or_default(in, &o);
     strbuf b;
-    if (!sb_open(&b)) {
-        dt_errorf(err, DT_ENOMEM, "out of memory");
-        return NULL;
-    }
+    if (begin(p, &b, err)) return NULL;
     const long long nodes = (long long)p->cluster.nodes, per = (long long)p->cluster.gpus_per_node;
     sb_printf(&b, "#!/bin/bash\n");
     sb_printf(&b, "#SBATCH --job-name=%s\n", o.job_name);

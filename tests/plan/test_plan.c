@@ -398,6 +398,28 @@ static void test_tiny_cpu(void) {
     free(canon);
 }
 
+/* The multi-node fixture the CLI tests use: canonical, with a stored prediction. */
+static void test_fixture(void) {
+    const char *src = getenv("DT_SOURCE_DIR");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/plan/fixtures/gpt2-2x4-zero3.json", src ? src : ".");
+    dt_plan p;
+    dt_error err = {0};
+    if (dt_plan_load(path, &p, &err)) {
+        fprintf(stderr, "fixture: %s\n", err.msg);
+        dt_test_failures++;
+        return;
+    }
+    CHECK(p.prediction.valid == 1);
+    CHECK(p.prediction.time.step_s > 0);
+    CHECK(p.parallel.zero_stage == 3 && p.parallel.offload_param == DT_OFFLOAD_CPU);
+    CHECK(p.precision.preset == DT_PREC_MIXED_FP16);
+    char *file = slurp(path), *canon = dt_plan_to_json(&p, &err);
+    CHECK(file && canon && strcmp(file, canon) == 0);
+    free(file);
+    free(canon);
+}
+
 static void test_names(void) {
     dt_offload o;
     dt_error err;
@@ -418,5 +440,6 @@ int main(void) {
     test_rejections();
     test_atomic_save();
     test_tiny_cpu();
+    test_fixture();
     TEST_MAIN_END();
 }
