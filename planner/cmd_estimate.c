@@ -54,7 +54,8 @@ static int fail(const char *fmt, ...) {
 
 static int fail_err(const dt_error *e) {
     fprintf(stderr, "dtplan: %s\n", e->msg);
-    return e->code == DT_EINVAL || e->code == DT_EINFEASIBLE ? 2 : 1;
+    /* bad arguments and unreadable input files are the user's to fix: exit 2 */
+    return e->code == DT_EINVAL || e->code == DT_EINFEASIBLE || e->code == DT_EIO ? 2 : 1;
 }
 
 static void usage(FILE *f) {

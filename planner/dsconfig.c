@@ -636,7 +636,6 @@ int dt_dsconfig_apply(const dt_dsconfig *c, dt_plan *p, dt_ds_notes *notes, dt_e
      * infers the missing ones from those given */
     int has_train = c->train_batch.state != DT_DS_ABSENT, has_micro = c->micro_batch.state != DT_DS_ABSENT;
     int has_gas = c->grad_accum.state != DT_DS_ABSENT;
-    if (!has_train && !has_micro) has_micro = 1, has_gas = 1; /* nothing given: the plan's values */
     rc = batch_triple(&train, &micro, &gas, has_train, has_micro, has_gas, world, err);
     if (rc) return rc;
     p->batch.micro_batch = micro;

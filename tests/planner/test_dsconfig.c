@@ -1,0 +1,229 @@
+/* test_dsconfig.c — DeepSpeed config import (validation rules, "auto", batch
+ * triple wording) and DeepSpeed's own estimators against the numbers DeepSpeed's
+ * documentation prints for t5-3b (reference/memory-formulas.md §1.5). */
+#include <stdint.h>
+
+#include "dt_dsconfig.h"
+#include "dt_test.h"
+
+#define SRC(rel) (getenv("DT_SOURCE_DIR") ? getenv("DT_SOURCE_DIR") : ".."), rel
+
+static void plan_for(dt_plan *p, const char *model, int64_t gpus) {
+    dt_error e = {0};
+    dt_plan_defaults(p);
+    CHECK(dt_model_resolve(model, &p->model, &e) == 0);
+    p->cluster.nodes = 1;
+    p->cluster.gpus_per_node = gpus;
+    p->parallel.world_size = gpus;
+}
+
+/* parse + apply; returns the rc of whichever failed, message in e */
+static int import(const char *json, dt_plan *p, dt_error *e) {
+    dt_dsconfig c;
+    int rc = dt_dsconfig_parse(json, "cfg.json", &c, e);
+    if (rc) return rc;
+    return dt_dsconfig_apply(&c, p, NULL, e);
+}
+
+static void expect_error(const char *json, int64_t gpus, const char *needle) {
+    dt_plan p;
+    dt_error e = {0};
+    plan_for(&p, "gpt2", gpus);
+    int rc = import(json, &p, &e);
+    if (rc != DT_EINVAL || !strstr(e.msg, needle))
+        fprintf(stderr, "config %s\n  expected error containing \"%s\", got rc %d: %s\n", json, needle, rc, e.msg);
+    CHECK(rc == DT_EINVAL && strstr(e.msg, needle) != NULL);
+    CHECK(strchr(e.msg, '\n') == NULL); /* one line */
+}
+
+static void test_seed_configs(void) {
+    char path[1024];
+    dt_error e = {0};
+    dt_dsconfig c;
+    dt_plan p;
+    for (int stage = 1; stage <= 3; stage++) {
+        snprintf(path, sizeof path, "%s/%s%d.json", SRC("configs/deepspeed/zero"), stage);
+        int rc = dt_dsconfig_load(path, &c, &e);
+        if (rc) fprintf(stderr, "%s\n", e.msg);
+        CHECK(rc == 0);
+        CHECK(c.zero_stage == stage);
+        plan_for(&p, "qwen3-0.6b", 1); /* 32 = 4 x 8 x 1 */
+        dt_ds_notes notes = {0};
+        CHECK(dt_dsconfig_apply(&c, &p, &notes, &e) == 0);
+        CHECK(p.parallel.zero_stage == stage);
+        CHECK(p.precision.preset == DT_PREC_MIXED_FP16);
+        CHECK_EQ_I64(p.batch.micro_batch, 4);
+        CHECK_EQ_I64(p.batch.grad_accum, 8);
+        CHECK_EQ_I64(p.batch.global_batch, 32);
+        CHECK_NEAR(p.optimizer.lr, 3e-5, 1e-12);
+        CHECK_NEAR(p.optimizer.beta1, 0.8, 1e-12);
+        CHECK_NEAR(p.optimizer.grad_clip, 1.0, 1e-12);
+        CHECK(p.schedule.kind == DT_SCHED_WARMUP_LR);
+        CHECK_EQ_I64(p.schedule.warmup_steps, 500);
+        CHECK(p.precision.initial_scale_power == 16 && p.precision.hysteresis == 2);
+        if (stage < 3) {
+            CHECK_EQ_I64(p.parallel.reduce_bucket_elems, 200000000);
+            CHECK_EQ_I64(p.parallel.allgather_bucket_elems, 200000000);
+            CHECK(p.parallel.offload_optimizer == DT_OFFLOAD_NONE);
+        } else {
+            /* "auto" buckets: HF Trainer's hidden^2 and 0.9 hidden^2 (hidden 1024) */
+            CHECK_EQ_I64(p.parallel.reduce_bucket_elems, 1024 * 1024);
+            CHECK_EQ_I64(p.parallel.prefetch_bucket_elems, 943718);
+            CHECK(p.parallel.offload_optimizer == DT_OFFLOAD_CPU);
+            CHECK(p.parallel.offload_param == DT_OFFLOAD_CPU);
+            CHECK_EQ_I64(p.parallel.max_live_params, 1000000000);
+            CHECK(notes.n >= 2);
+        }
+        CHECK(p.parallel.overlap_comm == 1);
+        /* the same file on 8 GPUs is what DeepSpeed rejects */
+        plan_for(&p, "qwen3-0.6b", 8);
+        CHECK(dt_dsconfig_apply(&c, &p, NULL, &e) == DT_EINVAL);
+        CHECK_STR(e.msg, "Check batch related parameters. train_batch_size is not equal to "
+                         "micro_batch_per_gpu * gradient_acc_step * world_size 32 != 4 * 8 * 8");
+    }
+}
+
+static void test_batch_inference(void) {
+    dt_plan p;
+    dt_error e = {0};
+    plan_for(&p, "gpt2", 2);
+    /* train + micro: gas = 32 // 4 // 2 = 4 */
+    CHECK(import("{\"train_batch_size\": 32, \"train_micro_batch_size_per_gpu\": 4}", &p, &e) == 0);
+    CHECK_EQ_I64(p.batch.grad_accum, 4);
+    /* micro only: train = micro * world, gas 1 */
+    plan_for(&p, "gpt2", 2);
+    CHECK(import("{\"train_micro_batch_size_per_gpu\": 3}", &p, &e) == 0);
+    CHECK_EQ_I64(p.batch.global_batch, 6);
+    CHECK_EQ_I64(p.batch.grad_accum, 1);
+    /* "auto" everywhere: the plan's (CLI) values, as HF Trainer fills them */
+    plan_for(&p, "gpt2", 4);
+    p.batch.micro_batch = 2;
+    p.batch.grad_accum = 3;
+    CHECK(import("{\"train_batch_size\": \"auto\", \"train_micro_batch_size_per_gpu\": \"auto\","
+                 " \"gradient_accumulation_steps\": \"auto\", \"bf16\": {\"enabled\": \"auto\"}}", &p, &e) == 0);
+    CHECK_EQ_I64(p.batch.global_batch, 24);
+    CHECK(p.precision.preset == DT_PREC_MIXED_BF16);
+    /* floor division then the assertion: 30 with micro 4 on 2 ranks -> gas 3, 24 != 30 */
+    expect_error("{\"train_batch_size\": 30, \"train_micro_batch_size_per_gpu\": 4}", 2,
+                 "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size 30 != 4 * 3 * 2");
+    expect_error("{\"gradient_accumulation_steps\": 2}", 1,
+                 "Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided");
+    expect_error("{\"train_batch_size\": 0, \"train_micro_batch_size_per_gpu\": 1}", 1,
+                 "Train batch size: 0 has to be greater than 0");
+    expect_error("{\"train_micro_batch_size_per_gpu\": -2}", 1,
+                 "Micro batch size per gpu: -2 has to be greater than 0");
+    expect_error("{\"train_micro_batch_size_per_gpu\": \"4\"}", 1,
+                 "$.train_micro_batch_size_per_gpu: expected an integer or \"auto\"");
+}
+
+static void test_rejections(void) {
+    expect_error("{\"zero_optimization\": {\"stage\": 4}}", 1, "Maximum supported ZeRO stage is 3");
+    expect_error("{\"zero_optimization\": {\"stage\": 2, \"grad_hooks\": true}}", 1,
+                 "$.zero_optimization.grad_hooks: unknown key");
+    expect_error("{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"cpu\", \"colour\": 1}}}", 1,
+                 "$.zero_optimization.offload_param.colour: unknown key");
+    expect_error("{\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"nvme\", "
+                 "\"nvme_path\": \"/nvme\"}}}", 1, "needs ZeRO stage 3");
+    expect_error("{\"zero_optimization\": {\"stage\": 2, \"offload_param\": {\"device\": \"cpu\"}}}", 1,
+                 "offload_param device \"cpu\" needs ZeRO stage 3 (stage is 2)");
+    expect_error("{\"zero_optimization\": {\"stage\": 0, \"offload_optimizer\": {\"device\": \"cpu\"}}}", 1,
+                 "needs ZeRO stage 1, 2 or 3");
+    expect_error("{\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\", \"ratio\": 0.5}}}", 1,
+                 "Partial offloading only supported for ZeRO Stage 3.");
+    expect_error("{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"disk\"}}}", 1,
+                 "$.zero_optimization.offload_optimizer.device: expected one of \"none\", \"cpu\", \"nvme\"");
+    expect_error("{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"nvme\"}}}", 1,
+                 "nvme_path: required");
+    expect_error("{\"fp16\": {\"enabled\": true}, \"bf16\": {\"enabled\": true}}", 1,
+                 "bfloat16 and fp16 modes cannot be simultaneously enabled");
+    expect_error("{\"zero_optimization\": {\"stage\": 1, \"stage\": 2}}", 1, "duplicate key");
+    expect_error("{\"zero_optimization\": {\"stage\": 3, \"prefetch_bucket_size\": 1, \"stage3_prefetch_bucket_size\": 2}}",
+                 1, "given twice");
+    expect_error("{\"zero_optimization\": {\"stage\": 2,}}", 1, "invalid JSON");
+    expect_error("{\"zero_optimization\": {\"stage\": 2, \"reduce_bucket_size\": 2.5}}", 1,
+                 "$.zero_optimization.reduce_bucket_size: expected an integer >= 1");
+}
+
+static void test_accepted_forms(void) {
+    dt_plan p;
+    dt_error e = {0};
+    dt_dsconfig c;
+    /* aliases, 5e8-style integral floats, deprecated cpu_offload, unknown top-level key */
+    const char *cfg = "{\"train_micro_batch_size_per_gpu\": 1, \"my_note\": 1, \"zero_optimization\": "
+                      "{\"stage\": 2, \"cpu_offload\": true, \"reduce_bucket_size\": 5e7, "
+                      "\"overlap_comm\": false}}";
+    CHECK(dt_dsconfig_parse(cfg, "cfg", &c, &e) == 0);
+    CHECK(c.offload_optimizer == DT_OFFLOAD_CPU);
+    CHECK(c.notes.n == 2); /* the unknown top-level key, the deprecated spelling */
+    plan_for(&p, "gpt2", 1);
+    CHECK(dt_dsconfig_apply(&c, &p, NULL, &e) == 0);
+    CHECK_EQ_I64(p.parallel.reduce_bucket_elems, 50000000);
+    CHECK(p.parallel.overlap_comm == 0);
+    CHECK(p.precision.preset == DT_PREC_FP32); /* neither bf16 nor fp16: fp32 */
+    CHECK_NEAR(p.optimizer.grad_clip, 0.0, 0); /* DeepSpeed's code default: off */
+    /* fp16 without any scaler key: DeepSpeed's class defaults (2^32, hysteresis 1) */
+    plan_for(&p, "gpt2", 1);
+    CHECK(import("{\"train_micro_batch_size_per_gpu\": 1, \"fp16\": {\"enabled\": true}}", &p, &e) == 0);
+    CHECK(p.precision.preset == DT_PREC_MIXED_FP16);
+    CHECK(p.precision.initial_scale_power == 32 && p.precision.hysteresis == 1);
+    /* stage 3 without overlap_comm: DeepSpeed turns it on */
+    plan_for(&p, "gpt2", 1);
+    CHECK(import("{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 3, "
+                 "\"stage3_max_live_parameters\": 3e8}}", &p, &e) == 0);
+    CHECK(p.parallel.overlap_comm == 1);
+    CHECK_EQ_I64(p.parallel.max_live_params, 300000000);
+}
+
+/* DeepSpeed docs (memory.rst), t5-3b: _all_cold(total_params=2851e6,
+ * largest_layer_params=32e6, num_gpus_per_node=8, num_nodes=1) */
+static void test_deepspeed_estimators(void) {
+    char buf[2048];
+    dt_ds_format_zero3_cold(2851000000LL, 32000000LL, 8, 1, buf, sizeof buf);
+    const char *z3 =
+        "Estimated memory needed for params, optim states and gradients for a:\n"
+        "HW: Setup with 1 node, 8 GPUs per node.\n"
+        "SW: Model with 2851M total params, 32M largest layer params.\n"
+        "  per CPU  |  per GPU |   Options\n"
+        "   71.69GB |   0.12GB | offload_param=cpu , offload_optimizer=cpu , zero_init=1\n"
+        "  127.45GB |   0.12GB | offload_param=cpu , offload_optimizer=cpu , zero_init=0\n"
+        "   63.72GB |   0.78GB | offload_param=none, offload_optimizer=cpu , zero_init=1\n"
+        "  127.45GB |   0.78GB | offload_param=none, offload_optimizer=cpu , zero_init=0\n"
+        "    1.43GB |   6.09GB | offload_param=none, offload_optimizer=none, zero_init=1\n"
+        "  127.45GB |   6.09GB | offload_param=none, offload_optimizer=none, zero_init=0\n";
+    CHECK_STR(buf, z3);
+    dt_ds_format_zero2_cold(2851000000LL, 8, 1, buf, sizeof buf);
+    const char *z2 =
+        "Estimated memory needed for params, optim states and gradients for a:\n"
+        "HW: Setup with 1 node, 8 GPUs per node.\n"
+        "SW: Model with 2851M total params.\n"
+        "  per CPU  |  per GPU |   Options\n"
+        "  127.45GB |   5.31GB | offload_optimizer=cpu \n"
+        "  127.45GB |  11.28GB | offload_optimizer=none\n";
+    CHECK_STR(buf, z2);
+    /* the docs' 15.93GB is the pre-#5099 ZeRO-2 line */
+    CHECK_NEAR((double)dt_ds_zero2_gpu_legacy(2851000000LL, 8) / 1073741824.0, 15.93, 0.005 / 15.93);
+    /* issue #4527: 6805M total, 131M largest layer, 4 GPUs -> 0.49 / 3.66 / 29.01 per GPU */
+    int64_t cpu, gpu;
+    dt_ds_zero3_mem(6805000000LL, 131000000LL, 4, 1, 1, 1, 1, DT_DS_BUFFER_FACTOR, &cpu, &gpu);
+    CHECK_NEAR((double)gpu / 1073741824.0, 0.49, 0.01);
+    CHECK_NEAR((double)cpu / 1073741824.0, 171.13, 0.0001);
+    dt_ds_zero3_mem(6805000000LL, 131000000LL, 4, 1, 1, 0, 1, DT_DS_BUFFER_FACTOR, &cpu, &gpu);
+    CHECK_NEAR((double)gpu / 1073741824.0, 3.66, 0.002);
+    CHECK_NEAR((double)cpu / 1073741824.0, 152.11, 0.0001);
+    dt_ds_zero3_mem(6805000000LL, 131000000LL, 4, 1, 0, 0, 1, DT_DS_BUFFER_FACTOR, &cpu, &gpu);
+    CHECK_NEAR((double)gpu / 1073741824.0, 29.01, 0.0005);
+    CHECK_NEAR((double)cpu / 1073741824.0, 2.93, 0.002);
+    /* a truncated buffer stays NUL-terminated */
+    char small[16];
+    size_t n = dt_ds_format_zero2_cold(2851000000LL, 8, 1, small, sizeof small);
+    CHECK(n == sizeof small - 1 && small[sizeof small - 1] == '\0');
+}
+
+int main(void) {
+    test_seed_configs();
+    test_batch_inference();
+    test_rejections();
+    test_accepted_forms();
+    test_deepspeed_estimators();
+    TEST_MAIN_END();
+}
