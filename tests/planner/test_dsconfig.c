@@ -5,17 +5,11 @@
 
 #include "dt_dsconfig.h"
 #include "dt_test.h"
+#include "plan_fixture.h"
 
 #define SRC(rel) (getenv("DT_SOURCE_DIR") ? getenv("DT_SOURCE_DIR") : ".."), rel
 
-static void plan_for(dt_plan *p, const char *model, int64_t gpus) {
-    dt_error e = {0};
-    dt_plan_defaults(p);
-    CHECK(dt_model_resolve(model, &p->model, &e) == 0);
-    p->cluster.nodes = 1;
-    p->cluster.gpus_per_node = gpus;
-    p->parallel.world_size = gpus;
-}
+static void plan_for(dt_plan *p, const char *model, int64_t gpus) { fixture_plan(p, model, 0, gpus); }
 
 /* parse + apply; returns the rc of whichever failed, message in e */
 static int import(const char *json, dt_plan *p, dt_error *e) {

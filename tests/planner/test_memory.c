@@ -7,25 +7,12 @@
 #include "dt_dsconfig.h"
 #include "dt_memory.h"
 #include "dt_test.h"
+#include "plan_fixture.h"
 
-static void base_plan(dt_plan *p, const char *model, int64_t gpus) {
-    dt_error e = {0};
-    dt_plan_defaults(p);
-    CHECK(dt_model_resolve(model, &p->model, &e) == 0);
-    p->cluster.nodes = 1;
-    p->cluster.gpus_per_node = gpus;
-    p->parallel.world_size = gpus;
-    p->cluster.hw.reserve_bytes = 0;
-}
+static void base_plan(dt_plan *p, const char *model, int64_t gpus) { fixture_plan(p, model, 0, gpus); }
 
 static void derived_plan(dt_plan *p, int64_t n_params, int64_t gpus, dt_precision_preset prec) {
-    dt_error e = {0};
-    dt_plan_defaults(p);
-    CHECK(dt_model_for_params(n_params, &p->model, &e) == 0);
-    p->cluster.nodes = 1;
-    p->cluster.gpus_per_node = gpus;
-    p->parallel.world_size = gpus;
-    p->cluster.hw.reserve_bytes = 0;
+    fixture_plan(p, NULL, n_params, gpus);
     dt_precision_from_preset(prec, &p->precision);
 }
 
