@@ -9,7 +9,7 @@
  *   - integers stored as doubles accepted only when integral (5e8 is fine, 2.5 is not),
  *   - unknown keys reported with the keys that are allowed,
  *   - a deterministic 2-space pretty printer (integral numbers printed as integers,
- *     others with the shortest of %.15g / %.17g that reads back exactly), so that
+ *     others with the shortest of %.15g / %.16g / %.17g that reads back exactly), so that
  *     write -> read -> write gives identical text.
  *
  * Usage (one reader per JSON object):

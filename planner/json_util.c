@@ -468,8 +468,11 @@ static void sb_number(sbuf *b, double d) {
     if (d == floor(d) && fabs(d) < (double)DT_JSON_MAX_EXACT_INT) {
         snprintf(t, sizeof t, "%" PRId64, (int64_t)d);
     } else {
-        snprintf(t, sizeof t, "%.15g", d);
-        if (strtod(t, NULL) != d) snprintf(t, sizeof t, "%.17g", d);
+        /* the shortest of 15, 16, 17 significant digits that reads back exactly */
+        for (int digits = 15; digits <= 17; digits++) {
+            snprintf(t, sizeof t, "%.*g", digits, d);
+            if (strtod(t, NULL) == d) break;
+        }
     }
     sb_str(b, t);
 }

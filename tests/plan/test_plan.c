@@ -363,18 +363,33 @@ static void test_atomic_save(void) {
     rmdir(dir);
 }
 
-static void test_tiny_cpu(void) {
+/* Loads DT_SOURCE_DIR/rel and checks the file is in canonical form (exactly what
+ * dtplan writes for the plan it holds). Returns 0 when it loaded. */
+static int load_canonical(const char *rel, dt_plan *p) {
     const char *src = getenv("DT_SOURCE_DIR");
     char path[1024];
-    snprintf(path, sizeof path, "%s/configs/plans/tiny-cpu.json", src ? src : ".");
+    snprintf(path, sizeof path, "%s/%s", src ? src : ".", rel);
+    dt_error err = {0};
+    if (dt_plan_load(path, p, &err)) {
+        fprintf(stderr, "%s: %s\n", rel, err.msg);
+        dt_test_failures++;
+        return -1;
+    }
+    CHECK_EQ_I64(dt_plan_validate(p, &err), 0);
+    char *file = slurp(path), *canon = dt_plan_to_json(p, &err);
+    if (!file || !canon || strcmp(file, canon) != 0) {
+        fprintf(stderr, "%s is not in canonical form (regenerate it with dt_plan_save)\n", rel);
+        dt_test_failures++;
+    }
+    free(file);
+    free(canon);
+    return 0;
+}
+
+static void test_tiny_cpu(void) {
     dt_plan p;
     dt_error err = {0};
-    if (dt_plan_load(path, &p, &err)) {
-        fprintf(stderr, "tiny-cpu.json: %s\n", err.msg);
-        dt_test_failures++;
-        return;
-    }
-    CHECK_EQ_I64(dt_plan_validate(&p, &err), 0);
+    if (load_canonical("configs/plans/tiny-cpu.json", &p)) return;
     CHECK_STR(p.model.name, "gpt2-tiny");
     CHECK(p.cluster.device == DT_DEVICE_CPU);
     CHECK_EQ_I64(p.cluster.nodes * p.cluster.gpus_per_node, 1);
@@ -391,33 +406,16 @@ static void test_tiny_cpu(void) {
     CHECK_EQ_I64(p.model.vocab, m.vocab);
     CHECK_EQ_I64(p.model.max_pos, m.max_pos);
     CHECK_EQ_I64(p.model.ffn, m.ffn);
-    /* the file is in canonical form: what dtplan writes, byte for byte */
-    char *file = slurp(path), *canon = dt_plan_to_json(&p, &err);
-    CHECK(file && canon && strcmp(file, canon) == 0);
-    free(file);
-    free(canon);
 }
 
 /* The multi-node fixture the CLI tests use: canonical, with a stored prediction. */
 static void test_fixture(void) {
-    const char *src = getenv("DT_SOURCE_DIR");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/tests/plan/fixtures/gpt2-2x4-zero3.json", src ? src : ".");
     dt_plan p;
-    dt_error err = {0};
-    if (dt_plan_load(path, &p, &err)) {
-        fprintf(stderr, "fixture: %s\n", err.msg);
-        dt_test_failures++;
-        return;
-    }
+    if (load_canonical("tests/plan/fixtures/gpt2-2x4-zero3.json", &p)) return;
     CHECK(p.prediction.valid == 1);
     CHECK(p.prediction.time.step_s > 0);
     CHECK(p.parallel.zero_stage == 3 && p.parallel.offload_param == DT_OFFLOAD_CPU);
     CHECK(p.precision.preset == DT_PREC_MIXED_FP16);
-    char *file = slurp(path), *canon = dt_plan_to_json(&p, &err);
-    CHECK(file && canon && strcmp(file, canon) == 0);
-    free(file);
-    free(canon);
 }
 
 static void test_names(void) {
