@@ -87,7 +87,8 @@ int dt_solve(const dt_solve_request *rq, dt_solve_result *out, dt_error *err);
 int dt_solve_enumerate(const dt_solve_request *rq, dt_solve_result *out, dt_error *err);
 
 /* Relative tolerance under which two step times count as equal (then less device
- * memory wins); shared by the MILP's lexicographic second solve and the enumerator. */
-#define DT_SOLVE_TIME_TIE_REL 1e-9
+ * memory wins); shared by the MILP's lexicographic second solve and the enumerator.
+ * It must exceed GLPK's feasibility tolerance (1e-7 on the O(1)-scaled time row). */
+#define DT_SOLVE_TIME_TIE_REL 1e-6
 
 #endif

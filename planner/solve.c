@@ -249,6 +249,12 @@ static int milp_solve(dt_ctx *c, unsigned stage_mask, int *pick, int64_t *pick_k
     int nz = 0;
 #define DT_NZ(i, j, v) (++nz, ly.ia[nz] = (i), ly.ja[nz] = (j), ly.ar[nz] = (v))
     const double reserve = (double)rq->base.cluster.hw.reserve_bytes;
+    /* time rows in units of the fastest K-independent time, so the objective is O(1)
+     * and GLPK's absolute tolerances (1e-7) are far below DT_SOLVE_TIME_TIE_REL */
+    double tref = 0.0;
+    for (int j = 0; j < c->n_runs; j++)
+        if (c->runs[j].tt.base_s > 0 && (tref == 0.0 || c->runs[j].tt.base_s < tref)) tref = c->runs[j].tt.base_s;
+    const double ts = tref > 0 ? 1.0 / tref : 1.0;
     for (int j = 0; j < c->n_runs; j++) {
         const dt_choice_run *r = &c->runs[j];
         int x = ly.col0[j], k = x + 1;
@@ -261,8 +267,8 @@ static int milp_solve(dt_ctx *c, unsigned stage_mask, int *pick, int64_t *pick_k
         glp_set_col_bnds(lp, k, GLP_DB, 0.0, (double)r->hi);
         if (r->hi == 0) glp_set_col_bnds(lp, k, GLP_FX, 0.0, 0.0);
         /* objective: base·x + per_ckpt·k + sum mult_i·e_i */
-        glp_set_obj_coef(lp, x, r->tt.base_s);
-        glp_set_obj_coef(lp, k, r->tt.per_ckpt_s);
+        glp_set_obj_coef(lp, x, r->tt.base_s * ts);
+        glp_set_obj_coef(lp, k, r->tt.per_ckpt_s * ts);
         DT_NZ(R_ONEHOT, x, 1.0);
         /* memory affine in k on [lo, hi]: a·x + d·k with a = m(lo) - lo·d */
         double a_dev = ((double)r->dev0 - reserve - (double)r->lo * (double)r->ddev) * DT_SOLVE_MEM_SCALE;
@@ -291,11 +297,11 @@ static int milp_solve(dt_ctx *c, unsigned stage_mask, int *pick, int64_t *pick_k
             int er = glp_add_rows(lp, 2);
             glp_set_row_bnds(lp, er, GLP_LO, 0.0, 0.0);
             DT_NZ(er, e, 1.0);
-            if (ph->tail_s) DT_NZ(er, x, -ph->tail_s);
+            if (ph->tail_s) DT_NZ(er, x, -ph->tail_s * ts);
             glp_set_row_bnds(lp, er + 1, GLP_LO, 0.0, 0.0);
             DT_NZ(er + 1, e, 1.0);
-            if (ph->comm_s - ph->work0_s) DT_NZ(er + 1, x, -(ph->comm_s - ph->work0_s));
-            if (ph->work_per_ckpt_s) DT_NZ(er + 1, k, ph->work_per_ckpt_s);
+            if (ph->comm_s - ph->work0_s) DT_NZ(er + 1, x, -(ph->comm_s - ph->work0_s) * ts);
+            if (ph->work_per_ckpt_s) DT_NZ(er + 1, k, ph->work_per_ckpt_s * ts);
         }
     }
     glp_load_matrix(lp, nz, ly.ia, ly.ja, ly.ar);
@@ -334,7 +340,7 @@ static int milp_solve(dt_ctx *c, unsigned stage_mask, int *pick, int64_t *pick_k
                 if (oc != 0.0) idx[++n] = col, val[n] = oc;
             }
             glp_set_mat_row(lp, tr, n, idx, val);
-            glp_set_row_bnds(lp, tr, GLP_UP, 0.0, tstar + fabs(tstar) * DT_SOLVE_TIME_TIE_REL + 1e-12);
+            glp_set_row_bnds(lp, tr, GLP_UP, 0.0, tstar * (1.0 + DT_SOLVE_TIME_TIE_REL));
             for (int col = 1; col <= ncol; col++) glp_set_obj_coef(lp, col, 0.0);
             for (int j = 0; j < c->n_runs; j++) {
                 const dt_choice_run *r = &c->runs[j];
@@ -520,23 +526,17 @@ int dt_solve(const dt_solve_request *rq, dt_solve_result *out, dt_error *err) {
     return rc;
 }
 
-/* ---- brute force: every candidate, every K, the models called directly ---- */
+/* ---- brute force: every candidate, every K, the models called directly ----
+ * Lexicographic like the MILP: pass 0 finds the fastest fitting time (overall and
+ * per stage) and the least-memory choice; pass 1 takes, among fitting choices
+ * within DT_SOLVE_TIME_TIE_REL of that time, the one with least device memory. */
 typedef struct {
     const dt_solve_request *rq;
     dt_solve_result *out;
     int64_t L;
+    int pass;
+    double tmin[4], tmin_all;   /* pass 0 results; < 0 = none fits */
 } dt_enum_ctx;
-
-/* a better than b: fits first, then time (within the tie tolerance), then device memory */
-static int better(const dt_solve_choice *a, const dt_solve_choice *b) {
-    if (!b->valid) return 1;
-    if (a->fits != b->fits) return a->fits;
-    if (!a->fits) return mem_dev(&a->mem) < mem_dev(&b->mem);
-    double tol = fabs(b->step_s) * DT_SOLVE_TIME_TIE_REL + 1e-12;
-    if (a->step_s < b->step_s - tol) return 1;
-    if (a->step_s > b->step_s + tol) return 0;
-    return mem_dev(&a->mem) < mem_dev(&b->mem);
-}
 
 /* Infeasible candidates rank by device memory among those that fit host and NVMe. */
 static int better_infeasible(const dt_solve_request *rq, const dt_solve_choice *a, const dt_solve_choice *b) {
@@ -547,8 +547,15 @@ static int better_infeasible(const dt_solve_request *rq, const dt_solve_choice *
     return mem_dev(&a->mem) < mem_dev(&b->mem);
 }
 
+/* pass 1: a within the tie window of tmin and with less memory than the incumbent */
+static int better_tied(const dt_solve_choice *a, const dt_solve_choice *b, double tmin) {
+    if (a->step_s > tmin * (1.0 + DT_SOLVE_TIME_TIE_REL)) return 0;
+    return !b->valid || !b->fits || mem_dev(&a->mem) < mem_dev(&b->mem);
+}
+
 static int enum_candidate(void *ud, int stage, dt_offload oo, dt_offload op, int64_t mb, dt_error *err) {
     dt_enum_ctx *e = ud;
+    dt_solve_result *o = e->out;
     for (int64_t K = 0; K <= e->L; K++) {
         dt_solve_choice ch;
         dt_plan p;
@@ -561,12 +568,18 @@ static int enum_candidate(void *ud, int stage, dt_offload oo, dt_offload op, int
         ch.zero_stage = stage, ch.offload_optimizer = oo, ch.offload_param = op;
         ch.micro_batch = mb, ch.grad_accum = p.batch.grad_accum, ch.ckpt_layers = K;
         ch.step_s = t.step_s;
-        if (ch.fits ? better(&ch, &e->out->per_stage[stage])
-                    : (!e->out->per_stage[stage].fits &&
-                       better_infeasible(e->rq, &ch, &e->out->per_stage[stage])))
-            e->out->per_stage[stage] = ch;
-        if (ch.fits && better(&ch, &e->out->best)) e->out->best = ch;
-        if (better_infeasible(e->rq, &ch, &e->out->min_memory)) e->out->min_memory = ch;
+        if (e->pass == 0) {
+            if (ch.fits) {
+                if (e->tmin[stage] < 0 || ch.step_s < e->tmin[stage]) e->tmin[stage] = ch.step_s;
+                if (e->tmin_all < 0 || ch.step_s < e->tmin_all) e->tmin_all = ch.step_s;
+            } else if (!o->per_stage[stage].valid || better_infeasible(e->rq, &ch, &o->per_stage[stage])) {
+                o->per_stage[stage] = ch;
+            }
+            if (better_infeasible(e->rq, &ch, &o->min_memory)) o->min_memory = ch;
+        } else if (ch.fits) {
+            if (better_tied(&ch, &o->per_stage[stage], e->tmin[stage])) o->per_stage[stage] = ch;
+            if (better_tied(&ch, &o->best, e->tmin_all)) o->best = ch;
+        }
     }
     return DT_OK;
 }
@@ -574,8 +587,9 @@ static int enum_candidate(void *ud, int stage, dt_offload oo, dt_offload op, int
 int dt_solve_enumerate(const dt_solve_request *rq, dt_solve_result *out, dt_error *err) {
     memset(out, 0, sizeof *out);
     if (check_request(rq, err)) return err->code;
-    dt_enum_ctx e = {rq, out, rq->base.model.n_layer};
-    if (for_each_candidate(rq, enum_candidate, &e, &out->n_candidates, err)) return err->code;
+    dt_enum_ctx e = {rq, out, rq->base.model.n_layer, 0, {-1, -1, -1, -1}, -1};
+    for (e.pass = 0; e.pass < 2; e.pass++)
+        if (for_each_candidate(rq, enum_candidate, &e, &out->n_candidates, err)) return err->code;
     if (!out->best.valid) return infeasible_message(rq, &out->min_memory, err);
     const dt_solve_choice *b = &out->best;
     plan_for(rq, b->zero_stage, b->offload_optimizer, b->offload_param, b->micro_batch, b->ckpt_layers,

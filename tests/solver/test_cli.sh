@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# `dtplan solve` from the command line: a real solve (and its plan file), the
+# infeasible report, and every bad input -> exit 2 with one "dtplan: ..." line.
+# usage: test_cli.sh DTPLAN DTRUN SOURCE_DIR
+set -u
+DTPLAN=$1
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fails=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+
+# expect_bad "what the message must contain" args...
+expect_bad() {
+    local want=$1; shift
+    "$DTPLAN" solve "$@" >"$TMP/out" 2>"$TMP/err"
+    local rc=$?
+    [ $rc -eq 2 ] || fail "solve $* -> exit $rc (want 2)"
+    [ "$(wc -l <"$TMP/err")" -eq 1 ] || fail "solve $* -> stderr not one line: $(cat "$TMP/err")"
+    grep -q '^dtplan: ' "$TMP/err" || fail "solve $* -> stderr lacks 'dtplan: ' prefix"
+    grep -qF -- "$want" "$TMP/err" || fail "solve $* -> '$(cat "$TMP/err")' lacks '$want'"
+}
+
+# a real solve: 32B on 8 x H100 at 80G
+"$DTPLAN" solve --mem 80G --params 32B --gpus 8 -o "$TMP/plan.json" >"$TMP/out" 2>"$TMP/err" \
+    || fail "32B solve exited $?: $(cat "$TMP/err")"
+grep -q '^chosen: ZeRO-3' "$TMP/out" || fail "32B/8xH100/80G should choose ZeRO-3: $(cat "$TMP/out")"
+grep -q 'tokens/s, MFU' "$TMP/out" || fail "no tokens/s and MFU line"
+grep -q 'DDP (stage 0)  lost on memory' "$TMP/out" || fail "DDP should lose on memory"
+[ "$(grep -c 'lost on' "$TMP/out")" -eq 3 ] || fail "want one 'lost on' line per other stage"
+[ -s "$TMP/plan.json" ] || fail "no plan written"
+grep -q '"zero_stage": 3' "$TMP/plan.json" || fail "plan.json lacks zero_stage 3"
+
+# small model, large memory: the model's choice on fast NVLink
+"$DTPLAN" solve --mem 80G --model gpt2 --gpus 8 --hardware A100-80GB >"$TMP/out" 2>&1 || fail "gpt2 solve: $(cat "$TMP/out")"
+grep -q '^chosen: ' "$TMP/out" || fail "gpt2 solve printed no choice"
+
+# infeasible: the smallest memory that fits, exit 2
+expect_bad "smallest memory that fits" --mem 4G --params 70B --gpus 2 --no-offload
+# bad inputs
+expect_bad "--mem is required" --params 7B
+expect_bad "--mem" --mem 80X --params 7B
+expect_bad "exactly one of --model" --mem 80G
+expect_bad "unknown hardware 'B300'" --mem 80G --params 7B --hardware B300
+expect_bad "no interconnect '7Gb'" --mem 80G --params 7B --interconnect 7Gb --nodes 2 --gpus 16
+expect_bad "--stages" --mem 80G --params 7B --stages 0,4
+expect_bad "not divisible by --nodes" --mem 80G --params 7B --gpus 6 --nodes 4
+expect_bad "global batch 10" --mem 80G --params 7B --gpus 4 --global-batch 10
+expect_bad "unknown option '--colour'" --mem 80G --params 7B --colour red
+expect_bad "needs a value" --mem 80G --params
+expect_bad "reserve" --mem 1G --params 7B
+expect_bad "bf16" --mem 32G --model gpt2 --hardware V100-32GB
+expect_bad "precision" --mem 80G --params 7B --precision fp8
+
+"$DTPLAN" solve --help >/dev/null || fail "--help should exit 0"
+[ $fails -eq 0 ] && echo ok
+exit $((fails > 0))

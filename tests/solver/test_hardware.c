@@ -1,0 +1,108 @@
+/* test_hardware.c — built-in profiles load and are sane; interconnect selection;
+ * bad profile files are rejected with a message naming the field. */
+#include <stdio.h>
+#include <string.h>
+
+#include "dt_hardware.h"
+#include "dt_test.h"
+
+static const char *write_tmp(const char *name, const char *text) {
+    static char path[256];
+    snprintf(path, sizeof path, "%s/%s", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", name);
+    FILE *f = fopen(path, "w");
+    if (!f) return NULL;
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+/* A valid profile with one field replaced: fmt takes the replacement text. */
+static const char *k_good =
+    "{\"format\": \"dtplan.hardware/1\", \"name\": \"t\", \"device\": \"cpu\",\n"
+    " \"device_mem_bytes\": %s, \"reserve_bytes\": 1024,\n"
+    " \"peak_flops\": {\"fp32\": 1e11, \"bf16\": 1e11, \"fp16\": 1e11},\n"
+    " \"achievable_flops\": {\"fp32\": %s, \"bf16\": 5e10, \"fp16\": 5e10},\n"
+    " \"mem_bw\": 1e10, \"intra_busbw\": 1e9, \"intra_alpha_s\": 1e-5,\n"
+    " \"default_interconnect\": \"10Gb\",\n"
+    " \"interconnects\": {\"10Gb\": {\"busbw\": 1e9, \"alpha_s\": 5e-5}, \"100Gb\": {\"busbw\": 1.2e10, \"alpha_s\": 2e-5}},\n"
+    " \"h2d_bw\": 1e10, \"host_mem_bytes\": 1073741824, \"cpu_adam_params_per_s\": 1e9,\n"
+    " \"nvme_bw\": 1e9, \"nvme_bytes\": 1073741824%s}\n";
+
+static int load_variant(const char *mem, const char *ach, const char *extra, const char *link,
+                        dt_hardware *hw, dt_error *err) {
+    char text[2048];
+    snprintf(text, sizeof text, k_good, mem, ach, extra);
+    const char *path = write_tmp("dt_test_profile.json", text);
+    if (!path) return -1;
+    return dt_hardware_load(path, link, hw, err);
+}
+
+int main(void) {
+    dt_hardware hw;
+    dt_error err;
+    const char *required[] = {"H100-SXM-80GB", "H200", "A100-80GB", "A100-40GB", "V100-32GB", "cpu"};
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
+        dt_error_clear(&err);
+        int rc = dt_hardware_load(required[i], NULL, &hw, &err);
+        if (rc) fprintf(stderr, "%s: %s\n", required[i], err.msg);
+        CHECK(rc == DT_OK);
+        CHECK_STR(hw.name, required[i]);
+        CHECK(hw.device_mem_bytes > hw.reserve_bytes && hw.reserve_bytes > 0);
+        CHECK(hw.achievable_flops[DT_DTYPE_FP32] > 0);
+        for (int t = 0; t < 3; t++) CHECK(hw.achievable_flops[t] <= hw.peak_flops[t]);
+        CHECK(hw.mem_bw > 0 && hw.intra_busbw > 0 && hw.inter_busbw > 0 && hw.h2d_bw > 0);
+        CHECK(hw.inter_busbw < hw.intra_busbw || !strcmp(required[i], "cpu"));
+        /* every profile carries the five inter-node speeds the issue names */
+        const char *links[] = {"10Gb", "25Gb", "100Gb", "200Gb", "400Gb"};
+        double prev = 0;
+        for (int l = 0; l < 5; l++) {
+            CHECK(dt_hardware_load(required[i], links[l], &hw, &err) == DT_OK);
+            CHECK_STR(hw.interconnect, links[l]);
+            CHECK(hw.inter_busbw > prev); /* faster link, more bus bandwidth */
+            prev = hw.inter_busbw;
+        }
+    }
+    CHECK(dt_hardware_catalog_count() >= 6);
+    /* case-insensitive names, and the interconnect spellings users type */
+    CHECK(dt_hardware_load("h100-sxm-80gb", "100", &hw, &err) == DT_OK);
+    CHECK_STR(hw.interconnect, "100Gb");
+    CHECK_NEAR(hw.inter_busbw, 12e9, 1e-12); /* nccl-tests#29/#119: ~12 GB/s per 100 Gb/s NIC */
+    CHECK(dt_hardware_load("H100-SXM-80GB", "400Gb/s", &hw, &err) == DT_OK);
+    CHECK_STR(hw.interconnect, "400Gb");
+    CHECK(dt_hardware_load("H100-SXM-80GB", "25gbps", &hw, &err) == DT_OK);
+    CHECK_STR(hw.interconnect, "25Gb");
+    /* datasheet anchors */
+    CHECK(dt_hardware_load("H100-SXM-80GB", NULL, &hw, &err) == DT_OK);
+    CHECK_NEAR(hw.peak_flops[DT_DTYPE_BF16], 989.4e12, 1e-12);
+    CHECK_EQ_I64(hw.device_mem_bytes, 80LL << 30);
+    CHECK(dt_hardware_load("V100-32GB", NULL, &hw, &err) == DT_OK);
+    CHECK(hw.peak_flops[DT_DTYPE_BF16] == 0); /* Volta has no bf16 */
+
+    /* errors name the thing and the fix */
+    CHECK(dt_hardware_load("B200", NULL, &hw, &err) == DT_EINVAL);
+    CHECK(strstr(err.msg, "unknown hardware 'B200'") && strstr(err.msg, "H100-SXM-80GB"));
+    CHECK(dt_hardware_load("H100-SXM-80GB", "3Gb", &hw, &err) == DT_EINVAL);
+    CHECK(strstr(err.msg, "no interconnect '3Gb'") && strstr(err.msg, "400Gb"));
+    CHECK(dt_hardware_load("/nonexistent/x.json", NULL, &hw, &err) == DT_EINVAL);
+    CHECK(strstr(err.msg, "/nonexistent/x.json") != NULL);
+
+    CHECK(load_variant("4294967296", "5e10", "", NULL, &hw, &err) == DT_OK);
+    CHECK_STR(hw.interconnect, "10Gb");
+    CHECK(load_variant("4294967296", "5e10", "", "100G", &hw, &err) == DT_OK);
+    CHECK_NEAR(hw.inter_busbw, 1.2e10, 1e-12);
+    CHECK(load_variant("4294967296", "5e10", ", \"colour\": 1", NULL, &hw, &err) == DT_EINVAL);
+    CHECK(strstr(err.msg, "$.colour: unknown key") != NULL);
+    CHECK(load_variant("512", "5e10", "", NULL, &hw, &err) == DT_EINVAL); /* reserve >= memory */
+    CHECK(strstr(err.msg, "reserve_bytes") != NULL);
+    CHECK(load_variant("4294967296", "2e11", "", NULL, &hw, &err) == DT_EINVAL); /* achievable > peak */
+    CHECK(strstr(err.msg, "achievable_flops.fp32") != NULL);
+    CHECK(load_variant("-1", "5e10", "", NULL, &hw, &err) == DT_EINVAL);
+    CHECK(strstr(err.msg, "device_mem_bytes") != NULL);
+    CHECK(load_variant("4294967296.5", "5e10", "", NULL, &hw, &err) == DT_EINVAL); /* not an integer */
+    CHECK(load_variant("\"4G\"", "5e10", "", NULL, &hw, &err) == DT_EINVAL);
+    CHECK(strstr(err.msg, "device_mem_bytes") != NULL);
+    const char *bad = write_tmp("dt_test_profile_bad.json", "{\"format\": \"dtplan.hardware/1\",");
+    CHECK(bad && dt_hardware_load(bad, NULL, &hw, &err) == DT_EINVAL);
+    CHECK(strstr(err.msg, "invalid JSON") != NULL);
+    TEST_MAIN_END();
+}
