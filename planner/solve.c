@@ -209,6 +209,8 @@ static int milp_solve(dt_ctx *c, unsigned stage_mask, int *pick, int64_t *pick_k
     ly.col0 = calloc((size_t)c->n_runs, sizeof *ly.col0);
     int nz_est = 8;
     for (int j = 0; j < c->n_runs; j++) {
+        /* only runs of the stages asked for, and not banned by a cut, get columns */
+        if (!((stage_mask >> c->runs[j].stage) & 1u) || c->kmin[j] > c->runs[j].hi) continue;
         ly.col0[j] = ly.n_cols + 1;
         ly.n_cols += 2 + c->runs[j].tt.n_phases;
         nz_est += 12 + 6 * c->runs[j].tt.n_phases; /* upper bound of DT_NZ calls below */
@@ -222,6 +224,10 @@ static int milp_solve(dt_ctx *c, unsigned stage_mask, int *pick, int64_t *pick_k
         return dt_errorf(err, DT_ENOMEM, "solver: out of memory");
     }
     int rc = DT_OK;
+    if (ly.n_cols == 0) { /* no run of these stages is left */
+        free(ly.col0), free(ly.ia), free(ly.ja), free(ly.ar);
+        return DT_EINFEASIBLE;
+    }
     glp_prob *volatile lp = NULL;
     if (setjmp(g_glpk_fail)) {
         /* GLPK hit a fatal error: only glp_free_env is safe now (reference/planning.md §6) */
@@ -253,16 +259,15 @@ static int milp_solve(dt_ctx *c, unsigned stage_mask, int *pick, int64_t *pick_k
      * and GLPK's absolute tolerances (1e-7) are far below DT_SOLVE_TIME_TIE_REL */
     double tref = 0.0;
     for (int j = 0; j < c->n_runs; j++)
-        if (c->runs[j].tt.base_s > 0 && (tref == 0.0 || c->runs[j].tt.base_s < tref)) tref = c->runs[j].tt.base_s;
+        if (ly.col0[j] && c->runs[j].tt.base_s > 0 && (tref == 0.0 || c->runs[j].tt.base_s < tref))
+            tref = c->runs[j].tt.base_s;
     const double ts = tref > 0 ? 1.0 / tref : 1.0;
     for (int j = 0; j < c->n_runs; j++) {
         const dt_choice_run *r = &c->runs[j];
+        if (!ly.col0[j]) continue;
         int x = ly.col0[j], k = x + 1;
-        int allowed = (stage_mask >> r->stage) & 1u;
         int64_t lo = r->lo > c->kmin[j] ? r->lo : c->kmin[j];
-        if (lo > r->hi) allowed = 0;
         glp_set_col_kind(lp, x, GLP_BV);
-        if (!allowed) glp_set_col_bnds(lp, x, GLP_FX, 0.0, 0.0);
         glp_set_col_kind(lp, k, GLP_IV);
         glp_set_col_bnds(lp, k, GLP_DB, 0.0, (double)r->hi);
         if (r->hi == 0) glp_set_col_bnds(lp, k, GLP_FX, 0.0, 0.0);
@@ -344,6 +349,7 @@ static int milp_solve(dt_ctx *c, unsigned stage_mask, int *pick, int64_t *pick_k
             for (int col = 1; col <= ncol; col++) glp_set_obj_coef(lp, col, 0.0);
             for (int j = 0; j < c->n_runs; j++) {
                 const dt_choice_run *r = &c->runs[j];
+                if (!ly.col0[j]) continue;
                 glp_set_obj_coef(lp, ly.col0[j],
                                  ((double)r->dev0 - (double)r->lo * (double)r->ddev) * DT_SOLVE_MEM_SCALE);
                 glp_set_obj_coef(lp, ly.col0[j] + 1, (double)r->ddev * DT_SOLVE_MEM_SCALE);
@@ -360,7 +366,7 @@ static int milp_solve(dt_ctx *c, unsigned stage_mask, int *pick, int64_t *pick_k
         if (!rc) {
             *pick = -1;
             for (int j = 0; j < c->n_runs; j++)
-                if (lround(glp_mip_col_val(lp, ly.col0[j])) == 1) {
+                if (ly.col0[j] && lround(glp_mip_col_val(lp, ly.col0[j])) == 1) {
                     *pick = j;
                     *pick_k = lround(glp_mip_col_val(lp, ly.col0[j] + 1));
                 }
@@ -495,6 +501,7 @@ int dt_solve(const dt_solve_request *rq, dt_solve_result *out, dt_error *err) {
         fill_from_run(&c, pick, K, &out->best, &out->plan);
         rc = dt_predict(&out->plan, err);
     }
+    const int main_rows = out->n_rows, main_cols = out->n_columns; /* report the full model's size */
     /* the best of every other allowed stage, or its least-memory configuration */
     for (int s = 0; s < 4 && (rc == DT_OK || rc == DT_EINFEASIBLE); s++) {
         if (!((rq->stage_mask >> s) & 1u)) continue;
@@ -512,6 +519,7 @@ int dt_solve(const dt_solve_request *rq, dt_solve_result *out, dt_error *err) {
             rc = srcp;
         }
     }
+    out->n_rows = main_rows, out->n_columns = main_cols;
     if (rc == DT_EINFEASIBLE) {
         int j = min_memory_run(&c, rq->stage_mask, &K);
         if (j >= 0) {
