@@ -292,7 +292,8 @@ int dt_train(const dt_plan *plan, const dt_train_opts *opts, dt_train_result *re
         if (skipped) res->skipped++;
         double vloss = NAN;
         int64_t ei = plan->data.eval_interval;
-        if (t.valid_l && ei > 0 && (t.st.step % ei == 0 || t.st.step == stop)) {
+        /* on the plan's interval and at the schedule's end only, so --max-steps changes nothing */
+        if (t.valid_l && ei > 0 && (t.st.step % ei == 0 || t.st.step == total)) {
             if ((rc = evaluate(&t, &vloss, err))) break;
             res->last_valid_loss = vloss;
         }
