@@ -165,6 +165,7 @@ int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
                  * per unit after the optimizer step (nothing left to overlap with). */
                 ph[nph++] = (dt_time_phase){stage == 1 ? 1.0 : A, rs_tail, rs, t_bwd, t_rec};
                 fixed += ag;
+                comm_total += ag;
             } else {
                 /* stage 3: forward gathers every unit (prefetching the next while the
                  * current computes); backward gathers every unit again and reduce-scatters

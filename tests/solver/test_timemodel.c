@@ -142,6 +142,18 @@ int main(void) {
     p.parallel.zero_stage = 1;
     CHECK(dt_time_estimate(&p, &t, &err) == DT_OK);
     CHECK(c3 > c2 && c2 > t.comm_s);
+    /* exposed communication never exceeds all communication, for every stage and overlap */
+    for (int st = 0; st < 4; st++)
+        for (int ov = 0; ov < 2; ov++) {
+            p.parallel.zero_stage = st;
+            p.parallel.overlap_comm = ov;
+            p.cluster.nodes = 2, p.cluster.gpus_per_node = 4; /* slow inter-node link: comm-bound */
+            CHECK(dt_time_estimate(&p, &t, &err) == DT_OK);
+            CHECK(t.comm_exposed_s <= t.comm_s * (1 + 1e-12));
+            CHECK(ov || fabs(t.comm_exposed_s - t.comm_s) <= 1e-12 * t.comm_s);
+            p.cluster.nodes = 1, p.cluster.gpus_per_node = 8;
+        }
+    p.parallel.overlap_comm = 1;
 
     /* ---- offload: transfers at h2d_bw, CPU Adam at cpu_adam_params_per_s per node ---- */
     p.parallel.zero_stage = 2;
