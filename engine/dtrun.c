@@ -87,9 +87,10 @@ static int cmd_train(int argc, char **argv) {
     dt_plan plan;
     dt_error err;
     dt_error_clear(&err);
+    /* an unreadable plan is bad input too (exit 2), like an invalid one */
     int rc = dt_plan_load(plan_path, &plan, &err);
     if (!rc) rc = dt_plan_validate(&plan, &err);
-    if (rc) return fail(rc, &err);
+    if (rc) return fail(DT_EINVAL, &err);
     dt_train_result r;
     rc = dt_train(&plan, &o, &r, &err);
     if (rc) return fail(rc, &err);

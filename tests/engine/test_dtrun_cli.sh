@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# dtrun's command line: bad input exits 2 with one "dtrun: ..." line; the
+# committed tiny-cpu plan trains on the fortunes corpus and the loss falls;
+# metrics.jsonl, run-report.json and a checkpoint appear; 'dtrun sample' prints.
+# Usage: test_dtrun_cli.sh DTPLAN DTRUN SOURCE_DIR
+set -u
+DTRUN=$2
+SRC=$3
+PLAN=$SRC/configs/plans/tiny-cpu.json
+TMP=$(mktemp -d /tmp/dt_test_cli_XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+fails=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+
+# expect_exit CODE PATTERN -- command...: exit code, and stderr is one line matching PATTERN
+expect_exit() {
+  local code=$1 pat=$2
+  shift 3
+  "$@" >"$TMP/out" 2>"$TMP/err"
+  local rc=$?
+  [ "$rc" -eq "$code" ] || fail "$* exited $rc, expected $code: $(cat "$TMP/err")"
+  if [ -n "$pat" ]; then
+    [ "$(wc -l <"$TMP/err")" -eq 1 ] || fail "$*: expected one stderr line, got: $(cat "$TMP/err")"
+    grep -q -- "$pat" "$TMP/err" || fail "$*: stderr lacks '$pat': $(cat "$TMP/err")"
+  fi
+}
+
+expect_exit 0 "" -- "$DTRUN" --help
+expect_exit 2 "" -- "$DTRUN"
+expect_exit 2 "^dtrun: .*missing.json" -- "$DTRUN" "$TMP/missing.json"
+expect_exit 2 "^dtrun: unknown option '--bogus'" -- "$DTRUN" "$PLAN" --bogus
+expect_exit 2 "^dtrun: --max-steps expects an integer" -- "$DTRUN" "$PLAN" --max-steps zero
+expect_exit 2 "^dtrun: sample needs a checkpoint directory" -- "$DTRUN" sample
+expect_exit 2 "^dtrun: .*no checkpoint here" -- "$DTRUN" sample "$TMP"
+
+# a plan that fails validation: the batch triple no longer multiplies out
+sed 's/"global_batch": 16/"global_batch": 17/' "$PLAN" >"$TMP/bad-batch.json"
+expect_exit 2 "^dtrun: .*" -- "$DTRUN" "$TMP/bad-batch.json"
+# unknown key
+sed 's/"micro_batch": 8/"micro_batch": 8, "micro_bach": 8/' "$PLAN" >"$TMP/bad-key.json"
+expect_exit 2 "^dtrun: .*micro_bach" -- "$DTRUN" "$TMP/bad-key.json"
+# two ranks: a consistent plan this engine refuses
+sed -e 's/"gpus_per_node": 1/"gpus_per_node": 2/' -e 's/"world_size": 1/"world_size": 2/' \
+    -e 's/"global_batch": 16/"global_batch": 32/' "$PLAN" >"$TMP/two-ranks.json"
+expect_exit 2 "distributed runs land with the ZeRO engine" -- "$DTRUN" "$TMP/two-ranks.json" --out "$TMP/x"
+# a data path with no text
+mkdir -p "$TMP/empty"
+expect_exit 2 "^dtrun: .*empty.*no text" -- "$DTRUN" "$PLAN" --out "$TMP/y" --data "$TMP/empty"
+
+# end to end on the plan's corpus (a Debian package: fortunes-min / fortunes)
+if [ ! -d /usr/share/games/fortunes ]; then
+  echo "skipping the training run: /usr/share/games/fortunes is not installed" >&2
+  [ "$fails" -eq 0 ] && exit 77 || exit 1
+fi
+OUT=$TMP/run
+"$DTRUN" "$PLAN" --out "$OUT" --max-steps 40 --no-progress 2>"$TMP/train.log" || fail "training exited $?: $(tail -3 "$TMP/train.log")"
+[ -f "$OUT/metrics.jsonl" ] || fail "no metrics.jsonl"
+[ "$(wc -l <"$OUT/metrics.jsonl")" -eq 40 ] || fail "metrics.jsonl has $(wc -l <"$OUT/metrics.jsonl") lines, expected 40"
+for k in step loss lr tokens_per_s grad_norm loss_scale mem; do
+  grep -q "\"$k\": " "$OUT/metrics.jsonl" || fail "metrics.jsonl lacks $k"
+done
+first=$(head -1 "$OUT/metrics.jsonl" | sed 's/.*"loss": \([0-9.e+-]*\).*/\1/')
+last=$(tail -1 "$OUT/metrics.jsonl" | sed 's/.*"loss": \([0-9.e+-]*\).*/\1/')
+awk -v f="$first" -v l="$last" 'BEGIN { exit !(l < f - 1.0) }' || fail "loss did not fall by 1 nat: $first -> $last"
+echo "loss $first -> $last over 40 steps"
+# the schedule is the plan's (300 steps, 30 linear warmup): lr at step 40 is past warmup, not at the end
+lr40=$(tail -1 "$OUT/metrics.jsonl" | sed 's/.*"lr": \([0-9.e+-]*\).*/\1/')
+awk -v x="$lr40" 'BEGIN { exit !(x > 9.5e-4 && x < 1e-3) }' || fail "lr at step 40 is $lr40, expected the planned cosine schedule (just under 1e-3)"
+R=$OUT/run-report.json
+[ -f "$R" ] || fail "no run-report.json"
+for k in predicted measured diff_pct params grads optimizer activations buffers total peak_rss_bytes step_time_s tokens_per_s; do
+  grep -q "\"$k\"" "$R" || fail "run-report.json lacks $k"
+done
+[ -f "$OUT/ckpt-00000040/model.safetensors" ] || fail "no final checkpoint"
+[ -f "$OUT/ckpt-00000040/config.json" ] || fail "no config.json in the checkpoint"
+"$DTRUN" sample "$OUT" --tokens 40 --seed 3 --prompt "Q: " >"$TMP/sample.txt" 2>"$TMP/sample.err" || fail "sample exited $?: $(cat "$TMP/sample.err")"
+[ "$(wc -c <"$TMP/sample.txt")" -ge 40 ] || fail "sample printed too little"
+"$DTRUN" sample "$OUT" --tokens 40 --seed 3 --prompt "Q: " >"$TMP/sample2.txt" 2>/dev/null
+cmp -s "$TMP/sample.txt" "$TMP/sample2.txt" || fail "sampling with the same seed is not deterministic"
+# resume from step 40 for 5 more steps: metrics continue at 41
+"$DTRUN" "$PLAN" --out "$OUT" --max-steps 45 --resume --quiet || fail "resume exited $?"
+tail -1 "$OUT/metrics.jsonl" | grep -q '"step": 45' || fail "resume did not reach step 45"
+[ "$(wc -l <"$OUT/metrics.jsonl")" -eq 45 ] || fail "metrics.jsonl not appended on resume"
+
+[ "$fails" -eq 0 ] || { echo "$fails failure(s)" >&2; exit 1; }
+echo ok
