@@ -435,6 +435,7 @@ static int read_scheduler(const cJSON *root, dt_dsconfig *c, dt_error *err) {
     if ((rc = read_num(pp, q, "warmup_num_steps", 0, &c->warmup_num_steps, err))) return rc;
     if ((rc = read_num(pp, q, "total_num_steps", 0, &c->total_num_steps, err))) return rc;
     if ((rc = read_num(pp, q, "cos_min_ratio", 0, &c->cos_min_ratio, err))) return rc;
+    if ((rc = read_num(pp, q, "warmup_min_ratio", 0, &c->warmup_min_ratio, err))) return rc;
     const cJSON *wt = cJSON_GetObjectItemCaseSensitive(pp, "warmup_type");
     if (wt && cJSON_IsString(wt) && !strcmp(wt->valuestring, "linear")) c->warmup_linear = 1;
     return DT_OK;
@@ -659,7 +660,9 @@ int dt_dsconfig_apply(const dt_dsconfig *c, dt_plan *p, dt_ds_notes *notes, dt_e
         s->warmup_linear = c->warmup_linear;
         s->warmup_steps = (int64_t)num_or(&c->warmup_num_steps, (double)s->warmup_steps, DS_WARMUP_STEPS);
         s->total_steps = (int64_t)num_or(&c->total_num_steps, (double)s->total_steps, (double)s->total_steps);
-        s->warmup_min_lr = num_or(&c->warmup_min_lr, 0.0, 0.0);
+        /* plan convention: warmup_min_lr is WarmupCosineLR's ratio, else an lr */
+        s->warmup_min_lr = s->kind == DT_SCHED_WARMUP_COSINE_LR ? num_or(&c->warmup_min_ratio, 0.0, 0.0)
+                                                                : num_or(&c->warmup_min_lr, 0.0, 0.0);
         s->cos_min_ratio = num_or(&c->cos_min_ratio, s->cos_min_ratio, DS_COS_MIN_RATIO);
         if (s->kind != DT_SCHED_WARMUP_COSINE_LR)
             p->optimizer.lr = num_or(&c->warmup_max_lr, p->optimizer.lr, DS_WARMUP_MAX_LR);

@@ -70,6 +70,7 @@ typedef struct dt_dsconfig {
     int has_scheduler;
     char scheduler_type[32];
     dt_ds_num warmup_min_lr, warmup_max_lr, warmup_num_steps, total_num_steps, cos_min_ratio;
+    dt_ds_num warmup_min_ratio;   /* WarmupCosineLR's warmup start, a fraction of lr */
     int warmup_linear;            /* warmup_type "linear" (default "log") */
     /* what DeepSpeed ignores but a user should know (unknown top-level keys, ...) */
     dt_ds_notes notes;

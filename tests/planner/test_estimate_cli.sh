@@ -132,6 +132,16 @@ if [ -f "$SRC/configs/plans/tiny-cpu.json" ]; then
     has '^  [0-3]   [a-z]+/[a-z]+ +\|'
     has 'prediction'
     bad '--plan fixes the configuration; --gpus' --plan "$SRC/configs/plans/tiny-cpu.json" --gpus 2
+    # round trip: the plan's exported DeepSpeed config gives the same memory row
+    # (sequence and hardware are not DeepSpeed settings, so they are passed)
+    if "$DTPLAN" export --deepspeed "$SRC/configs/plans/tiny-cpu.json" -o "$TMP/ds.json" >/dev/null 2>&1; then
+        LAST="round trip"
+        ok --plan "$SRC/configs/plans/tiny-cpu.json" --json
+        grep -o '"per_gpu": {[^}]*}' "$TMP/out" >"$TMP/row_plan"
+        ok --model gpt2-tiny --deepspeed "$TMP/ds.json" --precision fp32 --hardware cpu --seq 64 --json
+        grep -o '"per_gpu": {[^}]*}' "$TMP/out" >"$TMP/row_ds"
+        cmp -s "$TMP/row_plan" "$TMP/row_ds" || fail "export -> estimate --deepspeed differs: $(cat "$TMP/row_plan") vs $(cat "$TMP/row_ds")"
+    fi
 fi
 
 # --- bad input: one line, exit 2 ---
