@@ -450,10 +450,19 @@ static uint64_t splitmix64(uint64_t *s) {
 /* uniform in (0, 1): 53 random bits, never 0 */
 static double uniform01(uint64_t *s) { return ((double)(splitmix64(s) >> 11) + 0.5) / 9007199254740992.0; }
 
-/* Box–Muller */
-static double normal01(uint64_t *s) {
-    double u1 = uniform01(s), u2 = uniform01(s);
-    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+/* Box–Muller: one (u1, u2) pair gives two independent normals; the second is
+ * kept for the next call. */
+typedef struct { uint64_t s; int have; double spare; } normal_rng;
+static double normal01(normal_rng *r) {
+    if (r->have) {
+        r->have = 0;
+        return r->spare;
+    }
+    double u1 = uniform01(&r->s), u2 = uniform01(&r->s);
+    double rad = sqrt(-2.0 * log(u1)), th = 2.0 * M_PI * u2;
+    r->spare = rad * sin(th);
+    r->have = 1;
+    return rad * cos(th);
 }
 
 static void store_param(dt_gpt2 *g, size_t idx, float v) {
@@ -463,7 +472,7 @@ static void store_param(dt_gpt2 *g, size_t idx, float v) {
 }
 
 void dt_gpt2_init_random(dt_gpt2 *g, uint64_t seed) {
-    uint64_t s = seed;
+    normal_rng s = {seed, 0, 0.0};
     double proj_std = DT_GPT2_INIT_STD / sqrt(2.0 * (double)g->L);
     for (int i = 0; i < g->ntensors; i++) {
         const dt_tensor_info *t = &g->tensors[i];

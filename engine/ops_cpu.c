@@ -40,13 +40,17 @@
 #define DT_LOG2E 1.4426950408889634f
 #define DT_EXP_MAX 88.0f                  /* e^88 < FLT_MAX = 3.4e38 */
 #define DT_EXP_MIN -87.0f                 /* e^-87 > FLT_MIN = 1.18e-38 (normal) */
+/* Adding then subtracting 1.5 * 2^23 rounds a float of magnitude < 2^22 to the
+ * nearest integer in the FPU's round-to-nearest mode, without a libm call
+ * (gcc will not inline floorf unless -fno-trapping-math). */
+#define DT_ROUND_MAGIC 12582912.0f
 
 #pragma omp declare simd
 static inline float fast_expf(float x) {
     x = x > DT_EXP_MAX ? DT_EXP_MAX : x;
     int under = x < DT_EXP_MIN;
     x = x < DT_EXP_MIN ? DT_EXP_MIN : x;
-    float fn = floorf(x * DT_LOG2E + 0.5f);
+    float fn = (x * DT_LOG2E + DT_ROUND_MAGIC) - DT_ROUND_MAGIC;
     float r = x - fn * DT_LN2_HI;
     r = r - fn * DT_LN2_LO;
     float p = 1.0f / 5040.0f;
