@@ -2,6 +2,7 @@
  *
  *   dtrun PLAN.json [--out DIR] [--max-steps N] [--data PATH] [--resume] [--quiet]
  *   dtrun sample CKPT_DIR [--prompt TEXT] [--tokens N] [--seed S] [--temperature X]
+ *                         [--dump-logits FILE]
  *
  * Exit status: 0 success, 2 bad input (arguments, plan, data), 1 other failures. */
 #include <errno.h>
@@ -25,6 +26,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: dtrun PLAN.json [--out DIR] [--max-steps N] [--data PATH] [--resume] [--quiet]\n"
             "       dtrun sample CKPT_DIR [--prompt TEXT] [--tokens N] [--seed S] [--temperature X]\n"
+            "                         [--dump-logits FILE]\n"
             "\n"
             "Trains the plan's model exactly as planned (world size 1, cpu device). --out and\n"
             "--data override the plan's output.dir and data.train; --max-steps stops early\n"
@@ -103,13 +105,14 @@ static int cmd_train(int argc, char **argv) {
 /* ---- sample ---- */
 
 static int cmd_sample(int argc, char **argv) {
-    const char *dir = NULL, *prompt = "\n";
+    const char *dir = NULL, *prompt = "\n", *dump = NULL;
     int64_t ntok = DT_SAMPLE_TOKENS, seed = DT_SAMPLE_SEED;
     double temp = DT_SAMPLE_TEMPERATURE;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has_val = i + 1 < argc;
         if (strcmp(a, "--prompt") == 0 && has_val) prompt = argv[++i];
+        else if (strcmp(a, "--dump-logits") == 0 && has_val) dump = argv[++i];
         else if (strcmp(a, "--tokens") == 0 && has_val) {
             if (parse_i64(argv[++i], "--tokens", 1, &ntok)) return 2;
         } else if (strcmp(a, "--seed") == 0 && has_val) {
@@ -184,6 +187,16 @@ static int cmd_sample(int argc, char **argv) {
     for (int64_t k = 0; k < ntok && !rc; k++) {
         float loss;
         if ((rc = dt_gpt2_forward(g, ctx, NULL, &loss, &err))) break;
+        if (k == 0 && dump) {   /* fp32 [len, V] logits of the prompt (scripts/check_hf_export.py) */
+            FILE *f = fopen(dump, "wb");
+            size_t nv = (size_t)(len * m.vocab);
+            if (!f || fwrite(dt_gpt2_logits(g), sizeof(float), nv, f) != nv) {
+                if (f) fclose(f);
+                rc = dt_errorf(&err, DT_EIO, "%s: cannot write logits", dump);
+                break;
+            }
+            fclose(f);
+        }
         const float *logits = dt_gpt2_logits(g) + (len - 1) * m.vocab;
         /* softmax with temperature over the byte tokens, then inverse-CDF sampling */
         double mx = -INFINITY, sum = 0;
