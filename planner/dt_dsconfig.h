@@ -120,14 +120,4 @@ size_t dt_ds_format_zero2_cold(int64_t total_params, int64_t gpus_per_node, int6
 size_t dt_ds_format_zero3_cold(int64_t total_params, int64_t largest_layer_params,
                                int64_t gpus_per_node, int64_t nodes, char *buf, size_t n);
 
-/* ------------------------------------------------- memory model extension */
-
-/* dt_memory_estimate with the model-state parameter count given explicitly
- * (n_params > 0): a derived shape (--params 32B) keeps the exact requested count
- * for params/grads/optimizer while activations and gather units use the shape.
- * n_params <= 0 means dt_model_params(&p->model). Belongs in dt_memory.h (owner
- * asked); declared here meanwhile. */
-int dt_memory_estimate_n(const dt_plan *p, int64_t n_params, dt_mem_breakdown *out,
-                         dt_error *err);
-
 #endif
