@@ -1,11 +1,271 @@
-/* cmd_calibrate.c — placeholder until the subcommand lands (owner replaces this file). */
+/* cmd_calibrate.c — `dtplan calibrate -o configs/hardware/local.json`: measures
+ * this machine with the CPU engine's code paths (OpenBLAS sgemm; 16-bit operands
+ * converted to fp32 first, as the CPU engine does), memory bandwidth (memcpy), and
+ * MPI all-reduce bus bandwidth between local ranks, and writes a profile that
+ * dt_hardware_load reads. A few seconds. docs/hardware.md "Calibration". */
+#include <cblas.h>
+#include <cjson/cJSON.h>
+#include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "dt_cli.h"
+#include "dt_hardware.h"
+
+#define CAL_GEMM_N 768                 /* square GEMM size: large enough for OpenBLAS's peak */
+#define CAL_GEMM_REPS 4
+#define CAL_COPY_BYTES ((size_t)256 << 20)
+#define CAL_COPY_REPS 5
+#define CAL_ALLREDUCE_FLOATS ((size_t)16 << 20) /* 64 MiB */
+#define CAL_ALLREDUCE_REPS 5
+/* Device memory of a CPU rank: a quarter of host RAM (the cpu profile's share, docs/hardware.md). */
+#define CAL_DEVICE_SHARE 4
+/* CPU AdamW touches ~32 bytes per parameter (reference/planning.md §5.4). */
+#define CAL_ADAM_BYTES_PER_PARAM 32.0
+/* Peak per core: 2 AVX-512 FMA units x 16 fp32 lanes x 2 FLOPs per cycle at the cpu
+ * profile's 2.8 GHz (docs/hardware.md); an estimate, used only for MFU. */
+#define CAL_PEAK_PER_CORE (2.8e9 * 2 * 16 * 2)
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static float f16_to_f32(uint16_t h) {
+    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu, u;
+    if (e == 0) u = s; /* zero / subnormal flushed: not timing-relevant */
+    else if (e == 31) u = s | 0x7F800000u | (m << 13);
+    else u = s | ((e + 112u) << 23) | (m << 13);
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* FLOP/s of C = A·B (n x n) including the conversion of 16-bit operands when conv != NULL. */
+static double gemm_flops(float (*conv)(uint16_t)) {
+    const int n = CAL_GEMM_N;
+    size_t nn = (size_t)n * n;
+    float *a = malloc(nn * 4), *b = malloc(nn * 4), *c = malloc(nn * 4);
+    uint16_t *a16 = malloc(nn * 2), *b16 = malloc(nn * 2);
+    if (!a || !b || !c || !a16 || !b16) return 0;
+    for (size_t i = 0; i < nn; i++) {
+        a16[i] = (uint16_t)(0x3C00u + (i % 97)); /* small positive values in either format */
+        b16[i] = (uint16_t)(0x3C00u + (i % 89));
+        a[i] = (float)(i % 7) * 1e-3f;
+        b[i] = (float)(i % 5) * 1e-3f;
+    }
+    double best = 1e30;
+    for (int r = 0; r < CAL_GEMM_REPS + 1; r++) {
+        double t0 = now_s();
+        if (conv)
+            for (size_t i = 0; i < nn; i++) a[i] = conv(a16[i]), b[i] = conv(b16[i]);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        double t = now_s() - t0;
+        if (r > 0 && t < best) best = t; /* first run warms up threads and caches */
+    }
+    free(a), free(b), free(c), free(a16), free(b16);
+    return 2.0 * n * (double)n * n / best;
+}
+
+static double copy_bw(void) {
+    char *s = malloc(CAL_COPY_BYTES), *d = malloc(CAL_COPY_BYTES);
+    if (!s || !d) return 0;
+    memset(s, 1, CAL_COPY_BYTES);
+    memset(d, 0, CAL_COPY_BYTES);
+    double best = 1e30;
+    volatile char sink = 0;
+    for (int r = 0; r < CAL_COPY_REPS; r++) {
+        s[r] = (char)r;
+        double t0 = now_s();
+        memcpy(d, s, CAL_COPY_BYTES);
+        double t = now_s() - t0;
+        sink += d[r];
+        if (t < best) best = t;
+    }
+    (void)sink;
+    free(s), free(d);
+    return 2.0 * (double)CAL_COPY_BYTES / best; /* read + write */
+}
+
+/* nccl-tests busbw of an all-reduce among the ranks of MPI_COMM_WORLD. */
+static double allreduce_busbw(int *nranks) {
+    MPI_Comm_size(MPI_COMM_WORLD, nranks);
+    float *buf = calloc(CAL_ALLREDUCE_FLOATS, sizeof *buf);
+    if (!buf) return 0;
+    double best = 1e30;
+    for (int r = 0; r < CAL_ALLREDUCE_REPS + 1; r++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        MPI_Allreduce(MPI_IN_PLACE, buf, (int)CAL_ALLREDUCE_FLOATS, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        double t = MPI_Wtime() - t0;
+        MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        if (r > 0 && t < best) best = t;
+    }
+    free(buf);
+    double n = *nranks, S = (double)CAL_ALLREDUCE_FLOATS * sizeof(float);
+    return 2.0 * (n - 1.0) / n * S / best;
+}
+
+static int write_profile(const char *path, const dt_hardware *base, double f32, double f16b, double f16h,
+                         double bw, double busbw, int nranks) {
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int64_t host = pages > 0 && psz > 0 ? (int64_t)pages * psz : base->host_mem_bytes;
+    double peak = (double)(cores > 0 ? cores : 1) * CAL_PEAK_PER_CORE;
+    double ach[3] = {f32, f16b, f16h};
+    cJSON *o = cJSON_CreateObject(), *pk = cJSON_CreateObject(), *ac = cJSON_CreateObject();
+    cJSON *nets = cJSON_CreateObject();
+    static const char *const dn[3] = {"fp32", "bf16", "fp16"};
+    for (int i = 0; i < 3; i++) {
+        cJSON_AddNumberToObject(pk, dn[i], peak > ach[i] ? peak : ach[i]);
+        cJSON_AddNumberToObject(ac, dn[i], ach[i]);
+    }
+    char src[256];
+    snprintf(src, sizeof src,
+             "dtplan calibrate: sgemm %dx%d (16-bit converted first), memcpy %zu MiB, MPI_Allreduce 64 MiB on %d rank(s); "
+             "the rest from the cpu profile", CAL_GEMM_N, CAL_GEMM_N, CAL_COPY_BYTES >> 20, nranks);
+    cJSON_AddStringToObject(o, "format", "dtplan.hardware/1");
+    cJSON_AddStringToObject(o, "name", "local");
+    cJSON_AddStringToObject(o, "source", src);
+    cJSON_AddStringToObject(o, "device", "cpu");
+    cJSON_AddNumberToObject(o, "device_mem_bytes", (double)(host / CAL_DEVICE_SHARE));
+    cJSON_AddNumberToObject(o, "reserve_bytes", (double)base->reserve_bytes);
+    cJSON_AddItemToObject(o, "peak_flops", pk);
+    cJSON_AddItemToObject(o, "achievable_flops", ac);
+    cJSON_AddNumberToObject(o, "mem_bw", bw);
+    cJSON_AddNumberToObject(o, "intra_busbw", busbw > 0 ? busbw : base->intra_busbw);
+    cJSON_AddNumberToObject(o, "intra_alpha_s", base->intra_alpha_s);
+    cJSON_AddStringToObject(o, "default_interconnect", base->interconnect);
+    /* the network table is not measurable from one machine: the cpu profile's */
+    static const char *const links[] = {"10Gb", "25Gb", "100Gb", "200Gb", "400Gb"};
+    for (int i = 0; i < 5; i++) {
+        dt_hardware h;
+        dt_error e;
+        if (dt_hardware_load("cpu", links[i], &h, &e)) continue;
+        cJSON *n = cJSON_CreateObject();
+        cJSON_AddNumberToObject(n, "busbw", h.inter_busbw);
+        cJSON_AddNumberToObject(n, "alpha_s", h.inter_alpha_s);
+        cJSON_AddItemToObject(nets, links[i], n);
+    }
+    cJSON_AddItemToObject(o, "interconnects", nets);
+    cJSON_AddNumberToObject(o, "h2d_bw", bw / 2.0); /* one-way copy */
+    cJSON_AddNumberToObject(o, "host_mem_bytes", (double)host);
+    cJSON_AddNumberToObject(o, "cpu_adam_params_per_s", bw / CAL_ADAM_BYTES_PER_PARAM);
+    cJSON_AddNumberToObject(o, "nvme_bw", base->nvme_bw);
+    cJSON_AddNumberToObject(o, "nvme_bytes", (double)base->nvme_bytes);
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    if (!text) return 1;
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    int ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+    if (f) ok = (fclose(f) == 0) && ok;
+    free(text);
+    if (!ok || rename(tmp, path) != 0) {
+        fprintf(stderr, "dtplan: calibrate: cannot write '%s'\n", path);
+        remove(tmp);
+        return 1;
+    }
+    dt_hardware check;
+    dt_error e;
+    if (dt_hardware_load(path, NULL, &check, &e)) {
+        fprintf(stderr, "dtplan: calibrate: wrote an unloadable profile: %s\n", e.msg);
+        return 1;
+    }
+    return 0;
+}
+
+/* Re-runs this command under `mpirun -n 2` so the collective can be measured. */
+static int relaunch_under_mpirun(const char *out) {
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return -1;
+    self[n] = '\0';
+    setenv("DT_CALIBRATE_CHILD", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    char cmd[8400];
+    snprintf(cmd, sizeof cmd, "mpirun -n 2 --oversubscribe '%s' calibrate -o '%s' >/dev/null 2>&1", self, out);
+    return system(cmd);
+}
 
 int dt_cmd_calibrate(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "dtplan calibrate: not available in this build yet\n");
-    return 1;
+    const char *out = NULL;
+    int no_mpi = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: dtplan calibrate -o configs/hardware/local.json [--no-mpi]\n"
+                   "  measures GEMM FLOP/s (fp32, bf16, fp16), memory bandwidth and MPI all-reduce\n"
+                   "  bus bandwidth between 2 local ranks; writes a hardware profile\n");
+            return 0;
+        } else if (!strcmp(argv[i], "-o") && i + 1 < argc) {
+            out = argv[++i];
+        } else if (!strcmp(argv[i], "--no-mpi")) {
+            no_mpi = 1;
+        } else {
+            fprintf(stderr, "dtplan: calibrate: unknown option '%s' (usage: dtplan calibrate -o local.json)\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!out) {
+        fprintf(stderr, "dtplan: calibrate: -o PATH is required (example: -o configs/hardware/local.json)\n");
+        return 2;
+    }
+    if (strlen(out) > 4000) {
+        fprintf(stderr, "dtplan: calibrate: -o path too long\n");
+        return 2;
+    }
+    dt_hardware base;
+    dt_error e;
+    if (dt_hardware_load("cpu", NULL, &base, &e)) {
+        fprintf(stderr, "dtplan: calibrate: %s\n", e.msg);
+        return 1;
+    }
+    int under_mpi = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE");
+    if (!under_mpi && !no_mpi && !getenv("DT_CALIBRATE_CHILD")) {
+        if (relaunch_under_mpirun(out) == 0) {
+            dt_hardware h;
+            if (dt_hardware_load(out, NULL, &h, &e) == DT_OK) {
+                printf("calibrate: wrote %s (fp32 %.1f, bf16 %.1f GFLOP/s; memcpy %.1f GB/s; all-reduce busbw %.2f GB/s on 2 ranks)\n",
+                       out, h.achievable_flops[0] / 1e9, h.achievable_flops[1] / 1e9, h.mem_bw / 1e9, h.intra_busbw / 1e9);
+                return 0;
+            }
+        }
+        fprintf(stderr, "dtplan: calibrate: mpirun -n 2 failed; measuring without MPI (intra_busbw from the cpu profile)\n");
+    }
+    int rank = 0, nranks = 1;
+    double busbw = 0;
+    if (under_mpi) {
+        MPI_Init(NULL, NULL);
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        busbw = allreduce_busbw(&nranks);
+    }
+    int rc = 0;
+    if (rank == 0) {
+        /* per-rank compute and memory figures, measured while the other ranks idle */
+        double f32 = gemm_flops(NULL), fb = gemm_flops(bf16_to_f32), fh = gemm_flops(f16_to_f32);
+        double bw = copy_bw();
+        rc = write_profile(out, &base, f32, fb, fh, bw, busbw, nranks);
+        if (!rc)
+            printf("calibrate: wrote %s (fp32 %.1f, bf16 %.1f, fp16 %.1f GFLOP/s; memcpy %.1f GB/s; busbw %.2f GB/s on %d rank(s))\n",
+                   out, f32 / 1e9, fb / 1e9, fh / 1e9, bw / 1e9, busbw / 1e9, nranks);
+    }
+    if (under_mpi) {
+        MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        MPI_Finalize();
+    }
+    return rc;
 }

@@ -52,5 +52,13 @@ expect_bad "bf16" --mem 32G --model gpt2 --hardware V100-32GB
 expect_bad "precision" --mem 80G --params 7B --precision fp8
 
 "$DTPLAN" solve --help >/dev/null || fail "--help should exit 0"
+
+# calibrate: writes a profile dt_hardware_load accepts, usable by solve
+"$DTPLAN" calibrate --no-mpi -o "$TMP/local.json" >"$TMP/out" 2>&1 || fail "calibrate: $(cat "$TMP/out")"
+grep -q '"achievable_flops"' "$TMP/local.json" || fail "calibrate wrote no achievable_flops"
+"$DTPLAN" solve --mem 2G --model gpt2-tiny --gpus 2 --seq 64 --hardware "$TMP/local.json" >"$TMP/out" 2>&1 \
+    || fail "solve on the calibrated profile: $(cat "$TMP/out")"
+"$DTPLAN" calibrate >/dev/null 2>"$TMP/err"; [ $? -eq 2 ] || fail "calibrate without -o should exit 2"
+grep -q '^dtplan: calibrate: -o PATH is required' "$TMP/err" || fail "calibrate message: $(cat "$TMP/err")"
 [ $fails -eq 0 ] && echo ok
 exit $((fails > 0))
