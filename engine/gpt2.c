@@ -101,6 +101,8 @@ struct dt_gpt2 {
     float *gw;                /* fp32 grads of the current group (16-bit grads) */
     block_f32 w32;            /* 16-bit activations only */
     int64_t vchunk;           /* classifier rows per chunk when wte is converted */
+    int32_t *tok_head;        /* [V] 16-bit grads: first position of each token, or -1 */
+    int32_t *tok_next;        /* [N] next position with the same token, or -1 */
 
     int have_targets;         /* last forward had targets */
 };
@@ -353,7 +355,12 @@ int dt_gpt2_create(const dt_model *m, const dt_precision *prec, int64_t B, int64
     g->vchunk = (int64_t)(g->max_group_numel / (size_t)C);
     if (g->vchunk > V) g->vchunk = V;
     if (g->pt != DT_DTYPE_FP32) ok = ok && (g->pw = buf(sizeof(float) * g->max_group_numel));
-    if (g->gt != DT_DTYPE_FP32) ok = ok && (g->gw = buf(sizeof(float) * g->max_group_numel));
+    if (g->gt != DT_DTYPE_FP32) {
+        ok = ok && (g->gw = buf(sizeof(float) * g->max_group_numel)) &&
+             (g->tok_head = buf(sizeof(int32_t) * V)) && (g->tok_next = buf(sizeof(int32_t) * N));
+        if (ok)
+            for (int64_t v = 0; v < V; v++) g->tok_head[v] = -1;
+    }
     if (g->at != DT_DTYPE_FP32) {
         block_f32 *w = &g->w32;
         ok = ok && (w->x = buf(sizeof(float) * N * C)) && (w->ln1 = buf(sizeof(float) * N * C)) &&
@@ -384,7 +391,7 @@ void dt_gpt2_free(dt_gpt2 *g) {
                     g->dres,   g->dC,       g->dQKV,      g->dF,       g->pw,
                     g->gw,     g->w32.x,    g->w32.ln1,   g->w32.qkv,  g->w32.probs,
                     g->w32.att, g->w32.res1, g->w32.ln2,  g->w32.fch,  g->w32.gelu,
-                    g->w32.xout};
+                    g->w32.xout, g->tok_head, g->tok_next};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dt_mem_free(bufs[i]);
     free(g->tensors);
     free(g->names);
@@ -724,16 +731,21 @@ static void encoder_backward(dt_gpt2 *g) {
     memset(acc, 0, sizeof(float) * (size_t)(T * C));
     for (int64_t n = 0; n < N; n++) dt_op_axpy(acc + (n % T) * C, g->dres + n * C, 1.0f, C);
     grads_add_16(g, 0, wpe_off, acc, (size_t)(T * C));
+    /* chain the positions of each token in order: tok_head[tok] = first position,
+     * tok_next[n] = next position with the same token (-1 ends) */
+    for (int64_t n = N - 1; n >= 0; n--) {
+        g->tok_next[n] = g->tok_head[g->inputs[n]];
+        g->tok_head[g->inputs[n]] = (int32_t)n;
+    }
     for (int64_t n = 0; n < N; n++) {
         int32_t tok = g->inputs[n];
-        int seen = 0;
-        for (int64_t k = 0; k < n; k++) seen |= g->inputs[k] == tok;
-        if (seen) continue;   /* row already done */
+        if (g->tok_head[tok] != n) continue;   /* not the token's first position */
         memset(acc, 0, sizeof(float) * (size_t)C);
-        for (int64_t k = n; k < N; k++)
-            if (g->inputs[k] == tok) dt_op_axpy(acc, g->dres + k * C, 1.0f, C);
+        for (int32_t k = (int32_t)n; k >= 0; k = g->tok_next[k])
+            dt_op_axpy(acc, g->dres + (int64_t)k * C, 1.0f, C);
         grads_add_16(g, 0, (size_t)tok * (size_t)C, acc, (size_t)C);
     }
+    for (int64_t n = 0; n < N; n++) g->tok_head[g->inputs[n]] = -1;
 }
 
 int dt_gpt2_backward(dt_gpt2 *g, float grad_scale, dt_error *err) {
