@@ -10,5 +10,8 @@ int dt_cmd_solve(int argc, char **argv);
 int dt_cmd_show(int argc, char **argv);
 int dt_cmd_export(int argc, char **argv);
 int dt_cmd_calibrate(int argc, char **argv);
+int dt_cmd_simulate(int argc, char **argv);
+int dt_cmd_compare(int argc, char **argv);
+int dt_cmd_report(int argc, char **argv);
 
 #endif

@@ -16,6 +16,9 @@ static const dt_subcommand k_commands[] = {
     {"solve", dt_cmd_solve, "choose stage, micro-batch, accumulation, offload, checkpointing (GLPK); write plan.json"},
     {"show", dt_cmd_show, "print a plan readably"},
     {"export", dt_cmd_export, "write the DeepSpeed config and launch lines for a plan"},
+    {"simulate", dt_cmd_simulate, "discrete-event simulation of one step: timeline, critical path, memory over time"},
+    {"compare", dt_cmd_compare, "per-phase differences between a simulated and a measured trace"},
+    {"report", dt_cmd_report, "charts and a Markdown summary from a dtrun output directory"},
     {"calibrate", dt_cmd_calibrate, "measure this machine and write a hardware profile"},
 };
 
