@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "dt_cli.h"
@@ -32,7 +33,12 @@ static void usage(FILE *f) {
             "  --nvme SIZE           NVMe capacity per node (default: the profile's)\n"
             "  --precision P         mixed-bf16 (default) | mixed-fp16 | pure-bf16 | fp32\n"
             "  --stages 0,1,2,3      stages the solver may choose; --no-offload; --no-overlap\n"
-            "  --units GiB|GB        display unit; -o plan.json writes the chosen plan\n",
+            "  --units GiB|GB        display unit; -o plan.json writes the chosen plan\n"
+            "training settings carried by the plan (no effect on memory or time):\n"
+            "  --data PATH           training text directory or llm.c shards (default /usr/share/games/fortunes)\n"
+            "  --steps N             optimizer steps; --warmup N; --lr X (peak, default 2e-4)\n"
+            "  --schedule S          constant | WarmupLR (default) | WarmupDecayLR | WarmupCosineLR\n"
+            "  --out DIR             dtrun output directory; --eval-interval N; --save-interval N\n",
             DT_SOLVE_DEFAULT_PER_DEVICE, DT_SOLVE_DEFAULT_ACCUM, DT_SOLVE_DEFAULT_HARDWARE);
 }
 
@@ -130,10 +136,70 @@ static void print_result(const dt_solve_request *rq, const dt_solve_result *r, d
            r->n_columns, r->n_rows, r->milp_solves, solve_ms);
 }
 
+/* Copies a string option into a fixed plan field, refusing what would not fit. */
+static int set_path(char *dst, size_t n, const char *v, const char *what, dt_error *err) {
+    if (strlen(v) >= n) return dt_errorf(err, DT_EINVAL, "%s: path longer than %zu bytes", what, n - 1);
+    snprintf(dst, n, "%s", v);
+    return DT_OK;
+}
+
+/* --data/--steps/--lr/--warmup/--schedule/--out/--eval-interval/--save-interval:
+ * the training settings dtrun reads from the plan. */
+static int apply_training_options(dt_plan *b, const char *data, const char *steps, const char *lr,
+                                  const char *warmup, const char *sched, const char *outdir,
+                                  const char *eval, const char *save, dt_error *err) {
+    int64_t v;
+    if (data && set_path(b->data.train, sizeof b->data.train, data, "--data", err)) return err->code;
+    if (outdir && set_path(b->output.dir, sizeof b->output.dir, outdir, "--out", err)) return err->code;
+    if (steps) {
+        if (dt_parse_count(steps, "--steps", &v, err)) return err->code;
+        b->schedule.total_steps = v;
+        if (b->schedule.warmup_steps > v) b->schedule.warmup_steps = v / 10;
+    }
+    if (warmup) {
+        if (!strcmp(warmup, "0")) b->schedule.warmup_steps = 0;
+        else if (dt_parse_count(warmup, "--warmup", &v, err)) return err->code;
+        else b->schedule.warmup_steps = v;
+    }
+    if (eval) {
+        if (dt_parse_count(eval, "--eval-interval", &v, err)) return err->code;
+        b->data.eval_interval = v;
+    }
+    if (save) {
+        if (dt_parse_count(save, "--save-interval", &v, err)) return err->code;
+        b->output.save_interval = v;
+    }
+    if (lr) {
+        char *end = NULL;
+        double x = strtod(lr, &end);
+        if (!end || *end || !(x > 0) || x > 1)
+            return dt_errorf(err, DT_EINVAL, "--lr: '%s' is not a learning rate in (0, 1] (example: 3e-4)", lr);
+        b->optimizer.lr = x;
+    }
+    if (sched) {
+        static const char *const names[] = {"constant", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"};
+        int k = -1;
+        for (int i = 0; i < 4; i++)
+            if (!strcasecmp(sched, names[i])) k = i;
+        if (k < 0)
+            return dt_errorf(err, DT_EINVAL,
+                             "--schedule: unknown '%s' (choices: constant, WarmupLR, WarmupDecayLR, WarmupCosineLR)",
+                             sched);
+        b->schedule.kind = (dt_sched_kind)k;
+    }
+    if (b->schedule.warmup_steps > b->schedule.total_steps)
+        return dt_errorf(err, DT_EINVAL, "--warmup %lld exceeds --steps %lld", (long long)b->schedule.warmup_steps,
+                         (long long)b->schedule.total_steps);
+    return DT_OK;
+}
+
 int dt_cmd_solve(int argc, char **argv) {
     const char *mem = NULL, *model = NULL, *params = NULL, *gpus = "1", *nodes = "1", *gbatch = NULL;
     const char *seq = NULL, *hardware = DT_SOLVE_DEFAULT_HARDWARE, *link = NULL, *host = NULL;
     const char *nvme = NULL, *prec = NULL, *stages = "0,1,2,3", *outp = NULL, *units = "GiB";
+    /* training settings the plan carries to dtrun (they change no memory or time) */
+    const char *data = NULL, *steps = NULL, *lr = NULL, *warmup = NULL, *sched = NULL, *outdir = NULL;
+    const char *eval = NULL, *save = NULL;
     int no_offload = 0, no_overlap = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -146,9 +212,11 @@ int dt_cmd_solve(int argc, char **argv) {
         static const char *const names[] = {"--mem", "--model", "--params", "--gpus", "--nodes",
                                             "--global-batch", "--seq", "--hardware", "--interconnect",
                                             "--host-mem", "--nvme", "--precision", "--stages", "-o",
-                                            "--units"};
+                                            "--units", "--data", "--steps", "--lr", "--warmup",
+                                            "--schedule", "--out", "--eval-interval", "--save-interval"};
         const char **slots[] = {&mem, &model, &params, &gpus, &nodes, &gbatch, &seq, &hardware,
-                                &link, &host, &nvme, &prec, &stages, &outp, &units};
+                                &link, &host, &nvme, &prec, &stages, &outp, &units, &data, &steps,
+                                &lr, &warmup, &sched, &outdir, &eval, &save};
         int k = -1;
         for (int j = 0; j < (int)(sizeof names / sizeof names[0]); j++)
             if (!strcmp(a, names[j])) k = j;
@@ -209,6 +277,7 @@ int dt_cmd_solve(int argc, char **argv) {
     if (host && dt_parse_bytes(host, "--host-mem", &rq.host_limit_bytes, &err)) return fail(err.msg);
     if (nvme && dt_parse_bytes(nvme, "--nvme", &rq.nvme_limit_bytes, &err)) return fail(err.msg);
     rq.allow_offload = !no_offload;
+    if (apply_training_options(b, data, steps, lr, warmup, sched, outdir, eval, save, &err)) return fail(err.msg);
     if (rq.mem_limit_bytes <= b->cluster.hw.reserve_bytes) {
         char msg[256], rb[48];
         snprintf(msg, sizeof msg, "solve: --mem %s is not above the profile's runtime reserve %s", mem,

@@ -53,6 +53,20 @@ expect_bad "precision" --mem 80G --params 7B --precision fp8
 
 "$DTPLAN" solve --help >/dev/null || fail "--help should exit 0"
 
+# training settings travel into the plan unchanged (dtrun reads them)
+"$DTPLAN" solve --mem 1G --model gpt2-tiny --hardware cpu --seq 64 --global-batch 16 --precision fp32 \
+    --data /some/text --steps 300 --warmup 20 --lr 1e-3 --schedule WarmupCosineLR --out "$TMP/run" \
+    --eval-interval 50 --save-interval 100 -o "$TMP/cpu.json" >"$TMP/out" 2>&1 || fail "cpu solve: $(cat "$TMP/out")"
+for kv in '"train": "/some/text"' '"total_steps": 300' '"warmup_steps": 20' '"lr": 0.001' \
+          '"kind": "WarmupCosineLR"' "\"dir\": \"$TMP/run\"" '"eval_interval": 50' '"save_interval": 100'; do
+    grep -qF -- "$kv" "$TMP/cpu.json" || fail "plan lacks $kv"
+done
+expect_bad "--lr" --mem 1G --model gpt2-tiny --hardware cpu --lr abc
+expect_bad "--lr" --mem 1G --model gpt2-tiny --hardware cpu --lr -1
+expect_bad "--schedule" --mem 1G --model gpt2-tiny --hardware cpu --schedule Foo
+expect_bad "--steps" --mem 1G --model gpt2-tiny --hardware cpu --steps 0
+expect_bad "exceeds --steps" --mem 1G --model gpt2-tiny --hardware cpu --steps 10 --warmup 20
+
 # calibrate: writes a profile dt_hardware_load accepts, usable by solve
 "$DTPLAN" calibrate --no-mpi -o "$TMP/local.json" >"$TMP/out" 2>&1 || fail "calibrate: $(cat "$TMP/out")"
 grep -q '"achievable_flops"' "$TMP/local.json" || fail "calibrate wrote no achievable_flops"
