@@ -59,9 +59,11 @@
 #define COLOR_LIMIT 0xD62728u
 #define COLOR_OUTLINE 0x333333u
 
-/* Tableau 10 (Tableau Software's default categorical palette, 2016 revision). */
+/* Tableau 10 (Tableau Software's default categorical palette, 2016 revision),
+ * reordered so the light colours (yellow, pink, grey), weak as thin lines on
+ * white, come last. */
 static const uint32_t k_palette[] = {0x4E79A7, 0xF28E2B, 0x59A14F, 0xE15759, 0x76B7B2,
-                                     0xEDC948, 0xB07AA1, 0xFF9DA7, 0x9C755F, 0xBAB0AC};
+                                     0xB07AA1, 0x9C755F, 0xEDC948, 0xFF9DA7, 0xBAB0AC};
 #define PALETTE_N ((int)(sizeof k_palette / sizeof k_palette[0]))
 
 /* ---- canvas: one open plotter writing to a temporary file ---- */
@@ -552,9 +554,16 @@ static void draw_y_axis(canvas *cv, const frame *f, const axis *a) {
     }
 }
 
-/* Vertical grid lines, tick marks and (when labels) labels under the bottom edge. */
+/* Vertical grid lines, tick marks and (when labels) labels under the bottom
+ * edge; every k-th label only when neighbours would touch. */
 static void draw_x_axis(canvas *cv, const frame *f, const axis *a, int labels) {
     char buf[64];
+    int every = 1;
+    if (a->n > 1) {
+        double gap = INFINITY, w = axis_label_w(cv, a) + FS_TICK * cv->s;
+        for (int i = 1; i < a->n; i++) gap = fmin(gap, fabs(axis_map(a, a->t[i]) - axis_map(a, a->t[i - 1])));
+        while (every < a->n && every * gap < w) every++;
+    }
     for (int i = 0; i < a->n; i++) {
         double x = axis_map(a, a->t[i]);
         pen(cv, COLOR_GRID);
@@ -563,7 +572,7 @@ static void draw_x_axis(canvas *cv, const frame *f, const axis *a, int labels) {
         pen(cv, COLOR_AXIS);
         width(cv, AXIS_W);
         line(cv, x, f->y0 - TICK_LEN * cv->s, x, f->y0);
-        if (labels) {
+        if (labels && i % every == 0) {
             tick_label(a, a->t[i], buf, sizeof buf);
             text(cv, x, f->y0 - (TICK_LEN + 4) * cv->s, 'c', 't', 0, FS_TICK, 0, COLOR_TEXT, buf);
         }
@@ -869,10 +878,14 @@ static void series_range(const dt_chart_xy *xy, double *xmin, double *xmax, doub
     }
 }
 
+/* 1: some series shows markers; 2: some series is markers only (a scatter). */
 static int has_markers(const dt_chart_xy *xy) {
-    for (int k = 0; k < xy->n_series; k++)
-        if (xy->series[k].style.marker != DT_MARK_NONE || xy->series[k].point_class) return 1;
-    return 0;
+    int m = 0;
+    for (int k = 0; k < xy->n_series; k++) {
+        const dt_chart_series *se = &xy->series[k];
+        if (se->style.marker != DT_MARK_NONE || se->point_class) m = se->style.line ? (m > 1 ? m : 1) : 2;
+    }
+    return m;
 }
 
 /* Resolved colours: series then classes, in legend order. */
@@ -944,8 +957,9 @@ static void xy_plot(canvas *cv, const dt_chart_xy *xy, const axis *ax, const axi
 static void xy_axes(const dt_chart_xy *xy, axis *ax, axis *ay) {
     double xmin, xmax, ymin, ymax;
     series_range(xy, &xmin, &xmax, &ymin, &ymax);
-    if (has_markers(xy)) {   /* keep markers off the frame */
-        double px = 0.03 * (xmax - xmin), py = 0.04 * (ymax - ymin);
+    int m = has_markers(xy);
+    if (m) {   /* keep markers off the frame (x only for scatters: a curve may end at the edge) */
+        double px = m == 2 ? 0.03 * (xmax - xmin) : 0, py = 0.04 * (ymax - ymin);
         /* ... but never across zero: steps and bytes stay non-negative */
         if (!xy->x_log) { xmin = xmin >= 0 ? fmax(0, xmin - px) : xmin - px; xmax += px; }
         if (!xy->y_log) { ymin = ymin >= 0 ? fmax(0, ymin - py) : ymin - py; ymax += py; }

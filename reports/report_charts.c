@@ -158,16 +158,19 @@ int dt_chart_loss(const char *path, const char *title, dt_chart_curve train, dt_
     return dt_chart_xy_draw(path, &o, &xy, err);
 }
 
-/* A measured curve with an optional predicted value as a dashed line. */
+/* A measured curve with an optional predicted value as a dashed line, whose
+ * legend reads "predicted <value> <unit>" (whole numbers from 100 up, else 3
+ * significant digits: "11500 tokens/s", "0.72 s"). */
 static int curve_vs_prediction(const char *path, const char *title, const char *y_label,
-                               const char *what, const char *fmt, dt_chart_curve m,
+                               const char *what, const char *unit, dt_chart_curve m,
                                double predicted, dt_error *err) {
     int rc;
     if ((rc = check_curve(path, what, m, 0, err))) return rc;
     if (!isfinite(predicted))
         return dt_errorf(err, DT_EINVAL, "chart '%s': predicted %s is not finite", path ? path : "", what);
     char lim[96];
-    snprintf(lim, sizeof lim, fmt, predicted);
+    if (fabs(predicted) >= 100) snprintf(lim, sizeof lim, "predicted %.0f %s", predicted, unit);
+    else snprintf(lim, sizeof lim, "predicted %.3g %s", predicted, unit);
     dt_chart_series s = {{"measured", COLOR_MEASURED, m.n <= 50 ? DT_MARK_DOT : DT_MARK_NONE, 6,
                           m.n > 1, 0, 0},
                          m.n, m.step, m.value, NULL};
@@ -179,14 +182,14 @@ static int curve_vs_prediction(const char *path, const char *title, const char *
 int dt_chart_throughput(const char *path, const char *title, dt_chart_curve tokens_per_s,
                         double predicted_tokens_per_s, dt_error *err) {
     return curve_vs_prediction(path, title ? title : "Throughput", "tokens/s (all GPUs)",
-                               "tokens/s", "predicted %.4g tokens/s", tokens_per_s,
+                               "tokens/s", "tokens/s", tokens_per_s,
                                predicted_tokens_per_s, err);
 }
 
 int dt_chart_step_time(const char *path, const char *title, dt_chart_curve step_s,
                        double predicted_step_s, dt_error *err) {
     return curve_vs_prediction(path, title ? title : "Step time", "step time (s)", "step time",
-                               "predicted %.3g s", step_s, predicted_step_s, err);
+                               "s", step_s, predicted_step_s, err);
 }
 
 static const char *const k_series_pm[2] = {"predicted", "measured"};

@@ -148,7 +148,7 @@ static int draw_gantt(const char *path, int with_panel, dt_error *err) {
     double mt[50], mv[50];
     for (int i = 0; i < 50; i++) {
         mt[i] = i * 6.0;
-        mv[i] = 20 + (i < 16 ? i : 32 - i) * 1.5;
+        mv[i] = 20 + (i < 25 ? i : 50 - i) * 1.2;
     }
     dt_chart_series s = {{"allocated", 0, DT_MARK_NONE, 0, 1, 1, 0}, 50, mt, mv, NULL};
     dt_chart_xy below = {1, &s, 0, NULL, 0, 0, 1, {"limit 60 GiB", 60, 0}};
@@ -214,6 +214,14 @@ static void test_generic(void) {
     check_png(out_path("xy_small.png"), 480, 300, NULL);
     CHECK_EQ_I64(draw_xy(out_path("xy_big.png"), 1600, 1000, &err), DT_OK);
     check_png(out_path("xy_big.png"), 1600, 1000, NULL);
+
+    /* smallest figure, wide tick labels: labels thin out instead of overlapping */
+    static const double tx[3] = {0, 125000, 250000}, ty[3] = {1, 3, 2};
+    dt_chart_series ts = {{"tokens", 0, DT_MARK_DOT, 0, 1, 0, 0}, 3, tx, ty, NULL};
+    dt_chart_xy txy = {1, &ts, 0, NULL, 0, 0, 1, {0}};
+    dt_chart_opts to = {"Tiny", "tokens (1)", "loss (nats)", DT_CHART_MIN_SIZE, DT_CHART_MIN_SIZE};
+    CHECK_EQ_I64(dt_chart_xy_draw(out_path("xy_tiny.png"), &to, &txy, &err), DT_OK);
+    check_png(out_path("xy_tiny.png"), DT_CHART_MIN_SIZE, DT_CHART_MIN_SIZE, NULL);
 
     CHECK_EQ_I64(draw_gantt(out_path("gantt.png"), 0, &err), DT_OK);
     CHECK_EQ_I64(draw_gantt(out_path("gantt.svg"), 0, &err), DT_OK);
