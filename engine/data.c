@@ -65,7 +65,7 @@ static int list_dir(const char *dir, const char *suffix, char ***names_out, int 
         names[n++] = strdup(full);
     }
     closedir(d);
-    qsort(names, (size_t)n, sizeof *names, name_cmp);
+    if (n > 1) qsort(names, (size_t)n, sizeof *names, name_cmp);
     *names_out = names;
     *n_out = n;
     return DT_OK;

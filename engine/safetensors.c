@@ -197,7 +197,7 @@ int dt_st_open(const char *path, dt_st_file **out, dt_error *err) {
     /* tensors must tile the buffer from 0, no holes or overlaps */
     dt_st_tensor *sorted = malloc(((size_t)f->n + 1) * sizeof *sorted);
     memcpy(sorted, f->t, (size_t)f->n * sizeof *sorted);
-    qsort(sorted, (size_t)f->n, sizeof *sorted, by_begin);
+    if (f->n > 1) qsort(sorted, (size_t)f->n, sizeof *sorted, by_begin);
     uint64_t pos = 0;
     for (int i = 0; i < f->n && !rc; i++) {
         if (sorted[i].begin != pos)
@@ -365,7 +365,7 @@ static int by_align_desc(const void *a, const void *b) {
 
 int dt_st_write(dt_st_writer *w, const char *path, dt_error *err) {
     /* the reference writer's order: descending dtype alignment, then name */
-    qsort(w->e, (size_t)w->n, sizeof *w->e, by_align_desc);
+    if (w->n > 1) qsort(w->e, (size_t)w->n, sizeof *w->e, by_align_desc);
     cJSON *root = cJSON_CreateObject();
     if (cJSON_GetArraySize(w->meta) > 0)
         cJSON_AddItemToObject(root, "__metadata__", cJSON_Duplicate(w->meta, 1));

@@ -53,10 +53,10 @@ static void test_text_dir(void) {
     CHECK(in[0] == 'i' && in[2] == '0' && tg[3] == '2');
     dt_loader_free(l);
 
+    dt_corpus_free(c);
     /* a byte outside a small vocab is an error naming the path */
     CHECK(dt_corpus_open(td, "text", 64, &c, &err) == DT_EINVAL);
     CHECK(strstr(err.msg, "vocab") != NULL);
-    dt_corpus_free(c);
 
     /* a single binary file given as text */
     char p[512];
