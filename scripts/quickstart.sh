@@ -1,11 +1,34 @@
 #!/usr/bin/env bash
 # Installs what is needed, builds, and runs the main job on a default that needs
-# no GPU: the 32B / 8-GPU memory table. Usage: bash scripts/quickstart.sh
+# no GPU:
+#   1. dtplan estimate --params 32B --gpus 8   (the 32B / 8-GPU memory table)
+#   2. dtplan solve for a small GPT-2 on this machine's CPU, writing a plan
+#   3. dtrun trains that plan on real English text (Debian's fortunes), loss falling
+#   4. dtrun sample prints text from the trained checkpoint
+# Usage: bash scripts/quickstart.sh      (outputs under out/quickstart/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$(nproc 2>/dev/null || echo 2)"
+
+OUT=out/quickstart
+mkdir -p "$OUT"
 echo
-echo "== dtplan estimate --params 32B --gpus 8 =="
+echo "== 1. dtplan estimate --params 32B --gpus 8 =="
 ./build/dtplan estimate --params 32B --gpus 8
+
+echo
+echo "== 2. dtplan solve: gpt2-tiny on the CPU profile, 1 GiB per rank =="
+./build/dtplan solve --mem 1G --model gpt2-tiny --hardware cpu --seq 64 --global-batch 16 \
+    --precision fp32 --data /usr/share/games/fortunes --steps 200 --warmup 20 --lr 2e-3 \
+    --schedule WarmupCosineLR --out "$OUT/run" -o "$OUT/plan.json"
+
+echo
+echo "== 3. dtrun $OUT/plan.json =="
+rm -rf "$OUT/run"
+./build/dtrun "$OUT/plan.json"
+
+echo
+echo "== 4. dtrun sample $OUT/run =="
+./build/dtrun sample "$OUT/run" --prompt "The " --tokens 200
