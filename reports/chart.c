@@ -888,6 +888,14 @@ static int has_markers(const dt_chart_xy *xy) {
     return m;
 }
 
+/* 1 when some point is drawn with class j (unused classes stay out of the legend). */
+static int class_used(const dt_chart_xy *xy, int j) {
+    for (int k = 0; k < xy->n_series; k++)
+        for (int i = 0; xy->series[k].point_class && i < xy->series[k].n; i++)
+            if (xy->series[k].point_class[i] == j) return 1;
+    return 0;
+}
+
 /* Resolved colours: series then classes, in legend order. */
 typedef struct xy_colors { uint32_t *series, *classes; } xy_colors;
 
@@ -910,7 +918,7 @@ static int xy_legend(const dt_chart_xy *xy, legend *lg, xy_colors *c, int *next)
         const dt_chart_style *st = &xy->classes[j];
         c->classes[j] = pick_color(st->color, next);
         legend_item it = {LEG_MARKER, c->classes[j], st->marker, st->marker_px, 0, st->label};
-        if (any_class && legend_add(lg, it)) return DT_ENOMEM;
+        if (any_class && class_used(xy, j) && legend_add(lg, it)) return DT_ENOMEM;
     }
     return legend_add_hline(lg, &xy->hline);
 }

@@ -44,6 +44,7 @@ static int count_dir_entries(const char *dir) {
 /* Checks one written PNG: signature, IHDR size, decodes, ink and colours. */
 static void check_png(const char *path, uint32_t w, uint32_t h, png_info *keep) {
     png_info p;
+    if (keep) keep->rgb = NULL;
     if (!png_read(path, &p)) {
         fprintf(stderr, "%s: %s\n", path, p.why);
         CHECK(0);
@@ -395,6 +396,16 @@ static void test_domain(void) {
     const char *lab[] = {"only"};
     CHECK_EQ_I64(dt_chart_memory_rows(out_path("mem_gb.png"), NULL, 1, lab, &r, 0, DT_UNITS_GB, &err), DT_OK);
     check_png(out_path("mem_gb.png"), 960, 600, NULL);
+    /* all feasible, none chosen: the legend has no "infeasible" / "chosen" entries */
+    dt_chart_candidate cf[3] = {{1.0, (int64_t)1 << 30, 1}, {2.0, (int64_t)2 << 30, 1}, {3.0, (int64_t)3 << 30, 1}};
+    CHECK_EQ_I64(dt_chart_candidates(out_path("cand_ok.png"), NULL, 3, cf, -1, NULL, 0, DT_UNITS_GIB, &err), DT_OK);
+    if (err.code) fprintf(stderr, "cand_ok: %s\n", err.msg);
+    png_info pc;
+    check_png(out_path("cand_ok.png"), 960, 600, &pc);
+    if (pc.rgb) {
+        CHECK(!png_has_color(&pc, 0xD62728) && !png_has_color(&pc, 0x9A9A9A));
+        free(pc.rgb);
+    }
     dt_chart_curve t = {NSTEP, g_step, g_loss}, none = {0, NULL, NULL};
     CHECK_EQ_I64(dt_chart_loss(out_path("loss_train.png"), NULL, t, none, &err), DT_OK);
     check_png(out_path("loss_train.png"), 960, 600, NULL);
