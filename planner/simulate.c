@@ -1,0 +1,537 @@
+/* simulate.c — one optimizer step as events on four streams (dt_simulate.h).
+ * The schedule is the engine's, as docs/time-model.md specifies it; the rules
+ * and their consequences are written out in docs/simulate.md.
+ *
+ * Units: a parameter "unit" is the embeddings (0), a block (1..L) or the final
+ * norm + untied head (L+1). Compute runs over "segments" in forward order:
+ * embeddings, blocks 1..L, head (lm_head, which uses unit 0 when tied). */
+#include "dt_simulate.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "dt_memory.h"
+#include "dt_solve.h"
+
+/* ---- probes: the time / memory models' numbers, read through their API ---- */
+
+/* All-reduce cost is affine in bytes (alpha-beta ring); reduce-scatter and
+ * all-gather of the same buffer cost exactly half (docs/time-model.md). We read
+ * two points of it from the stage-0 bucket phase of a probe plan whose buckets are
+ * (total-1) elements and 1 element: tail = AR(gb), comm = AR((total-1)gb) + AR(gb). */
+typedef struct {
+    double c0, per_byte;   /* all-reduce(S) = c0 + per_byte * S, S > 0 */
+} sim_net;
+
+static dt_plan probe_base(const dt_plan *p) {
+    dt_plan q = *p;
+    q.parallel.offload_optimizer = DT_OFFLOAD_NONE;
+    q.parallel.offload_param = DT_OFFLOAD_NONE;
+    q.activations.ckpt_layers = 0;
+    return q;
+}
+
+static int probe_net(const dt_plan *p, sim_net *net, dt_error *err) {
+    memset(net, 0, sizeof *net);
+    if (p->parallel.world_size <= 1) return DT_OK;   /* no collective runs */
+    int64_t total = dt_model_embedding_params(&p->model) +
+                    p->model.n_layer * dt_model_block_params(&p->model) + dt_model_head_params(&p->model);
+    if (total < 3) return dt_errorf(err, DT_EINVAL, "simulate: model has fewer than 3 parameters");
+    dt_plan q = probe_base(p);
+    q.parallel.zero_stage = 0;
+    q.parallel.overlap_comm = 1;
+    q.parallel.reduce_bucket_elems = total - 1;
+    dt_time_terms t;
+    if (dt_time_terms_build(&q, &t, err)) return err->code;
+    if (t.n_phases != 1) return dt_errorf(err, DT_EINTERNAL, "simulate: network probe found no bucket phase");
+    const double gb = (double)dt_dtype_size(p->precision.grad);
+    double small = t.phase[0].tail_s, big = t.phase[0].comm_s - small;
+    net->per_byte = (big - small) / ((double)(total - 2) * gb);
+    net->c0 = small - net->per_byte * gb;
+    return DT_OK;
+}
+
+static double coll_s(const sim_net *net, dt_collective c, double bytes) {
+    if (bytes <= 0 || (net->c0 == 0 && net->per_byte == 0)) return 0.0;
+    double ar = net->c0 + net->per_byte * bytes;
+    return c == DT_COLL_ALLREDUCE ? ar : 0.5 * ar;
+}
+
+double dt_sim_collective_s(const dt_plan *p, dt_collective c, double bytes) {
+    sim_net net;
+    dt_error e;
+    dt_error_clear(&e);
+    if (probe_net(p, &net, &e)) return -1.0;
+    return coll_s(&net, c, bytes);
+}
+
+/* Forward / backward per micro-step: the stage-3 overlap phases carry them as
+ * their hiding compute (forward phase work0 = forward, backward phase work0 =
+ * backward), so a 2-rank stage-3 probe reads them. */
+static int probe_compute(const dt_plan *p, double *t_fwd, double *t_bwd, dt_error *err) {
+    dt_plan q = probe_base(p);
+    q.parallel.zero_stage = 3;
+    q.parallel.overlap_comm = 1;
+    q.cluster.nodes = 1;
+    q.cluster.gpus_per_node = 2;
+    q.parallel.world_size = 2;
+    if (q.cluster.hw.intra_busbw <= 0) q.cluster.hw.intra_busbw = 1.0; /* only comm depends on it */
+    dt_time_terms t;
+    if (dt_time_terms_build(&q, &t, err)) return err->code;
+    if (t.n_phases != 2) return dt_errorf(err, DT_EINTERNAL, "simulate: compute probe found no stage-3 phases");
+    *t_fwd = t.phase[0].work0_s;
+    *t_bwd = t.phase[1].work0_s;
+    return DT_OK;
+}
+
+/* The closed form's buffers for stage 0 with 1-element buckets are 1·gb plus the
+ * workspace (logits, losses, ids, backward scratch). */
+int64_t dt_sim_workspace_bytes(const dt_plan *p) {
+    dt_plan q = probe_base(p);
+    q.parallel.zero_stage = 0;
+    q.parallel.reduce_bucket_elems = 1;
+    q.parallel.allgather_bucket_elems = 1;
+    dt_mem_breakdown m;
+    dt_error e;
+    dt_error_clear(&e);
+    if (dt_memory_estimate(&q, &m, &e)) return -1;
+    return m.buffers - dt_dtype_size(p->precision.grad);
+}
+
+/* ---- the simulation state ---- */
+
+typedef struct {
+    const dt_plan *p;
+    dt_sim_result *r;
+    int cap_ev, cap_mem;
+    double free_at[DT_SIM_STREAMS];   /* when each stream's last event ends */
+    int last_ev[DT_SIM_STREAMS];      /* index of each stream's last event, -1 */
+    int64_t cur[DT_SIMMEM_COUNT];
+    /* pending memory frees (time, category, bytes), applied in time order */
+    int n_pend, cap_pend;
+    struct pend { double t; int cat; int64_t bytes; } *pend;
+    int *pred;                        /* [event] the event whose end fixed its start, -1 */
+    int cap_pred;
+    int failed;
+} sim;
+
+static int grow(void **ptr, int *cap, int need, size_t elem) {
+    if (need <= *cap) return 0;
+    int nc = *cap ? *cap * 2 : 256;
+    while (nc < need) nc *= 2;
+    void *np = realloc(*ptr, (size_t)nc * elem);
+    if (!np) return -1;
+    *ptr = np;
+    *cap = nc;
+    return 0;
+}
+
+/* Memory changes are recorded as deltas and replayed in time order at the end
+ * (frees before allocations at the same instant: a kernel's buffers are released
+ * when it ends, the next kernel's allocated when it starts). */
+static void mem_delta(sim *s, double t, int cat, int64_t bytes) {
+    if (bytes == 0) return;
+    if (grow((void **)&s->pend, &s->cap_pend, s->n_pend + 1, sizeof *s->pend)) { s->failed = 1; return; }
+    s->pend[s->n_pend++] = (struct pend){t, cat, bytes};
+}
+static void mem_alloc(sim *s, double t, int cat, int64_t bytes) { if (bytes > 0) mem_delta(s, t, cat, bytes); }
+static void mem_free_at(sim *s, double t, int cat, int64_t bytes) { if (bytes > 0) mem_delta(s, t, cat, -bytes); }
+
+static int cmp_pend(const void *a, const void *b) {
+    const struct pend *x = a, *y = b;
+    if (x->t != y->t) return x->t < y->t ? -1 : 1;
+    if ((x->bytes < 0) != (y->bytes < 0)) return x->bytes < 0 ? -1 : 1;
+    return 0;
+}
+
+/* Replays the deltas into samples, starting from the resident bytes in s->cur. */
+static void mem_replay(sim *s) {
+    dt_sim_result *r = s->r;
+    qsort(s->pend, (size_t)s->n_pend, sizeof *s->pend, cmp_pend);
+    if (grow((void **)&r->mem, &s->cap_mem, s->n_pend + 1, sizeof *r->mem)) { s->failed = 1; return; }
+    for (int i = -1; i < s->n_pend; i++) {
+        double t = 0.0;
+        if (i >= 0) {
+            s->cur[s->pend[i].cat] += s->pend[i].bytes;
+            t = s->pend[i].t;
+            if (i + 1 < s->n_pend && s->pend[i + 1].t == t) continue; /* one sample per instant */
+        }
+        dt_sim_mem_sample *m = &r->mem[r->n_mem++];
+        m->t_s = t;
+        m->total = 0;
+        for (int c = 0; c < DT_SIMMEM_COUNT; c++) {
+            m->bytes[c] = s->cur[c];
+            m->total += s->cur[c];
+        }
+    }
+}
+
+/* Adds an event on stream st that may start when every dep (event indices, -1 =
+ * none) has ended and the stream is free, and not before not_before. Returns its
+ * index (or -1 on allocation failure). */
+static int add_event(sim *s, dt_sim_stream st, dt_sim_kind k, int micro, int unit, const char *phase,
+                     double dur, int64_t bytes, double not_before, int dep1, int dep2) {
+    dt_sim_result *r = s->r;
+    if (grow((void **)&r->events, &s->cap_ev, r->n_events + 1, sizeof *r->events) ||
+        grow((void **)&s->pred, &s->cap_pred, r->n_events + 1, sizeof *s->pred)) {
+        s->failed = 1;
+        return -1;
+    }
+    double t0 = s->free_at[st];
+    int pred = s->last_ev[st];
+    if (not_before > t0) { t0 = not_before; pred = -1; }
+    int deps[2] = {dep1, dep2};
+    for (int i = 0; i < 2; i++)
+        if (deps[i] >= 0 && r->events[deps[i]].t1_s > t0) { t0 = r->events[deps[i]].t1_s; pred = deps[i]; }
+    if (dur < 0) dur = 0;
+    int id = r->n_events++;
+    r->events[id] = (dt_sim_event){st, k, micro, unit, phase, t0, t0 + dur, bytes};
+    s->pred[id] = pred;
+    s->free_at[st] = t0 + dur;
+    s->last_ev[st] = id;
+    return id;
+}
+
+/* ---- the schedule ---- */
+
+typedef struct {
+    sim *s;
+    const dt_plan *p;
+    sim_net net;
+    int stage, overlap, has_head, n_units, n_seg;
+    int64_t L, K, W, G, pb, gb;
+    dt_offload op;
+    int64_t *n, *pad;          /* [n_units] elements, padded elements */
+    double t_block, head_fwd, bwd_ratio;
+    double per_gather_xfer;    /* parameter-offload copies issued so far (s) */
+} plan_ctx;
+
+static int seg_unit(const plan_ctx *c, int sg) {
+    if (sg == c->n_seg - 1) return c->has_head ? (int)(c->L + 1) : 0;
+    return sg;
+}
+static double seg_fwd(const plan_ctx *c, int sg) {
+    return sg == 0 ? 0.0 : (sg == c->n_seg - 1 ? c->head_fwd : c->t_block);
+}
+
+/* A collective on the comm stream after dep, not before `when`. Without
+ * overlap_comm the compute stream waits for it (it is issued in line). */
+static int comm_event(plan_ctx *c, dt_sim_kind k, dt_collective coll, int m, int u, const char *phase,
+                      int64_t bytes, double when, int dep) {
+    sim *s = c->s;
+    if (!c->overlap && s->free_at[DT_SIM_COMPUTE] > when) when = s->free_at[DT_SIM_COMPUTE];
+    int e = add_event(s, DT_SIM_COMM, k, m, u, phase, coll_s(&c->net, coll, (double)bytes), bytes, when, dep, -1);
+    if (e >= 0 && !c->overlap) {
+        s->free_at[DT_SIM_COMPUTE] = s->r->events[e].t1_s;
+        s->last_ev[DT_SIM_COMPUTE] = e;
+    }
+    return e;
+}
+
+/* Stage 3: gather unit u (if not yet gathered in this pass) at time `when`. With
+ * parameter offload its shard is first copied host->device, synchronously (the
+ * compute stream waits for the copy, docs/time-model.md). */
+static void gather_unit(plan_ctx *c, int *g, int u, double when, int m, const char *phase) {
+    sim *s = c->s;
+    if (c->stage != 3 || c->W <= 1 || g[u] >= 0) return;
+    int dep = -1;
+    if (c->op != DT_OFFLOAD_NONE) {
+        const dt_hardware *hw = &c->p->cluster.hw;
+        int64_t shard_bytes = c->pad[u] / c->W * c->pb;
+        double d = (double)shard_bytes / hw->h2d_bw;
+        if (c->op == DT_OFFLOAD_NVME) d += (double)(shard_bytes * c->G) / hw->nvme_bw;
+        c->per_gather_xfer += d;
+        dep = add_event(s, DT_SIM_XFER, c->op == DT_OFFLOAD_NVME ? DT_SIM_NVME : DT_SIM_H2D, m, u, phase, d,
+                        shard_bytes, s->free_at[DT_SIM_COMPUTE], -1, -1);
+        if (dep < 0) return;
+        s->free_at[DT_SIM_COMPUTE] = s->r->events[dep].t1_s;
+        s->last_ev[DT_SIM_COMPUTE] = dep;
+    }
+    int64_t bytes = c->pad[u] * c->pb;
+    g[u] = comm_event(c, DT_SIM_ALLGATHER, DT_COLL_ALLGATHER, m, u, phase, bytes, when, dep);
+    if (g[u] >= 0) mem_alloc(s, s->r->events[g[u]].t0_s, DT_SIMMEM_GATHERED, bytes);
+}
+
+/* Exposed communication: comm-stream time during which compute is idle. Both
+ * streams' events are sorted by start within a stream. */
+static double exposed_comm(const dt_sim_result *r) {
+    double exposed = 0.0;
+    for (int i = 0; i < r->n_events; i++) {
+        const dt_sim_event *e = &r->events[i];
+        if (e->stream != DT_SIM_COMM || e->t1_s <= e->t0_s) continue;
+        double covered = 0.0;
+        for (int j = 0; j < r->n_events; j++) {
+            const dt_sim_event *f = &r->events[j];
+            if (f->stream != DT_SIM_COMPUTE || f->kind == DT_SIM_H2D || f->kind == DT_SIM_NVME) continue;
+            double a = f->t0_s > e->t0_s ? f->t0_s : e->t0_s, b = f->t1_s < e->t1_s ? f->t1_s : e->t1_s;
+            if (b > a) covered += b - a;
+        }
+        exposed += (e->t1_s - e->t0_s) - covered;
+    }
+    return exposed;
+}
+
+int dt_simulate(const dt_plan *p, dt_sim_result *r, dt_error *err) {
+    memset(r, 0, sizeof *r);
+    dt_time_terms terms;
+    dt_mem_breakdown mb;
+    plan_ctx c;
+    memset(&c, 0, sizeof c);
+    if (dt_time_terms_build(p, &terms, err) || dt_memory_estimate(p, &mb, err) || probe_net(p, &c.net, err))
+        return err->code;
+    double t_fwd = 0.0, t_bwd = 0.0;
+    if (probe_compute(p, &t_fwd, &t_bwd, err)) return err->code;
+    const int64_t ws = dt_sim_workspace_bytes(p);
+    if (ws < 0) return dt_errorf(err, DT_EINTERNAL, "simulate: workspace probe failed");
+
+    sim s;
+    memset(&s, 0, sizeof s);
+    s.p = p;
+    s.r = r;
+    for (int i = 0; i < DT_SIM_STREAMS; i++) s.last_ev[i] = -1;
+    c.s = &s;
+    c.p = p;
+    c.stage = p->parallel.zero_stage;
+    c.overlap = p->parallel.overlap_comm != 0;
+    c.L = p->model.n_layer;
+    c.K = p->activations.ckpt_layers;
+    c.W = p->parallel.world_size;
+    c.G = p->cluster.gpus_per_node;
+    c.pb = dt_dtype_size(p->precision.param);
+    c.gb = dt_dtype_size(p->precision.grad);
+    c.has_head = dt_model_head_params(&p->model) > 0;
+    c.n_units = (int)(1 + c.L + c.has_head);
+    c.n_seg = (int)(c.L + 2);
+    c.op = c.stage == 3 ? p->parallel.offload_param : DT_OFFLOAD_NONE;
+    const dt_offload oo = c.stage >= 1 ? p->parallel.offload_optimizer : DT_OFFLOAD_NONE;
+    const int A = (int)p->batch.grad_accum;
+    const dt_hardware *hw = &p->cluster.hw;
+    if (c.K < 0 || c.K > c.L) return dt_errorf(err, DT_EINVAL, "simulate: ckpt_layers %lld is not in 0..%lld",
+                                               (long long)c.K, (long long)c.L);
+
+    c.n = calloc((size_t)c.n_units, sizeof *c.n);
+    c.pad = calloc((size_t)c.n_units, sizeof *c.pad);
+    int *gf = malloc(sizeof(int) * (size_t)c.n_units), *gbk = malloc(sizeof(int) * (size_t)c.n_units);
+    int rc = DT_OK;
+    if (!c.n || !c.pad || !gf || !gbk) { rc = dt_errorf(err, DT_ENOMEM, "simulate: out of memory"); goto done; }
+    int64_t total = 0, total_pad = 0;
+    for (int u = 0; u < c.n_units; u++) {
+        c.n[u] = u == 0 ? dt_model_embedding_params(&p->model)
+                        : (u <= c.L ? dt_model_block_params(&p->model) : dt_model_head_params(&p->model));
+        c.pad[u] = c.stage >= 1 ? (c.n[u] + c.W - 1) / c.W * c.W : c.n[u];
+        total += c.n[u];
+        total_pad += c.pad[u];
+    }
+    /* per segment forward: a block at the recompute rate (one block's forward);
+     * embeddings, final norm and lm_head take the rest, on the head segment */
+    c.t_block = terms.per_ckpt_s / (double)A;
+    c.head_fwd = t_fwd - (double)c.L * c.t_block;
+    if (c.head_fwd < 0) c.head_fwd = 0;
+    c.bwd_ratio = t_fwd > 0 ? t_bwd / t_fwd : 0.0;
+
+    const int64_t act_full = dt_memory_activations_per_block(p, 0);
+    const int64_t act_kept = dt_memory_activations_per_block(p, 1);
+    const int64_t act_head = dt_memory_activations(p, 0) - c.L * act_full;
+
+    s.cur[DT_SIMMEM_PARAMS] = mb.params;
+    s.cur[DT_SIMMEM_GRADS] = mb.grads;
+    s.cur[DT_SIMMEM_OPTIMIZER] = mb.optimizer;
+    s.cur[DT_SIMMEM_RESERVE] = mb.reserve;
+    /* stage 0: one flat reduce bucket, allocated once (DDP-style) */
+    const int64_t bucket0 = c.stage == 0 && c.W > 1
+                                ? (p->parallel.reduce_bucket_elems < total ? p->parallel.reduce_bucket_elems : total) * c.gb
+                                : 0;
+    s.cur[DT_SIMMEM_BUCKETS] = bucket0;
+
+    int prev_red = -1;   /* the next micro-step's forward waits for this micro-step's reductions */
+    const int stage3 = c.stage == 3 && c.W > 1;
+    for (int m = 0; m < A && !s.failed; m++) {
+        const int reduce_now = c.W > 1 && (c.stage >= 2 || m == A - 1);
+        double t_start = s.free_at[DT_SIM_COMPUTE];
+        if (prev_red >= 0 && r->events[prev_red].t1_s > t_start) t_start = r->events[prev_red].t1_s;
+        for (int u = 0; u < c.n_units; u++) gf[u] = gbk[u] = -1;
+
+        /* forward: segments in order; stage 3 gathers each unit at first use,
+         * prefetching the next segment's unit when a segment starts */
+        if (stage3) gather_unit(&c, gf, 0, t_start, m, "forward");
+        for (int sg = 0; sg < c.n_seg && !s.failed; sg++) {
+            int u = seg_unit(&c, sg);
+            if (stage3 && !c.overlap) gather_unit(&c, gf, u, t_start, m, "forward");
+            double start = s.free_at[DT_SIM_COMPUTE] > t_start ? s.free_at[DT_SIM_COMPUTE] : t_start;
+            int dep = stage3 ? gf[u] : -1;
+            if (dep >= 0 && r->events[dep].t1_s > start) start = r->events[dep].t1_s;
+            if (stage3 && c.overlap && sg + 1 < c.n_seg) gather_unit(&c, gf, seg_unit(&c, sg + 1), start, m, "forward");
+            int e = add_event(&s, DT_SIM_COMPUTE, DT_SIM_FORWARD, m, u, "forward", seg_fwd(&c, sg), 0, t_start, dep, -1);
+            if (e < 0) break;
+            double t0 = r->events[e].t0_s, t1 = r->events[e].t1_s;
+            if (sg >= 1 && sg <= c.L) mem_alloc(&s, t0, DT_SIMMEM_ACTIVATIONS, sg <= c.K ? act_kept : act_full);
+            if (sg == c.n_seg - 1) {
+                mem_alloc(&s, t0, DT_SIMMEM_ACTIVATIONS, act_head);
+                mem_alloc(&s, t0, DT_SIMMEM_WORKSPACE, ws);
+            }
+            /* a gathered unit is freed after its last forward use (tied unit 0: the lm_head) */
+            int last_use = !(u == 0 && sg == 0 && !c.has_head);
+            if (stage3 && last_use) mem_free_at(&s, t1, DT_SIMMEM_GATHERED, c.pad[u] * c.pb);
+        }
+
+        /* backward: segments in reverse; recompute right before a checkpointed
+         * block's backward; each unit's reduction after its last backward use */
+        int64_t bucket_fill = 0;
+        int last_red = -1;
+        if (stage3 && c.overlap) gather_unit(&c, gbk, seg_unit(&c, c.n_seg - 1), s.free_at[DT_SIM_COMPUTE], m, "backward");
+        for (int sg = c.n_seg - 1; sg >= 0 && !s.failed; sg--) {
+            int u = seg_unit(&c, sg);
+            if (stage3 && !c.overlap) gather_unit(&c, gbk, u, 0.0, m, "backward");
+            double start = s.free_at[DT_SIM_COMPUTE];
+            int dep = stage3 ? gbk[u] : -1;
+            if (dep >= 0 && r->events[dep].t1_s > start) start = r->events[dep].t1_s;
+            if (stage3 && c.overlap && sg > 0) gather_unit(&c, gbk, seg_unit(&c, sg - 1), start, m, "backward");
+            int ckpt = sg >= 1 && sg <= c.K;
+            if (ckpt) {
+                int e = add_event(&s, DT_SIM_COMPUTE, DT_SIM_RECOMPUTE, m, u, "backward", c.t_block, 0, 0.0, dep, -1);
+                if (e < 0) break;
+                mem_alloc(&s, r->events[e].t0_s, DT_SIMMEM_WORKSPACE, act_full - act_kept);
+                dep = -1;
+            }
+            int e = add_event(&s, DT_SIM_COMPUTE, DT_SIM_BACKWARD, m, u, "backward", seg_fwd(&c, sg) * c.bwd_ratio,
+                              0, 0.0, dep, -1);
+            if (e < 0) break;
+            double t0 = r->events[e].t0_s, t1 = r->events[e].t1_s;
+            int last_use = !(u == 0 && sg == c.n_seg - 1 && !c.has_head);
+            if (ckpt) mem_free_at(&s, t1, DT_SIMMEM_WORKSPACE, act_full - act_kept);
+            if (sg >= 1 && sg <= c.L) mem_free_at(&s, t1, DT_SIMMEM_ACTIVATIONS, sg <= c.K ? act_kept : act_full);
+            if (sg == c.n_seg - 1) mem_free_at(&s, t1, DT_SIMMEM_ACTIVATIONS, act_head);
+            if (sg == 0) mem_free_at(&s, t1, DT_SIMMEM_WORKSPACE, ws);
+            if (stage3 && last_use) mem_free_at(&s, t1, DT_SIMMEM_GATHERED, c.pad[u] * c.pb);
+            if (!reduce_now || !last_use) continue;
+            if (c.stage == 0) {
+                /* buckets over the flat gradient in backward order: a bucket is
+                 * all-reduced once the unit holding its last element is done */
+                int64_t B = p->parallel.reduce_bucket_elems;
+                bucket_fill += c.n[u];
+                while (bucket_fill >= B || (sg == 0 && bucket_fill > 0)) {
+                    int64_t n = bucket_fill >= B ? B : bucket_fill;
+                    bucket_fill -= n;
+                    last_red = comm_event(&c, DT_SIM_ALLREDUCE, DT_COLL_ALLREDUCE, m, u, "backward", n * c.gb, t1, e);
+                    if (last_red < 0) break;
+                }
+            } else {
+                int64_t bytes = c.pad[u] * c.gb;
+                if (c.stage == 3) mem_alloc(&s, t0, DT_SIMMEM_UNIT_GRADS, bytes);
+                last_red = comm_event(&c, DT_SIM_REDUCE_SCATTER, DT_COLL_REDUCE_SCATTER, m, u, "backward", bytes, t1, e);
+                if (last_red < 0) break;
+                const dt_sim_event *ev = &r->events[last_red];
+                int cat = c.stage == 3 ? DT_SIMMEM_UNIT_GRADS : DT_SIMMEM_BUCKETS;
+                if (c.stage <= 2) mem_alloc(&s, ev->t0_s, cat, bytes);
+                mem_free_at(&s, ev->t1_s, cat, bytes);
+            }
+        }
+        if (last_red >= 0) prev_red = last_red;
+    }
+    if (s.failed) { rc = dt_errorf(err, DT_ENOMEM, "simulate: out of memory"); goto done; }
+
+    /* ---- step end: loss (+ norm) all-reduce, optimizer, param all-gather ---- */
+    {
+        double t = s.free_at[DT_SIM_COMPUTE];
+        if (prev_red >= 0 && r->events[prev_red].t1_s > t) t = r->events[prev_red].t1_s;
+        int last = -1;
+        if (c.W > 1) {
+            /* scalars: loss (stage 0) or loss + partial squared norm (stages 1-3), fp32 */
+            int64_t bytes = (int64_t)sizeof(float) * (c.stage == 0 ? 1 : 2);
+            last = add_event(&s, DT_SIM_COMM, DT_SIM_ALLREDUCE, -1, -1, "step",
+                             coll_s(&c.net, DT_COLL_ALLREDUCE, (double)bytes), bytes, t, prev_red, -1);
+            if (last >= 0) t = r->events[last].t1_s;
+        }
+        /* the time model's offload total, minus the per-gather copies placed above */
+        double step_xfer = terms.offload_s - c.per_gather_xfer;
+        if (step_xfer < 0) step_xfer = 0;
+        if (oo != DT_OFFLOAD_NONE) {
+            double shard = c.stage == 0 ? (double)total : (double)total_pad / (double)c.W;
+            double d2h = shard * (double)c.gb / hw->h2d_bw;
+            if (d2h > step_xfer) d2h = step_xfer;
+            int e1 = add_event(&s, DT_SIM_XFER, DT_SIM_D2H, -1, -1, "step", d2h, (int64_t)(shard * c.gb), t, last, -1);
+            int e2 = add_event(&s, DT_SIM_CPU, DT_SIM_OPTIMIZER, -1, -1, "step", terms.optimizer_s, 0, 0.0, e1, -1);
+            int e3 = add_event(&s, DT_SIM_XFER, oo == DT_OFFLOAD_NVME ? DT_SIM_NVME : DT_SIM_H2D, -1, -1, "step",
+                               step_xfer - d2h, (int64_t)(shard * c.pb), 0.0, e2, -1);
+            last = e3;
+        } else {
+            last = add_event(&s, DT_SIM_COMPUTE, DT_SIM_OPTIMIZER, -1, -1, "step", terms.optimizer_s, 0, t, last, -1);
+            if (step_xfer > 0) /* parameter offload without optimizer offload cannot occur; keep the total */
+                last = add_event(&s, DT_SIM_XFER, DT_SIM_H2D, -1, -1, "step", step_xfer, 0, 0.0, last, -1);
+        }
+        if (c.W > 1 && (c.stage == 1 || c.stage == 2)) {
+            /* updated params all-gathered per unit, nothing left to hide behind */
+            for (int u = 0; u < c.n_units && last >= 0; u++) {
+                int64_t bytes = c.pad[u] * c.pb;
+                double t0 = r->events[last].t1_s;
+                mem_alloc(&s, t0, DT_SIMMEM_BUCKETS, bytes);
+                last = add_event(&s, DT_SIM_COMM, DT_SIM_ALLGATHER, -1, u, "step",
+                                 coll_s(&c.net, DT_COLL_ALLGATHER, (double)bytes), bytes, 0.0, last, -1);
+                if (last >= 0) mem_free_at(&s, r->events[last].t1_s, DT_SIMMEM_BUCKETS, bytes);
+            }
+        }
+        if (s.failed || last < 0) { rc = dt_errorf(err, DT_ENOMEM, "simulate: out of memory"); goto done; }
+    }
+    mem_replay(&s);
+    if (s.failed) { rc = dt_errorf(err, DT_ENOMEM, "simulate: out of memory"); goto done; }
+
+    /* ---- summary ---- */
+    for (int i = 0; i < r->n_events; i++) {
+        const dt_sim_event *e = &r->events[i];
+        if (e->t1_s > r->step_s) r->step_s = e->t1_s;
+        if (e->stream == DT_SIM_COMPUTE) r->compute_busy_s += e->t1_s - e->t0_s;
+        if (e->stream == DT_SIM_COMM) r->comm_s += e->t1_s - e->t0_s;
+    }
+    r->comm_exposed_s = exposed_comm(r);
+    r->peak_index = 0;
+    for (int i = 1; i < r->n_mem; i++)
+        if (r->mem[i].total > r->mem[r->peak_index].total) r->peak_index = i;
+    /* critical path: from the event ending last, follow the event that fixed each start */
+    {
+        int end = 0;
+        for (int i = 1; i < r->n_events; i++)
+            if (r->events[i].t1_s >= r->events[end].t1_s) end = i;
+        int n = 0;
+        for (int i = end; i >= 0 && n <= r->n_events; i = s.pred[i]) n++;
+        r->critical = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+        if (!r->critical) { rc = dt_errorf(err, DT_ENOMEM, "simulate: out of memory"); goto done; }
+        r->n_critical = n;
+        for (int i = end, k = n - 1; i >= 0 && k >= 0; i = s.pred[i]) r->critical[k--] = i;
+    }
+done:
+    free(c.n);
+    free(c.pad);
+    free(gf);
+    free(gbk);
+    free(s.pend);
+    free(s.pred);
+    if (rc) dt_sim_free(r);
+    return rc;
+}
+
+void dt_sim_free(dt_sim_result *r) {
+    if (!r) return;
+    free(r->events);
+    free(r->mem);
+    free(r->critical);
+    memset(r, 0, sizeof *r);
+}
+
+const char *dt_sim_kind_name(dt_sim_kind k) {
+    static const char *const names[DT_SIM_KINDS] = {"forward",   "backward",  "recompute", "allreduce",
+                                                    "reduce_scatter", "allgather", "h2d", "d2h",
+                                                    "nvme",      "optimizer"};
+    return (unsigned)k < DT_SIM_KINDS ? names[k] : "?";
+}
+
+const char *dt_sim_stream_name(dt_sim_stream st) {
+    static const char *const names[DT_SIM_STREAMS] = {"compute", "comm", "transfer", "cpu"};
+    return (unsigned)st < DT_SIM_STREAMS ? names[st] : "?";
+}
+
+const char *dt_sim_mem_name(dt_sim_mem_cat cat) {
+    static const char *const names[DT_SIMMEM_COUNT] = {"params",     "grads",   "optimizer",
+                                                      "activations", "gathered", "unit_grads",
+                                                      "buckets",    "workspace", "reserve"};
+    return (unsigned)cat < DT_SIMMEM_COUNT ? names[cat] : "?";
+}
