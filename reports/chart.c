@@ -1030,6 +1030,7 @@ out:
 #define GANTT_SHARE 0.55      /* of the plot height, with a panel below */
 #define PANEL_GAP 18.0        /* between the Gantt and the panel below */
 #define GANTT_ROW_MAX 46.0    /* row height cap, so a few rows do not become slabs */
+#define GANTT_SEAM 2.0        /* pixels cut from the end of an event wider than 3 seams */
 
 int dt_chart_gantt_draw(const char *path, const dt_chart_opts *o, const dt_chart_gantt *g,
                         const dt_chart_xy *below, dt_error *err) {
@@ -1117,7 +1118,8 @@ int dt_chart_gantt_draw(const char *path, const dt_chart_opts *o, const dt_chart
         double yc = fg.y1 - (iv->row + 0.5) * rowh;
         double a = axis_map(&ax, iv->t0), b = axis_map(&ax, iv->t1);
         if (b - a < 1.0) b = a + 1.0;   /* a short event stays visible: one pixel */
-        else if (b - a > 4.0) b -= 1.0;  /* a seam between back-to-back events */
+        /* a seam between back-to-back events: 2 px, as the box outline takes one */
+        else if (b - a > 3.0 * GANTT_SEAM) b -= GANTT_SEAM;
         box(&cv, a, yc - 0.5 * GANTT_BAR * rowh, b, yc + 0.5 * GANTT_BAR * rowh, kc[iv->kind]);
     }
     draw_frame(&cv, &fg);

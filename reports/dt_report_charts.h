@@ -84,17 +84,19 @@ typedef enum {
     DT_TL_STREAM_COUNT = 4
 } dt_timeline_stream;
 
+/* Same order as the simulator's event kinds (planner/dt_simulate.h). */
 typedef enum {
     DT_TL_FORWARD = 0,
     DT_TL_BACKWARD = 1,
     DT_TL_RECOMPUTE = 2,
-    DT_TL_REDUCE_SCATTER = 3,
-    DT_TL_ALLREDUCE = 4,
+    DT_TL_ALLREDUCE = 3,
+    DT_TL_REDUCE_SCATTER = 4,
     DT_TL_ALLGATHER = 5,
     DT_TL_COPY_H2D = 6,
     DT_TL_COPY_D2H = 7,
-    DT_TL_OPTIMIZER = 8,
-    DT_TL_KIND_COUNT = 9
+    DT_TL_NVME = 8,        /* NVMe reads / writes (offload to nvme) */
+    DT_TL_OPTIMIZER = 9,
+    DT_TL_KIND_COUNT = 10
 } dt_timeline_kind;
 
 typedef struct dt_timeline_event {

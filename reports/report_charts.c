@@ -248,12 +248,13 @@ int dt_chart_time_compare(const char *path, const char *title,
 static const char *const k_stream_names[DT_TL_STREAM_COUNT] = {"compute", "comm", "h2d",
                                                                "cpu-optimizer"};
 static const char *const k_kind_names[DT_TL_KIND_COUNT] = {
-    "forward", "backward", "recompute", "reduce-scatter", "all-reduce",
-    "all-gather", "h2d copy", "d2h copy", "optimizer"};
-/* compute in blues/purple, collectives in oranges/reds, copies in greens, optimizer brown */
+    "forward", "backward", "recompute", "all-reduce", "reduce-scatter",
+    "all-gather", "h2d copy", "d2h copy", "nvme io", "optimizer"};
+/* compute in blues/purple, collectives in reds/oranges/yellow, transfers in
+ * greens/teal, optimizer brown */
 static const uint32_t k_kind_colors[DT_TL_KIND_COUNT] = {
-    DT_RGB(0x4E79A7), DT_RGB(0x1B3F66), DT_RGB(0xB07AA1), DT_RGB(0xF28E2B), DT_RGB(0xE15759),
-    DT_RGB(0xEDC948), DT_RGB(0x59A14F), DT_RGB(0x8CD17D), DT_RGB(0x9C755F)};
+    DT_RGB(0x4E79A7), DT_RGB(0x1B3F66), DT_RGB(0xB07AA1), DT_RGB(0xE15759), DT_RGB(0xF28E2B),
+    DT_RGB(0xEDC948), DT_RGB(0x59A14F), DT_RGB(0x8CD17D), DT_RGB(0x499894), DT_RGB(0x9C755F)};
 
 const char *dt_timeline_stream_name(dt_timeline_stream s) {
     return (unsigned)s < DT_TL_STREAM_COUNT ? k_stream_names[s] : "?";

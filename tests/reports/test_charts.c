@@ -372,6 +372,7 @@ static int draw_timeline(const char *path, dt_error *err) {
         mm[nm++] = (dt_timeline_mem){t + 0.008, (int64_t)alloc};
     }
     ev[n++] = (dt_timeline_event){DT_TL_CPU_OPT, DT_TL_OPTIMIZER, t + 0.012, t + 0.03};
+    ev[n++] = (dt_timeline_event){DT_TL_H2D, DT_TL_NVME, t + 0.006, t + 0.012};
     ev[n++] = (dt_timeline_event){DT_TL_H2D, DT_TL_COPY_H2D, t + 0.03, t + 0.034};
     mm[nm++] = (dt_timeline_mem){t + 0.034, (int64_t)alloc};
     return dt_chart_step_timeline(path, "Simulated step: ZeRO-3 + optimizer offload", n, ev, nm, mm,
@@ -388,7 +389,7 @@ static void test_domain(void) {
     both("step_time", draw_steptime, (const uint32_t[]){0x2F5D8C, 0xE15759, 0});
     both("memory_compare", draw_memcmp, (const uint32_t[]){0x9DB9D6, 0x2F5D8C, 0});
     both("time_compare", draw_timecmp, (const uint32_t[]){0x9DB9D6, 0x2F5D8C, 0});
-    both("timeline", draw_timeline, (const uint32_t[]){0x4E79A7, 0x1B3F66, 0x9C755F, 0x2F5D8C, 0xD62728, 0});
+    both("timeline", draw_timeline, (const uint32_t[]){0x4E79A7, 0x1B3F66, 0x499894, 0x9C755F, 0x2F5D8C, 0xD62728, 0});
 
     /* GB units and no limit; valid loss absent */
     dt_error err = {0};
