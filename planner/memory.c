@@ -111,17 +111,59 @@ static int64_t gather_unit(const dt_model *m) {
                 imax(dt_model_embedding_params(m), dt_model_head_params(m)));
 }
 
+/* Compute temporaries of the step itself (not communication), bytes per rank.
+ * Common to every backend: fp32 logits B·T·V (reused for their gradient),
+ * per-token losses, int32 token ids. The CPU device's GPT-2 (engine/gpt2.c,
+ * docs/engine.md "Memory") adds what it really allocates: per-token log-sum-exp,
+ * fp32 activation-gradient scratch [N,C]x2 + [N,3C] + [N,F], and with 16-bit
+ * storage the fp32 working copies (one parameter group, one gradient group plus
+ * the token index for the embedding gradient, one block's activations). Other
+ * backends: residual-stream gradient in and out plus the widest per-block
+ * gradient in the activation dtype. */
+static int64_t compute_buffers(const dt_plan *p) {
+    const dt_model *m = &p->model;
+    const int64_t a = act_bytes(p), B = p->batch.micro_batch, T = p->batch.seq_len;
+    const int64_t BT = smul(B, T), C = m->hidden, F = m->ffn, V = m->vocab;
+    int64_t bytes = smul3(LOGIT_BYTES, BT, V);
+    bytes = sadd(bytes, smul(LOSS_BYTES, BT));
+    bytes = sadd(bytes, smul3(2, TOKEN_ID_BYTES, BT));
+    if (p->cluster.device == DT_DEVICE_CPU && m->family == DT_FAMILY_GPT2) {
+        const int64_t f32 = 4; /* the CPU backend computes every op in fp32 */
+        bytes = sadd(bytes, smul(f32, BT));                          /* log-sum-exp per token */
+        bytes = sadd(bytes, smul3(f32, BT, 2 * C + 3 * C + F));     /* dres, dC, dQKV, dF */
+        const int64_t group = imax(dt_model_block_params(m), smul(m->max_pos, C));
+        if (p->precision.param != DT_DTYPE_FP32) bytes = sadd(bytes, smul(f32, group));
+        if (p->precision.grad != DT_DTYPE_FP32)
+            bytes = sadd(bytes, sadd(smul(f32, group), sadd(smul(TOKEN_ID_BYTES, V), smul(TOKEN_ID_BYTES, BT))));
+        if (p->precision.activation != DT_DTYPE_FP32) {
+            bytes = sadd(bytes, smul3(f32, BT, 9 * C + 2 * F)); /* x ln1 att res1 ln2 xout, qkv, fch gelu */
+            if (p->activations.attention == DT_ATTN_MATERIALIZED)
+                bytes = sadd(bytes, smul(f32, smul3(B, m->n_head, smul(T, T))));
+        }
+        return bytes;
+    }
+    int64_t qkv, mlp;
+    if (m->family == DT_FAMILY_GPT2) {
+        qkv = 3 * C;
+        mlp = F;
+    } else {
+        qkv = (m->n_head + 2 * m->n_kv_head) * m->head_dim;
+        mlp = 2 * F; /* gate and up gradients */
+    }
+    return sadd(bytes, smul3(a, BT, 2 * C + imax(qkv, mlp)));
+}
+
 /* Device temporaries alive at the peak (the start of backward), bytes per rank. */
 static int64_t buffers_bytes(const dt_plan *p, int64_t psi) {
     const dt_parallel *z = &p->parallel;
     const dt_model *m = &p->model;
     const int64_t pb = dt_precision_param_bytes(&p->precision);
     const int64_t gb = dt_precision_grad_bytes(&p->precision);
-    const int64_t a = act_bytes(p), B = p->batch.micro_batch, T = p->batch.seq_len;
-    const int64_t BT = smul(B, T);
     int64_t bytes = 0;
 
-    /* communication buckets, each bounded by the model size */
+    /* communication buckets, each bounded by the model size; a world of one
+     * communicates nothing and allocates none */
+    if (z->world_size == 1) return compute_buffers(p);
     const int64_t reduce = imin(z->reduce_bucket_elems, psi);
     const int64_t gather = imin(z->allgather_bucket_elems, psi);
     switch (z->zero_stage) {
@@ -145,23 +187,7 @@ static int64_t buffers_bytes(const dt_plan *p, int64_t psi) {
     }
     }
 
-    /* logits (fp32 B·T·V, reused for their gradient), per-token losses, token ids */
-    bytes = sadd(bytes, smul3(LOGIT_BYTES, BT, m->vocab));
-    bytes = sadd(bytes, smul(LOSS_BYTES, BT));
-    bytes = sadd(bytes, smul3(2, TOKEN_ID_BYTES, BT));
-
-    /* backward scratch: residual-stream gradient in and out (2·a·BTC) plus the
-     * widest per-block gradient temporary (qkv or MLP inner) */
-    int64_t qkv, mlp;
-    if (m->family == DT_FAMILY_GPT2) {
-        qkv = 3 * m->hidden;
-        mlp = m->ffn;
-    } else {
-        qkv = (m->n_head + 2 * m->n_kv_head) * m->head_dim;
-        mlp = 2 * m->ffn; /* gate and up gradients */
-    }
-    bytes = sadd(bytes, smul3(a, BT, 2 * m->hidden + imax(qkv, mlp)));
-    return bytes;
+    return sadd(bytes, compute_buffers(p));
 }
 
 static int check_plan(const dt_plan *p, dt_error *err) {

@@ -172,8 +172,13 @@ static void test_totals_and_buffers(void) {
     CHECK_EQ_I64(m.total, m.params + m.grads + m.optimizer + m.activations + m.buffers + m.reserve);
     /* buckets are bounded by the model: 5e8-element buckets shrink to Ψ */
     const int64_t B = p.batch.micro_batch, T = p.batch.seq_len, V = p.model.vocab, C = p.model.hidden;
-    int64_t fixed = 4 * B * T * V + 4 * B * T + 8 * B * T +
-            2 * B * T * (2 * C + (p.model.ffn > 3 * C ? p.model.ffn : 3 * C));
+    /* the CPU engine's GPT-2 compute temporaries (docs/engine.md "Memory"): logits,
+     * losses, ids, lse, fp32 gradient scratch, fp32 working copies for 16-bit storage */
+    const int64_t F = p.model.ffn, maxpos_c = p.model.max_pos * C;
+    const int64_t group = dt_model_block_params(&p.model) > maxpos_c ? dt_model_block_params(&p.model) : maxpos_c;
+    CHECK(p.cluster.device == DT_DEVICE_CPU && p.precision.param == DT_DTYPE_BF16);
+    int64_t fixed = 4 * B * T * V + 4 * B * T + 8 * B * T + 4 * B * T + 4 * B * T * (5 * C + F) +
+                    4 * group + (4 * group + 4 * V + 4 * B * T) + 4 * B * T * (9 * C + 2 * F);
     CHECK_EQ_I64(m.buffers, 2 * P + fixed);
     m = est(&p, 0, 2, DT_OFFLOAD_NONE, DT_OFFLOAD_NONE); /* overlap off: one ipg buffer + allgather */
     CHECK_EQ_I64(m.buffers, 2 * P + 2 * P + fixed);
@@ -185,6 +190,19 @@ static void test_totals_and_buffers(void) {
     p.parallel.allgather_bucket_elems = 500;
     m = est(&p, 0, 2, DT_OFFLOAD_NONE, DT_OFFLOAD_NONE);
     CHECK_EQ_I64(m.buffers, 2 * 1000 * 2 + 500 * 2 + fixed);
+    /* a world of one communicates nothing: no buckets */
+    p.parallel.reduce_bucket_elems = 500000000;
+    p.cluster.gpus_per_node = 1;
+    p.parallel.world_size = 1;
+    m = est(&p, 0, 0, DT_OFFLOAD_NONE, DT_OFFLOAD_NONE);
+    CHECK_EQ_I64(m.buffers, fixed);
+    /* a GPU backend: no fp32 working copies, 16-bit gradient scratch */
+    p.cluster.device = DT_DEVICE_CUDA;
+    m = est(&p, 0, 0, DT_OFFLOAD_NONE, DT_OFFLOAD_NONE);
+    CHECK_EQ_I64(m.buffers, 4 * B * T * V + 4 * B * T + 8 * B * T + 2 * B * T * (2 * C + (F > 3 * C ? F : 3 * C)));
+    p.cluster.device = DT_DEVICE_CPU;
+    p.cluster.gpus_per_node = 2;
+    p.parallel.world_size = 2;
     /* partition padding: an odd count over 2 ranks rounds up */
     m = est(&p, 1001, 3, DT_OFFLOAD_NONE, DT_OFFLOAD_NONE);
     CHECK_EQ_I64(m.params, 2 * 501);
