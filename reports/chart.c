@@ -640,26 +640,26 @@ static void draw_axis_labels(canvas *cv, const dt_chart_opts *o, const frame *f)
 /* ---- input validation ---- */
 
 static int check_values(const double *v, int n, int nonneg, const char *what, dt_error *err) {
-    if (!v) return dt_errorf(err, DT_EINVAL, "chart: %s is NULL", what);
+    if (!v) return dt_errorf(err, DT_EINVAL, "%s is NULL", what);
     for (int i = 0; i < n; i++) {
         if (!isfinite(v[i]))
-            return dt_errorf(err, DT_EINVAL, "chart: %s[%d] is not a finite number; pass finite values", what, i);
+            return dt_errorf(err, DT_EINVAL, "%s[%d] is not a finite number; pass finite values", what, i);
         if (nonneg && v[i] < 0)
-            return dt_errorf(err, DT_EINVAL, "chart: %s[%d] = %g is negative; bar values must be >= 0", what, i, v[i]);
+            return dt_errorf(err, DT_EINVAL, "%s[%d] = %g is negative; bar values must be >= 0", what, i, v[i]);
     }
     return DT_OK;
 }
 
 static int check_labels(const char *const *l, int n, const char *what, dt_error *err) {
-    if (!l) return dt_errorf(err, DT_EINVAL, "chart: %s is NULL; give %d label(s)", what, n);
+    if (!l) return dt_errorf(err, DT_EINVAL, "%s is NULL; give %d label(s)", what, n);
     for (int i = 0; i < n; i++)
-        if (!l[i]) return dt_errorf(err, DT_EINVAL, "chart: %s[%d] is NULL", what, i);
+        if (!l[i]) return dt_errorf(err, DT_EINVAL, "%s[%d] is NULL", what, i);
     return DT_OK;
 }
 
 static int check_hline(const dt_chart_hline *h, dt_error *err) {
     if (h->label && !isfinite(h->y))
-        return dt_errorf(err, DT_EINVAL, "chart: reference line '%s' is at a non-finite value", h->label);
+        return dt_errorf(err, DT_EINVAL, "reference line '%s' is at a non-finite value", h->label);
     return DT_OK;
 }
 
@@ -692,7 +692,7 @@ int dt_chart_bars_draw(const char *path, const dt_chart_opts *o, const dt_chart_
         (rc = check_labels(b->segment_labels, b->n_segments, "segment_labels", err)) ||
         (rc = check_values(b->values, b->n_bars * b->n_segments, 1, "values", err)) ||
         (rc = check_hline(&b->limit, err)))
-        return dt_error_prefix(err, "'%s'", path);
+        return dt_error_prefix(err, "chart '%s'", path);
 
     /* y range: totals (stacked) or single values (grouped), and the limit. */
     double ymax = 0;
@@ -832,14 +832,14 @@ out:
 static int check_series(const dt_chart_xy *xy, int x_log, int y_log, dt_error *err) {
     int rc;
     if (xy->n_series < 1 || !xy->series)
-        return dt_errorf(err, DT_EINVAL, "chart: %d series; need at least one", xy->n_series);
+        return dt_errorf(err, DT_EINVAL, "%d series; need at least one", xy->n_series);
     if (xy->n_classes < 0 || (xy->n_classes > 0 && !xy->classes))
-        return dt_errorf(err, DT_EINVAL, "chart: %d point classes but no class styles", xy->n_classes);
+        return dt_errorf(err, DT_EINVAL, "%d point classes but no class styles", xy->n_classes);
     for (int k = 0; k < xy->n_series; k++) {
         const dt_chart_series *se = &xy->series[k];
         char what[64];
         if (se->n < 1)
-            return dt_errorf(err, DT_EINVAL, "chart: series %d ('%s') has %d points; need at least one",
+            return dt_errorf(err, DT_EINVAL, "series %d ('%s') has %d points; need at least one",
                              k, se->style.label ? se->style.label : "", se->n);
         snprintf(what, sizeof what, "series %d x", k);
         if ((rc = check_values(se->x, se->n, 0, what, err))) return rc;
@@ -848,10 +848,12 @@ static int check_series(const dt_chart_xy *xy, int x_log, int y_log, dt_error *e
         for (int i = 0; i < se->n; i++) {
             if ((x_log && se->x[i] <= 0) || (y_log && se->y[i] <= 0))
                 return dt_errorf(err, DT_EINVAL,
-                                 "chart: series %d point %d (%g, %g) is not > 0 on a log axis; use a linear axis",
+                                 "series %d point %d (%g, %g) is not > 0 on a log axis; use a linear axis",
                                  k, i, se->x[i], se->y[i]);
+            if (se->point_class && xy->n_classes == 0)
+                return dt_errorf(err, DT_EINVAL, "series %d has point classes but the chart gives no class styles", k);
             if (se->point_class && (se->point_class[i] < 0 || se->point_class[i] >= xy->n_classes))
-                return dt_errorf(err, DT_EINVAL, "chart: series %d point %d has class %d; classes are 0..%d",
+                return dt_errorf(err, DT_EINVAL, "series %d point %d has class %d; classes are 0..%d",
                                  k, i, se->point_class[i], xy->n_classes - 1);
         }
     }
@@ -983,7 +985,7 @@ int dt_chart_xy_draw(const char *path, const dt_chart_opts *o, const dt_chart_xy
     int rc, svg, w, h;
     if ((rc = chart_format(path, &svg, err)) || (rc = chart_size(o, &w, &h, err))) return rc;
     if (!xy) return dt_errorf(err, DT_EINVAL, "chart '%s': no series", path);
-    if ((rc = check_series(xy, xy->x_log, xy->y_log, err))) return dt_error_prefix(err, "'%s'", path);
+    if ((rc = check_series(xy, xy->x_log, xy->y_log, err))) return dt_error_prefix(err, "chart '%s'", path);
     axis ax, ay;
     xy_axes(xy, &ax, &ay);
 
@@ -1043,7 +1045,7 @@ int dt_chart_gantt_draw(const char *path, const dt_chart_opts *o, const dt_chart
     if ((rc = check_labels(g->row_labels, g->n_rows, "row_labels", err)) ||
         (rc = check_labels(g->kind_labels, g->n_kinds, "kind_labels", err)) ||
         (below && (rc = check_series(below, 0, 0, err))))
-        return dt_error_prefix(err, "'%s'", path);
+        return dt_error_prefix(err, "chart '%s'", path);
     double tmin = INFINITY, tmax = -INFINITY;
     for (int i = 0; i < g->n_intervals; i++) {
         const dt_chart_interval *iv = &g->intervals[i];

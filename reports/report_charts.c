@@ -38,11 +38,11 @@ static void mem_values(const dt_mem_breakdown *m, int64_t out[CAT_COUNT]) {
 
 static int check_mem(const dt_mem_breakdown *m, const char *what, dt_error *err) {
     int64_t v[CAT_COUNT];
-    if (!m) return dt_errorf(err, DT_EINVAL, "chart: %s is NULL", what);
+    if (!m) return dt_errorf(err, DT_EINVAL, "%s is NULL", what);
     mem_values(m, v);
     for (int c = 0; c < CAT_COUNT; c++)
         if (v[c] < 0)
-            return dt_errorf(err, DT_EINVAL, "chart: %s %s = %lld bytes is negative", what,
+            return dt_errorf(err, DT_EINVAL, "%s %s = %lld bytes is negative", what,
                              k_cat_names[c], (long long)v[c]);
     return DT_OK;
 }
@@ -67,7 +67,7 @@ int dt_chart_memory_rows(const char *path, const char *title, int n_rows,
         int64_t b[CAT_COUNT];
         char what[32];
         snprintf(what, sizeof what, "row %d", i);
-        rc = check_mem(&rows[i], what, err);
+        if ((rc = check_mem(&rows[i], what, err))) dt_error_prefix(err, "memory chart '%s'", path ? path : "");
         mem_values(&rows[i], b);
         for (int c = 0; c < CAT_COUNT; c++) v[i * CAT_COUNT + c] = dt_bytes_in(b[c], units);
     }
@@ -200,7 +200,7 @@ int dt_chart_memory_compare(const char *path, const char *title,
                             int64_t limit_bytes, dt_units units, dt_error *err) {
     int rc;
     if ((rc = check_mem(predicted, "predicted", err)) || (rc = check_mem(measured, "measured", err)))
-        return rc;
+        return dt_error_prefix(err, "memory chart '%s'", path ? path : "");
     enum { N = CAT_BUFFERS + 2 };   /* five categories + total without reserve */
     const char *labels[N] = {"params", "grads", "optimizer", "activations", "buffers",
                              "total (no reserve)"};

@@ -424,7 +424,8 @@ static void test_domain(void) {
         CHECK_EQ_I64(e_.code, want);                                                \
         CHECK(e_.msg[0] != '\0' && strchr(e_.msg, '\n') == NULL);                   \
         CHECK_EQ_I64(count_dir_entries(g_dir), before_);                            \
-        if (rc_ != (want)) fprintf(stderr, "  unexpected: %d '%s'\n", rc_, e_.msg); \
+        if (rc_ != (want) || getenv("DT_CHART_VERBOSE"))                           \
+            fprintf(stderr, "  rc %d: %s\n", rc_, e_.msg);                          \
         err = e_;                                                                   \
     } while (0)
 
@@ -495,8 +496,15 @@ static void test_errors(void) {
     s.n = 0;
     CHECK_FAILS(dt_chart_xy_draw(out_path("x.svg"), &o, &xy, &e_), DT_EINVAL);
     s.n = 3;
-    s.point_class = cls_bad;
+    s.point_class = cls_bad;   /* classes but no class styles */
     CHECK_FAILS(dt_chart_xy_draw(out_path("x.png"), &o, &xy, &e_), DT_EINVAL);
+    dt_chart_style one[2] = {{"a", 0, DT_MARK_DOT, 0, 0, 0, 0}, {"b", 0, DT_MARK_STAR, 0, 0, 0, 0}};
+    xy.n_classes = 2;
+    xy.classes = one;          /* class 5 of 0..1 */
+    CHECK_FAILS(dt_chart_xy_draw(out_path("x.png"), &o, &xy, &e_), DT_EINVAL);
+    CHECK(strstr(err.msg, "class 5") != NULL);
+    xy.n_classes = 0;
+    xy.classes = NULL;
     xy.n_series = 0;
     CHECK_FAILS(dt_chart_xy_draw(out_path("x.png"), &o, &xy, &e_), DT_EINVAL);
 
