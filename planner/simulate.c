@@ -198,7 +198,7 @@ typedef struct {
     sim *s;
     const dt_plan *p;
     sim_net net;
-    int stage, overlap, has_head, n_units, n_seg;
+    int stage, overlap, has_head, tied, n_units, n_seg;
     int64_t L, K, W, G, pb, gb;
     dt_offload op;
     int64_t *n, *pad;          /* [n_units] elements, padded elements */
@@ -300,6 +300,7 @@ int dt_simulate(const dt_plan *p, dt_sim_result *r, dt_error *err) {
     c.pb = dt_dtype_size(p->precision.param);
     c.gb = dt_dtype_size(p->precision.grad);
     c.has_head = dt_model_head_params(&p->model) > 0;
+    c.tied = p->model.tied_embeddings != 0;
     c.n_units = (int)(1 + c.L + c.has_head);
     c.n_seg = (int)(c.L + 2);
     c.op = c.stage == 3 ? p->parallel.offload_param : DT_OFFLOAD_NONE;
@@ -370,14 +371,18 @@ int dt_simulate(const dt_plan *p, dt_sim_result *r, dt_error *err) {
                 mem_alloc(&s, t0, DT_SIMMEM_WORKSPACE, ws);
             }
             /* a gathered unit is freed after its last forward use (tied unit 0: the lm_head) */
-            int last_use = !(u == 0 && sg == 0 && !c.has_head);
+            int last_use = !(u == 0 && sg == 0 && c.tied);
             if (stage3 && last_use) mem_free_at(&s, t1, DT_SIMMEM_GATHERED, c.pad[u] * c.pb);
+            if (stage3 && c.tied && c.has_head && sg == c.n_seg - 1)
+                mem_free_at(&s, t1, DT_SIMMEM_GATHERED, c.pad[0] * c.pb);
         }
 
         /* backward: segments in reverse; recompute right before a checkpointed
          * block's backward; each unit's reduction after its last backward use */
         int64_t bucket_fill = 0;
         int last_red = -1;
+        /* a tied lm_head's backward needs the embeddings first; they stay to the end */
+        if (stage3 && c.tied) gather_unit(&c, gbk, 0, s.free_at[DT_SIM_COMPUTE], m, "backward");
         if (stage3 && c.overlap) gather_unit(&c, gbk, seg_unit(&c, c.n_seg - 1), s.free_at[DT_SIM_COMPUTE], m, "backward");
         for (int sg = c.n_seg - 1; sg >= 0 && !s.failed; sg--) {
             int u = seg_unit(&c, sg);
@@ -387,6 +392,7 @@ int dt_simulate(const dt_plan *p, dt_sim_result *r, dt_error *err) {
             if (dep >= 0 && r->events[dep].t1_s > start) start = r->events[dep].t1_s;
             if (stage3 && c.overlap && sg > 0) gather_unit(&c, gbk, seg_unit(&c, sg - 1), start, m, "backward");
             int ckpt = sg >= 1 && sg <= c.K;
+            int dep2 = stage3 && c.tied && sg == c.n_seg - 1 ? gbk[0] : -1;
             if (ckpt) {
                 int e = add_event(&s, DT_SIM_COMPUTE, DT_SIM_RECOMPUTE, m, u, "backward", c.t_block, 0, 0.0, dep, -1);
                 if (e < 0) break;
@@ -394,7 +400,7 @@ int dt_simulate(const dt_plan *p, dt_sim_result *r, dt_error *err) {
                 dep = -1;
             }
             int e = add_event(&s, DT_SIM_COMPUTE, DT_SIM_BACKWARD, m, u, "backward", seg_fwd(&c, sg) * c.bwd_ratio,
-                              0, 0.0, dep, -1);
+                              0, 0.0, dep, dep2);
             if (e < 0) break;
             double t0 = r->events[e].t0_s, t1 = r->events[e].t1_s;
             int last_use = !(u == 0 && sg == c.n_seg - 1 && !c.has_head);
@@ -491,6 +497,17 @@ int dt_simulate(const dt_plan *p, dt_sim_result *r, dt_error *err) {
         int end = 0;
         for (int i = 1; i < r->n_events; i++)
             if (r->events[i].t1_s >= r->events[end].t1_s) end = i;
+        /* an event started by a phase boundary (pred -1) after time 0 continues
+         * from the event that ended latest at its start */
+        for (int i = 0; i < r->n_events; i++) {
+            if (s.pred[i] >= 0 || r->events[i].t0_s <= 0) continue;
+            int best = -1;
+            for (int j = 0; j < r->n_events; j++)
+                if (j != i && r->events[j].t1_s <= r->events[i].t0_s &&
+                    (best < 0 || r->events[j].t1_s > r->events[best].t1_s))
+                    best = j;
+            s.pred[i] = best;
+        }
         int n = 0;
         for (int i = end; i >= 0 && n <= r->n_events; i = s.pred[i]) n++;
         r->critical = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
