@@ -6,6 +6,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config
       libglpk-dev glpk-utils            # MILP solver (dtplan solve)
       libplot-dev plotutils             # charts (PNG/SVG)
+      zlib1g-dev                        # chart tests decode the PNGs they check
       libcjson-dev                      # plan / config JSON
       libopenmpi-dev openmpi-bin        # MPI communication for CPU ranks
       libopenblas-openmp-dev            # CPU GEMM (OpenMP build, shares the engine's thread pool)
