@@ -47,6 +47,22 @@ static int check_mem(const dt_mem_breakdown *m, const char *what, dt_error *err)
     return DT_OK;
 }
 
+/* The memory axis unit: the caller's (GiB / GB), or its 1/1024 (1/1000) sub-unit
+ * MiB / MB when every value is below one unit, so that a small run's bars read
+ * "4.3 MiB" instead of "0.004 GiB". */
+typedef struct {
+    double div;            /* bytes per axis unit */
+    const char *name;      /* "GiB", "MiB", "GB", "MB" */
+} mem_axis;
+#define BYTES_PER_GIB 1073741824.0
+#define BYTES_PER_GB 1e9
+static mem_axis mem_axis_for(int64_t max_bytes, dt_units u) {
+    const int bin = u == DT_UNITS_GIB;
+    const double unit = bin ? BYTES_PER_GIB : BYTES_PER_GB;
+    if (max_bytes > 0 && (double)max_bytes < unit) return (mem_axis){unit / (bin ? 1024.0 : 1000.0), bin ? "MiB" : "MB"};
+    return (mem_axis){unit, dt_units_name(u)};
+}
+
 /* "limit 80.00 GiB" into buf; returns buf, or NULL when there is no limit. */
 static const char *limit_label(int64_t limit_bytes, dt_units units, char *buf, size_t n) {
     char b[64];
@@ -204,21 +220,25 @@ int dt_chart_memory_compare(const char *path, const char *title,
     enum { N = CAT_BUFFERS + 2 };   /* five categories + total without reserve */
     const char *labels[N] = {"params", "grads", "optimizer", "activations", "buffers",
                              "total (no reserve)"};
+    int64_t vb[N * 2], vmax = limit_bytes;
     double v[N * 2];
     const dt_mem_breakdown *m[2] = {predicted, measured};
     for (int k = 0; k < 2; k++) {
         int64_t b[CAT_COUNT];
         mem_values(m[k], b);
-        for (int c = 0; c <= CAT_BUFFERS; c++) v[c * 2 + k] = dt_bytes_in(b[c], units);
+        for (int c = 0; c <= CAT_BUFFERS; c++) vb[c * 2 + k] = b[c];
         int64_t total = m[k]->total - m[k]->reserve;
-        v[(N - 1) * 2 + k] = dt_bytes_in(total > 0 ? total : 0, units);
+        vb[(N - 1) * 2 + k] = total > 0 ? total : 0;
     }
+    for (int i = 0; i < N * 2; i++) vmax = vb[i] > vmax ? vb[i] : vmax;
+    const mem_axis ax = mem_axis_for(vmax, units);
+    for (int i = 0; i < N * 2; i++) v[i] = (double)vb[i] / ax.div;
     char y_label[64], lim[96];
-    snprintf(y_label, sizeof y_label, "device memory per GPU (%s)", dt_units_name(units));
+    snprintf(y_label, sizeof y_label, "device memory per GPU (%s)", ax.name);
     dt_chart_opts o = {title ? title : "Memory: predicted vs measured", "category", y_label, 0, 0};
     dt_chart_bars b = {DT_BARS_GROUPED, N, 2, labels, k_series_pm, k_colors_pm, v, 1,
                        {limit_label(limit_bytes, units, lim, sizeof lim),
-                        dt_bytes_in(limit_bytes, units), COLOR_LIMIT}};
+                        (double)limit_bytes / ax.div, COLOR_LIMIT}};
     return dt_chart_bars_draw(path, &o, &b, err);
 }
 
@@ -304,16 +324,19 @@ int dt_chart_step_timeline(const char *path, const char *title, int n_events,
             goto out;
         }
         mt[i] = mem[i].t_s * MS_PER_S;
-        mv[i] = dt_bytes_in(mem[i].bytes, units);
     }
+    int64_t mmax = limit_bytes;
+    for (int i = 0; i < n_mem; i++) mmax = mem[i].bytes > mmax ? mem[i].bytes : mmax;
+    const mem_axis ax = mem_axis_for(mmax, units);
+    for (int i = 0; i < n_mem; i++) mv[i] = (double)mem[i].bytes / ax.div;
     char y_label[64], lim[96];
-    snprintf(y_label, sizeof y_label, "allocated (%s)", dt_units_name(units));
+    snprintf(y_label, sizeof y_label, "allocated (%s)", ax.name);
     dt_chart_opts o = {title ? title : "Simulated step", "time (ms)", y_label, 0, 0};
     dt_chart_gantt g = {n_rows, rows, n_kinds, kinds, kcol, n_events, iv};
     dt_chart_series s = {{"device memory", DT_RGB(0x2F5D8C), DT_MARK_NONE, 0, 1, 1, 0}, n_mem, mt, mv, NULL};
     dt_chart_xy below = {1, &s, 0, NULL, 0, 0, 1,
                          {limit_label(limit_bytes, units, lim, sizeof lim),
-                          dt_bytes_in(limit_bytes, units), COLOR_LIMIT}};
+                          (double)limit_bytes / ax.div, COLOR_LIMIT}};
     rc = dt_chart_gantt_draw(path, &o, &g, n_mem ? &below : NULL, err);
 out:
     free(iv);
