@@ -13,6 +13,7 @@
 #include "dt_dsconfig.h"
 #include "dt_memory.h"
 #include "dt_plan.h"
+#include "dt_report_charts.h"
 #include "dt_units.h"
 
 /* Defaults (docs/memory-model.md "Defaults"): the seeds' per_device_train_batch_size
@@ -37,7 +38,7 @@ typedef struct {
 typedef struct {
     const char *params, *model, *gpus, *nodes, *micro, *accum, *seq, *ckpt, *precision;
     const char *param_dtype, *grad_dtype, *master_dtype, *moment_dtype, *attention, *mem;
-    const char *deepspeed, *hardware, *units, *compare, *plan, *stage, *off_opt, *off_param;
+    const char *deepspeed, *hardware, *units, *compare, *plan, *stage, *off_opt, *off_param, *plot;
     int json;
 } est_args;
 
@@ -84,7 +85,8 @@ static void usage(FILE *f) {
             "  --mem LIMIT           mark rows whose per-GPU total fits, e.g. 80G (= 80 GiB), 80GB (= 80e9)\n"
             "  --units GB|GiB        display unit (default GiB); JSON is always bytes\n"
             "  --json                JSON instead of the table\n"
-            "  --compare deepspeed   also print DeepSpeed's estimate_zero2/zero3 numbers\n",
+            "  --compare deepspeed   also print DeepSpeed's estimate_zero2/zero3 numbers\n"
+            "  --plot FILE.png|.svg  stacked bars per row (params ... reserve), --mem as a dashed line\n",
             EST_DEFAULT_MICRO, EST_DEFAULT_SEQ, EST_DEFAULT_HARDWARE);
 }
 
@@ -108,6 +110,7 @@ static int parse_args(int argc, char **argv, est_args *a) {
         {"--plan", offsetof(est_args, plan)},             {"--zero-stage", offsetof(est_args, stage)},
         {"--offload-optimizer", offsetof(est_args, off_opt)},
         {"--offload-param", offsetof(est_args, off_param)},
+        {"--plot", offsetof(est_args, plot)},
     };
     memset(a, 0, sizeof *a);
     for (int i = 1; i < argc; i++) {
@@ -571,6 +574,33 @@ static void print_plan_staleness(const est_ctx *c, const est_row *r) {
     printf(" (refresh it by re-solving or re-exporting the plan)\n");
 }
 
+/* --plot: the table as stacked bars, one per row, --mem as the limit line. */
+static int plot_rows(const est_ctx *c, const est_row *rows, int n, const char *path) {
+    char (*lab)[48] = calloc((size_t)n, sizeof *lab);
+    const char **labels = calloc((size_t)n, sizeof *labels);
+    dt_mem_breakdown *m = calloc((size_t)n, sizeof *m);
+    if (!lab || !labels || !m) {
+        free(lab), free(labels), free(m);
+        return fail("out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        int k = snprintf(lab[i], sizeof lab[i], "ZeRO-%d", rows[i].zero_stage);
+        if (rows[i].opt != DT_OFFLOAD_NONE)
+            k += snprintf(lab[i] + k, sizeof lab[i] - (size_t)k, " opt:%s", dt_offload_name(rows[i].opt));
+        if (rows[i].param != DT_OFFLOAD_NONE)
+            snprintf(lab[i] + k, sizeof lab[i] - (size_t)k, " par:%s", dt_offload_name(rows[i].param));
+        labels[i] = lab[i];
+        m[i] = rows[i].m;
+    }
+    char title[192], cnt[32];
+    snprintf(title, sizeof title, "%s (%s params), %lld GPU(s): memory per GPU", c->plan.model.name,
+             dt_format_count(c->n_params, cnt, sizeof cnt), (long long)c->plan.parallel.world_size);
+    dt_error e = {0};
+    int rc = dt_chart_memory_rows(path, title, n, labels, m, c->mem_limit, c->units, &e) ? fail_err(&e) : 0;
+    free(lab), free(labels), free(m);
+    return rc;
+}
+
 int dt_cmd_estimate(int argc, char **argv) {
     est_args a;
     int rc = parse_args(argc, argv, &a);
@@ -596,6 +626,7 @@ int dt_cmd_estimate(int argc, char **argv) {
                 if (a.plan) print_plan_staleness(c, &rows[0]);
                 if (a.compare) print_compare(c, rows, n);
             }
+            if (!rc && a.plot) rc = plot_rows(c, rows, n, a.plot);
         }
     }
     free(rows);

@@ -10,6 +10,7 @@
 
 #include "dt_cli.h"
 #include "dt_memory.h"
+#include "dt_report_charts.h"
 #include "dt_solve.h"
 #include "dt_timemodel.h"
 #include "dt_units.h"
@@ -34,6 +35,7 @@ static void usage(FILE *f) {
             "  --precision P         mixed-bf16 (default) | mixed-fp16 | pure-bf16 | fp32\n"
             "  --stages 0,1,2,3      stages the solver may choose; --no-offload; --no-overlap\n"
             "  --units GiB|GB        display unit; -o plan.json writes the chosen plan\n"
+            "  --plot FILE.png|.svg  every evaluated configuration: peak memory vs step time\n"
             "training settings carried by the plan (no effect on memory or time):\n"
             "  --data PATH           training text directory or llm.c shards (default /usr/share/games/fortunes)\n"
             "  --steps N             optimizer steps; --warmup N; --lr X (peak, default 2e-4)\n"
@@ -193,13 +195,54 @@ static int apply_training_options(dt_plan *b, const char *data, const char *step
     return DT_OK;
 }
 
+/* --plot: every evaluated (candidate, K) point, the chosen one highlighted. */
+typedef struct {
+    dt_chart_candidate *c;
+    int n, cap, chosen;
+    const dt_solve_choice *best;
+} plot_points;
+
+static int collect_point(void *ud, const dt_solve_choice *ch, dt_error *err) {
+    plot_points *pp = ud;
+    if (pp->n == pp->cap) {
+        int cap = pp->cap ? 2 * pp->cap : 1024;
+        dt_chart_candidate *nc = realloc(pp->c, (size_t)cap * sizeof *nc);
+        if (!nc) return dt_errorf(err, DT_ENOMEM, "solve --plot: out of memory");
+        pp->c = nc, pp->cap = cap;
+    }
+    const dt_solve_choice *b = pp->best;
+    if (ch->zero_stage == b->zero_stage && ch->offload_optimizer == b->offload_optimizer &&
+        ch->offload_param == b->offload_param && ch->micro_batch == b->micro_batch && ch->ckpt_layers == b->ckpt_layers)
+        pp->chosen = pp->n;
+    pp->c[pp->n++] = (dt_chart_candidate){ch->step_s, ch->mem.total, ch->fits};
+    return DT_OK;
+}
+
+static int plot_candidates(const dt_solve_request *rq, const dt_solve_result *r, dt_units u, const char *path,
+                           dt_error *err) {
+    plot_points pp = {NULL, 0, 0, -1, &r->best};
+    int rc = dt_solve_candidates(rq, collect_point, &pp, err);
+    if (!rc) {
+        char title[192], label[128], cnt[32];
+        snprintf(title, sizeof title, "%s (%s params), %lld GPU(s): %d candidates x 0..%lld checkpointed layers",
+                 rq->base.model.name,
+                 dt_format_count(dt_model_params(&rq->base.model), cnt, sizeof cnt),
+                 (long long)rq->base.parallel.world_size, r->n_candidates, (long long)rq->base.model.n_layer);
+        snprintf(label, sizeof label, "chosen: %s, micro %lld, %lld ckpt", stage_name(r->best.zero_stage),
+                 (long long)r->best.micro_batch, (long long)r->best.ckpt_layers);
+        rc = dt_chart_candidates(path, title, pp.n, pp.c, pp.chosen, label, rq->mem_limit_bytes, u, err);
+    }
+    free(pp.c);
+    return rc;
+}
+
 int dt_cmd_solve(int argc, char **argv) {
     const char *mem = NULL, *model = NULL, *params = NULL, *gpus = "1", *nodes = "1", *gbatch = NULL;
     const char *seq = NULL, *hardware = DT_SOLVE_DEFAULT_HARDWARE, *link = NULL, *host = NULL;
     const char *nvme = NULL, *prec = NULL, *stages = "0,1,2,3", *outp = NULL, *units = "GiB";
     /* training settings the plan carries to dtrun (they change no memory or time) */
     const char *data = NULL, *steps = NULL, *lr = NULL, *warmup = NULL, *sched = NULL, *outdir = NULL;
-    const char *eval = NULL, *save = NULL;
+    const char *eval = NULL, *save = NULL, *plot = NULL;
     int no_offload = 0, no_overlap = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -213,10 +256,11 @@ int dt_cmd_solve(int argc, char **argv) {
                                             "--global-batch", "--seq", "--hardware", "--interconnect",
                                             "--host-mem", "--nvme", "--precision", "--stages", "-o",
                                             "--units", "--data", "--steps", "--lr", "--warmup",
-                                            "--schedule", "--out", "--eval-interval", "--save-interval"};
+                                            "--schedule", "--out", "--eval-interval", "--save-interval",
+                                            "--plot"};
         const char **slots[] = {&mem, &model, &params, &gpus, &nodes, &gbatch, &seq, &hardware,
                                 &link, &host, &nvme, &prec, &stages, &outp, &units, &data, &steps,
-                                &lr, &warmup, &sched, &outdir, &eval, &save};
+                                &lr, &warmup, &sched, &outdir, &eval, &save, &plot};
         int k = -1;
         for (int j = 0; j < (int)(sizeof names / sizeof names[0]); j++)
             if (!strcmp(a, names[j])) k = j;
@@ -313,6 +357,14 @@ int dt_cmd_solve(int argc, char **argv) {
             return fail(err.msg);
         }
         printf("plan: %s\n", outp);
+    }
+    if (plot) {
+        if (plot_candidates(&rq, r, u, plot, &err)) {
+            free(r);
+            fprintf(stderr, "dtplan: %s\n", err.msg);
+            return err.code == DT_ENOMEM ? 1 : 2;
+        }
+        printf("plot: %s\n", plot);
     }
     free(r);
     return 0;

@@ -91,4 +91,11 @@ int dt_solve_enumerate(const dt_solve_request *rq, dt_solve_result *out, dt_erro
  * It must exceed GLPK's feasibility tolerance (1e-7 on the O(1)-scaled time row). */
 #define DT_SOLVE_TIME_TIE_REL 1e-6
 
+/* Every point the enumerator evaluates: each candidate (stage, offloads, micro-batch)
+ * at every number of checkpointed layers K = 0..L, with its memory, step time and
+ * whether it fits (dtplan solve --plot). fn returns DT_OK to go on, or an error
+ * code (with err filled) that stops the walk and is returned. */
+typedef int (*dt_solve_visit_fn)(void *ud, const dt_solve_choice *c, dt_error *err);
+int dt_solve_candidates(const dt_solve_request *rq, dt_solve_visit_fn fn, void *ud, dt_error *err);
+
 #endif

@@ -604,3 +604,28 @@ int dt_solve_enumerate(const dt_solve_request *rq, dt_solve_result *out, dt_erro
              &out->plan);
     return dt_predict(&out->plan, err);
 }
+
+/* ---- every evaluated point, for `dtplan solve --plot` ---- */
+typedef struct {
+    const dt_solve_request *rq;
+    dt_solve_visit_fn fn;
+    void *ud;
+    int64_t L;
+} dt_visit_ctx;
+
+static int visit_candidate(void *ud, int stage, dt_offload oo, dt_offload op, int64_t mb, dt_error *err) {
+    dt_visit_ctx *v = ud;
+    for (int64_t K = 0; K <= v->L; K++) {
+        dt_solve_choice ch;
+        fill_choice(v->rq, stage, oo, op, mb, K, &ch, NULL);
+        if (ch.step_s > 0 && v->fn(v->ud, &ch, err)) return err->code;
+    }
+    return DT_OK;
+}
+
+int dt_solve_candidates(const dt_solve_request *rq, dt_solve_visit_fn fn, void *ud, dt_error *err) {
+    if (check_request(rq, err)) return err->code;
+    dt_visit_ctx v = {rq, fn, ud, rq->base.model.n_layer};
+    int n = 0;
+    return for_each_candidate(rq, visit_candidate, &v, &n, err);
+}
