@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# CLI test for simulate --trace/--plot, estimate/solve --plot, compare and report,
+# including every bad-input path (exit 2 and one line naming the problem).
+# $1 = dtplan, $2 = dtrun, $3 = source dir. No python: structure is checked with
+# grep/od and by reading traces back through `dtplan compare`.
+set -u
+DTPLAN=$1 DTRUN=$2 SRC=$3
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+FAILS=0
+fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
+ok() { echo "ok: $*"; }
+
+# is_png FILE: the 8-byte PNG signature, a 960x600 IHDR (the charts' default size)
+# and more than a frame's worth of bytes.
+is_png() {
+    local sig dims size
+    [ -s "$1" ] || { fail "$1: missing or empty"; return; }
+    sig=$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')
+    [ "$sig" = "89504e470d0a1a0a" ] || { fail "$1: not a PNG (signature $sig)"; return; }
+    dims=$(od -An -tu1 -j16 -N8 "$1" | awk '{print $1*16777216+$2*65536+$3*256+$4 "x" $5*16777216+$6*65536+$7*256+$8}')
+    [ "$dims" = "960x600" ] || { fail "$1: size $dims, expected 960x600"; return; }
+    size=$(wc -c <"$1")
+    [ "$size" -gt 4000 ] || { fail "$1: only $size bytes (blank chart?)"; return; }
+    ok "$1 is a 960x600 PNG of $size bytes"
+}
+is_svg() {
+    [ -s "$1" ] && grep -q "<svg" "$1" && grep -q "</svg>" "$1" && ok "$1 is SVG" || fail "$1: not a complete SVG"
+}
+# bad EXPECTED_SUBSTRING CMD...: exit 2, exactly one stderr line starting "dtplan: " containing the text
+bad() {
+    local want=$1
+    shift
+    "$@" >"$T/out" 2>"$T/err"
+    local rc=$? lines
+    lines=$(wc -l <"$T/err")
+    if [ $rc -ne 2 ] || [ "$lines" -ne 1 ] || ! grep -q "^dtplan: .*$want" "$T/err"; then
+        fail "'$*': rc $rc, $lines stderr line(s), expected exit 2 and one line with '$want': $(cat "$T/err")"
+    else
+        ok "bad input '$want': $(cat "$T/err")"
+    fi
+}
+
+# ---- plans: a stage-3 and a stage-2 gpt2 plan on 8 GPUs ----
+"$DTPLAN" solve --model gpt2 --gpus 8 --mem 80G --stages 3 -o "$T/s3.json" >/dev/null || fail "solve stage 3"
+"$DTPLAN" solve --model gpt2 --gpus 8 --mem 80G --stages 2 --no-offload -o "$T/s2.json" >/dev/null || fail "solve stage 2"
+
+# ---- simulate --trace / --plot ----
+"$DTPLAN" simulate "$T/s3.json" --trace "$T/s3.trace.json" --plot "$T/s3.png" >/dev/null || fail "simulate s3"
+"$DTPLAN" simulate "$T/s2.json" --trace "$T/s2.trace.json" --plot "$T/s2.svg" >/dev/null || fail "simulate s2"
+is_png "$T/s3.png"
+is_svg "$T/s2.svg"
+# trace structure: the envelope, spans with the documented names, the memory counter
+tr="$T/s3.trace.json"
+grep -q '"traceEvents"' "$tr" || fail "trace: no traceEvents"
+for name in forward backward allgather reduce_scatter optimizer; do
+    grep -q "\"name\": *\"$name\"" "$tr" || fail "trace: no '$name' span in a stage-3 step"
+done
+grep -q '"ph": *"X"' "$tr" && grep -q '"ph": *"C"' "$tr" && grep -q '"ph": *"M"' "$tr" || fail "trace: X/C/M events missing"
+# a trace compared with itself: every phase and the step at +0.0%
+"$DTPLAN" compare "$tr" "$tr" >"$T/self.txt" || fail "compare self"
+n_rows=$(grep -c '%' "$T/self.txt")
+n_zero=$(grep -c '+0\.0%' "$T/self.txt")
+[ "$n_rows" -ge 6 ] && [ "$n_rows" -eq "$n_zero" ] && ok "compare self: $n_rows rows at +0.0%" ||
+    fail "compare self: $n_zero of $n_rows rows at +0.0%: $(cat "$T/self.txt")"
+grep -q 'allgather' "$T/self.txt" || fail "compare self: no allgather row"
+# JSON form
+"$DTPLAN" compare "$tr" "$tr" --json >"$T/self.json" || fail "compare --json"
+grep -q '"phases"' "$T/self.json" && ! grep '"diff_pct"' "$T/self.json" | grep -vq '"diff_pct": 0,\?$' &&
+    ok "compare --json self: all diff_pct 0" || fail "compare --json self: $(cat "$T/self.json")"
+# two different plans: stage 3 gathers, stage 2 does not; the step times differ
+"$DTPLAN" compare "$T/s2.trace.json" "$tr" >"$T/diff.txt" || fail "compare s2 s3"
+grep -q '^  allgather .*only B\|^  allgather .*[1-9][0-9.]*%' "$T/diff.txt" || fail "compare: allgather shows no difference: $(cat "$T/diff.txt")"
+step_line=$(grep '^  step time' "$T/diff.txt")
+echo "$step_line" | grep -q '+0\.0%' && fail "compare: identical step times for stage 2 and 3: $step_line" ||
+    ok "compare s2 vs s3: $step_line"
+
+# ---- estimate / solve --plot ----
+"$DTPLAN" estimate --params 32B --gpus 8 --mem 80G --plot "$T/mem.png" >/dev/null || fail "estimate --plot"
+is_png "$T/mem.png"
+"$DTPLAN" estimate --params 32B --gpus 8 --mem 80G --plot "$T/mem.svg" >/dev/null || fail "estimate --plot svg"
+is_svg "$T/mem.svg"
+"$DTPLAN" solve --params 32B --gpus 8 --mem 80G --plot "$T/cands.png" >/dev/null || fail "solve --plot"
+is_png "$T/cands.png"
+"$DTPLAN" solve --params 32B --gpus 8 --mem 80G --plot "$T/cands.svg" >/dev/null || fail "solve --plot svg"
+is_svg "$T/cands.svg"
+bad "unknown format; name it \*.png or \*.svg" "$DTPLAN" estimate --params 32B --gpus 8 --plot "$T/mem.gif"
+
+# ---- report on a real run ----
+"$DTRUN" "$SRC/configs/plans/tiny-cpu.json" --out "$T/run" --max-steps 12 --no-progress --quiet >/dev/null 2>&1 ||
+    fail "dtrun tiny-cpu"
+"$DTPLAN" report "$T/run" >"$T/report.out" || fail "report: $(cat "$T/report.out")"
+for f in loss throughput memory steptime; do is_png "$T/run/report/$f.png"; done
+md="$T/run/report/report.md"
+for f in loss throughput memory steptime; do grep -q "($f.png)" "$md" || fail "report.md does not embed $f.png"; done
+grep -q '^| activations (MiB) | [0-9.]* | [0-9.]* | [-+][0-9.]* % |$' "$md" || fail "report.md: no activations row"
+grep -q '^| step time (ms) |' "$md" || fail "report.md: no step time row"
+ok "report.md with table and 4 charts"
+"$DTPLAN" report "$T/run" -o "$T/rep2" >/dev/null && [ -s "$T/rep2/report.md" ] && is_png "$T/rep2/loss.png" ||
+    fail "report -o"
+
+# ---- bad inputs ----
+bad "needs two traces" "$DTPLAN" compare "$tr"
+bad "nope.json" "$DTPLAN" compare "$T/nope.json" "$tr"
+echo '{"a": 1}' >"$T/notrace.json"
+bad "not a trace" "$DTPLAN" compare "$T/notrace.json" "$tr"
+head -c 300 "$tr" >"$T/trunc.json"
+bad "trunc.json" "$DTPLAN" compare "$tr" "$T/trunc.json"
+echo '{"traceEvents": []}' >"$T/empty.json"
+bad "no \"X\" spans" "$DTPLAN" compare "$T/empty.json" "$tr"
+bad "unknown option" "$DTPLAN" compare --bogus "$tr" "$tr"
+bad "not a directory" "$DTPLAN" report "$T/missing-dir"
+bad "no run directory" "$DTPLAN" report
+mkdir -p "$T/badrun"
+bad "metrics.jsonl" "$DTPLAN" report "$T/badrun"
+cp "$T/run/metrics.jsonl" "$T/badrun/metrics.jsonl"
+cp "$T/run/run-report.json" "$T/badrun/run-report.json"
+sed -i '3s/.*/{"step": 3, "loss": /' "$T/badrun/metrics.jsonl"
+bad "metrics.jsonl:3:" "$DTPLAN" report "$T/badrun"
+cp "$T/run/metrics.jsonl" "$T/badrun/metrics.jsonl"
+sed -i '5s/"loss": [0-9.]*,//' "$T/badrun/metrics.jsonl"
+bad "metrics.jsonl:5: .*numeric step, loss" "$DTPLAN" report "$T/badrun"
+cp "$T/run/metrics.jsonl" "$T/badrun/metrics.jsonl"
+head -c 200 "$T/run/run-report.json" >"$T/badrun/run-report.json"
+bad "run-report.json" "$DTPLAN" report "$T/badrun"
+echo '{"format": "x"}' >"$T/badrun/run-report.json"
+bad "not a dtrun run report" "$DTPLAN" report "$T/badrun"
+
+[ $FAILS -eq 0 ] && echo "all passed" || echo "$FAILS failure(s)"
+[ $FAILS -eq 0 ]
