@@ -16,6 +16,7 @@
 
 struct dt_heartbeat {
     int fd, rank, pid;
+    int64_t step;            /* last step written */
     char host[128];
 };
 
@@ -50,6 +51,7 @@ static int write_record(dt_heartbeat *h, int64_t step, const char *state) {
     int n = snprintf(rec, sizeof rec, "step=%lld pid=%d host=%s wall=%.3f state=%s", (long long)step, h->pid,
                      h->host, wall_s(), state);
     if (n < 0 || n >= (int)sizeof rec - 1) return DT_EIO;
+    h->step = step;
     rec[n] = ' ';
     rec[sizeof rec - 1] = '\n';
     /* one pwrite of a fixed-size record at offset 0: readers see old or new */
@@ -85,13 +87,7 @@ int dt_heartbeat_beat(dt_heartbeat *h, int64_t step) { return h ? write_record(h
 
 void dt_heartbeat_close(dt_heartbeat *h, int clean) {
     if (!h) return;
-    if (clean) {
-        /* keep the last step: re-read it from our own record */
-        char rec[DT_HEARTBEAT_RECORD_BYTES + 1] = {0};
-        long long step = -1;
-        if (pread(h->fd, rec, DT_HEARTBEAT_RECORD_BYTES, 0) > 0) sscanf(rec, "step=%lld", &step);
-        write_record(h, step, "done");
-    }
+    if (clean) write_record(h, h->step, "done");
     close(h->fd);
     free(h);
 }

@@ -654,7 +654,7 @@ int dt_launch_spawn_mpirun(int world, char *const argv[], FILE *log, dt_spawn_re
     remove_dir(dir);
 
     const int mpirun_ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-    if (have) {
+    if (have && !g_signal) {
         res->failed_rank = worst.rank;
         res->pid = worst.pid;
         res->exit_code = worst.state == 1 ? worst.code : -1;
@@ -673,7 +673,7 @@ int dt_launch_spawn_mpirun(int world, char *const argv[], FILE *log, dt_spawn_re
         }
         return DT_OK;
     }
-    if (!mpirun_ok || n_started < world || g_signal) {
+    if (!mpirun_ok || n_started < world || g_signal || have) {
         res->status = 1;
         if (log) {
             if (g_signal)

@@ -1,0 +1,171 @@
+/* The local spawner: 2 ranks of launch_helper under mpirun. A rank exiting 3
+ * or dying by SIGKILL is named with its pid and host, the call returns
+ * non-zero within seconds and no rank process is left; SIGTERM to the launcher
+ * tears the job down; a clean run returns 0. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dt_launch.h"
+#include "dt_test.h"
+
+#define WORLD 2
+#define MAX_WAIT_S 25.0   /* the teardown must finish well within this */
+
+static const char *helper;
+static char piddir[64];
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int read_pid(int rank) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/pid-%d", piddir, rank);
+    FILE *f = fopen(path, "r");
+    int pid = -1;
+    if (f) {
+        if (fscanf(f, "%d", &pid) != 1) pid = -1;
+        fclose(f);
+    }
+    return pid;
+}
+
+static void clear_pids(void) {
+    for (int r = 0; r < WORLD; r++) {
+        char path[128];
+        snprintf(path, sizeof path, "%s/pid-%d", piddir, r);
+        unlink(path);
+    }
+}
+
+/* Every rank pid that was recorded is gone (not even a zombie of ours). */
+static void check_no_orphans(const char *mode) {
+    for (int r = 0; r < WORLD; r++) {
+        int pid = read_pid(r);
+        CHECK(pid > 0);
+        if (pid <= 0) continue;
+        double until = now_s() + 2.0;   /* a SIGKILLed process needs a moment to be reaped */
+        while (kill(pid, 0) == 0 && now_s() < until) usleep(20000);
+        int alive = kill(pid, 0) == 0;
+        if (alive) fprintf(stderr, "%s: rank %d (pid %d) survived\n", mode, r, pid);
+        CHECK(!alive);
+    }
+}
+
+static dt_spawn_result spawn(const char *mode, char *log, size_t cap, double *took) {
+    clear_pids();
+    char *argv[] = {(char *)helper, piddir, (char *)mode, NULL};
+    FILE *lf = tmpfile();
+    dt_spawn_result res;
+    dt_error err = {0};
+    double t0 = now_s();
+    int rc = dt_launch_spawn_mpirun(WORLD, argv, lf, &res, &err);
+    *took = now_s() - t0;
+    CHECK_EQ_I64(rc, DT_OK);
+    rewind(lf);
+    size_t n = fread(log, 1, cap - 1, lf);
+    log[n] = 0;
+    fclose(lf);
+    fprintf(stderr, "[%s] %.2f s: %s", mode, *took, n ? log : "(no message)\n");
+    return res;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: test_launch_spawn PATH/launch_helper\n");
+        return 2;
+    }
+    helper = argv[1];
+    snprintf(piddir, sizeof piddir, "/tmp/dt-spawn-XXXXXX");
+    CHECK(mkdtemp(piddir) != NULL);
+    char log[1024], want[512];
+    double took;
+
+    dt_spawn_result res = spawn("ok", log, sizeof log, &took);
+    CHECK_EQ_I64(res.status, 0);
+    CHECK_EQ_I64(res.failed_rank, -1);
+    CHECK_STR(log, "");
+    check_no_orphans("ok");
+
+    res = spawn("exit3", log, sizeof log, &took);
+    CHECK_EQ_I64(res.failed_rank, 1);
+    CHECK_EQ_I64(res.exit_code, 3);
+    CHECK_EQ_I64(res.status, 3);
+    CHECK_EQ_I64(res.pid, read_pid(1));
+    snprintf(want, sizeof want, "dtrun: rank 1 (pid %d, host %s) exited with code 3; the other ranks were stopped\n",
+             read_pid(1), res.host);
+    CHECK_STR(log, want);
+    CHECK(took < MAX_WAIT_S);
+    check_no_orphans("exit3");
+
+    res = spawn("kill9", log, sizeof log, &took);
+    CHECK_EQ_I64(res.failed_rank, 1);
+    CHECK_EQ_I64(res.signal, SIGKILL);
+    CHECK(res.status != 0);
+    snprintf(want, sizeof want, "dtrun: rank 1 (pid %d, host %s) was killed by signal 9", read_pid(1), res.host);
+    CHECK(strncmp(log, want, strlen(want)) == 0);
+    CHECK(took < MAX_WAIT_S);
+    check_no_orphans("kill9");
+
+    /* real MPI ranks: MPI_Init works under the supervisor; a rank exiting
+     * mid-job while the other blocks in MPI_Barrier is still named */
+    res = spawn("mpi", log, sizeof log, &took);
+    CHECK_EQ_I64(res.status, 0);
+    CHECK_STR(log, "");
+    check_no_orphans("mpi");
+    res = spawn("mpi_exit3", log, sizeof log, &took);
+    CHECK_EQ_I64(res.failed_rank, 1);
+    CHECK_EQ_I64(res.exit_code, 3);
+    CHECK(strstr(log, "rank 1 (pid ") && strstr(log, "exited with code 3"));
+    CHECK(took < MAX_WAIT_S);
+    check_no_orphans("mpi_exit3");
+
+    /* SIGTERM to the launcher (here: a forked copy of it) stops every rank */
+    clear_pids();
+    char tlog_path[128], tlog[512] = "";
+    snprintf(tlog_path, sizeof tlog_path, "%s/launcher.log", piddir);
+    pid_t launcher = fork();
+    if (launcher == 0) {
+        char *av[] = {(char *)helper, piddir, "hang", NULL};
+        dt_spawn_result r2;
+        dt_error e2;
+        FILE *lf = fopen(tlog_path, "w");
+        int rc = dt_launch_spawn_mpirun(WORLD, av, lf, &r2, &e2);
+        fclose(lf);
+        _exit(rc ? 100 : r2.status);
+    }
+    double t0 = now_s();
+    while ((read_pid(0) <= 0 || read_pid(1) <= 0) && now_s() - t0 < MAX_WAIT_S) usleep(20000);
+    CHECK(read_pid(0) > 0 && read_pid(1) > 0);
+    kill(launcher, SIGTERM);
+    int st = 0;
+    t0 = now_s();
+    while (waitpid(launcher, &st, WNOHANG) == 0 && now_s() - t0 < MAX_WAIT_S) usleep(20000);
+    took = now_s() - t0;
+    FILE *tf = fopen(tlog_path, "r");
+    if (tf) {
+        size_t tn = fread(tlog, 1, sizeof tlog - 1, tf);
+        tlog[tn] = 0;
+        fclose(tf);
+    }
+    fprintf(stderr, "[sigterm] %s", tlog);
+    CHECK(strstr(tlog, "dtrun: stopped by signal 15") != NULL);
+    fprintf(stderr, "[sigterm] launcher stopped in %.2f s with status %d\n", took,
+            WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    CHECK(took < MAX_WAIT_S);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+    check_no_orphans("sigterm");
+
+    clear_pids();
+    unlink(tlog_path);
+    rmdir(piddir);
+    TEST_MAIN_END();
+}
