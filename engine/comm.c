@@ -1,10 +1,15 @@
-/* comm.c — "self" and MPI backends of dt_comm.h.
+/* comm.c — "self", MPI and (with CUDA) NCCL backends of dt_comm.h.
  *
  * Every MPI collective is issued non-blocking (MPI_I*) and completed by a
  * polling wait with a monotonic deadline, so a dead or hung peer turns into an
  * error after timeout_s instead of a hang. 16-bit reductions use a user MPI_Op
  * that widens each pair to fp32, adds, and rounds back (MPI has no bf16/fp16
- * types); the algorithm and its order stay Open MPI's own. */
+ * types); the algorithm and its order stay Open MPI's own.
+ *
+ * NCCL (DT_HAVE_CUDA): the collectives are enqueued by engine/cuda/comm_nccl.c
+ * on device buffers and completed by dt_comm_wait's deadline loop there; MPI
+ * (when launched by mpirun/srun) only bootstraps: rank, local rank and the
+ * broadcast of NCCL's unique id. */
 #include "dt_comm.h"
 
 #include <mpi.h>
@@ -15,6 +20,11 @@
 
 #include "dt_dtype.h"
 
+#ifdef DT_HAVE_CUDA
+#include "cuda/dt_nccl.h"
+#include "dt_device.h"
+#endif
+
 struct dt_comm {
     dt_comm_backend backend;
     int rank, size, local_rank, local_size;
@@ -24,6 +34,10 @@ struct dt_comm {
     MPI_Op op_sum16[3];      /* indexed by dt_dtype; only BF16 and FP16 used */
     int64_t bytes[DT_COLL_COUNT];
     int64_t calls[DT_COLL_COUNT];
+    int mpi_up;              /* MPI world set up (MPI backend, or NCCL bootstrapped by MPI) */
+#ifdef DT_HAVE_CUDA
+    dt_nccl *nccl;           /* NCCL backend */
+#endif
 };
 
 struct dt_comm_req {
@@ -33,6 +47,7 @@ struct dt_comm_req {
     void *avg_buf;           /* non-NULL: divide avg_count elements by world size on completion */
     size_t avg_count;
     dt_dtype t;
+    int nccl;                /* enqueued on the NCCL communicator */
 };
 
 static double now_s(void) {
@@ -131,6 +146,7 @@ int dt_comm_init_mpi(dt_comm **out, double timeout_s, dt_error *err) {
     MPI_Op_create(sum_bf16, 1, &c->op_sum16[DT_DTYPE_BF16]);
     MPI_Op_create(sum_fp16, 1, &c->op_sum16[DT_DTYPE_FP16]);
     c->backend = DT_COMM_MPI;
+    c->mpi_up = 1;
     c->timeout_s = timeout_s;
     *out = c;
     return DT_OK;
@@ -138,7 +154,10 @@ int dt_comm_init_mpi(dt_comm **out, double timeout_s, dt_error *err) {
 
 void dt_comm_free(dt_comm *c) {
     if (!c) return;
-    if (c->backend == DT_COMM_MPI) {
+#ifdef DT_HAVE_CUDA
+    dt_nccl_free(c->nccl);
+#endif
+    if (c->mpi_up) {
         MPI_Op_free(&c->op_sum16[DT_DTYPE_BF16]);
         MPI_Op_free(&c->op_sum16[DT_DTYPE_FP16]);
         MPI_Comm_free(&c->world);
@@ -148,7 +167,15 @@ void dt_comm_free(dt_comm *c) {
 }
 
 void dt_comm_abort(dt_comm *c, int code) {
-    if (c && c->backend == DT_COMM_MPI) MPI_Abort(MPI_COMM_WORLD, code);
+    if (!c) return;
+#ifdef DT_HAVE_CUDA
+    if (c->backend == DT_COMM_NCCL) {
+        dt_nccl_abort(c->nccl);
+        /* without MPI the launcher (torchrun) ends the other ranks when this one exits */
+        if (!c->mpi_up) _Exit(code);
+    }
+#endif
+    if (c->mpi_up) MPI_Abort(MPI_COMM_WORLD, code);
 }
 
 dt_comm_backend dt_comm_backend_of(const dt_comm *c) { return c->backend; }
@@ -185,6 +212,26 @@ static int new_req(const char *what, dt_comm_req **req, dt_error *err) {
     return DT_OK;
 }
 
+#ifdef DT_HAVE_CUDA
+/* an NCCL request: counted like MPI's, completed by dt_nccl_wait */
+static int nccl_req(dt_comm *c, const char *what, dt_collective coll, size_t elems, dt_dtype t,
+                    dt_comm_req **req, dt_error *err) {
+    int rc = new_req(what, req, err);
+    if (rc) return rc;
+    count(c, coll, elems, t);
+    (*req)->nccl = 1;
+    return DT_OK;
+}
+/* the enqueue's result: on failure the request is dropped */
+static int nccl_started(int rc, dt_comm_req **req) {
+    if (rc) {
+        free(*req);
+        *req = NULL;
+    }
+    return rc;
+}
+#endif
+
 static int mpi_fail(int rc, const char *what, dt_error *err) {
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;
@@ -194,6 +241,12 @@ static int mpi_fail(int rc, const char *what, dt_error *err) {
 
 int dt_comm_iallreduce(dt_comm *c, void *buf, size_t n, dt_dtype t, dt_reduce_op op,
                        dt_comm_req **req, dt_error *err) {
+#ifdef DT_HAVE_CUDA
+    if (c->backend == DT_COMM_NCCL) {
+        int nrc = nccl_req(c, "all-reduce", DT_COLL_ALLREDUCE, n, t, req, err);
+        return nrc ? nrc : nccl_started(n ? dt_nccl_allreduce(c->nccl, buf, n, t, op, err) : DT_OK, req);
+    }
+#endif
     int rc = check_count(n, "all-reduce", err);
     if (rc) return rc;
     if ((rc = new_req("all-reduce", req, err))) return rc;
@@ -216,6 +269,12 @@ int dt_comm_iallreduce(dt_comm *c, void *buf, size_t n, dt_dtype t, dt_reduce_op
 
 int dt_comm_ireduce_scatter(dt_comm *c, const void *send, void *recv, size_t n, dt_dtype t,
                             dt_reduce_op op, dt_comm_req **req, dt_error *err) {
+#ifdef DT_HAVE_CUDA
+    if (c->backend == DT_COMM_NCCL) {
+        int nrc = nccl_req(c, "reduce-scatter", DT_COLL_REDUCE_SCATTER, n * (size_t)c->size, t, req, err);
+        return nrc ? nrc : nccl_started(n ? dt_nccl_reduce_scatter(c->nccl, send, recv, n, t, op, err) : DT_OK, req);
+    }
+#endif
     int rc = check_count(n * (size_t)c->size, "reduce-scatter", err);
     if (rc) return rc;
     if ((rc = new_req("reduce-scatter", req, err))) return rc;
@@ -257,6 +316,12 @@ int dt_comm_ireduce_scatter(dt_comm *c, const void *send, void *recv, size_t n, 
 
 int dt_comm_iallgather(dt_comm *c, const void *send, void *recv, size_t n, dt_dtype t,
                        dt_comm_req **req, dt_error *err) {
+#ifdef DT_HAVE_CUDA
+    if (c->backend == DT_COMM_NCCL) {
+        int nrc = nccl_req(c, "all-gather", DT_COLL_ALLGATHER, n * (size_t)c->size, t, req, err);
+        return nrc ? nrc : nccl_started(n ? dt_nccl_allgather(c->nccl, send, recv, n, t, err) : DT_OK, req);
+    }
+#endif
     int rc = check_count(n * (size_t)c->size, "all-gather", err);
     if (rc) return rc;
     if ((rc = new_req("all-gather", req, err))) return rc;
@@ -280,6 +345,13 @@ int dt_comm_iallgather(dt_comm *c, const void *send, void *recv, size_t n, dt_dt
 int dt_comm_wait(dt_comm *c, dt_comm_req *req, dt_error *err) {
     if (!req) return DT_OK;
     int rc = DT_OK;
+#ifdef DT_HAVE_CUDA
+    if (req->nccl) {   /* DT_RED_AVG was ncclAvg: nothing to scale */
+        rc = dt_nccl_wait(c->nccl, req->what, c->rank, c->timeout_s, err);
+        free(req);
+        return rc;
+    }
+#endif
     if (req->mpi != MPI_REQUEST_NULL) {
         double deadline = now_s() + c->timeout_s;
         int done = 0;
@@ -332,6 +404,13 @@ int dt_comm_broadcast(dt_comm *c, void *buf, size_t n, dt_dtype t, int root, dt_
     if (root < 0 || root >= c->size)
         return dt_errorf(err, DT_EINVAL, "broadcast root %d outside world of %d ranks", root, c->size);
     count(c, DT_COLL_BROADCAST, n, t);
+#ifdef DT_HAVE_CUDA
+    if (c->backend == DT_COMM_NCCL) {
+        if (n == 0) return DT_OK;
+        rc = dt_nccl_broadcast(c->nccl, buf, n, t, root, err);
+        return rc ? rc : dt_nccl_wait(c->nccl, "broadcast", c->rank, c->timeout_s, err);
+    }
+#endif
     if (c->backend != DT_COMM_MPI || n == 0) return DT_OK;
     dt_comm_req *r = NULL;
     if ((rc = new_req("broadcast", &r, err))) return rc;
@@ -344,6 +423,12 @@ int dt_comm_broadcast(dt_comm *c, void *buf, size_t n, dt_dtype t, int root, dt_
 }
 
 int dt_comm_barrier(dt_comm *c, dt_error *err) {
+#ifdef DT_HAVE_CUDA
+    if (c->backend == DT_COMM_NCCL) {
+        int nrc = dt_nccl_barrier(c->nccl, err);
+        return nrc ? nrc : dt_nccl_wait(c->nccl, "barrier", c->rank, c->timeout_s, err);
+    }
+#endif
     if (c->backend != DT_COMM_MPI) return DT_OK;
     dt_comm_req *r = NULL;
     int rc = new_req("barrier", &r, err);
@@ -355,3 +440,83 @@ int dt_comm_barrier(dt_comm *c, dt_error *err) {
     }
     return dt_comm_wait(c, r, err);
 }
+
+/* ---- NCCL bootstrap ----------------------------------------------------- */
+
+#ifdef DT_HAVE_CUDA
+static dt_nccl_id_exchange g_id_exchange;
+static void *g_id_exchange_ctx;
+
+void dt_nccl_set_id_exchange(dt_nccl_id_exchange fn, void *ctx) {
+    g_id_exchange = fn;
+    g_id_exchange_ctx = ctx;
+}
+
+/* integer environment variable, or def when unset; -1 when set but not an int */
+static int env_int(const char *name, int def) {
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    char *end = NULL;
+    long x = strtol(v, &end, 10);
+    return *end || x < 0 || x > INT32_MAX ? -1 : (int)x;
+}
+
+int dt_comm_init_nccl(dt_comm **out, double timeout_s, dt_error *err) {
+    *out = NULL;
+    if (!(timeout_s > 0)) return dt_errorf(err, DT_EINVAL, "communication timeout must be > 0 s");
+    int under_mpi = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+    dt_comm *c = NULL;
+    int rc;
+    if (under_mpi) {
+        if ((rc = dt_comm_init_mpi(&c, timeout_s, err))) return rc;
+    } else {
+        /* torchrun-style: the launcher's variables */
+        int rank = env_int("RANK", 0), size = env_int("WORLD_SIZE", 1);
+        int lrank = env_int("LOCAL_RANK", 0), lsize = env_int("LOCAL_WORLD_SIZE", 1);
+        if (rank < 0 || size < 1 || lrank < 0 || lsize < 1 || rank >= size)
+            return dt_errorf(err, DT_EINVAL,
+                             "NCCL: RANK=%s WORLD_SIZE=%s LOCAL_RANK=%s are not a valid rank "
+                             "layout (need 0 <= RANK < WORLD_SIZE)",
+                             getenv("RANK") ? getenv("RANK") : "", getenv("WORLD_SIZE") ?
+                             getenv("WORLD_SIZE") : "", getenv("LOCAL_RANK") ?
+                             getenv("LOCAL_RANK") : "");
+        c = calloc(1, sizeof *c);
+        if (!c) return dt_errorf(err, DT_ENOMEM, "out of memory creating the NCCL communicator");
+        c->rank = rank;
+        c->size = size;
+        c->local_rank = lrank;
+        c->local_size = lsize;
+        c->timeout_s = timeout_s;
+    }
+    /* bind to LOCAL_RANK's GPU before any NCCL call (one GPU per rank) */
+    const dt_device_ops *dev = NULL;
+    if ((rc = dt_device_get(DT_DEVICE_CUDA, c->local_rank, &dev, err))) goto fail;
+    unsigned char id[DT_NCCL_ID_BYTES];
+    memset(id, 0, sizeof id);
+    int self_bootstrap = getenv("NCCL_COMM_ID") != NULL;   /* every rank derives the id */
+    if (c->rank == 0 || self_bootstrap)
+        if ((rc = dt_nccl_unique_id(id, err))) goto fail;
+    if (!self_bootstrap && c->size > 1) {
+        if (c->mpi_up) {
+            rc = dt_comm_broadcast(c, id, DT_NCCL_ID_BYTES / sizeof(float), DT_DTYPE_FP32, 0, err);
+        } else if (g_id_exchange) {
+            rc = g_id_exchange(g_id_exchange_ctx, id, sizeof id, c->rank, c->size, err);
+        } else {
+            rc = dt_errorf(err, DT_EINVAL,
+                           "NCCL: %d ranks but no way to share NCCL's unique id: launch with "
+                           "mpirun/srun, or set NCCL_COMM_ID=<rank-0 host>:<free port> in every "
+                           "rank's environment", c->size);
+        }
+        if (rc) goto fail;
+    }
+    if ((rc = dt_nccl_create(&c->nccl, c->rank, c->size, id, timeout_s, err))) goto fail;
+    c->backend = DT_COMM_NCCL;
+    dt_comm_reset_counters(c);   /* the id broadcast is bootstrap, not training traffic */
+    *out = c;
+    return DT_OK;
+fail:
+    dt_error_prefix(err, "rank %d (LOCAL_RANK %d): ", c->rank, c->local_rank);
+    dt_comm_free(c);
+    return rc;
+}
+#endif

@@ -50,6 +50,19 @@ typedef struct dt_gpt2_hooks {
  * (DT_MEM_ACTIVATIONS) and scratch/logits (DT_MEM_BUFFERS) through dt_memtrack. */
 int dt_gpt2_create(const dt_model *m, const dt_precision *prec, int64_t B, int64_t T,
                    int64_t ckpt_layers, dt_attention attn, dt_gpt2 **out, dt_error *err);
+/* The same on a device (dt_device.h): DT_DEVICE_CPU is dt_gpt2_create;
+ * DT_DEVICE_CUDA binds this process to GPU `ordinal` (LOCAL_RANK) and fails with
+ * DT_ERUNTIME when the build has no CUDA or no GPU is visible. On CUDA every
+ * pointer this API returns or accepts (params, grads, logits, group pointers,
+ * dt_gpt2_bind_group storage) is DEVICE memory from the device's alloc, and
+ * hooks run on the host between kernels enqueued on the compute stream. */
+int dt_gpt2_create_on(const dt_model *m, const dt_precision *prec, int64_t B, int64_t T,
+                      int64_t ckpt_layers, dt_attention attn, dt_device device, int ordinal,
+                      dt_gpt2 **out, dt_error *err);
+dt_device dt_gpt2_device(const dt_gpt2 *g);
+/* The device's operation table (copies, allocation, sync) for callers that
+ * move data in and out of the model's storage. */
+const struct dt_device_ops *dt_gpt2_device_ops(const dt_gpt2 *g);
 void dt_gpt2_free(dt_gpt2 *g);
 
 int dt_gpt2_num_tensors(const dt_gpt2 *g);

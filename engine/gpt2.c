@@ -1,10 +1,16 @@
-/* gpt2.c — the GPT-2 family on a device backend (dt_ops.h): parameter layout,
+/* gpt2.c — the GPT-2 family on a device backend (dt_device.h): parameter layout,
  * forward, backward, activation checkpointing, 16-bit storage. See dt_gpt2.h
  * for the API and docs/engine.md for the design; docs/activations.md is the
  * list of saved tensors this file allocates (category activations).
  *
  * Dimension letters: B batch, T time, C channels, H heads, hs = C / H, F = 4C
- * (ffn), V vocab, L layers, N = B * T token rows. */
+ * (ffn), V vocab, L layers, N = B * T token rows.
+ *
+ * Every op, copy and allocation goes through g->dev (dt_device.h), so the same
+ * code runs on the CPU (synchronous, host pointers) and on CUDA (device
+ * pointers, one compute stream). Host-side work is limited to token checks and
+ * the token-position chains of the 16-bit encoder backward (built on the host
+ * copy of the inputs, then uploaded). */
 #include "dt_gpt2.h"
 
 #include <math.h>
@@ -12,9 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dt_device.h"
 #include "dt_dtype.h"
 #include "dt_memtrack.h"
-#include "dt_ops.h"
 
 /* ----------------------------------------------------------------------------
  * parameter layout */
@@ -60,6 +66,7 @@ typedef struct {
 } block_f32;
 
 struct dt_gpt2 {
+    const dt_device_ops *dev;   /* where storage lives and ops run */
     int64_t B, T, C, H, F, V, L, maxT, K;
     float eps;
     dt_attention attn;
@@ -103,6 +110,9 @@ struct dt_gpt2 {
     int64_t vchunk;           /* classifier rows per chunk when wte is converted */
     int32_t *tok_head;        /* [V] 16-bit grads: first position of each token, or -1 */
     int32_t *tok_next;        /* [N] next position with the same token, or -1 */
+    /* host copies (host pool) when the device is not host-addressable; else
+     * aliases of inputs / tok_head / tok_next */
+    int32_t *h_inputs, *h_tok_head, *h_tok_next;
 
     int have_targets;         /* last forward had targets */
 };
@@ -130,14 +140,14 @@ static float *act_f32(const dt_gpt2 *g, void *act, float *view) {
  * view to exactly the stored values, so later ops see what backward will see. */
 static void act_commit(const dt_gpt2 *g, void *act, float *f32, size_t n) {
     if (g->at == DT_DTYPE_FP32) return;
-    dt_convert(act, g->at, f32, DT_DTYPE_FP32, n);
-    dt_convert(f32, DT_DTYPE_FP32, act, g->at, n);
+    g->dev->convert(act, g->at, f32, DT_DTYPE_FP32, n);
+    g->dev->convert(f32, DT_DTYPE_FP32, act, g->at, n);
 }
 
 /* fp32 view of a saved activation for reading */
 static const float *act_load(const dt_gpt2 *g, const void *act, float *view, size_t n) {
     if (g->at == DT_DTYPE_FP32) return act;
-    dt_convert(view, DT_DTYPE_FP32, act, g->at, n);
+    g->dev->convert(view, DT_DTYPE_FP32, act, g->at, n);
     return view;
 }
 
@@ -153,26 +163,20 @@ static int hook(const dt_gpt2 *g, int (*fn)(void *, int), int group, dt_error *e
 /* fp32 parameters of a group: the bound storage itself, or converted into pw */
 static float *group_params_f32(dt_gpt2 *g, int group) {
     if (g->pt == DT_DTYPE_FP32) return g->gparams[group];
-    dt_convert(g->pw, DT_DTYPE_FP32, g->gparams[group], g->pt, g->group_numel[group]);
+    g->dev->convert(g->pw, DT_DTYPE_FP32, g->gparams[group], g->pt, g->group_numel[group]);
     return g->pw;
 }
 
 /* fp32 gradient accumulator of a group: the bound grads, or gw zeroed */
 static float *group_grads_f32(dt_gpt2 *g, int group) {
     if (g->gt == DT_DTYPE_FP32) return g->ggrads[group];
-    memset(g->gw, 0, g->group_numel[group] * sizeof(float));
+    g->dev->memset0(g->gw, g->group_numel[group] * sizeof(float));
     return g->gw;
 }
 
 /* 16-bit grads: grads[off .. off+n) += acc (rounded once per element) */
 static void grads_add_16(dt_gpt2 *g, int group, size_t off, const float *acc, size_t n) {
-    uint16_t *dst = (uint16_t *)g->ggrads[group] + off;
-    int bf = g->gt == DT_DTYPE_BF16;
-#pragma omp parallel for schedule(static) if (n >= 32768)
-    for (size_t i = 0; i < n; i++) {
-        float v = (bf ? dt_bf16_to_f32(dst[i]) : dt_fp16_to_f32(dst[i])) + acc[i];
-        dst[i] = bf ? dt_f32_to_bf16(v) : dt_f32_to_fp16(v);
-    }
+    g->dev->accumulate_16((uint16_t *)g->ggrads[group] + off, g->gt, acc, n);
 }
 
 static void group_grads_commit(dt_gpt2 *g, int group) {
@@ -257,11 +261,22 @@ static size_t layout_acts(dt_gpt2 *g, char *base) {
     return off;
 }
 
-static void *buf(size_t bytes) { return dt_mem_alloc(DT_POOL_DEVICE, DT_MEM_BUFFERS, bytes); }
+static void *buf(const dt_gpt2 *g, size_t bytes) {
+    return g->dev->alloc(DT_POOL_DEVICE, DT_MEM_BUFFERS, bytes);
+}
 
 int dt_gpt2_create(const dt_model *m, const dt_precision *prec, int64_t B, int64_t T,
                    int64_t ckpt_layers, dt_attention attn, dt_gpt2 **out, dt_error *err) {
+    return dt_gpt2_create_on(m, prec, B, T, ckpt_layers, attn, DT_DEVICE_CPU, 0, out, err);
+}
+
+int dt_gpt2_create_on(const dt_model *m, const dt_precision *prec, int64_t B, int64_t T,
+                      int64_t ckpt_layers, dt_attention attn, dt_device device, int ordinal,
+                      dt_gpt2 **out, dt_error *err) {
     *out = NULL;
+    const dt_device_ops *dev = NULL;
+    int drc = dt_device_get(device, ordinal, &dev, err);
+    if (drc) return drc;
     if (!m || !prec) return dt_errorf(err, DT_EINVAL, "gpt2: model and precision are required");
     if (m->family != DT_FAMILY_GPT2)
         return dt_errorf(err, DT_EINVAL,
@@ -290,6 +305,7 @@ int dt_gpt2_create(const dt_model *m, const dt_precision *prec, int64_t B, int64
 
     dt_gpt2 *g = calloc(1, sizeof *g);
     if (!g) return dt_errorf(err, DT_ENOMEM, "gpt2: out of memory");
+    g->dev = dev;
     g->B = B;
     g->T = T;
     g->C = m->hidden;
@@ -326,10 +342,10 @@ int dt_gpt2_create(const dt_model *m, const dt_precision *prec, int64_t B, int64
     build_layout(g);
 
     int64_t N = B * T, C = g->C, F = g->F, V = g->V;
-    g->params = dt_mem_alloc(DT_POOL_DEVICE, DT_MEM_PARAMS, g->nparams * (size_t)g->psz);
-    g->grads = dt_mem_alloc(DT_POOL_DEVICE, DT_MEM_GRADS, g->nparams * (size_t)g->gsz);
+    g->params = dev->alloc(DT_POOL_DEVICE, DT_MEM_PARAMS, g->nparams * (size_t)g->psz);
+    g->grads = dev->alloc(DT_POOL_DEVICE, DT_MEM_GRADS, g->nparams * (size_t)g->gsz);
     g->act_bytes = layout_acts(g, NULL);
-    g->act_mem = dt_mem_alloc(DT_POOL_DEVICE, DT_MEM_ACTIVATIONS, g->act_bytes);
+    g->act_mem = dev->alloc(DT_POOL_DEVICE, DT_MEM_ACTIVATIONS, g->act_bytes);
     int ok = g->params && g->grads && g->act_mem;
     if (ok) layout_acts(g, g->act_mem);
     for (int grp = 0; grp < g->ngroups; grp++) {
@@ -337,15 +353,15 @@ int dt_gpt2_create(const dt_model *m, const dt_precision *prec, int64_t B, int64
         g->ggrads[grp] = tensor_ptr(g->grads, g->group_off[grp], g->gsz);
     }
 
-    g->logits = buf(sizeof(float) * N * V);
-    g->ce_lse = buf(sizeof(float) * N);
-    g->ce_losses = buf(sizeof(float) * N);
-    g->inputs = buf(sizeof(int32_t) * N);
-    g->targets = buf(sizeof(int32_t) * N);
-    g->dres = buf(sizeof(float) * N * C);
-    g->dC = buf(sizeof(float) * N * C);
-    g->dQKV = buf(sizeof(float) * N * 3 * C);
-    g->dF = buf(sizeof(float) * N * F);
+    g->logits = buf(g, sizeof(float) * N * V);
+    g->ce_lse = buf(g, sizeof(float) * N);
+    g->ce_losses = buf(g, sizeof(float) * N);
+    g->inputs = buf(g, sizeof(int32_t) * N);
+    g->targets = buf(g, sizeof(int32_t) * N);
+    g->dres = buf(g, sizeof(float) * N * C);
+    g->dC = buf(g, sizeof(float) * N * C);
+    g->dQKV = buf(g, sizeof(float) * N * 3 * C);
+    g->dF = buf(g, sizeof(float) * N * F);
     ok = ok && g->logits && g->ce_lse && g->ce_losses && g->inputs && g->targets && g->dres &&
          g->dC && g->dQKV && g->dF;
 
@@ -354,22 +370,33 @@ int dt_gpt2_create(const dt_model *m, const dt_precision *prec, int64_t B, int64
     if ((size_t)(g->maxT * C) > g->max_group_numel) g->max_group_numel = (size_t)(g->maxT * C);
     g->vchunk = (int64_t)(g->max_group_numel / (size_t)C);
     if (g->vchunk > V) g->vchunk = V;
-    if (g->pt != DT_DTYPE_FP32) ok = ok && (g->pw = buf(sizeof(float) * g->max_group_numel));
+    if (g->pt != DT_DTYPE_FP32) ok = ok && (g->pw = buf(g, sizeof(float) * g->max_group_numel));
     if (g->gt != DT_DTYPE_FP32) {
-        ok = ok && (g->gw = buf(sizeof(float) * g->max_group_numel)) &&
-             (g->tok_head = buf(sizeof(int32_t) * V)) && (g->tok_next = buf(sizeof(int32_t) * N));
-        if (ok)
-            for (int64_t v = 0; v < V; v++) g->tok_head[v] = -1;
+        ok = ok && (g->gw = buf(g, sizeof(float) * g->max_group_numel)) &&
+             (g->tok_head = buf(g, sizeof(int32_t) * V)) && (g->tok_next = buf(g, sizeof(int32_t) * N));
     }
+    /* host copies of what the host reads or builds (token checks, chains) */
+    g->h_inputs = g->inputs;
+    g->h_tok_head = g->tok_head;
+    g->h_tok_next = g->tok_next;
+    if (!dev->host_addressable && ok) {
+        g->h_inputs = dev->alloc(DT_POOL_HOST, DT_MEM_BUFFERS, sizeof(int32_t) * N);
+        ok = g->h_inputs != NULL;
+        if (g->gt != DT_DTYPE_FP32)
+            ok = ok && (g->h_tok_head = dev->alloc(DT_POOL_HOST, DT_MEM_BUFFERS, sizeof(int32_t) * V)) &&
+                 (g->h_tok_next = dev->alloc(DT_POOL_HOST, DT_MEM_BUFFERS, sizeof(int32_t) * N));
+    }
+    if (ok && g->h_tok_head)
+        for (int64_t v = 0; v < V; v++) g->h_tok_head[v] = -1;
     if (g->at != DT_DTYPE_FP32) {
         block_f32 *w = &g->w32;
-        ok = ok && (w->x = buf(sizeof(float) * N * C)) && (w->ln1 = buf(sizeof(float) * N * C)) &&
-             (w->qkv = buf(sizeof(float) * N * 3 * C)) && (w->att = buf(sizeof(float) * N * C)) &&
-             (w->res1 = buf(sizeof(float) * N * C)) && (w->ln2 = buf(sizeof(float) * N * C)) &&
-             (w->fch = buf(sizeof(float) * N * F)) && (w->gelu = buf(sizeof(float) * N * F)) &&
-             (w->xout = buf(sizeof(float) * N * C));
+        ok = ok && (w->x = buf(g, sizeof(float) * N * C)) && (w->ln1 = buf(g, sizeof(float) * N * C)) &&
+             (w->qkv = buf(g, sizeof(float) * N * 3 * C)) && (w->att = buf(g, sizeof(float) * N * C)) &&
+             (w->res1 = buf(g, sizeof(float) * N * C)) && (w->ln2 = buf(g, sizeof(float) * N * C)) &&
+             (w->fch = buf(g, sizeof(float) * N * F)) && (w->gelu = buf(g, sizeof(float) * N * F)) &&
+             (w->xout = buf(g, sizeof(float) * N * C));
         if (attn == DT_ATTN_MATERIALIZED)
-            ok = ok && (w->probs = buf(sizeof(float) * B * g->H * T * T));
+            ok = ok && (w->probs = buf(g, sizeof(float) * B * g->H * T * T));
     }
     if (!ok) {
         dt_gpt2_free(g);
@@ -384,15 +411,21 @@ int dt_gpt2_create(const dt_model *m, const dt_precision *prec, int64_t B, int64
 
 void dt_gpt2_free(dt_gpt2 *g) {
     if (!g) return;
-    dt_mem_free(g->params);
-    dt_mem_free(g->grads);
-    dt_mem_free(g->act_mem);
+    const dt_device_ops *dev = g->dev;
+    if (!dev->host_addressable) {
+        dev->free(g->h_inputs);
+        dev->free(g->h_tok_head);
+        dev->free(g->h_tok_next);
+    }
+    dev->free(g->params);
+    dev->free(g->grads);
+    dev->free(g->act_mem);
     void *bufs[] = {g->logits, g->ce_lse,   g->ce_losses, g->inputs,   g->targets,
                     g->dres,   g->dC,       g->dQKV,      g->dF,       g->pw,
                     g->gw,     g->w32.x,    g->w32.ln1,   g->w32.qkv,  g->w32.probs,
                     g->w32.att, g->w32.res1, g->w32.ln2,  g->w32.fch,  g->w32.gelu,
                     g->w32.xout, g->tok_head, g->tok_next};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dt_mem_free(bufs[i]);
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dev->free(bufs[i]);
     free(g->tensors);
     free(g->names);
     free(g->group_off);
@@ -423,6 +456,8 @@ void *dt_gpt2_params(dt_gpt2 *g) { return g->params; }
 void *dt_gpt2_grads(dt_gpt2 *g) { return g->grads; }
 const float *dt_gpt2_logits(const dt_gpt2 *g) { return g->logits; }
 size_t dt_gpt2_activation_bytes(const dt_gpt2 *g) { return g->act_bytes; }
+dt_device dt_gpt2_device(const dt_gpt2 *g) { return g->dev->kind; }
+const dt_device_ops *dt_gpt2_device_ops(const dt_gpt2 *g) { return g->dev; }
 
 void dt_gpt2_set_hooks(dt_gpt2 *g, const dt_gpt2_hooks *hooks) {
     if (hooks) g->hooks = *hooks;
@@ -472,14 +507,13 @@ static double normal01(normal_rng *r) {
     return rad * cos(th);
 }
 
-static void store_param(dt_gpt2 *g, size_t idx, float v) {
-    if (g->pt == DT_DTYPE_FP32) ((float *)g->params)[idx] = v;
-    else if (g->pt == DT_DTYPE_BF16) ((uint16_t *)g->params)[idx] = dt_f32_to_bf16(v);
-    else ((uint16_t *)g->params)[idx] = dt_f32_to_fp16(v);
-}
-
 void dt_gpt2_init_random(dt_gpt2 *g, uint64_t seed) {
     normal_rng s = {seed, 0, 0.0};
+    /* drawn on the host: into the params directly, or into a host staging copy */
+    size_t bytes = g->nparams * (size_t)g->psz;
+    void *host = g->dev->host_addressable ? g->params
+                                          : g->dev->alloc(DT_POOL_HOST, DT_MEM_BUFFERS, bytes);
+    if (!host) return;   /* out of host memory: params stay zero (reported by the caller's loss) */
     double proj_std = DT_GPT2_INIT_STD / sqrt(2.0 * (double)g->L);
     for (int i = 0; i < g->ntensors; i++) {
         const dt_tensor_info *t = &g->tensors[i];
@@ -493,8 +527,14 @@ void dt_gpt2_init_random(dt_gpt2 *g, uint64_t seed) {
             if (is_bias) v = 0.0f;
             else if (is_ln) v = 1.0f;
             else v = (float)(normal01(&s) * (is_proj ? proj_std : DT_GPT2_INIT_STD));
-            store_param(g, t->offset + k, v);
+            dt_store(host, g->pt, t->offset + k, v);
         }
+    }
+    if (host != g->params) {
+        g->dev->memcpy(g->params, host, bytes, DT_COPY_H2D, DT_STREAM_H2D);
+        g->dev->handoff(DT_STREAM_H2D, DT_STREAM_COMPUTE);
+        g->dev->synchronize(NULL);
+        g->dev->free(host);
     }
 }
 
@@ -512,75 +552,63 @@ static void block_forward(dt_gpt2 *g, int l, block_acts *A, void *xout, const fl
     const float *x = act_load(g, g->x[l], w->x, (size_t)(N * C));
 
     float *ln1 = act_f32(g, A->ln1, w->ln1);
-    dt_op_layernorm_forward(ln1, A->ln1_mean, A->ln1_rstd, x, BP(P, P_LN1W), BP(P, P_LN1B), N, C,
+    g->dev->layernorm_forward(ln1, A->ln1_mean, A->ln1_rstd, x, BP(P, P_LN1W), BP(P, P_LN1B), N, C,
                             g->eps);
     act_commit(g, A->ln1, ln1, (size_t)(N * C));
 
     float *qkv = act_f32(g, A->qkv, w->qkv);
-    dt_op_linear_forward(qkv, ln1, BP(P, P_QKVW), BP(P, P_QKVB), N, C, 3 * C);
+    g->dev->linear_forward(qkv, ln1, BP(P, P_QKVW), BP(P, P_QKVB), N, C, 3 * C);
     act_commit(g, A->qkv, qkv, (size_t)(N * 3 * C));
 
     float *att = act_f32(g, A->att, w->att);
     if (g->attn == DT_ATTN_FLASH) {
-        dt_op_attention_forward_flash(att, A->lse, qkv, B, T, C, H);
+        g->dev->attention_forward_flash(att, A->lse, qkv, B, T, C, H);
     } else {
         float *probs = act_f32(g, A->probs, w->probs);
-        dt_op_attention_forward_probs(att, probs, qkv, B, T, C, H);
+        g->dev->attention_forward_probs(att, probs, qkv, B, T, C, H);
         act_commit(g, A->probs, probs, (size_t)(B * H * T * T));
     }
     act_commit(g, A->att, att, (size_t)(N * C));
 
     float *proj = g->dC;   /* [N, C] c_proj output, not saved */
-    dt_op_linear_forward(proj, att, BP(P, P_ATTPW), BP(P, P_ATTPB), N, C, C);
+    g->dev->linear_forward(proj, att, BP(P, P_ATTPW), BP(P, P_ATTPB), N, C, C);
     float *res1 = act_f32(g, A->res1, w->res1);
-    dt_op_residual_forward(res1, x, proj, N * C);
+    g->dev->residual_forward(res1, x, proj, N * C);
     act_commit(g, A->res1, res1, (size_t)(N * C));
 
     float *ln2 = act_f32(g, A->ln2, w->ln2);
-    dt_op_layernorm_forward(ln2, A->ln2_mean, A->ln2_rstd, res1, BP(P, P_LN2W), BP(P, P_LN2B), N,
+    g->dev->layernorm_forward(ln2, A->ln2_mean, A->ln2_rstd, res1, BP(P, P_LN2W), BP(P, P_LN2B), N,
                             C, g->eps);
     act_commit(g, A->ln2, ln2, (size_t)(N * C));
 
     float *fch = act_f32(g, A->fch, w->fch);
-    dt_op_linear_forward(fch, ln2, BP(P, P_FCW), BP(P, P_FCB), N, C, F);
+    g->dev->linear_forward(fch, ln2, BP(P, P_FCW), BP(P, P_FCB), N, C, F);
     act_commit(g, A->fch, fch, (size_t)(N * F));
     float *gelu = act_f32(g, A->gelu, w->gelu);
-    dt_op_gelu_forward(gelu, fch, N * F);
+    g->dev->gelu_forward(gelu, fch, N * F);
     act_commit(g, A->gelu, gelu, (size_t)(N * F));
 
     if (!xout) return;
-    dt_op_linear_forward(proj, gelu, BP(P, P_FCPW), BP(P, P_FCPB), N, F, C);
+    g->dev->linear_forward(proj, gelu, BP(P, P_FCPW), BP(P, P_FCPB), N, F, C);
     float *xo = act_f32(g, xout, w->xout);
-    dt_op_residual_forward(xo, res1, proj, N * C);
+    g->dev->residual_forward(xo, res1, proj, N * C);
     act_commit(g, xout, xo, (size_t)(N * C));
 }
 
 static block_acts *acts_of(dt_gpt2 *g, int l) { return l < g->K ? &g->recompute : &g->blocks[l]; }
 
-/* encoder with 16-bit wte / wpe: gather rows, converting on the fly */
-static void encoder_forward_16(dt_gpt2 *g, float *out, const void *wte, const float *wpe) {
-    int64_t N = g->B * g->T, C = g->C;
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++) {
-        dt_convert(out + n * C, DT_DTYPE_FP32,
-                   (const uint16_t *)wte + (size_t)g->inputs[n] * (size_t)C, g->pt, (size_t)C);
-        const float *pe = wpe + (n % g->T) * C;
-        for (int64_t c = 0; c < C; c++) out[n * C + c] += pe[c];
-    }
-}
-
 /* logits[N, V] = lnf[N, C] @ wte[V, C]^T */
 static void classifier_forward(dt_gpt2 *g, const float *lnf) {
     int64_t N = g->B * g->T, C = g->C, V = g->V;
     if (g->pt == DT_DTYPE_FP32) {
-        dt_op_gemm(0, 1, N, V, C, 1.0f, lnf, C, g->gparams[0], C, 0.0f, g->logits, V);
+        g->dev->gemm(0, 1, N, V, C, 1.0f, lnf, C, g->gparams[0], C, 0.0f, g->logits, V);
         return;
     }
     for (int64_t v0 = 0; v0 < V; v0 += g->vchunk) {
         int64_t nv = v0 + g->vchunk <= V ? g->vchunk : V - v0;
-        dt_convert(g->pw, DT_DTYPE_FP32, (const uint16_t *)g->gparams[0] + v0 * C, g->pt,
+        g->dev->convert(g->pw, DT_DTYPE_FP32, (const uint16_t *)g->gparams[0] + v0 * C, g->pt,
                    (size_t)(nv * C));
-        dt_op_gemm(0, 1, N, nv, C, 1.0f, lnf, C, g->pw, C, 0.0f, g->logits + v0, V);
+        g->dev->gemm(0, 1, N, nv, C, 1.0f, lnf, C, g->pw, C, 0.0f, g->logits + v0, V);
     }
 }
 
@@ -600,8 +628,15 @@ int dt_gpt2_forward(dt_gpt2 *g, const int32_t *inputs, const int32_t *targets, f
     if (!inputs) return dt_errorf(err, DT_EINVAL, "gpt2: forward needs input tokens");
     if ((rc = check_tokens(g, inputs, "input", err))) return rc;
     if (targets && (rc = check_tokens(g, targets, "target", err))) return rc;
-    memcpy(g->inputs, inputs, sizeof(int32_t) * (size_t)N);
-    if (targets) memcpy(g->targets, targets, sizeof(int32_t) * (size_t)N);
+    /* host copy (for the 16-bit encoder backward's chains), then the device's;
+     * the upload runs on the h2d stream and is handed to compute by an event */
+    size_t tok_bytes = sizeof(int32_t) * (size_t)N;
+    g->dev->stream_sync(DT_STREAM_H2D);   /* the last upload has read h_inputs */
+    memcpy(g->h_inputs, inputs, tok_bytes);
+    if (g->inputs != g->h_inputs)
+        g->dev->memcpy(g->inputs, g->h_inputs, tok_bytes, DT_COPY_H2D, DT_STREAM_H2D);
+    if (targets) g->dev->memcpy(g->targets, targets, tok_bytes, DT_COPY_H2D, DT_STREAM_H2D);
+    g->dev->handoff(DT_STREAM_H2D, DT_STREAM_COMPUTE);
     g->have_targets = 0;
 
     /* group 0: encoder x[0] = wte[tokens] + wpe[0..T) */
@@ -609,12 +644,12 @@ int dt_gpt2_forward(dt_gpt2 *g, const int32_t *inputs, const int32_t *targets, f
     float *x0 = act_f32(g, g->x[0], g->w32.xout);
     if (g->pt == DT_DTYPE_FP32) {
         const float *P = g->gparams[0];
-        dt_op_encoder_forward(x0, g->inputs, P + in_group(g, 0), P + in_group(g, 1), B, T, C);
+        g->dev->encoder_forward(x0, g->inputs, P + in_group(g, 0), P + in_group(g, 1), B, T, C);
     } else {
         float *wpe = g->pw;
-        dt_convert(wpe, DT_DTYPE_FP32, tensor_ptr(g->gparams[0], in_group(g, 1), g->psz), g->pt,
-                   (size_t)(T * C));
-        encoder_forward_16(g, x0, g->gparams[0], wpe);
+        g->dev->convert(wpe, DT_DTYPE_FP32, tensor_ptr(g->gparams[0], in_group(g, 1), g->psz),
+                        g->pt, (size_t)(T * C));
+        g->dev->encoder_forward_cast(x0, g->inputs, g->gparams[0], g->pt, wpe, B, T, C);
     }
     act_commit(g, g->x[0], x0, (size_t)(N * C));
     if ((rc = hook(g, g->hooks.after_forward, 0, err, "after_forward"))) return rc;
@@ -631,7 +666,7 @@ int dt_gpt2_forward(dt_gpt2 *g, const int32_t *inputs, const int32_t *targets, f
     const float *P = group_params_f32(g, last);
     const float *xL = act_load(g, g->x[g->L], g->w32.x, (size_t)(N * C));
     float *lnf = act_f32(g, g->lnf, g->w32.ln1);
-    dt_op_layernorm_forward(lnf, g->lnf_mean, g->lnf_rstd, xL, P, P + C, N, C, g->eps);
+    g->dev->layernorm_forward(lnf, g->lnf_mean, g->lnf_rstd, xL, P, P + C, N, C, g->eps);
     act_commit(g, g->lnf, lnf, (size_t)(N * C));
     if ((rc = hook(g, g->hooks.after_forward, last, err, "after_forward"))) return rc;
 
@@ -639,7 +674,7 @@ int dt_gpt2_forward(dt_gpt2 *g, const int32_t *inputs, const int32_t *targets, f
     if ((rc = hook(g, g->hooks.before_forward, 0, err, "before_forward"))) return rc;
     classifier_forward(g, lnf);
     if ((rc = hook(g, g->hooks.after_forward, 0, err, "after_forward"))) return rc;
-    double mean = dt_op_crossentropy_forward(g->ce_lse, g->ce_losses, g->logits,
+    double mean = g->dev->crossentropy_forward(g->ce_lse, g->ce_losses, g->logits,
                                              targets ? g->targets : NULL, N, V);
     if (targets) {
         if (loss) *loss = (float)mean;
@@ -666,23 +701,23 @@ static void block_backward(dt_gpt2 *g, int l, const block_acts *A, const float *
     float *dres = g->dres, *dC = g->dC, *dF = g->dF, *dQKV = g->dQKV;
 
     /* MLP: x[l+1] = res1 + gelu @ Wp + bp */
-    dt_op_linear_backward(dF, BP(G, P_FCPW), BP(G, P_FCPB), dres, gelu, BP(P, P_FCPW), N, F, C, 0);
-    dt_op_gelu_backward(dF, fch, dF, N * F);
-    dt_op_linear_backward(dC, BP(G, P_FCW), BP(G, P_FCB), dF, ln2, BP(P, P_FCW), N, C, F, 0);
-    dt_op_layernorm_backward(dres, BP(G, P_LN2W), BP(G, P_LN2B), dC, res1, BP(P, P_LN2W),
+    g->dev->linear_backward(dF, BP(G, P_FCPW), BP(G, P_FCPB), dres, gelu, BP(P, P_FCPW), N, F, C, 0);
+    g->dev->gelu_backward(dF, fch, dF, N * F);
+    g->dev->linear_backward(dC, BP(G, P_FCW), BP(G, P_FCB), dF, ln2, BP(P, P_FCW), N, C, F, 0);
+    g->dev->layernorm_backward(dres, BP(G, P_LN2W), BP(G, P_LN2B), dC, res1, BP(P, P_LN2W),
                              A->ln2_mean, A->ln2_rstd, N, C);
     /* attention: res1 = x + att @ Wap + bap */
-    dt_op_linear_backward(dC, BP(G, P_ATTPW), BP(G, P_ATTPB), dres, att, BP(P, P_ATTPW), N, C, C,
+    g->dev->linear_backward(dC, BP(G, P_ATTPW), BP(G, P_ATTPB), dres, att, BP(P, P_ATTPW), N, C, C,
                           0);
     if (g->attn == DT_ATTN_FLASH) {
-        dt_op_attention_backward_flash(dQKV, dC, qkv, att, A->lse, B, T, C, H);
+        g->dev->attention_backward_flash(dQKV, dC, qkv, att, A->lse, B, T, C, H);
     } else {
         const float *probs = act_load(g, A->probs, w->probs, (size_t)(B * H * T * T));
-        dt_op_attention_backward_probs(dQKV, dC, qkv, probs, B, T, C, H);
+        g->dev->attention_backward_probs(dQKV, dC, qkv, probs, B, T, C, H);
     }
-    dt_op_linear_backward(dC, BP(G, P_QKVW), BP(G, P_QKVB), dQKV, ln1, BP(P, P_QKVW), N, C, 3 * C,
+    g->dev->linear_backward(dC, BP(G, P_QKVW), BP(G, P_QKVB), dQKV, ln1, BP(P, P_QKVW), N, C, 3 * C,
                           0);
-    dt_op_layernorm_backward(dres, BP(G, P_LN1W), BP(G, P_LN1B), dC, x, BP(P, P_LN1W),
+    g->dev->layernorm_backward(dres, BP(G, P_LN1W), BP(G, P_LN1B), dC, x, BP(P, P_LN1W),
                              A->ln1_mean, A->ln1_rstd, N, C);
 }
 
@@ -690,8 +725,8 @@ static void block_backward(dt_gpt2 *g, int l, const block_acts *A, const float *
 static void classifier_backward(dt_gpt2 *g, const float *lnf, float *dlnf) {
     int64_t N = g->B * g->T, C = g->C, V = g->V;
     if (g->pt == DT_DTYPE_FP32 && g->gt == DT_DTYPE_FP32) {
-        dt_op_gemm(0, 0, N, C, V, 1.0f, g->logits, V, g->gparams[0], C, 0.0f, dlnf, C);
-        dt_op_gemm(1, 0, V, C, N, 1.0f, g->logits, V, lnf, C, 1.0f, g->ggrads[0], C);
+        g->dev->gemm(0, 0, N, C, V, 1.0f, g->logits, V, g->gparams[0], C, 0.0f, dlnf, C);
+        g->dev->gemm(1, 0, V, C, N, 1.0f, g->logits, V, lnf, C, 1.0f, g->ggrads[0], C);
         return;
     }
     for (int64_t v0 = 0; v0 < V; v0 += g->vchunk) {
@@ -700,16 +735,16 @@ static void classifier_backward(dt_gpt2 *g, const float *lnf, float *dlnf) {
         if (g->pt == DT_DTYPE_FP32) {
             wte = (const float *)g->gparams[0] + v0 * C;
         } else {
-            dt_convert(g->pw, DT_DTYPE_FP32, (const uint16_t *)g->gparams[0] + v0 * C, g->pt,
+            g->dev->convert(g->pw, DT_DTYPE_FP32, (const uint16_t *)g->gparams[0] + v0 * C, g->pt,
                        (size_t)(nv * C));
             wte = g->pw;
         }
-        dt_op_gemm(0, 0, N, C, nv, 1.0f, g->logits + v0, V, wte, C, v0 ? 1.0f : 0.0f, dlnf, C);
+        g->dev->gemm(0, 0, N, C, nv, 1.0f, g->logits + v0, V, wte, C, v0 ? 1.0f : 0.0f, dlnf, C);
         if (g->gt == DT_DTYPE_FP32) {
-            dt_op_gemm(1, 0, nv, C, N, 1.0f, g->logits + v0, V, lnf, C, 1.0f,
+            g->dev->gemm(1, 0, nv, C, N, 1.0f, g->logits + v0, V, lnf, C, 1.0f,
                        (float *)g->ggrads[0] + v0 * C, C);
         } else {
-            dt_op_gemm(1, 0, nv, C, N, 1.0f, g->logits + v0, V, lnf, C, 0.0f, g->gw, C);
+            g->dev->gemm(1, 0, nv, C, N, 1.0f, g->logits + v0, V, lnf, C, 0.0f, g->gw, C);
             grads_add_16(g, 0, (size_t)(v0 * C), g->gw, (size_t)(nv * C));
         }
     }
@@ -720,32 +755,32 @@ static void encoder_backward(dt_gpt2 *g) {
     int64_t B = g->B, T = g->T, C = g->C, N = B * T;
     if (g->gt == DT_DTYPE_FP32) {
         float *G = g->ggrads[0];
-        dt_op_encoder_backward(G + in_group(g, 0), G + in_group(g, 1), g->dres, g->inputs, B, T,
+        g->dev->encoder_backward(G + in_group(g, 0), G + in_group(g, 1), g->dres, g->inputs, B, T,
                                C);
         return;
     }
     /* 16-bit grads: sum each wte row's contributions in fp32 first (tokens in
-     * order, so deterministic), then round into storage once per row. */
-    float *acc = g->gw;   /* [C] per-row accumulator area, reused */
-    size_t wpe_off = in_group(g, 1);
-    memset(acc, 0, sizeof(float) * (size_t)(T * C));
-    for (int64_t n = 0; n < N; n++) dt_op_axpy(acc + (n % T) * C, g->dres + n * C, 1.0f, C);
-    grads_add_16(g, 0, wpe_off, acc, (size_t)(T * C));
-    /* chain the positions of each token in order: tok_head[tok] = first position,
-     * tok_next[n] = next position with the same token (-1 ends) */
+     * order, so deterministic), then round into storage once per row. Chain the
+     * positions of each token in order on the host: tok_head[tok] = first
+     * position, tok_next[n] = next position with the same token (-1 ends). */
     for (int64_t n = N - 1; n >= 0; n--) {
-        g->tok_next[n] = g->tok_head[g->inputs[n]];
-        g->tok_head[g->inputs[n]] = (int32_t)n;
+        g->h_tok_next[n] = g->h_tok_head[g->h_inputs[n]];
+        g->h_tok_head[g->h_inputs[n]] = (int32_t)n;
     }
-    for (int64_t n = 0; n < N; n++) {
-        int32_t tok = g->inputs[n];
-        if (g->tok_head[tok] != n) continue;   /* not the token's first position */
-        memset(acc, 0, sizeof(float) * (size_t)C);
-        for (int32_t k = (int32_t)n; k >= 0; k = g->tok_next[k])
-            dt_op_axpy(acc, g->dres + (int64_t)k * C, 1.0f, C);
-        grads_add_16(g, 0, (size_t)tok * (size_t)C, acc, (size_t)C);
+    if (g->tok_head != g->h_tok_head) {
+        g->dev->memcpy(g->tok_head, g->h_tok_head, sizeof(int32_t) * (size_t)g->V, DT_COPY_H2D,
+                       DT_STREAM_H2D);
+        g->dev->memcpy(g->tok_next, g->h_tok_next, sizeof(int32_t) * (size_t)N, DT_COPY_H2D,
+                       DT_STREAM_H2D);
+        g->dev->handoff(DT_STREAM_H2D, DT_STREAM_COMPUTE);
     }
-    for (int64_t n = 0; n < N; n++) g->tok_head[g->inputs[n]] = -1;
+    void *G = g->ggrads[0];
+    g->dev->encoder_backward_16(tensor_ptr(G, in_group(g, 0), g->gsz),
+                                tensor_ptr(G, in_group(g, 1), g->gsz), g->gt, g->dres, g->inputs,
+                                g->tok_head, g->tok_next, g->gw, B, T, C);
+    /* reset the host head table for the next call, once the upload has read it */
+    g->dev->stream_sync(DT_STREAM_H2D);
+    for (int64_t n = 0; n < N; n++) g->h_tok_head[g->h_inputs[n]] = -1;
 }
 
 int dt_gpt2_backward(dt_gpt2 *g, float grad_scale, dt_error *err) {
@@ -758,7 +793,7 @@ int dt_gpt2_backward(dt_gpt2 *g, float grad_scale, dt_error *err) {
 
     /* mean loss over N tokens, times the caller's scale (1/accum, loss scale) */
     float dloss = grad_scale / (float)N;
-    dt_op_crossentropy_backward_inplace(g->logits, g->ce_lse, g->targets, dloss, N, V);
+    g->dev->crossentropy_backward_inplace(g->logits, g->ce_lse, g->targets, dloss, N, V);
 
     if ((rc = hook(g, g->hooks.before_backward, 0, err, "before_backward"))) return rc;
     const float *lnf = act_load(g, g->lnf, g->w32.ln1, (size_t)(N * C));
@@ -769,8 +804,8 @@ int dt_gpt2_backward(dt_gpt2 *g, float grad_scale, dt_error *err) {
     const float *P = group_params_f32(g, last);
     float *G = group_grads_f32(g, last);
     const float *xL = act_load(g, g->x[g->L], g->w32.x, (size_t)(N * C));
-    memset(g->dres, 0, sizeof(float) * (size_t)(N * C));
-    dt_op_layernorm_backward(g->dres, G, G + C, g->dC, xL, P, g->lnf_mean, g->lnf_rstd, N, C);
+    g->dev->memset0(g->dres, sizeof(float) * (size_t)(N * C));
+    g->dev->layernorm_backward(g->dres, G, G + C, g->dC, xL, P, g->lnf_mean, g->lnf_rstd, N, C);
     group_grads_commit(g, last);
     if ((rc = hook(g, g->hooks.after_backward, last, err, "after_backward"))) return rc;
 
@@ -791,60 +826,22 @@ int dt_gpt2_backward(dt_gpt2 *g, float grad_scale, dt_error *err) {
 
 void dt_gpt2_zero_grad(dt_gpt2 *g) {
     for (int grp = 0; grp < g->ngroups; grp++)
-        memset(g->ggrads[grp], 0, g->group_numel[grp] * (size_t)g->gsz);
+        g->dev->memset0(g->ggrads[grp], g->group_numel[grp] * (size_t)g->gsz);
 }
 
 /* ----------------------------------------------------------------------------
  * gradient checks */
 
-/* fp32 value of element i of a group's grads */
-static float grad_at(const dt_gpt2 *g, int group, size_t i) {
-    const void *p = g->ggrads[group];
-    if (g->gt == DT_DTYPE_FP32) return ((const float *)p)[i];
-    uint16_t h = ((const uint16_t *)p)[i];
-    return g->gt == DT_DTYPE_BF16 ? dt_bf16_to_f32(h) : dt_fp16_to_f32(h);
-}
-
 int dt_gpt2_grads_finite(const dt_gpt2 *g) {
-    for (int grp = 0; grp < g->ngroups; grp++) {
-        size_t n = g->group_numel[grp];
-        if (g->gt == DT_DTYPE_FP32) {
-            if (!dt_op_all_finite(g->ggrads[grp], (int64_t)n)) return 0;
-            continue;
-        }
-        /* 16-bit: exponent all ones is inf / NaN (bf16 0x7f80, fp16 0x7c00) */
-        uint16_t mask = g->gt == DT_DTYPE_BF16 ? 0x7f80u : 0x7c00u;
-        const uint16_t *h = g->ggrads[grp];
-        int bad = 0;
-#pragma omp parallel for reduction(| : bad) schedule(static) if (n >= 32768)
-        for (size_t i = 0; i < n; i++) bad |= (h[i] & mask) == mask;
-        if (bad) return 0;
-    }
+    for (int grp = 0; grp < g->ngroups; grp++)
+        if (!g->dev->all_finite(g->ggrads[grp], g->gt, g->group_numel[grp])) return 0;
     return 1;
 }
 
 double dt_gpt2_grad_sumsq(const dt_gpt2 *g) {
+    /* per group in fixed chunks (dt_devmath.h), groups in order */
     double total = 0.0;
-    for (int grp = 0; grp < g->ngroups; grp++) {
-        size_t n = g->group_numel[grp];
-        double s = 0.0;
-        /* fixed chunking so the sum does not depend on the thread count */
-        size_t chunk = 4096, nchunks = (n + chunk - 1) / chunk;
-        double *part = malloc(nchunks * sizeof(double));
-        if (!part) return NAN;
-#pragma omp parallel for schedule(static)
-        for (size_t k = 0; k < nchunks; k++) {
-            size_t i1 = (k + 1) * chunk < n ? (k + 1) * chunk : n;
-            double a = 0.0;
-            for (size_t i = k * chunk; i < i1; i++) {
-                double v = grad_at(g, grp, i);
-                a += v * v;
-            }
-            part[k] = a;
-        }
-        for (size_t k = 0; k < nchunks; k++) s += part[k];
-        free(part);
-        total += s;
-    }
+    for (int grp = 0; grp < g->ngroups; grp++)
+        total += g->dev->sumsq(g->ggrads[grp], g->gt, g->group_numel[grp]);
     return total;
 }

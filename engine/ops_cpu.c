@@ -1,5 +1,6 @@
 /* ops_cpu.c — the CPU device backend: dt_ops.h with OpenBLAS cblas_sgemm for
- * every matrix product and OpenMP loops for everything else, plus the bulk
+ * every matrix product and OpenMP loops for everything else (per-element math
+ * from dt_devmath.h, shared with the CUDA kernels), plus the bulk
  * 16-bit conversions of dt_dtype.h (AVX-512 when the compiler targets it).
  *
  * Determinism: every reduction has a fixed order that does not depend on the
@@ -12,6 +13,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "dt_devmath.h"
 #include "dt_dtype.h"
 
 #if defined(__AVX512F__)
@@ -29,52 +31,6 @@
 /* Arrays shorter than this are converted on one thread (thread start-up would
  * cost more than the work). */
 #define DT_PAR_MIN 32768
-
-/* ----------------------------------------------------------------------------
- * fast exp: exp(x) = 2^n * e^r, n = round(x / ln2), |r| <= ln2/2, e^r by its
- * Taylor series to degree 7 (truncation error < r^8/8! ~ 1.4e-9 relative, below
- * fp32's 6e-8 epsilon). Written branch-free so `omp simd` vectorises it; libm's
- * expf is not vectorised without -ffast-math. */
-#define DT_LN2_HI 0.693145751953125f     /* ln 2 split in two for exact r (Cody–Waite) */
-#define DT_LN2_LO 1.428606765330187e-06f
-#define DT_LOG2E 1.4426950408889634f
-#define DT_EXP_MAX 88.0f                  /* e^88 < FLT_MAX = 3.4e38 */
-#define DT_EXP_MIN -87.0f                 /* e^-87 > FLT_MIN = 1.18e-38 (normal) */
-/* Adding then subtracting 1.5 * 2^23 rounds a float of magnitude < 2^22 to the
- * nearest integer in the FPU's round-to-nearest mode, without a libm call
- * (gcc will not inline floorf unless -fno-trapping-math). */
-#define DT_ROUND_MAGIC 12582912.0f
-
-#pragma omp declare simd
-static inline float fast_expf(float x) {
-    x = x > DT_EXP_MAX ? DT_EXP_MAX : x;
-    int under = x < DT_EXP_MIN;
-    x = x < DT_EXP_MIN ? DT_EXP_MIN : x;
-    float fn = (x * DT_LOG2E + DT_ROUND_MAGIC) - DT_ROUND_MAGIC;
-    float r = x - fn * DT_LN2_HI;
-    r = r - fn * DT_LN2_LO;
-    float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    int32_t n = (int32_t)fn;
-    float scale = dt_bits_f32((uint32_t)(n + 127) << 23);
-    return under ? 0.0f : p * scale;
-}
-
-/* tanh(u) = sign(u) (1 - 2 / (e^{2|u|} + 1)); absolute error ~1e-7, which is what
- * GELU needs (it uses 1 + tanh). */
-#pragma omp declare simd
-static inline float fast_tanhf(float u) {
-    float a = fabsf(u);
-    float e = fast_expf(2.0f * a);
-    float t = 1.0f - 2.0f / (e + 1.0f);
-    return u < 0 ? -t : t;
-}
 
 /* ----------------------------------------------------------------------------
  * GEMM */
@@ -179,7 +135,7 @@ void dt_op_layernorm_forward(float *out, float *mean, float *rstd, const float *
         float r = 1.0f / sqrtf(v / (float)C + eps);
         float *o = out + n * C;
 #pragma omp simd
-        for (int64_t c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
+        for (int64_t c = 0; c < C; c++) o[c] = dt_ln_out(x[c], m, r, w[c], b[c]);
         mean[n] = m;
         rstd[n] = r;
     }
@@ -205,10 +161,7 @@ void dt_op_layernorm_backward(float *dinp, float *dw, float *db, const float *do
         s2 /= (float)C;
         float *di = dinp + n * C;
 #pragma omp simd
-        for (int64_t c = 0; c < C; c++) {
-            float xhat = (x[c] - m) * r;
-            di[c] += r * (d[c] * w[c] - s1 - xhat * s2);
-        }
+        for (int64_t c = 0; c < C; c++) di[c] += dt_ln_dinp(x[c], m, r, w[c], d[c], s1, s2);
     }
     /* dw, db: column sums over rows, one band of columns per task */
     int64_t nband = (C + DT_COL_BAND - 1) / DT_COL_BAND;
@@ -267,12 +220,12 @@ void dt_op_attention_forward_flash(float *out, float *lse, const float *qkv, int
                         tmax = v > tmax ? v : tmax;
                     }
                     float mnew = tmax > mx ? tmax : mx;
-                    float corr = fast_expf(mx - mnew);   /* 0 on the first tile */
+                    float corr = dt_fast_expf(mx - mnew);   /* 0 on the first tile */
                     l *= corr;
 #pragma omp simd
                     for (int64_t d = 0; d < hs; d++) acc[d] *= corr;
                     for (int64_t j = j0; j < j1; j++) {
-                        float p = fast_expf(s[j - j0] - mnew);
+                        float p = dt_fast_expf(s[j - j0] - mnew);
                         l += p;
                         const float *v = base + j * C3 + 2 * C + h * hs;
 #pragma omp simd
@@ -324,7 +277,7 @@ static void attention_backward_bh(float *dqkv, const float *dout, const float *q
             for (int64_t j = j0; j < j1; j++) {
                 const float *k = base + j * C3 + C + h * hs;
                 const float *v = base + j * C3 + 2 * C + h * hs;
-                pbuf[j - j0] = prow ? prow[j] : fast_expf(dot(q, k, hs) * scale - li);
+                pbuf[j - j0] = prow ? prow[j] : dt_fast_expf(dot(q, k, hs) * scale - li);
                 dpbuf[j - j0] = dot(dout_i, v, hs);
             }
             for (int64_t j = j0; j < j1; j++) {
@@ -371,7 +324,7 @@ void dt_op_attention_forward_probs(float *out, float *probs, const float *qkv, i
                 }
                 float sum = 0.0f;
                 for (int64_t j = 0; j <= i; j++) {
-                    p[j] = fast_expf(p[j] - mx);
+                    p[j] = dt_fast_expf(p[j] - mx);
                     sum += p[j];
                 }
                 float inv = 1.0f / sum;
@@ -399,26 +352,18 @@ void dt_op_attention_backward_probs(float *dqkv, const float *dout, const float 
 /* ----------------------------------------------------------------------------
  * GELU (tanh approximation). sqrt(2/pi) and 0.044715: Hendrycks & Gimpel 2016,
  * eq. for the tanh approximation; GPT-2's gelu_new. */
-#define DT_GELU_S 0.7978845608028654f   /* sqrt(2 / pi) */
-#define DT_GELU_C 0.044715f
 
 void dt_op_gelu_forward(float *out, const float *inp, int64_t n) {
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float t = fast_tanhf(DT_GELU_S * (x + DT_GELU_C * x * x * x));
-        out[i] = 0.5f * x * (1.0f + t);
+        out[i] = dt_gelu(inp[i]);
     }
 }
 
 void dt_op_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n) {
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float t = fast_tanhf(DT_GELU_S * (x + DT_GELU_C * x * x * x));
-        float du = DT_GELU_S * (1.0f + 3.0f * DT_GELU_C * x * x);
-        float g = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
-        dinp[i] = g * dout[i];
+        dinp[i] = dt_gelu_grad(inp[i]) * dout[i];
     }
 }
 
@@ -438,7 +383,7 @@ void dt_op_axpy(float *y, const float *x, float alpha, int64_t n) {
 int dt_op_all_finite(const float *x, int64_t n) {
     int bad = 0;
 #pragma omp parallel for reduction(| : bad) schedule(static) if (n >= DT_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) bad |= (dt_f32_bits(x[i]) & 0x7f800000u) == 0x7f800000u;
+    for (int64_t i = 0; i < n; i++) bad |= dt_nonfinite_f32(x[i]);
     return !bad;
 }
 
@@ -455,7 +400,7 @@ double dt_op_crossentropy_forward(float *lse, float *losses, const float *logits
         for (int64_t v = 0; v < V; v++) mx = z[v] > mx ? z[v] : mx;
         float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-        for (int64_t v = 0; v < V; v++) s += fast_expf(z[v] - mx);
+        for (int64_t v = 0; v < V; v++) s += dt_fast_expf(z[v] - mx);
         lse[n] = mx + logf(s);
         if (targets) losses[n] = lse[n] - z[targets[n]];
     }
@@ -472,7 +417,7 @@ void dt_op_crossentropy_backward_inplace(float *logits, const float *lse, const 
         float *z = logits + n * V;
         float l = lse[n];
 #pragma omp simd
-        for (int64_t v = 0; v < V; v++) z[v] = dloss * fast_expf(z[v] - l);
+        for (int64_t v = 0; v < V; v++) z[v] = dt_ce_dlogit(z[v], l, dloss);
         z[targets[n]] -= dloss;
     }
 }
