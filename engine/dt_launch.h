@@ -21,8 +21,9 @@
  *   dt_launch_flags lf; dt_launch_flags_parse(&lf, &argc, argv, &err);  // strips the flags
  *   ... parse the rest, load the plan ...
  *   dt_launch_info li; dt_launch_discover(&lf, &li, &err);
- *   if (li.agent) return dt_launch_spawn_local(&li, world, gpus_per_node, is_cuda,
- *                                              argc, argv, stderr, &err);   // exit status
+ *   if (dt_launch_must_spawn(&li, world))
+ *       return dt_launch_spawn_local(&li, world, gpus_per_node, is_cuda,
+ *                                    argc, argv, stderr, &err);   // main's exit status
  *   dt_launch_check_world(&li, world, gpus_per_node, nodes, &err);
  *   ... comm backend per dt_launch_backend(&li, is_cuda, ...) ...
  *
@@ -100,6 +101,11 @@ int dt_launch_first_host(const char *hostlist, char *out, size_t cap, dt_error *
  * lower ranks on this rank's host and the count on it. */
 void dt_launch_local_from_hosts(const char *hosts, size_t stride, int world, int rank,
                                 int *local_rank, int *local_world);
+
+/* 1 when this process must start the ranks itself: an agent (flags, none)
+ * and a plan with world_size > 1. An agent of a one-rank plan just trains
+ * (dt_launch_check_world makes it rank 0 of 1). */
+int dt_launch_must_spawn(const dt_launch_info *li, int world_size);
 
 /* Which bootstrap the ranks use once launched (docs/launch.md §Bootstrap):
  * SELF for a world of one; MPI when an MPI launcher started the ranks (mpirun,

@@ -350,6 +350,8 @@ int dt_launch_check_world(dt_launch_info *li, int world_size, int gpus_per_node,
                      nodes, gpus_per_node, launcher_words(li->source), li->nnodes, li->local_world, world_size);
 }
 
+int dt_launch_must_spawn(const dt_launch_info *li, int world_size) { return li->agent && world_size > 1; }
+
 int dt_launch_bootstrap(const dt_launch_info *li, int is_cuda, dt_launch_boot *out, dt_error *err) {
     if (li->world <= 1) { *out = DT_BOOT_SELF; return DT_OK; }
     if (li->source == DT_LAUNCH_SRC_MPI || li->source == DT_LAUNCH_SRC_SLURM) { *out = DT_BOOT_MPI; return DT_OK; }

@@ -37,6 +37,12 @@ static void test_none(void) {
     CHECK_EQ_I64(discover(NULL, &li, &err), DT_OK);
     CHECK_STR(dt_launch_source_name(li.source), "none");
     CHECK_EQ_I64(li.agent, 1);
+    CHECK_EQ_I64(dt_launch_must_spawn(&li, 4), 1);
+    CHECK_EQ_I64(dt_launch_must_spawn(&li, 1), 0);
+    dt_launch_info one = li;
+    CHECK_EQ_I64(dt_launch_check_world(&one, 1, 1, 1, &err), DT_OK);
+    CHECK_EQ_I64(one.world, 1);
+    CHECK_EQ_I64(one.rank, 0);
     /* a lone process takes its world from the plan */
     CHECK_EQ_I64(dt_launch_check_world(&li, 4, 4, 1, &err), DT_OK);
     CHECK_EQ_I64(li.world, 4);
@@ -58,6 +64,7 @@ static void test_torchrun(void) {
     CHECK_EQ_I64(discover(NULL, &li, &err), DT_OK);
     CHECK_STR(dt_launch_source_name(li.source), "torchrun");
     CHECK_EQ_I64(li.agent, 0);
+    CHECK_EQ_I64(dt_launch_must_spawn(&li, 8), 0);
     CHECK_EQ_I64(li.rank, 5);
     CHECK_EQ_I64(li.local_rank, 1);
     CHECK_EQ_I64(li.world, 8);

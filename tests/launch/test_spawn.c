@@ -78,7 +78,61 @@ static dt_spawn_result spawn(const char *mode, char *log, size_t cap, double *to
     return res;
 }
 
+/* dtrun's path: dt_launch_spawn_local re-executes THIS binary (as dtrun
+ * re-executes itself) with "--as-rank PID_DIR MODE"; the rank records its pid
+ * and rank 1 fails in mode "exit3". */
+static int as_rank(char **argv) {
+    dt_launch_info li;
+    dt_error err;
+    if (dt_launch_discover(NULL, &li, &err) || li.agent || li.world != WORLD) return 4;
+    snprintf(piddir, sizeof piddir, "%s", argv[2]);
+    char path[128];
+    snprintf(path, sizeof path, "%s/pid-%d", piddir, li.rank);
+    FILE *f = fopen(path, "w");
+    if (!f) return 4;
+    fprintf(f, "%d\n", (int)getpid());
+    fclose(f);
+    return strcmp(argv[3], "exit3") == 0 && li.rank == 1 ? 3 : 0;
+}
+
+static void test_spawn_local(const char *self) {
+    static const char *modes[] = {"ok", "exit3"};
+    for (int m = 0; m < 2; m++) {
+        clear_pids();
+        dt_launch_info li;
+        dt_error err = {0};
+        CHECK_EQ_I64(dt_launch_discover(NULL, &li, &err), DT_OK);
+        CHECK_EQ_I64(dt_launch_must_spawn(&li, WORLD), 1);
+        char *av[] = {(char *)self, "--as-rank", piddir, (char *)modes[m], NULL};
+        FILE *lf = tmpfile();
+        int status = dt_launch_spawn_local(&li, WORLD, WORLD, 0, 4, av, lf, &err);
+        char log[512] = "";
+        rewind(lf);
+        size_t n = fread(log, 1, sizeof log - 1, lf);
+        log[n] = 0;
+        fclose(lf);
+        fprintf(stderr, "[spawn_local %s] status %d: %s", modes[m], status, n ? log : "(no message)\n");
+        CHECK_EQ_I64(status, m == 0 ? 0 : 1);
+        if (m == 1) CHECK(strstr(log, "rank 1 (pid ") && strstr(log, "exited with code 3"));
+        check_no_orphans(modes[m]);
+    }
+    /* the plan disagrees with --nproc-per-node: exit status 2, one line */
+    dt_launch_info li;
+    dt_error err = {0};
+    dt_launch_flags f;
+    dt_launch_flags_init(&f);
+    f.nproc_per_node = 3;
+    f.given = 1;
+    CHECK_EQ_I64(dt_launch_discover(&f, &li, &err), DT_OK);
+    char *av[] = {(char *)self, NULL};
+    CHECK_EQ_I64(dt_launch_spawn_local(&li, 2, 2, 0, 1, av, NULL, &err), 2);
+    CHECK(strstr(err.msg, "the plan wants world_size 2") && strstr(err.msg, "dtrun's launch flags give 3"));
+}
+
 int main(int argc, char **argv) {
+    int sup = dt_launch_supervisor(argc, argv);
+    if (sup >= 0) return sup;
+    if (argc == 4 && strcmp(argv[1], "--as-rank") == 0) return as_rank(argv);
     if (argc != 2) {
         fprintf(stderr, "usage: test_launch_spawn PATH/launch_helper\n");
         return 2;
@@ -163,6 +217,8 @@ int main(int argc, char **argv) {
     CHECK(took < MAX_WAIT_S);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) != 0);
     check_no_orphans("sigterm");
+
+    test_spawn_local(argv[0]);
 
     clear_pids();
     unlink(tlog_path);
