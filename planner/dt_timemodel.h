@@ -9,7 +9,7 @@
 
 int dt_time_estimate(const dt_plan *p, dt_time_breakdown *out, dt_error *err);
 /* Bytes per rank per optimizer step by collective (dt_collective convention). */
-int dt_comm_bytes(const dt_plan *p, int64_t out[DT_COLL_COUNT], dt_error *err);
+int dt_time_comm_bytes(const dt_plan *p, int64_t out[DT_COLL_COUNT], dt_error *err);
 /* Fills p->prediction (memory, time, comm bytes) and sets valid = 1. */
 int dt_predict(dt_plan *p, dt_error *err);
 

@@ -44,32 +44,32 @@ int main(void) {
     CHECK(psi_pad >= psi);
     CHECK_EQ_I64(emb + L * blk + head, psi);
     p.parallel.zero_stage = 0;
-    CHECK(dt_comm_bytes(&p, b, &err) == DT_OK);
+    CHECK(dt_time_comm_bytes(&p, b, &err) == DT_OK);
     CHECK_EQ_I64(b[DT_COLL_ALLREDUCE], psi * 2 + 4); /* bf16 grads once per step + loss */
     CHECK_EQ_I64(b[DT_COLL_REDUCE_SCATTER], 0);
     CHECK_EQ_I64(b[DT_COLL_ALLGATHER], 0);
     p.parallel.zero_stage = 1;
-    CHECK(dt_comm_bytes(&p, b, &err) == DT_OK);
+    CHECK(dt_time_comm_bytes(&p, b, &err) == DT_OK);
     CHECK_EQ_I64(b[DT_COLL_REDUCE_SCATTER], psi_pad * 2);
     CHECK_EQ_I64(b[DT_COLL_ALLGATHER], psi_pad * 2);
     CHECK_EQ_I64(b[DT_COLL_ALLREDUCE], 8);
     p.parallel.zero_stage = 2;
-    CHECK(dt_comm_bytes(&p, b, &err) == DT_OK);
+    CHECK(dt_time_comm_bytes(&p, b, &err) == DT_OK);
     CHECK_EQ_I64(b[DT_COLL_REDUCE_SCATTER], A * psi_pad * 2); /* every micro-step */
     CHECK_EQ_I64(b[DT_COLL_ALLGATHER], psi_pad * 2);
     p.parallel.zero_stage = 3;
-    CHECK(dt_comm_bytes(&p, b, &err) == DT_OK);
+    CHECK(dt_time_comm_bytes(&p, b, &err) == DT_OK);
     CHECK_EQ_I64(b[DT_COLL_ALLGATHER], 2 * A * psi_pad * 2); /* forward + backward, every micro-step */
     CHECK_EQ_I64(b[DT_COLL_REDUCE_SCATTER], A * psi_pad * 2);
     CHECK_EQ_I64(b[DT_COLL_BROADCAST], 0);
     /* fp32: 4-byte elements */
     dt_precision_from_preset(DT_PREC_FP32, &p.precision);
-    CHECK(dt_comm_bytes(&p, b, &err) == DT_OK);
+    CHECK(dt_time_comm_bytes(&p, b, &err) == DT_OK);
     CHECK_EQ_I64(b[DT_COLL_ALLGATHER], 2 * A * psi_pad * 4);
     /* world size 1: no collectives at all */
     setup(&p, "llama-tiny", "cpu", 1, 1);
     p.parallel.zero_stage = 3;
-    CHECK(dt_comm_bytes(&p, b, &err) == DT_OK);
+    CHECK(dt_time_comm_bytes(&p, b, &err) == DT_OK);
     CHECK_EQ_I64(b[0] + b[1] + b[2] + b[3], 0);
     CHECK(dt_time_estimate(&p, &t, &err) == DT_OK);
     CHECK(t.comm_s == 0 && t.comm_exposed_s == 0);
