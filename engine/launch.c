@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -595,6 +596,13 @@ int dt_launch_spawn_mpirun(int world, char *const argv[], FILE *log, dt_spawn_re
     for (int i = 0; i < nargs; i++) av[k++] = argv[i];
     av[k] = NULL;
 
+    /* exec failure travels back through a close-on-exec pipe as an errno */
+    int ep[2];
+    if (pipe2(ep, O_CLOEXEC)) {
+        free(av);
+        remove_dir(dir);
+        return dt_errorf(err, DT_ERUNTIME, "pipe failed: %s", strerror(errno));
+    }
     struct sigaction old[N_FORWARD];
     install(old);
     pid_t me = getpid();
@@ -602,21 +610,39 @@ int dt_launch_spawn_mpirun(int world, char *const argv[], FILE *log, dt_spawn_re
     if (pid < 0) {
         restore(old);
         free(av);
+        close(ep[0]);
+        close(ep[1]);
         remove_dir(dir);
         return dt_errorf(err, DT_ERUNTIME, "fork failed: %s", strerror(errno));
     }
     if (pid == 0) {
+        close(ep[0]);
         setpgid(0, 0);
         restore(old);
         prctl(PR_SET_PDEATHSIG, SIGTERM);   /* launcher killed -> mpirun tears the job down */
         if (getppid() != me) _exit(1);
         setenv(DT_LAUNCH_ENV_SUPERVISE, dir, 1);
         execvp(av[0], (char *const *)av);
-        fprintf(stderr, "dtrun: cannot run %s: %s (install Open MPI or set %s)\n", av[0], strerror(errno),
-                DT_LAUNCH_ENV_MPIRUN);
+        int e = errno;
+        if (write(ep[1], &e, sizeof e) < 0) _exit(127);
         _exit(127);
     }
     setpgid(pid, pid);
+    close(ep[1]);
+    int exec_errno = 0;
+    while (read(ep[0], &exec_errno, sizeof exec_errno) < 0 && errno == EINTR) {}
+    close(ep[0]);
+    if (exec_errno) {
+        waitpid(pid, NULL, 0);
+        restore(old);
+        remove_dir(dir);
+        dt_errorf(err, DT_ERUNTIME, "cannot run %s: %s (install Open MPI or set %s to mpirun's path)", av[0],
+                  strerror(exec_errno), DT_LAUNCH_ENV_MPIRUN);
+        free(av);
+        res->status = 1;
+        if (log) fprintf(log, "dtrun: %s\n", err->msg);
+        return DT_OK;
+    }
     free(av);
 
     int st = 0, stopping = 0;
@@ -681,8 +707,6 @@ int dt_launch_spawn_mpirun(int world, char *const argv[], FILE *log, dt_spawn_re
             if (g_signal)
                 fprintf(log, "dtrun: stopped by signal %d (%s); all %d rank(s) were stopped\n", (int)g_signal,
                         strsignal(g_signal), world);
-            else if (WIFEXITED(st) && WEXITSTATUS(st) == 127 && n_started == 0)
-                fprintf(log, "dtrun: could not start the ranks with '%s' (see the message above)\n", mpirun);
             else
                 fprintf(log, "dtrun: %s %s %d after starting %d of %d rank(s) (see its messages above)\n", mpirun,
                         WIFSIGNALED(st) ? "was killed by signal" : "exited with code",

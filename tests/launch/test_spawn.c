@@ -220,6 +220,14 @@ int main(int argc, char **argv) {
 
     test_spawn_local(argv[0]);
 
+    /* no mpirun: one line saying so, non-zero */
+    setenv(DT_LAUNCH_ENV_MPIRUN, "/nonexistent/mpirun", 1);
+    res = spawn("ok", log, sizeof log, &took);
+    unsetenv(DT_LAUNCH_ENV_MPIRUN);
+    CHECK_EQ_I64(res.status, 1);
+    CHECK_STR(log, "dtrun: cannot run /nonexistent/mpirun: No such file or directory (install Open MPI or "
+                   "set DT_MPIRUN to mpirun's path)\n");
+
     clear_pids();
     unlink(tlog_path);
     rmdir(piddir);
