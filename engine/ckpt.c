@@ -305,14 +305,16 @@ static int write_optim(const char *path, dt_optim *o, dt_error *err) {
     return rc;
 }
 
-static char *state_json(const dt_train_state *st, const dt_precision *prec, size_t nparams) {
+static char *state_json(const dt_train_state *st, const dt_precision *prec, size_t nparams, int world,
+                        int stage) {
     cJSON *c = cJSON_CreateObject();
     cJSON_AddStringToObject(c, "format", DT_CKPT_FORMAT);
     cJSON_AddNumberToObject(c, "step", (double)st->step);
     cJSON_AddNumberToObject(c, "adam_step", (double)st->adam_step);
     cJSON_AddNumberToObject(c, "skipped_steps", (double)st->skipped_steps);
     cJSON_AddNumberToObject(c, "tokens", (double)st->tokens);
-    cJSON_AddNumberToObject(c, "world_size", 1);
+    cJSON_AddNumberToObject(c, "world_size", world);
+    cJSON_AddNumberToObject(c, "zero_stage", stage);
     cJSON_AddNumberToObject(c, "num_params", (double)nparams);
     cJSON_AddStringToObject(c, "precision", dt_precision_preset_name(prec->preset));
     cJSON_AddStringToObject(c, "param_dtype", dt_dtype_name(prec->param));
@@ -369,6 +371,27 @@ static int prune(const char *out_dir, int64_t keep_last) {
     return 0;
 }
 
+/* Writes state.json (state_txt, freed here) last, fsyncs, and renames tmp over
+ * fin (an existing fin is moved to old first and removed after). */
+static int finish_dir(const char *out_dir, const char *tmp, const char *fin, const char *old, char *state_txt,
+                      dt_error *err) {
+    char p[DT_PATH_MAX * 3];
+    snprintf(p, sizeof p, "%s/state.json", tmp);
+    int rc = state_txt ? dt_write_file_atomic(p, state_txt, strlen(state_txt), err)
+                       : dt_errorf(err, DT_ENOMEM, "state.json: out of memory");
+    free(state_txt);
+    if (!rc) rc = dt_fsync_dir(tmp, err);
+    if (rc) return rc;
+    struct stat sb;
+    if (stat(fin, &sb) == 0 && rename(fin, old) != 0)
+        rc = dt_errorf(err, DT_EIO, "%s: cannot move the old checkpoint aside: %s", fin, strerror(errno));
+    if (!rc && rename(tmp, fin) != 0)
+        rc = dt_errorf(err, DT_EIO, "%s: cannot rename into place: %s", fin, strerror(errno));
+    if (!rc) rc = dt_fsync_dir(out_dir, err);
+    rm_flat_dir(old);
+    return rc;
+}
+
 int dt_ckpt_save(const char *out_dir, dt_gpt2 *g, const dt_model *m, const dt_precision *prec,
                  dt_optim *o, const dt_train_state *st, const char *plan_json, int64_t keep_last,
                  char *saved_path, size_t saved_len, dt_error *err) {
@@ -395,23 +418,7 @@ int dt_ckpt_save(const char *out_dir, dt_gpt2 *g, const dt_model *m, const dt_pr
         snprintf(p, sizeof p, "%s/plan.json", tmp);
         rc = dt_write_file_atomic(p, plan_json, strlen(plan_json), err);
     }
-    if (!rc) {
-        char *txt = state_json(st, prec, dt_gpt2_num_params(g));
-        snprintf(p, sizeof p, "%s/state.json", tmp);
-        rc = txt ? dt_write_file_atomic(p, txt, strlen(txt), err)
-                 : dt_errorf(err, DT_ENOMEM, "state.json: out of memory");
-        free(txt);
-    }
-    if (!rc) rc = dt_fsync_dir(tmp, err);
-    if (!rc) {
-        struct stat sb;
-        if (stat(fin, &sb) == 0 && rename(fin, old) != 0)
-            rc = dt_errorf(err, DT_EIO, "%s: cannot move the old checkpoint aside: %s", fin, strerror(errno));
-        if (!rc && rename(tmp, fin) != 0)
-            rc = dt_errorf(err, DT_EIO, "%s: cannot rename into place: %s", fin, strerror(errno));
-        if (!rc) rc = dt_fsync_dir(out_dir, err);
-        rm_flat_dir(old);
-    }
+    if (!rc) rc = finish_dir(out_dir, tmp, fin, old, state_json(st, prec, dt_gpt2_num_params(g), 1, 0), err);
     if (rc) {
         rm_flat_dir(tmp);
         return dt_error_prefix(err, "checkpoint at step %lld", step);
@@ -488,9 +495,7 @@ static int parse_state(const char *path, dt_train_state *st, const dt_precision 
     if (!rc && (size_t)np != nparams)
         rc = dt_errorf(err, DT_EINVAL, "%s: checkpoint has %lld parameters, the model %zu", path, (long long)np, nparams);
     if (!rc) rc = get_i64(c, "world_size", &world, path, err);
-    if (!rc && world != 1)
-        rc = dt_errorf(err, DT_EINVAL, "%s: checkpoint written by %lld ranks; resharding lands with the ZeRO engine",
-                       path, (long long)world);
+    if (!rc && world < 1) rc = dt_errorf(err, DT_EINVAL, "%s: world_size %lld invalid", path, (long long)world);
     if (!rc) rc = get_i64(c, "step", &st->step, path, err);
     if (!rc) rc = get_i64(c, "adam_step", &st->adam_step, path, err);
     if (!rc) rc = get_i64(c, "skipped_steps", &st->skipped_steps, path, err);
@@ -553,4 +558,185 @@ int dt_ckpt_load(const char *ckpt_dir, dt_gpt2 *g, const dt_precision *prec, dt_
         if ((rc = load_optim(p, o, err))) return rc;
     }
     return DT_OK;
+}
+
+/* ---- sharded checkpoints (ZeRO) ---- */
+
+/* "flat_begin:count,..." of this rank's optimizer ranges, in state order */
+static char *ranges_text(const dt_zero *z) {
+    int n = dt_zero_num_ranges(z);
+    size_t cap = (size_t)n * 48 + 1, len = 0;
+    char *t = malloc(cap);
+    if (!t) return NULL;
+    t[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        dt_zero_range r = dt_zero_range_at(z, i);
+        len += (size_t)snprintf(t + len, cap - len, "%s%zu:%zu", len ? "," : "", r.flat_begin, r.count);
+    }
+    return t;
+}
+
+/* This rank's valid optimizer elements, concatenated in range order. */
+static int write_optim_shard(const char *path, dt_zero *z, dt_error *err) {
+    int n = dt_zero_num_ranges(z);
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += dt_zero_range_at(z, i).count;
+    const dt_dtype dts[3] = {DT_DTYPE_FP32, dt_zero_moment_dtype(z), dt_zero_moment_dtype(z)};
+    const char *names[3] = {"master", "exp_avg", "exp_avg_sq"};
+    void *arr[3] = {NULL, NULL, NULL};
+    char *rt = ranges_text(z);
+    int rc = rt ? DT_OK : dt_errorf(err, DT_ENOMEM, "checkpoint: out of memory");
+    for (int k = 0; k < 3 && !rc; k++) {
+        if (k == 0 && !dt_zero_has_master(z)) continue;
+        size_t es = (size_t)dt_dtype_size(dts[k]);
+        if (!(arr[k] = malloc(total ? total * es : 1))) {
+            rc = dt_errorf(err, DT_ENOMEM, "checkpoint: out of memory for the optimizer shard");
+            break;
+        }
+        size_t pos = 0;
+        for (int i = 0; i < n && !rc; i++) {
+            dt_zero_range r = dt_zero_range_at(z, i);
+            rc = dt_zero_state_read(z, k, r.state_begin, r.count, (char *)arr[k] + pos * es, err);
+            pos += r.count;
+        }
+    }
+    dt_st_writer *w = dt_st_writer_new();
+    int64_t cnt = (int64_t)total;
+    if (!rc) rc = dt_st_writer_meta(w, "ranges", rt, err);
+    for (int k = 0; k < 3 && !rc; k++)
+        if (arr[k]) rc = dt_st_writer_add(w, names[k], dt_st_dtype_name(dts[k]), 1, &cnt, arr[k], err);
+    if (!rc) rc = dt_st_write(w, path, err);
+    dt_st_writer_free(w);
+    for (int k = 0; k < 3; k++) free(arr[k]);
+    free(rt);
+    return rc;
+}
+
+/* Every rank calls this (it is collective: barriers, and stage 3 gathers the
+ * weights). Rank 0 owns the directory; each rank writes its optimizer shard. */
+int dt_ckpt_save_zero(const char *out_dir, dt_gpt2 *g, const dt_model *m, const dt_precision *prec,
+                      dt_zero *z, dt_comm *c, const dt_train_state *st, const char *plan_json,
+                      int64_t keep_last, char *saved_path, size_t saved_len, dt_error *err) {
+    const int rank = dt_comm_rank(c), world = dt_comm_size(c);
+    const int stage = dt_zero_stage(z);
+    char tmp[DT_PATH_MAX * 2], fin[DT_PATH_MAX * 2], old[DT_PATH_MAX * 2], p[DT_PATH_MAX * 3];
+    long long step = (long long)st->step;
+    snprintf(tmp, sizeof tmp, "%s/." DT_CKPT_PREFIX "%0*lld.tmp", out_dir, DT_CKPT_STEP_DIGITS, step);
+    snprintf(fin, sizeof fin, "%s/" DT_CKPT_PREFIX "%0*lld", out_dir, DT_CKPT_STEP_DIGITS, step);
+    snprintf(old, sizeof old, "%s/." DT_CKPT_PREFIX "%0*lld.old", out_dir, DT_CKPT_STEP_DIGITS, step);
+    int rc = dt_zero_consolidate_params(z, err);
+    if (rc) return rc;
+    if (rank == 0) {
+        if (dt_mkdirs(out_dir, err)) return err->code;
+        rm_flat_dir(tmp);
+        rm_flat_dir(old);
+        if (mkdir(tmp, 0755) != 0)
+            return dt_errorf(err, DT_EIO, "%s: cannot create checkpoint directory: %s", tmp, strerror(errno));
+    }
+    if ((rc = dt_comm_barrier(c, err))) return rc;
+    /* stage 0 keeps identical full state on every rank: rank 0 writes it once */
+    int writers = stage == 0 ? 1 : world;
+    if (rank < writers) {
+        snprintf(p, sizeof p, "%s/" DT_OPTIM_FILE_FMT, tmp, rank, writers);
+        rc = write_optim_shard(p, z, err);
+    }
+    if (rc) return dt_error_prefix(err, "checkpoint at step %lld", step);
+    if ((rc = dt_comm_barrier(c, err))) return rc;
+    if (rank == 0) {
+        snprintf(p, sizeof p, "%s/model.safetensors", tmp);
+        rc = dt_weights_save(g, prec->param, p, err);
+        snprintf(p, sizeof p, "%s/config.json", tmp);
+        if (!rc) rc = dt_hf_config_write(m, p, err);
+        if (!rc && plan_json) {
+            snprintf(p, sizeof p, "%s/plan.json", tmp);
+            rc = dt_write_file_atomic(p, plan_json, strlen(plan_json), err);
+        }
+        if (!rc)
+            rc = finish_dir(out_dir, tmp, fin, old, state_json(st, prec, dt_gpt2_num_params(g), world, stage), err);
+        if (rc) {
+            rm_flat_dir(tmp);
+            return dt_error_prefix(err, "checkpoint at step %lld", step);
+        }
+        if (keep_last > 0) prune(out_dir, keep_last);
+    }
+    if (saved_path) snprintf(saved_path, saved_len, "%s", fin);
+    return dt_comm_barrier(c, err);
+}
+
+/* Copies the elements of one shard file that fall in this rank's ranges. */
+static int load_optim_shard(const char *path, dt_zero *z, dt_error *err) {
+    dt_st_file *f;
+    if (dt_st_open(path, &f, err)) return err->code;
+    const char *rt = dt_st_metadata(f, "ranges");
+    char single[64];
+    const char *sb = dt_st_metadata(f, "shard_begin"), *sn = dt_st_metadata(f, "shard_numel");
+    if (!rt && sb && sn) {   /* a single-rank checkpoint (dt_ckpt_save): one range */
+        snprintf(single, sizeof single, "%s:%s", sb, sn);
+        rt = single;
+    }
+    const dt_dtype dts[3] = {DT_DTYPE_FP32, dt_zero_moment_dtype(z), dt_zero_moment_dtype(z)};
+    const char *names[3] = {"master", "exp_avg", "exp_avg_sq"};
+    const char *src[3] = {NULL, NULL, NULL};
+    int rc = DT_OK;
+    if (!rt) rc = dt_errorf(err, DT_EINVAL, "%s: no \"ranges\" metadata (not a sharded optimizer file)", path);
+    for (int k = 0; k < 3 && !rc; k++) {
+        if (k == 0 && !dt_zero_has_master(z)) continue;
+        const dt_st_tensor *t = dt_st_find(f, names[k]);
+        if (!t || strcmp(t->dtype, dt_st_dtype_name(dts[k])) != 0)
+            rc = dt_errorf(err, DT_EINVAL, "%s: tensor \"%s\" missing or not %s", path, names[k],
+                           dt_st_dtype_name(dts[k]));
+        else src[k] = dt_st_data(f, t);
+    }
+    const char *q = rt;
+    size_t pos = 0;
+    while (!rc && q && *q) {
+        char *end;
+        size_t fb = strtoull(q, &end, 10), cnt = 0;
+        if (*end == ':') cnt = strtoull(end + 1, &end, 10);
+        else rc = dt_errorf(err, DT_EINVAL, "%s: malformed ranges metadata", path);
+        for (int i = 0; i < dt_zero_num_ranges(z) && !rc; i++) {
+            dt_zero_range r = dt_zero_range_at(z, i);
+            size_t a = fb > r.flat_begin ? fb : r.flat_begin;
+            size_t e = fb + cnt < r.flat_begin + r.count ? fb + cnt : r.flat_begin + r.count;
+            for (int k = 0; k < 3 && a < e && !rc; k++) {
+                if (!src[k]) continue;
+                size_t es = (size_t)dt_dtype_size(dts[k]);
+                rc = dt_zero_state_write(z, k, r.state_begin + (a - r.flat_begin), e - a,
+                                         src[k] + (pos + (a - fb)) * es, err);
+            }
+        }
+        pos += cnt;
+        q = *end == ',' ? end + 1 : end;
+    }
+    dt_st_close(f);
+    return rc;
+}
+
+int dt_ckpt_load_zero(const char *ckpt_dir, dt_gpt2 *g, const dt_precision *prec, dt_zero *z,
+                      dt_train_state *st, int64_t *saved_world, dt_error *err) {
+    char p[DT_PATH_MAX * 3];
+    int rc;
+    snprintf(p, sizeof p, "%s/state.json", ckpt_dir);
+    if ((rc = parse_state(p, st, prec, dt_gpt2_num_params(g), err))) return rc;
+    snprintf(p, sizeof p, "%s/model.safetensors", ckpt_dir);
+    if ((rc = load_safetensors(g, prec->param, p, err))) return rc;
+    if ((rc = dt_zero_init_from_model(z, err))) return rc;
+    /* every optimizer file of the saved world: resharding to this world/stage */
+    DIR *d = opendir(ckpt_dir);
+    if (!d) return dt_errorf(err, DT_EIO, "%s: cannot list: %s", ckpt_dir, strerror(errno));
+    struct dirent *e;
+    int files = 0, of = 0;
+    while (!rc && (e = readdir(d))) {
+        int rk, wd;
+        if (sscanf(e->d_name, "optim-%d-of-%d.safetensors", &rk, &wd) != 2) continue;
+        snprintf(p, sizeof p, "%s/%s", ckpt_dir, e->d_name);
+        rc = load_optim_shard(p, z, err);
+        files++;
+        of = wd;
+    }
+    closedir(d);
+    if (!rc && (files == 0 || files != of))
+        rc = dt_errorf(err, DT_EINVAL, "%s: %d optimizer shard files, expected %d", ckpt_dir, files, of);
+    if (saved_world) *saved_world = of;
+    return rc;
 }

@@ -24,6 +24,7 @@
 #include "dt_gpt2.h"
 #include "dt_model.h"
 #include "dt_optim.h"
+#include "dt_zero.h"
 
 #define DT_CKPT_FORMAT "dtrun.ckpt/1"
 #define DT_CKPT_PREFIX "ckpt-"
@@ -68,5 +69,22 @@ int dt_ckpt_latest(const char *out_dir, char *path, size_t path_len, int64_t *st
  * that its shapes, dtypes and preset match g / o. */
 int dt_ckpt_load(const char *ckpt_dir, dt_gpt2 *g, const dt_precision *prec, dt_optim *o,
                  dt_train_state *st, dt_error *err);
+
+/* ---- sharded checkpoints (ZeRO engine, docs/zero.md) ----
+ * The same directory layout; optim-<rank>-of-<writers>.safetensors holds one
+ * rank's valid optimizer elements ("master", "exp_avg", "exp_avg_sq")
+ * concatenated, with metadata "ranges" = "flat_begin:count,..." naming the flat
+ * parameters they belong to (stage 0: one file, the whole state). Weights are
+ * consolidated in model.safetensors. state.json records world_size and
+ * zero_stage. Collective: every rank calls save. */
+int dt_ckpt_save_zero(const char *out_dir, dt_gpt2 *g, const dt_model *m, const dt_precision *prec,
+                      dt_zero *z, dt_comm *c, const dt_train_state *st, const char *plan_json,
+                      int64_t keep_last, char *saved_path, size_t saved_len, dt_error *err);
+/* Loads weights, then takes from every shard file the elements of this rank's
+ * ranges, whatever world size and stage wrote them (resharding); single-rank
+ * checkpoints of dt_ckpt_save load too. *saved_world (may be NULL): how many
+ * optimizer files the state came from. */
+int dt_ckpt_load_zero(const char *ckpt_dir, dt_gpt2 *g, const dt_precision *prec, dt_zero *z,
+                      dt_train_state *st, int64_t *saved_world, dt_error *err);
 
 #endif

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "dt_error.h"
+#include "dt_memtrack.h"
 #include "dt_plan.h"
 #include "dt_precision.h"
 
@@ -36,6 +37,9 @@ typedef struct dt_optim dt_optim;
  * has one) and m, v in the preset's moment dtype; all zero. */
 int dt_optim_create(const dt_precision *prec, size_t n, dt_optim **out, dt_error *err);
 void dt_optim_free(dt_optim *o);
+/* The same in a chosen memory pool: DT_POOL_HOST for offload_optimizer = cpu. */
+int dt_optim_create_in(const dt_precision *prec, size_t n, dt_mem_pool pool, dt_optim **out,
+                       dt_error *err);
 
 /* Copies the working params (prec->param dtype) into the fp32 master; a no-op
  * without a master. Call once after the params are initialised or loaded. */
@@ -48,6 +52,25 @@ void dt_optim_init_master(dt_optim *o, const void *params);
  * independent of the thread count. */
 void dt_optim_update(dt_optim *o, void *params, const void *grads, size_t begin, size_t count,
                      const dt_adamw *hp, double grad_mul, int decay, int64_t t);
+
+/* The same update with the state index decoupled from the data: state elements
+ * [state_begin, state_begin + count) against params[0 .. count) (param dtype) and
+ * grads[0 .. count) of grad_dt (a sharded or offloaded engine keeps them apart). */
+void dt_optim_update_at(dt_optim *o, size_t state_begin, void *params, const void *grads,
+                        dt_dtype grad_dt, size_t count, const dt_adamw *hp, double grad_mul,
+                        int decay, int64_t t);
+
+/* The raw AdamW kernel on explicit arrays (element 0 of each is the range's
+ * first): what the optimizer objects and the NVMe swap path both run. */
+typedef struct dt_adamw_arrays {
+    float *master;           /* fp32, or NULL: params are the master */
+    void *m, *v;             /* moment_dt */
+    void *params;            /* param_dt, written (read too without a master) */
+    const void *grads;       /* grad_dt */
+    dt_dtype param_dt, grad_dt, moment_dt;
+} dt_adamw_arrays;
+void dt_adamw_apply(const dt_adamw_arrays *a, size_t count, const dt_adamw *hp, double grad_mul,
+                    int decay, int64_t t);
 
 size_t dt_optim_numel(const dt_optim *o);
 int dt_optim_has_master(const dt_optim *o);

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "dt_comm.h"
 #include "dt_error.h"
 #include "dt_plan.h"
 
@@ -25,7 +26,8 @@ typedef struct dt_train_opts {
                               * schedule.total_steps. Never changes the schedule. */
     int resume;              /* continue from the newest complete checkpoint in out_dir */
     int progress;            /* -1: a progress bar when log is a TTY; 0 never; 1 always */
-    FILE *log;               /* human-readable lines; NULL: quiet */
+    FILE *log;               /* human-readable lines (rank 0 only); NULL: quiet */
+    dt_comm *comm;           /* the ranks (dt_comm_size == plan.parallel.world_size); NULL: "self" */
 } dt_train_opts;
 
 typedef struct dt_train_result {
@@ -38,9 +40,12 @@ typedef struct dt_train_result {
     double tokens_per_s;
 } dt_train_result;
 
-/* Trains; writes out_dir/metrics.jsonl (appended to on resume), checkpoints and
- * out_dir/run-report.json. Plans for more than one rank or for cuda fail with
- * DT_EINVAL ("distributed runs land with the ZeRO engine"). */
+/* Trains with the plan's ZeRO stage and offload across the ranks of opts->comm
+ * (engine/dt_zero.h); collective: every rank calls it. Rank 0 writes
+ * out_dir/metrics.jsonl (appended to on resume) and run-report.json; rank r > 0
+ * writes run-report-rank<r, 5 digits>.json (its own memory); checkpoints are
+ * sharded (dt_ckpt_save_zero). A plan whose world size differs from the
+ * launched world, or for cuda, fails with DT_EINVAL. */
 int dt_train(const dt_plan *plan, const dt_train_opts *opts, dt_train_result *res, dt_error *err);
 
 /* ---- run report (runreport.c) ---- */
@@ -54,6 +59,11 @@ typedef struct dt_run_measure {
     double tokens_per_s;
     int64_t steps;
     double first_loss, last_loss, last_valid_loss;
+    int rank, world;
+    int have_comm;                       /* a training step ran: comm_bytes are measured */
+    int comm_constant;                   /* every step moved the same bytes per collective */
+    int64_t comm_bytes[DT_COLL_COUNT];   /* bytes per collective in one step (dt_collective) */
+    double comm_time_s;                  /* mean time per step blocked in collectives (NAN: unknown) */
 } dt_run_measure;
 
 /* Fills m's memory fields from the memory tracker and getrusage. */
@@ -64,5 +74,10 @@ void dt_run_measure_memory(dt_run_measure *m);
  * tokens/s. Prints the comparison table to log when non-NULL. */
 int dt_run_report_write(const char *path, const dt_plan *plan, const char *plan_path,
                         const dt_run_measure *m, FILE *log, dt_error *err);
+
+/* Recomputes plan->prediction from the plan's settings (dt_predict). *stale = 1
+ * when the plan carried a valid prediction that differs (a hand-edited plan);
+ * what then names the first differing part. The plan must be valid. */
+int dt_plan_refresh_prediction(dt_plan *plan, int *stale, char *what, size_t what_len, dt_error *err);
 
 #endif

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "dt_ckpt.h"
+#include "dt_comm.h"
 #include "dt_data.h"
 #include "dt_gpt2.h"
 #include "dt_plan.h"
@@ -21,6 +22,9 @@
 #define DT_SAMPLE_TOKENS 200       /* default --tokens */
 #define DT_SAMPLE_TEMPERATURE 0.8  /* default --temperature */
 #define DT_SAMPLE_SEED 42          /* default --seed */
+/* Seconds a collective may wait for a peer before the run is declared dead
+ * (dt_comm's deadline; the launcher's --timeout will set it). */
+#define DT_COMM_TIMEOUT_S 300.0
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -28,7 +32,8 @@ static void usage(FILE *f) {
             "       dtrun sample CKPT_DIR [--prompt TEXT] [--tokens N] [--seed S] [--temperature X]\n"
             "                         [--dump-logits FILE]\n"
             "\n"
-            "Trains the plan's model exactly as planned (world size 1, cpu device). --out and\n"
+            "Trains the plan's model exactly as planned (ZeRO stage, offload, cpu device; under\n"
+            "mpirun one process per rank, else world size 1). --out and\n"
             "--data override the plan's output.dir and data.train; --max-steps stops early\n"
             "without changing the LR schedule; --resume continues from the newest complete\n"
             "checkpoint in the output directory. Writes metrics.jsonl, run-report.json and\n"
@@ -93,9 +98,46 @@ static int cmd_train(int argc, char **argv) {
     int rc = dt_plan_load(plan_path, &plan, &err);
     if (!rc) rc = dt_plan_validate(&plan, &err);
     if (rc) return fail(DT_EINVAL, &err);
+    /* ranks: Open MPI's variables when launched by mpirun, else a world of one */
+    dt_comm *comm = NULL;
+    rc = getenv("OMPI_COMM_WORLD_SIZE") ? dt_comm_init_mpi(&comm, DT_COMM_TIMEOUT_S, &err)
+                                        : dt_comm_init_self(&comm, &err);
+    if (rc) return fail(rc, &err);
+    const int rank = dt_comm_rank(comm), world = dt_comm_size(comm);
+    if (plan.parallel.world_size != world) {
+        if (rank == 0)
+            fprintf(stderr,
+                    "dtrun: the plan asks for %lld ranks (parallel.world_size) but %d %s launched; "
+                    "launch %lld or re-plan for %d\n",
+                    (long long)plan.parallel.world_size, world, world == 1 ? "was" : "were",
+                    (long long)plan.parallel.world_size, world);
+        dt_comm_free(comm);
+        return 2;
+    }
+    /* a hand-edited plan: recompute the prediction; warn when the stored one is stale */
+    char what[256];
+    int stale = 0;
+    if ((rc = dt_plan_refresh_prediction(&plan, &stale, what, sizeof what, &err))) {
+        dt_comm_free(comm);
+        return fail(DT_EINVAL, &err);
+    }
+    if (stale && rank == 0)
+        fprintf(stderr,
+                "dtrun: warning: %s: the stored prediction is stale (%s); using a recomputed one "
+                "(dtplan estimate --plan %s refreshes the file)\n",
+                plan_path, what, plan_path);
+    o.comm = comm;
     dt_train_result r;
     rc = dt_train(&plan, &o, &r, &err);
-    if (rc) return fail(rc, &err);
+    if (rc) {
+        fprintf(stderr, "dtrun: rank %d: %s\n", rank, err.msg);
+        /* the other ranks may be blocked in a collective: end them all now */
+        if (world > 1) dt_comm_abort(comm, exit_code(rc));
+        dt_comm_free(comm);
+        return exit_code(rc);
+    }
+    dt_comm_free(comm);
+    if (rank != 0) o.log = NULL;
     if (o.log)
         fprintf(stderr, "dtrun: done: step %lld, loss %.4f -> %.4f%s, %.0f tokens/s\n", (long long)r.steps,
                 r.first_loss, r.last_loss, r.skipped ? " (some fp16 steps skipped)" : "", r.tokens_per_s);

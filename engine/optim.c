@@ -34,6 +34,11 @@ struct dt_optim {
 };
 
 int dt_optim_create(const dt_precision *prec, size_t n, dt_optim **out, dt_error *err) {
+    return dt_optim_create_in(prec, n, DT_POOL_DEVICE, out, err);
+}
+
+int dt_optim_create_in(const dt_precision *prec, size_t n, dt_mem_pool pool, dt_optim **out,
+                       dt_error *err) {
     *out = NULL;
     if (n == 0) return dt_errorf(err, DT_EINVAL, "optimizer: no parameters to optimise");
     if (prec->moment != DT_DTYPE_FP32 && prec->moment != DT_DTYPE_BF16)
@@ -50,9 +55,9 @@ int dt_optim_create(const dt_precision *prec, size_t n, dt_optim **out, dt_error
     o->prec = *prec;
     o->n = n;
     size_t msz = (size_t)dt_dtype_size(prec->moment);
-    o->m = dt_mem_alloc(DT_POOL_DEVICE, DT_MEM_OPTIMIZER, n * msz);
-    o->v = dt_mem_alloc(DT_POOL_DEVICE, DT_MEM_OPTIMIZER, n * msz);
-    if (prec->has_master) o->master = dt_mem_alloc(DT_POOL_DEVICE, DT_MEM_OPTIMIZER, n * sizeof(float));
+    o->m = dt_mem_alloc(pool, DT_MEM_OPTIMIZER, n * msz);
+    o->v = dt_mem_alloc(pool, DT_MEM_OPTIMIZER, n * msz);
+    if (prec->has_master) o->master = dt_mem_alloc(pool, DT_MEM_OPTIMIZER, n * sizeof(float));
     if (!o->m || !o->v || (prec->has_master && !o->master)) {
         dt_optim_free(o);
         return dt_errorf(err, DT_ENOMEM, "optimizer: cannot allocate state for %zu parameters", n);
@@ -84,30 +89,53 @@ void dt_optim_init_master(dt_optim *o, const void *params) {
 /* The per-element update, torch.optim.AdamW's order (decay first, then Adam):
  *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
  *   p = p (1 - lr wd) - lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) */
-void dt_optim_update(dt_optim *o, void *params, const void *grads, size_t begin, size_t count,
-                     const dt_adamw *hp, double grad_mul, int decay, int64_t t) {
+void dt_adamw_apply(const dt_adamw_arrays *a, size_t count, const dt_adamw *hp, double grad_mul,
+                    int decay, int64_t t) {
     const float b1 = (float)hp->beta1, b2 = (float)hp->beta2, eps = (float)hp->eps;
     const float lr = (float)hp->lr, gm = (float)grad_mul;
     const float bc1 = (float)(1.0 - pow(hp->beta1, (double)t));
     const float bc2 = (float)(1.0 - pow(hp->beta2, (double)t));
     const float shrink = decay ? (float)(1.0 - hp->lr * hp->weight_decay) : 1.0f;
-    const dt_dtype pdt = o->prec.param, gdt = o->prec.grad, mdt = o->prec.moment;
-    float *master = o->master;
-    const long long end = (long long)(begin + count);
+    const dt_dtype pdt = a->param_dt, gdt = a->grad_dt, mdt = a->moment_dt;
+    float *master = a->master;
+    void *params = a->params, *mm = a->m, *vv = a->v;
+    const void *grads = a->grads;
+    const long long n = (long long)count;
 #pragma omp parallel for schedule(static)
-    for (long long i = (long long)begin; i < end; i++) {
+    for (long long i = 0; i < n; i++) {
         float g = ld(grads, gdt, (size_t)i) * gm;
-        float m = ld(o->m, mdt, (size_t)i);
-        float v = ld(o->v, mdt, (size_t)i);
+        float m = ld(mm, mdt, (size_t)i);
+        float v = ld(vv, mdt, (size_t)i);
         m = b1 * m + (1.0f - b1) * g;
         v = b2 * v + (1.0f - b2) * g * g;
         float p = master ? master[i] : ld(params, pdt, (size_t)i);
         p = p * shrink - lr * (m / bc1) / (sqrtf(v / bc2) + eps);
-        st(o->m, mdt, (size_t)i, m);
-        st(o->v, mdt, (size_t)i, v);
+        st(mm, mdt, (size_t)i, m);
+        st(vv, mdt, (size_t)i, v);
         if (master) master[i] = p;
         st(params, pdt, (size_t)i, p);
     }
+}
+
+static void *elem(void *p, dt_dtype t, size_t i) { return p ? (char *)p + i * (size_t)dt_dtype_size(t) : NULL; }
+
+void dt_optim_update_at(dt_optim *o, size_t state_begin, void *params, const void *grads,
+                        dt_dtype grad_dt, size_t count, const dt_adamw *hp, double grad_mul,
+                        int decay, int64_t t) {
+    dt_adamw_arrays a = {
+        .master = o->master ? o->master + state_begin : NULL,
+        .m = elem(o->m, o->prec.moment, state_begin),
+        .v = elem(o->v, o->prec.moment, state_begin),
+        .params = params, .grads = grads,
+        .param_dt = o->prec.param, .grad_dt = grad_dt, .moment_dt = o->prec.moment};
+    dt_adamw_apply(&a, count, hp, grad_mul, decay, t);
+}
+
+void dt_optim_update(dt_optim *o, void *params, const void *grads, size_t begin, size_t count,
+                     const dt_adamw *hp, double grad_mul, int decay, int64_t t) {
+    dt_optim_update_at(o, begin, elem(params, o->prec.param, begin),
+                       (const char *)grads + begin * (size_t)dt_dtype_size(o->prec.grad), o->prec.grad,
+                       count, hp, grad_mul, decay, t);
 }
 
 /* Fixed block partition (not per thread) so the sum does not depend on the

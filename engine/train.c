@@ -15,6 +15,7 @@
 #include "dt_json.h"
 #include "dt_memtrack.h"
 #include "dt_optim.h"
+#include "dt_zero.h"
 
 #define DT_PROGRESS_WIDTH 24     /* characters of the progress bar */
 #define DT_LOG_LINES 20          /* non-TTY: about this many progress lines per run */
@@ -26,7 +27,12 @@ typedef struct {
     char out_dir[DT_PATH_MAX];
     char *plan_json;             /* the plan file's text, stored in checkpoints */
     dt_gpt2 *g;
-    dt_optim *o;
+    dt_zero *z;
+    dt_comm *comm;
+    int own_comm, rank, world;
+    int64_t step_bytes[DT_COLL_COUNT];   /* bytes per collective of the last training step */
+    int bytes_constant;                  /* every step moved the same bytes */
+    double comm_s;                       /* time blocked in collectives, timed steps */
     dt_corpus *train_c, *valid_c;
     dt_loader *train_l, *valid_l;
     int32_t *inputs, *targets;   /* [B, T] */
@@ -41,16 +47,16 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int check_plan(const dt_plan *p, dt_error *err) {
-    if (p->parallel.world_size != 1 || p->cluster.nodes * p->cluster.gpus_per_node != 1)
+static int check_plan(const dt_plan *p, int world, dt_error *err) {
+    if (p->parallel.world_size != world)
         return dt_errorf(err, DT_EINVAL,
-                         "the plan asks for %lld ranks; this dtrun runs world size 1 only "
-                         "(distributed runs land with the ZeRO engine)",
-                         (long long)p->parallel.world_size);
+                         "the plan asks for %lld ranks (parallel.world_size) but %d were launched; "
+                         "launch %lld ranks or re-plan with dtplan for %d",
+                         (long long)p->parallel.world_size, world, (long long)p->parallel.world_size, world);
     if (p->cluster.device != DT_DEVICE_CPU)
         return dt_errorf(err, DT_EINVAL,
                          "the plan's device is cuda; this dtrun runs on the cpu device only "
-                         "(distributed and CUDA runs land with the ZeRO engine)");
+                         "(CUDA runs land with the CUDA backend)");
     if (p->model.family != DT_FAMILY_GPT2)
         return dt_errorf(err, DT_EINVAL, "model %s is of the %s family; the engine runs GPT-2 models",
                          p->model.name, dt_family_name(p->model.family));
@@ -80,7 +86,8 @@ static int setup_data(trainer *t, dt_error *err) {
         vc = t->train_c;
         vfirst = ntrain;
     }
-    if (dt_loader_create(t->train_c, T, B, 0, ntrain, 1, d->seed, 0, 1, "training data", &t->train_l, err))
+    if (dt_loader_create(t->train_c, T, B, 0, ntrain, 1, d->seed, t->rank, t->world, "training data", &t->train_l,
+                         err))
         return dt_error_prefix(err, "%s", train_path);
     /* validation needs at least one micro-batch of windows; with fewer it is skipped */
     if (vc && d->eval_interval > 0 && nvalid >= B &&
@@ -97,8 +104,12 @@ static int init_weights(trainer *t, int64_t *resumed_from, dt_error *err) {
         int64_t step;
         if (dt_ckpt_latest(t->out_dir, path, sizeof path, &step, err)) return err->code;
         if (step >= 0) {
-            if (dt_ckpt_load(path, t->g, &p->precision, t->o, &t->st, err)) return err->code;
+            int64_t saved_world = 0;
+            if (dt_ckpt_load_zero(path, t->g, &p->precision, t->z, &t->st, &saved_world, err)) return err->code;
             *resumed_from = step;
+            if (t->opts->log && t->rank == 0 && saved_world != t->world)
+                fprintf(t->opts->log, "dtrun: optimizer state of %lld shard(s) resharded for %d rank(s), stage %d\n",
+                        (long long)saved_world, t->world, p->parallel.zero_stage);
             return dt_loader_set_pos(t->train_l, t->st.data, err);
         }
         if (t->opts->log) fprintf(t->opts->log, "dtrun: no checkpoint in %s, starting from step 0\n", t->out_dir);
@@ -109,7 +120,7 @@ static int init_weights(trainer *t, int64_t *resumed_from, dt_error *err) {
     } else {
         dt_gpt2_init_random(t->g, p->data.seed);
     }
-    dt_optim_init_master(t->o, dt_gpt2_params(t->g));
+    if (dt_zero_init_from_model(t->z, err)) return err->code;
     dt_loss_scaler_init(&t->st.scaler, &p->precision);
     t->st.rng = p->data.seed;
     return DT_OK;
@@ -124,6 +135,7 @@ static int evaluate(trainer *t, double *loss_out, dt_error *err) {
     for (int64_t i = 0; i < nb; i++) {
         float loss;
         dt_loader_next(t->valid_l, t->inputs, t->targets);
+        dt_zero_set_micro(t->z, 0, err);
         if (dt_gpt2_forward(t->g, t->inputs, t->targets, &loss, err)) return err->code;
         sum += loss;
     }
@@ -144,27 +156,31 @@ static void progress(trainer *t, int64_t step, int64_t stop, double loss, double
     fflush(log);
 }
 
-/* One optimizer step; fills the metrics it produced. */
+/* One optimizer step through the ZeRO engine (dt_zero.h); fills the metrics it
+ * produced. Loss and norm are global (all ranks). */
 static int train_step(trainer *t, double *loss_out, double *lr_out, double *norm_out, int *skipped,
                       char *msg, dt_error *err) {
     const dt_plan *p = t->plan;
     const int64_t accum = p->batch.grad_accum;
     dt_loss_scaler *sc = &t->st.scaler;
     const double scale = sc->cur_scale;   /* the scale this step's loss is multiplied by */
-    dt_gpt2_zero_grad(t->g);
+    dt_zero_begin_step(t->z);
     double loss_sum = 0;
     for (int64_t a = 0; a < accum; a++) {
         float loss;
         dt_loader_next(t->train_l, t->inputs, t->targets);
+        dt_zero_set_micro(t->z, a == accum - 1, err);
         if (dt_gpt2_forward(t->g, t->inputs, t->targets, &loss, err)) return err->code;
         if (dt_gpt2_backward(t->g, (float)(scale / (double)accum), err)) return err->code;
         loss_sum += loss;
     }
-    t->st.tokens += accum * p->batch.micro_batch * p->batch.seq_len;
-    *loss_out = loss_sum / (double)accum;
+    if (dt_zero_end_backward(t->z, err)) return err->code;
+    t->st.tokens += accum * p->batch.micro_batch * p->batch.seq_len * t->world;
+    double loss = loss_sum / (double)accum, sumsq = 0;
     int nonfinite = 0;
-    size_t n = dt_gpt2_num_params(t->g);
-    double norm = sqrt(dt_grad_sumsq(dt_gpt2_grads(t->g), p->precision.grad, n, &nonfinite));
+    if (dt_zero_reduce_scalars(t->z, &loss, &sumsq, &nonfinite, err)) return err->code;
+    *loss_out = loss;
+    double norm = sqrt(sumsq);
     *norm_out = norm / scale;
     *skipped = 0;
     if (p->precision.param == DT_DTYPE_FP16) {
@@ -187,13 +203,7 @@ static int train_step(trainer *t, double *loss_out, double *lr_out, double *norm
     double lr = dt_schedule_lr(&p->schedule, p->optimizer.lr, t->st.adam_step);
     t->st.adam_step++;
     dt_adamw hp = {lr, p->optimizer.beta1, p->optimizer.beta2, p->optimizer.eps, p->optimizer.weight_decay};
-    void *params = dt_gpt2_params(t->g);
-    const void *grads = dt_gpt2_grads(t->g);
-    for (int i = 0; i < dt_gpt2_num_tensors(t->g); i++) {
-        const dt_tensor_info *ti = dt_gpt2_tensor(t->g, i);
-        dt_optim_update(t->o, params, grads, ti->offset, ti->numel, &hp, 1.0 / div, ti->ndim >= 2,
-                        t->st.adam_step);
-    }
+    if (dt_zero_optimizer_step(t->z, &hp, 1.0 / div, t->st.adam_step, err)) return err->code;
     *lr_out = lr;
     t->st.data = dt_loader_get_pos(t->train_l);
     return DT_OK;
@@ -201,10 +211,10 @@ static int train_step(trainer *t, double *loss_out, double *lr_out, double *norm
 
 static int save(trainer *t, dt_error *err) {
     char path[DT_PATH_MAX * 2];
-    if (dt_ckpt_save(t->out_dir, t->g, &t->plan->model, &t->plan->precision, t->o, &t->st, t->plan_json,
-                     t->plan->output.keep_last, path, sizeof path, err))
+    if (dt_ckpt_save_zero(t->out_dir, t->g, &t->plan->model, &t->plan->precision, t->z, t->comm, &t->st,
+                          t->plan_json, t->plan->output.keep_last, path, sizeof path, err))
         return err->code;
-    if (t->opts->log) {
+    if (t->opts->log && t->rank == 0) {
         if (t->tty) fprintf(t->opts->log, "\n");
         fprintf(t->opts->log, "dtrun: saved checkpoint %s\n", path);
     }
@@ -219,71 +229,102 @@ static void trainer_free(trainer *t) {
     dt_corpus_free(t->valid_c);
     free(t->inputs);
     free(t->targets);
-    dt_optim_free(t->o);
+    dt_zero_free(t->z);
     dt_gpt2_free(t->g);
+    if (t->own_comm) dt_comm_free(t->comm);
     free(t->plan_json);
 }
+
+static double comm_seconds(trainer *t) { return dt_zero_comm_seconds(t->z); }
 
 int dt_train(const dt_plan *plan, const dt_train_opts *opts, dt_train_result *res, dt_error *err) {
     memset(res, 0, sizeof *res);
     res->last_valid_loss = NAN;
-    if (check_plan(plan, err)) return err->code;
     trainer t;
     memset(&t, 0, sizeof t);
     t.plan = plan;
     t.opts = opts;
-    t.tty = opts->log && (opts->progress > 0 || (opts->progress < 0 && isatty(fileno(opts->log))));
-    snprintf(t.out_dir, sizeof t.out_dir, "%s", opts->out_dir ? opts->out_dir : plan->output.dir);
+    t.comm = opts->comm;
     int rc;
-    if ((rc = dt_mkdirs(t.out_dir, err))) return rc;
-    if (opts->plan_path && dt_json_read_file(opts->plan_path, &t.plan_json, NULL, err)) return err->code;
+    if (!t.comm) {
+        if ((rc = dt_comm_init_self(&t.comm, err))) return rc;
+        t.own_comm = 1;
+    }
+    t.rank = dt_comm_rank(t.comm);
+    t.world = dt_comm_size(t.comm);
+    if ((rc = check_plan(plan, t.world, err))) {
+        if (t.own_comm) dt_comm_free(t.comm);
+        return rc;
+    }
+    /* human output from rank 0 only; every rank reports its own errors */
+    FILE *log = t.rank == 0 ? opts->log : NULL;
+    t.tty = log && (opts->progress > 0 || (opts->progress < 0 && isatty(fileno(log))));
+    snprintf(t.out_dir, sizeof t.out_dir, "%s", opts->out_dir ? opts->out_dir : plan->output.dir);
+    if ((rc = dt_mkdirs(t.out_dir, err))) goto done;
+    if (opts->plan_path && dt_json_read_file(opts->plan_path, &t.plan_json, NULL, err)) {
+        rc = err->code;
+        goto done;
+    }
 
     const int64_t B = plan->batch.micro_batch, T = plan->batch.seq_len;
     rc = dt_gpt2_create(&plan->model, &plan->precision, B, T, plan->activations.ckpt_layers,
                         plan->activations.attention, &t.g, err);
-    if (!rc) rc = dt_optim_create(&plan->precision, dt_gpt2_num_params(t.g), &t.o, err);
+    if (!rc) rc = dt_zero_create(plan, t.comm, t.g, &t.z, err);
     if (!rc) rc = setup_data(&t, err);
     t.inputs = malloc((size_t)(B * T) * sizeof(int32_t));
     t.targets = malloc((size_t)(B * T) * sizeof(int32_t));
     int64_t resumed = -1;
     if (!rc) rc = init_weights(&t, &resumed, err);
-    if (rc) {
-        trainer_free(&t);
-        return rc;
-    }
+    if (rc) goto done;
     const int64_t total = plan->schedule.total_steps;
     const int64_t stop = opts->max_steps > 0 && opts->max_steps < total ? opts->max_steps : total;
     res->first_step = t.st.step;
-    char mpath[DT_PATH_MAX + 32];
-    snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", t.out_dir);
-    t.metrics = fopen(mpath, resumed >= 0 ? "a" : "w");
-    if (!t.metrics) {
-        rc = dt_errorf(err, DT_EIO, "%s: cannot write: %s", mpath, strerror(errno));
-        trainer_free(&t);
-        return rc;
+    if (t.rank == 0) {
+        char mpath[DT_PATH_MAX + 32];
+        snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", t.out_dir);
+        t.metrics = fopen(mpath, resumed >= 0 ? "a" : "w");
+        if (!t.metrics) {
+            rc = dt_errorf(err, DT_EIO, "%s: cannot write: %s", mpath, strerror(errno));
+            goto done;
+        }
     }
-    FILE *log = opts->log;
     if (log) {
         fprintf(log, "dtrun: %s, %zu params, %s, B=%lld T=%lld accum=%lld, ckpt %lld/%lld layers, %lld train windows\n",
                 plan->model.name, dt_gpt2_num_params(t.g), dt_precision_preset_name(plan->precision.preset),
                 (long long)B, (long long)T, (long long)plan->batch.grad_accum,
                 (long long)plan->activations.ckpt_layers, (long long)plan->model.n_layer,
                 (long long)dt_loader_windows(t.train_l));
+        fprintf(log, "dtrun: %d rank(s) (%s), ZeRO stage %d, offload optimizer %s / params %s%s\n", t.world,
+                dt_comm_backend_name(t.comm), plan->parallel.zero_stage,
+                dt_offload_name(plan->parallel.offload_optimizer), dt_offload_name(plan->parallel.offload_param),
+                plan->parallel.overlap_comm ? ", overlapped communication" : "");
         if (resumed >= 0) fprintf(log, "dtrun: resumed from step %lld\n", (long long)resumed);
     }
-    const double tokens_per_step = (double)(plan->batch.grad_accum * B * T);
-    double time_sum = 0, first_time = 0;
+    /* peaks from here on: what a training step needs (set-up temporaries excluded) */
+    dt_mem_reset_peaks();
+    const double tokens_per_step = (double)(plan->batch.grad_accum * B * T * t.world);
+    double time_sum = 0, first_time = 0, comm_sum = 0;
     int64_t timed = 0, log_every = stop / DT_LOG_LINES > 0 ? stop / DT_LOG_LINES : 1;
     char msg[DT_MSG_MAX];
+    t.bytes_constant = 1;
     while (t.st.step < stop) {
-        double t0 = now_s(), loss = 0, lr = 0, norm = 0;
+        double t0 = now_s(), loss = 0, lr = 0, norm = 0, c0 = comm_seconds(&t);
         int skipped;
         msg[0] = '\0';
+        dt_comm_reset_counters(t.comm);
         if ((rc = train_step(&t, &loss, &lr, &norm, &skipped, msg, err))) break;
-        double dt = now_s() - t0;
+        double dt = now_s() - t0, dc = comm_seconds(&t) - c0;
+        for (int c = 0; c < DT_COLL_COUNT; c++) {
+            int64_t b = dt_comm_bytes(t.comm, (dt_collective)c);
+            if (timed > 0 && b != t.step_bytes[c]) t.bytes_constant = 0;
+            t.step_bytes[c] = b;
+        }
         t.st.step++;
         if (timed == 0) first_time = dt;
-        else time_sum += dt;
+        else {
+            time_sum += dt;
+            comm_sum += dc;
+        }
         timed++;
         double mean = timed > 1 ? time_sum / (double)(timed - 1) : first_time;
         double tps = tokens_per_step / dt;
@@ -297,14 +338,16 @@ int dt_train(const dt_plan *plan, const dt_train_opts *opts, dt_train_result *re
             if ((rc = evaluate(&t, &vloss, err))) break;
             res->last_valid_loss = vloss;
         }
-        fprintf(t.metrics,
-                "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"tokens_per_s\": %.1f, \"step_ms\": %.3f, "
-                "\"grad_norm\": %.9g, \"loss_scale\": %g, \"skipped\": %s, \"mem\": %lld",
-                (long long)t.st.step, loss, lr, tps, dt * 1e3, norm, t.st.scaler.cur_scale,
-                skipped ? "true" : "false", (long long)dt_mem_current_total(DT_POOL_DEVICE));
-        if (!isnan(vloss)) fprintf(t.metrics, ", \"val_loss\": %.9g", vloss);
-        fprintf(t.metrics, "}\n");
-        fflush(t.metrics);
+        if (t.metrics) {
+            fprintf(t.metrics,
+                    "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"tokens_per_s\": %.1f, \"step_ms\": %.3f, "
+                    "\"grad_norm\": %.9g, \"loss_scale\": %g, \"skipped\": %s, \"mem\": %lld",
+                    (long long)t.st.step, loss, lr, tps, dt * 1e3, norm, t.st.scaler.cur_scale,
+                    skipped ? "true" : "false", (long long)dt_mem_current_total(DT_POOL_DEVICE));
+            if (!isnan(vloss)) fprintf(t.metrics, ", \"val_loss\": %.9g", vloss);
+            fprintf(t.metrics, "}\n");
+            fflush(t.metrics);
+        }
         if (log) {
             if (msg[0]) fprintf(log, "%sdtrun: step %lld: %s\n", t.tty ? "\n" : "", (long long)t.st.step, msg);
             if (t.tty) {
@@ -334,10 +377,18 @@ int dt_train(const dt_plan *plan, const dt_train_opts *opts, dt_train_result *re
         m.first_loss = res->first_loss;
         m.last_loss = res->last_loss;
         m.last_valid_loss = res->last_valid_loss;
-        char rpath[DT_PATH_MAX + 32];
-        snprintf(rpath, sizeof rpath, "%s/run-report.json", t.out_dir);
+        m.rank = t.rank;
+        m.world = t.world;
+        m.have_comm = timed > 0;
+        m.comm_constant = t.bytes_constant;
+        for (int c = 0; c < DT_COLL_COUNT; c++) m.comm_bytes[c] = t.step_bytes[c];
+        m.comm_time_s = timed > 1 ? comm_sum / (double)(timed - 1) : NAN;
+        char rpath[DT_PATH_MAX + 48];
+        if (t.rank == 0) snprintf(rpath, sizeof rpath, "%s/run-report.json", t.out_dir);
+        else snprintf(rpath, sizeof rpath, "%s/run-report-rank%05d.json", t.out_dir, t.rank);
         rc = dt_run_report_write(rpath, plan, opts->plan_path, &m, log, err);
     }
+done:
     trainer_free(&t);
     return rc;
 }

@@ -253,7 +253,13 @@ int dt_time_estimate(const dt_plan *p, dt_time_breakdown *out, dt_error *err) {
     return DT_OK;
 }
 
+static int comm_bytes(const dt_plan *p, int64_t out[DT_COLL_COUNT], dt_error *err);
+
 int dt_time_comm_bytes(const dt_plan *p, int64_t out[DT_COLL_COUNT], dt_error *err) {
+    return comm_bytes(p, out, err);
+}
+
+static int comm_bytes(const dt_plan *p, int64_t out[DT_COLL_COUNT], dt_error *err) {
     memset(out, 0, sizeof(int64_t) * DT_COLL_COUNT);
     if (check_plan(p, err)) return err->code;
     if (p->parallel.world_size <= 1) return DT_OK;
@@ -290,7 +296,7 @@ int dt_predict(dt_plan *p, dt_error *err) {
     memset(&pred, 0, sizeof pred);
     if (dt_memory_estimate(p, &pred.memory, err)) return err->code;
     if (dt_time_estimate(p, &pred.time, err)) return err->code;
-    if (dt_time_comm_bytes(p, pred.comm_bytes, err)) return err->code;
+    if (comm_bytes(p, pred.comm_bytes, err)) return err->code;
     pred.valid = 1;
     p->prediction = pred;
     return DT_OK;

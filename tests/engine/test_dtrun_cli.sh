@@ -42,7 +42,7 @@ expect_exit 2 "^dtrun: .*micro_bach" -- "$DTRUN" "$TMP/bad-key.json"
 # two ranks: a consistent plan this engine refuses
 sed -e 's/"gpus_per_node": 1/"gpus_per_node": 2/' -e 's/"world_size": 1/"world_size": 2/' \
     -e 's/"global_batch": 16/"global_batch": 32/' "$PLAN" >"$TMP/two-ranks.json"
-expect_exit 2 "distributed runs land with the ZeRO engine" -- "$DTRUN" "$TMP/two-ranks.json" --out "$TMP/x"
+expect_exit 2 "asks for 2 ranks (parallel.world_size) but 1 was launched" -- "$DTRUN" "$TMP/two-ranks.json" --out "$TMP/x"
 # a data path with no text
 mkdir -p "$TMP/empty"
 expect_exit 2 "^dtrun: .*empty.*no text" -- "$DTRUN" "$PLAN" --out "$TMP/y" --data "$TMP/empty"

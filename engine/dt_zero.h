@@ -1,0 +1,78 @@
+/* dt_zero.h — the ZeRO data-parallel engine (stages 0-3, optimizer / parameter
+ * offload) around one dt_gpt2 replica per rank. It executes docs/time-model.md
+ * exactly: units = embeddings, each block, the final norm; stages 1-3 pad each
+ * unit to a multiple of the world size W and give rank r elements
+ * [r*P/W, (r+1)*P/W) of it; the collectives per step are the table there, so
+ * dt_comm's byte counters equal dt_time_comm_bytes(plan). docs/zero.md explains the
+ * buffers, the hooks and the offload paths.
+ *
+ * Per optimizer step the trainer calls
+ *   dt_zero_begin_step; for each micro-step { dt_zero_set_micro(last?);
+ *   dt_gpt2_forward; dt_gpt2_backward }; dt_zero_end_backward;
+ *   dt_zero_reduce_scalars; dt_zero_sumsq (inside); dt_zero_optimizer_step.
+ * With W = 1 no collective runs (copies replace them), whatever the stage.
+ * Counts are elements unless a name says bytes. */
+#ifndef DT_ZERO_H
+#define DT_ZERO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dt_comm.h"
+#include "dt_error.h"
+#include "dt_gpt2.h"
+#include "dt_optim.h"
+#include "dt_plan.h"
+
+typedef struct dt_zero dt_zero;
+
+/* One optimizer-state slice owned by this rank: state elements
+ * [state_begin, state_begin + count) hold flat parameters
+ * [flat_begin, flat_begin + count). */
+typedef struct dt_zero_range {
+    size_t flat_begin, state_begin, count;
+} dt_zero_range;
+
+/* Installs hooks on g and allocates shards, buffers and the optimizer state per
+ * the plan's stage and offload (nvme files under parallel.nvme_path). */
+int dt_zero_create(const dt_plan *p, dt_comm *c, dt_gpt2 *g, dt_zero **out, dt_error *err);
+void dt_zero_free(dt_zero *z);
+
+/* Takes this rank's shard of the parameters now in g's flat buffer (after init
+ * or a weights load) and sets the master copy from them; m, v = 0. */
+int dt_zero_init_from_model(dt_zero *z, dt_error *err);
+
+void dt_zero_begin_step(dt_zero *z);
+/* last: this micro-step ends the accumulation (stages 0/1 reduce only then).
+ * err: where a collective failing inside a model hook is reported (the err
+ * given to the next dt_gpt2_forward / _backward). Call before eval passes too. */
+void dt_zero_set_micro(dt_zero *z, int last, dt_error *err);
+/* Waits for every collective still in flight after the last backward. */
+int dt_zero_end_backward(dt_zero *z, dt_error *err);
+/* The step's one scalar all-reduce: *loss (this rank's mean) becomes the mean
+ * over ranks; *sumsq the global sum of squared (scaled) gradients; *nonfinite
+ * whether any gradient anywhere is inf/nan. */
+int dt_zero_reduce_scalars(dt_zero *z, double *loss, double *sumsq, int *nonfinite, dt_error *err);
+/* AdamW on this rank's shard, then (stages 1/2) the parameter all-gather. */
+int dt_zero_optimizer_step(dt_zero *z, const dt_adamw *hp, double grad_mul, int64_t t, dt_error *err);
+/* Stage 3: all-gathers every unit into g's flat parameter buffer (checkpoint
+ * and export need the full weights); a no-op for stages 0-2. Collective. */
+int dt_zero_consolidate_params(dt_zero *z, dt_error *err);
+
+/* Wall seconds spent blocked in communication calls and waits since creation
+ * (the exposed communication time; its share of a step is what bench reports). */
+double dt_zero_comm_seconds(const dt_zero *z);
+
+/* ---- optimizer state, for sharded checkpoints (ckpt.c) ---- */
+int dt_zero_num_ranges(const dt_zero *z);
+dt_zero_range dt_zero_range_at(const dt_zero *z, int i);
+int dt_zero_stage(const dt_zero *z);
+size_t dt_zero_state_numel(const dt_zero *z);     /* state elements held (padding included) */
+int dt_zero_has_master(const dt_zero *z);
+dt_dtype dt_zero_moment_dtype(const dt_zero *z);
+/* which: 0 master (fp32), 1 exp_avg, 2 exp_avg_sq. Copies state elements
+ * [lo, lo + count) to / from dst (reads through the nvme file when offloaded). */
+int dt_zero_state_read(dt_zero *z, int which, size_t lo, size_t count, void *dst, dt_error *err);
+int dt_zero_state_write(dt_zero *z, int which, size_t lo, size_t count, const void *src, dt_error *err);
+
+#endif

@@ -1,0 +1,631 @@
+/* zero.c — see dt_zero.h and docs/zero.md. */
+#include "dt_zero.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dt_dtype.h"
+#include "dt_memtrack.h"
+#include "dt_offload.h"
+
+/* DeepSpeed code defaults for the offload staging (reference/ecosystem.md §1.3;
+ * the memory model, planner/memory.c, counts the same): offload_optimizer
+ * buffer_count, sub_group_size (elements per optimizer tile), offload_param
+ * buffer_count and buffer_size (elements). */
+#define DS_OPT_SWAP_BUFFERS 4
+#define DS_SUB_GROUP_ELEMS ((size_t)1000000000)
+#define DS_PARAM_SWAP_BUFFERS 5
+#define DS_PARAM_BUFFER_ELEMS ((size_t)100000000)
+
+#define EMB 2          /* buffer id of unit 0; blocks alternate ids 0 and 1 */
+#define NBUF 3
+
+typedef struct {
+    size_t off, n;     /* flat offset and elements of the unit */
+    size_t P, S;       /* padded elements (multiple of W; n for stage 0) and shard elements */
+    size_t sb;         /* first state element of this rank's shard */
+} unit;
+
+typedef struct {
+    dt_comm_req *req;  /* NULL: nothing in flight */
+    int unit;          /* reduce-scatter: unit whose shard recv holds; gather: unit in the buffer */
+    int acc;           /* reduce-scatter: add recv into the gradient shard on completion */
+} pend;
+
+struct dt_zero {
+    const dt_plan *p;
+    dt_comm *c;
+    dt_gpt2 *g;
+    int W, r, stage, overlap, last;
+    dt_offload oo, op;
+    dt_dtype pdt, gdt, mdt, hgdt;
+    size_t psz, gsz;
+    int nu;
+    unit *u;
+    size_t state_n, maxP, maxS;
+    int has_master;
+    dt_store st[3];        /* master (fp32), m, v: [state_n] */
+    dt_store pstore;       /* stage 3: parameter shard [state_n] */
+    void *swap[DS_OPT_SWAP_BUFFERS];   /* nvme optimizer staging (host) */
+    void *pswap[DS_PARAM_SWAP_BUFFERS];/* nvme param staging (host) */
+    void *hgrad;           /* offload: upcast gradient shard (host) [state_n] */
+    void *gshard;          /* stages 2/3: gradient shard accumulator [state_n] */
+    void *gbuf[NBUF];      /* stages 2/3: full-unit gradients; stage 1: send buckets */
+    void *rsrecv[NBUF];    /* stages 2/3: reduce-scatter receive [maxS] */
+    void *pbuf[NBUF];      /* stage 3: gathered unit params */
+    void *pstage;          /* stages 1/2: padded unit params for the all-gather [maxP] */
+    pend rs[NBUF], ag[NBUF];
+    int held[NBUF];        /* stage 3: unit whose gathered params pbuf[i] holds, -1 none */
+    int emb_fwd_after;     /* stage 3: after_forward(0) calls seen in this forward */
+    dt_comm_req **ar;      /* stage 0: all-reduces in flight */
+    int nar, car;
+    size_t reduced_from;   /* stage 0: flat grads [reduced_from, Ψ) are all-reduced */
+    double comm_s;         /* wall time blocked in collectives (calls + waits) */
+    dt_error *herr;        /* where hook failures are reported */
+    dt_error hook_err;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* times a communication call into z->comm_s */
+#define TIMED(z, call) ({ double t0_ = now_s(); int rc_ = (call); (z)->comm_s += now_s() - t0_; rc_; })
+
+static void *dmem(dt_mem_pool pool, dt_mem_category cat, size_t bytes) {
+    return bytes ? dt_mem_alloc(pool, cat, bytes) : NULL;
+}
+static void *at(void *p, size_t i, size_t esz) { return (char *)p + i * esz; }
+static size_t minz(size_t a, size_t b) { return a < b ? a : b; }
+
+static int bid(int u) { return u == 0 ? EMB : u % 2; }
+static size_t my_lo(const dt_zero *z, int u) { return z->stage == 0 ? 0 : (size_t)z->r * z->u[u].S; }
+static size_t my_valid(const dt_zero *z, int u) {
+    size_t lo = my_lo(z, u);
+    return lo >= z->u[u].n ? 0 : minz(z->u[u].S, z->u[u].n - lo);
+}
+
+/* dst[i] += src[i] in dtype t, through fp32 */
+static void add_into(void *dst, const void *src, dt_dtype t, size_t n) {
+    if (t == DT_DTYPE_FP32) {
+        float *d = dst;
+        const float *s = src;
+        for (size_t i = 0; i < n; i++) d[i] += s[i];
+        return;
+    }
+    uint16_t *d = dst;
+    const uint16_t *s = src;
+    int bf = t == DT_DTYPE_BF16;
+    for (size_t i = 0; i < n; i++) {
+        float v = bf ? dt_bf16_to_f32(d[i]) + dt_bf16_to_f32(s[i]) : dt_fp16_to_f32(d[i]) + dt_fp16_to_f32(s[i]);
+        d[i] = bf ? dt_f32_to_bf16(v) : dt_f32_to_fp16(v);
+    }
+}
+
+/* ---- collectives (W = 1: local copies, nothing counted) ---- */
+
+static int c_reduce_scatter(dt_zero *z, const void *send, void *recv, size_t S, dt_comm_req **req,
+                            dt_error *err) {
+    if (z->W == 1) {
+        if (send != recv) memcpy(recv, send, S * z->gsz);
+        return DT_OK;
+    }
+    if (req) return TIMED(z, dt_comm_ireduce_scatter(z->c, send, recv, S, z->gdt, DT_RED_AVG, req, err));
+    return TIMED(z, dt_comm_reduce_scatter(z->c, send, recv, S, z->gdt, DT_RED_AVG, err));
+}
+
+/* in place: this rank's block is already at recv + r*S */
+static int c_allgather(dt_zero *z, void *recv, size_t S, dt_comm_req **req, dt_error *err) {
+    if (z->W == 1) return DT_OK;
+    void *send = at(recv, (size_t)z->r * S, z->psz);
+    if (req) return TIMED(z, dt_comm_iallgather(z->c, send, recv, S, z->pdt, req, err));
+    return TIMED(z, dt_comm_allgather(z->c, send, recv, S, z->pdt, err));
+}
+
+static int finish_rs(dt_zero *z, int b, dt_error *err) {
+    pend *pd = &z->rs[b];
+    if (pd->req) {
+        dt_comm_req *q = pd->req;
+        pd->req = NULL;
+        if (TIMED(z, dt_comm_wait(z->c, q, err))) return err->code;
+    }
+    if (pd->acc) {
+        const unit *u = &z->u[pd->unit];
+        add_into(at(z->gshard, u->sb, z->gsz), z->rsrecv[b], z->gdt, u->S);
+        pd->acc = 0;
+    }
+    return DT_OK;
+}
+
+static int finish_ag(dt_zero *z, int b, dt_error *err) {
+    pend *pd = &z->ag[b];
+    if (!pd->req) return DT_OK;
+    dt_comm_req *q = pd->req;
+    pd->req = NULL;
+    if (TIMED(z, dt_comm_wait(z->c, q, err))) return err->code;
+    z->held[b] = pd->unit;
+    return DT_OK;
+}
+
+/* ---- stage 3: gathers ---- */
+
+/* Starts (overlap) or runs the all-gather of unit u into its parameter buffer:
+ * this rank's shard goes to its block of the buffer first (the H2D copy when
+ * parameters are offloaded), then an in-place all-gather. */
+static int gather(dt_zero *z, int u, int async, dt_error *err) {
+    int b = bid(u);
+    int rc;
+    if ((rc = finish_ag(z, b, err))) return rc;
+    const unit *un = &z->u[u];
+    void *dst = at(z->pbuf[b], my_lo(z, u), z->psz);
+    void *src = dt_store_get(&z->pstore, un->sb, un->S, z->pswap[0], err);
+    if (!src) return err->code;
+    memcpy(dst, src, un->S * z->psz);
+    z->held[b] = -1;
+    if (async && z->W > 1) {
+        z->ag[b].unit = u;
+        return c_allgather(z, z->pbuf[b], un->S, &z->ag[b].req, err);
+    }
+    if ((rc = c_allgather(z, z->pbuf[b], un->S, NULL, err))) return rc;
+    z->held[b] = u;
+    return DT_OK;
+}
+
+static int ensure_gathered(dt_zero *z, int u, dt_error *err) {
+    int b = bid(u);
+    if (z->ag[b].req && z->ag[b].unit == u) return finish_ag(z, b, err);
+    if (z->held[b] == u) return DT_OK;
+    return gather(z, u, 0, err);
+}
+
+static int prefetch(dt_zero *z, int u, dt_error *err) {
+    if (!z->overlap || u < 1 || u >= z->nu) return DT_OK;
+    return gather(z, u, 1, err);
+}
+
+/* ---- hooks ---- */
+
+static int bind(dt_zero *z, int u) {
+    int b = bid(u);
+    void *params = z->stage == 3 ? z->pbuf[b] : NULL;
+    void *grads = z->stage >= 2 ? z->gbuf[b] : NULL;
+    return dt_gpt2_bind_group(z->g, u, params, grads);
+}
+
+static int hook_before_forward(void *ctx, int u) {
+    dt_zero *z = ctx;
+    dt_error *err = z->herr;
+    int rc;
+    if (z->stage == 3) {
+        if (u == 0) {
+            if (z->held[EMB] != 0) {
+                z->emb_fwd_after = 0;
+                if ((rc = ensure_gathered(z, 0, err))) return rc;
+                if ((rc = prefetch(z, 1, err))) return rc;
+            }
+        } else {
+            if ((rc = ensure_gathered(z, u, err))) return rc;
+            if ((rc = prefetch(z, u + 1, err))) return rc;
+        }
+    }
+    return bind(z, u);
+}
+
+static int hook_after_forward(void *ctx, int u) {
+    dt_zero *z = ctx;
+    if (z->stage != 3) return DT_OK;
+    if (u == 0) {
+        /* unit 0 serves the encoder and, tied, the classifier: released after both */
+        if (++z->emb_fwd_after == 2) z->held[EMB] = -1;
+    } else {
+        z->held[bid(u)] = -1;
+    }
+    return DT_OK;
+}
+
+static int hook_before_backward(void *ctx, int u) {
+    dt_zero *z = ctx;
+    dt_error *err = z->herr;
+    int rc, b = bid(u);
+    if (z->stage >= 2) {
+        if ((rc = finish_rs(z, b, err))) return rc;   /* the buffer is reused below */
+        memset(z->gbuf[b], 0, z->u[u].P * z->gsz);
+    }
+    if (z->stage == 3) {
+        if ((rc = ensure_gathered(z, u, err))) return rc;
+        int next = u == 0 ? z->nu - 1 : u - 1;
+        if ((rc = prefetch(z, next, err))) return rc;
+    }
+    return bind(z, u);
+}
+
+static int ar_push(dt_zero *z, size_t lo, size_t n, dt_error *err) {
+    void *buf = at(dt_gpt2_grads(z->g), lo, z->gsz);
+    if (z->W == 1) return DT_OK;
+    if (!z->overlap) return TIMED(z, dt_comm_allreduce(z->c, buf, n, z->gdt, DT_RED_AVG, err));
+    if (z->nar == z->car) {
+        int nc = z->car ? 2 * z->car : 16;
+        dt_comm_req **q = realloc(z->ar, (size_t)nc * sizeof *q);
+        if (!q) return dt_errorf(err, DT_ENOMEM, "zero: out of memory for requests");
+        z->ar = q;
+        z->car = nc;
+    }
+    return TIMED(z, dt_comm_iallreduce(z->c, buf, n, z->gdt, DT_RED_AVG, &z->ar[z->nar++], err));
+}
+
+static int hook_after_backward(void *ctx, int u) {
+    dt_zero *z = ctx;
+    dt_error *err = z->herr;
+    const unit *un = &z->u[u];
+    int rc, b = bid(u);
+    switch (z->stage) {
+    case 0: {
+        if (!z->last) return DT_OK;
+        /* buckets of reduce_bucket_elems, from the top of the flat gradient down,
+         * as soon as a whole bucket is complete; the rest when unit 0 is */
+        size_t B = (size_t)z->p->parallel.reduce_bucket_elems;
+        while (z->reduced_from - un->off >= B) {
+            if ((rc = ar_push(z, z->reduced_from - B, B, err))) return rc;
+            z->reduced_from -= B;
+        }
+        if (u == 0 && z->reduced_from > 0) {
+            if ((rc = ar_push(z, 0, z->reduced_from, err))) return rc;
+            z->reduced_from = 0;
+        }
+        return DT_OK;
+    }
+    case 1: {
+        if (!z->last) return DT_OK;
+        b = u % 2;
+        if ((rc = finish_rs(z, b, err))) return rc;
+        void *flat = at(dt_gpt2_grads(z->g), un->off, z->gsz);
+        memcpy(z->gbuf[b], flat, un->n * z->gsz);
+        memset(at(z->gbuf[b], un->n, z->gsz), 0, (un->P - un->n) * z->gsz);
+        /* the shard lands at the start of the unit's own (now free) gradient range */
+        return c_reduce_scatter(z, z->gbuf[b], flat, un->S, z->overlap && z->W > 1 ? &z->rs[b].req : NULL, err);
+    }
+    default: {
+        z->rs[b].unit = u;
+        z->rs[b].acc = 1;
+        if ((rc = c_reduce_scatter(z, z->gbuf[b], z->rsrecv[b], un->S,
+                                   z->overlap && z->W > 1 ? &z->rs[b].req : NULL, err)))
+            return rc;
+        if (!z->rs[b].req && (rc = finish_rs(z, b, err))) return rc;
+        if (z->stage == 3) z->held[b] = -1;
+        return DT_OK;
+    }
+    }
+}
+
+/* ---- create / free ---- */
+
+void dt_zero_free(dt_zero *z) {
+    if (!z) return;
+    dt_gpt2_set_hooks(z->g, NULL);
+    for (int u = 0; u < z->nu; u++) dt_gpt2_bind_group(z->g, u, NULL, NULL);
+    for (int i = 0; i < 3; i++) dt_store_close(&z->st[i]);
+    dt_store_close(&z->pstore);
+    for (int i = 0; i < DS_OPT_SWAP_BUFFERS; i++) dt_mem_free(z->swap[i]);
+    for (int i = 0; i < DS_PARAM_SWAP_BUFFERS; i++) dt_mem_free(z->pswap[i]);
+    dt_mem_free(z->hgrad);
+    dt_mem_free(z->gshard);
+    for (int i = 0; i < NBUF; i++) {
+        dt_mem_free(z->gbuf[i]);
+        dt_mem_free(z->rsrecv[i]);
+        dt_mem_free(z->pbuf[i]);
+    }
+    dt_mem_free(z->pstage);
+    free(z->ar);
+    free(z->u);
+    free(z);
+}
+
+static int open_store(dt_zero *z, dt_store *s, dt_offload where, dt_mem_category cat, const char *name,
+                      dt_dtype dt, dt_error *err) {
+    if (where == DT_OFFLOAD_NVME) {
+        char fname[128];
+        snprintf(fname, sizeof fname, "dtrun-%s-rank%05d.bin", name, z->r);
+        return dt_store_open_file(s, z->p->parallel.nvme_path, fname, z->state_n, dt, err);
+    }
+    return dt_store_open_mem(s, where == DT_OFFLOAD_CPU ? DT_POOL_HOST : DT_POOL_DEVICE, cat, z->state_n, dt,
+                             err);
+}
+
+int dt_zero_create(const dt_plan *p, dt_comm *c, dt_gpt2 *g, dt_zero **out, dt_error *err) {
+    *out = NULL;
+    dt_zero *z = calloc(1, sizeof *z);
+    if (!z) return dt_errorf(err, DT_ENOMEM, "zero: out of memory");
+    z->p = p;
+    z->c = c;
+    z->g = g;
+    z->W = dt_comm_size(c);
+    z->r = dt_comm_rank(c);
+    z->stage = p->parallel.zero_stage;
+    z->overlap = p->parallel.overlap_comm;
+    z->oo = p->parallel.offload_optimizer;
+    z->op = p->parallel.offload_param;
+    z->pdt = p->precision.param;
+    z->gdt = p->precision.grad;
+    z->mdt = p->precision.moment;
+    z->has_master = p->precision.has_master;
+    z->hgdt = z->has_master ? DT_DTYPE_FP32 : z->gdt;
+    z->psz = (size_t)dt_dtype_size(z->pdt);
+    z->gsz = (size_t)dt_dtype_size(z->gdt);
+    z->herr = &z->hook_err;
+    for (int i = 0; i < NBUF; i++) z->held[i] = -1;
+    int rc = DT_OK;
+    if (z->W != p->parallel.world_size)
+        rc = dt_errorf(err, DT_EINVAL, "the plan's world_size is %lld but %d ranks were launched",
+                       (long long)p->parallel.world_size, z->W);
+    else if (z->stage < 0 || z->stage > 3)
+        rc = dt_errorf(err, DT_EINVAL, "zero_stage %d: must be 0..3", z->stage);
+    if (rc) {
+        free(z);
+        return rc;
+    }
+    /* units: the model's parameter groups (embeddings, blocks, final norm) */
+    z->nu = dt_gpt2_num_groups(g);
+    z->u = calloc((size_t)z->nu, sizeof *z->u);
+    if (!z->u) {
+        free(z);
+        return dt_errorf(err, DT_ENOMEM, "zero: out of memory");
+    }
+    size_t sb = 0, W = (size_t)z->W;
+    for (int i = 0; i < z->nu; i++) {
+        unit *un = &z->u[i];
+        un->off = dt_gpt2_group_offset(g, i);
+        un->n = dt_gpt2_group_numel(g, i);
+        if (z->stage == 0) {
+            un->P = un->S = un->n;
+            un->sb = un->off;
+        } else {
+            un->P = (un->n + W - 1) / W * W;
+            un->S = un->P / W;
+            un->sb = sb;
+            sb += un->S;
+        }
+        if (un->P > z->maxP) z->maxP = un->P;
+        if (un->S > z->maxS) z->maxS = un->S;
+    }
+    z->state_n = z->stage == 0 ? dt_gpt2_num_params(g) : sb;
+
+    /* optimizer state: device, host (cpu) or nvme files with bounded staging */
+    if (z->has_master) rc = open_store(z, &z->st[0], z->oo, DT_MEM_OPTIMIZER, "master", DT_DTYPE_FP32, err);
+    if (!rc) rc = open_store(z, &z->st[1], z->oo, DT_MEM_OPTIMIZER, "exp_avg", z->mdt, err);
+    if (!rc) rc = open_store(z, &z->st[2], z->oo, DT_MEM_OPTIMIZER, "exp_avg_sq", z->mdt, err);
+    if (!rc && z->oo == DT_OFFLOAD_NVME) {
+        size_t sub = minz(DS_SUB_GROUP_ELEMS, z->state_n);
+        if (z->maxS > sub)
+            rc = dt_errorf(err, DT_EINVAL, "zero: a unit shard of %zu elements exceeds the nvme sub-group", z->maxS);
+        size_t w = (size_t)dt_dtype_size(z->has_master ? DT_DTYPE_FP32 : z->mdt);
+        for (int i = 0; i < DS_OPT_SWAP_BUFFERS && !rc; i++)
+            if (!(z->swap[i] = dmem(DT_POOL_HOST, DT_MEM_BUFFERS, sub * w)))
+                rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the nvme optimizer staging");
+    }
+    if (!rc && z->oo != DT_OFFLOAD_NONE &&
+        !(z->hgrad = dmem(DT_POOL_HOST, DT_MEM_BUFFERS, z->state_n * (size_t)dt_dtype_size(z->hgdt))))
+        rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the host gradient partition");
+    /* stage 3: the parameter shard, gathered units; stages 2/3: gradient shard */
+    if (!rc && z->stage == 3) {
+        rc = open_store(z, &z->pstore, z->op, DT_MEM_PARAMS, "params", z->pdt, err);
+        size_t pbn = z->op == DT_OFFLOAD_NVME ? minz(DS_PARAM_BUFFER_ELEMS, z->state_n) : 0;
+        if (!rc && z->maxS > (pbn ? pbn : z->maxS))
+            rc = dt_errorf(err, DT_EINVAL, "zero: a unit shard exceeds the nvme parameter buffer");
+        for (int i = 0; i < DS_PARAM_SWAP_BUFFERS && !rc && pbn; i++)
+            if (!(z->pswap[i] = dmem(DT_POOL_HOST, DT_MEM_BUFFERS, pbn * z->psz)))
+                rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the nvme parameter staging");
+        size_t blk = 0;
+        for (int i = 1; i < z->nu; i++) blk = z->u[i].P > blk ? z->u[i].P : blk;
+        for (int i = 0; i < NBUF && !rc; i++)
+            if (!(z->pbuf[i] = dmem(DT_POOL_DEVICE, DT_MEM_BUFFERS, (i == EMB ? z->u[0].P : blk) * z->psz)))
+                rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the gathered-parameter buffers");
+    }
+    if (!rc && z->stage >= 2) {
+        if (!(z->gshard = dmem(DT_POOL_DEVICE, DT_MEM_GRADS, z->state_n * z->gsz)))
+            rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the gradient shard");
+        size_t blk = 0;
+        for (int i = 1; i < z->nu; i++) blk = z->u[i].P > blk ? z->u[i].P : blk;
+        for (int i = 0; i < NBUF && !rc; i++)
+            if (!(z->gbuf[i] = dmem(DT_POOL_DEVICE, DT_MEM_BUFFERS, (i == EMB ? z->u[0].P : blk) * z->gsz)) ||
+                !(z->rsrecv[i] = dmem(DT_POOL_DEVICE, DT_MEM_BUFFERS, z->maxS * z->gsz)))
+                rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the gradient buffers");
+    }
+    if (!rc && z->stage == 1)
+        for (int i = 0; i < 2 && !rc; i++)
+            if (!(z->gbuf[i] = dmem(DT_POOL_DEVICE, DT_MEM_BUFFERS, z->maxP * z->gsz)))
+                rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the reduce-scatter buckets");
+    if (!rc && (z->stage == 1 || z->stage == 2) &&
+        !(z->pstage = dmem(DT_POOL_DEVICE, DT_MEM_BUFFERS, z->maxP * z->psz)))
+        rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the all-gather buffer");
+    if (rc) {
+        dt_zero_free(z);
+        return rc;
+    }
+    dt_gpt2_hooks h = {z, hook_before_forward, hook_after_forward, hook_before_backward, hook_after_backward};
+    dt_gpt2_set_hooks(g, &h);
+    *out = z;
+    return DT_OK;
+}
+
+/* ---- state ---- */
+
+int dt_zero_init_from_model(dt_zero *z, dt_error *err) {
+    const void *flat = dt_gpt2_params(z->g);
+    for (int i = 0; i < z->nu; i++) {
+        const unit *un = &z->u[i];
+        size_t lo = my_lo(z, i), v = my_valid(z, i);
+        int rc;
+        if (z->has_master) {
+            float *m = dt_store_is_file(&z->st[0]) ? z->swap[0] : at(z->st[0].mem, un->sb, 4);
+            memset(m, 0, un->S * sizeof(float));
+            dt_convert(m, DT_DTYPE_FP32, at((void *)flat, un->off + lo, z->psz), z->pdt, v);
+            if ((rc = dt_store_put(&z->st[0], un->sb, un->S, m, err))) return rc;
+        }
+        if (z->stage == 3) {
+            void *d = dt_store_is_file(&z->pstore) ? z->pswap[0] : at(z->pstore.mem, un->sb, z->psz);
+            memset(d, 0, un->S * z->psz);
+            memcpy(d, at((void *)flat, un->off + lo, z->psz), v * z->psz);
+            if ((rc = dt_store_put(&z->pstore, un->sb, un->S, d, err))) return rc;
+        }
+    }
+    return DT_OK;
+}
+
+void dt_zero_begin_step(dt_zero *z) {
+    if (z->stage <= 1) dt_gpt2_zero_grad(z->g);
+    else memset(z->gshard, 0, z->state_n * z->gsz);
+    z->reduced_from = dt_gpt2_num_params(z->g);
+    z->last = 0;
+}
+
+void dt_zero_set_micro(dt_zero *z, int last, dt_error *err) {
+    z->last = last;
+    z->herr = err ? err : &z->hook_err;
+}
+
+int dt_zero_end_backward(dt_zero *z, dt_error *err) {
+    int rc;
+    for (int b = 0; b < NBUF; b++) {
+        if ((rc = finish_rs(z, b, err))) return rc;
+        if ((rc = finish_ag(z, b, err))) return rc;
+    }
+    for (int i = 0; i < z->nar; i++)
+        if ((rc = TIMED(z, dt_comm_wait(z->c, z->ar[i], err)))) {
+            z->nar = 0;
+            return rc;
+        }
+    z->nar = 0;
+    return DT_OK;
+}
+
+int dt_zero_reduce_scalars(dt_zero *z, double *loss, double *sumsq, int *nonfinite, dt_error *err) {
+    int nf = 0;
+    double s = 0;
+    if (z->stage == 0) {
+        s = dt_grad_sumsq(dt_gpt2_grads(z->g), z->gdt, dt_gpt2_num_params(z->g), &nf);
+    } else if (z->stage == 1) {
+        for (int i = 0; i < z->nu; i++) {
+            int f = 0;
+            s += dt_grad_sumsq(at(dt_gpt2_grads(z->g), z->u[i].off, z->gsz), z->gdt, my_valid(z, i), &f);
+            nf |= f;
+        }
+    } else {
+        s = dt_grad_sumsq(z->gshard, z->gdt, z->state_n, &nf);
+    }
+    if (z->W > 1) {
+        /* stage 0: the loss alone (gradients are already identical everywhere);
+         * stages 1-3: loss and this shard's squared norm, one 8-byte all-reduce */
+        float buf[2] = {(float)*loss, nf ? INFINITY : (float)s};
+        int n = z->stage == 0 ? 1 : 2;
+        if (TIMED(z, dt_comm_allreduce(z->c, buf, (size_t)n, DT_DTYPE_FP32, DT_RED_SUM, err))) return err->code;
+        *loss = (double)buf[0] / z->W;
+        if (n == 2) {
+            s = (double)buf[1];
+            nf = !isfinite(buf[1]);
+        }
+    }
+    *sumsq = s;
+    *nonfinite = nf || !isfinite(s);
+    return DT_OK;
+}
+
+/* grads of unit u as the optimizer reads them: this rank's shard, copied to the
+ * host (upcast with a master) when the optimizer is offloaded */
+static const void *unit_grads(dt_zero *z, int u, size_t v) {
+    const unit *un = &z->u[u];
+    const void *gp = z->stage >= 2 ? at(z->gshard, un->sb, z->gsz) : at(dt_gpt2_grads(z->g), un->off, z->gsz);
+    if (z->oo == DT_OFFLOAD_NONE) return gp;
+    void *h = at(z->hgrad, un->sb, (size_t)dt_dtype_size(z->hgdt));
+    dt_convert(h, z->hgdt, gp, z->gdt, v);
+    return h;
+}
+
+int dt_zero_optimizer_step(dt_zero *z, const dt_adamw *hp, double grad_mul, int64_t t, dt_error *err) {
+    const size_t msz = (size_t)dt_dtype_size(z->mdt), hsz = (size_t)dt_dtype_size(z->oo ? z->hgdt : z->gdt);
+    void *flatp = dt_gpt2_params(z->g);
+    int rc;
+    for (int i = 0; i < z->nu; i++) {
+        const unit *un = &z->u[i];
+        size_t lo = my_lo(z, i), v = my_valid(z, i);
+        void *params;
+        if (z->stage == 0) {
+            params = at(flatp, un->off, z->psz);
+        } else if (z->stage <= 2) {
+            params = at(z->pstage, lo, z->psz);
+            memset(params, 0, un->S * z->psz);
+            memcpy(params, at(flatp, un->off + lo, z->psz), v * z->psz);
+        } else if (!(params = dt_store_get(&z->pstore, un->sb, un->S, z->pswap[0], err))) {
+            return err->code;
+        }
+        const void *grads = unit_grads(z, i, v);
+        void *st[3] = {NULL, NULL, NULL};
+        for (int k = 0; k < 3; k++)
+            if ((k > 0 || z->has_master) && !(st[k] = dt_store_get(&z->st[k], un->sb, un->S, z->swap[k], err)))
+                return err->code;
+        /* one call per tensor piece: weight decay is per tensor (2-D weights only) */
+        for (int ti = 0; ti < dt_gpt2_num_tensors(z->g); ti++) {
+            const dt_tensor_info *tt = dt_gpt2_tensor(z->g, ti);
+            if (tt->group != i) continue;
+            size_t a = tt->offset > un->off + lo ? tt->offset : un->off + lo;
+            size_t e = minz(tt->offset + tt->numel, un->off + lo + v);
+            if (a >= e) continue;
+            size_t j = a - (un->off + lo);
+            dt_adamw_arrays arr = {
+                .master = st[0] ? (float *)st[0] + j : NULL,
+                .m = at(st[1], j, msz), .v = at(st[2], j, msz),
+                .params = at(params, j, z->psz), .grads = (const char *)grads + j * hsz,
+                .param_dt = z->pdt, .grad_dt = z->oo ? z->hgdt : z->gdt, .moment_dt = z->mdt};
+            dt_adamw_apply(&arr, e - a, hp, grad_mul, tt->ndim >= 2, t);
+        }
+        for (int k = 0; k < 3; k++)
+            if (st[k] && (rc = dt_store_put(&z->st[k], un->sb, un->S, st[k], err))) return rc;
+        if (z->stage == 3 && (rc = dt_store_put(&z->pstore, un->sb, un->S, params, err))) return rc;
+        if (z->stage == 1 || z->stage == 2) {
+            if ((rc = c_allgather(z, z->pstage, un->S, NULL, err))) return rc;
+            memcpy(at(flatp, un->off, z->psz), z->pstage, un->n * z->psz);
+        }
+    }
+    return DT_OK;
+}
+
+int dt_zero_consolidate_params(dt_zero *z, dt_error *err) {
+    if (z->stage != 3) return DT_OK;
+    int rc;
+    for (int i = 0; i < z->nu; i++) {
+        if ((rc = gather(z, i, 0, err))) return rc;
+        memcpy(at(dt_gpt2_params(z->g), z->u[i].off, z->psz), z->pbuf[bid(i)], z->u[i].n * z->psz);
+        z->held[bid(i)] = -1;
+    }
+    return DT_OK;
+}
+
+/* ---- state access for checkpoints ---- */
+
+double dt_zero_comm_seconds(const dt_zero *z) { return z->comm_s; }
+
+int dt_zero_num_ranges(const dt_zero *z) { return z->nu; }
+dt_zero_range dt_zero_range_at(const dt_zero *z, int i) {
+    dt_zero_range r = {z->u[i].off + my_lo(z, i), z->u[i].sb, my_valid(z, i)};
+    return r;
+}
+int dt_zero_stage(const dt_zero *z) { return z->stage; }
+size_t dt_zero_state_numel(const dt_zero *z) { return z->state_n; }
+int dt_zero_has_master(const dt_zero *z) { return z->has_master; }
+dt_dtype dt_zero_moment_dtype(const dt_zero *z) { return z->mdt; }
+
+int dt_zero_state_read(dt_zero *z, int which, size_t lo, size_t count, void *dst, dt_error *err) {
+    dt_store *s = &z->st[which];
+    void *p = dt_store_get(s, lo, count, dst, err);
+    if (!p) return err->code;
+    if (p != dst) memcpy(dst, p, count * (size_t)dt_dtype_size(s->dt));
+    return DT_OK;
+}
+
+int dt_zero_state_write(dt_zero *z, int which, size_t lo, size_t count, const void *src, dt_error *err) {
+    return dt_store_put(&z->st[which], lo, count, src, err);
+}

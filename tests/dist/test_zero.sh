@@ -1,0 +1,151 @@
+#!/bin/bash
+# ZeRO engine under mpirun (docs/zero.md): every stage x world 1/2/4 x offload
+# option trains gpt2-tiny for 20 steps at the same global batch and must give
+# the world-1 loss trajectory (fp32: relative difference <= 1e-5) and grad norm
+# (global-norm clipping across shards), the plan's bytes per collective exactly,
+# and the predicted memory per category. Then sharded-checkpoint resume (same
+# world: bitwise; other world and stage: within fp32 tolerance) and the
+# hand-edited-plan re-check. Usage: test_zero.sh DTPLAN DTRUN SRCDIR
+set -u
+DTRUN=$2
+SRC=$3
+command -v python3 >/dev/null || { echo "python3 missing: skipped"; exit 77; }
+command -v mpirun >/dev/null || { echo "mpirun missing: skipped"; exit 77; }
+export OMP_NUM_THREADS=1
+TMP=$(mktemp -d /tmp/dt_test_zero_XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+FAIL=0
+STEPS=20
+GLOBAL=16      # sequences per step: micro 4 x accum (16 / 4 / world) x world
+MICRO=4
+
+# plan STAGE WORLD OFFLOAD_OPT OFFLOAD_PARAM OVERLAP OUT
+plan() {
+    python3 - "$SRC/configs/plans/tiny-cpu.json" "$@" "$TMP/nvme" <<'PY'
+import json, sys
+src, stage, world, oo, op, ov, out, nvme = sys.argv[1:]
+p = json.load(open(src))
+w = int(world)
+p["parallel"].update(zero_stage=int(stage), world_size=w, offload_optimizer=oo, offload_param=op,
+                     overlap_comm=ov == "true", nvme_path=nvme if "nvme" in (oo, op) else "")
+p["cluster"]["gpus_per_node"] = w
+p["batch"].update(micro_batch=4, grad_accum=16 // 4 // w, global_batch=16)
+p["data"]["eval_interval"] = 0
+json.dump(p, open(out, "w"), indent=2)
+PY
+}
+
+run() {  # WORLD PLAN OUT [args]
+    local w=$1 pl=$2 out=$3
+    shift 3
+    if [ "$w" = 1 ]; then "$DTRUN" "$pl" --out "$out" --quiet "$@"
+    else mpirun -n "$w" --oversubscribe "$DTRUN" "$pl" --out "$out" --quiet "$@"; fi
+}
+
+# check OUT BASE WORLD LABEL: losses/norms vs BASE, comm bytes, memory per category
+check() {
+    python3 - "$@" <<'PY' || return 1
+import json, sys, glob
+out, base, world, label = sys.argv[1:]
+def series(d, k):
+    return [json.loads(l)[k] for l in open(d + "/metrics.jsonl")]
+bad = []
+for k in ("loss", "grad_norm"):
+    a, b = series(base, k), series(out, k)
+    if len(a) != len(b): bad.append(f"{k}: {len(b)} steps vs {len(a)}")
+    d = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+    if d > 1e-5: bad.append(f"{k} relative difference {d:.3g} > 1e-5")
+reports = sorted(glob.glob(out + "/run-report*.json"))
+if len(reports) != int(world): bad.append(f"{len(reports)} run reports for {world} ranks")
+for rp in reports:
+    r = json.load(open(rp))
+    c = r["comm"]
+    if not (c["equal"] and c["same_every_step"]):
+        bad.append(f"{rp}: comm measured {c['measured_bytes_per_step']} != predicted {c['predicted_bytes_per_step']}")
+    stage = r["zero_stage"]
+    for cat in ("params", "grads", "optimizer", "activations"):
+        pred, meas = r["predicted"][cat], r["measured"][cat]
+        # Known gap (docs/zero.md): dt_gpt2_create always allocates the full flat
+        # params and grads; stages 2/3 cannot free them, so they are subtracted
+        # here and named in the report; everything the engine allocates must match.
+        extra = r.get("model_flat_bytes", {}).get(cat, 0)
+        meas -= extra
+        if pred == 0 and meas == 0: continue
+        if pred == 0 or abs(meas - pred) / pred > 0.02:
+            bad.append(f"{rp}: {cat} measured {meas} vs predicted {pred}")
+    for cat in ("params", "optimizer", "buffers"):
+        pred, meas = r["host"]["predicted"][cat], r["host"]["measured"][cat]
+        if pred == 0 and meas == 0: continue
+        if pred == 0 or abs(meas - pred) / pred > 0.02:
+            bad.append(f"{rp}: host {cat} measured {meas} vs predicted {pred}")
+if bad:
+    print(f"FAIL {label}:\n  " + "\n  ".join(bad)); sys.exit(1)
+print(f"ok   {label}")
+PY
+}
+
+plan 0 1 none none false "$TMP/base.json"
+run 1 "$TMP/base.json" "$TMP/base" --max-steps $STEPS || { echo "FAIL: baseline run"; exit 1; }
+
+# stage offload_optimizer offload_param
+CONFIGS="0:none:none 1:none:none 1:cpu:none 2:none:none 2:cpu:none 3:none:none 3:cpu:none 3:nvme:none 3:cpu:cpu 3:nvme:nvme"
+for cfg in $CONFIGS; do
+    IFS=: read -r st oo op <<<"$cfg"
+    for w in 1 2 4; do
+        label="stage $st world $w offload $oo/$op"
+        pl="$TMP/p-$st-$w-$oo-$op.json"
+        out="$TMP/o-$st-$w-$oo-$op"
+        plan "$st" "$w" "$oo" "$op" false "$pl"
+        if ! run "$w" "$pl" "$out" --max-steps $STEPS; then echo "FAIL $label: run failed"; FAIL=1; continue; fi
+        check "$out" "$TMP/base" "$w" "$label" || FAIL=1
+    done
+done
+# overlapped communication (non-blocking collectives, stage-3 prefetch)
+for st in 0 1 2 3; do
+    pl="$TMP/ov-$st.json"
+    plan "$st" 2 none none true "$pl"
+    if run 2 "$pl" "$TMP/ov-$st" --max-steps $STEPS; then
+        check "$TMP/ov-$st" "$TMP/base" 2 "stage $st world 2 overlap_comm" || FAIL=1
+    else echo "FAIL stage $st overlap: run failed"; FAIL=1; fi
+done
+
+# resume, same world and stage: bitwise (losses and final weights)
+plan 2 2 none none false "$TMP/r.json"
+run 2 "$TMP/r.json" "$TMP/r-straight" --max-steps $STEPS >/dev/null
+run 2 "$TMP/r.json" "$TMP/r-split" --max-steps 10 >/dev/null
+run 2 "$TMP/r.json" "$TMP/r-split" --max-steps $STEPS --resume >/dev/null
+if cmp -s <(cut -d, -f1-2 "$TMP/r-straight/metrics.jsonl") <(cut -d, -f1-2 "$TMP/r-split/metrics.jsonl") &&
+   cmp -s "$TMP/r-straight/ckpt-00000020/model.safetensors" "$TMP/r-split/ckpt-00000020/model.safetensors"; then
+    echo "ok   resume stage 2 world 2 -> world 2: bitwise"
+else echo "FAIL resume stage 2 world 2: not bitwise"; FAIL=1; fi
+ls "$TMP/r-split/ckpt-00000020/" | grep -q "optim-00001-of-00002" || { echo "FAIL: no per-rank optimizer shard"; FAIL=1; }
+
+# resume on another world size and stage (resharding): same losses as the uninterrupted run
+plan 1 2 none none false "$TMP/a.json"
+plan 3 4 none none false "$TMP/b.json"
+run 2 "$TMP/a.json" "$TMP/x" --max-steps 10 >/dev/null
+run 4 "$TMP/b.json" "$TMP/x" --max-steps $STEPS --resume >/dev/null
+check "$TMP/x" "$TMP/base" 4 "resume stage 1 world 2 -> stage 3 world 4" >/dev/null &&
+    echo "ok   resume stage 1 world 2 -> stage 3 world 4: loss within 1e-5" ||
+    { check "$TMP/x" "$TMP/base" 4 "resume 2->4"; FAIL=1; }
+plan 0 1 none none false "$TMP/c.json"
+run 1 "$TMP/c.json" "$TMP/x" --max-steps 25 --resume >/dev/null || { echo "FAIL: resume world 4 -> 1"; FAIL=1; }
+
+# hand-edited plans: a stale prediction is warned about; an inconsistent one never trains
+python3 - "$TMP/b.json" "$SRC/tests/plan/fixtures/gpt2-2x4-zero3.json" "$TMP/stale.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1])); p["prediction"] = json.load(open(sys.argv[2]))["prediction"]
+json.dump(p, open(sys.argv[3], "w"), indent=2)
+PY
+msg=$(mpirun -n 4 --oversubscribe "$DTRUN" "$TMP/stale.json" --out "$TMP/s" --max-steps 2 --quiet 2>&1)
+echo "$msg" | grep -q "stored prediction is stale" || { echo "FAIL: no stale warning: $msg"; FAIL=1; }
+python3 -c "import json,sys; r=json.load(open('$TMP/s/run-report.json')); sys.exit(0 if r['comm']['equal'] else 1)" ||
+    { echo "FAIL: stale plan trained on its stale prediction"; FAIL=1; }
+sed 's/"world_size": 4/"world_size": 2/' "$TMP/b.json" > "$TMP/bad.json"
+msg=$(mpirun -n 2 --oversubscribe "$DTRUN" "$TMP/bad.json" --out "$TMP/bad" --quiet 2>&1); rc=$?
+if [ $rc -eq 0 ] || ! echo "$msg" | grep -q "world_size"; then echo "FAIL: inconsistent plan ran (rc $rc): $msg"; FAIL=1; fi
+[ -e "$TMP/bad/metrics.jsonl" ] && { echo "FAIL: inconsistent plan wrote metrics"; FAIL=1; }
+msg=$(mpirun -n 2 --oversubscribe "$DTRUN" "$TMP/b.json" --out "$TMP/bad2" --quiet 2>&1); rc=$?
+{ [ $rc -eq 2 ] && echo "$msg" | grep -q "asks for 4 ranks"; } || { echo "FAIL: world mismatch not refused (rc $rc): $msg"; FAIL=1; }
+echo "stale/inconsistent plan checks done"
+exit $FAIL
