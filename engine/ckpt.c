@@ -257,6 +257,9 @@ int dt_weights_load(dt_gpt2 *g, const dt_model *m, dt_dtype pdt, const char *pat
 
 /* ---- HF config.json ---- */
 
+/* GPT-2's <|endoftext|> id in its 50257-token BPE vocabulary (HF GPT2Config). */
+#define DT_GPT2_EOT_TOKEN 50256
+
 int dt_hf_config_write(const dt_model *m, const char *path, dt_error *err) {
     cJSON *c = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
@@ -276,6 +279,15 @@ int dt_hf_config_write(const dt_model *m, const char *path, dt_error *err) {
     cJSON_AddNumberToObject(c, "embd_pdrop", 0.0);
     cJSON_AddNumberToObject(c, "resid_pdrop", 0.0);
     cJSON_AddBoolToObject(c, "tie_word_embeddings", 1);
+    /* GPT2Config defaults both to 50256 (<|endoftext|>); a smaller vocabulary (the
+     * byte tokenizer's 256) has no such token, so say so instead of inheriting it. */
+    if (m->vocab > DT_GPT2_EOT_TOKEN) {
+        cJSON_AddNumberToObject(c, "bos_token_id", DT_GPT2_EOT_TOKEN);
+        cJSON_AddNumberToObject(c, "eos_token_id", DT_GPT2_EOT_TOKEN);
+    } else {
+        cJSON_AddNullToObject(c, "bos_token_id");
+        cJSON_AddNullToObject(c, "eos_token_id");
+    }
     char *txt = dt_json_print(c);
     cJSON_Delete(c);
     if (!txt) return dt_errorf(err, DT_ENOMEM, "config.json: out of memory");
