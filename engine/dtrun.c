@@ -75,6 +75,7 @@ static int cmd_train(int argc, char **argv) {
             if (parse_i64(argv[++i], "--max-steps", 1, &o.max_steps)) return 2;
         } else if (strcmp(a, "--resume") == 0) o.resume = 1;
         else if (strcmp(a, "--quiet") == 0) o.log = NULL;
+        else if (strcmp(a, "--trace") == 0 && has_val) o.trace_path = argv[++i];   /* engine/dt_tracer.h */
         else if (strcmp(a, "--no-progress") == 0) o.progress = 0;
         else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "dtrun: unknown option '%s'%s (see dtrun --help)\n", a,

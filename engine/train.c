@@ -15,6 +15,7 @@
 #include "dt_json.h"
 #include "dt_memtrack.h"
 #include "dt_optim.h"
+#include "dt_tracer.h"
 #include "dt_zero.h"
 
 #define DT_PROGRESS_WIDTH 24     /* characters of the progress bar */
@@ -170,6 +171,7 @@ static int train_step(trainer *t, double *loss_out, double *lr_out, double *norm
         float loss;
         dt_loader_next(t->train_l, t->inputs, t->targets);
         dt_zero_set_micro(t->z, a == accum - 1, err);
+        dt_tracer_set_micro((int)a);
         if (dt_gpt2_forward(t->g, t->inputs, t->targets, &loss, err)) return err->code;
         if (dt_gpt2_backward(t->g, (float)(scale / (double)accum), err)) return err->code;
         loss_sum += loss;
@@ -303,6 +305,12 @@ int dt_train(const dt_plan *plan, const dt_train_opts *opts, dt_train_result *re
     /* peaks from here on: what a training step needs (set-up temporaries excluded) */
     dt_mem_reset_peaks();
     const double tokens_per_step = (double)(plan->batch.grad_accum * B * T * t.world);
+    /* --trace: time zero right after a barrier, so the ranks' spans line up */
+    if (opts->trace_path) {
+        if ((rc = dt_tracer_start(t.rank, plan->model.n_layer, err))) goto done;
+        if (t.world > 1 && (rc = dt_comm_barrier(t.comm, err))) goto done;
+        dt_tracer_set_origin();
+    }
     double time_sum = 0, first_time = 0, comm_sum = 0;
     int64_t timed = 0, log_every = stop / DT_LOG_LINES > 0 ? stop / DT_LOG_LINES : 1;
     char msg[DT_MSG_MAX];
@@ -388,7 +396,12 @@ int dt_train(const dt_plan *plan, const dt_train_opts *opts, dt_train_result *re
         else snprintf(rpath, sizeof rpath, "%s/run-report-rank%05d.json", t.out_dir, t.rank);
         rc = dt_run_report_write(rpath, plan, opts->plan_path, &m, log, err);
     }
+    if (!rc && opts->trace_path) {
+        rc = dt_tracer_finish(opts->trace_path, t.comm, err);
+        if (!rc && log) fprintf(log, "dtrun: wrote trace %s\n", opts->trace_path);
+    }
 done:
+    dt_tracer_stop();
     trainer_free(&t);
     return rc;
 }

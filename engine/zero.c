@@ -10,6 +10,7 @@
 #include "dt_dtype.h"
 #include "dt_memtrack.h"
 #include "dt_offload.h"
+#include "dt_tracer.h"
 
 /* DeepSpeed code defaults for the offload staging (reference/ecosystem.md §1.3;
  * the memory model, planner/memory.c, counts the same): offload_optimizer
@@ -33,7 +34,14 @@ typedef struct {
     dt_comm_req *req;  /* NULL: nothing in flight */
     int unit;          /* reduce-scatter: unit whose shard recv holds; gather: unit in the buffer */
     int acc;           /* reduce-scatter: add recv into the gradient shard on completion */
+    double t0_us;      /* --trace: when the collective was issued */
 } pend;
+
+/* --trace: a stage-0 all-reduce in flight (issue time, elements) */
+typedef struct {
+    double t0_us;
+    size_t n;
+} ar_trace;
 
 struct dt_zero {
     const dt_plan *p;
@@ -61,11 +69,17 @@ struct dt_zero {
     int held[NBUF];        /* stage 3: unit whose gathered params pbuf[i] holds, -1 none */
     int emb_fwd_after;     /* stage 3: after_forward(0) calls seen in this forward */
     dt_comm_req **ar;      /* stage 0: all-reduces in flight */
+    ar_trace *art;         /* --trace: their issue times and sizes [car] */
     int nar, car;
     size_t reduced_from;   /* stage 0: flat grads [reduced_from, Ψ) are all-reduced */
     double comm_s;         /* wall time blocked in collectives (calls + waits) */
     dt_error *herr;        /* where hook failures are reported */
     dt_error hook_err;
+    /* --trace: the compute span open since the end of the last hook (the model
+     * computes between hooks): its unit (-1: none) and kind, from tr_t0 */
+    int tr_unit;
+    dt_sim_kind tr_kind;
+    double tr_t0;
 };
 
 static double now_s(void) {
@@ -76,6 +90,31 @@ static double now_s(void) {
 
 /* times a communication call into z->comm_s */
 #define TIMED(z, call) ({ double t0_ = now_s(); int rc_ = (call); (z)->comm_s += now_s() - t0_; rc_; })
+/* the same, and a --trace span of the blocking collective on the comm stream */
+#define TRACED(z, kind, unit, bytes, call)                                                         \
+    ({                                                                                             \
+        double tt0_ = dt_tracer_now_us();                                                          \
+        int trc_ = TIMED(z, call);                                                                 \
+        if (dt_tracer_on()) dt_tracer_span(kind, DT_SIM_COMM, unit, 1, bytes, tt0_, dt_tracer_now_us()); \
+        trc_;                                                                                      \
+    })
+
+/* ---- --trace: compute spans between hooks ---- */
+
+/* Called first in every hook: closes the compute span the model ran since the
+ * previous hook. */
+static void tr_close(dt_zero *z) {
+    if (!dt_tracer_on() || z->tr_unit < 0) return;
+    dt_tracer_span(z->tr_kind, DT_SIM_COMPUTE, z->tr_unit, 1, -1, z->tr_t0, dt_tracer_now_us());
+    z->tr_unit = -1;
+}
+/* Called last in a hook: the model now computes unit u (-1: nothing traced). */
+static void tr_open(dt_zero *z, dt_sim_kind kind, int u) {
+    if (!dt_tracer_on()) return;
+    z->tr_unit = u;
+    z->tr_kind = kind;
+    z->tr_t0 = dt_tracer_now_us();
+}
 
 static void *dmem(dt_mem_pool pool, dt_mem_category cat, size_t bytes) {
     return bytes ? dt_mem_alloc(pool, cat, bytes) : NULL;
@@ -109,22 +148,24 @@ static void add_into(void *dst, const void *src, dt_dtype t, size_t n) {
 
 /* ---- collectives (W = 1: local copies, nothing counted) ---- */
 
-static int c_reduce_scatter(dt_zero *z, const void *send, void *recv, size_t S, dt_comm_req **req,
+static int c_reduce_scatter(dt_zero *z, int unit, const void *send, void *recv, size_t S, dt_comm_req **req,
                             dt_error *err) {
     if (z->W == 1) {
         if (send != recv) memcpy(recv, send, S * z->gsz);
         return DT_OK;
     }
     if (req) return TIMED(z, dt_comm_ireduce_scatter(z->c, send, recv, S, z->gdt, DT_RED_AVG, req, err));
-    return TIMED(z, dt_comm_reduce_scatter(z->c, send, recv, S, z->gdt, DT_RED_AVG, err));
+    return TRACED(z, DT_SIM_REDUCE_SCATTER, unit, (int64_t)(S * (size_t)z->W * z->gsz),
+                  dt_comm_reduce_scatter(z->c, send, recv, S, z->gdt, DT_RED_AVG, err));
 }
 
 /* in place: this rank's block is already at recv + r*S */
-static int c_allgather(dt_zero *z, void *recv, size_t S, dt_comm_req **req, dt_error *err) {
+static int c_allgather(dt_zero *z, int unit, void *recv, size_t S, dt_comm_req **req, dt_error *err) {
     if (z->W == 1) return DT_OK;
     void *send = at(recv, (size_t)z->r * S, z->psz);
     if (req) return TIMED(z, dt_comm_iallgather(z->c, send, recv, S, z->pdt, req, err));
-    return TIMED(z, dt_comm_allgather(z->c, send, recv, S, z->pdt, err));
+    return TRACED(z, DT_SIM_ALLGATHER, unit, (int64_t)(S * (size_t)z->W * z->psz),
+                  dt_comm_allgather(z->c, send, recv, S, z->pdt, err));
 }
 
 static int finish_rs(dt_zero *z, int b, dt_error *err) {
@@ -133,6 +174,9 @@ static int finish_rs(dt_zero *z, int b, dt_error *err) {
         dt_comm_req *q = pd->req;
         pd->req = NULL;
         if (TIMED(z, dt_comm_wait(z->c, q, err))) return err->code;
+        if (dt_tracer_on())
+            dt_tracer_span(DT_SIM_REDUCE_SCATTER, DT_SIM_COMM, pd->unit, 1,
+                           (int64_t)(z->u[pd->unit].P * z->gsz), pd->t0_us, dt_tracer_now_us());
     }
     if (pd->acc) {
         const unit *u = &z->u[pd->unit];
@@ -148,6 +192,9 @@ static int finish_ag(dt_zero *z, int b, dt_error *err) {
     dt_comm_req *q = pd->req;
     pd->req = NULL;
     if (TIMED(z, dt_comm_wait(z->c, q, err))) return err->code;
+    if (dt_tracer_on())
+        dt_tracer_span(DT_SIM_ALLGATHER, DT_SIM_COMM, pd->unit, 1, (int64_t)(z->u[pd->unit].P * z->psz),
+                       pd->t0_us, dt_tracer_now_us());
     z->held[b] = pd->unit;
     return DT_OK;
 }
@@ -163,15 +210,19 @@ static int gather(dt_zero *z, int u, int async, dt_error *err) {
     if ((rc = finish_ag(z, b, err))) return rc;
     const unit *un = &z->u[u];
     void *dst = at(z->pbuf[b], my_lo(z, u), z->psz);
+    double tx0 = dt_tracer_now_us();
     void *src = dt_store_get(&z->pstore, un->sb, un->S, z->pswap[0], err);
     if (!src) return err->code;
     memcpy(dst, src, un->S * z->psz);
+    if (z->op != DT_OFFLOAD_NONE && dt_tracer_on())   /* the shard's host(/NVMe) -> device copy */
+        dt_tracer_span(DT_SIM_H2D, DT_SIM_XFER, u, 1, (int64_t)(un->S * z->psz), tx0, dt_tracer_now_us());
     z->held[b] = -1;
     if (async && z->W > 1) {
         z->ag[b].unit = u;
-        return c_allgather(z, z->pbuf[b], un->S, &z->ag[b].req, err);
+        z->ag[b].t0_us = dt_tracer_now_us();
+        return c_allgather(z, u, z->pbuf[b], un->S, &z->ag[b].req, err);
     }
-    if ((rc = c_allgather(z, z->pbuf[b], un->S, NULL, err))) return rc;
+    if ((rc = c_allgather(z, u, z->pbuf[b], un->S, NULL, err))) return rc;
     z->held[b] = u;
     return DT_OK;
 }
@@ -201,6 +252,7 @@ static int hook_before_forward(void *ctx, int u) {
     dt_zero *z = ctx;
     dt_error *err = z->herr;
     int rc;
+    tr_close(z);
     if (z->stage == 3) {
         if (u == 0) {
             if (z->held[EMB] != 0) {
@@ -213,11 +265,14 @@ static int hook_before_forward(void *ctx, int u) {
             if ((rc = prefetch(z, u + 1, err))) return rc;
         }
     }
+    tr_open(z, DT_SIM_FORWARD, u);
     return bind(z, u);
 }
 
 static int hook_after_forward(void *ctx, int u) {
     dt_zero *z = ctx;
+    /* --trace: u's forward span stays open until the next hook (the loss after
+     * the classifier is u's too); nothing here communicates */
     if (z->stage != 3) return DT_OK;
     if (u == 0) {
         /* unit 0 serves the encoder and, tied, the classifier: released after both */
@@ -232,6 +287,7 @@ static int hook_before_backward(void *ctx, int u) {
     dt_zero *z = ctx;
     dt_error *err = z->herr;
     int rc, b = bid(u);
+    tr_close(z);
     if (z->stage >= 2) {
         if ((rc = finish_rs(z, b, err))) return rc;   /* the buffer is reused below */
         memset(z->gbuf[b], 0, z->u[u].P * z->gsz);
@@ -241,25 +297,42 @@ static int hook_before_backward(void *ctx, int u) {
         int next = u == 0 ? z->nu - 1 : u - 1;
         if ((rc = prefetch(z, next, err))) return rc;
     }
+    tr_open(z, DT_SIM_BACKWARD, u);
     return bind(z, u);
 }
 
 static int ar_push(dt_zero *z, size_t lo, size_t n, dt_error *err) {
     void *buf = at(dt_gpt2_grads(z->g), lo, z->gsz);
     if (z->W == 1) return DT_OK;
-    if (!z->overlap) return TIMED(z, dt_comm_allreduce(z->c, buf, n, z->gdt, DT_RED_AVG, err));
+    if (!z->overlap)
+        return TRACED(z, DT_SIM_ALLREDUCE, -1, (int64_t)(n * z->gsz),
+                      dt_comm_allreduce(z->c, buf, n, z->gdt, DT_RED_AVG, err));
     if (z->nar == z->car) {
         int nc = z->car ? 2 * z->car : 16;
         dt_comm_req **q = realloc(z->ar, (size_t)nc * sizeof *q);
         if (!q) return dt_errorf(err, DT_ENOMEM, "zero: out of memory for requests");
         z->ar = q;
+        ar_trace *a = realloc(z->art, (size_t)nc * sizeof *a);
+        if (!a) return dt_errorf(err, DT_ENOMEM, "zero: out of memory for requests");
+        z->art = a;
         z->car = nc;
     }
+    z->art[z->nar] = (ar_trace){dt_tracer_now_us(), n};
     return TIMED(z, dt_comm_iallreduce(z->c, buf, n, z->gdt, DT_RED_AVG, &z->ar[z->nar++], err));
 }
 
+/* after_backward(1), block 0's, is followed by the encoder's backward, unit 0's
+ * (docs/time-model.md "Measuring"); after unit 0 the pass is over */
+static int hook_after_backward_body(dt_zero *z, int u);
 static int hook_after_backward(void *ctx, int u) {
     dt_zero *z = ctx;
+    tr_close(z);
+    int rc = hook_after_backward_body(z, u);
+    tr_open(z, DT_SIM_BACKWARD, u == 1 ? 0 : u == 0 ? -1 : u);
+    return rc;
+}
+
+static int hook_after_backward_body(dt_zero *z, int u) {
     dt_error *err = z->herr;
     const unit *un = &z->u[u];
     int rc, b = bid(u);
@@ -287,12 +360,16 @@ static int hook_after_backward(void *ctx, int u) {
         memcpy(z->gbuf[b], flat, un->n * z->gsz);
         memset(at(z->gbuf[b], un->n, z->gsz), 0, (un->P - un->n) * z->gsz);
         /* the shard lands at the start of the unit's own (now free) gradient range */
-        return c_reduce_scatter(z, z->gbuf[b], flat, un->S, z->overlap && z->W > 1 ? &z->rs[b].req : NULL, err);
+        z->rs[b].unit = u;
+        z->rs[b].t0_us = dt_tracer_now_us();
+        return c_reduce_scatter(z, u, z->gbuf[b], flat, un->S, z->overlap && z->W > 1 ? &z->rs[b].req : NULL,
+                                err);
     }
     default: {
         z->rs[b].unit = u;
         z->rs[b].acc = 1;
-        if ((rc = c_reduce_scatter(z, z->gbuf[b], z->rsrecv[b], un->S,
+        z->rs[b].t0_us = dt_tracer_now_us();
+        if ((rc = c_reduce_scatter(z, u, z->gbuf[b], z->rsrecv[b], un->S,
                                    z->overlap && z->W > 1 ? &z->rs[b].req : NULL, err)))
             return rc;
         if (!z->rs[b].req && (rc = finish_rs(z, b, err))) return rc;
@@ -321,6 +398,7 @@ void dt_zero_free(dt_zero *z) {
     }
     dt_mem_free(z->pstage);
     free(z->ar);
+    free(z->art);
     free(z->u);
     free(z);
 }
@@ -357,6 +435,7 @@ int dt_zero_create(const dt_plan *p, dt_comm *c, dt_gpt2 *g, dt_zero **out, dt_e
     z->psz = (size_t)dt_dtype_size(z->pdt);
     z->gsz = (size_t)dt_dtype_size(z->gdt);
     z->herr = &z->hook_err;
+    z->tr_unit = -1;
     for (int i = 0; i < NBUF; i++) z->held[i] = -1;
     int rc = DT_OK;
     if (z->W != p->parallel.world_size)
@@ -494,11 +573,15 @@ int dt_zero_end_backward(dt_zero *z, dt_error *err) {
         if ((rc = finish_rs(z, b, err))) return rc;
         if ((rc = finish_ag(z, b, err))) return rc;
     }
-    for (int i = 0; i < z->nar; i++)
+    for (int i = 0; i < z->nar; i++) {
         if ((rc = TIMED(z, dt_comm_wait(z->c, z->ar[i], err)))) {
             z->nar = 0;
             return rc;
         }
+        if (dt_tracer_on())
+            dt_tracer_span(DT_SIM_ALLREDUCE, DT_SIM_COMM, -1, 1, (int64_t)(z->art[i].n * z->gsz), z->art[i].t0_us,
+                           dt_tracer_now_us());
+    }
     z->nar = 0;
     return DT_OK;
 }
@@ -522,7 +605,9 @@ int dt_zero_reduce_scalars(dt_zero *z, double *loss, double *sumsq, int *nonfini
          * stages 1-3: loss and this shard's squared norm, one 8-byte all-reduce */
         float buf[2] = {(float)*loss, nf ? INFINITY : (float)s};
         int n = z->stage == 0 ? 1 : 2;
-        if (TIMED(z, dt_comm_allreduce(z->c, buf, (size_t)n, DT_DTYPE_FP32, DT_RED_SUM, err))) return err->code;
+        if (TRACED(z, DT_SIM_ALLREDUCE, -1, (int64_t)(n * (int)sizeof(float)),
+                   dt_comm_allreduce(z->c, buf, (size_t)n, DT_DTYPE_FP32, DT_RED_SUM, err)))
+            return err->code;
         *loss = (double)buf[0] / z->W;
         if (n == 2) {
             s = (double)buf[1];
@@ -541,7 +626,9 @@ static const void *unit_grads(dt_zero *z, int u, size_t v) {
     const void *gp = z->stage >= 2 ? at(z->gshard, un->sb, z->gsz) : at(dt_gpt2_grads(z->g), un->off, z->gsz);
     if (z->oo == DT_OFFLOAD_NONE) return gp;
     void *h = at(z->hgrad, un->sb, (size_t)dt_dtype_size(z->hgdt));
+    double t0 = dt_tracer_now_us();
     dt_convert(h, z->hgdt, gp, z->gdt, v);
+    if (dt_tracer_on()) dt_tracer_span(DT_SIM_D2H, DT_SIM_XFER, u, 0, (int64_t)(v * z->gsz), t0, dt_tracer_now_us());
     return h;
 }
 
@@ -549,6 +636,10 @@ int dt_zero_optimizer_step(dt_zero *z, const dt_adamw *hp, double grad_mul, int6
     const size_t msz = (size_t)dt_dtype_size(z->mdt), hsz = (size_t)dt_dtype_size(z->oo ? z->hgdt : z->gdt);
     void *flatp = dt_gpt2_params(z->g);
     int rc;
+    /* --trace: one optimizer span per step, its length the step's time less the
+     * collectives and offload copies inside it (their own spans) */
+    const double opt_t0 = dt_tracer_now_us(), comm0 = z->comm_s;
+    double xfer_us = 0;
     for (int i = 0; i < z->nu; i++) {
         const unit *un = &z->u[i];
         size_t lo = my_lo(z, i), v = my_valid(z, i);
@@ -562,11 +653,20 @@ int dt_zero_optimizer_step(dt_zero *z, const dt_adamw *hp, double grad_mul, int6
         } else if (!(params = dt_store_get(&z->pstore, un->sb, un->S, z->pswap[0], err))) {
             return err->code;
         }
+        double tx = dt_tracer_now_us();
         const void *grads = unit_grads(z, i, v);
+        xfer_us += dt_tracer_now_us() - tx;
         void *st[3] = {NULL, NULL, NULL};
+        tx = dt_tracer_now_us();
         for (int k = 0; k < 3; k++)
             if ((k > 0 || z->has_master) && !(st[k] = dt_store_get(&z->st[k], un->sb, un->S, z->swap[k], err)))
                 return err->code;
+        if (z->oo == DT_OFFLOAD_NVME && dt_tracer_on()) {   /* optimizer state read from NVMe */
+            double t1 = dt_tracer_now_us();
+            dt_tracer_span(DT_SIM_NVME, DT_SIM_XFER, i, 0, (int64_t)(un->S * (2 * msz + (z->has_master ? 4 : 0))), tx,
+                           t1);
+            xfer_us += t1 - tx;
+        }
         /* one call per tensor piece: weight decay is per tensor (2-D weights only) */
         for (int ti = 0; ti < dt_gpt2_num_tensors(z->g); ti++) {
             const dt_tensor_info *tt = dt_gpt2_tensor(z->g, ti);
@@ -582,13 +682,25 @@ int dt_zero_optimizer_step(dt_zero *z, const dt_adamw *hp, double grad_mul, int6
                 .param_dt = z->pdt, .grad_dt = z->oo ? z->hgdt : z->gdt, .moment_dt = z->mdt};
             dt_adamw_apply(&arr, e - a, hp, grad_mul, tt->ndim >= 2, t);
         }
+        tx = dt_tracer_now_us();
         for (int k = 0; k < 3; k++)
             if (st[k] && (rc = dt_store_put(&z->st[k], un->sb, un->S, st[k], err))) return rc;
+        if (z->oo == DT_OFFLOAD_NVME && dt_tracer_on()) {   /* and written back */
+            double t1 = dt_tracer_now_us();
+            dt_tracer_span(DT_SIM_NVME, DT_SIM_XFER, i, 0, (int64_t)(un->S * (2 * msz + (z->has_master ? 4 : 0))), tx,
+                           t1);
+            xfer_us += t1 - tx;
+        }
         if (z->stage == 3 && (rc = dt_store_put(&z->pstore, un->sb, un->S, params, err))) return rc;
         if (z->stage == 1 || z->stage == 2) {
-            if ((rc = c_allgather(z, z->pstage, un->S, NULL, err))) return rc;
+            if ((rc = c_allgather(z, i, z->pstage, un->S, NULL, err))) return rc;
             memcpy(at(flatp, un->off, z->psz), z->pstage, un->n * z->psz);
         }
+    }
+    if (dt_tracer_on()) {
+        double busy = dt_tracer_now_us() - opt_t0 - (z->comm_s - comm0) * 1e6 - xfer_us;
+        dt_tracer_span(DT_SIM_OPTIMIZER, z->oo != DT_OFFLOAD_NONE ? DT_SIM_CPU : DT_SIM_COMPUTE, -1, 0, -1, opt_t0,
+                       opt_t0 + (busy > 0 ? busy : 0));
     }
     return DT_OK;
 }
