@@ -1,10 +1,16 @@
-/* dtrun — executes a plan written by dtplan (docs/dtrun.md).
+/* dtrun — executes a plan written by dtplan (docs/dtrun.md, docs/launch.md).
  *
- *   dtrun PLAN.json [--out DIR] [--max-steps N] [--data PATH] [--resume] [--quiet]
+ *   dtrun [LAUNCH FLAGS] PLAN.json [--out DIR] [--max-steps N] [--data PATH] [--resume]
+ *                                  [--timeout SECONDS] [--quiet]
  *   dtrun sample CKPT_DIR [--prompt TEXT] [--tokens N] [--seed S] [--temperature X]
  *                         [--dump-logits FILE]
  *
- * Exit status: 0 success, 2 bad input (arguments, plan, data), 1 other failures. */
+ * LAUNCH FLAGS (torchrun's): --nnodes N --node-rank R --nproc-per-node M
+ * --master-addr A --master-port P. A plan with world_size > 1 started without
+ * mpirun/srun/torchrun makes this process start every local rank itself.
+ *
+ * Exit status: 0 success, 2 bad input (arguments, plan, data, launch), 1 other
+ * failures (a rank that died or timed out included). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -16,29 +22,41 @@
 #include "dt_comm.h"
 #include "dt_data.h"
 #include "dt_gpt2.h"
+#include "dt_launch.h"
 #include "dt_plan.h"
+#include "dt_rendezvous.h"
 #include "dt_train.h"
+#ifdef DT_HAVE_CUDA
+#include "cuda/dt_nccl.h"
+#endif
 
 #define DT_SAMPLE_TOKENS 200       /* default --tokens */
 #define DT_SAMPLE_TEMPERATURE 0.8  /* default --temperature */
 #define DT_SAMPLE_SEED 42          /* default --seed */
-/* Seconds a collective may wait for a peer before the run is declared dead
- * (dt_comm's deadline; the launcher's --timeout will set it). */
-#define DT_COMM_TIMEOUT_S 300.0
+/* Default --timeout: seconds a collective (and the TCP rendezvous) may wait for
+ * a peer before the run is declared dead; torchrun/NCCL use minutes too
+ * (docs/launch.md §4). Equal to the rendezvous default. */
+#define DT_TIMEOUT_S DT_RENDEZVOUS_TIMEOUT_S
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: dtrun PLAN.json [--out DIR] [--max-steps N] [--data PATH] [--resume] [--quiet]\n"
+            "usage: dtrun [--nnodes N --node-rank R --nproc-per-node M --master-addr A --master-port P]\n"
+            "             PLAN.json [--out DIR] [--max-steps N] [--data PATH] [--resume]\n"
+            "             [--timeout SECONDS] [--quiet]\n"
             "       dtrun sample CKPT_DIR [--prompt TEXT] [--tokens N] [--seed S] [--temperature X]\n"
             "                         [--dump-logits FILE]\n"
             "\n"
-            "Trains the plan's model exactly as planned (ZeRO stage, offload, cpu device; under\n"
-            "mpirun one process per rank, else world size 1). --out and\n"
-            "--data override the plan's output.dir and data.train; --max-steps stops early\n"
-            "without changing the LR schedule; --resume continues from the newest complete\n"
-            "checkpoint in the output directory. Writes metrics.jsonl, run-report.json and\n"
+            "Trains the plan's model exactly as planned (ZeRO stage, offload, cpu device), one\n"
+            "process per rank: alone, a plan with world_size > 1 starts its ranks itself (through\n"
+            "mpirun); under mpirun, srun or torchrun each process is one rank. --out and --data\n"
+            "override the plan's output.dir and data.train; --max-steps stops early without\n"
+            "changing the LR schedule; --resume continues from the newest complete checkpoint in\n"
+            "the output directory; --timeout (default %.0f s) bounds every wait for another rank\n"
+            "(collectives, rendezvous): a rank that died or hangs is then named and every rank\n"
+            "exits non-zero. Writes metrics.jsonl, run-report.json, hb/ heartbeats and\n"
             "checkpoints (ckpt-NNNNNNNN/, loadable by transformers' GPT2LMHeadModel).\n"
-            "'sample' prints text from a checkpoint (or the newest one under a run directory).\n");
+            "'sample' prints text from a checkpoint (or the newest one under a run directory).\n",
+            DT_TIMEOUT_S);
 }
 
 static int exit_code(int rc) { return rc == DT_EINVAL || rc == DT_EINFEASIBLE ? 2 : 1; }
@@ -60,12 +78,70 @@ static int parse_i64(const char *s, const char *what, int64_t min, int64_t *out)
     return 0;
 }
 
+static int parse_seconds(const char *s, const char *what, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || end == s || !(v > 0) || !isfinite(v)) {
+        fprintf(stderr, "dtrun: %s expects a number of seconds > 0, got '%s'\n", what, s);
+        return 2;
+    }
+    *out = v;
+    return 0;
+}
+
+#ifdef DT_HAVE_CUDA
+/* TCP bootstrap of NCCL (torchrun / launch flags): rank 0's unique id goes to
+ * every rank over the rendezvous channel (docs/launch.md §3). */
+static int rdzv_exchange(void *ctx, void *id, size_t bytes, int rank, int size, dt_error *err) {
+    (void)rank;
+    (void)size;
+    return dt_rendezvous_broadcast((dt_rdzv *)ctx, id, bytes, err);
+}
+#endif
+
+/* The communicator for the launched world (dt_launch_bootstrap's choice).
+ * *rdzv is the TCP channel to close after training (NULL otherwise). */
+static int open_comm(const dt_launch_info *li, int is_cuda, double timeout_s, dt_comm **comm, dt_rdzv **rdzv,
+                     dt_error *err) {
+    *comm = NULL;
+    *rdzv = NULL;
+    dt_launch_boot boot;
+    int rc = dt_launch_bootstrap(li, is_cuda, &boot, err);
+    if (rc) return rc;
+    if (boot == DT_BOOT_SELF) return dt_comm_init_self(comm, err);
+#ifdef DT_HAVE_CUDA
+    if (is_cuda) {
+        if (boot == DT_BOOT_TCP) {
+            if ((rc = dt_rendezvous_open(rdzv, li->master_addr, li->master_port + DT_RENDEZVOUS_PORT_OFFSET,
+                                         li->rank, li->world, timeout_s, err)))
+                return rc;
+            dt_nccl_set_id_exchange(rdzv_exchange, *rdzv);
+        }
+        return dt_comm_init_nccl(comm, timeout_s, err);
+    }
+#else
+    if (is_cuda)
+        return dt_errorf(err, DT_EINVAL,
+                         "the plan's device is cuda but this dtrun was built without CUDA/NCCL "
+                         "(rebuild with the CUDA toolkit and NCCL installed)");
+#endif
+    return dt_comm_init_mpi(comm, timeout_s, err);
+}
+
 static int cmd_train(int argc, char **argv) {
     const char *plan_path = NULL;
     dt_train_opts o;
     memset(&o, 0, sizeof o);
     o.progress = -1;
     o.log = stderr;
+    double timeout_s = DT_TIMEOUT_S;
+    dt_error err;
+    dt_error_clear(&err);
+    /* torchrun-style launch flags first: they leave argv, the rest is dtrun's */
+    dt_launch_flags lf;
+    dt_launch_flags_init(&lf);
+    if (dt_launch_flags_parse(&lf, &argc, argv, &err)) return fail(DT_EINVAL, &err);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has_val = i + 1 < argc;
@@ -73,6 +149,8 @@ static int cmd_train(int argc, char **argv) {
         else if (strcmp(a, "--data") == 0 && has_val) o.data_path = argv[++i];
         else if (strcmp(a, "--max-steps") == 0 && has_val) {
             if (parse_i64(argv[++i], "--max-steps", 1, &o.max_steps)) return 2;
+        } else if (strcmp(a, "--timeout") == 0 && has_val) {
+            if (parse_seconds(argv[++i], "--timeout", &timeout_s)) return 2;
         } else if (strcmp(a, "--resume") == 0) o.resume = 1;
         else if (strcmp(a, "--quiet") == 0) o.log = NULL;
         else if (strcmp(a, "--trace") == 0 && has_val) o.trace_path = argv[++i];   /* engine/dt_tracer.h */
@@ -93,33 +171,35 @@ static int cmd_train(int argc, char **argv) {
     }
     o.plan_path = plan_path;
     dt_plan plan;
-    dt_error err;
-    dt_error_clear(&err);
     /* an unreadable plan is bad input too (exit 2), like an invalid one */
     int rc = dt_plan_load(plan_path, &plan, &err);
     if (!rc) rc = dt_plan_validate(&plan, &err);
     if (rc) return fail(DT_EINVAL, &err);
-    /* ranks: Open MPI's variables when launched by mpirun, else a world of one */
-    dt_comm *comm = NULL;
-    rc = getenv("OMPI_COMM_WORLD_SIZE") ? dt_comm_init_mpi(&comm, DT_COMM_TIMEOUT_S, &err)
-                                        : dt_comm_init_self(&comm, &err);
-    if (rc) return fail(rc, &err);
-    const int rank = dt_comm_rank(comm), world = dt_comm_size(comm);
-    if (plan.parallel.world_size != world) {
-        if (rank == 0)
-            fprintf(stderr,
-                    "dtrun: the plan asks for %lld ranks (parallel.world_size) but %d %s launched; "
-                    "launch %lld or re-plan for %d\n",
-                    (long long)plan.parallel.world_size, world, world == 1 ? "was" : "were",
-                    (long long)plan.parallel.world_size, world);
-        dt_comm_free(comm);
+    const int world = (int)plan.parallel.world_size, gpn = (int)plan.cluster.gpus_per_node;
+    const int nodes = (int)plan.cluster.nodes, is_cuda = plan.cluster.device == DT_DEVICE_CUDA;
+    /* where this process stands: a lone agent, or a rank of mpirun/srun/torchrun */
+    dt_launch_info li;
+    if (dt_launch_discover(&lf, &li, &err)) return fail(DT_EINVAL, &err);
+    if (dt_launch_must_spawn(&li, world))   /* `dtrun plan.json` with world > 1: start the ranks */
+        return dt_launch_spawn_local(&li, world, gpn, is_cuda, argc, argv, stderr, &err);
+    if (dt_launch_check_world(&li, world, gpn, nodes, &err)) {
+        if (li.rank == 0) fprintf(stderr, "dtrun: %s\n", err.msg);   /* one line, not one per rank */
         return 2;
     }
+    dt_comm *comm = NULL;
+    dt_rdzv *rdzv = NULL;
+    rc = open_comm(&li, is_cuda, timeout_s, &comm, &rdzv, &err);
+    if (rc) {
+        dt_rendezvous_close(rdzv);
+        return fail(rc, &err);
+    }
+    const int rank = dt_comm_rank(comm);
     /* a hand-edited plan: recompute the prediction; warn when the stored one is stale */
     char what[256];
     int stale = 0;
     if ((rc = dt_plan_refresh_prediction(&plan, &stale, what, sizeof what, &err))) {
         dt_comm_free(comm);
+        dt_rendezvous_close(rdzv);
         return fail(DT_EINVAL, &err);
     }
     if (stale && rank == 0)
@@ -131,13 +211,16 @@ static int cmd_train(int argc, char **argv) {
     dt_train_result r;
     rc = dt_train(&plan, &o, &r, &err);
     if (rc) {
+        /* a collective timeout already carries the heartbeat diagnosis naming the rank */
         fprintf(stderr, "dtrun: rank %d: %s\n", rank, err.msg);
         /* the other ranks may be blocked in a collective: end them all now */
         if (world > 1) dt_comm_abort(comm, exit_code(rc));
         dt_comm_free(comm);
+        dt_rendezvous_close(rdzv);
         return exit_code(rc);
     }
     dt_comm_free(comm);
+    dt_rendezvous_close(rdzv);
     if (rank != 0) o.log = NULL;
     if (o.log)
         fprintf(stderr, "dtrun: done: step %lld, loss %.4f -> %.4f%s, %.0f tokens/s\n", (long long)r.steps,
@@ -269,6 +352,9 @@ static int cmd_sample(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    /* under dtrun's own spawner this process only supervises the real rank */
+    int st = dt_launch_supervisor(argc, argv);
+    if (st >= 0) return st;
     if (argc < 2) {
         usage(stderr);
         return 2;

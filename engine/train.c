@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -12,6 +13,7 @@
 #include "dt_ckpt.h"
 #include "dt_data.h"
 #include "dt_gpt2.h"
+#include "dt_heartbeat.h"
 #include "dt_json.h"
 #include "dt_memtrack.h"
 #include "dt_optim.h"
@@ -21,6 +23,12 @@
 #define DT_PROGRESS_WIDTH 24     /* characters of the progress bar */
 #define DT_LOG_LINES 20          /* non-TTY: about this many progress lines per run */
 #define DT_MSG_MAX 256
+/* After a collective timed out: how long a rank waits (capped at a quarter of
+ * the timeout) for its healthy peers, stuck in the same collective, to time out
+ * too and re-beat, so that only the culprit's heartbeat stays old. Healthy ranks
+ * enter a collective within one step's compute jitter of each other. */
+#define DT_DIAG_GRACE_S 1.0
+
 
 typedef struct {
     const dt_plan *plan;
@@ -40,6 +48,7 @@ typedef struct {
     dt_train_state st;
     FILE *metrics;
     int tty;
+    dt_heartbeat *hb;            /* OUT/hb/rank-K, world > 1 (docs/launch.md §4) */
 } trainer;
 
 static double now_s(void) {
@@ -157,6 +166,43 @@ static void progress(trainer *t, int64_t step, int64_t stop, double loss, double
     fflush(log);
 }
 
+/* Test-only fault injection (docs/dtrun.md "Failure tests"), ignored unless set:
+ * DT_TEST_KILL_RANK=r DT_TEST_KILL_STEP=s makes rank r raise SIGKILL in step s
+ * (1-based) between its first forward and backward; DT_TEST_HANG_RANK/_STEP
+ * makes it sleep there for good instead of communicating. */
+static int env_equals(const char *name, int64_t v) {
+    const char *s = getenv(name);
+    char *end;
+    if (!s || !*s) return 0;
+    long long x = strtoll(s, &end, 10);
+    return !*end && x == v;
+}
+
+static void test_fault(const trainer *t) {
+    const int64_t step = t->st.step + 1;
+    if (env_equals("DT_TEST_KILL_RANK", t->rank) && env_equals("DT_TEST_KILL_STEP", step)) raise(SIGKILL);
+    if (env_equals("DT_TEST_HANG_RANK", t->rank) && env_equals("DT_TEST_HANG_STEP", step))
+        for (;;) pause();
+}
+
+/* A collective failed (timeout, or MPI/NCCL reporting a lost peer): append the
+ * heartbeat diagnosis naming the rank that died or hangs. This rank re-beats
+ * first and waits DT_DIAG_GRACE_S so the healthy peers do the same. */
+static void name_culprit(trainer *t, dt_error *err) {
+    if (!t->hb || t->world < 2) return;
+    if (!strstr(err->msg, "did not complete within") && !strstr(err->msg, "MPI ") && !strstr(err->msg, "NCCL "))
+        return;
+    const double timeout = dt_comm_timeout(t->comm);
+    dt_heartbeat_beat(t->hb, t->st.step + 1);
+    double grace = fmin(DT_DIAG_GRACE_S, timeout / 4);
+    struct timespec ts = {(time_t)grace, (long)(1e9 * (grace - floor(grace)))};
+    nanosleep(&ts, NULL);
+    char msg[DT_MSG_MAX * 2], line[DT_ERROR_MSG_MAX];
+    int who = dt_heartbeat_diagnose(t->out_dir, t->world, timeout / 2, NULL, msg, sizeof msg);
+    snprintf(line, sizeof line, "%.600s; %s%.400s", err->msg, who >= 0 ? "heartbeats: " : "", msg);
+    memcpy(err->msg, line, sizeof line);
+}
+
 /* One optimizer step through the ZeRO engine (dt_zero.h); fills the metrics it
  * produced. Loss and norm are global (all ranks). */
 static int train_step(trainer *t, double *loss_out, double *lr_out, double *norm_out, int *skipped,
@@ -173,6 +219,7 @@ static int train_step(trainer *t, double *loss_out, double *lr_out, double *norm
         dt_zero_set_micro(t->z, a == accum - 1, err);
         dt_tracer_set_micro((int)a);
         if (dt_gpt2_forward(t->g, t->inputs, t->targets, &loss, err)) return err->code;
+        if (a == 0) test_fault(t);
         if (dt_gpt2_backward(t->g, (float)(scale / (double)accum), err)) return err->code;
         loss_sum += loss;
     }
@@ -263,6 +310,7 @@ int dt_train(const dt_plan *plan, const dt_train_opts *opts, dt_train_result *re
     t.tty = log && (opts->progress > 0 || (opts->progress < 0 && isatty(fileno(log))));
     snprintf(t.out_dir, sizeof t.out_dir, "%s", opts->out_dir ? opts->out_dir : plan->output.dir);
     if ((rc = dt_mkdirs(t.out_dir, err))) goto done;
+    if (t.world > 1 && (rc = dt_heartbeat_open(&t.hb, t.out_dir, t.rank, err))) goto done;
     if (opts->plan_path && dt_json_read_file(opts->plan_path, &t.plan_json, NULL, err)) {
         rc = err->code;
         goto done;
@@ -319,6 +367,7 @@ int dt_train(const dt_plan *plan, const dt_train_opts *opts, dt_train_result *re
         double t0 = now_s(), loss = 0, lr = 0, norm = 0, c0 = comm_seconds(&t);
         int skipped;
         msg[0] = '\0';
+        dt_heartbeat_beat(t.hb, t.st.step + 1);
         dt_comm_reset_counters(t.comm);
         if ((rc = train_step(&t, &loss, &lr, &norm, &skipped, msg, err))) break;
         double dt = now_s() - t0, dc = comm_seconds(&t) - c0;
@@ -371,6 +420,7 @@ int dt_train(const dt_plan *plan, const dt_train_opts *opts, dt_train_result *re
         if ((si > 0 && t.st.step % si == 0) || t.st.step == stop)
             if ((rc = save(&t, err))) break;
     }
+    if (rc) name_culprit(&t, err);
     if (log && t.tty) fprintf(log, "\n");
     res->steps = t.st.step;
     res->step_time_s = timed > 1 ? time_sum / (double)(timed - 1) : first_time;
@@ -401,6 +451,7 @@ int dt_train(const dt_plan *plan, const dt_train_opts *opts, dt_train_result *re
         if (!rc && log) fprintf(log, "dtrun: wrote trace %s\n", opts->trace_path);
     }
 done:
+    dt_heartbeat_close(t.hb, rc == DT_OK);
     dt_tracer_stop();
     trainer_free(&t);
     return rc;

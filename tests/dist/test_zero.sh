@@ -146,6 +146,6 @@ msg=$(mpirun -n 2 --oversubscribe "$DTRUN" "$TMP/bad.json" --out "$TMP/bad" --qu
 if [ $rc -eq 0 ] || ! echo "$msg" | grep -q "world_size"; then echo "FAIL: inconsistent plan ran (rc $rc): $msg"; FAIL=1; fi
 [ -e "$TMP/bad/metrics.jsonl" ] && { echo "FAIL: inconsistent plan wrote metrics"; FAIL=1; }
 msg=$(mpirun -n 2 --oversubscribe "$DTRUN" "$TMP/b.json" --out "$TMP/bad2" --quiet 2>&1); rc=$?
-{ [ $rc -eq 2 ] && echo "$msg" | grep -q "asks for 4 ranks"; } || { echo "FAIL: world mismatch not refused (rc $rc): $msg"; FAIL=1; }
+{ [ $rc -eq 2 ] && echo "$msg" | grep -q "plan wants world_size 4 .* but mpirun started 2 rank"; } || { echo "FAIL: world mismatch not refused (rc $rc): $msg"; FAIL=1; }
 echo "stale/inconsistent plan checks done"
 exit $FAIL

@@ -39,10 +39,23 @@ expect_exit 2 "^dtrun: .*" -- "$DTRUN" "$TMP/bad-batch.json"
 # unknown key
 sed 's/"micro_batch": 8/"micro_batch": 8, "micro_bach": 8/' "$PLAN" >"$TMP/bad-key.json"
 expect_exit 2 "^dtrun: .*micro_bach" -- "$DTRUN" "$TMP/bad-key.json"
-# two ranks: a consistent plan this engine refuses
+# launch options (docs/launch.md): bad values and worlds that disagree with the plan, before any rank starts
 sed -e 's/"gpus_per_node": 1/"gpus_per_node": 2/' -e 's/"world_size": 1/"world_size": 2/' \
     -e 's/"global_batch": 16/"global_batch": 32/' "$PLAN" >"$TMP/two-ranks.json"
-expect_exit 2 "asks for 2 ranks (parallel.world_size) but 1 was launched" -- "$DTRUN" "$TMP/two-ranks.json" --out "$TMP/x"
+expect_exit 2 "^dtrun: --timeout expects a number of seconds > 0, got '0'" -- "$DTRUN" "$PLAN" --timeout 0
+expect_exit 2 "^dtrun: --timeout expects a number of seconds > 0, got 'soon'" -- "$DTRUN" "$PLAN" --timeout soon
+expect_exit 2 "^dtrun: .*nnodes" -- "$DTRUN" --nnodes two "$PLAN"
+expect_exit 2 "the plan wants world_size 2 (1 node(s) x 2 ranks) but dtrun's launch flags give 3" -- \
+  "$DTRUN" --nproc-per-node 3 "$TMP/two-ranks.json" --out "$TMP/x"
+sed -e 's/"nodes": 1/"nodes": 2/' -e 's/"world_size": 1/"world_size": 2/' \
+    -e 's/"global_batch": 16/"global_batch": 32/' "$PLAN" >"$TMP/two-nodes.json"
+expect_exit 2 "^dtrun: a 2-node CPU run cannot be formed from --nnodes/--node-rank alone: start it with 'mpirun -n 2" -- \
+  "$DTRUN" --nnodes 2 --node_rank 0 --master-addr 127.0.0.1 --master-port 29999 "$TMP/two-nodes.json" --out "$TMP/x"
+expect_exit 2 "^dtrun: 2 CPU ranks started by torchrun cannot form an MPI world" -- \
+  env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 "$DTRUN" "$TMP/two-ranks.json" --out "$TMP/x"
+expect_exit 2 "the plan wants world_size 2 .* but torchrun started 1 rank" -- \
+  env RANK=0 WORLD_SIZE=1 "$DTRUN" "$TMP/two-ranks.json" --out "$TMP/x"
+[ -e "$TMP/x" ] && fail "a refused launch created its output directory"
 # a data path with no text
 mkdir -p "$TMP/empty"
 expect_exit 2 "^dtrun: .*empty.*no text" -- "$DTRUN" "$PLAN" --out "$TMP/y" --data "$TMP/empty"
