@@ -1,7 +1,7 @@
 /* dtrun — executes a plan written by dtplan (docs/dtrun.md, docs/launch.md).
  *
  *   dtrun [LAUNCH FLAGS] PLAN.json [--out DIR] [--max-steps N] [--data PATH] [--resume]
- *                                  [--timeout SECONDS] [--quiet]
+ *                                  [--timeout SECONDS] [--trace FILE] [--quiet]
  *   dtrun sample CKPT_DIR [--prompt TEXT] [--tokens N] [--seed S] [--temperature X]
  *                         [--dump-logits FILE]
  *
@@ -42,7 +42,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: dtrun [--nnodes N --node-rank R --nproc-per-node M --master-addr A --master-port P]\n"
             "             PLAN.json [--out DIR] [--max-steps N] [--data PATH] [--resume]\n"
-            "             [--timeout SECONDS] [--quiet]\n"
+            "             [--timeout SECONDS] [--trace FILE] [--quiet]\n"
             "       dtrun sample CKPT_DIR [--prompt TEXT] [--tokens N] [--seed S] [--temperature X]\n"
             "                         [--dump-logits FILE]\n"
             "\n"
@@ -53,7 +53,8 @@ static void usage(FILE *f) {
             "changing the LR schedule; --resume continues from the newest complete checkpoint in\n"
             "the output directory; --timeout (default %.0f s) bounds every wait for another rank\n"
             "(collectives, rendezvous): a rank that died or hangs is then named and every rank\n"
-            "exits non-zero. Writes metrics.jsonl, run-report.json, hb/ heartbeats and\n"
+            "exits non-zero; --trace writes the run as Chrome trace JSON (dtplan compare reads it).\n"
+            "Writes metrics.jsonl, run-report.json, hb/ heartbeats and\n"
             "checkpoints (ckpt-NNNNNNNN/, loadable by transformers' GPT2LMHeadModel).\n"
             "'sample' prints text from a checkpoint (or the newest one under a run directory).\n",
             DT_TIMEOUT_S);
