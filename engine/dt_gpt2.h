@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "dt_error.h"
+#include "dt_memtrack.h"
 #include "dt_model.h"
 #include "dt_plan.h"
 #include "dt_precision.h"
@@ -94,6 +95,17 @@ void *dt_gpt2_group_grads(dt_gpt2 *g, int group);
  * must hold group_numel elements of the param / grad dtype and outlive its use.
  * Returns DT_EINVAL for a group outside 0 .. L+1. */
 int dt_gpt2_bind_group(dt_gpt2 *g, int group, void *params, void *grads);
+/* Frees the flat parameter and/or gradient buffer once every group has been
+ * rebound to the caller's storage (ZeRO-2 keeps gradients only per unit, ZeRO-3
+ * parameters too), so a rank holds what its stage says and nothing more.
+ * DT_EINVAL (nothing freed) while any group still points into that buffer.
+ * Afterwards dt_gpt2_params / dt_gpt2_grads return NULL and binding a group
+ * back to the released buffer (NULL) fails, until dt_gpt2_restore_flat. */
+int dt_gpt2_release_flat(dt_gpt2 *g, int params, int grads, dt_error *err);
+/* Re-allocates a released flat buffer (contents undefined) in category cat (e.g.
+ * DT_MEM_BUFFERS for a checkpoint's transient consolidation); groups keep their
+ * bindings. A buffer that was never released is left as it is. */
+int dt_gpt2_restore_flat(dt_gpt2 *g, int params, int grads, dt_mem_category cat, dt_error *err);
 
 /* GPT-2 init from seed: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)),
  * biases 0, LayerNorm weight 1. Deterministic for a given seed. */

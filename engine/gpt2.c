@@ -466,8 +466,43 @@ void dt_gpt2_set_hooks(dt_gpt2 *g, const dt_gpt2_hooks *hooks) {
 
 int dt_gpt2_bind_group(dt_gpt2 *g, int group, void *params, void *grads) {
     if (group < 0 || group >= g->ngroups) return DT_EINVAL;
+    if ((!params && !g->params) || (!grads && !g->grads)) return DT_EINVAL; /* released flat buffer */
     g->gparams[group] = params ? params : tensor_ptr(g->params, g->group_off[group], g->psz);
     g->ggrads[group] = grads ? grads : tensor_ptr(g->grads, g->group_off[group], g->gsz);
+    return DT_OK;
+}
+
+/* does any group still point into [base, base + bytes)? */
+static int flat_in_use(void *const *ptrs, int n, const void *base, size_t bytes) {
+    const char *lo = base, *hi = lo + bytes;
+    for (int i = 0; i < n; i++)
+        if ((const char *)ptrs[i] >= lo && (const char *)ptrs[i] < hi) return 1;
+    return 0;
+}
+
+int dt_gpt2_release_flat(dt_gpt2 *g, int params, int grads, dt_error *err) {
+    if (params && g->params && flat_in_use(g->gparams, g->ngroups, g->params, g->nparams * (size_t)g->psz))
+        return dt_errorf(err, DT_EINVAL, "gpt2: cannot release the flat parameters while a group uses them");
+    if (grads && g->grads && flat_in_use(g->ggrads, g->ngroups, g->grads, g->nparams * (size_t)g->gsz))
+        return dt_errorf(err, DT_EINVAL, "gpt2: cannot release the flat gradients while a group uses them");
+    if (params) {
+        g->dev->free(g->params);
+        g->params = NULL;
+    }
+    if (grads) {
+        g->dev->free(g->grads);
+        g->grads = NULL;
+    }
+    return DT_OK;
+}
+
+int dt_gpt2_restore_flat(dt_gpt2 *g, int params, int grads, dt_mem_category cat, dt_error *err) {
+    if (params && !g->params && !(g->params = g->dev->alloc(DT_POOL_DEVICE, cat, g->nparams * (size_t)g->psz)))
+        return dt_errorf(err, DT_ENOMEM, "gpt2: out of memory restoring the flat parameters (%zu elements)",
+                         g->nparams);
+    if (grads && !g->grads && !(g->grads = g->dev->alloc(DT_POOL_DEVICE, cat, g->nparams * (size_t)g->gsz)))
+        return dt_errorf(err, DT_ENOMEM, "gpt2: out of memory restoring the flat gradients (%zu elements)",
+                         g->nparams);
     return DT_OK;
 }
 

@@ -279,6 +279,52 @@ static void test_bind_group(const golden *gd) {
     dt_gpt2_free(ref);
 }
 
+/* ---- releasing the flat buffers once every group lives elsewhere (ZeRO-2/3) ---- */
+static void test_release_flat(const golden *gd) {
+    dt_gpt2 *ref = golden_model(gd, DT_DTYPE_FP32, 0, DT_ATTN_FLASH);
+    run(ref, gd, 1.0f);
+    dt_gpt2 *g = golden_model(gd, DT_DTYPE_FP32, 0, DT_ATTN_FLASH);
+    dt_error e = {0};
+    const int ng = dt_gpt2_num_groups(g);
+    const size_t P = dt_gpt2_num_params(g);
+    /* refused while groups still point into the flat buffers, nothing freed */
+    CHECK(dt_gpt2_release_flat(g, 1, 1, &e) == DT_EINVAL);
+    CHECK(strstr(e.msg, "group uses them") != NULL);
+    CHECK(dt_gpt2_params(g) != NULL && dt_gpt2_grads(g) != NULL);
+    float **p = calloc((size_t)ng, sizeof *p), **gr = calloc((size_t)ng, sizeof *gr);
+    for (int i = 0; i < ng; i++) {
+        size_t n = dt_gpt2_group_numel(g, i), off = dt_gpt2_group_offset(g, i);
+        p[i] = malloc(n * 4);
+        gr[i] = calloc(n, 4);
+        memcpy(p[i], (float *)dt_gpt2_params(g) + off, n * 4);
+        CHECK(dt_gpt2_bind_group(g, i, p[i], gr[i]) == 0);
+    }
+    const int64_t before = dt_mem_current(DT_POOL_DEVICE, DT_MEM_PARAMS) + dt_mem_current(DT_POOL_DEVICE, DT_MEM_GRADS);
+    CHECK(dt_gpt2_release_flat(g, 1, 1, &e) == DT_OK);
+    const int64_t after = dt_mem_current(DT_POOL_DEVICE, DT_MEM_PARAMS) + dt_mem_current(DT_POOL_DEVICE, DT_MEM_GRADS);
+    CHECK_EQ_I64(before - after, (int64_t)(P * 4 * 2));
+    CHECK(dt_gpt2_params(g) == NULL && dt_gpt2_grads(g) == NULL);
+    CHECK_EQ_I64(dt_gpt2_bind_group(g, 1, NULL, NULL), DT_EINVAL); /* nothing to go back to */
+    /* the model still trains on the bound storage: same gradients as the reference */
+    run(g, gd, 1.0f);
+    for (int i = 0; i < ng; i++)
+        CHECK(memcmp(gr[i], (float *)dt_gpt2_grads(ref) + dt_gpt2_group_offset(g, i),
+                     dt_gpt2_group_numel(g, i) * 4) == 0);
+    /* a transient restore (e.g. to consolidate a checkpoint) in the category asked */
+    const int64_t buf0 = dt_mem_current(DT_POOL_DEVICE, DT_MEM_BUFFERS);
+    CHECK(dt_gpt2_restore_flat(g, 1, 0, DT_MEM_BUFFERS, &e) == DT_OK);
+    CHECK(dt_gpt2_params(g) != NULL && dt_gpt2_grads(g) == NULL);
+    CHECK_EQ_I64(dt_mem_current(DT_POOL_DEVICE, DT_MEM_BUFFERS) - buf0, (int64_t)(P * 4));
+    dt_gpt2_free(g);
+    dt_gpt2_free(ref);
+    for (int i = 0; i < ng; i++) {
+        free(p[i]);
+        free(gr[i]);
+    }
+    free(p);
+    free(gr);
+}
+
 /* ---- grad_scale, accumulation, inf detection, sum of squares ---- */
 static void test_scale_accum(const golden *gd) {
     dt_gpt2 *a = golden_model(gd, DT_DTYPE_FP32, 0, DT_ATTN_FLASH);
@@ -475,6 +521,7 @@ int main(int argc, char **argv) {
     test_memory_contract();
     test_hooks(&gd);
     test_bind_group(&gd);
+    test_release_flat(&gd);
     test_scale_accum(&gd);
     test_init();
     test_gpt2_124m_layout();
