@@ -1,9 +1,10 @@
 /* cmd_calibrate.c — `dtplan calibrate -o configs/hardware/local.json`: measures
- * this machine with the CPU engine's code paths (OpenBLAS sgemm; 16-bit operands
- * converted to fp32 first, as the CPU engine does), memory bandwidth (memcpy), and
- * MPI all-reduce bus bandwidth between local ranks, and writes a profile that
- * dt_hardware_load reads. A few seconds. docs/hardware.md "Calibration". */
-#include <cblas.h>
+ * this machine with the CPU engine's code paths (dt_op_gemm = OpenBLAS sgemm;
+ * 16-bit operands converted to fp32 first, as the CPU engine does; the engine's
+ * flash-attention kernels; the fixed cost of one engine op), memory bandwidth
+ * (memcpy), and MPI all-reduce bus bandwidth between local ranks, and writes a
+ * profile that dt_hardware_load reads. A few seconds. docs/hardware.md
+ * "Calibration", docs/time-model.md "Kernel-level terms". */
 #include <cjson/cJSON.h>
 #include <mpi.h>
 #include <stdint.h>
@@ -15,6 +16,7 @@
 
 #include "dt_cli.h"
 #include "dt_hardware.h"
+#include "dt_ops.h"
 
 #define CAL_GEMM_N 768                 /* square GEMM size: large enough for OpenBLAS's peak */
 #define CAL_GEMM_REPS 4
@@ -24,6 +26,23 @@
 #define CAL_ALLREDUCE_REPS 5
 /* Device memory of a CPU rank: a quarter of host RAM (the cpu profile's share, docs/hardware.md). */
 #define CAL_DEVICE_SHARE 4
+/* Attention probe: GPT-2's head size (64) and width, a mid-length sequence; the
+ * FLOPs are counted as dt_model_block_fwd_flops_per_seq does (QK^T and PV over
+ * the full T x T, 2 FLOPs per multiply-add), backward = 2 x forward. */
+#define CAL_ATTN_B 2
+#define CAL_ATTN_T 256
+#define CAL_ATTN_C 768
+#define CAL_ATTN_H 12
+#define CAL_ATTN_REPS 3
+#define CAL_ATTN_FLOPS_PER_MAC_PAIR 4.0   /* QK^T + PV, 2 FLOPs per multiply-add each */
+#define CAL_BWD_OVER_FWD 2.0
+/* Op-overhead probe: an engine op on so few elements that its fixed cost (one
+ * OpenMP parallel region: fork, barrier, join) is all that is left. */
+#define CAL_OP_ELEMS 64
+#define CAL_OP_REPS 2000
+/* While rank 0 measures, the other ranks wait without spinning (a busy MPI wait
+ * would take a core from the measurement): polling period, ns. */
+#define CAL_POLL_NS 1000000L
 /* CPU AdamW touches ~32 bytes per parameter (reference/planning.md §5.4). */
 #define CAL_ADAM_BYTES_PER_PARAM 32.0
 /* Peak per core: 2 AVX-512 FMA units x 16 fp32 lanes x 2 FLOPs per cycle at the cpu
@@ -71,12 +90,64 @@ static double gemm_flops(float (*conv)(uint16_t)) {
         double t0 = now_s();
         if (conv)
             for (size_t i = 0; i < nn; i++) a[i] = conv(a16[i]), b[i] = conv(b16[i]);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        dt_op_gemm(0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
         double t = now_s() - t0;
         if (r > 0 && t < best) best = t; /* first run warms up threads and caches */
     }
     free(a), free(b), free(c), free(a16), free(b16);
     return 2.0 * n * (double)n * n / best;
+}
+
+static float *filled(size_t n) {
+    float *p = malloc(n * sizeof *p);
+    if (p)
+        for (size_t i = 0; i < n; i++) p[i] = (float)(i % 17) * 1e-2f; /* small, finite softmax inputs */
+    return p;
+}
+
+/* FLOP/s of the engine's flash-attention forward + backward, best of reps. */
+static double attention_flops(void) {
+    const int64_t B = CAL_ATTN_B, T = CAL_ATTN_T, C = CAL_ATTN_C, H = CAL_ATTN_H;
+    size_t nqkv = (size_t)(B * T * 3 * C), nout = (size_t)(B * T * C), nlse = (size_t)(B * H * T);
+    float *qkv = filled(nqkv), *dqkv = filled(nqkv), *out = filled(nout), *dout = filled(nout);
+    float *lse = filled(nlse);
+    double best = 1e30;
+    if (qkv && dqkv && out && dout && lse)
+        for (int r = 0; r < CAL_ATTN_REPS + 1; r++) {
+            double t0 = now_s();
+            dt_op_attention_forward_flash(out, lse, qkv, B, T, C, H);
+            dt_op_attention_backward_flash(dqkv, dout, qkv, out, lse, B, T, C, H);
+            double t = now_s() - t0;
+            if (r > 0 && t < best) best = t;
+        }
+    free(qkv), free(dqkv), free(out), free(dout), free(lse);
+    double fwd = CAL_ATTN_FLOPS_PER_MAC_PAIR * (double)B * (double)T * (double)T * (double)C;
+    return best < 1e30 ? (1.0 + CAL_BWD_OVER_FWD) * fwd / best : 0.0;
+}
+
+/* Fixed seconds per engine op: a residual add of CAL_OP_ELEMS, best of reps. */
+static double op_overhead(void) {
+    float *a = filled(CAL_OP_ELEMS), *b = filled(CAL_OP_ELEMS), *c = filled(CAL_OP_ELEMS);
+    double best = 1e30;
+    if (a && b && c)
+        for (int r = 0; r < CAL_OP_REPS; r++) {
+            double t0 = now_s();
+            dt_op_residual_forward(c, a, b, CAL_OP_ELEMS);
+            double t = now_s() - t0;
+            if (t < best) best = t;
+        }
+    free(a), free(b), free(c);
+    return best < 1e30 ? best : 0.0;
+}
+
+/* Ranks other than 0 wait here, asleep, until rank 0 has measured. */
+static void quiet_wait(void) {
+    MPI_Request q;
+    int done = 0;
+    MPI_Ibarrier(MPI_COMM_WORLD, &q);
+    struct timespec ts = {0, CAL_POLL_NS};
+    for (MPI_Test(&q, &done, MPI_STATUS_IGNORE); !done; MPI_Test(&q, &done, MPI_STATUS_IGNORE))
+        nanosleep(&ts, NULL);
 }
 
 static double copy_bw(void) {
@@ -119,7 +190,7 @@ static double allreduce_busbw(int *nranks) {
 }
 
 static int write_profile(const char *path, const dt_hardware *base, double f32, double f16b, double f16h,
-                         double bw, double busbw, int nranks) {
+                         double bw, double busbw, int nranks, double attn, double op_s) {
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int64_t host = pages > 0 && psz > 0 ? (int64_t)pages * psz : base->host_mem_bytes;
@@ -134,8 +205,10 @@ static int write_profile(const char *path, const dt_hardware *base, double f32, 
     }
     char src[256];
     snprintf(src, sizeof src,
-             "dtplan calibrate: sgemm %dx%d (16-bit converted first), memcpy %zu MiB, MPI_Allreduce 64 MiB on %d rank(s); "
-             "the rest from the cpu profile", CAL_GEMM_N, CAL_GEMM_N, CAL_COPY_BYTES >> 20, nranks);
+             "dtplan calibrate: sgemm %dx%d (16-bit converted first), memcpy %zu MiB, MPI_Allreduce 64 MiB on %d rank(s), "
+             "engine flash attention B=%d T=%d C=%d H=%d fwd+bwd, engine residual add of %d elements; "
+             "the rest from the cpu profile", CAL_GEMM_N, CAL_GEMM_N, CAL_COPY_BYTES >> 20, nranks, CAL_ATTN_B,
+             CAL_ATTN_T, CAL_ATTN_C, CAL_ATTN_H, CAL_OP_ELEMS);
     cJSON_AddStringToObject(o, "format", "dtplan.hardware/1");
     cJSON_AddStringToObject(o, "name", "local");
     cJSON_AddStringToObject(o, "source", src);
@@ -165,6 +238,8 @@ static int write_profile(const char *path, const dt_hardware *base, double f32, 
     cJSON_AddNumberToObject(o, "cpu_adam_params_per_s", bw / CAL_ADAM_BYTES_PER_PARAM);
     cJSON_AddNumberToObject(o, "nvme_bw", base->nvme_bw);
     cJSON_AddNumberToObject(o, "nvme_bytes", (double)base->nvme_bytes);
+    if (attn > 0) cJSON_AddNumberToObject(o, "attention_flops", attn);
+    if (op_s > 0) cJSON_AddNumberToObject(o, "op_overhead_s", op_s);
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
     if (!text) return 1;
@@ -239,8 +314,10 @@ int dt_cmd_calibrate(int argc, char **argv) {
         if (relaunch_under_mpirun(out) == 0) {
             dt_hardware h;
             if (dt_hardware_load(out, NULL, &h, &e) == DT_OK) {
-                printf("calibrate: wrote %s (fp32 %.1f, bf16 %.1f GFLOP/s; memcpy %.1f GB/s; all-reduce busbw %.2f GB/s on 2 ranks)\n",
-                       out, h.achievable_flops[0] / 1e9, h.achievable_flops[1] / 1e9, h.mem_bw / 1e9, h.intra_busbw / 1e9);
+                printf("calibrate: wrote %s (fp32 %.1f, bf16 %.1f GFLOP/s; attention %.1f GFLOP/s; op %.2f us; "
+                       "memcpy %.1f GB/s; all-reduce busbw %.2f GB/s on 2 ranks)\n",
+                       out, h.achievable_flops[0] / 1e9, h.achievable_flops[1] / 1e9, h.attention_flops / 1e9,
+                       h.op_overhead_s * 1e6, h.mem_bw / 1e9, h.intra_busbw / 1e9);
                 return 0;
             }
         }
@@ -257,13 +334,16 @@ int dt_cmd_calibrate(int argc, char **argv) {
     if (rank == 0) {
         /* per-rank compute and memory figures, measured while the other ranks idle */
         double f32 = gemm_flops(NULL), fb = gemm_flops(bf16_to_f32), fh = gemm_flops(f16_to_f32);
-        double bw = copy_bw();
-        rc = write_profile(out, &base, f32, fb, fh, bw, busbw, nranks);
+        double bw = copy_bw(), attn = attention_flops(), op_s = op_overhead();
+        rc = write_profile(out, &base, f32, fb, fh, bw, busbw, nranks, attn, op_s);
         if (!rc)
-            printf("calibrate: wrote %s (fp32 %.1f, bf16 %.1f, fp16 %.1f GFLOP/s; memcpy %.1f GB/s; busbw %.2f GB/s on %d rank(s))\n",
-                   out, f32 / 1e9, fb / 1e9, fh / 1e9, bw / 1e9, busbw / 1e9, nranks);
+            printf("calibrate: wrote %s (fp32 %.1f, bf16 %.1f, fp16 %.1f GFLOP/s; attention %.1f GFLOP/s; op %.2f us; "
+                   "memcpy %.1f GB/s; busbw %.2f GB/s on %d rank(s))\n",
+                   out, f32 / 1e9, fb / 1e9, fh / 1e9, attn / 1e9, op_s * 1e6, bw / 1e9, busbw / 1e9, nranks);
     }
     if (under_mpi) {
+        quiet_wait();   /* rank 0's part releases the sleeping ranks (nonblocking on all: MPI does not
+                         * match a blocking barrier with a nonblocking one) */
         MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
         MPI_Finalize();
     }

@@ -29,6 +29,11 @@ typedef struct dt_hardware {
     double cpu_adam_params_per_s;/* CPU AdamW throughput per node, parameters/s */
     double nvme_bw;              /* NVMe read/write bandwidth per node, bytes/s */
     int64_t nvme_bytes;          /* NVMe capacity per node */
+    /* Optional kernel-level terms (absent in a profile = 0 = not modelled apart;
+     * docs/time-model.md "Kernel-level terms", measured by dtplan calibrate): */
+    double attention_flops;      /* FLOP/s of the attention kernels (QK^T and PV, counted as
+                                  * dt_model_block_fwd_flops_per_seq does); 0: achievable_flops */
+    double op_overhead_s;        /* fixed time per device op (kernel launch, OpenMP fork/join), s */
 } dt_hardware;
 
 /* Loads a profile by name (case-insensitive, built into the binary from

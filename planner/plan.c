@@ -153,6 +153,7 @@ static int validate_hardware(const dt_cluster *c, dt_error *err) {
         {"inter_busbw", h->inter_busbw}, {"inter_alpha_s", h->inter_alpha_s}, {"h2d_bw", h->h2d_bw},
         {"host_mem_bytes", (double)h->host_mem_bytes}, {"cpu_adam_params_per_s", h->cpu_adam_params_per_s},
         {"nvme_bw", h->nvme_bw}, {"nvme_bytes", (double)h->nvme_bytes},
+        {"attention_flops", h->attention_flops}, {"op_overhead_s", h->op_overhead_s},
     };
     for (int i = 0; i < N_OF(nums); i++)
         if (!finite_nonneg(nums[i].v))
@@ -493,6 +494,9 @@ static void write_cluster(cJSON *root, const dt_cluster *c) {
     add_d(w, "cpu_adam_params_per_s", h->cpu_adam_params_per_s);
     add_d(w, "nvme_bw", h->nvme_bw);
     add_i(w, "nvme_bytes", h->nvme_bytes);
+    /* optional kernel-level terms: written when the profile has them */
+    if (h->attention_flops > 0) add_d(w, "attention_flops", h->attention_flops);
+    if (h->op_overhead_s > 0) add_d(w, "op_overhead_s", h->op_overhead_s);
 }
 
 static void write_precision(cJSON *root, const dt_precision *pr) {
@@ -704,6 +708,11 @@ static void read_cluster(dt_jobj *root, dt_cluster *c, dt_error *err) {
         dt_jobj_num(&w, "cpu_adam_params_per_s", DT_JNUM_NONNEG, &h->cpu_adam_params_per_s, err);
         dt_jobj_num(&w, "nvme_bw", DT_JNUM_NONNEG, &h->nvme_bw, err);
         dt_jobj_int(&w, "nvme_bytes", 0, INT64_MAX, &h->nvme_bytes, err);
+        /* optional kernel-level terms (plans written before they existed lack them) */
+        if (dt_jobj_has(&w, "attention_flops"))
+            dt_jobj_num(&w, "attention_flops", DT_JNUM_NONNEG, &h->attention_flops, err);
+        if (dt_jobj_has(&w, "op_overhead_s"))
+            dt_jobj_num(&w, "op_overhead_s", DT_JNUM_NONNEG, &h->op_overhead_s, err);
         if (dt_jobj_close(&w, err)) r.failed = w.failed;
     }
     if (dt_jobj_close(&r, err)) root->failed = r.failed;

@@ -12,6 +12,7 @@
 
 #include "dt_memory.h"
 #include "dt_solve.h"
+#include "dt_timemodel.h"
 
 /* ---- probes: the time / memory models' numbers, read through their API ---- */
 
@@ -68,19 +69,13 @@ double dt_sim_collective_s(const dt_plan *p, dt_collective c, double bytes) {
 /* Forward / backward per micro-step: the stage-3 overlap phases carry them as
  * their hiding compute (forward phase work0 = forward, backward phase work0 =
  * backward), so a 2-rank stage-3 probe reads them. */
+/* One micro-step's forward and backward on p's own ranks per node (on a CPU
+ * device they share the node's cores: the time model's dt_time_compute_micro). */
 static int probe_compute(const dt_plan *p, double *t_fwd, double *t_bwd, dt_error *err) {
-    dt_plan q = probe_base(p);
-    q.parallel.zero_stage = 3;
-    q.parallel.overlap_comm = 1;
-    q.cluster.nodes = 1;
-    q.cluster.gpus_per_node = 2;
-    q.parallel.world_size = 2;
-    if (q.cluster.hw.intra_busbw <= 0) q.cluster.hw.intra_busbw = 1.0; /* only comm depends on it */
-    dt_time_terms t;
-    if (dt_time_terms_build(&q, &t, err)) return err->code;
-    if (t.n_phases != 2) return dt_errorf(err, DT_EINTERNAL, "simulate: compute probe found no stage-3 phases");
-    *t_fwd = t.phase[0].work0_s;
-    *t_bwd = t.phase[1].work0_s;
+    dt_time_compute c;
+    if (dt_time_compute_micro(p, &c, err)) return err->code;
+    *t_fwd = c.fwd_s;
+    *t_bwd = c.bwd_s;
     return DT_OK;
 }
 

@@ -16,6 +16,18 @@
 /* Backward costs twice the forward (weight- and input-gradient GEMMs), so the
  * forward is 1/3 of the training FLOPs (Kaplan et al. 2020, Narayanan et al. 2021). */
 #define DT_FWD_SHARE (1.0 / 3.0)
+#define DT_BWD_OVER_FWD 2.0
+/* Engine ops (kernels / OpenMP regions) per pass, counted in engine/gpt2.c
+ * (docs/time-model.md "Kernel-level terms"). A block's forward: 2 layernorms,
+ * 4 linears (GEMM + bias), attention, GELU, 2 residual adds. Its backward: 4
+ * linear backwards of 3 ops (input-gradient GEMM, weight-gradient GEMM, bias
+ * sum), GELU, 2 layernorms, attention. Outside the blocks, forward: encoder,
+ * final layernorm, classifier GEMM, cross-entropy; backward: cross-entropy, 2
+ * classifier GEMMs, final layernorm, encoder. */
+#define DT_OPS_BLOCK_FWD 10
+#define DT_OPS_BLOCK_BWD 16
+#define DT_OPS_OUTER_FWD 4
+#define DT_OPS_OUTER_BWD 5
 /* Scalars all-reduced once per step for the loss (all stages) and the partial
  * squared gradient norm (stages 1-3, whose gradients are sharded): fp32 each. */
 #define DT_SCALAR_BYTES 4
@@ -109,6 +121,45 @@ static int check_plan(const dt_plan *p, dt_error *err) {
     return DT_OK;
 }
 
+/* Attention FLOPs of one block's forward per sequence: the quadratic part of
+ * dt_model_block_fwd_flops_per_seq (matmuls are linear in s, QK^T and PV
+ * quadratic), so no formula of models/ is repeated: f(s) = a s + b s^2 gives
+ * b = (f(2) - 2 f(1)) / 2. */
+static double attn_fwd_flops_per_seq(const dt_model *m, int64_t s) {
+    double b = 0.5 * (dt_model_block_fwd_flops_per_seq(m, 2) - 2.0 * dt_model_block_fwd_flops_per_seq(m, 1));
+    return b * (double)s * (double)s;
+}
+
+/* On a CPU device the ranks of a node share its cores (dtrun gives each rank
+ * cores / ranks OpenMP threads, engine/launch.c), and a profile's FLOP/s and
+ * bandwidth are the whole node's (dtplan calibrate measures one process on
+ * every core). A GPU rank owns its device. */
+static double node_share(const dt_plan *p) {
+    return p->cluster.hw.device == DT_DEVICE_CPU ? 1.0 / (double)p->cluster.gpus_per_node : 1.0;
+}
+
+int dt_time_compute_micro(const dt_plan *p, dt_time_compute *out, dt_error *err) {
+    if (check_plan(p, err)) return err->code;
+    const dt_hardware *hw = &p->cluster.hw;
+    const double share = node_share(p);
+    const double R = hw->achievable_flops[p->precision.param] * share;
+    const double Ra = (hw->attention_flops > 0 ? hw->attention_flops : hw->achievable_flops[p->precision.param]) *
+                      share;
+    const double b = (double)p->batch.micro_batch, L = (double)p->model.n_layer, k = hw->op_overhead_s;
+    const int64_t s = p->batch.seq_len;
+    /* per micro-step forward: all FLOPs less attention at R, attention at Ra */
+    const double f_fwd = b * DT_FWD_SHARE * dt_model_train_flops_per_seq(&p->model, s);
+    const double f_attn_blk = b * attn_fwd_flops_per_seq(&p->model, s);
+    const double f_blk = b * dt_model_block_fwd_flops_per_seq(&p->model, s);
+    const double t_fwd = (f_fwd - L * f_attn_blk) / R + L * f_attn_blk / Ra +
+                         k * (L * DT_OPS_BLOCK_FWD + DT_OPS_OUTER_FWD);
+    out->fwd_s = t_fwd;
+    out->bwd_s = DT_BWD_OVER_FWD * (t_fwd - k * (L * DT_OPS_BLOCK_FWD + DT_OPS_OUTER_FWD)) +
+                 k * (L * DT_OPS_BLOCK_BWD + DT_OPS_OUTER_BWD);
+    out->block_fwd_s = (f_blk - f_attn_blk) / R + f_attn_blk / Ra + k * DT_OPS_BLOCK_FWD;
+    return DT_OK;
+}
+
 int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
     if (check_plan(p, err)) return err->code;
     memset(t, 0, sizeof *t);
@@ -116,16 +167,15 @@ int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
     const dt_precision *pr = &p->precision;
     const int stage = p->parallel.zero_stage;
     const int64_t L = p->model.n_layer, W = p->parallel.world_size, G = p->cluster.gpus_per_node;
-    const double A = (double)p->batch.grad_accum, b = (double)p->batch.micro_batch;
+    const double A = (double)p->batch.grad_accum;
     const int pb = dt_dtype_size(pr->param), gb = dt_dtype_size(pr->grad);
     const int ob = dt_precision_optimizer_bytes(pr);
-    const double R = hw->achievable_flops[pr->param];
+    const double share = node_share(p);
 
     /* ---- compute, per micro-step ---- */
-    const double f_train = b * dt_model_train_flops_per_seq(&p->model, p->batch.seq_len);
-    const double t_fwd = DT_FWD_SHARE * f_train / R;
-    const double t_bwd = (1.0 - DT_FWD_SHARE) * f_train / R;
-    const double t_rec = b * dt_model_block_fwd_flops_per_seq(&p->model, p->batch.seq_len) / R;
+    dt_time_compute cm;
+    if (dt_time_compute_micro(p, &cm, err)) return err->code;
+    const double t_fwd = cm.fwd_s, t_bwd = cm.bwd_s, t_rec = cm.block_fwd_s;
     t->compute_s = A * (t_fwd + t_bwd);
     t->per_ckpt_s = A * t_rec;
     t->recompute_per_layer_s = t->per_ckpt_s;
@@ -204,7 +254,7 @@ int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
         /* device AdamW is memory-bound: grads read twice (norm, update), optimizer
          * state read and written, params written (and read when there is no master) */
         double bytes = 2.0 * gb + 2.0 * ob + (double)pb * (pr->has_master ? 1.0 : 2.0);
-        opt = shard * bytes / hw->mem_bw;
+        opt = shard * bytes / (hw->mem_bw * share);
     }
     if (op != DT_OFFLOAD_NONE) {
         /* each gather (forward and backward, every micro-step) first brings the

@@ -104,5 +104,18 @@ int main(void) {
     const char *bad = write_tmp("dt_test_profile_bad.json", "{\"format\": \"dtplan.hardware/1\",");
     CHECK(bad && dt_hardware_load(bad, NULL, &hw, &err) == DT_EINVAL);
     CHECK(strstr(err.msg, "invalid JSON") != NULL);
+    /* optional kernel-level terms: absent = 0, present = read, negative = one clear error */
+    CHECK(load_variant("1073741824", "5e10", "", NULL, &hw, &err) == DT_OK);
+    CHECK(hw.attention_flops == 0 && hw.op_overhead_s == 0);
+    CHECK(load_variant("1073741824", "5e10", ", \"attention_flops\": 7e9, \"op_overhead_s\": 2e-6", NULL, &hw,
+                       &err) == DT_OK);
+    CHECK_NEAR(hw.attention_flops, 7e9, 1e-12);
+    CHECK_NEAR(hw.op_overhead_s, 2e-6, 1e-12);
+    CHECK(load_variant("1073741824", "5e10", ", \"op_overhead_s\": -1", NULL, &hw, &err) == DT_EINVAL);
+    CHECK(strstr(err.msg, "op_overhead_s") != NULL);
+    CHECK(load_variant("1073741824", "5e10", ", \"attention_flops\": \"fast\"", NULL, &hw, &err) == DT_EINVAL);
+    CHECK(strstr(err.msg, "attention_flops") != NULL);
+    CHECK(dt_hardware_load("cpu", NULL, &hw, &err) == DT_OK);
+    CHECK(hw.attention_flops > 0 && hw.op_overhead_s > 0);   /* the cpu profile states both */
     TEST_MAIN_END();
 }

@@ -180,6 +180,61 @@ int main(void) {
     CHECK(p.prediction.memory.total > 0 && p.prediction.time.step_s > 0);
     CHECK(p.prediction.comm_bytes[DT_COLL_REDUCE_SCATTER] > 0);
 
+    /* ---- kernel-level terms (docs/time-model.md): attention at its own rate,
+     * a fixed cost per engine op, a CPU node's cores shared by its ranks ---- */
+    setup(&p, "gpt2", "H100-SXM-80GB", 1, 1);
+    dt_precision_from_preset(DT_PREC_FP32, &p.precision);
+    p.activations.ckpt_layers = 0;
+    dt_time_breakdown base_t, k_t;
+    dt_time_compute cm0, cm1;
+    CHECK(dt_time_estimate(&p, &base_t, &err) == DT_OK);
+    CHECK(dt_time_compute_micro(&p, &cm0, &err) == DT_OK);
+    const double R32 = p.cluster.hw.achievable_flops[DT_DTYPE_FP32], Lg = (double)p.model.n_layer;
+    CHECK_NEAR(cm0.fwd_s + cm0.bwd_s, 2 * dt_model_train_flops_per_seq(&p.model, 128) / R32, 1e-12);
+    CHECK_NEAR(cm0.block_fwd_s, 2 * dt_model_block_fwd_flops_per_seq(&p.model, 128) / R32, 1e-12);
+    /* attention at half the GEMM rate: +1 x its FLOPs / R, forward and 2x backward,
+     * with the attention FLOPs written out (QK^T + PV: 2 x 2 x T^2 x H x d) */
+    double fa = 2.0 * 2.0 * 2.0 * 128.0 * 128.0 * (double)(p.model.n_head * p.model.head_dim); /* b = 2 */
+    p.cluster.hw.attention_flops = R32 / 2;
+    CHECK(dt_time_compute_micro(&p, &cm1, &err) == DT_OK);
+    CHECK_NEAR(cm1.fwd_s - cm0.fwd_s, Lg * fa / R32, 1e-12);
+    CHECK_NEAR(cm1.bwd_s - cm0.bwd_s, 2 * Lg * fa / R32, 1e-12);
+    CHECK_NEAR(cm1.block_fwd_s - cm0.block_fwd_s, fa / R32, 1e-12);
+    CHECK(dt_time_estimate(&p, &k_t, &err) == DT_OK);
+    CHECK_NEAR(k_t.compute_s - base_t.compute_s, 3 /* A */ * 3 * Lg * fa / R32, 1e-12);
+    p.cluster.hw.attention_flops = 0;   /* 0 = the GEMM rate: unchanged */
+    CHECK(dt_time_estimate(&p, &k_t, &err) == DT_OK);
+    CHECK_NEAR(k_t.step_s, base_t.step_s, 1e-15);
+    /* op overhead: per micro-step 10 + 16 ops per block and 4 + 5 outside; a
+     * recomputed block's 10 ops again */
+    p.cluster.hw.op_overhead_s = 1e-5;
+    CHECK(dt_time_estimate(&p, &k_t, &err) == DT_OK);
+    CHECK_NEAR(k_t.compute_s - base_t.compute_s, 3 * 1e-5 * (26 * Lg + 9), 1e-12);
+    p.activations.ckpt_layers = 4;
+    CHECK(dt_time_estimate(&p, &k_t, &err) == DT_OK);
+    CHECK_NEAR(k_t.recompute_s, 4 * 3 * (cm0.block_fwd_s + 10 * 1e-5), 1e-12);
+    p.cluster.hw.op_overhead_s = 0;
+    p.activations.ckpt_layers = 0;
+    /* a CPU node's ranks share its FLOP/s and memory bandwidth; GPUs do not */
+    setup(&p, "gpt2", "cpu", 1, 1);
+    dt_precision_from_preset(DT_PREC_FP32, &p.precision);
+    CHECK(dt_time_compute_micro(&p, &cm0, &err) == DT_OK);
+    CHECK(dt_time_estimate(&p, &base_t, &err) == DT_OK);
+    p.cluster.gpus_per_node = p.parallel.world_size = 4;
+    p.batch.global_batch *= 4;
+    CHECK(dt_time_compute_micro(&p, &cm1, &err) == DT_OK);
+    CHECK_NEAR(cm1.fwd_s - p.cluster.hw.op_overhead_s * (12 * 10 + 4),
+               4 * (cm0.fwd_s - p.cluster.hw.op_overhead_s * (12 * 10 + 4)), 1e-12);
+    CHECK(dt_time_estimate(&p, &k_t, &err) == DT_OK);
+    CHECK_NEAR(k_t.optimizer_s, 4 * base_t.optimizer_s, 1e-12 + 1e-9 * base_t.optimizer_s);
+    setup(&p, "gpt2", "H100-SXM-80GB", 1, 4);
+    dt_precision_from_preset(DT_PREC_FP32, &p.precision);
+    CHECK(dt_time_compute_micro(&p, &cm1, &err) == DT_OK);
+    setup(&p, "gpt2", "H100-SXM-80GB", 1, 1);
+    dt_precision_from_preset(DT_PREC_FP32, &p.precision);
+    CHECK(dt_time_compute_micro(&p, &cm0, &err) == DT_OK);
+    CHECK_NEAR(cm1.fwd_s, cm0.fwd_s, 1e-15);
+
     /* ---- errors ---- */
     setup(&p, "gpt2", "V100-32GB", 1, 1);
     CHECK(dt_time_estimate(&p, &t, &err) == DT_EINVAL); /* mixed-bf16 on Volta */
