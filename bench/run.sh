@@ -17,9 +17,6 @@ echo "== dtplan solve: 32B / 8 x H100 / 80G (target < 50 ms) =="
 echo
 echo "== dtrun CPU: GPT-2 124M, B=4, T=64, fp32 vs this machine's GEMM ceiling (target >= 60%) =="
 "$B/bench_gpt2"
-for extra in "$B"/bench_zero; do
-  [ -x "$extra" ] || continue
-  echo
-  echo "== $(basename "$extra") =="
-  "$extra"
-done
+echo
+echo "== dtrun ZeRO: GPT-2 124M on 2 CPU ranks, step time and comm share per stage, predicted vs measured =="
+bash bench/bench_zero.sh "$B"
