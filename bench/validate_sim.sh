@@ -42,7 +42,7 @@ if [ -z "$PROFILE" ]; then
     PROFILE=$OUT/local.json
     "$DTPLAN" calibrate -o "$PROFILE" || { echo "validate_sim.sh: calibrate failed" >&2; exit 1; }
 fi
-jq -r '"profile: fp32 \(.achievable_flops.fp32/1e9|floor) GFLOP/s, attention \((.attention_flops//0)/1e9*10|floor/10) GFLOP/s, op \((.op_overhead_s//0)*1e6*100|floor/100) us, mem \(.mem_bw/1e9*10|floor/10) GB/s, busbw \(.intra_busbw/1e9*100|floor/100) GB/s"' "$PROFILE"
+jq -r '"profile: fp32 \(.achievable_flops.fp32/1e9|floor) GFLOP/s, attention \((.attention_flops//0)/1e9*10|floor/10) GFLOP/s, op \((.op_overhead_s//0)*1e6*100|floor/100) us, element-wise \((.elementwise_bw//0)/1e9*10|floor/10) GB/s, mem \(.mem_bw/1e9*10|floor/10) GB/s, busbw \(.intra_busbw/1e9*100|floor/100) GB/s"' "$PROFILE"
 
 # The plan: configs/plans/tiny-cpu.json (GPT-2, 2 layers, C=64) with the profile's
 # numbers, W ranks on one node, the stage / offload / checkpointing under test.
@@ -55,7 +55,7 @@ mkplan() { # W STAGE OFFLOAD CKPT OUT.json
       | .schedule.total_steps=100 | .output.save_interval=0 | .data.eval_interval=0
       | .cluster.hardware |= (. + ($hw[0] | {name, device_mem_bytes, reserve_bytes, peak_flops,
           achievable_flops, mem_bw, intra_busbw, intra_alpha_s, h2d_bw, host_mem_bytes,
-          cpu_adam_params_per_s, nvme_bw, nvme_bytes, attention_flops, op_overhead_s}
+          cpu_adam_params_per_s, nvme_bw, nvme_bytes, attention_flops, op_overhead_s, elementwise_bw}
           | with_entries(select(.value != null))))
       | .prediction={"valid":false}' "$SRC/configs/plans/tiny-cpu.json" > "$5"
 }

@@ -19,7 +19,7 @@
 #include "dt_ops.h"
 
 #define CAL_GEMM_N 768                 /* square GEMM size: large enough for OpenBLAS's peak */
-#define CAL_GEMM_REPS 4
+#define CAL_GEMM_REPS 8
 #define CAL_COPY_BYTES ((size_t)256 << 20)
 #define CAL_COPY_REPS 5
 #define CAL_ALLREDUCE_FLOATS ((size_t)16 << 20) /* 64 MiB */
@@ -40,6 +40,12 @@
  * OpenMP parallel region: fork, barrier, join) is all that is left. */
 #define CAL_OP_ELEMS 64
 #define CAL_OP_REPS 2000
+/* Element-wise probe: a block's LayerNorm, GELU and residual add on CAL_EW_TOKENS
+ * tokens of GPT-2's width (C = 768, F = 4C): bytes read + written / time. */
+#define CAL_EW_TOKENS 512
+#define CAL_EW_C 768
+#define CAL_EW_REPS 20
+#define CAL_LN_EPS 1e-5f
 /* While rank 0 measures, the other ranks wait without spinning (a busy MPI wait
  * would take a core from the measurement): polling period, ns. */
 #define CAL_POLL_NS 1000000L
@@ -140,6 +146,27 @@ static double op_overhead(void) {
     return best < 1e30 ? best : 0.0;
 }
 
+/* Bytes/s of the engine's element-wise kernels: layernorm (read + write C), GELU
+ * (read + write 4C), residual (read 2C, write C) per token, fp32. */
+static double elementwise_bw(void) {
+    const int64_t N = CAL_EW_TOKENS, C = CAL_EW_C, F = 4 * CAL_EW_C;
+    float *x = filled((size_t)(N * F)), *y = filled((size_t)(N * F)), *z = filled((size_t)(N * C));
+    float *w = filled((size_t)C), *bb = filled((size_t)C), *mean = filled((size_t)N), *rstd = filled((size_t)N);
+    double best = 1e30;
+    if (x && y && z && w && bb && mean && rstd)
+        for (int r = 0; r < CAL_EW_REPS + 1; r++) {
+            double t0 = now_s();
+            dt_op_layernorm_forward(z, mean, rstd, x, w, bb, N, C, CAL_LN_EPS);
+            dt_op_gelu_forward(y, x, N * F);
+            dt_op_residual_forward(z, x, y, N * C);
+            double t = now_s() - t0;
+            if (r > 0 && t < best) best = t;
+        }
+    free(x), free(y), free(z), free(w), free(bb), free(mean), free(rstd);
+    double bytes = (double)N * (double)(2 * C + 2 * F + 3 * C) * sizeof(float);
+    return best < 1e30 ? bytes / best : 0.0;
+}
+
 /* Ranks other than 0 wait here, asleep, until rank 0 has measured. */
 static void quiet_wait(void) {
     MPI_Request q;
@@ -190,7 +217,7 @@ static double allreduce_busbw(int *nranks) {
 }
 
 static int write_profile(const char *path, const dt_hardware *base, double f32, double f16b, double f16h,
-                         double bw, double busbw, int nranks, double attn, double op_s) {
+                         double bw, double busbw, int nranks, double attn, double op_s, double ew) {
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int64_t host = pages > 0 && psz > 0 ? (int64_t)pages * psz : base->host_mem_bytes;
@@ -203,12 +230,13 @@ static int write_profile(const char *path, const dt_hardware *base, double f32, 
         cJSON_AddNumberToObject(pk, dn[i], peak > ach[i] ? peak : ach[i]);
         cJSON_AddNumberToObject(ac, dn[i], ach[i]);
     }
-    char src[256];
+    char src[512];
     snprintf(src, sizeof src,
              "dtplan calibrate: sgemm %dx%d (16-bit converted first), memcpy %zu MiB, MPI_Allreduce 64 MiB on %d rank(s), "
-             "engine flash attention B=%d T=%d C=%d H=%d fwd+bwd, engine residual add of %d elements; "
-             "the rest from the cpu profile", CAL_GEMM_N, CAL_GEMM_N, CAL_COPY_BYTES >> 20, nranks, CAL_ATTN_B,
-             CAL_ATTN_T, CAL_ATTN_C, CAL_ATTN_H, CAL_OP_ELEMS);
+             "engine flash attention B=%d T=%d C=%d H=%d fwd+bwd, engine residual add of %d elements, "
+             "engine layernorm+gelu+residual on %d x %d; the rest from the cpu profile",
+             CAL_GEMM_N, CAL_GEMM_N, CAL_COPY_BYTES >> 20, nranks, CAL_ATTN_B, CAL_ATTN_T, CAL_ATTN_C, CAL_ATTN_H,
+             CAL_OP_ELEMS, CAL_EW_TOKENS, CAL_EW_C);
     cJSON_AddStringToObject(o, "format", "dtplan.hardware/1");
     cJSON_AddStringToObject(o, "name", "local");
     cJSON_AddStringToObject(o, "source", src);
@@ -240,6 +268,7 @@ static int write_profile(const char *path, const dt_hardware *base, double f32, 
     cJSON_AddNumberToObject(o, "nvme_bytes", (double)base->nvme_bytes);
     if (attn > 0) cJSON_AddNumberToObject(o, "attention_flops", attn);
     if (op_s > 0) cJSON_AddNumberToObject(o, "op_overhead_s", op_s);
+    if (ew > 0) cJSON_AddNumberToObject(o, "elementwise_bw", ew);
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
     if (!text) return 1;
@@ -315,9 +344,9 @@ int dt_cmd_calibrate(int argc, char **argv) {
             dt_hardware h;
             if (dt_hardware_load(out, NULL, &h, &e) == DT_OK) {
                 printf("calibrate: wrote %s (fp32 %.1f, bf16 %.1f GFLOP/s; attention %.1f GFLOP/s; op %.2f us; "
-                       "memcpy %.1f GB/s; all-reduce busbw %.2f GB/s on 2 ranks)\n",
+                       "element-wise %.1f GB/s; memcpy %.1f GB/s; all-reduce busbw %.2f GB/s on 2 ranks)\n",
                        out, h.achievable_flops[0] / 1e9, h.achievable_flops[1] / 1e9, h.attention_flops / 1e9,
-                       h.op_overhead_s * 1e6, h.mem_bw / 1e9, h.intra_busbw / 1e9);
+                       h.op_overhead_s * 1e6, h.elementwise_bw / 1e9, h.mem_bw / 1e9, h.intra_busbw / 1e9);
                 return 0;
             }
         }
@@ -334,12 +363,13 @@ int dt_cmd_calibrate(int argc, char **argv) {
     if (rank == 0) {
         /* per-rank compute and memory figures, measured while the other ranks idle */
         double f32 = gemm_flops(NULL), fb = gemm_flops(bf16_to_f32), fh = gemm_flops(f16_to_f32);
-        double bw = copy_bw(), attn = attention_flops(), op_s = op_overhead();
-        rc = write_profile(out, &base, f32, fb, fh, bw, busbw, nranks, attn, op_s);
+        double bw = copy_bw(), attn = attention_flops(), op_s = op_overhead(), ew = elementwise_bw();
+        rc = write_profile(out, &base, f32, fb, fh, bw, busbw, nranks, attn, op_s, ew);
         if (!rc)
             printf("calibrate: wrote %s (fp32 %.1f, bf16 %.1f, fp16 %.1f GFLOP/s; attention %.1f GFLOP/s; op %.2f us; "
-                   "memcpy %.1f GB/s; busbw %.2f GB/s on %d rank(s))\n",
-                   out, f32 / 1e9, fb / 1e9, fh / 1e9, attn / 1e9, op_s * 1e6, bw / 1e9, busbw / 1e9, nranks);
+                   "element-wise %.1f GB/s; memcpy %.1f GB/s; busbw %.2f GB/s on %d rank(s))\n",
+                   out, f32 / 1e9, fb / 1e9, fh / 1e9, attn / 1e9, op_s * 1e6, ew / 1e9, bw / 1e9, busbw / 1e9,
+                   nranks);
     }
     if (under_mpi) {
         quiet_wait();   /* rank 0's part releases the sleeping ranks (nonblocking on all: MPI does not

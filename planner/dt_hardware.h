@@ -34,6 +34,8 @@ typedef struct dt_hardware {
     double attention_flops;      /* FLOP/s of the attention kernels (QK^T and PV, counted as
                                   * dt_model_block_fwd_flops_per_seq does); 0: achievable_flops */
     double op_overhead_s;        /* fixed time per device op (kernel launch, OpenMP fork/join), s */
+    double elementwise_bw;       /* bytes/s the element-wise kernels (LayerNorm, GELU, residual,
+                                  * bias sums, cross-entropy) stream; 0: folded into achievable_flops */
 } dt_hardware;
 
 /* Loads a profile by name (case-insensitive, built into the binary from

@@ -38,7 +38,7 @@ static const char *const k_top_keys[] = {
     "format", "name", "device", "device_mem_bytes", "reserve_bytes", "peak_flops",
     "achievable_flops", "mem_bw", "intra_busbw", "intra_alpha_s", "default_interconnect",
     "interconnects", "h2d_bw", "host_mem_bytes", "cpu_adam_params_per_s", "nvme_bw",
-    "nvme_bytes", "source", "attention_flops", "op_overhead_s"};
+    "nvme_bytes", "source", "attention_flops", "op_overhead_s", "elementwise_bw"};
 static const char *const k_dtype_keys[] = {"fp32", "bf16", "fp16"};
 static const char *const k_net_keys[] = {"busbw", "alpha_s"};
 
@@ -209,7 +209,9 @@ static int parse_profile(const char *text, const char *what, const char *interco
     if ((cJSON_GetObjectItemCaseSensitive(root, "attention_flops") &&
          (rc = get_num(root, "attention_flops", 1, what, "$", &hw->attention_flops, err))) ||
         (cJSON_GetObjectItemCaseSensitive(root, "op_overhead_s") &&
-         (rc = get_num(root, "op_overhead_s", 1, what, "$", &hw->op_overhead_s, err))))
+         (rc = get_num(root, "op_overhead_s", 1, what, "$", &hw->op_overhead_s, err))) ||
+        (cJSON_GetObjectItemCaseSensitive(root, "elementwise_bw") &&
+         (rc = get_num(root, "elementwise_bw", 1, what, "$", &hw->elementwise_bw, err))))
         goto done;
     const cJSON *src = cJSON_GetObjectItemCaseSensitive(root, "source");
     if (src && !cJSON_IsString(src)) {

@@ -28,6 +28,25 @@
 #define DT_OPS_BLOCK_BWD 16
 #define DT_OPS_OUTER_FWD 4
 #define DT_OPS_OUTER_BWD 5
+/* Activation elements the element-wise kernels read + write per token (fp32:
+ * the engine's ops work on fp32 arrays, engine/dt_ops.h), counted in
+ * engine/gpt2.c with C = hidden, F = ffn, V = vocab. Attention's own traffic is
+ * in attention_flops' measurement. Block forward: ln_1 and ln_2 (read + write C
+ * each), 2 residual adds (read 2C, write C each), GELU (read + write F) =
+ * 10C + 2F. Block backward: GELU (read inp and dout, write: 3F), 2 layernorms
+ * (read dout and inp, read + write dinp: 4C each), 4 bias sums (read dout: 3C,
+ * C, F, C) = 13C + 4F. Outside: forward encoder (read 2C, write C), ln_f (2C),
+ * cross-entropy (read V) = 5C + V; backward cross-entropy (read + write V),
+ * ln_f (4C), encoder (read C, add 2C) = 7C + 2V. */
+#define DT_EW_BYTES 4.0
+#define DT_EW_BLK_FWD_C 10.0
+#define DT_EW_BLK_FWD_F 2.0
+#define DT_EW_BLK_BWD_C 13.0
+#define DT_EW_BLK_BWD_F 4.0
+#define DT_EW_OUT_FWD_C 5.0
+#define DT_EW_OUT_FWD_V 1.0
+#define DT_EW_OUT_BWD_C 7.0
+#define DT_EW_OUT_BWD_V 2.0
 /* Scalars all-reduced once per step for the loss (all stages) and the partial
  * squared gradient norm (stages 1-3, whose gradients are sharded): fp32 each. */
 #define DT_SCALAR_BYTES 4
@@ -157,6 +176,15 @@ int dt_time_compute_micro(const dt_plan *p, dt_time_compute *out, dt_error *err)
     out->bwd_s = DT_BWD_OVER_FWD * (t_fwd - k * (L * DT_OPS_BLOCK_FWD + DT_OPS_OUTER_FWD)) +
                  k * (L * DT_OPS_BLOCK_BWD + DT_OPS_OUTER_BWD);
     out->block_fwd_s = (f_blk - f_attn_blk) / R + f_attn_blk / Ra + k * DT_OPS_BLOCK_FWD;
+    if (hw->elementwise_bw > 0) {   /* element-wise kernels stream activations */
+        const double C = (double)p->model.hidden, F = (double)p->model.ffn, V = (double)p->model.vocab;
+        const double per_byte = b * (double)s * DT_EW_BYTES / (hw->elementwise_bw * share);
+        const double blk_fwd = (DT_EW_BLK_FWD_C * C + DT_EW_BLK_FWD_F * F) * per_byte;
+        out->fwd_s += L * blk_fwd + (DT_EW_OUT_FWD_C * C + DT_EW_OUT_FWD_V * V) * per_byte;
+        out->bwd_s += L * (DT_EW_BLK_BWD_C * C + DT_EW_BLK_BWD_F * F) * per_byte +
+                      (DT_EW_OUT_BWD_C * C + DT_EW_OUT_BWD_V * V) * per_byte;
+        out->block_fwd_s += blk_fwd;
+    }
     return DT_OK;
 }
 

@@ -116,6 +116,8 @@ int main(void) {
     CHECK(load_variant("1073741824", "5e10", ", \"attention_flops\": \"fast\"", NULL, &hw, &err) == DT_EINVAL);
     CHECK(strstr(err.msg, "attention_flops") != NULL);
     CHECK(dt_hardware_load("cpu", NULL, &hw, &err) == DT_OK);
-    CHECK(hw.attention_flops > 0 && hw.op_overhead_s > 0);   /* the cpu profile states both */
+    CHECK(hw.attention_flops > 0 && hw.op_overhead_s > 0 && hw.elementwise_bw > 0); /* the cpu profile states them */
+    CHECK(load_variant("1073741824", "5e10", ", \"elementwise_bw\": 3e9", NULL, &hw, &err) == DT_OK);
+    CHECK_NEAR(hw.elementwise_bw, 3e9, 1e-12);
     TEST_MAIN_END();
 }

@@ -215,6 +215,18 @@ int main(void) {
     CHECK_NEAR(k_t.recompute_s, 4 * 3 * (cm0.block_fwd_s + 10 * 1e-5), 1e-12);
     p.cluster.hw.op_overhead_s = 0;
     p.activations.ckpt_layers = 0;
+    /* element-wise traffic per token, fp32: block fwd 10C + 2F, bwd 13C + 4F,
+     * outside fwd 5C + V, bwd 7C + 2V elements, at elementwise_bw */
+    p.cluster.hw.elementwise_bw = 1e11;
+    CHECK(dt_time_compute_micro(&p, &cm1, &err) == DT_OK);
+    {
+        double C = (double)p.model.hidden, F = (double)p.model.ffn, V = (double)p.model.vocab;
+        double tok = 2.0 * 128.0, by = 4.0 / 1e11;
+        CHECK_NEAR(cm1.fwd_s - cm0.fwd_s, tok * by * (Lg * (10 * C + 2 * F) + 5 * C + V), 1e-12);
+        CHECK_NEAR(cm1.bwd_s - cm0.bwd_s, tok * by * (Lg * (13 * C + 4 * F) + 7 * C + 2 * V), 1e-12);
+        CHECK_NEAR(cm1.block_fwd_s - cm0.block_fwd_s, tok * by * (10 * C + 2 * F), 1e-12);
+    }
+    p.cluster.hw.elementwise_bw = 0;
     /* a CPU node's ranks share its FLOP/s and memory bandwidth; GPUs do not */
     setup(&p, "gpt2", "cpu", 1, 1);
     dt_precision_from_preset(DT_PREC_FP32, &p.precision);
@@ -225,6 +237,7 @@ int main(void) {
     CHECK(dt_time_compute_micro(&p, &cm1, &err) == DT_OK);
     CHECK_NEAR(cm1.fwd_s - p.cluster.hw.op_overhead_s * (12 * 10 + 4),
                4 * (cm0.fwd_s - p.cluster.hw.op_overhead_s * (12 * 10 + 4)), 1e-12);
+    CHECK(p.cluster.hw.elementwise_bw > 0);   /* the cpu profile states it: shared too */
     CHECK(dt_time_estimate(&p, &k_t, &err) == DT_OK);
     CHECK_NEAR(k_t.optimizer_s, 4 * base_t.optimizer_s, 1e-12 + 1e-9 * base_t.optimizer_s);
     setup(&p, "gpt2", "H100-SXM-80GB", 1, 4);
