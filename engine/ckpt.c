@@ -84,7 +84,16 @@ static char *pelem(void *base, dt_dtype dt, size_t off) {
 
 /* ---- weights: safetensors ---- */
 
+/* a model whose flat parameters a ZeRO-3 engine released (dt_gpt2_release_flat) */
+static int require_flat(dt_gpt2 *g, const char *path, dt_error *err) {
+    if (dt_gpt2_params(g)) return DT_OK;
+    return dt_errorf(err, DT_EINVAL,
+                     "%s: the model's flat parameters are released (ZeRO stage 3); "
+                     "consolidate them first (dt_zero_consolidate_params)", path);
+}
+
 int dt_weights_save(dt_gpt2 *g, dt_dtype pdt, const char *path, dt_error *err) {
+    if (require_flat(g, path, err)) return err->code;
     dt_st_writer *w = dt_st_writer_new();
     int rc = dt_st_writer_meta(w, "format", "pt", err);
     char name[DT_ST_NAME_MAX];
@@ -100,6 +109,7 @@ int dt_weights_save(dt_gpt2 *g, dt_dtype pdt, const char *path, dt_error *err) {
 }
 
 static int load_safetensors(dt_gpt2 *g, dt_dtype pdt, const char *path, dt_error *err) {
+    if (require_flat(g, path, err)) return err->code;
     dt_st_file *f;
     if (dt_st_open(path, &f, err)) return err->code;
     int rc = DT_OK;
@@ -251,6 +261,7 @@ int dt_weights_load(dt_gpt2 *g, const dt_model *m, dt_dtype pdt, const char *pat
     int32_t magic = 0;
     size_t got = fread(&magic, sizeof magic, 1, f);
     fclose(f);
+    if (require_flat(g, path, err)) return err->code;
     if (got == 1 && magic == DT_LLMC_MAGIC) return load_llmc(g, m, pdt, path, err);
     return load_safetensors(g, pdt, path, err);
 }
@@ -636,7 +647,8 @@ int dt_ckpt_save_zero(const char *out_dir, dt_gpt2 *g, const dt_model *m, const 
     snprintf(tmp, sizeof tmp, "%s/." DT_CKPT_PREFIX "%0*lld.tmp", out_dir, DT_CKPT_STEP_DIGITS, step);
     snprintf(fin, sizeof fin, "%s/" DT_CKPT_PREFIX "%0*lld", out_dir, DT_CKPT_STEP_DIGITS, step);
     snprintf(old, sizeof old, "%s/." DT_CKPT_PREFIX "%0*lld.old", out_dir, DT_CKPT_STEP_DIGITS, step);
-    int rc = dt_zero_consolidate_params(z, err);
+    /* stage 3: only rank 0 writes the weights, so only it holds them (transiently) */
+    int rc = dt_zero_consolidate_params(z, rank == 0, err);
     if (rc) return rc;
     if (rank == 0) {
         if (dt_mkdirs(out_dir, err)) return err->code;
@@ -657,6 +669,8 @@ int dt_ckpt_save_zero(const char *out_dir, dt_gpt2 *g, const dt_model *m, const 
     if (rank == 0) {
         snprintf(p, sizeof p, "%s/model.safetensors", tmp);
         rc = dt_weights_save(g, prec->param, p, err);
+        int rc2 = dt_zero_release_consolidated(z, err);
+        if (!rc) rc = rc2;
         snprintf(p, sizeof p, "%s/config.json", tmp);
         if (!rc) rc = dt_hf_config_write(m, p, err);
         if (!rc && plan_json) {

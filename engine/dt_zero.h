@@ -39,7 +39,11 @@ int dt_zero_create(const dt_plan *p, dt_comm *c, dt_gpt2 *g, dt_zero **out, dt_e
 void dt_zero_free(dt_zero *z);
 
 /* Takes this rank's shard of the parameters now in g's flat buffer (after init
- * or a weights load) and sets the master copy from them; m, v = 0. */
+ * or a weights load) and sets the master copy from them; m, v = 0. Then stages
+ * 2/3 bind every group to the engine's buffers and release the model's flat
+ * buffers the stage does not keep (stage 2: gradients; stage 3: parameters and
+ * gradients; dt_gpt2_release_flat), so call it once, with the full weights in
+ * g: afterwards stage 3 fails with DT_EINVAL (no flat parameters left). */
 int dt_zero_init_from_model(dt_zero *z, dt_error *err);
 
 void dt_zero_begin_step(dt_zero *z);
@@ -55,9 +59,14 @@ int dt_zero_end_backward(dt_zero *z, dt_error *err);
 int dt_zero_reduce_scalars(dt_zero *z, double *loss, double *sumsq, int *nonfinite, dt_error *err);
 /* AdamW on this rank's shard, then (stages 1/2) the parameter all-gather. */
 int dt_zero_optimizer_step(dt_zero *z, const dt_adamw *hp, double grad_mul, int64_t t, dt_error *err);
-/* Stage 3: all-gathers every unit into g's flat parameter buffer (checkpoint
- * and export need the full weights); a no-op for stages 0-2. Collective. */
-int dt_zero_consolidate_params(dt_zero *z, dt_error *err);
+/* Stage 3: all-gathers every unit (collective: every rank calls it). keep != 0
+ * (the rank that writes the weights): re-allocates g's released flat parameter
+ * buffer as a transient DT_MEM_BUFFERS allocation and copies the full weights
+ * into it, for dt_weights_save; free it with dt_zero_release_consolidated.
+ * A no-op for stages 0-2, whose ranks hold the full parameters. */
+int dt_zero_consolidate_params(dt_zero *z, int keep, dt_error *err);
+/* Stage 3: frees the buffer a dt_zero_consolidate_params(keep) re-allocated. */
+int dt_zero_release_consolidated(dt_zero *z, dt_error *err);
 
 /* Wall seconds spent blocked in communication calls and waits since creation
  * (the exposed communication time; its share of a step is what bench reports). */

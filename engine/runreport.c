@@ -128,17 +128,6 @@ int dt_run_report_write(const char *path, const dt_plan *plan, const char *plan_
         }
         cJSON_AddNumberToObject(hmj, "total", (double)m->host_peak_total);
     }
-    /* Known gap (docs/zero.md): dt_gpt2_create always allocates full flat params
-     * and grads; stage 2 never uses the flat grads, stage 3 neither of them after
-     * start-up, yet they stay allocated (and measured) until gpt2 can be created
-     * without them. Named here so the comparison is explicit, not hidden. */
-    if (plan->parallel.zero_stage >= 2) {
-        const int64_t psi = dt_model_params(&plan->model);
-        cJSON *fb = cJSON_AddObjectToObject(r, "model_flat_bytes");
-        cJSON_AddNumberToObject(fb, "grads", (double)(psi * dt_dtype_size(plan->precision.grad)));
-        if (plan->parallel.zero_stage == 3)
-            cJSON_AddNumberToObject(fb, "params", (double)(psi * dt_dtype_size(plan->precision.param)));
-    }
     int64_t pc[DT_COLL_COUNT];
     const char *csrc = "plan";
     if (plan->prediction.valid) {

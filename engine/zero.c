@@ -384,7 +384,6 @@ static int hook_after_backward_body(dt_zero *z, int u) {
 void dt_zero_free(dt_zero *z) {
     if (!z) return;
     dt_gpt2_set_hooks(z->g, NULL);
-    for (int u = 0; u < z->nu; u++) dt_gpt2_bind_group(z->g, u, NULL, NULL);
     for (int i = 0; i < 3; i++) dt_store_close(&z->st[i]);
     dt_store_close(&z->pstore);
     for (int i = 0; i < DS_OPT_SWAP_BUFFERS; i++) dt_mem_free(z->swap[i]);
@@ -397,6 +396,15 @@ void dt_zero_free(dt_zero *z) {
         dt_mem_free(z->pbuf[i]);
     }
     dt_mem_free(z->pstage);
+    /* the model goes back to its own flat storage (re-allocated in its original
+     * categories, contents undefined, where release_flat freed it), so no group
+     * keeps pointing at the buffers just freed; only if that allocation fails do
+     * the groups stay stale, and then the model must only be freed */
+    dt_error e;
+    dt_error_clear(&e);
+    if (dt_gpt2_restore_flat(z->g, 1, 0, DT_MEM_PARAMS, &e) == DT_OK &&
+        dt_gpt2_restore_flat(z->g, 0, 1, DT_MEM_GRADS, &e) == DT_OK)
+        for (int u = 0; u < z->nu; u++) dt_gpt2_bind_group(z->g, u, NULL, NULL);
     free(z->ar);
     free(z->art);
     free(z->u);
@@ -533,8 +541,24 @@ int dt_zero_create(const dt_plan *p, dt_comm *c, dt_gpt2 *g, dt_zero **out, dt_e
 
 /* ---- state ---- */
 
+/* Stages 2/3: every group is bound to the engine's own buffers (stage 2: the
+ * gradient unit buffers; stage 3: parameters and gradients), then the model's
+ * flat copies this stage does not keep are freed, so a rank holds what
+ * planner/memory.c counts and nothing more (docs/zero.md "Flat buffers"). */
+static int release_flat(dt_zero *z, dt_error *err) {
+    if (z->stage < 2) return DT_OK;
+    for (int u = 0; u < z->nu; u++)
+        if (bind(z, u))
+            return dt_errorf(err, DT_ERUNTIME, "zero: cannot bind unit %d to the stage-%d buffers", u, z->stage);
+    return dt_gpt2_release_flat(z->g, z->stage == 3, 1, err);
+}
+
 int dt_zero_init_from_model(dt_zero *z, dt_error *err) {
     const void *flat = dt_gpt2_params(z->g);
+    if (!flat)
+        return dt_errorf(err, DT_EINVAL,
+                         "zero: the model's flat parameters were already released (stage 3); "
+                         "initialise the shards once, from a model holding the full weights");
     for (int i = 0; i < z->nu; i++) {
         const unit *un = &z->u[i];
         size_t lo = my_lo(z, i), v = my_valid(z, i);
@@ -552,7 +576,7 @@ int dt_zero_init_from_model(dt_zero *z, dt_error *err) {
             if ((rc = dt_store_put(&z->pstore, un->sb, un->S, d, err))) return rc;
         }
     }
-    return DT_OK;
+    return release_flat(z, err);
 }
 
 void dt_zero_begin_step(dt_zero *z) {
@@ -705,15 +729,22 @@ int dt_zero_optimizer_step(dt_zero *z, const dt_adamw *hp, double grad_mul, int6
     return DT_OK;
 }
 
-int dt_zero_consolidate_params(dt_zero *z, dt_error *err) {
+int dt_zero_consolidate_params(dt_zero *z, int keep, dt_error *err) {
     if (z->stage != 3) return DT_OK;
     int rc;
+    if (keep && (rc = dt_gpt2_restore_flat(z->g, 1, 0, DT_MEM_BUFFERS, err))) return rc;
+    void *flat = keep ? dt_gpt2_params(z->g) : NULL;
     for (int i = 0; i < z->nu; i++) {
         if ((rc = gather(z, i, 0, err))) return rc;
-        memcpy(at(dt_gpt2_params(z->g), z->u[i].off, z->psz), z->pbuf[bid(i)], z->u[i].n * z->psz);
+        if (flat) memcpy(at(flat, z->u[i].off, z->psz), z->pbuf[bid(i)], z->u[i].n * z->psz);
         z->held[bid(i)] = -1;
     }
     return DT_OK;
+}
+
+int dt_zero_release_consolidated(dt_zero *z, dt_error *err) {
+    if (z->stage != 3 || !dt_gpt2_params(z->g)) return DT_OK;
+    return dt_gpt2_release_flat(z->g, 1, 0, err);
 }
 
 /* ---- state access for checkpoints ---- */
