@@ -5,18 +5,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build}
-[ -x "$B/bench_estimate" ] || { echo "bench/run.sh: no $B/bench_estimate: build first (cmake --build $B)" >&2; exit 2; }
+BB=$B/bench   # bench/CMakeLists.txt puts the benchmark binaries in BUILD/bench
+[ -x "$BB/bench_estimate" ] || BB=$B
+[ -x "$BB/bench_estimate" ] || { echo "bench/run.sh: no $B/bench/bench_estimate: build first (cmake --build $B)" >&2; exit 2; }
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(free -g | awk '/Mem:/{print $2}') GiB"
 echo "commit:  $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 echo
 echo "== dtplan estimate: all rows of the 32B / 8-GPU table (target < 10 ms) =="
-"$B/bench_estimate"
+"$BB/bench_estimate"
 echo
 echo "== dtplan solve: 32B / 8 x H100 / 80G (target < 50 ms) =="
-"$B/bench_solve"
+"$BB/bench_solve"
 echo
 echo "== dtrun CPU: GPT-2 124M, B=4, T=64, fp32 vs this machine's GEMM ceiling (target >= 60%) =="
-"$B/bench_gpt2"
+"$BB/bench_gpt2"
 echo
 echo "== dtrun ZeRO: GPT-2 124M on 2 CPU ranks, step time and comm share per stage, predicted vs measured =="
 bash bench/bench_zero.sh "$B"
