@@ -29,7 +29,6 @@
  * enter a collective within one step's compute jitter of each other. */
 #define DT_DIAG_GRACE_S 1.0
 
-
 typedef struct {
     const dt_plan *plan;
     const dt_train_opts *opts;
@@ -451,8 +450,8 @@ int dt_train(const dt_plan *plan, const dt_train_opts *opts, dt_train_result *re
         if (!rc && log) fprintf(log, "dtrun: wrote trace %s\n", opts->trace_path);
     }
 done:
-    dt_heartbeat_close(t.hb, rc == DT_OK);
     dt_tracer_stop();
+    dt_heartbeat_close(t.hb, rc == DT_OK);
     trainer_free(&t);
     return rc;
 }
