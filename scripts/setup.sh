@@ -11,6 +11,7 @@ pkgs=(build-essential cmake pkg-config
       libopenmpi-dev openmpi-bin        # MPI communication for CPU ranks
       libopenblas-openmp-dev            # CPU GEMM (OpenMP build, shares the engine's thread pool)
       fortunes-min fortunes             # real English text for the default training job
+      jq                                # bench/ scripts edit plans and read run reports
       python3)
 missing=()
 for p in "${pkgs[@]}"; do
