@@ -23,6 +23,9 @@
 
 #define EMB 2          /* buffer id of unit 0; blocks alternate ids 0 and 1 */
 #define NBUF 3
+/* Without overlap_comm every block collective completes before the next unit
+ * runs, so block ids 0 and 1 share one buffer and all reduce-scatters one
+ * receive buffer (planner/memory.c counts exactly these; docs/zero.md "Buffers"). */
 
 typedef struct {
     size_t off, n;     /* flat offset and elements of the unit */
@@ -65,6 +68,7 @@ struct dt_zero {
     void *rsrecv[NBUF];    /* stages 2/3: reduce-scatter receive [maxS] */
     void *pbuf[NBUF];      /* stage 3: gathered unit params */
     void *pstage;          /* stages 1/2: padded unit params for the all-gather [maxP] */
+    int shared;            /* no overlap: ids 0/1 alias one buffer, rsrecv one receive */
     pend rs[NBUF], ag[NBUF];
     int held[NBUF];        /* stage 3: unit whose gathered params pbuf[i] holds, -1 none */
     int emb_fwd_after;     /* stage 3: after_forward(0) calls seen in this forward */
@@ -217,6 +221,7 @@ static int gather(dt_zero *z, int u, int async, dt_error *err) {
     if (z->op != DT_OFFLOAD_NONE && dt_tracer_on())   /* the shard's host(/NVMe) -> device copy */
         dt_tracer_span(DT_SIM_H2D, DT_SIM_XFER, u, 1, (int64_t)(un->S * z->psz), tx0, dt_tracer_now_us());
     z->held[b] = -1;
+    if (z->shared && b != EMB) z->held[1 - b] = -1;   /* the same storage */
     if (async && z->W > 1) {
         z->ag[b].unit = u;
         z->ag[b].t0_us = dt_tracer_now_us();
@@ -391,9 +396,10 @@ void dt_zero_free(dt_zero *z) {
     dt_mem_free(z->hgrad);
     dt_mem_free(z->gshard);
     for (int i = 0; i < NBUF; i++) {
-        dt_mem_free(z->gbuf[i]);
-        dt_mem_free(z->rsrecv[i]);
-        dt_mem_free(z->pbuf[i]);
+        /* aliases (z->shared) are freed once, through id 0 */
+        if (!z->shared || i != 1) dt_mem_free(z->gbuf[i]);
+        if (!z->shared || i != 1) dt_mem_free(z->pbuf[i]);
+        if (!z->shared || i == 0) dt_mem_free(z->rsrecv[i]);
     }
     dt_mem_free(z->pstage);
     /* the model goes back to its own flat storage (re-allocated in its original
@@ -443,6 +449,7 @@ int dt_zero_create(const dt_plan *p, dt_comm *c, dt_gpt2 *g, dt_zero **out, dt_e
     z->psz = (size_t)dt_dtype_size(z->pdt);
     z->gsz = (size_t)dt_dtype_size(z->gdt);
     z->herr = &z->hook_err;
+    z->shared = !z->overlap;
     z->tr_unit = -1;
     for (int i = 0; i < NBUF; i++) z->held[i] = -1;
     int rc = DT_OK;
@@ -508,24 +515,32 @@ int dt_zero_create(const dt_plan *p, dt_comm *c, dt_gpt2 *g, dt_zero **out, dt_e
                 rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the nvme parameter staging");
         size_t blk = 0;
         for (int i = 1; i < z->nu; i++) blk = z->u[i].P > blk ? z->u[i].P : blk;
-        for (int i = 0; i < NBUF && !rc; i++)
-            if (!(z->pbuf[i] = dmem(DT_POOL_DEVICE, DT_MEM_BUFFERS, (i == EMB ? z->u[0].P : blk) * z->psz)))
+        for (int i = 0; i < NBUF && !rc; i++) {
+            if (z->shared && i == 1) z->pbuf[1] = z->pbuf[0];
+            else if (!(z->pbuf[i] = dmem(DT_POOL_DEVICE, DT_MEM_BUFFERS, (i == EMB ? z->u[0].P : blk) * z->psz)))
                 rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the gathered-parameter buffers");
+        }
     }
     if (!rc && z->stage >= 2) {
         if (!(z->gshard = dmem(DT_POOL_DEVICE, DT_MEM_GRADS, z->state_n * z->gsz)))
             rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the gradient shard");
         size_t blk = 0;
         for (int i = 1; i < z->nu; i++) blk = z->u[i].P > blk ? z->u[i].P : blk;
-        for (int i = 0; i < NBUF && !rc; i++)
-            if (!(z->gbuf[i] = dmem(DT_POOL_DEVICE, DT_MEM_BUFFERS, (i == EMB ? z->u[0].P : blk) * z->gsz)) ||
-                !(z->rsrecv[i] = dmem(DT_POOL_DEVICE, DT_MEM_BUFFERS, z->maxS * z->gsz)))
+        for (int i = 0; i < NBUF && !rc; i++) {
+            if (z->shared && i == 1) z->gbuf[1] = z->gbuf[0];
+            else if (!(z->gbuf[i] = dmem(DT_POOL_DEVICE, DT_MEM_BUFFERS, (i == EMB ? z->u[0].P : blk) * z->gsz)))
                 rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the gradient buffers");
+            if (z->shared && i > 0) z->rsrecv[i] = z->rsrecv[0];
+            else if (!rc && !(z->rsrecv[i] = dmem(DT_POOL_DEVICE, DT_MEM_BUFFERS, z->maxS * z->gsz)))
+                rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the reduce-scatter receive buffers");
+        }
     }
     if (!rc && z->stage == 1)
-        for (int i = 0; i < 2 && !rc; i++)
-            if (!(z->gbuf[i] = dmem(DT_POOL_DEVICE, DT_MEM_BUFFERS, z->maxP * z->gsz)))
+        for (int i = 0; i < 2 && !rc; i++) {
+            if (z->shared && i == 1) z->gbuf[1] = z->gbuf[0];
+            else if (!(z->gbuf[i] = dmem(DT_POOL_DEVICE, DT_MEM_BUFFERS, z->maxP * z->gsz)))
                 rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the reduce-scatter buckets");
+        }
     if (!rc && (z->stage == 1 || z->stage == 2) &&
         !(z->pstage = dmem(DT_POOL_DEVICE, DT_MEM_BUFFERS, z->maxP * z->psz)))
         rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the all-gather buffer");

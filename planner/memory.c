@@ -153,6 +153,40 @@ static int64_t compute_buffers(const dt_plan *p) {
     return sadd(bytes, smul3(a, BT, 2 * C + imax(qkv, mlp)));
 }
 
+/* Units are padded to a multiple of the world size (docs/time-model.md "Units"). */
+static int64_t pad_to(int64_t n, int64_t w) { return smul(ceil_div(n, w), w); }
+
+/* The CPU device's ZeRO engine (engine/zero.c, docs/zero.md "Buffers") does not
+ * use DeepSpeed's flat buckets: it communicates per unit (embeddings, each
+ * block, the final norm), so its buffers are sized by the padded units. With
+ * E the padded embedding unit, U the largest padded block / final-norm unit,
+ * Pmax = max(E, U), S = Pmax / N its shard, k = 2 block buffers with
+ * overlap_comm (the one computing and the one still communicating / being
+ * prefetched) else 1, r = 3 reduce-scatter receives with overlap_comm (every
+ * unit buffer may have one in flight at the end of backward) else 1:
+ *   stage 0: nothing (the flat gradient is all-reduced in place)
+ *   stage 1: k·Pmax grads (reduce-scatter send) + Pmax params (all-gather)
+ *   stage 2: (E + k·U) unit grads + r·S receives + Pmax params (all-gather)
+ *   stage 3: (E + k·U) gathered params + (E + k·U) unit grads + r·S receives
+ * The embedding unit has its own buffers: the tied classifier keeps it in use
+ * from the start of forward's head through the end of backward. A world of
+ * one allocates the same (copies replace the collectives). */
+static int64_t cpu_engine_comm_buffers(const dt_plan *p, int64_t pb, int64_t gb) {
+    const dt_parallel *z = &p->parallel;
+    const dt_model *m = &p->model;
+    const int64_t N = z->zero_stage == 0 ? 1 : z->world_size;
+    const int64_t k = z->overlap_comm ? 2 : 1, r = z->overlap_comm ? 3 : 1;
+    const int64_t E = pad_to(dt_model_embedding_params(m), N);
+    const int64_t U = imax(pad_to(dt_model_block_params(m), N), pad_to(dt_model_head_params(m), N));
+    const int64_t Pmax = imax(E, U), S = Pmax / N, units = sadd(E, smul(k, U));
+    switch (z->zero_stage) {
+    case 0: return 0;
+    case 1: return sadd(smul3(k, Pmax, gb), smul(Pmax, pb));
+    case 2: return sadd(sadd(smul(units, gb), smul3(r, S, gb)), smul(Pmax, pb));
+    default: return sadd(smul(units, pb + gb), smul3(r, S, gb));
+    }
+}
+
 /* Device temporaries alive at the peak (the start of backward), bytes per rank. */
 static int64_t buffers_bytes(const dt_plan *p, int64_t psi) {
     const dt_parallel *z = &p->parallel;
@@ -160,6 +194,10 @@ static int64_t buffers_bytes(const dt_plan *p, int64_t psi) {
     const int64_t pb = dt_precision_param_bytes(&p->precision);
     const int64_t gb = dt_precision_grad_bytes(&p->precision);
     int64_t bytes = 0;
+
+    if (p->cluster.device == DT_DEVICE_CPU && m->family == DT_FAMILY_GPT2)
+        return sadd(cpu_engine_comm_buffers(p, pb, gb), compute_buffers(p));
+    /* DeepSpeed (GPU backends): */
 
     /* communication buckets, each bounded by the model size; a world of one
      * communicates nothing and allocates none */

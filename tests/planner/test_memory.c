@@ -179,30 +179,64 @@ static void test_totals_and_buffers(void) {
     CHECK(p.cluster.device == DT_DEVICE_CPU && p.precision.param == DT_DTYPE_BF16);
     int64_t fixed = 4 * B * T * V + 4 * B * T + 8 * B * T + 4 * B * T + 4 * B * T * (5 * C + F) +
                     4 * group + (4 * group + 4 * V + 4 * B * T) + 4 * B * T * (9 * C + 2 * F);
-    CHECK_EQ_I64(m.buffers, 2 * P + fixed);
-    m = est(&p, 0, 2, DT_OFFLOAD_NONE, DT_OFFLOAD_NONE); /* overlap off: one ipg buffer + allgather */
-    CHECK_EQ_I64(m.buffers, 2 * P + 2 * P + fixed);
-    p.parallel.overlap_comm = 1;
+    /* the CPU engine (engine/zero.c, docs/zero.md "Buffers") communicates per
+     * padded unit: E embeddings, U the largest block, S the largest shard */
+    const int64_t E = dt_model_embedding_params(&p.model), U = dt_model_block_params(&p.model);
+    const int64_t Pm = E > U ? E : U, S = Pm / 2; /* gpt2-tiny: both even, no padding at world 2 */
+    CHECK(E % 2 == 0 && U % 2 == 0);
+    CHECK_EQ_I64(m.buffers, fixed); /* stage 0 all-reduces the flat gradient in place */
+    m = est(&p, 0, 1, DT_OFFLOAD_NONE, DT_OFFLOAD_NONE);
+    CHECK_EQ_I64(m.buffers, 2 * Pm + 2 * Pm + fixed);
     m = est(&p, 0, 2, DT_OFFLOAD_NONE, DT_OFFLOAD_NONE);
-    CHECK_EQ_I64(m.buffers, 3 * 2 * P + fixed);
-    /* smaller buckets than the model are used as given */
-    p.parallel.reduce_bucket_elems = 1000;
-    p.parallel.allgather_bucket_elems = 500;
-    m = est(&p, 0, 2, DT_OFFLOAD_NONE, DT_OFFLOAD_NONE);
-    CHECK_EQ_I64(m.buffers, 2 * 1000 * 2 + 500 * 2 + fixed);
-    /* a world of one communicates nothing: no buckets */
-    p.parallel.reduce_bucket_elems = 500000000;
+    CHECK_EQ_I64(m.buffers, 2 * (E + U) + 2 * S + 2 * Pm + fixed);
+    m = est(&p, 0, 3, DT_OFFLOAD_NONE, DT_OFFLOAD_NONE);
+    CHECK_EQ_I64(m.buffers, 2 * (E + U) + 2 * (E + U) + 2 * S + fixed);
+    p.parallel.overlap_comm = 1; /* double-buffered blocks, one receive per unit buffer */
+    m = est(&p, 0, 3, DT_OFFLOAD_NONE, DT_OFFLOAD_NONE);
+    CHECK_EQ_I64(m.buffers, 2 * (E + 2 * U) + 2 * (E + 2 * U) + 3 * 2 * S + fixed);
+    m = est(&p, 0, 1, DT_OFFLOAD_NONE, DT_OFFLOAD_NONE);
+    CHECK_EQ_I64(m.buffers, 2 * 2 * Pm + 2 * Pm + fixed);
+    /* odd units are padded to the world: 3 ranks */
+    p.cluster.gpus_per_node = 3;
+    p.parallel.world_size = 3;
+    m = est(&p, 0, 3, DT_OFFLOAD_NONE, DT_OFFLOAD_NONE);
+    const int64_t E3 = (E + 2) / 3 * 3, U3 = (U + 2) / 3 * 3, S3 = (E3 > U3 ? E3 : U3) / 3;
+    CHECK_EQ_I64(m.buffers, 2 * (E3 + 2 * U3) * 2 + 3 * 2 * S3 + fixed);
+    p.cluster.gpus_per_node = 2;
+    p.parallel.world_size = 2;
+    p.parallel.overlap_comm = 0;
+    /* a world of one runs the same unit buffers (local copies replace collectives) */
     p.cluster.gpus_per_node = 1;
     p.parallel.world_size = 1;
     m = est(&p, 0, 0, DT_OFFLOAD_NONE, DT_OFFLOAD_NONE);
     CHECK_EQ_I64(m.buffers, fixed);
-    /* a GPU backend: no fp32 working copies, 16-bit gradient scratch */
+    m = est(&p, 0, 3, DT_OFFLOAD_NONE, DT_OFFLOAD_NONE);
+    CHECK_EQ_I64(m.buffers, 2 * (E + U) * 2 + 2 * Pm + fixed);
+    /* a GPU backend: no fp32 working copies, 16-bit gradient scratch, and
+     * DeepSpeed's flat buckets, bounded by the model (5e8-element buckets shrink to Ψ) */
     p.cluster.device = DT_DEVICE_CUDA;
+    const int64_t gfixed = 4 * B * T * V + 4 * B * T + 8 * B * T + 2 * B * T * (2 * C + (F > 3 * C ? F : 3 * C));
     m = est(&p, 0, 0, DT_OFFLOAD_NONE, DT_OFFLOAD_NONE);
-    CHECK_EQ_I64(m.buffers, 4 * B * T * V + 4 * B * T + 8 * B * T + 2 * B * T * (2 * C + (F > 3 * C ? F : 3 * C)));
-    p.cluster.device = DT_DEVICE_CPU;
+    CHECK_EQ_I64(m.buffers, gfixed); /* a world of one communicates nothing: no buckets */
     p.cluster.gpus_per_node = 2;
     p.parallel.world_size = 2;
+    m = est(&p, 0, 0, DT_OFFLOAD_NONE, DT_OFFLOAD_NONE);
+    CHECK_EQ_I64(m.buffers, 2 * P + gfixed);
+    m = est(&p, 0, 2, DT_OFFLOAD_NONE, DT_OFFLOAD_NONE); /* overlap off: one ipg buffer + allgather */
+    CHECK_EQ_I64(m.buffers, 2 * P + 2 * P + gfixed);
+    p.parallel.overlap_comm = 1;
+    m = est(&p, 0, 2, DT_OFFLOAD_NONE, DT_OFFLOAD_NONE);
+    CHECK_EQ_I64(m.buffers, 3 * 2 * P + gfixed);
+    /* stage 3: reduce bucket + current and prefetched block + the block's full grads */
+    m = est(&p, 0, 3, DT_OFFLOAD_NONE, DT_OFFLOAD_NONE);
+    CHECK_EQ_I64(m.buffers, 2 * P + 2 * 2 * U + 2 * U + gfixed);
+    /* smaller buckets than the model are used as given */
+    p.parallel.reduce_bucket_elems = 1000;
+    p.parallel.allgather_bucket_elems = 500;
+    m = est(&p, 0, 2, DT_OFFLOAD_NONE, DT_OFFLOAD_NONE);
+    CHECK_EQ_I64(m.buffers, 2 * 1000 * 2 + 500 * 2 + gfixed);
+    p.parallel.reduce_bucket_elems = 500000000;
+    p.cluster.device = DT_DEVICE_CPU;
     /* partition padding: an odd count over 2 ranks rounds up */
     m = est(&p, 1001, 3, DT_OFFLOAD_NONE, DT_OFFLOAD_NONE);
     CHECK_EQ_I64(m.params, 2 * 501);
