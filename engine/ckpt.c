@@ -92,18 +92,74 @@ static int require_flat(dt_gpt2 *g, const char *path, dt_error *err) {
                      "consolidate them first (dt_zero_consolidate_params)", path);
 }
 
-int dt_weights_save(dt_gpt2 *g, dt_dtype pdt, const char *path, dt_error *err) {
-    if (require_flat(g, path, err)) return err->code;
-    dt_st_writer *w = dt_st_writer_new();
+/* Adds every tensor of g to w under its Hugging Face name, data from the flat
+ * parameters at base (NULL: layout only, for the streaming writer). */
+static int add_weights(dt_st_writer *w, dt_gpt2 *g, dt_dtype pdt, void *base, dt_error *err) {
     int rc = dt_st_writer_meta(w, "format", "pt", err);
     char name[DT_ST_NAME_MAX];
     for (int i = 0; i < dt_gpt2_num_tensors(g) && !rc; i++) {
         const dt_tensor_info *t = dt_gpt2_tensor(g, i);
         snprintf(name, sizeof name, DT_HF_PREFIX "%s", t->name);
         rc = dt_st_writer_add(w, name, dt_st_dtype_name(pdt), t->ndim, t->shape,
-                              pelem(dt_gpt2_params(g), pdt, t->offset), err);
+                              base ? pelem(base, pdt, t->offset) : NULL, err);
     }
+    return rc;
+}
+
+int dt_weights_save(dt_gpt2 *g, dt_dtype pdt, const char *path, dt_error *err) {
+    if (require_flat(g, path, err)) return err->code;
+    dt_st_writer *w = dt_st_writer_new();
+    if (!w) return dt_errorf(err, DT_ENOMEM, "%s: out of memory", path);
+    int rc = add_weights(w, g, pdt, dt_gpt2_params(g), err);
     if (!rc) rc = dt_st_write(w, path, err);
+    dt_st_writer_free(w);
+    return rc;
+}
+
+/* ---- weights streamed unit by unit (ZeRO stage 3) ---- */
+
+typedef struct {
+    dt_gpt2 *g;
+    dt_st_stream *s;
+    dt_dtype pdt;
+} unit_sink;
+
+/* dt_zero_unit_fn: writes the tensors of one gathered unit at their offsets */
+static int put_unit(void *ctx, int unit, size_t flat_off, size_t n, const void *params, dt_error *err) {
+    unit_sink *k = ctx;
+    const size_t esz = (size_t)dt_dtype_size(k->pdt);
+    char name[DT_ST_NAME_MAX];
+    for (int i = 0; i < dt_gpt2_num_tensors(k->g); i++) {
+        const dt_tensor_info *t = dt_gpt2_tensor(k->g, i);
+        if (t->group != unit) continue;
+        if (t->offset < flat_off || t->offset + t->numel > flat_off + n)
+            return dt_errorf(err, DT_ERUNTIME, "weights: tensor %s lies outside its unit %d", t->name, unit);
+        snprintf(name, sizeof name, DT_HF_PREFIX "%s", t->name);
+        int rc = dt_st_stream_put(k->s, name, 0, (const char *)params + (t->offset - flat_off) * esz,
+                                  t->numel * esz, err);
+        if (rc) return rc;
+    }
+    return DT_OK;
+}
+
+/* Every rank calls it (stage 3's gathers are collective); write != 0 on the
+ * rank that writes path. The file is byte-identical to dt_weights_save's: the
+ * same layout, header first, then each unit's tensors as the unit is gathered,
+ * so no rank holds the full weights (docs/zero.md "Flat buffers"). */
+static int weights_save_streamed(dt_gpt2 *g, dt_zero *z, dt_dtype pdt, int write, const char *path,
+                                 dt_error *err) {
+    if (!write) return dt_zero_consolidate_params(z, NULL, NULL, err);
+    unit_sink k = {g, NULL, pdt};
+    dt_st_writer *w = dt_st_writer_new();
+    int rc = w ? add_weights(w, g, pdt, NULL, err) : dt_errorf(err, DT_ENOMEM, "%s: out of memory", path);
+    if (!rc) rc = dt_st_stream_open(w, path, &k.s, err);
+    /* the gathers run whatever happened above: the other ranks are in them */
+    dt_error e2;
+    dt_error_clear(&e2);
+    int rc2 = dt_zero_consolidate_params(z, rc ? NULL : put_unit, &k, rc ? &e2 : err);
+    if (!rc) rc = rc2;
+    if (k.s && rc) dt_st_stream_abort(k.s);
+    else if (k.s) rc = dt_st_stream_close(k.s, err);
     dt_st_writer_free(w);
     return rc;
 }
@@ -647,9 +703,7 @@ int dt_ckpt_save_zero(const char *out_dir, dt_gpt2 *g, const dt_model *m, const 
     snprintf(tmp, sizeof tmp, "%s/." DT_CKPT_PREFIX "%0*lld.tmp", out_dir, DT_CKPT_STEP_DIGITS, step);
     snprintf(fin, sizeof fin, "%s/" DT_CKPT_PREFIX "%0*lld", out_dir, DT_CKPT_STEP_DIGITS, step);
     snprintf(old, sizeof old, "%s/." DT_CKPT_PREFIX "%0*lld.old", out_dir, DT_CKPT_STEP_DIGITS, step);
-    /* stage 3: only rank 0 writes the weights, so only it holds them (transiently) */
-    int rc = dt_zero_consolidate_params(z, rank == 0, err);
-    if (rc) return rc;
+    int rc = DT_OK;
     if (rank == 0) {
         if (dt_mkdirs(out_dir, err)) return err->code;
         rm_flat_dir(tmp);
@@ -666,11 +720,13 @@ int dt_ckpt_save_zero(const char *out_dir, dt_gpt2 *g, const dt_model *m, const 
     }
     if (rc) return dt_error_prefix(err, "checkpoint at step %lld", step);
     if ((rc = dt_comm_barrier(c, err))) return rc;
+    snprintf(p, sizeof p, "%s/model.safetensors", tmp);
+    if (stage == 3) {   /* collective; only rank 0 writes, one gathered unit at a time */
+        rc = weights_save_streamed(g, z, prec->param, rank == 0, p, err);
+        if (rc && rank != 0) return rc;
+    }
     if (rank == 0) {
-        snprintf(p, sizeof p, "%s/model.safetensors", tmp);
-        rc = dt_weights_save(g, prec->param, p, err);
-        int rc2 = dt_zero_release_consolidated(z, err);
-        if (!rc) rc = rc2;
+        if (stage != 3) rc = dt_weights_save(g, prec->param, p, err);
         snprintf(p, sizeof p, "%s/config.json", tmp);
         if (!rc) rc = dt_hf_config_write(m, p, err);
         if (!rc && plan_json) {

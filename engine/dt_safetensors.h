@@ -58,6 +58,21 @@ int dt_st_writer_add(dt_st_writer *w, const char *name, const char *dtype, int n
 int dt_st_writer_meta(dt_st_writer *w, const char *key, const char *value, dt_error *err);
 int dt_st_write(dt_st_writer *w, const char *path, dt_error *err);
 
+/* ---- streaming writer: the same bytes as dt_st_write without every tensor
+ * in memory at once. Add every tensor to w first (data may be NULL: only the
+ * layout is used); open writes the header to path.tmp; put writes bytes
+ * [off, off + len) of one tensor at their place in the file, in any order, each
+ * byte exactly once; close checks that every tensor byte was put, fsyncs,
+ * renames to path and fsyncs the directory (as dt_st_write). w must outlive
+ * the stream. close and abort free the stream; abort removes path.tmp. ---- */
+typedef struct dt_st_stream dt_st_stream;
+
+int dt_st_stream_open(dt_st_writer *w, const char *path, dt_st_stream **out, dt_error *err);
+int dt_st_stream_put(dt_st_stream *s, const char *name, uint64_t off, const void *data, size_t len,
+                     dt_error *err);
+int dt_st_stream_close(dt_st_stream *s, dt_error *err);
+void dt_st_stream_abort(dt_st_stream *s);
+
 /* Writes len bytes to path atomically: path.tmp, fsync, rename, fsync the directory. */
 int dt_write_file_atomic(const char *path, const void *data, size_t len, dt_error *err);
 /* fsyncs a directory (so a rename inside it is durable). */

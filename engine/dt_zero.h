@@ -59,14 +59,18 @@ int dt_zero_end_backward(dt_zero *z, dt_error *err);
 int dt_zero_reduce_scalars(dt_zero *z, double *loss, double *sumsq, int *nonfinite, dt_error *err);
 /* AdamW on this rank's shard, then (stages 1/2) the parameter all-gather. */
 int dt_zero_optimizer_step(dt_zero *z, const dt_adamw *hp, double grad_mul, int64_t t, dt_error *err);
-/* Stage 3: all-gathers every unit (collective: every rank calls it). keep != 0
- * (the rank that writes the weights): re-allocates g's released flat parameter
- * buffer as a transient DT_MEM_BUFFERS allocation and copies the full weights
- * into it, for dt_weights_save; free it with dt_zero_release_consolidated.
- * A no-op for stages 0-2, whose ranks hold the full parameters. */
-int dt_zero_consolidate_params(dt_zero *z, int keep, dt_error *err);
-/* Stage 3: frees the buffer a dt_zero_consolidate_params(keep) re-allocated. */
-int dt_zero_release_consolidated(dt_zero *z, dt_error *err);
+/* One unit of the full parameters, handed to the rank that writes the
+ * weights: flat elements [flat_off, flat_off + n) in the parameter dtype. */
+typedef int (*dt_zero_unit_fn)(void *ctx, int unit, size_t flat_off, size_t n, const void *params,
+                               dt_error *err);
+/* Hands every unit's full parameters to fn in unit order (fn NULL: nothing is
+ * handed). Stage 3 all-gathers each unit into its gathered-unit buffer first
+ * (collective: every rank calls it, fn or not), so no rank ever holds more than
+ * one gathered unit and the device buffers stay what planner/memory.c counts;
+ * stages 0-2 pass the model's flat parameters, no communication. After fn
+ * fails it is not called again but the gathers go on (the other ranks wait in
+ * them); the first failure is returned. */
+int dt_zero_consolidate_params(dt_zero *z, dt_zero_unit_fn fn, void *ctx, dt_error *err);
 
 /* Wall seconds spent blocked in communication calls and waits since creation
  * (the exposed communication time; its share of a step is what bench reports). */

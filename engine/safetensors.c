@@ -363,8 +363,10 @@ static int by_align_desc(const void *a, const void *b) {
     return strcmp(x->t.name, y->t.name);
 }
 
-int dt_st_write(dt_st_writer *w, const char *path, dt_error *err) {
-    /* the reference writer's order: descending dtype alignment, then name */
+/* Lays the tensors out (the reference writer's order: descending dtype
+ * alignment, then name; offsets tile the buffer from 0) and returns the length
+ * prefix + padded JSON header in *hdr (malloc'd), its length in *hlen. */
+static int build_header(dt_st_writer *w, char **hdr, size_t *hlen, dt_error *err) {
     if (w->n > 1) qsort(w->e, (size_t)w->n, sizeof *w->e, by_align_desc);
     cJSON *root = cJSON_CreateObject();
     if (cJSON_GetArraySize(w->meta) > 0)
@@ -389,24 +391,140 @@ int dt_st_write(dt_st_writer *w, const char *path, dt_error *err) {
     if (!json) return dt_errorf(err, DT_ENOMEM, "safetensors: out of memory");
     size_t jl = strlen(json);
     size_t padded = (jl + DT_ST_ALIGN - 1) / DT_ST_ALIGN * DT_ST_ALIGN;
-    char *hdr = malloc(DT_ST_LEN_BYTES + padded);
+    char *h = malloc(DT_ST_LEN_BYTES + padded);
+    if (!h) {
+        free(json);
+        return dt_errorf(err, DT_ENOMEM, "safetensors: out of memory");
+    }
     uint64_t n = padded;
-    memcpy(hdr, &n, sizeof n);
-    memcpy(hdr + DT_ST_LEN_BYTES, json, jl);
-    memset(hdr + DT_ST_LEN_BYTES + jl, ' ', padded - jl);
+    memcpy(h, &n, sizeof n);
+    memcpy(h + DT_ST_LEN_BYTES, json, jl);
+    memset(h + DT_ST_LEN_BYTES + jl, ' ', padded - jl);
     free(json);
+    *hdr = h;
+    *hlen = DT_ST_LEN_BYTES + padded;
+    return DT_OK;
+}
+
+int dt_st_write(dt_st_writer *w, const char *path, dt_error *err) {
+    char *hdr;
+    size_t hlen;
+    int rc = build_header(w, &hdr, &hlen, err);
+    if (rc) return rc;
     int nc = w->n + 1;
     const void **ptr = malloc((size_t)nc * sizeof *ptr);
     size_t *len = malloc((size_t)nc * sizeof *len);
+    if (!ptr || !len) {
+        free(ptr);
+        free(len);
+        free(hdr);
+        return dt_errorf(err, DT_ENOMEM, "safetensors: out of memory");
+    }
     ptr[0] = hdr;
-    len[0] = DT_ST_LEN_BYTES + padded;
+    len[0] = hlen;
     for (int i = 0; i < w->n; i++) {
         ptr[i + 1] = w->e[i].data;
         len[i + 1] = (size_t)(w->e[i].t.end - w->e[i].t.begin);
     }
-    int rc = write_chunks_atomic(path, ptr, len, nc, err);
+    rc = write_chunks_atomic(path, ptr, len, nc, err);
     free(ptr);
     free(len);
     free(hdr);
     return rc;
 }
+
+/* ---- streaming writer ---- */
+
+struct dt_st_stream {
+    dt_st_writer *w;       /* the layout (sorted, offsets set) */
+    int fd;
+    uint64_t data_at;      /* file offset of the byte buffer */
+    uint64_t written;      /* tensor bytes put so far */
+    uint64_t total;        /* tensor bytes the layout holds */
+    char path[2048], tmp[2048];
+};
+
+int dt_st_stream_open(dt_st_writer *w, const char *path, dt_st_stream **out, dt_error *err) {
+    *out = NULL;
+    dt_st_stream *s = calloc(1, sizeof *s);
+    if (!s) return dt_errorf(err, DT_ENOMEM, "safetensors: out of memory");
+    char *hdr;
+    size_t hlen;
+    int rc = build_header(w, &hdr, &hlen, err);
+    if (rc) {
+        free(s);
+        return rc;
+    }
+    s->w = w;
+    s->data_at = hlen;
+    s->total = w->n ? w->e[w->n - 1].t.end : 0;
+    snprintf(s->path, sizeof s->path, "%s", path);
+    snprintf(s->tmp, sizeof s->tmp, "%s.tmp", path);
+    s->fd = open(s->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (s->fd < 0) {
+        rc = dt_errorf(err, DT_EIO, "%s: cannot create: %s", s->tmp, strerror(errno));
+        free(hdr);
+        free(s);
+        return rc;
+    }
+    ssize_t k = pwrite(s->fd, hdr, hlen, 0);
+    free(hdr);
+    if (k < 0 || (size_t)k != hlen) {
+        rc = dt_errorf(err, DT_EIO, "%s: cannot write the header: %s", s->tmp, k < 0 ? strerror(errno) : "short write");
+        dt_st_stream_abort(s);
+        return rc;
+    }
+    *out = s;
+    return DT_OK;
+}
+
+int dt_st_stream_put(dt_st_stream *s, const char *name, uint64_t off, const void *data, size_t len, dt_error *err) {
+    const dt_st_tensor *t = NULL;
+    for (int i = 0; i < s->w->n && !t; i++)
+        if (strcmp(s->w->e[i].t.name, name) == 0) t = &s->w->e[i].t;
+    if (!t) return dt_errorf(err, DT_EINVAL, "safetensors: tensor \"%s\" is not in the layout", name);
+    if (off > t->end - t->begin || len > t->end - t->begin - off)
+        return dt_errorf(err, DT_EINVAL, "safetensors: tensor \"%s\": bytes [%llu, %llu) outside its %llu", name,
+                         (unsigned long long)off, (unsigned long long)(off + len),
+                         (unsigned long long)(t->end - t->begin));
+    const char *p = data;
+    uint64_t at = s->data_at + t->begin + off;
+    while (len > 0) {
+        ssize_t k = pwrite(s->fd, p, len, (off_t)at);
+        if (k <= 0) return dt_errorf(err, DT_EIO, "%s: cannot write: %s", s->tmp, k < 0 ? strerror(errno) : "no progress");
+        p += k;
+        at += (uint64_t)k;
+        len -= (size_t)k;
+        s->written += (uint64_t)k;
+    }
+    return DT_OK;
+}
+
+int dt_st_stream_close(dt_st_stream *s, dt_error *err) {
+    int rc = DT_OK;
+    if (s->written != s->total)
+        rc = dt_errorf(err, DT_EINVAL, "%s: %llu of %llu tensor bytes were written", s->path,
+                       (unsigned long long)s->written, (unsigned long long)s->total);
+    else if (fsync(s->fd) != 0 || close(s->fd) != 0)
+        rc = dt_errorf(err, DT_EIO, "%s: cannot write: %s", s->path, strerror(errno));
+    else {
+        s->fd = -1;
+        if (rename(s->tmp, s->path) != 0) rc = dt_errorf(err, DT_EIO, "%s: cannot write: %s", s->path, strerror(errno));
+    }
+    if (rc) {
+        dt_st_stream_abort(s);
+        return rc;
+    }
+    char dir[2048];
+    parent_dir(s->path, dir, sizeof dir);
+    free(s);
+    return dt_fsync_dir(dir, err);
+}
+
+void dt_st_stream_abort(dt_st_stream *s) {
+    if (!s) return;
+    if (s->fd >= 0) close(s->fd);
+    unlink(s->tmp);
+    free(s);
+}
+

@@ -744,22 +744,22 @@ int dt_zero_optimizer_step(dt_zero *z, const dt_adamw *hp, double grad_mul, int6
     return DT_OK;
 }
 
-int dt_zero_consolidate_params(dt_zero *z, int keep, dt_error *err) {
-    if (z->stage != 3) return DT_OK;
-    int rc;
-    if (keep && (rc = dt_gpt2_restore_flat(z->g, 1, 0, DT_MEM_BUFFERS, err))) return rc;
-    void *flat = keep ? dt_gpt2_params(z->g) : NULL;
+int dt_zero_consolidate_params(dt_zero *z, dt_zero_unit_fn fn, void *ctx, dt_error *err) {
+    int rc = DT_OK;
     for (int i = 0; i < z->nu; i++) {
-        if ((rc = gather(z, i, 0, err))) return rc;
-        if (flat) memcpy(at(flat, z->u[i].off, z->psz), z->pbuf[bid(i)], z->u[i].n * z->psz);
-        z->held[bid(i)] = -1;
+        const unit *un = &z->u[i];
+        const void *params;
+        if (z->stage == 3) {
+            int grc = gather(z, i, 0, err);   /* collective: runs even after fn failed */
+            if (grc) return grc;
+            params = z->pbuf[bid(i)];
+            z->held[bid(i)] = -1;
+        } else {
+            params = at(dt_gpt2_params(z->g), un->off, z->psz);
+        }
+        if (fn && !rc) rc = fn(ctx, i, un->off, un->n, params, err);
     }
-    return DT_OK;
-}
-
-int dt_zero_release_consolidated(dt_zero *z, dt_error *err) {
-    if (z->stage != 3 || !dt_gpt2_params(z->g)) return DT_OK;
-    return dt_gpt2_release_flat(z->g, 1, 0, err);
+    return rc;
 }
 
 /* ---- state access for checkpoints ---- */

@@ -3,7 +3,8 @@
 # option trains gpt2-tiny for 20 steps at the same global batch and must give
 # the world-1 loss trajectory (fp32: relative difference <= 1e-5) and grad norm
 # (global-norm clipping across shards), the plan's bytes per collective exactly,
-# and the predicted memory per category. Then sharded-checkpoint resume (same
+# and the predicted memory per category (device and host pools, buffers included,
+# every rank), and stage 3's streamed weights file byte-identical to stage 2's. Then sharded-checkpoint resume (same
 # world: bitwise; other world and stage: within fp32 tolerance) and the
 # hand-edited-plan re-check. Usage: test_zero.sh DTPLAN DTRUN SRCDIR
 set -u
@@ -63,9 +64,10 @@ for rp in reports:
     if not (c["equal"] and c["same_every_step"]):
         bad.append(f"{rp}: comm measured {c['measured_bytes_per_step']} != predicted {c['predicted_bytes_per_step']}")
     stage = r["zero_stage"]
-    for cat in ("params", "grads", "optimizer", "activations"):
-        # measured as allocated, nothing subtracted: stages 2/3 free the model's
-        # flat buffers they do not keep (docs/zero.md "Flat buffers")
+    for cat in ("params", "grads", "optimizer", "activations", "buffers"):
+        # measured as allocated (peak), nothing subtracted: stages 2/3 free the
+        # model's flat buffers they do not keep, and rank 0's stage-3 checkpoint
+        # streams the weights unit by unit (docs/zero.md "Flat buffers", "Buffers")
         pred, meas = r["predicted"][cat], r["measured"][cat]
         if pred == 0 and meas == 0: continue
         if pred == 0 or abs(meas - pred) / pred > 0.02:
@@ -96,6 +98,13 @@ for cfg in $CONFIGS; do
         if ! run "$w" "$pl" "$out" --max-steps $STEPS; then echo "FAIL $label: run failed"; FAIL=1; continue; fi
         check "$out" "$TMP/base" "$w" "$label" || FAIL=1
     done
+done
+# the stage-3 weights are streamed per gathered unit, stage 2's written from the
+# full flat parameters (dt_weights_save): the same training gives the same bytes
+for w in 2 4; do
+    a="$TMP/o-2-$w-none-none/ckpt-00000020/model.safetensors" b="$TMP/o-3-$w-none-none/ckpt-00000020/model.safetensors"
+    if [ -s "$a" ] && cmp -s "$a" "$b"; then echo "ok   world $w: stage-3 streamed weights byte-identical to stage 2's"
+    else echo "FAIL world $w: stage-3 streamed model.safetensors differs from stage 2's"; FAIL=1; fi
 done
 # overlapped communication (non-blocking collectives, stage-3 prefetch)
 for st in 0 1 2 3; do
