@@ -333,8 +333,9 @@ int dt_simulate(const dt_plan *p, dt_sim_result *r, dt_error *err) {
     s.cur[DT_SIMMEM_GRADS] = mb.grads;
     s.cur[DT_SIMMEM_OPTIMIZER] = mb.optimizer;
     s.cur[DT_SIMMEM_RESERVE] = mb.reserve;
-    /* stage 0: one flat reduce bucket, allocated once (DDP-style) */
-    const int64_t bucket0 = c.stage == 0 && c.W > 1
+    /* stage 0: one flat reduce bucket, allocated once (DDP-style); the CPU engine
+     * all-reduces the gradient buffer in place and allocates none (docs/zero.md) */
+    const int64_t bucket0 = c.stage == 0 && c.W > 1 && p->cluster.device != DT_DEVICE_CPU
                                 ? (p->parallel.reduce_bucket_elems < total ? p->parallel.reduce_bucket_elems : total) * c.gb
                                 : 0;
     s.cur[DT_SIMMEM_BUCKETS] = bucket0;

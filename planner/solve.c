@@ -505,10 +505,8 @@ int dt_solve(const dt_solve_request *rq, dt_solve_result *out, dt_error *err) {
     /* the best of every other allowed stage, or its least-memory configuration */
     for (int s = 0; s < 4 && (rc == DT_OK || rc == DT_EINFEASIBLE); s++) {
         if (!((rq->stage_mask >> s) & 1u)) continue;
-        if (rc == DT_OK && s == out->best.zero_stage) {
-            out->per_stage[s] = out->best;
-            continue;
-        }
+        /* the chosen stage is solved on its own too: the overall pick broke a near-tie
+         * across stages, a stage's own best breaks ties within that stage only */
         int srcp = rc == DT_OK ? solve_verified(&c, 1u << s, out, &pick, &K, err) : DT_EINFEASIBLE;
         if (srcp == DT_OK) {
             fill_from_run(&c, pick, K, &out->per_stage[s], NULL);
