@@ -61,8 +61,8 @@ int dt_st_write(dt_st_writer *w, const char *path, dt_error *err);
 /* ---- streaming writer: the same bytes as dt_st_write without every tensor
  * in memory at once. Add every tensor to w first (data may be NULL: only the
  * layout is used); open writes the header to path.tmp; put writes bytes
- * [off, off + len) of one tensor at their place in the file, in any order, each
- * byte exactly once; close checks that every tensor byte was put, fsyncs,
+ * [off, off + len) of one tensor at their place in the file: tensors in any
+ * order, each tensor's bytes in order (off = the bytes of it put so far); close checks that every tensor byte was put, fsyncs,
  * renames to path and fsyncs the directory (as dt_st_write). w must outlive
  * the stream. close and abort free the stream; abort removes path.tmp. ---- */
 typedef struct dt_st_stream dt_st_stream;

@@ -441,6 +441,7 @@ struct dt_st_stream {
     uint64_t data_at;      /* file offset of the byte buffer */
     uint64_t written;      /* tensor bytes put so far */
     uint64_t total;        /* tensor bytes the layout holds */
+    uint64_t *done;        /* [w->n] bytes of each tensor put so far (puts go in order) */
     char path[2048], tmp[2048];
 };
 
@@ -456,6 +457,12 @@ int dt_st_stream_open(dt_st_writer *w, const char *path, dt_st_stream **out, dt_
         return rc;
     }
     s->w = w;
+    s->done = calloc(w->n ? (size_t)w->n : 1, sizeof *s->done);
+    if (!s->done) {
+        free(hdr);
+        free(s);
+        return dt_errorf(err, DT_ENOMEM, "safetensors: out of memory");
+    }
     s->data_at = hlen;
     s->total = w->n ? w->e[w->n - 1].t.end : 0;
     snprintf(s->path, sizeof s->path, "%s", path);
@@ -464,6 +471,7 @@ int dt_st_stream_open(dt_st_writer *w, const char *path, dt_st_stream **out, dt_
     if (s->fd < 0) {
         rc = dt_errorf(err, DT_EIO, "%s: cannot create: %s", s->tmp, strerror(errno));
         free(hdr);
+        free(s->done);
         free(s);
         return rc;
     }
@@ -480,9 +488,14 @@ int dt_st_stream_open(dt_st_writer *w, const char *path, dt_st_stream **out, dt_
 
 int dt_st_stream_put(dt_st_stream *s, const char *name, uint64_t off, const void *data, size_t len, dt_error *err) {
     const dt_st_tensor *t = NULL;
+    int ti = -1;
     for (int i = 0; i < s->w->n && !t; i++)
-        if (strcmp(s->w->e[i].t.name, name) == 0) t = &s->w->e[i].t;
+        if (strcmp(s->w->e[i].t.name, name) == 0) t = &s->w->e[(ti = i)].t;
     if (!t) return dt_errorf(err, DT_EINVAL, "safetensors: tensor \"%s\" is not in the layout", name);
+    /* in order within a tensor, so every byte is put exactly once and close's count proves it */
+    if (off != s->done[ti])
+        return dt_errorf(err, DT_EINVAL, "safetensors: tensor \"%s\": put at byte %llu, expected %llu (in order)",
+                         name, (unsigned long long)off, (unsigned long long)s->done[ti]);
     if (off > t->end - t->begin || len > t->end - t->begin - off)
         return dt_errorf(err, DT_EINVAL, "safetensors: tensor \"%s\": bytes [%llu, %llu) outside its %llu", name,
                          (unsigned long long)off, (unsigned long long)(off + len),
@@ -496,6 +509,7 @@ int dt_st_stream_put(dt_st_stream *s, const char *name, uint64_t off, const void
         at += (uint64_t)k;
         len -= (size_t)k;
         s->written += (uint64_t)k;
+        s->done[ti] += (uint64_t)k;
     }
     return DT_OK;
 }
@@ -517,6 +531,7 @@ int dt_st_stream_close(dt_st_stream *s, dt_error *err) {
     }
     char dir[2048];
     parent_dir(s->path, dir, sizeof dir);
+    free(s->done);
     free(s);
     return dt_fsync_dir(dir, err);
 }
@@ -525,6 +540,7 @@ void dt_st_stream_abort(dt_st_stream *s) {
     if (!s) return;
     if (s->fd >= 0) close(s->fd);
     unlink(s->tmp);
+    free(s->done);
     free(s);
 }
 

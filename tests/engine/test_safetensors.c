@@ -95,6 +95,74 @@ static void test_round_trip(void) {
     CHECK_STR(dt_st_dtype_name(DT_DTYPE_FP16), "F16");
 }
 
+/* reads a whole file into a malloc'd buffer */
+static unsigned char *slurp(const char *p, size_t *n) {
+    FILE *f = fopen(p, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc(*n ? *n : 1);
+    if (fread(b, 1, *n, f) != *n) *n = 0;
+    fclose(f);
+    return b;
+}
+
+/* The streaming writer: same bytes as dt_st_write whatever the tensor order; an
+ * incomplete stream fails at close and leaves neither the file nor its .tmp;
+ * overlapping, gapped or out-of-range puts are refused; abort removes the .tmp. */
+static void test_stream(void) {
+    float a[6] = {1, 2, 3, 4, 5, 6};
+    uint16_t b[3] = {0x3f80, 0x4000, 0xbf80};
+    int64_t sa[2] = {2, 3}, sb[1] = {3};
+    dt_error err;
+    char ref[512], st[512], tmp[600];
+    path_of(ref, sizeof ref, "ref.safetensors");
+    path_of(st, sizeof st, "st.safetensors");
+    snprintf(tmp, sizeof tmp, "%s.tmp", st);
+    dt_st_writer *w = dt_st_writer_new();
+    CHECK(dt_st_writer_add(w, "a.f32", "F32", 2, sa, a, &err) == DT_OK);
+    CHECK(dt_st_writer_add(w, "z.bf16", "BF16", 1, sb, b, &err) == DT_OK);
+    CHECK(dt_st_write(w, ref, &err) == DT_OK);
+
+    dt_st_stream *s = NULL;
+    CHECK(dt_st_stream_open(w, st, &s, &err) == DT_OK);
+    CHECK(dt_st_stream_put(s, "z.bf16", 0, b, sizeof b, &err) == DT_OK);   /* tensors in any order */
+    CHECK(dt_st_stream_put(s, "a.f32", 0, a, 12, &err) == DT_OK);            /* a tensor in pieces */
+    CHECK(dt_st_stream_put(s, "a.f32", 12, a + 3, 12, &err) == DT_OK);
+    CHECK(dt_st_stream_close(s, &err) == DT_OK);
+    size_t n1 = 0, n2 = 0;
+    unsigned char *r1 = slurp(ref, &n1), *r2 = slurp(st, &n2);
+    CHECK(r1 && r2 && n1 == n2 && n1 > 0 && memcmp(r1, r2, n1) == 0);
+    free(r1);
+    free(r2);
+    CHECK(access(tmp, F_OK) != 0);
+
+    /* incomplete: close fails, nothing left behind (an older file stays as it was) */
+    CHECK(dt_st_stream_open(w, st, &s, &err) == DT_OK);
+    CHECK(dt_st_stream_put(s, "a.f32", 0, a, sizeof a, &err) == DT_OK);
+    dt_error_clear(&err);
+    CHECK(dt_st_stream_close(s, &err) != DT_OK);
+    CHECK(err.msg[0] != '\0');
+    CHECK(access(tmp, F_OK) != 0);
+    r2 = slurp(st, &n2);
+    r1 = slurp(ref, &n1);
+    CHECK(r1 && r2 && n1 == n2 && memcmp(r1, r2, n1) == 0);   /* the complete file from before */
+    free(r1);
+    free(r2);
+
+    /* bad puts are refused; abort removes the temporary */
+    CHECK(dt_st_stream_open(w, st, &s, &err) == DT_OK);
+    CHECK(dt_st_stream_put(s, "nope", 0, a, 4, &err) != DT_OK);
+    CHECK(dt_st_stream_put(s, "a.f32", 20, a, 8, &err) != DT_OK);   /* past the tensor's end */
+    CHECK(dt_st_stream_put(s, "a.f32", 0, a, 8, &err) == DT_OK);
+    CHECK(dt_st_stream_put(s, "a.f32", 4, a, 8, &err) != DT_OK);    /* overlaps bytes already put */
+    CHECK(dt_st_stream_put(s, "a.f32", 16, a, 8, &err) != DT_OK);   /* leaves a gap */
+    dt_st_stream_abort(s);
+    CHECK(access(tmp, F_OK) != 0);
+    dt_st_writer_free(w);
+}
+
 static void test_validation(void) {
     /* size does not match shape x dtype */
     write_raw("size.safetensors", "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4);
@@ -157,6 +225,7 @@ int main(void) {
     snprintf(dir, sizeof dir, "/tmp/dt_test_st_XXXXXX");
     if (!mkdtemp(dir)) return 1;
     test_round_trip();
+    test_stream();
     test_validation();
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
