@@ -44,16 +44,6 @@ static int usage(FILE *f) {
     return f == stdout ? 0 : 2;
 }
 
-static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(int code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "dtplan: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    return code;
-}
 
 static int phase_index(cmp_phase *ph, int *n, const char *name) {
     for (int i = 0; i < *n; i++)
@@ -101,10 +91,10 @@ static double diff_pct(double a, double b, int *defined) {
 static int load(const char *path, dt_trace_data *d) {
     dt_error e;
     dt_error_clear(&e);
-    if (dt_trace_read(path, d, &e)) return fail(e.code == DT_ENOMEM ? 1 : 2, "%s", e.msg);
+    if (dt_trace_read(path, d, &e)) return dt_cli_fail(e.code == DT_ENOMEM ? 1 : 2, "%s", e.msg);
     if (d->n_spans == 0) {
         dt_trace_data_free(d);
-        return fail(2, "%s: the trace has no \"X\" spans to compare (write one with dtplan simulate --trace)", path);
+        return dt_cli_fail(2, "%s: the trace has no \"X\" spans to compare (write one with dtplan simulate --trace)", path);
     }
     return 0;
 }
@@ -115,11 +105,11 @@ int dt_cmd_compare(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout);
         if (!strcmp(argv[i], "--json")) json = 1;
-        else if (argv[i][0] == '-' && argv[i][1]) return fail(2, "compare: unknown option '%s' (see dtplan compare --help)", argv[i]);
-        else if (n_paths == 2) return fail(2, "compare: two traces only (got a third, '%s')", argv[i]);
+        else if (argv[i][0] == '-' && argv[i][1]) return dt_cli_fail(2, "compare: unknown option '%s' (see dtplan compare --help)", argv[i]);
+        else if (n_paths == 2) return dt_cli_fail(2, "compare: two traces only (got a third, '%s')", argv[i]);
         else path[n_paths++] = argv[i];
     }
-    if (n_paths != 2) return fail(2, "compare: needs two traces (usage: dtplan compare A.json B.json)");
+    if (n_paths != 2) return dt_cli_fail(2, "compare: needs two traces (usage: dtplan compare A.json B.json)");
 
     dt_trace_data d[2];
     int rc = load(path[0], &d[0]);
@@ -131,7 +121,7 @@ int dt_cmd_compare(int argc, char **argv) {
     cmp_phase *ph = calloc(CMP_MAX_PHASES, sizeof *ph);
     if (!ph) {
         dt_trace_data_free(&d[0]), dt_trace_data_free(&d[1]);
-        return fail(1, "compare: out of memory");
+        return dt_cli_fail(1, "compare: out of memory");
     }
     int n = 0;
     for (int k = 0; k < CMP_N_KNOWN; k++) phase_index(ph, &n, k_known[k]);
@@ -142,7 +132,7 @@ int dt_cmd_compare(int argc, char **argv) {
         for (int i = 0; i < d[t].n_spans; i++) {
             int k = phase_index(ph, &n, d[t].spans[i].name);
             if (k < 0) {
-                rc = fail(2, "%s: more than %d distinct event names; is this a dtplan/dtrun trace?", path[t],
+                rc = dt_cli_fail(2, "%s: more than %d distinct event names; is this a dtplan/dtrun trace?", path[t],
                           CMP_MAX_PHASES);
                 break;
             }
@@ -186,7 +176,7 @@ int dt_cmd_compare(int argc, char **argv) {
         char *txt = dt_json_print(o);
         cJSON_Delete(o);
         free(ph);
-        if (!txt) return fail(1, "compare: out of memory");
+        if (!txt) return dt_cli_fail(1, "compare: out of memory");
         printf("%s", txt);
         free(txt);
         return 0;

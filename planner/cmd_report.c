@@ -33,16 +33,6 @@ static int usage(FILE *f) {
     return f == stdout ? 0 : 2;
 }
 
-static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(int code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "dtplan: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    return code;
-}
 
 /* ---- metrics.jsonl ---- */
 typedef struct {
@@ -277,40 +267,40 @@ int dt_cmd_report(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout);
         if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--out") || !strcmp(argv[i], "--plan")) {
-            if (i + 1 >= argc) return fail(2, "report: %s needs a value", argv[i]);
+            if (i + 1 >= argc) return dt_cli_fail(2, "report: %s needs a value", argv[i]);
             if (!strcmp(argv[i], "--plan")) plan = argv[++i];
             else out_dir = argv[++i];
-        } else if (argv[i][0] == '-') return fail(2, "report: unknown option '%s' (see dtplan report --help)", argv[i]);
-        else if (run_dir) return fail(2, "report: one run directory only ('%s' and '%s')", run_dir, argv[i]);
+        } else if (argv[i][0] == '-') return dt_cli_fail(2, "report: unknown option '%s' (see dtplan report --help)", argv[i]);
+        else if (run_dir) return dt_cli_fail(2, "report: one run directory only ('%s' and '%s')", run_dir, argv[i]);
         else run_dir = argv[i];
     }
-    if (!run_dir) return fail(2, "report: no run directory given (usage: dtplan report RUN_DIR [-o OUTDIR])");
+    if (!run_dir) return dt_cli_fail(2, "report: no run directory given (usage: dtplan report RUN_DIR [-o OUTDIR])");
     struct stat st;
     if (stat(run_dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return fail(2, "report: '%s' is not a directory (give a dtrun --out directory)", run_dir);
+        return dt_cli_fail(2, "report: '%s' is not a directory (give a dtrun --out directory)", run_dir);
 
     dt_error e;
     dt_error_clear(&e);
     char mpath[RP_PATH_MAX], rpath[RP_PATH_MAX], def_out[RP_PATH_MAX], md[RP_PATH_MAX];
     if (join(mpath, run_dir, "metrics.jsonl", &e) || join(rpath, run_dir, "run-report.json", &e) ||
         join(def_out, run_dir, "report", &e))
-        return fail(2, "%s", e.msg);
+        return dt_cli_fail(2, "%s", e.msg);
     if (!out_dir) out_dir = def_out;
     rp_metrics m;
     rp_run r;
-    if (read_metrics(mpath, &m, &e)) return fail(e.code == DT_ENOMEM ? 1 : 2, "%s", e.msg);
+    if (read_metrics(mpath, &m, &e)) return dt_cli_fail(e.code == DT_ENOMEM ? 1 : 2, "%s", e.msg);
     if (read_run_report(rpath, &r, &e)) {
         metrics_free(&m);
-        return fail(e.code == DT_ENOMEM ? 1 : 2, "%s", e.msg);
+        return dt_cli_fail(e.code == DT_ENOMEM ? 1 : 2, "%s", e.msg);
     }
     char note[RP_PATH_MAX + 1200]; /* a path or an error line plus the text around it */
     predict_time(&r, plan, note, sizeof note);
     int rc = 0;
     if (mkdir(out_dir, 0777) != 0 && errno != EEXIST)
-        rc = fail(2, "report: cannot create '%s': %s", out_dir, strerror(errno));
+        rc = dt_cli_fail(2, "report: cannot create '%s': %s", out_dir, strerror(errno));
     else if (join(md, out_dir, "report.md", &e) || draw(out_dir, run_dir, &r, &m, &e) ||
              write_markdown(md, run_dir, &r, &m, note, &e))
-        rc = fail(e.code == DT_ENOMEM ? 1 : 2, "%s", e.msg);
+        rc = dt_cli_fail(e.code == DT_ENOMEM ? 1 : 2, "%s", e.msg);
     if (!rc) {
         printf("report: %s (loss.png, throughput.png, steptime.png, memory.png)\n", md);
         if (note[0]) printf("note: %s\n", note);

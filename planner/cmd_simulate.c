@@ -30,15 +30,6 @@ static int usage(FILE *f) {
     return f == stdout ? 0 : 2;
 }
 
-static int fail(int code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "dtplan: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    return code;
-}
 
 /* The unit a parameter-unit index names: "embeddings", "block.N" (1-based), "head". */
 static const char *unit_label(const dt_plan *p, int u, char *buf, size_t n) {
@@ -138,28 +129,28 @@ int dt_cmd_simulate(int argc, char **argv) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout);
         if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--trace") || !strcmp(argv[i], "--plot")) {
-            if (i + 1 >= argc) return fail(2, "%s needs a file name", argv[i]);
+            if (i + 1 >= argc) return dt_cli_fail(2, "%s needs a file name", argv[i]);
             if (!strcmp(argv[i], "--trace")) trace = argv[++i];
             else plot = argv[++i];
-        } else if (argv[i][0] == '-') return fail(2, "simulate: unknown option '%s' (see dtplan simulate --help)", argv[i]);
-        else if (plan_path) return fail(2, "simulate: one plan only ('%s' and '%s')", plan_path, argv[i]);
+        } else if (argv[i][0] == '-') return dt_cli_fail(2, "simulate: unknown option '%s' (see dtplan simulate --help)", argv[i]);
+        else if (plan_path) return dt_cli_fail(2, "simulate: one plan only ('%s' and '%s')", plan_path, argv[i]);
         else plan_path = argv[i];
     }
-    if (!plan_path) return fail(2, "simulate: no plan given (usage: dtplan simulate PLAN.json)");
+    if (!plan_path) return dt_cli_fail(2, "simulate: no plan given (usage: dtplan simulate PLAN.json)");
 
     dt_error e;
     dt_error_clear(&e);
     dt_plan p;
-    if (dt_plan_load(plan_path, &p, &e)) return fail(2, "%s", e.msg);
+    if (dt_plan_load(plan_path, &p, &e)) return dt_cli_fail(2, "%s", e.msg);
     dt_time_breakdown tb;
     dt_mem_breakdown mb;
-    if (dt_time_estimate(&p, &tb, &e) || dt_memory_estimate(&p, &mb, &e)) return fail(2, "%s", e.msg);
+    if (dt_time_estimate(&p, &tb, &e) || dt_memory_estimate(&p, &mb, &e)) return dt_cli_fail(2, "%s", e.msg);
     dt_sim_result r;
-    if (dt_simulate(&p, &r, &e)) return fail(e.code == DT_EINVAL ? 2 : 1, "%s", e.msg);
+    if (dt_simulate(&p, &r, &e)) return dt_cli_fail(e.code == DT_EINVAL ? 2 : 1, "%s", e.msg);
 
     int rc = 0;
-    if (trace && write_trace(&p, &r, trace, &e)) rc = fail(e.code == DT_EINVAL || e.code == DT_EIO ? 2 : 1, "%s", e.msg);
-    if (!rc && plot && write_plot(&p, &r, plot, &e)) rc = fail(2, "%s", e.msg);
+    if (trace && write_trace(&p, &r, trace, &e)) rc = dt_cli_fail(e.code == DT_EINVAL || e.code == DT_EIO ? 2 : 1, "%s", e.msg);
+    if (!rc && plot && write_plot(&p, &r, plot, &e)) rc = dt_cli_fail(2, "%s", e.msg);
     if (rc) { dt_sim_free(&r); return rc; }
 
     const dt_sim_mem_sample *pk = &r.mem[r.peak_index];

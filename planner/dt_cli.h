@@ -10,6 +10,10 @@ int dt_cmd_solve(int argc, char **argv);
 int dt_cmd_show(int argc, char **argv);
 int dt_cmd_export(int argc, char **argv);
 int dt_cmd_calibrate(int argc, char **argv);
+
+/* Prints "dtplan: <message>" (one line) to stderr and returns code, so a
+ * subcommand can write: return dt_cli_fail(2, "--mem: ..."). */
+int dt_cli_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int dt_cmd_simulate(int argc, char **argv);
 int dt_cmd_compare(int argc, char **argv);
 int dt_cmd_report(int argc, char **argv);

@@ -1,9 +1,20 @@
 /* dtplan — plan distributed LLM training: estimate memory, solve for the fastest
  * configuration under a memory limit, show / export plans. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "dt_cli.h"
+
+int dt_cli_fail(int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "dtplan: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    return code;
+}
 
 typedef struct {
     const char *name;
