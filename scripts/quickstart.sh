@@ -21,7 +21,7 @@ echo "== 1. dtplan estimate --params 32B --gpus 8 =="
 echo
 echo "== 2. dtplan solve: gpt2-tiny on the CPU profile, 1 GiB per rank =="
 ./build/dtplan solve --mem 1G --model gpt2-tiny --hardware cpu --seq 64 --global-batch 16 \
-    --precision fp32 --data /usr/share/games/fortunes --steps 200 --warmup 20 --lr 2e-3 \
+    --precision fp32 --data /usr/share/games/fortunes --steps 200 --warmup 20 --lr 1.5e-3 \
     --schedule WarmupCosineLR --out "$OUT/run" -o "$OUT/plan.json"
 
 echo
