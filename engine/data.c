@@ -342,6 +342,7 @@ int dt_loader_create(const dt_corpus *c, int64_t seq_len, int64_t B, int64_t fir
                          what, (long long)c->ntok, (long long)count, (long long)seq_len,
                          (long long)(B * world));
     dt_loader *l = calloc(1, sizeof *l);
+    if (!l) return dt_errorf(err, DT_ENOMEM, "%s: out of memory creating the data loader", what);
     l->c = c;
     l->T = seq_len;
     l->B = B;
