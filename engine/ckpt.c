@@ -12,6 +12,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "dt_device.h"
 #include "dt_dtype.h"
 #include "dt_json.h"
 #include "dt_safetensors.h"
@@ -92,6 +93,48 @@ static int require_flat(dt_gpt2 *g, const char *path, dt_error *err) {
                      "consolidate them first (dt_zero_consolidate_params)", path);
 }
 
+/* ---- the flat parameters on the host ----
+ * On the CPU device the model's flat buffer is host memory and the files read
+ * and write it in place. On a device the host cannot address (CUDA) a weights
+ * file goes through one transient host copy of the flat parameters (host pool:
+ * pinned), copied from the device before a save and to it after a load. */
+
+/* A host view of g's flat parameters (pdt): the buffer itself, or a transient
+ * copy holding the device's values when fill is set. NULL when out of memory. */
+static void *params_host(dt_gpt2 *g, dt_dtype pdt, int fill, const char *path, dt_error *err) {
+    const dt_device_ops *dev = dt_gpt2_device_ops(g);
+    void *flat = dt_gpt2_params(g);
+    if (dev->host_addressable) return flat;
+    size_t bytes = dt_gpt2_num_params(g) * (size_t)dt_dtype_size(pdt);
+    void *h = dev->alloc(DT_POOL_HOST, DT_MEM_BUFFERS, bytes);
+    if (!h) {
+        dt_errorf(err, DT_ENOMEM, "%s: cannot allocate %zu bytes of host memory for the weights", path, bytes);
+        return NULL;
+    }
+    if (fill) {
+        dev->handoff(DT_STREAM_COMPUTE, DT_STREAM_D2H);
+        dev->memcpy(h, flat, bytes, DT_COPY_D2H, DT_STREAM_D2H);
+        dev->stream_sync(DT_STREAM_D2H);
+    }
+    return h;
+}
+
+/* Ends params_host: a loaded copy goes to the device (store set), then is freed. */
+static int params_host_done(dt_gpt2 *g, dt_dtype pdt, void *h, int store, dt_error *err) {
+    const dt_device_ops *dev = dt_gpt2_device_ops(g);
+    if (!h || dev->host_addressable) return DT_OK;
+    int rc = DT_OK;
+    if (store) {
+        size_t bytes = dt_gpt2_num_params(g) * (size_t)dt_dtype_size(pdt);
+        dev->memcpy(dt_gpt2_params(g), h, bytes, DT_COPY_H2D, DT_STREAM_H2D);
+        dev->handoff(DT_STREAM_H2D, DT_STREAM_COMPUTE);
+        dev->stream_sync(DT_STREAM_H2D);
+        rc = dev->synchronize(err);
+    }
+    dev->free(h);
+    return rc;
+}
+
 /* Adds every tensor of g to w under its Hugging Face name, data from the flat
  * parameters at base (NULL: layout only, for the streaming writer). */
 static int add_weights(dt_st_writer *w, dt_gpt2 *g, dt_dtype pdt, void *base, dt_error *err) {
@@ -108,11 +151,13 @@ static int add_weights(dt_st_writer *w, dt_gpt2 *g, dt_dtype pdt, void *base, dt
 
 int dt_weights_save(dt_gpt2 *g, dt_dtype pdt, const char *path, dt_error *err) {
     if (require_flat(g, path, err)) return err->code;
+    void *h = params_host(g, pdt, 1, path, err);
+    if (!h) return err->code;
     dt_st_writer *w = dt_st_writer_new();
-    if (!w) return dt_errorf(err, DT_ENOMEM, "%s: out of memory", path);
-    int rc = add_weights(w, g, pdt, dt_gpt2_params(g), err);
+    int rc = w ? add_weights(w, g, pdt, h, err) : dt_errorf(err, DT_ENOMEM, "%s: out of memory", path);
     if (!rc) rc = dt_st_write(w, path, err);
     dt_st_writer_free(w);
+    params_host_done(g, pdt, h, 0, NULL);
     return rc;
 }
 
@@ -164,8 +209,8 @@ static int weights_save_streamed(dt_gpt2 *g, dt_zero *z, dt_dtype pdt, int write
     return rc;
 }
 
-static int load_safetensors(dt_gpt2 *g, dt_dtype pdt, const char *path, dt_error *err) {
-    if (require_flat(g, path, err)) return err->code;
+/* into params: host memory of g's flat layout (params_host) */
+static int load_safetensors_into(dt_gpt2 *g, dt_dtype pdt, const char *path, void *params, dt_error *err) {
     dt_st_file *f;
     if (dt_st_open(path, &f, err)) return err->code;
     int rc = DT_OK;
@@ -194,10 +239,19 @@ static int load_safetensors(dt_gpt2 *g, dt_dtype pdt, const char *path, dt_error
                            t->ndim > 1 ? ", " : "", t->ndim > 1 ? (long long)t->shape[1] : 0LL);
             break;
         }
-        convert_in(pelem(dt_gpt2_params(g), pdt, t->offset), pdt, dt_st_data(f, s), sdt, t->numel);
+        convert_in(pelem(params, pdt, t->offset), pdt, dt_st_data(f, s), sdt, t->numel);
     }
     dt_st_close(f);
     return rc;
+}
+
+static int load_safetensors(dt_gpt2 *g, dt_dtype pdt, const char *path, dt_error *err) {
+    if (require_flat(g, path, err)) return err->code;
+    void *h = params_host(g, pdt, 0, path, err);
+    if (!h) return err->code;
+    int rc = load_safetensors_into(g, pdt, path, h, err);
+    int rc2 = params_host_done(g, pdt, h, rc == DT_OK, rc ? NULL : err);
+    return rc ? rc : rc2;
 }
 
 /* ---- weights: llm.c .bin ---- */
@@ -208,7 +262,8 @@ static void transpose(float *dst, const float *src, int64_t out, int64_t in) {
         for (int64_t i = 0; i < in; i++) dst[i * out + o] = src[o * in + i];
 }
 
-static int load_llmc(dt_gpt2 *g, const dt_model *m, dt_dtype pdt, const char *path, dt_error *err) {
+static int load_llmc(dt_gpt2 *g, const dt_model *m, dt_dtype pdt, const char *path, void *params,
+                     dt_error *err) {
     FILE *f = fopen(path, "rb");
     if (!f) return dt_errorf(err, DT_EINVAL, "%s: cannot open: %s", path, strerror(errno));
     int32_t h[DT_LLMC_HEADER_INTS];
@@ -275,7 +330,6 @@ static int load_llmc(dt_gpt2 *g, const dt_model *m, dt_dtype pdt, const char *pa
         {"ln_2.weight", 8, 1, C, 0},       {"ln_2.bias", 9, 1, C, 0},
         {"mlp.c_fc.weight", 10, 4 * C, C, 1}, {"mlp.c_fc.bias", 11, 1, 4 * C, 0},
         {"mlp.c_proj.weight", 12, C, 4 * C, 1}, {"mlp.c_proj.bias", 13, 1, C, 0}};
-    void *params = dt_gpt2_params(g);
     /* wte: first V of Vp rows; wpe; ln_f */
     struct { const char *name; const float *src; int64_t n; } whole[] = {
         {"wte.weight", p[0], V * C}, {"wpe.weight", p[1], maxT * C},
@@ -318,8 +372,12 @@ int dt_weights_load(dt_gpt2 *g, const dt_model *m, dt_dtype pdt, const char *pat
     size_t got = fread(&magic, sizeof magic, 1, f);
     fclose(f);
     if (require_flat(g, path, err)) return err->code;
-    if (got == 1 && magic == DT_LLMC_MAGIC) return load_llmc(g, m, pdt, path, err);
-    return load_safetensors(g, pdt, path, err);
+    void *h = params_host(g, pdt, 0, path, err);
+    if (!h) return err->code;
+    int rc = got == 1 && magic == DT_LLMC_MAGIC ? load_llmc(g, m, pdt, path, h, err)
+                                                : load_safetensors_into(g, pdt, path, h, err);
+    int rc2 = params_host_done(g, pdt, h, rc == DT_OK, rc ? NULL : err);
+    return rc ? rc : rc2;
 }
 
 /* ---- HF config.json ---- */

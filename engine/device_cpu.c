@@ -87,6 +87,19 @@ static void cpu_accumulate_16(void *dst, dt_dtype t, const float *acc, size_t n)
     for (size_t i = 0; i < n; i++) d[i] = dt_add_16(d[i], acc[i], bf);
 }
 
+static void cpu_add(void *dst, const void *src, dt_dtype t, size_t n) {
+    if (t == DT_DTYPE_FP32) {
+        float *d = dst;
+        const float *s = src;
+        for (size_t i = 0; i < n; i++) d[i] += s[i];
+        return;
+    }
+    uint16_t *d = dst;
+    int bf = t == DT_DTYPE_BF16;
+#pragma omp parallel for schedule(static) if (n >= DT_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) d[i] = dt_add_16(d[i], dt_load(src, t, i), bf);
+}
+
 static void cpu_encoder_backward_16(void *dwte, void *dwpe, dt_dtype gt, const float *dout,
                                     const int32_t *tokens, const int32_t *tok_head,
                                     const int32_t *tok_next, float *acc, int64_t B, int64_t T,
@@ -191,6 +204,7 @@ static const dt_device_ops cpu_ops = {
     .crossentropy_backward_inplace = dt_op_crossentropy_backward_inplace,
     .axpy = dt_op_axpy,
     .accumulate_16 = cpu_accumulate_16,
+    .add = cpu_add,
     .all_finite = cpu_all_finite,
     .sumsq = cpu_sumsq,
     .adamw = cpu_adamw,

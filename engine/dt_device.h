@@ -131,6 +131,9 @@ typedef struct dt_device_ops {
     void (*axpy)(float *y, const float *x, float alpha, int64_t n);
     /* dst (16-bit, t) += acc, one rounding per element */
     void (*accumulate_16)(void *dst, dt_dtype t, const float *acc, size_t n);
+    /* dst += src, both n elements of dtype t, through fp32 with one rounding per
+     * element (dt_add_16): the ZeRO engine's gradient-shard accumulation */
+    void (*add)(void *dst, const void *src, dt_dtype t, size_t n);
     /* 1 if all n elements of x (dtype t) are finite; waits for the result */
     int (*all_finite)(const void *x, dt_dtype t, size_t n);
     /* sum of squares in double, DT_SUMSQ_CHUNK chunks in order (see dt_devmath.h):

@@ -13,29 +13,40 @@
 #include "dt_error.h"
 #include "dt_memtrack.h"
 
-typedef struct dt_store {
+struct dt_device_ops;
+
+typedef struct dt_offload_store {
     dt_dtype dt;
     size_t n;            /* elements */
     void *mem;           /* memory-backed: the array; NULL when file-backed */
+    dt_mem_pool pool;    /* memory-backed: where mem lives (device memory on CUDA for
+                          * DT_POOL_DEVICE: not host-addressable) */
+    const struct dt_device_ops *dev;   /* memory-backed: the allocator of mem */
     int fd;              /* file-backed: open descriptor; -1 otherwise */
     char path[600];      /* file-backed: the file (removed by dt_store_close) */
-} dt_store;
+} dt_offload_store;
 
-/* n elements of dt in pool/cat, zero-filled. */
-int dt_store_open_mem(dt_store *s, dt_mem_pool pool, dt_mem_category cat, size_t n, dt_dtype dt,
-                      dt_error *err);
+/* n elements of dt in pool/cat of device dev (dev->alloc: pinned host memory
+ * for DT_POOL_HOST on CUDA), zero-filled. */
+int dt_store_open_mem(dt_offload_store *s, const struct dt_device_ops *dev, dt_mem_pool pool, dt_mem_category cat,
+                      size_t n, dt_dtype dt, dt_error *err);
+/* 1 when the array is memory the host cannot dereference (device pool on CUDA). */
+int dt_store_on_device(const dt_offload_store *s);
 /* n elements of dt in dir/name (created or truncated, zero-filled). */
-int dt_store_open_file(dt_store *s, const char *dir, const char *name, size_t n, dt_dtype dt,
+int dt_store_open_file(dt_offload_store *s, const char *dir, const char *name, size_t n, dt_dtype dt,
                        dt_error *err);
-void dt_store_close(dt_store *s);
-int dt_store_is_file(const dt_store *s);
+void dt_store_close(dt_offload_store *s);
+int dt_store_is_file(const dt_offload_store *s);
 
 /* Elements [lo, lo + count): memory-backed returns a pointer into the array
- * (staging unused); file-backed reads them into staging and returns staging.
- * NULL on an I/O error (err filled). */
-void *dt_store_get(dt_store *s, size_t lo, size_t count, void *staging, dt_error *err);
+ * (staging unused; a device pointer when dt_store_on_device); file-backed reads
+ * them into staging (host memory) and returns staging. NULL on an I/O error
+ * (err filled). */
+void *dt_store_get(dt_offload_store *s, size_t lo, size_t count, void *staging, dt_error *err);
 /* Writes src to elements [lo, lo + count) (a no-op when src already is the
- * memory there). */
-int dt_store_put(dt_store *s, size_t lo, size_t count, const void *src, dt_error *err);
+ * memory there). src is in the store's own memory space: device memory for a
+ * store on the device (copied on the device's compute stream), host memory
+ * otherwise. */
+int dt_store_put(dt_offload_store *s, size_t lo, size_t count, const void *src, dt_error *err);
 
 #endif

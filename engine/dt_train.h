@@ -43,11 +43,13 @@ typedef struct dt_train_result {
 } dt_train_result;
 
 /* Trains with the plan's ZeRO stage and offload across the ranks of opts->comm
- * (engine/dt_zero.h); collective: every rank calls it. Rank 0 writes
+ * (engine/dt_zero.h) on the plan's device (cluster.device: cpu, or cuda bound to
+ * the rank's LOCAL_RANK GPU); collective: every rank calls it. Rank 0 writes
  * out_dir/metrics.jsonl (appended to on resume) and run-report.json; rank r > 0
  * writes run-report-rank<r, 5 digits>.json (its own memory); checkpoints are
  * sharded (dt_ckpt_save_zero). A plan whose world size differs from the
- * launched world, or for cuda, fails with DT_EINVAL. */
+ * launched world fails with DT_EINVAL; a cuda plan where the build has no CUDA
+ * or no GPU is visible with DT_ERUNTIME (dt_device_get's one-line reason). */
 int dt_train(const dt_plan *plan, const dt_train_opts *opts, dt_train_result *res, dt_error *err);
 
 /* ---- run report (runreport.c) ---- */
@@ -56,6 +58,7 @@ typedef struct dt_run_measure {
     int64_t peak[5];         /* measured peak bytes per dt_mem_category, device pool */
     int64_t peak_total;      /* peak of the device pool's sum */
     int64_t host_peak_total; /* peak of the host pool's sum */
+    int64_t host_peak[5];    /* measured peak bytes per dt_mem_category, host pool */
     int64_t peak_rss_bytes;
     double step_time_s;
     double tokens_per_s;

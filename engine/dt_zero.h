@@ -60,7 +60,9 @@ int dt_zero_reduce_scalars(dt_zero *z, double *loss, double *sumsq, int *nonfini
 /* AdamW on this rank's shard, then (stages 1/2) the parameter all-gather. */
 int dt_zero_optimizer_step(dt_zero *z, const dt_adamw *hp, double grad_mul, int64_t t, dt_error *err);
 /* One unit of the full parameters, handed to the rank that writes the
- * weights: flat elements [flat_off, flat_off + n) in the parameter dtype. */
+ * weights: flat elements [flat_off, flat_off + n) in the parameter dtype, in
+ * HOST memory (on a device the host cannot address, copied into a transient
+ * host buffer first). */
 typedef int (*dt_zero_unit_fn)(void *ctx, int unit, size_t flat_off, size_t n, const void *params,
                                dt_error *err);
 /* Hands every unit's full parameters to fn in unit order (fn NULL: nothing is
@@ -84,7 +86,8 @@ size_t dt_zero_state_numel(const dt_zero *z);     /* state elements held (paddin
 int dt_zero_has_master(const dt_zero *z);
 dt_dtype dt_zero_moment_dtype(const dt_zero *z);
 /* which: 0 master (fp32), 1 exp_avg, 2 exp_avg_sq. Copies state elements
- * [lo, lo + count) to / from dst (reads through the nvme file when offloaded). */
+ * [lo, lo + count) to / from host memory dst / src (through the nvme file when
+ * offloaded; D2H / H2D when the state is on a device the host cannot address). */
 int dt_zero_state_read(dt_zero *z, int which, size_t lo, size_t count, void *dst, dt_error *err);
 int dt_zero_state_write(dt_zero *z, int which, size_t lo, size_t count, const void *src, dt_error *err);
 

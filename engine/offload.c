@@ -8,21 +8,25 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int dt_store_open_mem(dt_store *s, dt_mem_pool pool, dt_mem_category cat, size_t n, dt_dtype dt,
-                      dt_error *err) {
+#include "dt_device.h"
+
+int dt_store_open_mem(dt_offload_store *s, const dt_device_ops *dev, dt_mem_pool pool, dt_mem_category cat,
+                      size_t n, dt_dtype dt, dt_error *err) {
     memset(s, 0, sizeof *s);
     s->fd = -1;
     s->dt = dt;
     s->n = n;
+    s->pool = pool;
+    s->dev = dev;
     if (n == 0) return DT_OK;
-    s->mem = dt_mem_alloc(pool, cat, n * (size_t)dt_dtype_size(dt));
+    s->mem = dev->alloc(pool, cat, n * (size_t)dt_dtype_size(dt));
     if (!s->mem)
         return dt_errorf(err, DT_ENOMEM, "cannot allocate %zu %s elements (%s pool, %s)", n, dt_dtype_name(dt),
                          pool == DT_POOL_HOST ? "host" : "device", dt_mem_category_name(cat));
     return DT_OK;
 }
 
-int dt_store_open_file(dt_store *s, const char *dir, const char *name, size_t n, dt_dtype dt,
+int dt_store_open_file(dt_offload_store *s, const char *dir, const char *name, size_t n, dt_dtype dt,
                        dt_error *err) {
     memset(s, 0, sizeof *s);
     s->fd = -1;
@@ -44,8 +48,8 @@ int dt_store_open_file(dt_store *s, const char *dir, const char *name, size_t n,
     return DT_OK;
 }
 
-void dt_store_close(dt_store *s) {
-    dt_mem_free(s->mem);
+void dt_store_close(dt_offload_store *s) {
+    if (s->mem) s->dev->free(s->mem);
     s->mem = NULL;
     if (s->fd >= 0) {
         close(s->fd);
@@ -54,9 +58,13 @@ void dt_store_close(dt_store *s) {
     s->fd = -1;
 }
 
-int dt_store_is_file(const dt_store *s) { return s->fd >= 0; }
+int dt_store_is_file(const dt_offload_store *s) { return s->fd >= 0; }
 
-void *dt_store_get(dt_store *s, size_t lo, size_t count, void *staging, dt_error *err) {
+int dt_store_on_device(const dt_offload_store *s) {
+    return s->mem && s->pool == DT_POOL_DEVICE && !s->dev->host_addressable;
+}
+
+void *dt_store_get(dt_offload_store *s, size_t lo, size_t count, void *staging, dt_error *err) {
     const size_t es = (size_t)dt_dtype_size(s->dt);
     if (s->fd < 0) return s->mem ? (char *)s->mem + lo * es : staging;
     size_t want = count * es, got = 0;
@@ -72,11 +80,13 @@ void *dt_store_get(dt_store *s, size_t lo, size_t count, void *staging, dt_error
     return staging;
 }
 
-int dt_store_put(dt_store *s, size_t lo, size_t count, const void *src, dt_error *err) {
+int dt_store_put(dt_offload_store *s, size_t lo, size_t count, const void *src, dt_error *err) {
     const size_t es = (size_t)dt_dtype_size(s->dt);
     if (s->fd < 0) {
         char *dst = (char *)s->mem + lo * es;
-        if (s->mem && dst != src) memcpy(dst, src, count * es);
+        if (!s->mem || dst == src) return DT_OK;
+        if (dt_store_on_device(s)) s->dev->memcpy(dst, src, count * es, DT_COPY_D2D, DT_STREAM_COMPUTE);
+        else memcpy(dst, src, count * es);
         return DT_OK;
     }
     size_t want = count * es, put = 0;

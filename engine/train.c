@@ -12,6 +12,7 @@
 
 #include "dt_ckpt.h"
 #include "dt_data.h"
+#include "dt_device.h"
 #include "dt_gpt2.h"
 #include "dt_heartbeat.h"
 #include "dt_json.h"
@@ -34,6 +35,7 @@ typedef struct {
     const dt_train_opts *opts;
     char out_dir[DT_PATH_MAX];
     char *plan_json;             /* the plan file's text, stored in checkpoints */
+    const dt_device_ops *dev;    /* the plan's device (cluster.device), bound to LOCAL_RANK's GPU on cuda */
     dt_gpt2 *g;
     dt_zero *z;
     dt_comm *comm;
@@ -62,10 +64,6 @@ static int check_plan(const dt_plan *p, int world, dt_error *err) {
                          "the plan asks for %lld ranks (parallel.world_size) but %d were launched; "
                          "launch %lld ranks or re-plan with dtplan for %d",
                          (long long)p->parallel.world_size, world, (long long)p->parallel.world_size, world);
-    if (p->cluster.device != DT_DEVICE_CPU)
-        return dt_errorf(err, DT_EINVAL,
-                         "the plan's device is cuda; this dtrun runs on the cpu device only "
-                         "(CUDA runs land with the CUDA backend)");
     if (p->model.family != DT_FAMILY_GPT2)
         return dt_errorf(err, DT_EINVAL, "model %s is of the %s family; the engine runs GPT-2 models",
                          p->model.name, dt_family_name(p->model.family));
@@ -152,6 +150,13 @@ static int evaluate(trainer *t, double *loss_out, dt_error *err) {
     return DT_OK;
 }
 
+/* device-pool bytes allocated now, through the device's own accounting */
+static int64_t device_bytes_now(const dt_device_ops *dev) {
+    int64_t s = 0;
+    for (int c = 0; c < DT_MEM_CAT_COUNT; c++) s += dev->mem_current(DT_POOL_DEVICE, (dt_mem_category)c);
+    return s;
+}
+
 static void progress(trainer *t, int64_t step, int64_t stop, double loss, double tps, double eta_s) {
     FILE *log = t->opts->log;
     double frac = (double)step / (double)stop;
@@ -159,7 +164,7 @@ static void progress(trainer *t, int64_t step, int64_t stop, double loss, double
     int fill = (int)(frac * DT_PROGRESS_WIDTH);
     for (int i = 0; i < DT_PROGRESS_WIDTH; i++) bar[i] = i < fill ? '#' : '.';
     bar[DT_PROGRESS_WIDTH] = '\0';
-    double mib = (double)dt_mem_current_total(DT_POOL_DEVICE) / (1024.0 * 1024.0);
+    double mib = (double)device_bytes_now(t->dev) / (1024.0 * 1024.0);
     fprintf(log, "\rstep %lld/%lld [%s] loss %.4f | %.0f tok/s | ETA %02d:%02d | mem %.1f MiB ",
             (long long)step, (long long)stop, bar, loss, tps, (int)(eta_s / 60), (int)fmod(eta_s, 60), mib);
     fflush(log);
@@ -300,7 +305,10 @@ int dt_train(const dt_plan *plan, const dt_train_opts *opts, dt_train_result *re
     }
     t.rank = dt_comm_rank(t.comm);
     t.world = dt_comm_size(t.comm);
-    if ((rc = check_plan(plan, t.world, err))) {
+    /* the device first: a cuda plan on a build or machine without a GPU stops
+     * here with dt_device_get's one line, before anything is written */
+    if ((rc = check_plan(plan, t.world, err)) ||
+        (rc = dt_device_get(plan->cluster.device, dt_comm_local_rank(t.comm), &t.dev, err))) {
         if (t.own_comm) dt_comm_free(t.comm);
         return rc;
     }
@@ -316,8 +324,9 @@ int dt_train(const dt_plan *plan, const dt_train_opts *opts, dt_train_result *re
     }
 
     const int64_t B = plan->batch.micro_batch, T = plan->batch.seq_len;
-    rc = dt_gpt2_create(&plan->model, &plan->precision, B, T, plan->activations.ckpt_layers,
-                        plan->activations.attention, &t.g, err);
+    rc = dt_gpt2_create_on(&plan->model, &plan->precision, B, T, plan->activations.ckpt_layers,
+                           plan->activations.attention, plan->cluster.device, dt_comm_local_rank(t.comm), &t.g,
+                           err);
     if (!rc) rc = dt_zero_create(plan, t.comm, t.g, &t.z, err);
     if (!rc) rc = setup_data(&t, err);
     t.inputs = malloc((size_t)(B * T) * sizeof(int32_t));
@@ -350,7 +359,8 @@ int dt_train(const dt_plan *plan, const dt_train_opts *opts, dt_train_result *re
         if (resumed >= 0) fprintf(log, "dtrun: resumed from step %lld\n", (long long)resumed);
     }
     /* peaks from here on: what a training step needs (set-up temporaries excluded) */
-    dt_mem_reset_peaks();
+    t.dev->mem_reset_peaks();
+    dt_mem_reset_peaks();   /* the host allocations outside the device (the same counters on the cpu) */
     const double tokens_per_step = (double)(plan->batch.grad_accum * B * T * t.world);
     /* --trace: time zero right after a barrier, so the ranks' spans line up */
     if (opts->trace_path) {
@@ -399,7 +409,7 @@ int dt_train(const dt_plan *plan, const dt_train_opts *opts, dt_train_result *re
                     "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"tokens_per_s\": %.1f, \"step_ms\": %.3f, "
                     "\"grad_norm\": %.9g, \"loss_scale\": %g, \"skipped\": %s, \"mem\": %lld",
                     (long long)t.st.step, loss, lr, tps, dt * 1e3, norm, t.st.scaler.cur_scale,
-                    skipped ? "true" : "false", (long long)dt_mem_current_total(DT_POOL_DEVICE));
+                    skipped ? "true" : "false", (long long)device_bytes_now(t.dev));
             if (!isnan(vloss)) fprintf(t.metrics, ", \"val_loss\": %.9g", vloss);
             fprintf(t.metrics, "}\n");
             fflush(t.metrics);
@@ -428,6 +438,14 @@ int dt_train(const dt_plan *plan, const dt_train_opts *opts, dt_train_result *re
         dt_run_measure m;
         memset(&m, 0, sizeof m);
         dt_run_measure_memory(&m);
+        /* the device's own accounting (identical to dt_memtrack's on the cpu):
+         * cudaMalloc'd device memory and pinned host memory on cuda */
+        for (int c = 0; c < DT_MEM_CAT_COUNT; c++) {
+            m.peak[c] = t.dev->mem_peak(DT_POOL_DEVICE, (dt_mem_category)c);
+            m.host_peak[c] = t.dev->mem_peak(DT_POOL_HOST, (dt_mem_category)c);
+        }
+        m.peak_total = t.dev->mem_peak_total(DT_POOL_DEVICE);
+        m.host_peak_total = t.dev->mem_peak_total(DT_POOL_HOST);
         m.step_time_s = res->step_time_s;
         m.tokens_per_s = res->tokens_per_s;
         m.steps = res->steps;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "dt_device.h"
 #include "dt_dtype.h"
 #include "dt_memtrack.h"
 #include "dt_offload.h"
@@ -50,6 +51,8 @@ struct dt_zero {
     const dt_plan *p;
     dt_comm *c;
     dt_gpt2 *g;
+    const dt_device_ops *dev;   /* the model's device: every buffer and copy below goes through it */
+    int hostdev;                /* dev->host_addressable: the CPU device, no staging needed */
     int W, r, stage, overlap, last;
     dt_offload oo, op;
     dt_dtype pdt, gdt, mdt, hgdt;
@@ -58,8 +61,8 @@ struct dt_zero {
     unit *u;
     size_t state_n, maxP, maxS;
     int has_master;
-    dt_store st[3];        /* master (fp32), m, v: [state_n] */
-    dt_store pstore;       /* stage 3: parameter shard [state_n] */
+    dt_offload_store st[3];   /* master (fp32), m, v: [state_n] */
+    dt_offload_store pstore;  /* stage 3: parameter shard [state_n] */
     void *swap[DS_OPT_SWAP_BUFFERS];   /* nvme optimizer staging (host) */
     void *pswap[DS_PARAM_SWAP_BUFFERS];/* nvme param staging (host) */
     void *hgrad;           /* offload: upcast gradient shard (host) [state_n] */
@@ -68,6 +71,10 @@ struct dt_zero {
     void *rsrecv[NBUF];    /* stages 2/3: reduce-scatter receive [maxS] */
     void *pbuf[NBUF];      /* stage 3: gathered unit params */
     void *pstage;          /* stages 1/2: padded unit params for the all-gather [maxP] */
+    /* non-host-addressable devices (CUDA) only: */
+    void *hstage;          /* host [maxS] of max(param, grad) dtype, offload only: a shard on
+                            * its way to or from the host-side optimizer */
+    float *dscal;          /* device [2]: the step's scalar all-reduce (W > 1) */
     int shared;            /* no overlap: ids 0/1 alias one buffer, rsrecv one receive */
     pend rs[NBUF], ag[NBUF];
     int held[NBUF];        /* stage 3: unit whose gathered params pbuf[i] holds, -1 none */
@@ -120,8 +127,11 @@ static void tr_open(dt_zero *z, dt_sim_kind kind, int u) {
     z->tr_t0 = dt_tracer_now_us();
 }
 
-static void *dmem(dt_mem_pool pool, dt_mem_category cat, size_t bytes) {
-    return bytes ? dt_mem_alloc(pool, cat, bytes) : NULL;
+static void *dmem(const dt_zero *z, dt_mem_pool pool, dt_mem_category cat, size_t bytes) {
+    return bytes ? z->dev->alloc(pool, cat, bytes) : NULL;
+}
+static void dfree(const dt_zero *z, void *p) {
+    if (p) z->dev->free(p);
 }
 static void *at(void *p, size_t i, size_t esz) { return (char *)p + i * esz; }
 static size_t minz(size_t a, size_t b) { return a < b ? a : b; }
@@ -133,29 +143,65 @@ static size_t my_valid(const dt_zero *z, int u) {
     return lo >= z->u[u].n ? 0 : minz(z->u[u].S, z->u[u].n - lo);
 }
 
-/* dst[i] += src[i] in dtype t, through fp32 */
-static void add_into(void *dst, const void *src, dt_dtype t, size_t n) {
-    if (t == DT_DTYPE_FP32) {
-        float *d = dst;
-        const float *s = src;
-        for (size_t i = 0; i < n; i++) d[i] += s[i];
+/* ---- copies between device memory and host memory ----
+ * On the CPU device "device" memory is host memory: every copy below is a plain
+ * memcpy and no staging happens (host_view returns its argument). On CUDA the
+ * kernels run on the compute stream, so each transfer is ordered after the
+ * kernels that produced its source with an explicit hand-off (dt_device.h), and
+ * the host waits for the copy before it reads (D2H) or reuses (H2D) its buffer:
+ * every transfer is synchronous, as docs/time-model.md assumes. */
+
+/* device -> host; h may be read on return */
+static void to_host(const dt_zero *z, void *h, const void *d, size_t bytes) {
+    if (!bytes || h == d) return;
+    if (z->hostdev) {
+        memcpy(h, d, bytes);
         return;
     }
-    uint16_t *d = dst;
-    const uint16_t *s = src;
-    int bf = t == DT_DTYPE_BF16;
-    for (size_t i = 0; i < n; i++) {
-        float v = bf ? dt_bf16_to_f32(d[i]) + dt_bf16_to_f32(s[i]) : dt_fp16_to_f32(d[i]) + dt_fp16_to_f32(s[i]);
-        d[i] = bf ? dt_f32_to_bf16(v) : dt_f32_to_fp16(v);
-    }
+    z->dev->handoff(DT_STREAM_COMPUTE, DT_STREAM_D2H);
+    z->dev->memcpy(h, d, bytes, DT_COPY_D2H, DT_STREAM_D2H);
+    z->dev->stream_sync(DT_STREAM_D2H);
 }
+/* host -> device; kernels enqueued afterwards see the bytes, h may be reused on return */
+static void to_dev(const dt_zero *z, void *d, const void *h, size_t bytes) {
+    if (!bytes || h == d) return;
+    if (z->hostdev) {
+        memcpy(d, h, bytes);
+        return;
+    }
+    z->dev->handoff(DT_STREAM_COMPUTE, DT_STREAM_H2D);   /* earlier kernels are done with d */
+    z->dev->memcpy(d, h, bytes, DT_COPY_H2D, DT_STREAM_H2D);
+    z->dev->handoff(DT_STREAM_H2D, DT_STREAM_COMPUTE);
+    z->dev->stream_sync(DT_STREAM_H2D);
+}
+/* device -> device, on the compute stream */
+static void d2d(const dt_zero *z, void *dst, const void *src, size_t bytes) {
+    if (bytes && dst != src) z->dev->memcpy(dst, src, bytes, DT_COPY_D2D, DT_STREAM_COMPUTE);
+}
+/* either direction: *_dev says whether each side is device memory */
+static void xcopy(const dt_zero *z, void *dst, int dst_dev, const void *src, int src_dev, size_t bytes) {
+    if (dst_dev && src_dev) d2d(z, dst, src, bytes);
+    else if (dst_dev) to_dev(z, dst, src, bytes);
+    else if (src_dev) to_host(z, dst, src, bytes);
+    else if (bytes && dst != src) memcpy(dst, src, bytes);
+}
+/* device data d readable on the host: d itself where the host can address it,
+ * else copied into staging */
+static const void *host_view(const dt_zero *z, const void *d, size_t bytes, void *staging) {
+    if (z->hostdev) return d;
+    to_host(z, staging, d, bytes);
+    return staging;
+}
+/* where a store's element lo is, as a pointer and whether it is device memory
+ * (file-backed stores come through host staging) */
+static int store_dev(const dt_offload_store *s) { return dt_store_on_device(s); }
 
 /* ---- collectives (W = 1: local copies, nothing counted) ---- */
 
 static int c_reduce_scatter(dt_zero *z, int unit, const void *send, void *recv, size_t S, dt_comm_req **req,
                             dt_error *err) {
     if (z->W == 1) {
-        if (send != recv) memcpy(recv, send, S * z->gsz);
+        d2d(z, recv, send, S * z->gsz);
         return DT_OK;
     }
     if (req) return TIMED(z, dt_comm_ireduce_scatter(z->c, send, recv, S, z->gdt, DT_RED_AVG, req, err));
@@ -184,7 +230,7 @@ static int finish_rs(dt_zero *z, int b, dt_error *err) {
     }
     if (pd->acc) {
         const unit *u = &z->u[pd->unit];
-        add_into(at(z->gshard, u->sb, z->gsz), z->rsrecv[b], z->gdt, u->S);
+        z->dev->add(at(z->gshard, u->sb, z->gsz), z->rsrecv[b], z->gdt, u->S);
         pd->acc = 0;
     }
     return DT_OK;
@@ -217,7 +263,7 @@ static int gather(dt_zero *z, int u, int async, dt_error *err) {
     double tx0 = dt_tracer_now_us();
     void *src = dt_store_get(&z->pstore, un->sb, un->S, z->pswap[0], err);
     if (!src) return err->code;
-    memcpy(dst, src, un->S * z->psz);
+    xcopy(z, dst, !z->hostdev, src, store_dev(&z->pstore), un->S * z->psz);
     if (z->op != DT_OFFLOAD_NONE && dt_tracer_on())   /* the shard's host(/NVMe) -> device copy */
         dt_tracer_span(DT_SIM_H2D, DT_SIM_XFER, u, 1, (int64_t)(un->S * z->psz), tx0, dt_tracer_now_us());
     z->held[b] = -1;
@@ -295,7 +341,7 @@ static int hook_before_backward(void *ctx, int u) {
     tr_close(z);
     if (z->stage >= 2) {
         if ((rc = finish_rs(z, b, err))) return rc;   /* the buffer is reused below */
-        memset(z->gbuf[b], 0, z->u[u].P * z->gsz);
+        z->dev->memset0(z->gbuf[b], z->u[u].P * z->gsz);
     }
     if (z->stage == 3) {
         if ((rc = ensure_gathered(z, u, err))) return rc;
@@ -362,8 +408,8 @@ static int hook_after_backward_body(dt_zero *z, int u) {
         b = u % 2;
         if ((rc = finish_rs(z, b, err))) return rc;
         void *flat = at(dt_gpt2_grads(z->g), un->off, z->gsz);
-        memcpy(z->gbuf[b], flat, un->n * z->gsz);
-        memset(at(z->gbuf[b], un->n, z->gsz), 0, (un->P - un->n) * z->gsz);
+        d2d(z, z->gbuf[b], flat, un->n * z->gsz);
+        z->dev->memset0(at(z->gbuf[b], un->n, z->gsz), (un->P - un->n) * z->gsz);
         /* the shard lands at the start of the unit's own (now free) gradient range */
         z->rs[b].unit = u;
         z->rs[b].t0_us = dt_tracer_now_us();
@@ -391,17 +437,19 @@ void dt_zero_free(dt_zero *z) {
     dt_gpt2_set_hooks(z->g, NULL);
     for (int i = 0; i < 3; i++) dt_store_close(&z->st[i]);
     dt_store_close(&z->pstore);
-    for (int i = 0; i < DS_OPT_SWAP_BUFFERS; i++) dt_mem_free(z->swap[i]);
-    for (int i = 0; i < DS_PARAM_SWAP_BUFFERS; i++) dt_mem_free(z->pswap[i]);
-    dt_mem_free(z->hgrad);
-    dt_mem_free(z->gshard);
+    for (int i = 0; i < DS_OPT_SWAP_BUFFERS; i++) dfree(z, z->swap[i]);
+    for (int i = 0; i < DS_PARAM_SWAP_BUFFERS; i++) dfree(z, z->pswap[i]);
+    dfree(z, z->hgrad);
+    dfree(z, z->gshard);
     for (int i = 0; i < NBUF; i++) {
         /* aliases (z->shared) are freed once, through id 0 */
-        if (!z->shared || i != 1) dt_mem_free(z->gbuf[i]);
-        if (!z->shared || i != 1) dt_mem_free(z->pbuf[i]);
-        if (!z->shared || i == 0) dt_mem_free(z->rsrecv[i]);
+        if (!z->shared || i != 1) dfree(z, z->gbuf[i]);
+        if (!z->shared || i != 1) dfree(z, z->pbuf[i]);
+        if (!z->shared || i == 0) dfree(z, z->rsrecv[i]);
     }
-    dt_mem_free(z->pstage);
+    dfree(z, z->pstage);
+    dfree(z, z->hstage);
+    dfree(z, z->dscal);
     /* the model goes back to its own flat storage (re-allocated in its original
      * categories, contents undefined, where release_flat freed it), so no group
      * keeps pointing at the buffers just freed; only if that allocation fails do
@@ -417,15 +465,15 @@ void dt_zero_free(dt_zero *z) {
     free(z);
 }
 
-static int open_store(dt_zero *z, dt_store *s, dt_offload where, dt_mem_category cat, const char *name,
+static int open_store(dt_zero *z, dt_offload_store *s, dt_offload where, dt_mem_category cat, const char *name,
                       dt_dtype dt, dt_error *err) {
     if (where == DT_OFFLOAD_NVME) {
         char fname[128];
         snprintf(fname, sizeof fname, "dtrun-%s-rank%05d.bin", name, z->r);
         return dt_store_open_file(s, z->p->parallel.nvme_path, fname, z->state_n, dt, err);
     }
-    return dt_store_open_mem(s, where == DT_OFFLOAD_CPU ? DT_POOL_HOST : DT_POOL_DEVICE, cat, z->state_n, dt,
-                             err);
+    return dt_store_open_mem(s, z->dev, where == DT_OFFLOAD_CPU ? DT_POOL_HOST : DT_POOL_DEVICE, cat,
+                             z->state_n, dt, err);
 }
 
 int dt_zero_create(const dt_plan *p, dt_comm *c, dt_gpt2 *g, dt_zero **out, dt_error *err) {
@@ -435,6 +483,8 @@ int dt_zero_create(const dt_plan *p, dt_comm *c, dt_gpt2 *g, dt_zero **out, dt_e
     z->p = p;
     z->c = c;
     z->g = g;
+    z->dev = dt_gpt2_device_ops(g);
+    z->hostdev = z->dev->host_addressable;
     z->W = dt_comm_size(c);
     z->r = dt_comm_rank(c);
     z->stage = p->parallel.zero_stage;
@@ -452,6 +502,9 @@ int dt_zero_create(const dt_plan *p, dt_comm *c, dt_gpt2 *g, dt_zero **out, dt_e
     z->shared = !z->overlap;
     z->tr_unit = -1;
     for (int i = 0; i < NBUF; i++) z->held[i] = -1;
+    /* stores never opened (no master; pstore below stage 3) must not close fd 0 */
+    for (int i = 0; i < 3; i++) z->st[i].fd = -1;
+    z->pstore.fd = -1;
     int rc = DT_OK;
     if (z->W != p->parallel.world_size)
         rc = dt_errorf(err, DT_EINVAL, "the plan's world_size is %lld but %d ranks were launched",
@@ -498,11 +551,11 @@ int dt_zero_create(const dt_plan *p, dt_comm *c, dt_gpt2 *g, dt_zero **out, dt_e
             rc = dt_errorf(err, DT_EINVAL, "zero: a unit shard of %zu elements exceeds the nvme sub-group", z->maxS);
         size_t w = (size_t)dt_dtype_size(z->has_master ? DT_DTYPE_FP32 : z->mdt);
         for (int i = 0; i < DS_OPT_SWAP_BUFFERS && !rc; i++)
-            if (!(z->swap[i] = dmem(DT_POOL_HOST, DT_MEM_BUFFERS, sub * w)))
+            if (!(z->swap[i] = dmem(z, DT_POOL_HOST, DT_MEM_BUFFERS, sub * w)))
                 rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the nvme optimizer staging");
     }
     if (!rc && z->oo != DT_OFFLOAD_NONE &&
-        !(z->hgrad = dmem(DT_POOL_HOST, DT_MEM_BUFFERS, z->state_n * (size_t)dt_dtype_size(z->hgdt))))
+        !(z->hgrad = dmem(z, DT_POOL_HOST, DT_MEM_BUFFERS, z->state_n * (size_t)dt_dtype_size(z->hgdt))))
         rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the host gradient partition");
     /* stage 3: the parameter shard, gathered units; stages 2/3: gradient shard */
     if (!rc && z->stage == 3) {
@@ -511,39 +564,48 @@ int dt_zero_create(const dt_plan *p, dt_comm *c, dt_gpt2 *g, dt_zero **out, dt_e
         if (!rc && z->maxS > (pbn ? pbn : z->maxS))
             rc = dt_errorf(err, DT_EINVAL, "zero: a unit shard exceeds the nvme parameter buffer");
         for (int i = 0; i < DS_PARAM_SWAP_BUFFERS && !rc && pbn; i++)
-            if (!(z->pswap[i] = dmem(DT_POOL_HOST, DT_MEM_BUFFERS, pbn * z->psz)))
+            if (!(z->pswap[i] = dmem(z, DT_POOL_HOST, DT_MEM_BUFFERS, pbn * z->psz)))
                 rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the nvme parameter staging");
         size_t blk = 0;
         for (int i = 1; i < z->nu; i++) blk = z->u[i].P > blk ? z->u[i].P : blk;
         for (int i = 0; i < NBUF && !rc; i++) {
             if (z->shared && i == 1) z->pbuf[1] = z->pbuf[0];
-            else if (!(z->pbuf[i] = dmem(DT_POOL_DEVICE, DT_MEM_BUFFERS, (i == EMB ? z->u[0].P : blk) * z->psz)))
+            else if (!(z->pbuf[i] = dmem(z, DT_POOL_DEVICE, DT_MEM_BUFFERS, (i == EMB ? z->u[0].P : blk) * z->psz)))
                 rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the gathered-parameter buffers");
         }
     }
     if (!rc && z->stage >= 2) {
-        if (!(z->gshard = dmem(DT_POOL_DEVICE, DT_MEM_GRADS, z->state_n * z->gsz)))
+        if (!(z->gshard = dmem(z, DT_POOL_DEVICE, DT_MEM_GRADS, z->state_n * z->gsz)))
             rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the gradient shard");
         size_t blk = 0;
         for (int i = 1; i < z->nu; i++) blk = z->u[i].P > blk ? z->u[i].P : blk;
         for (int i = 0; i < NBUF && !rc; i++) {
             if (z->shared && i == 1) z->gbuf[1] = z->gbuf[0];
-            else if (!(z->gbuf[i] = dmem(DT_POOL_DEVICE, DT_MEM_BUFFERS, (i == EMB ? z->u[0].P : blk) * z->gsz)))
+            else if (!(z->gbuf[i] = dmem(z, DT_POOL_DEVICE, DT_MEM_BUFFERS, (i == EMB ? z->u[0].P : blk) * z->gsz)))
                 rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the gradient buffers");
             if (z->shared && i > 0) z->rsrecv[i] = z->rsrecv[0];
-            else if (!rc && !(z->rsrecv[i] = dmem(DT_POOL_DEVICE, DT_MEM_BUFFERS, z->maxS * z->gsz)))
+            else if (!rc && !(z->rsrecv[i] = dmem(z, DT_POOL_DEVICE, DT_MEM_BUFFERS, z->maxS * z->gsz)))
                 rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the reduce-scatter receive buffers");
         }
     }
     if (!rc && z->stage == 1)
         for (int i = 0; i < 2 && !rc; i++) {
             if (z->shared && i == 1) z->gbuf[1] = z->gbuf[0];
-            else if (!(z->gbuf[i] = dmem(DT_POOL_DEVICE, DT_MEM_BUFFERS, z->maxP * z->gsz)))
+            else if (!(z->gbuf[i] = dmem(z, DT_POOL_DEVICE, DT_MEM_BUFFERS, z->maxP * z->gsz)))
                 rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the reduce-scatter buckets");
         }
     if (!rc && (z->stage == 1 || z->stage == 2) &&
-        !(z->pstage = dmem(DT_POOL_DEVICE, DT_MEM_BUFFERS, z->maxP * z->psz)))
+        !(z->pstage = dmem(z, DT_POOL_DEVICE, DT_MEM_BUFFERS, z->maxP * z->psz)))
         rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the all-gather buffer");
+    /* staging where the host cannot address device memory: a shard on its way
+     * to or from the host-side optimizer (offload), the scalar all-reduce */
+    if (!rc && !z->hostdev) {
+        size_t esz = z->psz > z->gsz ? z->psz : z->gsz;
+        if (z->oo != DT_OFFLOAD_NONE && !(z->hstage = dmem(z, DT_POOL_HOST, DT_MEM_BUFFERS, z->maxS * esz)))
+            rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the host staging buffer");
+        if (!rc && z->W > 1 && !(z->dscal = dmem(z, DT_POOL_DEVICE, DT_MEM_BUFFERS, 2 * sizeof(float))))
+            rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the scalar all-reduce buffer");
+    }
     if (rc) {
         dt_zero_free(z);
         return rc;
@@ -577,18 +639,33 @@ int dt_zero_init_from_model(dt_zero *z, dt_error *err) {
     for (int i = 0; i < z->nu; i++) {
         const unit *un = &z->u[i];
         size_t lo = my_lo(z, i), v = my_valid(z, i);
+        const void *src = at((void *)flat, un->off + lo, z->psz);   /* device memory */
         int rc;
         if (z->has_master) {
-            float *m = dt_store_is_file(&z->st[0]) ? z->swap[0] : at(z->st[0].mem, un->sb, 4);
-            memset(m, 0, un->S * sizeof(float));
-            dt_convert(m, DT_DTYPE_FP32, at((void *)flat, un->off + lo, z->psz), z->pdt, v);
-            if ((rc = dt_store_put(&z->st[0], un->sb, un->S, m, err))) return rc;
+            dt_offload_store *ms = &z->st[0];
+            if (store_dev(ms)) {
+                float *m = at(ms->mem, un->sb, 4);
+                z->dev->memset0(m, un->S * sizeof(float));
+                z->dev->convert(m, DT_DTYPE_FP32, src, z->pdt, v);
+            } else {   /* host (offload cpu) or file (nvme): converted on the host */
+                float *m = dt_store_is_file(ms) ? z->swap[0] : at(ms->mem, un->sb, 4);
+                memset(m, 0, un->S * sizeof(float));
+                dt_convert(m, DT_DTYPE_FP32, host_view(z, src, v * z->psz, z->hstage), z->pdt, v);
+                if ((rc = dt_store_put(ms, un->sb, un->S, m, err))) return rc;
+            }
         }
         if (z->stage == 3) {
-            void *d = dt_store_is_file(&z->pstore) ? z->pswap[0] : at(z->pstore.mem, un->sb, z->psz);
-            memset(d, 0, un->S * z->psz);
-            memcpy(d, at((void *)flat, un->off + lo, z->psz), v * z->psz);
-            if ((rc = dt_store_put(&z->pstore, un->sb, un->S, d, err))) return rc;
+            dt_offload_store *ps = &z->pstore;
+            if (store_dev(ps)) {
+                void *d = at(ps->mem, un->sb, z->psz);
+                z->dev->memset0(d, un->S * z->psz);
+                d2d(z, d, src, v * z->psz);
+            } else {   /* offload_param cpu / nvme, or the CPU device */
+                void *d = dt_store_is_file(ps) ? z->pswap[0] : at(ps->mem, un->sb, z->psz);
+                memset(d, 0, un->S * z->psz);
+                xcopy(z, d, 0, src, !z->hostdev, v * z->psz);
+                if ((rc = dt_store_put(ps, un->sb, un->S, d, err))) return rc;
+            }
         }
     }
     return release_flat(z, err);
@@ -596,7 +673,7 @@ int dt_zero_init_from_model(dt_zero *z, dt_error *err) {
 
 void dt_zero_begin_step(dt_zero *z) {
     if (z->stage <= 1) dt_gpt2_zero_grad(z->g);
-    else memset(z->gshard, 0, z->state_n * z->gsz);
+    else z->dev->memset0(z->gshard, z->state_n * z->gsz);
     z->reduced_from = dt_gpt2_num_params(z->g);
     z->last = 0;
 }
@@ -625,28 +702,45 @@ int dt_zero_end_backward(dt_zero *z, dt_error *err) {
     return DT_OK;
 }
 
+/* sum of squares of n gradients and whether any is inf/nan. The CPU device
+ * keeps optim.c's fixed-block order (results bitwise as before the device
+ * abstraction); other devices use their sumsq (DT_SUMSQ_CHUNK order, the same
+ * bits on every device). A float inf/nan makes the double sum inf/nan, and
+ * squares of finite floats cannot overflow a double (n * 3.4e38^2 << 1.8e308),
+ * so the sum's finiteness is exactly the gradients' (no separate all_finite pass). */
+static double grads_sumsq(const dt_zero *z, const void *g, size_t n, int *nonfinite) {
+    if (z->hostdev) return dt_grad_sumsq(g, z->gdt, n, nonfinite);
+    double s = n ? z->dev->sumsq(g, z->gdt, n) : 0.0;
+    *nonfinite = !isfinite(s);
+    return s;
+}
+
 int dt_zero_reduce_scalars(dt_zero *z, double *loss, double *sumsq, int *nonfinite, dt_error *err) {
     int nf = 0;
     double s = 0;
     if (z->stage == 0) {
-        s = dt_grad_sumsq(dt_gpt2_grads(z->g), z->gdt, dt_gpt2_num_params(z->g), &nf);
+        s = grads_sumsq(z, dt_gpt2_grads(z->g), dt_gpt2_num_params(z->g), &nf);
     } else if (z->stage == 1) {
         for (int i = 0; i < z->nu; i++) {
             int f = 0;
-            s += dt_grad_sumsq(at(dt_gpt2_grads(z->g), z->u[i].off, z->gsz), z->gdt, my_valid(z, i), &f);
+            s += grads_sumsq(z, at(dt_gpt2_grads(z->g), z->u[i].off, z->gsz), my_valid(z, i), &f);
             nf |= f;
         }
     } else {
-        s = dt_grad_sumsq(z->gshard, z->gdt, z->state_n, &nf);
+        s = grads_sumsq(z, z->gshard, z->state_n, &nf);
     }
     if (z->W > 1) {
         /* stage 0: the loss alone (gradients are already identical everywhere);
-         * stages 1-3: loss and this shard's squared norm, one 8-byte all-reduce */
+         * stages 1-3: loss and this shard's squared norm, one 8-byte all-reduce
+         * (through a device buffer where collectives take device memory) */
         float buf[2] = {(float)*loss, nf ? INFINITY : (float)s};
         int n = z->stage == 0 ? 1 : 2;
+        float *cb = z->dscal ? z->dscal : buf;
+        to_dev(z, cb, buf, (size_t)n * sizeof(float));
         if (TRACED(z, DT_SIM_ALLREDUCE, -1, (int64_t)(n * (int)sizeof(float)),
-                   dt_comm_allreduce(z->c, buf, (size_t)n, DT_DTYPE_FP32, DT_RED_SUM, err)))
+                   dt_comm_allreduce(z->c, cb, (size_t)n, DT_DTYPE_FP32, DT_RED_SUM, err)))
             return err->code;
+        to_host(z, buf, cb, (size_t)n * sizeof(float));
         *loss = (double)buf[0] / z->W;
         if (n == 2) {
             s = (double)buf[1];
@@ -658,21 +752,36 @@ int dt_zero_reduce_scalars(dt_zero *z, double *loss, double *sumsq, int *nonfini
     return DT_OK;
 }
 
-/* grads of unit u as the optimizer reads them: this rank's shard, copied to the
- * host (upcast with a master) when the optimizer is offloaded */
+/* grads of unit u as the optimizer reads them: this rank's shard (device
+ * memory), copied to the host (upcast with a master) when the optimizer is
+ * offloaded; where the host cannot address the device, 16-bit grads that are
+ * upcast come through hstage first */
 static const void *unit_grads(dt_zero *z, int u, size_t v) {
     const unit *un = &z->u[u];
     const void *gp = z->stage >= 2 ? at(z->gshard, un->sb, z->gsz) : at(dt_gpt2_grads(z->g), un->off, z->gsz);
     if (z->oo == DT_OFFLOAD_NONE) return gp;
     void *h = at(z->hgrad, un->sb, (size_t)dt_dtype_size(z->hgdt));
     double t0 = dt_tracer_now_us();
-    dt_convert(h, z->hgdt, gp, z->gdt, v);
+    const void *src = host_view(z, gp, v * z->gsz, z->hgdt == z->gdt ? h : z->hstage);
+    if (src != h) dt_convert(h, z->hgdt, src, z->gdt, v);
     if (dt_tracer_on()) dt_tracer_span(DT_SIM_D2H, DT_SIM_XFER, u, 0, (int64_t)(v * z->gsz), t0, dt_tracer_now_us());
     return h;
 }
 
+/* Unit u's gathered-parameter buffer as device scratch for its parameter shard
+ * (stage 3, parameters offloaded, AdamW on the device): free between a step's
+ * backward and the next forward. */
+static void *unit_scratch(dt_zero *z, int u) {
+    int b = bid(u);
+    z->held[b] = -1;
+    if (z->shared && b != EMB) z->held[1 - b] = -1;   /* the same storage */
+    return z->pbuf[b];
+}
+
 int dt_zero_optimizer_step(dt_zero *z, const dt_adamw *hp, double grad_mul, int64_t t, dt_error *err) {
     const size_t msz = (size_t)dt_dtype_size(z->mdt), hsz = (size_t)dt_dtype_size(z->oo ? z->hgdt : z->gdt);
+    /* offloaded: AdamW on the host (OpenMP, engine/optim.c); else the device's adamw */
+    const int on_host = z->oo != DT_OFFLOAD_NONE;
     void *flatp = dt_gpt2_params(z->g);
     int rc;
     /* --trace: one optimizer span per step, its length the step's time less the
@@ -682,19 +791,35 @@ int dt_zero_optimizer_step(dt_zero *z, const dt_adamw *hp, double grad_mul, int6
     for (int i = 0; i < z->nu; i++) {
         const unit *un = &z->u[i];
         size_t lo = my_lo(z, i), v = my_valid(z, i);
-        void *params;
+        void *params;   /* the shard's parameters; pdev: in device memory */
+        int pdev = !z->hostdev;
         if (z->stage == 0) {
             params = at(flatp, un->off, z->psz);
         } else if (z->stage <= 2) {
             params = at(z->pstage, lo, z->psz);
-            memset(params, 0, un->S * z->psz);
-            memcpy(params, at(flatp, un->off + lo, z->psz), v * z->psz);
+            z->dev->memset0(params, un->S * z->psz);
+            d2d(z, params, at(flatp, un->off + lo, z->psz), v * z->psz);
         } else if (!(params = dt_store_get(&z->pstore, un->sb, un->S, z->pswap[0], err))) {
             return err->code;
+        } else {
+            pdev = store_dev(&z->pstore);
         }
         double tx = dt_tracer_now_us();
-        const void *grads = unit_grads(z, i, v);
+        const void *grads = unit_grads(z, i, v);   /* before hstage takes the params */
         xfer_us += dt_tracer_now_us() - tx;
+        /* wp: the parameters where AdamW runs, staged to the host for the host
+         * optimizer or to the device for the device's; on the CPU device always
+         * the shard itself */
+        void *wp = params;
+        int wdev = pdev;
+        if (on_host && pdev) {
+            wp = z->hstage;
+            wdev = 0;
+        } else if (!on_host && !pdev && !z->hostdev) {
+            wp = unit_scratch(z, i);
+            wdev = 1;
+        }
+        xcopy(z, wp, wdev, params, pdev, v * z->psz);
         void *st[3] = {NULL, NULL, NULL};
         tx = dt_tracer_now_us();
         for (int k = 0; k < 3; k++)
@@ -717,10 +842,19 @@ int dt_zero_optimizer_step(dt_zero *z, const dt_adamw *hp, double grad_mul, int6
             dt_adamw_arrays arr = {
                 .master = st[0] ? (float *)st[0] + j : NULL,
                 .m = at(st[1], j, msz), .v = at(st[2], j, msz),
-                .params = at(params, j, z->psz), .grads = (const char *)grads + j * hsz,
+                .params = at(wp, j, z->psz), .grads = (const char *)grads + j * hsz,
                 .param_dt = z->pdt, .grad_dt = z->oo ? z->hgdt : z->gdt, .moment_dt = z->mdt};
-            dt_adamw_apply(&arr, e - a, hp, grad_mul, tt->ndim >= 2, t);
+            const int decay = tt->ndim >= 2;
+            if (on_host) {
+                dt_adamw_apply(&arr, e - a, hp, grad_mul, decay, t);
+            } else {
+                dt_adamw_scalars sc = dt_adamw_make_scalars(hp->lr, hp->beta1, hp->beta2, hp->eps, hp->weight_decay,
+                                                            grad_mul, decay, t);
+                z->dev->adamw(arr.params, arr.param_dt, arr.master, arr.m, arr.v, arr.moment_dt, arr.grads,
+                              arr.grad_dt, e - a, &sc);
+            }
         }
+        xcopy(z, params, pdev, wp, wdev, v * z->psz);
         tx = dt_tracer_now_us();
         for (int k = 0; k < 3; k++)
             if (st[k] && (rc = dt_store_put(&z->st[k], un->sb, un->S, st[k], err))) return rc;
@@ -733,7 +867,7 @@ int dt_zero_optimizer_step(dt_zero *z, const dt_adamw *hp, double grad_mul, int6
         if (z->stage == 3 && (rc = dt_store_put(&z->pstore, un->sb, un->S, params, err))) return rc;
         if (z->stage == 1 || z->stage == 2) {
             if ((rc = c_allgather(z, i, z->pstage, un->S, NULL, err))) return rc;
-            memcpy(at(flatp, un->off, z->psz), z->pstage, un->n * z->psz);
+            d2d(z, at(flatp, un->off, z->psz), z->pstage, un->n * z->psz);
         }
     }
     if (dt_tracer_on()) {
@@ -746,19 +880,33 @@ int dt_zero_optimizer_step(dt_zero *z, const dt_adamw *hp, double grad_mul, int6
 
 int dt_zero_consolidate_params(dt_zero *z, dt_zero_unit_fn fn, void *ctx, dt_error *err) {
     int rc = DT_OK;
+    /* a device the host cannot address: each unit reaches fn through one
+     * transient host buffer of the largest unit */
+    void *host = NULL;
+    if (fn && !z->hostdev) {
+        size_t maxn = 0;
+        for (int i = 0; i < z->nu; i++) maxn = z->u[i].n > maxn ? z->u[i].n : maxn;
+        if (!(host = dmem(z, DT_POOL_HOST, DT_MEM_BUFFERS, maxn * z->psz)))
+            rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate %zu bytes of host memory to write the weights",
+                           maxn * z->psz);
+    }
     for (int i = 0; i < z->nu; i++) {
         const unit *un = &z->u[i];
         const void *params;
         if (z->stage == 3) {
             int grc = gather(z, i, 0, err);   /* collective: runs even after fn failed */
-            if (grc) return grc;
+            if (grc) {
+                dfree(z, host);
+                return grc;
+            }
             params = z->pbuf[bid(i)];
             z->held[bid(i)] = -1;
         } else {
             params = at(dt_gpt2_params(z->g), un->off, z->psz);
         }
-        if (fn && !rc) rc = fn(ctx, i, un->off, un->n, params, err);
+        if (fn && !rc) rc = fn(ctx, i, un->off, un->n, host_view(z, params, un->n * z->psz, host), err);
     }
+    dfree(z, host);
     return rc;
 }
 
@@ -777,7 +925,12 @@ int dt_zero_has_master(const dt_zero *z) { return z->has_master; }
 dt_dtype dt_zero_moment_dtype(const dt_zero *z) { return z->mdt; }
 
 int dt_zero_state_read(dt_zero *z, int which, size_t lo, size_t count, void *dst, dt_error *err) {
-    dt_store *s = &z->st[which];
+    dt_offload_store *s = &z->st[which];
+    if (store_dev(s)) {
+        size_t es = (size_t)dt_dtype_size(s->dt);
+        to_host(z, dst, at(s->mem, lo, es), count * es);
+        return DT_OK;
+    }
     void *p = dt_store_get(s, lo, count, dst, err);
     if (!p) return err->code;
     if (p != dst) memcpy(dst, p, count * (size_t)dt_dtype_size(s->dt));
@@ -785,5 +938,11 @@ int dt_zero_state_read(dt_zero *z, int which, size_t lo, size_t count, void *dst
 }
 
 int dt_zero_state_write(dt_zero *z, int which, size_t lo, size_t count, const void *src, dt_error *err) {
-    return dt_store_put(&z->st[which], lo, count, src, err);
+    dt_offload_store *s = &z->st[which];
+    if (store_dev(s)) {
+        size_t es = (size_t)dt_dtype_size(s->dt);
+        to_dev(z, at(s->mem, lo, es), src, count * es);
+        return DT_OK;
+    }
+    return dt_store_put(s, lo, count, src, err);
 }

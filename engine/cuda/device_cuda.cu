@@ -281,6 +281,19 @@ static void cu_accumulate_16(void *dst, dt_dtype t, const float *acc, size_t n) 
     LAUNCHED(k_acc16);
 }
 
+/* dst += src (dtype t): fp32 adds in fp32, 16-bit through dt_add_16 (one rounding) */
+__global__ void k_add(void *dst, const void *src, dt_dtype t, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    if (t == DT_DTYPE_FP32) ((float *)dst)[i] += ((const float *)src)[i];
+    else ((uint16_t *)dst)[i] = dt_add_16(((uint16_t *)dst)[i], dt_load(src, t, i), t == DT_DTYPE_BF16);
+}
+static void cu_add(void *dst, const void *src, dt_dtype t, size_t n) {
+    if (!n) return;
+    k_add<<<grid_for(n), DT_CU_THREADS, 0, cs()>>>(dst, src, t, n);
+    LAUNCHED(k_add);
+}
+
 /* ---------------------------------------------------------------------------
  * GEMM (cuBLAS) */
 
@@ -905,6 +918,7 @@ static void fill_ops(void) {
     o.crossentropy_backward_inplace = cu_ce_backward;
     o.axpy = cu_axpy;
     o.accumulate_16 = cu_accumulate_16;
+    o.add = cu_add;
     o.all_finite = cu_all_finite;
     o.sumsq = cu_sumsq;
     o.adamw = cu_adamw;
