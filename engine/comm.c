@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "dt_dtype.h"
+#include "dt_mpijoin.h"
 
 #ifdef DT_HAVE_CUDA
 #include "cuda/dt_nccl.h"
@@ -35,6 +36,7 @@ struct dt_comm {
     int64_t bytes[DT_COLL_COUNT];
     int64_t calls[DT_COLL_COUNT];
     int mpi_up;              /* MPI world set up (MPI backend, or NCCL bootstrapped by MPI) */
+    dt_mpijoin *join;        /* world joined from singletons (dt_comm_init_mpi_tcp), else NULL */
 #ifdef DT_HAVE_CUDA
     dt_nccl *nccl;           /* NCCL backend */
 #endif
@@ -119,21 +121,10 @@ int dt_comm_init_self(dt_comm **out, dt_error *err) {
     return DT_OK;
 }
 
-int dt_comm_init_mpi(dt_comm **out, double timeout_s, dt_error *err) {
-    if (!(timeout_s > 0)) return dt_errorf(err, DT_EINVAL, "communication timeout must be > 0 s");
-    dt_comm *c = calloc(1, sizeof *c);
-    if (!c) return dt_errorf(err, DT_ENOMEM, "out of memory creating the MPI communicator");
-    int inited = 0;
-    MPI_Initialized(&inited);
-    if (!inited) {
-        int provided = 0;
-        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
-            free(c);
-            return dt_errorf(err, DT_ERUNTIME, "MPI_Init_thread failed (is this run under mpirun/srun?)");
-        }
-        c->we_initialised_mpi = 1;
-    }
-    MPI_Comm_dup(MPI_COMM_WORLD, &c->world);
+/* Everything after MPI is up: duplicate `base` as the world, ranks, local
+ * ranks (shared-memory split), the 16-bit sum operators. */
+static void setup_mpi(dt_comm *c, MPI_Comm base, double timeout_s) {
+    MPI_Comm_dup(base, &c->world);
     /* Errors come back as codes so they become messages, not aborts. */
     MPI_Comm_set_errhandler(c->world, MPI_ERRORS_RETURN);
     MPI_Comm_rank(c->world, &c->rank);
@@ -148,6 +139,43 @@ int dt_comm_init_mpi(dt_comm **out, double timeout_s, dt_error *err) {
     c->backend = DT_COMM_MPI;
     c->mpi_up = 1;
     c->timeout_s = timeout_s;
+}
+
+int dt_comm_init_mpi(dt_comm **out, double timeout_s, dt_error *err) {
+    if (!(timeout_s > 0)) return dt_errorf(err, DT_EINVAL, "communication timeout must be > 0 s");
+    dt_comm *c = calloc(1, sizeof *c);
+    if (!c) return dt_errorf(err, DT_ENOMEM, "out of memory creating the MPI communicator");
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        int provided = 0;
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+            free(c);
+            return dt_errorf(err, DT_ERUNTIME, "MPI_Init_thread failed (is this run under mpirun/srun?)");
+        }
+        c->we_initialised_mpi = 1;
+    }
+    setup_mpi(c, MPI_COMM_WORLD, timeout_s);
+    *out = c;
+    return DT_OK;
+}
+
+int dt_comm_init_mpi_tcp(dt_comm **out, double timeout_s, struct dt_rdzv *rdzv, int rank, int world,
+                         dt_error *err) {
+    if (!(timeout_s > 0)) return dt_errorf(err, DT_EINVAL, "communication timeout must be > 0 s");
+    dt_comm *c = calloc(1, sizeof *c);
+    if (!c) return dt_errorf(err, DT_ENOMEM, "out of memory creating the MPI communicator");
+    MPI_Comm joined;
+    int inited = 0;
+    MPI_Initialized(&inited);
+    int rc = dt_mpijoin_init(rdzv, rank, world, timeout_s, &joined, &c->join, err);
+    if (rc) {
+        free(c);
+        return rc;
+    }
+    c->we_initialised_mpi = !inited;
+    setup_mpi(c, joined, timeout_s);
+    MPI_Comm_free(&joined);
     *out = c;
     return DT_OK;
 }
@@ -163,6 +191,7 @@ void dt_comm_free(dt_comm *c) {
         MPI_Comm_free(&c->world);
         if (c->we_initialised_mpi) MPI_Finalize();
     }
+    dt_mpijoin_finish(c->join);   /* after MPI_Finalize: the ompi-server may go */
     free(c);
 }
 
@@ -175,7 +204,8 @@ void dt_comm_abort(dt_comm *c, int code) {
         if (!c->mpi_up) _Exit(code);
     }
 #endif
-    if (c->mpi_up) MPI_Abort(MPI_COMM_WORLD, code);
+    /* a joined world: MPI_COMM_WORLD is this singleton alone, so abort the joined one */
+    if (c->mpi_up) MPI_Abort(c->join ? c->world : MPI_COMM_WORLD, code);
 }
 
 dt_comm_backend dt_comm_backend_of(const dt_comm *c) { return c->backend; }

@@ -32,6 +32,13 @@ typedef enum { DT_RED_SUM = 0, DT_RED_AVG = 1 } dt_reduce_op;
 int dt_comm_init_self(dt_comm **out, dt_error *err);
 /* MPI_COMM_WORLD (initialises MPI if the caller has not). timeout_s > 0. */
 int dt_comm_init_mpi(dt_comm **out, double timeout_s, dt_error *err);
+/* MPI for ranks no MPI launcher started (torchrun --no-python, dtrun --nnodes):
+ * joins `world` singleton processes into one world through rank 0's
+ * ompi-server, brokered over the TCP rendezvous (dt_mpijoin.h); this process
+ * gets rank `rank`. Collectives then behave exactly as under mpirun. */
+struct dt_rdzv;
+int dt_comm_init_mpi_tcp(dt_comm **out, double timeout_s, struct dt_rdzv *rdzv, int rank, int world,
+                         dt_error *err);
 /* Finalises MPI only if dt_comm_init_mpi initialised it. */
 void dt_comm_free(dt_comm *c);
 /* Ends every rank of the job at once after an unrecoverable error (MPI_Abort);

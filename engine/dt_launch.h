@@ -112,8 +112,8 @@ int dt_launch_must_spawn(const dt_launch_info *li, int world_size);
  * srun --mpi=pmix): dt_comm_init_mpi, and for CUDA the 128-byte NCCL id goes
  * through MPI_Bcast; TCP when torchrun or dtrun's flags started them: CUDA
  * ranks share the NCCL id with dt_rendezvous at master_addr:master_port +
- * DT_RENDEZVOUS_PORT_OFFSET. CPU ranks under torchrun/flags with world > 1
- * cannot form an MPI world: DT_EINVAL saying to use mpirun or srun. */
+ * DT_RENDEZVOUS_PORT_OFFSET, and CPU ranks join one MPI world over the same
+ * channel (dt_comm_init_mpi_tcp, dt_mpijoin.h). */
 typedef enum { DT_BOOT_SELF = 0, DT_BOOT_MPI, DT_BOOT_TCP } dt_launch_boot;
 int dt_launch_bootstrap(const dt_launch_info *li, int is_cuda, dt_launch_boot *out, dt_error *err);
 
@@ -139,12 +139,22 @@ typedef struct dt_spawn_result {
 int dt_launch_spawn_mpirun(int world, char *const argv[], FILE *log, dt_spawn_result *res,
                            dt_error *err);
 
+/* Starts this node's li->local_world ranks as children of the agent, the way
+ * torchrun does: argv (argv[0] = program path) with RANK, LOCAL_RANK,
+ * WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, MASTER_ADDR,
+ * MASTER_PORT and DT_LAUNCH_CHILD=1 set. Waits; the first rank that fails on its
+ * own stops the node's others (SIGTERM, then SIGKILL after a grace) and is
+ * named in ONE line to `log`, like dt_launch_spawn_mpirun. Ranks on other
+ * nodes learn of it through their collectives' deadline. */
+int dt_launch_spawn_direct(const dt_launch_info *li, char *const argv[], FILE *log, dt_spawn_result *res,
+                           dt_error *err);
+
 /* dtrun's entry: the agent starts this node's ranks for the plan and returns
- * main's exit status (0 ok, 1 a rank failed, 2 bad launch). CPU single node and
- * CUDA single node: mpirun with local_world ranks (rank per GPU). Multi-node
- * via flags: an error telling to launch with mpirun/srun (an MPI world cannot be
- * formed across nodes from flags alone). argv is dtrun's own argv with the
- * launch flags already stripped. */
+ * main's exit status (0 ok, 1 a rank failed, 2 bad launch). One node: mpirun
+ * with local_world ranks (dt_launch_spawn_mpirun). Several nodes (--nnodes):
+ * dt_launch_spawn_direct on every node; the ranks meet at
+ * master_addr:master_port + DT_RENDEZVOUS_PORT_OFFSET. argv is dtrun's own argv
+ * with the launch flags already stripped. */
 int dt_launch_spawn_local(dt_launch_info *li, int world_size, int gpus_per_node, int is_cuda,
                           int argc, char **argv, FILE *log, dt_error *err);
 

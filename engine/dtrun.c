@@ -127,6 +127,12 @@ static int open_comm(const dt_launch_info *li, int is_cuda, double timeout_s, dt
                          "the plan's device is cuda but this dtrun was built without CUDA/NCCL "
                          "(rebuild with the CUDA toolkit and NCCL installed)");
 #endif
+    if (boot == DT_BOOT_TCP) {   /* CPU ranks without mpirun: one MPI world joined over TCP */
+        if ((rc = dt_rendezvous_open(rdzv, li->master_addr, li->master_port + DT_RENDEZVOUS_PORT_OFFSET, li->rank,
+                                     li->world, timeout_s, err)))
+            return rc;
+        return dt_comm_init_mpi_tcp(comm, timeout_s, *rdzv, li->rank, li->world, err);
+    }
     return dt_comm_init_mpi(comm, timeout_s, err);
 }
 

@@ -356,10 +356,12 @@ int dt_launch_must_spawn(const dt_launch_info *li, int world_size) { return li->
 int dt_launch_bootstrap(const dt_launch_info *li, int is_cuda, dt_launch_boot *out, dt_error *err) {
     if (li->world <= 1) { *out = DT_BOOT_SELF; return DT_OK; }
     if (li->source == DT_LAUNCH_SRC_MPI || li->source == DT_LAUNCH_SRC_SLURM) { *out = DT_BOOT_MPI; return DT_OK; }
-    if (is_cuda) { *out = DT_BOOT_TCP; return DT_OK; }
-    return dt_errorf(err, DT_EINVAL, "%d CPU ranks started by %s cannot form an MPI world: launch CPU runs "
-                     "with 'dtrun plan.json' (one node), mpirun or srun --mpi=pmix",
-                     li->world, dt_launch_source_name(li->source));
+    /* torchrun / dtrun's flags: NCCL's id (CUDA) or the MPI join (CPU,
+     * dt_mpijoin.h) goes over the TCP rendezvous */
+    (void)is_cuda;
+    (void)err;
+    *out = DT_BOOT_TCP;
+    return DT_OK;
 }
 
 /* ---- hosts ------------------------------------------------------------ */
@@ -718,20 +720,129 @@ int dt_launch_spawn_mpirun(int world, char *const argv[], FILE *log, dt_spawn_re
     return DT_OK;
 }
 
+/* Sets torchrun's variables for global rank `rank` of this node's agent. */
+static void set_rank_env(const dt_launch_info *li, int local_rank) {
+    char b[32];
+#define SETI(name, v) (snprintf(b, sizeof b, "%d", (v)), setenv(name, b, 1))
+    SETI("RANK", li->rank + local_rank);
+    SETI("LOCAL_RANK", local_rank);
+    SETI("WORLD_SIZE", li->world);
+    SETI("LOCAL_WORLD_SIZE", li->local_world);
+    SETI("GROUP_RANK", li->node_rank);
+    SETI("GROUP_WORLD_SIZE", li->nnodes);
+    SETI("MASTER_PORT", li->master_port);
+#undef SETI
+    setenv("MASTER_ADDR", li->master_addr, 1);
+    setenv(DT_LAUNCH_ENV_CHILD, "1", 1);
+}
+
+int dt_launch_spawn_direct(const dt_launch_info *li, char *const argv[], FILE *log, dt_spawn_result *res,
+                           dt_error *err) {
+    memset(res, 0, sizeof *res);
+    res->failed_rank = -1;
+    const int n = li->local_world;
+    if (n < 1) return dt_errorf(err, DT_EINVAL, "cannot start %d ranks on node %d", n, li->node_rank);
+    pid_t *pids = calloc((size_t)n, sizeof *pids);
+    if (!pids) return dt_errorf(err, DT_ENOMEM, "out of memory starting the ranks");
+    char host[DT_LAUNCH_ADDR_MAX];
+    if (gethostname(host, sizeof host - 1)) strcpy(host, "?");
+    struct sigaction old[N_FORWARD];
+    install(old);
+    pid_t me = getpid(), pgid = 0;
+    int started = 0;
+    for (int lr = 0; lr < n; lr++) {
+        pid_t pid = fork();
+        if (pid < 0) {
+            dt_errorf(err, DT_ERUNTIME, "fork of local rank %d failed: %s", lr, strerror(errno));
+            break;
+        }
+        if (pid == 0) {
+            setpgid(0, pgid);               /* one group per node: teardown reaches grandchildren */
+            restore(old);
+            prctl(PR_SET_PDEATHSIG, SIGKILL);   /* agent gone -> its ranks go */
+            if (getppid() != me) _exit(1);
+            set_rank_env(li, lr);
+            execv(argv[0], argv);
+            _exit(127);
+        }
+        if (!pgid) pgid = pid;
+        setpgid(pid, pgid);
+        pids[lr] = pid;
+        started++;
+    }
+    /* Wait for all; the first rank to fail on its own stops the node. */
+    int alive = started, stopping = started < n;
+    double kill_at = stopping ? wall_s() + DT_LAUNCH_TEARDOWN_GRACE_S : 0;
+    if (stopping && pgid) kill(-pgid, SIGTERM);
+    while (alive > 0) {
+        int st = 0;
+        pid_t w = waitpid(-1, &st, WNOHANG);
+        if (w > 0) {
+            int lr = -1;
+            for (int i = 0; i < n; i++)
+                if (pids[i] == w) lr = i;
+            if (lr < 0) continue;
+            pids[lr] = 0;
+            alive--;
+            int bad = WIFSIGNALED(st) || WEXITSTATUS(st) != 0;
+            if (bad && res->failed_rank < 0 && !stopping && !g_signal) {
+                res->failed_rank = li->rank + lr;
+                res->pid = (int)w;
+                res->exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+                res->signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+                snprintf(res->host, sizeof res->host, "%s", host);
+            }
+            if (bad && !stopping) {
+                stopping = 1;
+                kill(-pgid, SIGTERM);
+                kill_at = wall_s() + DT_LAUNCH_TEARDOWN_GRACE_S;
+            }
+            continue;
+        }
+        if (w < 0 && errno != EINTR) break;
+        if (g_signal && !stopping) {
+            stopping = 1;
+            kill(-pgid, SIGTERM);
+            kill_at = wall_s() + DT_LAUNCH_TEARDOWN_GRACE_S;
+        }
+        if (stopping && wall_s() > kill_at) kill(-pgid, SIGKILL);
+        sleep_poll();
+    }
+    if (pgid) kill(-pgid, SIGKILL);   /* leftovers of the ranks (their MPI helpers) */
+    restore(old);
+    free(pids);
+    if (started < n) {
+        res->status = 1;
+        if (log) fprintf(log, "dtrun: node %d: %s; its other ranks were stopped\n", li->node_rank, err->msg);
+        return DT_OK;
+    }
+    if (res->failed_rank >= 0) {
+        res->status = res->exit_code > 0 ? res->exit_code : 1;
+        if (log) {
+            if (res->signal)
+                fprintf(log, "dtrun: rank %d (pid %d, host %s) was killed by signal %d (%s); the other ranks "
+                        "on node %d were stopped\n", res->failed_rank, res->pid, res->host, res->signal,
+                        strsignal(res->signal), li->node_rank);
+            else
+                fprintf(log, "dtrun: rank %d (pid %d, host %s) exited with code %d; the other ranks on node %d "
+                        "were stopped\n", res->failed_rank, res->pid, res->host, res->exit_code, li->node_rank);
+        }
+        return DT_OK;
+    }
+    if (g_signal) {
+        res->status = 1;
+        if (log) fprintf(log, "dtrun: stopped by signal %d (%s); the %d rank(s) of node %d were stopped\n",
+                         (int)g_signal, strsignal(g_signal), n, li->node_rank);
+        return DT_OK;
+    }
+    res->status = 0;
+    return DT_OK;
+}
+
 int dt_launch_spawn_local(dt_launch_info *li, int world_size, int gpus_per_node, int is_cuda, int argc,
                           char **argv, FILE *log, dt_error *err) {
     int nodes = li->nnodes > 0 ? li->nnodes : 1;
     if (dt_launch_check_world(li, world_size, gpus_per_node, nodes, err)) {
-        if (log) fprintf(log, "dtrun: %s\n", err->msg);
-        return 2;
-    }
-    if (li->nnodes > 1) {
-        dt_errorf(err, DT_EINVAL,
-                  "a %d-node %s run cannot be formed from --nnodes/--node-rank alone: start it with "
-                  "'mpirun -n %d -H host1:%d,host2:%d ... dtrun plan.json' or 'srun --mpi=pmix -N %d "
-                  "--ntasks-per-node %d dtrun plan.json' (docs/launch.md)",
-                  li->nnodes, is_cuda ? "CUDA" : "CPU", li->world, li->local_world, li->local_world, li->nnodes,
-                  li->local_world);
         if (log) fprintf(log, "dtrun: %s\n", err->msg);
         return 2;
     }
@@ -758,7 +869,11 @@ int dt_launch_spawn_local(dt_launch_info *li, int world_size, int gpus_per_node,
         setenv("OMP_NUM_THREADS", b, 1);
     }
     dt_spawn_result res;
-    int rc = dt_launch_spawn_mpirun(li->local_world, av, log, &res, err);
+    /* One node: mpirun makes the world. Several: each node's agent starts its
+     * ranks with torchrun's variables and they join over TCP (dt_mpijoin.h /
+     * NCCL's id over dt_rendezvous), exactly as under torchrun --no-python. */
+    int rc = li->nnodes > 1 ? dt_launch_spawn_direct(li, av, log, &res, err)
+                            : dt_launch_spawn_mpirun(li->local_world, av, log, &res, err);
     free(av);
     if (rc) {
         if (log) fprintf(log, "dtrun: %s\n", err->msg);

@@ -1,9 +1,11 @@
 /* A stand-in rank for the spawner tests: records its pid, then behaves as told.
- *   launch_helper PID_DIR MODE     MODE: ok | exit3 | kill9 | hang | mpi | mpi_exit3
+ *   launch_helper PID_DIR MODE     MODE: ok | exit3 | kill9 | hang | mpi | mpi_exit3 | torchrun2x2
  * exit3/kill9: rank 1 exits with code 3 / dies by SIGKILL after a short delay
  * while the other ranks would sleep for a minute (they must be torn down).
  * mpi: MPI_Init under the supervisor, an all-reduce of the ranks checked
- * against W(W-1)/2; mpi_exit3: rank 1 exits 3 while rank 0 waits in a barrier. */
+ * against W(W-1)/2; mpi_exit3: rank 1 exits 3 while rank 0 waits in a barrier.
+ * torchrun2x2: exits 6 unless torchrun's variables describe 2 nodes x 2 ranks
+ * with this process on node 0 (dt_launch_spawn_direct's environment). */
 #include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
@@ -37,6 +39,12 @@ int main(int argc, char **argv) {
     fclose(f);
     const char *mode = argv[2];
     if (strcmp(mode, "ok") == 0) return 0;
+    if (strcmp(mode, "torchrun2x2") == 0)
+        return li.source == DT_LAUNCH_SRC_TORCHRUN && li.world == 4 && li.local_world == 2 && li.nnodes == 2 &&
+                       li.node_rank == 0 && li.local_rank == li.rank && getenv(DT_LAUNCH_ENV_CHILD) &&
+                       strcmp(li.master_addr, "127.0.0.1") == 0 && li.master_port == 29555
+                   ? 0
+                   : 6;
     if (strncmp(mode, "mpi", 3) == 0) {
         MPI_Init(NULL, NULL);
         int rank, world, sum = 0;

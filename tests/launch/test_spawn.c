@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -60,22 +61,30 @@ static void check_no_orphans(const char *mode) {
     }
 }
 
-static dt_spawn_result spawn(const char *mode, char *log, size_t cap, double *took) {
+/* Runs one spawner (mpirun-based or direct) on launch_helper in `mode`,
+ * returns its result, its one-line log in `log` and the time it took. */
+static dt_spawn_result run_spawner(const dt_launch_info *direct, const char *mode, char *log, size_t cap,
+                                   double *took) {
     clear_pids();
     char *argv[] = {(char *)helper, piddir, (char *)mode, NULL};
     FILE *lf = tmpfile();
     dt_spawn_result res;
     dt_error err = {0};
     double t0 = now_s();
-    int rc = dt_launch_spawn_mpirun(WORLD, argv, lf, &res, &err);
+    int rc = direct ? dt_launch_spawn_direct(direct, argv, lf, &res, &err)
+                    : dt_launch_spawn_mpirun(WORLD, argv, lf, &res, &err);
     *took = now_s() - t0;
     CHECK_EQ_I64(rc, DT_OK);
     rewind(lf);
     size_t n = fread(log, 1, cap - 1, lf);
     log[n] = 0;
     fclose(lf);
-    fprintf(stderr, "[%s] %.2f s: %s", mode, *took, n ? log : "(no message)\n");
+    fprintf(stderr, "[%s%s] %.2f s: %s", direct ? "direct " : "", mode, *took, n ? log : "(no message)\n");
     return res;
+}
+
+static dt_spawn_result spawn(const char *mode, char *log, size_t cap, double *took) {
+    return run_spawner(NULL, mode, log, cap, took);
 }
 
 /* dtrun's path: dt_launch_spawn_local re-executes THIS binary (as dtrun
@@ -93,6 +102,48 @@ static int as_rank(char **argv) {
     fprintf(f, "%d\n", (int)getpid());
     fclose(f);
     return strcmp(argv[3], "exit3") == 0 && li.rank == 1 ? 3 : 0;
+}
+
+/* A node agent of a 2-node job (--nnodes): its 2 ranks start as direct
+ * children with torchrun's variables; a failing rank is named, the other one
+ * stopped, nothing left behind. */
+static dt_spawn_result spawn_direct(const char *mode, char *log, size_t cap, double *took) {
+    dt_launch_info li;
+    memset(&li, 0, sizeof li);
+    li.source = DT_LAUNCH_SRC_FLAGS;
+    li.agent = 1;
+    li.nnodes = 2;
+    li.node_rank = 0;
+    li.local_world = WORLD;
+    li.world = 2 * WORLD;
+    li.rank = 0;
+    strcpy(li.master_addr, "127.0.0.1");
+    li.master_port = 29555;
+    return run_spawner(&li, mode, log, cap, took);
+}
+
+static void test_spawn_direct(void) {
+    char log[1024], want[512];
+    double took;
+    dt_spawn_result res = spawn_direct("torchrun2x2", log, sizeof log, &took);
+    CHECK_EQ_I64(res.status, 0);
+    CHECK_STR(log, "");
+    check_no_orphans("direct torchrun2x2");
+    res = spawn_direct("exit3", log, sizeof log, &took);
+    CHECK_EQ_I64(res.failed_rank, 1);
+    CHECK_EQ_I64(res.status, 3);
+    snprintf(want, sizeof want,
+             "dtrun: rank 1 (pid %d, host %s) exited with code 3; the other ranks on node 0 were stopped\n",
+             read_pid(1), res.host);
+    CHECK_STR(log, want);
+    CHECK(took < MAX_WAIT_S);
+    check_no_orphans("direct exit3");
+    res = spawn_direct("kill9", log, sizeof log, &took);
+    CHECK_EQ_I64(res.failed_rank, 1);
+    CHECK_EQ_I64(res.signal, SIGKILL);
+    CHECK(res.status != 0);
+    CHECK(strstr(log, "was killed by signal 9") != NULL);
+    check_no_orphans("direct kill9");
 }
 
 static void test_spawn_local(const char *self) {
@@ -219,6 +270,7 @@ int main(int argc, char **argv) {
     check_no_orphans("sigterm");
 
     test_spawn_local(argv[0]);
+    test_spawn_direct();
 
     /* no mpirun: one line saying so, non-zero */
     setenv(DT_LAUNCH_ENV_MPIRUN, "/nonexistent/mpirun", 1);
