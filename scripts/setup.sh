@@ -12,6 +12,7 @@ pkgs=(build-essential cmake pkg-config
       libopenblas-openmp-dev            # CPU GEMM (OpenMP build, shares the engine's thread pool)
       fortunes-min fortunes             # real English text for the default training job
       jq                                # bench/ scripts edit plans and read run reports
+      procps                            # pgrep: the launch tests check no rank process is left
       python3)
 missing=()
 for p in "${pkgs[@]}"; do
