@@ -1,12 +1,36 @@
-/* cmd_calibrate.c — `dtplan calibrate -o configs/hardware/local.json`: measures
- * this machine with the CPU engine's code paths (dt_op_gemm = OpenBLAS sgemm;
- * 16-bit operands converted to fp32 first, as the CPU engine does; the engine's
- * flash-attention kernels; the fixed cost of one engine op), memory bandwidth
- * (memcpy), and MPI all-reduce bus bandwidth between local ranks, and writes a
- * profile that dt_hardware_load reads. A few seconds. docs/hardware.md
- * "Calibration", docs/time-model.md "Kernel-level terms". */
+/* cmd_calibrate.c — `dtplan calibrate -o configs/hardware/local.json [--plan P]`:
+ * measures this machine with the CPU engine's own kernels and writes a profile
+ * that dt_hardware_load reads. A few seconds. docs/hardware.md "Calibration",
+ * docs/time-model.md "Kernel-level terms".
+ *
+ * What a CPU rank runs: dtrun gives each of a node's G ranks cores / G OpenMP
+ * threads, one thread per rank once G >= cores (engine/launch.c), so every core
+ * runs single-threaded engine ops side by side with the other cores'. The
+ * compute probes therefore run one thread per core, all cores at once, each on
+ * its own buffers (inside an OpenMP region the engine's ops and OpenBLAS run
+ * single-threaded), and a node's rate is the sum of the cores' rates: the
+ * throughput its ranks share (docs/time-model.md "node sharing").
+ *
+ * Kernel classes, at the shapes the engine runs (the plan's micro-batch x
+ * sequence, hidden, heads, ffn, vocab with --plan; GPT-2 124M's otherwise):
+ *   linear     the block's 4 linears forward + backward (GEMMs with their bias
+ *              broadcast / bias sums) and the classifier's 3 GEMMs: FLOP/s
+ *   attention  flash attention forward + backward: FLOP/s (QK^T and PV over the
+ *              full T x T, the time model's count)
+ *   elementwise the block's LayerNorms, residual adds and GELU forward and
+ *              backward: the time model's bytes (dt_time_elementwise_elems) / s
+ *   op         a 64-element residual add: the fixed cost of one op
+ *   adamw      the engine's AdamW update on the plan's optimizer shard: params/s
+ * Every probe repeats, interleaved with the others (a busy moment slows all
+ * classes alike, not one), every core starting each probe together (a barrier
+ * before it), and each core's best repeat counts: another process on a shared
+ * machine only ever adds time, so the fastest repeat is the one closest to the
+ * machine the run has to itself (docs/benchmarks.md: medians moved 104-151
+ * GFLOP/s between runs on the busy development VM). */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <mpi.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,42 +39,49 @@
 #include <unistd.h>
 
 #include "dt_cli.h"
+#include "dt_dtype.h"
 #include "dt_hardware.h"
 #include "dt_ops.h"
+#include "dt_optim.h"
+#include "dt_plan.h"
+#include "dt_timemodel.h"
 
-#define CAL_GEMM_N 768                 /* square GEMM size: large enough for OpenBLAS's peak */
-#define CAL_GEMM_REPS 8
+/* Default shapes: GPT-2 124M (models/catalog) at 256 tokens per micro-step. */
+#define CAL_DEF_B 1
+#define CAL_DEF_T 256
+#define CAL_DEF_C 768
+#define CAL_DEF_H 12
+#define CAL_DEF_F 3072
+#define CAL_DEF_V 50257
+#define CAL_DEF_L 12
+#define CAL_DEF_ADAM_PARAMS ((int64_t)1 << 22)
+/* The classifier GEMMs are timed on at most this many vocabulary rows (the
+ * rate of an N x V x C GEMM does not change past a few thousand columns; the
+ * full V would take seconds) and scaled to the full vocabulary's FLOPs. */
+#define CAL_VOCAB_PROBE 4096
+/* AdamW probe: at most this many parameters (past the caches the rate is flat). */
+#define CAL_ADAM_MAX ((int64_t)1 << 23)
+/* Repeats: enough for a stable median within a time budget per run. */
+#define CAL_MIN_REPS 9
+#define CAL_MAX_REPS 61
+#define CAL_BUDGET_S 3.0
+#define CAL_OP_ELEMS 64
+#define CAL_OP_CALLS 64      /* op-overhead calls per repeat (one call is ~0.3 us) */
+#define CAL_LN_EPS 1e-5f
 #define CAL_COPY_BYTES ((size_t)256 << 20)
 #define CAL_COPY_REPS 5
 #define CAL_ALLREDUCE_FLOATS ((size_t)16 << 20) /* 64 MiB */
 #define CAL_ALLREDUCE_REPS 5
 /* Device memory of a CPU rank: a quarter of host RAM (the cpu profile's share, docs/hardware.md). */
 #define CAL_DEVICE_SHARE 4
-/* Attention probe: GPT-2's head size (64) and width, a mid-length sequence; the
- * FLOPs are counted as dt_model_block_fwd_flops_per_seq does (QK^T and PV over
- * the full T x T, 2 FLOPs per multiply-add), backward = 2 x forward. */
-#define CAL_ATTN_B 2
-#define CAL_ATTN_T 256
-#define CAL_ATTN_C 768
-#define CAL_ATTN_H 12
-#define CAL_ATTN_REPS 3
-#define CAL_ATTN_FLOPS_PER_MAC_PAIR 4.0   /* QK^T + PV, 2 FLOPs per multiply-add each */
+#define CAL_FLOPS_PER_MAC 2.0
+/* QK^T and PV, 2 FLOPs per multiply-add each, over the full T x T (the time
+ * model's count, dt_model_block_fwd_flops_per_seq); backward = 2 x forward. */
+#define CAL_ATTN_FLOPS_PER_TTC 4.0
 #define CAL_BWD_OVER_FWD 2.0
-/* Op-overhead probe: an engine op on so few elements that its fixed cost (one
- * OpenMP parallel region: fork, barrier, join) is all that is left. */
-#define CAL_OP_ELEMS 64
-#define CAL_OP_REPS 2000
-/* Element-wise probe: a block's LayerNorm, GELU and residual add on CAL_EW_TOKENS
- * tokens of GPT-2's width (C = 768, F = 4C): bytes read + written / time. */
-#define CAL_EW_TOKENS 512
-#define CAL_EW_C 768
-#define CAL_EW_REPS 20
-#define CAL_LN_EPS 1e-5f
 /* While rank 0 measures, the other ranks wait without spinning (a busy MPI wait
  * would take a core from the measurement): polling period, ns. */
 #define CAL_POLL_NS 1000000L
-/* CPU AdamW touches ~32 bytes per parameter (reference/planning.md §5.4). */
-#define CAL_ADAM_BYTES_PER_PARAM 32.0
 /* Peak per core: 2 AVX-512 FMA units x 16 fp32 lanes x 2 FLOPs per cycle at the cpu
  * profile's 2.8 GHz (docs/hardware.md); an estimate, used only for MFU. */
 #define CAL_PEAK_PER_CORE (2.8e9 * 2 * 16 * 2)
@@ -61,110 +92,269 @@ static double now_s(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
+/* The shapes the probes run (one micro-step of one rank). */
+typedef struct {
+    int64_t B, T, C, H, F, V, L;
+    int64_t adam_params;      /* the optimizer shard one rank updates */
+    char from[160];           /* where the shapes came from, for the profile's source */
+} cal_shape;
+
+static void default_shape(cal_shape *s) {
+    *s = (cal_shape){CAL_DEF_B, CAL_DEF_T, CAL_DEF_C, CAL_DEF_H, CAL_DEF_F, CAL_DEF_V, CAL_DEF_L,
+                     CAL_DEF_ADAM_PARAMS, ""};
+    snprintf(s->from, sizeof s->from, "GPT-2 124M shapes, %d tokens", CAL_DEF_B * CAL_DEF_T);
 }
 
-static float f16_to_f32(uint16_t h) {
-    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu, u;
-    if (e == 0) u = s; /* zero / subnormal flushed: not timing-relevant */
-    else if (e == 31) u = s | 0x7F800000u | (m << 13);
-    else u = s | ((e + 112u) << 23) | (m << 13);
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
+static int shape_from_plan(const char *path, cal_shape *s, dt_error *err) {
+    dt_plan p;
+    if (dt_plan_load(path, &p, err)) return err->code;
+    const dt_model *m = &p.model;
+    if (m->n_head < 1 || m->hidden % m->n_head || m->ffn < 1 || m->vocab < 1)
+        return dt_errorf(err, DT_EINVAL, "calibrate: plan %s: model %s has no GPT-2-style shapes to probe",
+                         path, m->name);
+    int64_t total = dt_model_params(m), W = p.parallel.world_size > 0 ? p.parallel.world_size : 1;
+    int64_t shard = p.parallel.zero_stage == 0 ? total : (total + W - 1) / W;
+    *s = (cal_shape){p.batch.micro_batch, p.batch.seq_len, m->hidden, m->n_head, m->ffn, m->vocab, m->n_layer,
+                     shard < CAL_ADAM_MAX ? shard : CAL_ADAM_MAX, ""};
+    snprintf(s->from, sizeof s->from, "plan %.60s: %s, %lld tokens", path, m->name, (long long)(s->B * s->T));
+    return DT_OK;
 }
 
-/* FLOP/s of C = A·B (n x n) including the conversion of 16-bit operands when conv != NULL. */
-static double gemm_flops(float (*conv)(uint16_t)) {
-    const int n = CAL_GEMM_N;
-    size_t nn = (size_t)n * n;
-    float *a = malloc(nn * 4), *b = malloc(nn * 4), *c = malloc(nn * 4);
-    uint16_t *a16 = malloc(nn * 2), *b16 = malloc(nn * 2);
-    if (!a || !b || !c || !a16 || !b16) return 0;
-    for (size_t i = 0; i < nn; i++) {
-        a16[i] = (uint16_t)(0x3C00u + (i % 97)); /* small positive values in either format */
-        b16[i] = (uint16_t)(0x3C00u + (i % 89));
-        a[i] = (float)(i % 7) * 1e-3f;
-        b[i] = (float)(i % 5) * 1e-3f;
-    }
-    double best = 1e30;
-    for (int r = 0; r < CAL_GEMM_REPS + 1; r++) {
-        double t0 = now_s();
-        if (conv)
-            for (size_t i = 0; i < nn; i++) a[i] = conv(a16[i]), b[i] = conv(b16[i]);
-        dt_op_gemm(0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        double t = now_s() - t0;
-        if (r > 0 && t < best) best = t; /* first run warms up threads and caches */
-    }
-    free(a), free(b), free(c), free(a16), free(b16);
-    return 2.0 * n * (double)n * n / best;
-}
+/* One core's buffers (allocated by the thread that uses them: first touch). */
+typedef struct {
+    float *x, *y, *z, *w, *dw, *bias, *dbias;   /* activations [N, max(3C, F, Vp)], weights */
+    float *qkv, *dqkv, *att, *datt, *lse;
+    float *mean, *rstd, *lnw, *lnb, *dlnw, *dlnb;
+    uint16_t *w16;                               /* 16-bit weights for the conversion probe */
+    float *params, *grads;
+    dt_optim *opt;
+    int ok;
+} cal_bufs;
 
-static float *filled(size_t n) {
+static float *filled(size_t n, int salt) {
     float *p = malloc(n * sizeof *p);
     if (p)
-        for (size_t i = 0; i < n; i++) p[i] = (float)(i % 17) * 1e-2f; /* small, finite softmax inputs */
+        for (size_t i = 0; i < n; i++) p[i] = (float)((i + (size_t)salt) % 17) * 1e-2f; /* small, finite */
     return p;
 }
 
-/* FLOP/s of the engine's flash-attention forward + backward, best of reps. */
-static double attention_flops(void) {
-    const int64_t B = CAL_ATTN_B, T = CAL_ATTN_T, C = CAL_ATTN_C, H = CAL_ATTN_H;
-    size_t nqkv = (size_t)(B * T * 3 * C), nout = (size_t)(B * T * C), nlse = (size_t)(B * H * T);
-    float *qkv = filled(nqkv), *dqkv = filled(nqkv), *out = filled(nout), *dout = filled(nout);
-    float *lse = filled(nlse);
-    double best = 1e30;
-    if (qkv && dqkv && out && dout && lse)
-        for (int r = 0; r < CAL_ATTN_REPS + 1; r++) {
-            double t0 = now_s();
-            dt_op_attention_forward_flash(out, lse, qkv, B, T, C, H);
-            dt_op_attention_backward_flash(dqkv, dout, qkv, out, lse, B, T, C, H);
-            double t = now_s() - t0;
-            if (r > 0 && t < best) best = t;
-        }
-    free(qkv), free(dqkv), free(out), free(dout), free(lse);
-    double fwd = CAL_ATTN_FLOPS_PER_MAC_PAIR * (double)B * (double)T * (double)T * (double)C;
-    return best < 1e30 ? (1.0 + CAL_BWD_OVER_FWD) * fwd / best : 0.0;
+static int64_t max3(int64_t a, int64_t b, int64_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+static int64_t vprobe(const cal_shape *s) { return s->V < CAL_VOCAB_PROBE ? s->V : CAL_VOCAB_PROBE; }
+/* Weight elements of one block's 4 linears: C x 3C, C x C, C x F, F x C. */
+static int64_t block_weights(const cal_shape *s) { return 4 * s->C * s->C + 2 * s->C * s->F; }
+
+static void bufs_alloc(cal_bufs *b, const cal_shape *s) {
+    memset(b, 0, sizeof *b);
+    const int64_t N = s->B * s->T, wide = max3(3 * s->C, s->F, vprobe(s));
+    const size_t act = (size_t)(N * wide), wts = (size_t)(wide * (s->C > s->F ? s->C : s->F));
+    b->x = filled(act, 1), b->y = filled(act, 2), b->z = filled(act, 3);
+    b->w = filled(wts, 4), b->dw = filled(wts, 5), b->bias = filled((size_t)wide, 6);
+    b->dbias = filled((size_t)wide, 7);
+    b->qkv = filled((size_t)(N * 3 * s->C), 8), b->dqkv = filled((size_t)(N * 3 * s->C), 9);
+    b->att = filled((size_t)(N * s->C), 10), b->datt = filled((size_t)(N * s->C), 11);
+    b->lse = filled((size_t)(N * s->H), 12);
+    b->mean = filled((size_t)N, 13), b->rstd = filled((size_t)N, 14);
+    b->lnw = filled((size_t)s->C, 15), b->lnb = filled((size_t)s->C, 16);
+    b->dlnw = filled((size_t)s->C, 17), b->dlnb = filled((size_t)s->C, 18);
+    b->w16 = calloc((size_t)block_weights(s), sizeof *b->w16);
+    b->params = filled((size_t)s->adam_params, 19), b->grads = filled((size_t)s->adam_params, 20);
+    dt_precision fp32;
+    dt_error e;
+    dt_precision_from_preset(DT_PREC_FP32, &fp32);
+    int orc = dt_optim_create(&fp32, (size_t)s->adam_params, &b->opt, &e);
+    b->ok = b->x && b->y && b->z && b->w && b->dw && b->bias && b->dbias && b->qkv && b->dqkv && b->att &&
+            b->datt && b->lse && b->mean && b->rstd && b->lnw && b->lnb && b->dlnw && b->dlnb && b->w16 &&
+            b->params && b->grads && orc == DT_OK;
 }
 
-/* Fixed seconds per engine op: a residual add of CAL_OP_ELEMS, best of reps. */
-static double op_overhead(void) {
-    float *a = filled(CAL_OP_ELEMS), *b = filled(CAL_OP_ELEMS), *c = filled(CAL_OP_ELEMS);
-    double best = 1e30;
-    if (a && b && c)
-        for (int r = 0; r < CAL_OP_REPS; r++) {
-            double t0 = now_s();
-            dt_op_residual_forward(c, a, b, CAL_OP_ELEMS);
-            double t = now_s() - t0;
-            if (t < best) best = t;
-        }
-    free(a), free(b), free(c);
-    return best < 1e30 ? best : 0.0;
+static void bufs_free(cal_bufs *b) {
+    float *f[] = {b->x, b->y, b->z, b->w, b->dw, b->bias, b->dbias, b->qkv, b->dqkv, b->att, b->datt,
+                  b->lse, b->mean, b->rstd, b->lnw, b->lnb, b->dlnw, b->dlnb, b->params, b->grads};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) free(f[i]);
+    free(b->w16);
+    if (b->opt) dt_optim_free(b->opt);
 }
 
-/* Bytes/s of the engine's element-wise kernels: layernorm (read + write C), GELU
- * (read + write 4C), residual (read 2C, write C) per token, fp32. */
-static double elementwise_bw(void) {
-    const int64_t N = CAL_EW_TOKENS, C = CAL_EW_C, F = 4 * CAL_EW_C;
-    float *x = filled((size_t)(N * F)), *y = filled((size_t)(N * F)), *z = filled((size_t)(N * C));
-    float *w = filled((size_t)C), *bb = filled((size_t)C), *mean = filled((size_t)N), *rstd = filled((size_t)N);
-    double best = 1e30;
-    if (x && y && z && w && bb && mean && rstd)
-        for (int r = 0; r < CAL_EW_REPS + 1; r++) {
-            double t0 = now_s();
-            dt_op_layernorm_forward(z, mean, rstd, x, w, bb, N, C, CAL_LN_EPS);
-            dt_op_gelu_forward(y, x, N * F);
-            dt_op_residual_forward(z, x, y, N * C);
-            double t = now_s() - t0;
-            if (r > 0 && t < best) best = t;
+/* ---- the probes: one repeat each, returning seconds ---- */
+
+/* The block's 4 linears, forward then backward (engine/gpt2.c's order of shapes). */
+static double probe_block_linears(cal_bufs *b, const cal_shape *s) {
+    const int64_t N = s->B * s->T, C = s->C, F = s->F;
+    const int64_t sh[4][2] = {{C, 3 * C}, {C, C}, {C, F}, {F, C}};
+    double t0 = now_s();
+    for (int i = 0; i < 4; i++) dt_op_linear_forward(b->z, b->x, b->w, b->bias, N, sh[i][0], sh[i][1]);
+    for (int i = 3; i >= 0; i--)
+        dt_op_linear_backward(b->y, b->dw, b->dbias, b->z, b->x, b->w, N, sh[i][0], sh[i][1], 0);
+    return now_s() - t0;
+}
+static double block_linear_flops(const cal_shape *s) {
+    return (1.0 + CAL_BWD_OVER_FWD) * CAL_FLOPS_PER_MAC * (double)(s->B * s->T) * (double)block_weights(s);
+}
+
+/* The tied classifier: logits = x wte^T, dx = dlogits wte, dwte += dlogits^T x,
+ * on CAL_VOCAB_PROBE rows at most. */
+static double probe_classifier(cal_bufs *b, const cal_shape *s) {
+    const int64_t N = s->B * s->T, C = s->C, V = vprobe(s);
+    double t0 = now_s();
+    dt_op_gemm(0, 1, N, V, C, 1.0f, b->x, C, b->w, C, 0.0f, b->z, V);
+    dt_op_gemm(0, 0, N, C, V, 1.0f, b->z, V, b->w, C, 0.0f, b->y, C);
+    dt_op_gemm(1, 0, V, C, N, 1.0f, b->z, V, b->x, C, 1.0f, b->dw, C);
+    return now_s() - t0;
+}
+static double classifier_flops(const cal_shape *s, int64_t V) {
+    return (1.0 + CAL_BWD_OVER_FWD) * CAL_FLOPS_PER_MAC * (double)(s->B * s->T) * (double)V * (double)s->C;
+}
+
+/* 16-bit weights converted to fp32 before each use (forward and backward), as
+ * the CPU engine does: one block's weights once. */
+static double probe_convert(cal_bufs *b, const cal_shape *s, dt_dtype t) {
+    double t0 = now_s();
+    dt_convert(b->dw, DT_DTYPE_FP32, b->w16, t, (size_t)block_weights(s));
+    return now_s() - t0;
+}
+
+static double probe_attention(cal_bufs *b, const cal_shape *s) {
+    double t0 = now_s();
+    dt_op_attention_forward_flash(b->att, b->lse, b->qkv, s->B, s->T, s->C, s->H);
+    dt_op_attention_backward_flash(b->dqkv, b->datt, b->qkv, b->att, b->lse, s->B, s->T, s->C, s->H);
+    return now_s() - t0;
+}
+static double attention_flops_of(const cal_shape *s) {
+    return (1.0 + CAL_BWD_OVER_FWD) * CAL_ATTN_FLOPS_PER_TTC * (double)s->B * (double)s->T * (double)s->T *
+           (double)s->C;
+}
+
+/* The block's element-wise ops: forward ln_1, residual, ln_2, GELU, residual;
+ * backward GELU, ln_2, ln_1 (what dt_time_elementwise_elems counts). */
+static double probe_elementwise(cal_bufs *b, const cal_shape *s) {
+    const int64_t N = s->B * s->T, C = s->C, F = s->F;
+    double t0 = now_s();
+    dt_op_layernorm_forward(b->z, b->mean, b->rstd, b->x, b->lnw, b->lnb, N, C, CAL_LN_EPS);
+    dt_op_residual_forward(b->att, b->x, b->z, N * C);
+    dt_op_layernorm_forward(b->z, b->mean, b->rstd, b->att, b->lnw, b->lnb, N, C, CAL_LN_EPS);
+    dt_op_gelu_forward(b->y, b->x, N * F);
+    dt_op_residual_forward(b->datt, b->att, b->z, N * C);
+    dt_op_gelu_backward(b->y, b->x, b->z, N * F);
+    dt_op_layernorm_backward(b->datt, b->dlnw, b->dlnb, b->z, b->att, b->lnw, b->mean, b->rstd, N, C);
+    dt_op_layernorm_backward(b->datt, b->dlnw, b->dlnb, b->z, b->x, b->lnw, b->mean, b->rstd, N, C);
+    return now_s() - t0;
+}
+static double elementwise_bytes(const cal_shape *s) {
+    dt_time_ew_elems ew;
+    dt_time_elementwise_elems(s->C, s->F, s->V, &ew);
+    return (double)(s->B * s->T) * (ew.block_fwd + ew.block_bwd) * ew.bytes_per_elem;
+}
+
+static double probe_op(cal_bufs *b) {
+    double t0 = now_s();
+    for (int i = 0; i < CAL_OP_CALLS; i++) dt_op_residual_forward(b->z, b->x, b->y, CAL_OP_ELEMS);
+    return (now_s() - t0) / CAL_OP_CALLS;
+}
+
+static double probe_adamw(cal_bufs *b, const cal_shape *s, int64_t step) {
+    const dt_adamw hp = {1e-4, 0.9, 0.999, 1e-8, 0.01};
+    double t0 = now_s();
+    dt_optim_update(b->opt, b->params, b->grads, 0, (size_t)s->adam_params, &hp, 1.0, 1, step);
+    return now_s() - t0;
+}
+
+enum { P_LIN, P_CLS, P_CVB, P_CVH, P_ATT, P_EW, P_OP, P_ADAM, P_COUNT };
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+static double best(const double *v, int n) {
+    double m = v[0];
+    for (int i = 1; i < n; i++) m = v[i] < m ? v[i] : m;
+    return m;
+}
+
+/* What the node's cores reach together (sums over cores) and per op. */
+typedef struct {
+    double linear_flops[3];   /* fp32, bf16, fp16: linears + classifier at the model's mix */
+    double attention_flops, elementwise_bw, op_s, adam_params_per_s;
+    int cores, reps;
+} cal_rates;
+
+static int measure(const cal_shape *s, cal_rates *out) {
+    const int cores = omp_get_num_procs() > 0 ? omp_get_num_procs() : 1;
+    double *t = calloc((size_t)cores * P_COUNT * CAL_MAX_REPS, sizeof *t);
+    int reps = CAL_MIN_REPS, bad = 0;
+    if (!t) return 1;
+    memset(out, 0, sizeof *out);
+#pragma omp parallel num_threads(cores) reduction(| : bad)
+    {
+        const int me = omp_get_thread_num();
+        cal_bufs b;
+        bufs_alloc(&b, s);
+        if (!b.ok) bad = 1;
+#pragma omp barrier
+        double warm = 0;
+        if (!bad) {   /* warm-up: threads, caches, first touch; sizes the repeats */
+            double w0 = now_s();
+            probe_block_linears(&b, s), probe_classifier(&b, s), probe_convert(&b, s, DT_DTYPE_BF16);
+            probe_convert(&b, s, DT_DTYPE_FP16), probe_attention(&b, s), probe_elementwise(&b, s);
+            probe_op(&b), probe_adamw(&b, s, 1);
+            warm = now_s() - w0;
         }
-    free(x), free(y), free(z), free(w), free(bb), free(mean), free(rstd);
-    double bytes = (double)N * (double)(2 * C + 2 * F + 3 * C) * sizeof(float);
-    return best < 1e30 ? bytes / best : 0.0;
+#pragma omp barrier
+#pragma omp single
+        {
+            int r = warm > 0 ? (int)(CAL_BUDGET_S / warm) : CAL_MAX_REPS;
+            reps = r < CAL_MIN_REPS ? CAL_MIN_REPS : (r > CAL_MAX_REPS ? CAL_MAX_REPS : r);
+        }
+        for (int r = 0; r < reps && !bad; r++) {
+            double *tr = t + ((size_t)me * P_COUNT) * CAL_MAX_REPS;
+            /* each class starts on every core together (a barrier before each) */
+#pragma omp barrier
+            tr[P_LIN * CAL_MAX_REPS + r] = probe_block_linears(&b, s);
+#pragma omp barrier
+            tr[P_CLS * CAL_MAX_REPS + r] = probe_classifier(&b, s);
+#pragma omp barrier
+            tr[P_CVB * CAL_MAX_REPS + r] = probe_convert(&b, s, DT_DTYPE_BF16);
+            tr[P_CVH * CAL_MAX_REPS + r] = probe_convert(&b, s, DT_DTYPE_FP16);
+#pragma omp barrier
+            tr[P_ATT * CAL_MAX_REPS + r] = probe_attention(&b, s);
+#pragma omp barrier
+            tr[P_EW * CAL_MAX_REPS + r] = probe_elementwise(&b, s);
+#pragma omp barrier
+            tr[P_OP * CAL_MAX_REPS + r] = probe_op(&b);
+#pragma omp barrier
+            tr[P_ADAM * CAL_MAX_REPS + r] = probe_adamw(&b, s, 2 + r);
+        }
+        bufs_free(&b);
+    }
+    if (bad) { free(t); return 1; }
+    /* per core: the best repeat; node: rates summed over the cores, the op cost
+     * (what one rank pays per op) the median over the cores */
+    const double Vfull = (double)s->V, Vp = (double)vprobe(s), L = (double)s->L;
+    const double conv_per_use = 2.0 * (L * (double)block_weights(s) + Vfull * (double)s->C); /* fwd + bwd */
+    double op_med[512];
+    int nop = 0;
+    for (int c = 0; c < cores; c++) {
+        double m[P_COUNT];
+        for (int k = 0; k < P_COUNT; k++) m[k] = best(t + ((size_t)c * P_COUNT + k) * CAL_MAX_REPS, reps);
+        /* one micro-step's linears: L blocks + the classifier over the full vocabulary */
+        double t_lin = L * m[P_LIN] + m[P_CLS] * Vfull / Vp;
+        double flops = L * block_linear_flops(s) + classifier_flops(s, s->V);
+        double per_conv[2] = {m[P_CVB] / (double)block_weights(s), m[P_CVH] / (double)block_weights(s)};
+        out->linear_flops[0] += flops / t_lin;
+        for (int k = 0; k < 2; k++) out->linear_flops[1 + k] += flops / (t_lin + conv_per_use * per_conv[k]);
+        out->attention_flops += attention_flops_of(s) / m[P_ATT];
+        out->elementwise_bw += elementwise_bytes(s) / m[P_EW];
+        out->adam_params_per_s += (double)s->adam_params / m[P_ADAM];
+        if (nop < 512) op_med[nop++] = m[P_OP];
+    }
+    out->op_s = median(op_med, nop);
+    out->cores = cores;
+    out->reps = reps;
+    free(t);
+    return 0;
 }
 
 /* Ranks other than 0 wait here, asleep, until rank 0 has measured. */
@@ -216,13 +406,13 @@ static double allreduce_busbw(int *nranks) {
     return 2.0 * (n - 1.0) / n * S / best;
 }
 
-static int write_profile(const char *path, const dt_hardware *base, double f32, double f16b, double f16h,
-                         double bw, double busbw, int nranks, double attn, double op_s, double ew) {
+static int write_profile(const char *path, const dt_hardware *base, const cal_shape *sh, const cal_rates *k,
+                         double bw, double busbw, int nranks) {
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int64_t host = pages > 0 && psz > 0 ? (int64_t)pages * psz : base->host_mem_bytes;
     double peak = (double)(cores > 0 ? cores : 1) * CAL_PEAK_PER_CORE;
-    double ach[3] = {f32, f16b, f16h};
+    const double *ach = k->linear_flops;
     cJSON *o = cJSON_CreateObject(), *pk = cJSON_CreateObject(), *ac = cJSON_CreateObject();
     cJSON *nets = cJSON_CreateObject();
     static const char *const dn[3] = {"fp32", "bf16", "fp16"};
@@ -230,13 +420,16 @@ static int write_profile(const char *path, const dt_hardware *base, double f32, 
         cJSON_AddNumberToObject(pk, dn[i], peak > ach[i] ? peak : ach[i]);
         cJSON_AddNumberToObject(ac, dn[i], ach[i]);
     }
-    char src[512];
+    char src[768];
     snprintf(src, sizeof src,
-             "dtplan calibrate: sgemm %dx%d (16-bit converted first), memcpy %zu MiB, MPI_Allreduce 64 MiB on %d rank(s), "
-             "engine flash attention B=%d T=%d C=%d H=%d fwd+bwd, engine residual add of %d elements, "
-             "engine layernorm+gelu+residual on %d x %d; the rest from the cpu profile",
-             CAL_GEMM_N, CAL_GEMM_N, CAL_COPY_BYTES >> 20, nranks, CAL_ATTN_B, CAL_ATTN_T, CAL_ATTN_C, CAL_ATTN_H,
-             CAL_OP_ELEMS, CAL_EW_TOKENS, CAL_EW_C);
+             "dtplan calibrate: the engine's kernels at %s (B=%lld T=%lld C=%lld H=%lld F=%lld V=%lld), one "
+             "thread per core on all %d cores at once, median of %d interleaved repeats per core: linears + "
+             "classifier (16-bit: weights converted first), flash attention fwd+bwd, layernorm/residual/gelu "
+             "fwd+bwd, a %d-element residual add, AdamW on %lld params; memcpy %zu MiB; MPI_Allreduce 64 MiB "
+             "on %d rank(s); the rest from the cpu profile",
+             sh->from, (long long)sh->B, (long long)sh->T, (long long)sh->C, (long long)sh->H, (long long)sh->F,
+             (long long)sh->V, k->cores, k->reps, CAL_OP_ELEMS, (long long)sh->adam_params, CAL_COPY_BYTES >> 20,
+             nranks);
     cJSON_AddStringToObject(o, "format", "dtplan.hardware/1");
     cJSON_AddStringToObject(o, "name", "local");
     cJSON_AddStringToObject(o, "source", src);
@@ -263,12 +456,12 @@ static int write_profile(const char *path, const dt_hardware *base, double f32, 
     cJSON_AddItemToObject(o, "interconnects", nets);
     cJSON_AddNumberToObject(o, "h2d_bw", bw / 2.0); /* one-way copy */
     cJSON_AddNumberToObject(o, "host_mem_bytes", (double)host);
-    cJSON_AddNumberToObject(o, "cpu_adam_params_per_s", bw / CAL_ADAM_BYTES_PER_PARAM);
+    cJSON_AddNumberToObject(o, "cpu_adam_params_per_s", k->adam_params_per_s);
     cJSON_AddNumberToObject(o, "nvme_bw", base->nvme_bw);
     cJSON_AddNumberToObject(o, "nvme_bytes", (double)base->nvme_bytes);
-    if (attn > 0) cJSON_AddNumberToObject(o, "attention_flops", attn);
-    if (op_s > 0) cJSON_AddNumberToObject(o, "op_overhead_s", op_s);
-    if (ew > 0) cJSON_AddNumberToObject(o, "elementwise_bw", ew);
+    if (k->attention_flops > 0) cJSON_AddNumberToObject(o, "attention_flops", k->attention_flops);
+    if (k->op_s > 0) cJSON_AddNumberToObject(o, "op_overhead_s", k->op_s);
+    if (k->elementwise_bw > 0) cJSON_AddNumberToObject(o, "elementwise_bw", k->elementwise_bw);
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
     if (!text) return 1;
@@ -293,7 +486,7 @@ static int write_profile(const char *path, const dt_hardware *base, double f32, 
 }
 
 /* Re-runs this command under `mpirun -n 2` so the collective can be measured. */
-static int relaunch_under_mpirun(const char *out) {
+static int relaunch_under_mpirun(const char *out, const char *plan) {
     char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) return -1;
@@ -301,26 +494,43 @@ static int relaunch_under_mpirun(const char *out) {
     setenv("DT_CALIBRATE_CHILD", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    char cmd[8400];
-    snprintf(cmd, sizeof cmd, "mpirun -n 2 --oversubscribe '%s' calibrate -o '%s' >/dev/null 2>&1", self, out);
+    if (strchr(out, '\'') || (plan && strchr(plan, '\''))) return -1;   /* not quotable below */
+    char cmd[12600];
+    snprintf(cmd, sizeof cmd, "mpirun -n 2 --oversubscribe --bind-to none '%s' calibrate -o '%s'%s%s%s >/dev/null 2>&1", self, out,
+             plan ? " --plan '" : "", plan ? plan : "", plan ? "'" : "");
     return system(cmd);
 }
 
+/* Prints the one-line summary of a written profile. */
+static void print_summary(const char *out, const dt_hardware *h, int nranks) {
+    printf("calibrate: wrote %s (fp32 %.1f, bf16 %.1f, fp16 %.1f GFLOP/s; attention %.1f GFLOP/s; op %.2f us; "
+           "element-wise %.1f GB/s; AdamW %.0f M params/s; memcpy %.1f GB/s; all-reduce busbw %.2f GB/s on %d "
+           "rank(s))\n",
+           out, h->achievable_flops[0] / 1e9, h->achievable_flops[1] / 1e9, h->achievable_flops[2] / 1e9,
+           h->attention_flops / 1e9, h->op_overhead_s * 1e6, h->elementwise_bw / 1e9, h->cpu_adam_params_per_s / 1e6,
+           h->mem_bw / 1e9, h->intra_busbw / 1e9, nranks);
+}
+
 int dt_cmd_calibrate(int argc, char **argv) {
-    const char *out = NULL;
+    const char *out = NULL, *plan = NULL;
     int no_mpi = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: dtplan calibrate -o configs/hardware/local.json [--no-mpi]\n"
-                   "  measures GEMM FLOP/s (fp32, bf16, fp16), memory bandwidth and MPI all-reduce\n"
-                   "  bus bandwidth between 2 local ranks; writes a hardware profile\n");
+            printf("usage: dtplan calibrate -o configs/hardware/local.json [--plan PLAN.json] [--no-mpi]\n"
+                   "  times the CPU engine's kernels (linears, attention, element-wise, AdamW), one thread per\n"
+                   "  core on every core, at GPT-2 124M's shapes or the plan's (micro-batch x sequence, hidden,\n"
+                   "  heads, ffn, vocab), plus memcpy and the MPI all-reduce bus bandwidth between 2 local\n"
+                   "  ranks; writes a hardware profile (docs/hardware.md)\n");
             return 0;
         } else if (!strcmp(argv[i], "-o") && i + 1 < argc) {
             out = argv[++i];
+        } else if (!strcmp(argv[i], "--plan") && i + 1 < argc) {
+            plan = argv[++i];
         } else if (!strcmp(argv[i], "--no-mpi")) {
             no_mpi = 1;
         } else {
-            fprintf(stderr, "dtplan: calibrate: unknown option '%s' (usage: dtplan calibrate -o local.json)\n", argv[i]);
+            fprintf(stderr, "dtplan: calibrate: unknown option '%s' (usage: dtplan calibrate -o local.json "
+                            "[--plan PLAN.json] [--no-mpi])\n", argv[i]);
             return 2;
         }
     }
@@ -328,25 +538,28 @@ int dt_cmd_calibrate(int argc, char **argv) {
         fprintf(stderr, "dtplan: calibrate: -o PATH is required (example: -o configs/hardware/local.json)\n");
         return 2;
     }
-    if (strlen(out) > 4000) {
-        fprintf(stderr, "dtplan: calibrate: -o path too long\n");
+    if (strlen(out) > 4000 || (plan && strlen(plan) > 4000)) {
+        fprintf(stderr, "dtplan: calibrate: -o or --plan path too long\n");
         return 2;
     }
     dt_hardware base;
     dt_error e;
+    cal_shape shape;
     if (dt_hardware_load("cpu", NULL, &base, &e)) {
         fprintf(stderr, "dtplan: calibrate: %s\n", e.msg);
         return 1;
     }
+    default_shape(&shape);
+    if (plan && shape_from_plan(plan, &shape, &e)) {   /* bad input: before any measuring */
+        fprintf(stderr, "dtplan: calibrate: %s\n", e.msg);
+        return 2;
+    }
     int under_mpi = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE");
     if (!under_mpi && !no_mpi && !getenv("DT_CALIBRATE_CHILD")) {
-        if (relaunch_under_mpirun(out) == 0) {
+        if (relaunch_under_mpirun(out, plan) == 0) {
             dt_hardware h;
             if (dt_hardware_load(out, NULL, &h, &e) == DT_OK) {
-                printf("calibrate: wrote %s (fp32 %.1f, bf16 %.1f GFLOP/s; attention %.1f GFLOP/s; op %.2f us; "
-                       "element-wise %.1f GB/s; memcpy %.1f GB/s; all-reduce busbw %.2f GB/s on 2 ranks)\n",
-                       out, h.achievable_flops[0] / 1e9, h.achievable_flops[1] / 1e9, h.attention_flops / 1e9,
-                       h.op_overhead_s * 1e6, h.elementwise_bw / 1e9, h.mem_bw / 1e9, h.intra_busbw / 1e9);
+                print_summary(out, &h, 2);
                 return 0;
             }
         }
@@ -361,15 +574,17 @@ int dt_cmd_calibrate(int argc, char **argv) {
     }
     int rc = 0;
     if (rank == 0) {
-        /* per-rank compute and memory figures, measured while the other ranks idle */
-        double f32 = gemm_flops(NULL), fb = gemm_flops(bf16_to_f32), fh = gemm_flops(f16_to_f32);
-        double bw = copy_bw(), attn = attention_flops(), op_s = op_overhead(), ew = elementwise_bw();
-        rc = write_profile(out, &base, f32, fb, fh, bw, busbw, nranks, attn, op_s, ew);
-        if (!rc)
-            printf("calibrate: wrote %s (fp32 %.1f, bf16 %.1f, fp16 %.1f GFLOP/s; attention %.1f GFLOP/s; op %.2f us; "
-                   "element-wise %.1f GB/s; memcpy %.1f GB/s; busbw %.2f GB/s on %d rank(s))\n",
-                   out, f32 / 1e9, fb / 1e9, fh / 1e9, attn / 1e9, op_s * 1e6, ew / 1e9, bw / 1e9, busbw / 1e9,
-                   nranks);
+        /* compute and memory figures, measured while the other ranks sleep */
+        cal_rates k;
+        double bw = copy_bw();
+        if (measure(&shape, &k) || bw <= 0) {
+            fprintf(stderr, "dtplan: calibrate: out of memory for the probes (shapes of %s)\n", shape.from);
+            rc = 1;
+        } else {
+            rc = write_profile(out, &base, &shape, &k, bw, busbw, nranks);
+        }
+        dt_hardware h;
+        if (!rc && dt_hardware_load(out, NULL, &h, &e) == DT_OK) print_summary(out, &h, nranks);
     }
     if (under_mpi) {
         quiet_wait();   /* rank 0's part releases the sleeping ranks (nonblocking on all: MPI does not

@@ -10,15 +10,27 @@
 int dt_time_estimate(const dt_plan *p, dt_time_breakdown *out, dt_error *err);
 /* Bytes per rank per optimizer step by collective (dt_collective convention). */
 int dt_time_comm_bytes(const dt_plan *p, int64_t out[DT_COLL_COUNT], dt_error *err);
-/* Compute time of one micro-step on one rank, seconds: the forward, the backward
- * and one block's forward (what recomputing a checkpointed block costs). GEMM
- * FLOPs at achievable_flops, attention FLOPs at attention_flops, a fixed
- * op_overhead_s per engine op, and on a CPU device the node's cores (FLOP/s and
- * memory bandwidth) shared by its gpus_per_node ranks (docs/time-model.md). */
+/* Compute time of one micro-step on one rank, seconds: the forward, the backward,
+ * one block's forward, and what recomputing a checkpointed block costs (its
+ * forward less the MLP down projection and the second residual add: the engine
+ * stops there, engine/gpt2.c). GEMM FLOPs at achievable_flops, attention FLOPs
+ * at attention_flops, a fixed op_overhead_s per engine op, element-wise bytes at
+ * elementwise_bw, and on a CPU device the node's cores shared by its
+ * gpus_per_node ranks (docs/time-model.md). */
 typedef struct dt_time_compute {
-    double fwd_s, bwd_s, block_fwd_s;
+    double fwd_s, bwd_s, block_fwd_s, block_recompute_s;
 } dt_time_compute;
 int dt_time_compute_micro(const dt_plan *p, dt_time_compute *out, dt_error *err);
+/* Activation elements the engine's element-wise kernels (LayerNorm, GELU,
+ * residual adds, cross-entropy, encoder) read + write per token, by pass, for
+ * hidden C, ffn F and vocab V; bytes_per_elem = 4 (they work on fp32). The time
+ * model prices them at elementwise_bw and dtplan calibrate divides the same
+ * counts by its probe's time, so both use one definition (docs/time-model.md). */
+typedef struct dt_time_ew_elems {
+    double block_fwd, block_recompute, block_bwd, outer_fwd, outer_bwd;   /* elements per token */
+    double bytes_per_elem;
+} dt_time_ew_elems;
+void dt_time_elementwise_elems(int64_t C, int64_t F, int64_t V, dt_time_ew_elems *out);
 /* Fills p->prediction (memory, time, comm bytes) and sets valid = 1. */
 int dt_predict(dt_plan *p, dt_error *err);
 

@@ -66,18 +66,7 @@ double dt_sim_collective_s(const dt_plan *p, dt_collective c, double bytes) {
     return coll_s(&net, c, bytes);
 }
 
-/* Forward / backward per micro-step: the stage-3 overlap phases carry them as
- * their hiding compute (forward phase work0 = forward, backward phase work0 =
- * backward), so a 2-rank stage-3 probe reads them. */
-/* One micro-step's forward and backward on p's own ranks per node (on a CPU
- * device they share the node's cores: the time model's dt_time_compute_micro). */
-static int probe_compute(const dt_plan *p, double *t_fwd, double *t_bwd, dt_error *err) {
-    dt_time_compute c;
-    if (dt_time_compute_micro(p, &c, err)) return err->code;
-    *t_fwd = c.fwd_s;
-    *t_bwd = c.bwd_s;
-    return DT_OK;
-}
+
 
 /* The closed form's buffers for stage 0 with 1-element buckets are 1·gb plus the
  * workspace (logits, losses, ids, backward scratch). */
@@ -197,7 +186,7 @@ typedef struct {
     int64_t L, K, W, G, pb, gb;
     dt_offload op;
     int64_t *n, *pad;          /* [n_units] elements, padded elements */
-    double t_block, head_fwd, bwd_ratio;
+    double t_block, t_recompute, head_fwd, bwd_ratio;
     double per_gather_xfer;    /* parameter-offload copies issued so far (s) */
 } plan_ctx;
 
@@ -274,8 +263,11 @@ int dt_simulate(const dt_plan *p, dt_sim_result *r, dt_error *err) {
     memset(&c, 0, sizeof c);
     if (dt_time_terms_build(p, &terms, err) || dt_memory_estimate(p, &mb, err) || probe_net(p, &c.net, err))
         return err->code;
-    double t_fwd = 0.0, t_bwd = 0.0;
-    if (probe_compute(p, &t_fwd, &t_bwd, err)) return err->code;
+    /* one micro-step's forward, backward, block forward and block recompute on
+     * p's own ranks per node (the time model's dt_time_compute_micro) */
+    dt_time_compute cm;
+    if (dt_time_compute_micro(p, &cm, err)) return err->code;
+    const double t_fwd = cm.fwd_s, t_bwd = cm.bwd_s;
     const int64_t ws = dt_sim_workspace_bytes(p);
     if (ws < 0) return dt_errorf(err, DT_EINTERNAL, "simulate: workspace probe failed");
 
@@ -318,9 +310,11 @@ int dt_simulate(const dt_plan *p, dt_sim_result *r, dt_error *err) {
         total += c.n[u];
         total_pad += c.pad[u];
     }
-    /* per segment forward: a block at the recompute rate (one block's forward);
-     * embeddings, final norm and lm_head take the rest, on the head segment */
-    c.t_block = terms.per_ckpt_s / (double)A;
+    /* per segment forward: a block's forward; embeddings, final norm and lm_head
+     * take the rest, on the head segment. A checkpointed block's recompute is
+     * shorter than its forward (no MLP down projection, docs/time-model.md). */
+    c.t_block = cm.block_fwd_s;
+    c.t_recompute = cm.block_recompute_s;
     c.head_fwd = t_fwd - (double)c.L * c.t_block;
     if (c.head_fwd < 0) c.head_fwd = 0;
     c.bwd_ratio = t_fwd > 0 ? t_bwd / t_fwd : 0.0;
@@ -390,7 +384,7 @@ int dt_simulate(const dt_plan *p, dt_sim_result *r, dt_error *err) {
             int ckpt = sg >= 1 && sg <= c.K;
             int dep2 = stage3 && c.tied && sg == c.n_seg - 1 ? gbk[0] : -1;
             if (ckpt) {
-                int e = add_event(&s, DT_SIM_COMPUTE, DT_SIM_RECOMPUTE, m, u, "backward", c.t_block, 0, 0.0, dep, -1);
+                int e = add_event(&s, DT_SIM_COMPUTE, DT_SIM_RECOMPUTE, m, u, "backward", c.t_recompute, 0, 0.0, dep, -1);
                 if (e < 0) break;
                 mem_alloc(&s, r->events[e].t0_s, DT_SIMMEM_WORKSPACE, act_full - act_kept);
                 dep = -1;

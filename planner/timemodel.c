@@ -17,36 +17,59 @@
  * forward is 1/3 of the training FLOPs (Kaplan et al. 2020, Narayanan et al. 2021). */
 #define DT_FWD_SHARE (1.0 / 3.0)
 #define DT_BWD_OVER_FWD 2.0
-/* Engine ops (kernels / OpenMP regions) per pass, counted in engine/gpt2.c
- * (docs/time-model.md "Kernel-level terms"). A block's forward: 2 layernorms,
- * 4 linears (GEMM + bias), attention, GELU, 2 residual adds. Its backward: 4
- * linear backwards of 3 ops (input-gradient GEMM, weight-gradient GEMM, bias
- * sum), GELU, 2 layernorms, attention. Outside the blocks, forward: encoder,
- * final layernorm, classifier GEMM, cross-entropy; backward: cross-entropy, 2
- * classifier GEMMs, final layernorm, encoder. */
-#define DT_OPS_BLOCK_FWD 10
+/* Engine ops (kernels / OpenMP regions) per pass, counted in engine/gpt2.c and
+ * engine/ops_cpu.c (docs/time-model.md "Kernel-level terms"). A linear forward is
+ * 2 ops (bias broadcast, GEMM), a linear backward 3 (input-gradient GEMM,
+ * weight-gradient GEMM, bias sum). Block forward: 2 layernorms, 4 linears,
+ * attention, GELU, 2 residual adds = 14. A checkpointed block's recompute
+ * (block_forward with xout = NULL) stops after GELU: no MLP down projection
+ * (linear F -> C) and no second residual add = 11. Block backward: 4 linear
+ * backwards, GELU, 2 layernorms, attention = 16. Outside the blocks, forward:
+ * encoder, final layernorm, classifier GEMM, cross-entropy = 4; backward:
+ * cross-entropy, 2 classifier GEMMs, zeroing the residual gradient, final
+ * layernorm, encoder = 6. */
+#define DT_OPS_BLOCK_FWD 14
+#define DT_OPS_BLOCK_RECOMPUTE 11
 #define DT_OPS_BLOCK_BWD 16
 #define DT_OPS_OUTER_FWD 4
-#define DT_OPS_OUTER_BWD 5
+#define DT_OPS_OUTER_BWD 6
 /* Activation elements the element-wise kernels read + write per token (fp32:
  * the engine's ops work on fp32 arrays, engine/dt_ops.h), counted in
- * engine/gpt2.c with C = hidden, F = ffn, V = vocab. Attention's own traffic is
- * in attention_flops' measurement. Block forward: ln_1 and ln_2 (read + write C
- * each), 2 residual adds (read 2C, write C each), GELU (read + write F) =
- * 10C + 2F. Block backward: GELU (read inp and dout, write: 3F), 2 layernorms
- * (read dout and inp, read + write dinp: 4C each), 4 bias sums (read dout: 3C,
- * C, F, C) = 13C + 4F. Outside: forward encoder (read 2C, write C), ln_f (2C),
+ * engine/gpt2.c with C = hidden, F = ffn, V = vocab. Attention's traffic is in
+ * attention_flops' measurement and the linears' bias work (broadcast, bias
+ * sums) in achievable_flops' (dtplan calibrate times the engine's whole linear
+ * ops). Block forward: ln_1 and ln_2 (read + write C each), 2 residual adds
+ * (read 2C, write C each), GELU (read + write F) = 10C + 2F; its recompute
+ * skips the second residual add = 7C + 2F. Block backward: GELU (read inp and
+ * dout, write: 3F), 2 layernorms (read dout and inp, read + write dinp: 4C
+ * each) = 8C + 3F. Outside: forward encoder (read 2C, write C), ln_f (2C),
  * cross-entropy (read V) = 5C + V; backward cross-entropy (read + write V),
  * ln_f (4C), encoder (read C, add 2C) = 7C + 2V. */
 #define DT_EW_BYTES 4.0
 #define DT_EW_BLK_FWD_C 10.0
 #define DT_EW_BLK_FWD_F 2.0
-#define DT_EW_BLK_BWD_C 13.0
-#define DT_EW_BLK_BWD_F 4.0
+#define DT_EW_BLK_REC_C 7.0
+#define DT_EW_BLK_REC_F 2.0
+#define DT_EW_BLK_BWD_C 8.0
+#define DT_EW_BLK_BWD_F 3.0
 #define DT_EW_OUT_FWD_C 5.0
 #define DT_EW_OUT_FWD_V 1.0
 #define DT_EW_OUT_BWD_C 7.0
 #define DT_EW_OUT_BWD_V 2.0
+/* The recompute skips the MLP's down projection: a [b*s, F] x [F, C] GEMM,
+ * 2 FLOPs per multiply-add. */
+#define DT_FLOPS_PER_MAC 2.0
+
+void dt_time_elementwise_elems(int64_t C, int64_t F, int64_t V, dt_time_ew_elems *out) {
+    const double c = (double)C, f = (double)F, v = (double)V;
+    out->block_fwd = DT_EW_BLK_FWD_C * c + DT_EW_BLK_FWD_F * f;
+    out->block_recompute = DT_EW_BLK_REC_C * c + DT_EW_BLK_REC_F * f;
+    out->block_bwd = DT_EW_BLK_BWD_C * c + DT_EW_BLK_BWD_F * f;
+    out->outer_fwd = DT_EW_OUT_FWD_C * c + DT_EW_OUT_FWD_V * v;
+    out->outer_bwd = DT_EW_OUT_BWD_C * c + DT_EW_OUT_BWD_V * v;
+    out->bytes_per_elem = DT_EW_BYTES;
+}
+
 /* Scalars all-reduced once per step for the loss (all stages) and the partial
  * squared gradient norm (stages 1-3, whose gradients are sharded): fp32 each. */
 #define DT_SCALAR_BYTES 4
@@ -170,20 +193,25 @@ int dt_time_compute_micro(const dt_plan *p, dt_time_compute *out, dt_error *err)
     const double f_fwd = b * DT_FWD_SHARE * dt_model_train_flops_per_seq(&p->model, s);
     const double f_attn_blk = b * attn_fwd_flops_per_seq(&p->model, s);
     const double f_blk = b * dt_model_block_fwd_flops_per_seq(&p->model, s);
+    const double f_down = DT_FLOPS_PER_MAC * b * (double)s * (double)p->model.ffn * (double)p->model.hidden;
     const double t_fwd = (f_fwd - L * f_attn_blk) / R + L * f_attn_blk / Ra +
                          k * (L * DT_OPS_BLOCK_FWD + DT_OPS_OUTER_FWD);
     out->fwd_s = t_fwd;
     out->bwd_s = DT_BWD_OVER_FWD * (t_fwd - k * (L * DT_OPS_BLOCK_FWD + DT_OPS_OUTER_FWD)) +
                  k * (L * DT_OPS_BLOCK_BWD + DT_OPS_OUTER_BWD);
     out->block_fwd_s = (f_blk - f_attn_blk) / R + f_attn_blk / Ra + k * DT_OPS_BLOCK_FWD;
+    /* a checkpointed block's recompute: its forward less the MLP down projection */
+    double f_rec = f_blk - f_down;
+    if (f_rec < f_attn_blk) f_rec = f_attn_blk;
+    out->block_recompute_s = (f_rec - f_attn_blk) / R + f_attn_blk / Ra + k * DT_OPS_BLOCK_RECOMPUTE;
     if (hw->elementwise_bw > 0) {   /* element-wise kernels stream activations */
-        const double C = (double)p->model.hidden, F = (double)p->model.ffn, V = (double)p->model.vocab;
-        const double per_byte = b * (double)s * DT_EW_BYTES / (hw->elementwise_bw * share);
-        const double blk_fwd = (DT_EW_BLK_FWD_C * C + DT_EW_BLK_FWD_F * F) * per_byte;
-        out->fwd_s += L * blk_fwd + (DT_EW_OUT_FWD_C * C + DT_EW_OUT_FWD_V * V) * per_byte;
-        out->bwd_s += L * (DT_EW_BLK_BWD_C * C + DT_EW_BLK_BWD_F * F) * per_byte +
-                      (DT_EW_OUT_BWD_C * C + DT_EW_OUT_BWD_V * V) * per_byte;
-        out->block_fwd_s += blk_fwd;
+        dt_time_ew_elems ew;
+        dt_time_elementwise_elems(p->model.hidden, p->model.ffn, p->model.vocab, &ew);
+        const double per_elem = b * (double)s * ew.bytes_per_elem / (hw->elementwise_bw * share);
+        out->fwd_s += (L * ew.block_fwd + ew.outer_fwd) * per_elem;
+        out->bwd_s += (L * ew.block_bwd + ew.outer_bwd) * per_elem;
+        out->block_fwd_s += ew.block_fwd * per_elem;
+        out->block_recompute_s += ew.block_recompute * per_elem;
     }
     return DT_OK;
 }
@@ -203,7 +231,7 @@ int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
     /* ---- compute, per micro-step ---- */
     dt_time_compute cm;
     if (dt_time_compute_micro(p, &cm, err)) return err->code;
-    const double t_fwd = cm.fwd_s, t_bwd = cm.bwd_s, t_rec = cm.block_fwd_s;
+    const double t_fwd = cm.fwd_s, t_bwd = cm.bwd_s, t_rec = cm.block_recompute_s;
     t->compute_s = A * (t_fwd + t_bwd);
     t->per_ckpt_s = A * t_rec;
     t->recompute_per_layer_s = t->per_ckpt_s;
@@ -277,6 +305,10 @@ int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
         if (op == DT_OFFLOAD_NONE) off += shard * pb / hw->h2d_bw; /* updated params H2D */
         if (oo == DT_OFFLOAD_NVME)
             off += 2.0 * node_shard * ob / hw->nvme_bw;       /* optimizer state read + write */
+        opt = node_shard / hw->cpu_adam_params_per_s;
+    } else if (hw->device == DT_DEVICE_CPU) {
+        /* a CPU device's AdamW is the host AdamW kernel (engine/optim.c) on the
+         * node's cores, shared by its G ranks: the rate dtplan calibrate times */
         opt = node_shard / hw->cpu_adam_params_per_s;
     } else {
         /* device AdamW is memory-bound: grads read twice (norm, update), optimizer

@@ -127,11 +127,14 @@ int main(void) {
     CHECK(dt_time_estimate(&p, &t, &err) == DT_OK);
     CHECK_NEAR(t.comm_exposed_s,
                tt.comm_fixed_exposed_s + 3 * (tt.phase[0].tail_s + tt.phase[1].tail_s), 1e-12);
-    /* checkpointing: recompute = K x block forward, every micro-step */
+    /* checkpointing: recompute = K x a block's forward less its MLP down projection
+     * (b*s x F x C multiply-adds: the engine stops after GELU), every micro-step */
     p.activations.ckpt_layers = 10;
     CHECK(dt_time_estimate(&p, &t2, &err) == DT_OK);
     CHECK_NEAR(t2.recompute_s,
-               10 * 3 * 8 * dt_model_block_fwd_flops_per_seq(&p.model, 4096) / hw->achievable_flops[DT_DTYPE_BF16],
+               10 * 3 * 8 * (dt_model_block_fwd_flops_per_seq(&p.model, 4096) -
+                             2.0 * 4096 * (double)p.model.ffn * (double)p.model.hidden) /
+                   hw->achievable_flops[DT_DTYPE_BF16],
                1e-12);
     CHECK_NEAR(t2.step_s - t.step_s, t2.recompute_s, 1e-9); /* exposure already at its floor */
     /* stage 3 moves more than stage 2, which moves more than stage 1 */
@@ -191,7 +194,11 @@ int main(void) {
     CHECK(dt_time_compute_micro(&p, &cm0, &err) == DT_OK);
     const double R32 = p.cluster.hw.achievable_flops[DT_DTYPE_FP32], Lg = (double)p.model.n_layer;
     CHECK_NEAR(cm0.fwd_s + cm0.bwd_s, 2 * dt_model_train_flops_per_seq(&p.model, 128) / R32, 1e-12);
+    /* a recomputed block (engine/gpt2.c: block_forward with xout = NULL) skips the
+     * MLP down projection, a [b*s, F] x [F, C] GEMM */
+    const double f_down = 2.0 * 2.0 * 128.0 * (double)p.model.ffn * (double)p.model.hidden; /* b = 2 */
     CHECK_NEAR(cm0.block_fwd_s, 2 * dt_model_block_fwd_flops_per_seq(&p.model, 128) / R32, 1e-12);
+    CHECK_NEAR(cm0.block_recompute_s, (2 * dt_model_block_fwd_flops_per_seq(&p.model, 128) - f_down) / R32, 1e-12);
     /* attention at half the GEMM rate: +1 x its FLOPs / R, forward and 2x backward,
      * with the attention FLOPs written out (QK^T + PV: 2 x 2 x T^2 x H x d) */
     double fa = 2.0 * 2.0 * 2.0 * 128.0 * 128.0 * (double)(p.model.n_head * p.model.head_dim); /* b = 2 */
@@ -200,31 +207,34 @@ int main(void) {
     CHECK_NEAR(cm1.fwd_s - cm0.fwd_s, Lg * fa / R32, 1e-12);
     CHECK_NEAR(cm1.bwd_s - cm0.bwd_s, 2 * Lg * fa / R32, 1e-12);
     CHECK_NEAR(cm1.block_fwd_s - cm0.block_fwd_s, fa / R32, 1e-12);
+    CHECK_NEAR(cm1.block_recompute_s - cm0.block_recompute_s, fa / R32, 1e-12);
     CHECK(dt_time_estimate(&p, &k_t, &err) == DT_OK);
     CHECK_NEAR(k_t.compute_s - base_t.compute_s, 3 /* A */ * 3 * Lg * fa / R32, 1e-12);
     p.cluster.hw.attention_flops = 0;   /* 0 = the GEMM rate: unchanged */
     CHECK(dt_time_estimate(&p, &k_t, &err) == DT_OK);
     CHECK_NEAR(k_t.step_s, base_t.step_s, 1e-15);
-    /* op overhead: per micro-step 10 + 16 ops per block and 4 + 5 outside; a
-     * recomputed block's 10 ops again */
+    /* op overhead: per micro-step 14 + 16 ops per block and 4 + 6 outside; a
+     * recomputed block's 11 ops (no down projection, no second residual add) */
     p.cluster.hw.op_overhead_s = 1e-5;
     CHECK(dt_time_estimate(&p, &k_t, &err) == DT_OK);
-    CHECK_NEAR(k_t.compute_s - base_t.compute_s, 3 * 1e-5 * (26 * Lg + 9), 1e-12);
+    CHECK_NEAR(k_t.compute_s - base_t.compute_s, 3 * 1e-5 * (30 * Lg + 10), 1e-12);
     p.activations.ckpt_layers = 4;
     CHECK(dt_time_estimate(&p, &k_t, &err) == DT_OK);
-    CHECK_NEAR(k_t.recompute_s, 4 * 3 * (cm0.block_fwd_s + 10 * 1e-5), 1e-12);
+    CHECK_NEAR(k_t.recompute_s, 4 * 3 * (cm0.block_recompute_s + 11 * 1e-5), 1e-12);
     p.cluster.hw.op_overhead_s = 0;
     p.activations.ckpt_layers = 0;
-    /* element-wise traffic per token, fp32: block fwd 10C + 2F, bwd 13C + 4F,
-     * outside fwd 5C + V, bwd 7C + 2V elements, at elementwise_bw */
+    /* element-wise traffic per token, fp32: block fwd 10C + 2F, recompute 7C + 2F,
+     * bwd 8C + 3F (bias sums are part of the linears), outside fwd 5C + V,
+     * bwd 7C + 2V elements, at elementwise_bw */
     p.cluster.hw.elementwise_bw = 1e11;
     CHECK(dt_time_compute_micro(&p, &cm1, &err) == DT_OK);
     {
         double C = (double)p.model.hidden, F = (double)p.model.ffn, V = (double)p.model.vocab;
         double tok = 2.0 * 128.0, by = 4.0 / 1e11;
         CHECK_NEAR(cm1.fwd_s - cm0.fwd_s, tok * by * (Lg * (10 * C + 2 * F) + 5 * C + V), 1e-12);
-        CHECK_NEAR(cm1.bwd_s - cm0.bwd_s, tok * by * (Lg * (13 * C + 4 * F) + 7 * C + 2 * V), 1e-12);
+        CHECK_NEAR(cm1.bwd_s - cm0.bwd_s, tok * by * (Lg * (8 * C + 3 * F) + 7 * C + 2 * V), 1e-12);
         CHECK_NEAR(cm1.block_fwd_s - cm0.block_fwd_s, tok * by * (10 * C + 2 * F), 1e-12);
+        CHECK_NEAR(cm1.block_recompute_s - cm0.block_recompute_s, tok * by * (7 * C + 2 * F), 1e-12);
     }
     p.cluster.hw.elementwise_bw = 0;
     /* a CPU node's ranks share its FLOP/s and memory bandwidth; GPUs do not */
@@ -235,8 +245,8 @@ int main(void) {
     p.cluster.gpus_per_node = p.parallel.world_size = 4;
     p.batch.global_batch *= 4;
     CHECK(dt_time_compute_micro(&p, &cm1, &err) == DT_OK);
-    CHECK_NEAR(cm1.fwd_s - p.cluster.hw.op_overhead_s * (12 * 10 + 4),
-               4 * (cm0.fwd_s - p.cluster.hw.op_overhead_s * (12 * 10 + 4)), 1e-12);
+    CHECK_NEAR(cm1.fwd_s - p.cluster.hw.op_overhead_s * (12 * 14 + 4),
+               4 * (cm0.fwd_s - p.cluster.hw.op_overhead_s * (12 * 14 + 4)), 1e-12);
     CHECK(p.cluster.hw.elementwise_bw > 0);   /* the cpu profile states it: shared too */
     CHECK(dt_time_estimate(&p, &k_t, &err) == DT_OK);
     CHECK_NEAR(k_t.optimizer_s, 4 * base_t.optimizer_s, 1e-12 + 1e-9 * base_t.optimizer_s);
