@@ -4,9 +4,11 @@
 # ones (run-report.json) and the error in %.
 #
 # usage: bench/bench_zero.sh [BUILD_DIR] [--steps N] [--seq T] [--micro B] [--profile P]
-#   --steps N   optimizer steps per stage (default 3; the first is excluded)
+#   --steps N   optimizer steps per stage (default 3; the first is excluded, the
+#               median of the rest is the measured step time)
 #   --seq T     tokens per sequence (default 128), --micro B sequences per rank (default 2)
-#   --profile   hardware profile for the prediction (default: `dtplan calibrate` now)
+#   --profile   hardware profile for the prediction (default: `dtplan calibrate
+#               --plan` now, at this run's shapes)
 # fp32, one micro-step per step, the solver's overlap setting, no offload.
 # Minutes on 2 cores: GPT-2 124M's attention and GEMMs run on the CPU engine.
 set -u
@@ -32,14 +34,21 @@ OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
+# the solver writes the GPT-2 124M plan (model, units, buckets); with no --profile,
+# calibrate then times the engine's kernels at this plan's shapes (B x T tokens,
+# GPT-2's widths) and the plan is solved again on the measured profile
+solve() { # PROFILE OUT
+    "$DTPLAN" solve --mem 16G --model gpt2 --gpus 2 --hardware "$1" --precision fp32 --seq "$SEQ" \
+        --global-batch $((2 * MICRO)) --stages 0 --no-offload -o "$2" >/dev/null ||
+        { echo "bench_zero.sh: dtplan solve failed" >&2; exit 1; }
+}
 if [ -z "$PROFILE" ]; then
+    solve cpu "$OUT/shape.json"
+    jq --argjson m "$MICRO" '.batch.micro_batch=$m | .batch.grad_accum=1' "$OUT/shape.json" > "$OUT/shape-b.json"
     PROFILE=$OUT/local.json
-    "$DTPLAN" calibrate -o "$PROFILE" >/dev/null || { echo "bench_zero.sh: calibrate failed" >&2; exit 1; }
+    "$DTPLAN" calibrate -o "$PROFILE" --plan "$OUT/shape-b.json" || { echo "bench_zero.sh: calibrate failed" >&2; exit 1; }
 fi
-# the solver writes the GPT-2 124M plan (model, units, buckets) on this profile
-"$DTPLAN" solve --mem 16G --model gpt2 --gpus 2 --hardware "$PROFILE" --precision fp32 --seq "$SEQ" \
-    --global-batch $((2 * MICRO)) --stages 0 --no-offload -o "$OUT/base.json" >/dev/null ||
-    { echo "bench_zero.sh: dtplan solve failed" >&2; exit 1; }
+solve "$PROFILE" "$OUT/base.json"
 printf "GPT-2 124M, 2 CPU ranks, B=%d T=%d fp32, %d steps (first excluded)\n" "$MICRO" "$SEQ" "$STEPS"
 printf "%-5s %12s %13s %8s %11s %12s\n" stage measured_s predicted_s error comm_share pred_share
 for S in 0 1 2 3; do
@@ -50,8 +59,11 @@ for S in 0 1 2 3; do
         echo "stage $S: dtrun failed: $(tail -1 "$OUT/err$S")"
         continue
     fi
-    jq -r --argjson s "$S" '
-        "\($s)|\(.measured.step_time_s)|\(.predicted.step_time_s)|\(.comm.share_of_step // 0)|\(.comm.predicted_share_of_step // 0)"' \
+    # measured: median step of steps 2..N (metrics.jsonl, rank 0; the first warms up)
+    meas=$(jq -r 'select(.step > 1) | .step_ms / 1000' "$OUT/r$S/metrics.jsonl" | sort -g |
+        awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+    jq -r --argjson s "$S" --arg meas "$meas" '
+        "\($s)|\($meas)|\(.predicted.step_time_s)|\(.comm.share_of_step // 0)|\(.comm.predicted_share_of_step // 0)"' \
         "$OUT/r$S/run-report.json" |
         awk -F'|' '{ printf "%-5s %12.3f %13.3f %+7.1f%% %10.1f%% %11.1f%%\n", $1, $2, $3, ($3 - $2) / $2 * 100, $4 * 100, $5 * 100 }'
 done

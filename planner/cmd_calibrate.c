@@ -528,6 +528,9 @@ int dt_cmd_calibrate(int argc, char **argv) {
             plan = argv[++i];
         } else if (!strcmp(argv[i], "--no-mpi")) {
             no_mpi = 1;
+        } else if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--plan")) && i + 1 == argc) {
+            fprintf(stderr, "dtplan: calibrate: %s needs a value (a file path)\n", argv[i]);
+            return 2;
         } else {
             fprintf(stderr, "dtplan: calibrate: unknown option '%s' (usage: dtplan calibrate -o local.json "
                             "[--plan PLAN.json] [--no-mpi])\n", argv[i]);

@@ -126,5 +126,26 @@ bad "run-report.json" "$DTPLAN" report "$T/badrun"
 echo '{"format": "x"}' >"$T/badrun/run-report.json"
 bad "not a dtrun run report" "$DTPLAN" report "$T/badrun"
 
+# ---- calibrate --plan: the engine's kernels at a plan's shapes (docs/hardware.md) ----
+if "$DTPLAN" calibrate --no-mpi -o "$T/cal.json" --plan "$SRC/configs/plans/tiny-cpu.json" >"$T/out" 2>&1; then
+    # every kernel-level field present and positive; the source names the plan's shapes
+    if grep -q '"attention_flops"' "$T/cal.json" && grep -q '"elementwise_bw"' "$T/cal.json" &&
+        grep -q '"op_overhead_s"' "$T/cal.json" && grep -q 'gpt2-tiny, 512 tokens' "$T/cal.json" &&
+        grep -q 'B=8 T=64 C=64 H=4 F=256 V=256' "$T/cal.json"; then
+        ok "calibrate --plan: $(cat "$T/out")"
+    else
+        fail "calibrate --plan wrote no kernel-level fields or other shapes: $(cat "$T/cal.json")"
+    fi
+    # the profile is usable: simulate the plan on it (through a solve on the profile)
+    "$DTPLAN" solve --mem 2G --model gpt2-tiny --gpus 2 --seq 64 --hardware "$T/cal.json" -o "$T/calplan.json" \
+        >"$T/out" 2>&1 && "$DTPLAN" simulate "$T/calplan.json" >"$T/out" 2>&1 &&
+        ok "simulate on the calibrated profile" || fail "solve/simulate on the calibrated profile: $(cat "$T/out")"
+else
+    fail "calibrate --plan: $(cat "$T/out")"
+fi
+bad "cannot open" "$DTPLAN" calibrate --no-mpi -o "$T/cal2.json" --plan "$T/missing.json"
+bad "needs a value" "$DTPLAN" calibrate --no-mpi -o "$T/cal2.json" --plan
+[ ! -e "$T/cal2.json" ] && ok "calibrate wrote nothing on bad input" || fail "calibrate wrote $T/cal2.json on bad input"
+
 [ $FAILS -eq 0 ] && echo "all passed" || echo "$FAILS failure(s)"
 [ $FAILS -eq 0 ]
