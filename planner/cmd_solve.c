@@ -88,13 +88,14 @@ static void print_result(const dt_solve_request *rq, const dt_solve_result *r, d
     const dt_time_breakdown *t = &p->prediction.time;
     char b[8][48];
     int64_t L = p->model.n_layer;
+    const char *dev = p->cluster.device == DT_DEVICE_CPU ? "rank" : "GPU";
     printf("chosen: ");
     print_config(&r->best, L);
-    printf("\n  per GPU: params %s, grads %s, optimizer %s, activations %s, buffers %s, reserve %s\n",
+    printf("\n  per %s: params %s, grads %s, optimizer %s, activations %s, buffers %s, reserve %s\n", dev,
            dt_format_bytes(m->params, u, b[0], 48), dt_format_bytes(m->grads, u, b[1], 48),
            dt_format_bytes(m->optimizer, u, b[2], 48), dt_format_bytes(m->activations, u, b[3], 48),
            dt_format_bytes(m->buffers, u, b[4], 48), dt_format_bytes(m->reserve, u, b[5], 48));
-    printf("  per GPU total %s of %s;  host per node %s of %s;  NVMe %s of %s\n",
+    printf("  per %s total %s of %s;  host per node %s of %s;  NVMe %s of %s\n", dev,
            dt_format_bytes(m->total, u, b[0], 48), dt_format_bytes(rq->mem_limit_bytes, u, b[1], 48),
            dt_format_bytes(m->host_total, u, b[2], 48), dt_format_bytes(rq->host_limit_bytes, u, b[3], 48),
            dt_format_bytes(m->nvme, u, b[4], 48), dt_format_bytes(rq->nvme_limit_bytes, u, b[5], 48));
@@ -105,10 +106,14 @@ static void print_result(const dt_solve_request *rq, const dt_solve_result *r, d
     printf("  %.0f tokens/s, MFU %.1f%% (of %s peak %s FLOP/s)\n", t->tokens_per_s, 100.0 * t->mfu,
            p->cluster.hw.name, dt_dtype_name(p->precision.param));
     printf("  bytes per rank per step:");
+    int any = 0;
     for (int c = 0; c < DT_COLL_COUNT; c++)
-        if (p->prediction.comm_bytes[c])
-            printf(" %s %s", dt_collective_name((dt_collective)c),
+        if (p->prediction.comm_bytes[c]) {
+            printf("%s %s %s", any ? "," : "", dt_collective_name((dt_collective)c),
                    dt_format_bytes(p->prediction.comm_bytes[c], u, b[0], 48));
+            any = 1;
+        }
+    if (!any) printf(" none (%s)", p->parallel.world_size == 1 ? "one rank" : "no collectives");
     printf("\nalternatives (best of each other stage):\n");
     for (int s = 0; s < 4; s++) {
         const dt_solve_choice *c = &r->per_stage[s];
@@ -121,7 +126,16 @@ static void print_result(const dt_solve_request *rq, const dt_solve_result *r, d
             printf("  %-14s no valid configuration\n", stage_name(s));
             continue;
         }
-        if (c->fits) {
+        if (c->fits && c->step_s <= r->best.step_s * (1.0 + DT_SOLVE_TIME_TIE_REL)) {
+            /* equal step time: the solver's tie-break minimises device memory (docs/solver.md) */
+            if (c->mem.total > r->best.mem.total)
+                printf("  %-14s tied on time (%.4g s/step), lost the tie-break on memory: +%s per %s (%s), with ",
+                       stage_name(s), c->step_s, dt_format_bytes(c->mem.total - r->best.mem.total, u, b[0], 48),
+                       dev, dt_format_bytes(c->mem.total, u, b[1], 48));
+            else
+                printf("  %-14s tied on time (%.4g s/step) and memory (%s per %s): equally good, with ",
+                       stage_name(s), c->step_s, dt_format_bytes(c->mem.total, u, b[0], 48), dev);
+        } else if (c->fits) {
             printf("  %-14s lost on time: %.4g s/step (+%.1f%%) with ", stage_name(s), c->step_s,
                    100.0 * (c->step_s / r->best.step_s - 1.0));
         } else if (c->mem.total > rq->mem_limit_bytes) {

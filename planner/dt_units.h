@@ -23,7 +23,9 @@ int dt_parse_bytes(const char *s, const char *what, int64_t *out, dt_error *err)
 /* "GB" or "GiB" (case-insensitive) */
 int dt_parse_units(const char *s, dt_units *out, dt_error *err);
 
-/* "12.34 GiB" / "13.25 GB": two decimals, the unit always printed. Returns buf. */
+/* "12.34 GiB" / "13.25 GB": two decimals, the unit always printed. A non-zero
+ * size that would show as 0.00 steps down ("3.93 MiB", "12.00 KiB", "100 B";
+ * decimal: MB, kB); zero stays "0.00 GiB". Returns buf. */
 char *dt_format_bytes(int64_t bytes, dt_units u, char *buf, size_t n);
 /* bytes as a plain number in the display unit (bytes / 2^30 or / 1e9) */
 double dt_bytes_in(int64_t bytes, dt_units u);

@@ -167,8 +167,23 @@ double dt_bytes_in(int64_t bytes, dt_units u) {
 
 const char *dt_units_name(dt_units u) { return u == DT_UNITS_GB ? "GB" : "GiB"; }
 
+/* Below this many display units a value prints as "0.00": step down a unit. */
+#define DT_FORMAT_MIN_SHOWN 0.005
+
 char *dt_format_bytes(int64_t bytes, dt_units u, char *buf, size_t n) {
-    if (buf && n) snprintf(buf, n, "%.2f %s", dt_bytes_in(bytes, u), dt_units_name(u));
+    static const char *const binary[] = {"GiB", "MiB", "KiB"}, *const decimal[] = {"GB", "MB", "kB"};
+    const char *const *names = u == DT_UNITS_GB ? decimal : binary;
+    const double step = u == DT_UNITS_GB ? 1e3 : 1024.0;
+    double v = dt_bytes_in(bytes, u);
+    int k = 0;
+    while (bytes != 0 && fabs(v) < DT_FORMAT_MIN_SHOWN && k < 2) {
+        v *= step;
+        k++;
+    }
+    if (!buf || !n) return buf;
+    if (bytes != 0 && (fabs(v) < DT_FORMAT_MIN_SHOWN || fabs((double)bytes) < step))
+        snprintf(buf, n, "%lld B", (long long)bytes);
+    else snprintf(buf, n, "%.2f %s", v, names[k]);
     return buf;
 }
 

@@ -90,6 +90,14 @@ int main(void) {
     CHECK_STR(dt_format_bytes(INT64_C(256000000000), DT_UNITS_GB, buf, sizeof buf), "256.00 GB");
     CHECK_STR(dt_format_bytes(INT64_C(13250000000), DT_UNITS_GB, buf, sizeof buf), "13.25 GB");
     CHECK_STR(dt_format_bytes(0, DT_UNITS_GIB, buf, sizeof buf), "0.00 GiB");
+    /* sizes that would print as 0.00 step down a unit */
+    CHECK_STR(dt_format_bytes(482304, DT_UNITS_GIB, buf, sizeof buf), "0.46 MiB");
+    CHECK_STR(dt_format_bytes(5000, DT_UNITS_GIB, buf, sizeof buf), "4.88 KiB");
+    CHECK_STR(dt_format_bytes(4 * (INT64_C(1) << 20), DT_UNITS_GIB, buf, sizeof buf), "4.00 MiB");
+    CHECK_STR(dt_format_bytes(INT64_C(2500000), DT_UNITS_GB, buf, sizeof buf), "2.50 MB");
+    CHECK_STR(dt_format_bytes(100, DT_UNITS_GIB, buf, sizeof buf), "100 B");
+    CHECK_STR(dt_format_bytes(12, DT_UNITS_GB, buf, sizeof buf), "12 B");
+    CHECK_STR(dt_format_bytes(6 * (INT64_C(1) << 20), DT_UNITS_GIB, buf, sizeof buf), "0.01 GiB");
     CHECK_NEAR(dt_bytes_in(INT64_C(120000000000), DT_UNITS_GB), 120.0, 1e-15);
     CHECK_NEAR(dt_bytes_in(3 * GIB, DT_UNITS_GIB), 3.0, 1e-15);
 
