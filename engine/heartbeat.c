@@ -146,7 +146,8 @@ int dt_heartbeat_diagnose(const char *run_dir, int world, double stale_s, dt_hea
         return gone;
     }
     if (missing >= 0) {
-        snprintf(msg, cap, "rank %d never beat (no %s/hb/rank-%d): it did not start or died before step 0%s",
+        snprintf(msg, cap, "rank %d never beat (no %s/hb/rank-%d): it did not start, died before step 0, or runs on "
+                 "another node without a shared --out directory%s",
                  missing, run_dir, missing, more);
         return missing;
     }
