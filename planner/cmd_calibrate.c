@@ -146,7 +146,8 @@ static int64_t block_weights(const cal_shape *s) { return 4 * s->C * s->C + 2 * 
 static void bufs_alloc(cal_bufs *b, const cal_shape *s) {
     memset(b, 0, sizeof *b);
     const int64_t N = s->B * s->T, wide = max3(3 * s->C, s->F, vprobe(s));
-    const size_t act = (size_t)(N * wide), wts = (size_t)(wide * (s->C > s->F ? s->C : s->F));
+    const int64_t lin = wide * (s->C > s->F ? s->C : s->F);   /* largest linear / classifier weight */
+    const size_t act = (size_t)(N * wide), wts = (size_t)(lin > block_weights(s) ? lin : block_weights(s));
     b->x = filled(act, 1), b->y = filled(act, 2), b->z = filled(act, 3);
     b->w = filled(wts, 4), b->dw = filled(wts, 5), b->bias = filled((size_t)wide, 6);
     b->dbias = filled((size_t)wide, 7);
@@ -284,15 +285,18 @@ typedef struct {
 static int measure(const cal_shape *s, cal_rates *out) {
     const int cores = omp_get_num_procs() > 0 ? omp_get_num_procs() : 1;
     double *t = calloc((size_t)cores * P_COUNT * CAL_MAX_REPS, sizeof *t);
-    int reps = CAL_MIN_REPS, bad = 0;
+    int reps = CAL_MIN_REPS, bad = 0;   /* shared: every thread sees one verdict */
     if (!t) return 1;
     memset(out, 0, sizeof *out);
-#pragma omp parallel num_threads(cores) reduction(| : bad)
+#pragma omp parallel num_threads(cores) shared(bad, reps)
     {
         const int me = omp_get_thread_num();
         cal_bufs b;
         bufs_alloc(&b, s);
-        if (!b.ok) bad = 1;
+        if (!b.ok) {
+#pragma omp atomic write
+            bad = 1;
+        }
 #pragma omp barrier
         double warm = 0;
         if (!bad) {   /* warm-up: threads, caches, first touch; sizes the repeats */
