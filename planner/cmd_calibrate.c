@@ -23,10 +23,11 @@
  *   adamw      the engine's AdamW update on the plan's optimizer shard: params/s
  * Every probe repeats, interleaved with the others (a busy moment slows all
  * classes alike, not one), every core starting each probe together (a barrier
- * before it), and each core's best repeat counts: another process on a shared
- * machine only ever adds time, so the fastest repeat is the one closest to the
- * machine the run has to itself (docs/benchmarks.md: medians moved 104-151
- * GFLOP/s between runs on the busy development VM). */
+ * before it), and each core's median repeat counts: the time model adds these
+ * rates up into a step, and a step's time is what its kernels typically take
+ * (a sum of medians), not what the luckiest repeat took. The best repeat read
+ * 30-40 % faster than the median on the development VM even with it 60-80 %
+ * idle, and predicted steps that much too short (docs/benchmarks.md). */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <mpi.h>
@@ -269,11 +270,7 @@ static double median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_d);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
-static double best(const double *v, int n) {
-    double m = v[0];
-    for (int i = 1; i < n; i++) m = v[i] < m ? v[i] : m;
-    return m;
-}
+
 
 /* What the node's cores reach together (sums over cores) and per op. */
 typedef struct {
@@ -334,7 +331,7 @@ static int measure(const cal_shape *s, cal_rates *out) {
         bufs_free(&b);
     }
     if (bad) { free(t); return 1; }
-    /* per core: the best repeat; node: rates summed over the cores, the op cost
+    /* per core: the median repeat; node: rates summed over the cores, the op cost
      * (what one rank pays per op) the median over the cores */
     const double Vfull = (double)s->V, Vp = (double)vprobe(s), L = (double)s->L;
     const double conv_per_use = 2.0 * (L * (double)block_weights(s) + Vfull * (double)s->C); /* fwd + bwd */
@@ -342,7 +339,7 @@ static int measure(const cal_shape *s, cal_rates *out) {
     int nop = 0;
     for (int c = 0; c < cores; c++) {
         double m[P_COUNT];
-        for (int k = 0; k < P_COUNT; k++) m[k] = best(t + ((size_t)c * P_COUNT + k) * CAL_MAX_REPS, reps);
+        for (int k = 0; k < P_COUNT; k++) m[k] = median(t + ((size_t)c * P_COUNT + k) * CAL_MAX_REPS, reps);
         /* one micro-step's linears: L blocks + the classifier over the full vocabulary */
         double t_lin = L * m[P_LIN] + m[P_CLS] * Vfull / Vp;
         double flops = L * block_linear_flops(s) + classifier_flops(s, s->V);
