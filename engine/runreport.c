@@ -22,6 +22,7 @@
 void dt_run_measure_memory(dt_run_measure *m) {
     for (int c = 0; c < DT_MEM_CAT_COUNT; c++) m->peak[c] = dt_mem_peak(DT_POOL_DEVICE, (dt_mem_category)c);
     m->peak_total = dt_mem_peak_total(DT_POOL_DEVICE);
+    for (int c = 0; c < DT_MEM_CAT_COUNT; c++) m->host_peak[c] = dt_mem_peak(DT_POOL_HOST, (dt_mem_category)c);
     m->host_peak_total = dt_mem_peak_total(DT_POOL_HOST);
     struct rusage ru;
     m->peak_rss_bytes = getrusage(RUSAGE_SELF, &ru) == 0 ? (int64_t)ru.ru_maxrss * DT_KIB : 0;
@@ -119,7 +120,8 @@ int dt_run_report_write(const char *path, const dt_plan *plan, const char *plan_
         cJSON *hdj = cJSON_AddObjectToObject(h, "diff_pct");
         for (int i = 0; i < 3; i++) {
             const char *nm = dt_mem_category_name(hc[i]);
-            int64_t mv2 = dt_mem_peak(DT_POOL_HOST, hc[i]);
+            /* the trainer's reading of the device's host pool (pinned memory on CUDA) */
+            int64_t mv2 = m->host_peak[hc[i]];
             if (have_pred) cJSON_AddNumberToObject(hpj, nm, (double)hp[i]);
             else cJSON_AddNullToObject(hpj, nm);
             cJSON_AddNumberToObject(hmj, nm, (double)mv2);
