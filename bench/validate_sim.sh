@@ -8,7 +8,7 @@
 #
 # usage: bench/validate_sim.sh [BUILD_DIR] [--steps N] [--rounds R] [--profile P] [--quick]
 #   BUILD_DIR   where dtplan and dtrun are (default build)
-#   --steps N   optimizer steps per run (default 12; the first 2 are warm-up)
+#   --steps N   optimizer steps per run (default 20; the first 2 are warm-up)
 #   --rounds R  passes over all configs (default 3), round-robin, so a busy
 #               minute lands on every config a little instead of on a few;
 #               each round calibrates first and runs every config once
@@ -22,7 +22,7 @@
 # directory). The machine must be quiet: the load average is printed before and
 # after every round. docs/benchmarks.md has a recorded run.
 set -u
-BUILD=build STEPS=12 ROUNDS=3 PROFILE="" QUICK=0
+BUILD=build STEPS=20 ROUNDS=3 PROFILE="" QUICK=0
 WARMUP=2   # steps excluded from the median: allocation, first-touch, thread start-up
 while [ $# -gt 0 ]; do
     case "$1" in
