@@ -115,6 +115,12 @@ static void *params_host(dt_gpt2 *g, dt_dtype pdt, int fill, const char *path, d
         dev->handoff(DT_STREAM_COMPUTE, DT_STREAM_D2H);
         dev->memcpy(h, flat, bytes, DT_COPY_D2H, DT_STREAM_D2H);
         dev->stream_sync(DT_STREAM_D2H);
+        /* an asynchronous device error (the copy or earlier work) would leave h stale */
+        if (dev->synchronize(err)) {
+            dt_error_prefix(err, "%s: ", path);
+            dev->free(h);
+            return NULL;
+        }
     }
     return h;
 }

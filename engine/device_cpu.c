@@ -43,6 +43,8 @@ static int cpu_synchronize(dt_error *err) {
 static int cpu_gemm_ex(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                         const void *A, dt_dtype at, int64_t lda, const void *B, dt_dtype bt,
                         int64_t ldb, float beta, void *C, dt_dtype ct, int64_t ldc) {
+    dt_gemm_ex_plan plan;   /* only its dtype check: the CPU widens every 16-bit operand */
+    if (dt_gemm_ex_plan_for(at, bt, ct, 0, &plan)) return DT_EINVAL;
     size_t na = (size_t)((ta ? K : M) * lda), nb = (size_t)((tb ? N : K) * ldb);
     size_t nc = (size_t)(M * ldc);
     float *a32 = at == DT_DTYPE_FP32 ? (float *)A : malloc(na * sizeof(float));

@@ -63,12 +63,19 @@ typedef struct dt_device_ops {
     /* The host waits for one stream (e.g. before reusing a host buffer an
      * asynchronous copy reads). */
     void (*stream_sync)(dt_stream_id s);
-    /* Waits for every stream; reports a pending asynchronous error (CUDA). */
+    /* Waits for every stream; reports (and clears) the first asynchronous error
+     * recorded since the last call (CUDA: a failed kernel launch, cuBLAS call or
+     * copy, one line naming the call). The trainer calls it once per step. */
     int (*synchronize)(dt_error *err);
 
-    /* ---- GEMM, fp32 (dt_op_gemm) and mixed: A, B, C of any dtype, fp32
-     * accumulation and alpha / beta; row-major, strides in elements. gemm_ex
-     * returns DT_ENOMEM when its conversion scratch (CPU) cannot be allocated. */
+    /* ---- GEMM, fp32 (dt_op_gemm) and mixed: A, B, C each fp32, bf16 or fp16
+     * (any combination), fp32 accumulation and alpha / beta; row-major, strides
+     * in elements. The result is that of an fp32 GEMM on the operands widened to
+     * fp32, rounded once into C's dtype; combinations the GPU library lacks go
+     * through exact conversions (dt_gemm_ex_plan_for). gemm_ex returns DT_EINVAL
+     * for a dtype outside the three, DT_ENOMEM when its conversion scratch cannot
+     * be allocated, DT_ERUNTIME when the GEMM library fails (CUDA; the error is
+     * also what synchronize reports). */
     void (*gemm)(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                  const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                  int64_t ldc);
@@ -136,8 +143,9 @@ typedef struct dt_device_ops {
     void (*add)(void *dst, const void *src, dt_dtype t, size_t n);
     /* 1 if all n elements of x (dtype t) are finite; waits for the result */
     int (*all_finite)(const void *x, dt_dtype t, size_t n);
-    /* sum of squares in double, DT_SUMSQ_CHUNK chunks in order (see dt_devmath.h):
-     * bitwise the same on every device; waits for the result */
+    /* sum of squares in double, DT_SUMSQ_CHUNK chunks in order (see dt_devmath.h),
+     * so deterministic on each device (bitwise where both devices round every
+     * product and sum separately; see dt_devmath.h); waits for the result */
     double (*sumsq)(const void *x, dt_dtype t, size_t n);
     /* AdamW on n elements (dt_adamw_elem): params (pt), optional fp32 master,
      * moments m, v (mt), grads (gt). */
@@ -145,13 +153,54 @@ typedef struct dt_device_ops {
                   const void *grads, dt_dtype gt, size_t n, const dt_adamw_scalars *s);
 } dt_device_ops;
 
+/* How the CUDA device runs gemm_ex(at, bt, ct). cublasGemmEx with the fp32
+ * compute type takes A and B of ONE dtype and C of that dtype or fp32 (no
+ * bf16 x fp32, no fp32 -> bf16 output, no bf16 -> fp16); the TF32 fast mode
+ * (DT_CUDA_TF32=1) only fp32 A, B and C (NVIDIA cuBLAS documentation,
+ * cublasGemmEx "supported combinations"). So:
+ *   ab   : the dtype A and B are handed over in: their own when equal, else
+ *          fp32 (the 16-bit one is widened into scratch: exact);
+ *   c    : the dtype the GEMM writes: ct when ct is fp32 or ab, else fp32
+ *          scratch rounded into ct afterwards (one rounding, as the CPU);
+ *   tf32 : the TF32 fast mode is used (requested, and ab and c are fp32).
+ * DT_EINVAL when a dtype is not fp32, bf16 or fp16. Pure: the CPU tests
+ * check the table (tests/gpu/test_devmath.c). */
+typedef struct {
+    dt_dtype ab, c;
+    int tf32;
+} dt_gemm_ex_plan;
+
+static inline int dt_gemm_dtype_ok(dt_dtype t) {
+    return t == DT_DTYPE_FP32 || t == DT_DTYPE_BF16 || t == DT_DTYPE_FP16;
+}
+
+static inline int dt_gemm_ex_plan_for(dt_dtype at, dt_dtype bt, dt_dtype ct, int want_tf32,
+                                      dt_gemm_ex_plan *p) {
+    if (!dt_gemm_dtype_ok(at) || !dt_gemm_dtype_ok(bt) || !dt_gemm_dtype_ok(ct)) return DT_EINVAL;
+    p->ab = at == bt ? at : DT_DTYPE_FP32;
+    p->c = ct == DT_DTYPE_FP32 || ct == p->ab ? ct : DT_DTYPE_FP32;
+    p->tf32 = want_tf32 && p->ab == DT_DTYPE_FP32 && p->c == DT_DTYPE_FP32;
+    return DT_OK;
+}
+
+/* The CUDA ordinal a rank with local rank `local_rank` binds to when
+ * `visible` GPUs are visible: local_rank modulo visible. One GPU per rank on a
+ * node (LOCAL_RANK < visible) keeps LOCAL_RANK; a launcher that gives each task
+ * its own GPU (srun --gpus-per-task=1, a per-rank CUDA_VISIBLE_DEVICES) shows
+ * every rank one GPU, ordinal 0. -1 when local_rank < 0 or visible < 1. */
+static inline int dt_cuda_ordinal_for(int local_rank, int visible) {
+    if (local_rank < 0 || visible < 1) return -1;
+    return local_rank % visible;
+}
+
 /* The CPU device (always available). */
 const dt_device_ops *dt_device_cpu(void);
 
 /* The device of a kind: cpu always; cuda when built with CUDA (DT_HAVE_CUDA)
- * and a GPU is visible, after binding this process to GPU `ordinal`
- * (cudaSetDevice; pass LOCAL_RANK). DT_ERUNTIME otherwise, with a message
- * saying why (not built with CUDA / no GPU / driver error). */
+ * and a GPU is visible, after binding this process to GPU
+ * dt_cuda_ordinal_for(ordinal, visible GPUs) (cudaSetDevice; pass LOCAL_RANK).
+ * DT_ERUNTIME otherwise, with a message saying why (not built with CUDA / no
+ * GPU / driver error). */
 int dt_device_get(dt_device kind, int ordinal, const dt_device_ops **out, dt_error *err);
 
 /* Number of visible CUDA GPUs (0 without CUDA, without a driver or on error). */

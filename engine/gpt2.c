@@ -568,7 +568,10 @@ void dt_gpt2_init_random(dt_gpt2 *g, uint64_t seed) {
     if (host != g->params) {
         g->dev->memcpy(g->params, host, bytes, DT_COPY_H2D, DT_STREAM_H2D);
         g->dev->handoff(DT_STREAM_H2D, DT_STREAM_COMPUTE);
-        g->dev->synchronize(NULL);
+        /* the upload is done once the compute stream passed the hand-off; a
+         * pending asynchronous error stays recorded for the caller's next
+         * synchronize (synchronize(NULL) would clear it unreported) */
+        g->dev->stream_sync(DT_STREAM_COMPUTE);
         g->dev->free(host);
     }
 }
@@ -668,6 +671,10 @@ int dt_gpt2_forward(dt_gpt2 *g, const int32_t *inputs, const int32_t *targets, f
     size_t tok_bytes = sizeof(int32_t) * (size_t)N;
     g->dev->stream_sync(DT_STREAM_H2D);   /* the last upload has read h_inputs */
     memcpy(g->h_inputs, inputs, tok_bytes);
+    /* write-after-read: the previous micro-batch's backward, possibly still
+     * queued on the compute stream, reads g->targets (cross-entropy) and
+     * g->inputs (encoder); the uploads below must wait for it */
+    g->dev->handoff(DT_STREAM_COMPUTE, DT_STREAM_H2D);
     if (g->inputs != g->h_inputs)
         g->dev->memcpy(g->inputs, g->h_inputs, tok_bytes, DT_COPY_H2D, DT_STREAM_H2D);
     if (targets) g->dev->memcpy(g->targets, targets, tok_bytes, DT_COPY_H2D, DT_STREAM_H2D);
@@ -803,6 +810,10 @@ static void encoder_backward(dt_gpt2 *g) {
         g->h_tok_head[g->h_inputs[n]] = (int32_t)n;
     }
     if (g->tok_head != g->h_tok_head) {
+        /* write-after-read: the last encoder_backward_16 on the compute stream
+         * reads tok_head / tok_next (not ordered otherwise: nothing between two
+         * calls is guaranteed to wait for the compute stream) */
+        g->dev->handoff(DT_STREAM_COMPUTE, DT_STREAM_H2D);
         g->dev->memcpy(g->tok_head, g->h_tok_head, sizeof(int32_t) * (size_t)g->V, DT_COPY_H2D,
                        DT_STREAM_H2D);
         g->dev->memcpy(g->tok_next, g->h_tok_next, sizeof(int32_t) * (size_t)N, DT_COPY_H2D,

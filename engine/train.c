@@ -147,7 +147,8 @@ static int evaluate(trainer *t, double *loss_out, dt_error *err) {
         sum += loss;
     }
     *loss_out = sum / (double)nb;
-    return DT_OK;
+    /* an asynchronous device error (CUDA / cuBLAS) during evaluation */
+    return t->dev->synchronize(err);
 }
 
 /* device-pool bytes allocated now, through the device's own accounting */
@@ -232,6 +233,13 @@ static int train_step(trainer *t, double *loss_out, double *lr_out, double *norm
     double loss = loss_sum / (double)accum, sumsq = 0;
     int nonfinite = 0;
     if (dt_zero_reduce_scalars(t->z, &loss, &sumsq, &nonfinite, err)) return err->code;
+    /* Once per step, the first asynchronous device error (a failed kernel, GEMM
+     * or copy on CUDA; nothing on the CPU) before its loss and norm are used.
+     * Here every collective of the step has completed (reduce_scalars waited for
+     * them with their deadline), so waiting for all streams cannot hang on a
+     * collective; the optimizer step's errors surface at the next step, before
+     * a save, or after the loop. */
+    if (t->dev->synchronize(err)) return err->code;
     *loss_out = loss;
     double norm = sqrt(sumsq);
     *norm_out = norm / scale;
@@ -264,6 +272,8 @@ static int train_step(trainer *t, double *loss_out, double *lr_out, double *norm
 
 static int save(trainer *t, dt_error *err) {
     char path[DT_PATH_MAX * 2];
+    /* no checkpoint from a step whose device work failed */
+    if (t->dev->synchronize(err)) return err->code;
     if (dt_ckpt_save_zero(t->out_dir, t->g, &t->plan->model, &t->plan->precision, t->z, t->comm, &t->st,
                           t->plan_json, t->plan->output.keep_last, path, sizeof path, err))
         return err->code;
@@ -429,6 +439,8 @@ int dt_train(const dt_plan *plan, const dt_train_opts *opts, dt_train_result *re
         if ((si > 0 && t.st.step % si == 0) || t.st.step == stop)
             if ((rc = save(&t, err))) break;
     }
+    /* the last optimizer step's asynchronous device errors, before the report */
+    if (!rc && t.dev) rc = t.dev->synchronize(err);
     if (rc) name_culprit(&t, err);
     if (log && t.tty) fprintf(log, "\n");
     res->steps = t.st.step;

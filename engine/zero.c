@@ -432,8 +432,32 @@ static int hook_after_backward_body(dt_zero *z, int u) {
 
 /* ---- create / free ---- */
 
+/* Error path only (a clean step leaves nothing in flight): collectives still
+ * queued on a device the host cannot address (NCCL on CUDA). Freeing device
+ * memory waits for all device work (cudaFree / cudaDeviceSynchronize have no
+ * deadline), so a collective stuck on a dead peer would hang the rank there.
+ * dt_comm_wait polls each one with the communicator's deadline and aborts the
+ * communicator on error or timeout, after which the queued NCCL work ends. On
+ * the CPU nothing waits for collectives when freeing, so nothing is done there. */
+static void drain_collectives(dt_zero *z) {
+    if (z->hostdev) return;
+    dt_error e;
+    dt_error_clear(&e);
+    for (int b = 0; b < NBUF; b++) {
+        dt_comm_req *q = z->rs[b].req;
+        z->rs[b].req = NULL;
+        if (q) (void)dt_comm_wait(z->c, q, &e);
+        q = z->ag[b].req;
+        z->ag[b].req = NULL;
+        if (q) (void)dt_comm_wait(z->c, q, &e);
+    }
+    for (int i = 0; i < z->nar; i++) (void)dt_comm_wait(z->c, z->ar[i], &e);
+    z->nar = 0;
+}
+
 void dt_zero_free(dt_zero *z) {
     if (!z) return;
+    drain_collectives(z);
     dt_gpt2_set_hooks(z->g, NULL);
     for (int i = 0; i < 3; i++) dt_store_close(&z->st[i]);
     dt_store_close(&z->pstore);
@@ -904,7 +928,12 @@ int dt_zero_consolidate_params(dt_zero *z, dt_zero_unit_fn fn, void *ctx, dt_err
         } else {
             params = at(dt_gpt2_params(z->g), un->off, z->psz);
         }
-        if (fn && !rc) rc = fn(ctx, i, un->off, un->n, host_view(z, params, un->n * z->psz, host), err);
+        if (fn && !rc) {
+            const void *hv = host_view(z, params, un->n * z->psz, host);
+            /* an asynchronous device error would leave the host copy stale */
+            if (!z->hostdev) rc = z->dev->synchronize(err);
+            if (!rc) rc = fn(ctx, i, un->off, un->n, hv, err);
+        }
     }
     dfree(z, host);
     return rc;
@@ -929,7 +958,8 @@ int dt_zero_state_read(dt_zero *z, int which, size_t lo, size_t count, void *dst
     if (store_dev(s)) {
         size_t es = (size_t)dt_dtype_size(s->dt);
         to_host(z, dst, at(s->mem, lo, es), count * es);
-        return DT_OK;
+        /* an asynchronous device error would leave dst stale (CUDA; DT_OK on the CPU) */
+        return z->dev->synchronize(err);
     }
     void *p = dt_store_get(s, lo, count, dst, err);
     if (!p) return err->code;

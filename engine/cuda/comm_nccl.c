@@ -107,21 +107,40 @@ int dt_nccl_create(dt_nccl **out, int rank, int size, const void *id, double tim
         free(n);
         return rc;
     }
+    /* the barrier's scratch is zeroed (a 1-element all-reduce of garbage is
+     * harmless but shows up in compute-sanitizer's initcheck) */
     if (cudaEventCreateWithFlags(&n->done, cudaEventDisableTiming) != cudaSuccess ||
-        cudaMalloc((void **)&n->one, sizeof(float)) != cudaSuccess) {
-        ncclCommDestroy(n->comm);
+        cudaMalloc((void **)&n->one, sizeof(float)) != cudaSuccess ||
+        cudaMemset(n->one, 0, sizeof(float)) != cudaSuccess ||
+        cudaDeviceSynchronize() != cudaSuccess) {
+        ncclCommAbort(n->comm);   /* no collective was issued: nothing to finalize */
         free(n);
-        return dt_errorf(err, DT_ERUNTIME, "cuda: cannot create the NCCL completion event");
+        return dt_errorf(err, DT_ERUNTIME, "cuda: cannot create the NCCL completion event and "
+                         "barrier scratch");
     }
     *out = n;
     return DT_OK;
 }
 
+/* Teardown of a live communicator. ncclCommFinalize is collective and, on a
+ * non-blocking communicator, returns ncclInProgress: NCCL requires polling
+ * ncclCommGetAsyncError until it settles before any other call on the
+ * communicator, destroy included (NCCL user guide, "Fault tolerance" /
+ * non-blocking communicators). A peer that has exited never finalizes, so the
+ * poll has the communicator's deadline; on timeout or error the communicator
+ * is aborted instead of destroyed (abort does not wait for peers). */
 void dt_nccl_free(dt_nccl *n) {
     if (!n) return;
     if (!n->dead) {
-        ncclCommFinalize(n->comm);   /* non-blocking: settles inside destroy */
-        ncclCommDestroy(n->comm);
+        ncclResult_t r = ncclCommFinalize(n->comm);
+        double deadline = now_s() + n->timeout_s;
+        while (r == ncclInProgress && now_s() <= deadline) {
+            sched_yield();
+            if (ncclCommGetAsyncError(n->comm, &r) != ncclSuccess) r = ncclInternalError;
+        }
+        if (r == ncclSuccess) ncclCommDestroy(n->comm);
+        else ncclCommAbort(n->comm);
+        n->dead = 1;
     }
     cudaEventDestroy(n->done);
     cudaFree(n->one);

@@ -18,8 +18,15 @@
  * deterministic; the attention backward computes dq, and dk/dv, in separate
  * kernels with one thread per output row (no atomics).
  *
+ * Attention keeps its per-thread fp32 vectors (the flash accumulator, dq,
+ * dk / dv) in dynamic shared memory, not in per-thread arrays: a local array
+ * makes the driver reserve frame x resident threads x SMs of local memory for
+ * the context (2 KiB x 2048 x 132 = 528 MiB on an H100) outside dt's
+ * accounting and the plan; shared memory is per block and reserves nothing.
+ *
  * Errors: ops have no return code (same signatures as the CPU); the first
- * failing CUDA / cuBLAS call is remembered and reported by synchronize(). */
+ * failing CUDA / cuBLAS call is remembered and reported by synchronize() (the
+ * trainer calls it once per step) as one line naming the call. */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <pthread.h>
@@ -38,8 +45,11 @@ extern "C" {
 #define DT_CU_THREADS 256
 /* a warp (rows reduced by one warp) */
 #define DT_CU_WARP 32
-/* largest head size the attention kernels keep per thread (as ops_cpu.c) */
-#define DT_CU_MAX_HS 256
+/* dynamic shared memory an attention block asks for at most (bytes); the
+ * GPU's opt-in limit per block is 163 KiB on sm_80 and 227 KiB on sm_90
+ * (CUDA C++ Programming Guide, "Compute capabilities", table of technical
+ * specifications), 99 KiB on sm_86 / sm_89, so 96 KiB fits every target */
+#define DT_CU_ATT_SMEM_MAX (96 * 1024)
 /* cudaMalloc alignment the tracker reports (cudaMalloc guarantees 256 bytes) */
 #define DT_CU_ALIGN 256
 
@@ -58,11 +68,18 @@ static size_t g_part_cap;
 static int *g_flag_dev, *g_flag_host;      /* all_finite flag */
 static float *g_loss_host;                 /* cross-entropy losses on the host */
 static size_t g_loss_cap;
+static int g_att_smem;                     /* shared-memory bytes an attention block may use */
 
 static void note_error(const char *what, const char *detail) {
     if (g_err_code) return;
     g_err_code = DT_ERUNTIME;
     snprintf(g_err_msg, sizeof g_err_msg, "cuda: %s failed: %s", what, detail);
+    for (char *c = g_err_msg; *c; c++)   /* one line, whatever the call text held */
+        if (*c == '\n' || *c == '\r') *c = ' ';
+}
+
+extern "C" void dt_cuda_note_error(const char *what, const char *detail) {
+    note_error(what ? what : "?", detail ? detail : "?");
 }
 
 #define CU(call)                                                   \
@@ -111,8 +128,12 @@ static void *cu_alloc(dt_mem_pool pool, dt_mem_category cat, size_t bytes) {
     if (!b) return NULL;
     void *p = NULL;
     if (pool == DT_POOL_DEVICE) {
+        /* zero-filled on the compute stream and finished before returning, so
+         * every later op on any stream comes after it (a plain cudaMemset runs on
+         * the legacy default stream, which the non-blocking streams do not wait for) */
         if (cudaMalloc(&p, bytes) != cudaSuccess) p = NULL;
-        else if (cudaMemset(p, 0, bytes) != cudaSuccess) {
+        else if (cudaMemsetAsync(p, 0, bytes, cs()) != cudaSuccess ||
+                 cudaStreamSynchronize(cs()) != cudaSuccess) {
             cudaFree(p);
             p = NULL;
         }
@@ -303,14 +324,65 @@ static cudaDataType_t cu_type(dt_dtype t) {
 
 /* Row-major C[M,N] = alpha op(A) op(B) + beta C is column-major
  * C^T[N,M] = alpha op(B)^T op(A)^T + beta C^T: swap the operands, keep the ops. */
+/* elements a row-major rows x cols operand with leading dimension ld spans */
+static size_t span(int64_t rows, int64_t cols, int64_t ld) {
+    return rows > 0 && cols > 0 ? (size_t)((rows - 1) * ld + cols) : 0;
+}
+
+/* fp32 or 16-bit device scratch for an operand converted from src (n
+ * elements; at least one so an empty operand still has a typed pointer) */
+static void *gemm_scratch(dt_dtype t, const void *src, dt_dtype st, size_t n, int fill) {
+    void *p = cu_alloc(DT_POOL_DEVICE, DT_MEM_BUFFERS, (n ? n : 1) * (size_t)dt_dtype_size(t));
+    if (p && fill) cu_convert(p, t, src, st, n);
+    return p;
+}
+
+/* Dtype combinations cuBLAS lacks go through exact conversions into scratch
+ * (dt_gemm_ex_plan_for, dt_device.h); the TF32 fast mode only where cuBLAS
+ * accepts it (fp32 A, B, C). */
 static int cu_gemm_ex(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
                       dt_dtype at, int64_t lda, const void *B, dt_dtype bt, int64_t ldb,
                       float beta, void *C, dt_dtype ct, int64_t ldc) {
+    dt_gemm_ex_plan pl;
+    if (dt_gemm_ex_plan_for(at, bt, ct, g_compute == CUBLAS_COMPUTE_32F_FAST_TF32, &pl)) {
+        char d[96];
+        snprintf(d, sizeof d, "dtype codes A %d, B %d, C %d; each must be fp32, bf16 or fp16",
+                 (int)at, (int)bt, (int)ct);
+        note_error("gemm_ex", d);
+        return DT_EINVAL;
+    }
     if (M <= 0 || N <= 0) return DT_OK;
-    BLAS(cublasGemmEx(g_blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                      (int)N, (int)M, (int)K, &alpha, B, cu_type(bt), (int)ldb, A, cu_type(at),
-                      (int)lda, &beta, C, cu_type(ct), (int)ldc, g_compute, CUBLAS_GEMM_DEFAULT));
-    return DT_OK;
+    const void *a = A, *b = B;
+    void *c = C, *sa = NULL, *sb = NULL, *sc = NULL;
+    int rc = DT_OK;
+    if (at != pl.ab && !(a = sa = gemm_scratch(pl.ab, A, at, span(ta ? K : M, ta ? M : K, lda), 1)))
+        rc = DT_ENOMEM;
+    if (!rc && bt != pl.ab &&
+        !(b = sb = gemm_scratch(pl.ab, B, bt, span(tb ? N : K, tb ? K : N, ldb), 1)))
+        rc = DT_ENOMEM;
+    /* C is read only when beta != 0 (BLAS semantics) */
+    if (!rc && ct != pl.c && !(c = sc = gemm_scratch(pl.c, C, ct, span(M, N, ldc), beta != 0.0f)))
+        rc = DT_ENOMEM;
+    if (!rc) {
+        cublasStatus_t st = cublasGemmEx(
+            g_blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M,
+            (int)K, &alpha, b, cu_type(pl.ab), (int)ldb, a, cu_type(pl.ab), (int)lda, &beta, c,
+            cu_type(pl.c), (int)ldc, pl.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+            CUBLAS_GEMM_DEFAULT);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            char what[96];
+            snprintf(what, sizeof what, "cublasGemmEx (gemm M=%lld N=%lld K=%lld)", (long long)M,
+                     (long long)N, (long long)K);
+            note_error(what, cublasGetStatusString(st));
+            rc = DT_ERUNTIME;
+        } else if (sc) {
+            cu_convert(C, ct, sc, pl.c, span(M, N, ldc));
+        }
+    }
+    cu_free(sa);   /* cu_free waits for the queued GEMM first */
+    cu_free(sb);
+    cu_free(sc);
+    return rc;
 }
 
 static void cu_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
@@ -551,16 +623,25 @@ __device__ bool att_row_at(att_row *r, int64_t B, int64_t T, int64_t C, int64_t 
     return true;
 }
 
+/* Element d of this thread's per-thread vector k (of hs elements) in the
+ * block's dynamic shared memory: [k][d][thread], so a warp touching the same
+ * (k, d) hits consecutive banks. The launch gives vectors * hs * blockDim.x
+ * floats (att_launch). */
+__device__ __forceinline__ float &att_vec(float *sh, int64_t hs, int k, int64_t d) {
+    return sh[((size_t)k * (size_t)hs + (size_t)d) * blockDim.x + threadIdx.x];
+}
+
 __global__ void k_att_fwd_flash(float *out, float *lse, const float *qkv, int64_t B, int64_t T,
                                 int64_t C, int64_t H) {
+    extern __shared__ float att_sh[];
     att_row r;
     if (!att_row_at(&r, B, T, C, H)) return;
     int64_t i = r.i, h = r.h, b = r.b, hs = r.hs, C3 = r.C3;
     float scale = r.scale;
     const float *base = qkv + b * T * C3;
     const float *q = base + i * C3 + h * hs;
-    float acc[DT_CU_MAX_HS];
-    for (int64_t d = 0; d < hs; d++) acc[d] = 0.0f;
+#define acc(d) att_vec(att_sh, hs, 0, d)
+    for (int64_t d = 0; d < hs; d++) acc(d) = 0.0f;
     float mx = -INFINITY, l = 0.0f;
     for (int64_t j = 0; j <= i; j++) {
         float s = dotv(q, base + j * C3 + C + h * hs, hs) * scale;
@@ -569,13 +650,14 @@ __global__ void k_att_fwd_flash(float *out, float *lse, const float *qkv, int64_
         float p = dt_fast_expf(s - mnew);
         l = l * corr + p;
         const float *v = base + j * C3 + 2 * C + h * hs;
-        for (int64_t d = 0; d < hs; d++) acc[d] = acc[d] * corr + p * v[d];
+        for (int64_t d = 0; d < hs; d++) acc(d) = acc(d) * corr + p * v[d];
         mx = mnew;
     }
     float inv = 1.0f / l;
     float *o = out + (b * T + i) * C + h * hs;
-    for (int64_t d = 0; d < hs; d++) o[d] = acc[d] * inv;
+    for (int64_t d = 0; d < hs; d++) o[d] = acc(d) * inv;
     lse[(b * H + h) * T + i] = mx + logf(l);
+#undef acc
 }
 
 __global__ void k_att_fwd_probs(float *out, float *probs, const float *qkv, int64_t B, int64_t T,
@@ -640,51 +722,82 @@ __global__ void k_att_bwd_D(float *Dbuf, const float *dout, const float *qkv, co
 __global__ void k_att_bwd_dq(float *dqkv, const float *dout, const float *qkv, const float *lse,
                              const float *probs, const float *Dbuf, int64_t B, int64_t T,
                              int64_t C, int64_t H) {
+    extern __shared__ float att_sh[];
     att_row r;
     if (!att_row_at(&r, B, T, C, H)) return;
     int64_t idx = r.idx, i = r.i, h = r.h, b = r.b, hs = r.hs, C3 = r.C3;
     float scale = r.scale;
     const float *base = qkv + b * T * C3;
     const float *dout_i = dout + (b * T + i) * C + h * hs;
-    float acc[DT_CU_MAX_HS];
-    for (int64_t d = 0; d < hs; d++) acc[d] = 0.0f;
+#define acc(d) att_vec(att_sh, hs, 0, d)
+    for (int64_t d = 0; d < hs; d++) acc(d) = 0.0f;
     for (int64_t j = 0; j <= i; j++) {
         float p = att_p(base, lse, probs, b, h, i, j, T, C, H, scale);
         float ds = p * (dotv(dout_i, base + j * C3 + 2 * C + h * hs, hs) - Dbuf[idx]) * scale;
         const float *k = base + j * C3 + C + h * hs;
-        for (int64_t d = 0; d < hs; d++) acc[d] += ds * k[d];
+        for (int64_t d = 0; d < hs; d++) acc(d) += ds * k[d];
     }
     float *dq = dqkv + b * T * C3 + i * C3 + h * hs;
-    for (int64_t d = 0; d < hs; d++) dq[d] = acc[d];
+    for (int64_t d = 0; d < hs; d++) dq[d] = acc(d);
+#undef acc
 }
 
 /* dk_j = scale sum_{i>=j} ds_ij q_i; dv_j = sum_{i>=j} p_ij dout_i */
 __global__ void k_att_bwd_dkv(float *dqkv, const float *dout, const float *qkv, const float *lse,
                               const float *probs, const float *Dbuf, int64_t B, int64_t T,
                               int64_t C, int64_t H) {
+    extern __shared__ float att_sh[];
     att_row r;
     if (!att_row_at(&r, B, T, C, H)) return;
     int64_t j = r.i, h = r.h, b = r.b, hs = r.hs, C3 = r.C3;   /* this thread owns key row j */
     float scale = r.scale;
     const float *base = qkv + b * T * C3;
     const float *v = base + j * C3 + 2 * C + h * hs;
-    float dk[DT_CU_MAX_HS], dv[DT_CU_MAX_HS];
-    for (int64_t d = 0; d < hs; d++) dk[d] = dv[d] = 0.0f;
+#define dk(d) att_vec(att_sh, hs, 0, d)
+#define dv(d) att_vec(att_sh, hs, 1, d)
+    for (int64_t d = 0; d < hs; d++) dk(d) = dv(d) = 0.0f;
     for (int64_t i = j; i < T; i++) {
         const float *dout_i = dout + (b * T + i) * C + h * hs;
         const float *q = base + i * C3 + h * hs;
         float p = att_p(base, lse, probs, b, h, i, j, T, C, H, scale);
         float ds = p * (dotv(dout_i, v, hs) - Dbuf[(b * H + h) * T + i]) * scale;
         for (int64_t d = 0; d < hs; d++) {
-            dk[d] += ds * q[d];
-            dv[d] += p * dout_i[d];
+            dk(d) += ds * q[d];
+            dv(d) += p * dout_i[d];
         }
     }
     float *dkp = dqkv + b * T * C3 + j * C3 + C + h * hs;
     for (int64_t d = 0; d < hs; d++) {
-        dkp[d] = dk[d];
-        dkp[C + d] = dv[d];
+        dkp[d] = dk(d);
+        dkp[C + d] = dv(d);
     }
+#undef dk
+#undef dv
+}
+
+/* Launch shape of an attention kernel with `vectors` per-thread vectors in
+ * shared memory (dt_cuda_att_threads); false (error noted) when one thread's
+ * vectors do not fit. */
+typedef struct {
+    unsigned grid, threads;
+    size_t smem;
+} att_shape;
+
+static bool att_launch(const char *kernel, int vectors, int64_t rows, int64_t C, int64_t H,
+                       att_shape *sh) {
+    int64_t hs = C / H;
+    int th = dt_cuda_att_threads(hs, vectors, g_att_smem, DT_CU_THREADS, DT_CU_WARP);
+    if (th <= 0) {
+        char d[128];
+        snprintf(d, sizeof d, "head size %lld needs %lld bytes of shared memory per thread; "
+                 "%d available per block", (long long)hs, (long long)(hs * vectors * 4), g_att_smem);
+        note_error(kernel, d);
+        return false;
+    }
+    sh->threads = (unsigned)th;
+    sh->grid = (unsigned)((rows + th - 1) / th);
+    sh->smem = (size_t)th * (size_t)vectors * (size_t)hs * sizeof(float);
+    return true;
 }
 
 static float *att_scratch(int64_t n) {
@@ -708,18 +821,22 @@ static void att_backward(float *dqkv, const float *dout, const float *qkv, const
     k_att_bwd_D<<<grid_for((size_t)rows), DT_CU_THREADS, 0, cs()>>>(D, dout, qkv, out, probs, B, T,
                                                                   C, H);
     LAUNCHED(k_att_bwd_D);
-    k_att_bwd_dq<<<grid_for((size_t)rows), DT_CU_THREADS, 0, cs()>>>(dqkv, dout, qkv, lse, probs,
-                                                                   D, B, T, C, H);
+    att_shape s1, s2;
+    if (!att_launch("k_att_bwd_dq", 1, rows, C, H, &s1) ||
+        !att_launch("k_att_bwd_dkv", 2, rows, C, H, &s2))
+        return;
+    k_att_bwd_dq<<<s1.grid, s1.threads, s1.smem, cs()>>>(dqkv, dout, qkv, lse, probs, D, B, T, C, H);
     LAUNCHED(k_att_bwd_dq);
-    k_att_bwd_dkv<<<grid_for((size_t)rows), DT_CU_THREADS, 0, cs()>>>(dqkv, dout, qkv, lse, probs,
-                                                                    D, B, T, C, H);
+    k_att_bwd_dkv<<<s2.grid, s2.threads, s2.smem, cs()>>>(dqkv, dout, qkv, lse, probs, D, B, T, C,
+                                                         H);
     LAUNCHED(k_att_bwd_dkv);
 }
 
 static void cu_att_fwd_flash(float *out, float *lse, const float *qkv, int64_t B, int64_t T,
                              int64_t C, int64_t H) {
-    k_att_fwd_flash<<<grid_for((size_t)(B * H * T)), DT_CU_THREADS, 0, cs()>>>(out, lse, qkv, B, T,
-                                                                             C, H);
+    att_shape sh;
+    if (!att_launch("k_att_fwd_flash", 1, B * H * T, C, H, &sh)) return;
+    k_att_fwd_flash<<<sh.grid, sh.threads, sh.smem, cs()>>>(out, lse, qkv, B, T, C, H);
     LAUNCHED(k_att_fwd_flash);
 }
 static void cu_att_fwd_probs(float *out, float *probs, const float *qkv, int64_t B, int64_t T,
@@ -808,7 +925,9 @@ __global__ void k_nonfinite(int *flag, const void *x, dt_dtype t, size_t n) {
     if (bad) atomicOr(flag, 1);   /* order-free: any writer sets the same bit */
 }
 
-/* thread k sums chunk k in double, in index order (bitwise the CPU's chunk sum) */
+/* thread k sums chunk k in double, in index order; the product and the sum
+ * are rounded separately (__dmul_rn / __dadd_rn: nvcc would otherwise contract
+ * them into one fused multiply-add), as a CPU build without FMA contraction does */
 __global__ void k_sumsq_chunks(double *part, const void *x, dt_dtype t, size_t n) {
     size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t i0 = k * DT_SUMSQ_CHUNK;
@@ -817,7 +936,7 @@ __global__ void k_sumsq_chunks(double *part, const void *x, dt_dtype t, size_t n
     double a = 0.0;
     for (size_t i = i0; i < i1; i++) {
         double v = dt_load(x, t, i);
-        a += v * v;
+        a = __dadd_rn(a, __dmul_rn(v, v));
     }
     part[k] = a;
 }
@@ -945,10 +1064,11 @@ extern "C" int dt_device_cuda_get(int ordinal, const dt_device_ops **out, dt_err
     }
     if (n == 0)
         return dt_errorf(err, DT_ERUNTIME, "cuda: no GPU visible (check CUDA_VISIBLE_DEVICES)");
-    if (ordinal < 0 || ordinal >= n)
-        return dt_errorf(err, DT_EINVAL,
-                         "cuda: LOCAL_RANK %d has no GPU: %d visible; launch at most %d ranks per "
-                         "node", ordinal, n, n);
+    if (ordinal < 0)
+        return dt_errorf(err, DT_EINVAL, "cuda: LOCAL_RANK %d is negative", ordinal);
+    /* LOCAL_RANK modulo the visible GPUs: a launcher that gives each task its
+     * own GPU (srun --gpus-per-task=1, per-rank CUDA_VISIBLE_DEVICES) shows one */
+    ordinal = dt_cuda_ordinal_for(ordinal, n);
     if (g_ordinal >= 0) {
         if (g_ordinal != ordinal)
             return dt_errorf(err, DT_EINVAL,
@@ -976,6 +1096,21 @@ extern "C" int dt_device_cuda_get(int ordinal, const dt_device_ops **out, dt_err
     if (cudaMalloc(&g_flag_dev, sizeof(int)) != cudaSuccess ||
         cudaMallocHost(&g_flag_host, sizeof(int)) != cudaSuccess)
         return dt_errorf(err, DT_ENOMEM, "cuda: cannot allocate the finiteness flag");
+    /* attention vectors in shared memory: up to DT_CU_ATT_SMEM_MAX per block,
+     * which needs the opt-in above the default 48 KiB */
+    int optin = 0;
+    if ((e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, ordinal)) !=
+        cudaSuccess)
+        return dt_errorf(err, DT_ERUNTIME, "cuda: cudaDeviceGetAttribute(shared memory) failed: %s",
+                         cudaGetErrorString(e));
+    g_att_smem = optin < DT_CU_ATT_SMEM_MAX ? optin : DT_CU_ATT_SMEM_MAX;
+    const void *att_kernels[] = {(const void *)k_att_fwd_flash, (const void *)k_att_bwd_dq,
+                                 (const void *)k_att_bwd_dkv};
+    for (const void *k : att_kernels)
+        if ((e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, g_att_smem)) !=
+            cudaSuccess)
+            return dt_errorf(err, DT_ERUNTIME, "cuda: cudaFuncSetAttribute(shared memory %d B) "
+                             "failed: %s", g_att_smem, cudaGetErrorString(e));
     fill_ops();
     g_ordinal = ordinal;
     *out = &g_ops;

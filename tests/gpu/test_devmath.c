@@ -14,6 +14,9 @@
 #include "dt_ops.h"
 #include "dt_optim.h"
 #include "dt_test.h"
+#ifdef DT_HAVE_CUDA
+#include "cuda/dt_cuda.h"
+#endif
 
 static uint64_t rng = 0x9e3779b97f4a7c15ULL;
 static float urand(float lo, float hi) {   /* xorshift64*, deterministic */
@@ -197,6 +200,103 @@ static void test_cpu_device(void) {
     CHECK(memcmp(C1, C2, sizeof C1) == 0);
 }
 
+/* How the CUDA device maps gemm_ex dtypes onto cublasGemmEx (dt_device.h),
+ * and the CPU device's answers for the same combinations. */
+static void test_gemm_ex_dtypes(void) {
+    const dt_dtype F = DT_DTYPE_FP32, BF = DT_DTYPE_BF16, H = DT_DTYPE_FP16;
+    dt_gemm_ex_plan p;
+    /* supported by cuBLAS as they are */
+    CHECK(dt_gemm_ex_plan_for(F, F, F, 0, &p) == DT_OK && p.ab == F && p.c == F && !p.tf32);
+    CHECK(dt_gemm_ex_plan_for(F, F, F, 1, &p) == DT_OK && p.tf32);
+    CHECK(dt_gemm_ex_plan_for(BF, BF, F, 0, &p) == DT_OK && p.ab == BF && p.c == F);
+    CHECK(dt_gemm_ex_plan_for(BF, BF, BF, 0, &p) == DT_OK && p.ab == BF && p.c == BF);
+    CHECK(dt_gemm_ex_plan_for(H, H, H, 0, &p) == DT_OK && p.ab == H && p.c == H);
+    /* TF32 never with 16-bit operands (cuBLAS: CUBLAS_STATUS_NOT_SUPPORTED) */
+    CHECK(dt_gemm_ex_plan_for(BF, BF, F, 1, &p) == DT_OK && !p.tf32);
+    CHECK(dt_gemm_ex_plan_for(H, H, H, 1, &p) == DT_OK && !p.tf32);
+    /* mixed A / B: both widened to fp32 */
+    CHECK(dt_gemm_ex_plan_for(BF, F, F, 0, &p) == DT_OK && p.ab == F && p.c == F);
+    CHECK(dt_gemm_ex_plan_for(F, H, BF, 1, &p) == DT_OK && p.ab == F && p.c == F && p.tf32);
+    CHECK(dt_gemm_ex_plan_for(BF, H, H, 0, &p) == DT_OK && p.ab == F && p.c == F);
+    /* C of a dtype cuBLAS cannot write from these operands: fp32 scratch */
+    CHECK(dt_gemm_ex_plan_for(F, F, BF, 0, &p) == DT_OK && p.ab == F && p.c == F);
+    CHECK(dt_gemm_ex_plan_for(BF, BF, H, 0, &p) == DT_OK && p.ab == BF && p.c == F);
+    /* not a dtype */
+    CHECK(dt_gemm_ex_plan_for((dt_dtype)3, F, F, 0, &p) == DT_EINVAL);
+    CHECK(dt_gemm_ex_plan_for(F, (dt_dtype)-1, F, 0, &p) == DT_EINVAL);
+    CHECK(dt_gemm_ex_plan_for(F, F, (dt_dtype)7, 0, &p) == DT_EINVAL);
+
+    /* the CPU device: mixed operands give the fp32 GEMM of the widened values,
+     * a 16-bit C is rounded once; a bad dtype is refused before any work */
+    const dt_device_ops *d = dt_device_cpu();
+    enum { M = 4, K = 7, NN = 5 };
+    float A[M * K], Bf[K * NN], C1[M * NN], C2[M * NN];
+    uint16_t A16[M * K], C16[M * NN];
+    for (int i = 0; i < M * K; i++) A[i] = dt_bf16_to_f32(A16[i] = dt_f32_to_bf16(urand(-1, 1)));
+    for (int i = 0; i < K * NN; i++) Bf[i] = urand(-1, 1);
+    dt_op_gemm(0, 0, M, NN, K, 1.0f, A, K, Bf, NN, 0.0f, C1, NN);
+    CHECK(d->gemm_ex(0, 0, M, NN, K, 1.0f, A16, BF, K, Bf, F, NN, 0.0f, C2, F, NN) == DT_OK);
+    CHECK(memcmp(C1, C2, sizeof C1) == 0);
+    CHECK(d->gemm_ex(0, 0, M, NN, K, 1.0f, A16, BF, K, Bf, F, NN, 0.0f, C16, H, NN) == DT_OK);
+    int same = 1;
+    for (int i = 0; i < M * NN; i++) same &= C16[i] == dt_f32_to_fp16(C1[i]);
+    CHECK(same);
+    memcpy(C2, C1, sizeof C1);
+    CHECK(d->gemm_ex(0, 0, M, NN, K, 1.0f, A16, (dt_dtype)5, K, Bf, F, NN, 0.0f, C2, F, NN) ==
+          DT_EINVAL);
+    CHECK(memcmp(C1, C2, sizeof C1) == 0);   /* untouched */
+}
+
+/* LOCAL_RANK -> CUDA ordinal (dt_device.h): modulo the visible GPUs */
+static void test_cuda_ordinal(void) {
+    CHECK_EQ_I64(dt_cuda_ordinal_for(0, 8), 0);
+    CHECK_EQ_I64(dt_cuda_ordinal_for(5, 8), 5);
+    CHECK_EQ_I64(dt_cuda_ordinal_for(3, 1), 0);   /* srun --gpus-per-task=1 */
+    CHECK_EQ_I64(dt_cuda_ordinal_for(5, 4), 1);
+    CHECK_EQ_I64(dt_cuda_ordinal_for(-1, 4), -1);
+    CHECK_EQ_I64(dt_cuda_ordinal_for(0, 0), -1);
+}
+
+#ifdef DT_HAVE_CUDA
+/* Pieces of the CUDA backend that need no GPU: the attention launch shape
+ * (per-thread vectors in shared memory) and the recorded-error path. */
+static void test_cuda_host_side(void) {
+    const int64_t KiB = 1024;
+    /* hs 64, one vector: 256 B per thread; 96 KiB holds 384, capped at 256 */
+    CHECK_EQ_I64(dt_cuda_att_threads(64, 1, 96 * KiB, 256, 32), 256);
+    /* hs 128, dk + dv: 1 KiB per thread -> 96 threads (3 warps) */
+    CHECK_EQ_I64(dt_cuda_att_threads(128, 2, 96 * KiB, 256, 32), 96);
+    /* hs 256, dk + dv: 2 KiB -> 48, rounded down to one warp */
+    CHECK_EQ_I64(dt_cuda_att_threads(256, 2, 96 * KiB, 256, 32), 32);
+    /* 48 KiB (no opt-in): 24 threads, less than a warp, kept as is */
+    CHECK_EQ_I64(dt_cuda_att_threads(256, 2, 48 * KiB, 256, 32), 24);
+    /* does not fit at all / bad sizes */
+    CHECK_EQ_I64(dt_cuda_att_threads(1 << 20, 2, 96 * KiB, 256, 32), 0);
+    CHECK_EQ_I64(dt_cuda_att_threads(0, 1, 96 * KiB, 256, 32), 0);
+    /* every launch's shared memory fits the budget */
+    for (int64_t hs = 1; hs <= 512; hs++)
+        for (int v = 1; v <= 2; v++) {
+            int th = dt_cuda_att_threads(hs, v, 96 * KiB, 256, 32);
+            CHECK(th >= 0 && th <= 256 && (int64_t)th * hs * v * 4 <= 96 * KiB);
+        }
+
+    /* errors: the first one recorded wins, is one line naming the call, and
+     * taking it clears it */
+    dt_error err = {0};
+    CHECK_EQ_I64(dt_cuda_take_error(&err), DT_OK);
+    dt_cuda_note_error("cublasGemmEx (gemm M=2 N=3 K=4)", "the operation is not\nsupported");
+    dt_cuda_note_error("cudaMemcpyAsync", "later error");
+    CHECK_EQ_I64(dt_cuda_take_error(&err), DT_ERUNTIME);
+    printf("recorded cuda error: %s\n", err.msg);
+    CHECK(strstr(err.msg, "cuda: cublasGemmEx (gemm M=2 N=3 K=4) failed: the operation") == err.msg);
+    CHECK(strchr(err.msg, '\n') == NULL && strstr(err.msg, "later") == NULL);
+    CHECK_EQ_I64(dt_cuda_take_error(&err), DT_OK);
+    dt_cuda_note_error("k_adamw", "an illegal memory access was encountered");
+    CHECK_EQ_I64(dt_cuda_take_error(NULL), DT_ERUNTIME);   /* NULL: cleared, not reported */
+    CHECK_EQ_I64(dt_cuda_take_error(&err), DT_OK);
+}
+#endif
+
 static void test_cuda_request_without_gpu(void) {
     if (dt_device_cuda_count() > 0) return;   /* covered by the GPU tests there */
     const dt_device_ops *d = NULL;
@@ -236,6 +336,11 @@ int main(void) {
     test_scalar_formulas();
     test_cpu_ops_use_shared_math();
     test_cpu_device();
+    test_gemm_ex_dtypes();
+    test_cuda_ordinal();
+#ifdef DT_HAVE_CUDA
+    test_cuda_host_side();
+#endif
     test_cuda_request_without_gpu();
     TEST_MAIN_END();
 }
