@@ -91,8 +91,8 @@ static int run_one(const dt_model *m, const char *hw, int64_t B, int64_t T, int 
     float loss = 0;
     double t0 = 0;
     for (int s = 0; s <= steps; s++) {   /* step 0 warms up (cuBLAS heuristics, allocations) */
-        if (s == 1) {
-            d->synchronize(NULL);
+        if (s == 1) {   /* the warm-up step's errors are reported, not cleared */
+            if (d->synchronize(&err)) break;
             t0 = now_s();
         }
         dt_gpt2_zero_grad(g);
