@@ -27,7 +27,23 @@
  * rates up into a step, and a step's time is what its kernels typically take
  * (a sum of medians), not what the luckiest repeat took. The best repeat read
  * 30-40 % faster than the median on the development VM even with it 60-80 %
- * idle, and predicted steps that much too short (docs/benchmarks.md). */
+ * idle, and predicted steps that much too short (docs/benchmarks.md).
+ *
+ * In situ: isolated probes run each kernel again and again on warm buffers;
+ * the engine runs them once each, in its own order, on activations the
+ * previous op just wrote (or that the forward wrote long ago, in backward).
+ * So calibrate also runs the engine's real forward and backward (dt_gpt2, the
+ * plan's model with at most CAL_INSITU_MAX_LAYERS blocks and a vocabulary of at
+ * most CAL_VOCAB_PROBE, fp32), one model per core, all cores at once, timed
+ * separately, interleaved with the probes. The time model's composition of that
+ * same model's forward and backward (dt_time_compute_micro with the probes'
+ * per-core rates) splits into FLOP terms (linears at achievable_flops, attention
+ * at attention_flops), element-wise terms and op terms; the forward and the
+ * backward weigh them differently (backward: 2x the FLOPs, about the same
+ * element-wise bytes), so the two measured times determine one factor on the
+ * FLOP rates and one on elementwise_bw (a 2 x 2 solve, per core), with which
+ * the composition reproduces the measured forward and backward. The op cost
+ * stays the probe's. docs/time-model.md "In-situ calibration". */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <mpi.h>
@@ -41,6 +57,7 @@
 
 #include "dt_cli.h"
 #include "dt_dtype.h"
+#include "dt_gpt2.h"
 #include "dt_hardware.h"
 #include "dt_ops.h"
 #include "dt_optim.h"
@@ -83,6 +100,18 @@
 /* While rank 0 measures, the other ranks wait without spinning (a busy MPI wait
  * would take a core from the measurement): polling period, ns. */
 #define CAL_POLL_NS 1000000L
+/* In situ: the engine's forward + backward on the plan's model cut to this many
+ * blocks (the per-block terms are what the fit needs; more blocks only take
+ * longer), the vocabulary cut to CAL_VOCAB_PROBE, the weights' init seeded. */
+#define CAL_INSITU_MAX_LAYERS 2
+#define CAL_INSITU_SEED 20240601ull
+/* The fitted factors must stay within this range of the probes' rates; outside
+ * it (a noisy or degenerate solve) one factor on FLOP and element-wise terms
+ * together is fitted to forward + backward instead. */
+#define CAL_FIT_MIN 0.25
+#define CAL_FIT_MAX 4.0
+/* Relative tolerance of the fit's self-check (rounding only: the model is linear in the times). */
+#define CAL_FIT_TOL 1e-9
 /* Peak per core: 2 AVX-512 FMA units x 16 fp32 lanes x 2 FLOPs per cycle at the cpu
  * profile's 2.8 GHz (docs/hardware.md); an estimate, used only for MFU. */
 #define CAL_PEAK_PER_CORE (2.8e9 * 2 * 16 * 2)
@@ -98,12 +127,18 @@ typedef struct {
     int64_t B, T, C, H, F, V, L;
     int64_t adam_params;      /* the optimizer shard one rank updates */
     char from[160];           /* where the shapes came from, for the profile's source */
+    dt_model model;           /* the model whose forward + backward runs in situ */
+    dt_attention attn;
+    int has_model;
 } cal_shape;
 
 static void default_shape(cal_shape *s) {
-    *s = (cal_shape){CAL_DEF_B, CAL_DEF_T, CAL_DEF_C, CAL_DEF_H, CAL_DEF_F, CAL_DEF_V, CAL_DEF_L,
-                     CAL_DEF_ADAM_PARAMS, ""};
+    *s = (cal_shape){.B = CAL_DEF_B, .T = CAL_DEF_T, .C = CAL_DEF_C, .H = CAL_DEF_H, .F = CAL_DEF_F,
+                     .V = CAL_DEF_V, .L = CAL_DEF_L, .adam_params = CAL_DEF_ADAM_PARAMS};
     snprintf(s->from, sizeof s->from, "GPT-2 124M shapes, %d tokens", CAL_DEF_B * CAL_DEF_T);
+    dt_error e;
+    s->has_model = dt_model_resolve("gpt2", &s->model, &e) == DT_OK && s->model.hidden == CAL_DEF_C;
+    s->attn = DT_ATTN_FLASH;
 }
 
 static int shape_from_plan(const char *path, cal_shape *s, dt_error *err) {
@@ -116,7 +151,7 @@ static int shape_from_plan(const char *path, cal_shape *s, dt_error *err) {
     int64_t total = dt_model_params(m), W = p.parallel.world_size > 0 ? p.parallel.world_size : 1;
     int64_t shard = p.parallel.zero_stage == 0 ? total : (total + W - 1) / W;
     *s = (cal_shape){p.batch.micro_batch, p.batch.seq_len, m->hidden, m->n_head, m->ffn, m->vocab, m->n_layer,
-                     shard < CAL_ADAM_MAX ? shard : CAL_ADAM_MAX, ""};
+                     shard < CAL_ADAM_MAX ? shard : CAL_ADAM_MAX, "", *m, p.activations.attention, 1};
     snprintf(s->from, sizeof s->from, "plan %.60s: %s, %lld tokens", path, m->name, (long long)(s->B * s->T));
     return DT_OK;
 }
@@ -260,7 +295,123 @@ static double probe_adamw(cal_bufs *b, const cal_shape *s, int64_t step) {
     return now_s() - t0;
 }
 
-enum { P_LIN, P_CLS, P_CVB, P_CVH, P_ATT, P_EW, P_OP, P_ADAM, P_COUNT };
+/* ---- in situ: the engine's own forward and backward ---- */
+
+/* The model that runs in situ: the shapes' model, at most CAL_INSITU_MAX_LAYERS
+ * blocks and a CAL_VOCAB_PROBE vocabulary (the fit is per term, not per layer). */
+static dt_model insitu_model(const cal_shape *s) {
+    dt_model m = s->model;
+    if (m.n_layer > CAL_INSITU_MAX_LAYERS) m.n_layer = CAL_INSITU_MAX_LAYERS;
+    m.vocab = vprobe(s);
+    return m;
+}
+
+typedef struct {
+    dt_gpt2 *g;
+    int32_t *tok, *tgt;   /* [B, T] */
+} cal_engine;
+
+/* One core's model (created by the thread that runs it: first touch). */
+static int engine_create(cal_engine *x, const cal_shape *s, int salt) {
+    memset(x, 0, sizeof *x);
+    if (!s->has_model) return 1;
+    const dt_model m = insitu_model(s);
+    /* params + grads (fp32) of every core's model within the profile's device share of host memory */
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE), cores = sysconf(_SC_NPROCESSORS_ONLN);
+    double need = 2.0 * sizeof(float) * (double)dt_model_params(&m) * (double)(cores > 0 ? cores : 1);
+    if (pages > 0 && psz > 0 && need > (double)pages * (double)psz / CAL_DEVICE_SHARE) return 1;
+    const size_t n = (size_t)(s->B * s->T);
+    dt_precision fp32;
+    dt_error e;
+    dt_precision_from_preset(DT_PREC_FP32, &fp32);
+    if (dt_gpt2_create(&m, &fp32, s->B, s->T, 0, s->attn, &x->g, &e)) return 1;
+    dt_gpt2_init_random(x->g, CAL_INSITU_SEED);
+    x->tok = malloc(n * sizeof *x->tok), x->tgt = malloc(n * sizeof *x->tgt);
+    if (!x->tok || !x->tgt) return 1;
+    for (size_t i = 0; i < n; i++) {   /* any valid tokens: the kernels' work does not depend on them */
+        x->tok[i] = (int32_t)((i * 7 + (size_t)salt) % (size_t)m.vocab);
+        x->tgt[i] = (int32_t)((i * 11 + 3) % (size_t)m.vocab);
+    }
+    return 0;
+}
+static void engine_free(cal_engine *x) {
+    if (x->g) dt_gpt2_free(x->g);
+    free(x->tok), free(x->tgt);
+}
+static double engine_forward(cal_engine *x) {
+    float loss;
+    dt_error e;
+    double t0 = now_s();
+    int rc = dt_gpt2_forward(x->g, x->tok, x->tgt, &loss, &e);
+    return rc ? -1.0 : now_s() - t0;
+}
+static double engine_backward(cal_engine *x) {
+    dt_error e;
+    double t0 = now_s();
+    int rc = dt_gpt2_backward(x->g, 1.0f, &e);
+    double t = now_s() - t0;
+    dt_gpt2_zero_grad(x->g);   /* outside the timing, as dtrun zeroes once per step */
+    return rc ? -1.0 : t;
+}
+
+/* The time model's forward and backward of the in-situ model on one core with
+ * these rates: dt_time_compute_micro on a one-rank plan (the same code that
+ * predicts the runs, so the fit below is against the model's own composition). */
+static int compose(const cal_shape *s, double R, double Ra, double E, double k, dt_time_compute *out) {
+    dt_plan p;
+    dt_error e;
+    memset(&p, 0, sizeof p);
+    p.model = insitu_model(s);
+    p.cluster.nodes = p.cluster.gpus_per_node = p.parallel.world_size = 1;
+    p.cluster.device = p.cluster.hw.device = DT_DEVICE_CPU;
+    p.parallel.reduce_bucket_elems = 1;
+    p.batch.micro_batch = s->B, p.batch.grad_accum = 1, p.batch.seq_len = s->T;
+    p.batch.global_batch = s->B;
+    dt_precision_from_preset(DT_PREC_FP32, &p.precision);
+    dt_hardware *h = &p.cluster.hw;
+    h->achievable_flops[DT_DTYPE_FP32] = R, h->attention_flops = Ra, h->elementwise_bw = E;
+    h->op_overhead_s = k;
+    h->mem_bw = h->h2d_bw = h->cpu_adam_params_per_s = h->nvme_bw = 1.0;   /* unused by the compute terms */
+    return dt_time_compute_micro(&p, out, &e);
+}
+
+/* The fit of one core: factors x (on the FLOP terms' times) and y (on the
+ * element-wise terms' times) with
+ *   fwd_measured = x F_f + y E_f + O_f,  bwd_measured = x F_b + y E_b + O_b
+ * where F, E, O are the composition's FLOP, element-wise and op parts. */
+typedef struct {
+    double x, y;               /* time factors: rates are divided by them */
+    double fwd_s, bwd_s;       /* measured (median) */
+    double fwd_pred_s, bwd_pred_s;   /* the probes' composition before the fit */
+    int joint;                 /* 1: one factor on both (the 2 x 2 solve was out of range) */
+} cal_fit;
+
+static int fit_core(const cal_shape *s, double R, double Ra, double E, double k, double tf, double tb,
+                    cal_fit *f) {
+    dt_time_compute fl, fe, all;
+    if (compose(s, R, Ra, 0.0, 0.0, &fl) || compose(s, R, Ra, E, 0.0, &fe) || compose(s, R, Ra, E, k, &all))
+        return 1;
+    const double Ff = fl.fwd_s, Fb = fl.bwd_s, Ef = fe.fwd_s - fl.fwd_s, Eb = fe.bwd_s - fl.bwd_s;
+    const double Of = all.fwd_s - fe.fwd_s, Ob = all.bwd_s - fe.bwd_s;
+    const double rf = tf - Of, rb = tb - Ob, det = Ff * Eb - Fb * Ef;
+    *f = (cal_fit){1.0, 1.0, tf, tb, all.fwd_s, all.bwd_s, 0};
+    if (tf <= 0 || tb <= 0 || Ff + Ef <= 0) return 1;
+    double x = det != 0 ? (rf * Eb - rb * Ef) / det : 0, y = det != 0 ? (Ff * rb - Fb * rf) / det : 0;
+    if (!(x >= CAL_FIT_MIN && x <= CAL_FIT_MAX && y >= CAL_FIT_MIN && y <= CAL_FIT_MAX)) {
+        x = y = (rf + rb) / (Ff + Fb + Ef + Eb);
+        f->joint = 1;
+        if (!(x >= CAL_FIT_MIN && x <= CAL_FIT_MAX)) return 1;
+    }
+    f->x = x, f->y = y;
+    /* the composition with the fitted rates must give the measured times back */
+    dt_time_compute chk;
+    if (compose(s, R / x, Ra / x, E / y, k, &chk)) return 1;
+    if (!f->joint && (fabs(chk.fwd_s - tf) > CAL_FIT_TOL * tf || fabs(chk.bwd_s - tb) > CAL_FIT_TOL * tb)) return 1;
+    if (f->joint && fabs(chk.fwd_s + chk.bwd_s - tf - tb) > CAL_FIT_TOL * (tf + tb)) return 1;
+    return 0;
+}
+
+enum { P_LIN, P_CLS, P_CVB, P_CVH, P_ATT, P_EW, P_OP, P_ADAM, P_FWD, P_BWD, P_COUNT };
 
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -277,22 +428,31 @@ typedef struct {
     double linear_flops[3];   /* fp32, bf16, fp16: linears + classifier at the model's mix */
     double attention_flops, elementwise_bw, op_s, adam_params_per_s;
     int cores, reps;
+    int insitu;                 /* 1: the rates were fitted to the engine's forward + backward */
+    cal_fit fit;                /* the median core's fit (for the profile's source) */
+    int joint_cores;            /* cores whose fit fell back to one factor */
+    int fitted;                 /* cores fitted */
 } cal_rates;
 
 static int measure(const cal_shape *s, cal_rates *out) {
     const int cores = omp_get_num_procs() > 0 ? omp_get_num_procs() : 1;
     double *t = calloc((size_t)cores * P_COUNT * CAL_MAX_REPS, sizeof *t);
-    int reps = CAL_MIN_REPS, bad = 0;   /* shared: every thread sees one verdict */
+    int reps = CAL_MIN_REPS, bad = 0, no_engine = 0;   /* shared: every thread sees one verdict */
     if (!t) return 1;
     memset(out, 0, sizeof *out);
 #pragma omp parallel num_threads(cores) shared(bad, reps)
     {
         const int me = omp_get_thread_num();
         cal_bufs b;
+        cal_engine eng;
         bufs_alloc(&b, s);
         if (!b.ok) {
 #pragma omp atomic write
             bad = 1;
+        }
+        if (engine_create(&eng, s, me)) {   /* no in-situ fit then: the probes' rates as they are */
+#pragma omp atomic write
+            no_engine = 1;
         }
 #pragma omp barrier
         double warm = 0;
@@ -301,6 +461,7 @@ static int measure(const cal_shape *s, cal_rates *out) {
             probe_block_linears(&b, s), probe_classifier(&b, s), probe_convert(&b, s, DT_DTYPE_BF16);
             probe_convert(&b, s, DT_DTYPE_FP16), probe_attention(&b, s), probe_elementwise(&b, s);
             probe_op(&b), probe_adamw(&b, s, 1);
+            if (!no_engine) engine_forward(&eng), engine_backward(&eng);
             warm = now_s() - w0;
         }
 #pragma omp barrier
@@ -327,16 +488,22 @@ static int measure(const cal_shape *s, cal_rates *out) {
             tr[P_OP * CAL_MAX_REPS + r] = probe_op(&b);
 #pragma omp barrier
             tr[P_ADAM * CAL_MAX_REPS + r] = probe_adamw(&b, s, 2 + r);
+#pragma omp barrier
+            if (!no_engine) tr[P_FWD * CAL_MAX_REPS + r] = engine_forward(&eng);
+#pragma omp barrier
+            if (!no_engine) tr[P_BWD * CAL_MAX_REPS + r] = engine_backward(&eng);
         }
         bufs_free(&b);
+        engine_free(&eng);
     }
     if (bad) { free(t); return 1; }
     /* per core: the median repeat; node: rates summed over the cores, the op cost
      * (what one rank pays per op) the median over the cores */
     const double Vfull = (double)s->V, Vp = (double)vprobe(s), L = (double)s->L;
     const double conv_per_use = 2.0 * (L * (double)block_weights(s) + Vfull * (double)s->C); /* fwd + bwd */
-    double op_med[512];
-    int nop = 0;
+    double op_med[512], xs[512];
+    cal_fit fits[512];
+    int nop = 0, nfit = 0;
     for (int c = 0; c < cores; c++) {
         double m[P_COUNT];
         for (int k = 0; k < P_COUNT; k++) m[k] = median(t + ((size_t)c * P_COUNT + k) * CAL_MAX_REPS, reps);
@@ -344,14 +511,34 @@ static int measure(const cal_shape *s, cal_rates *out) {
         double t_lin = L * m[P_LIN] + m[P_CLS] * Vfull / Vp;
         double flops = L * block_linear_flops(s) + classifier_flops(s, s->V);
         double per_conv[2] = {m[P_CVB] / (double)block_weights(s), m[P_CVH] / (double)block_weights(s)};
+        /* in situ: scale this core's FLOP and element-wise times to the engine's */
+        cal_fit f = {1.0, 1.0, 0, 0, 0, 0, 0};
+        if (!no_engine &&
+            fit_core(s, flops / t_lin, attention_flops_of(s) / m[P_ATT], elementwise_bytes(s) / m[P_EW], m[P_OP],
+                     m[P_FWD], m[P_BWD], &f) == 0 && nfit < 512) {
+            xs[nfit] = f.x, fits[nfit++] = f;
+        } else {
+            f.x = f.y = 1.0;
+        }
+        t_lin *= f.x;
         out->linear_flops[0] += flops / t_lin;
         for (int k = 0; k < 2; k++) out->linear_flops[1 + k] += flops / (t_lin + conv_per_use * per_conv[k]);
-        out->attention_flops += attention_flops_of(s) / m[P_ATT];
-        out->elementwise_bw += elementwise_bytes(s) / m[P_EW];
+        out->attention_flops += attention_flops_of(s) / (m[P_ATT] * f.x);
+        out->elementwise_bw += elementwise_bytes(s) / (m[P_EW] * f.y);
         out->adam_params_per_s += (double)s->adam_params / m[P_ADAM];
         if (nop < 512) op_med[nop++] = m[P_OP];
     }
     out->op_s = median(op_med, nop);
+    out->fitted = nfit;
+    out->insitu = nfit == cores;   /* every core fitted (else a mix: reported as such) */
+    if (nfit > 0) {   /* report the core with the median FLOP factor */
+        double mx = median(xs, nfit);
+        for (int i = 0; i < nfit; i++) {
+            if (fits[i].x == mx) out->fit = fits[i];
+            out->joint_cores += fits[i].joint;
+        }
+        if (out->fit.fwd_s == 0) out->fit = fits[0];   /* even count: the mean of two is no core's */
+    }
     out->cores = cores;
     out->reps = reps;
     free(t);
@@ -421,16 +608,24 @@ static int write_profile(const char *path, const dt_hardware *base, const cal_sh
         cJSON_AddNumberToObject(pk, dn[i], peak > ach[i] ? peak : ach[i]);
         cJSON_AddNumberToObject(ac, dn[i], ach[i]);
     }
-    char src[768];
+    char fit[400] = "no in-situ fit (the engine's model could not run at these shapes)";
+    if (k->fit.fwd_s > 0)
+        snprintf(fit, sizeof fit,
+                 "%s: engine forward %.3f ms, backward %.3f ms on one core (%d of %d cores fitted) vs the probes' "
+                 "composition %.3f / %.3f ms; FLOP-term times x%.3f, element-wise x%.3f%s",
+                 k->insitu ? "in situ" : "in situ (partial)", k->fit.fwd_s * 1e3, k->fit.bwd_s * 1e3,
+                 k->fitted, k->cores, k->fit.fwd_pred_s * 1e3, k->fit.bwd_pred_s * 1e3,
+                 k->fit.x, k->fit.y, k->fit.joint ? " (one factor: the 2x2 solve was out of range)" : "");
+    char src[1200];
     snprintf(src, sizeof src,
              "dtplan calibrate: the engine's kernels at %s (B=%lld T=%lld C=%lld H=%lld F=%lld V=%lld), one "
              "thread per core on all %d cores at once, median of %d interleaved repeats per core: linears + "
              "classifier (16-bit: weights converted first), flash attention fwd+bwd, layernorm/residual/gelu "
              "fwd+bwd, a %d-element residual add, AdamW on %lld params; memcpy %zu MiB; MPI_Allreduce 64 MiB "
-             "on %d rank(s); the rest from the cpu profile",
+             "on %d rank(s); %s; the rest from the cpu profile",
              sh->from, (long long)sh->B, (long long)sh->T, (long long)sh->C, (long long)sh->H, (long long)sh->F,
              (long long)sh->V, k->cores, k->reps, CAL_OP_ELEMS, (long long)sh->adam_params, CAL_COPY_BYTES >> 20,
-             nranks);
+             nranks, fit);
     cJSON_AddStringToObject(o, "format", "dtplan.hardware/1");
     cJSON_AddStringToObject(o, "name", "local");
     cJSON_AddStringToObject(o, "source", src);

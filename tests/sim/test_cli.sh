@@ -136,6 +136,15 @@ if "$DTPLAN" calibrate --no-mpi -o "$T/cal.json" --plan "$SRC/configs/plans/tiny
     else
         fail "calibrate --plan wrote no kernel-level fields or other shapes: $(cat "$T/cal.json")"
     fi
+    # in situ: the engine's forward + backward ran on every core and the rates were fitted to them
+    # (calibrate itself checks that the composition with the fitted rates gives the measured times)
+    NC=$(nproc)
+    if grep -Eq "in situ: engine forward [0-9.]+ ms, backward [0-9.]+ ms on one core \\($NC of $NC cores fitted\\)" \
+        "$T/cal.json" && grep -Eq 'FLOP-term times x[0-9]+\.[0-9]+, element-wise x[0-9]+\.[0-9]+' "$T/cal.json"; then
+        ok "calibrate --plan fitted the rates to the engine's forward + backward on $NC cores"
+    else
+        fail "calibrate --plan: no in-situ fit on $NC cores in the source: $(grep -o '"source".*' "$T/cal.json")"
+    fi
     # the profile is usable: simulate the plan on it (through a solve on the profile)
     "$DTPLAN" solve --mem 2G --model gpt2-tiny --gpus 2 --seq 64 --hardware "$T/cal.json" -o "$T/calplan.json" \
         >"$T/out" 2>&1 && "$DTPLAN" simulate "$T/calplan.json" >"$T/out" 2>&1 &&
