@@ -4,7 +4,7 @@
 # checkpointing, the simulated step time (dtplan simulate) and the analytical one
 # (dt_time_estimate, the plan's prediction in run-report.json) against the
 # measured one, with a profile measured by `dtplan calibrate --plan` (the engine's
-# kernels at tiny-cpu's shapes). Target: simulated within 15 %.
+# kernels at tiny-cpu's shapes, fitted in situ to its fwd + bwd). Target: simulated within 15 %.
 #
 # usage: bench/validate_sim.sh [BUILD_DIR] [--steps N] [--rounds R] [--profile P] [--quick]
 #   BUILD_DIR   where dtplan and dtrun are (default build)

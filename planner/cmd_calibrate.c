@@ -112,6 +112,8 @@
 #define CAL_FIT_MAX 4.0
 /* Relative tolerance of the fit's self-check (rounding only: the model is linear in the times). */
 #define CAL_FIT_TOL 1e-9
+/* A written profile is a few KiB; the summary reads at most this much of it back. */
+#define CAL_SOURCE_MAX 65536
 /* Peak per core: 2 AVX-512 FMA units x 16 fp32 lanes x 2 FLOPs per cycle at the cpu
  * profile's 2.8 GHz (docs/hardware.md); an estimate, used only for MFU. */
 #define CAL_PEAK_PER_CORE (2.8e9 * 2 * 16 * 2)
@@ -705,6 +707,19 @@ static void print_summary(const char *out, const dt_hardware *h, int nranks) {
            out, h->achievable_flops[0] / 1e9, h->achievable_flops[1] / 1e9, h->achievable_flops[2] / 1e9,
            h->attention_flops / 1e9, h->op_overhead_s * 1e6, h->elementwise_bw / 1e9, h->cpu_adam_params_per_s / 1e6,
            h->mem_bw / 1e9, h->intra_busbw / 1e9, nranks);
+    /* the in-situ fit, as the profile's source states it (the profile may come from the mpirun child) */
+    FILE *f = fopen(out, "r");
+    char *text = f ? calloc(1, CAL_SOURCE_MAX) : NULL;
+    if (text && fread(text, 1, CAL_SOURCE_MAX - 1, f) > 0) {
+        cJSON *o = cJSON_Parse(text);
+        const cJSON *src = o ? cJSON_GetObjectItemCaseSensitive(o, "source") : NULL;
+        const char *fit = cJSON_IsString(src) ? strstr(src->valuestring, "in situ") : NULL;
+        const char *end = fit ? strstr(fit, "; the rest") : NULL;
+        if (fit && end) printf("calibrate: %.*s\n", (int)(end - fit), fit);
+        cJSON_Delete(o);
+    }
+    free(text);
+    if (f) fclose(f);
 }
 
 int dt_cmd_calibrate(int argc, char **argv) {
