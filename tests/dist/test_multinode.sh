@@ -27,8 +27,10 @@ ok() { echo "ok   $*"; }
 STEPS=8
 TIMEOUT=10     # --timeout of the failure runs, seconds
 SLACK=10       # on top of it: teardown grace, start-up
-# a port per launch, away from other tests' (launch tests use 29500-29999)
-PORT=$((31000 + $$ % 2000 * 10))
+# a port per launch, away from other tests' (launch tests use 29500-29999) and below
+# Linux's ephemeral range (32768-60999), where MPI's own TCP connections and
+# ompi-server get their ports and a fixed choice could collide with them
+PORT=$((21000 + $$ % 400 * 20))
 next_port() { PORT=$((PORT + 3)); }
 
 # plan STAGE NODES GPN OFFLOAD OUT: gpt2-tiny, 16 sequences per step at every world size
