@@ -731,7 +731,8 @@ int dt_cmd_calibrate(int argc, char **argv) {
                    "  times the CPU engine's kernels (linears, attention, element-wise, AdamW), one thread per\n"
                    "  core on every core, at GPT-2 124M's shapes or the plan's (micro-batch x sequence, hidden,\n"
                    "  heads, ffn, vocab), plus memcpy and the MPI all-reduce bus bandwidth between 2 local\n"
-                   "  ranks; writes a hardware profile (docs/hardware.md)\n");
+                   "  ranks; fits the FLOP and element-wise rates so the time model reproduces the engine's own\n"
+                   "  forward and backward, run in situ on every core; writes a hardware profile (docs/hardware.md)\n");
             return 0;
         } else if (!strcmp(argv[i], "-o") && i + 1 < argc) {
             out = argv[++i];
