@@ -499,8 +499,11 @@ static int measure(const cal_shape *s, cal_rates *out) {
         engine_free(&eng);
     }
     if (bad) { free(t); return 1; }
-    /* per core: the median repeat; node: rates summed over the cores, the op cost
-     * (what one rank pays per op) the median over the cores */
+    /* per core: the median repeat; node: the slowest core's rates times the number
+     * of cores — data-parallel ranks meet in a collective every step, so the step
+     * ends when the rank on the slowest core does (a sum over cores would price the
+     * average core); the op cost (what one rank pays per op) the median over the cores */
+    double r_lin[3] = {INFINITY, INFINITY, INFINITY}, r_att = INFINITY, r_ew = INFINITY, r_adam = INFINITY;
     const double Vfull = (double)s->V, Vp = (double)vprobe(s), L = (double)s->L;
     const double conv_per_use = 2.0 * (L * (double)block_weights(s) + Vfull * (double)s->C); /* fwd + bwd */
     double op_med[512], xs[512];
@@ -523,13 +526,17 @@ static int measure(const cal_shape *s, cal_rates *out) {
             f.x = f.y = 1.0;
         }
         t_lin *= f.x;
-        out->linear_flops[0] += flops / t_lin;
-        for (int k = 0; k < 2; k++) out->linear_flops[1 + k] += flops / (t_lin + conv_per_use * per_conv[k]);
-        out->attention_flops += attention_flops_of(s) / (m[P_ATT] * f.x);
-        out->elementwise_bw += elementwise_bytes(s) / (m[P_EW] * f.y);
-        out->adam_params_per_s += (double)s->adam_params / m[P_ADAM];
+        r_lin[0] = fmin(r_lin[0], flops / t_lin);
+        for (int k = 0; k < 2; k++) r_lin[1 + k] = fmin(r_lin[1 + k], flops / (t_lin + conv_per_use * per_conv[k]));
+        r_att = fmin(r_att, attention_flops_of(s) / (m[P_ATT] * f.x));
+        r_ew = fmin(r_ew, elementwise_bytes(s) / (m[P_EW] * f.y));
+        r_adam = fmin(r_adam, (double)s->adam_params / m[P_ADAM]);
         if (nop < 512) op_med[nop++] = m[P_OP];
     }
+    for (int k = 0; k < 3; k++) out->linear_flops[k] = cores * r_lin[k];
+    out->attention_flops = cores * r_att;
+    out->elementwise_bw = cores * r_ew;
+    out->adam_params_per_s = cores * r_adam;
     out->op_s = median(op_med, nop);
     out->fitted = nfit;
     out->insitu = nfit == cores;   /* every core fitted (else a mix: reported as such) */
