@@ -74,20 +74,31 @@ sys.exit(1 if bad else 0)
 PY
 }
 
-# agents NNODES NPROC PLAN OUT [args...]: one dtrun node agent per node, in parallel;
-# logs in OUT.node-R.log, exit codes in OUT.node-R.rc
-agents() {
-    local nn=$1 np=$2 pl=$3 out=$4
-    shift 4
-    local pids=() r
-    for ((r = 0; r < nn; r++)); do
-        ( "$DTRUN" --nnodes "$nn" --node-rank "$r" --nproc-per-node "$np" --master-addr 127.0.0.1 \
-            --master-port "$PORT" "$pl" --out "$out" --quiet --max-steps $STEPS "$@" >"$out.node-$r.log" 2>&1
-          echo $? >"$out.node-$r.rc" ) &
+# pair NAME LAUNCH: two "nodes" at once — `LAUNCH 0` and `LAUNCH 1` in parallel, with
+# output in NAME.node-R.log, exit code in NAME.node-R.rc, end time in NAME.node-R.end;
+# then the next launch gets fresh ports
+pair() {
+    local name=$1 launch=$2 pids=() r
+    for r in 0 1; do
+        ( "$launch" "$r" >"$name.node-$r.log" 2>&1; echo $? >"$name.node-$r.rc"; date +%s.%N >"$name.node-$r.end" ) &
         pids+=($!)
     done
     wait "${pids[@]}"
     next_port
+}
+both_ok() { [ "$(cat "$1.node-0.rc")$(cat "$1.node-1.rc")" = 00 ]; }
+codes() { echo "exited $(cat "$1.node-0.rc") / $(cat "$1.node-1.rc"): $(cat "$1".node-*.log)"; }
+
+# agents NPROC PLAN OUT [args...]: a dtrun node agent on each of the two nodes (pair)
+agents() {
+    A_NP=$1 A_PLAN=$2 A_OUT=$3
+    shift 3
+    A_ARGS=("$@")
+    pair "$A_OUT" agent
+}
+agent() {
+    "$DTRUN" --nnodes 2 --node-rank "$1" --nproc-per-node "$A_NP" --master-addr 127.0.0.1 --master-port "$PORT" \
+        "$A_PLAN" --out "$A_OUT" --quiet --max-steps $STEPS "${A_ARGS[@]}"
 }
 
 # ---- world-1 reference -------------------------------------------------------
@@ -96,52 +107,44 @@ plan 0 1 1 none "$TMP/w1.json"
 
 # ---- 1. node agents ------------------------------------------------------------
 plan 3 2 2 none "$TMP/s3.json"
-agents 2 2 "$TMP/s3.json" "$TMP/s3"
-if [ "$(cat "$TMP/s3.node-0.rc")$(cat "$TMP/s3.node-1.rc")" = 00 ]; then
+agents 2 "$TMP/s3.json" "$TMP/s3"
+if both_ok "$TMP/s3"; then
     same "$TMP/base" "$TMP/s3" "2 nodes x 2 ranks, stage 3, via --nnodes/--node-rank" || FAIL=1
     n=$(ls "$TMP/s3"/run-report*.json | wc -l)
     [ "$n" = 4 ] || fail "2 x 2 run wrote $n run reports, expected 4"
 else
-    fail "2 x 2 stage-3 agents exited $(cat "$TMP/s3.node-0.rc") / $(cat "$TMP/s3.node-1.rc"): $(cat "$TMP"/s3.node-*.log)"
+    fail "2 x 2 stage-3 agents $(codes "$TMP/s3")"
 fi
 plan 1 2 1 cpu "$TMP/s1.json"
-agents 2 1 "$TMP/s1.json" "$TMP/s1"
-if [ "$(cat "$TMP/s1.node-0.rc")$(cat "$TMP/s1.node-1.rc")" = 00 ]; then
+agents 1 "$TMP/s1.json" "$TMP/s1"
+if both_ok "$TMP/s1"; then
     same "$TMP/base" "$TMP/s1" "2 nodes x 1 rank, stage 1, optimizer offload cpu" || FAIL=1
 else
-    fail "2 x 1 stage-1 agents exited $(cat "$TMP/s1.node-0.rc") / $(cat "$TMP/s1.node-1.rc"): $(cat "$TMP"/s1.node-*.log)"
+    fail "2 x 1 stage-1 agents $(codes "$TMP/s1")"
 fi
 
 # ---- 2. ranks with torchrun's variables ------------------------------------------
 plan 2 2 1 none "$TMP/s2.json"
-pids=()
-for r in 0 1; do
-    ( env RANK=$r WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT \
-        "$DTRUN" "$TMP/s2.json" --out "$TMP/tr" --quiet --max-steps $STEPS >"$TMP/tr.$r.log" 2>&1
-      echo $? >"$TMP/tr.$r.rc" ) &
-    pids+=($!)
-done
-wait "${pids[@]}"
-next_port
-if [ "$(cat "$TMP/tr.0.rc")$(cat "$TMP/tr.1.rc")" = 00 ]; then
+torchrun_vars() {
+    env RANK=$1 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=$1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT \
+        "$DTRUN" "$TMP/s2.json" --out "$TMP/tr" --quiet --max-steps $STEPS
+}
+pair "$TMP/tr" torchrun_vars
+if both_ok "$TMP/tr"; then
     same "$TMP/base" "$TMP/tr" "2 ranks from torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR/PORT), stage 2" || FAIL=1
 else
-    fail "torchrun-variable ranks exited $(cat "$TMP/tr.0.rc") / $(cat "$TMP/tr.1.rc"): $(cat "$TMP"/tr.*.log)"
+    fail "torchrun-variable ranks $(codes "$TMP/tr")"
 fi
 if command -v torchrun >/dev/null; then
-    pids=()
-    for r in 0 1; do
-        ( torchrun --no-python --nnodes 2 --node-rank $r --nproc-per-node 1 --master-addr 127.0.0.1 \
-            --master-port $PORT "$DTRUN" "$TMP/s2.json" --out "$TMP/trr" --quiet --max-steps $STEPS \
-            >"$TMP/trr.$r.log" 2>&1; echo $? >"$TMP/trr.$r.rc" ) &
-        pids+=($!)
-    done
-    wait "${pids[@]}"
-    next_port
-    if [ "$(cat "$TMP/trr.0.rc")$(cat "$TMP/trr.1.rc")" = 00 ]; then
+    real_torchrun() {
+        torchrun --no-python --nnodes 2 --node-rank "$1" --nproc-per-node 1 --master-addr 127.0.0.1 \
+            --master-port $PORT "$DTRUN" "$TMP/s2.json" --out "$TMP/trr" --quiet --max-steps $STEPS
+    }
+    pair "$TMP/trr" real_torchrun
+    if both_ok "$TMP/trr"; then
         same "$TMP/base" "$TMP/trr" "real torchrun --no-python, 2 nodes x 1 rank" || FAIL=1
     else
-        fail "torchrun --no-python exited $(cat "$TMP/trr.0.rc") / $(cat "$TMP/trr.1.rc"): $(cat "$TMP"/trr.*.log)"
+        fail "torchrun --no-python $(codes "$TMP/trr")"
     fi
 else
     echo "skip real torchrun (not installed)"
@@ -149,18 +152,14 @@ fi
 
 # ---- 3. a rank dies on node 1 --------------------------------------------------
 plan 2 2 2 none "$TMP/k.json"
-STEPS=10 agents 2 2 "$TMP/k.json" "$TMP/full"
-pids=()
-for r in 0 1; do
-    kill_env=()
-    [ $r = 1 ] && kill_env=(DT_TEST_KILL_RANK=3 DT_TEST_KILL_STEP=7)
-    ( env "${kill_env[@]}" "$DTRUN" --nnodes 2 --node-rank $r --nproc-per-node 2 --master-addr 127.0.0.1 \
-        --master-port $PORT "$TMP/k.json" --out "$TMP/killed" --quiet --max-steps 10 --timeout $TIMEOUT \
-        >"$TMP/killed.node-$r.log" 2>&1; echo $? >"$TMP/killed.node-$r.rc"; date +%s.%N >"$TMP/killed.node-$r.end" ) &
-    pids+=($!)
-done
-wait "${pids[@]}"
-next_port
+STEPS=10 agents 2 "$TMP/k.json" "$TMP/full"
+kill_on_node1() {   # node 1's second rank (global rank 3) dies by SIGKILL in step 7
+    local kill_env=()
+    [ "$1" = 1 ] && kill_env=(DT_TEST_KILL_RANK=3 DT_TEST_KILL_STEP=7)
+    env "${kill_env[@]}" "$DTRUN" --nnodes 2 --node-rank "$1" --nproc-per-node 2 --master-addr 127.0.0.1 \
+        --master-port $PORT "$TMP/k.json" --out "$TMP/killed" --quiet --max-steps 10 --timeout $TIMEOUT
+}
+pair "$TMP/killed" kill_on_node1
 # node 1's agent ends right after the kill (it stops its own ranks); node 0's
 # ranks must follow within the collective deadline
 took=$(python3 -c "print(round($(cat "$TMP/killed.node-0.end") - $(cat "$TMP/killed.node-1.end"), 1))")
@@ -177,11 +176,11 @@ left=$(pgrep -f "$TMP/killed" | wc -l)
 [ "$left" = 0 ] || fail "$left process(es) of the killed run remain: $(pgrep -af "$TMP/killed")"
 [ -d "$TMP/killed/ckpt-00000004" ] || fail "no step-4 checkpoint survived the kill"
 ok "rank 3 killed at step 7: both nodes exit non-zero (node 0 $took s after node 1), rank 3 named, nothing left"
-STEPS=10 agents 2 2 "$TMP/k.json" "$TMP/killed" --resume
-if [ "$(cat "$TMP/killed.node-0.rc")$(cat "$TMP/killed.node-1.rc")" = 00 ]; then
+STEPS=10 agents 2 "$TMP/k.json" "$TMP/killed" --resume
+if both_ok "$TMP/killed"; then
     same "$TMP/full" "$TMP/killed" "resume from step 4 on the same 2 x 2 launch equals the uninterrupted run bitwise" exact || FAIL=1
 else
-    fail "resume exited $(cat "$TMP/killed.node-0.rc") / $(cat "$TMP/killed.node-1.rc"): $(cat "$TMP"/killed.node-*.log)"
+    fail "resume $(codes "$TMP/killed")"
 fi
 
 # ---- 4. launch failures ----------------------------------------------------------
@@ -197,20 +196,17 @@ if [ $rc != 0 ] && grep -q "^dtrun: rank 1 did not connect to 127.0.0.1:[0-9]* w
 else
     fail "node 1 never starts: exit $rc after $took s: $(cat "$TMP/alone.log")"
 fi
-pids=()
-for r in 0 1; do
-    ( env DT_OMPI_SERVER=/nonexistent/ompi-server "$DTRUN" --nnodes 2 --node-rank $r --nproc-per-node 1 \
-        --master-addr 127.0.0.1 --master-port $PORT "$TMP/s1.json" --out "$TMP/noserver" --quiet --timeout 20 \
-        >"$TMP/noserver.$r.log" 2>&1; echo $? >"$TMP/noserver.$r.rc" ) &
-    pids+=($!)
-done
-wait "${pids[@]}"
-if [ "$(cat "$TMP/noserver.0.rc")" != 0 ] && [ "$(cat "$TMP/noserver.1.rc")" != 0 ] &&
-    grep -q "^dtrun: cannot run /nonexistent/ompi-server, which a CPU run without mpirun needs" "$TMP/noserver.0.log" &&
-    grep -q "rank 0 could not start ompi-server" "$TMP/noserver.1.log"; then
+no_server() {
+    env DT_OMPI_SERVER=/nonexistent/ompi-server "$DTRUN" --nnodes 2 --node-rank "$1" --nproc-per-node 1 \
+        --master-addr 127.0.0.1 --master-port $PORT "$TMP/s1.json" --out "$TMP/noserver" --quiet --timeout 20
+}
+pair "$TMP/noserver" no_server
+if [ "$(cat "$TMP/noserver.node-0.rc")" != 0 ] && [ "$(cat "$TMP/noserver.node-1.rc")" != 0 ] &&
+    grep -q "^dtrun: cannot run /nonexistent/ompi-server, which a CPU run without mpirun needs" "$TMP/noserver.node-0.log" &&
+    grep -q "rank 0 could not start ompi-server" "$TMP/noserver.node-1.log"; then
     ok "ompi-server missing: both nodes exit non-zero, the reason named"
 else
-    fail "ompi-server missing: $(cat "$TMP"/noserver.*.log)"
+    fail "ompi-server missing: $(codes "$TMP/noserver")"
 fi
 [ -e "$TMP/noserver" ] && fail "a failed launch created its output directory"
 
