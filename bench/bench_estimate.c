@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "dt_dsconfig.h"
+#include "dt_model.h"
 #include "dt_memory.h"
 
 #define REPS 20000

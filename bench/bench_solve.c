@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "dt_solve.h"
+#include "dt_model.h"
 
 #define REPS 21
 
@@ -37,7 +38,7 @@ int main(void) {
     rq.base.cluster.gpus_per_node = 8;
     rq.base.parallel.world_size = 8;
     rq.base.parallel.overlap_comm = 1;
-    rq.base.batch.global_batch = 1 * 16 * 8; /* the seeds' micro 1 x accumulation 16 */
+    rq.base.batch.global_batch = 1 * 16 * 8; /* dtplan solve's default micro 1 x accumulation 16 (docs/solver.md) */
     rq.mem_limit_bytes = (int64_t)80 << 30;
     rq.host_limit_bytes = rq.base.cluster.hw.host_mem_bytes;
     rq.nvme_limit_bytes = rq.base.cluster.hw.nvme_bytes;

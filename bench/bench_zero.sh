@@ -1,5 +1,6 @@
 #!/bin/bash
-# bench_zero.sh — issue 5's figure: GPT-2 124M on 2 CPU ranks, per ZeRO stage, the
+# bench_zero.sh — docs/benchmarks.md's ZeRO-per-stage figure: GPT-2 124M on 2 CPU
+# ranks, per ZeRO stage, the
 # measured step time and communication share beside the planner's predicted
 # ones (run-report.json) and the error in %.
 #
@@ -38,7 +39,7 @@ echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 # calibrate then times the engine's kernels at this plan's shapes (B x T tokens,
 # GPT-2's widths) and the plan is solved again on the measured profile
 solve() { # PROFILE OUT
-    "$DTPLAN" solve --mem 16G --model gpt2 --gpus 2 --hardware "$1" --precision fp32 --seq "$SEQ" \
+    "$DTPLAN" solve --mem 4G --model gpt2 --gpus 2 --hardware "$1" --precision fp32 --seq "$SEQ" \
         --global-batch $((2 * MICRO)) --stages 0 --no-offload -o "$2" >/dev/null ||
         { echo "bench_zero.sh: dtplan solve failed" >&2; exit 1; }
 }

@@ -17,6 +17,9 @@ echo
 echo "== dtplan solve: 32B / 8 x H100 / 80G (target < 50 ms) =="
 "$BB/bench_solve"
 echo
+echo "== dtplan as a whole process: solve 32B/8 (target < 20 ms), --help RSS (target < 10 MB) =="
+bash bench/bench_startup.sh "$B"
+echo
 echo "== dtrun CPU: GPT-2 124M, B=4, T=64, fp32 vs this machine's GEMM ceiling (target >= 60%) =="
 "$BB/bench_gpt2"
 echo

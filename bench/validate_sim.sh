@@ -1,5 +1,6 @@
 #!/bin/bash
-# validate_sim.sh — issue 7's validation as a benchmark: on CPU runs with 2 and 4
+# validate_sim.sh — the time model's validation as a benchmark (docs/benchmarks.md
+# "Simulated vs measured step time"): on CPU runs with 2 and 4
 # ranks, every ZeRO stage, with and without optimizer offload and activation
 # checkpointing, the simulated step time (dtplan simulate) and the analytical one
 # (dt_time_estimate, the plan's prediction in run-report.json) against the

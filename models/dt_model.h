@@ -14,28 +14,9 @@
 
 #include <stdint.h>
 
+#include "dt_arch.h"   /* dt_model, dt_family: the description a plan carries */
 #include "dt_error.h"
 
-typedef enum { DT_FAMILY_GPT2 = 0, DT_FAMILY_LLAMA = 1 } dt_family;
-
-typedef struct dt_model {
-    char name[64];        /* catalog name ("gpt2", "qwen3-32b"), file stem, or "derived-32B" */
-    dt_family family;
-    int64_t n_layer;      /* L: transformer blocks */
-    int64_t hidden;       /* h: residual width */
-    int64_t n_head;       /* a: query heads */
-    int64_t n_kv_head;    /* key/value heads (GQA); == n_head for multi-head attention */
-    int64_t head_dim;     /* d: per-head width (hidden / n_head unless the config says) */
-    int64_t ffn;          /* f: MLP inner width */
-    int64_t vocab;        /* V: embedding rows (as in config.json, not padded) */
-    int64_t max_pos;      /* max_position_embeddings / n_positions (gpt2: rows of wpe) */
-    int tied_embeddings;  /* lm_head shares wte */
-    int qkv_bias;         /* llama family: q,k,v projections have biases (Qwen2). gpt2: always 1 */
-    int qk_norm;          /* llama family: per-head RMSNorm on q and k (Qwen3) */
-    double norm_eps;      /* LayerNorm / RMSNorm epsilon */
-    double rope_theta;    /* llama family RoPE base; 0 for gpt2 */
-    int derived;          /* 1 when the shape was derived from a bare parameter count */
-} dt_model;
 
 /* Resolves "--model" text: a catalog name (case-insensitive: "gpt2", "Qwen3-0.6B",
  * "llama-2-7b", ...) or a path to a Hugging Face config.json (gpt2 / llama / qwen2 /
@@ -46,8 +27,6 @@ int dt_model_from_config_json(const char *json, const char *name, dt_model *out,
 /* A standard llama-family decoder shape whose parameter count is close to n_params
  * (documented in docs/models.md); sets out->derived = 1. */
 int dt_model_for_params(int64_t n_params, dt_model *out, dt_error *err);
-/* Checks internal consistency (positive sizes, heads divide, GQA groups). */
-int dt_model_validate(const dt_model *m, dt_error *err);
 
 /* Catalog: number of entries and the i-th canonical name (for listings/tests). */
 int dt_model_catalog_count(void);
@@ -69,7 +48,6 @@ double dt_model_train_flops_per_seq(const dt_model *m, int64_t seq);
 /* Forward FLOPs of one transformer block for one sequence (used for recompute cost). */
 double dt_model_block_fwd_flops_per_seq(const dt_model *m, int64_t seq);
 
-const char *dt_family_name(dt_family f);   /* "gpt2" / "llama" */
 
 /* For a derived model (m->derived): the well-known shape it was taken from, e.g.
  * "Llama-2-7B" (docs/models.md, "Derived shapes"); NULL otherwise. */

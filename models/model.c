@@ -22,16 +22,6 @@ typedef struct { const char *name; const char *text; } dt_embedded_file;
 extern const dt_embedded_file dt_catalog_files[];
 extern const int dt_catalog_files_count;
 
-/* Upper bounds on each dimension: keep every count below 2^62 so int64 arithmetic
- * cannot overflow (3·h·f·L <= 3·2^20·2^22·2^14 < 2^58), far above any real model. */
-#define DT_MAX_LAYERS   (INT64_C(1) << 14)
-#define DT_MAX_HIDDEN   (INT64_C(1) << 20)
-#define DT_MAX_HEADS    (INT64_C(1) << 16)
-#define DT_MAX_HEAD_DIM (INT64_C(1) << 16)
-#define DT_MAX_QDIM     (INT64_C(1) << 22)   /* n_head * head_dim */
-#define DT_MAX_FFN      (INT64_C(1) << 22)
-#define DT_MAX_VOCAB    (INT64_C(1) << 24)
-#define DT_MAX_POS      (INT64_C(1) << 24)
 
 /* GPT-2's MLP width when n_inner is null: 4·h (HF GPT2MLP, inner_dim = n_inner or 4 * n_embd). */
 #define DT_GPT2_FFN_MULT 4
@@ -40,14 +30,8 @@ extern const int dt_catalog_files_count;
 #define DT_LLAMA_DEFAULT_ROPE_THETA 10000.0
 /* HF GPT2Config default layer_norm_epsilon. */
 #define DT_GPT2_DEFAULT_LN_EPS 1e-5
-
-const char *dt_family_name(dt_family f) {
-    switch (f) {
-    case DT_FAMILY_GPT2: return "gpt2";
-    case DT_FAMILY_LLAMA: return "llama";
-    }
-    return "?";
-}
+/* HF MistralConfig's sliding_window when the key is absent (Mistral-7B-v0.1's window). */
+#define DT_MISTRAL_DEFAULT_WINDOW 4096
 
 /* ------------------------------------------------------------------ catalog */
 
@@ -150,10 +134,94 @@ static int json_str_in(const cJSON *root, const char *key, const char *const *al
     if (!v || cJSON_IsNull(v)) return DT_OK;
     if (!cJSON_IsString(v))
         return dt_errorf(err, DT_EINVAL, "%s: config.json key '%s' must be a string", name, key);
-    for (int i = 0; allowed[i]; i++)
+    char list[128] = "";
+    for (int i = 0; allowed[i]; i++) {
         if (strcmp(v->valuestring, allowed[i]) == 0) return DT_OK;
-    return dt_errorf(err, DT_EINVAL, "%s: config.json key '%s' is '%s', which this family does not implement (expected '%s')",
-                     name, key, v->valuestring, allowed[0]);
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s'%s'", i ? ", " : "", allowed[i]);
+    }
+    return dt_errorf(err, DT_EINVAL, "%s: config.json key '%s' is '%s', which this family does not implement (expected %s)",
+                     name, key, v->valuestring, list);
+}
+
+/* ---- keys that change the architecture: refused when the plan cannot hold them ---- */
+
+/* RoPE scaling types that only rescale the rotary frequencies (no parameters, no
+ * FLOPs, the same attention): the plan's shape is unchanged. yarn / longrope also
+ * scale the attention logits (attention_factor, per-dimension factors), mrope splits
+ * the rotary dimensions for images: a different attention than the plan describes. */
+static const char *const k_rope_types[] = {"default", "linear", "dynamic", "llama3", NULL};
+
+/* rs: the value of config.json's key ("rope_scaling" or "rope_parameters"), may be NULL */
+static int check_rope_type(const cJSON *rs, const char *key, const char *name, dt_error *err) {
+    if (!rs || cJSON_IsNull(rs)) return DT_OK;
+    if (!cJSON_IsObject(rs))
+        return dt_errorf(err, DT_EINVAL, "%s: config.json key '%s' must be an object or null", name, key);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+    if (!t) t = cJSON_GetObjectItemCaseSensitive(rs, "type");   /* transformers < 4.45 spelling */
+    if (!t || cJSON_IsNull(t)) return DT_OK;                   /* e.g. only rope_theta: the default */
+    if (!cJSON_IsString(t))
+        return dt_errorf(err, DT_EINVAL, "%s: config.json '%s.rope_type' must be a string", name, key);
+    for (int i = 0; k_rope_types[i]; i++)
+        if (!strcmp(t->valuestring, k_rope_types[i])) return DT_OK;
+    return dt_errorf(err, DT_EINVAL,
+                     "%s: config.json '%s': rope_type \"%s\" is not modelled (it changes the attention, not only "
+                     "the RoPE frequencies); supported: default, linear, dynamic, llama3",
+                     name, key, t->valuestring);
+}
+
+/* Mixture-of-experts keys: more than one expert per block is not a dense MLP. */
+static int check_experts(const cJSON *root, const char *name, dt_error *err) {
+    static const char *const keys[] = {"num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", NULL};
+    for (int i = 0; keys[i]; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, keys[i]);
+        if (!v || cJSON_IsNull(v)) continue;
+        if (!cJSON_IsNumber(v))
+            return dt_errorf(err, DT_EINVAL, "%s: config.json key '%s' must be a number", name, keys[i]);
+        if (v->valuedouble > 1)
+            return dt_errorf(err, DT_EINVAL,
+                             "%s: config.json '%s': %g (a mixture of experts) is not modelled: dtplan plans one dense "
+                             "MLP per block",
+                             name, keys[i], v->valuedouble);
+    }
+    return DT_OK;
+}
+
+/* Sliding-window attention changes what attention stores and computes; a window that
+ * covers every position is full attention. mistral uses sliding_window whenever it is
+ * not null (4096 when absent); qwen2/qwen3 only with use_sliding_window: true; newer
+ * configs also list per-layer "layer_types". */
+static int check_sliding_window(const cJSON *root, const char *type, int64_t max_pos, const char *name,
+                                dt_error *err) {
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (lt && !cJSON_IsNull(lt)) {
+        const cJSON *e;
+        if (!cJSON_IsArray(lt))
+            return dt_errorf(err, DT_EINVAL, "%s: config.json key 'layer_types' must be an array", name);
+        cJSON_ArrayForEach(e, lt) {
+            if (!cJSON_IsString(e) || strcmp(e->valuestring, "full_attention"))
+                return dt_errorf(err, DT_EINVAL,
+                                 "%s: config.json 'layer_types' lists a layer that is not \"full_attention\" "
+                                 "(sliding-window attention is not modelled)", name);
+        }
+    }
+    int mistral = !strcmp(type, "mistral"), qwen = !strcmp(type, "qwen2") || !strcmp(type, "qwen3");
+    if (!mistral && !qwen) return DT_OK;   /* LlamaConfig has no sliding window */
+    int use = mistral;
+    int rc = json_bool(root, "use_sliding_window", &use, name, err);
+    if (rc) return rc;
+    if (!use) return DT_OK;
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
+    if (w && cJSON_IsNull(w)) return DT_OK;
+    int64_t window = DT_MISTRAL_DEFAULT_WINDOW;
+    if (w && (rc = json_int(root, "sliding_window", DT_MAX_POS, &window, NULL, name, err))) return rc;
+    if (!w && qwen) return DT_OK;   /* Qwen2Config's default window applies only when set */
+    if (window >= max_pos) return DT_OK;   /* the window covers every position: full attention */
+    return dt_errorf(err, DT_EINVAL,
+                     "%s: config.json 'sliding_window': %lld%s is not modelled (dtplan plans full causal attention "
+                     "over all %lld positions); use a config without sliding-window attention",
+                     name, (long long)window,
+                     qwen ? " with 'use_sliding_window': true" : w ? "" : " (MistralConfig's default when absent)",
+                     (long long)max_pos);
 }
 
 static int parse_gpt2(const cJSON *root, const char *name, dt_model *m, dt_error *err) {
@@ -176,8 +244,18 @@ static int parse_gpt2(const cJSON *root, const char *name, dt_model *m, dt_error
     m->head_dim = m->hidden / m->n_head;
     m->norm_eps = DT_GPT2_DEFAULT_LN_EPS;
     if ((rc = json_pos_real(root, "layer_norm_epsilon", &m->norm_eps, name, err))) return rc;
-    m->tied_embeddings = 1;   /* GPT2LMHeadModel ties lm_head to wte by default */
+    m->tied_embeddings = 1;   /* GPT2LMHeadModel ties lm_head to wte */
     if ((rc = json_bool(root, "tie_word_embeddings", &m->tied_embeddings, name, err))) return rc;
+    if (!m->tied_embeddings)
+        return dt_errorf(err, DT_EINVAL,
+                         "%s: config.json 'tie_word_embeddings': false is not supported for gpt2: dtplan's gpt2 ties "
+                         "lm_head to wte as GPT2LMHeadModel does (remove the key)", name);
+    int cross = 0;
+    if ((rc = json_bool(root, "add_cross_attention", &cross, name, err))) return rc;
+    if (cross)
+        return dt_errorf(err, DT_EINVAL,
+                         "%s: config.json 'add_cross_attention': true (an encoder-decoder gpt2 with cross-attention "
+                         "weights) is not supported: dtplan models the decoder-only gpt2", name);
     static const char *const acts[] = {"gelu_new", "gelu", "gelu_pytorch_tanh", NULL};
     if ((rc = json_str_in(root, "activation_function", acts, name, err))) return rc;
     m->qkv_bias = 1;
@@ -243,7 +321,10 @@ static int parse_llama(const cJSON *root, const char *type, const char *name, dt
         return dt_errorf(err, DT_EINVAL, "%s: config.json 'mlp_bias': true is not supported", name);
     m->qkv_bias = is_qwen2;
     m->qk_norm = strcmp(type, "qwen3") == 0;
-    return DT_OK;
+    if ((rc = check_rope_type(cJSON_GetObjectItemCaseSensitive(root, "rope_scaling"), "rope_scaling", name, err)) ||
+        (rc = check_rope_type(rp, "rope_parameters", name, err)))
+        return rc;
+    return check_sliding_window(root, type, m->max_pos, name, err);
 }
 
 int dt_model_from_config_json(const char *json, const char *name, dt_model *out, dt_error *err) {
@@ -266,6 +347,7 @@ int dt_model_from_config_json(const char *json, const char *name, dt_model *out,
         goto done;
     }
     const char *type = mt->valuestring;
+    if ((rc = check_experts(root, name, err))) goto done;
     if (strcmp(type, "gpt2") == 0) {
         rc = parse_gpt2(root, name, out, err);
     } else if (strcmp(type, "llama") == 0 || strcmp(type, "mistral") == 0 ||
@@ -324,6 +406,7 @@ int dt_model_resolve(const char *name_or_path, dt_model *out, dt_error *err) {
         name_from_path(name_or_path, name, sizeof name);
         rc = dt_model_from_config_json(text, name, out, err);
         free(text);
+        if (rc) dt_error_prefix(err, "--model");   /* the file the user named: say which option */
         return rc;
     }
     int n = dt_model_catalog_count();
@@ -343,52 +426,6 @@ int dt_model_resolve(const char *name_or_path, dt_model *out, dt_error *err) {
     return dt_errorf(err, DT_EINVAL,
                      "--model: unknown model '%s' (catalog: %s; or give a path to a config.json)",
                      name_or_path, list);
-}
-
-/* --------------------------------------------------------------- validate */
-
-#define CHECK_RANGE(field, lo, hi)                                                             \
-    do {                                                                                       \
-        if (m->field < (lo) || m->field > (hi))                                                \
-            return dt_errorf(err, DT_EINVAL, "model '%s': " #field " = %lld is outside %lld..%lld", \
-                             m->name, (long long)m->field, (long long)(lo), (long long)(hi));  \
-    } while (0)
-
-int dt_model_validate(const dt_model *m, dt_error *err) {
-    if (!m) return dt_errorf(err, DT_EINTERNAL, "dt_model_validate: NULL model");
-    if (m->family != DT_FAMILY_GPT2 && m->family != DT_FAMILY_LLAMA)
-        return dt_errorf(err, DT_EINVAL, "model '%s': unknown family %d", m->name, (int)m->family);
-    CHECK_RANGE(n_layer, 1, DT_MAX_LAYERS);
-    CHECK_RANGE(hidden, 1, DT_MAX_HIDDEN);
-    CHECK_RANGE(n_head, 1, DT_MAX_HEADS);
-    CHECK_RANGE(n_kv_head, 1, m->n_head);
-    CHECK_RANGE(head_dim, 1, DT_MAX_HEAD_DIM);
-    CHECK_RANGE(ffn, 1, DT_MAX_FFN);
-    CHECK_RANGE(vocab, 1, DT_MAX_VOCAB);
-    CHECK_RANGE(max_pos, 1, DT_MAX_POS);
-    if (m->n_head * m->head_dim > DT_MAX_QDIM)
-        return dt_errorf(err, DT_EINVAL, "model '%s': n_head * head_dim = %lld exceeds %lld", m->name,
-                         (long long)(m->n_head * m->head_dim), (long long)DT_MAX_QDIM);
-    if (m->n_head % m->n_kv_head != 0)
-        return dt_errorf(err, DT_EINVAL,
-                         "model '%s': n_head (%lld) must be a multiple of n_kv_head (%lld) for GQA",
-                         m->name, (long long)m->n_head, (long long)m->n_kv_head);
-    if (!(m->norm_eps > 0) || !isfinite(m->norm_eps))
-        return dt_errorf(err, DT_EINVAL, "model '%s': norm epsilon must be positive", m->name);
-    if (m->family == DT_FAMILY_GPT2) {
-        if (m->n_kv_head != m->n_head || m->n_head * m->head_dim != m->hidden)
-            return dt_errorf(err, DT_EINVAL,
-                             "model '%s': gpt2 needs n_kv_head == n_head and n_head * head_dim == "
-                             "hidden (got %lld, %lld, %lld x %lld vs %lld)",
-                             m->name, (long long)m->n_kv_head, (long long)m->n_head,
-                             (long long)m->n_head, (long long)m->head_dim, (long long)m->hidden);
-        if (!m->qkv_bias || m->qk_norm)
-            return dt_errorf(err, DT_EINVAL,
-                             "model '%s': gpt2 always has linear biases and no q/k norm", m->name);
-    } else if (!(m->rope_theta > 0) || !isfinite(m->rope_theta)) {
-        return dt_errorf(err, DT_EINVAL, "model '%s': rope_theta must be positive", m->name);
-    }
-    return DT_OK;
 }
 
 /* ---------------------------------------------------------- param counts */

@@ -1,7 +1,7 @@
 /* dscompare.c — DeepSpeed's own model-state estimators, re-implemented from
  * deepspeed/runtime/zero/stage_1_and_2.py (estimate_zero2_model_states_mem_needs,
  * current since PR #5099) and stage3.py (estimate_zero3_model_states_mem_needs),
- * as quoted in reference/memory-formulas.md §1.2-§1.4. P = total params,
+ * at DeepSpeed 38327e07 = 0.16.5 (docs/memory-model.md "--compare deepspeed"). P = total params,
  * L = largest layer params, G = total GPUs, g = GPUs per node, N = nodes,
  * f = additional_buffer_factor (CPU numbers only). Python's int() truncates:
  * the results here truncate the same way. */

@@ -1,6 +1,8 @@
 /* dsconfig.c — DeepSpeed config import (`dtplan estimate --deepspeed zero3.json`).
  *
- * Rules reproduced (reference/ecosystem.md §1, DeepSpeed @ 38327e07 = 0.16.5):
+ * Rules reproduced (DeepSpeed @ 38327e07 = 0.16.5: deepspeed/runtime/config.py,
+ * runtime/zero/config.py, runtime/zero/offload_config.py; HF transformers
+ * integrations/deepspeed.py for "auto"; docs/memory-model.md "DeepSpeed configs"):
  *   - duplicate keys are an error (dict_raise_error_on_duplicate_keys);
  *   - zero_optimization, offload_optimizer, offload_param are pydantic models with
  *     extra="forbid": unknown keys are errors; field names and aliases both accepted;
@@ -11,7 +13,7 @@
  *     are filled by HF Trainer from TrainingArguments (= the plan's values here);
  *   - stage > 3: "Maximum supported ZeRO stage is 3"; bf16 + fp16 both enabled;
  *     partial offload (ratio < 1) only with stage 3; the batch triple inference and
- *     its assertion messages, word for word (§1.5). */
+ *     its assertion messages, word for word (DeepSpeedConfig._batch_assertion). */
 #include "dt_dsconfig.h"
 
 #include <math.h>
@@ -35,7 +37,8 @@
 #define DS_WARMUP_MAX_LR 1e-3
 #define DS_WARMUP_STEPS 1000
 #define DS_COS_MIN_RATIO 1e-4
-/* fp16 scaler defaults when no dynamic-scale key is given (ZeRO path, §1.4) */
+/* fp16 scaler defaults when no dynamic-scale key is given (ZeRO path: DynamicLossScaler,
+ * deepspeed/runtime/fp16/loss_scaler.py) */
 #define DS_CLASS_INIT_SCALE_POWER 32
 #define DS_CLASS_HYSTERESIS 1
 /* ... and the fp16 section's documented defaults */
@@ -43,6 +46,8 @@
 #define DS_LOSS_SCALE_WINDOW 1000
 #define DS_HYSTERESIS 2
 #define DS_MIN_LOSS_SCALE 1.0
+/* the plan's bound on fp16's initial_scale_power (2^64: far above any gradient range) */
+#define DS_MAX_SCALE_POWER 64
 /* sanity bound on each batch number so micro * gas * world cannot overflow */
 #define DS_BATCH_MAX ((int64_t)1 << 30)
 
@@ -149,9 +154,9 @@ static const cJSON *get2(const cJSON *obj, const char *path, const char *key, co
     return a ? a : b;
 }
 
-/* integral number >= min, or "auto" (allow_auto) */
+/* integral number in [min, max], or "auto" */
 static int read_int(const cJSON *obj, const char *path, const char *key, const char *alias,
-                    int64_t min, dt_ds_int *out, dt_error *err) {
+                    int64_t min, int64_t max, dt_ds_int *out, dt_error *err) {
     int rc;
     const char *used = key;
     const cJSON *v = get2(obj, path, key, alias, &used, err, &rc);
@@ -164,21 +169,35 @@ static int read_int(const cJSON *obj, const char *path, const char *key, const c
         out->state = DT_DS_AUTO;
         return DT_OK;
     }
-    char want[64];
+    char want[80];
     if (min == INT64_MIN)
         snprintf(want, sizeof want, "an integer or \"auto\"");
-    else
+    else if (max == INT64_MAX)
         snprintf(want, sizeof want, "an integer >= %lld or \"auto\"", (long long)min);
+    else
+        snprintf(want, sizeof want, "an integer in [%lld, %lld] or \"auto\"", (long long)min, (long long)max);
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble != floor(v->valuedouble) ||
-        fabs(v->valuedouble) > (double)DT_JSON_MAX_EXACT_INT || v->valuedouble < (double)min)
+        fabs(v->valuedouble) > (double)DT_JSON_MAX_EXACT_INT || v->valuedouble < (double)min ||
+        v->valuedouble > (double)max)
         return bad(path, used, want, v, err);
     out->state = DT_DS_SET;
     out->value = (int64_t)v->valuedouble;
     return DT_OK;
 }
 
-static int read_num(const cJSON *obj, const char *path, const char *key, double min,
-                    dt_ds_num *out, dt_error *err) {
+/* A number in [lo, hi] (lo excluded when lo_open; hi = INFINITY: no upper bound), or
+ * "auto". integral: whole numbers only (step counts). */
+typedef struct {
+    double lo, hi;
+    int lo_open, integral;
+} ds_range;
+#define DS_NONNEG ((ds_range){0, INFINITY, 0, 0})
+#define DS_POS ((ds_range){0, INFINITY, 1, 0})
+#define DS_UNIT ((ds_range){0, 1, 0, 0})
+#define DS_STEPS ((ds_range){0, (double)DT_JSON_MAX_EXACT_INT, 0, 1})
+
+static int read_num(const cJSON *obj, const char *path, const char *key, ds_range r, dt_ds_num *out,
+                    dt_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!v) {
         out->state = DT_DS_ABSENT;
@@ -188,12 +207,31 @@ static int read_num(const cJSON *obj, const char *path, const char *key, double 
         out->state = DT_DS_AUTO;
         return DT_OK;
     }
-    char want[64];
-    snprintf(want, sizeof want, "a number >= %g or \"auto\"", min);
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < min)
+    char want[80];
+    if (r.integral) snprintf(want, sizeof want, "an integer >= %g or \"auto\"", r.lo);
+    else if (isinf(r.hi)) snprintf(want, sizeof want, "a number %s %g or \"auto\"", r.lo_open ? ">" : ">=", r.lo);
+    else snprintf(want, sizeof want, "a number in [%g, %g] or \"auto\"", r.lo, r.hi);
+    double x = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    if (!isfinite(x) || x < r.lo || (r.lo_open && x == r.lo) || x > r.hi || (r.integral && x != floor(x)))
         return bad(path, key, want, v, err);
     out->state = DT_DS_SET;
-    out->value = v->valuedouble;
+    out->value = x;
+    return DT_OK;
+}
+
+/* Keys DeepSpeed's pydantic models type-check that dtplan does not otherwise read:
+ * a wrong type or a negative count is refused as DeepSpeed refuses it. */
+static int check_typed(const cJSON *obj, const char *path, const char *const *bools, const char *const *counts,
+                       dt_error *err) {
+    for (int i = 0; bools && bools[i]; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, bools[i]);
+        if (v && !cJSON_IsBool(v)) return bad(path, bools[i], "true or false", v, err);
+    }
+    for (int i = 0; counts && counts[i]; i++) {
+        dt_ds_int n;
+        int rc = read_int(obj, path, counts[i], NULL, 0, INT64_MAX, &n, err);
+        if (rc) return rc;
+    }
     return DT_OK;
 }
 
@@ -251,14 +289,19 @@ static int read_offload(const cJSON *zero, const char *path, const char *key, in
         dt_json_path_join(q, sizeof q, p, "nvme_path");
         return dt_errorf(err, DT_EINVAL, "%s: required when device is \"nvme\" (a directory on the NVMe drive)", q);
     }
+    /* DeepSpeedZeroOffloadOptimizerConfig / ...ParamConfig field types (ge=0 counts) */
+    static const char *const opt_bools[] = {"pin_memory", "pipeline", "pipeline_read", "pipeline_write", "fast_init",
+                                            NULL};
+    static const char *const opt_counts[] = {"buffer_count", NULL};
+    static const char *const param_bools[] = {"pin_memory", NULL};
+    static const char *const param_counts[] = {"buffer_count", "buffer_size", "max_in_cpu", NULL};
+    rc = check_typed(o, p, is_param ? param_bools : opt_bools, is_param ? param_counts : opt_counts, err);
+    if (rc) return rc;
     if (!is_param) {
         dt_ds_num r = {0};
-        rc = read_num(o, p, "ratio", 0.0, &r, err);
+        rc = read_num(o, p, "ratio", DS_UNIT, &r, err);
         if (rc) return rc;
-        if (r.state == DT_DS_SET) {
-            if (r.value > 1.0) return bad(p, "ratio", "a number in [0, 1]", cJSON_GetObjectItemCaseSensitive(o, "ratio"), err);
-            *ratio = r.value;
-        }
+        if (r.state == DT_DS_SET) *ratio = r.value;
     }
     return DT_OK;
 }
@@ -282,16 +325,32 @@ static int read_zero(const cJSON *root, dt_dsconfig *c, dt_error *err) {
                              st->valuedouble);
         c->zero_stage = (int)st->valuedouble;
     }
-    if ((rc = read_int(z, p, "reduce_bucket_size", NULL, 1, &c->reduce_bucket, err))) return rc;
-    if ((rc = read_int(z, p, "allgather_bucket_size", NULL, 1, &c->allgather_bucket, err))) return rc;
-    if ((rc = read_int(z, p, "stage3_prefetch_bucket_size", "prefetch_bucket_size", 0,
+    /* bucket sizes > 0 (a 0-element bucket never fills); the stage-3 counts are
+     * DeepSpeedZeroConfig's ge=0 fields */
+    if ((rc = read_int(z, p, "reduce_bucket_size", NULL, 1, INT64_MAX, &c->reduce_bucket, err))) return rc;
+    if ((rc = read_int(z, p, "allgather_bucket_size", NULL, 1, INT64_MAX, &c->allgather_bucket, err))) return rc;
+    if ((rc = read_int(z, p, "stage3_prefetch_bucket_size", "prefetch_bucket_size", 0, INT64_MAX,
                        &c->prefetch_bucket, err)))
         return rc;
-    if ((rc = read_int(z, p, "stage3_max_live_parameters", "max_live_parameters", 0, &c->max_live, err)))
+    if ((rc = read_int(z, p, "stage3_max_live_parameters", "max_live_parameters", 0, INT64_MAX, &c->max_live,
+                       err)))
         return rc;
-    if ((rc = read_int(z, p, "stage3_param_persistence_threshold", "param_persistence_threshold", 0,
+    if ((rc = read_int(z, p, "stage3_param_persistence_threshold", "param_persistence_threshold", 0, INT64_MAX,
                        &c->persistence, err)))
         return rc;
+    static const char *const zero_bools[] = {
+        "contiguous_gradients", "reduce_scatter", "use_multi_rank_bucket_allreduce", "allgather_partitions",
+        "load_from_fp32_weights", "elastic_checkpoint", "cpu_offload_use_pin_memory",
+        "gather_16bit_weights_on_model_save", "stage3_gather_16bit_weights_on_model_save",
+        "stage3_gather_fp16_weights_on_model_save", "use_all_reduce_for_fetch_params",
+        "stage3_use_all_reduce_for_fetch_params", "ignore_unused_parameters", "legacy_stage1",
+        "round_robin_gradients", "zero_quantized_weights", "zero_quantized_nontrainable_weights",
+        "zero_quantized_gradients", "mics_hierarchical_params_gather", "memory_efficient_linear",
+        "pipeline_loading_checkpoint", "override_module_apply", "log_trace_cache_warnings", NULL};
+    static const char *const zero_counts[] = {"sub_group_size", "model_persistence_threshold",
+                                              "stage3_model_persistence_threshold", "max_reuse_distance",
+                                              "stage3_max_reuse_distance", "zero_hpz_partition_size", NULL};
+    if ((rc = check_typed(z, p, zero_bools, zero_counts, err))) return rc;
     dt_ds_state ov = DT_DS_ABSENT;
     int on = 0;
     if ((rc = read_bool(z, p, "overlap_comm", &ov, &on, err))) return rc;
@@ -336,17 +395,20 @@ static int read_precision(const cJSON *root, dt_dsconfig *c, dt_error *err) {
         for (int i = 0; dyn[i]; i++)
             if (cJSON_GetObjectItemCaseSensitive(f, dyn[i])) c->has_dynamic_args = 1;
         dt_ds_num v = {0};
-        if ((rc = read_num(f, pf, "loss_scale", 0, &v, err))) return rc;
+        if ((rc = read_num(f, pf, "loss_scale", DS_NONNEG, &v, err))) return rc;   /* 0 = dynamic */
         if (v.state == DT_DS_SET) c->loss_scale = v.value;
         dt_ds_int i = {0};
-        if ((rc = read_int(f, pf, "initial_scale_power", NULL, 0, &i, err))) return rc;
+        /* 2^64 is far above any fp16 gradient range; the counts fit an int */
+        if ((rc = read_int(f, pf, "initial_scale_power", NULL, 0, DS_MAX_SCALE_POWER, &i, err))) return rc;
         if (i.state == DT_DS_SET) c->initial_scale_power = (int)i.value;
-        if ((rc = read_int(f, pf, "loss_scale_window", NULL, 1, &i, err))) return rc;
+        if ((rc = read_int(f, pf, "loss_scale_window", NULL, 1, INT32_MAX, &i, err))) return rc;
         if (i.state == DT_DS_SET) c->loss_scale_window = (int)i.value;
-        if ((rc = read_int(f, pf, "hysteresis", NULL, 1, &i, err))) return rc;
+        if ((rc = read_int(f, pf, "hysteresis", NULL, 1, INT32_MAX, &i, err))) return rc;
         if (i.state == DT_DS_SET) c->hysteresis = (int)i.value;
-        if ((rc = read_num(f, pf, "min_loss_scale", 0, &v, err))) return rc;
+        if ((rc = read_num(f, pf, "min_loss_scale", DS_POS, &v, err))) return rc;   /* the scale's floor */
         if (v.state == DT_DS_SET) c->min_loss_scale = v.value;
+        static const char *const fp16_bools[] = {"auto_cast", "consecutive_hysteresis", NULL};
+        if ((rc = check_typed(f, pf, fp16_bools, NULL, err))) return rc;
         int mw = 0;
         if ((rc = read_bool(f, pf, "fp16_master_weights_and_grads", NULL, &mw, err))) return rc;
         if (mw && c->zero_stage != 2)
@@ -398,9 +460,10 @@ static int read_optimizer(const cJSON *root, dt_dsconfig *c, dt_error *err) {
              c->optimizer_type);
     if ((rc = read_object(o, p, "params", &pp, q, err))) return rc;
     if (!pp) return DT_OK;
-    if ((rc = read_num(pp, q, "lr", 0, &c->lr, err))) return rc;
-    if ((rc = read_num(pp, q, "eps", 0, &c->eps, err))) return rc;
-    if ((rc = read_num(pp, q, "weight_decay", 0, &c->weight_decay, err))) return rc;
+    /* torch.optim.AdamW refuses lr, eps < 0 ("Invalid learning rate"); a plan needs them > 0 */
+    if ((rc = read_num(pp, q, "lr", DS_POS, &c->lr, err))) return rc;
+    if ((rc = read_num(pp, q, "eps", DS_POS, &c->eps, err))) return rc;
+    if ((rc = read_num(pp, q, "weight_decay", DS_NONNEG, &c->weight_decay, err))) return rc;
     const cJSON *betas = cJSON_GetObjectItemCaseSensitive(pp, "betas");
     if (betas && is_auto(betas)) {
         c->beta1.state = c->beta2.state = DT_DS_AUTO;
@@ -430,14 +493,28 @@ static int read_scheduler(const cJSON *root, dt_dsconfig *c, dt_error *err) {
              c->scheduler_type);
     if ((rc = read_object(s, p, "params", &pp, q, err))) return rc;
     if (!pp) return DT_OK;
-    if ((rc = read_num(pp, q, "warmup_min_lr", 0, &c->warmup_min_lr, err))) return rc;
-    if ((rc = read_num(pp, q, "warmup_max_lr", 0, &c->warmup_max_lr, err))) return rc;
-    if ((rc = read_num(pp, q, "warmup_num_steps", 0, &c->warmup_num_steps, err))) return rc;
-    if ((rc = read_num(pp, q, "total_num_steps", 0, &c->total_num_steps, err))) return rc;
-    if ((rc = read_num(pp, q, "cos_min_ratio", 0, &c->cos_min_ratio, err))) return rc;
-    if ((rc = read_num(pp, q, "warmup_min_ratio", 0, &c->warmup_min_ratio, err))) return rc;
+    if ((rc = read_num(pp, q, "warmup_min_lr", DS_NONNEG, &c->warmup_min_lr, err))) return rc;
+    if ((rc = read_num(pp, q, "warmup_max_lr", DS_POS, &c->warmup_max_lr, err))) return rc;   /* the plan's lr */
+    if ((rc = read_num(pp, q, "warmup_num_steps", DS_STEPS, &c->warmup_num_steps, err))) return rc;
+    ds_range total = DS_STEPS;
+    total.lo = 1;
+    if ((rc = read_num(pp, q, "total_num_steps", total, &c->total_num_steps, err))) return rc;
+    if ((rc = read_num(pp, q, "cos_min_ratio", DS_UNIT, &c->cos_min_ratio, err))) return rc;
+    if ((rc = read_num(pp, q, "warmup_min_ratio", DS_UNIT, &c->warmup_min_ratio, err))) return rc;
+    if (c->warmup_min_lr.state == DT_DS_SET && c->warmup_max_lr.state == DT_DS_SET &&
+        c->warmup_min_lr.value > c->warmup_max_lr.value)
+        return dt_errorf(err, DT_EINVAL, "%s.warmup_min_lr %g exceeds warmup_max_lr %g: the warmup would lower the lr",
+                         q, c->warmup_min_lr.value, c->warmup_max_lr.value);
+    /* DeepSpeed only warns ("total_num_steps ... is less than warmup_num_steps"); a plan
+     * cannot hold a warmup longer than the run */
+    if (c->warmup_num_steps.state == DT_DS_SET && c->total_num_steps.state == DT_DS_SET &&
+        c->total_num_steps.value < c->warmup_num_steps.value)
+        return dt_errorf(err, DT_EINVAL, "%s: total_num_steps %g is less than warmup_num_steps %g", q,
+                         c->total_num_steps.value, c->warmup_num_steps.value);
     const cJSON *wt = cJSON_GetObjectItemCaseSensitive(pp, "warmup_type");
-    if (wt && cJSON_IsString(wt) && !strcmp(wt->valuestring, "linear")) c->warmup_linear = 1;
+    if (wt && !(cJSON_IsString(wt) && (!strcmp(wt->valuestring, "log") || !strcmp(wt->valuestring, "linear"))))
+        return bad(q, "warmup_type", "\"log\" or \"linear\"", wt, err);
+    if (wt && !strcmp(wt->valuestring, "linear")) c->warmup_linear = 1;
     return DT_OK;
 }
 
@@ -458,10 +535,13 @@ int dt_dsconfig_parse(const char *json, const char *what, dt_dsconfig *c, dt_err
     for (const cJSON *k = root->child; k; k = k->next)
         if (!in_list(k_top_known, k->string))
             note(&c->notes, "$.%s: not a DeepSpeed key; DeepSpeed ignores it", k->string);
-    if (!rc) rc = read_int(root, "$", "train_batch_size", NULL, INT64_MIN, &c->train_batch, err);
-    if (!rc) rc = read_int(root, "$", "train_micro_batch_size_per_gpu", NULL, INT64_MIN, &c->micro_batch, err);
-    if (!rc) rc = read_int(root, "$", "gradient_accumulation_steps", NULL, INT64_MIN, &c->grad_accum, err);
-    if (!rc) rc = read_num(root, "$", "gradient_clipping", 0, &c->grad_clip, err);
+    /* the batch numbers' signs are checked with DeepSpeed's words when applied */
+    if (!rc) rc = read_int(root, "$", "train_batch_size", NULL, INT64_MIN, INT64_MAX, &c->train_batch, err);
+    if (!rc)
+        rc = read_int(root, "$", "train_micro_batch_size_per_gpu", NULL, INT64_MIN, INT64_MAX, &c->micro_batch, err);
+    if (!rc)
+        rc = read_int(root, "$", "gradient_accumulation_steps", NULL, INT64_MIN, INT64_MAX, &c->grad_accum, err);
+    if (!rc) rc = read_num(root, "$", "gradient_clipping", DS_NONNEG, &c->grad_clip, err);
     if (!rc) rc = read_zero(root, c, err);
     if (!rc) rc = read_precision(root, c, err);
     if (!rc) rc = read_optimizer(root, c, err);
@@ -506,7 +586,7 @@ static double num_or(const dt_ds_num *v, double plan_value, double section_defau
     return section_default;
 }
 
-/* DeepSpeedConfig._set_batch_related_parameters + _batch_assertion (§1.5) */
+/* DeepSpeedConfig._set_batch_related_parameters + _batch_assertion (deepspeed/runtime/config.py) */
 static int batch_triple(int64_t *train, int64_t *micro, int64_t *gas, int has_train, int has_micro,
                         int has_gas, int64_t world, dt_error *err) {
     /* given values must be positive before DeepSpeed's floor divisions use them */
@@ -548,11 +628,23 @@ static int batch_triple(int64_t *train, int64_t *micro, int64_t *gas, int has_tr
     if (*gas <= 0)
         return dt_errorf(err, DT_EINVAL, "Gradient accumulation steps: %lld has to be greater than 0",
                          (long long)*gas);
-    if (*train != *micro * *gas * world)
+    if (*train != *micro * *gas * world) {
+        /* which dtplan flag to change: world_size is --gpus; with all three numbers in
+         * the config, a --gpus that fits them, otherwise the train_batch_size that fits */
+        char hint[160];
+        int64_t per_world = *micro * *gas;
+        if (has_train && has_micro && has_gas && *train % per_world == 0)
+            snprintf(hint, sizeof hint, "world_size is dtplan's --gpus: use --gpus %lld with this config, or set its "
+                     "train_batch_size to %lld or \"auto\"", (long long)(*train / per_world),
+                     (long long)(per_world * world));
+        else
+            snprintf(hint, sizeof hint, "world_size is dtplan's --gpus %lld: set the config's train_batch_size to %lld "
+                     "or \"auto\", or change --gpus", (long long)world, (long long)(per_world * world));
         return dt_errorf(err, DT_EINVAL,
                          "Check batch related parameters. train_batch_size is not equal to "
-                         "micro_batch_per_gpu * gradient_acc_step * world_size %lld != %lld * %lld * %lld",
-                         (long long)*train, (long long)*micro, (long long)*gas, (long long)world);
+                         "micro_batch_per_gpu * gradient_acc_step * world_size %lld != %lld * %lld * %lld (%s)",
+                         (long long)*train, (long long)*micro, (long long)*gas, (long long)world, hint);
+    }
     return DT_OK;
 }
 
@@ -615,7 +707,8 @@ int dt_dsconfig_apply(const dt_dsconfig *c, dt_plan *p, dt_ds_notes *notes, dt_e
             p->precision.hysteresis = c->hysteresis;
             p->precision.min_loss_scale = c->min_loss_scale;
         } else {
-            /* DeepSpeed quirk (§1.4): no scaler key -> class defaults 2^32, hysteresis 1 */
+            /* DeepSpeed quirk (get_dynamic_loss_scale_args, deepspeed/runtime/config.py): no
+             * scaler key -> DynamicLossScaler's class defaults 2^32, hysteresis 1 */
             p->precision.initial_scale_power = DS_CLASS_INIT_SCALE_POWER;
             p->precision.hysteresis = DS_CLASS_HYSTERESIS;
             note(notes, "fp16 without scaler keys: DeepSpeed starts the loss scale at 2^32 with hysteresis 1");

@@ -1,6 +1,8 @@
-/* dsexport.c — see dt_dsexport.h. DeepSpeed key names and defaults are from
- * reference/ecosystem.md §1.2-§1.7 (DeepSpeed commit 38327e07); launch templates
- * from §2-§3 and seeds 000/001/004. */
+/* dsexport.c — see dt_dsexport.h. DeepSpeed key names and defaults are DeepSpeed's
+ * own (commit 38327e07: deepspeed/runtime/zero/config.py, zero/offload_config.py,
+ * constants.py, lr_schedules.py); the launch lines use torchrun's flags
+ * (torch/distributed/run.py) as the users' runbooks do (docs/plan-format.md,
+ * "DeepSpeed export"). */
 #include "dt_dsexport.h"
 
 #include <stdarg.h>
@@ -74,8 +76,8 @@ static void add_offload(cJSON *zero, const char *key, dt_offload o, const char *
     cJSON *x = cJSON_AddObjectToObject(zero, key);
     cJSON_AddStringToObject(x, "device", dt_offload_name(o));
     if (o == DT_OFFLOAD_NVME) cJSON_AddStringToObject(x, "nvme_path", nvme_path);
-    /* page-locked host buffers: what the seeds' zero3.json sets and what makes the
-     * host<->device bandwidth in the hardware profile (pinned) apply */
+    /* page-locked host buffers: what the users' configs/deepspeed/zero3.json sets and
+     * what makes the host<->device bandwidth in the hardware profile (pinned) apply */
     cJSON_AddBoolToObject(x, "pin_memory", 1);
 }
 
@@ -85,7 +87,8 @@ static cJSON *config_tree(const dt_plan *p) {
     cJSON_AddNumberToObject(root, "train_batch_size", (double)b->global_batch);
     cJSON_AddNumberToObject(root, "train_micro_batch_size_per_gpu", (double)b->micro_batch);
     cJSON_AddNumberToObject(root, "gradient_accumulation_steps", (double)b->grad_accum);
-    /* DeepSpeed's code default is 0 (off), so always write the plan's value (§1.6) */
+    /* DeepSpeed's code default is 0 (off), so always write the plan's value
+     * (GRADIENT_CLIPPING_DEFAULT, deepspeed/runtime/constants.py) */
     cJSON_AddNumberToObject(root, "gradient_clipping", p->optimizer.grad_clip);
 
     const dt_parallel *q = &p->parallel;
@@ -112,7 +115,8 @@ static cJSON *config_tree(const dt_plan *p) {
     cJSON_AddBoolToObject(f, "enabled", fp16);
     if (fp16) {
         /* every scaler key written, so DeepSpeed uses them rather than its class
-         * defaults (2^32, hysteresis 1: the quirk in §1.4) */
+         * defaults (2^32, hysteresis 1: DynamicLossScaler,
+         * deepspeed/runtime/fp16/loss_scaler.py) */
         cJSON_AddNumberToObject(f, "loss_scale", pr->loss_scale);
         cJSON_AddNumberToObject(f, "initial_scale_power", pr->initial_scale_power);
         cJSON_AddNumberToObject(f, "loss_scale_window", pr->loss_scale_window);
@@ -152,7 +156,7 @@ static cJSON *config_tree(const dt_plan *p) {
             cJSON_AddNumberToObject(sp, "warmup_num_steps", (double)s->warmup_steps);
             cJSON_AddStringToObject(sp, "warmup_type", warmup_type);
             break;
-        default: /* WarmupCosineLR: multiplies the optimizer's lr (§1.7) */
+        default: /* WarmupCosineLR: multiplies the optimizer's lr (deepspeed/runtime/lr_schedules.py) */
             cJSON_AddStringToObject(sch, "type", "WarmupCosineLR");
             sp = cJSON_AddObjectToObject(sch, "params");
             cJSON_AddNumberToObject(sp, "total_num_steps", (double)s->total_steps);
@@ -251,7 +255,8 @@ char *dt_dsexport_sbatch(const dt_plan *p, const dt_dsexport_opts *in, dt_error 
     sb_printf(&b, "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\n");
     sb_printf(&b, "export MASTER_PORT=%d\n", o.master_port);
     /* --node_rank $SLURM_NODEID: with one task per node it equals SLURM_PROCID (the
-     * seeds' spelling) and stays right if tasks per node ever change */
+     * users' SLURM runbook's spelling, docs/plan-format.md "DeepSpeed export") and
+     * stays right if tasks per node ever change */
     sb_printf(&b,
               "srun --kill-on-bad-exit=1 --wait=60 --jobid $SLURM_JOB_ID bash -c 'python -u -m "
               "torch.distributed.run --nnodes $SLURM_NNODES --nproc_per_node $GPUS_PER_NODE "

@@ -1,10 +1,12 @@
 /* dt_dsconfig.h — DeepSpeed interoperability for dtplan:
  *   1. importing a DeepSpeed config JSON (zero1/2/3.json) with DeepSpeed's own
  *      validation rules and Hugging Face Trainer's "auto" resolution
- *      (reference/ecosystem.md §1.1-§1.9), and
+ *      (DeepSpeed 0.16.5 deepspeed/runtime/config.py and runtime/zero/; HF transformers
+ *      integrations/deepspeed.py; docs/memory-model.md "DeepSpeed configs"), and
  *   2. DeepSpeed's own model-state estimators, estimate_zero2/zero3_model_states_
  *      mem_needs, for `dtplan estimate --compare deepspeed`
- *      (reference/memory-formulas.md §1.2-§1.4).
+ *      (deepspeed/runtime/zero/stage_1_and_2.py and stage3.py; docs/memory-model.md
+ *      "--compare deepspeed").
  * Units: *_elems are elements, everything else in bytes unless the name says so. */
 #ifndef DT_DSCONFIG_H
 #define DT_DSCONFIG_H
@@ -61,7 +63,7 @@ typedef struct dt_dsconfig {
     double loss_scale;            /* fp16.loss_scale (0 = dynamic) */
     int initial_scale_power, loss_scale_window, hysteresis;
     double min_loss_scale;
-    int has_dynamic_args;         /* any of the scaler keys present (DeepSpeed quirk §1.4) */
+    int has_dynamic_args;         /* any of the scaler keys present (DeepSpeed's get_dynamic_loss_scale_args) */
     /* optimizer (AdamW family) */
     int has_optimizer;
     char optimizer_type[32];

@@ -1,6 +1,6 @@
 /* dt_dsexport.h — a plan as DeepSpeed would run it: the equivalent DeepSpeed config
- * JSON and the torchrun / dtrun / SLURM launch lines (reference/ecosystem.md §1-§3,
- * the seeds' torchrun_multi_node_multi_gpu.sh and sbatch templates).
+ * JSON and the torchrun / dtrun / SLURM launch lines, in the style of the users'
+ * torchrun + DeepSpeed runbooks (docs/plan-format.md "DeepSpeed export").
  *
  * Mapping (docs/plan-format.md, "DeepSpeed export"): zero_optimization from
  * parallel (bucket sizes in elements, as DeepSpeed counts them), bf16/fp16 from
@@ -15,7 +15,7 @@
 #include "dt_error.h"
 #include "dt_plan.h"
 
-#define DT_DEFAULT_MASTER_PORT 29500  /* torchrun's static-rendezvous default (§2.1) */
+#define DT_DEFAULT_MASTER_PORT 29500  /* torchrun's --master-port default (torch/distributed/run.py) */
 
 typedef struct dt_dsexport_opts {
     const char *config_path;  /* DeepSpeed config file named in the launch lines */
@@ -36,12 +36,13 @@ char *dt_dsexport_config(const dt_plan *p, dt_error *err);
  * line; "" when there is nothing to say. */
 char *dt_dsexport_notes(const dt_plan *p, dt_error *err);
 
-/* torchrun line (DeepSpeed) and dtrun line (the plan itself), seed style:
+/* torchrun line (DeepSpeed) and dtrun line (the plan itself), as the users' runbooks write it:
  * torchrun --nnodes N --nproc_per_node M --node_rank $NODE_RANK --master_addr A
  *          --master_port P train.py --deepspeed ds_config.json */
 char *dt_dsexport_launch(const dt_plan *p, const dt_dsexport_opts *o, dt_error *err);
 
-/* An sbatch script: one task per node, torchrun per node (ecosystem.md §3.3 (a)). */
+/* An sbatch script: one task per node, torchrun per node (stas00/ml-engineering,
+ * orchestration/slurm/launchers/torchrun-launcher.slurm). */
 char *dt_dsexport_sbatch(const dt_plan *p, const dt_dsexport_opts *o, dt_error *err);
 
 #endif

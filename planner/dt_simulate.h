@@ -13,22 +13,7 @@
 #include <stdint.h>
 
 #include "dt_plan.h"
-
-typedef enum {
-    DT_SIM_COMPUTE = 0,    /* kernels of the device's compute stream (incl. device AdamW) */
-    DT_SIM_COMM = 1,       /* collectives */
-    DT_SIM_XFER = 2,       /* host<->device copies and NVMe reads/writes */
-    DT_SIM_CPU = 3,        /* the CPU optimizer (offload) */
-    DT_SIM_STREAMS = 4
-} dt_sim_stream;
-
-/* The event names of docs/simulate.md (also what dtrun --trace writes). */
-typedef enum {
-    DT_SIM_FORWARD = 0, DT_SIM_BACKWARD, DT_SIM_RECOMPUTE,
-    DT_SIM_ALLREDUCE, DT_SIM_REDUCE_SCATTER, DT_SIM_ALLGATHER,
-    DT_SIM_H2D, DT_SIM_D2H, DT_SIM_NVME, DT_SIM_OPTIMIZER,
-    DT_SIM_KINDS
-} dt_sim_kind;
+#include "dt_trace.h"   /* dt_sim_stream, dt_sim_kind: the event vocabulary */
 
 /* Device-memory categories tracked over time. */
 typedef enum {
@@ -80,8 +65,6 @@ typedef struct dt_sim_result {
 int dt_simulate(const dt_plan *p, dt_sim_result *r, dt_error *err);
 void dt_sim_free(dt_sim_result *r);
 
-const char *dt_sim_kind_name(dt_sim_kind k);        /* "forward", "reduce_scatter", ... */
-const char *dt_sim_stream_name(dt_sim_stream s);    /* "compute", "comm", "transfer", "cpu" */
 const char *dt_sim_mem_name(dt_sim_mem_cat c);      /* "params", ... */
 
 /* Helpers that read the time and memory models' own numbers (no formula of

@@ -78,6 +78,19 @@ typedef struct dt_solve_result {
     int milp_solves;           /* glp_intopt calls, including tie-break and cut rounds */
 } dt_solve_result;
 
+/* Bound on the micro-batch walk: every divisor of global_batch / world_size is a
+ * candidate, so the walk costs O(global_batch / world_size) steps plus the memory
+ * model at L + 1 points per divisor. 65536 sequences per rank per optimizer step is
+ * far above real runs (a 4M-token batch of 2048-token sequences on one GPU is 2048)
+ * and solves in about a second; beyond it dt_solve_check fails at once, naming
+ * --global-batch. */
+#define DT_SOLVE_MAX_SEQS_PER_RANK INT64_C(65536)
+
+/* The request's own checks, done first by every entry point (and by the CLI before
+ * it prints anything): global batch a positive multiple of the world size and within
+ * DT_SOLVE_MAX_SEQS_PER_RANK per rank, positive limits, a stage allowed. DT_EINVAL. */
+int dt_solve_check(const dt_solve_request *rq, dt_error *err);
+
 /* The MILP. DT_EINFEASIBLE when nothing fits (message: the smallest memory limit
  * that would fit and its configuration; out->min_memory holds it); DT_EINVAL for
  * bad requests (global batch not divisible by the world size, ...). */

@@ -5,6 +5,8 @@
 #ifndef DT_TIMEMODEL_H
 #define DT_TIMEMODEL_H
 
+#include <stddef.h>
+
 #include "dt_plan.h"
 
 int dt_time_estimate(const dt_plan *p, dt_time_breakdown *out, dt_error *err);
@@ -13,7 +15,7 @@ int dt_time_comm_bytes(const dt_plan *p, int64_t out[DT_COLL_COUNT], dt_error *e
 /* Compute time of one micro-step on one rank, seconds: the forward, the backward,
  * one block's forward, and what recomputing a checkpointed block costs (its
  * forward less the MLP down projection and the second residual add: the engine
- * stops there, engine/gpt2.c). GEMM FLOPs at achievable_flops, attention FLOPs
+ * stops there, engine/model/gpt2.c). GEMM FLOPs at achievable_flops, attention FLOPs
  * at attention_flops, a fixed op_overhead_s per engine op, element-wise bytes at
  * elementwise_bw, and on a CPU device the node's cores shared by its
  * gpus_per_node ranks (docs/time-model.md). */
@@ -33,5 +35,9 @@ typedef struct dt_time_ew_elems {
 void dt_time_elementwise_elems(int64_t C, int64_t F, int64_t V, dt_time_ew_elems *out);
 /* Fills p->prediction (memory, time, comm bytes) and sets valid = 1. */
 int dt_predict(dt_plan *p, dt_error *err);
+/* Recomputes plan->prediction from the plan's settings (dt_predict). *stale = 1
+ * when the plan carried a valid prediction that differs (a hand-edited plan);
+ * what then names the first differing part. The plan must be valid. */
+int dt_plan_refresh_prediction(dt_plan *plan, int *stale, char *what, size_t what_len, dt_error *err);
 
 #endif

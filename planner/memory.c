@@ -6,6 +6,7 @@
  * query / kv heads, d head dim, V vocab, L blocks, K checkpointed blocks,
  * a activation bytes. shard = ceil(Ψ / N) (partitions padded to equal size). */
 #include "dt_memory.h"
+#include "dt_model.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -19,7 +20,8 @@
 #define TOKEN_ID_BYTES 4
 #define LOSS_BYTES 4
 
-/* DeepSpeed code defaults the plan does not carry (reference/ecosystem.md §1.3):
+/* DeepSpeed code defaults the plan does not carry (deepspeed/runtime/zero/
+ * offload_config.py, zero/config.py; docs/memory-model.md "Host memory and NVMe"):
  * offload_optimizer.buffer_count (NVMe swap buffers), sub_group_size (elements per
  * optimizer tile), offload_param.buffer_count and buffer_size (elements). */
 #define DS_OPT_SWAP_BUFFERS 4
@@ -113,7 +115,7 @@ static int64_t gather_unit(const dt_model *m) {
 
 /* Compute temporaries of the step itself (not communication), bytes per rank.
  * Common to every backend: fp32 logits B·T·V (reused for their gradient),
- * per-token losses, int32 token ids. The CPU device's GPT-2 (engine/gpt2.c,
+ * per-token losses, int32 token ids. The CPU device's GPT-2 (engine/model/gpt2.c,
  * docs/engine.md "Memory") adds what it really allocates: per-token log-sum-exp,
  * fp32 activation-gradient scratch [N,C]x2 + [N,3C] + [N,F], and with 16-bit
  * storage the fp32 working copies (one parameter group, one gradient group plus
@@ -156,7 +158,7 @@ static int64_t compute_buffers(const dt_plan *p) {
 /* Units are padded to a multiple of the world size (docs/time-model.md "Units"). */
 static int64_t pad_to(int64_t n, int64_t w) { return smul(ceil_div(n, w), w); }
 
-/* The CPU device's ZeRO engine (engine/zero.c, docs/zero.md "Buffers") does not
+/* The CPU device's ZeRO engine (engine/dist/zero.c, docs/zero.md "Buffers") does not
  * use DeepSpeed's flat buckets: it communicates per unit (embeddings, each
  * block, the final norm), so its buffers are sized by the padded units. With
  * E the padded embedding unit, U the largest padded block / final-norm unit,

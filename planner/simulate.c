@@ -6,6 +6,7 @@
  * norm + untied head (L+1). Compute runs over "segments" in forward order:
  * embeddings, blocks 1..L, head (lm_head, which uses unit 0 when tied). */
 #include "dt_simulate.h"
+#include "dt_model.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -183,10 +184,17 @@ typedef struct {
     const dt_plan *p;
     sim_net net;
     int stage, overlap, has_head, tied, n_units, n_seg;
+    int stage3;                /* stage 3 on more than one rank: units are gathered */
+    int A;                     /* micro-steps per optimizer step */
     int64_t L, K, W, G, pb, gb;
-    dt_offload op;
+    dt_offload op, oo;         /* parameter / optimizer offload in effect */
     int64_t *n, *pad;          /* [n_units] elements, padded elements */
+    int64_t total, total_pad;  /* their sums */
+    int *gf, *gbk;             /* [n_units] this micro-step's forward / backward gather event, -1 */
+    int64_t act_full, act_kept, act_head; /* activations of a block, a checkpointed block, the head */
+    int64_t ws;                /* workspace (logits, losses, ids, backward scratch) */
     double t_block, t_recompute, head_fwd, bwd_ratio;
+    double offload_s, optimizer_s; /* the time model's offload total and optimizer step (s) */
     double per_gather_xfer;    /* parameter-offload copies issued so far (s) */
 } plan_ctx;
 
@@ -197,6 +205,9 @@ static int seg_unit(const plan_ctx *c, int sg) {
 static double seg_fwd(const plan_ctx *c, int sg) {
     return sg == 0 ? 0.0 : (sg == c->n_seg - 1 ? c->head_fwd : c->t_block);
 }
+
+/* The error every allocation failure reports. */
+static int sim_oom(dt_error *err) { return dt_errorf(err, DT_ENOMEM, "simulate: out of memory"); }
 
 /* A collective on the comm stream after dep, not before `when`. Without
  * overlap_comm the compute stream waits for it (it is issued in line). */
@@ -236,6 +247,17 @@ static void gather_unit(plan_ctx *c, int *g, int u, double when, int m, const ch
     if (g[u] >= 0) mem_alloc(s, s->r->events[g[u]].t0_s, DT_SIMMEM_GATHERED, bytes);
 }
 
+/* Stage 3, before a segment on unit u computes: the segment waits for u's gather
+ * (returned, -1: none); with overlap_comm the next segment's unit next_u (-1:
+ * none) is prefetched when the segment can start (from `start`). */
+static int await_gather(plan_ctx *c, int *g, int u, int next_u, double start, int m, const char *phase) {
+    const dt_sim_result *r = c->s->r;
+    int dep = c->stage3 ? g[u] : -1;
+    if (dep >= 0 && r->events[dep].t1_s > start) start = r->events[dep].t1_s;
+    if (c->stage3 && c->overlap && next_u >= 0) gather_unit(c, g, next_u, start, m, phase);
+    return dep;
+}
+
 /* Exposed communication: comm-stream time during which compute is idle. Both
  * streams' events are sorted by start within a stream. */
 static double exposed_comm(const dt_sim_result *r) {
@@ -255,223 +277,336 @@ static double exposed_comm(const dt_sim_result *r) {
     return exposed;
 }
 
-int dt_simulate(const dt_plan *p, dt_sim_result *r, dt_error *err) {
-    memset(r, 0, sizeof *r);
+/* ---- setting up: the plan's shape and the models' numbers ---- */
+
+/* An empty timeline recording into r. */
+static void sim_init(sim *s, const dt_plan *p, dt_sim_result *r) {
+    memset(s, 0, sizeof *s);
+    s->p = p;
+    s->r = r;
+    for (int i = 0; i < DT_SIM_STREAMS; i++) s->last_ev[i] = -1;
+}
+
+/* The step's shape from the plan: stage, world, offload, units and segments. */
+static void ctx_init(plan_ctx *c, sim *s, const dt_plan *p) {
+    memset(c, 0, sizeof *c);
+    c->s = s;
+    c->p = p;
+    c->stage = p->parallel.zero_stage;
+    c->overlap = p->parallel.overlap_comm != 0;
+    c->L = p->model.n_layer;
+    c->K = p->activations.ckpt_layers;
+    c->W = p->parallel.world_size;
+    c->G = p->cluster.gpus_per_node;
+    c->pb = dt_dtype_size(p->precision.param);
+    c->gb = dt_dtype_size(p->precision.grad);
+    c->has_head = dt_model_head_params(&p->model) > 0;
+    c->tied = p->model.tied_embeddings != 0;
+    c->n_units = (int)(1 + c->L + c->has_head);
+    c->n_seg = (int)(c->L + 2);
+    c->op = c->stage == 3 ? p->parallel.offload_param : DT_OFFLOAD_NONE;
+    c->oo = c->stage >= 1 ? p->parallel.offload_optimizer : DT_OFFLOAD_NONE;
+    c->A = (int)p->batch.grad_accum;
+    c->stage3 = c->stage == 3 && c->W > 1;
+}
+
+/* The time and memory models' numbers, read through their APIs: the memory
+ * breakdown (*mb), the network, the step-end offload and optimizer times, the
+ * workspace, and one micro-step's compute split into segments. */
+static int ctx_read_models(plan_ctx *c, dt_mem_breakdown *mb, dt_error *err) {
+    const dt_plan *p = c->p;
     dt_time_terms terms;
-    dt_mem_breakdown mb;
-    plan_ctx c;
-    memset(&c, 0, sizeof c);
-    if (dt_time_terms_build(p, &terms, err) || dt_memory_estimate(p, &mb, err) || probe_net(p, &c.net, err))
+    if (dt_time_terms_build(p, &terms, err) || dt_memory_estimate(p, mb, err) || probe_net(p, &c->net, err))
         return err->code;
+    c->offload_s = terms.offload_s;
+    c->optimizer_s = terms.optimizer_s;
     /* one micro-step's forward, backward, block forward and block recompute on
      * p's own ranks per node (the time model's dt_time_compute_micro) */
     dt_time_compute cm;
     if (dt_time_compute_micro(p, &cm, err)) return err->code;
-    const double t_fwd = cm.fwd_s, t_bwd = cm.bwd_s;
-    const int64_t ws = dt_sim_workspace_bytes(p);
-    if (ws < 0) return dt_errorf(err, DT_EINTERNAL, "simulate: workspace probe failed");
-
-    sim s;
-    memset(&s, 0, sizeof s);
-    s.p = p;
-    s.r = r;
-    for (int i = 0; i < DT_SIM_STREAMS; i++) s.last_ev[i] = -1;
-    c.s = &s;
-    c.p = p;
-    c.stage = p->parallel.zero_stage;
-    c.overlap = p->parallel.overlap_comm != 0;
-    c.L = p->model.n_layer;
-    c.K = p->activations.ckpt_layers;
-    c.W = p->parallel.world_size;
-    c.G = p->cluster.gpus_per_node;
-    c.pb = dt_dtype_size(p->precision.param);
-    c.gb = dt_dtype_size(p->precision.grad);
-    c.has_head = dt_model_head_params(&p->model) > 0;
-    c.tied = p->model.tied_embeddings != 0;
-    c.n_units = (int)(1 + c.L + c.has_head);
-    c.n_seg = (int)(c.L + 2);
-    c.op = c.stage == 3 ? p->parallel.offload_param : DT_OFFLOAD_NONE;
-    const dt_offload oo = c.stage >= 1 ? p->parallel.offload_optimizer : DT_OFFLOAD_NONE;
-    const int A = (int)p->batch.grad_accum;
-    const dt_hardware *hw = &p->cluster.hw;
-    if (c.K < 0 || c.K > c.L) return dt_errorf(err, DT_EINVAL, "simulate: ckpt_layers %lld is not in 0..%lld",
-                                               (long long)c.K, (long long)c.L);
-
-    c.n = calloc((size_t)c.n_units, sizeof *c.n);
-    c.pad = calloc((size_t)c.n_units, sizeof *c.pad);
-    int *gf = malloc(sizeof(int) * (size_t)c.n_units), *gbk = malloc(sizeof(int) * (size_t)c.n_units);
-    int rc = DT_OK;
-    if (!c.n || !c.pad || !gf || !gbk) { rc = dt_errorf(err, DT_ENOMEM, "simulate: out of memory"); goto done; }
-    int64_t total = 0, total_pad = 0;
-    for (int u = 0; u < c.n_units; u++) {
-        c.n[u] = u == 0 ? dt_model_embedding_params(&p->model)
-                        : (u <= c.L ? dt_model_block_params(&p->model) : dt_model_head_params(&p->model));
-        c.pad[u] = c.stage >= 1 ? (c.n[u] + c.W - 1) / c.W * c.W : c.n[u];
-        total += c.n[u];
-        total_pad += c.pad[u];
-    }
+    c->ws = dt_sim_workspace_bytes(p);
+    if (c->ws < 0) return dt_errorf(err, DT_EINTERNAL, "simulate: workspace probe failed");
     /* per segment forward: a block's forward; embeddings, final norm and lm_head
      * take the rest, on the head segment. A checkpointed block's recompute is
      * shorter than its forward (no MLP down projection, docs/time-model.md). */
-    c.t_block = cm.block_fwd_s;
-    c.t_recompute = cm.block_recompute_s;
-    c.head_fwd = t_fwd - (double)c.L * c.t_block;
-    if (c.head_fwd < 0) c.head_fwd = 0;
-    c.bwd_ratio = t_fwd > 0 ? t_bwd / t_fwd : 0.0;
+    c->t_block = cm.block_fwd_s;
+    c->t_recompute = cm.block_recompute_s;
+    c->head_fwd = cm.fwd_s - (double)c->L * c->t_block;
+    if (c->head_fwd < 0) c->head_fwd = 0;
+    c->bwd_ratio = cm.fwd_s > 0 ? cm.bwd_s / cm.fwd_s : 0.0;
+    return DT_OK;
+}
 
-    const int64_t act_full = dt_memory_activations_per_block(p, 0);
-    const int64_t act_kept = dt_memory_activations_per_block(p, 1);
-    const int64_t act_head = dt_memory_activations(p, 0) - c.L * act_full;
+/* Each unit's parameters, padded to a multiple of the world from stage 1 on
+ * (DeepSpeed pads its flat partitions), their totals, the activation sizes the
+ * passes allocate, and the per-unit gather indices. */
+static int ctx_size_units(plan_ctx *c, dt_error *err) {
+    const dt_plan *p = c->p;
+    c->n = calloc((size_t)c->n_units, sizeof *c->n);
+    c->pad = calloc((size_t)c->n_units, sizeof *c->pad);
+    c->gf = malloc(sizeof(int) * (size_t)c->n_units);
+    c->gbk = malloc(sizeof(int) * (size_t)c->n_units);
+    if (!c->n || !c->pad || !c->gf || !c->gbk) return sim_oom(err);
+    for (int u = 0; u < c->n_units; u++) {
+        c->n[u] = u == 0 ? dt_model_embedding_params(&p->model)
+                         : (u <= c->L ? dt_model_block_params(&p->model) : dt_model_head_params(&p->model));
+        c->pad[u] = c->stage >= 1 ? (c->n[u] + c->W - 1) / c->W * c->W : c->n[u];
+        c->total += c->n[u];
+        c->total_pad += c->pad[u];
+    }
+    c->act_full = dt_memory_activations_per_block(p, 0);
+    c->act_kept = dt_memory_activations_per_block(p, 1);
+    c->act_head = dt_memory_activations(p, 0) - c->L * c->act_full;
+    return DT_OK;
+}
 
-    s.cur[DT_SIMMEM_PARAMS] = mb.params;
-    s.cur[DT_SIMMEM_GRADS] = mb.grads;
-    s.cur[DT_SIMMEM_OPTIMIZER] = mb.optimizer;
-    s.cur[DT_SIMMEM_RESERVE] = mb.reserve;
-    /* stage 0: one flat reduce bucket, allocated once (DDP-style); the CPU engine
-     * all-reduces the gradient buffer in place and allocates none (docs/zero.md) */
-    const int64_t bucket0 = c.stage == 0 && c.W > 1 && p->cluster.device != DT_DEVICE_CPU
-                                ? (p->parallel.reduce_bucket_elems < total ? p->parallel.reduce_bucket_elems : total) * c.gb
-                                : 0;
-    s.cur[DT_SIMMEM_BUCKETS] = bucket0;
+/* Frees what ctx_size_units allocated. */
+static void ctx_free(plan_ctx *c) {
+    free(c->n);
+    free(c->pad);
+    free(c->gf);
+    free(c->gbk);
+}
 
-    int prev_red = -1;   /* the next micro-step's forward waits for this micro-step's reductions */
-    const int stage3 = c.stage == 3 && c.W > 1;
-    for (int m = 0; m < A && !s.failed; m++) {
-        const int reduce_now = c.W > 1 && (c.stage >= 2 || m == A - 1);
-        double t_start = s.free_at[DT_SIM_COMPUTE];
-        if (prev_red >= 0 && r->events[prev_red].t1_s > t_start) t_start = r->events[prev_red].t1_s;
-        for (int u = 0; u < c.n_units; u++) gf[u] = gbk[u] = -1;
+/* What is resident when the step starts: the memory model's params, grads,
+ * optimizer and reserve. Stage 0 adds one flat reduce bucket, allocated once
+ * (DDP-style); the CPU engine all-reduces the gradient buffer in place and
+ * allocates none (docs/zero.md). */
+static void sim_resident_memory(plan_ctx *c, const dt_mem_breakdown *mb) {
+    const dt_plan *p = c->p;
+    sim *s = c->s;
+    s->cur[DT_SIMMEM_PARAMS] = mb->params;
+    s->cur[DT_SIMMEM_GRADS] = mb->grads;
+    s->cur[DT_SIMMEM_OPTIMIZER] = mb->optimizer;
+    s->cur[DT_SIMMEM_RESERVE] = mb->reserve;
+    const int64_t bucket0 =
+        c->stage == 0 && c->W > 1 && p->cluster.device != DT_DEVICE_CPU
+            ? (p->parallel.reduce_bucket_elems < c->total ? p->parallel.reduce_bucket_elems : c->total) * c->gb
+            : 0;
+    s->cur[DT_SIMMEM_BUCKETS] = bucket0;
+}
 
-        /* forward: segments in order; stage 3 gathers each unit at first use,
-         * prefetching the next segment's unit when a segment starts */
-        if (stage3) gather_unit(&c, gf, 0, t_start, m, "forward");
-        for (int sg = 0; sg < c.n_seg && !s.failed; sg++) {
-            int u = seg_unit(&c, sg);
-            if (stage3 && !c.overlap) gather_unit(&c, gf, u, t_start, m, "forward");
-            double start = s.free_at[DT_SIM_COMPUTE] > t_start ? s.free_at[DT_SIM_COMPUTE] : t_start;
-            int dep = stage3 ? gf[u] : -1;
-            if (dep >= 0 && r->events[dep].t1_s > start) start = r->events[dep].t1_s;
-            if (stage3 && c.overlap && sg + 1 < c.n_seg) gather_unit(&c, gf, seg_unit(&c, sg + 1), start, m, "forward");
-            int e = add_event(&s, DT_SIM_COMPUTE, DT_SIM_FORWARD, m, u, "forward", seg_fwd(&c, sg), 0, t_start, dep, -1);
-            if (e < 0) break;
-            double t0 = r->events[e].t0_s, t1 = r->events[e].t1_s;
-            if (sg >= 1 && sg <= c.L) mem_alloc(&s, t0, DT_SIMMEM_ACTIVATIONS, sg <= c.K ? act_kept : act_full);
-            if (sg == c.n_seg - 1) {
-                mem_alloc(&s, t0, DT_SIMMEM_ACTIVATIONS, act_head);
-                mem_alloc(&s, t0, DT_SIMMEM_WORKSPACE, ws);
-            }
-            /* a gathered unit is freed after its last forward use (tied unit 0: the lm_head) */
-            int last_use = !(u == 0 && sg == 0 && c.tied);
-            if (stage3 && last_use) mem_free_at(&s, t1, DT_SIMMEM_GATHERED, c.pad[u] * c.pb);
-            if (stage3 && c.tied && c.has_head && sg == c.n_seg - 1)
-                mem_free_at(&s, t1, DT_SIMMEM_GATHERED, c.pad[0] * c.pb);
-        }
+/* ---- the micro-steps: forward, backward, gradient reductions ---- */
 
-        /* backward: segments in reverse; recompute right before a checkpointed
-         * block's backward; each unit's reduction after its last backward use */
-        int64_t bucket_fill = 0;
-        int last_red = -1;
-        /* a tied lm_head's backward needs the embeddings first; they stay to the end */
-        if (stage3 && c.tied) gather_unit(&c, gbk, 0, s.free_at[DT_SIM_COMPUTE], m, "backward");
-        if (stage3 && c.overlap) gather_unit(&c, gbk, seg_unit(&c, c.n_seg - 1), s.free_at[DT_SIM_COMPUTE], m, "backward");
-        for (int sg = c.n_seg - 1; sg >= 0 && !s.failed; sg--) {
-            int u = seg_unit(&c, sg);
-            if (stage3 && !c.overlap) gather_unit(&c, gbk, u, 0.0, m, "backward");
-            double start = s.free_at[DT_SIM_COMPUTE];
-            int dep = stage3 ? gbk[u] : -1;
-            if (dep >= 0 && r->events[dep].t1_s > start) start = r->events[dep].t1_s;
-            if (stage3 && c.overlap && sg > 0) gather_unit(&c, gbk, seg_unit(&c, sg - 1), start, m, "backward");
-            int ckpt = sg >= 1 && sg <= c.K;
-            int dep2 = stage3 && c.tied && sg == c.n_seg - 1 ? gbk[0] : -1;
-            if (ckpt) {
-                int e = add_event(&s, DT_SIM_COMPUTE, DT_SIM_RECOMPUTE, m, u, "backward", c.t_recompute, 0, 0.0, dep, -1);
-                if (e < 0) break;
-                mem_alloc(&s, r->events[e].t0_s, DT_SIMMEM_WORKSPACE, act_full - act_kept);
-                dep = -1;
-            }
-            int e = add_event(&s, DT_SIM_COMPUTE, DT_SIM_BACKWARD, m, u, "backward", seg_fwd(&c, sg) * c.bwd_ratio,
-                              0, 0.0, dep, dep2);
-            if (e < 0) break;
-            double t0 = r->events[e].t0_s, t1 = r->events[e].t1_s;
-            int last_use = !(u == 0 && sg == c.n_seg - 1 && !c.has_head);
-            if (ckpt) mem_free_at(&s, t1, DT_SIMMEM_WORKSPACE, act_full - act_kept);
-            if (sg >= 1 && sg <= c.L) mem_free_at(&s, t1, DT_SIMMEM_ACTIVATIONS, sg <= c.K ? act_kept : act_full);
-            if (sg == c.n_seg - 1) mem_free_at(&s, t1, DT_SIMMEM_ACTIVATIONS, act_head);
-            if (sg == 0) mem_free_at(&s, t1, DT_SIMMEM_WORKSPACE, ws);
-            if (stage3 && last_use) mem_free_at(&s, t1, DT_SIMMEM_GATHERED, c.pad[u] * c.pb);
-            if (!reduce_now || !last_use) continue;
-            if (c.stage == 0) {
-                /* buckets over the flat gradient in backward order: a bucket is
-                 * all-reduced once the unit holding its last element is done */
-                int64_t B = p->parallel.reduce_bucket_elems;
-                bucket_fill += c.n[u];
-                while (bucket_fill >= B || (sg == 0 && bucket_fill > 0)) {
-                    int64_t n = bucket_fill >= B ? B : bucket_fill;
-                    bucket_fill -= n;
-                    last_red = comm_event(&c, DT_SIM_ALLREDUCE, DT_COLL_ALLREDUCE, m, u, "backward", n * c.gb, t1, e);
-                    if (last_red < 0) break;
-                }
-            } else {
-                int64_t bytes = c.pad[u] * c.gb;
-                if (c.stage == 3) mem_alloc(&s, t0, DT_SIMMEM_UNIT_GRADS, bytes);
-                last_red = comm_event(&c, DT_SIM_REDUCE_SCATTER, DT_COLL_REDUCE_SCATTER, m, u, "backward", bytes, t1, e);
-                if (last_red < 0) break;
-                const dt_sim_event *ev = &r->events[last_red];
-                int cat = c.stage == 3 ? DT_SIMMEM_UNIT_GRADS : DT_SIMMEM_BUCKETS;
-                if (c.stage <= 2) mem_alloc(&s, ev->t0_s, cat, bytes);
-                mem_free_at(&s, ev->t1_s, cat, bytes);
-            }
-        }
+/* Memory of forward segment sg (unit u, running t0..t1): its activations (the
+ * head's and the workspace on the last segment); stage 3 frees a gathered unit
+ * after its last forward use (tied unit 0: the lm_head). */
+static void forward_memory(plan_ctx *c, int sg, int u, double t0, double t1) {
+    sim *s = c->s;
+    if (sg >= 1 && sg <= c->L) mem_alloc(s, t0, DT_SIMMEM_ACTIVATIONS, sg <= c->K ? c->act_kept : c->act_full);
+    if (sg == c->n_seg - 1) {
+        mem_alloc(s, t0, DT_SIMMEM_ACTIVATIONS, c->act_head);
+        mem_alloc(s, t0, DT_SIMMEM_WORKSPACE, c->ws);
+    }
+    int last_use = !(u == 0 && sg == 0 && c->tied);
+    if (c->stage3 && last_use) mem_free_at(s, t1, DT_SIMMEM_GATHERED, c->pad[u] * c->pb);
+    if (c->stage3 && c->tied && c->has_head && sg == c->n_seg - 1)
+        mem_free_at(s, t1, DT_SIMMEM_GATHERED, c->pad[0] * c->pb);
+}
+
+/* Micro-step m's forward pass from t_start: segments in order; stage 3 gathers
+ * each unit at first use, prefetching the next segment's unit when a segment
+ * starts. */
+static void sim_forward(plan_ctx *c, int m, double t_start) {
+    sim *s = c->s;
+    if (c->stage3) gather_unit(c, c->gf, 0, t_start, m, "forward");
+    for (int sg = 0; sg < c->n_seg && !s->failed; sg++) {
+        int u = seg_unit(c, sg);
+        if (c->stage3 && !c->overlap) gather_unit(c, c->gf, u, t_start, m, "forward");
+        double start = s->free_at[DT_SIM_COMPUTE] > t_start ? s->free_at[DT_SIM_COMPUTE] : t_start;
+        int dep = await_gather(c, c->gf, u, sg + 1 < c->n_seg ? seg_unit(c, sg + 1) : -1, start, m, "forward");
+        int e = add_event(s, DT_SIM_COMPUTE, DT_SIM_FORWARD, m, u, "forward", seg_fwd(c, sg), 0, t_start, dep, -1);
+        if (e < 0) break;
+        forward_memory(c, sg, u, s->r->events[e].t0_s, s->r->events[e].t1_s);
+    }
+}
+
+/* Backward segment sg (unit u) of micro-step m on the compute stream: stage 3
+ * waits for u's gather (prefetching the previous segment's unit), and a tied
+ * lm_head for the embeddings; a checkpointed block is recomputed right before
+ * its backward, in a recompute buffer. Returns the backward event, -1 on failure. */
+static int backward_segment(plan_ctx *c, int m, int sg, int u) {
+    sim *s = c->s;
+    if (c->stage3 && !c->overlap) gather_unit(c, c->gbk, u, 0.0, m, "backward");
+    int dep = await_gather(c, c->gbk, u, sg > 0 ? seg_unit(c, sg - 1) : -1, s->free_at[DT_SIM_COMPUTE], m,
+                           "backward");
+    int dep2 = c->stage3 && c->tied && sg == c->n_seg - 1 ? c->gbk[0] : -1;
+    if (sg >= 1 && sg <= c->K) {
+        int e = add_event(s, DT_SIM_COMPUTE, DT_SIM_RECOMPUTE, m, u, "backward", c->t_recompute, 0, 0.0, dep, -1);
+        if (e < 0) return -1;
+        mem_alloc(s, s->r->events[e].t0_s, DT_SIMMEM_WORKSPACE, c->act_full - c->act_kept);
+        dep = -1;
+    }
+    return add_event(s, DT_SIM_COMPUTE, DT_SIM_BACKWARD, m, u, "backward", seg_fwd(c, sg) * c->bwd_ratio, 0, 0.0,
+                     dep, dep2);
+}
+
+/* What backward segment sg (unit u, ending at t1) frees: its recompute buffer,
+ * its activations (the head's on the last segment, the workspace after the
+ * first), and in stage 3 the gathered unit after its last use. */
+static void backward_memory(plan_ctx *c, int sg, int u, int last_use, double t1) {
+    sim *s = c->s;
+    if (sg >= 1 && sg <= c->K) mem_free_at(s, t1, DT_SIMMEM_WORKSPACE, c->act_full - c->act_kept);
+    if (sg >= 1 && sg <= c->L) mem_free_at(s, t1, DT_SIMMEM_ACTIVATIONS, sg <= c->K ? c->act_kept : c->act_full);
+    if (sg == c->n_seg - 1) mem_free_at(s, t1, DT_SIMMEM_ACTIVATIONS, c->act_head);
+    if (sg == 0) mem_free_at(s, t1, DT_SIMMEM_WORKSPACE, c->ws);
+    if (c->stage3 && last_use) mem_free_at(s, t1, DT_SIMMEM_GATHERED, c->pad[u] * c->pb);
+}
+
+/* Stage 0: buckets over the flat gradient in backward order; unit u's gradient
+ * fills *bucket_fill and a bucket is all-reduced once the unit holding its last
+ * element is done (event e, ending at t1). Returns the last all-reduce issued,
+ * or last_red when none was. */
+static int reduce_buckets(plan_ctx *c, int m, int u, int sg, int e, double t1, int64_t *bucket_fill,
+                          int last_red) {
+    int64_t B = c->p->parallel.reduce_bucket_elems;
+    *bucket_fill += c->n[u];
+    while (*bucket_fill >= B || (sg == 0 && *bucket_fill > 0)) {
+        int64_t n = *bucket_fill >= B ? B : *bucket_fill;
+        *bucket_fill -= n;
+        last_red = comm_event(c, DT_SIM_ALLREDUCE, DT_COLL_ALLREDUCE, m, u, "backward", n * c->gb, t1, e);
+        if (last_red < 0) break;
+    }
+    return last_red;
+}
+
+/* Stages 1-3: unit u's gradient is reduce-scattered after its backward (event e,
+ * t0..t1), from a full-size unit gradient (stage 3, allocated at t0) or a
+ * bucket (stages 1-2) that lives while the collective runs. Returns the event. */
+static int reduce_scatter_unit(plan_ctx *c, int m, int u, int e, double t0, double t1) {
+    sim *s = c->s;
+    int64_t bytes = c->pad[u] * c->gb;
+    if (c->stage == 3) mem_alloc(s, t0, DT_SIMMEM_UNIT_GRADS, bytes);
+    int red = comm_event(c, DT_SIM_REDUCE_SCATTER, DT_COLL_REDUCE_SCATTER, m, u, "backward", bytes, t1, e);
+    if (red < 0) return red;
+    const dt_sim_event *ev = &s->r->events[red];
+    int cat = c->stage == 3 ? DT_SIMMEM_UNIT_GRADS : DT_SIMMEM_BUCKETS;
+    if (c->stage <= 2) mem_alloc(s, ev->t0_s, cat, bytes);
+    mem_free_at(s, ev->t1_s, cat, bytes);
+    return red;
+}
+
+/* Micro-step m's backward pass: segments in reverse, each unit's gradient reduced
+ * after its last backward use when this micro-step reduces (every one from stage
+ * 2, else the last). Returns the last reduction event (-1: none). */
+static int sim_backward(plan_ctx *c, int m) {
+    sim *s = c->s;
+    const int reduce_now = c->W > 1 && (c->stage >= 2 || m == c->A - 1);
+    int64_t bucket_fill = 0;
+    int last_red = -1;
+    /* a tied lm_head's backward needs the embeddings first; they stay to the end */
+    if (c->stage3 && c->tied) gather_unit(c, c->gbk, 0, s->free_at[DT_SIM_COMPUTE], m, "backward");
+    if (c->stage3 && c->overlap)
+        gather_unit(c, c->gbk, seg_unit(c, c->n_seg - 1), s->free_at[DT_SIM_COMPUTE], m, "backward");
+    for (int sg = c->n_seg - 1; sg >= 0 && !s->failed; sg--) {
+        int u = seg_unit(c, sg);
+        int e = backward_segment(c, m, sg, u);
+        if (e < 0) break;
+        double t0 = s->r->events[e].t0_s, t1 = s->r->events[e].t1_s;
+        int last_use = !(u == 0 && sg == c->n_seg - 1 && !c->has_head);
+        backward_memory(c, sg, u, last_use, t1);
+        if (!reduce_now || !last_use) continue;
+        last_red = c->stage == 0 ? reduce_buckets(c, m, u, sg, e, t1, &bucket_fill, last_red)
+                                 : reduce_scatter_unit(c, m, u, e, t0, t1);
+    }
+    return last_red;
+}
+
+/* Every micro-step's forward and backward; the next micro-step's forward waits
+ * for this micro-step's reductions. Returns the last reduction (-1: none). */
+static int sim_micro_steps(plan_ctx *c) {
+    sim *s = c->s;
+    int prev_red = -1;
+    for (int m = 0; m < c->A && !s->failed; m++) {
+        double t_start = s->free_at[DT_SIM_COMPUTE];
+        if (prev_red >= 0 && s->r->events[prev_red].t1_s > t_start) t_start = s->r->events[prev_red].t1_s;
+        for (int u = 0; u < c->n_units; u++) c->gf[u] = c->gbk[u] = -1;
+        sim_forward(c, m, t_start);
+        int last_red = sim_backward(c, m);
         if (last_red >= 0) prev_red = last_red;
     }
-    if (s.failed) { rc = dt_errorf(err, DT_ENOMEM, "simulate: out of memory"); goto done; }
+    return prev_red;
+}
 
-    /* ---- step end: loss (+ norm) all-reduce, optimizer, param all-gather ---- */
-    {
-        double t = s.free_at[DT_SIM_COMPUTE];
-        if (prev_red >= 0 && r->events[prev_red].t1_s > t) t = r->events[prev_red].t1_s;
-        int last = -1;
-        if (c.W > 1) {
-            /* scalars: loss (stage 0) or loss + partial squared norm (stages 1-3), fp32 */
-            int64_t bytes = (int64_t)sizeof(float) * (c.stage == 0 ? 1 : 2);
-            last = add_event(&s, DT_SIM_COMM, DT_SIM_ALLREDUCE, -1, -1, "step",
-                             coll_s(&c.net, DT_COLL_ALLREDUCE, (double)bytes), bytes, t, prev_red, -1);
-            if (last >= 0) t = r->events[last].t1_s;
-        }
-        /* the time model's offload total, minus the per-gather copies placed above */
-        double step_xfer = terms.offload_s - c.per_gather_xfer;
-        if (step_xfer < 0) step_xfer = 0;
-        if (oo != DT_OFFLOAD_NONE) {
-            double shard = c.stage == 0 ? (double)total : (double)total_pad / (double)c.W;
-            double d2h = shard * (double)c.gb / hw->h2d_bw;
-            if (d2h > step_xfer) d2h = step_xfer;
-            int e1 = add_event(&s, DT_SIM_XFER, DT_SIM_D2H, -1, -1, "step", d2h, (int64_t)(shard * c.gb), t, last, -1);
-            int e2 = add_event(&s, DT_SIM_CPU, DT_SIM_OPTIMIZER, -1, -1, "step", terms.optimizer_s, 0, 0.0, e1, -1);
-            int e3 = add_event(&s, DT_SIM_XFER, oo == DT_OFFLOAD_NVME ? DT_SIM_NVME : DT_SIM_H2D, -1, -1, "step",
-                               step_xfer - d2h, (int64_t)(shard * c.pb), 0.0, e2, -1);
-            last = e3;
-        } else {
-            last = add_event(&s, DT_SIM_COMPUTE, DT_SIM_OPTIMIZER, -1, -1, "step", terms.optimizer_s, 0, t, last, -1);
-            if (step_xfer > 0) /* parameter offload without optimizer offload cannot occur; keep the total */
-                last = add_event(&s, DT_SIM_XFER, DT_SIM_H2D, -1, -1, "step", step_xfer, 0, 0.0, last, -1);
-        }
-        if (c.W > 1 && (c.stage == 1 || c.stage == 2)) {
-            /* updated params all-gathered per unit, nothing left to hide behind */
-            for (int u = 0; u < c.n_units && last >= 0; u++) {
-                int64_t bytes = c.pad[u] * c.pb;
-                double t0 = r->events[last].t1_s;
-                mem_alloc(&s, t0, DT_SIMMEM_BUCKETS, bytes);
-                last = add_event(&s, DT_SIM_COMM, DT_SIM_ALLGATHER, -1, u, "step",
-                                 coll_s(&c.net, DT_COLL_ALLGATHER, (double)bytes), bytes, 0.0, last, -1);
-                if (last >= 0) mem_free_at(&s, r->events[last].t1_s, DT_SIMMEM_BUCKETS, bytes);
-            }
-        }
-        if (s.failed || last < 0) { rc = dt_errorf(err, DT_ENOMEM, "simulate: out of memory"); goto done; }
+/* ---- step end: loss (+ norm) all-reduce, optimizer, param all-gather ---- */
+
+/* The optimizer step from t, after event last. With optimizer offload: the
+ * gradient shard copied device->host, the CPU step, the updated shard copied
+ * back; the copies take the time model's offload total less the per-gather
+ * copies placed above. Else on the compute stream. Returns the last event. */
+static int step_optimizer(plan_ctx *c, double t, int last) {
+    sim *s = c->s;
+    const dt_hardware *hw = &c->p->cluster.hw;
+    double step_xfer = c->offload_s - c->per_gather_xfer;
+    if (step_xfer < 0) step_xfer = 0;
+    if (c->oo != DT_OFFLOAD_NONE) {
+        double shard = c->stage == 0 ? (double)c->total : (double)c->total_pad / (double)c->W;
+        double d2h = shard * (double)c->gb / hw->h2d_bw;
+        if (d2h > step_xfer) d2h = step_xfer;
+        int e1 = add_event(s, DT_SIM_XFER, DT_SIM_D2H, -1, -1, "step", d2h, (int64_t)(shard * c->gb), t, last, -1);
+        int e2 = add_event(s, DT_SIM_CPU, DT_SIM_OPTIMIZER, -1, -1, "step", c->optimizer_s, 0, 0.0, e1, -1);
+        return add_event(s, DT_SIM_XFER, c->oo == DT_OFFLOAD_NVME ? DT_SIM_NVME : DT_SIM_H2D, -1, -1, "step",
+                         step_xfer - d2h, (int64_t)(shard * c->pb), 0.0, e2, -1);
     }
-    mem_replay(&s);
-    if (s.failed) { rc = dt_errorf(err, DT_ENOMEM, "simulate: out of memory"); goto done; }
+    last = add_event(s, DT_SIM_COMPUTE, DT_SIM_OPTIMIZER, -1, -1, "step", c->optimizer_s, 0, t, last, -1);
+    if (step_xfer > 0) /* parameter offload without optimizer offload cannot occur; keep the total */
+        last = add_event(s, DT_SIM_XFER, DT_SIM_H2D, -1, -1, "step", step_xfer, 0, 0.0, last, -1);
+    return last;
+}
 
-    /* ---- summary ---- */
+/* Stages 1-2: the updated params all-gathered per unit after event last, nothing
+ * left to hide behind, each through a bucket. Returns the last event. */
+static int step_param_allgather(plan_ctx *c, int last) {
+    sim *s = c->s;
+    for (int u = 0; u < c->n_units && last >= 0; u++) {
+        int64_t bytes = c->pad[u] * c->pb;
+        double t0 = s->r->events[last].t1_s;
+        mem_alloc(s, t0, DT_SIMMEM_BUCKETS, bytes);
+        last = add_event(s, DT_SIM_COMM, DT_SIM_ALLGATHER, -1, u, "step",
+                         coll_s(&c->net, DT_COLL_ALLGATHER, (double)bytes), bytes, 0.0, last, -1);
+        if (last >= 0) mem_free_at(s, s->r->events[last].t1_s, DT_SIMMEM_BUCKETS, bytes);
+    }
+    return last;
+}
+
+/* The step end, after the compute and the last reduction (prev_red): the scalar
+ * all-reduce (loss, stage 0; loss + partial squared norm, stages 1-3; fp32),
+ * the optimizer, the stage 1-2 all-gather. Returns the last event (-1: failed). */
+static int sim_step_end(plan_ctx *c, int prev_red) {
+    sim *s = c->s;
+    double t = s->free_at[DT_SIM_COMPUTE];
+    if (prev_red >= 0 && s->r->events[prev_red].t1_s > t) t = s->r->events[prev_red].t1_s;
+    int last = -1;
+    if (c->W > 1) {
+        int64_t bytes = (int64_t)sizeof(float) * (c->stage == 0 ? 1 : 2);
+        last = add_event(s, DT_SIM_COMM, DT_SIM_ALLREDUCE, -1, -1, "step",
+                         coll_s(&c->net, DT_COLL_ALLREDUCE, (double)bytes), bytes, t, prev_red, -1);
+        if (last >= 0) t = s->r->events[last].t1_s;
+    }
+    last = step_optimizer(c, t, last);
+    if (c->W > 1 && (c->stage == 1 || c->stage == 2)) last = step_param_allgather(c, last);
+    return last;
+}
+
+/* Places the step's events (micro-steps, then the step end) from the resident
+ * memory on, and replays the memory deltas into samples. */
+static int sim_schedule(plan_ctx *c, const dt_mem_breakdown *mb, dt_error *err) {
+    sim *s = c->s;
+    sim_resident_memory(c, mb);
+    int prev_red = sim_micro_steps(c);
+    if (s->failed) return sim_oom(err);
+    int last = sim_step_end(c, prev_red);
+    if (s->failed || last < 0) return sim_oom(err);
+    mem_replay(s);
+    if (s->failed) return sim_oom(err);
+    return DT_OK;
+}
+
+/* ---- results: summary and critical path ---- */
+
+/* Step time, compute busy time, communication time (and how much of it is
+ * exposed), and the memory sample at the peak. */
+static void sim_summarize(dt_sim_result *r) {
     for (int i = 0; i < r->n_events; i++) {
         const dt_sim_event *e = &r->events[i];
         if (e->t1_s > r->step_s) r->step_s = e->t1_s;
@@ -482,34 +617,58 @@ int dt_simulate(const dt_plan *p, dt_sim_result *r, dt_error *err) {
     r->peak_index = 0;
     for (int i = 1; i < r->n_mem; i++)
         if (r->mem[i].total > r->mem[r->peak_index].total) r->peak_index = i;
-    /* critical path: from the event ending last, follow the event that fixed each start */
-    {
-        int end = 0;
-        for (int i = 1; i < r->n_events; i++)
-            if (r->events[i].t1_s >= r->events[end].t1_s) end = i;
-        /* an event started by a phase boundary (pred -1) after time 0 continues
-         * from the event that ended latest at its start */
-        for (int i = 0; i < r->n_events; i++) {
-            if (s.pred[i] >= 0 || r->events[i].t0_s <= 0) continue;
-            int best = -1;
-            for (int j = 0; j < r->n_events; j++)
-                if (j != i && r->events[j].t1_s <= r->events[i].t0_s &&
-                    (best < 0 || r->events[j].t1_s > r->events[best].t1_s))
-                    best = j;
-            s.pred[i] = best;
-        }
-        int n = 0;
-        for (int i = end; i >= 0 && n <= r->n_events; i = s.pred[i]) n++;
-        r->critical = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
-        if (!r->critical) { rc = dt_errorf(err, DT_ENOMEM, "simulate: out of memory"); goto done; }
-        r->n_critical = n;
-        for (int i = end, k = n - 1; i >= 0 && k >= 0; i = s.pred[i]) r->critical[k--] = i;
+}
+
+/* An event started by a phase boundary (pred -1) after time 0 continues from
+ * the event that ended latest at its start. */
+static void link_phase_starts(const dt_sim_result *r, int *pred) {
+    for (int i = 0; i < r->n_events; i++) {
+        if (pred[i] >= 0 || r->events[i].t0_s <= 0) continue;
+        int best = -1;
+        for (int j = 0; j < r->n_events; j++)
+            if (j != i && r->events[j].t1_s <= r->events[i].t0_s &&
+                (best < 0 || r->events[j].t1_s > r->events[best].t1_s))
+                best = j;
+        pred[i] = best;
     }
-done:
-    free(c.n);
-    free(c.pad);
-    free(gf);
-    free(gbk);
+}
+
+/* Critical path: from the event ending last, follow the event that fixed each
+ * start; r->critical lists it first to last. */
+static int sim_critical_path(sim *s, dt_error *err) {
+    dt_sim_result *r = s->r;
+    int end = 0;
+    for (int i = 1; i < r->n_events; i++)
+        if (r->events[i].t1_s >= r->events[end].t1_s) end = i;
+    link_phase_starts(r, s->pred);
+    int n = 0;
+    for (int i = end; i >= 0 && n <= r->n_events; i = s->pred[i]) n++;
+    r->critical = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+    if (!r->critical) return sim_oom(err);
+    r->n_critical = n;
+    for (int i = end, k = n - 1; i >= 0 && k >= 0; i = s->pred[i]) r->critical[k--] = i;
+    return DT_OK;
+}
+
+/* Reads the models, sizes the units, schedules the step, then summarises it and
+ * finds its critical path. */
+int dt_simulate(const dt_plan *p, dt_sim_result *r, dt_error *err) {
+    memset(r, 0, sizeof *r);
+    sim s;
+    plan_ctx c;
+    dt_mem_breakdown mb;
+    sim_init(&s, p, r);
+    ctx_init(&c, &s, p);
+    if (ctx_read_models(&c, &mb, err)) return err->code;
+    if (c.K < 0 || c.K > c.L) return dt_errorf(err, DT_EINVAL, "simulate: ckpt_layers %lld is not in 0..%lld",
+                                               (long long)c.K, (long long)c.L);
+    int rc = ctx_size_units(&c, err);
+    if (rc == DT_OK) rc = sim_schedule(&c, &mb, err);
+    if (rc == DT_OK) {
+        sim_summarize(r);
+        rc = sim_critical_path(&s, err);
+    }
+    ctx_free(&c);
     free(s.pend);
     free(s.pred);
     if (rc) dt_sim_free(r);
@@ -522,18 +681,6 @@ void dt_sim_free(dt_sim_result *r) {
     free(r->mem);
     free(r->critical);
     memset(r, 0, sizeof *r);
-}
-
-const char *dt_sim_kind_name(dt_sim_kind k) {
-    static const char *const names[DT_SIM_KINDS] = {"forward",   "backward",  "recompute", "allreduce",
-                                                    "reduce_scatter", "allgather", "h2d", "d2h",
-                                                    "nvme",      "optimizer"};
-    return (unsigned)k < DT_SIM_KINDS ? names[k] : "?";
-}
-
-const char *dt_sim_stream_name(dt_sim_stream st) {
-    static const char *const names[DT_SIM_STREAMS] = {"compute", "comm", "transfer", "cpu"};
-    return (unsigned)st < DT_SIM_STREAMS ? names[st] : "?";
 }
 
 const char *dt_sim_mem_name(dt_sim_mem_cat cat) {

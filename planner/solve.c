@@ -19,7 +19,7 @@
 #include "dt_memory.h"
 #include "dt_timemodel.h"
 
-/* Memory rows are written in GiB so coefficients stay near 1..1e3 (reference/planning.md §6). */
+/* Memory rows are written in GiB so coefficients stay near 1..1e3 (docs/solver.md "Numerics"). */
 #define DT_SOLVE_MEM_SCALE (1.0 / 1073741824.0)
 /* GLPK MIP time limit (ms): generous; a solve takes milliseconds. */
 #define DT_SOLVE_TM_LIM_MS 10000
@@ -68,16 +68,26 @@ static int fits(const dt_solve_request *rq, const dt_mem_breakdown *m) {
            m->nvme <= rq->nvme_limit_bytes;
 }
 
-static int check_request(const dt_solve_request *rq, dt_error *err) {
+int dt_solve_check(const dt_solve_request *rq, dt_error *err) {
     const dt_plan *b = &rq->base;
     if (b->cluster.nodes < 1 || b->cluster.gpus_per_node < 1)
         return dt_errorf(err, DT_EINVAL, "nodes and gpus per node must be >= 1");
     int64_t W = b->cluster.nodes * b->cluster.gpus_per_node;
     if (b->batch.global_batch < 1 || b->batch.global_batch % W)
         return dt_errorf(err, DT_EINVAL,
-                         "global batch %lld is not a positive multiple of the world size %lld "
-                         "(train_batch_size must equal micro_batch * gradient_accumulation_steps * world_size)",
-                         (long long)b->batch.global_batch, (long long)W);
+                         "--global-batch %lld is not a multiple of the world size %lld (--gpus): every rank takes "
+                         "the same number of sequences per step; e.g. --global-batch %lld",
+                         (long long)b->batch.global_batch, (long long)W,
+                         (long long)(W * (b->batch.global_batch / W > 0 ? b->batch.global_batch / W : 1)));
+    /* every micro-batch that divides global / world is a candidate: bound the walk */
+    int64_t per_rank = b->batch.global_batch / W;
+    if (per_rank > DT_SOLVE_MAX_SEQS_PER_RANK)
+        return dt_errorf(err, DT_EINVAL,
+                         "--global-batch %lld gives %lld sequences per rank per step over %lld rank(s), above the "
+                         "%lld the solver enumerates micro-batches for; lower --global-batch to %lld or less, or "
+                         "raise --gpus",
+                         (long long)b->batch.global_batch, (long long)per_rank, (long long)W,
+                         (long long)DT_SOLVE_MAX_SEQS_PER_RANK, (long long)(DT_SOLVE_MAX_SEQS_PER_RANK * W));
     if (rq->mem_limit_bytes <= 0 || rq->host_limit_bytes <= 0 || rq->nvme_limit_bytes < 0)
         return dt_errorf(err, DT_EINVAL, "memory limits must be positive");
     if (!(rq->stage_mask & 0xFu))
@@ -191,194 +201,277 @@ static void on_glpk_error(void *info) {
 
 /* Column layout per run j: x_j, k_j, then one e per overlap phase. */
 typedef struct {
-    int *col0;      /* first column of run j (x); k = col0 + 1; e_i = col0 + 2 + i */
+    int *col0;      /* first column of run j (x), 0 = no columns; k = col0 + 1; e_i = col0 + 2 + i */
     int n_cols;
-    int *ia, *ja;
+    int *ia, *ja;   /* matrix entries for glp_load_matrix (1-based): row, column, value */
     double *ar;
     int cap_nz;
 } dt_milp_layout;
 
-/* Solves min time (then min device memory among time-ties) over the runs whose
- * stage is in stage_mask. Returns DT_OK with *pick and *pick_k, DT_EINFEASIBLE, or an
- * error. n_rows_out/n_cols_out report the size. */
-static int milp_solve(dt_ctx *c, unsigned stage_mask, int *pick, int64_t *pick_k, int *n_solves,
-                      int *n_rows_out, int *n_cols_out, dt_error *err) {
-    const dt_solve_request *rq = c->rq;
-    dt_milp_layout ly;
-    memset(&ly, 0, sizeof ly);
-    ly.col0 = calloc((size_t)c->n_runs, sizeof *ly.col0);
+/* The fixed rows; each run then adds two link rows and two rows per overlap phase. */
+enum { R_ONEHOT = 1, R_DEV, R_HOST, R_NVME, R_FIXED_COUNT = 4 };
+
+/* What the model builders below write into. */
+typedef struct {
+    glp_prob *lp;
+    const dt_milp_layout *ly;
+    int nz;         /* matrix entries written so far */
+    double ts;      /* time scale: 1 / the fastest K-independent time */
+} dt_milp_builder;
+
+/* Frees the layout's arrays. */
+static void layout_free(dt_milp_layout *ly) {
+    free(ly->col0), free(ly->ia), free(ly->ja), free(ly->ar);
+}
+
+/* Gives columns to the runs of the stages in stage_mask that no cut has banned,
+ * and allocates room for their matrix entries. */
+static int layout_build(const dt_ctx *c, unsigned stage_mask, dt_milp_layout *ly, dt_error *err) {
+    memset(ly, 0, sizeof *ly);
+    ly->col0 = calloc((size_t)c->n_runs, sizeof *ly->col0);
+    if (!ly->col0) return dt_errorf(err, DT_ENOMEM, "solver: out of memory");
     int nz_est = 8;
     for (int j = 0; j < c->n_runs; j++) {
-        /* only runs of the stages asked for, and not banned by a cut, get columns */
         if (!((stage_mask >> c->runs[j].stage) & 1u) || c->kmin[j] > c->runs[j].hi) continue;
-        ly.col0[j] = ly.n_cols + 1;
-        ly.n_cols += 2 + c->runs[j].tt.n_phases;
-        nz_est += 12 + 6 * c->runs[j].tt.n_phases; /* upper bound of DT_NZ calls below */
+        ly->col0[j] = ly->n_cols + 1;
+        ly->n_cols += 2 + c->runs[j].tt.n_phases;
+        nz_est += 12 + 6 * c->runs[j].tt.n_phases; /* upper bound of the nz_add calls for run j */
     }
-    ly.cap_nz = nz_est + 1;
-    ly.ia = malloc((size_t)ly.cap_nz * sizeof *ly.ia);
-    ly.ja = malloc((size_t)ly.cap_nz * sizeof *ly.ja);
-    ly.ar = malloc((size_t)ly.cap_nz * sizeof *ly.ar);
-    if (!ly.col0 || !ly.ia || !ly.ja || !ly.ar) {
-        free(ly.col0), free(ly.ia), free(ly.ja), free(ly.ar);
+    ly->cap_nz = nz_est + 1;
+    ly->ia = malloc((size_t)ly->cap_nz * sizeof *ly->ia);
+    ly->ja = malloc((size_t)ly->cap_nz * sizeof *ly->ja);
+    ly->ar = malloc((size_t)ly->cap_nz * sizeof *ly->ar);
+    if (!ly->ia || !ly->ja || !ly->ar) {
+        layout_free(ly);
         return dt_errorf(err, DT_ENOMEM, "solver: out of memory");
     }
-    int rc = DT_OK;
-    if (ly.n_cols == 0) { /* no run of these stages is left */
-        free(ly.col0), free(ly.ia), free(ly.ja), free(ly.ar);
-        return DT_EINFEASIBLE;
-    }
-    glp_prob *volatile lp = NULL;
-    if (setjmp(g_glpk_fail)) {
-        /* GLPK hit a fatal error: only glp_free_env is safe now (reference/planning.md §6) */
-        glp_error_hook(NULL, NULL);
-        glp_free_env();
-        free(ly.col0), free(ly.ia), free(ly.ja), free(ly.ar);
-        return dt_errorf(err, DT_EINTERNAL, "solver: GLPK reported a fatal error (model of %d columns)",
-                         ly.n_cols);
-    }
-    glp_error_hook(on_glpk_error, NULL);
-    glp_term_out(GLP_OFF);
-    const int ncol = ly.n_cols;
-    lp = glp_create_prob();
-    glp_set_obj_dir(lp, GLP_MIN);
-    glp_add_cols(lp, ncol);
+    return DT_OK;
+}
 
-    /* rows: 1 one-hot, 2 device memory, 3 host, 4 nvme, then per run: link rows and epigraph rows */
-    enum { R_ONEHOT = 1, R_DEV, R_HOST, R_NVME, R_FIXED_COUNT = 4 };
+/* Appends the matrix entry (row i, column j) = v. */
+static void nz_add(dt_milp_builder *b, int i, int j, double v) {
+    ++b->nz;
+    b->ly->ia[b->nz] = i;
+    b->ly->ja[b->nz] = j;
+    b->ly->ar[b->nz] = v;
+}
+
+/* Row 1: exactly one run is chosen; rows 2-4: device memory less the reserve,
+ * host and NVMe, each within its limit (GiB). */
+static void milp_add_fixed_rows(glp_prob *lp, const dt_solve_request *rq) {
     glp_add_rows(lp, R_FIXED_COUNT);
     glp_set_row_bnds(lp, R_ONEHOT, GLP_FX, 1.0, 1.0);
     glp_set_row_bnds(lp, R_DEV, GLP_UP, 0.0,
                      (double)(rq->mem_limit_bytes - rq->base.cluster.hw.reserve_bytes) * DT_SOLVE_MEM_SCALE);
     glp_set_row_bnds(lp, R_HOST, GLP_UP, 0.0, (double)rq->host_limit_bytes * DT_SOLVE_MEM_SCALE);
     glp_set_row_bnds(lp, R_NVME, GLP_UP, 0.0, (double)rq->nvme_limit_bytes * DT_SOLVE_MEM_SCALE);
-    int nz = 0;
-#define DT_NZ(i, j, v) (++nz, ly.ia[nz] = (i), ly.ja[nz] = (j), ly.ar[nz] = (v))
-    const double reserve = (double)rq->base.cluster.hw.reserve_bytes;
-    /* time rows in units of the fastest K-independent time, so the objective is O(1)
-     * and GLPK's absolute tolerances (1e-7) are far below DT_SOLVE_TIME_TIE_REL */
+}
+
+/* Time rows are in units of the fastest K-independent time, so the objective is
+ * O(1) and GLPK's absolute tolerances (1e-7) are far below DT_SOLVE_TIME_TIE_REL.
+ * Returns the factor that converts seconds to those units. */
+static double milp_time_scale(const dt_ctx *c, const dt_milp_layout *ly) {
     double tref = 0.0;
     for (int j = 0; j < c->n_runs; j++)
-        if (ly.col0[j] && c->runs[j].tt.base_s > 0 && (tref == 0.0 || c->runs[j].tt.base_s < tref))
+        if (ly->col0[j] && c->runs[j].tt.base_s > 0 && (tref == 0.0 || c->runs[j].tt.base_s < tref))
             tref = c->runs[j].tt.base_s;
-    const double ts = tref > 0 ? 1.0 / tref : 1.0;
+    return tref > 0 ? 1.0 / tref : 1.0;
+}
+
+/* Run r's x (binary) and k (integer in 0..hi) columns, their objective
+ * base·x + per_ckpt·k, and their entries in the fixed rows: the one-hot and the
+ * memory, affine in k on [lo, hi]: a·x + d·k with a = m(lo) - lo·d. */
+static void milp_add_run_columns(dt_milp_builder *b, const dt_choice_run *r, int x, double reserve) {
+    glp_prob *lp = b->lp;
+    int k = x + 1;
+    glp_set_col_kind(lp, x, GLP_BV);
+    glp_set_col_kind(lp, k, GLP_IV);
+    glp_set_col_bnds(lp, k, GLP_DB, 0.0, (double)r->hi);
+    if (r->hi == 0) glp_set_col_bnds(lp, k, GLP_FX, 0.0, 0.0);
+    glp_set_obj_coef(lp, x, r->tt.base_s * b->ts);
+    glp_set_obj_coef(lp, k, r->tt.per_ckpt_s * b->ts);
+    nz_add(b, R_ONEHOT, x, 1.0);
+    double a_dev = ((double)r->dev0 - reserve - (double)r->lo * (double)r->ddev) * DT_SOLVE_MEM_SCALE;
+    nz_add(b, R_DEV, x, a_dev);
+    if (r->ddev) nz_add(b, R_DEV, k, (double)r->ddev * DT_SOLVE_MEM_SCALE);
+    nz_add(b, R_HOST, x, ((double)r->host0 - (double)r->lo * (double)r->dhost) * DT_SOLVE_MEM_SCALE);
+    if (r->dhost) nz_add(b, R_HOST, k, (double)r->dhost * DT_SOLVE_MEM_SCALE);
+    nz_add(b, R_NVME, x, ((double)r->nvme0 - (double)r->lo * (double)r->dnvme) * DT_SOLVE_MEM_SCALE);
+    if (r->dnvme) nz_add(b, R_NVME, k, (double)r->dnvme * DT_SOLVE_MEM_SCALE);
+}
+
+/* Linking rows lo·x <= k <= hi·x: k is 0 unless the run is chosen; lo includes
+ * any cut's minimum. */
+static void milp_add_link_rows(dt_milp_builder *b, const dt_choice_run *r, int x, int64_t lo) {
+    glp_prob *lp = b->lp;
+    int k = x + 1;
+    int row = glp_add_rows(lp, 2);
+    glp_set_row_bnds(lp, row, GLP_UP, 0.0, 0.0);
+    nz_add(b, row, k, 1.0);
+    nz_add(b, row, x, -(double)r->hi);
+    glp_set_row_bnds(lp, row + 1, GLP_LO, 0.0, 0.0);
+    nz_add(b, row + 1, k, 1.0);
+    if (lo) nz_add(b, row + 1, x, -(double)lo);
+}
+
+/* Exposed communication of each overlap phase, the epigraph of a max:
+ *   e >= tail·x,  e >= (comm - work0)·x - work_per_ckpt·k
+ * with e in the objective at the phase's multiplicity. */
+static void milp_add_exposure_rows(dt_milp_builder *b, const dt_choice_run *r, int x) {
+    glp_prob *lp = b->lp;
+    int k = x + 1;
+    for (int i = 0; i < r->tt.n_phases; i++) {
+        const dt_time_phase *ph = &r->tt.phase[i];
+        int e = x + 2 + i;
+        glp_set_col_kind(lp, e, GLP_CV);
+        glp_set_col_bnds(lp, e, GLP_LO, 0.0, 0.0);
+        glp_set_obj_coef(lp, e, ph->mult);
+        int er = glp_add_rows(lp, 2);
+        glp_set_row_bnds(lp, er, GLP_LO, 0.0, 0.0);
+        nz_add(b, er, e, 1.0);
+        if (ph->tail_s) nz_add(b, er, x, -ph->tail_s * b->ts);
+        glp_set_row_bnds(lp, er + 1, GLP_LO, 0.0, 0.0);
+        nz_add(b, er + 1, e, 1.0);
+        if (ph->comm_s - ph->work0_s) nz_add(b, er + 1, x, -(ph->comm_s - ph->work0_s) * b->ts);
+        if (ph->work_per_ckpt_s) nz_add(b, er + 1, k, ph->work_per_ckpt_s * b->ts);
+    }
+}
+
+/* The whole model in lp, minimising step time: columns, fixed rows, and each
+ * run's columns, link rows and exposure rows; then the matrix is loaded. */
+static void milp_build(glp_prob *lp, const dt_ctx *c, const dt_milp_layout *ly) {
+    const dt_solve_request *rq = c->rq;
+    glp_set_obj_dir(lp, GLP_MIN);
+    glp_add_cols(lp, ly->n_cols);
+    milp_add_fixed_rows(lp, rq);
+    dt_milp_builder b = {lp, ly, 0, milp_time_scale(c, ly)};
+    const double reserve = (double)rq->base.cluster.hw.reserve_bytes;
     for (int j = 0; j < c->n_runs; j++) {
         const dt_choice_run *r = &c->runs[j];
-        if (!ly.col0[j]) continue;
-        int x = ly.col0[j], k = x + 1;
+        if (!ly->col0[j]) continue;
+        int x = ly->col0[j];
         int64_t lo = r->lo > c->kmin[j] ? r->lo : c->kmin[j];
-        glp_set_col_kind(lp, x, GLP_BV);
-        glp_set_col_kind(lp, k, GLP_IV);
-        glp_set_col_bnds(lp, k, GLP_DB, 0.0, (double)r->hi);
-        if (r->hi == 0) glp_set_col_bnds(lp, k, GLP_FX, 0.0, 0.0);
-        /* objective: base·x + per_ckpt·k + sum mult_i·e_i */
-        glp_set_obj_coef(lp, x, r->tt.base_s * ts);
-        glp_set_obj_coef(lp, k, r->tt.per_ckpt_s * ts);
-        DT_NZ(R_ONEHOT, x, 1.0);
-        /* memory affine in k on [lo, hi]: a·x + d·k with a = m(lo) - lo·d */
-        double a_dev = ((double)r->dev0 - reserve - (double)r->lo * (double)r->ddev) * DT_SOLVE_MEM_SCALE;
-        DT_NZ(R_DEV, x, a_dev);
-        if (r->ddev) DT_NZ(R_DEV, k, (double)r->ddev * DT_SOLVE_MEM_SCALE);
-        DT_NZ(R_HOST, x, ((double)r->host0 - (double)r->lo * (double)r->dhost) * DT_SOLVE_MEM_SCALE);
-        if (r->dhost) DT_NZ(R_HOST, k, (double)r->dhost * DT_SOLVE_MEM_SCALE);
-        DT_NZ(R_NVME, x, ((double)r->nvme0 - (double)r->lo * (double)r->dnvme) * DT_SOLVE_MEM_SCALE);
-        if (r->dnvme) DT_NZ(R_NVME, k, (double)r->dnvme * DT_SOLVE_MEM_SCALE);
-        /* linking: lo·x <= k <= hi·x (k is 0 unless the run is chosen) */
-        int row = glp_add_rows(lp, 2);
-        glp_set_row_bnds(lp, row, GLP_UP, 0.0, 0.0);
-        DT_NZ(row, k, 1.0);
-        DT_NZ(row, x, -(double)r->hi);
-        glp_set_row_bnds(lp, row + 1, GLP_LO, 0.0, 0.0);
-        DT_NZ(row + 1, k, 1.0);
-        if (lo) DT_NZ(row + 1, x, -(double)lo);
-        /* exposed communication of each overlap phase, epigraph of a max:
-         *   e >= tail·x,  e >= (comm - work0)·x - work_per_ckpt·k */
-        for (int i = 0; i < r->tt.n_phases; i++) {
-            const dt_time_phase *ph = &r->tt.phase[i];
-            int e = x + 2 + i;
-            glp_set_col_kind(lp, e, GLP_CV);
-            glp_set_col_bnds(lp, e, GLP_LO, 0.0, 0.0);
-            glp_set_obj_coef(lp, e, ph->mult);
-            int er = glp_add_rows(lp, 2);
-            glp_set_row_bnds(lp, er, GLP_LO, 0.0, 0.0);
-            DT_NZ(er, e, 1.0);
-            if (ph->tail_s) DT_NZ(er, x, -ph->tail_s * ts);
-            glp_set_row_bnds(lp, er + 1, GLP_LO, 0.0, 0.0);
-            DT_NZ(er + 1, e, 1.0);
-            if (ph->comm_s - ph->work0_s) DT_NZ(er + 1, x, -(ph->comm_s - ph->work0_s) * ts);
-            if (ph->work_per_ckpt_s) DT_NZ(er + 1, k, ph->work_per_ckpt_s * ts);
-        }
+        milp_add_run_columns(&b, r, x, reserve);
+        milp_add_link_rows(&b, r, x, lo);
+        milp_add_exposure_rows(&b, r, x);
     }
-    glp_load_matrix(lp, nz, ly.ia, ly.ja, ly.ar);
+    glp_load_matrix(lp, b.nz, ly->ia, ly->ja, ly->ar);
+}
 
-    glp_iocp parm;
-    glp_init_iocp(&parm);
-    parm.presolve = GLP_ON;
-    parm.msg_lev = GLP_MSG_OFF;
-    parm.tm_lim = DT_SOLVE_TM_LIM_MS;
-    parm.mip_gap = 0.0;
+/* glp_intopt settings: presolve, silent, DT_SOLVE_TM_LIM_MS, no MIP gap. */
+static void milp_init_parm(glp_iocp *parm) {
+    glp_init_iocp(parm);
+    parm->presolve = GLP_ON;
+    parm->msg_lev = GLP_MSG_OFF;
+    parm->tm_lim = DT_SOLVE_TM_LIM_MS;
+    parm->mip_gap = 0.0;
+}
 
-    /* pass 1: minimum step time */
-    int grc = glp_intopt(lp, &parm);
+/* Pass 1: minimum step time. DT_OK when GLPK found a solution, DT_EINFEASIBLE,
+ * or an error. */
+static int milp_min_time(glp_prob *lp, const glp_iocp *parm, int *n_solves, dt_error *err) {
+    int grc = glp_intopt(lp, parm);
     int st = glp_mip_status(lp);
     ++*n_solves;
-    if (grc == GLP_ENOPFS || grc == GLP_ENODFS || (grc == 0 && st == GLP_NOFEAS)) {
-        rc = DT_EINFEASIBLE;
-    } else if (grc != 0 && grc != GLP_ETMLIM && grc != GLP_EMIPGAP) {
-        rc = dt_errorf(err, DT_EINTERNAL, "solver: glp_intopt failed (code %d)", grc);
-    } else if (st != GLP_OPT && st != GLP_FEAS) {
-        rc = grc == GLP_ETMLIM ? dt_errorf(err, DT_EINTERNAL, "solver: GLPK time limit with no solution")
-                               : DT_EINFEASIBLE;
-    } else {
-        /* pass 2: among plans within the tie tolerance of the best time, least memory */
-        double tstar = glp_mip_obj_val(lp);
-        int tr = glp_add_rows(lp, 1);
-        int *idx = malloc((size_t)(ncol + 1) * sizeof *idx);
-        double *val = malloc((size_t)(ncol + 1) * sizeof *val);
-        if (!idx || !val) {
-            free(idx), free(val);
-            rc = dt_errorf(err, DT_ENOMEM, "solver: out of memory");
-        } else {
-            int n = 0;
-            for (int col = 1; col <= ncol; col++) {
-                double oc = glp_get_obj_coef(lp, col);
-                if (oc != 0.0) idx[++n] = col, val[n] = oc;
-            }
-            glp_set_mat_row(lp, tr, n, idx, val);
-            glp_set_row_bnds(lp, tr, GLP_UP, 0.0, tstar * (1.0 + DT_SOLVE_TIME_TIE_REL));
-            for (int col = 1; col <= ncol; col++) glp_set_obj_coef(lp, col, 0.0);
-            for (int j = 0; j < c->n_runs; j++) {
-                const dt_choice_run *r = &c->runs[j];
-                if (!ly.col0[j]) continue;
-                glp_set_obj_coef(lp, ly.col0[j],
-                                 ((double)r->dev0 - (double)r->lo * (double)r->ddev) * DT_SOLVE_MEM_SCALE);
-                glp_set_obj_coef(lp, ly.col0[j] + 1, (double)r->ddev * DT_SOLVE_MEM_SCALE);
-            }
-            free(idx), free(val);
-            grc = glp_intopt(lp, &parm);
-            st = glp_mip_status(lp);
-            ++*n_solves;
-            if (grc != 0 && grc != GLP_ETMLIM && grc != GLP_EMIPGAP)
-                rc = dt_errorf(err, DT_EINTERNAL, "solver: tie-break glp_intopt failed (code %d)", grc);
-            else if (st != GLP_OPT && st != GLP_FEAS)
-                rc = dt_errorf(err, DT_EINTERNAL, "solver: tie-break found no solution (status %d)", st);
-        }
-        if (!rc) {
-            *pick = -1;
-            for (int j = 0; j < c->n_runs; j++)
-                if (ly.col0[j] && lround(glp_mip_col_val(lp, ly.col0[j])) == 1) {
-                    *pick = j;
-                    *pick_k = lround(glp_mip_col_val(lp, ly.col0[j] + 1));
-                }
-            if (*pick < 0) rc = dt_errorf(err, DT_EINTERNAL, "solver: MILP solution selects no choice");
-        }
+    if (grc == GLP_ENOPFS || grc == GLP_ENODFS || (grc == 0 && st == GLP_NOFEAS)) return DT_EINFEASIBLE;
+    if (grc != 0 && grc != GLP_ETMLIM && grc != GLP_EMIPGAP)
+        return dt_errorf(err, DT_EINTERNAL, "solver: glp_intopt failed (code %d)", grc);
+    if (st != GLP_OPT && st != GLP_FEAS)
+        return grc == GLP_ETMLIM ? dt_errorf(err, DT_EINTERNAL, "solver: GLPK time limit with no solution")
+                                 : DT_EINFEASIBLE;
+    return DT_OK;
+}
+
+/* Turns the objective into a row, objective <= limit, and clears it. */
+static int milp_objective_to_row(glp_prob *lp, int ncol, double limit, dt_error *err) {
+    int tr = glp_add_rows(lp, 1);
+    int *idx = malloc((size_t)(ncol + 1) * sizeof *idx);
+    double *val = malloc((size_t)(ncol + 1) * sizeof *val);
+    if (!idx || !val) {
+        free(idx), free(val);
+        return dt_errorf(err, DT_ENOMEM, "solver: out of memory");
     }
+    int n = 0;
+    for (int col = 1; col <= ncol; col++) {
+        double oc = glp_get_obj_coef(lp, col);
+        if (oc != 0.0) idx[++n] = col, val[n] = oc;
+    }
+    glp_set_mat_row(lp, tr, n, idx, val);
+    glp_set_row_bnds(lp, tr, GLP_UP, 0.0, limit);
+    for (int col = 1; col <= ncol; col++) glp_set_obj_coef(lp, col, 0.0);
+    free(idx), free(val);
+    return DT_OK;
+}
+
+/* Pass 2: among plans within the tie tolerance of the best time, least device
+ * memory (the memory row's coefficients, without the reserve). */
+static int milp_tie_break(glp_prob *lp, const dt_ctx *c, const dt_milp_layout *ly, const glp_iocp *parm,
+                          int *n_solves, dt_error *err) {
+    double tstar = glp_mip_obj_val(lp);
+    if (milp_objective_to_row(lp, ly->n_cols, tstar * (1.0 + DT_SOLVE_TIME_TIE_REL), err)) return err->code;
+    for (int j = 0; j < c->n_runs; j++) {
+        const dt_choice_run *r = &c->runs[j];
+        if (!ly->col0[j]) continue;
+        glp_set_obj_coef(lp, ly->col0[j], ((double)r->dev0 - (double)r->lo * (double)r->ddev) * DT_SOLVE_MEM_SCALE);
+        glp_set_obj_coef(lp, ly->col0[j] + 1, (double)r->ddev * DT_SOLVE_MEM_SCALE);
+    }
+    int grc = glp_intopt(lp, parm);
+    int st = glp_mip_status(lp);
+    ++*n_solves;
+    if (grc != 0 && grc != GLP_ETMLIM && grc != GLP_EMIPGAP)
+        return dt_errorf(err, DT_EINTERNAL, "solver: tie-break glp_intopt failed (code %d)", grc);
+    if (st != GLP_OPT && st != GLP_FEAS)
+        return dt_errorf(err, DT_EINTERNAL, "solver: tie-break found no solution (status %d)", st);
+    return DT_OK;
+}
+
+/* The chosen run (x_j = 1) into *pick and its checkpointed layers k_j into *pick_k. */
+static int milp_read_pick(glp_prob *lp, const dt_ctx *c, const dt_milp_layout *ly, int *pick, int64_t *pick_k,
+                          dt_error *err) {
+    *pick = -1;
+    for (int j = 0; j < c->n_runs; j++)
+        if (ly->col0[j] && lround(glp_mip_col_val(lp, ly->col0[j])) == 1) {
+            *pick = j;
+            *pick_k = lround(glp_mip_col_val(lp, ly->col0[j] + 1));
+        }
+    if (*pick < 0) return dt_errorf(err, DT_EINTERNAL, "solver: MILP solution selects no choice");
+    return DT_OK;
+}
+
+/* Solves min time (then min device memory among time-ties) over the runs whose
+ * stage is in stage_mask. Returns DT_OK with *pick and *pick_k, DT_EINFEASIBLE, or an
+ * error. n_rows_out/n_cols_out report the size. */
+static int milp_solve(dt_ctx *c, unsigned stage_mask, int *pick, int64_t *pick_k, int *n_solves,
+                      int *n_rows_out, int *n_cols_out, dt_error *err) {
+    dt_milp_layout ly;
+    if (layout_build(c, stage_mask, &ly, err)) return err->code;
+    if (ly.n_cols == 0) { /* no run of these stages is left */
+        layout_free(&ly);
+        return DT_EINFEASIBLE;
+    }
+    glp_prob *volatile lp = NULL;
+    if (setjmp(g_glpk_fail)) {
+        /* GLPK hit a fatal error: only glp_free_env is safe now (GLPK reference manual, glp_error_hook) */
+        glp_error_hook(NULL, NULL);
+        glp_free_env();
+        layout_free(&ly);
+        return dt_errorf(err, DT_EINTERNAL, "solver: GLPK reported a fatal error (model of %d columns)",
+                         ly.n_cols);
+    }
+    glp_error_hook(on_glpk_error, NULL);
+    glp_term_out(GLP_OFF);
+    lp = glp_create_prob();
+    milp_build(lp, c, &ly);
+    glp_iocp parm;
+    milp_init_parm(&parm);
+    int rc = milp_min_time(lp, &parm, n_solves, err);
+    if (rc == DT_OK) rc = milp_tie_break(lp, c, &ly, &parm, n_solves, err);
+    if (rc == DT_OK) rc = milp_read_pick(lp, c, &ly, pick, pick_k, err);
     *n_rows_out = glp_get_num_rows(lp);
-    *n_cols_out = ncol;
+    *n_cols_out = ly.n_cols;
     glp_delete_prob(lp);
     glp_error_hook(NULL, NULL);
-    free(ly.col0), free(ly.ia), free(ly.ja), free(ly.ar);
-#undef DT_NZ
+    layout_free(&ly);
     return rc;
 }
 
@@ -445,6 +538,14 @@ static int infeasible_message(const dt_solve_request *rq, const dt_solve_choice 
                          "(limit %.2f) and %.2f GiB NVMe (limit %.2f)",
                          cfg, mm->mem.host_total / gib, rq->host_limit_bytes / gib, mm->mem.nvme / gib,
                          rq->nvme_limit_bytes / gib);
+    const dt_hardware *hw = &rq->base.cluster.hw;
+    if (mem_dev(&mm->mem) > hw->device_mem_bytes)   /* no --mem can help: say what can */
+        return dt_errorf(err, DT_EINFEASIBLE,
+                         "nothing fits in %.2f GiB per GPU; the smallest memory that fits is %.2f GiB (with %s), more "
+                         "than the %.2f GiB per device of hardware profile %s: raise --gpus%s, or use a --hardware "
+                         "profile with more memory",
+                         rq->mem_limit_bytes / gib, mem_dev(&mm->mem) / gib, cfg, hw->device_mem_bytes / gib, hw->name,
+                         rq->allow_offload ? "" : ", drop --no-offload");
     return dt_errorf(err, DT_EINFEASIBLE,
                      "nothing fits in %.2f GiB per GPU; the smallest memory that fits is %.2f GiB "
                      "(--mem %.0fM) with %s",
@@ -487,7 +588,7 @@ static void ctx_free(dt_ctx *c) {
 
 int dt_solve(const dt_solve_request *rq, dt_solve_result *out, dt_error *err) {
     memset(out, 0, sizeof *out);
-    if (check_request(rq, err)) return err->code;
+    if (dt_solve_check(rq, err)) return err->code;
     dt_ctx c;
     int rc = ctx_build(&c, rq, out, err);
     if (rc) {
@@ -592,7 +693,7 @@ static int enum_candidate(void *ud, int stage, dt_offload oo, dt_offload op, int
 
 int dt_solve_enumerate(const dt_solve_request *rq, dt_solve_result *out, dt_error *err) {
     memset(out, 0, sizeof *out);
-    if (check_request(rq, err)) return err->code;
+    if (dt_solve_check(rq, err)) return err->code;
     dt_enum_ctx e = {rq, out, rq->base.model.n_layer, 0, {-1, -1, -1, -1}, -1};
     for (e.pass = 0; e.pass < 2; e.pass++)
         if (for_each_candidate(rq, enum_candidate, &e, &out->n_candidates, err)) return err->code;
@@ -622,7 +723,7 @@ static int visit_candidate(void *ud, int stage, dt_offload oo, dt_offload op, in
 }
 
 int dt_solve_candidates(const dt_solve_request *rq, dt_solve_visit_fn fn, void *ud, dt_error *err) {
-    if (check_request(rq, err)) return err->code;
+    if (dt_solve_check(rq, err)) return err->code;
     dt_visit_ctx v = {rq, fn, ud, rq->base.model.n_layer};
     int n = 0;
     return for_each_candidate(rq, visit_candidate, &v, &n, err);

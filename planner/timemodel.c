@@ -6,6 +6,7 @@
  * (micro-steps per optimizer step), b micro-batch, s sequence length, L blocks,
  * K checkpointed blocks, pb/gb bytes per param/grad element. */
 #include "dt_timemodel.h"
+#include "dt_model.h"
 
 #include <math.h>
 #include <string.h>
@@ -17,8 +18,8 @@
  * forward is 1/3 of the training FLOPs (Kaplan et al. 2020, Narayanan et al. 2021). */
 #define DT_FWD_SHARE (1.0 / 3.0)
 #define DT_BWD_OVER_FWD 2.0
-/* Engine ops (kernels / OpenMP regions) per pass, counted in engine/gpt2.c and
- * engine/ops_cpu.c (docs/time-model.md "Kernel-level terms"). A linear forward is
+/* Engine ops (kernels / OpenMP regions) per pass, counted in engine/model/gpt2.c and
+ * engine/device/ops_cpu.c (docs/time-model.md "Kernel-level terms"). A linear forward is
  * 2 ops (bias broadcast, GEMM), a linear backward 3 (input-gradient GEMM,
  * weight-gradient GEMM, bias sum). Block forward: 2 layernorms, 4 linears,
  * attention, GELU, 2 residual adds = 14. A checkpointed block's recompute
@@ -34,8 +35,8 @@
 #define DT_OPS_OUTER_FWD 4
 #define DT_OPS_OUTER_BWD 6
 /* Activation elements the element-wise kernels read + write per token (fp32:
- * the engine's ops work on fp32 arrays, engine/dt_ops.h), counted in
- * engine/gpt2.c with C = hidden, F = ffn, V = vocab. Attention's traffic is in
+ * the engine's ops work on fp32 arrays, engine/device/dt_ops.h), counted in
+ * engine/model/gpt2.c with C = hidden, F = ffn, V = vocab. Attention's traffic is in
  * attention_flops' measurement and the linears' bias work (broadcast, bias
  * sums) in achievable_flops' (dtplan calibrate times the engine's whole linear
  * ops). Block forward: ln_1 and ln_2 (read + write C each), 2 residual adds
@@ -101,7 +102,7 @@ static void layout_of(const dt_plan *p, dt_units_layout *u) {
     u->total_pad = u->emb_pad + L * u->block_pad + u->head_pad;
 }
 
-/* ---- alpha-beta collectives, ring algorithm (reference/planning.md §5.1) ---- */
+/* ---- alpha-beta collectives, ring algorithm (nccl-tests doc/PERFORMANCE.md; docs/time-model.md) ---- */
 typedef struct {
     int64_t n;      /* ranks */
     double busbw;   /* bytes/s */
@@ -173,7 +174,7 @@ static double attn_fwd_flops_per_seq(const dt_model *m, int64_t s) {
 }
 
 /* On a CPU device the ranks of a node share its cores (dtrun gives each rank
- * cores / ranks OpenMP threads, engine/launch.c), and a profile's FLOP/s and
+ * cores / ranks OpenMP threads, engine/dist/launch.c), and a profile's FLOP/s and
  * bandwidth are the whole node's (dtplan calibrate measures one process on
  * every core). A GPU rank owns its device. */
 static double node_share(const dt_plan *p) {
@@ -307,7 +308,7 @@ int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
             off += 2.0 * node_shard * ob / hw->nvme_bw;       /* optimizer state read + write */
         opt = node_shard / hw->cpu_adam_params_per_s;
     } else if (hw->device == DT_DEVICE_CPU) {
-        /* a CPU device's AdamW is the host AdamW kernel (engine/optim.c) on the
+        /* a CPU device's AdamW is the host AdamW kernel (engine/model/optim.c) on the
          * node's cores, shared by its G ranks: the rate dtplan calibrate times */
         opt = node_shard / hw->cpu_adam_params_per_s;
     } else {

@@ -7,7 +7,8 @@
  * widths (pl_flabelwidth_r), so nothing overlaps: title, then the legend in
  * rows, then the plot area, then tick labels and axis labels.
  *
- * libplot facts relied on (docs/reports.md, shared reference ecosystem §7):
+ * libplot facts relied on (docs/reports.md "Output"; GNU plotutils manual,
+ * §9.5 "Plotter parameters"):
  * unset plotter parameters fall back to environment variables of the same name,
  * so every parameter that changes the picture is set here; the PNG plotter
  * only has the Hershey stroke fonts; libplot writes warnings to the error

@@ -13,6 +13,8 @@ pkgs=(build-essential cmake pkg-config
       fortunes-min fortunes             # real English text for the default training job
       jq                                # bench/ scripts edit plans and read run reports
       procps                            # pgrep: the launch tests check no rank process is left
+      time                              # GNU time: bench/bench_startup.sh reads wall time and max RSS
+      clang libclang-rt-dev             # libFuzzer targets (scripts/fuzz.sh)
       python3)
 missing=()
 for p in "${pkgs[@]}"; do

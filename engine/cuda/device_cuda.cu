@@ -35,6 +35,7 @@
 #include <string.h>
 
 extern "C" {
+#include "dt_backend.h"
 #include "dt_cuda.h"
 #include "dt_device.h"
 #include "dt_devmath.h"
@@ -112,12 +113,36 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static blk *g_blocks;
 static int64_t g_cur[DT_POOL_COUNT][DT_MEM_CAT_COUNT], g_peak[DT_POOL_COUNT][DT_MEM_CAT_COUNT];
 static int64_t g_tcur[DT_POOL_COUNT], g_tpeak[DT_POOL_COUNT];
+/* the driver's view (cu_meminfo): the highest total - free sampled since the
+ * last reset, and the device pool's tracked bytes at that sample; -1: none yet */
+static int64_t g_drv_peak = -1, g_drv_peak_tracked;
 
 static void account(dt_mem_pool pool, dt_mem_category cat, int64_t delta) {
     g_cur[pool][cat] += delta;
     g_tcur[pool] += delta;
     if (g_cur[pool][cat] > g_peak[pool][cat]) g_peak[pool][cat] = g_cur[pool][cat];
     if (g_tcur[pool] > g_tpeak[pool]) g_tpeak[pool] = g_tcur[pool];
+}
+
+/* One reading of the driver's used bytes (cudaMemGetInfo: total - free) into
+ * the peak; 0 on success. Called after each device allocation, so the driver's
+ * peak is seen where our allocations raise it. */
+static int drv_sample(int64_t *used_out, int64_t *total_out) {
+    size_t f = 0, t = 0;
+    if (cudaMemGetInfo(&f, &t) != cudaSuccess) {
+        (void)cudaGetLastError();   /* a reading that failed is no sticky error */
+        return DT_ERUNTIME;
+    }
+    int64_t used = (int64_t)t - (int64_t)f;
+    pthread_mutex_lock(&g_lock);
+    if (used > g_drv_peak) {
+        g_drv_peak = used;
+        g_drv_peak_tracked = g_tcur[DT_POOL_DEVICE];
+    }
+    pthread_mutex_unlock(&g_lock);
+    if (used_out) *used_out = used;
+    if (total_out) *total_out = (int64_t)t;
+    return DT_OK;
 }
 
 static void *cu_alloc(dt_mem_pool pool, dt_mem_category cat, size_t bytes) {
@@ -155,6 +180,7 @@ static void *cu_alloc(dt_mem_pool pool, dt_mem_category cat, size_t bytes) {
     g_blocks = b;
     account(pool, cat, (int64_t)bytes);
     pthread_mutex_unlock(&g_lock);
+    if (pool == DT_POOL_DEVICE) (void)drv_sample(NULL, NULL);
     return p;
 }
 
@@ -205,6 +231,25 @@ static void cu_mem_reset_peaks(void) {
         for (int c = 0; c < DT_MEM_CAT_COUNT; c++) g_peak[p][c] = g_cur[p][c];
     }
     pthread_mutex_unlock(&g_lock);
+}
+
+static int cu_meminfo(dt_device_meminfo *out, int reset_peak) {
+    memset(out, 0, sizeof *out);
+    int64_t used = 0, total = 0;
+    if (g_ordinal < 0 || drv_sample(&used, &total)) return DT_ERUNTIME;
+    out->applicable = 1;
+    out->total = total;
+    out->used = used;
+    out->used_at_bind = total - (int64_t)g_free_at_bind;
+    pthread_mutex_lock(&g_lock);
+    out->peak_used = g_drv_peak;
+    out->tracked_at_peak = g_drv_peak_tracked;
+    if (reset_peak) {
+        g_drv_peak = used;
+        g_drv_peak_tracked = g_tcur[DT_POOL_DEVICE];
+    }
+    pthread_mutex_unlock(&g_lock);
+    return DT_OK;
 }
 
 /* ---------------------------------------------------------------------------
@@ -1009,6 +1054,7 @@ static void fill_ops(void) {
     o.mem_peak = cu_mem_peak;
     o.mem_peak_total = cu_mem_peak_total;
     o.mem_reset_peaks = cu_mem_reset_peaks;
+    o.meminfo = cu_meminfo;
     o.memcpy = cu_memcpy;
     o.memset0 = cu_memset0;
     o.convert = cu_convert;
@@ -1043,6 +1089,9 @@ static void fill_ops(void) {
     o.adamw = cu_adamw;
     g_ops = o;
 }
+
+/* The interface version the engine checks when it loads this module (dt_backend.h). */
+extern "C" const int dt_cuda_backend_abi = DT_CUDA_BACKEND_ABI;
 
 extern "C" int dt_device_cuda_count_impl(void) {
     int n = 0;   /* cudaGetDeviceCount leaves n untouched on error (no driver) */

@@ -10,8 +10,8 @@
 set -u
 DTRUN=$2
 SRC=$3
-command -v python3 >/dev/null || { echo "python3 missing: skipped"; exit 77; }
-command -v mpirun >/dev/null || { echo "mpirun missing: skipped"; exit 77; }
+command -v python3 >/dev/null || { echo "FAIL: python3 missing (scripts/setup.sh installs it)"; exit 1; }
+command -v mpirun >/dev/null || { echo "FAIL: mpirun missing (scripts/setup.sh installs it)"; exit 1; }
 export OMP_NUM_THREADS=1
 TMP=$(mktemp -d /tmp/dt_test_zero_XXXXXX)
 trap 'rm -rf "$TMP"' EXIT

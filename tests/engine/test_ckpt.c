@@ -2,7 +2,10 @@
  * GPT-2: 2N steps straight == N steps, stop, resume, N steps (bitwise: weights,
  * optimizer state, losses) for every precision preset, with checkpointed layers
  * and materialized attention; keep-last-K; incomplete checkpoints ignored;
- * weights round trip (safetensors, llm.c .bin); fp16 overflow steps skipped. */
+ * weights round trip (safetensors, llm.c .bin, and an llm.c header whose padded
+ * vocab would need 64 GiB); fp16 overflow steps skipped; checkpoint
+ * verification (a flipped byte, a file from elsewhere, state.json values that
+ * do not add up); the output-directory rules and metrics.jsonl's truncation. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,6 +19,7 @@
 #include "dt_dtype.h"
 #include "dt_gpt2.h"
 #include "dt_plan.h"
+#include "dt_rundir.h"
 #include "dt_test.h"
 #include "dt_train.h"
 
@@ -292,6 +296,14 @@ static void test_weights_round_trip(void) {
     CHECK(truncate(path, 4096) == 0);
     CHECK(dt_weights_load(b, &p.model, DT_DTYPE_FP32, path, &err) == DT_EINVAL);
     CHECK(strstr(err.msg, "truncated") != NULL);
+    /* a header declaring a padded vocab of 2^28 (64 GiB of values) in a 1 KiB file:
+     * refused before anything is allocated (it used to crash) */
+    h[7] = 1 << 28;
+    f = fopen(path, "wb");
+    fwrite(h, sizeof h, 1, f);
+    fclose(f);
+    CHECK(dt_weights_load(b, &p.model, DT_DTYPE_FP32, path, &err) == DT_EINVAL);
+    CHECK(strstr(err.msg, "padded vocab 268435456") != NULL);
     dt_gpt2_free(a);
     dt_gpt2_free(b);
 }
@@ -344,6 +356,153 @@ static void test_refusals(void) {
     }
 }
 
+/* Replaces the first occurrence of from in path by to. */
+static void edit_file(const char *path, const char *from, const char *to) {
+    size_t len;
+    unsigned char *b = slurp(path, &len);
+    char *at = b ? strstr((char *)b, from) : NULL;
+    CHECK(at != NULL);
+    if (!at) {
+        free(b);
+        return;
+    }
+    FILE *f = fopen(path, "wb");
+    fwrite(b, 1, (size_t)(at - (char *)b), f);
+    fputs(to, f);
+    fputs(at + strlen(from), f);
+    fclose(f);
+    free(b);
+}
+
+static void flip_byte(const char *path, long at) {
+    FILE *f = fopen(path, "r+b");
+    fseek(f, at, SEEK_END);
+    int c = fgetc(f);
+    fseek(f, at, SEEK_END);
+    fputc(c ^ 0x10, f);
+    fclose(f);
+}
+
+/* --resume of out must fail with DT_EINVAL and a message holding needle */
+static void expect_resume_fails(const dt_plan *p, const char *out, const char *needle) {
+    dt_train_opts o;
+    memset(&o, 0, sizeof o);
+    o.out_dir = out;
+    o.max_steps = 6;
+    o.resume = 1;
+    dt_train_result r;
+    dt_error err;
+    dt_error_clear(&err);
+    int rc = dt_train(p, &o, &r, &err);
+    if (rc != DT_EINVAL || !strstr(err.msg, needle))
+        fprintf(stderr, "resume of %s: rc %d, '%s' (expected '%s')\n", out, rc, err.msg, needle);
+    CHECK(rc == DT_EINVAL && strstr(err.msg, needle) != NULL);
+}
+
+/* every file a resume reads is checked against the sums and counters of state.json */
+static void test_verification(void) {
+    dt_plan p = base_plan(DT_PREC_MIXED_FP16);
+    p.output.save_interval = 2;
+    p.output.keep_last = 0;
+    char out[512], q[700], q2[700];
+    snprintf(out, sizeof out, "%s/verify", dir);
+    dt_train_result r;
+    CHECK(train(&p, out, 4, 0, &r) == DT_OK);
+    snprintf(q, sizeof q, "%s/ckpt-00000004/optim-00000-of-00001.safetensors", out);
+    flip_byte(q, -3);
+    expect_resume_fails(&p, out, "optim-00000-of-00001.safetensors: checksum mismatch");
+    flip_byte(q, -3);
+    snprintf(q, sizeof q, "%s/ckpt-00000004/config.json", out);
+    edit_file(q, "{", "{ ");
+    expect_resume_fails(&p, out, "ckpt-00000004/config.json: checksum mismatch");
+    edit_file(q, "{ ", "{");
+    /* a shard that is not this checkpoint's */
+    snprintf(q, sizeof q, "%s/ckpt-00000002/optim-00000-of-00001.safetensors", out);
+    snprintf(q2, sizeof q2, "%s/ckpt-00000004/optim-00000-of-00001.safetensors", out);
+    char cmd[3000];
+    snprintf(cmd, sizeof cmd, "cp %s %s.keep && cp %s %s", q2, q2, q, q2);
+    CHECK(system(cmd) == 0);
+    expect_resume_fails(&p, out, "optimizer state of step 2 in a checkpoint of step 4");
+    snprintf(cmd, sizeof cmd, "mv %s.keep %s", q2, q2);
+    CHECK(system(cmd) == 0);
+    /* state.json values that cannot be right (a scale window of 0 would divide by zero later) */
+    snprintf(q, sizeof q, "%s/ckpt-00000004/state.json", out);
+    edit_file(q, "\"scale_window\": ", "\"scale_window\": 0, \"was\": ");
+    expect_resume_fails(&p, out, "\"scale_window\" is 0");
+    edit_file(q, "\"scale_window\": 0, \"was\": ", "\"scale_window\": ");
+    edit_file(q, "\"cur_iter\": 4", "\"cur_iter\": 3");
+    expect_resume_fails(&p, out, "loss scaler is at iteration 3 but the step is 4");
+    edit_file(q, "\"cur_iter\": 3", "\"cur_iter\": 4");
+    edit_file(q, "\"step\": 4,", "\"step\": -4,");
+    expect_resume_fails(&p, out, "\"step\" is -4");
+    edit_file(q, "\"step\": -4,", "\"step\": 4,");
+    /* a checkpoint directory renamed to another step */
+    snprintf(q, sizeof q, "%s/ckpt-00000004", out);
+    snprintf(q2, sizeof q2, "%s/ckpt-00000005", out);
+    CHECK(rename(q, q2) == 0);
+    expect_resume_fails(&p, out, "ckpt-00000005: state.json is at step 4");
+    CHECK(rename(q2, q) == 0);
+    /* restored: it resumes */
+    CHECK(train(&p, out, 6, 1, &r) == DT_OK);
+    CHECK_EQ_I64(r.first_step, 4);
+}
+
+/* the output directory's rules (dt_rundir.h) and metrics.jsonl's truncation */
+static void test_rundir(void) {
+    char d[512], q[700];
+    dt_error err;
+    snprintf(d, sizeof d, "%s/rundir", dir);
+    CHECK(dt_rundir_check(d, DT_OUT_NEW, &err) == DT_OK);   /* absent */
+    mkdir(d, 0755);
+    CHECK(dt_rundir_check(d, DT_OUT_NEW, &err) == DT_OK);   /* empty */
+    snprintf(q, sizeof q, "%s/metrics.jsonl", d);
+    FILE *f = fopen(q, "w");
+    fputs("{\"step\": 1, \"loss\": 5}\n{\"step\": 2, \"loss\": 4}\n{\"step\": 3, \"loss\": 3}\n"
+          "{\"step\": 2, \"loss\": 4}\n{\"step\": 3, \"loss\"", f);
+    fclose(f);
+    CHECK(dt_rundir_check(d, DT_OUT_NEW, &err) == DT_EINVAL);
+    CHECK(strstr(err.msg, "not empty") && strstr(err.msg, "--resume") && strstr(err.msg, "--overwrite"));
+    CHECK(dt_rundir_check(d, DT_OUT_RESUME, &err) == DT_OK);     /* only dtrun's files, no checkpoint */
+    CHECK(dt_rundir_check(d, DT_OUT_OVERWRITE, &err) == DT_OK);
+    /* cut back to step 2; the repeated and the partial lines go too */
+    CHECK(dt_metrics_truncate(q, 2, &err) == DT_OK);
+    size_t len;
+    unsigned char *m = slurp(q, &len);
+    CHECK(m && strcmp((char *)m, "{\"step\": 1, \"loss\": 5}\n{\"step\": 2, \"loss\": 4}\n") == 0);
+    free(m);
+    CHECK(dt_metrics_truncate(q, 0, &err) == DT_OK);
+    CHECK(slurp(q, &len) && len == 0);
+    snprintf(q, sizeof q, "%s/gone.jsonl", d);
+    CHECK(dt_metrics_truncate(q, 3, &err) == DT_OK && access(q, F_OK) != 0);
+    /* a foreign file: --resume without a checkpoint refuses, --overwrite keeps it */
+    snprintf(q, sizeof q, "%s/notes.txt", d);
+    f = fopen(q, "w");
+    fputs("mine", f);
+    fclose(f);
+    CHECK(dt_rundir_check(d, DT_OUT_RESUME, &err) == DT_EINVAL && strstr(err.msg, "notes.txt"));
+    snprintf(q, sizeof q, "%s/ckpt-00000007", d);
+    mkdir(q, 0755);
+    snprintf(q, sizeof q, "%s/ckpt-00000007/state.json", d);
+    fclose(fopen(q, "w"));
+    snprintf(q, sizeof q, "%s/ckpt-00000007/mine.txt", d);
+    fclose(fopen(q, "w"));
+    CHECK(dt_rundir_clear(d, &err) == DT_OK);
+    snprintf(q, sizeof q, "%s/notes.txt", d);
+    CHECK(access(q, F_OK) == 0);
+    snprintf(q, sizeof q, "%s/ckpt-00000007/mine.txt", d);
+    CHECK(access(q, F_OK) == 0);
+    snprintf(q, sizeof q, "%s/ckpt-00000007/state.json", d);
+    CHECK(access(q, F_OK) != 0);
+    snprintf(q, sizeof q, "%s/metrics.jsonl", d);
+    CHECK(access(q, F_OK) != 0);
+    /* not a directory */
+    CHECK(dt_rundir_check("/dev/null", DT_OUT_NEW, &err) == DT_EINVAL && strstr(err.msg, "not a directory"));
+    char id1[DT_RUN_ID_LEN + 1], id2[DT_RUN_ID_LEN + 1];
+    dt_run_id_new(id1);
+    dt_run_id_new(id2);
+    CHECK(strlen(id1) == DT_RUN_ID_LEN && strcmp(id1, id2) != 0);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/dt_test_ckpt_XXXXXX");
     if (!mkdtemp(dir)) return 1;
@@ -353,6 +512,8 @@ int main(void) {
     test_weights_round_trip();
     test_fp16_overflow_skips();
     test_refusals();
+    test_verification();
+    test_rundir();
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (!dt_test_failures && system(cmd) != 0) return 1;

@@ -1,7 +1,8 @@
 /* test_data.c — the data loader: a directory of text files (binary files and
  * symlinks skipped), llm.c shards (valid, truncated, wrong magic, wrong version,
  * token outside the vocab), windows and targets, train/valid split, shuffling
- * determinism and resume positions. */
+ * determinism and resume positions; a FIFO or device as a data file is refused
+ * at once (it used to block forever), and skipped inside a data directory. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -235,9 +236,39 @@ static void test_shuffle_determinism(void) {
     dt_corpus_free(c);
 }
 
+/* opening a FIFO for reading waits for a writer: the loader must never do it */
+static void test_not_regular(void) {
+    char fifo[512], d[512];
+    snprintf(fifo, sizeof fifo, "%s/fifo.bin", dir);
+    CHECK(mkfifo(fifo, 0644) == 0);
+    const char *formats[] = {"text", "llmc"};
+    for (int i = 0; i < 2; i++) {
+        dt_corpus *c = NULL;
+        dt_error err;
+        dt_error_clear(&err);
+        CHECK(dt_corpus_open(fifo, formats[i], 256, &c, &err) == DT_EINVAL);
+        CHECK(c == NULL);
+        CHECK(strstr(err.msg, "fifo.bin: is a FIFO, not a regular file or a directory") != NULL);
+    }
+    dt_corpus *c = NULL;
+    dt_error err;
+    CHECK(dt_corpus_open("/dev/zero", "text", 256, &c, &err) == DT_EINVAL);   /* never ends */
+    CHECK(strstr(err.msg, "character device") != NULL);
+    /* in a directory, only regular files are data: the FIFO next to a shard is skipped */
+    snprintf(d, sizeof d, "%s/mixed", dir);
+    mkdir(d, 0755);
+    snprintf(fifo, sizeof fifo, "%s/mixed/a.bin", dir);
+    CHECK(mkfifo(fifo, 0644) == 0);
+    make_shard("mixed/b.bin", 300, 0);
+    CHECK(dt_corpus_open(d, "llmc", 50257, &c, &err) == DT_OK);
+    if (c) CHECK_EQ_I64(dt_corpus_tokens(c), 300);
+    dt_corpus_free(c);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/dt_test_data_XXXXXX");
     if (!mkdtemp(dir)) return 1;
+    test_not_regular();
     test_text_dir();
     test_split();
     test_shards();

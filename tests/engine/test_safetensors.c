@@ -1,11 +1,16 @@
 /* test_safetensors.c — write/read round trip (F32, BF16, metadata, 8-byte
- * header padding, ordering) and the reader's validation of damaged files. */
+ * header padding, ordering), the reader's validation of damaged files (sizes
+ * that overflow, offsets that are not integers, FIFOs and directories), and
+ * the file sums of checkpoints (CRC-32C: check value, table == instruction,
+ * the writers' sums == a sum of the written file). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "dt_crc32c.h"
 #include "dt_safetensors.h"
 #include "dt_test.h"
 
@@ -221,12 +226,83 @@ static void test_validation(void) {
     }
 }
 
+/* sizes derived from the header are bounded before anything uses them */
+static void test_hostile_headers(void) {
+    /* 2^32 x 2^32 F32 elements: the product wraps uint64 to 0 bytes, which used to pass */
+    write_raw("wrap.safetensors",
+              "{\"x\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,0]}}", 0);
+    expect_bad("wrap.safetensors", "needs more than");
+    write_raw("frac.safetensors", "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4.5]}}", 4);
+    expect_bad("frac.safetensors", "must be integers");
+    write_raw("huge.safetensors", "{\"x\":{\"dtype\":\"U8\",\"shape\":[1e300],\"data_offsets\":[0,1e300]}}", 0);
+    expect_bad("huge.safetensors", "shape entries must be integers");
+    /* not a regular file: refused at once (a FIFO would block the open) */
+    char p[512];
+    path_of(p, sizeof p, "fifo.safetensors");
+    CHECK(mkfifo(p, 0644) == 0);
+    expect_bad("fifo.safetensors", "is a FIFO, not a regular file");
+    path_of(p, sizeof p, "dir.safetensors");
+    CHECK(mkdir(p, 0755) == 0);
+    expect_bad("dir.safetensors", "is a directory, not a regular file");
+}
+
+static void test_sums(void) {
+    CHECK_EQ_I64(dt_crc32c(0, "123456789", 9), 0xE3069283u);   /* the CRC-32C check value */
+    CHECK_EQ_I64(dt_crc32c_sw(0, "123456789", 9), 0xE3069283u);
+    unsigned char buf[1031];
+    for (size_t i = 0; i < sizeof buf; i++) buf[i] = (unsigned char)(i * 131 + 7);
+    int same = 1;   /* every length and alignment, and in pieces */
+    for (size_t off = 0; off < 9; off++)
+        for (size_t n = 0; n + off <= sizeof buf; n += 37)
+            same &= dt_crc32c(0, buf + off, n) == dt_crc32c_sw(0, buf + off, n) &&
+                    dt_crc32c(dt_crc32c(0, buf + off, n / 3), buf + off + n / 3, n - n / 3) ==
+                        dt_crc32c_sw(0, buf + off, n);
+    CHECK(same);
+    /* the writers' sums are the sums of the files they wrote */
+    float a[100];
+    for (int i = 0; i < 100; i++) a[i] = (float)i;
+    int64_t sh[1] = {100}, sh2[1] = {50};
+    dt_st_writer *w = dt_st_writer_new();
+    dt_error err;
+    CHECK(dt_st_writer_add(w, "b", "F32", 1, sh2, a + 50, &err) == DT_OK);
+    CHECK(dt_st_writer_add(w, "a", "F32", 1, sh, a, &err) == DT_OK);
+    char p[512];
+    path_of(p, sizeof p, "sum.safetensors");
+    dt_file_sum ws = {0}, fs = {0};
+    CHECK(dt_st_write_sum(w, p, &ws, &err) == DT_OK);
+    CHECK(dt_file_sum_compute(p, "test file", &fs, &err) == DT_OK);
+    CHECK(ws.bytes == fs.bytes && ws.crc32c == fs.crc32c && fs.bytes > 600);
+    /* the stream, tensors put out of file order (read back at close) and in order */
+    for (int order = 0; order < 2; order++) {
+        dt_st_stream *st;
+        dt_file_sum ss = {0};
+        path_of(p, sizeof p, order ? "sum-s1.safetensors" : "sum-s0.safetensors");
+        CHECK(dt_st_stream_open(w, p, &st, &err) == DT_OK);
+        if (order) {
+            CHECK(dt_st_stream_put(st, "a", 0, a, 400, &err) == DT_OK);
+            CHECK(dt_st_stream_put(st, "b", 0, a + 50, 200, &err) == DT_OK);
+        } else {
+            CHECK(dt_st_stream_put(st, "b", 0, a + 50, 200, &err) == DT_OK);
+            CHECK(dt_st_stream_put(st, "a", 0, a, 100, &err) == DT_OK);
+            CHECK(dt_st_stream_put(st, "a", 100, (char *)a + 100, 300, &err) == DT_OK);
+        }
+        CHECK(dt_st_stream_close_sum(st, &ss, &err) == DT_OK);
+        CHECK(ss.bytes == ws.bytes && ss.crc32c == ws.crc32c);
+    }
+    dt_st_writer_free(w);
+    path_of(p, sizeof p, "text.txt");
+    CHECK(dt_write_file_atomic_sum(p, "hello\n", 6, &ws, &err) == DT_OK);
+    CHECK(ws.bytes == 6 && ws.crc32c == dt_crc32c(0, "hello\n", 6));
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/dt_test_st_XXXXXX");
     if (!mkdtemp(dir)) return 1;
     test_round_trip();
     test_stream();
     test_validation();
+    test_hostile_headers();
+    test_sums();
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) return 1;

@@ -7,17 +7,11 @@
 set -u
 DTRUN=$2
 SRC=$3
-command -v python3 >/dev/null || { echo "python3 missing: skipped"; exit 77; }
+command -v python3 >/dev/null || { echo "FAIL: python3 missing (scripts/setup.sh installs it)"; exit 1; }
 TMP=$(mktemp -d /tmp/dt_test_cudacli_XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
-python3 - "$SRC/configs/plans/tiny-cpu.json" "$TMP/cuda.json" <<'PY'
-import json, sys
-p = json.load(open(sys.argv[1]))
-p["cluster"]["device"] = "cuda"
-p["cluster"]["hardware"]["device"] = "cuda"
-p.pop("prediction", None)
-json.dump(p, open(sys.argv[2], "w"), indent=2)
-PY
+python3 "$SRC/tests/gpu/make_cuda_plan.py" "$SRC/configs/plans/tiny-cpu.json" "$TMP/cuda.json" ||
+    { echo "FAIL: could not write the cuda plan"; exit 1; }
 "$DTRUN" "$TMP/cuda.json" --out "$TMP/out" --quiet --max-steps 2 >"$TMP/stdout" 2>"$TMP/err"
 rc=$?
 if [ "$rc" -eq 0 ]; then   # a GPU is there: the plan trained

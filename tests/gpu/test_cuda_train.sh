@@ -1,5 +1,6 @@
 #!/bin/bash
-# dtrun on the CUDA device against the CPU device (issue 6; needs a GPU, exits
+# dtrun on the CUDA device against the CPU device (docs/cuda.md "Training on
+# CUDA"; needs a GPU, exits
 # 77 without one). The committed tiny plan (gpt2-tiny) is trained for a few
 # steps twice, "device": "cpu" and "device": "cuda", same seed, data and batch:
 #   - ZeRO stages 0-3 at world 1, fp32: every step's loss and grad norm within
@@ -17,7 +18,7 @@
 set -u
 DTRUN=$2
 SRC=$3
-command -v python3 >/dev/null || { echo "python3 missing: skipped"; exit 77; }
+command -v python3 >/dev/null || { echo "FAIL: python3 missing (scripts/setup.sh installs it)"; exit 1; }
 export OMP_NUM_THREADS=2
 TMP=$(mktemp -d /tmp/dt_test_cuda_XXXXXX)
 trap 'rm -rf "$TMP"' EXIT

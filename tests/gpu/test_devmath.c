@@ -2,7 +2,7 @@
  * math the CUDA kernels share with the CPU (dt_devmath.h) against independent
  * double-precision formulas, proof that the CPU ops really go through those
  * functions (bitwise), the CPU device table (complete, AdamW bitwise equal to
- * engine/optim.c's independent loop, sum of squares vs dt_grad_sumsq), and the
+ * engine/model/optim.c's independent loop, sum of squares vs dt_grad_sumsq), and the
  * error a 'device: cuda' request gives where no GPU (or no CUDA build) exists. */
 #include <math.h>
 #include <stdint.h>
@@ -15,7 +15,7 @@
 #include "dt_optim.h"
 #include "dt_test.h"
 #ifdef DT_HAVE_CUDA
-#include "cuda/dt_cuda.h"
+#include "dt_cuda.h"
 #endif
 
 static uint64_t rng = 0x9e3779b97f4a7c15ULL;
@@ -129,7 +129,7 @@ static void test_cpu_device(void) {
     size_t nptr = (sizeof *d - ((const char *)&d->alloc - (const char *)d)) / sizeof(void *);
     for (size_t i = 0; i < nptr; i++) CHECK(fp[i] != NULL);
 
-    /* AdamW through the device == engine/optim.c's own loop, bitwise, for each preset */
+    /* AdamW through the device == engine/model/optim.c's own loop, bitwise, for each preset */
     dt_precision_preset presets[] = {DT_PREC_FP32, DT_PREC_MIXED_BF16, DT_PREC_PURE_BF16,
                                      DT_PREC_MIXED_FP16};
     for (int k = 0; k < 4; k++) {

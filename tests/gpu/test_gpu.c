@@ -5,7 +5,9 @@
  *             on both devices, fp32 and mixed-bf16, flash / materialized,
  *             with and without checkpointing
  *   memory  : GPT-2 124M's tracked device bytes per category vs the plan's
- *             dt_memory_estimate (within 2%), and cudaMemGetInfo's view
+ *             dt_memory_estimate (within 2%), and the driver's view bounded
+ *             both ways: tracked <= used since binding <= tracked +
+ *             DT_GPU_RUNTIME_ALLOWANCE (docs/cuda.md "GPU tests")
  * Tolerances (documented in docs/cuda.md): fp32 ops 1e-5 relative to the
  * output's scale (GEMM / reductions reorder sums; the GPU may fuse
  * multiply-adds differently); 16-bit GEMM operands 1e-2; a whole fp32 step 1e-4,
@@ -14,7 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "cuda/dt_cuda.h"
+#include "dt_cuda.h"
 #include "dt_device.h"
 #include "dt_dtype.h"
 #include "dt_gpt2.h"
@@ -22,6 +24,14 @@
 #include "dt_test.h"
 
 #define SKIP 77
+/* What the driver may show in use beyond dt's tracked device bytes after the
+ * device is bound (the CUDA context exists by then, so it is not part of it):
+ * cuBLAS / cuBLASLt handle and workspace (up to 32 MiB per handle on sm_90),
+ * kernel code loaded lazily (CUDA_MODULE_LOADING=LAZY), the backend's small
+ * scratch (finiteness flag, sum-of-squares partials) and cudaMalloc's
+ * rounding to 2 MiB pages for each of the model's few hundred blocks.
+ * docs/cuda.md "GPU tests"; not yet measured on a GPU. */
+#define DT_GPU_RUNTIME_ALLOWANCE ((int64_t)512 << 20)
 
 static const dt_device_ops *cpu, *gpu;
 static uint64_t rng = 88172645463325252ULL;
@@ -403,10 +413,24 @@ static void test_memory(void) {
     }
     int64_t tracked = 0;
     for (int c = 0; c < DT_MEM_CAT_COUNT; c++) tracked += d->mem_current(DT_POOL_DEVICE, (dt_mem_category)c);
-    printf("cudaMemGetInfo: %.3f GiB used since binding, %.3f GiB tracked (the rest: cuBLAS "
-           "workspace, allocator granularity)\n",
-           (double)(fb - f0) / (1 << 30), (double)tracked / (1 << 30));
-    CHECK((int64_t)(fb - f0) >= tracked);
+    const int64_t used = (int64_t)(fb - f0);
+    printf("cudaMemGetInfo: %.3f GiB used since binding, %.3f GiB tracked, runtime %.1f MiB "
+           "(allowance %.0f MiB: cuBLAS workspace, lazily loaded kernels, allocator granularity)\n",
+           (double)used / (1 << 30), (double)tracked / (1 << 30), (double)(used - tracked) / (1 << 20),
+           (double)DT_GPU_RUNTIME_ALLOWANCE / (1 << 20));
+    CHECK(used >= tracked);
+    CHECK(used <= tracked + DT_GPU_RUNTIME_ALLOWANCE);
+    /* the device op the memory probe reads (dt_device_meminfo): the same driver
+     * figures, and a peak sampled after each allocation that covers them */
+    dt_device_meminfo mi;
+    CHECK(d->meminfo && d->meminfo(&mi, 0) == DT_OK);
+    CHECK(mi.applicable == 1);
+    CHECK(mi.total == (int64_t)tot);
+    CHECK(mi.used_at_bind == (int64_t)(tot - fb));
+    CHECK(mi.used - mi.used_at_bind >= tracked);
+    CHECK(mi.used - mi.used_at_bind <= tracked + DT_GPU_RUNTIME_ALLOWANCE);
+    CHECK(mi.peak_used >= mi.used);
+    CHECK(mi.tracked_at_peak <= tracked);
     d->free(opt);
     dt_gpt2_free(g);
 }

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "cuda/dt_nccl.h"
+#include "dt_nccl.h"
 #include "dt_comm.h"
 #include "dt_device.h"
 #include "dt_dtype.h"

@@ -171,7 +171,8 @@ static void test_slurm(void) {
 
 static void test_flags(void) {
     clear_env();
-    setenv("MASTER_ADDR", "10.1.1.1", 1);   /* the seeds export it; --master-addr wins */
+    /* Slurm templates export it (docs/launch.md §1.2); --master-addr wins */
+    setenv("MASTER_ADDR", "10.1.1.1", 1);
     setenv("MASTER_PORT", "29500", 1);
     char *argv[] = {"dtrun", "--nnodes=2", "plan.json", "--node_rank", "1", "--master-addr", "10.0.0.9",
                     "--nproc_per_node", "4", "--out", "o", NULL};

@@ -156,6 +156,48 @@ int main(void) {
                  " \"vocab_size\": 10, \"n_positions\": 8, \"activation_function\": \"relu\"}",
                  "'activation_function'");
 
+    /* keys that change the architecture are refused, naming key and value (issue 16),
+     * where ignoring them would plan another model */
+#define GPT2_SMALL "\"model_type\": \"gpt2\", \"n_embd\": 64, \"n_layer\": 1, \"n_head\": 4, \"vocab_size\": 10, \"n_positions\": 8"
+    static const struct { const char *json, *needle; } unmodelled[] = {
+        {"{\"model_type\": \"qwen2\", " BASE_LLAMA ", \"use_sliding_window\": true, \"sliding_window\": 64}",
+         "'sliding_window': 64 with 'use_sliding_window': true is not modelled"},
+        {"{\"model_type\": \"mistral\", " BASE_LLAMA ", \"sliding_window\": 32}", "'sliding_window': 32 is not modelled"},
+        {"{\"model_type\": \"qwen3\", " BASE_LLAMA ", \"layer_types\": [\"full_attention\", \"sliding_attention\"]}",
+         "'layer_types'"},
+        {"{\"model_type\": \"llama\", " BASE_LLAMA ", \"num_local_experts\": 8}", "'num_local_experts': 8 (a mixture of experts)"},
+        {"{\"model_type\": \"qwen2\", " BASE_LLAMA ", \"num_experts\": 64}", "'num_experts': 64"},
+        {"{\"model_type\": \"llama\", " BASE_LLAMA ", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4}}",
+         "'rope_scaling': rope_type \"yarn\" is not modelled"},
+        {"{\"model_type\": \"llama\", " BASE_LLAMA ", \"rope_parameters\": {\"rope_type\": \"longrope\"}}",
+         "'rope_parameters': rope_type \"longrope\""},
+        {"{" GPT2_SMALL ", \"tie_word_embeddings\": false}", "'tie_word_embeddings': false is not supported for gpt2"},
+        {"{" GPT2_SMALL ", \"add_cross_attention\": true}", "'add_cross_attention': true"},
+    };
+    for (size_t i = 0; i < sizeof unmodelled / sizeof unmodelled[0]; i++)
+        expect_error(unmodelled[i].json, unmodelled[i].needle);
+    /* ... and the same keys where they change nothing are accepted */
+    static const char *const same[] = {
+        "{\"model_type\": \"qwen2\", " BASE_LLAMA ", \"use_sliding_window\": false, \"sliding_window\": 64}",
+        "{\"model_type\": \"qwen2\", " BASE_LLAMA ", \"use_sliding_window\": true, \"sliding_window\": 4096}",
+        "{\"model_type\": \"mistral\", " BASE_LLAMA ", \"sliding_window\": null}",
+        "{\"model_type\": \"llama\", " BASE_LLAMA ", \"num_local_experts\": 1, \"num_experts\": null}",
+        "{\"model_type\": \"llama\", " BASE_LLAMA ", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2}}",
+        "{\"model_type\": \"llama\", " BASE_LLAMA ", \"rope_scaling\": null}",
+        "{\"model_type\": \"qwen3\", " BASE_LLAMA ", \"layer_types\": [\"full_attention\", \"full_attention\"]}",
+    };
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        int rc = dt_model_from_config_json(same[i], "same", &b, &err);
+        if (rc) fprintf(stderr, "%s: %s\n", same[i], err.msg);
+        CHECK_EQ_I64(rc, DT_OK);
+    }
+    /* every catalog config still resolves */
+    for (int i = 0; i < dt_model_catalog_count(); i++) {
+        int rc = dt_model_resolve(dt_model_catalog_name(i), &b, &err);
+        if (rc) fprintf(stderr, "catalog %s: %s\n", dt_model_catalog_name(i), err.msg);
+        CHECK_EQ_I64(rc, DT_OK);
+    }
+
     /* dt_model_validate on hand-made shapes */
     CHECK_EQ_I64(dt_model_resolve("llama-tiny", &a, &err), DT_OK);
     b = a;
@@ -172,6 +214,10 @@ int main(void) {
     b = a;
     b.head_dim = 8;
     CHECK_EQ_I64(dt_model_validate(&b, &err), DT_EINVAL);
+    b = a;   /* gpt2 is always tied: dt_model_validate is where plans are checked too */
+    b.tied_embeddings = 0;
+    CHECK_EQ_I64(dt_model_validate(&b, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "tied_embeddings = false, but gpt2 always ties lm_head to wte") != NULL);
 
     TEST_MAIN_END();
 }

@@ -1,5 +1,6 @@
 /* Exact parameter counts of every catalog entry against the published table
- * (reference/memory-formulas.md §5), largest modules, derived shapes, FLOPs. */
+ * (docs/models.md "Catalog": counts from each model's HF config.json), largest
+ * modules, derived shapes, FLOPs. */
 #include <stdint.h>
 
 #include "dt_model.h"
@@ -15,7 +16,8 @@ typedef struct {
     int64_t largest;       /* DeepSpeed model_to_params' largest module; 0 = not tabulated */
 } expect_t;
 
-/* The tiny models' counts are computed by hand from the §5 formulas:
+/* The tiny models' counts are computed by hand from the formulas of docs/models.md,
+ * "Parameter counts":
  *   gpt2-tiny  : V·h + P·h + L(12h² + 13h) + 2h with V 256, P 64, h 64, L 2
  *              = 16384 + 4096 + 2·(49152 + 832) + 128 = 120,576
  *   gpt2-small-test: 32768 + 16384 + 4·(196608 + 1664) + 256 = 842,496

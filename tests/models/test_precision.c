@@ -1,4 +1,5 @@
-/* Precision presets: bytes per parameter (DESIGN §4), names, DeepSpeed fp16 defaults. */
+/* Precision presets: bytes per parameter (docs/models.md "Precision presets"), names,
+ * DeepSpeed fp16 defaults. */
 #include "dt_precision.h"
 #include "dt_test.h"
 

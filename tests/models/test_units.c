@@ -53,8 +53,9 @@ int main(void) {
         {"80G", 80 * GIB}, {"80GiB", 80 * GIB}, {"80g", 80 * GIB}, {"80Gi", 80 * GIB},
         {"80gib", 80 * GIB}, {"80GB", INT64_C(80000000000)}, {"80gb", INT64_C(80000000000)},
         {"512M", 512 * (INT64_C(1) << 20)}, {"512MB", 512000000}, {"1T", INT64_C(1) << 40},
-        {"1TB", INT64_C(1000000000000)}, {"1.5G", 3 * (GIB / 2)}, {"4096", 4096}, {"4096B", 4096},
-        {"2K", 2048}, {"2kB", 2000}, {"1P", INT64_C(1) << 50}, {"1e3", 1000}, {"0.5GiB", GIB / 2},
+        {"1TB", INT64_C(1000000000000)}, {"1.5G", 3 * (GIB / 2)}, {"4096", 0}, {"4096B", 4096},
+        {"2K", 2048}, {"2kB", 2000}, {"1P", INT64_C(1) << 50}, {"1e3", 0}, {"1e3B", 1000}, {"0.5GiB", GIB / 2},
+        {"80", 0}, {"1.5", 0},
         {"80X", 0}, {"", 0}, {"-8G", 0}, {"0", 0}, {"0G", 0}, {"nan", 0}, {"inf", 0}, {"80GBs", 0},
         {"80 G", 0}, {"G", 0}, {"8E", 0}, {"1e30", 0}, {"80GiBB", 0}, {"9000P", 0}, {"80iB", 0},
     };
@@ -73,6 +74,28 @@ int main(void) {
             CHECK(strstr(err.msg, sizes[i].text) != NULL);
         }
     }
+
+    /* a size without a unit is refused with both readings spelled out (issue 16) */
+    CHECK_EQ_I64(dt_parse_bytes("80", "--mem", &v, &err), DT_EINVAL);
+    CHECK_STR(err.msg, "--mem: '80' has no unit; write 80G (GiB) or 80GB (10^9 bytes)");
+    CHECK_EQ_I64(dt_parse_bytes("512", "--host-mem", &v, &err), DT_EINVAL);
+    CHECK_STR(err.msg, "--host-mem: '512' has no unit; write 512G (GiB) or 512GB (10^9 bytes)");
+
+    /* plain whole numbers for --gpus, --seq, ...: the example is the option's own */
+    CHECK_EQ_I64(dt_parse_int("8", "--gpus", 1, 1 << 20, 8, &v, &err), DT_OK);
+    CHECK_EQ_I64(v, 8);
+    CHECK_EQ_I64(dt_parse_int("0", "--gpus", 1, 1 << 20, 8, &v, &err), DT_EINVAL);
+    CHECK_STR(err.msg, "--gpus: 0 is below the minimum 1 (e.g. --gpus 8)");
+    CHECK_EQ_I64(dt_parse_int("-8", "--gpus", 1, 1 << 20, 8, &v, &err), DT_EINVAL);
+    CHECK_STR(err.msg, "--gpus: -8 is below the minimum 1 (e.g. --gpus 8)");
+    CHECK_EQ_I64(dt_parse_int("8B", "--gpus", 1, 1 << 20, 8, &v, &err), DT_EINVAL);
+    CHECK_STR(err.msg, "--gpus: '8B' is not a whole number (e.g. --gpus 8)");
+    CHECK_EQ_I64(dt_parse_int("99999999999999999999999", "--seq", 1, 1 << 24, 1024, &v, &err), DT_EINVAL);
+    CHECK_STR(err.msg, "--seq: 99999999999999999999999 is above the supported maximum 16777216 (e.g. --seq 1024)");
+    CHECK_EQ_I64(dt_parse_int("", "--nodes", 1, 1 << 20, 2, &v, &err), DT_EINVAL);
+    CHECK_STR(err.msg, "--nodes: empty value (e.g. --nodes 2)");
+    CHECK_EQ_I64(dt_parse_int("0", "--warmup", 0, 1 << 30, 100, &v, &err), DT_OK);
+    CHECK_EQ_I64(v, 0);
 
     dt_units u;
     CHECK_EQ_I64(dt_parse_units("GB", &u, &err), DT_OK);

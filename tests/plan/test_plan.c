@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "dt_json.h"
+#include "dt_model.h"
 #include "dt_plan.h"
 #include "dt_test.h"
 
@@ -216,13 +217,17 @@ static void test_rejections(void) {
     expect_mut_reject(t0, "schedule.kind", "\"cosine\"", "$.schedule.kind: expected one of \"constant\", \"WarmupLR\", \"WarmupDecayLR\", \"WarmupCosineLR\"");
     expect_mut_reject(t0, "model.family", "\"bert\"", "$.model.family: expected one of \"gpt2\", \"llama\"");
     expect_mut_reject(t0, "format", "\"dtplan.plan/2\"", "$.format: expected \"dtplan.plan/1\", got \"dtplan.plan/2\"");
-    /* the batch triple, in DeepSpeed's words (ecosystem.md §1.5) */
+    /* the batch triple, in DeepSpeed's words (deepspeed/runtime/config.py) */
     expect_mut_reject(t0, "batch.global_batch", "30",
                       "Check batch related parameters. train_batch_size is not equal to "
                       "micro_batch_per_gpu * gradient_acc_step * world_size 30 != 4 * 3 * 2");
     /* world size, stage and offload rules */
     expect_mut_reject(t0, "parallel.world_size", "4", "parallel.world_size 4 != cluster.nodes 1 x cluster.gpus_per_node 2");
     expect_mut_reject(t0, "parallel.zero_stage", "4", "Maximum supported ZeRO stage is 3");
+    /* no made-up bound in the message ("expected an integer in [0, 1000]" before) */
+    expect_mut_reject(t0, "parallel.zero_stage", "-1", "$.parallel.zero_stage: expected a non-negative integer, got -1");
+    expect_mut_reject(t0, "parallel.zero_stage", "1e12",
+                      "$.parallel.zero_stage: Maximum supported ZeRO stage is 3 (got 1000000000000)");
     expect_mut_reject(t0, "parallel.offload_param", "\"cpu\"", "parallel.offload_param = cpu needs zero_stage 3");
     expect_mut_reject(t0, "parallel.offload_optimizer", "\"nvme\"", "parallel.offload_optimizer = nvme needs zero_stage 3");
     {
@@ -246,7 +251,27 @@ static void test_rejections(void) {
     expect_mut_reject(t0, "precision.param", "\"fp32\"", "precision.param = fp32 does not match preset mixed-bf16");
     expect_mut_reject(t0, "precision.grad", "\"fp16\"", "bfloat16 and fp16 modes cannot be simultaneously enabled");
     expect_mut_reject(t0, "precision.has_master", "false", "precision.has_master = false contradicts preset mixed-bf16");
-    expect_mut_reject(t0, "precision.bytes_per_param.optimizer", "8", "$.precision.bytes_per_param.optimizer: 8 does not match");
+    /* keys that contradict each other are refused, naming both (issue 16) */
+    expect_mut_reject(t0, "precision.bytes_per_param.optimizer", "8",
+                      "$.precision.bytes_per_param.optimizer = 8 contradicts $.precision.master = \"fp32\" + 2 x "
+                      "$.precision.moment = \"fp32\" (12 bytes per parameter, preset mixed-bf16)");
+    expect_mut_reject(t0, "precision.bytes_per_param.param", "4",
+                      "$.precision.bytes_per_param.param = 4 contradicts $.precision.param = \"bf16\" (2 bytes per "
+                      "parameter, preset mixed-bf16)");
+    expect_mut_reject(t0, "precision.loss_scale", "0",
+                      "precision.loss_scale = 0, initial_scale_power = 0 contradict precision.preset = mixed-bf16");
+    expect_mut_reject(t0, "precision.initial_scale_power", "16", "loss scaling applies only to fp16 params");
+    {
+        char *pb = mutate(t0, "precision.preset", "\"pure-bf16\"");
+        char *pbn = mutate(pb, "precision.has_master", "false");
+        expect_mut_reject(pbn, "precision.master", "\"fp32\"",
+                          "precision.master = fp32 contradicts precision.has_master = false");
+        free(pb);
+        free(pbn);
+    }
+    /* gpt2 is always tied (HF GPT2LMHeadModel): an untied gpt2 plan is another model */
+    expect_mut_reject(t0, "model.tied_embeddings", "false",
+                      "tied_embeddings = false, but gpt2 always ties lm_head to wte");
     /* other cross-field rules */
     expect_mut_reject(t0, "cluster.hardware.device", "\"cuda\"", "cluster.device is cpu but hardware profile");
     expect_mut_reject(t0, "schedule.warmup_steps", "5000", "schedule.warmup_steps = 5000 must be in [0, total_steps");
@@ -354,8 +379,8 @@ static void test_atomic_save(void) {
     fputs("{\n  \"format\": \"dtplan.plan/1\",\n  \"model\": {,}\n}\n", f);
     fclose(f);
     CHECK_EQ_I64(dt_plan_load(path, &q, &err), DT_EINVAL);
-    /* cJSON reports the byte after the stray comma */
-    snprintf(want, sizeof want, "%s:3:14: invalid JSON near '}'", path);
+    /* the strict check (dt_json_validate) names the stray comma itself */
+    snprintf(want, sizeof want, "%s:3:13: invalid JSON near ',}': expected a key in double quotes or '}'", path);
     CHECK_STR(err.msg, want);
 
     free(before);

@@ -3,6 +3,7 @@
 #define PLAN_FIXTURE_H
 
 #include "dt_plan.h"
+#include "dt_model.h"
 #include "dt_test.h"
 
 /* model: a catalog name, or NULL to derive the shape for n_params */

@@ -1,6 +1,7 @@
 /* test_dsconfig.c — DeepSpeed config import (validation rules, "auto", batch
  * triple wording) and DeepSpeed's own estimators against the numbers DeepSpeed's
- * documentation prints for t5-3b (reference/memory-formulas.md §1.5). */
+ * documentation prints for t5-3b (DeepSpeed docs, "Memory Requirements",
+ * docs/code-docs/source/memory.rst). */
 #include <stdint.h>
 
 #include "dt_dsconfig.h"
@@ -73,7 +74,9 @@ static void test_seed_configs(void) {
         plan_for(&p, "qwen3-0.6b", 8);
         CHECK(dt_dsconfig_apply(&c, &p, NULL, &e) == DT_EINVAL);
         CHECK_STR(e.msg, "Check batch related parameters. train_batch_size is not equal to "
-                         "micro_batch_per_gpu * gradient_acc_step * world_size 32 != 4 * 8 * 8");
+                         "micro_batch_per_gpu * gradient_acc_step * world_size 32 != 4 * 8 * 8 (world_size is "
+                         "dtplan's --gpus: use --gpus 1 with this config, or set its train_batch_size to 256 or "
+                         "\"auto\")");
     }
 }
 
@@ -138,6 +141,88 @@ static void test_rejections(void) {
                  "$.zero_optimization.reduce_bucket_size: expected an integer >= 1");
 }
 
+/* Every key dsconfig.c reads is range-checked, with DeepSpeed's limits where its
+ * pydantic models have them (issue 16: nonsense values used to pass). */
+static void test_ranges(void) {
+    static const struct { const char *json, *needle; } cases[] = {
+        {"{\"zero_optimization\": {\"stage\": 7}}", "$.zero_optimization.stage: 7: Maximum supported ZeRO stage is 3"},
+        {"{\"zero_optimization\": {\"stage\": -1}}", "expected a ZeRO stage 0, 1, 2 or 3, got -1"},
+        {"{\"zero_optimization\": {\"stage\": 2, \"reduce_bucket_size\": -5}}",
+         "$.zero_optimization.reduce_bucket_size: expected an integer >= 1 or \"auto\", got -5"},
+        {"{\"zero_optimization\": {\"stage\": 2, \"allgather_bucket_size\": 0}}",
+         "$.zero_optimization.allgather_bucket_size: expected an integer >= 1"},
+        {"{\"zero_optimization\": {\"stage\": 3, \"stage3_max_live_parameters\": -1}}",
+         "stage3_max_live_parameters: expected an integer >= 0"},
+        {"{\"zero_optimization\": {\"stage\": 3, \"prefetch_bucket_size\": -1}}", "prefetch_bucket_size: expected an integer >= 0"},
+        {"{\"zero_optimization\": {\"stage\": 3, \"sub_group_size\": -1}}", "$.zero_optimization.sub_group_size: expected an integer >= 0"},
+        {"{\"zero_optimization\": {\"stage\": 2, \"contiguous_gradients\": \"yes\"}}",
+         "$.zero_optimization.contiguous_gradients: expected true or false, got \"yes\""},
+        {"{\"zero_optimization\": {\"stage\": 2, \"overlap_comm\": 1}}", "overlap_comm: expected true, false or \"auto\""},
+        {"{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"cpu\", \"buffer_count\": -1}}}",
+         "$.zero_optimization.offload_param.buffer_count: expected an integer >= 0"},
+        {"{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": 1}}}",
+         "$.zero_optimization.offload_optimizer.pin_memory: expected true or false"},
+        {"{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\", \"ratio\": 1.5}}}",
+         "ratio: expected a number in [0, 1]"},
+        {"{\"train_batch_size\": -4, \"train_micro_batch_size_per_gpu\": 1}", "Train batch size: -4 has to be greater than 0"},
+        {"{\"train_micro_batch_size_per_gpu\": 0}", "Micro batch size per gpu: 0 has to be greater than 0"},
+        {"{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": -1}",
+         "Gradient accumulation steps: -1 has to be greater than 0"},
+        {"{\"train_micro_batch_size_per_gpu\": 1, \"gradient_clipping\": -1}", "$.gradient_clipping: expected a number >= 0"},
+        {"{\"train_micro_batch_size_per_gpu\": 1, \"fp16\": {\"enabled\": true, \"initial_scale_power\": 100}}",
+         "$.fp16.initial_scale_power: expected an integer in [0, 64]"},
+        {"{\"train_micro_batch_size_per_gpu\": 1, \"fp16\": {\"enabled\": true, \"hysteresis\": 0}}",
+         "$.fp16.hysteresis: expected an integer in [1, 2147483647]"},
+        {"{\"train_micro_batch_size_per_gpu\": 1, \"fp16\": {\"enabled\": true, \"min_loss_scale\": 0}}",
+         "$.fp16.min_loss_scale: expected a number > 0"},
+        {"{\"train_micro_batch_size_per_gpu\": 1, \"fp16\": {\"enabled\": true, \"loss_scale\": -1}}",
+         "$.fp16.loss_scale: expected a number >= 0"},
+        {"{\"train_micro_batch_size_per_gpu\": 1, \"fp16\": {\"enabled\": true, \"consecutive_hysteresis\": \"no\"}}",
+         "$.fp16.consecutive_hysteresis: expected true or false"},
+        {"{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0}}}",
+         "$.optimizer.params.lr: expected a number > 0 or \"auto\", got 0"},
+        {"{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": -1e-4}}}",
+         "$.optimizer.params.lr: expected a number > 0"},
+        {"{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"eps\": 0}}}",
+         "$.optimizer.params.eps: expected a number > 0"},
+        {"{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"weight_decay\": -0.1}}}",
+         "$.optimizer.params.weight_decay: expected a number >= 0"},
+        {"{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"betas\": [1.2, 0.9]}}}",
+         "$.optimizer.params.betas: expected two numbers in [0, 1)"},
+        {"{\"train_micro_batch_size_per_gpu\": 1, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_max_lr\": 0}}}",
+         "$.scheduler.params.warmup_max_lr: expected a number > 0"},
+        {"{\"train_micro_batch_size_per_gpu\": 1, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": 2.5}}}",
+         "$.scheduler.params.warmup_num_steps: expected an integer >= 0"},
+        {"{\"train_micro_batch_size_per_gpu\": 1, \"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {\"total_num_steps\": 0}}}",
+         "$.scheduler.params.total_num_steps: expected an integer >= 1"},
+        {"{\"train_micro_batch_size_per_gpu\": 1, \"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": "
+         "{\"total_num_steps\": 10, \"warmup_num_steps\": 100}}}",
+         "$.scheduler.params: total_num_steps 10 is less than warmup_num_steps 100"},
+        {"{\"train_micro_batch_size_per_gpu\": 1, \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"cos_min_ratio\": 2}}}",
+         "$.scheduler.params.cos_min_ratio: expected a number in [0, 1]"},
+        {"{\"train_micro_batch_size_per_gpu\": 1, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_type\": \"cosine\"}}}",
+         "$.scheduler.params.warmup_type: expected \"log\" or \"linear\", got \"cosine\""},
+        {"{\"train_micro_batch_size_per_gpu\": 1, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": "
+         "{\"warmup_min_lr\": 0.1, \"warmup_max_lr\": 0.01}}}",
+         "warmup_min_lr 0.1 exceeds warmup_max_lr 0.01"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_error(cases[i].json, 1, cases[i].needle);
+    /* the batch mismatch says which dtplan flag to change */
+    expect_error("{\"train_batch_size\": 30, \"train_micro_batch_size_per_gpu\": 4}", 2,
+                 "30 != 4 * 3 * 2 (world_size is dtplan's --gpus 2: set the config's train_batch_size to 24 or "
+                 "\"auto\", or change --gpus)");
+    expect_error("{\"train_batch_size\": 64, \"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": 2}", 4,
+                 "64 != 4 * 2 * 4 (world_size is dtplan's --gpus: use --gpus 8 with this config, or set its "
+                 "train_batch_size to 32 or \"auto\")");
+    /* in range is accepted: zero-sized stage-3 counts are DeepSpeed's own limits (ge=0) */
+    dt_plan p;
+    dt_error e = {0};
+    plan_for(&p, "gpt2", 1);
+    CHECK(import("{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 3, "
+                 "\"stage3_prefetch_bucket_size\": 0, \"sub_group_size\": 0, \"contiguous_gradients\": false}, "
+                 "\"fp16\": {\"enabled\": true, \"initial_scale_power\": 64, \"min_loss_scale\": 0.5}}", &p, &e) == 0);
+}
+
 static void test_accepted_forms(void) {
     dt_plan p;
     dt_error e = {0};
@@ -196,7 +281,7 @@ static void test_deepspeed_estimators(void) {
     CHECK_STR(buf, z2);
     /* the docs' 15.93GB is the pre-#5099 ZeRO-2 line */
     CHECK_NEAR((double)dt_ds_zero2_gpu_legacy(2851000000LL, 8) / 1073741824.0, 15.93, 0.005 / 15.93);
-    /* issue #4527: 6805M total, 131M largest layer, 4 GPUs -> 0.49 / 3.66 / 29.01 per GPU */
+    /* DeepSpeed issue #4527: 6805M total, 131M largest layer, 4 GPUs -> 0.49 / 3.66 / 29.01 per GPU */
     int64_t cpu, gpu;
     dt_ds_zero3_mem(6805000000LL, 131000000LL, 4, 1, 1, 1, 1, DT_DS_BUFFER_FACTOR, &cpu, &gpu);
     CHECK_NEAR((double)gpu / 1073741824.0, 0.49, 0.01);
@@ -217,6 +302,7 @@ int main(void) {
     test_seed_configs();
     test_batch_inference();
     test_rejections();
+    test_ranges();
     test_accepted_forms();
     test_deepspeed_estimators();
     TEST_MAIN_END();

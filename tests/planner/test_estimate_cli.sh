@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# dtplan estimate end to end: the seed 004 table, the ZeRO paper example, JSON,
+# dtplan estimate end to end: the users' 32B / 8-GPU table (docs/memory-model.md),
+# the ZeRO paper example, JSON,
 # --compare deepspeed, DeepSpeed configs, --plan, and every bad-input path
 # (exit 2 + one line on stderr). Usage: test_estimate_cli.sh DTPLAN DTRUN SRCDIR
 set -u
@@ -30,8 +31,8 @@ bad() {
     grep -Eq -- "$re" "$TMP/err" || fail "estimate $*: stderr '$(cat "$TMP/err")' lacks /$re/"
 }
 
-# --- seed 004: 32B on 8 GPUs, 2-byte everything, GB ---
-LAST="seed 004"
+# --- the users' table (docs/memory-model.md): 32B on 8 GPUs, 2-byte everything, GB ---
+LAST="users' 32B table"
 ok --params 32B --gpus 8 --precision pure-bf16 --units GB
 # columns: params grads optimizer | states
 has '^  0   none/none  \|    64\.00    64\.00    128\.00 \|   256\.00 \|'
@@ -151,7 +152,7 @@ bad "\-5" --params -5
 bad "--params" --params 0
 bad "--gpus 12 is not divisible by --nodes 5" --params 7B --gpus 12 --nodes 5
 bad "--gpus" --params 7B --gpus 0
-bad "--gpus -8: must be at least 1" --params 7B --gpus -8
+bad "--gpus: -8 is below the minimum 1 \(e.g. --gpus 8\)" --params 7B --gpus -8
 bad "--micro-batch" --params 7B --micro-batch 0
 bad "--seq 2048: gpt2 has 1024 learned positions" --model gpt2 --seq 2048
 bad "--ckpt 99: .* has only 64 layers" --params 32B --ckpt 99

@@ -1,10 +1,11 @@
-/* test_memory.c — the memory model against independent oracles: seed 004's
- * 32B / 8-GPU table (pure-bf16), the ZeRO paper's 7.5B / 64-GPU example
+/* test_memory.c — the memory model against independent oracles: the users'
+ * 32B / 8-GPU table (pure-bf16; docs/memory-model.md), the ZeRO paper's 7.5B / 64-GPU example
  * (mixed precision), the saved-activation tables of docs/activations.md written
  * out tensor by tensor, and the host/NVMe and error rules. */
 #include <stdint.h>
 
 #include "dt_dsconfig.h"
+#include "dt_model.h"
 #include "dt_memory.h"
 #include "dt_test.h"
 #include "plan_fixture.h"
@@ -30,9 +31,10 @@ static dt_mem_breakdown est(dt_plan *p, int64_t n, int stage, dt_offload opt, dt
 
 static int64_t states(const dt_mem_breakdown *m) { return m->params + m->grads + m->optimizer; }
 
-/* seed 004 §6: 32B, 8 GPUs, 2-byte everything: 256 / 144 / 88 / 32 GB, ZeRO-2 +
- * optimizer offload 72 GB, ZeRO-3 + CPU offload 8 + 8 + 0 (the seed writes ≈24). */
-static void test_seed_004(void) {
+/* The users' 32B / 8-GPU table (docs/memory-model.md "The users' 32B / 8-GPU
+ * table"): 2-byte everything: 256 / 144 / 88 / 32 GB, ZeRO-2 + optimizer offload
+ * 72 GB, ZeRO-3 + CPU offload 8 + 8 + 0 (the table writes ≈24). */
+static void test_users_32b_table(void) {
     const int64_t P = 32000000000LL, GB = 1000000000LL;
     dt_plan p;
     derived_plan(&p, P, 8, DT_PREC_PURE_BF16);
@@ -56,7 +58,7 @@ static void test_seed_004(void) {
     CHECK_EQ_I64(m.params, 8 * GB);
     CHECK_EQ_I64(m.grads, 8 * GB);
     CHECK_EQ_I64(m.optimizer, 0);
-    CHECK_EQ_I64(states(&m), 16 * GB); /* not the seed's ≈24 */
+    CHECK_EQ_I64(states(&m), 16 * GB); /* not the table's ≈24 */
     /* the optimizer went to the node's host memory: 8 ranks x 4 B x 4e9 */
     CHECK_EQ_I64(m.host_optimizer, 8 * 4 * 4 * GB);
     CHECK_EQ_I64(m.nvme, 0);
@@ -179,7 +181,7 @@ static void test_totals_and_buffers(void) {
     CHECK(p.cluster.device == DT_DEVICE_CPU && p.precision.param == DT_DTYPE_BF16);
     int64_t fixed = 4 * B * T * V + 4 * B * T + 8 * B * T + 4 * B * T + 4 * B * T * (5 * C + F) +
                     4 * group + (4 * group + 4 * V + 4 * B * T) + 4 * B * T * (9 * C + 2 * F);
-    /* the CPU engine (engine/zero.c, docs/zero.md "Buffers") communicates per
+    /* the CPU engine (engine/dist/zero.c, docs/zero.md "Buffers") communicates per
      * padded unit: E embeddings, U the largest block, S the largest shard */
     const int64_t E = dt_model_embedding_params(&p.model), U = dt_model_block_params(&p.model);
     const int64_t Pm = E > U ? E : U, S = Pm / 2; /* gpt2-tiny: both even, no padding at world 2 */
@@ -270,7 +272,7 @@ static void test_errors(void) {
 }
 
 int main(void) {
-    test_seed_004();
+    test_users_32b_table();
     test_zero_paper();
     test_activations_gpt2();
     test_activations_llama();

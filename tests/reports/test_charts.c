@@ -284,7 +284,7 @@ static void both(const char *stem, int (*draw)(const char *, dt_error *), const 
     check_svg(out_path(svg), 960, 600);
 }
 
-/* 32B on 8 x 80 GiB GPUs (the seeds' question), rounded GiB per rank */
+/* 32B on 8 x 80 GiB GPUs (docs/memory-model.md "Worked example"), rounded GiB per rank */
 static int draw_memory_rows(const char *path, dt_error *err) {
     const char *labels[] = {"ZeRO-0 (DDP)", "ZeRO-1", "ZeRO-2", "ZeRO-3",
                             "ZeRO-3 + offload optimizer", "ZeRO-3 + offload all"};

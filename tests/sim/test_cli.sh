@@ -84,7 +84,11 @@ is_svg "$T/mem.svg"
 is_png "$T/cands.png"
 "$DTPLAN" solve --params 32B --gpus 8 --mem 80G --plot "$T/cands.svg" >/dev/null || fail "solve --plot svg"
 is_svg "$T/cands.svg"
-bad "unknown format; name it \*.png or \*.svg" "$DTPLAN" estimate --params 32B --gpus 8 --plot "$T/mem.gif"
+# a chart name that is not .png/.svg is refused before any work (nothing on stdout)
+bad "--plot: '$T/mem.gif' must end in .png or .svg (e.g. --plot mem.png)" "$DTPLAN" estimate --params 32B --gpus 8 --plot "$T/mem.gif"
+[ -s "$T/out" ] && fail "estimate --plot mem.gif printed the table before failing"
+bad "--plot: '$T/c.gif' must end in .png or .svg" "$DTPLAN" solve --params 32B --gpus 8 --mem 80G --plot "$T/c.gif"
+[ -s "$T/out" ] && fail "solve --plot c.gif printed before failing"
 
 # ---- report on a real run ----
 "$DTRUN" "$SRC/configs/plans/tiny-cpu.json" --out "$T/run" --max-steps 12 --no-progress --quiet >/dev/null 2>&1 ||

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "dt_memory.h"
+#include "dt_model.h"
 #include "dt_simulate.h"
 #include "dt_test.h"
 #include "dt_timemodel.h"

@@ -44,7 +44,7 @@ expect_bad "unknown hardware 'B300'" --mem 80G --params 7B --hardware B300
 expect_bad "no interconnect '7Gb'" --mem 80G --params 7B --interconnect 7Gb --nodes 2 --gpus 16
 expect_bad "--stages" --mem 80G --params 7B --stages 0,4
 expect_bad "not divisible by --nodes" --mem 80G --params 7B --gpus 6 --nodes 4
-expect_bad "global batch 10" --mem 80G --params 7B --gpus 4 --global-batch 10
+expect_bad "--global-batch 10 is not a multiple of the world size 4 (--gpus)" --mem 80G --params 7B --gpus 4 --global-batch 10
 expect_bad "unknown option '--colour'" --mem 80G --params 7B --colour red
 expect_bad "needs a value" --mem 80G --params
 expect_bad "reserve" --mem 1G --params 7B

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "dt_memory.h"
+#include "dt_model.h"
 #include "dt_solve.h"
 #include "dt_test.h"
 #include "dt_timemodel.h"
@@ -180,10 +181,19 @@ int main(int argc, char **argv) {
     base_request(&rq, "gpt2", "A100-80GB", NULL, 1, 4);
     rq.base.batch.global_batch = 10; /* not a multiple of 4 */
     CHECK(dt_solve(&rq, m, &err) == DT_EINVAL);
-    CHECK(strstr(err.msg, "global batch 10") != NULL);
+    CHECK(strstr(err.msg, "--global-batch 10 is not a multiple of the world size 4") != NULL);
     base_request(&rq, "gpt2", "A100-80GB", NULL, 1, 4);
     rq.stage_mask = 0;
     CHECK(dt_solve(&rq, m, &err) == DT_EINVAL);
+    /* the micro-batch walk is bounded: a huge global batch fails at once (issue 16;
+     * before, 1e12 / 4 micro-batches were tried one by one for minutes) */
+    base_request(&rq, "gpt2", "A100-80GB", NULL, 1, 4);
+    rq.base.batch.global_batch = INT64_C(1000000000000);
+    CHECK(dt_solve(&rq, m, &err) == DT_EINVAL);
+    CHECK(strstr(err.msg, "lower --global-batch to 262144 or less") != NULL);
+    CHECK(dt_solve_enumerate(&rq, e, &err) == DT_EINVAL);
+    rq.base.batch.global_batch = 4 * DT_SOLVE_MAX_SEQS_PER_RANK; /* the bound itself is allowed */
+    CHECK(dt_solve_check(&rq, &err) == DT_OK);
     /* V100 with bf16: the time model refuses, the solver passes the message on */
     base_request(&rq, "gpt2", "V100-32GB", NULL, 1, 1);
     CHECK(dt_solve(&rq, m, &err) == DT_EINVAL);

@@ -9,7 +9,7 @@ DTPLAN=$1 DTRUN=$2 SRC=$3
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
-command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
+command -v mpirun >/dev/null || { echo "FAIL: mpirun missing (scripts/setup.sh installs openmpi-bin)"; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 # tiny-cpu as a 2-rank ZeRO-2 plan, short sequences so the run takes well under a second
 jq '.parallel.world_size=2 | .cluster.gpus_per_node=2 | .parallel.zero_stage=2

@@ -1,0 +1,189 @@
+#!/bin/bash
+# validate_mem.sh — the memory model against what the kernel measures
+# (docs/benchmarks.md "Predicted vs real memory per phase", docs/dtrun.md
+# "Real memory per phase"): GPT-2 124M and 355M (catalog gpt2, gpt2-medium),
+# fp32, seq 128, micro-batch 1, on 1 and 2 ranks, ZeRO 0-3 x offload none / cpu
+# (cpu = the optimizer on the host, at stage 3 the parameters too; stage 0 has
+# no offload). Each config trains STEPS steps with a validation pass and a
+# checkpoint at the end, then resumes for one more step (the checkpoint-load
+# phase). Per config, rank and phase it prints the plan's steady-state
+# prediction for the rank beside the real peak RSS of the phase and their
+# ratio, and what the engine tracked and the runtime remainder
+# (real - tracked). Phases: start-up, forward, backward, optimizer, eval,
+# ckpt save, export from the first run; ckpt load from the resumed one.
+#
+# usage: bench/validate_mem.sh [BUILD_DIR] [--steps N] [--models "gpt2 gpt2-medium"]
+#                              [--worlds "1 2"] [--quick]
+#   BUILD_DIR  where dtplan and dtrun are (default build)
+#   --steps N  steps of the first run (default 2; the resumed run adds one)
+#   --quick    gpt2 only, stages 0 and 3, no offload (a smoke run)
+# A config is skipped, with a note, when its predicted memory for all ranks
+# times 1.8 (the largest real / predicted ratio seen, rounded up) exceeds
+# MemAvailable. Writes OUT/rows.tsv (every config, rank and phase) and
+# OUT/table.md (one row per config and rank: predicted, and real (ratio) per
+# phase); OUT = $DT_VALIDATE_OUT or a temporary directory. The checkpoints of
+# a config are removed after it ran.
+set -u
+BUILD=build STEPS=2 MODELS="gpt2 gpt2-medium" WORLDS="1 2" QUICK=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --steps) STEPS=$2; shift 2 ;;
+    --models) MODELS=$2; shift 2 ;;
+    --worlds) WORLDS=$2; shift 2 ;;
+    --quick) QUICK=1; MODELS=gpt2; shift ;;
+    -h | --help) sed -n '2,26p' "$0"; exit 0 ;;
+    -*) echo "validate_mem.sh: unknown option '$1'" >&2; exit 2 ;;
+    *) BUILD=$1; shift ;;
+    esac
+done
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+DTPLAN=$BUILD/dtplan DTRUN=$BUILD/dtrun
+for b in "$DTPLAN" "$DTRUN"; do [ -x "$b" ] || { echo "validate_mem.sh: $b not built" >&2; exit 2; }; done
+command -v python3 >/dev/null || { echo "validate_mem.sh: python3 missing" >&2; exit 2; }
+OUT=${DT_VALIDATE_OUT:-$(mktemp -d /tmp/dt_validate_mem_XXXXXX)}
+mkdir -p "$OUT"
+DATA=/usr/share/games/fortunes
+export OMP_WAIT_POLICY=PASSIVE
+NPROC=$(nproc)
+
+# the cpu profile with this machine's memory as the device's, so the solver
+# writes plans for models the 4 GiB default would refuse (the engine's device
+# is the host here anyway)
+MEM_KIB=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)
+python3 - "$SRC/configs/hardware/cpu.json" "$OUT/cpu-here.json" "$MEM_KIB" <<'PY'
+import json, sys
+src, out, kib = sys.argv[1], sys.argv[2], int(sys.argv[3])
+h = json.load(open(src))
+h["name"] = "cpu-here"
+h["device_mem_bytes"] = h["host_mem_bytes"] = kib * 1024
+json.dump(h, open(out, "w"), indent=2)
+PY
+MEM_LIMIT=$((MEM_KIB / 1024 / 1024))G
+
+echo "validate_mem: $(date -u +%FT%TZ), $NPROC CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')),"\
+     "$((MEM_KIB / 1024)) MiB, load $(cut -d' ' -f1-3 /proc/loadavg), steps $STEPS + 1 resumed, out $OUT"
+printf 'model\tstage\toffload\tworld\trank\tphase\truns\tpredicted\treal\ttracked\truntime\tratio\n' >"$OUT/rows.tsv"
+: >"$OUT/skipped.txt"
+
+# plan MODEL STAGE OFFLOAD WORLD FILE RUNDIR
+plan() {
+    local m=$1 s=$2 o=$3 w=$4 f=$5 d=$6
+    "$DTPLAN" solve --mem "$MEM_LIMIT" --hardware "$OUT/cpu-here.json" --model "$m" --seq 128 \
+        --precision fp32 --gpus "$w" --global-batch "$w" --data "$DATA" --steps $((STEPS + 1)) \
+        --eval-interval 2 --out "$d" -o "$f" >/dev/null 2>"$OUT/solve.err" || {
+        echo "  solve failed: $(tail -1 "$OUT/solve.err")"; return 1; }
+    python3 - "$f" "$s" "$o" "$w" <<'PY'
+import json, sys
+f, s, o, w = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+p = json.load(open(f))
+p["parallel"].update(zero_stage=s, offload_optimizer="cpu" if o == "cpu" else "none",
+                     offload_param="cpu" if o == "cpu" and s == 3 else "none")
+p["batch"].update(micro_batch=1, grad_accum=1, global_batch=w)
+p["activations"]["ckpt_layers"] = 0
+p["data"].update(eval_interval=2, eval_batches=1)
+p["output"].update(save_interval=0, keep_last=1)
+p["prediction"]["valid"] = False   # dtrun recomputes it for the edited configuration
+json.dump(p, open(f, "w"), indent=2)
+PY
+}
+
+# predicted bytes per rank (dtplan estimate --plan: the row of the plan's configuration)
+predicted_all_ranks() {
+    python3 - "$1" "$2" <<'PY'
+import json, sys
+# a quick bound from the plan's own arithmetic: params + grads + optimizer
+# (fp32: 16 B/param) per rank on the device and host together, plus activations
+p = json.load(open(sys.argv[1])); w = int(sys.argv[2])
+m = p["model"]
+n = 12 * m["n_layer"] * m["hidden"] ** 2 + (m["vocab"] + m["max_pos"]) * m["hidden"]
+st = p["parallel"]["zero_stage"]
+per = {0: 16 * n, 1: 8 * n + 8 * n / w, 2: 4 * n + 12 * n / w, 3: 16 * n / w}[st]
+print(int(per * w + 2 * 4 * n))   # + the start-up's whole model per rank and the checkpoint writer
+PY
+}
+
+MODES="none cpu"
+STAGES="0 1 2 3"
+[ "$QUICK" = 1 ] && { MODES=none; STAGES="0 3"; }
+for m in $MODELS; do
+  for w in $WORLDS; do
+    for s in $STAGES; do
+      for o in $MODES; do
+        [ "$s" = 0 ] && [ "$o" = cpu ] && continue
+        label="$m ZeRO-$s offload $o, $w rank(s)"
+        f=$OUT/plan.json d=$OUT/run
+        rm -rf "$d"
+        plan "$m" "$s" "$o" "$w" "$f" "$d" || { echo "$label: skipped (no plan)" | tee -a "$OUT/skipped.txt"; continue; }
+        need=$(predicted_all_ranks "$f" "$w")
+        avail=$(($(awk '/^MemAvailable:/ {print $2}' /proc/meminfo) * 1024))
+        if [ $((need * 18 / 10)) -gt "$avail" ]; then
+            echo "$label: skipped: needs about $((need * 18 / 10 / 1048576)) MiB (1.8 x the model states), $((avail / 1048576)) MiB available" | tee -a "$OUT/skipped.txt"
+            continue
+        fi
+        t0=$(date +%s)
+        export OMP_NUM_THREADS=$(( NPROC / w > 0 ? NPROC / w : 1 ))
+        if ! "$DTRUN" "$f" --out "$d" --max-steps "$STEPS" --no-progress >"$OUT/run1.log" 2>&1; then
+            echo "$label: FAILED (first run): $(tail -2 "$OUT/run1.log")" | tee -a "$OUT/skipped.txt"; continue
+        fi
+        mkdir -p "$d/first"
+        cp "$d"/run-report*.json "$d/first/"
+        if ! "$DTRUN" "$f" --out "$d" --resume --max-steps $((STEPS + 1)) --no-progress >"$OUT/run2.log" 2>&1; then
+            echo "$label: FAILED (resumed run): $(tail -2 "$OUT/run2.log")" | tee -a "$OUT/skipped.txt"; continue
+        fi
+        python3 - "$d" "$m" "$s" "$o" "$w" >>"$OUT/rows.tsv" <<'PY'
+import json, sys
+d, m, s, o, w = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+PH = ["startup", "forward", "backward", "optimizer", "eval", "ckpt_save", "ckpt_load", "export"]
+for r in range(w):
+    name = "run-report.json" if r == 0 else "run-report-rank%05d.json" % r
+    first = json.load(open(f"{d}/first/{name}"))["real_memory"]["phases"]
+    second = json.load(open(f"{d}/{name}"))["real_memory"]["phases"]
+    for ph in PH:
+        e = second[ph] if ph == "ckpt_load" else first[ph]
+        real, pred = e["real_peak_rss"], e["predicted_total"]
+        tr = e["tracked"]["total"]
+        ratio = real / pred if real and pred else float("nan")
+        print(f"{m}\t{s}\t{o}\t{w}\t{r}\t{ph}\t{e['runs']}\t{pred}\t{real}\t{tr}\t{e['runtime']}\t{ratio:.3f}")
+PY
+        echo "$label: done in $(( $(date +%s) - t0 )) s, load $(cut -d' ' -f1 /proc/loadavg)"
+        rm -rf "$d"
+      done
+    done
+  done
+done
+
+python3 - "$OUT/rows.tsv" >"$OUT/table.md" <<'PY'
+import csv, sys
+PH = ["startup", "forward", "backward", "optimizer", "eval", "ckpt_save", "ckpt_load", "export"]
+LB = ["start-up", "forward", "backward", "optimizer", "eval", "ckpt save", "ckpt load", "export"]
+MIB = 1 << 20
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+keys = []
+by = {}
+for r in rows:
+    k = (r["model"], r["stage"], r["offload"], r["world"], r["rank"])
+    if k not in by: keys.append(k); by[k] = {}
+    by[k][r["phase"]] = r
+print("| model | ZeRO | offload | ranks | rank | predicted MiB | " + " | ".join(LB) + " |")
+print("|---|---|---|---|---|---:|" + "---:|" * len(PH))
+def f(x):
+    try: return float(x)
+    except (TypeError, ValueError): return float("nan")
+for k in keys:
+    e = by[k]
+    pred = f(next(iter(e.values()))["predicted"])
+    cells = []
+    for ph in PH:
+        if ph not in e or e[ph]["real"] in ("None", ""):
+            cells.append("-"); continue
+        real = f(e[ph]["real"])
+        cells.append(f"{real / MIB:.0f} ({real / pred:.2f})")
+    print(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {k[4]} | {pred / MIB:.0f} | " + " | ".join(cells) + " |")
+PY
+echo
+echo "real peak RSS per phase, MiB (real / predicted); predicted = the plan's steady-state total for the rank:"
+cat "$OUT/table.md"
+if [ -s "$OUT/skipped.txt" ]; then echo; echo "skipped / failed:"; cat "$OUT/skipped.txt"; fi
+echo
+echo "every config, rank and phase (predicted, real, tracked, runtime in bytes): $OUT/rows.tsv"
+echo "load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,0 +1,658 @@
+/* cmd_estimate.c — `dtplan estimate`: per-GPU, per-host and NVMe memory for every
+ * ZeRO stage x offload option (or one plan / one DeepSpeed config), as a table or
+ * JSON, optionally next to DeepSpeed's own estimator output. Formulas: memory.c
+ * and docs/memory-model.md. Bad input: one line on stderr, exit 2. */
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dt_cli.h"
+#include "dt_model.h"
+#include "dt_dsconfig.h"
+#include "dt_memory.h"
+#include "dt_plan.h"
+#include "dt_report_charts.h"
+#include "dt_units.h"
+
+/* Defaults (docs/memory-model.md "Defaults"): the users' runbooks'
+ * per_device_train_batch_size is 1; the sequence is HF run_clm / pretraining.py's
+ * block_size cap of 1024 (and the plan default), never above the model's
+ * positions; no checkpointing. */
+#define EST_DEFAULT_MICRO 1
+#define EST_DEFAULT_SEQ 1024
+#define EST_DEFAULT_HARDWARE "H100-SXM-80GB"
+#define EST_MAX_ROWS 16
+/* sanity bounds on CLI integers: far beyond any real run, small enough that the
+ * byte arithmetic cannot overflow */
+#define EST_MAX_GPUS ((int64_t)1 << 20)
+#define EST_MAX_MICRO ((int64_t)1 << 20)
+#define EST_MAX_SEQ ((int64_t)1 << 24)
+
+typedef struct {
+    int zero_stage;
+    dt_offload opt, param;
+    dt_mem_breakdown m;
+} est_row;
+
+typedef struct {
+    const char *params, *model, *gpus, *nodes, *micro, *accum, *seq, *ckpt, *precision;
+    const char *param_dtype, *grad_dtype, *master_dtype, *moment_dtype, *attention, *mem;
+    const char *deepspeed, *hardware, *units, *compare, *plan, *stage, *off_opt, *off_param, *plot;
+    int json;
+} est_args;
+
+/* one "dtplan: ..." line on stderr, exit 2 */
+#define fail(...) dt_cli_fail(2, __VA_ARGS__)
+
+static int fail_err(const dt_error *e) {
+    fprintf(stderr, "dtplan: %s\n", e->msg);
+    /* bad arguments and unreadable input files are the user's to fix: exit 2 */
+    return e->code == DT_EINVAL || e->code == DT_EINFEASIBLE || e->code == DT_EIO ? 2 : 1;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dtplan estimate (--params COUNT | --model NAME|config.json | --plan plan.json) [options]\n"
+            "\n"
+            "Per-GPU, per-host and NVMe memory for every ZeRO stage x offload option.\n"
+            "\n"
+            "  --params COUNT        parameters, e.g. 32B, 6.7B, 7e9, 350M (derives a standard decoder shape)\n"
+            "  --model NAME|PATH     catalog model (gpt2, qwen3-0.6b, qwen2.5-32b, llama-2-7b, ...) or config.json\n"
+            "  --plan plan.json      re-evaluate a plan's configuration (notes a stale stored prediction)\n"
+            "  --gpus N              total GPUs (ranks), default 1\n"
+            "  --nodes N             nodes (GPUs are split evenly), default 1\n"
+            "  --micro-batch N       sequences per GPU per micro-step, default %d\n"
+            "  --grad-accum N        micro-steps per optimizer step, default 1\n"
+            "  --seq N               tokens per sequence, default min(%d, model positions)\n"
+            "  --ckpt none|full|K    activation checkpointing: none, all layers, or the first K\n"
+            "  --precision P         mixed-bf16 (default) | mixed-fp16 | pure-bf16 | fp32\n"
+            "  --param-dtype T, --grad-dtype T, --moment-dtype T   fp32|bf16|fp16 overrides\n"
+            "  --master-dtype T      fp32|bf16|fp16|none (none: no separate master copy)\n"
+            "  --attention A         flash (default) | materialized\n"
+            "  --zero-stage S        only rows with this stage (0..3)\n"
+            "  --offload-optimizer D, --offload-param D   only rows with this offload (none|cpu|nvme)\n"
+            "  --deepspeed cfg.json  stage/offload/buckets/batch/precision from a DeepSpeed config\n"
+            "  --hardware NAME|PATH  hardware profile (reserve, device memory), default %s\n"
+            "  --mem LIMIT           mark rows whose per-GPU total fits, e.g. 80G (= 80 GiB), 80GB (= 80e9);\n"
+            "                        a unit is required, at most the profile's device memory\n"
+            "  --units GB|GiB        display unit (default GiB); JSON is always bytes\n"
+            "  --json                JSON instead of the table\n"
+            "  --compare deepspeed   also print DeepSpeed's estimate_zero2/zero3 numbers\n"
+            "  --plot FILE.png|.svg  stacked bars per row (params ... reserve), --mem as a dashed line\n",
+            EST_DEFAULT_MICRO, EST_DEFAULT_SEQ, EST_DEFAULT_HARDWARE);
+}
+
+/* ------------------------------------------------------------ arguments */
+
+static int parse_args(int argc, char **argv, est_args *a) {
+    static const struct {
+        const char *name;
+        size_t off;
+    } opts[] = {
+        {"--params", offsetof(est_args, params)},         {"--model", offsetof(est_args, model)},
+        {"--gpus", offsetof(est_args, gpus)},             {"--nodes", offsetof(est_args, nodes)},
+        {"--micro-batch", offsetof(est_args, micro)},     {"--grad-accum", offsetof(est_args, accum)},
+        {"--seq", offsetof(est_args, seq)},               {"--ckpt", offsetof(est_args, ckpt)},
+        {"--precision", offsetof(est_args, precision)},   {"--param-dtype", offsetof(est_args, param_dtype)},
+        {"--grad-dtype", offsetof(est_args, grad_dtype)}, {"--master-dtype", offsetof(est_args, master_dtype)},
+        {"--moment-dtype", offsetof(est_args, moment_dtype)},
+        {"--attention", offsetof(est_args, attention)},   {"--mem", offsetof(est_args, mem)},
+        {"--deepspeed", offsetof(est_args, deepspeed)},   {"--hardware", offsetof(est_args, hardware)},
+        {"--units", offsetof(est_args, units)},           {"--compare", offsetof(est_args, compare)},
+        {"--plan", offsetof(est_args, plan)},             {"--zero-stage", offsetof(est_args, stage)},
+        {"--offload-optimizer", offsetof(est_args, off_opt)},
+        {"--offload-param", offsetof(est_args, off_param)},
+        {"--plot", offsetof(est_args, plot)},
+    };
+    memset(a, 0, sizeof *a);
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+            usage(stdout);
+            return -1;
+        }
+        if (!strcmp(arg, "--json")) {
+            a->json = 1;
+            continue;
+        }
+        const char *eq = strchr(arg, '=');
+        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+        int found = 0;
+        for (size_t k = 0; k < sizeof opts / sizeof opts[0] && !found; k++) {
+            if (strlen(opts[k].name) != len || strncmp(arg, opts[k].name, len)) continue;
+            found = 1;
+            const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!val) return fail("%s needs a value (see dtplan estimate --help)", opts[k].name);
+            if (!*val) return fail("%s: empty value (see dtplan estimate --help)", opts[k].name);
+            const char **slot = (const char **)((char *)a + opts[k].off);
+            if (*slot) return fail("%s given twice", opts[k].name);
+            *slot = val;
+        }
+        if (!found) return fail("estimate: unknown option '%s' (see dtplan estimate --help)", arg);
+    }
+    return 0;
+}
+
+/* positive integer option in [1, max]; example: a value that works */
+static int int_opt(const char *s, const char *what, int64_t max, int64_t example, int64_t *out) {
+    dt_error e = {0};
+    return dt_parse_int(s, what, 1, max, example, out, &e) ? fail_err(&e) : 0;
+}
+
+static int dtype_opt(const char *s, const char *what, dt_dtype *out) {
+    dt_error e = {0};
+    if (dt_dtype_parse(s, out, &e)) return fail("%s: %s", what, e.msg);
+    return 0;
+}
+
+/* ------------------------------------------------------------ set-up */
+
+typedef struct {
+    dt_plan plan;
+    int64_t n_params;      /* model-state count (the exact request for --params) */
+    int64_t mem_limit;     /* 0 = no --mem */
+    dt_units units;
+    int from_config;       /* rows: only the configured one */
+    int stage_filter;      /* -1 all */
+    int opt_filter, param_filter;
+    dt_ds_notes notes;
+} est_ctx;
+
+static int resolve_precision(const est_args *a, dt_precision *pr) {
+    dt_error e = {0};
+    dt_precision_preset preset = DT_PREC_MIXED_BF16;
+    if (a->precision && dt_precision_parse_preset(a->precision, &preset, &e)) return fail_err(&e);
+    dt_precision_from_preset(preset, pr);
+    return 0;
+}
+
+static int apply_dtype_overrides(const est_args *a, dt_precision *pr) {
+    if (a->param_dtype) {
+        if (dtype_opt(a->param_dtype, "--param-dtype", &pr->param)) return 2;
+        pr->activation = pr->param; /* activations are stored in the working dtype */
+    }
+    if (a->grad_dtype && dtype_opt(a->grad_dtype, "--grad-dtype", &pr->grad)) return 2;
+    if (a->moment_dtype && dtype_opt(a->moment_dtype, "--moment-dtype", &pr->moment)) return 2;
+    if (a->master_dtype) {
+        if (!strcmp(a->master_dtype, "none")) {
+            pr->has_master = 0;
+        } else {
+            if (dtype_opt(a->master_dtype, "--master-dtype", &pr->master)) return 2;
+            pr->has_master = 1;
+        }
+    }
+    return 0;
+}
+
+static int resolve_model(const est_args *a, est_ctx *c) {
+    dt_error e = {0};
+    if (a->params && a->model)
+        return fail("give either --params or --model, not both (--model already fixes the count)");
+    if (!a->params && !a->model)
+        return fail("estimate: give --params COUNT (e.g. --params 32B) or --model NAME (e.g. --model qwen3-0.6b)");
+    if (a->model) {
+        if (dt_model_resolve(a->model, &c->plan.model, &e)) return fail_err(&e);
+        c->n_params = dt_model_params(&c->plan.model);
+        return 0;
+    }
+    if (dt_parse_count(a->params, "--params", &c->n_params, &e)) return fail_err(&e);
+    if (dt_model_for_params(c->n_params, &c->plan.model, &e)) return fail_err(&e);
+    return 0;
+}
+
+/* HF Trainer refuses config values that contradict explicit arguments ("Please
+ * correct the following DeepSpeed config values that mismatch TrainingArguments
+ * values"); dtplan does the same for the options that map onto them. */
+static int check_mismatch(const est_args *a, const dt_dsconfig *ds, const dt_plan *p) {
+    if (a->micro && ds->micro_batch.state == DT_DS_SET && ds->micro_batch.value != p->batch.micro_batch)
+        return fail("%s: ds train_micro_batch_size_per_gpu=%lld vs --micro-batch %lld mismatch (HF Trainer "
+                    "rejects this too): set it to \"auto\" or drop --micro-batch",
+                    a->deepspeed, (long long)ds->micro_batch.value, (long long)p->batch.micro_batch);
+    if (a->accum && ds->grad_accum.state == DT_DS_SET && ds->grad_accum.value != p->batch.grad_accum)
+        return fail("%s: ds gradient_accumulation_steps=%lld vs --grad-accum %lld mismatch (HF Trainer "
+                    "rejects this too): set it to \"auto\" or drop --grad-accum",
+                    a->deepspeed, (long long)ds->grad_accum.value, (long long)p->batch.grad_accum);
+    if (a->precision) {
+        int want_bf16 = p->precision.preset == DT_PREC_MIXED_BF16 || p->precision.preset == DT_PREC_PURE_BF16;
+        int want_fp16 = p->precision.preset == DT_PREC_MIXED_FP16;
+        int ds_bf16 = ds->bf16 == DT_DS_SET && ds->bf16_on, ds_fp16 = ds->fp16 == DT_DS_SET && ds->fp16_on;
+        int ds_decides = ds->bf16 == DT_DS_SET || ds->fp16 == DT_DS_SET;
+        if (ds_decides && (want_bf16 != ds_bf16 || want_fp16 != ds_fp16))
+            return fail("%s: ds %s vs --precision %s mismatch (HF Trainer rejects this too): set "
+                        "\"enabled\": \"auto\" or drop --precision",
+                        a->deepspeed, ds_bf16 ? "bf16.enabled=true" : ds_fp16 ? "fp16.enabled=true" : "fp32 (no bf16/fp16)",
+                        a->precision);
+    }
+    if (a->stage && atoi(a->stage) != ds->zero_stage)
+        return fail("%s: ds zero_optimization.stage=%d vs --zero-stage %s mismatch: drop one",
+                    a->deepspeed, ds->zero_stage, a->stage);
+    /* the offload filters would be ignored: the config fixes the one row */
+    const struct { const char *flag, *arg, *key; dt_offload ds; } off[] = {
+        {"--offload-optimizer", a->off_opt, "offload_optimizer", ds->offload_optimizer},
+        {"--offload-param", a->off_param, "offload_param", ds->offload_param}};
+    for (int i = 0; i < 2; i++)
+        if (off[i].arg && strcmp(off[i].arg, dt_offload_name(off[i].ds)))
+            return fail("%s: ds zero_optimization.%s.device=%s vs %s %s mismatch: drop one", a->deepspeed, off[i].key,
+                        dt_offload_name(off[i].ds), off[i].flag, off[i].arg);
+    return 0;
+}
+
+/* --mem must fit the hardware profile's device (issue 16: 100G on an 80 GiB H100 was
+ * taken at its word). */
+static int check_mem(const est_args *a, const est_ctx *c) {
+    dt_error e = {0};
+    /* with --plan the profile is the plan's: --hardware cannot be given then */
+    if (c->mem_limit &&
+        dt_hardware_check_mem_limit(&c->plan.cluster.hw, c->mem_limit, "--mem", a->mem, !a->plan, &e))
+        return fail_err(&e);
+    return 0;
+}
+
+static int setup(const est_args *a, est_ctx *c) {
+    dt_error e = {0};
+    memset(c, 0, sizeof *c);
+    c->stage_filter = c->opt_filter = c->param_filter = -1;
+    if (a->units && dt_parse_units(a->units, &c->units, &e)) return fail_err(&e);
+    if (a->plot && dt_cli_check_plot_name("--plot", a->plot, "mem.png", &e)) return fail_err(&e);
+    if (a->mem && dt_parse_bytes(a->mem, "--mem", &c->mem_limit, &e)) return fail_err(&e);
+    if (a->compare && strcmp(a->compare, "deepspeed"))
+        return fail("--compare '%s': the only estimator to compare with is 'deepspeed'", a->compare);
+    if (a->stage) {
+        int64_t s = -1;
+        char *end = NULL;
+        s = strtoll(a->stage, &end, 10);
+        if (*end || end == a->stage || s < 0 || s > 3)
+            return fail("--zero-stage '%s': must be 0, 1, 2 or 3", a->stage);
+        c->stage_filter = (int)s;
+    }
+    dt_offload o;
+    if (a->off_opt) {
+        if (dt_offload_parse(a->off_opt, &o, &e)) return fail("--offload-optimizer: %s", e.msg);
+        c->opt_filter = (int)o;
+    }
+    if (a->off_param) {
+        if (dt_offload_parse(a->off_param, &o, &e)) return fail("--offload-param: %s", e.msg);
+        c->param_filter = (int)o;
+    }
+    if (c->stage_filter >= 0 || c->opt_filter >= 0 || c->param_filter >= 0) {
+        int st = c->stage_filter >= 0 ? c->stage_filter : 3;
+        dt_offload oo = c->opt_filter >= 0 ? (dt_offload)c->opt_filter : DT_OFFLOAD_NONE;
+        dt_offload op = c->param_filter >= 0 ? (dt_offload)c->param_filter : DT_OFFLOAD_NONE;
+        if (dt_ds_check_offload(st, oo, op, &e)) return fail_err(&e);
+    }
+
+    if (a->plan) {
+        /* every option the plan already fixes would be silently ignored */
+        const struct { const char *v, *name; } fixed[] = {
+            {a->params, "--params"}, {a->model, "--model"}, {a->gpus, "--gpus"}, {a->nodes, "--nodes"},
+            {a->deepspeed, "--deepspeed"}, {a->micro, "--micro-batch"}, {a->accum, "--grad-accum"},
+            {a->seq, "--seq"}, {a->ckpt, "--ckpt"}, {a->precision, "--precision"}, {a->hardware, "--hardware"},
+            {a->attention, "--attention"}, {a->param_dtype, "--param-dtype"}, {a->grad_dtype, "--grad-dtype"},
+            {a->master_dtype, "--master-dtype"}, {a->moment_dtype, "--moment-dtype"},
+            {a->stage, "--zero-stage"}, {a->off_opt, "--offload-optimizer"}, {a->off_param, "--offload-param"},
+        };
+        for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+            if (fixed[i].v)
+                return fail("--plan fixes the configuration; %s cannot be combined with it (edit the plan, or "
+                            "drop --plan)", fixed[i].name);
+        if (dt_plan_load(a->plan, &c->plan, &e)) {
+            dt_error_prefix(&e, "--plan");
+            return fail_err(&e);
+        }
+        c->n_params = dt_model_params(&c->plan.model);
+        c->from_config = 1;
+        return check_mem(a, c);
+    }
+
+    dt_plan *p = &c->plan;
+    dt_plan_defaults(p);
+    int rc = resolve_model(a, c);
+    if (rc) return rc;
+
+    int64_t gpus = 1, nodes = 1;
+    if (a->gpus && int_opt(a->gpus, "--gpus", EST_MAX_GPUS, 8, &gpus)) return 2;
+    if (a->nodes && int_opt(a->nodes, "--nodes", EST_MAX_GPUS, 2, &nodes)) return 2;
+    if (gpus % nodes)
+        return fail("--gpus %lld is not divisible by --nodes %lld: every node runs the same number of GPUs",
+                    (long long)gpus, (long long)nodes);
+    p->cluster.nodes = nodes;
+    p->cluster.gpus_per_node = gpus / nodes;
+    p->parallel.world_size = gpus;
+
+    const char *hw = a->hardware ? a->hardware : EST_DEFAULT_HARDWARE;
+    if (dt_hardware_load(hw, NULL, &p->cluster.hw, &e)) return fail_err(&e);
+    p->cluster.device = p->cluster.hw.device;
+    if ((rc = check_mem(a, c))) return rc;
+
+    int64_t micro = EST_DEFAULT_MICRO, accum = 1;
+    int64_t seq = EST_DEFAULT_SEQ < p->model.max_pos ? EST_DEFAULT_SEQ : p->model.max_pos;
+    if (a->micro && int_opt(a->micro, "--micro-batch", EST_MAX_MICRO, 4, &micro)) return 2;
+    if (a->accum && int_opt(a->accum, "--grad-accum", EST_MAX_MICRO, 8, &accum)) return 2;
+    if (a->seq && int_opt(a->seq, "--seq", EST_MAX_SEQ, 1024, &seq)) return 2;
+    if (p->model.family == DT_FAMILY_GPT2 && seq > p->model.max_pos)
+        return fail("--seq %lld: %s has %lld learned positions; use --seq %lld or less", (long long)seq,
+                    p->model.name, (long long)p->model.max_pos, (long long)p->model.max_pos);
+    p->batch.micro_batch = micro;
+    p->batch.grad_accum = accum;
+    p->batch.seq_len = seq;
+    p->batch.global_batch = micro * accum * gpus;
+
+    if (a->ckpt) {
+        int64_t k = 0;
+        if (!strcmp(a->ckpt, "none")) k = 0;
+        else if (!strcmp(a->ckpt, "full")) k = p->model.n_layer;
+        else {
+            char *end = NULL;
+            long long v = strtoll(a->ckpt, &end, 10);
+            if (*end || end == a->ckpt || v < 0)
+                return fail("--ckpt '%s': expected none, full or a number of layers (0..%lld)", a->ckpt,
+                            (long long)p->model.n_layer);
+            if (v > p->model.n_layer)
+                return fail("--ckpt %lld: %s has only %lld layers", v, p->model.name,
+                            (long long)p->model.n_layer);
+            k = v;
+        }
+        p->activations.ckpt_layers = k;
+    }
+    if (a->attention) {
+        if (!strcmp(a->attention, "flash")) p->activations.attention = DT_ATTN_FLASH;
+        else if (!strcmp(a->attention, "materialized")) p->activations.attention = DT_ATTN_MATERIALIZED;
+        else return fail("--attention '%s': expected flash or materialized", a->attention);
+    }
+    if ((rc = resolve_precision(a, &p->precision))) return rc;
+
+    if (a->deepspeed) {
+        dt_dsconfig ds;
+        if (dt_dsconfig_load(a->deepspeed, &ds, &e)) {
+            dt_error_prefix(&e, "--deepspeed");
+            return fail_err(&e);
+        }
+        if ((rc = check_mismatch(a, &ds, p))) return rc;
+        c->notes = ds.notes;
+        if (dt_dsconfig_apply(&ds, p, &c->notes, &e)) {
+            dt_error_prefix(&e, "--deepspeed %s", a->deepspeed);
+            return fail_err(&e);
+        }
+        c->from_config = 1;
+    }
+    return apply_dtype_overrides(a, &p->precision);
+}
+
+/* ------------------------------------------------------------ rows */
+
+static int compute_rows(est_ctx *c, est_row *rows, int *n_rows) {
+    dt_error e = {0};
+    *n_rows = 0;
+    if (c->from_config) {
+        est_row *r = &rows[(*n_rows)++];
+        r->zero_stage = c->plan.parallel.zero_stage;
+        r->opt = c->plan.parallel.offload_optimizer;
+        r->param = c->plan.parallel.offload_param;
+        if (dt_memory_estimate_n(&c->plan, c->n_params, &r->m, &e)) return fail_err(&e);
+        return 0;
+    }
+    for (int stage = 0; stage <= 3; stage++)
+        for (int o = DT_OFFLOAD_NONE; o <= DT_OFFLOAD_NVME; o++)
+            for (int q = DT_OFFLOAD_NONE; q <= DT_OFFLOAD_NVME; q++) {
+                if (dt_ds_check_offload(stage, (dt_offload)o, (dt_offload)q, NULL)) continue;
+                if ((c->stage_filter >= 0 && stage != c->stage_filter) ||
+                    (c->opt_filter >= 0 && o != c->opt_filter) || (c->param_filter >= 0 && q != c->param_filter))
+                    continue;
+                dt_plan p = c->plan;
+                p.parallel.zero_stage = stage;
+                p.parallel.offload_optimizer = (dt_offload)o;
+                p.parallel.offload_param = (dt_offload)q;
+                p.parallel.overlap_comm = stage == 3; /* DeepSpeed's default per stage */
+                est_row *r = &rows[(*n_rows)++];
+                r->zero_stage = stage;
+                r->opt = (dt_offload)o;
+                r->param = (dt_offload)q;
+                if (dt_memory_estimate_n(&p, c->n_params, &r->m, &e)) return fail_err(&e);
+            }
+    return 0;
+}
+
+/* ------------------------------------------------------------ output */
+
+static double U(const est_ctx *c, int64_t b) { return dt_bytes_in(b, c->units); }
+
+static void print_header(const est_ctx *c) {
+    const dt_plan *p = &c->plan;
+    const dt_model *m = &p->model;
+    const dt_precision *pr = &p->precision;
+    char cnt[32], b1[32], b2[32];
+    int64_t shape_params = dt_model_params(m);
+    printf("model      %s (%s family", m->name, dt_family_name(m->family));
+    if (m->derived) {
+        const char *src = dt_model_derived_source(m);
+        printf(", shape derived for the requested count from %s)\n", src ? src : "a standard decoder");
+        printf("shape      %" PRId64 " layers, hidden %" PRId64 ", %" PRId64 " heads, %" PRId64
+               " kv heads, head dim %" PRId64 ", ffn %" PRId64 ", vocab %" PRId64 "\n",
+               m->n_layer, m->hidden, m->n_head, m->n_kv_head, m->head_dim, m->ffn, m->vocab);
+        printf("params     %" PRId64 " exactly, as requested (model states); the shape itself has %" PRId64
+               " (activations use the shape)\n",
+               c->n_params, shape_params);
+    } else {
+        printf(")\n");
+        printf("shape      %" PRId64 " layers, hidden %" PRId64 ", %" PRId64 " heads, %" PRId64
+               " kv heads, head dim %" PRId64 ", ffn %" PRId64 ", vocab %" PRId64 "\n",
+               m->n_layer, m->hidden, m->n_head, m->n_kv_head, m->head_dim, m->ffn, m->vocab);
+        printf("params     %" PRId64 " (%s)\n", c->n_params, dt_format_count(c->n_params, cnt, sizeof cnt));
+    }
+    printf("cluster    %" PRId64 " node%s x %" PRId64 " GPU%s = %" PRId64 " data-parallel rank%s; hardware %s (%s per GPU, reserve %s)\n",
+           p->cluster.nodes, p->cluster.nodes > 1 ? "s" : "", p->cluster.gpus_per_node,
+           p->cluster.gpus_per_node > 1 ? "s" : "", p->parallel.world_size, p->parallel.world_size > 1 ? "s" : "", p->cluster.hw.name,
+           dt_format_bytes(p->cluster.hw.device_mem_bytes, c->units, b1, sizeof b1),
+           dt_format_bytes(p->cluster.hw.reserve_bytes, c->units, b2, sizeof b2));
+    printf("batch      micro-batch %" PRId64 ", sequence %" PRId64 ", checkpointed layers %" PRId64 " of %" PRId64
+           ", %s attention\n",
+           p->batch.micro_batch, p->batch.seq_len, p->activations.ckpt_layers, m->n_layer,
+           p->activations.attention == DT_ATTN_FLASH ? "flash" : "materialized");
+    printf("precision  %s: params %s (%d B), grads %s (%d B), optimizer %d B/param (",
+           dt_precision_preset_name(pr->preset), dt_dtype_name(pr->param), dt_precision_param_bytes(pr),
+           dt_dtype_name(pr->grad), dt_precision_grad_bytes(pr), dt_precision_optimizer_bytes(pr));
+    if (pr->has_master) printf("%s master + ", dt_dtype_name(pr->master));
+    else printf("no master copy, ");
+    printf("%s m and v), activations %s\n", dt_dtype_name(pr->moment), dt_dtype_name(pr->activation));
+    if (c->from_config && p->parallel.zero_stage > 0)
+        printf("buckets    reduce %" PRId64 ", allgather %" PRId64 ", stage-3 prefetch %" PRId64 " elements; overlap_comm %s\n",
+               p->parallel.reduce_bucket_elems, p->parallel.allgather_bucket_elems,
+               p->parallel.prefetch_bucket_elems, p->parallel.overlap_comm ? "on" : "off");
+    printf("units      %s; device columns per GPU, host and NVMe per node\n",
+           c->units == DT_UNITS_GB ? "GB = 10^9 bytes" : "GiB = 2^30 bytes");
+    for (int i = 0; i < c->notes.n; i++) printf("note       %s\n", c->notes.line[i]);
+    printf("\n");
+}
+
+static void print_table(const est_ctx *c, const est_row *rows, int n) {
+    const char *u = dt_units_name(c->units);
+    char lim[32];
+    printf("                 |%s per GPU (%s) %s| per node (%s)\n",
+           "-------------------------------", u, "-------------------------------", u);
+    printf("ZeRO  offload    |   params    grads optimizer |   states |    activ  buffers  reserve |    total |      host       NVMe");
+    if (c->mem_limit) printf(" | fits %s", dt_format_bytes(c->mem_limit, c->units, lim, sizeof lim));
+    printf("\n      opt/param  |\n");
+    for (int i = 0; i < n; i++) {
+        const dt_mem_breakdown *m = &rows[i].m;
+        char off[16];
+        snprintf(off, sizeof off, "%s/%s", dt_offload_name(rows[i].opt), dt_offload_name(rows[i].param));
+        int64_t states = m->params + m->grads + m->optimizer;
+        printf("  %d   %-10s | %8.2f %8.2f %9.2f | %8.2f | %8.2f %8.2f %8.2f | %8.2f | %9.2f  %9.2f", rows[i].zero_stage,
+               off, U(c, m->params), U(c, m->grads), U(c, m->optimizer), U(c, states), U(c, m->activations),
+               U(c, m->buffers), U(c, m->reserve), U(c, m->total), U(c, m->host_total), U(c, m->nvme));
+        if (c->mem_limit) printf(" | %s", m->total <= c->mem_limit ? "yes" : "no");
+        printf("\n");
+    }
+    printf("\nstates = params + grads + optimizer (the model states the ZeRO paper tabulates); "
+           "total = states + activations + buffers + reserve.\n");
+}
+
+static void json_str(const char *s) {
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') printf("\\%c", ch);
+        else if (ch < 0x20) printf("\\u%04x", ch);
+        else putchar(ch);
+    }
+    putchar('"');
+}
+
+static void print_json(const est_ctx *c, const est_row *rows, int n) {
+    const dt_plan *p = &c->plan;
+    const dt_model *m = &p->model;
+    printf("{\n  \"model\": {\"name\": ");
+    json_str(m->name);
+    printf(", \"family\": \"%s\", \"derived\": %s, \"params\": %" PRId64 ", \"shape_params\": %" PRId64
+           ", \"n_layer\": %" PRId64 ", \"hidden\": %" PRId64 ", \"n_head\": %" PRId64 ", \"n_kv_head\": %" PRId64
+           ", \"head_dim\": %" PRId64 ", \"ffn\": %" PRId64 ", \"vocab\": %" PRId64 "},\n",
+           dt_family_name(m->family), m->derived ? "true" : "false", c->n_params, dt_model_params(m), m->n_layer,
+           m->hidden, m->n_head, m->n_kv_head, m->head_dim, m->ffn, m->vocab);
+    printf("  \"cluster\": {\"nodes\": %" PRId64 ", \"gpus_per_node\": %" PRId64 ", \"hardware\": ",
+           p->cluster.nodes, p->cluster.gpus_per_node);
+    json_str(p->cluster.hw.name);
+    printf("},\n  \"batch\": {\"micro_batch\": %" PRId64 ", \"seq_len\": %" PRId64 ", \"ckpt_layers\": %" PRId64
+           ", \"attention\": \"%s\"},\n",
+           p->batch.micro_batch, p->batch.seq_len, p->activations.ckpt_layers,
+           p->activations.attention == DT_ATTN_FLASH ? "flash" : "materialized");
+    printf("  \"precision\": \"%s\",\n", dt_precision_preset_name(p->precision.preset));
+    if (c->mem_limit) printf("  \"mem_limit\": %" PRId64 ",\n", c->mem_limit);
+    printf("  \"rows\": [\n");
+    for (int i = 0; i < n; i++) {
+        const dt_mem_breakdown *b = &rows[i].m;
+        printf("    {\"zero_stage\": %d, \"offload_optimizer\": \"%s\", \"offload_param\": \"%s\",\n", rows[i].zero_stage,
+               dt_offload_name(rows[i].opt), dt_offload_name(rows[i].param));
+        printf("     \"per_gpu\": {\"params\": %" PRId64 ", \"grads\": %" PRId64 ", \"optimizer\": %" PRId64
+               ", \"activations\": %" PRId64 ", \"buffers\": %" PRId64 ", \"reserve\": %" PRId64 ", \"total\": %" PRId64 "},\n",
+               b->params, b->grads, b->optimizer, b->activations, b->buffers, b->reserve, b->total);
+        printf("     \"per_host\": {\"params\": %" PRId64 ", \"optimizer\": %" PRId64 ", \"buffers\": %" PRId64
+               ", \"total\": %" PRId64 "},\n     \"nvme\": %" PRId64,
+               b->host_params, b->host_optimizer, b->host_buffers, b->host_total, b->nvme);
+        if (c->mem_limit) printf(", \"fits\": %s", b->total <= c->mem_limit ? "true" : "false");
+        printf("}%s\n", i + 1 < n ? "," : "");
+    }
+    printf("  ]\n}\n");
+}
+
+static void print_compare(const est_ctx *c, const est_row *rows, int n) {
+    const dt_plan *p = &c->plan;
+    const int64_t P = c->n_params, L = dt_model_largest_module_params(&p->model);
+    const int64_t g = p->cluster.gpus_per_node, N = p->cluster.nodes, G = g * N;
+    char buf[2048];
+    printf("\nDeepSpeed's own estimators for the same case (estimate_zero2/zero3_model_states_mem_needs_all_cold,\n"
+           "DeepSpeed 0.16.5; its \"GB\" is bytes/2^30, i.e. GiB; largest layer = the %s-row embedding/lm_head):\n\n",
+           "vocab");
+    dt_ds_format_zero2_cold(P, g, N, buf, sizeof buf);
+    fputs(buf, stdout);
+    printf("\n");
+    dt_ds_format_zero3_cold(P, L, g, N, buf, sizeof buf);
+    fputs(buf, stdout);
+
+    /* one line on why: compare the like-for-like rows when they are in the table */
+    const dt_mem_breakdown *z2 = NULL;
+    for (int i = 0; i < n; i++)
+        if (rows[i].zero_stage == 2 && rows[i].opt == DT_OFFLOAD_NONE) z2 = &rows[i].m;
+    int64_t cpu, gpu;
+    dt_ds_zero2_mem(P, g, N, 0, DT_DS_BUFFER_FACTOR, &cpu, &gpu);
+    printf("\nwhy ours differ: DeepSpeed counts model states only, at 2 B/param replicated + 18 B/param sharded "
+           "(16-bit and fp32 grads, fp32 master, Adam m and v) and, for ZeRO-3, 4 B x the largest layer "
+           "(%" PRId64 " params)",
+           L);
+    if (z2)
+        printf("; e.g. ZeRO-2 without offload: DeepSpeed %.2f GiB vs dtplan's model states %.2f GiB (%s: %d+%d+%d B/param)"
+               " plus %.2f GiB of activations, buffers and reserve that DeepSpeed leaves out",
+               (double)gpu / 1073741824.0, (double)(z2->params + z2->grads + z2->optimizer) / 1073741824.0,
+               dt_precision_preset_name(p->precision.preset), dt_precision_param_bytes(&p->precision),
+               dt_precision_grad_bytes(&p->precision), dt_precision_optimizer_bytes(&p->precision),
+               (double)(z2->activations + z2->buffers + z2->reserve) / 1073741824.0);
+    printf("; its CPU column adds a 1.5x buffer factor and the fp32 model copies made at load time (%" PRId64 " GPUs).\n", G);
+}
+
+static void print_plan_staleness(const est_ctx *c, const est_row *r) {
+    const dt_prediction *pred = &c->plan.prediction;
+    if (!pred->valid) {
+        printf("\nnote: the plan stores no valid prediction; these rows are the current model's\n");
+        return;
+    }
+    const dt_mem_breakdown *s = &pred->memory, *m = &r->m;
+    if (!memcmp(s, m, sizeof *s)) {
+        printf("\nthe plan's stored memory prediction matches this estimate\n");
+        return;
+    }
+    char a[32], b[32];
+    printf("\nnote: the plan's stored prediction is stale: stored total %s per GPU, now %s",
+           dt_format_bytes(s->total, c->units, a, sizeof a), dt_format_bytes(m->total, c->units, b, sizeof b));
+    static const char *names[] = {"params", "grads", "optimizer", "activations", "buffers", "reserve"};
+    const int64_t sv[] = {s->params, s->grads, s->optimizer, s->activations, s->buffers, s->reserve};
+    const int64_t mv[] = {m->params, m->grads, m->optimizer, m->activations, m->buffers, m->reserve};
+    for (int i = 0; i < 6; i++)
+        if (sv[i] != mv[i])
+            printf("; %s %s -> %s", names[i], dt_format_bytes(sv[i], c->units, a, sizeof a),
+                   dt_format_bytes(mv[i], c->units, b, sizeof b));
+    if (s->host_total != m->host_total)
+        printf("; host %s -> %s", dt_format_bytes(s->host_total, c->units, a, sizeof a),
+               dt_format_bytes(m->host_total, c->units, b, sizeof b));
+    printf(" (refresh it by re-solving or re-exporting the plan)\n");
+}
+
+/* --plot: the table as stacked bars, one per row, --mem as the limit line. */
+static int plot_rows(const est_ctx *c, const est_row *rows, int n, const char *path) {
+    char (*lab)[48] = calloc((size_t)n, sizeof *lab);
+    const char **labels = calloc((size_t)n, sizeof *labels);
+    dt_mem_breakdown *m = calloc((size_t)n, sizeof *m);
+    if (!lab || !labels || !m) {
+        free(lab), free(labels), free(m);
+        return fail("out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        int k = snprintf(lab[i], sizeof lab[i], "ZeRO-%d", rows[i].zero_stage);
+        if (rows[i].opt != DT_OFFLOAD_NONE)
+            k += snprintf(lab[i] + k, sizeof lab[i] - (size_t)k, " opt:%s", dt_offload_name(rows[i].opt));
+        if (rows[i].param != DT_OFFLOAD_NONE)
+            snprintf(lab[i] + k, sizeof lab[i] - (size_t)k, " par:%s", dt_offload_name(rows[i].param));
+        labels[i] = lab[i];
+        m[i] = rows[i].m;
+    }
+    char title[192], cnt[32];
+    snprintf(title, sizeof title, "%s (%s params), %lld GPU(s): memory per GPU", c->plan.model.name,
+             dt_format_count(c->n_params, cnt, sizeof cnt), (long long)c->plan.parallel.world_size);
+    dt_error e = {0};
+    int rc = dt_chart_memory_rows(path, title, n, labels, m, c->mem_limit, c->units, &e) ? fail_err(&e) : 0;
+    free(lab), free(labels), free(m);
+    return rc;
+}
+
+int dt_cmd_estimate(int argc, char **argv) {
+    est_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc) return rc < 0 ? 0 : rc;
+    est_ctx *c = calloc(1, sizeof *c);
+    est_row *rows = calloc(EST_MAX_ROWS, sizeof *rows);
+    if (!c || !rows) {
+        free(c);
+        free(rows);
+        return fail("out of memory");
+    }
+    rc = setup(&a, c);
+    if (!rc) {
+        int n = 0;
+        rc = compute_rows(c, rows, &n);
+        if (!rc && n == 0) rc = fail("no stage/offload row matches the filters");
+        if (!rc) {
+            if (a.json) {
+                print_json(c, rows, n);
+            } else {
+                print_header(c);
+                print_table(c, rows, n);
+                if (a.plan) print_plan_staleness(c, &rows[0]);
+                if (a.compare) print_compare(c, rows, n);
+            }
+            if (!rc && a.plot) rc = plot_rows(c, rows, n, a.plot);
+        }
+    }
+    free(rows);
+    free(c);
+    return rc;
+}

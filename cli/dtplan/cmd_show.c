@@ -1,0 +1,240 @@
+/* cmd_show.c — `dtplan show plan.json`: the plan as a readable, sectioned summary.
+ * Bytes in GiB (or GB with --units GB), times in ms, bandwidths in GB/s (10^9
+ * bytes/s, the unit nccl-tests and vendors quote), FLOP/s in TFLOP/s. */
+#include <stdio.h>
+#include <string.h>
+
+#include "dt_cli.h"
+#include "dt_model.h"
+#include "dt_plan.h"
+#include "dt_units.h"
+
+#define MS_PER_S 1e3
+#define US_PER_S 1e6
+#define GB_PER_BYTE 1e-9    /* bandwidths: decimal GB/s */
+#define TERA 1e-12          /* FLOP/s -> TFLOP/s */
+#define PERCENT 100.0
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dtplan show PLAN.json [--units GiB|GB]\n"
+            "\n"
+            "Prints a plan section by section: model, cluster and hardware numbers, ZeRO stage\n"
+            "and offload, batch, precision, activations, optimizer and schedule, data, output,\n"
+            "and the prediction (memory per rank, step time split, communication per step).\n"
+            "Bytes in GiB (default) or GB, times in ms, bandwidths in GB/s.\n"
+            "\n"
+            "example: dtplan show configs/plans/tiny-cpu.json\n");
+}
+
+typedef struct {
+    dt_units u;
+    char buf[8][48];
+    int next;
+} fmt;
+
+/* rotating buffers so one printf can show several sizes */
+static const char *B(fmt *f, int64_t bytes) {
+    char *s = f->buf[f->next++ % 8];
+    return dt_format_bytes(bytes, f->u, s, sizeof f->buf[0]);
+}
+
+static const char *CNT(fmt *f, int64_t n) {
+    char *s = f->buf[f->next++ % 8];
+    return dt_format_count(n, s, sizeof f->buf[0]);
+}
+
+static const char *onoff(int v) { return v ? "on" : "off"; }
+
+static void show_model(const dt_plan *p, fmt *f) {
+    const dt_model *m = &p->model;
+    printf("model        %s (%s%s): %lld layers, hidden %lld, %lld heads (%lld kv, head dim %lld), ffn %lld\n",
+           m->name, dt_family_name(m->family), m->derived ? ", shape derived from a parameter count" : "",
+           (long long)m->n_layer, (long long)m->hidden, (long long)m->n_head, (long long)m->n_kv_head,
+           (long long)m->head_dim, (long long)m->ffn);
+    printf("             vocab %lld, %lld positions, %s embeddings, norm eps %g", (long long)m->vocab,
+           (long long)m->max_pos, m->tied_embeddings ? "tied" : "untied", m->norm_eps);
+    if (m->family == DT_FAMILY_LLAMA)
+        printf(", rope theta %g, qkv bias %s, qk norm %s", m->rope_theta, onoff(m->qkv_bias), onoff(m->qk_norm));
+    printf("\n             %s parameters\n", CNT(f, dt_model_params(m)));
+}
+
+static void show_cluster(const dt_plan *p, fmt *f) {
+    const dt_cluster *c = &p->cluster;
+    const dt_hardware *h = &c->hw;
+    printf("cluster      %lld node(s) x %lld rank(s) = %lld rank(s), device %s, hardware profile \"%s\"\n",
+           (long long)c->nodes, (long long)c->gpus_per_node, (long long)(c->nodes * c->gpus_per_node),
+           c->device == DT_DEVICE_CUDA ? "cuda" : "cpu", h->name);
+    printf("  memory     %s per device (reserve %s), host %s per node, NVMe %s per node\n",
+           B(f, h->device_mem_bytes), B(f, h->reserve_bytes), B(f, h->host_mem_bytes), B(f, h->nvme_bytes));
+    printf("  compute    peak fp32/bf16/fp16 %.2f/%.2f/%.2f TFLOP/s, achievable %.2f/%.2f/%.2f TFLOP/s\n",
+           h->peak_flops[0] * TERA, h->peak_flops[1] * TERA, h->peak_flops[2] * TERA,
+           h->achievable_flops[0] * TERA, h->achievable_flops[1] * TERA, h->achievable_flops[2] * TERA);
+    printf("  links      memory %.1f GB/s; intra-node bus %.1f GB/s (latency %.1f us); inter-node%s%s%s "
+           "%.1f GB/s (%.1f us)\n",
+           h->mem_bw * GB_PER_BYTE, h->intra_busbw * GB_PER_BYTE, h->intra_alpha_s * US_PER_S,
+           h->interconnect[0] ? " (" : "", h->interconnect, h->interconnect[0] ? ")" : "",
+           h->inter_busbw * GB_PER_BYTE, h->inter_alpha_s * US_PER_S);
+    printf("             host<->device %.1f GB/s, NVMe %.1f GB/s, CPU AdamW %s params/s per node\n",
+           h->h2d_bw * GB_PER_BYTE, h->nvme_bw * GB_PER_BYTE, CNT(f, (int64_t)h->cpu_adam_params_per_s));
+}
+
+static void show_parallel(const dt_plan *p, fmt *f) {
+    const dt_parallel *q = &p->parallel;
+    static const char *const what[] = {"DDP: everything replicated", "optimizer states partitioned",
+                                       "optimizer states + gradients partitioned",
+                                       "optimizer states + gradients + parameters partitioned"};
+    printf("parallel     ZeRO stage %d (%s) over world size %lld\n", q->zero_stage,
+           q->zero_stage >= 0 && q->zero_stage <= 3 ? what[q->zero_stage] : "?", (long long)q->world_size);
+    printf("             offload: optimizer %s, parameters %s%s%s%s\n", dt_offload_name(q->offload_optimizer),
+           dt_offload_name(q->offload_param), q->nvme_path[0] ? " (NVMe path " : "", q->nvme_path,
+           q->nvme_path[0] ? ")" : "");
+    printf("             buckets (elements): reduce %s, allgather %s, stage-3 prefetch %s, max live %s; "
+           "overlap_comm %s\n",
+           CNT(f, q->reduce_bucket_elems), CNT(f, q->allgather_bucket_elems), CNT(f, q->prefetch_bucket_elems),
+           CNT(f, q->max_live_params), onoff(q->overlap_comm));
+}
+
+static void show_training(const dt_plan *p) {
+    const dt_batch *b = &p->batch;
+    printf("batch        global %lld sequences = micro %lld x accumulation %lld x world %lld; "
+           "seq %lld -> %lld tokens per step\n",
+           (long long)b->global_batch, (long long)b->micro_batch, (long long)b->grad_accum,
+           (long long)p->parallel.world_size, (long long)b->seq_len, (long long)(b->global_batch * b->seq_len));
+    const dt_precision *pr = &p->precision;
+    printf("precision    %s: params %s, grads %s, master %s, moments %s, activations %s "
+           "(%d / %d / %d bytes per param: param / grad / optimizer)\n",
+           dt_precision_preset_name(pr->preset), dt_dtype_name(pr->param), dt_dtype_name(pr->grad),
+           pr->has_master ? dt_dtype_name(pr->master) : "none", dt_dtype_name(pr->moment),
+           dt_dtype_name(pr->activation), dt_precision_param_bytes(pr), dt_precision_grad_bytes(pr),
+           dt_precision_optimizer_bytes(pr));
+    if (pr->param == DT_DTYPE_FP16) {
+        if (pr->loss_scale > 0)
+            printf("             loss scale: static %g\n", pr->loss_scale);
+        else
+            printf("             loss scale: dynamic from 2^%d, x2 after %d clean steps, hysteresis %d, min %g\n",
+                   pr->initial_scale_power, pr->loss_scale_window, pr->hysteresis, pr->min_loss_scale);
+    }
+    printf("activations  %lld of %lld layers checkpointed (recomputed in backward), %s attention\n",
+           (long long)p->activations.ckpt_layers, (long long)p->model.n_layer,
+           p->activations.attention == DT_ATTN_FLASH ? "flash" : "materialized");
+    const dt_optimizer *o = &p->optimizer;
+    printf("optimizer    AdamW lr %g, betas (%g, %g), eps %g, weight decay %g, grad clip %s",
+           o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->grad_clip > 0 ? "" : "off");
+    if (o->grad_clip > 0) printf("%g", o->grad_clip);
+    printf("\n");
+    const dt_schedule *s = &p->schedule;
+    const char *wt = s->warmup_linear ? "linear" : "log";
+    switch (s->kind) {
+    case DT_SCHED_CONSTANT:
+        printf("schedule     constant lr for %lld steps\n", (long long)s->total_steps);
+        break;
+    case DT_SCHED_WARMUP_LR:
+        printf("schedule     WarmupLR: %lld steps; %s warmup over %lld steps from %g to %g, then constant\n",
+               (long long)s->total_steps, wt, (long long)s->warmup_steps, s->warmup_min_lr, o->lr);
+        break;
+    case DT_SCHED_WARMUP_DECAY_LR:
+        printf("schedule     WarmupDecayLR: %lld steps; %s warmup over %lld steps from %g to %g, then linear to 0\n",
+               (long long)s->total_steps, wt, (long long)s->warmup_steps, s->warmup_min_lr, o->lr);
+        break;
+    default:
+        printf("schedule     WarmupCosineLR: %lld steps; %s warmup over %lld steps from %g x lr, then cosine "
+               "to %g x lr\n",
+               (long long)s->total_steps, wt, (long long)s->warmup_steps, s->warmup_min_lr, s->cos_min_ratio);
+        break;
+    }
+}
+
+static void show_io(const dt_plan *p) {
+    const dt_data *d = &p->data;
+    printf("data         %s (%s, %s tokenizer), validation: ", d->train, d->format, d->tokenizer);
+    if (d->valid[0])
+        printf("%s", d->valid);
+    else
+        printf("%g%% of the training data", d->valid_fraction * PERCENT);
+    if (d->eval_interval > 0)
+        printf(", every %lld steps x %lld batches", (long long)d->eval_interval, (long long)d->eval_batches);
+    else
+        printf(", never evaluated");
+    printf(", seed %llu\n", (unsigned long long)d->seed);
+    const dt_output *o = &p->output;
+    printf("output       %s, checkpoint ", o->dir);
+    if (o->save_interval > 0)
+        printf("every %lld steps", (long long)o->save_interval);
+    else
+        printf("at the end only");
+    printf(", keep last %lld, init %s\n", (long long)o->keep_last, o->init[0] ? o->init : "random (from the seed)");
+}
+
+static void show_prediction(const dt_plan *p, fmt *f) {
+    const dt_prediction *pr = &p->prediction;
+    if (!pr->valid) {
+        printf("prediction   none stored (dtplan solve writes one; dtplan estimate --plan re-evaluates)\n");
+        return;
+    }
+    const dt_mem_breakdown *m = &pr->memory;
+    printf("prediction   device memory per rank: total %s = params %s + grads %s + optimizer %s\n",
+           B(f, m->total), B(f, m->params), B(f, m->grads), B(f, m->optimizer));
+    printf("               + activations %s + buffers %s + reserve %s\n", B(f, m->activations),
+           B(f, m->buffers), B(f, m->reserve));
+    printf("             host memory per node: total %s = params %s + optimizer %s + buffers %s; NVMe %s\n",
+           B(f, m->host_total), B(f, m->host_params), B(f, m->host_optimizer), B(f, m->host_buffers),
+           B(f, m->nvme));
+    const dt_time_breakdown *t = &pr->time;
+    printf("             step %.2f ms: compute %.2f + recompute %.2f + exposed comm %.2f (of %.2f) + offload %.2f "
+           "+ optimizer %.2f ms\n",
+           t->step_s * MS_PER_S, t->compute_s * MS_PER_S, t->recompute_s * MS_PER_S,
+           t->comm_exposed_s * MS_PER_S, t->comm_s * MS_PER_S, t->offload_s * MS_PER_S,
+           t->optimizer_s * MS_PER_S);
+    printf("             %.0f tokens/s, MFU %.1f%%\n", t->tokens_per_s, t->mfu * PERCENT);
+    printf("             communicated per rank per step:");
+    for (int c = 0; c < DT_COLL_COUNT; c++)
+        printf("%s %s %s", c ? "," : "", dt_collective_name((dt_collective)c), B(f, pr->comm_bytes[c]));
+    printf("\n");
+}
+
+int dt_cmd_show(int argc, char **argv) {
+    const char *path = NULL;
+    fmt f = {.u = DT_UNITS_GIB};
+    dt_error err = {0};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--units")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "dtplan: show: --units needs GiB or GB\n");
+                return 2;
+            }
+            if (dt_parse_units(argv[++i], &f.u, &err)) {
+                fprintf(stderr, "dtplan: show: %s\n", err.msg);
+                return 2;
+            }
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            fprintf(stderr, "dtplan: show: unknown option '%s' (see dtplan show --help)\n", argv[i]);
+            return 2;
+        } else if (path) {
+            fprintf(stderr, "dtplan: show: one plan at a time ('%s' and '%s')\n", path, argv[i]);
+            return 2;
+        } else {
+            path = argv[i];
+        }
+    }
+    if (!path) {
+        fprintf(stderr, "dtplan: show: no plan given (usage: dtplan show plan.json)\n");
+        return 2;
+    }
+    dt_plan p;
+    if (dt_plan_load(path, &p, &err)) {
+        fprintf(stderr, "dtplan: %s\n", err.msg);
+        return 2; /* a plan that cannot be read is bad input, whatever the reason */
+    }
+    printf("plan         %s (%s)\n", path, DT_PLAN_FORMAT);
+    show_model(&p, &f);
+    show_cluster(&p, &f);
+    show_parallel(&p, &f);
+    show_training(&p);
+    show_io(&p);
+    show_prediction(&p, &f);
+    return 0;
+}

@@ -1,0 +1,412 @@
+/* cmd_solve.c — `dtplan solve`: the fastest (stage, offload, micro-batch,
+ * accumulation, checkpointed layers) under a memory limit, by GLPK (dt_solve.h),
+ * printed with its memory breakdown and predicted speed, the best alternative of
+ * every other stage and why it lost; -o writes the plan. docs/solver.md. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "dt_cli.h"
+#include "dt_model.h"
+#include "dt_memory.h"
+#include "dt_report_charts.h"
+#include "dt_solve.h"
+#include "dt_timemodel.h"
+#include "dt_units.h"
+
+/* Default global batch from the users' runbooks' DeepSpeed memory settings:
+ * per-device batch 1 with gradient accumulation 16, times the world size
+ * (docs/solver.md). */
+#define DT_SOLVE_DEFAULT_PER_DEVICE 1
+#define DT_SOLVE_DEFAULT_ACCUM 16
+#define DT_SOLVE_DEFAULT_HARDWARE "H100-SXM-80GB"
+/* Sanity bounds on the integer options: far beyond any real run, small enough that
+ * the byte and FLOP arithmetic cannot overflow (the same as dtplan estimate's). */
+#define SOLVE_MAX_GPUS (INT64_C(1) << 20)
+#define SOLVE_MAX_SEQ (INT64_C(1) << 24)
+#define SOLVE_MAX_BATCH (INT64_C(1) << 40)
+#define SOLVE_MAX_STEPS (INT64_C(1) << 40)
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dtplan solve --mem LIMIT (--model NAME|config.json | --params N) [options]\n"
+            "  --mem 80G             memory per GPU (80G = 80 GiB, 80GB = 80e9 bytes; a unit is required,\n"
+            "                        at most the profile's device memory)\n"
+            "  --gpus N              total ranks (default 1); --nodes N (default 1, must divide --gpus)\n"
+            "  --global-batch N      sequences per optimizer step (default %d x %d x world)\n"
+            "  --seq N               tokens per sequence (default 1024)\n"
+            "  --hardware NAME|PATH  profile (default %s); --interconnect 100Gb (inter-node link)\n"
+            "  --host-mem SIZE       host memory per node (default: the profile's)\n"
+            "  --nvme SIZE           NVMe capacity per node (default: the profile's)\n"
+            "  --precision P         mixed-bf16 (default) | mixed-fp16 | pure-bf16 | fp32\n"
+            "  --stages 0,1,2,3      stages the solver may choose (comma-separated, each once); --no-offload;\n"
+            "                        --no-overlap\n"
+            "  --units GiB|GB        display unit; -o plan.json writes the chosen plan\n"
+            "  --plot FILE.png|.svg  every evaluated configuration: peak memory vs step time\n"
+            "training settings carried by the plan (no effect on memory or time):\n"
+            "  --data PATH           training text directory or llm.c shards (default /usr/share/games/fortunes)\n"
+            "  --steps N             optimizer steps; --warmup N; --lr X (peak, default 2e-4)\n"
+            "  --schedule S          constant | WarmupLR (default) | WarmupDecayLR | WarmupCosineLR\n"
+            "  --out DIR             dtrun output directory; --eval-interval N; --save-interval N\n",
+            DT_SOLVE_DEFAULT_PER_DEVICE, DT_SOLVE_DEFAULT_ACCUM, DT_SOLVE_DEFAULT_HARDWARE);
+}
+
+/* "2,3": each item one stage 0..3, once, no empty items (no "1," or ",2" or "2,,3"). */
+static int parse_stages(const char *s, unsigned *mask, dt_error *err) {
+    static const char hint[] = "write a comma-separated list of ZeRO stages 0..3, each once, e.g. --stages 2,3";
+    *mask = 0;
+    if (!*s) return dt_errorf(err, DT_EINVAL, "--stages: empty list; %s", hint);
+    for (const char *p = s;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (len == 0)
+            return dt_errorf(err, DT_EINVAL, "--stages '%s': an empty item %s; %s", s,
+                             !comma ? "after the last comma" : p == s ? "before the first comma" : "between two commas",
+                             hint);
+        if (len != 1 || *p < '0' || *p > '3')
+            return dt_errorf(err, DT_EINVAL, "--stages '%s': '%.*s' is not a ZeRO stage 0..3; %s", s, (int)len, p, hint);
+        unsigned bit = 1u << (*p - '0');
+        if (*mask & bit) return dt_errorf(err, DT_EINVAL, "--stages '%s': stage %c is listed twice; %s", s, *p, hint);
+        *mask |= bit;
+        if (!comma) return DT_OK;
+        p = comma + 1;
+    }
+}
+
+static double ms_since(const struct timespec *t0) {
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) * 1e-6;
+}
+
+static const char *stage_name(int s) {
+    static const char *const n[4] = {"DDP (stage 0)", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
+    return n[s];
+}
+
+static void print_config(const dt_solve_choice *c, int64_t L) {
+    printf("%s, offload optimizer %s, offload param %s, micro-batch %lld x accumulation %lld, "
+           "%lld/%lld layers checkpointed",
+           stage_name(c->zero_stage), dt_offload_name(c->offload_optimizer),
+           dt_offload_name(c->offload_param), (long long)c->micro_batch, (long long)c->grad_accum,
+           (long long)c->ckpt_layers, (long long)L);
+}
+
+static void print_result(const dt_solve_request *rq, const dt_solve_result *r, dt_units u,
+                         double solve_ms) {
+    const dt_plan *p = &r->plan;
+    const dt_mem_breakdown *m = &p->prediction.memory;
+    const dt_time_breakdown *t = &p->prediction.time;
+    char b[8][48];
+    int64_t L = p->model.n_layer;
+    const char *dev = p->cluster.device == DT_DEVICE_CPU ? "rank" : "GPU";
+    printf("chosen: ");
+    print_config(&r->best, L);
+    printf("\n  per %s: params %s, grads %s, optimizer %s, activations %s, buffers %s, reserve %s\n", dev,
+           dt_format_bytes(m->params, u, b[0], 48), dt_format_bytes(m->grads, u, b[1], 48),
+           dt_format_bytes(m->optimizer, u, b[2], 48), dt_format_bytes(m->activations, u, b[3], 48),
+           dt_format_bytes(m->buffers, u, b[4], 48), dt_format_bytes(m->reserve, u, b[5], 48));
+    printf("  per %s total %s of %s;  host per node %s of %s;  NVMe %s of %s\n", dev,
+           dt_format_bytes(m->total, u, b[0], 48), dt_format_bytes(rq->mem_limit_bytes, u, b[1], 48),
+           dt_format_bytes(m->host_total, u, b[2], 48), dt_format_bytes(rq->host_limit_bytes, u, b[3], 48),
+           dt_format_bytes(m->nvme, u, b[4], 48), dt_format_bytes(rq->nvme_limit_bytes, u, b[5], 48));
+    printf("  step %.4g s = compute %.4g + recompute %.4g + exposed comm %.4g (of %.4g) + offload %.4g + "
+           "optimizer %.4g\n",
+           t->step_s, t->compute_s, t->recompute_s, t->comm_exposed_s, t->comm_s, t->offload_s,
+           t->optimizer_s);
+    printf("  %.0f tokens/s, MFU %.1f%% (of %s peak %s FLOP/s)\n", t->tokens_per_s, 100.0 * t->mfu,
+           p->cluster.hw.name, dt_dtype_name(p->precision.param));
+    printf("  bytes per rank per step:");
+    int any = 0;
+    for (int c = 0; c < DT_COLL_COUNT; c++)
+        if (p->prediction.comm_bytes[c]) {
+            printf("%s %s %s", any ? "," : "", dt_collective_name((dt_collective)c),
+                   dt_format_bytes(p->prediction.comm_bytes[c], u, b[0], 48));
+            any = 1;
+        }
+    if (!any) printf(" none (%s)", p->parallel.world_size == 1 ? "one rank" : "no collectives");
+    printf("\nalternatives (best of each other stage):\n");
+    for (int s = 0; s < 4; s++) {
+        const dt_solve_choice *c = &r->per_stage[s];
+        if (s == r->best.zero_stage) continue;
+        if (!((rq->stage_mask >> s) & 1u)) {
+            printf("  %-14s not allowed (--stages)\n", stage_name(s));
+            continue;
+        }
+        if (!c->valid) {
+            printf("  %-14s no valid configuration\n", stage_name(s));
+            continue;
+        }
+        if (c->fits && c->step_s <= r->best.step_s * (1.0 + DT_SOLVE_TIME_TIE_REL)) {
+            /* equal step time: the solver's tie-break minimises device memory (docs/solver.md) */
+            if (c->mem.total > r->best.mem.total)
+                printf("  %-14s tied on time (%.4g s/step), lost the tie-break on memory: +%s per %s (%s), with ",
+                       stage_name(s), c->step_s, dt_format_bytes(c->mem.total - r->best.mem.total, u, b[0], 48),
+                       dev, dt_format_bytes(c->mem.total, u, b[1], 48));
+            else
+                printf("  %-14s tied on time (%.4g s/step) and memory (%s per %s): equally good, with ",
+                       stage_name(s), c->step_s, dt_format_bytes(c->mem.total, u, b[0], 48), dev);
+        } else if (c->fits) {
+            printf("  %-14s lost on time: %.4g s/step (+%.1f%%) with ", stage_name(s), c->step_s,
+                   100.0 * (c->step_s / r->best.step_s - 1.0));
+        } else if (c->mem.total > rq->mem_limit_bytes) {
+            printf("  %-14s lost on memory: needs %s per GPU at least, with ", stage_name(s),
+                   dt_format_bytes(c->mem.total, u, b[0], 48));
+        } else {
+            printf("  %-14s lost on memory: host %s per node / NVMe %s at least, with ", stage_name(s),
+                   dt_format_bytes(c->mem.host_total, u, b[0], 48), dt_format_bytes(c->mem.nvme, u, b[1], 48));
+        }
+        print_config(c, L);
+        printf("\n");
+    }
+    printf("solver: %d candidates, MILP %d columns x %d rows, %d GLPK solves, %.1f ms\n", r->n_candidates,
+           r->n_columns, r->n_rows, r->milp_solves, solve_ms);
+}
+
+/* Copies a string option into a fixed plan field, refusing what would not fit. */
+static int set_path(char *dst, size_t n, const char *v, const char *what, dt_error *err) {
+    if (strlen(v) >= n) return dt_errorf(err, DT_EINVAL, "%s: path longer than %zu bytes", what, n - 1);
+    snprintf(dst, n, "%s", v);
+    return DT_OK;
+}
+
+/* --data/--steps/--lr/--warmup/--schedule/--out/--eval-interval/--save-interval:
+ * the training settings dtrun reads from the plan. */
+static int apply_training_options(dt_plan *b, const char *data, const char *steps, const char *lr,
+                                  const char *warmup, const char *sched, const char *outdir,
+                                  const char *eval, const char *save, dt_error *err) {
+    int64_t v;
+    if (data && set_path(b->data.train, sizeof b->data.train, data, "--data", err)) return err->code;
+    if (outdir && set_path(b->output.dir, sizeof b->output.dir, outdir, "--out", err)) return err->code;
+    if (steps) {
+        if (dt_parse_int(steps, "--steps", 1, SOLVE_MAX_STEPS, 1000, &v, err)) return err->code;
+        b->schedule.total_steps = v;
+        if (b->schedule.warmup_steps > v) b->schedule.warmup_steps = v / 10;
+    }
+    if (warmup) {
+        if (dt_parse_int(warmup, "--warmup", 0, SOLVE_MAX_STEPS, 100, &v, err)) return err->code;
+        b->schedule.warmup_steps = v;
+    }
+    if (eval) {
+        if (dt_parse_int(eval, "--eval-interval", 0, SOLVE_MAX_STEPS, 50, &v, err)) return err->code;
+        b->data.eval_interval = v;
+    }
+    if (save) {
+        if (dt_parse_int(save, "--save-interval", 0, SOLVE_MAX_STEPS, 100, &v, err)) return err->code;
+        b->output.save_interval = v;
+    }
+    if (lr) {
+        char *end = NULL;
+        double x = strtod(lr, &end);
+        if (!end || *end || !(x > 0) || x > 1)
+            return dt_errorf(err, DT_EINVAL, "--lr: '%s' is not a learning rate in (0, 1] (e.g. --lr 3e-4)", lr);
+        b->optimizer.lr = x;
+    }
+    if (sched) {
+        static const char *const names[] = {"constant", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"};
+        int k = -1;
+        for (int i = 0; i < 4; i++)
+            if (!strcasecmp(sched, names[i])) k = i;
+        if (k < 0)
+            return dt_errorf(err, DT_EINVAL,
+                             "--schedule: unknown '%s' (choices: constant, WarmupLR, WarmupDecayLR, WarmupCosineLR)",
+                             sched);
+        b->schedule.kind = (dt_sched_kind)k;
+    }
+    if (b->schedule.warmup_steps > b->schedule.total_steps)
+        return dt_errorf(err, DT_EINVAL, "--warmup %lld exceeds --steps %lld (e.g. --warmup %lld)",
+                         (long long)b->schedule.warmup_steps, (long long)b->schedule.total_steps,
+                         (long long)(b->schedule.total_steps / 10));
+    return DT_OK;
+}
+
+/* --plot: every evaluated (candidate, K) point, the chosen one highlighted. */
+typedef struct {
+    dt_chart_candidate *c;
+    int n, cap, chosen;
+    const dt_solve_choice *best;
+} plot_points;
+
+static int collect_point(void *ud, const dt_solve_choice *ch, dt_error *err) {
+    plot_points *pp = ud;
+    if (pp->n == pp->cap) {
+        int cap = pp->cap ? 2 * pp->cap : 1024;
+        dt_chart_candidate *nc = realloc(pp->c, (size_t)cap * sizeof *nc);
+        if (!nc) return dt_errorf(err, DT_ENOMEM, "solve --plot: out of memory");
+        pp->c = nc, pp->cap = cap;
+    }
+    const dt_solve_choice *b = pp->best;
+    if (ch->zero_stage == b->zero_stage && ch->offload_optimizer == b->offload_optimizer &&
+        ch->offload_param == b->offload_param && ch->micro_batch == b->micro_batch && ch->ckpt_layers == b->ckpt_layers)
+        pp->chosen = pp->n;
+    pp->c[pp->n++] = (dt_chart_candidate){ch->step_s, ch->mem.total, ch->fits};
+    return DT_OK;
+}
+
+static int plot_candidates(const dt_solve_request *rq, const dt_solve_result *r, dt_units u, const char *path,
+                           dt_error *err) {
+    plot_points pp = {NULL, 0, 0, -1, &r->best};
+    int rc = dt_solve_candidates(rq, collect_point, &pp, err);
+    if (!rc) {
+        char title[192], label[128], cnt[32];
+        snprintf(title, sizeof title, "%s (%s params), %lld GPU(s): %d candidates x 0..%lld checkpointed layers",
+                 rq->base.model.name,
+                 dt_format_count(dt_model_params(&rq->base.model), cnt, sizeof cnt),
+                 (long long)rq->base.parallel.world_size, r->n_candidates, (long long)rq->base.model.n_layer);
+        snprintf(label, sizeof label, "chosen: %s, micro %lld, %lld ckpt", stage_name(r->best.zero_stage),
+                 (long long)r->best.micro_batch, (long long)r->best.ckpt_layers);
+        rc = dt_chart_candidates(path, title, pp.n, pp.c, pp.chosen, label, rq->mem_limit_bytes, u, err);
+    }
+    free(pp.c);
+    return rc;
+}
+
+/* The options that take a value, with an example that works (for the messages);
+ * k_opts is indexed by this enum. */
+enum {
+    O_MEM, O_MODEL, O_PARAMS, O_GPUS, O_NODES, O_GBATCH, O_SEQ, O_HARDWARE, O_LINK, O_HOST, O_NVME, O_PREC,
+    O_STAGES, O_OUT_PLAN, O_UNITS, O_DATA, O_STEPS, O_LR, O_WARMUP, O_SCHED, O_OUTDIR, O_EVAL, O_SAVE, O_PLOT
+};
+typedef struct {
+    const char *name, *example;
+} solve_opt;
+static const solve_opt k_opts[] = {
+    {"--mem", "80G"}, {"--model", "gpt2"}, {"--params", "32B"}, {"--gpus", "8"}, {"--nodes", "2"},
+    {"--global-batch", "256"}, {"--seq", "1024"}, {"--hardware", DT_SOLVE_DEFAULT_HARDWARE},
+    {"--interconnect", "100Gb"}, {"--host-mem", "512G"}, {"--nvme", "2T"}, {"--precision", "mixed-bf16"},
+    {"--stages", "2,3"}, {"-o", "plan.json"}, {"--units", "GiB"}, {"--data", "/usr/share/games/fortunes"},
+    {"--steps", "1000"}, {"--lr", "3e-4"}, {"--warmup", "100"}, {"--schedule", "WarmupLR"}, {"--out", "run/"},
+    {"--eval-interval", "50"}, {"--save-interval", "100"}, {"--plot", "candidates.png"},
+};
+#define N_OPTS ((int)(sizeof k_opts / sizeof k_opts[0]))
+_Static_assert(sizeof k_opts / sizeof k_opts[0] == O_PLOT + 1, "k_opts follows the O_ enum");
+
+int dt_cmd_solve(int argc, char **argv) {
+    const char *v[N_OPTS] = {0};   /* values, indexed like k_opts */
+    int no_offload = 0, no_overlap = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--no-offload")) { no_offload = 1; continue; }
+        if (!strcmp(a, "--no-overlap")) { no_overlap = 1; continue; }
+        int k = -1;
+        for (int j = 0; j < N_OPTS; j++)
+            if (!strcmp(a, k_opts[j].name)) k = j;
+        if (k < 0) return dt_cli_fail(2, "solve: unknown option '%s' (see dtplan solve --help)", a);
+        if (i + 1 >= argc)
+            return dt_cli_fail(2, "solve: %s needs a value (e.g. %s %s)", a, a, k_opts[k].example);
+        if (v[k]) return dt_cli_fail(2, "solve: %s given twice", a);
+        v[k] = argv[++i];
+        if (!*v[k]) return dt_cli_fail(2, "solve: %s: empty value (e.g. %s %s)", a, a, k_opts[k].example);
+    }
+    const char *mem = v[O_MEM], *model = v[O_MODEL], *params = v[O_PARAMS], *gbatch = v[O_GBATCH];
+    const char *gpus = v[O_GPUS] ? v[O_GPUS] : "1", *nodes = v[O_NODES] ? v[O_NODES] : "1", *seq = v[O_SEQ];
+    const char *hardware = v[O_HARDWARE] ? v[O_HARDWARE] : DT_SOLVE_DEFAULT_HARDWARE, *link = v[O_LINK];
+    const char *host = v[O_HOST], *nvme = v[O_NVME], *prec = v[O_PREC], *outp = v[O_OUT_PLAN], *plot = v[O_PLOT];
+    const char *stages = v[O_STAGES] ? v[O_STAGES] : "0,1,2,3", *units = v[O_UNITS] ? v[O_UNITS] : "GiB";
+    dt_error err;
+    dt_error_clear(&err);
+    if (!mem) return dt_cli_fail(2, "solve: --mem is required (e.g. --mem 80G)");
+    if (!model == !params)
+        return dt_cli_fail(2, "solve: give exactly one of --model NAME and --params N (e.g. --params 32B)");
+    if (plot && dt_cli_check_plot_name("--plot", plot, "candidates.png", &err)) return dt_cli_fail(2, "%s", err.msg);
+
+    dt_solve_request rq;
+    memset(&rq, 0, sizeof rq);
+    dt_plan *b = &rq.base;
+    dt_plan_defaults(b);
+    int64_t n_gpus, n_nodes, n;
+    dt_units u;
+    if (model ? dt_model_resolve(model, &b->model, &err) : 0) return dt_cli_fail(2, "%s", err.msg);
+    if (params && (dt_parse_count(params, "--params", &n, &err) || dt_model_for_params(n, &b->model, &err)))
+        return dt_cli_fail(2, "%s", err.msg);
+    if (dt_parse_bytes(mem, "--mem", &rq.mem_limit_bytes, &err) ||
+        dt_parse_int(gpus, "--gpus", 1, SOLVE_MAX_GPUS, 8, &n_gpus, &err) ||
+        dt_parse_int(nodes, "--nodes", 1, SOLVE_MAX_GPUS, 2, &n_nodes, &err) || dt_parse_units(units, &u, &err) ||
+        parse_stages(stages, &rq.stage_mask, &err))
+        return dt_cli_fail(2, "%s", err.msg);
+    if (n_gpus % n_nodes)
+        return dt_cli_fail(2, "solve: --gpus %lld is not divisible by --nodes %lld: every node runs the same number "
+                              "of GPUs", (long long)n_gpus, (long long)n_nodes);
+    if (dt_hardware_load(hardware, link, &b->cluster.hw, &err) ||
+        dt_hardware_check_mem_limit(&b->cluster.hw, rq.mem_limit_bytes, "--mem", mem, 1, &err))
+        return dt_cli_fail(2, "%s", err.msg);
+    b->cluster.device = b->cluster.hw.device;
+    b->cluster.nodes = n_nodes;
+    b->cluster.gpus_per_node = n_gpus / n_nodes;
+    b->parallel.world_size = n_gpus;
+    b->parallel.overlap_comm = !no_overlap;
+    if (prec) {
+        dt_precision_preset pp;
+        if (dt_precision_parse_preset(prec, &pp, &err)) return dt_cli_fail(2, "%s", err.msg);
+        dt_precision_from_preset(pp, &b->precision);
+    }
+    if (seq && dt_parse_int(seq, "--seq", 1, SOLVE_MAX_SEQ, 1024, &b->batch.seq_len, &err))
+        return dt_cli_fail(2, "%s", err.msg);
+    b->batch.global_batch = DT_SOLVE_DEFAULT_PER_DEVICE * DT_SOLVE_DEFAULT_ACCUM * n_gpus;
+    if (gbatch && dt_parse_int(gbatch, "--global-batch", 1, SOLVE_MAX_BATCH, 256, &b->batch.global_batch, &err))
+        return dt_cli_fail(2, "%s", err.msg);
+    rq.host_limit_bytes = b->cluster.hw.host_mem_bytes;
+    rq.nvme_limit_bytes = b->cluster.hw.nvme_bytes;
+    if ((host && dt_parse_bytes(host, "--host-mem", &rq.host_limit_bytes, &err)) ||
+        (nvme && dt_parse_bytes(nvme, "--nvme", &rq.nvme_limit_bytes, &err)))
+        return dt_cli_fail(2, "%s", err.msg);
+    rq.allow_offload = !no_offload;
+    if (apply_training_options(b, v[O_DATA], v[O_STEPS], v[O_LR], v[O_WARMUP], v[O_SCHED], v[O_OUTDIR], v[O_EVAL],
+                               v[O_SAVE], &err))
+        return dt_cli_fail(2, "%s", err.msg);
+    if (rq.mem_limit_bytes <= b->cluster.hw.reserve_bytes) {
+        char rb[48], most[32];
+        dt_hardware_mem_text(&b->cluster.hw, most, sizeof most);
+        return dt_cli_fail(2, "solve: --mem %s is not above hardware profile %s's runtime reserve %s (e.g. --mem %s)",
+                           mem, b->cluster.hw.name, dt_format_bytes(b->cluster.hw.reserve_bytes, u, rb, sizeof rb),
+                           most);
+    }
+    /* every check on the request before anything is printed */
+    if (dt_solve_check(&rq, &err)) return dt_cli_fail(2, "solve: %s", err.msg);
+
+    char pbuf[32], sbuf[48];
+    printf("dtplan solve: %s (%s params), %lld x %s on %lld node(s) (%s inter-node), %s, global batch %lld x "
+           "seq %lld\n",
+           b->model.name, dt_format_count(dt_model_params(&b->model), pbuf, sizeof pbuf), (long long)n_gpus,
+           b->cluster.hw.name, (long long)n_nodes, b->cluster.hw.interconnect,
+           dt_precision_preset_name(b->precision.preset), (long long)b->batch.global_batch,
+           (long long)b->batch.seq_len);
+    printf("limit: %s per GPU (reserve %s included)\n", dt_format_bytes(rq.mem_limit_bytes, u, sbuf, sizeof sbuf),
+           dt_format_bytes(b->cluster.hw.reserve_bytes, u, pbuf, sizeof pbuf));
+
+    dt_solve_result *r = malloc(sizeof *r);
+    if (!r) return dt_cli_fail(1, "solve: out of memory");
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = dt_solve(&rq, r, &err);
+    double ms = ms_since(&t0);
+    if (rc) {
+        free(r);
+        fprintf(stderr, "dtplan: %s\n", err.msg);
+        return rc == DT_EINVAL || rc == DT_EINFEASIBLE ? 2 : 1;
+    }
+    print_result(&rq, r, u, ms);
+    if (outp) {
+        if (dt_plan_save(outp, &r->plan, &err)) {
+            free(r);
+            return dt_cli_fail(err.code == DT_ENOMEM ? 1 : 2, "%s", err.msg);
+        }
+        printf("plan: %s\n", outp);
+    }
+    if (plot) {
+        if (plot_candidates(&rq, r, u, plot, &err)) {
+            free(r);
+            fprintf(stderr, "dtplan: %s\n", err.msg);
+            return err.code == DT_ENOMEM ? 1 : 2;
+        }
+        printf("plot: %s\n", plot);
+    }
+    free(r);
+    return 0;
+}

@@ -1,0 +1,29 @@
+/* dt_cli.h — dtplan subcommands. Each takes the arguments after the subcommand
+ * name (argv[0] is the subcommand) and returns the process exit status:
+ * 0 success, 2 bad input or infeasible request, 1 other failure. Each prints
+ * its own usage on --help. */
+#ifndef DT_CLI_H
+#define DT_CLI_H
+
+#include "dt_error.h"
+
+int dt_cmd_estimate(int argc, char **argv);
+int dt_cmd_solve(int argc, char **argv);
+int dt_cmd_show(int argc, char **argv);
+int dt_cmd_export(int argc, char **argv);
+int dt_cmd_calibrate(int argc, char **argv);
+
+/* Prints "dtplan: <message>" (one line) to stderr and returns code, so a
+ * subcommand can write: return dt_cli_fail(2, "--mem: ..."). */
+int dt_cli_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The value of the option argv[*i] (advancing *i), or NULL after printing
+ * "<cmd>: <option> needs a value (see dtplan <cmd> --help)" when it is missing or empty. */
+const char *dt_cli_value(int argc, char **argv, int *i, const char *cmd);
+/* A chart file name must end in .png or .svg (the charts pick the format from it):
+ * checked before any work, "--plot: 'x.txt' must end in .png or .svg (e.g. --plot mem.png)". */
+int dt_cli_check_plot_name(const char *flag, const char *path, const char *example, dt_error *err);
+int dt_cmd_simulate(int argc, char **argv);
+int dt_cmd_compare(int argc, char **argv);
+int dt_cmd_report(int argc, char **argv);
+
+#endif

@@ -1,0 +1,94 @@
+/* dtplan — plan distributed LLM training: estimate memory, solve for the fastest
+ * configuration under a memory limit, show / export plans. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "dt_cli.h"
+
+int dt_cli_fail(int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "dtplan: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    return code;
+}
+
+const char *dt_cli_value(int argc, char **argv, int *i, const char *cmd) {
+    const char *opt = argv[*i];
+    if (*i + 1 >= argc || !argv[*i + 1][0]) {
+        dt_cli_fail(2, "%s: %s needs a value (see dtplan %s --help)", cmd, opt, cmd);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+int dt_cli_check_plot_name(const char *flag, const char *path, const char *example, dt_error *err) {
+    size_t n = strlen(path);
+    if (n > 4 && (!strcasecmp(path + n - 4, ".png") || !strcasecmp(path + n - 4, ".svg"))) return DT_OK;
+    return dt_errorf(err, DT_EINVAL, "%s: '%s' must end in .png or .svg (e.g. %s %s)", flag, path, flag, example);
+}
+
+/* `dtplan calibrate ...` runs `dtrun calibrate ...`: measuring times the engine's
+ * kernels and an MPI all-reduce, and dtplan links neither the engine's
+ * distributed runtime nor MPI (docs/architecture.md). dtrun is looked for next
+ * to this program; argv[0] = "dtplan" makes its messages say "dtplan:". */
+int dt_cmd_calibrate(int argc, char **argv) {
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return dt_cli_fail(1, "calibrate: cannot find this program's path (/proc/self/exe): %s", strerror(errno));
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    const char *name = "dtrun";
+    if (!slash || (size_t)(slash - self) + 1 + strlen(name) + 1 > sizeof self)
+        return dt_cli_fail(1, "calibrate: cannot locate dtrun beside '%s'", self);
+    strcpy(slash + 1, name);
+    char *args[256];
+    if (argc + 2 > (int)(sizeof args / sizeof args[0])) return dt_cli_fail(2, "calibrate: too many arguments");
+    args[0] = "dtplan";
+    for (int i = 0; i < argc; i++) args[1 + i] = argv[i];   /* argv[0] is "calibrate" */
+    args[argc + 1] = NULL;
+    execv(self, args);
+    return dt_cli_fail(1, "calibrate: cannot run '%s': %s (calibrate is dtrun's; build or install dtrun beside dtplan, "
+                          "or run: dtrun calibrate)", self, strerror(errno));
+}
+
+typedef struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *what;
+} dt_subcommand;
+
+static const dt_subcommand k_commands[] = {
+    {"estimate", dt_cmd_estimate, "per-GPU / per-host memory for every ZeRO stage and offload option"},
+    {"solve", dt_cmd_solve, "choose stage, micro-batch, accumulation, offload, checkpointing (GLPK); write plan.json"},
+    {"show", dt_cmd_show, "print a plan readably"},
+    {"export", dt_cmd_export, "write the DeepSpeed config and launch lines for a plan"},
+    {"simulate", dt_cmd_simulate, "discrete-event simulation of one step: timeline, critical path, memory over time"},
+    {"compare", dt_cmd_compare, "per-phase differences between a simulated and a measured trace"},
+    {"report", dt_cmd_report, "charts and a Markdown summary from a dtrun output directory"},
+    {"calibrate", dt_cmd_calibrate, "measure this machine and write a hardware profile (runs dtrun calibrate)"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: dtplan <command> [options]   (dtplan <command> --help for options)\n\n");
+    for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", k_commands[i].name, k_commands[i].what);
+    fprintf(f, "\nexample: dtplan estimate --params 32B --gpus 8\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
+        if (!strcmp(argv[1], k_commands[i].name)) return k_commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "dtplan: unknown command '%s' (try: dtplan --help)\n", argv[1]);
+    return 2;
+}

@@ -1,0 +1,13 @@
+/* dt_dtrun_cli.h — dtrun's subcommands besides training (cli/dtrun/dtrun.c).
+ * Each takes the arguments after the subcommand name (argv[0] is the
+ * subcommand) and returns the process exit status: 0 success, 2 bad input,
+ * 1 other failure. */
+#ifndef DT_DTRUN_CLI_H
+#define DT_DTRUN_CLI_H
+
+/* `calibrate`: measure this machine, write a hardware profile (calibrate.c).
+ * prog is the program name its messages start with ("dtrun", or "dtplan" when
+ * `dtplan calibrate` forwarded the call). */
+int dt_cmd_calibrate(const char *prog, int argc, char **argv);
+
+#endif

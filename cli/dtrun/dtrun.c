@@ -1,0 +1,411 @@
+/* dtrun — executes a plan written by dtplan (docs/dtrun.md, docs/launch.md).
+ *
+ *   dtrun [LAUNCH FLAGS] PLAN.json [--out DIR] [--max-steps N] [--data PATH] [--resume | --overwrite]
+ *                                  [--timeout SECONDS] [--trace FILE] [--quiet]
+ *   dtrun sample CKPT_DIR [--prompt TEXT] [--tokens N] [--seed S] [--temperature X]
+ *                         [--dump-logits FILE]
+ *
+ * LAUNCH FLAGS (torchrun's): --nnodes N --node-rank R --nproc-per-node M
+ * --master-addr A --master-port P. A plan with world_size > 1 started without
+ * mpirun/srun/torchrun makes this process start every local rank itself.
+ *
+ * Exit status: 0 success, 2 bad input (arguments, plan, data, launch), 1 other
+ * failures (a rank that died or timed out included). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "dt_dtrun_cli.h"
+#include "dt_ckpt.h"
+#include "dt_comm.h"
+#include "dt_data.h"
+#include "dt_gpt2.h"
+#include "dt_launch.h"
+#include "dt_plan.h"
+#include "dt_rendezvous.h"
+#include "dt_rundir.h"
+#include "dt_timemodel.h"
+#include "dt_train.h"
+#ifdef DT_HAVE_CUDA
+#include "dt_nccl.h"
+#endif
+
+#define DT_SAMPLE_TOKENS 200       /* default --tokens */
+#define DT_SAMPLE_TEMPERATURE 0.8  /* default --temperature */
+#define DT_SAMPLE_SEED 42          /* default --seed */
+/* Default --timeout: seconds a collective (and the TCP rendezvous) may wait for
+ * a peer before the run is declared dead; torchrun/NCCL use minutes too
+ * (docs/launch.md §4). Equal to the rendezvous default. */
+#define DT_TIMEOUT_S DT_RENDEZVOUS_TIMEOUT_S
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dtrun [--nnodes N --node-rank R --nproc-per-node M --master-addr A --master-port P]\n"
+            "             PLAN.json [--out DIR] [--max-steps N] [--data PATH] [--resume | --overwrite]\n"
+            "             [--timeout SECONDS] [--trace FILE] [--quiet]\n"
+            "       dtrun sample CKPT_DIR [--prompt TEXT] [--tokens N] [--seed S] [--temperature X]\n"
+            "                         [--dump-logits FILE]\n"
+            "       dtrun calibrate -o PROFILE.json [--plan PLAN.json] [--no-mpi]\n"
+            "\n"
+            "Trains the plan's model exactly as planned (ZeRO stage, offload, cpu or cuda device),\n"
+            "one process per rank: alone, a plan with world_size > 1 starts its ranks itself\n"
+            "(through mpirun; with --nnodes, this node's ranks); under mpirun, srun or torchrun\n"
+            "each process is one rank. --out and --data\n"
+            "override the plan's output.dir and data.train; --max-steps stops early without\n"
+            "changing the LR schedule. A new run needs an absent or empty output directory;\n"
+            "--resume continues the run in it from its newest complete checkpoint (a finished run\n"
+            "is left as it is); --overwrite starts a new run there after removing what dtrun wrote\n"
+            "(metrics, reports, heartbeats, checkpoints), keeping every other file. Checkpoints\n"
+            "carry a CRC-32C per file, checked when resuming. --timeout (default %.0f s) bounds\n"
+            "every wait for another rank (collectives, rendezvous): a rank that died or hangs is\n"
+            "then named and every rank\n"
+            "exits non-zero; --trace writes the run as Chrome trace JSON (dtplan compare reads it).\n"
+            "Writes metrics.jsonl, run-report.json, hb/ heartbeats and\n"
+            "checkpoints (ckpt-NNNNNNNN/, loadable by transformers' GPT2LMHeadModel).\n"
+            "'sample' prints text from a checkpoint (or the newest one under a run directory).\n"
+            "'calibrate' measures this machine and writes a hardware profile (also: dtplan calibrate).\n",
+            DT_TIMEOUT_S);
+}
+
+static int exit_code(int rc) { return rc == DT_EINVAL || rc == DT_EINFEASIBLE ? 2 : 1; }
+
+static int fail(int rc, const dt_error *err) {
+    fprintf(stderr, "dtrun: %s\n", err->msg);
+    return exit_code(rc);
+}
+
+static int parse_i64(const char *s, const char *what, int64_t min, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || end == s || v < min) {
+        fprintf(stderr, "dtrun: %s expects an integer >= %lld, got '%s'\n", what, (long long)min, s);
+        return 2;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_seconds(const char *s, const char *what, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || end == s || !(v > 0) || !isfinite(v)) {
+        fprintf(stderr, "dtrun: %s expects a number of seconds > 0, got '%s'\n", what, s);
+        return 2;
+    }
+    *out = v;
+    return 0;
+}
+
+#ifdef DT_HAVE_CUDA
+/* TCP bootstrap of NCCL (torchrun / launch flags): rank 0's unique id goes to
+ * every rank over the rendezvous channel (docs/launch.md §3). */
+static int rdzv_exchange(void *ctx, void *id, size_t bytes, int rank, int size, dt_error *err) {
+    (void)rank;
+    (void)size;
+    return dt_rendezvous_broadcast((dt_rdzv *)ctx, id, bytes, err);
+}
+#endif
+
+/* The communicator for the launched world (dt_launch_bootstrap's choice).
+ * *rdzv is the TCP channel to close after training (NULL otherwise). */
+static int open_comm(const dt_launch_info *li, int is_cuda, double timeout_s, dt_comm **comm, dt_rdzv **rdzv,
+                     dt_error *err) {
+    *comm = NULL;
+    *rdzv = NULL;
+    dt_launch_boot boot;
+    int rc = dt_launch_bootstrap(li, is_cuda, &boot, err);
+    if (rc) return rc;
+    if (boot == DT_BOOT_SELF) return dt_comm_init_self(comm, err);
+#ifdef DT_HAVE_CUDA
+    if (is_cuda) {
+        if (boot == DT_BOOT_TCP) {
+            if ((rc = dt_rendezvous_open(rdzv, li->master_addr, li->master_port + DT_RENDEZVOUS_PORT_OFFSET,
+                                         li->rank, li->world, timeout_s, err)))
+                return rc;
+            dt_nccl_set_id_exchange(rdzv_exchange, *rdzv);
+        }
+        return dt_comm_init_nccl(comm, timeout_s, err);
+    }
+#else
+    if (is_cuda)
+        return dt_errorf(err, DT_EINVAL,
+                         "the plan's device is cuda but this dtrun was built without CUDA/NCCL "
+                         "(rebuild with the CUDA toolkit and NCCL installed)");
+#endif
+    if (boot == DT_BOOT_TCP) {   /* CPU ranks without mpirun: one MPI world joined over TCP */
+        if ((rc = dt_rendezvous_open(rdzv, li->master_addr, li->master_port + DT_RENDEZVOUS_PORT_OFFSET, li->rank,
+                                     li->world, timeout_s, err)))
+            return rc;
+        return dt_comm_init_mpi_tcp(comm, timeout_s, *rdzv, li->rank, li->world, err);
+    }
+    return dt_comm_init_mpi(comm, timeout_s, err);
+}
+
+static int cmd_train(int argc, char **argv) {
+    const char *plan_path = NULL;
+    dt_train_opts o;
+    memset(&o, 0, sizeof o);
+    o.progress = -1;
+    o.log = stderr;
+    double timeout_s = DT_TIMEOUT_S;
+    dt_error err;
+    dt_error_clear(&err);
+    /* torchrun-style launch flags first: they leave argv, the rest is dtrun's */
+    dt_launch_flags lf;
+    dt_launch_flags_init(&lf);
+    if (dt_launch_flags_parse(&lf, &argc, argv, &err)) return fail(DT_EINVAL, &err);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int has_val = i + 1 < argc;
+        if (strcmp(a, "--out") == 0 && has_val) o.out_dir = argv[++i];
+        else if (strcmp(a, "--data") == 0 && has_val) o.data_path = argv[++i];
+        else if (strcmp(a, "--max-steps") == 0 && has_val) {
+            if (parse_i64(argv[++i], "--max-steps", 1, &o.max_steps)) return 2;
+        } else if (strcmp(a, "--timeout") == 0 && has_val) {
+            if (parse_seconds(argv[++i], "--timeout", &timeout_s)) return 2;
+        } else if (strcmp(a, "--resume") == 0) o.resume = 1;
+        else if (strcmp(a, "--overwrite") == 0) o.overwrite = 1;
+        else if (strcmp(a, "--quiet") == 0) o.log = NULL;
+        else if (strcmp(a, "--trace") == 0 && has_val) o.trace_path = argv[++i];   /* engine/dist/dt_tracer.h */
+        else if (strcmp(a, "--no-progress") == 0) o.progress = 0;
+        else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "dtrun: unknown option '%s'%s (see dtrun --help)\n", a,
+                    has_val ? "" : " or missing value");
+            return 2;
+        } else if (!plan_path) plan_path = a;
+        else {
+            fprintf(stderr, "dtrun: unexpected argument '%s' (one plan file)\n", a);
+            return 2;
+        }
+    }
+    if (!plan_path) {
+        usage(stderr);
+        return 2;
+    }
+    if (o.resume && o.overwrite) {
+        fprintf(stderr, "dtrun: --resume and --overwrite exclude each other: --resume continues the run in the "
+                        "output directory, --overwrite starts a new one there\n");
+        return 2;
+    }
+    o.plan_path = plan_path;
+    dt_plan plan;
+    /* an unreadable plan is bad input too (exit 2), like an invalid one */
+    int rc = dt_plan_load(plan_path, &plan, &err);
+    if (!rc) rc = dt_plan_validate(&plan, &err);
+    if (rc) return fail(DT_EINVAL, &err);
+    const int world = (int)plan.parallel.world_size, gpn = (int)plan.cluster.gpus_per_node;
+    const int nodes = (int)plan.cluster.nodes, is_cuda = plan.cluster.device == DT_DEVICE_CUDA;
+    /* where this process stands: a lone agent, or a rank of mpirun/srun/torchrun */
+    dt_launch_info li;
+    if (dt_launch_discover(&lf, &li, &err)) return fail(DT_EINVAL, &err);
+    if (dt_launch_must_spawn(&li, world)) {   /* `dtrun plan.json` with world > 1: start the ranks */
+        /* a refused output directory: one line here, before any rank starts (the ranks check again) */
+        const char *out = o.out_dir ? o.out_dir : plan.output.dir;
+        if (dt_rundir_check(out, o.resume ? DT_OUT_RESUME : o.overwrite ? DT_OUT_OVERWRITE : DT_OUT_NEW, &err))
+            return fail(DT_EINVAL, &err);
+        return dt_launch_spawn_local(&li, world, gpn, is_cuda, argc, argv, stderr, &err);
+    }
+    if (dt_launch_check_world(&li, world, gpn, nodes, &err)) {
+        if (li.rank == 0) fprintf(stderr, "dtrun: %s\n", err.msg);   /* one line, not one per rank */
+        return 2;
+    }
+    dt_comm *comm = NULL;
+    dt_rdzv *rdzv = NULL;
+    rc = open_comm(&li, is_cuda, timeout_s, &comm, &rdzv, &err);
+    if (rc) {
+        dt_rendezvous_close(rdzv);
+        return fail(rc, &err);
+    }
+    const int rank = dt_comm_rank(comm);
+    /* a hand-edited plan: recompute the prediction; warn when the stored one is stale */
+    char what[256];
+    int stale = 0;
+    if ((rc = dt_plan_refresh_prediction(&plan, &stale, what, sizeof what, &err))) {
+        dt_comm_free(comm);
+        dt_rendezvous_close(rdzv);
+        return fail(DT_EINVAL, &err);
+    }
+    if (stale && rank == 0)
+        fprintf(stderr,
+                "dtrun: warning: %s: the stored prediction is stale (%s); using a recomputed one "
+                "(dtplan estimate --plan %s refreshes the file)\n",
+                plan_path, what, plan_path);
+    o.comm = comm;
+    dt_train_result r;
+    rc = dt_train(&plan, &o, &r, &err);
+    if (rc && r.refused) {   /* every rank refused the output directory alike: one line, nothing to abort */
+        if (rank == 0) fprintf(stderr, "dtrun: %s\n", err.msg);
+        dt_comm_free(comm);
+        dt_rendezvous_close(rdzv);
+        return exit_code(rc);
+    }
+    if (rc) {
+        /* a collective timeout already carries the heartbeat diagnosis naming the rank */
+        fprintf(stderr, "dtrun: rank %d: %s\n", rank, err.msg);
+        /* the other ranks may be blocked in a collective: end them all now */
+        if (world > 1) dt_comm_abort(comm, exit_code(rc));
+        dt_comm_free(comm);
+        dt_rendezvous_close(rdzv);
+        return exit_code(rc);
+    }
+    dt_comm_free(comm);
+    dt_rendezvous_close(rdzv);
+    if (rank != 0) o.log = NULL;
+    if (o.log && r.finished)
+        fprintf(stderr, "dtrun: %s: already finished at step %lld; nothing changed\n",
+                o.out_dir ? o.out_dir : plan.output.dir, (long long)r.steps);
+    else if (o.log)
+        fprintf(stderr, "dtrun: done: step %lld, loss %.4f -> %.4f%s, %.0f tokens/s\n", (long long)r.steps,
+                r.first_loss, r.last_loss, r.skipped ? " (some fp16 steps skipped)" : "", r.tokens_per_s);
+    return 0;
+}
+
+/* ---- sample ---- */
+
+static int cmd_sample(int argc, char **argv) {
+    const char *dir = NULL, *prompt = "\n", *dump = NULL;
+    int64_t ntok = DT_SAMPLE_TOKENS, seed = DT_SAMPLE_SEED;
+    double temp = DT_SAMPLE_TEMPERATURE;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int has_val = i + 1 < argc;
+        if (strcmp(a, "--prompt") == 0 && has_val) prompt = argv[++i];
+        else if (strcmp(a, "--dump-logits") == 0 && has_val) dump = argv[++i];
+        else if (strcmp(a, "--tokens") == 0 && has_val) {
+            if (parse_i64(argv[++i], "--tokens", 1, &ntok)) return 2;
+        } else if (strcmp(a, "--seed") == 0 && has_val) {
+            if (parse_i64(argv[++i], "--seed", 0, &seed)) return 2;
+        } else if (strcmp(a, "--temperature") == 0 && has_val) {
+            char *end;
+            temp = strtod(argv[++i], &end);
+            if (*end || !(temp > 0)) {
+                fprintf(stderr, "dtrun: --temperature expects a number > 0, got '%s'\n", argv[i]);
+                return 2;
+            }
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "dtrun: sample: unknown option '%s'\n", a);
+            return 2;
+        } else if (!dir) dir = a;
+        else {
+            fprintf(stderr, "dtrun: sample: unexpected argument '%s'\n", a);
+            return 2;
+        }
+    }
+    if (!dir) {
+        fprintf(stderr, "dtrun: sample needs a checkpoint directory (a ckpt-NNNNNNNN or a run's --out)\n");
+        return 2;
+    }
+    dt_error err;
+    dt_error_clear(&err);
+    char ckpt[DT_PATH_MAX * 2], p[DT_PATH_MAX * 3];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    if (stat(p, &sb) == 0) {
+        snprintf(ckpt, sizeof ckpt, "%s", dir);
+    } else {
+        int64_t step;
+        dt_ckpt_latest(dir, ckpt, sizeof ckpt, &step, &err);
+        if (step < 0) {
+            fprintf(stderr, "dtrun: %s: no checkpoint here (no model.safetensors, no ckpt-* directory)\n", dir);
+            return 2;
+        }
+    }
+    dt_model m;
+    snprintf(p, sizeof p, "%s/config.json", ckpt);
+    int rc = dt_model_resolve(p, &m, &err);
+    if (rc) return fail(rc, &err);
+    if (m.vocab < DT_BYTE_VOCAB) {
+        fprintf(stderr, "dtrun: sample decodes bytes; the model's vocab %lld is smaller than 256\n",
+                (long long)m.vocab);
+        return 2;
+    }
+    dt_precision prec;
+    dt_precision_from_preset(DT_PREC_FP32, &prec);
+    dt_gpt2 *g;
+    const int64_t T = m.max_pos;
+    if ((rc = dt_gpt2_create(&m, &prec, 1, T, 0, DT_ATTN_FLASH, &g, &err))) return fail(rc, &err);
+    snprintf(p, sizeof p, "%s/model.safetensors", ckpt);
+    if ((rc = dt_weights_load(g, &m, DT_DTYPE_FP32, p, &err))) {
+        dt_gpt2_free(g);
+        return fail(rc, &err);
+    }
+    int32_t *ctx = calloc((size_t)T, sizeof *ctx);
+    int64_t len = 0;
+    for (const unsigned char *s = (const unsigned char *)prompt; *s; s++) {
+        if (len == T) {   /* keep the last T bytes of a long prompt */
+            memmove(ctx, ctx + 1, (size_t)(T - 1) * sizeof *ctx);
+            len--;
+        }
+        ctx[len++] = *s;
+    }
+    if (len == 0) ctx[len++] = '\n';
+    fputs(prompt, stdout);
+    uint64_t rng = (uint64_t)seed;
+    double *prob = malloc((size_t)m.vocab * sizeof *prob);
+    for (int64_t k = 0; k < ntok && !rc; k++) {
+        float loss;
+        if ((rc = dt_gpt2_forward(g, ctx, NULL, &loss, &err))) break;
+        if (k == 0 && dump) {   /* fp32 [len, V] logits of the prompt (scripts/check_hf_export.py) */
+            FILE *f = fopen(dump, "wb");
+            size_t nv = (size_t)(len * m.vocab);
+            if (!f || fwrite(dt_gpt2_logits(g), sizeof(float), nv, f) != nv) {
+                if (f) fclose(f);
+                rc = dt_errorf(&err, DT_EIO, "%s: cannot write logits", dump);
+                break;
+            }
+            fclose(f);
+        }
+        const float *logits = dt_gpt2_logits(g) + (len - 1) * m.vocab;
+        /* softmax with temperature over the byte tokens, then inverse-CDF sampling */
+        double mx = -INFINITY, sum = 0;
+        for (int64_t v = 0; v < DT_BYTE_VOCAB; v++) mx = fmax(mx, logits[v] / temp);
+        for (int64_t v = 0; v < DT_BYTE_VOCAB; v++) sum += (prob[v] = exp(logits[v] / temp - mx));
+        double u = ldexp((double)(dt_rng_next(&rng) >> 11), -53) * sum;   /* 53-bit uniform in [0, sum) */
+        int64_t tok = DT_BYTE_VOCAB - 1;
+        for (int64_t v = 0; v < DT_BYTE_VOCAB; v++) {
+            if (u < prob[v]) {
+                tok = v;
+                break;
+            }
+            u -= prob[v];
+        }
+        putchar((int)tok);
+        if (len == T) {
+            memmove(ctx, ctx + 1, (size_t)(T - 1) * sizeof *ctx);
+            len--;
+        }
+        ctx[len++] = (int32_t)tok;
+    }
+    putchar('\n');
+    free(prob);
+    free(ctx);
+    dt_gpt2_free(g);
+    return rc ? fail(rc, &err) : 0;
+}
+
+int main(int argc, char **argv) {
+    /* under dtrun's own spawner this process only supervises the real rank */
+    int st = dt_launch_supervisor(argc, argv);
+    if (st >= 0) return st;
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "sample") == 0) return cmd_sample(argc - 1, argv + 1);
+    if (strcmp(argv[1], "calibrate") == 0) {
+        /* `dtplan calibrate` execs this binary with argv[0] = "dtplan" */
+        const char *base = strrchr(argv[0], '/');
+        base = base ? base + 1 : argv[0];
+        return dt_cmd_calibrate(strcmp(base, "dtplan") == 0 ? "dtplan" : "dtrun", argc - 1, argv + 1);
+    }
+    return cmd_train(argc, argv);
+}

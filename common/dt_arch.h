@@ -1,0 +1,50 @@
+/* dt_arch.h — the description of a decoder-only architecture, as a plan file
+ * carries it (common/plan.c) and every layer above reads it: the shape fields,
+ * the family, and the consistency check. What to do with a description — resolve
+ * a name or config.json into one, count its parameters and FLOPs — lives in
+ * models/dt_model.h. */
+#ifndef DT_ARCH_H
+#define DT_ARCH_H
+
+#include <stdint.h>
+
+#include "dt_error.h"
+
+/* Upper bounds on each dimension: keep every count below 2^62 so int64 arithmetic
+ * cannot overflow (3·h·f·L <= 3·2^20·2^22·2^14 < 2^58), far above any real model. */
+#define DT_MAX_LAYERS   (INT64_C(1) << 14)
+#define DT_MAX_HIDDEN   (INT64_C(1) << 20)
+#define DT_MAX_HEADS    (INT64_C(1) << 16)
+#define DT_MAX_HEAD_DIM (INT64_C(1) << 16)
+#define DT_MAX_QDIM     (INT64_C(1) << 22)   /* n_head * head_dim */
+#define DT_MAX_FFN      (INT64_C(1) << 22)
+#define DT_MAX_VOCAB    (INT64_C(1) << 24)
+#define DT_MAX_POS      (INT64_C(1) << 24)
+
+typedef enum { DT_FAMILY_GPT2 = 0, DT_FAMILY_LLAMA = 1 } dt_family;
+
+typedef struct dt_model {
+    char name[64];        /* catalog name ("gpt2", "qwen3-32b"), file stem, or "derived-32B" */
+    dt_family family;
+    int64_t n_layer;      /* L: transformer blocks */
+    int64_t hidden;       /* h: residual width */
+    int64_t n_head;       /* a: query heads */
+    int64_t n_kv_head;    /* key/value heads (GQA); == n_head for multi-head attention */
+    int64_t head_dim;     /* d: per-head width (hidden / n_head unless the config says) */
+    int64_t ffn;          /* f: MLP inner width */
+    int64_t vocab;        /* V: embedding rows (as in config.json, not padded) */
+    int64_t max_pos;      /* max_position_embeddings / n_positions (gpt2: rows of wpe) */
+    int tied_embeddings;  /* lm_head shares wte */
+    int qkv_bias;         /* llama family: q,k,v projections have biases (Qwen2). gpt2: always 1 */
+    int qk_norm;          /* llama family: per-head RMSNorm on q and k (Qwen3) */
+    double norm_eps;      /* LayerNorm / RMSNorm epsilon */
+    double rope_theta;    /* llama family RoPE base; 0 for gpt2 */
+    int derived;          /* 1 when the shape was derived from a bare parameter count */
+} dt_model;
+
+/* Checks internal consistency (sizes within the bounds above, heads divide, GQA groups). */
+int dt_model_validate(const dt_model *m, dt_error *err);
+
+const char *dt_family_name(dt_family f);   /* "gpt2" / "llama" */
+
+#endif

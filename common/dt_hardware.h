@@ -1,0 +1,58 @@
+/* dt_hardware.h — hardware profiles (configs/hardware/NAME.json) and their numbers.
+ * Units: FLOP/s, bytes/s, bytes, seconds. Every number cites its source in
+ * docs/hardware.md. */
+#ifndef DT_HARDWARE_H
+#define DT_HARDWARE_H
+
+#include <stdint.h>
+
+#include "dt_error.h"
+#include "dt_precision.h"
+
+typedef enum { DT_DEVICE_CPU = 0, DT_DEVICE_CUDA = 1 } dt_device;
+
+typedef struct dt_hardware {
+    char name[64];               /* profile name, e.g. "H100-SXM-80GB", "cpu", "local" */
+    dt_device device;
+    int64_t device_mem_bytes;    /* memory per device (rank) */
+    int64_t reserve_bytes;       /* runtime context + allocator slack per device, stated */
+    double peak_flops[3];        /* dense peak FLOP/s indexed by dt_dtype (fp32, bf16, fp16) */
+    double achievable_flops[3];  /* what GEMM-heavy training reaches, same index */
+    double mem_bw;               /* device memory bandwidth, bytes/s */
+    double intra_busbw;          /* intra-node collective bus bandwidth, bytes/s */
+    double intra_alpha_s;        /* intra-node collective latency per step, s */
+    char interconnect[32];       /* inter-node link the numbers below are for, e.g. "200Gb" */
+    double inter_busbw;          /* inter-node collective bus bandwidth, bytes/s */
+    double inter_alpha_s;        /* inter-node latency per step, s */
+    double h2d_bw;               /* host<->device copy bandwidth, bytes/s (pinned) */
+    int64_t host_mem_bytes;      /* host memory per node */
+    double cpu_adam_params_per_s;/* CPU AdamW throughput per node, parameters/s */
+    double nvme_bw;              /* NVMe read/write bandwidth per node, bytes/s */
+    int64_t nvme_bytes;          /* NVMe capacity per node */
+    /* Optional kernel-level terms (absent in a profile = 0 = not modelled apart;
+     * docs/time-model.md "Kernel-level terms", measured by dtplan calibrate): */
+    double attention_flops;      /* FLOP/s of the attention kernels (QK^T and PV, counted as
+                                  * dt_model_block_fwd_flops_per_seq does); 0: achievable_flops */
+    double op_overhead_s;        /* fixed time per device op (kernel launch, OpenMP fork/join), s */
+    double elementwise_bw;       /* bytes/s the element-wise kernels (LayerNorm, GELU, residual,
+                                  * bias sums, cross-entropy) stream; 0: folded into achievable_flops */
+} dt_hardware;
+
+/* Loads a profile by name (case-insensitive, built into the binary from
+ * configs/hardware/) or from a JSON file path, then selects the inter-node
+ * numbers for interconnect (NULL = the profile's default). */
+int dt_hardware_load(const char *name_or_path, const char *interconnect, dt_hardware *out,
+                     dt_error *err);
+/* A per-device memory limit (--mem, given as text) must not exceed the profile's
+ * device memory: the error names the profile's capacity, a --mem value that fits and,
+ * when the caller can take another profile (suggest_hardware), the smallest built-in
+ * profile of the same kind that holds the limit. */
+int dt_hardware_check_mem_limit(const dt_hardware *hw, int64_t limit, const char *flag, const char *text,
+                                int suggest_hardware, dt_error *err);
+/* The profile's device memory as --mem text that parses to at most it: "80G" for
+ * 80 GiB, "141GB" for 141e9 bytes. */
+void dt_hardware_mem_text(const dt_hardware *hw, char *buf, size_t n);
+int dt_hardware_catalog_count(void);
+const char *dt_hardware_catalog_name(int i);
+
+#endif

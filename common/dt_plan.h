@@ -1,0 +1,172 @@
+/* dt_plan.h — the plan: the contract between dtplan (which writes it) and dtrun
+ * (which executes it unchanged). JSON format "dtplan.plan/1": docs/plan-format.md.
+ *
+ * Every size is in the unit its name says: *_bytes in bytes, *_elems in elements,
+ * *_s in seconds, *_bw in bytes/s. A plan read from disk is checked completely:
+ * unknown keys, missing keys and wrong types are errors naming the JSON path
+ * ("$.batch.micro_batch: expected a positive integer"). */
+#ifndef DT_PLAN_H
+#define DT_PLAN_H
+
+#include <stdint.h>
+
+#include "dt_error.h"
+#include "dt_hardware.h"
+#include "dt_arch.h"
+#include "dt_precision.h"
+
+#define DT_PLAN_FORMAT "dtplan.plan/1"
+#define DT_PATH_MAX 512
+
+typedef enum { DT_OFFLOAD_NONE = 0, DT_OFFLOAD_CPU = 1, DT_OFFLOAD_NVME = 2 } dt_offload;
+typedef enum { DT_ATTN_FLASH = 0, DT_ATTN_MATERIALIZED = 1 } dt_attention;
+
+/* Collectives, for byte counters. The byte count of one call is the size of the
+ * full (unsharded) logical buffer, nccl-tests' "size" convention:
+ *   all-reduce: count * elem;  reduce-scatter: recvcount * world * elem;
+ *   all-gather: sendcount * world * elem;  broadcast: count * elem. */
+typedef enum {
+    DT_COLL_ALLREDUCE = 0,
+    DT_COLL_REDUCE_SCATTER = 1,
+    DT_COLL_ALLGATHER = 2,
+    DT_COLL_BROADCAST = 3,
+    DT_COLL_COUNT = 4
+} dt_collective;
+
+typedef struct dt_cluster {
+    int64_t nodes;
+    int64_t gpus_per_node;     /* ranks per node */
+    dt_device device;
+    dt_hardware hw;            /* the profile numbers the prediction used */
+} dt_cluster;
+
+typedef struct dt_parallel {
+    int64_t world_size;        /* == nodes * gpus_per_node (data parallel only) */
+    int zero_stage;            /* 0 (DDP) .. 3 */
+    dt_offload offload_optimizer;  /* stages 1..3 */
+    dt_offload offload_param;      /* stage 3 only */
+    char nvme_path[DT_PATH_MAX];   /* directory for nvme offload files ("" if unused) */
+    int64_t reduce_bucket_elems;   /* DeepSpeed reduce_bucket_size (code default 5e8) */
+    int64_t allgather_bucket_elems;/* allgather_bucket_size (5e8) */
+    int64_t prefetch_bucket_elems; /* stage3_prefetch_bucket_size (code default 5e7) */
+    int64_t max_live_params;       /* stage3_max_live_parameters (1e9) */
+    int overlap_comm;              /* overlap reduction / gathers with compute */
+} dt_parallel;
+
+typedef struct dt_batch {
+    int64_t micro_batch;       /* sequences per rank per micro-step */
+    int64_t grad_accum;        /* micro-steps per optimizer step */
+    int64_t global_batch;      /* == micro_batch * grad_accum * world_size */
+    int64_t seq_len;           /* tokens per sequence */
+} dt_batch;
+
+typedef struct dt_activations {
+    int64_t ckpt_layers;       /* 0..n_layer blocks whose activations are recomputed */
+    dt_attention attention;
+} dt_activations;
+
+typedef struct dt_optimizer {
+    double lr;                 /* peak learning rate */
+    double beta1, beta2, eps;
+    double weight_decay;
+    double grad_clip;          /* global-norm clip; 0 disables (DeepSpeed semantics) */
+} dt_optimizer;
+
+typedef enum {
+    DT_SCHED_CONSTANT = 0,
+    DT_SCHED_WARMUP_LR = 1,          /* DeepSpeed WarmupLR: warmup then constant */
+    DT_SCHED_WARMUP_DECAY_LR = 2,    /* WarmupDecayLR: warmup then linear decay to 0 */
+    DT_SCHED_WARMUP_COSINE_LR = 3    /* WarmupCosineLR: warmup then cosine to cos_min_ratio */
+} dt_sched_kind;
+
+typedef struct dt_schedule {
+    dt_sched_kind kind;
+    int64_t total_steps;       /* optimizer steps the run is planned for */
+    int64_t warmup_steps;
+    int warmup_linear;         /* 1 linear warmup, 0 DeepSpeed's default log warmup */
+    double warmup_min_lr;      /* WarmupLR/WarmupDecayLR start value; WarmupCosineLR: ratio */
+    double cos_min_ratio;      /* WarmupCosineLR floor as a fraction of lr */
+} dt_schedule;
+
+typedef struct dt_data {
+    char train[DT_PATH_MAX];   /* directory of text files or llm.c shards, or one file */
+    char valid[DT_PATH_MAX];   /* "" = split off valid_fraction of train */
+    char format[16];           /* "text" (byte tokenizer) | "llmc" (uint16 token shards) */
+    char tokenizer[16];        /* "byte" */
+    double valid_fraction;
+    int64_t eval_interval;     /* steps between validation passes, 0 = never */
+    int64_t eval_batches;      /* micro-batches per validation pass */
+    uint64_t seed;
+} dt_data;
+
+typedef struct dt_output {
+    char dir[DT_PATH_MAX];
+    int64_t save_interval;     /* steps between checkpoints, 0 = only at the end */
+    int64_t keep_last;         /* checkpoints kept, >= 1 */
+    char init[DT_PATH_MAX];    /* "" = random init from seed; or .safetensors / llm.c .bin */
+} dt_output;
+
+typedef struct dt_mem_breakdown {
+    /* per rank, device pool, bytes */
+    int64_t params, grads, optimizer, activations, buffers, reserve, total;
+    /* per node, host pool, bytes */
+    int64_t host_params, host_optimizer, host_buffers, host_total;
+    /* per node, NVMe, bytes */
+    int64_t nvme;
+} dt_mem_breakdown;
+
+typedef struct dt_time_breakdown {
+    double compute_s;          /* forward + backward over all micro-steps */
+    double recompute_s;        /* checkpointed-layer forward recompute */
+    double comm_s;             /* all communication time, overlapped or not */
+    double comm_exposed_s;     /* the part not hidden behind compute */
+    double offload_s;          /* exposed host/NVMe transfers */
+    double optimizer_s;        /* optimizer step (device or CPU) */
+    double step_s;             /* the predicted wall time of one optimizer step */
+    double tokens_per_s;       /* global tokens per second */
+    double mfu;                /* model FLOPs utilisation vs peak, 0..1 */
+} dt_time_breakdown;
+
+typedef struct dt_prediction {
+    int valid;                 /* 0: no prediction stored (or stale) */
+    dt_mem_breakdown memory;
+    dt_time_breakdown time;
+    int64_t comm_bytes[DT_COLL_COUNT]; /* per rank per optimizer step, see dt_collective */
+} dt_prediction;
+
+typedef struct dt_plan {
+    dt_model model;
+    dt_cluster cluster;
+    dt_parallel parallel;
+    dt_batch batch;
+    dt_precision precision;
+    dt_activations activations;
+    dt_optimizer optimizer;
+    dt_schedule schedule;
+    dt_data data;
+    dt_output output;
+    dt_prediction prediction;
+} dt_plan;
+
+/* Defaults for everything but the model: 1 node x 1 rank, cpu profile, stage 0,
+ * DeepSpeed's bucket defaults, mixed-bf16, micro 1, accum 1, seq 1024, no ckpt,
+ * flash attention, AdamW (lr 2e-4 betas 0.9/0.999 eps 1e-8 wd 0.01, clip 1.0:
+ * docs/plan-format.md "optimizer"), WarmupLR. */
+void dt_plan_defaults(dt_plan *p);
+
+/* Consistency: world == nodes * gpus_per_node, batch triple (DeepSpeed's wording
+ * on mismatch), stage/offload combinations DeepSpeed allows, ckpt_layers <= L. */
+int dt_plan_validate(const dt_plan *p, dt_error *err);
+
+int dt_plan_parse(const char *json, dt_plan *out, dt_error *err);
+int dt_plan_load(const char *path, dt_plan *out, dt_error *err);
+/* Returns a malloc'd, pretty-printed JSON text (caller frees with free()). */
+char *dt_plan_to_json(const dt_plan *p, dt_error *err);
+/* Atomic: writes path.tmp, fsyncs, renames over path. */
+int dt_plan_save(const char *path, const dt_plan *p, dt_error *err);
+
+const char *dt_offload_name(dt_offload o);        /* "none" | "cpu" | "nvme" */
+int dt_offload_parse(const char *s, dt_offload *out, dt_error *err);
+const char *dt_collective_name(dt_collective c);  /* "allreduce", "reduce_scatter", ... */
+
+#endif

@@ -1,0 +1,472 @@
+/* data.c — see dt_data.h. */
+#include "dt_data.h"
+#include "dt_safetensors.h"   /* dt_write_file_atomic, dt_open_regular */
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define DT_SHARD_HEADER_BYTES (DT_SHARD_HEADER_INTS * 4)
+/* Other llm.c magics, named in errors so a mix-up is obvious (docs/dtrun.md "Data"):
+ * a model checkpoint (llm.c train_gpt2.py write_model), llama3's uint32 shards. */
+#define DT_LLMC_MODEL_MAGIC 20240326
+#define DT_LLMC_LLAMA3_SHARD_MAGIC 20240801
+
+typedef struct {
+    char path[1024];
+    const uint8_t *bytes;     /* text: byte tokens */
+    const uint16_t *toks;     /* shard: uint16 tokens (into the mapping) */
+    void *map;                /* mmap base, or malloc'd text */
+    size_t map_len;
+    int64_t ntok;
+} dt_source;
+
+struct dt_corpus {
+    dt_source *src;
+    int nsrc;
+    int nfiles;
+    int64_t ntok;
+};
+
+static int name_cmp(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void free_names(char **names, int n) {
+    for (int i = 0; i < n; i++) free(names[i]);
+    free(names);
+}
+
+/* A one-name list holding path (a data file given directly). */
+static int single_name(const char *path, char ***names_out, int *n_out, dt_error *err) {
+    char **names = malloc(sizeof *names);
+    if (names && !(names[0] = strdup(path))) {
+        free(names);
+        names = NULL;
+    }
+    if (!names) return dt_errorf(err, DT_ENOMEM, "%s: out of memory", path);
+    *names_out = names;
+    *n_out = 1;
+    return DT_OK;
+}
+
+/* Regular files of dir (no symlinks), sorted; suffix filters when non-NULL. */
+static int list_dir(const char *dir, const char *suffix, char ***names_out, int *n_out,
+                    dt_error *err) {
+    DIR *d = opendir(dir);
+    if (!d) return dt_errorf(err, DT_EINVAL, "%s: cannot open data directory: %s", dir, strerror(errno));
+    char **names = NULL;
+    int n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        size_t len = strlen(e->d_name);
+        if (suffix) {
+            size_t sl = strlen(suffix);
+            if (len < sl || strcmp(e->d_name + len - sl, suffix) != 0) continue;
+        }
+        char full[2048];
+        snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(full, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            char **nn = realloc(names, (size_t)cap * sizeof *names);
+            if (!nn) break;
+            names = nn;
+        }
+        if (!(names[n] = strdup(full))) break;
+        n++;
+    }
+    int complete = e == NULL;
+    closedir(d);
+    if (!complete) {
+        free_names(names, n);
+        return dt_errorf(err, DT_ENOMEM, "%s: out of memory listing the data directory", dir);
+    }
+    if (n > 1) qsort(names, (size_t)n, sizeof *names, name_cmp);
+    *names_out = names;
+    *n_out = n;
+    return DT_OK;
+}
+
+/* A regular file's bytes (never a FIFO or device: dt_open_regular). */
+static int read_all(const char *path, uint8_t **out, size_t *len, dt_error *err) {
+    int fd;
+    uint64_t sz = 0;
+    if (dt_open_regular(path, "data file", &fd, &sz, err)) return err->code;
+    if (sz > (uint64_t)SIZE_MAX / 2) {
+        close(fd);
+        return dt_errorf(err, DT_EINVAL, "%s: %llu bytes is too large to read as text", path, (unsigned long long)sz);
+    }
+    uint8_t *buf = malloc(sz > 0 ? (size_t)sz : 1);
+    if (!buf) {
+        close(fd);
+        return dt_errorf(err, DT_ENOMEM, "%s: out of memory for %llu bytes of text", path, (unsigned long long)sz);
+    }
+    size_t got = 0;
+    while (got < (size_t)sz) {
+        ssize_t k = read(fd, buf + got, (size_t)sz - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+    int e = errno;
+    close(fd);
+    if (got != (size_t)sz) {
+        free(buf);
+        return dt_errorf(err, DT_EIO, "%s: cannot read: %s", path, got < (size_t)sz ? strerror(e) : "short read");
+    }
+    *out = buf;
+    *len = (size_t)sz;
+    return DT_OK;
+}
+
+static int open_text(dt_corpus *c, const char *path, int is_dir, int64_t vocab, dt_error *err) {
+    char **names = NULL;
+    int n = 0;
+    if (is_dir ? list_dir(path, NULL, &names, &n, err) : single_name(path, &names, &n, err)) return err->code;
+    uint8_t *all = NULL;
+    size_t total = 0;
+    int used = 0, rc = DT_OK;
+    for (int i = 0; i < n && rc == DT_OK; i++) {
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        if ((rc = read_all(names[i], &buf, &len, err))) break;
+        if (memchr(buf, 0, len)) {           /* binary (e.g. fortune's strfile .dat index) */
+            free(buf);
+            if (!is_dir)
+                rc = dt_errorf(err, DT_EINVAL,
+                               "%s: holds NUL bytes, so it is not text; use data.format \"llmc\" "
+                               "for token shards", names[i]);
+            continue;
+        }
+        uint8_t *na = realloc(all, total + len + 1);
+        if (!na) {
+            free(buf);
+            rc = dt_errorf(err, DT_ENOMEM, "%s: out of memory reading text", names[i]);
+            break;
+        }
+        all = na;
+        memcpy(all + total, buf, len);
+        total += len;
+        used++;
+        free(buf);
+    }
+    free_names(names, n);
+    if (rc) {
+        free(all);
+        return rc;
+    }
+    if (used == 0 || total == 0) {
+        free(all);
+        return dt_errorf(err, DT_EINVAL, "%s: no text found (no regular, non-binary, non-empty files)",
+                         path);
+    }
+    if (vocab < DT_BYTE_VOCAB) {
+        for (size_t i = 0; i < total; i++)
+            if (all[i] >= vocab) {
+                int b = all[i];
+                free(all);
+                return dt_errorf(err, DT_EINVAL,
+                                 "%s: byte 0x%02x at offset %zu is outside the model's vocab of %lld; "
+                                 "the byte tokenizer needs vocab >= 256",
+                                 path, b, i, (long long)vocab);
+            }
+    }
+    c->src = calloc(1, sizeof *c->src);
+    if (!c->src) {
+        free(all);
+        return dt_errorf(err, DT_ENOMEM, "%s: out of memory", path);
+    }
+    c->nsrc = 1;
+    c->nfiles = used;
+    snprintf(c->src[0].path, sizeof c->src[0].path, "%s", path);
+    c->src[0].bytes = all;
+    c->src[0].map = all;
+    c->src[0].ntok = (int64_t)total;
+    c->ntok = (int64_t)total;
+    return DT_OK;
+}
+
+static int open_shard(dt_source *s, const char *path, int64_t vocab, dt_error *err) {
+    snprintf(s->path, sizeof s->path, "%s", path);
+    int fd;
+    uint64_t fsize = 0;
+    if (dt_open_regular(path, "token shard", &fd, &fsize, err)) return err->code;
+    size_t size = (size_t)fsize;
+    if (size < DT_SHARD_HEADER_BYTES) {
+        close(fd);
+        return dt_errorf(err, DT_EINVAL,
+                         "%s: truncated llm.c shard: %zu bytes, shorter than the %d-byte header",
+                         path, size, DT_SHARD_HEADER_BYTES);
+    }
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return dt_errorf(err, DT_EIO, "%s: cannot map: %s", path, strerror(errno));
+    const int32_t *h = map;
+    int rc = DT_OK;
+    if (h[0] != DT_SHARD_MAGIC) {
+        const char *hint = h[0] == DT_LLMC_MODEL_MAGIC ? " (this is an llm.c model checkpoint, not data)"
+                           : h[0] == DT_LLMC_LLAMA3_SHARD_MAGIC ? " (a uint32 llama3 shard: not supported)"
+                                                                : "";
+        rc = dt_errorf(err, DT_EINVAL, "%s: not an llm.c token shard: magic %d, expected %d%s", path,
+                       h[0], DT_SHARD_MAGIC, hint);
+    } else if (h[1] != DT_SHARD_VERSION) {
+        rc = dt_errorf(err, DT_EINVAL, "%s: llm.c shard version %d, expected %d (uint16 tokens)",
+                       path, h[1], DT_SHARD_VERSION);
+    } else if (h[2] < 0 || size != DT_SHARD_HEADER_BYTES + 2 * (size_t)h[2]) {
+        rc = dt_errorf(err, DT_EINVAL,
+                       "%s: truncated llm.c shard: header says %d tokens (%zu bytes) but the file "
+                       "has %zu bytes",
+                       path, h[2], DT_SHARD_HEADER_BYTES + 2 * (size_t)(h[2] < 0 ? 0 : h[2]), size);
+    }
+    if (rc) {
+        munmap(map, size);
+        return rc;
+    }
+    s->map = map;
+    s->map_len = size;
+    s->ntok = h[2];
+    s->toks = (const uint16_t *)((const char *)map + DT_SHARD_HEADER_BYTES);
+    for (int64_t i = 0; i < s->ntok; i++)
+        if (s->toks[i] >= vocab)
+            return dt_errorf(err, DT_EINVAL,
+                             "%s: token %d at position %lld is outside the model's vocab of %lld",
+                             path, s->toks[i], (long long)i, (long long)vocab);
+    return DT_OK;
+}
+
+int dt_corpus_open(const char *path, const char *format, int64_t vocab, dt_corpus **out,
+                   dt_error *err) {
+    *out = NULL;
+    struct stat st;
+    if (!path || !path[0]) return dt_errorf(err, DT_EINVAL, "data: no path given (data.train or --data)");
+    if (stat(path, &st) != 0)
+        return dt_errorf(err, DT_EINVAL, "%s: data path not found: %s", path, strerror(errno));
+    int is_dir = S_ISDIR(st.st_mode);
+    /* a FIFO would block the run forever, a device never ends */
+    if (!is_dir && !S_ISREG(st.st_mode))
+        return dt_errorf(err, DT_EINVAL, "%s: is %s, not a regular file or a directory: give a data file or a "
+                         "directory of data files (data.train or --data)", path, dt_file_kind(st.st_mode));
+    dt_corpus *c = calloc(1, sizeof *c);
+    if (!c) return dt_errorf(err, DT_ENOMEM, "%s: out of memory", path);
+    int rc;
+    if (strcmp(format, "text") == 0) {
+        rc = open_text(c, path, is_dir, vocab, err);
+    } else if (strcmp(format, "llmc") == 0) {
+        char **names = NULL;
+        int n = 0;
+        rc = DT_OK;
+        rc = is_dir ? list_dir(path, ".bin", &names, &n, err) : single_name(path, &names, &n, err);
+        if (!rc && n == 0) rc = dt_errorf(err, DT_EINVAL, "%s: no *.bin token shards in the directory", path);
+        if (!rc && !(c->src = calloc((size_t)n, sizeof *c->src)))
+            rc = dt_errorf(err, DT_ENOMEM, "%s: out of memory for %d shards", path, n);
+        if (!rc) {
+            for (int i = 0; i < n && !rc; i++) {
+                rc = open_shard(&c->src[i], names[i], vocab, err);
+                c->nsrc = i + 1;
+                c->ntok += c->src[i].ntok;
+            }
+            c->nfiles = n;
+        }
+        free_names(names, n);
+    } else {
+        rc = dt_errorf(err, DT_EINVAL, "data.format \"%s\" is not known (use \"text\" or \"llmc\")", format);
+    }
+    if (rc) {
+        dt_corpus_free(c);
+        return rc;
+    }
+    *out = c;
+    return DT_OK;
+}
+
+void dt_corpus_free(dt_corpus *c) {
+    if (!c) return;
+    for (int i = 0; i < c->nsrc; i++) {
+        if (c->src[i].toks) munmap(c->src[i].map, c->src[i].map_len);
+        else free(c->src[i].map);
+    }
+    free(c->src);
+    free(c);
+}
+
+int64_t dt_corpus_tokens(const dt_corpus *c) { return c->ntok; }
+int dt_corpus_files(const dt_corpus *c) { return c->nfiles; }
+
+static int64_t source_windows(const dt_source *s, int64_t T) {
+    return s->ntok > T ? (s->ntok - 1) / T : 0;
+}
+
+int64_t dt_corpus_windows(const dt_corpus *c, int64_t seq_len) {
+    int64_t n = 0;
+    for (int i = 0; i < c->nsrc; i++) n += source_windows(&c->src[i], seq_len);
+    return n;
+}
+
+void dt_split_windows(int64_t n, double valid_fraction, int64_t *train_count, int64_t *valid_count) {
+    int64_t v = 0;
+    if (valid_fraction > 0.0 && n > 1) {
+        v = (int64_t)(valid_fraction * (double)n + 0.5);
+        if (v < 1) v = 1;
+        if (v > n - 1) v = n - 1;
+    }
+    *valid_count = v;
+    *train_count = n - v;
+}
+
+/* ---- loader ---- */
+
+struct dt_loader {
+    const dt_corpus *c;
+    int64_t T, B, first, count;
+    int shuffle, rank, world;
+    uint64_t seed;
+    int64_t *win_start;     /* [nsrc + 1] prefix sums of windows per source */
+    int64_t *perm;          /* [count] this epoch's order (identity without shuffle) */
+    dt_loader_pos pos;
+};
+
+uint64_t dt_rng_next(uint64_t *state) {
+    /* splitmix64 (Steele, Lea, Flood 2014): constants from the published generator */
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static void make_perm(dt_loader *l) {
+    for (int64_t i = 0; i < l->count; i++) l->perm[i] = i;
+    if (!l->shuffle) return;
+    /* the epoch's permutation depends only on (seed, epoch) */
+    uint64_t st = l->seed;
+    uint64_t key = dt_rng_next(&st) ^ (uint64_t)l->pos.epoch;
+    st = key;
+    for (int64_t i = l->count - 1; i > 0; i--) {
+        int64_t j = (int64_t)(dt_rng_next(&st) % (uint64_t)(i + 1));
+        int64_t t = l->perm[i];
+        l->perm[i] = l->perm[j];
+        l->perm[j] = t;
+    }
+}
+
+int dt_loader_create(const dt_corpus *c, int64_t seq_len, int64_t B, int64_t first,
+                     int64_t count, int shuffle, uint64_t seed, int rank, int world,
+                     const char *what, dt_loader **out, dt_error *err) {
+    *out = NULL;
+    int64_t total = dt_corpus_windows(c, seq_len);
+    if (count < 0) count = total - first;
+    if (first < 0 || first + count > total)
+        return dt_errorf(err, DT_EINTERNAL, "%s: window range %lld+%lld outside 0..%lld", what,
+                         (long long)first, (long long)count, (long long)total);
+    if (count < B * world)
+        return dt_errorf(err, DT_EINVAL,
+                         "%s: %lld tokens make %lld sequences of %lld+1 tokens, fewer than one batch "
+                         "of %lld; use more data or a smaller micro_batch/seq_len",
+                         what, (long long)c->ntok, (long long)count, (long long)seq_len,
+                         (long long)(B * world));
+    dt_loader *l = calloc(1, sizeof *l);
+    if (!l) return dt_errorf(err, DT_ENOMEM, "%s: out of memory creating the data loader", what);
+    l->c = c;
+    l->T = seq_len;
+    l->B = B;
+    l->first = first;
+    l->count = count;
+    l->shuffle = shuffle;
+    l->seed = seed;
+    l->rank = rank;
+    l->world = world;
+    l->win_start = malloc((size_t)(c->nsrc + 1) * sizeof *l->win_start);
+    l->perm = malloc((size_t)count * sizeof *l->perm);
+    if (!l->win_start || !l->perm) {
+        dt_loader_free(l);
+        return dt_errorf(err, DT_ENOMEM, "%s: out of memory for %lld windows", what, (long long)count);
+    }
+    l->win_start[0] = 0;
+    for (int i = 0; i < c->nsrc; i++)
+        l->win_start[i + 1] = l->win_start[i] + source_windows(&c->src[i], seq_len);
+    make_perm(l);
+    *out = l;
+    return DT_OK;
+}
+
+void dt_loader_free(dt_loader *l) {
+    if (!l) return;
+    free(l->win_start);
+    free(l->perm);
+    free(l);
+}
+
+static void read_window(const dt_loader *l, int64_t w, int32_t *in, int32_t *tg) {
+    /* w: global window index -> (source, offset) by binary search over prefix sums */
+    int lo = 0, hi = l->c->nsrc - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (l->win_start[mid] <= w) lo = mid;
+        else hi = mid - 1;
+    }
+    const dt_source *s = &l->c->src[lo];
+    int64_t off = (w - l->win_start[lo]) * l->T;
+    for (int64_t t = 0; t < l->T; t++) {
+        int64_t a = off + t, b = off + t + 1;
+        in[t] = s->toks ? s->toks[a] : s->bytes[a];
+        tg[t] = s->toks ? s->toks[b] : s->bytes[b];
+    }
+}
+
+void dt_loader_next(dt_loader *l, int32_t *inputs, int32_t *targets) {
+    int64_t per_step = l->B * l->world;
+    if (l->pos.cursor + per_step > l->count) {
+        l->pos.epoch++;
+        l->pos.cursor = 0;
+        make_perm(l);
+    }
+    for (int64_t b = 0; b < l->B; b++) {
+        int64_t k = l->pos.cursor + l->rank * l->B + b;
+        read_window(l, l->first + l->perm[k], inputs + b * l->T, targets + b * l->T);
+    }
+    l->pos.cursor += per_step;
+}
+
+void dt_loader_reset(dt_loader *l) {
+    int remake = l->pos.epoch != 0;
+    l->pos.epoch = 0;
+    l->pos.cursor = 0;
+    if (remake) make_perm(l);
+}
+
+dt_loader_pos dt_loader_get_pos(const dt_loader *l) { return l->pos; }
+int64_t dt_loader_windows(const dt_loader *l) { return l->count; }
+
+int dt_loader_set_pos(dt_loader *l, dt_loader_pos pos, dt_error *err) {
+    if (pos.epoch < 0 || pos.cursor < 0 || pos.cursor > l->count)
+        return dt_errorf(err, DT_EINVAL,
+                         "data position epoch %lld cursor %lld does not fit a set of %lld windows "
+                         "(was the data changed since the checkpoint?)",
+                         (long long)pos.epoch, (long long)pos.cursor, (long long)l->count);
+    l->pos = pos;
+    make_perm(l);
+    return DT_OK;
+}
+
+int dt_shard_write(const char *path, const uint16_t *tokens, int64_t n, dt_error *err) {
+    size_t len = DT_SHARD_HEADER_BYTES + 2 * (size_t)n;
+    unsigned char *buf = calloc(1, len);
+    if (!buf) return dt_errorf(err, DT_ENOMEM, "%s: out of memory", path);
+    int32_t h[DT_SHARD_HEADER_INTS] = {0};
+    h[0] = DT_SHARD_MAGIC;
+    h[1] = DT_SHARD_VERSION;
+    h[2] = (int32_t)n;
+    memcpy(buf, h, sizeof h);
+    if (n) memcpy(buf + DT_SHARD_HEADER_BYTES, tokens, 2 * (size_t)n);
+    int rc = dt_write_file_atomic(path, buf, len, err);
+    free(buf);
+    return rc;
+}

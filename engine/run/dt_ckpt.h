@@ -1,0 +1,95 @@
+/* dt_ckpt.h — model weights in Hugging Face form, and resumable training
+ * checkpoints (docs/dtrun.md "Checkpoint format").
+ *
+ * A checkpoint is a directory OUT/ckpt-<step, 8 digits>/ holding
+ *   model.safetensors          params in their dtype, HF GPT-2 names
+ *                              ("transformer.h.0.attn.c_attn.weight", lm_head tied, not stored)
+ *   config.json                HF GPT2Config, so transformers can load the directory
+ *   optim-<rank>-of-<world>.safetensors
+ *                              this rank's contiguous element range of the flat
+ *                              optimizer state: "exp_avg", "exp_avg_sq" (moment dtype)
+ *                              and "master" (fp32, when the preset has one)
+ *   state.json                 step counters, loss-scaler state, data position, RNG, the
+ *                              run id, and every other file's size and CRC-32C ("files")
+ * It is written as OUT/.ckpt-<step>.tmp/ (every file fsynced), renamed into place
+ * and the parent directory fsynced, so a directory named ckpt-* is always complete.
+ * After a save only the newest keep_last ckpt-* directories of the same run id
+ * remain; checkpoints of other runs, and files dtrun did not write, are never
+ * removed. Loading verifies every file it reads against its recorded sum and
+ * state.json against itself, the plan's model and precision, and the files. */
+#ifndef DT_CKPT_H
+#define DT_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dt_data.h"
+#include "dt_error.h"
+#include "dt_gpt2.h"
+#include "dt_model.h"
+#include "dt_optim.h"
+#include "dt_zero.h"
+
+#define DT_CKPT_FORMAT "dtrun.ckpt/1"
+#define DT_CKPT_PREFIX "ckpt-"
+#define DT_RUN_ID_LEN 16   /* hex digits of a run id */
+
+/* Everything besides tensors that a bitwise-identical resume needs. */
+typedef struct dt_train_state {
+    int64_t step;            /* optimizer steps taken, skipped (overflowed) ones included */
+    int64_t adam_step;       /* successful steps: AdamW bias correction t and the LR schedule */
+    int64_t skipped_steps;   /* fp16 overflow skips */
+    int64_t tokens;          /* training tokens consumed */
+    dt_loss_scaler scaler;
+    dt_loader_pos data;
+    uint64_t rng;            /* the trainer's generator state */
+    char run_id[DT_RUN_ID_LEN + 1];   /* the run (series of checkpoints) this state belongs to; "" unknown */
+} dt_train_state;
+
+/* ---- weights ---- */
+
+/* Writes g's params with HF names (prefix "transformer.", param dtype). */
+int dt_weights_save(dt_gpt2 *g, dt_dtype param_dtype, const char *path, dt_error *err);
+/* Loads params from a .safetensors file (HF names with or without "transformer.",
+ * F32/BF16/F16, converted to param_dtype; lm_head.weight and attn.bias buffers
+ * ignored) or an llm.c .bin checkpoint (magic 20240326, version 3 fp32 or 5 bf16;
+ * Linear [out, in] weights transposed to Conv1D [in, out], padded vocab rows
+ * dropped; chosen by the file's magic). Shapes must match m; missing tensors are errors. */
+int dt_weights_load(dt_gpt2 *g, const dt_model *m, dt_dtype param_dtype, const char *path,
+                    dt_error *err);
+/* Writes a Hugging Face GPT2Config config.json for m. */
+int dt_hf_config_write(const dt_model *m, const char *path, dt_error *err);
+
+/* ---- checkpoints ---- */
+
+/* mkdir -p: creates dir and its missing parents. */
+int dt_mkdirs(const char *dir, dt_error *err);
+
+/* Newest complete checkpoint under out_dir: *step = -1 and DT_OK when none. */
+int dt_ckpt_latest(const char *out_dir, char *path, size_t path_len, int64_t *step, dt_error *err);
+/* Removes a checkpoint directory's dtrun files (state.json first), then the
+ * directory if nothing else is left in it. 0 when the directory is gone. */
+int dt_ckpt_remove(const char *dir);
+
+/* ---- sharded checkpoints (ZeRO engine, docs/zero.md) ----
+ * The same directory layout; optim-<rank>-of-<writers>.safetensors holds one
+ * rank's valid optimizer elements ("master", "exp_avg", "exp_avg_sq")
+ * concatenated, with metadata "ranges" = "flat_begin:count,..." naming the flat
+ * parameters they belong to (stage 0: one file, the whole state). Weights are
+ * consolidated in model.safetensors. state.json records world_size and
+ * zero_stage. Collective: every rank calls save. st->run_id names the series
+ * keep_last prunes. */
+int dt_ckpt_save_zero(const char *out_dir, dt_gpt2 *g, const dt_model *m, const dt_precision *prec,
+                      dt_zero *z, dt_comm *c, const dt_train_state *st, const char *plan_json,
+                      int64_t keep_last, char *saved_path, size_t saved_len, dt_error *err);
+/* Loads weights, then takes from every shard file the elements of this rank's
+ * ranges, whatever world size and stage wrote them (resharding); single-rank
+ * checkpoints of earlier versions load too. Before use it checks state.json
+ * (counters, loss scaler, run id), m against config.json, every file it reads
+ * against its recorded size and CRC-32C, and that the shards' ranges tile the
+ * parameters exactly; each failure is DT_EINVAL naming the file. *saved_world
+ * (may be NULL): how many optimizer files the state came from. */
+int dt_ckpt_load_zero(const char *ckpt_dir, dt_gpt2 *g, const dt_model *m, const dt_precision *prec, dt_zero *z,
+                      dt_train_state *st, int64_t *saved_world, dt_error *err);
+
+#endif

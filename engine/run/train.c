@@ -1,0 +1,646 @@
+/* train.c — see dt_train.h. */
+#include "dt_train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dt_ckpt.h"
+#include "dt_data.h"
+#include "dt_device.h"
+#include "dt_gpt2.h"
+#include "dt_heartbeat.h"
+#include "dt_json.h"
+#include "dt_memprobe.h"
+#include "dt_memreport.h"
+#include "dt_memtrack.h"
+#include "dt_optim.h"
+#include "dt_rundir.h"
+#include "dt_tracer.h"
+#include "dt_zero.h"
+
+#define DT_PROGRESS_WIDTH 24     /* characters of the progress bar */
+#define DT_LOG_LINES 20          /* non-TTY: about this many progress lines per run */
+#define DT_MSG_MAX 256
+/* After a collective timed out: how long a rank waits (capped at a quarter of
+ * the timeout) for its healthy peers, stuck in the same collective, to time out
+ * too and re-beat, so that only the culprit's heartbeat stays old. Healthy ranks
+ * enter a collective within one step's compute jitter of each other. */
+#define DT_DIAG_GRACE_S 1.0
+
+typedef struct {
+    const dt_plan *plan;
+    const dt_train_opts *opts;
+    char out_dir[DT_PATH_MAX];
+    char *plan_json;             /* the plan file's text, stored in checkpoints */
+    const dt_device_ops *dev;    /* the plan's device (cluster.device), bound to LOCAL_RANK's GPU on cuda */
+    dt_gpt2 *g;
+    dt_zero *z;
+    dt_comm *comm;
+    int own_comm, rank, world;
+    int64_t step_bytes[DT_COLL_COUNT];   /* bytes per collective of the last training step */
+    int bytes_constant;                  /* every step moved the same bytes */
+    double comm_s;                       /* time blocked in collectives, timed steps */
+    dt_corpus *train_c, *valid_c;
+    dt_loader *train_l, *valid_l;
+    int32_t *inputs, *targets;   /* [B, T] */
+    dt_train_state st;
+    FILE *metrics;
+    FILE *log;                   /* human output: opts->log on rank 0, NULL elsewhere */
+    int tty;
+    int refused;                 /* every rank refused the output directory (dt_rundir_prepare) */
+    dt_heartbeat *hb;            /* OUT/hb/rank-K, world > 1 (docs/launch.md §4) */
+    /* the step loop */
+    int64_t total, stop;         /* the schedule's steps; where this run stops (--max-steps) */
+    int64_t log_every;           /* non-TTY: a progress line every this many steps */
+    double tokens_per_step;      /* all ranks together */
+    double first_time;           /* wall time of the first step (warm-up) */
+    double time_sum, comm_sum;   /* wall time and time in collectives of the later steps */
+    int64_t timed;               /* steps timed so far */
+    char msg[DT_MSG_MAX];        /* the loss scaler's message of the last step, "" none */
+} trainer;
+
+/* what one step produced, for the metrics line and the log */
+typedef struct {
+    double loss, lr, norm;       /* global mean loss, learning rate, unscaled gradient norm */
+    int skipped;                 /* fp16 overflow: no update */
+    double secs, tps;            /* wall time and tokens/s of the step */
+    double vloss;                /* validation loss, NAN when not evaluated */
+} step_out;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int check_plan(const dt_plan *p, int world, dt_error *err) {
+    if (p->parallel.world_size != world)
+        return dt_errorf(err, DT_EINVAL,
+                         "the plan asks for %lld ranks (parallel.world_size) but %d were launched; "
+                         "launch %lld ranks or re-plan with dtplan for %d",
+                         (long long)p->parallel.world_size, world, (long long)p->parallel.world_size, world);
+    if (p->model.family != DT_FAMILY_GPT2)
+        return dt_errorf(err, DT_EINVAL, "model %s is of the %s family; the engine runs GPT-2 models",
+                         p->model.name, dt_family_name(p->model.family));
+    if (p->batch.seq_len > p->model.max_pos)
+        return dt_errorf(err, DT_EINVAL, "batch.seq_len %lld exceeds the model's max_pos %lld",
+                         (long long)p->batch.seq_len, (long long)p->model.max_pos);
+    if (p->schedule.total_steps < 1)
+        return dt_errorf(err, DT_EINVAL, "schedule.total_steps must be >= 1");
+    return DT_OK;
+}
+
+static int setup_data(trainer *t, dt_error *err) {
+    const dt_plan *p = t->plan;
+    const dt_data *d = &p->data;
+    const char *train_path = t->opts->data_path ? t->opts->data_path : d->train;
+    int64_t T = p->batch.seq_len, B = p->batch.micro_batch;
+    if (dt_corpus_open(train_path, d->format, p->model.vocab, &t->train_c, err)) return err->code;
+    int64_t n = dt_corpus_windows(t->train_c, T), ntrain = n, nvalid = 0;
+    const dt_corpus *vc = NULL;
+    int64_t vfirst = 0;
+    if (d->valid[0]) {
+        if (dt_corpus_open(d->valid, d->format, p->model.vocab, &t->valid_c, err)) return err->code;
+        vc = t->valid_c;
+        nvalid = dt_corpus_windows(vc, T);
+    } else if (d->valid_fraction > 0) {
+        dt_split_windows(n, d->valid_fraction, &ntrain, &nvalid);
+        vc = t->train_c;
+        vfirst = ntrain;
+    }
+    if (dt_loader_create(t->train_c, T, B, 0, ntrain, 1, d->seed, t->rank, t->world, "training data", &t->train_l,
+                         err))
+        return dt_error_prefix(err, "%s", train_path);
+    /* validation needs at least one micro-batch of windows; with fewer it is skipped */
+    if (vc && d->eval_interval > 0 && nvalid >= B &&
+        dt_loader_create(vc, T, B, vfirst, nvalid, 0, d->seed, 0, 1, "validation data", &t->valid_l, err))
+        return err->code;
+    return DT_OK;
+}
+
+static int init_weights(trainer *t, int64_t *resumed_from, dt_error *err) {
+    const dt_plan *p = t->plan;
+    *resumed_from = -1;
+    if (t->opts->resume) {
+        char path[DT_PATH_MAX * 2];
+        int64_t step;
+        if (dt_ckpt_latest(t->out_dir, path, sizeof path, &step, err)) return err->code;
+        if (step >= 0) {
+            int64_t saved_world = 0;
+            dt_memprobe_begin(DT_PHASE_CKPT_LOAD);
+            if (dt_ckpt_load_zero(path, t->g, &p->model, &p->precision, t->z, &t->st, &saved_world, err))
+                return err->code;
+            dt_memprobe_end(DT_PHASE_CKPT_LOAD);
+            *resumed_from = step;
+            if (!t->st.run_id[0]) dt_run_id_new(t->st.run_id);   /* a checkpoint from before run ids */
+            if (t->opts->log && t->rank == 0 && saved_world != t->world)
+                fprintf(t->opts->log, "dtrun: optimizer state of %lld shard(s) resharded for %d rank(s), stage %d\n",
+                        (long long)saved_world, t->world, p->parallel.zero_stage);
+            return dt_loader_set_pos(t->train_l, t->st.data, err);
+        }
+        if (t->opts->log) fprintf(t->opts->log, "dtrun: no checkpoint in %s, starting from step 0\n", t->out_dir);
+    }
+    if (p->output.init[0]) {
+        if (dt_weights_load(t->g, &p->model, p->precision.param, p->output.init, err))
+            return dt_error_prefix(err, "output.init");
+    } else {
+        dt_gpt2_init_random(t->g, p->data.seed);
+    }
+    if (dt_zero_init_from_model(t->z, err)) return err->code;
+    dt_loss_scaler_init(&t->st.scaler, &p->precision);
+    t->st.rng = p->data.seed;
+    dt_run_id_new(t->st.run_id);   /* a new series of checkpoints (keep_last prunes only its own) */
+    return DT_OK;
+}
+
+static int evaluate(trainer *t, double *loss_out, dt_error *err) {
+    dt_loader_reset(t->valid_l);
+    int64_t nb = t->plan->data.eval_batches > 0 ? t->plan->data.eval_batches : 1;
+    int64_t avail = dt_loader_windows(t->valid_l) / t->plan->batch.micro_batch;
+    if (nb > avail) nb = avail;
+    double sum = 0;
+    for (int64_t i = 0; i < nb; i++) {
+        float loss;
+        dt_loader_next(t->valid_l, t->inputs, t->targets);
+        dt_zero_set_micro(t->z, 0, err);
+        if (dt_gpt2_forward(t->g, t->inputs, t->targets, &loss, err)) return err->code;
+        sum += loss;
+    }
+    *loss_out = sum / (double)nb;
+    /* an asynchronous device error (CUDA / cuBLAS) during evaluation */
+    return t->dev->synchronize(err);
+}
+
+/* device-pool bytes allocated now, through the device's own accounting */
+static int64_t device_bytes_now(const dt_device_ops *dev) {
+    int64_t s = 0;
+    for (int c = 0; c < DT_MEM_CAT_COUNT; c++) s += dev->mem_current(DT_POOL_DEVICE, (dt_mem_category)c);
+    return s;
+}
+
+static void progress(trainer *t, int64_t step, int64_t stop, double loss, double tps, double eta_s) {
+    FILE *log = t->opts->log;
+    double frac = (double)step / (double)stop;
+    char bar[DT_PROGRESS_WIDTH + 1];
+    int fill = (int)(frac * DT_PROGRESS_WIDTH);
+    for (int i = 0; i < DT_PROGRESS_WIDTH; i++) bar[i] = i < fill ? '#' : '.';
+    bar[DT_PROGRESS_WIDTH] = '\0';
+    double mib = (double)device_bytes_now(t->dev) / (1024.0 * 1024.0);
+    fprintf(log, "\rstep %lld/%lld [%s] loss %.4f | %.0f tok/s | ETA %02d:%02d | tracked %.1f MiB ",
+            (long long)step, (long long)stop, bar, loss, tps, (int)(eta_s / 60), (int)fmod(eta_s, 60), mib);
+    fflush(log);
+}
+
+/* Test-only fault injection (docs/dtrun.md "Failure tests"), ignored unless set:
+ * DT_TEST_KILL_RANK=r DT_TEST_KILL_STEP=s makes rank r raise SIGKILL in step s
+ * (1-based) between its first forward and backward; DT_TEST_HANG_RANK/_STEP
+ * makes it sleep there for good instead of communicating. */
+static int env_equals(const char *name, int64_t v) {
+    const char *s = getenv(name);
+    char *end;
+    if (!s || !*s) return 0;
+    long long x = strtoll(s, &end, 10);
+    return !*end && x == v;
+}
+
+static void test_fault(const trainer *t) {
+    const int64_t step = t->st.step + 1;
+    if (env_equals("DT_TEST_KILL_RANK", t->rank) && env_equals("DT_TEST_KILL_STEP", step)) raise(SIGKILL);
+    if (env_equals("DT_TEST_HANG_RANK", t->rank) && env_equals("DT_TEST_HANG_STEP", step))
+        for (;;) pause();
+}
+
+/* A collective failed (timeout, or MPI/NCCL reporting a lost peer): append the
+ * heartbeat diagnosis naming the rank that died or hangs. This rank re-beats
+ * first and waits DT_DIAG_GRACE_S so the healthy peers do the same. */
+static void name_culprit(trainer *t, dt_error *err) {
+    if (!t->hb || t->world < 2) return;
+    if (!strstr(err->msg, "did not complete within") && !strstr(err->msg, "MPI ") && !strstr(err->msg, "NCCL "))
+        return;
+    const double timeout = dt_comm_timeout(t->comm);
+    dt_heartbeat_beat(t->hb, t->st.step + 1);
+    double grace = fmin(DT_DIAG_GRACE_S, timeout / 4);
+    struct timespec ts = {(time_t)grace, (long)(1e9 * (grace - floor(grace)))};
+    nanosleep(&ts, NULL);
+    char msg[DT_MSG_MAX * 2], line[DT_ERROR_MSG_MAX];
+    int who = dt_heartbeat_diagnose(t->out_dir, t->world, timeout / 2, NULL, msg, sizeof msg);
+    snprintf(line, sizeof line, "%.600s; %s%.400s", err->msg, who >= 0 ? "heartbeats: " : "", msg);
+    memcpy(err->msg, line, sizeof line);
+}
+
+/* One optimizer step through the ZeRO engine (dt_zero.h); fills the metrics it
+ * produced. Loss and norm are global (all ranks). */
+static int train_step(trainer *t, double *loss_out, double *lr_out, double *norm_out, int *skipped,
+                      char *msg, dt_error *err) {
+    const dt_plan *p = t->plan;
+    const int64_t accum = p->batch.grad_accum;
+    dt_loss_scaler *sc = &t->st.scaler;
+    const double scale = sc->cur_scale;   /* the scale this step's loss is multiplied by */
+    dt_zero_begin_step(t->z);
+    double loss_sum = 0;
+    for (int64_t a = 0; a < accum; a++) {
+        float loss;
+        dt_loader_next(t->train_l, t->inputs, t->targets);
+        dt_zero_set_micro(t->z, a == accum - 1, err);
+        dt_tracer_set_micro((int)a);
+        dt_memprobe_begin(DT_PHASE_FORWARD);
+        if (dt_gpt2_forward(t->g, t->inputs, t->targets, &loss, err)) return err->code;
+        dt_memprobe_end(DT_PHASE_FORWARD);
+        if (a == 0) test_fault(t);
+        dt_memprobe_begin(DT_PHASE_BACKWARD);
+        if (dt_gpt2_backward(t->g, (float)(scale / (double)accum), err)) return err->code;
+        dt_memprobe_end(DT_PHASE_BACKWARD);
+        loss_sum += loss;
+    }
+    dt_memprobe_begin(DT_PHASE_OPTIMIZER);   /* ends in run_step, after a skipped step too */
+    if (dt_zero_end_backward(t->z, err)) return err->code;
+    t->st.tokens += accum * p->batch.micro_batch * p->batch.seq_len * t->world;
+    double loss = loss_sum / (double)accum, sumsq = 0;
+    int nonfinite = 0;
+    if (dt_zero_reduce_scalars(t->z, &loss, &sumsq, &nonfinite, err)) return err->code;
+    /* Once per step, the first asynchronous device error (a failed kernel, GEMM
+     * or copy on CUDA; nothing on the CPU) before its loss and norm are used.
+     * Here every collective of the step has completed (reduce_scalars waited for
+     * them with their deadline), so waiting for all streams cannot hang on a
+     * collective; the optimizer step's errors surface at the next step, before
+     * a save, or after the loop. */
+    if (t->dev->synchronize(err)) return err->code;
+    *loss_out = loss;
+    double norm = sqrt(sumsq);
+    *norm_out = norm / scale;
+    *skipped = 0;
+    if (p->precision.param == DT_DTYPE_FP16) {
+        if (dt_loss_scaler_update(sc, nonfinite, msg, DT_MSG_MAX, err)) return err->code;
+        if (nonfinite) {
+            *skipped = 1;
+            t->st.skipped_steps++;
+            *lr_out = dt_schedule_lr(&p->schedule, p->optimizer.lr, t->st.adam_step);
+            t->st.data = dt_loader_get_pos(t->train_l);
+            return DT_OK;
+        }
+    } else if (nonfinite) {
+        return dt_errorf(err, DT_ERUNTIME,
+                         "step %lld: non-finite gradients (loss %g); lower optimizer.lr or enable "
+                         "grad_clip",
+                         (long long)t->st.step + 1, *loss_out);
+    }
+    /* DeepSpeed unscale_and_clip_grads, with the scale the loss was multiplied by */
+    double div = dt_clip_divisor(norm, scale, p->optimizer.grad_clip);
+    double lr = dt_schedule_lr(&p->schedule, p->optimizer.lr, t->st.adam_step);
+    t->st.adam_step++;
+    dt_adamw hp = {lr, p->optimizer.beta1, p->optimizer.beta2, p->optimizer.eps, p->optimizer.weight_decay};
+    if (dt_zero_optimizer_step(t->z, &hp, 1.0 / div, t->st.adam_step, err)) return err->code;
+    *lr_out = lr;
+    t->st.data = dt_loader_get_pos(t->train_l);
+    return DT_OK;
+}
+
+static int save(trainer *t, dt_error *err) {
+    char path[DT_PATH_MAX * 2];
+    /* no checkpoint from a step whose device work failed */
+    if (t->dev->synchronize(err)) return err->code;
+    dt_memprobe_begin(DT_PHASE_CKPT_SAVE);
+    if (dt_ckpt_save_zero(t->out_dir, t->g, &t->plan->model, &t->plan->precision, t->z, t->comm, &t->st,
+                          t->plan_json, t->plan->output.keep_last, path, sizeof path, err))
+        return err->code;
+    dt_memprobe_end(DT_PHASE_CKPT_SAVE);
+    if (t->opts->log && t->rank == 0) {
+        if (t->tty) fprintf(t->opts->log, "\n");
+        fprintf(t->opts->log, "dtrun: saved checkpoint %s\n", path);
+    }
+    return DT_OK;
+}
+
+static void trainer_free(trainer *t) {
+    if (t->metrics) fclose(t->metrics);
+    dt_loader_free(t->train_l);
+    dt_loader_free(t->valid_l);
+    dt_corpus_free(t->train_c);
+    dt_corpus_free(t->valid_c);
+    free(t->inputs);
+    free(t->targets);
+    dt_zero_free(t->z);
+    dt_gpt2_free(t->g);
+    if (t->own_comm) dt_comm_free(t->comm);
+    free(t->plan_json);
+}
+
+static double comm_seconds(trainer *t) { return dt_zero_comm_seconds(t->z); }
+
+/* ---- dt_train's phases, in the order it runs them ---- */
+
+/* Communicator (self unless the caller passed one), plan check, then device; on failure nothing to free. */
+static int trainer_connect(trainer *t, const dt_plan *plan, const dt_train_opts *opts, dt_error *err) {
+    t->plan = plan;
+    t->opts = opts;
+    t->comm = opts->comm;
+    int rc;
+    if (!t->comm) {
+        if ((rc = dt_comm_init_self(&t->comm, err))) return rc;
+        t->own_comm = 1;
+    }
+    t->rank = dt_comm_rank(t->comm);
+    t->world = dt_comm_size(t->comm);
+    /* the device first: a cuda plan on a build or machine without a GPU stops
+     * here with dt_device_get's one line, before anything is written */
+    if ((rc = check_plan(plan, t->world, err)) ||
+        (rc = dt_device_get(plan->cluster.device, dt_comm_local_rank(t->comm), &t->dev, err))) {
+        if (t->own_comm) dt_comm_free(t->comm);
+        return rc;
+    }
+    return DT_OK;
+}
+
+/* Where the run writes: rank 0's log and TTY mode, the output directory, heartbeat and plan text. */
+static int open_run_dir(trainer *t, dt_error *err) {
+    const dt_train_opts *opts = t->opts;
+    int rc;
+    /* human output from rank 0 only; every rank reports its own errors */
+    t->log = t->rank == 0 ? opts->log : NULL;
+    t->tty = t->log && (opts->progress > 0 || (opts->progress < 0 && isatty(fileno(t->log))));
+    snprintf(t->out_dir, sizeof t->out_dir, "%s", opts->out_dir ? opts->out_dir : t->plan->output.dir);
+    /* a new run only into an absent or empty directory (dt_rundir.h); nothing is written before */
+    dt_out_mode mode = opts->resume ? DT_OUT_RESUME : opts->overwrite ? DT_OUT_OVERWRITE : DT_OUT_NEW;
+    if ((rc = dt_rundir_prepare(t->out_dir, mode, t->comm, &t->refused, err))) return rc;
+    if (opts->plan_path && dt_json_read_file(opts->plan_path, &t->plan_json, NULL, err)) return err->code;
+    return DT_OK;
+}
+
+/* Model, ZeRO engine, data, batch buffers and weights, fresh or resumed (*resumed: its step, else -1). */
+static int build_model(trainer *t, int64_t *resumed, dt_error *err) {
+    const dt_plan *plan = t->plan;
+    const int64_t B = plan->batch.micro_batch, T = plan->batch.seq_len;
+    *resumed = -1;
+    int rc = dt_gpt2_create_on(&plan->model, &plan->precision, B, T, plan->activations.ckpt_layers,
+                               plan->activations.attention, plan->cluster.device, dt_comm_local_rank(t->comm),
+                               &t->g, err);
+    if (!rc) rc = dt_zero_create(plan, t->comm, t->g, &t->z, err);
+    if (!rc) rc = setup_data(t, err);
+    t->inputs = malloc((size_t)(B * T) * sizeof(int32_t));
+    t->targets = malloc((size_t)(B * T) * sizeof(int32_t));
+    if (!rc) rc = init_weights(t, resumed, err);
+    return rc;
+}
+
+/* The steps this run takes (--max-steps stops early; the schedule keeps its length), per-step constants. */
+static void plan_steps(trainer *t) {
+    const dt_plan *plan = t->plan;
+    t->total = plan->schedule.total_steps;
+    t->stop = t->opts->max_steps > 0 && t->opts->max_steps < t->total ? t->opts->max_steps : t->total;
+    t->log_every = t->stop / DT_LOG_LINES > 0 ? t->stop / DT_LOG_LINES : 1;
+    t->tokens_per_step =
+        (double)(plan->batch.grad_accum * plan->batch.micro_batch * plan->batch.seq_len * t->world);
+    t->bytes_constant = 1;
+}
+
+/* metrics.jsonl, on rank 0 only: appended to when resuming, else started afresh. */
+#define DT_METRICS_PATH_MAX (DT_PATH_MAX + 32)
+static void metrics_path(const trainer *t, char *p) { snprintf(p, DT_METRICS_PATH_MAX, "%s/metrics.jsonl", t->out_dir); }
+
+/* A resumed run first cuts the file back to the checkpoint's step (a run killed after
+ * its last checkpoint logged steps the resumed run logs again). */
+static int open_metrics(trainer *t, int append, dt_error *err) {
+    if (t->rank != 0) return DT_OK;
+    char mpath[DT_METRICS_PATH_MAX];
+    metrics_path(t, mpath);
+    if (append && dt_metrics_truncate(mpath, t->st.step, err)) return err->code;
+    t->metrics = fopen(mpath, append ? "a" : "w");
+    if (!t->metrics) return dt_errorf(err, DT_EIO, "%s: cannot write: %s", mpath, strerror(errno));
+    return DT_OK;
+}
+
+/* The run's header lines on rank 0: model, batch, ranks, ZeRO and offload, resume. */
+static void print_banner(const trainer *t, int64_t resumed) {
+    const dt_plan *plan = t->plan;
+    FILE *log = t->log;
+    if (!log) return;
+    fprintf(log, "dtrun: %s, %zu params, %s, B=%lld T=%lld accum=%lld, ckpt %lld/%lld layers, %lld train windows\n",
+            plan->model.name, dt_gpt2_num_params(t->g), dt_precision_preset_name(plan->precision.preset),
+            (long long)plan->batch.micro_batch, (long long)plan->batch.seq_len, (long long)plan->batch.grad_accum,
+            (long long)plan->activations.ckpt_layers, (long long)plan->model.n_layer,
+            (long long)dt_loader_windows(t->train_l));
+    fprintf(log, "dtrun: %d rank(s) (%s), ZeRO stage %d, offload optimizer %s / params %s%s\n", t->world,
+            dt_comm_backend_name(t->comm), plan->parallel.zero_stage,
+            dt_offload_name(plan->parallel.offload_optimizer), dt_offload_name(plan->parallel.offload_param),
+            plan->parallel.overlap_comm ? ", overlapped communication" : "");
+    if (resumed >= 0) fprintf(log, "dtrun: resumed from step %lld\n", (long long)resumed);
+}
+
+/* Memory peaks count from here; --trace starts the tracer, time zero after a barrier so ranks line up. */
+static int start_measuring(trainer *t, dt_error *err) {
+    t->dev->mem_reset_peaks();
+    dt_mem_reset_peaks();   /* the host allocations outside the device (the same counters on the cpu) */
+    if (!t->opts->trace_path) return DT_OK;
+    int rc;
+    if ((rc = dt_tracer_start(t->rank, t->plan->model.n_layer, err))) return rc;
+    if (t->world > 1 && (rc = dt_comm_barrier(t->comm, err))) return rc;
+    dt_tracer_set_origin();
+    return DT_OK;
+}
+
+/* Bytes per collective of the step just run; bytes_constant drops when they change. */
+static void record_traffic(trainer *t) {
+    for (int c = 0; c < DT_COLL_COUNT; c++) {
+        int64_t b = dt_comm_bytes(t->comm, (dt_collective)c);
+        if (t->timed > 0 && b != t->step_bytes[c]) t->bytes_constant = 0;
+        t->step_bytes[c] = b;
+    }
+}
+
+/* Times a step: the first (warm-up) apart, the later ones summed with their time in collectives. */
+static void time_step(trainer *t, double secs, double comm_secs) {
+    if (t->timed == 0) t->first_time = secs;
+    else {
+        t->time_sum += secs;
+        t->comm_sum += comm_secs;
+    }
+    t->timed++;
+}
+
+/* Mean wall time of a step, the first excluded when more than one ran. */
+static double mean_step_s(const trainer *t) {
+    return t->timed > 1 ? t->time_sum / (double)(t->timed - 1) : t->first_time;
+}
+
+/* Validation on the plan's interval and at the schedule's end only (so --max-steps changes nothing). */
+static int evaluate_if_due(trainer *t, double *vloss, dt_train_result *res, dt_error *err) {
+    int64_t ei = t->plan->data.eval_interval;
+    if (!(t->valid_l && ei > 0 && (t->st.step % ei == 0 || t->st.step == t->total))) return DT_OK;
+    dt_memprobe_begin(DT_PHASE_EVAL);
+    int rc = evaluate(t, vloss, err);
+    dt_memprobe_end(DT_PHASE_EVAL);
+    if (!rc) res->last_valid_loss = *vloss;
+    return rc;
+}
+
+/* The step's line of metrics.jsonl (rank 0). */
+static int write_metrics(trainer *t, const step_out *o, dt_error *err) {
+    if (!t->metrics) return DT_OK;
+    char mpath[DT_METRICS_PATH_MAX];
+    const int64_t good = dt_metrics_size(t->metrics);   /* a failed write is cut back to here */
+    fprintf(t->metrics,
+            "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"tokens_per_s\": %.1f, \"step_ms\": %.3f, "
+            "\"grad_norm\": %.9g, \"loss_scale\": %g, \"skipped\": %s, \"mem\": %lld",
+            (long long)t->st.step, o->loss, o->lr, o->tps, o->secs * 1e3, o->norm, t->st.scaler.cur_scale,
+            o->skipped ? "true" : "false", (long long)device_bytes_now(t->dev));
+    if (!isnan(o->vloss)) fprintf(t->metrics, ", \"val_loss\": %.9g", o->vloss);
+    fprintf(t->metrics, "}\n");
+    metrics_path(t, mpath);
+    return dt_metrics_commit(t->metrics, good, mpath, err);
+}
+
+/* The step on rank 0's log: the scaler's message, then the progress bar (TTY) or a periodic line. */
+static void log_step(trainer *t, const step_out *o) {
+    FILE *log = t->log;
+    const int64_t step = t->st.step, stop = t->stop;
+    if (!log) return;
+    if (t->msg[0]) fprintf(log, "%sdtrun: step %lld: %s\n", t->tty ? "\n" : "", (long long)step, t->msg);
+    if (t->tty) {
+        progress(t, step, stop, o->loss, o->tps, mean_step_s(t) * (double)(stop - step));
+        if (!isnan(o->vloss)) fprintf(log, "\nstep %lld: val loss %.4f\n", (long long)step, o->vloss);
+    } else if (step % t->log_every == 0 || step == stop || !isnan(o->vloss)) {
+        fprintf(log, "step %lld/%lld: loss %.4f lr %.3g norm %.3f %.0f tok/s%s", (long long)step, (long long)stop,
+                o->loss, o->lr, o->norm, o->tps, isnan(o->vloss) ? "\n" : "");
+        if (!isnan(o->vloss)) fprintf(log, " val loss %.4f\n", o->vloss);
+    }
+}
+
+/* A checkpoint on the plan's save interval and at the run's last step. */
+static int save_if_due(trainer *t, dt_error *err) {
+    int64_t si = t->plan->output.save_interval;
+    if ((si > 0 && t->st.step % si == 0) || t->st.step == t->stop) return save(t, err);
+    return DT_OK;
+}
+
+/* One pass of the step loop: train, time, validate, record, log, and checkpoint when due. */
+static int run_step(trainer *t, dt_train_result *res, dt_error *err) {
+    step_out o = {0};
+    double t0 = now_s(), c0 = comm_seconds(t);
+    int rc;
+    t->msg[0] = '\0';
+    dt_heartbeat_beat(t->hb, t->st.step + 1);
+    dt_comm_reset_counters(t->comm);
+    if ((rc = train_step(t, &o.loss, &o.lr, &o.norm, &o.skipped, t->msg, err))) return rc;
+    dt_memprobe_end(DT_PHASE_OPTIMIZER);
+    o.secs = now_s() - t0;
+    double dc = comm_seconds(t) - c0;
+    record_traffic(t);
+    t->st.step++;
+    time_step(t, o.secs, dc);
+    o.tps = t->tokens_per_step / o.secs;
+    if (t->st.step == res->first_step + 1) res->first_loss = o.loss;
+    res->last_loss = o.loss;
+    if (o.skipped) res->skipped++;
+    o.vloss = NAN;
+    if ((rc = evaluate_if_due(t, &o.vloss, res, err))) return rc;
+    if ((rc = write_metrics(t, &o, err))) return rc;
+    log_step(t, &o);
+    return save_if_due(t, err);
+}
+
+/* The step loop, up to the stop step; the first failure ends it. */
+static int run_steps(trainer *t, dt_train_result *res, dt_error *err) {
+    int rc = DT_OK;
+    while (!rc && t->st.step < t->stop) rc = run_step(t, res, err);
+    return rc;
+}
+
+/* This rank's run report: measured memory, speed, losses and traffic next to the plan's prediction. */
+static int write_run_report(trainer *t, const dt_train_result *res, dt_error *err) {
+    dt_run_measure m;
+    memset(&m, 0, sizeof m);
+    dt_run_measure_memory(&m);
+    /* the device's own accounting (identical to dt_memtrack's on the cpu):
+     * cudaMalloc'd device memory and pinned host memory on cuda */
+    for (int c = 0; c < DT_MEM_CAT_COUNT; c++) {
+        m.peak[c] = t->dev->mem_peak(DT_POOL_DEVICE, (dt_mem_category)c);
+        m.host_peak[c] = t->dev->mem_peak(DT_POOL_HOST, (dt_mem_category)c);
+    }
+    m.peak_total = t->dev->mem_peak_total(DT_POOL_DEVICE);
+    m.host_peak_total = t->dev->mem_peak_total(DT_POOL_HOST);
+    m.step_time_s = res->step_time_s;
+    m.tokens_per_s = res->tokens_per_s;
+    m.steps = res->steps;
+    m.first_loss = res->first_loss;
+    m.last_loss = res->last_loss;
+    m.last_valid_loss = res->last_valid_loss;
+    m.rank = t->rank;
+    m.world = t->world;
+    m.have_comm = t->timed > 0;
+    m.comm_constant = t->bytes_constant;
+    for (int c = 0; c < DT_COLL_COUNT; c++) m.comm_bytes[c] = t->step_bytes[c];
+    m.comm_time_s = t->timed > 1 ? t->comm_sum / (double)(t->timed - 1) : NAN;
+    dt_memprobe_get(&m.probe);
+    char rpath[DT_PATH_MAX + 48];
+    if (t->rank == 0) snprintf(rpath, sizeof rpath, "%s/run-report.json", t->out_dir);
+    else snprintf(rpath, sizeof rpath, "%s/run-report-rank%05d.json", t->out_dir, t->rank);
+    return dt_run_report_write(rpath, t->plan, t->opts->plan_path, &m, t->log, err);
+}
+
+/* After the loop (rc: its outcome): device errors, culprit, result figures; on success report and trace. */
+static int finish_run(trainer *t, int rc, dt_train_result *res, dt_error *err) {
+    /* the last optimizer step's asynchronous device errors, before the report */
+    if (!rc && t->dev) rc = t->dev->synchronize(err);
+    if (rc) name_culprit(t, err);
+    if (t->log && t->tty) fprintf(t->log, "\n");
+    res->steps = t->st.step;
+    res->step_time_s = mean_step_s(t);
+    res->tokens_per_s = res->step_time_s > 0 ? t->tokens_per_step / res->step_time_s : 0;
+    char mpath[DT_METRICS_PATH_MAX];
+    metrics_path(t, mpath);
+    if (!rc) rc = dt_metrics_close(&t->metrics, mpath, err);   /* flushed, fsynced, closed: checked */
+    if (!rc) rc = write_run_report(t, res, err);
+    /* every rank's real memory per phase, read back from the reports once all are written */
+    if (!rc && t->world > 1) rc = dt_comm_barrier(t->comm, err);
+    if (!rc && t->log) rc = dt_memreport_print(t->out_dir, t->world, t->log, err);
+    if (!rc && t->opts->trace_path) {
+        rc = dt_tracer_finish(t->opts->trace_path, t->comm, err);
+        if (!rc && t->log) fprintf(t->log, "dtrun: wrote trace %s\n", t->opts->trace_path);
+    }
+    return rc;
+}
+
+/* Stops the tracer, closes the heartbeat (ok: a clean run) and frees the trainer. */
+static void trainer_close(trainer *t, int ok) {
+    dt_tracer_stop();
+    dt_heartbeat_close(t->hb, ok);
+    trainer_free(t);
+}
+
+int dt_train(const dt_plan *plan, const dt_train_opts *opts, dt_train_result *res, dt_error *err) {
+    memset(res, 0, sizeof *res);
+    res->last_valid_loss = NAN;
+    trainer t;
+    memset(&t, 0, sizeof t);
+    int rc = trainer_connect(&t, plan, opts, err);
+    if (rc) return rc;
+    dt_memprobe_init(t.dev);   /* real memory per phase (dt_memprobe.h); start-up from exec */
+    dt_memprobe_clear();
+    dt_memprobe_begin(DT_PHASE_STARTUP);
+    int64_t resumed = -1;
+    if ((rc = open_run_dir(&t, err)) || (rc = build_model(&t, &resumed, err))) goto done;
+    plan_steps(&t);
+    res->first_step = t.st.step;
+    if (resumed >= 0 && t.st.step >= t.stop) {   /* --resume of a finished run: nothing runs or is written */
+        res->finished = 1;
+        res->steps = t.st.step;
+        goto done;
+    }
+    if (t.world > 1 && (rc = dt_heartbeat_open(&t.hb, t.out_dir, t.rank, err))) goto done;
+    if ((rc = open_metrics(&t, opts->resume, err))) goto done;
+    print_banner(&t, resumed);
+    if ((rc = start_measuring(&t, err))) goto done;
+    dt_memprobe_end(DT_PHASE_STARTUP);
+    rc = run_steps(&t, res, err);
+    rc = finish_run(&t, rc, res, err);
+done:
+    res->refused = t.refused;
+    trainer_close(&t, rc == DT_OK);
+    return rc;
+}
