@@ -40,6 +40,9 @@ typedef struct dt_model {
     double norm_eps;      /* LayerNorm / RMSNorm epsilon */
     double rope_theta;    /* llama family RoPE base; 0 for gpt2 */
     int derived;          /* 1 when the shape was derived from a bare parameter count */
+    int64_t requested_params; /* derived shapes: the count asked for (--params 32B = 32e9), which sizes
+                               * the model states (params, grads, optimizer) everywhere; 0 otherwise
+                               * (docs/models.md "Parameter counts: one rule") */
 } dt_model;
 
 /* Checks internal consistency (sizes within the bounds above, heads divide, GQA groups). */

@@ -479,6 +479,7 @@ static void write_model(cJSON *root, const dt_model *m) {
     add_d(o, "norm_eps", m->norm_eps);
     add_d(o, "rope_theta", m->rope_theta);
     add_b(o, "derived", m->derived);
+    if (m->requested_params > 0) add_i(o, "requested_params", m->requested_params);
 }
 
 static void write_per_dtype(cJSON *o, const char *key, const double v[3]) {
@@ -686,6 +687,14 @@ static void read_model(dt_jobj *root, dt_model *m, dt_error *err) {
     dt_jobj_num(&r, "norm_eps", DT_JNUM_POS, &m->norm_eps, err);
     dt_jobj_num(&r, "rope_theta", DT_JNUM_NONNEG, &m->rope_theta, err);
     dt_jobj_bool(&r, "derived", &m->derived, err);
+    /* optional: only derived shapes carry it (plans written before it existed lack it) */
+    if (!r.failed && dt_jobj_has(&r, "requested_params"))
+        dt_jobj_int(&r, "requested_params", 1, INT64_C(1) << 50, &m->requested_params, err); /* > 100T: no */
+    if (!r.failed && m->requested_params > 0 && !m->derived) {
+        r.failed = dt_errorf(err, DT_EINVAL,
+                             "$.model.requested_params: only a derived shape (\"derived\": true) carries a "
+                             "requested count; delete the key");
+    }
     if (!dt_jobj_close(&r, err)) return;
     root->failed = r.failed;
 }
@@ -915,10 +924,37 @@ static void read_prediction(dt_jobj *root, dt_prediction *pr, dt_error *err) {
     if (dt_jobj_close(&r, err)) root->failed = r.failed;
 }
 
+/* Files users give where a plan is expected: a DeepSpeed config or a Hugging Face
+ * config.json. Named, with the command that makes a plan from them, instead of
+ * "$.format: missing required key". */
+static int not_a_plan(const cJSON *tree, const char *what, dt_error *err) {
+    if (!cJSON_IsObject(tree) || cJSON_GetObjectItemCaseSensitive(tree, "format")) return DT_OK;
+    static const char *const ds_keys[] = {"zero_optimization", "train_batch_size", "train_micro_batch_size_per_gpu",
+                                          "gradient_accumulation_steps", "bf16", "fp16"};
+    const char *file = strcmp(what, "plan") ? what : "FILE";
+    for (size_t i = 0; i < sizeof ds_keys / sizeof ds_keys[0]; i++)
+        if (cJSON_GetObjectItemCaseSensitive(tree, ds_keys[i]))
+            return dt_errorf(err, DT_EINVAL,
+                             "this is a DeepSpeed config (it has \"%s\"), not a plan; see what it needs with: "
+                             "dtplan estimate --deepspeed %s --model NAME; make a plan with: dtplan solve "
+                             "--model NAME --mem 80G -o plan.json",
+                             ds_keys[i], file);
+    if (cJSON_GetObjectItemCaseSensitive(tree, "model_type"))
+        return dt_errorf(err, DT_EINVAL,
+                         "this is a Hugging Face model config.json (it has \"model_type\"), not a plan; make a "
+                         "plan with: dtplan solve --model %s --mem 80G -o plan.json",
+                         file);
+    return DT_OK;
+}
+
 static int plan_parse_named(const char *json, const char *what, dt_plan *out, dt_error *err) {
     cJSON *tree = NULL;
     int rc = dt_json_parse(json, what, &tree, err);
     if (rc) return rc;
+    if ((rc = not_a_plan(tree, what, err))) {
+        cJSON_Delete(tree);
+        return rc;
+    }
     dt_plan p;
     memset(&p, 0, sizeof p);
     dt_jobj root;

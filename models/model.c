@@ -598,6 +598,7 @@ int dt_model_for_params(int64_t n_params, dt_model *out, dt_error *err) {
     char count[32];
     dt_format_count(n_params, count, sizeof count);
     snprintf(m.name, sizeof m.name, "derived-%s", count);
+    m.requested_params = n_params;
     int rc = dt_model_validate(&m, err);
     if (rc) return rc;
     *out = m;

@@ -318,5 +318,6 @@ int dt_memory_estimate_n(const dt_plan *p, int64_t n_params, dt_mem_breakdown *o
 }
 
 int dt_memory_estimate(const dt_plan *p, dt_mem_breakdown *out, dt_error *err) {
-    return dt_memory_estimate_n(p, 0, out, err);
+    /* one rule (docs/models.md): a derived shape's model states use the requested count */
+    return dt_memory_estimate_n(p, p->model.requested_params, out, err);
 }

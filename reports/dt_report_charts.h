@@ -12,6 +12,13 @@
 #include "dt_plan.h"
 #include "dt_units.h"
 
+/* The word the axis labels use for one rank: "GPU" (default) or, after
+ * dt_chart_set_device(DT_DEVICE_CPU), "rank" ("per rank", "tokens/s (all ranks)"),
+ * so charts of CPU plans do not speak of GPUs. Process-wide; set it once from the
+ * plan before drawing. */
+void dt_chart_set_device(dt_device d);
+const char *dt_chart_rank_word(void);   /* "GPU" or "rank" */
+
 /* `dtplan estimate --plot mem.png`: one stacked bar per row (e.g. "ZeRO-2",
  * "ZeRO-3 + cpu offload"): params, grads, optimizer, activations, buffers and
  * reserve of the per-rank device pool, in `units` (GiB or GB), with the

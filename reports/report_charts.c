@@ -12,6 +12,10 @@
 
 /* Memory categories, one colour each, the same in every chart. */
 enum { CAT_PARAMS, CAT_GRADS, CAT_OPTIMIZER, CAT_ACTIVATIONS, CAT_BUFFERS, CAT_RESERVE, CAT_COUNT };
+static dt_device g_device = DT_DEVICE_CUDA;
+void dt_chart_set_device(dt_device d) { g_device = d; }
+const char *dt_chart_rank_word(void) { return g_device == DT_DEVICE_CPU ? "rank" : "GPU"; }
+
 static const char *const k_cat_names[CAT_COUNT] = {"params", "grads", "optimizer",
                                                    "activations", "buffers", "reserve"};
 static const uint32_t k_cat_colors[CAT_COUNT] = {DT_RGB(0x4E79A7), DT_RGB(0xF28E2B),
@@ -89,8 +93,10 @@ int dt_chart_memory_rows(const char *path, const char *title, int n_rows,
     }
     if (!rc) {
         char y_label[64], lim[96];
-        snprintf(y_label, sizeof y_label, "device memory per GPU (%s)", dt_units_name(units));
-        dt_chart_opts o = {title ? title : "Memory per GPU", "configuration", y_label, 0, 0};
+        snprintf(y_label, sizeof y_label, "device memory per %s (%s)", dt_chart_rank_word(), dt_units_name(units));
+        char dflt[32];
+        snprintf(dflt, sizeof dflt, "Memory per %s", dt_chart_rank_word());
+        dt_chart_opts o = {title ? title : dflt, "configuration", y_label, 0, 0};
         dt_chart_bars b = {DT_BARS_STACKED, n_rows, CAT_COUNT, row_labels, k_cat_names,
                            k_cat_colors, v, 1,
                            {limit_label(limit_bytes, units, lim, sizeof lim),
@@ -129,7 +135,7 @@ int dt_chart_candidates(const char *path, const char *title, int n, const dt_cha
         tmax = fmax(tmax, x[i]);
     }
     char y_label[64], lim[96];
-    snprintf(y_label, sizeof y_label, "peak device memory per GPU (%s)", dt_units_name(units));
+    snprintf(y_label, sizeof y_label, "peak device memory per %s (%s)", dt_chart_rank_word(), dt_units_name(units));
     dt_chart_opts o = {title ? title : "Candidates", "predicted step time (s)", y_label, 0, 0};
     dt_chart_style classes[3] = {
         {"infeasible", COLOR_INFEASIBLE, DT_MARK_CROSS, 9, 0, 0, 0},
@@ -197,7 +203,9 @@ static int curve_vs_prediction(const char *path, const char *title, const char *
 
 int dt_chart_throughput(const char *path, const char *title, dt_chart_curve tokens_per_s,
                         double predicted_tokens_per_s, dt_error *err) {
-    return curve_vs_prediction(path, title ? title : "Throughput", "tokens/s (all GPUs)",
+    char y_label[48];
+    snprintf(y_label, sizeof y_label, "tokens/s (all %ss)", dt_chart_rank_word());
+    return curve_vs_prediction(path, title ? title : "Throughput", y_label,
                                "tokens/s", "tokens/s", tokens_per_s,
                                predicted_tokens_per_s, err);
 }
@@ -234,7 +242,7 @@ int dt_chart_memory_compare(const char *path, const char *title,
     const mem_axis ax = mem_axis_for(vmax, units);
     for (int i = 0; i < N * 2; i++) v[i] = (double)vb[i] / ax.div;
     char y_label[64], lim[96];
-    snprintf(y_label, sizeof y_label, "device memory per GPU (%s)", ax.name);
+    snprintf(y_label, sizeof y_label, "device memory per %s (%s)", dt_chart_rank_word(), ax.name);
     dt_chart_opts o = {title ? title : "Memory: predicted vs measured", "category", y_label, 0, 0};
     dt_chart_bars b = {DT_BARS_GROUPED, N, 2, labels, k_series_pm, k_colors_pm, v, 1,
                        {limit_label(limit_bytes, units, lim, sizeof lim),

@@ -58,7 +58,8 @@ static void usage(FILE *f) {
             "\n"
             "Per-GPU, per-host and NVMe memory for every ZeRO stage x offload option.\n"
             "\n"
-            "  --params COUNT        parameters, e.g. 32B, 6.7B, 7e9, 350M (derives a standard decoder shape)\n"
+            "  --params COUNT        parameters, e.g. 32B, 6.7B, 7e9, 350M (derives a standard decoder shape;\n"
+            "                        model states use exactly COUNT, the shape's own count the rest)\n"
             "  --model NAME|PATH     catalog model (gpt2, qwen3-0.6b, qwen2.5-32b, llama-2-7b, ...) or config.json\n"
             "  --plan plan.json      re-evaluate a plan's configuration (notes a stale stored prediction)\n"
             "  --gpus N              total GPUs (ranks), default 1\n"
@@ -301,7 +302,8 @@ static int setup(const est_args *a, est_ctx *c) {
             dt_error_prefix(&e, "--plan");
             return fail_err(&e);
         }
-        c->n_params = dt_model_params(&c->plan.model);
+        c->n_params = c->plan.model.requested_params > 0 ? c->plan.model.requested_params
+                                                          : dt_model_params(&c->plan.model);
         c->from_config = 1;
         return check_mem(a, c);
     }
@@ -431,9 +433,10 @@ static void print_header(const est_ctx *c) {
         printf("shape      %" PRId64 " layers, hidden %" PRId64 ", %" PRId64 " heads, %" PRId64
                " kv heads, head dim %" PRId64 ", ffn %" PRId64 ", vocab %" PRId64 "\n",
                m->n_layer, m->hidden, m->n_head, m->n_kv_head, m->head_dim, m->ffn, m->vocab);
-        printf("params     %" PRId64 " exactly, as requested (model states); the shape itself has %" PRId64
-               " (activations use the shape)\n",
-               c->n_params, shape_params);
+        printf("params     %" PRId64 " as requested (%s): model states use it; the derived shape has %" PRId64
+               " (%s: activations, FLOPs, communication)\n",
+               c->n_params, dt_format_count(c->n_params, cnt, sizeof cnt), shape_params,
+               dt_format_count(shape_params, b1, sizeof b1));
     } else {
         printf(")\n");
         printf("shape      %" PRId64 " layers, hidden %" PRId64 ", %" PRId64 " heads, %" PRId64
@@ -441,10 +444,10 @@ static void print_header(const est_ctx *c) {
                m->n_layer, m->hidden, m->n_head, m->n_kv_head, m->head_dim, m->ffn, m->vocab);
         printf("params     %" PRId64 " (%s)\n", c->n_params, dt_format_count(c->n_params, cnt, sizeof cnt));
     }
-    printf("cluster    %" PRId64 " node%s x %" PRId64 " GPU%s = %" PRId64 " data-parallel rank%s; hardware %s (%s per GPU, reserve %s)\n",
-           p->cluster.nodes, p->cluster.nodes > 1 ? "s" : "", p->cluster.gpus_per_node,
+    printf("cluster    %" PRId64 " node%s x %" PRId64 " %s%s = %" PRId64 " data-parallel rank%s; hardware %s (%s per %s, reserve %s)\n",
+           p->cluster.nodes, p->cluster.nodes > 1 ? "s" : "", p->cluster.gpus_per_node, dt_chart_rank_word(),
            p->cluster.gpus_per_node > 1 ? "s" : "", p->parallel.world_size, p->parallel.world_size > 1 ? "s" : "", p->cluster.hw.name,
-           dt_format_bytes(p->cluster.hw.device_mem_bytes, c->units, b1, sizeof b1),
+           dt_format_bytes(p->cluster.hw.device_mem_bytes, c->units, b1, sizeof b1), dt_chart_rank_word(),
            dt_format_bytes(p->cluster.hw.reserve_bytes, c->units, b2, sizeof b2));
     printf("batch      micro-batch %" PRId64 ", sequence %" PRId64 ", checkpointed layers %" PRId64 " of %" PRId64
            ", %s attention\n",
@@ -460,8 +463,8 @@ static void print_header(const est_ctx *c) {
         printf("buckets    reduce %" PRId64 ", allgather %" PRId64 ", stage-3 prefetch %" PRId64 " elements; overlap_comm %s\n",
                p->parallel.reduce_bucket_elems, p->parallel.allgather_bucket_elems,
                p->parallel.prefetch_bucket_elems, p->parallel.overlap_comm ? "on" : "off");
-    printf("units      %s; device columns per GPU, host and NVMe per node\n",
-           c->units == DT_UNITS_GB ? "GB = 10^9 bytes" : "GiB = 2^30 bytes");
+    printf("units      %s; device columns per %s, host and NVMe per node\n",
+           c->units == DT_UNITS_GB ? "GB = 10^9 bytes" : "GiB = 2^30 bytes", dt_chart_rank_word());
     for (int i = 0; i < c->notes.n; i++) printf("note       %s\n", c->notes.line[i]);
     printf("\n");
 }
@@ -469,8 +472,10 @@ static void print_header(const est_ctx *c) {
 static void print_table(const est_ctx *c, const est_row *rows, int n) {
     const char *u = dt_units_name(c->units);
     char lim[32];
-    printf("                 |%s per GPU (%s) %s| per node (%s)\n",
-           "-------------------------------", u, "-------------------------------", u);
+    int cpu = !strcmp(dt_chart_rank_word(), "rank");
+    printf("                 |%s per %s (%s) %s| per node (%s)\n",
+           cpu ? "------------------------------" : "-------------------------------", dt_chart_rank_word(), u,
+           "-------------------------------", u);
     printf("ZeRO  offload    |   params    grads optimizer |   states |    activ  buffers  reserve |    total |      host       NVMe");
     if (c->mem_limit) printf(" | fits %s", dt_format_bytes(c->mem_limit, c->units, lim, sizeof lim));
     printf("\n      opt/param  |\n");
@@ -582,8 +587,9 @@ static void print_plan_staleness(const est_ctx *c, const est_row *r) {
         return;
     }
     char a[32], b[32];
-    printf("\nnote: the plan's stored prediction is stale: stored total %s per GPU, now %s",
-           dt_format_bytes(s->total, c->units, a, sizeof a), dt_format_bytes(m->total, c->units, b, sizeof b));
+    printf("\nnote: the plan's stored prediction is stale: stored total %s per %s, now %s",
+           dt_format_bytes(s->total, c->units, a, sizeof a), dt_chart_rank_word(),
+           dt_format_bytes(m->total, c->units, b, sizeof b));
     static const char *names[] = {"params", "grads", "optimizer", "activations", "buffers", "reserve"};
     const int64_t sv[] = {s->params, s->grads, s->optimizer, s->activations, s->buffers, s->reserve};
     const int64_t mv[] = {m->params, m->grads, m->optimizer, m->activations, m->buffers, m->reserve};
@@ -616,10 +622,12 @@ static int plot_rows(const est_ctx *c, const est_row *rows, int n, const char *p
         m[i] = rows[i].m;
     }
     char title[192], cnt[32];
-    snprintf(title, sizeof title, "%s (%s params), %lld GPU(s): memory per GPU", c->plan.model.name,
-             dt_format_count(c->n_params, cnt, sizeof cnt), (long long)c->plan.parallel.world_size);
+    snprintf(title, sizeof title, "%s (%s params), %lld %s(s): memory per %s", c->plan.model.name,
+             dt_format_count(c->n_params, cnt, sizeof cnt), (long long)c->plan.parallel.world_size,
+             dt_chart_rank_word(), dt_chart_rank_word());
     dt_error e = {0};
     int rc = dt_chart_memory_rows(path, title, n, labels, m, c->mem_limit, c->units, &e) ? fail_err(&e) : 0;
+    if (!rc) printf("plot: %s\n", path);
     free(lab), free(labels), free(m);
     return rc;
 }
@@ -637,6 +645,7 @@ int dt_cmd_estimate(int argc, char **argv) {
     }
     rc = setup(&a, c);
     if (!rc) {
+        dt_chart_set_device(c->plan.cluster.device);
         int n = 0;
         rc = compute_rows(c, rows, &n);
         if (!rc && n == 0) rc = fail("no stage/offload row matches the filters");

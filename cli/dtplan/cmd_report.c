@@ -304,6 +304,14 @@ int dt_cmd_report(int argc, char **argv) {
     }
     char note[RP_PATH_MAX + 1200]; /* a path or an error line plus the text around it */
     predict_time(&r, plan, note, sizeof note);
+    {   /* CPU runs: the charts say "per rank" / "(all ranks)", not GPUs (best effort: the plan may be gone) */
+        dt_plan *pl = malloc(sizeof *pl);
+        dt_error pe;
+        dt_error_clear(&pe);
+        const char *pp = plan ? plan : r.plan;
+        if (pl && pp[0] && dt_plan_load(pp, pl, &pe) == DT_OK) dt_chart_set_device(pl->cluster.device);
+        free(pl);
+    }
     int rc = 0;
     if (mkdir(out_dir, 0777) != 0 && errno != EEXIST)
         rc = dt_cli_fail(2, "report: cannot create '%s': %s", out_dir, strerror(errno));

@@ -56,7 +56,11 @@ static void show_model(const dt_plan *p, fmt *f) {
            (long long)m->max_pos, m->tied_embeddings ? "tied" : "untied", m->norm_eps);
     if (m->family == DT_FAMILY_LLAMA)
         printf(", rope theta %g, qkv bias %s, qk norm %s", m->rope_theta, onoff(m->qkv_bias), onoff(m->qk_norm));
-    printf("\n             %s parameters\n", CNT(f, dt_model_params(m)));
+    if (m->requested_params > 0)   /* the one parameter-count rule (docs/models.md) */
+        printf("\n             %lld parameters as requested: model states use it; the shape has %s\n",
+               (long long)m->requested_params, CNT(f, dt_model_params(m)));
+    else
+        printf("\n             %s parameters\n", CNT(f, dt_model_params(m)));
 }
 
 static void show_cluster(const dt_plan *p, fmt *f) {

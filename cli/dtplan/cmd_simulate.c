@@ -20,12 +20,14 @@
 
 static int usage(FILE *f) {
     fprintf(f,
-            "usage: dtplan simulate PLAN.json [--trace FILE.json] [--plot FILE.png|.svg] [--json]\n"
+            "usage: dtplan simulate PLAN.json [--detail] [--trace FILE.json] [--plot FILE.png|.svg] [--json]\n"
             "  Simulates one optimizer step on one rank event by event (compute, communication,\n"
             "  transfers, CPU optimizer) and device memory over time; compares with the\n"
             "  closed-form time and memory models.\n"
             "  --trace FILE   Chrome trace-event JSON (Perfetto / chrome://tracing)\n"
             "  --plot FILE    timeline (Gantt by stream) and memory over time, PNG or SVG\n"
+            "  --detail       every segment of the critical path (default: a summary, the 5 largest\n"
+            "                 contributors by phase and kind)\n"
             "  --json         machine-readable summary on stdout\n");
     return f == stdout ? 0 : 2;
 }
@@ -92,6 +94,47 @@ static int write_plot(const dt_plan *p, const dt_sim_result *r, const char *path
     return rc;
 }
 
+/* Critical path summary: time per (phase, kind) over the whole path, the largest
+ * DT_SIM_TOP first; --detail prints every segment (print_critical). */
+#define DT_SIM_TOP 5
+static void print_critical_summary(const dt_sim_result *r) {
+    enum { MAXG = 64 };
+    typedef struct { const char *phase; int kind, n; double s; } group;
+    group g[MAXG];
+    int ng = 0, segs = 0;
+    double total = 0;
+    for (int i = 0; i < r->n_critical; i++) {
+        const dt_sim_event *e = &r->events[r->critical[i]];
+        double d = e->t1_s - e->t0_s;
+        total += d;
+        if (i == 0 || e->kind != r->events[r->critical[i - 1]].kind ||
+            strcmp(e->phase, r->events[r->critical[i - 1]].phase))
+            segs++;
+        int k = 0;
+        while (k < ng && !(g[k].kind == (int)e->kind && !strcmp(g[k].phase, e->phase))) k++;
+        if (k == ng) {
+            if (ng == MAXG) continue;
+            g[ng].phase = e->phase, g[ng].kind = (int)e->kind, g[ng].n = 0, g[ng].s = 0, ng++;
+        }
+        g[k].n++, g[k].s += d;
+    }
+    printf("critical path   %12.3f ms in %d segments (%d events); largest contributors:\n", total * MS_PER_S, segs,
+           r->n_critical);
+    for (int t = 0; t < DT_SIM_TOP && t < ng; t++) {
+        int best = t;
+        for (int k = t + 1; k < ng; k++)
+            if (g[k].s > g[best].s) best = k;
+        if (best != t) {
+            group tmp = g[t];
+            g[t] = g[best], g[best] = tmp;
+        }
+        printf("  %-9s %-15s x%-4d %12.3f ms  %5.1f %%\n", g[t].phase, dt_sim_kind_name((dt_sim_kind)g[t].kind),
+               g[t].n, g[t].s * MS_PER_S, total > 0 ? 100.0 * g[t].s / total : 0.0);
+    }
+    if (ng > DT_SIM_TOP) printf("  (%d more; --detail prints every segment)\n", ng - DT_SIM_TOP);
+    else printf("  (--detail prints every segment)\n");
+}
+
 /* Critical path, consecutive events of the same kind and phase merged. */
 static void print_critical(const dt_sim_result *r) {
     printf("critical path:\n");
@@ -124,10 +167,11 @@ static const char *closed_form_cat(int c) {
 
 int dt_cmd_simulate(int argc, char **argv) {
     const char *plan_path = NULL, *trace = NULL, *plot = NULL;
-    int json = 0;
+    int json = 0, detail = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout);
         if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--detail")) detail = 1;
         else if (!strcmp(argv[i], "--trace") || !strcmp(argv[i], "--plot")) {
             int is_trace = !strcmp(argv[i], "--trace");
             const char *v = dt_cli_value(argc, argv, &i, "simulate");
@@ -144,6 +188,7 @@ int dt_cmd_simulate(int argc, char **argv) {
 
     dt_plan p;
     if (dt_plan_load(plan_path, &p, &e)) return dt_cli_fail(2, "%s", e.msg);
+    dt_chart_set_device(p.cluster.device);
     dt_time_breakdown tb;
     dt_mem_breakdown mb;
     if (dt_time_estimate(&p, &tb, &e) || dt_memory_estimate(&p, &mb, &e)) return dt_cli_fail(2, "%s", e.msg);
@@ -191,7 +236,8 @@ int dt_cmd_simulate(int argc, char **argv) {
     printf("compute busy    %12.3f ms\n", r.compute_busy_s * MS_PER_S);
     printf("communication   %12.3f ms   exposed %.3f ms = %.1f %% of the step (time model exposed %.3f ms)\n",
            r.comm_s * MS_PER_S, r.comm_exposed_s * MS_PER_S, exposed_pct, tb.comm_exposed_s * MS_PER_S);
-    print_critical(&r);
+    if (detail) print_critical(&r);
+    else print_critical_summary(&r);
     printf("peak device memory %.1f MiB at %.3f ms (closed form %.1f MiB, %+.1f MiB)\n", (double)pk->total / MIB,
            pk->t_s * MS_PER_S, (double)mb.total / MIB, (double)dm / MIB);
     printf("live at the peak:\n");

@@ -32,11 +32,13 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: dtplan solve --mem LIMIT (--model NAME|config.json | --params N) [options]\n"
+            "  --params N            e.g. 32B: a standard decoder shape is derived; model states use exactly N,\n"
+            "                        the shape's own count activations, FLOPs, communication (as estimate)\n"
             "  --mem 80G             memory per GPU (80G = 80 GiB, 80GB = 80e9 bytes; a unit is required,\n"
             "                        at most the profile's device memory)\n"
             "  --gpus N              total ranks (default 1); --nodes N (default 1, must divide --gpus)\n"
             "  --global-batch N      sequences per optimizer step (default %d x %d x world)\n"
-            "  --seq N               tokens per sequence (default 1024)\n"
+            "  --seq N               tokens per sequence (default min(1024, the model's positions))\n"
             "  --hardware NAME|PATH  profile (default %s); --interconnect 100Gb (inter-node link)\n"
             "  --host-mem SIZE       host memory per node (default: the profile's)\n"
             "  --nvme SIZE           NVMe capacity per node (default: the profile's)\n"
@@ -152,8 +154,8 @@ static void print_result(const dt_solve_request *rq, const dt_solve_result *r, d
             printf("  %-14s lost on time: %.4g s/step (+%.1f%%) with ", stage_name(s), c->step_s,
                    100.0 * (c->step_s / r->best.step_s - 1.0));
         } else if (c->mem.total > rq->mem_limit_bytes) {
-            printf("  %-14s lost on memory: needs %s per GPU at least, with ", stage_name(s),
-                   dt_format_bytes(c->mem.total, u, b[0], 48));
+            printf("  %-14s lost on memory: needs %s per %s at least, with ", stage_name(s),
+                   dt_format_bytes(c->mem.total, u, b[0], 48), dev);
         } else {
             printf("  %-14s lost on memory: host %s per node / NVMe %s at least, with ", stage_name(s),
                    dt_format_bytes(c->mem.host_total, u, b[0], 48), dt_format_bytes(c->mem.nvme, u, b[1], 48));
@@ -346,6 +348,8 @@ int dt_cmd_solve(int argc, char **argv) {
         if (dt_precision_parse_preset(prec, &pp, &err)) return dt_cli_fail(2, "%s", err.msg);
         dt_precision_from_preset(pp, &b->precision);
     }
+    /* the default sequence follows the model, as dtplan estimate's does */
+    if (b->model.max_pos > 0 && b->model.max_pos < b->batch.seq_len) b->batch.seq_len = b->model.max_pos;
     if (seq && dt_parse_int(seq, "--seq", 1, SOLVE_MAX_SEQ, 1024, &b->batch.seq_len, &err))
         return dt_cli_fail(2, "%s", err.msg);
     b->batch.global_batch = DT_SOLVE_DEFAULT_PER_DEVICE * DT_SOLVE_DEFAULT_ACCUM * n_gpus;
@@ -370,6 +374,7 @@ int dt_cmd_solve(int argc, char **argv) {
     /* every check on the request before anything is printed */
     if (dt_solve_check(&rq, &err)) return dt_cli_fail(2, "solve: %s", err.msg);
 
+    dt_chart_set_device(b->cluster.device);
     char pbuf[32], sbuf[48];
     printf("dtplan solve: %s (%s params), %lld x %s on %lld node(s) (%s inter-node), %s, global batch %lld x "
            "seq %lld\n",
@@ -377,7 +382,16 @@ int dt_cmd_solve(int argc, char **argv) {
            b->cluster.hw.name, (long long)n_nodes, b->cluster.hw.interconnect,
            dt_precision_preset_name(b->precision.preset), (long long)b->batch.global_batch,
            (long long)b->batch.seq_len);
-    printf("limit: %s per GPU (reserve %s included)\n", dt_format_bytes(rq.mem_limit_bytes, u, sbuf, sizeof sbuf),
+    if (b->model.requested_params > 0) {
+        char rbuf[32];
+        printf("params: %lld as requested (%s): model states use it; the derived shape (%lld layers, hidden %lld) "
+               "has %lld (%s: activations, FLOPs, communication)\n",
+               (long long)b->model.requested_params,
+               dt_format_count(b->model.requested_params, rbuf, sizeof rbuf), (long long)b->model.n_layer,
+               (long long)b->model.hidden, (long long)dt_model_params(&b->model), pbuf);
+    }
+    printf("limit: %s per %s (reserve %s included)\n", dt_format_bytes(rq.mem_limit_bytes, u, sbuf, sizeof sbuf),
+           dt_chart_rank_word(),
            dt_format_bytes(b->cluster.hw.reserve_bytes, u, pbuf, sizeof pbuf));
 
     dt_solve_result *r = malloc(sizeof *r);

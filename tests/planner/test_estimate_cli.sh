@@ -42,7 +42,7 @@ has '^  2   cpu/none   \|    64\.00     8\.00      0\.00 \|    72\.00 \|'
 has '^  3   none/none  \|     8\.00     8\.00     16\.00 \|    32\.00 \|'
 has '^  3   cpu/none   \|     8\.00     8\.00      0\.00 \|    16\.00 \|'
 has '64 layers, hidden 5120, 40 heads, 8 kv heads, head dim 128, ffn 27648, vocab 152064'
-has 'params +32000000000 exactly'
+has 'params +32000000000 as requested'   # issue 18: the one parameter-count rule's wording
 has 'GB = 10\^9 bytes'
 [ "$(grep -c '^  [0-3]   ' "$TMP/out")" -eq 14 ] || fail "expected 14 stage x offload rows"
 

@@ -1,0 +1,55 @@
+# bash completion for dtplan (installed as share/bash-completion/completions/dtplan).
+# The flags are those of `dtplan COMMAND --help`; tests/docs/test_install.sh checks each one.
+_dtplan_models="gpt2 gpt2-medium gpt2-large gpt2-xl gpt2-tiny gpt2-small-test llama-tiny qwen3-0.6b
+qwen2.5-32b qwen3-32b llama-2-7b llama-2-13b llama-2-70b llama-3.1-8b"
+_dtplan() {
+    local cur prev cmd i
+    cur=${COMP_WORDS[COMP_CWORD]}
+    prev=${COMP_WORDS[COMP_CWORD-1]}
+    cmd=
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        case ${COMP_WORDS[i]} in -*) ;; *) cmd=${COMP_WORDS[i]}; break ;; esac
+    done
+    if [[ -z $cmd ]]; then
+        COMPREPLY=($(compgen -W "estimate solve show export simulate compare report calibrate --help" -- "$cur"))
+        return
+    fi
+    local flags
+    case $cmd in
+    estimate) flags="--params --model --plan --gpus --nodes --micro-batch --grad-accum --seq --ckpt --precision
+                     --param-dtype --grad-dtype --master-dtype --moment-dtype --attention --zero-stage
+                     --offload-optimizer --offload-param --deepspeed --hardware --mem --units --compare --json
+                     --plot --help" ;;
+    solve) flags="--mem --model --params --gpus --nodes --global-batch --seq --hardware --interconnect --host-mem
+                  --nvme --precision --stages --no-offload --no-overlap --units -o --plot --data --steps --warmup
+                  --lr --schedule --out --eval-interval --save-interval --help" ;;
+    show) flags="--units --help" ;;
+    export) flags="--deepspeed -o --slurm --script --master-addr --master-port --job-name --help" ;;
+    simulate) flags="--detail --trace --plot --json --help" ;;
+    compare) flags="--json --help" ;;
+    report) flags="-o --plan --help" ;;
+    calibrate) flags="-o --plan --no-mpi --help" ;;
+    esac
+    case $prev in
+    --hardware)
+        COMPREPLY=($(compgen -W "H100-SXM-80GB H200 A100-80GB A100-40GB V100-32GB cpu" -- "$cur"))
+        COMPREPLY+=($(compgen -f -X '!*.json' -- "$cur"))
+        return ;;
+    --model)
+        COMPREPLY=($(compgen -W "$_dtplan_models" -- "$cur"))
+        COMPREPLY+=($(compgen -f -X '!*.json' -- "$cur"))
+        return ;;
+    --precision) COMPREPLY=($(compgen -W "mixed-bf16 mixed-fp16 pure-bf16 fp32" -- "$cur")); return ;;
+    --units) COMPREPLY=($(compgen -W "GiB GB" -- "$cur")); return ;;
+    --compare) COMPREPLY=($(compgen -W "deepspeed" -- "$cur")); return ;;
+    --schedule) COMPREPLY=($(compgen -W "constant WarmupLR WarmupDecayLR WarmupCosineLR" -- "$cur")); return ;;
+    --out|--data) COMPREPLY=($(compgen -d -- "$cur")); return ;;
+    --plan|--deepspeed|-o|--plot|--trace|--slurm) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    esac
+    if [[ $cur == -* ]]; then
+        COMPREPLY=($(compgen -W "$flags" -- "$cur"))
+    else
+        COMPREPLY=($(compgen -f -- "$cur"))
+    fi
+}
+complete -o filenames -F _dtplan dtplan

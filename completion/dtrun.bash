@@ -1,0 +1,29 @@
+# bash completion for dtrun (installed as share/bash-completion/completions/dtrun).
+# The flags are those of `dtrun --help`, `dtrun sample --help`, `dtrun calibrate --help`;
+# tests/docs/test_install.sh checks each one.
+_dtrun() {
+    local cur prev sub
+    cur=${COMP_WORDS[COMP_CWORD]}
+    prev=${COMP_WORDS[COMP_CWORD-1]}
+    sub=
+    [[ $COMP_CWORD -gt 1 ]] && sub=${COMP_WORDS[1]}
+    local flags="--out --max-steps --data --resume --overwrite --timeout --trace --quiet --no-progress
+                 --nnodes --node-rank --nproc-per-node --master-addr --master-port --help"
+    case $sub in
+    sample) flags="--prompt --tokens --seed --temperature --dump-logits --help" ;;
+    calibrate) flags="-o --plan --no-mpi --help" ;;
+    esac
+    case $prev in
+    --out|--data) COMPREPLY=($(compgen -d -- "$cur")); return ;;
+    --trace|-o|--plan|--dump-logits) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    esac
+    if [[ $cur == -* ]]; then
+        COMPREPLY=($(compgen -W "$flags" -- "$cur"))
+    elif [[ $COMP_CWORD -eq 1 ]]; then
+        COMPREPLY=($(compgen -W "sample calibrate" -- "$cur"))
+        COMPREPLY+=($(compgen -f -- "$cur"))
+    else
+        COMPREPLY=($(compgen -f -- "$cur"))
+    fi
+}
+complete -o filenames -F _dtrun dtrun
