@@ -97,7 +97,7 @@ for r in $(seq 1 "$ROUNDS"); do
         tag=w$1-s$2-$3-k$4
         plan=$OUT/$tag-r$r.json
         mkplan "$prof" "$1" "$2" "$3" "$4" "$plan"
-        if ! "$DTRUN" "$plan" --out "$OUT/$tag-r$r" --max-steps "$STEPS" --quiet 2>"$OUT/$tag-r$r.err"; then
+        if ! "$DTRUN" "$plan" --out "$OUT/$tag-r$r" --overwrite --max-steps "$STEPS" --quiet 2>"$OUT/$tag-r$r.err"; then
             echo "round $r $tag: dtrun failed: $(tail -1 "$OUT/$tag-r$r.err")"
             continue
         fi

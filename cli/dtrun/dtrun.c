@@ -45,7 +45,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: dtrun [--nnodes N --node-rank R --nproc-per-node M --master-addr A --master-port P]\n"
             "             PLAN.json [--out DIR] [--max-steps N] [--data PATH] [--resume | --overwrite]\n"
-            "             [--timeout SECONDS] [--trace FILE] [--quiet]\n"
+            "             [--timeout SECONDS] [--trace FILE] [--quiet] [--no-progress]\n"
             "       dtrun sample CKPT_DIR [--prompt TEXT] [--tokens N] [--seed S] [--temperature X]\n"
             "                         [--dump-logits FILE]\n"
             "       dtrun calibrate -o PROFILE.json [--plan PLAN.json] [--no-mpi]\n"
@@ -61,8 +61,10 @@ static void usage(FILE *f) {
             "(metrics, reports, heartbeats, checkpoints), keeping every other file. Checkpoints\n"
             "carry a CRC-32C per file, checked when resuming. --timeout (default %.0f s) bounds\n"
             "every wait for another rank (collectives, rendezvous): a rank that died or hangs is\n"
-            "then named and every rank\n"
-            "exits non-zero; --trace writes the run as Chrome trace JSON (dtplan compare reads it).\n"
+            "then named and every rank exits non-zero; --trace writes the run as Chrome trace\n"
+            "JSON (dtplan compare reads it).\n"
+            "--quiet: no log lines (metrics and reports are still written); --no-progress: log lines\n"
+            "instead of the progress bar, even on a terminal.\n"
             "Writes metrics.jsonl, run-report.json, hb/ heartbeats and\n"
             "checkpoints (ckpt-NNNNNNNN/, loadable by transformers' GPT2LMHeadModel).\n"
             "'sample' prints text from a checkpoint (or the newest one under a run directory).\n"
@@ -208,6 +210,12 @@ static int cmd_train(int argc, char **argv) {
         const char *out = o.out_dir ? o.out_dir : plan.output.dir;
         if (dt_rundir_check(out, o.resume ? DT_OUT_RESUME : o.overwrite ? DT_OUT_OVERWRITE : DT_OUT_NEW, &err))
             return fail(DT_EINVAL, &err);
+        /* no usable GPU: one line here, not one per rank */
+        const dt_device_ops *dev = NULL;
+        if (is_cuda && dt_device_cuda_count() == 0 && dt_device_get(DT_DEVICE_CUDA, 0, &dev, &err) != DT_OK) {
+            fprintf(stderr, "dtrun: %s\n", err.msg);
+            return 1;
+        }
         return dt_launch_spawn_local(&li, world, gpn, is_cuda, argc, argv, stderr, &err);
     }
     if (dt_launch_check_world(&li, world, gpn, nodes, &err)) {
@@ -274,6 +282,16 @@ static int cmd_sample(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has_val = i + 1 < argc;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            printf("usage: dtrun sample CKPT_DIR [--prompt TEXT] [--tokens N] [--seed S] [--temperature X]\n"
+                   "                         [--dump-logits FILE]\n"
+                   "Prints text generated from a checkpoint: CKPT_DIR is a ckpt-NNNNNNNN directory or a\n"
+                   "run's --out directory (its newest checkpoint). --tokens (default %lld) bytes after\n"
+                   "--prompt, sampled at --temperature (default %g) with --seed (default %lld);\n"
+                   "--dump-logits writes the prompt's logits (fp32, one row per position).\n",
+                   (long long)DT_SAMPLE_TOKENS, (double)DT_SAMPLE_TEMPERATURE, (long long)DT_SAMPLE_SEED);
+            return 0;
+        }
         if (strcmp(a, "--prompt") == 0 && has_val) prompt = argv[++i];
         else if (strcmp(a, "--dump-logits") == 0 && has_val) dump = argv[++i];
         else if (strcmp(a, "--tokens") == 0 && has_val) {

@@ -4,6 +4,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -916,8 +918,9 @@ static int parse_files(const cJSON *fl, ckpt_manifest *mf, const char *path, dt_
         int64_t bytes = 0;
         if (strlen(e->string) >= sizeof f->name || strchr(e->string, '/') || !is_ckpt_file(e->string) ||
             !cJSON_IsString(crc) || !is_hex(crc->valuestring, 8))
-            return dt_errorf(err, DT_EINVAL, "%s: files.\"%s\" is not a checkpoint file with a CRC-32C; " DT_CKPT_DAMAGED,
-                             path, e->string);
+            return dt_errorf(err, DT_EINVAL,
+                             "%s: files.\"%s\" is not a checkpoint file with a CRC-32C; " DT_CKPT_DAMAGED, path,
+                             e->string);
         if (get_int(e, "bytes", 0, DT_CKPT_MAX_INT, &bytes, path, err)) return err->code;
         snprintf(f->name, sizeof f->name, "%s", e->string);
         f->sum.bytes = (uint64_t)bytes;
@@ -974,7 +977,8 @@ static int parse_state(const char *path, dt_train_state *st, const dt_precision 
     }
     if (!rc) rc = get_int(c, "num_params", 0, DT_CKPT_MAX_INT, &np, path, err);
     if (!rc && (size_t)np != nparams)
-        rc = dt_errorf(err, DT_EINVAL, "%s: checkpoint has %lld parameters, the model %zu", path, (long long)np, nparams);
+        rc = dt_errorf(err, DT_EINVAL, "%s: checkpoint has %lld parameters, the model %zu", path, (long long)np,
+                       nparams);
     if (!rc) rc = get_int(c, "world_size", 1, DT_CKPT_MAX_WORLD, &mf->world, path, err);
     if (!rc) rc = get_int(c, "zero_stage", 0, 3, &mf->stage, path, err);
     if (!rc) rc = get_int(c, "step", 0, DT_CKPT_MAX_INT, &st->step, path, err);
@@ -989,8 +993,9 @@ static int parse_state(const char *path, dt_train_state *st, const dt_precision 
     if (!rc) rc = parse_scaler(l, &st->scaler, path, err);
     /* fp16 runs update the scaler once per step, skipped or not */
     if (!rc && prec->param == DT_DTYPE_FP16 && st->scaler.cur_iter != st->step)
-        rc = dt_errorf(err, DT_EINVAL, "%s: the loss scaler is at iteration %lld but the step is %lld; " DT_CKPT_DAMAGED,
-                       path, (long long)st->scaler.cur_iter, (long long)st->step);
+        rc = dt_errorf(err, DT_EINVAL,
+                       "%s: the loss scaler is at iteration %lld but the step is %lld; " DT_CKPT_DAMAGED, path,
+                       (long long)st->scaler.cur_iter, (long long)st->step);
     if (!rc) rc = parse_files(cJSON_GetObjectItemCaseSensitive(c, "files"), mf, path, err);
     if (!rc) {
         st->rng = strtoull(rng->valuestring, NULL, 16);
@@ -1015,8 +1020,8 @@ static int verify_file(const char *dir, const char *name, const ckpt_manifest *m
     snprintf(p, sizeof p, "%s/%s", dir, name);
     const ckpt_file *f = manifest_find(mf, name);
     if (!f)
-        return dt_errorf(err, DT_EINVAL, "%s: not among the files the checkpoint's state.json records; " DT_CKPT_DAMAGED,
-                         p);
+        return dt_errorf(err, DT_EINVAL,
+                         "%s: not among the files the checkpoint's state.json records; " DT_CKPT_DAMAGED, p);
     dt_file_sum s;
     if (dt_file_sum_compute(p, "checkpoint file", &s, err)) return err->code;
     if (s.bytes != f->sum.bytes || s.crc32c != f->sum.crc32c)
@@ -1176,13 +1181,14 @@ static int check_cover(range_list *cover, size_t nparams, const char *dir, dt_er
         if (cover->r[i].count == 0) continue;
         if (cover->r[i].begin != at)
             return dt_errorf(err, DT_EINVAL, "%s: the optimizer shards %s elements from %zu on; " DT_CKPT_DAMAGED, dir,
-                             cover->r[i].begin > at ? "miss the" : "hold twice the", cover->r[i].begin > at ? at
-                                                                                                      : cover->r[i].begin);
+                             cover->r[i].begin > at ? "miss the" : "hold twice the",
+                             cover->r[i].begin > at ? at : cover->r[i].begin);
         at += cover->r[i].count;
     }
     if (at != nparams)
-        return dt_errorf(err, DT_EINVAL, "%s: the optimizer shards hold %zu of the model's %zu elements; " DT_CKPT_DAMAGED,
-                         dir, at, nparams);
+        return dt_errorf(err, DT_EINVAL,
+                         "%s: the optimizer shards hold %zu of the model's %zu elements; " DT_CKPT_DAMAGED, dir, at,
+                         nparams);
     return DT_OK;
 }
 
@@ -1230,8 +1236,8 @@ static int list_optim_files(const char *dir, const ckpt_manifest *mf, char (**na
 static int verify_others(const char *dir, const ckpt_manifest *mf, dt_error *err) {
     int rc = DT_OK;
     if (mf->files && (!manifest_find(mf, "model.safetensors") || !manifest_find(mf, "config.json")))
-        return dt_errorf(err, DT_EINVAL, "%s/state.json: no sums for model.safetensors and config.json; " DT_CKPT_DAMAGED,
-                         dir);
+        return dt_errorf(err, DT_EINVAL,
+                         "%s/state.json: no sums for model.safetensors and config.json; " DT_CKPT_DAMAGED, dir);
     for (int i = 0; i < mf->nfiles && !rc; i++)
         if (strncmp(mf->files[i].name, "optim-", 6) != 0) rc = verify_file(dir, mf->files[i].name, mf, err);
     return rc;

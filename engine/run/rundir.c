@@ -224,7 +224,8 @@ int dt_metrics_truncate(const char *path, int64_t step, dt_error *err) {
         unlink(tmp);
         return DT_OK;
     }
-    if (!rc && !out && !(out = fopen(tmp, "wb"))) rc = dt_errorf(err, DT_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+    if (!rc && !out && !(out = fopen(tmp, "wb")))
+        rc = dt_errorf(err, DT_EIO, "%s: cannot create: %s", tmp, strerror(errno));
     if (!rc && (fflush(out) != 0 || fsync(fileno(out)) != 0))
         rc = dt_errorf(err, DT_EIO, "%s: cannot write: %s", tmp, strerror(errno));
     if (out && fclose(out) != 0 && !rc) rc = dt_errorf(err, DT_EIO, "%s: cannot write: %s", tmp, strerror(errno));

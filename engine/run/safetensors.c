@@ -424,7 +424,8 @@ static int sum_range(int fd, uint64_t from, uint64_t to, uint32_t *crc, const ch
         ssize_t k = pread(fd, buf, want, (off_t)from);
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0)
-            rc = dt_errorf(err, DT_EIO, "%s: cannot read: %s", path, k < 0 ? strerror(errno) : "the file is shorter than it was");
+            rc = dt_errorf(err, DT_EIO, "%s: cannot read: %s", path,
+                           k < 0 ? strerror(errno) : "the file is shorter than it was");
         else {
             *crc = dt_crc32c(*crc, buf, (size_t)k);
             from += (uint64_t)k;

@@ -399,12 +399,14 @@ static void plan_steps(trainer *t) {
     t->bytes_constant = 1;
 }
 
-/* metrics.jsonl, on rank 0 only: appended to when resuming, else started afresh. */
 #define DT_METRICS_PATH_MAX (DT_PATH_MAX + 32)
-static void metrics_path(const trainer *t, char *p) { snprintf(p, DT_METRICS_PATH_MAX, "%s/metrics.jsonl", t->out_dir); }
+static void metrics_path(const trainer *t, char *p) {
+    snprintf(p, DT_METRICS_PATH_MAX, "%s/metrics.jsonl", t->out_dir);
+}
 
-/* A resumed run first cuts the file back to the checkpoint's step (a run killed after
- * its last checkpoint logged steps the resumed run logs again). */
+/* metrics.jsonl, on rank 0 only: appended to when resuming, else started afresh. A
+ * resumed run first cuts it back to the checkpoint's step (a run killed after its
+ * last checkpoint logged steps the resumed run logs again). */
 static int open_metrics(trainer *t, int append, dt_error *err) {
     if (t->rank != 0) return DT_OK;
     char mpath[DT_METRICS_PATH_MAX];

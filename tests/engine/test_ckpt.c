@@ -471,7 +471,9 @@ static void test_rundir(void) {
     CHECK(m && strcmp((char *)m, "{\"step\": 1, \"loss\": 5}\n{\"step\": 2, \"loss\": 4}\n") == 0);
     free(m);
     CHECK(dt_metrics_truncate(q, 0, &err) == DT_OK);
-    CHECK(slurp(q, &len) && len == 0);
+    m = slurp(q, &len);
+    CHECK(m && len == 0);
+    free(m);
     snprintf(q, sizeof q, "%s/gone.jsonl", d);
     CHECK(dt_metrics_truncate(q, 3, &err) == DT_OK && access(q, F_OK) != 0);
     /* a foreign file: --resume without a checkpoint refuses, --overwrite keeps it */

@@ -32,6 +32,7 @@ cleanup() {
     rm -rf "$TMP"
 }
 trap cleanup EXIT
+trap 'exit 1' INT TERM   # a timeout still unmounts
 FAILS=0
 fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
 ok() { echo "ok   $*"; }
@@ -83,6 +84,8 @@ listing() { (cd "$1" && find . -printf '%p %s\n' | sort && find . -type f -exec 
 
 PLAN=$TMP/plan.json
 plan "$PLAN"
+"$DTRUN" --help | grep -q -- "--overwrite starts a new run" && ok "--help documents --overwrite" ||
+    fail "--help does not document --overwrite"
 
 # ---- the uninterrupted reference ---------------------------------------------------------
 REF=$TMP/ref
@@ -130,16 +133,24 @@ python3 -c "import json,sys; sys.exit(0 if json.load(open('$R/run-report.json'))
 # ---- 3. a new run refuses a non-empty --out ------------------------------------------------------
 N=$TMP/nonempty
 mkdir -p "$N" && echo "my notes" >"$N/notes.txt"
-before=$(listing "$N")
+before_n=$(listing "$N")
 run "$N" --max-steps 2
 rc=$?
 [ $rc -eq 2 ] || fail "non-empty --out: exit $rc, expected 2"
 one_line "^dtrun: .*nonempty: the output directory is not empty.*--resume.*--overwrite.*--out" "non-empty --out refused"
-[ "$before" = "$(listing "$N")" ] && ok "refused run wrote nothing" || fail "refused run changed $N"
+[ "$before_n" = "$(listing "$N")" ] && ok "refused run wrote nothing" || fail "refused run changed $N"
 before=$(listing "$R")
 run "$R" --max-steps 2
 [ $? -eq 2 ] && [ "$before" = "$(listing "$R")" ] && ok "a finished run's directory is refused too, untouched" ||
     fail "a new run into a finished run's directory was not refused cleanly: $(cat "$TMP/err")"
+# a 2-rank plan that dtrun would start itself: refused before any rank starts, one line
+PLAN2=$TMP/plan2.json
+plan "$PLAN2" parallel.world_size=2 cluster.gpus_per_node=2 batch.global_batch=32
+"$DTRUN" "$PLAN2" --out "$N" --max-steps 2 --quiet 2>"$TMP/err"
+rc=$?
+[ $rc -eq 2 ] || fail "non-empty --out, 2 ranks: exit $rc, expected 2"
+one_line "^dtrun: .*nonempty: the output directory is not empty" "non-empty --out refused before starting 2 ranks"
+[ "$before_n" = "$(listing "$N")" ] || fail "refused 2-rank run changed $N"
 run "$R" --resume --overwrite
 rc=$?
 [ $rc -eq 2 ] || fail "--resume with --overwrite: exit $rc, expected 2"
