@@ -29,7 +29,8 @@
  * begin, one 1-byte write to clear_refs (about 1 us).
  * Not thread-safe: one thread (the trainer's) opens and closes phases.
  * DT_MEMPROBE=0 in the environment turns the probe off (begin / end return at
- * once; the report then has no phase figures). */
+ * once; the report then has no phase figures); DT_MEMPROBE=sample uses the
+ * sampling fallback even where the reset works (its test). */
 #ifndef DT_MEMPROBE_H
 #define DT_MEMPROBE_H
 

@@ -3,9 +3,12 @@
  * phase's real peak by >= 60 MiB; the next phase, after the free and the
  * reset, peaks lower; a nested phase's peak counts for its parent; what the
  * engine tracked inside a phase is reported next to it and the real peak is
- * at least that; the CPU device has no driver view (meminfo not applicable). */
+ * at least that; the CPU device has no driver view (meminfo not applicable).
+ * Run again with DT_MEMPROBE=sample (engine_memprobe_sample): the same on the
+ * sampling fallback. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "dt_device.h"
 #include "dt_memprobe.h"
@@ -15,11 +18,18 @@
 #define MIB (1024 * 1024)
 
 /* malloc + touch every page; volatile so the compiler keeps the pages */
+/* Pages straight from the kernel (mmap / munmap), not malloc: a sanitizer's
+ * allocator keeps freed blocks in quarantine, so RSS would not fall on free. */
 static char *touch(size_t bytes) {
-    volatile char *p = malloc(bytes);
-    if (!p) return NULL;
+    void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    volatile char *p = m;
     for (size_t i = 0; i < bytes; i += 4096) p[i] = (char)(i >> 12 | 1);
     return (char *)p;
+}
+
+static void release(char *p, size_t bytes) {
+    if (p) munmap(p, bytes);
 }
 
 int main(void) {
@@ -38,6 +48,8 @@ int main(void) {
         printf("no /proc/self/status here: skipped\n");
         return 77;
     }
+    const char *env = getenv("DT_MEMPROBE");
+    if (env && !strcmp(env, "sample")) CHECK(r.mode == DT_PROBE_SAMPLE && r.note[0]);
     CHECK(r.ph[DT_PHASE_STARTUP].runs == 1);
     CHECK(r.ph[DT_PHASE_STARTUP].rss_peak > 0);
     CHECK(!r.device);
@@ -50,11 +62,11 @@ int main(void) {
     char *big = touch((size_t)64 * MIB);
     CHECK(big != NULL);
     dt_memprobe_end(DT_PHASE_FORWARD);
-    free(big);
+    release(big, (size_t)64 * MIB);
     dt_memprobe_begin(DT_PHASE_BACKWARD);
     char *small = touch((size_t)1 * MIB);
     dt_memprobe_end(DT_PHASE_BACKWARD);
-    free(small);
+    release(small, (size_t)1 * MIB);
     dt_memprobe_get(&r);
     const dt_phase_stat *f = &r.ph[DT_PHASE_FORWARD], *b = &r.ph[DT_PHASE_BACKWARD];
     printf("base %.1f MiB, forward peak %.1f MiB, backward peak %.1f MiB\n", (double)base / MIB,
@@ -81,7 +93,7 @@ int main(void) {
     dt_memprobe_begin(DT_PHASE_EXPORT);
     big = touch((size_t)64 * MIB);
     dt_memprobe_end(DT_PHASE_EXPORT);
-    free(big);
+    release(big, (size_t)64 * MIB);
     dt_memprobe_begin(DT_PHASE_EVAL);   /* left open: closed with the save */
     dt_memprobe_end(DT_PHASE_CKPT_SAVE);
     dt_memprobe_end(DT_PHASE_EVAL);     /* not open any more: ignored */
