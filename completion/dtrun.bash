@@ -1,5 +1,6 @@
 # bash completion for dtrun (installed as share/bash-completion/completions/dtrun).
-# The flags are those of `dtrun --help`, `dtrun sample --help`, `dtrun calibrate --help`;
+# The flags are those of `dtrun --help`, `dtrun sample --help`, `dtrun calibrate --help`,
+# `dtrun tokenize --help`;
 # tests/docs/test_install.sh checks each one.
 _dtrun() {
     local cur prev sub
@@ -12,15 +13,16 @@ _dtrun() {
     case $sub in
     sample) flags="--prompt --tokens --seed --temperature --dump-logits --help" ;;
     calibrate) flags="-o --plan --no-mpi --help" ;;
+    tokenize) flags="--tokenizer --decode --no-special --help" ;;
     esac
     case $prev in
     --out|--data) COMPREPLY=($(compgen -d -- "$cur")); return ;;
-    --trace|-o|--plan|--dump-logits) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --trace|-o|--plan|--dump-logits|--tokenizer) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     esac
     if [[ $cur == -* ]]; then
         COMPREPLY=($(compgen -W "$flags" -- "$cur"))
     elif [[ $COMP_CWORD -eq 1 ]]; then
-        COMPREPLY=($(compgen -W "sample calibrate" -- "$cur"))
+        COMPREPLY=($(compgen -W "sample calibrate tokenize" -- "$cur"))
         COMPREPLY+=($(compgen -f -- "$cur"))
     else
         COMPREPLY=($(compgen -f -- "$cur"))

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerates tests/tokenizer/data/: two small byte-level BPE tokenizers trained with
+"""Regenerates tests/tokenizer/data/: three small byte-level BPE tokenizers trained with
 Hugging Face `tokenizers` on text Debian ships, a test corpus, and the ids `tokenizers`
 gives for each corpus case. Dev-time only (CI reads the committed files, no Python):
 
@@ -7,7 +7,10 @@ gives for each corpus case. Dev-time only (CI reads the committed files, no Pyth
     /tmp/tokvenv/bin/python scripts/gen_tokenizer_goldens.py
 
   gpt2-mini: GPT-2's configuration (ByteLevel pre-tokenizer with its own regex,
-             add_prefix_space false; ByteLevel decoder), special <|endoftext|>.
+             add_prefix_space false; ByteLevel decoder; merges written as "a b" strings,
+             as GPT-2's own file has them), special <|endoftext|>.
+  llama3-mini: Llama-3's configuration (Split with Llama-3's regex, \\p{N}{1,3}, Isolated;
+             ByteLevel(use_regex=False); the model's ignore_merges set), <|endoftext|>.
   qwen2-mini: Qwen2's configuration (NFC normalizer; Split with Qwen2's regex, single
              \\p{N} digits, Isolated; then ByteLevel(use_regex=False)); specials
              <|endoftext|>, <|im_start|>, <|im_end|>.
@@ -67,6 +70,9 @@ CASES = [
     "<|im_start|incomplete <|endoftext",
 ]
 
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                  r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
 
 def unescape(s):
     out, i = [], 0
@@ -100,6 +106,12 @@ def build(name, vocab_size):
     if name == "gpt2-mini":
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         specials = SPECIALS[:1]
+    elif name == "llama3-mini":
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
+        ])
+        specials = SPECIALS[:1]
     else:
         tok.normalizer = normalizers.NFC()
         tok.pre_tokenizer = pre_tokenizers.Sequence([
@@ -121,10 +133,18 @@ def main():
     with open(os.path.join(OUT, "corpus.txt"), "w", encoding="utf-8") as f:
         for c in CASES:
             f.write(c + "\n")
-    for name, vs in (("gpt2-mini", 1200), ("qwen2-mini", 1500)):
+    for name, vs in (("gpt2-mini", 1200), ("qwen2-mini", 1500), ("llama3-mini", 1500)):
         tok = build(name, vs)
         path = os.path.join(OUT, name + ".json")
         tok.save(path, pretty=False)
+        if name == "llama3-mini":
+            # Llama-3's model sets ignore_merges (a pre-token in the vocabulary is taken whole)
+            with open(path, encoding="utf-8") as f:
+                d = json.load(f)
+            d["model"]["ignore_merges"] = True
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(d, f, ensure_ascii=False, separators=(",", ":"))
+            tok = Tokenizer.from_file(path)
         if name == "gpt2-mini":
             # GPT-2's own tokenizer.json writes merges as "a b" strings; newer files (and
             # this tokenizers version) write [a, b] lists: keep one file of each form.

@@ -8,6 +8,7 @@ pkgs=(build-essential cmake pkg-config
       libplot-dev plotutils             # charts (PNG/SVG)
       zlib1g-dev                        # chart tests decode the PNGs they check
       libcjson-dev                      # plan / config JSON
+      libpcre2-dev                      # tokenizer.json pre-tokenizer regexes (dtrun tokenize)
       libopenmpi-dev openmpi-bin        # MPI communication for CPU ranks
       libopenblas-openmp-dev            # CPU GEMM (OpenMP build, shares the engine's thread pool)
       fortunes-min fortunes             # real English text for the default training job

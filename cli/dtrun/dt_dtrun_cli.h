@@ -10,4 +10,8 @@
  * `dtplan calibrate` forwarded the call). */
 int dt_cmd_calibrate(const char *prog, int argc, char **argv);
 
+/* `tokenize`: text on stdin -> token ids per line, or ids -> text with --decode, through
+ * a Hugging Face byte-level BPE tokenizer.json (tokenize.c, docs/tokenizers.md). */
+int dt_cmd_tokenize(int argc, char **argv);
+
 #endif

@@ -49,6 +49,7 @@ static void usage(FILE *f) {
             "       dtrun sample CKPT_DIR [--prompt TEXT] [--tokens N] [--seed S] [--temperature X]\n"
             "                         [--dump-logits FILE]\n"
             "       dtrun calibrate -o PROFILE.json [--plan PLAN.json] [--no-mpi]\n"
+            "       dtrun tokenize --tokenizer TOKENIZER.json [--decode] [--no-special]  (stdin -> ids per line)\n"
             "\n"
             "Trains the plan's model exactly as planned (ZeRO stage, offload, cpu or cuda device),\n"
             "one process per rank: alone, a plan with world_size > 1 starts its ranks itself\n"
@@ -419,6 +420,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(argv[1], "sample") == 0) return cmd_sample(argc - 1, argv + 1);
+    if (strcmp(argv[1], "tokenize") == 0) return dt_cmd_tokenize(argc - 1, argv + 1);
     if (strcmp(argv[1], "calibrate") == 0) {
         /* `dtplan calibrate` execs this binary with argv[0] = "dtplan" */
         const char *base = strrchr(argv[0], '/');

@@ -76,10 +76,11 @@ for c in estimate solve show export simulate report calibrate; do
     check_flags "dtplan $c" "$CD/dtplan" "dtplan $c" "" "$P/bin/dtplan" "$c"
 done
 check_flags "dtplan compare" "$CD/dtplan" "dtplan compare" "--trace" "$P/bin/dtplan" compare
-# dtrun --help also shows the usage of sample and calibrate, whose flags complete after them
-check_flags "dtrun" "$CD/dtrun" "dtrun" "--prompt --tokens --seed --temperature --dump-logits -o --plan --no-mpi" \
+# dtrun --help also shows the usage of sample, calibrate and tokenize, whose flags complete after them
+check_flags "dtrun" "$CD/dtrun" "dtrun" "--prompt --tokens --seed --temperature --dump-logits -o --plan --no-mpi --tokenizer --decode --no-special" \
     "$P/bin/dtrun"
 check_flags "dtrun sample" "$CD/dtrun" "dtrun sample" "--out" "$P/bin/dtrun" sample
 check_flags "dtrun calibrate" "$CD/dtrun" "dtrun calibrate" "" "$P/bin/dtrun" calibrate
+check_flags "dtrun tokenize" "$CD/dtrun" "dtrun tokenize" "" "$P/bin/dtrun" tokenize
 
 [ "$fails" -eq 0 ] && echo "install: all checks passed" || { echo "install: $fails failed"; exit 1; }
