@@ -1005,6 +1005,15 @@ static int parse_state(const char *path, dt_train_state *st, const dt_precision 
     return rc;
 }
 
+int dt_ckpt_state_read(const char *path, const dt_precision *prec, size_t nparams, dt_train_state *st,
+                       dt_error *err) {
+    ckpt_manifest mf;
+    memset(&mf, 0, sizeof mf);
+    int rc = parse_state(path, st, prec, nparams, &mf, err);
+    free(mf.files);
+    return rc;
+}
+
 /* ---- verifying and loading a checkpoint ---- */
 
 static const ckpt_file *manifest_find(const ckpt_manifest *mf, const char *name) {

@@ -71,6 +71,11 @@ int dt_ckpt_latest(const char *out_dir, char *path, size_t path_len, int64_t *st
  * directory if nothing else is left in it. 0 when the directory is gone. */
 int dt_ckpt_remove(const char *dir);
 
+/* Reads and validates a checkpoint's state.json on its own: format, precision preset,
+ * parameter count nparams, counters that add up, bounded numbers, the loss scaler,
+ * the file sums' syntax (what dt_ckpt_load_zero checks before it reads any tensor). */
+int dt_ckpt_state_read(const char *path, const dt_precision *prec, size_t nparams, dt_train_state *st,
+                       dt_error *err);
 /* ---- sharded checkpoints (ZeRO engine, docs/zero.md) ----
  * The same directory layout; optim-<rank>-of-<writers>.safetensors holds one
  * rank's valid optimizer elements ("master", "exp_avg", "exp_avg_sq")
