@@ -786,6 +786,9 @@ int dt_cmd_calibrate(const char *prog, int argc, char **argv) {
         return 2;
     }
     int under_mpi = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE");
+    if (!under_mpi && !getenv("DT_CALIBRATE_CHILD"))   /* the user's process: say what the wait is */
+        fprintf(stderr, "%s: calibrate: timing the engine's kernels (%s) on every core%s (10-30 s) ...\n",
+                cal_prog, shape.from, no_mpi ? "" : ", and an all-reduce between 2 MPI ranks");
     if (!under_mpi && !no_mpi && !getenv("DT_CALIBRATE_CHILD")) {
         if (relaunch_under_mpirun(out, plan) == 0) {
             dt_hardware h;

@@ -244,6 +244,12 @@ static int cmd_train(int argc, char **argv) {
                 "dtrun: warning: %s: the stored prediction is stale (%s); using a recomputed one "
                 "(dtplan estimate --plan %s refreshes the file)\n",
                 plan_path, what, plan_path);
+    if (o.max_steps > plan.schedule.total_steps && rank == 0)
+        fprintf(stderr,
+                "dtrun: warning: --max-steps %lld is beyond the plan's %lld steps; stopping at %lld, where its "
+                "LR schedule ends (for a longer run: dtplan solve ... --steps %lld)\n",
+                (long long)o.max_steps, (long long)plan.schedule.total_steps,
+                (long long)plan.schedule.total_steps, (long long)o.max_steps);
     o.comm = comm;
     dt_train_result r;
     rc = dt_train(&plan, &o, &r, &err);
@@ -269,8 +275,9 @@ static int cmd_train(int argc, char **argv) {
         fprintf(stderr, "dtrun: %s: already finished at step %lld; nothing changed\n",
                 o.out_dir ? o.out_dir : plan.output.dir, (long long)r.steps);
     else if (o.log)
-        fprintf(stderr, "dtrun: done: step %lld, loss %.4f -> %.4f%s, %.0f tokens/s\n", (long long)r.steps,
-                r.first_loss, r.last_loss, r.skipped ? " (some fp16 steps skipped)" : "", r.tokens_per_s);
+        fprintf(stderr, "dtrun: done: step %lld, loss %.4f -> %.4f%s, %.0f tokens/s, step %.1f ms (predicted %.1f ms)\n",
+                (long long)r.steps, r.first_loss, r.last_loss, r.skipped ? " (some fp16 steps skipped)" : "",
+                r.tokens_per_s, r.step_time_s * 1e3, plan.prediction.time.step_s * 1e3);
     return 0;
 }
 

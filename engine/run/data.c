@@ -31,6 +31,7 @@ struct dt_corpus {
     dt_source *src;
     int nsrc;
     int nfiles;
+    int subdirs;     /* subfolders of a data directory, not read */
     int64_t ntok;
 };
 
@@ -57,7 +58,8 @@ static int single_name(const char *path, char ***names_out, int *n_out, dt_error
 }
 
 /* Regular files of dir (no symlinks), sorted; suffix filters when non-NULL. */
-static int list_dir(const char *dir, const char *suffix, char ***names_out, int *n_out,
+/* The regular files of dir (not its subfolders: *subdirs counts those skipped). */
+static int list_dir(const char *dir, const char *suffix, char ***names_out, int *n_out, int *subdirs,
                     dt_error *err) {
     DIR *d = opendir(dir);
     if (!d) return dt_errorf(err, DT_EINVAL, "%s: cannot open data directory: %s", dir, strerror(errno));
@@ -66,6 +68,10 @@ static int list_dir(const char *dir, const char *suffix, char ***names_out, int 
     struct dirent *e;
     while ((e = readdir(d))) {
         if (e->d_name[0] == '.') continue;
+        if (e->d_type == DT_DIR) {
+            (*subdirs)++;
+            continue;
+        }
         size_t len = strlen(e->d_name);
         if (suffix) {
             size_t sl = strlen(suffix);
@@ -131,7 +137,8 @@ static int read_all(const char *path, uint8_t **out, size_t *len, dt_error *err)
 static int open_text(dt_corpus *c, const char *path, int is_dir, int64_t vocab, dt_error *err) {
     char **names = NULL;
     int n = 0;
-    if (is_dir ? list_dir(path, NULL, &names, &n, err) : single_name(path, &names, &n, err)) return err->code;
+    if (is_dir ? list_dir(path, NULL, &names, &n, &c->subdirs, err) : single_name(path, &names, &n, err))
+        return err->code;
     uint8_t *all = NULL;
     size_t total = 0;
     int used = 0, rc = DT_OK;
@@ -264,7 +271,7 @@ int dt_corpus_open(const char *path, const char *format, int64_t vocab, dt_corpu
         char **names = NULL;
         int n = 0;
         rc = DT_OK;
-        rc = is_dir ? list_dir(path, ".bin", &names, &n, err) : single_name(path, &names, &n, err);
+        rc = is_dir ? list_dir(path, ".bin", &names, &n, &c->subdirs, err) : single_name(path, &names, &n, err);
         if (!rc && n == 0) rc = dt_errorf(err, DT_EINVAL, "%s: no *.bin token shards in the directory", path);
         if (!rc && !(c->src = calloc((size_t)n, sizeof *c->src)))
             rc = dt_errorf(err, DT_ENOMEM, "%s: out of memory for %d shards", path, n);
@@ -300,6 +307,7 @@ void dt_corpus_free(dt_corpus *c) {
 
 int64_t dt_corpus_tokens(const dt_corpus *c) { return c->ntok; }
 int dt_corpus_files(const dt_corpus *c) { return c->nfiles; }
+int dt_corpus_subdirs(const dt_corpus *c) { return c->subdirs; }
 
 static int64_t source_windows(const dt_source *s, int64_t T) {
     return s->ntok > T ? (s->ntok - 1) / T : 0;

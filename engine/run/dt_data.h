@@ -40,6 +40,8 @@ int dt_corpus_open(const char *path, const char *format, int64_t vocab, dt_corpu
 void dt_corpus_free(dt_corpus *c);
 int64_t dt_corpus_tokens(const dt_corpus *c);
 int dt_corpus_files(const dt_corpus *c);
+/* Subfolders of a data directory: not read (only the directory's own files are). */
+int dt_corpus_subdirs(const dt_corpus *c);
 
 typedef struct dt_loader_pos {
     int64_t epoch;     /* completed passes over the windows */

@@ -431,6 +431,11 @@ static void print_banner(const trainer *t, int64_t resumed) {
             dt_comm_backend_name(t->comm), plan->parallel.zero_stage,
             dt_offload_name(plan->parallel.offload_optimizer), dt_offload_name(plan->parallel.offload_param),
             plan->parallel.overlap_comm ? ", overlapped communication" : "");
+    int sub = dt_corpus_subdirs(t->train_c);
+    if (sub > 0)
+        fprintf(log, "dtrun: data: %d file(s) of %s read; its %d subfolder(s) are not (a data directory is read "
+                     "one level deep: give a subfolder itself, or move the files up)\n",
+                dt_corpus_files(t->train_c), t->opts->data_path ? t->opts->data_path : t->plan->data.train, sub);
     if (resumed >= 0) fprintf(log, "dtrun: resumed from step %lld\n", (long long)resumed);
 }
 

@@ -68,6 +68,8 @@ fi
 OUT=$TMP/run
 "$DTRUN" "$PLAN" --out "$OUT" --max-steps 40 --no-progress 2>"$TMP/train.log" || fail "training exited $?: $(tail -3 "$TMP/train.log")"
 [ -f "$OUT/metrics.jsonl" ] || fail "no metrics.jsonl"
+grep -q '^dtrun: done: step 40, .* step [0-9.]* ms (predicted [0-9.]* ms)$' "$TMP/train.log" ||
+  fail "the end-of-run line lacks the measured and predicted step time: $(grep 'done' "$TMP/train.log")"
 [ "$(wc -l <"$OUT/metrics.jsonl")" -eq 40 ] || fail "metrics.jsonl has $(wc -l <"$OUT/metrics.jsonl") lines, expected 40"
 for k in step loss lr tokens_per_s grad_norm loss_scale mem; do
   grep -q "\"$k\": " "$OUT/metrics.jsonl" || fail "metrics.jsonl lacks $k"
@@ -94,6 +96,28 @@ cmp -s "$TMP/sample.txt" "$TMP/sample2.txt" || fail "sampling with the same seed
 "$DTRUN" "$PLAN" --out "$OUT" --max-steps 45 --resume --quiet || fail "resume exited $?"
 tail -1 "$OUT/metrics.jsonl" | grep -q '"step": 45' || fail "resume did not reach step 45"
 [ "$(wc -l <"$OUT/metrics.jsonl")" -eq 45 ] || fail "metrics.jsonl not appended on resume"
+
+# --max-steps beyond the plan: said, not silent; a data folder's subfolders: said to be unread
+mkdir -p "$TMP/data/sub"
+head -c 200000 /usr/share/games/fortunes/fortunes >"$TMP/data/top.txt"
+head -c 1000 /usr/share/games/fortunes/fortunes >"$TMP/data/sub/unread.txt"
+python3 - "$PLAN" "$TMP/short.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["schedule"]["total_steps"] = 3
+p["schedule"]["warmup_steps"] = 1
+p["output"]["save_interval"] = 0
+p["data"]["eval_interval"] = 0
+p.pop("prediction", None)
+json.dump(p, open(sys.argv[2], "w"), indent=2)
+PY
+"$DTRUN" "$TMP/short.json" --out "$TMP/short" --data "$TMP/data" --max-steps 9 --no-progress 2>"$TMP/short.log" ||
+  fail "the short run exited $?: $(tail -3 "$TMP/short.log")"
+grep -q "^dtrun: warning: --max-steps 9 is beyond the plan's 3 steps; stopping at 3" "$TMP/short.log" ||
+  fail "--max-steps beyond the plan was not said: $(cat "$TMP/short.log")"
+[ "$(wc -l <"$TMP/short/metrics.jsonl")" -eq 3 ] || fail "the short run did not stop at the plan's 3 steps"
+grep -q "^dtrun: data: 1 file(s) of $TMP/data read; its 1 subfolder(s) are not" "$TMP/short.log" ||
+  fail "the unread data subfolder was not said: $(cat "$TMP/short.log")"
 
 [ "$fails" -eq 0 ] || { echo "$fails failure(s)" >&2; exit 1; }
 echo ok

@@ -70,6 +70,8 @@ expect_bad "exceeds --steps" --mem 1G --model gpt2-tiny --hardware cpu --steps 1
 # calibrate: writes a profile dt_hardware_load accepts, usable by solve
 "$DTPLAN" calibrate --no-mpi -o "$TMP/local.json" >"$TMP/out" 2>&1 || fail "calibrate: $(cat "$TMP/out")"
 grep -q '"achievable_flops"' "$TMP/local.json" || fail "calibrate wrote no achievable_flops"
+grep -q "^dtplan: calibrate: timing the engine's kernels (GPT-2 124M shapes" "$TMP/out" ||
+    fail "calibrate did not say what it is measuring before the wait: $(head -2 "$TMP/out")"
 "$DTPLAN" solve --mem 2G --model gpt2-tiny --gpus 2 --seq 64 --hardware "$TMP/local.json" >"$TMP/out" 2>&1 \
     || fail "solve on the calibrated profile: $(cat "$TMP/out")"
 "$DTPLAN" calibrate >/dev/null 2>"$TMP/err"; [ $? -eq 2 ] || fail "calibrate without -o should exit 2"
