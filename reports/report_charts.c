@@ -216,7 +216,7 @@ int dt_chart_step_time(const char *path, const char *title, dt_chart_curve step_
                                "s", step_s, predicted_step_s, err);
 }
 
-static const char *const k_series_pm[2] = {"predicted", "measured"};
+static const char *const k_series_pm[2] = {"predicted", "tracked"};   /* memory: the engine's count */
 static const uint32_t k_colors_pm[2] = {COLOR_PREDICTED, COLOR_MEASURED};
 
 int dt_chart_memory_compare(const char *path, const char *title,
@@ -243,7 +243,7 @@ int dt_chart_memory_compare(const char *path, const char *title,
     for (int i = 0; i < N * 2; i++) v[i] = (double)vb[i] / ax.div;
     char y_label[64], lim[96];
     snprintf(y_label, sizeof y_label, "device memory per %s (%s)", dt_chart_rank_word(), ax.name);
-    dt_chart_opts o = {title ? title : "Memory: predicted vs measured", "category", y_label, 0, 0};
+    dt_chart_opts o = {title ? title : "Memory: predicted vs tracked", "category", y_label, 0, 0};
     dt_chart_bars b = {DT_BARS_GROUPED, N, 2, labels, k_series_pm, k_colors_pm, v, 1,
                        {limit_label(limit_bytes, units, lim, sizeof lim),
                         (double)limit_bytes / ax.div, COLOR_LIMIT}};

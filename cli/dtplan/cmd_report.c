@@ -1,7 +1,7 @@
 /* cmd_report.c — `dtplan report RUN_DIR [-o OUTDIR] [--plan PLAN.json]`: from a
  * dtrun output directory (metrics.jsonl, run-report.json; docs/dtrun.md) draw
  * loss.png, throughput.png, memory.png and steptime.png and write report.md with
- * them embedded and a predicted-vs-measured table. docs/reports.md. */
+ * them embedded, a predicted-vs-tracked table and the real memory per phase. docs/reports.md. */
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -109,6 +109,8 @@ static int read_metrics(const char *path, rp_metrics *m, dt_error *err) {
 }
 
 /* ---- run-report.json ---- */
+#define RP_MAX_PHASES 16   /* more than the engine's phases (dt_memprobe.h) */
+
 typedef struct {
     char model[128], precision[32];
     int have_pred;
@@ -117,11 +119,37 @@ typedef struct {
     double meas_step_s, meas_tps;
     char plan[RP_PATH_MAX];
     double loss_first, loss_last, loss_valid;   /* NAN: none */
+    /* real_memory (docs/dtrun.md "Real memory per phase"): what the kernel measured */
+    int n_phases;
+    struct {
+        char name[24];
+        double runs, real, tracked, runtime, predicted;   /* bytes; predicted <= 0: none */
+    } phase[RP_MAX_PHASES];
+    char probe[16];
 } rp_run;
 
 static double num_or(const cJSON *o, const char *key, double dflt) {
     double v;
     return num_field(o, key, &v) ? v : dflt;
+}
+
+/* The per-phase real peaks, when the run report has them (older reports do not). */
+static void read_real_memory(const cJSON *rm, rp_run *r) {
+    const cJSON *probe = cJSON_GetObjectItemCaseSensitive(rm, "probe");
+    const cJSON *ph = cJSON_GetObjectItemCaseSensitive(rm, "phases");
+    if (!cJSON_IsObject(rm) || !cJSON_IsObject(ph)) return;
+    if (cJSON_IsString(probe)) snprintf(r->probe, sizeof r->probe, "%s", probe->valuestring);
+    for (const cJSON *e = ph->child; e && r->n_phases < RP_MAX_PHASES; e = e->next) {
+        double real = num_or(e, "real_peak_rss", -1);
+        if (!cJSON_IsObject(e) || !e->string || real < 0) continue;
+        __typeof__(&r->phase[0]) q = &r->phase[r->n_phases++];
+        snprintf(q->name, sizeof q->name, "%s", e->string);
+        q->runs = num_or(e, "runs", 0);
+        q->real = real;
+        q->tracked = num_or(cJSON_GetObjectItemCaseSensitive(e, "tracked"), "total", 0);
+        q->runtime = num_or(e, "runtime", 0);
+        q->predicted = num_or(e, "predicted_total", 0);
+    }
 }
 
 static int read_run_report(const char *path, rp_run *r, dt_error *err) {
@@ -157,6 +185,7 @@ static int read_run_report(const char *path, rp_run *r, dt_error *err) {
     r->pred_tps = cJSON_IsObject(pred) ? num_or(pred, "tokens_per_s", 0) : 0;
     r->meas_step_s = num_or(meas, "step_time_s", 0);
     r->meas_tps = num_or(meas, "tokens_per_s", 0);
+    read_real_memory(cJSON_GetObjectItemCaseSensitive(root, "real_memory"), r);
     r->loss_first = num_or(loss, "first", NAN);
     r->loss_last = num_or(loss, "last", NAN);
     r->loss_valid = num_or(loss, "valid", NAN);
@@ -218,8 +247,8 @@ static int write_markdown(const char *path, const char *run_dir, const rp_run *r
     if (isfinite(r->loss_first) && isfinite(r->loss_last))
         fprintf(f, "Training loss %.4f -> %.4f", r->loss_first, r->loss_last);
     if (isfinite(r->loss_valid)) fprintf(f, ", last validation loss %.4f", r->loss_valid);
-    fprintf(f, ".\n\n## Predicted vs measured (per rank)\n\n");
-    fprintf(f, "| quantity | predicted | measured | difference |\n|---|---:|---:|---:|\n");
+    fprintf(f, ".\n\n## Predicted vs tracked and measured (per rank)\n\n");
+    fprintf(f, "| quantity | predicted | tracked (memory) / measured (time) | difference |\n|---|---:|---:|---:|\n");
     for (int c = 0; c < RP_N_CATS; c++) {
         char what[48];
         snprintf(what, sizeof what, "%s%s", k_cats[c], c == RP_N_CATS - 1 ? " (without reserve)" : "");
@@ -227,13 +256,25 @@ static int write_markdown(const char *path, const char *run_dir, const rp_run *r
     }
     md_row(f, "step time", r->pred_step_s * MS_PER_S, r->meas_step_s * MS_PER_S, "ms");
     md_row(f, "throughput", r->pred_tps, r->meas_tps, "tokens/s");
-    fprintf(f, "\nDifference = 100 x (measured - predicted) / predicted. Measured memory is the engine's "
-               "tracked peak per category; the measured step time is the mean over the steps after the first.%s%s\n\n",
+    fprintf(f, "\nDifference = 100 x (tracked or measured - predicted) / predicted. Tracked memory is the engine's "
+               "own count of its allocations, peak per category (not what the OS sees: the next table); the "
+               "measured step time is the mean over the steps after the first.%s%s\n\n",
             note[0] ? " Note: " : "", note);
+    if (r->n_phases > 0) {
+        fprintf(f, "## Real memory per phase (rank 0, peak RSS from the kernel%s%s)\n\n",
+                r->probe[0] ? ", probe " : "", r->probe);
+        fprintf(f, "| phase | runs | real peak (MiB) | tracked (MiB) | runtime = real - tracked (MiB) | predicted total (MiB) |\n"
+                   "|---|---:|---:|---:|---:|---:|\n");
+        for (int i = 0; i < r->n_phases; i++)
+            fprintf(f, "| %s | %.0f | %.1f | %.1f | %.1f | %.1f |\n", r->phase[i].name, r->phase[i].runs,
+                    r->phase[i].real / MIB, r->phase[i].tracked / MIB, r->phase[i].runtime / MIB,
+                    r->phase[i].predicted / MIB);
+        fprintf(f, "\n");
+    }
     fprintf(f, "## Loss\n\n![training and validation loss](loss.png)\n\n");
     fprintf(f, "## Throughput\n\n![tokens per second](throughput.png)\n\n");
     fprintf(f, "## Step time\n\n![step time](steptime.png)\n\n");
-    fprintf(f, "## Memory\n\n![predicted vs measured memory](memory.png)\n");
+    fprintf(f, "## Memory\n\n![predicted vs tracked memory](memory.png)\n");
     if (fclose(f) != 0 || rename(tmp, path) != 0) {
         remove(tmp);
         return dt_errorf(err, DT_EIO, "%s: cannot write: %s", path, strerror(errno));
@@ -266,7 +307,7 @@ static int draw(const char *out_dir, const char *run_dir, const rp_run *r, const
     pb.total = (r->have_pred ? (int64_t)r->pred[5] : 0) + pb.reserve;
     mb.total = (int64_t)r->meas[5];
     if (join(path, out_dir, "memory.png", err)) return err->code;
-    snprintf(title, sizeof title, "%s: device memory per rank, predicted vs measured peak", name);
+    snprintf(title, sizeof title, "%s: memory per rank, predicted vs tracked (engine's count)", name);
     return dt_chart_memory_compare(path, title, &pb, &mb, 0, DT_UNITS_GIB, err);
 }
 

@@ -255,7 +255,10 @@ static int plot_candidates(const dt_solve_request *rq, const dt_solve_result *r,
         char title[192], label[128], cnt[32];
         snprintf(title, sizeof title, "%s (%s params), %lld GPU(s): %d candidates x 0..%lld checkpointed layers",
                  rq->base.model.name,
-                 dt_format_count(dt_model_params(&rq->base.model), cnt, sizeof cnt),
+                 /* the count model states use: as requested for a derived shape (docs/models.md) */
+                 dt_format_count(rq->base.model.requested_params > 0 ? rq->base.model.requested_params
+                                                                     : dt_model_params(&rq->base.model),
+                                 cnt, sizeof cnt),
                  (long long)rq->base.parallel.world_size, r->n_candidates, (long long)rq->base.model.n_layer);
         snprintf(label, sizeof label, "chosen: %s, micro %lld, %lld ckpt", stage_name(r->best.zero_stage),
                  (long long)r->best.micro_batch, (long long)r->best.ckpt_layers);
