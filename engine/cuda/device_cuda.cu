@@ -1108,8 +1108,8 @@ extern "C" int dt_device_cuda_get(int ordinal, const dt_device_ops **out, dt_err
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        return dt_errorf(err, DT_ERUNTIME, "cuda: no usable GPU (%s); run on a CUDA machine or "
-                         "plan with device cpu", cudaGetErrorString(e));
+        return dt_errorf(err, DT_ERUNTIME, "cuda: no usable GPU (%s); run on a CUDA machine, or plan for the CPU "
+                         "(dtplan solve ... --hardware cpu)", cudaGetErrorString(e));
     }
     if (n == 0)
         return dt_errorf(err, DT_ERUNTIME, "cuda: no GPU visible (check CUDA_VISIBLE_DEVICES)");

@@ -344,7 +344,7 @@ int dt_launch_check_world(dt_launch_info *li, int world_size, int gpus_per_node,
     if (li->world != world_size)
         return dt_errorf(err, DT_EINVAL,
                          "the plan wants world_size %d (%d node(s) x %d ranks) but %s %d rank(s) "
-                         "(%d node(s) x %d): relaunch with %d ranks or re-plan with dtplan solve --world %d",
+                         "(%d node(s) x %d): relaunch with %d ranks or re-plan with dtplan solve ... --gpus %d",
                          world_size, nodes, gpus_per_node, launcher_words(li->source), li->world,
                          li->nnodes, li->local_world, world_size, li->world);
     return dt_errorf(err, DT_EINVAL,

@@ -83,7 +83,7 @@ static int check_plan(const dt_plan *p, int world, dt_error *err) {
     if (p->parallel.world_size != world)
         return dt_errorf(err, DT_EINVAL,
                          "the plan asks for %lld ranks (parallel.world_size) but %d were launched; "
-                         "launch %lld ranks or re-plan with dtplan for %d",
+                         "launch %lld ranks or re-plan with dtplan solve ... --gpus %d",
                          (long long)p->parallel.world_size, world, (long long)p->parallel.world_size, world);
     if (p->model.family != DT_FAMILY_GPT2)
         return dt_errorf(err, DT_EINVAL, "model %s is of the %s family; the engine runs GPT-2 models",
