@@ -48,6 +48,7 @@
  * the composition reproduces the measured forward and backward. The op cost
  * stays the probe's. docs/time-model.md "In-situ calibration". */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <mpi.h>
 #include <omp.h>
@@ -771,6 +772,15 @@ int dt_cmd_calibrate(const char *prog, int argc, char **argv) {
     }
     if (strlen(out) > 4000 || (plan && strlen(plan) > 4000)) {
         fprintf(stderr, "%s: calibrate: -o or --plan path too long\n", cal_prog);
+        return 2;
+    }
+    /* the profile's folder must take a file: said now, not after the 10-30 s of measuring */
+    char dir[4096];
+    const char *slash = strrchr(out, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - out + (slash == out)) : 1, slash ? out : ".");
+    if (access(dir, W_OK | X_OK) != 0) {
+        fprintf(stderr, "%s: calibrate: -o %s: cannot write into '%s' (%s); give a path in a writable folder\n",
+                cal_prog, out, dir, strerror(errno));
         return 2;
     }
     dt_hardware base;

@@ -74,6 +74,11 @@ grep -q "^dtplan: calibrate: timing the engine's kernels (GPT-2 124M shapes" "$T
     fail "calibrate did not say what it is measuring before the wait: $(head -2 "$TMP/out")"
 "$DTPLAN" solve --mem 2G --model gpt2-tiny --gpus 2 --seq 64 --hardware "$TMP/local.json" >"$TMP/out" 2>&1 \
     || fail "solve on the calibrated profile: $(cat "$TMP/out")"
+"$DTPLAN" calibrate --no-mpi -o "$TMP/no/such/folder/x.json" >/dev/null 2>"$TMP/err"
+[ $? -eq 2 ] || fail "calibrate into a missing folder should exit 2 before measuring"
+grep -q "^dtplan: calibrate: -o $TMP/no/such/folder/x.json: cannot write into '$TMP/no/such/folder'" "$TMP/err" &&
+    [ "$(wc -l <"$TMP/err")" -eq 1 ] || fail "calibrate into a missing folder: $(cat "$TMP/err")"
+grep -q 'timing the engine' "$TMP/err" && fail "calibrate measured before refusing the output folder"
 "$DTPLAN" calibrate >/dev/null 2>"$TMP/err"; [ $? -eq 2 ] || fail "calibrate without -o should exit 2"
 grep -q '^dtplan: calibrate: -o PATH is required' "$TMP/err" || fail "calibrate message: $(cat "$TMP/err")"
 [ $fails -eq 0 ] && echo ok
