@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "dt_gpt2.h"
+#include "dt_lm.h"
 #include "dt_memtrack.h"
 
 /* The ceiling GEMM: square, large enough to run at the BLAS's peak rate. */
@@ -100,12 +100,12 @@ int main(int argc, char **argv) {
     printf("GEMM ceiling: cblas_sgemm %dx%dx%d: %.1f GFLOP/s\n", CEIL_DIM, CEIL_DIM, CEIL_DIM,
            ceil_gf);
 
-    dt_gpt2 *g = NULL;
-    if (dt_gpt2_create(&m, &prec, B, T, K, attn, &g, &err)) {
+    dt_lm *g = NULL;
+    if (dt_lm_create(&m, &prec, B, T, K, attn, &g, &err)) {
         fprintf(stderr, "bench_gpt2: %s\n", err.msg);
         return 2;
     }
-    dt_gpt2_init_random(g, 1337);
+    dt_lm_init_random(g, 1337);
     int32_t *in = malloc(sizeof(int32_t) * (size_t)(B * T)),
             *tg = malloc(sizeof(int32_t) * (size_t)(B * T));
     uint64_t s = 42;
@@ -114,7 +114,7 @@ int main(int argc, char **argv) {
         in[i] = (int32_t)((s >> 33) % (uint64_t)m.vocab);
         tg[i] = (int32_t)((s >> 13) % (uint64_t)m.vocab);
     }
-    double nparams = (double)dt_gpt2_num_params(g);
+    double nparams = (double)dt_lm_num_params(g);
     double hs = (double)(m.hidden / m.n_head);
     double pairs = (double)T * (double)(T + 1) / 2.0;
     double flops = FLOPS_PER_PARAM_TOKEN * nparams * (double)(B * T) +
@@ -124,8 +124,8 @@ int main(int argc, char **argv) {
     double best = 1e30, total = 0.0;
     for (int64_t it = 0; it <= steps; it++) {   /* iteration 0 warms up */
         double t0 = now_s();
-        dt_gpt2_zero_grad(g);
-        if (dt_gpt2_forward(g, in, tg, &loss, &err) || dt_gpt2_backward(g, 1.0f, &err)) {
+        dt_lm_zero_grad(g);
+        if (dt_lm_forward(g, in, tg, &loss, &err) || dt_lm_backward(g, 1.0f, &err)) {
             fprintf(stderr, "bench_gpt2: %s\n", err.msg);
             return 1;
         }
@@ -152,6 +152,6 @@ int main(int argc, char **argv) {
            dt_mem_current(DT_POOL_DEVICE, DT_MEM_BUFFERS) / 1048576.0);
     free(in);
     free(tg);
-    dt_gpt2_free(g);
+    dt_lm_free(g);
     return 0;
 }

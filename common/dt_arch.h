@@ -23,6 +23,48 @@
 
 typedef enum { DT_FAMILY_GPT2 = 0, DT_FAMILY_LLAMA = 1 } dt_family;
 
+/* RoPE frequency scaling, as config.json's "rope_scaling" / "rope_parameters"
+ * rope_type says (HF transformers modeling_rope_utils):
+ *   default : inv_freq[i] = theta^(-2i/d)
+ *   linear  : positions divided by factor (the same as inv_freq / factor)
+ *   dynamic : NTK-aware; changes the frequencies only beyond original_max_pos, so
+ *             at training lengths within max_pos it is the default
+ *   llama3  : Llama-3.1's band-wise rescaling by factor, low_freq_factor,
+ *             high_freq_factor over original_max_pos */
+typedef enum {
+    DT_ROPE_DEFAULT = 0,
+    DT_ROPE_LINEAR = 1,
+    DT_ROPE_DYNAMIC = 2,
+    DT_ROPE_LLAMA3 = 3
+} dt_rope_type;
+
+typedef struct dt_rope_scaling {
+    dt_rope_type type;
+    double factor;              /* linear / dynamic / llama3; 0 for default */
+    double low_freq_factor;     /* llama3 only */
+    double high_freq_factor;    /* llama3 only */
+    int64_t original_max_pos;   /* llama3 / dynamic: original_max_position_embeddings; 0 otherwise */
+} dt_rope_scaling;
+
+/* The parameters of dt_rope_scaling; their keys are HF's (config.json and the plan
+ * use the same): "factor", "low_freq_factor", "high_freq_factor",
+ * "original_max_position_embeddings". */
+typedef enum {
+    DT_ROPE_FACTOR = 0,
+    DT_ROPE_LOW_FREQ_FACTOR = 1,
+    DT_ROPE_HIGH_FREQ_FACTOR = 2,
+    DT_ROPE_ORIGINAL_MAX_POS = 3,
+    DT_ROPE_N_PARAMS = 4
+} dt_rope_param;
+const char *dt_rope_param_key(dt_rope_param p);
+/* 1 when type t has parameter p (linear: factor; dynamic: factor, original_max_pos;
+ * llama3: all four; default: none). Every other parameter must be 0. */
+int dt_rope_type_uses(dt_rope_type t, dt_rope_param p);
+/* Ranges (HF modeling_rope_utils _validate_*_rope_parameters): factor >= 1, 0 <
+ * low_freq_factor < high_freq_factor, original_max_pos in 1..max_pos, unused ones 0.
+ * The message starts with where (e.g. "model 'x': rope_scaling") and names the key. */
+int dt_rope_scaling_check(const dt_rope_scaling *r, int64_t max_pos, const char *where, dt_error *err);
+
 typedef struct dt_model {
     char name[64];        /* catalog name ("gpt2", "qwen3-32b"), file stem, or "derived-32B" */
     dt_family family;
@@ -39,15 +81,18 @@ typedef struct dt_model {
     int qk_norm;          /* llama family: per-head RMSNorm on q and k (Qwen3) */
     double norm_eps;      /* LayerNorm / RMSNorm epsilon */
     double rope_theta;    /* llama family RoPE base; 0 for gpt2 */
+    dt_rope_scaling rope_scaling;   /* llama family; all zero (DT_ROPE_DEFAULT) for gpt2 */
     int derived;          /* 1 when the shape was derived from a bare parameter count */
     int64_t requested_params; /* derived shapes: the count asked for (--params 32B = 32e9), which sizes
                                * the model states (params, grads, optimizer) everywhere; 0 otherwise
                                * (docs/models.md "Parameter counts: one rule") */
 } dt_model;
 
-/* Checks internal consistency (sizes within the bounds above, heads divide, GQA groups). */
+/* Checks internal consistency (sizes within the bounds above, heads divide, GQA groups,
+ * RoPE scaling: dt_rope_scaling_check, and none for gpt2). */
 int dt_model_validate(const dt_model *m, dt_error *err);
 
 const char *dt_family_name(dt_family f);   /* "gpt2" / "llama" */
+const char *dt_rope_type_name(dt_rope_type t);   /* "default" / "linear" / "dynamic" / "llama3" */
 
 #endif

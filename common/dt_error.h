@@ -35,6 +35,11 @@ int dt_errorf(dt_error *err, int code, const char *fmt, ...)
 int dt_error_prefix(dt_error *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Appends to an existing message: "previous message<suffix>" (the suffix says
+ * what to do). Returns err->code. */
+int dt_error_suffix(dt_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 void dt_error_clear(dt_error *err);
 
 #endif

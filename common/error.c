@@ -28,6 +28,18 @@ int dt_error_prefix(dt_error *err, const char *fmt, ...) {
     return err->code;
 }
 
+int dt_error_suffix(dt_error *err, const char *fmt, ...) {
+    if (!err) return DT_EINTERNAL;
+    char suffix[DT_ERROR_MSG_MAX], old[DT_ERROR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(suffix, sizeof suffix, fmt, ap);
+    va_end(ap);
+    memcpy(old, err->msg, sizeof old);
+    snprintf(err->msg, sizeof err->msg, "%.500s%.500s", old, suffix);
+    return err->code;
+}
+
 void dt_error_clear(dt_error *err) {
     if (!err) return;
     err->code = DT_OK;

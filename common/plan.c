@@ -461,6 +461,21 @@ static void add_d(cJSON *o, const char *k, double v) { cJSON_AddNumberToObject(o
 static void add_b(cJSON *o, const char *k, int v) { cJSON_AddBoolToObject(o, k, v != 0); }
 static void add_s(cJSON *o, const char *k, const char *v) { cJSON_AddStringToObject(o, k, v); }
 
+/* "rope_scaling": only when the type is not the default (plans before it existed, and
+ * every gpt2 / unscaled llama plan, have none); HF's keys, only the type's parameters. */
+static void write_rope_scaling(cJSON *model, const dt_rope_scaling *r) {
+    if (r->type == DT_ROPE_DEFAULT) return;
+    cJSON *o = add_obj(model, "rope_scaling");
+    add_s(o, "rope_type", dt_rope_type_name(r->type));
+    if (dt_rope_type_uses(r->type, DT_ROPE_FACTOR)) add_d(o, dt_rope_param_key(DT_ROPE_FACTOR), r->factor);
+    if (dt_rope_type_uses(r->type, DT_ROPE_LOW_FREQ_FACTOR))
+        add_d(o, dt_rope_param_key(DT_ROPE_LOW_FREQ_FACTOR), r->low_freq_factor);
+    if (dt_rope_type_uses(r->type, DT_ROPE_HIGH_FREQ_FACTOR))
+        add_d(o, dt_rope_param_key(DT_ROPE_HIGH_FREQ_FACTOR), r->high_freq_factor);
+    if (dt_rope_type_uses(r->type, DT_ROPE_ORIGINAL_MAX_POS))
+        add_i(o, dt_rope_param_key(DT_ROPE_ORIGINAL_MAX_POS), r->original_max_pos);
+}
+
 static void write_model(cJSON *root, const dt_model *m) {
     cJSON *o = add_obj(root, "model");
     add_s(o, "name", m->name);
@@ -478,6 +493,7 @@ static void write_model(cJSON *root, const dt_model *m) {
     add_b(o, "qk_norm", m->qk_norm);
     add_d(o, "norm_eps", m->norm_eps);
     add_d(o, "rope_theta", m->rope_theta);
+    write_rope_scaling(o, &m->rope_scaling);
     add_b(o, "derived", m->derived);
     if (m->requested_params > 0) add_i(o, "requested_params", m->requested_params);
 }
@@ -665,6 +681,33 @@ int dt_plan_save(const char *path, const dt_plan *p, dt_error *err) {
 
 /* --------------------------------------------------------------- reading */
 
+/* Optional "$.model.rope_scaling" (absent: the default). Strict like every object: the
+ * type's parameters are required and any other key is unknown; the ranges are
+ * dt_model_validate's (dt_rope_scaling_check). "default" is written by leaving it out. */
+static void read_rope_scaling(dt_jobj *model, dt_rope_scaling *r, dt_error *err) {
+    memset(r, 0, sizeof *r);
+    if (model->failed || !dt_jobj_has(model, "rope_scaling")) return;
+    const dt_rope_type types[] = {DT_ROPE_LINEAR, DT_ROPE_DYNAMIC, DT_ROPE_LLAMA3};
+    const char *names[N_OF(types)];
+    for (int i = 0; i < N_OF(types); i++) names[i] = dt_rope_type_name(types[i]);
+    dt_jobj o;
+    int t = 0;
+    if (dt_jobj_open(&o, model, "rope_scaling", err)) {
+        model->failed = err->code;
+        return;
+    }
+    if (!dt_jobj_enum(&o, "rope_type", names, N_OF(types), &t, err)) r->type = types[t];
+    if (!o.failed && dt_rope_type_uses(r->type, DT_ROPE_FACTOR))
+        dt_jobj_num(&o, dt_rope_param_key(DT_ROPE_FACTOR), DT_JNUM_ANY, &r->factor, err);
+    if (!o.failed && dt_rope_type_uses(r->type, DT_ROPE_LOW_FREQ_FACTOR))
+        dt_jobj_num(&o, dt_rope_param_key(DT_ROPE_LOW_FREQ_FACTOR), DT_JNUM_ANY, &r->low_freq_factor, err);
+    if (!o.failed && dt_rope_type_uses(r->type, DT_ROPE_HIGH_FREQ_FACTOR))
+        dt_jobj_num(&o, dt_rope_param_key(DT_ROPE_HIGH_FREQ_FACTOR), DT_JNUM_ANY, &r->high_freq_factor, err);
+    if (!o.failed && dt_rope_type_uses(r->type, DT_ROPE_ORIGINAL_MAX_POS))
+        dt_jobj_int(&o, dt_rope_param_key(DT_ROPE_ORIGINAL_MAX_POS), 1, INT64_MAX, &r->original_max_pos, err);
+    if (dt_jobj_close(&o, err)) model->failed = o.failed;
+}
+
 static void read_model(dt_jobj *root, dt_model *m, dt_error *err) {
     dt_jobj r;
     if (dt_jobj_open(&r, root, "model", err)) return;
@@ -686,6 +729,7 @@ static void read_model(dt_jobj *root, dt_model *m, dt_error *err) {
     dt_jobj_bool(&r, "qk_norm", &m->qk_norm, err);
     dt_jobj_num(&r, "norm_eps", DT_JNUM_POS, &m->norm_eps, err);
     dt_jobj_num(&r, "rope_theta", DT_JNUM_NONNEG, &m->rope_theta, err);
+    read_rope_scaling(&r, &m->rope_scaling, err);
     dt_jobj_bool(&r, "derived", &m->derived, err);
     /* optional: only derived shapes carry it (plans written before it existed lack it) */
     if (!r.failed && dt_jobj_has(&r, "requested_params"))

@@ -8,7 +8,9 @@
  *   DT_FAMILY_LLAMA : RMSNorm (weight only), SwiGLU MLP (gate, up, down), RoPE,
  *                     GQA (n_kv_head <= n_head), optional q/k/v bias (Qwen2),
  *                     optional per-head q/k RMSNorm (Qwen3), tied or untied lm_head.
- * All counts are in elements (parameters), never bytes. */
+ * The families' blocks are written once, as a module table (dt_model_describe); the
+ * counts, FLOPs and saved activations below are all derived from it (family.c).
+ * All counts are in elements (parameters, or values per token), never bytes. */
 #ifndef DT_MODEL_H
 #define DT_MODEL_H
 
@@ -32,22 +34,94 @@ int dt_model_for_params(int64_t n_params, dt_model *out, dt_error *err);
 int dt_model_catalog_count(void);
 const char *dt_model_catalog_name(int i);
 
-/* Parameter counts (elements). Tied weights are counted once. */
+/* ---- The family description: one source for counts, FLOPs and saved activations ----
+ *
+ * dt_model_describe resolves a model into the modules of its family's pre-norm block,
+ * as Hugging Face writes it (GPT2Block in modeling_gpt2.py; LlamaDecoderLayer,
+ * Qwen2DecoderLayer, Qwen3DecoderLayer in modeling_llama.py / _qwen2.py / _qwen3.py).
+ * A block is two sublayers, each  residual += out(core(in(norm(residual)))):
+ *   attention: norm -> in linears (q, k, v | c_attn) -> [q/k norms] -> attention -> out
+ *   MLP:       norm -> in linears (gate, up | c_fc)  -> activation             -> out
+ * Every size in these structs is in ELEMENTS (parameters, or values per token); the
+ * memory model alone turns elements into bytes. docs/models.md "Family description". */
+typedef enum { DT_NORM_LAYERNORM = 0, DT_NORM_RMSNORM = 1 } dt_norm_kind;
+typedef enum { DT_MLP_GELU = 0, DT_MLP_SWIGLU = 1 } dt_mlp_kind;   /* GELU(x W1); SiLU(x Wg) * x Wu */
+
+typedef struct dt_linear_desc {
+    const char *name;    /* HF module name within the block / model, e.g. "self_attn.q_proj" */
+    int64_t in, out;     /* the weight has in x out elements */
+    int bias;            /* 1: plus a bias of out elements */
+} dt_linear_desc;
+
+typedef struct dt_norm_desc {
+    const char *name;    /* "ln_1", "input_layernorm", "self_attn.q_norm", ... */
+    dt_norm_kind kind;   /* LayerNorm: weight + bias, keeps mean + rstd; RMSNorm: weight, keeps rstd */
+    int64_t width;       /* elements normalised together = the weight's length */
+    int64_t rows;        /* rows normalised per token: 1, or heads for Qwen3's q/k norm */
+} dt_norm_desc;
+
+#define DT_SUBLAYER_MAX_IN 3
+#define DT_SUBLAYER_MAX_IN_NORM 2
+typedef struct dt_sublayer_desc {
+    dt_norm_desc norm;                              /* on the residual stream */
+    int n_in;
+    dt_linear_desc in[DT_SUBLAYER_MAX_IN];          /* all read the norm's output */
+    int n_in_norm;
+    dt_norm_desc in_norm[DT_SUBLAYER_MAX_IN_NORM];  /* on in outputs before the core (Qwen3) */
+    dt_linear_desc out;                             /* core output -> residual */
+} dt_sublayer_desc;
+
+typedef struct dt_block_desc {
+    dt_sublayer_desc attn, mlp;
+    int64_t n_head, n_kv_head, head_dim;   /* attention core: softmax(q k^T / sqrt d) v */
+    dt_mlp_kind act;                       /* MLP core */
+} dt_block_desc;
+
+typedef struct dt_embed_desc { const char *name; int64_t rows, width; } dt_embed_desc;
+
+#define DT_MODEL_MAX_EMBED 2
+typedef struct dt_model_desc {
+    dt_block_desc block;                      /* each of the n_layer blocks */
+    int n_embed;
+    dt_embed_desc embed[DT_MODEL_MAX_EMBED];  /* wte / embed_tokens [V, h]; gpt2's wpe [P, h] */
+    dt_norm_desc final_norm;                  /* ln_f / norm */
+    dt_linear_desc lm_head;                   /* h -> V, no bias; computed even when tied */
+    int lm_head_tied;                         /* shares embed[0]: its parameters count once */
+} dt_model_desc;
+
+/* Fills out from m (all zero for an unknown family). Names point to static strings. */
+void dt_model_describe(const dt_model *m, dt_model_desc *out);
+
+/* Parameter counts (elements), from the description. Tied weights are counted once. */
 int64_t dt_model_params(const dt_model *m);             /* total */
 int64_t dt_model_block_params(const dt_model *m);       /* one transformer block */
+int64_t dt_model_block_matmul_params(const dt_model *m);/* its linears' weights (no biases, norms) */
 int64_t dt_model_embedding_params(const dt_model *m);   /* wte (+ wpe for gpt2) */
 int64_t dt_model_head_params(const dt_model *m);        /* final norm + untied lm_head */
 /* DeepSpeed model_to_params' "largest layer": the largest single module's own params
  * (for LLMs the V x h embedding or lm_head). */
 int64_t dt_model_largest_module_params(const dt_model *m);
 
-/* Training FLOPs for one sequence of seq tokens, forward + backward (no recompute):
- * 6 * (matmul params) * seq + the attention score (QK^T) and value (PV) FLOPs the
- * engine really performs; the exact convention is written in docs/models.md. */
-double dt_model_train_flops_per_seq(const dt_model *m, int64_t seq);
-/* Forward FLOPs of one transformer block for one sequence (used for recompute cost). */
-double dt_model_block_fwd_flops_per_seq(const dt_model *m, int64_t seq);
+/* What a block (or the head) keeps for backward, per token (Korthikanti et al. 2022
+ * §4.1, every op keeps its inputs): elems values in the activation dtype, stats fp32
+ * norm statistics, attn_rows the query heads whose attention state (flash: one
+ * log-sum-exp; materialized: T probabilities) the memory model adds per token. */
+typedef struct dt_saved { int64_t elems, stats, attn_rows; } dt_saved;
+void dt_model_block_saved(const dt_model *m, dt_saved *out);
+void dt_model_head_saved(const dt_model *m, dt_saved *out);   /* final norm and lm_head inputs */
+/* Elements per token of a sublayer's in linears' outputs, the wider sublayer's: q + k + v
+ * or gate + up (c_fc), the widest gradient a block's backward holds at once. */
+int64_t dt_model_block_widest_in(const dt_model *m);
 
+/* Forward FLOPs of one block for one sequence of seq tokens (docs/models.md "FLOPs
+ * convention"): matmul = 2 x matmul params x seq; attention = QK^T + PV over the full
+ * seq x seq square; mlp_out = the MLP's out linear (down_proj / c_proj), part of matmul. */
+typedef struct dt_block_flops { double matmul, attention, mlp_out; } dt_block_flops;
+void dt_model_block_fwd_flops(const dt_model *m, int64_t seq, dt_block_flops *out);
+double dt_model_block_fwd_flops_per_seq(const dt_model *m, int64_t seq);   /* matmul + attention */
+/* Training FLOPs for one sequence, forward + backward (no recompute): 3 x (L blocks'
+ * forward + the lm_head's 2 V h seq). */
+double dt_model_train_flops_per_seq(const dt_model *m, int64_t seq);
 
 /* For a derived model (m->derived): the well-known shape it was taken from, e.g.
  * "Llama-2-7B" (docs/models.md, "Derived shapes"); NULL otherwise. */

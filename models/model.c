@@ -1,5 +1,6 @@
-/* model.c — resolving architectures (catalog, config.json, bare parameter count)
- * and their shape arithmetic. See dt_model.h and docs/models.md.
+/* model.c — resolving architectures (catalog, config.json, bare parameter count).
+ * Their arithmetic (counts, FLOPs, saved activations) is family.c's, from the family
+ * description. See dt_model.h and docs/models.md.
  *
  * Notation (docs/models.md): L layers, h hidden, a = n_head, k = n_kv_head,
  * d = head_dim, f = ffn, V = vocab, P = max_pos. Counts are elements. */
@@ -146,13 +147,24 @@ static int json_str_in(const cJSON *root, const char *key, const char *const *al
 /* ---- keys that change the architecture: refused when the plan cannot hold them ---- */
 
 /* RoPE scaling types that only rescale the rotary frequencies (no parameters, no
- * FLOPs, the same attention): the plan's shape is unchanged. yarn / longrope also
- * scale the attention logits (attention_factor, per-dimension factors), mrope splits
- * the rotary dimensions for images: a different attention than the plan describes. */
-static const char *const k_rope_types[] = {"default", "linear", "dynamic", "llama3", NULL};
+ * FLOPs, the same attention): the plan's shape is unchanged and the plan carries them
+ * (dt_rope_scaling). yarn / longrope also scale the attention logits
+ * (attention_factor, per-dimension factors), mrope splits the rotary dimensions for
+ * images: a different attention than the plan describes. */
+static const dt_rope_type k_rope_types[] = {DT_ROPE_DEFAULT, DT_ROPE_LINEAR, DT_ROPE_DYNAMIC, DT_ROPE_LLAMA3};
+#define N_ROPE_TYPES ((int)(sizeof k_rope_types / sizeof k_rope_types[0]))
 
-/* rs: the value of config.json's key ("rope_scaling" or "rope_parameters"), may be NULL */
-static int check_rope_type(const cJSON *rs, const char *key, const char *name, dt_error *err) {
+/* Reads config.json's RoPE scaling object rs (the value of key "rope_scaling" or
+ * "rope_parameters"; NULL or null: nothing) into *out. *named = 1 when it names a
+ * rope_type (or the older "type"). The parameters the type uses (dt_rope_type_uses) are
+ * required, as HF's _validate_*_rope_parameters require them, except dynamic's
+ * original_max_position_embeddings, which defaults to max_pos (HF's dynamic NTK scales
+ * beyond config.max_position_embeddings). Keys the type does not use are ignored, as
+ * HF only warns about them. */
+static int parse_rope_scaling(const cJSON *rs, const char *key, int64_t max_pos, const char *name,
+                              dt_rope_scaling *out, int *named, dt_error *err) {
+    memset(out, 0, sizeof *out);
+    *named = 0;
     if (!rs || cJSON_IsNull(rs)) return DT_OK;
     if (!cJSON_IsObject(rs))
         return dt_errorf(err, DT_EINVAL, "%s: config.json key '%s' must be an object or null", name, key);
@@ -161,12 +173,66 @@ static int check_rope_type(const cJSON *rs, const char *key, const char *name, d
     if (!t || cJSON_IsNull(t)) return DT_OK;                   /* e.g. only rope_theta: the default */
     if (!cJSON_IsString(t))
         return dt_errorf(err, DT_EINVAL, "%s: config.json '%s.rope_type' must be a string", name, key);
-    for (int i = 0; k_rope_types[i]; i++)
-        if (!strcmp(t->valuestring, k_rope_types[i])) return DT_OK;
-    return dt_errorf(err, DT_EINVAL,
-                     "%s: config.json '%s': rope_type \"%s\" is not modelled (it changes the attention, not only "
-                     "the RoPE frequencies); supported: default, linear, dynamic, llama3",
-                     name, key, t->valuestring);
+    int i = 0;
+    while (i < N_ROPE_TYPES && strcmp(t->valuestring, dt_rope_type_name(k_rope_types[i]))) i++;
+    if (i == N_ROPE_TYPES)
+        return dt_errorf(err, DT_EINVAL,
+                         "%s: config.json '%s': rope_type \"%s\" is not modelled (it changes the attention, not only "
+                         "the RoPE frequencies); supported: default, linear, dynamic, llama3",
+                         name, key, t->valuestring);
+    out->type = k_rope_types[i];
+    *named = 1;
+    for (int p = 0; p < DT_ROPE_N_PARAMS; p++) {
+        if (!dt_rope_type_uses(out->type, (dt_rope_param)p)) continue;
+        const char *pk = dt_rope_param_key((dt_rope_param)p);
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(rs, pk);
+        if (!v || cJSON_IsNull(v)) {
+            if (out->type == DT_ROPE_DYNAMIC && p == DT_ROPE_ORIGINAL_MAX_POS) {
+                out->original_max_pos = max_pos;
+                continue;
+            }
+            return dt_errorf(err, DT_EINVAL, "%s: config.json '%s.%s' is missing: rope_type \"%s\" needs it", name,
+                             key, pk, t->valuestring);
+        }
+        if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+            return dt_errorf(err, DT_EINVAL, "%s: config.json '%s.%s' must be a number", name, key, pk);
+        double x = v->valuedouble;
+        switch ((dt_rope_param)p) {
+        case DT_ROPE_FACTOR: out->factor = x; break;
+        case DT_ROPE_LOW_FREQ_FACTOR: out->low_freq_factor = x; break;
+        case DT_ROPE_HIGH_FREQ_FACTOR: out->high_freq_factor = x; break;
+        case DT_ROPE_ORIGINAL_MAX_POS:
+            if (x != floor(x) || x < 1 || x > (double)DT_MAX_POS)
+                return dt_errorf(err, DT_EINVAL, "%s: config.json '%s.%s' must be a whole number in 1..%lld (got %g)",
+                                 name, key, pk, (long long)DT_MAX_POS, x);
+            out->original_max_pos = (int64_t)x;
+            break;
+        case DT_ROPE_N_PARAMS: break;
+        }
+    }
+    char where[DT_ERROR_MSG_MAX / 2];
+    snprintf(where, sizeof where, "%s: config.json '%s'", name, key);
+    return dt_rope_scaling_check(out, max_pos, where, err);
+}
+
+/* "rope_scaling" (transformers 4.x) and "rope_parameters" (5.x) say the same thing; a
+ * config may carry both (5.x writes rope_parameters and reads rope_scaling as an alias).
+ * The one that names a rope_type is used; if both do, they must agree. */
+static int read_rope_scaling(const cJSON *root, const cJSON *rp, int64_t max_pos, const char *name,
+                             dt_rope_scaling *out, dt_error *err) {
+    dt_rope_scaling rs, rpar;
+    int rs_named, rp_named, rc;
+    if ((rc = parse_rope_scaling(cJSON_GetObjectItemCaseSensitive(root, "rope_scaling"), "rope_scaling", max_pos,
+                                 name, &rs, &rs_named, err)) ||
+        (rc = parse_rope_scaling(rp, "rope_parameters", max_pos, name, &rpar, &rp_named, err)))
+        return rc;
+    if (rs_named && rp_named && memcmp(&rs, &rpar, sizeof rs))
+        return dt_errorf(err, DT_EINVAL,
+                         "%s: config.json 'rope_scaling' (%s) and 'rope_parameters' (%s) describe different RoPE "
+                         "scalings; keep one",
+                         name, dt_rope_type_name(rs.type), dt_rope_type_name(rpar.type));
+    *out = rp_named ? rpar : rs;
+    return DT_OK;
 }
 
 /* Mixture-of-experts keys: more than one expert per block is not a dense MLP. */
@@ -321,9 +387,7 @@ static int parse_llama(const cJSON *root, const char *type, const char *name, dt
         return dt_errorf(err, DT_EINVAL, "%s: config.json 'mlp_bias': true is not supported", name);
     m->qkv_bias = is_qwen2;
     m->qk_norm = strcmp(type, "qwen3") == 0;
-    if ((rc = check_rope_type(cJSON_GetObjectItemCaseSensitive(root, "rope_scaling"), "rope_scaling", name, err)) ||
-        (rc = check_rope_type(rp, "rope_parameters", name, err)))
-        return rc;
+    if ((rc = read_rope_scaling(root, rp, m->max_pos, name, &m->rope_scaling, err))) return rc;
     return check_sliding_window(root, type, m->max_pos, name, err);
 }
 
@@ -428,90 +492,7 @@ int dt_model_resolve(const char *name_or_path, dt_model *out, dt_error *err) {
                      name_or_path, list);
 }
 
-/* ---------------------------------------------------------- param counts */
-
-/* One block's weights that are matrix multiplies (no biases, no norms). */
-static int64_t block_matmul_params(const dt_model *m) {
-    int64_t h = m->hidden, q = m->n_head * m->head_dim, kv = m->n_kv_head * m->head_dim;
-    int64_t attn = h * q + 2 * h * kv + q * h;             /* q, k, v, o (gpt2: c_attn + c_proj) */
-    int64_t mlp = m->family == DT_FAMILY_GPT2 ? 2 * h * m->ffn  /* c_fc, c_proj */
-                                              : 3 * h * m->ffn; /* gate, up, down */
-    return attn + mlp;
-}
-
-int64_t dt_model_block_params(const dt_model *m) {
-    int64_t h = m->hidden, q = m->n_head * m->head_dim, kv = m->n_kv_head * m->head_dim;
-    int64_t n = block_matmul_params(m);
-    if (m->family == DT_FAMILY_GPT2) {
-        n += (q + 2 * kv) + h;   /* c_attn bias [3h], attn.c_proj bias [h] */
-        n += m->ffn + h;         /* mlp.c_fc bias [f], mlp.c_proj bias [h] */
-        n += 2 * 2 * h;          /* ln_1, ln_2: weight + bias */
-    } else {
-        if (m->qkv_bias) n += q + 2 * kv;        /* Qwen2 q/k/v bias */
-        if (m->qk_norm) n += 2 * m->head_dim;    /* Qwen3 q_norm, k_norm [d] */
-        n += 2 * h;                              /* input_layernorm, post_attention_layernorm */
-    }
-    return n;
-}
-
-int64_t dt_model_embedding_params(const dt_model *m) {
-    int64_t n = m->vocab * m->hidden;                               /* wte / embed_tokens */
-    if (m->family == DT_FAMILY_GPT2) n += m->max_pos * m->hidden;   /* wpe */
-    return n;
-}
-
-int64_t dt_model_head_params(const dt_model *m) {
-    int64_t n = m->family == DT_FAMILY_GPT2 ? 2 * m->hidden : m->hidden;   /* ln_f / norm */
-    if (!m->tied_embeddings) n += m->vocab * m->hidden;                  /* lm_head */
-    return n;
-}
-
-int64_t dt_model_params(const dt_model *m) {
-    return dt_model_embedding_params(m) + m->n_layer * dt_model_block_params(m) +
-           dt_model_head_params(m);
-}
-
-static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
-
-int64_t dt_model_largest_module_params(const dt_model *m) {
-    /* Each module's own parameters (weight + bias of one nn.Linear / Conv1D / Embedding). */
-    int64_t h = m->hidden, q = m->n_head * m->head_dim, kv = m->n_kv_head * m->head_dim;
-    int64_t best = m->vocab * h;   /* wte / embed_tokens (and an untied lm_head, same size) */
-    if (m->family == DT_FAMILY_GPT2) {
-        best = max64(best, m->max_pos * h);            /* wpe */
-        best = max64(best, h * (q + 2 * kv) + q + 2 * kv);   /* c_attn */
-        best = max64(best, h * m->ffn + m->ffn);       /* c_fc */
-        best = max64(best, m->ffn * h + h);            /* mlp.c_proj */
-    } else {
-        best = max64(best, h * q + (m->qkv_bias ? q : 0));   /* q_proj */
-        best = max64(best, h * m->ffn);                       /* gate/up/down */
-    }
-    return best;
-}
-
-/* ----------------------------------------------------------------- FLOPs */
-
-/* Convention (docs/models.md): a multiply-add is 2 FLOPs; forward matmuls cost
- * 2 · (matmul weights) · T, with the lm_head counted even when tied (the product
- * is computed); attention computes the full T x T square per head, QK^T and PV,
- * 2 · 2 · T² · a · d per layer (no causal halving: what a simple engine does).
- * Norms, activations, softmax, biases and embedding lookups are not counted.
- * Backward = 2 x forward, so training = 3 x forward. */
-#define DT_FLOPS_PER_MAC 2.0
-#define DT_TRAIN_OVER_FWD 3.0
-
-double dt_model_block_fwd_flops_per_seq(const dt_model *m, int64_t seq) {
-    double T = (double)seq;
-    double mm = DT_FLOPS_PER_MAC * (double)block_matmul_params(m) * T;
-    double attn = 2.0 /* QK^T and PV */ * DT_FLOPS_PER_MAC * T * T * (double)(m->n_head * m->head_dim);
-    return mm + attn;
-}
-
-double dt_model_train_flops_per_seq(const dt_model *m, int64_t seq) {
-    double lm_head = DT_FLOPS_PER_MAC * (double)(m->vocab * m->hidden) * (double)seq;
-    double fwd = (double)m->n_layer * dt_model_block_fwd_flops_per_seq(m, seq) + lm_head;
-    return DT_TRAIN_OVER_FWD * fwd;
-}
+/* Parameter counts and FLOPs: family.c, from the family description. */
 
 /* ------------------------------------------------------ derived shapes */
 

@@ -15,7 +15,7 @@ int dt_time_comm_bytes(const dt_plan *p, int64_t out[DT_COLL_COUNT], dt_error *e
 /* Compute time of one micro-step on one rank, seconds: the forward, the backward,
  * one block's forward, and what recomputing a checkpointed block costs (its
  * forward less the MLP down projection and the second residual add: the engine
- * stops there, engine/model/gpt2.c). GEMM FLOPs at achievable_flops, attention FLOPs
+ * stops there, engine/model/lm.c). GEMM FLOPs at achievable_flops, attention FLOPs
  * at attention_flops, a fixed op_overhead_s per engine op, element-wise bytes at
  * elementwise_bw, and on a CPU device the node's cores shared by its
  * gpus_per_node ranks (docs/time-model.md). */

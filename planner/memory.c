@@ -50,44 +50,35 @@ static int64_t ceil_div(int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b :
 static int64_t act_bytes(const dt_plan *p) { return dt_dtype_size(p->precision.activation); }
 
 /* Attention bytes kept for backward in one block: flash keeps the fp32
- * log-sum-exp (B·H·T), materialized keeps the probabilities (B·H·T·T). */
-static int64_t attention_saved(const dt_plan *p) {
-    const int64_t B = p->batch.micro_batch, T = p->batch.seq_len, H = p->model.n_head;
+ * log-sum-exp (B·H·T), materialized keeps the probabilities (B·H·T·T), with H the
+ * query heads (dt_saved.attn_rows). */
+static int64_t attention_saved(const dt_plan *p, int64_t H) {
+    const int64_t B = p->batch.micro_batch, T = p->batch.seq_len;
     if (p->activations.attention == DT_ATTN_MATERIALIZED) return smul(smul3(act_bytes(p), B, H), smul(T, T));
     return smul3(STAT_BYTES, smul(B, H), T);
 }
 
-/* One full (not checkpointed) block: docs/activations.md tables. */
-static int64_t full_block(const dt_plan *p) {
-    const dt_model *m = &p->model;
-    const int64_t a = act_bytes(p), BT = smul(p->batch.micro_batch, p->batch.seq_len);
-    const int64_t C = m->hidden, F = m->ffn;
-    int64_t bytes;
-    if (m->family == DT_FAMILY_GPT2) {
-        /* x, ln_1 out, qkv (3C), attn out, residual, ln_2 out = 8C; c_fc out, GELU out = 2F;
-         * ln_1 and ln_2 mean+rstd = 4 fp32 per token */
-        bytes = sadd(smul3(a, BT, 8 * C + 2 * F), smul3(4, STAT_BYTES, BT));
-    } else {
-        const int64_t qd = m->n_head * m->head_dim, kvd = m->n_kv_head * m->head_dim;
-        /* x, norm1 out, residual, norm2 out = 4C; q, k, v; attention output (H·d);
-         * gate, up, SiLU(gate)·up = 3F */
-        int64_t width = 4 * C + qd + 2 * kvd + qd + 3 * F;
-        int64_t stats = 2; /* rstd of both RMSNorms, per token */
-        if (m->qk_norm) {
-            width += qd + kvd;               /* q/k-norm inputs */
-            stats += m->n_head + m->n_kv_head; /* their rstd, per head per token */
-        }
-        bytes = sadd(smul3(a, BT, width), smul3(stats, STAT_BYTES, BT));
-    }
-    return sadd(bytes, attention_saved(p));
+/* Per-token elements and statistics of dt_model_block_saved / dt_model_head_saved as
+ * bytes for the plan's B·T tokens (docs/activations.md). */
+static int64_t saved_bytes(const dt_plan *p, const dt_saved *s) {
+    const int64_t BT = smul(p->batch.micro_batch, p->batch.seq_len);
+    return sadd(smul3(act_bytes(p), BT, s->elems), smul3(s->stats, STAT_BYTES, BT));
 }
 
-/* Head: the final residual and the final norm's output (a·BTC each) plus its
- * statistics (GPT-2 LayerNorm: mean + rstd; RMSNorm: rstd). */
+/* One full (not checkpointed) block: what the family description says its modules
+ * keep (models/family.c), plus the attention kernel's own state. */
+static int64_t full_block(const dt_plan *p) {
+    dt_saved s;
+    dt_model_block_saved(&p->model, &s);
+    return sadd(saved_bytes(p, &s), attention_saved(p, s.attn_rows));
+}
+
+/* Head: the final norm's input (the last residual) and statistics, and the lm_head's
+ * input (the final norm's output). */
 static int64_t head_saved(const dt_plan *p) {
-    const int64_t a = act_bytes(p), BT = smul(p->batch.micro_batch, p->batch.seq_len);
-    const int64_t stats = p->model.family == DT_FAMILY_GPT2 ? 2 : 1;
-    return sadd(smul3(2 * a, BT, p->model.hidden), smul3(stats, STAT_BYTES, BT));
+    dt_saved s;
+    dt_model_head_saved(&p->model, &s);
+    return saved_bytes(p, &s);
 }
 
 int64_t dt_memory_activations_per_block(const dt_plan *p, int checkpointed) {
@@ -113,9 +104,36 @@ static int64_t gather_unit(const dt_model *m) {
                 imax(dt_model_embedding_params(m), dt_model_head_params(m)));
 }
 
+/* The CPU device runs the engine's own model code (engine/model/lm.c), which
+ * implements the gpt2 family: its allocations are mirrored as it makes them (the
+ * engine's layout, docs/engine.md "Memory", not the family description). Other
+ * devices and families get DeepSpeed's and the description's terms. */
+static int cpu_engine_layout(const dt_plan *p) { return p->cluster.device == DT_DEVICE_CPU; }
+
+/* fp32 elements per token of the CPU engine's backward scratch (engine/model/lm.c
+ * create): gpt2 dres, dC [C] each, dQKV [3C], dF [F]; llama dres, dC [C] each,
+ * dQKV [QK + KVD] (q | k, then v), dF [2F] (gate | up), dA [max(QD, F)]. */
+static int64_t cpu_scratch_per_token(const dt_model *m) {
+    const int64_t C = m->hidden, F = m->ffn;
+    if (m->family == DT_FAMILY_GPT2) return 2 * C + 3 * C + F;
+    const int64_t QD = m->n_head * m->head_dim, KVD = m->n_kv_head * m->head_dim;
+    return 2 * C + (QD + 2 * KVD) + 2 * F + imax(QD, F);
+}
+
+/* fp32 elements per token of one block's working copies when activations are
+ * 16-bit (lm.c alloc_f32_views): gpt2 x ln1 att res1 ln2 xout [C], qkv [3C],
+ * fch gelu [F]; llama x ln1 res1 ln2 xout [C], att [QD], qk [QK], v [KVD],
+ * gate | up [2F], act [F], and (q/k norm) the raw qk [QK]. */
+static int64_t cpu_views_per_token(const dt_model *m) {
+    const int64_t C = m->hidden, F = m->ffn;
+    if (m->family == DT_FAMILY_GPT2) return 9 * C + 2 * F;
+    const int64_t QD = m->n_head * m->head_dim, KVD = m->n_kv_head * m->head_dim, QK = QD + KVD;
+    return 5 * C + QD + QK + KVD + 3 * F + (m->qk_norm ? QK : 0);
+}
+
 /* Compute temporaries of the step itself (not communication), bytes per rank.
  * Common to every backend: fp32 logits B·T·V (reused for their gradient),
- * per-token losses, int32 token ids. The CPU device's GPT-2 (engine/model/gpt2.c,
+ * per-token losses, int32 token ids. The CPU device's GPT-2 (engine/model/lm.c,
  * docs/engine.md "Memory") adds what it really allocates: per-token log-sum-exp,
  * fp32 activation-gradient scratch [N,C]x2 + [N,3C] + [N,F], and with 16-bit
  * storage the fp32 working copies (one parameter group, one gradient group plus
@@ -125,34 +143,32 @@ static int64_t gather_unit(const dt_model *m) {
 static int64_t compute_buffers(const dt_plan *p) {
     const dt_model *m = &p->model;
     const int64_t a = act_bytes(p), B = p->batch.micro_batch, T = p->batch.seq_len;
-    const int64_t BT = smul(B, T), C = m->hidden, F = m->ffn, V = m->vocab;
+    const int64_t BT = smul(B, T), C = m->hidden, V = m->vocab;
     int64_t bytes = smul3(LOGIT_BYTES, BT, V);
     bytes = sadd(bytes, smul(LOSS_BYTES, BT));
     bytes = sadd(bytes, smul3(2, TOKEN_ID_BYTES, BT));
-    if (p->cluster.device == DT_DEVICE_CPU && m->family == DT_FAMILY_GPT2) {
+    if (cpu_engine_layout(p)) {
         const int64_t f32 = 4; /* the CPU backend computes every op in fp32 */
-        bytes = sadd(bytes, smul(f32, BT));                          /* log-sum-exp per token */
-        bytes = sadd(bytes, smul3(f32, BT, 2 * C + 3 * C + F));     /* dres, dC, dQKV, dF */
-        const int64_t group = imax(dt_model_block_params(m), smul(m->max_pos, C));
+        bytes = sadd(bytes, smul(f32, BT));                                  /* log-sum-exp per token */
+        bytes = sadd(bytes, smul3(f32, BT, cpu_scratch_per_token(m)));       /* backward scratch */
+        if (m->family == DT_FAMILY_LLAMA)
+            bytes = sadd(bytes, smul3(f32, T, m->head_dim));                 /* RoPE cos, sin [T, D/2] */
+        /* groups converted whole: a block, gpt2's wpe (the final norm is smaller) */
+        const int64_t group = m->family == DT_FAMILY_GPT2 ? imax(dt_model_block_params(m), smul(m->max_pos, C))
+                                                          : dt_model_block_params(m);
         if (p->precision.param != DT_DTYPE_FP32) bytes = sadd(bytes, smul(f32, group));
         if (p->precision.grad != DT_DTYPE_FP32)
             bytes = sadd(bytes, sadd(smul(f32, group), sadd(smul(TOKEN_ID_BYTES, V), smul(TOKEN_ID_BYTES, BT))));
         if (p->precision.activation != DT_DTYPE_FP32) {
-            bytes = sadd(bytes, smul3(f32, BT, 9 * C + 2 * F)); /* x ln1 att res1 ln2 xout, qkv, fch gelu */
+            bytes = sadd(bytes, smul3(f32, BT, cpu_views_per_token(m)));
             if (p->activations.attention == DT_ATTN_MATERIALIZED)
                 bytes = sadd(bytes, smul(f32, smul3(B, m->n_head, smul(T, T))));
         }
         return bytes;
     }
-    int64_t qkv, mlp;
-    if (m->family == DT_FAMILY_GPT2) {
-        qkv = 3 * C;
-        mlp = F;
-    } else {
-        qkv = (m->n_head + 2 * m->n_kv_head) * m->head_dim;
-        mlp = 2 * F; /* gate and up gradients */
-    }
-    return sadd(bytes, smul3(a, BT, 2 * C + imax(qkv, mlp)));
+    /* the residual gradient in and out, and the widest in-linear gradient (q/k/v or
+     * gate/up, from the family description) */
+    return sadd(bytes, smul3(a, BT, 2 * C + dt_model_block_widest_in(m)));
 }
 
 /* Units are padded to a multiple of the world size (docs/time-model.md "Units"). */
@@ -197,7 +213,7 @@ static int64_t buffers_bytes(const dt_plan *p, int64_t psi) {
     const int64_t gb = dt_precision_grad_bytes(&p->precision);
     int64_t bytes = 0;
 
-    if (p->cluster.device == DT_DEVICE_CPU && m->family == DT_FAMILY_GPT2)
+    if (cpu_engine_layout(p))
         return sadd(cpu_engine_comm_buffers(p, pb, gb), compute_buffers(p));
     /* DeepSpeed (GPU backends): */
 

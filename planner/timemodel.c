@@ -18,7 +18,7 @@
  * forward is 1/3 of the training FLOPs (Kaplan et al. 2020, Narayanan et al. 2021). */
 #define DT_FWD_SHARE (1.0 / 3.0)
 #define DT_BWD_OVER_FWD 2.0
-/* Engine ops (kernels / OpenMP regions) per pass, counted in engine/model/gpt2.c and
+/* Engine ops (kernels / OpenMP regions) per pass, counted in engine/model/lm.c and
  * engine/device/ops_cpu.c (docs/time-model.md "Kernel-level terms"). A linear forward is
  * 2 ops (bias broadcast, GEMM), a linear backward 3 (input-gradient GEMM,
  * weight-gradient GEMM, bias sum). Block forward: 2 layernorms, 4 linears,
@@ -36,7 +36,7 @@
 #define DT_OPS_OUTER_BWD 6
 /* Activation elements the element-wise kernels read + write per token (fp32:
  * the engine's ops work on fp32 arrays, engine/device/dt_ops.h), counted in
- * engine/model/gpt2.c with C = hidden, F = ffn, V = vocab. Attention's traffic is in
+ * engine/model/lm.c with C = hidden, F = ffn, V = vocab. Attention's traffic is in
  * attention_flops' measurement and the linears' bias work (broadcast, bias
  * sums) in achievable_flops' (dtplan calibrate times the engine's whole linear
  * ops). Block forward: ln_1 and ln_2 (read + write C each), 2 residual adds
@@ -57,9 +57,6 @@
 #define DT_EW_OUT_FWD_V 1.0
 #define DT_EW_OUT_BWD_C 7.0
 #define DT_EW_OUT_BWD_V 2.0
-/* The recompute skips the MLP's down projection: a [b*s, F] x [F, C] GEMM,
- * 2 FLOPs per multiply-add. */
-#define DT_FLOPS_PER_MAC 2.0
 
 void dt_time_elementwise_elems(int64_t C, int64_t F, int64_t V, dt_time_ew_elems *out) {
     const double c = (double)C, f = (double)F, v = (double)V;
@@ -164,15 +161,6 @@ static int check_plan(const dt_plan *p, dt_error *err) {
     return DT_OK;
 }
 
-/* Attention FLOPs of one block's forward per sequence: the quadratic part of
- * dt_model_block_fwd_flops_per_seq (matmuls are linear in s, QK^T and PV
- * quadratic), so no formula of models/ is repeated: f(s) = a s + b s^2 gives
- * b = (f(2) - 2 f(1)) / 2. */
-static double attn_fwd_flops_per_seq(const dt_model *m, int64_t s) {
-    double b = 0.5 * (dt_model_block_fwd_flops_per_seq(m, 2) - 2.0 * dt_model_block_fwd_flops_per_seq(m, 1));
-    return b * (double)s * (double)s;
-}
-
 /* On a CPU device the ranks of a node share its cores (dtrun gives each rank
  * cores / ranks OpenMP threads, engine/dist/launch.c), and a profile's FLOP/s and
  * bandwidth are the whole node's (dtplan calibrate measures one process on
@@ -192,9 +180,11 @@ int dt_time_compute_micro(const dt_plan *p, dt_time_compute *out, dt_error *err)
     const int64_t s = p->batch.seq_len;
     /* per micro-step forward: all FLOPs less attention at R, attention at Ra */
     const double f_fwd = b * DT_FWD_SHARE * dt_model_train_flops_per_seq(&p->model, s);
-    const double f_attn_blk = b * attn_fwd_flops_per_seq(&p->model, s);
-    const double f_blk = b * dt_model_block_fwd_flops_per_seq(&p->model, s);
-    const double f_down = DT_FLOPS_PER_MAC * b * (double)s * (double)p->model.ffn * (double)p->model.hidden;
+    dt_block_flops blk;   /* from the family description (models/family.c) */
+    dt_model_block_fwd_flops(&p->model, s, &blk);
+    const double f_attn_blk = b * blk.attention;
+    const double f_blk = b * (blk.matmul + blk.attention);
+    const double f_down = b * blk.mlp_out;
     const double t_fwd = (f_fwd - L * f_attn_blk) / R + L * f_attn_blk / Ra +
                          k * (L * DT_OPS_BLOCK_FWD + DT_OPS_OUTER_FWD);
     out->fwd_s = t_fwd;

@@ -53,7 +53,7 @@ def read_golden(path):
 
 
 def layout(g):
-    """(hf name, shape) in the flat order of dt_gpt2.h."""
+    """(hf name, shape) in the flat order of dt_lm.h."""
     C, F = g["C"], g["F"]
     shapes = {"ln_1.weight": (C,), "ln_1.bias": (C,), "attn.c_attn.weight": (C, 3 * C),
               "attn.c_attn.bias": (3 * C,), "attn.c_proj.weight": (C, C), "attn.c_proj.bias": (C,),

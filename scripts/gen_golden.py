@@ -18,14 +18,14 @@ File format (little-endian; f32 = IEEE float32, i32 = int32):
   f32[6]   layer_norm_eps, lr, beta1, beta2, adam_eps, weight_decay
   i32[B*T] inputs                    (row-major [B, T])
   i32[B*T] targets
-  f32[P]   params                    (dt_gpt2 flat layout, see below)
+  f32[P]   params                    (dt_lm flat layout, see below)
   f32[B*T*V] logits                  (of the initial params)
   f32      loss                      (mean cross-entropy, initial params)
   f32[P]   grads                     (d loss / d params, initial params, scale 1)
   f32[S]   step_losses               (loss before each AdamW step)
   f32[P]   params_after              (after S AdamW steps)
 
-Parameter layout (dt_gpt2.h): wte [V, C], wpe [maxT, C]; then for each block l:
+Parameter layout (dt_lm.h): wte [V, C], wpe [maxT, C]; then for each block l:
 ln_1.weight [C], ln_1.bias [C], attn.c_attn.weight [C, 3C], attn.c_attn.bias [3C],
 attn.c_proj.weight [C, C], attn.c_proj.bias [C], ln_2.weight [C], ln_2.bias [C],
 mlp.c_fc.weight [C, F], mlp.c_fc.bias [F], mlp.c_proj.weight [F, C],

@@ -19,7 +19,7 @@
 #include <time.h>
 
 #include "dt_device.h"
-#include "dt_gpt2.h"
+#include "dt_lm.h"
 #include "dt_memory.h"
 #include "dt_timemodel.h"
 
@@ -70,13 +70,13 @@ static int run_one(const dt_model *m, const char *hw, int64_t B, int64_t T, int 
     double pred = 0;
     if (dt_time_estimate(&p, &tb, &err) == 0) pred = tb.step_s;
 
-    dt_gpt2 *g = NULL;
-    if (dt_gpt2_create_on(m, &p.precision, B, T, 0, DT_ATTN_FLASH, DT_DEVICE_CUDA, 0, &g, &err)) {
+    dt_lm *g = NULL;
+    if (dt_lm_create_on(m, &p.precision, B, T, 0, DT_ATTN_FLASH, DT_DEVICE_CUDA, 0, &g, &err)) {
         fprintf(stderr, "bench_gpu: %s: %s\n", m->name, err.msg);
         return 1;
     }
-    const dt_device_ops *d = dt_gpt2_device_ops(g);
-    size_t P = dt_gpt2_num_params(g);
+    const dt_device_ops *d = dt_lm_device_ops(g);
+    size_t P = dt_lm_num_params(g);
     float *master = d->alloc(DT_POOL_DEVICE, DT_MEM_OPTIMIZER, P * 4);
     void *mo = d->alloc(DT_POOL_DEVICE, DT_MEM_OPTIMIZER, P * 4);
     void *vo = d->alloc(DT_POOL_DEVICE, DT_MEM_OPTIMIZER, P * 4);
@@ -84,8 +84,8 @@ static int run_one(const dt_model *m, const char *hw, int64_t B, int64_t T, int 
         fprintf(stderr, "bench_gpu: %s: out of GPU memory for the optimizer state\n", m->name);
         return 1;
     }
-    dt_gpt2_init_random(g, 1);
-    d->convert(master, DT_DTYPE_FP32, dt_gpt2_params(g), p.precision.param, P);
+    dt_lm_init_random(g, 1);
+    d->convert(master, DT_DTYPE_FP32, dt_lm_params(g), p.precision.param, P);
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)(B * T));
     for (int64_t i = 0; i < B * T; i++) tok[i] = (int32_t)((i * 2654435761u) % (uint64_t)m->vocab);
     float loss = 0;
@@ -95,11 +95,11 @@ static int run_one(const dt_model *m, const char *hw, int64_t B, int64_t T, int 
             if (d->synchronize(&err)) break;
             t0 = now_s();
         }
-        dt_gpt2_zero_grad(g);
-        if (dt_gpt2_forward(g, tok, tok, &loss, &err) || dt_gpt2_backward(g, 1.0f, &err)) break;
+        dt_lm_zero_grad(g);
+        if (dt_lm_forward(g, tok, tok, &loss, &err) || dt_lm_backward(g, 1.0f, &err)) break;
         dt_adamw_scalars sc = dt_adamw_make_scalars(6e-4, 0.9, 0.95, 1e-8, 0.1, 1.0, 1, s + 1);
-        d->adamw(dt_gpt2_params(g), p.precision.param, master, mo, vo, DT_DTYPE_FP32,
-                 dt_gpt2_grads(g), p.precision.grad, P, &sc);
+        d->adamw(dt_lm_params(g), p.precision.param, master, mo, vo, DT_DTYPE_FP32,
+                 dt_lm_grads(g), p.precision.grad, P, &sc);
     }
     int rc = d->synchronize(&err);
     double step = (now_s() - t0) / steps;
@@ -117,7 +117,7 @@ static int run_one(const dt_model *m, const char *hw, int64_t B, int64_t T, int 
     d->free(mo);
     d->free(vo);
     free(tok);
-    dt_gpt2_free(g);
+    dt_lm_free(g);
     return 0;
 }
 

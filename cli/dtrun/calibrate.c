@@ -35,7 +35,7 @@
  * In situ: isolated probes run each kernel again and again on warm buffers;
  * the engine runs them once each, in its own order, on activations the
  * previous op just wrote (or that the forward wrote long ago, in backward).
- * So calibrate also runs the engine's real forward and backward (dt_gpt2, the
+ * So calibrate also runs the engine's real forward and backward (dt_lm, the
  * plan's model with at most CAL_INSITU_MAX_LAYERS blocks and a vocabulary of at
  * most CAL_VOCAB_PROBE, fp32), one model per core, all cores at once, timed
  * separately, interleaved with the probes. The time model's composition of that
@@ -61,7 +61,7 @@
 
 #include "dt_dtrun_cli.h"
 #include "dt_dtype.h"
-#include "dt_gpt2.h"
+#include "dt_lm.h"
 #include "dt_hardware.h"
 #include "dt_ops.h"
 #include "dt_optim.h"
@@ -224,7 +224,7 @@ static void bufs_free(cal_bufs *b) {
 
 /* ---- the probes: one repeat each, returning seconds ---- */
 
-/* The block's 4 linears, forward then backward (engine/model/gpt2.c's order of shapes). */
+/* The block's 4 linears, forward then backward (engine/model/lm.c's order of shapes). */
 static double probe_block_linears(cal_bufs *b, const cal_shape *s) {
     const int64_t N = s->B * s->T, C = s->C, F = s->F;
     const int64_t sh[4][2] = {{C, 3 * C}, {C, C}, {C, F}, {F, C}};
@@ -317,7 +317,7 @@ static dt_model insitu_model(const cal_shape *s) {
 }
 
 typedef struct {
-    dt_gpt2 *g;
+    dt_lm *g;
     int32_t *tok, *tgt;   /* [B, T] */
 } cal_engine;
 
@@ -334,8 +334,8 @@ static int engine_create(cal_engine *x, const cal_shape *s, int salt) {
     dt_precision fp32;
     dt_error e;
     dt_precision_from_preset(DT_PREC_FP32, &fp32);
-    if (dt_gpt2_create(&m, &fp32, s->B, s->T, 0, s->attn, &x->g, &e)) return 1;
-    dt_gpt2_init_random(x->g, CAL_INSITU_SEED);
+    if (dt_lm_create(&m, &fp32, s->B, s->T, 0, s->attn, &x->g, &e)) return 1;
+    dt_lm_init_random(x->g, CAL_INSITU_SEED);
     x->tok = malloc(n * sizeof *x->tok), x->tgt = malloc(n * sizeof *x->tgt);
     if (!x->tok || !x->tgt) return 1;
     for (size_t i = 0; i < n; i++) {   /* any valid tokens: the kernels' work does not depend on them */
@@ -345,22 +345,22 @@ static int engine_create(cal_engine *x, const cal_shape *s, int salt) {
     return 0;
 }
 static void engine_free(cal_engine *x) {
-    if (x->g) dt_gpt2_free(x->g);
+    if (x->g) dt_lm_free(x->g);
     free(x->tok), free(x->tgt);
 }
 static double engine_forward(cal_engine *x) {
     float loss;
     dt_error e;
     double t0 = now_s();
-    int rc = dt_gpt2_forward(x->g, x->tok, x->tgt, &loss, &e);
+    int rc = dt_lm_forward(x->g, x->tok, x->tgt, &loss, &e);
     return rc ? -1.0 : now_s() - t0;
 }
 static double engine_backward(cal_engine *x) {
     dt_error e;
     double t0 = now_s();
-    int rc = dt_gpt2_backward(x->g, 1.0f, &e);
+    int rc = dt_lm_backward(x->g, 1.0f, &e);
     double t = now_s() - t0;
-    dt_gpt2_zero_grad(x->g);   /* outside the timing, as dtrun zeroes once per step */
+    dt_lm_zero_grad(x->g);   /* outside the timing, as dtrun zeroes once per step */
     return rc ? -1.0 : t;
 }
 

@@ -22,7 +22,7 @@
 #include "dt_ckpt.h"
 #include "dt_comm.h"
 #include "dt_data.h"
-#include "dt_gpt2.h"
+#include "dt_lm.h"
 #include "dt_launch.h"
 #include "dt_plan.h"
 #include "dt_rendezvous.h"
@@ -330,14 +330,14 @@ static int cmd_sample(int argc, char **argv) {
     dt_error_clear(&err);
     char ckpt[DT_PATH_MAX * 2], p[DT_PATH_MAX * 3];
     struct stat sb;
-    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    snprintf(p, sizeof p, "%s/config.json", dir);
     if (stat(p, &sb) == 0) {
         snprintf(ckpt, sizeof ckpt, "%s", dir);
     } else {
         int64_t step;
         dt_ckpt_latest(dir, ckpt, sizeof ckpt, &step, &err);
         if (step < 0) {
-            fprintf(stderr, "dtrun: %s: no checkpoint here (no model.safetensors, no ckpt-* directory)\n", dir);
+            fprintf(stderr, "dtrun: %s: no checkpoint here (no config.json, no ckpt-* directory)\n", dir);
             return 2;
         }
     }
@@ -352,12 +352,12 @@ static int cmd_sample(int argc, char **argv) {
     }
     dt_precision prec;
     dt_precision_from_preset(DT_PREC_FP32, &prec);
-    dt_gpt2 *g;
+    dt_lm *g;
     const int64_t T = m.max_pos;
-    if ((rc = dt_gpt2_create(&m, &prec, 1, T, 0, DT_ATTN_FLASH, &g, &err))) return fail(rc, &err);
-    snprintf(p, sizeof p, "%s/model.safetensors", ckpt);
-    if ((rc = dt_weights_load(g, &m, DT_DTYPE_FP32, p, &err))) {
-        dt_gpt2_free(g);
+    if ((rc = dt_lm_create(&m, &prec, 1, T, 0, DT_ATTN_FLASH, &g, &err))) return fail(rc, &err);
+    /* the directory: model.safetensors or a sharded save_pretrained layout */
+    if ((rc = dt_weights_load(g, &m, DT_DTYPE_FP32, ckpt, &err))) {
+        dt_lm_free(g);
         return fail(rc, &err);
     }
     int32_t *ctx = calloc((size_t)T, sizeof *ctx);
@@ -375,18 +375,18 @@ static int cmd_sample(int argc, char **argv) {
     double *prob = malloc((size_t)m.vocab * sizeof *prob);
     for (int64_t k = 0; k < ntok && !rc; k++) {
         float loss;
-        if ((rc = dt_gpt2_forward(g, ctx, NULL, &loss, &err))) break;
+        if ((rc = dt_lm_forward(g, ctx, NULL, &loss, &err))) break;
         if (k == 0 && dump) {   /* fp32 [len, V] logits of the prompt (scripts/check_hf_export.py) */
             FILE *f = fopen(dump, "wb");
             size_t nv = (size_t)(len * m.vocab);
-            if (!f || fwrite(dt_gpt2_logits(g), sizeof(float), nv, f) != nv) {
+            if (!f || fwrite(dt_lm_logits(g), sizeof(float), nv, f) != nv) {
                 if (f) fclose(f);
                 rc = dt_errorf(&err, DT_EIO, "%s: cannot write logits", dump);
                 break;
             }
             fclose(f);
         }
-        const float *logits = dt_gpt2_logits(g) + (len - 1) * m.vocab;
+        const float *logits = dt_lm_logits(g) + (len - 1) * m.vocab;
         /* softmax with temperature over the byte tokens, then inverse-CDF sampling */
         double mx = -INFINITY, sum = 0;
         for (int64_t v = 0; v < DT_BYTE_VOCAB; v++) mx = fmax(mx, logits[v] / temp);
@@ -410,7 +410,7 @@ static int cmd_sample(int argc, char **argv) {
     putchar('\n');
     free(prob);
     free(ctx);
-    dt_gpt2_free(g);
+    dt_lm_free(g);
     return rc ? fail(rc, &err) : 0;
 }
 

@@ -24,9 +24,14 @@
  * the context (2 KiB x 2048 x 132 = 528 MiB on an H100) outside dt's
  * accounting and the plan; shared memory is per block and reserves nothing.
  *
+ * The llama family (RMSNorm, RoPE, SwiGLU, grouped-query attention with a
+ * tiled flash kernel) is in kernels_llama.cu; linear_t (nn.Linear layout) is
+ * here beside the GPT-2 linear. Both files share dt_cuda_internal.h.
+ *
  * Errors: ops have no return code (same signatures as the CPU); the first
  * failing CUDA / cuBLAS call is remembered and reported by synchronize() (the
- * trainer calls it once per step) as one line naming the call. */
+ * trainer calls it once per step) as one line naming the call (a failed
+ * launch names the kernel). */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <pthread.h>
@@ -41,11 +46,7 @@ extern "C" {
 #include "dt_devmath.h"
 #include "dt_dtype.h"
 }
-
-/* threads per block of the element-wise kernels */
-#define DT_CU_THREADS 256
-/* a warp (rows reduced by one warp) */
-#define DT_CU_WARP 32
+#include "dt_cuda_internal.h"   /* DT_CU_THREADS, DT_CU_WARP, warp_sum / warp_max */
 /* dynamic shared memory an attention block asks for at most (bytes); the
  * GPU's opt-in limit per block is 163 KiB on sm_80 and 227 KiB on sm_90
  * (CUDA C++ Programming Guide, "Compute capabilities", table of technical
@@ -93,7 +94,7 @@ extern "C" void dt_cuda_note_error(const char *what, const char *detail) {
         cublasStatus_t s_ = (call);                                \
         if (s_ != CUBLAS_STATUS_SUCCESS) note_error(#call, cublasGetStatusString(s_)); \
     } while (0)
-#define LAUNCHED(name) CU(cudaGetLastError())
+#define LAUNCHED(name) dt_cu_check_launch(#name)
 
 static cudaStream_t cs(void) { return g_stream[DT_STREAM_COMPUTE]; }
 static unsigned grid_for(size_t n) { return (unsigned)((n + DT_CU_THREADS - 1) / DT_CU_THREADS); }
@@ -205,6 +206,13 @@ static void cu_free(void *p) {
     else CU(cudaFreeHost(p));
     free(b);
 }
+
+/* for kernels_llama.cu (dt_cuda_internal.h) */
+cudaStream_t dt_cu_compute_stream(void) { return cs(); }
+void *dt_cu_alloc(dt_mem_pool pool, dt_mem_category cat, size_t bytes) {
+    return cu_alloc(pool, cat, bytes);
+}
+void dt_cu_free(void *p) { cu_free(p); }
 
 static int64_t cu_mem_current(dt_mem_pool pool, dt_mem_category cat) {
     pthread_mutex_lock(&g_lock);
@@ -475,6 +483,34 @@ static void cu_linear_backward(float *dinp, float *dw, float *dbias, const float
     if (dbias) cu_bias_backward(dbias, dout, N, OC);
 }
 
+/* Linear with torch.nn.Linear's weight layout (the llama family), dt_ops.h:
+ *   out[N, OC] = inp[N, IC] @ w[OC, IC]^T + bias[OC]
+ * The bias is broadcast into out first and the GEMM adds (beta = 1), as the
+ * Conv1D linear above; w enters the row-major GEMM transposed (ldb = IC). */
+static void cu_linear_t_forward(float *out, const float *inp, const float *w, const float *bias,
+                                int64_t N, int64_t IC, int64_t OC) {
+    if (N <= 0 || OC <= 0) return;
+    float beta = 0.0f;
+    if (bias) {
+        k_bias_rows<<<grid_for((size_t)(N * OC)), DT_CU_THREADS, 0, cs()>>>(out, bias, N, OC);
+        LAUNCHED(k_bias_rows);
+        beta = 1.0f;
+    }
+    cu_gemm(0, 1, N, OC, IC, 1.0f, inp, IC, w, IC, beta, out, OC);
+}
+
+/* dinp[N, IC] = (or +=) dout[N, OC] @ w[OC, IC];  dw[OC, IC] += dout^T @ inp[N, IC];
+ * dbias[OC] += column sums of dout, deterministic (dt_cu_colsum_det) */
+static void cu_linear_t_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                                 const float *inp, const float *w, int64_t N, int64_t IC,
+                                 int64_t OC, int accumulate_dinp) {
+    if (N <= 0 || OC <= 0 || IC <= 0) return;
+    if (dinp)
+        cu_gemm(0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, accumulate_dinp ? 1.0f : 0.0f, dinp, IC);
+    cu_gemm(1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
+    if (dbias) dt_cu_colsum_det(dbias, dout, N, OC);
+}
+
 /* ---------------------------------------------------------------------------
  * encoder */
 
@@ -483,7 +519,9 @@ __global__ void k_encoder_fwd(float *out, const int32_t *tok, const void *wte, d
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= B * T * C) return;
     int64_t n = i / C, c = i % C;
-    out[i] = dt_load(wte, wt, (size_t)tok[n] * (size_t)C + (size_t)c) + wpe[(n % T) * C + c];
+    float v = dt_load(wte, wt, (size_t)tok[n] * (size_t)C + (size_t)c);
+    if (wpe) v += wpe[(n % T) * C + c];   /* NULL: no learned positions (llama family) */
+    out[i] = v;
 }
 
 /* fp32 grads: one thread per channel walks the tokens in order (the CPU's order) */
@@ -494,7 +532,7 @@ __global__ void k_encoder_bwd(float *dwte, float *dwpe, const float *dout, const
     for (int64_t n = 0; n < N; n++) {
         float d = dout[n * C + c];
         dwte[(int64_t)tok[n] * C + c] += d;
-        dwpe[(n % T) * C + c] += d;
+        if (dwpe) dwpe[(n % T) * C + c] += d;
     }
 }
 
@@ -546,9 +584,11 @@ static void cu_encoder_backward_16(void *dwte, void *dwpe, dt_dtype gt, const fl
                                    float *acc, int64_t B, int64_t T, int64_t C) {
     (void)acc;
     int bf = gt == DT_DTYPE_BF16;
-    k_encoder_bwd16_wpe<<<grid_for((size_t)(T * C)), DT_CU_THREADS, 0, cs()>>>(
-        (uint16_t *)dwpe, bf, dout, B * T, T, C);
-    LAUNCHED(k_encoder_bwd16_wpe);
+    if (dwpe) {   /* NULL: no learned positions (llama family) */
+        k_encoder_bwd16_wpe<<<grid_for((size_t)(T * C)), DT_CU_THREADS, 0, cs()>>>(
+            (uint16_t *)dwpe, bf, dout, B * T, T, C);
+        LAUNCHED(k_encoder_bwd16_wpe);
+    }
     k_encoder_bwd16_wte<<<grid_for((size_t)(B * T * C)), DT_CU_THREADS, 0, cs()>>>(
         (uint16_t *)dwte, bf, dout, tok, head, next, B * T, C);
     LAUNCHED(k_encoder_bwd16_wte);
@@ -556,15 +596,6 @@ static void cu_encoder_backward_16(void *dwte, void *dwpe, dt_dtype gt, const fl
 
 /* ---------------------------------------------------------------------------
  * LayerNorm: one warp per row */
-
-__device__ float warp_sum(float v) {
-    for (int o = DT_CU_WARP / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-__device__ float warp_max(float v) {
-    for (int o = DT_CU_WARP / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
 
 __global__ void k_ln_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
                          const float *b, int64_t N, int64_t C, float eps) {
@@ -1087,6 +1118,10 @@ static void fill_ops(void) {
     o.all_finite = cu_all_finite;
     o.sumsq = cu_sumsq;
     o.adamw = cu_adamw;
+    /* the llama family: linear_t here (cuBLAS), the rest in kernels_llama.cu */
+    o.linear_t_forward = cu_linear_t_forward;
+    o.linear_t_backward = cu_linear_t_backward;
+    dt_cu_llama_fill_ops(&o);
     g_ops = o;
 }
 

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static void *g_handle;            /* RTLD_DEFAULT when built in, the module's handle, or NULL */
+static void *g_handle;            /* the program's own handle when built in, the module's, or NULL */
 static char g_why[DT_ERROR_MSG_MAX];   /* why it could not be loaded */
 
 /* The module's path: $DT_CUDA_BACKEND, else beside the running program. */
@@ -30,7 +30,10 @@ static int module_path(char *path, size_t n) {
 
 static void load_once(void) {
     if (dlsym(RTLD_DEFAULT, "dt_cuda_backend_abi")) {   /* linked into this program */
-        g_handle = RTLD_DEFAULT;
+        /* not RTLD_DEFAULT itself: glibc defines it as (void *)0, which reads as
+         * "not loaded"; dlopen(NULL) is the program's own handle */
+        g_handle = dlopen(NULL, RTLD_NOW);
+        if (!g_handle) snprintf(g_why, sizeof g_why, "dlopen(NULL) failed: %.900s", dlerror());
         return;
     }
     char path[PATH_MAX + 64];

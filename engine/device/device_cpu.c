@@ -70,6 +70,7 @@ static int cpu_gemm_ex(int ta, int tb, int64_t M, int64_t N, int64_t K, float al
     return DT_OK;
 }
 
+/* out [B*T, C] = wte [V, C] (dtype wte_t) rows + wpe [maxT, C] (fp32; NULL: none) */
 static void cpu_encoder_forward_cast(float *out, const int32_t *tokens, const void *wte,
                                      dt_dtype wte_t, const float *wpe, int64_t B, int64_t T,
                                      int64_t C) {
@@ -78,7 +79,8 @@ static void cpu_encoder_forward_cast(float *out, const int32_t *tokens, const vo
     for (int64_t n = 0; n < B * T; n++) {
         dt_convert(out + n * C, DT_DTYPE_FP32, (const char *)wte + (size_t)tokens[n] * C * esz,
                    wte_t, (size_t)C);
-        const float *pe = wpe + (n % T) * C;
+        if (!wpe) continue;   /* no learned positions (the llama family) */
+        const float *pe = wpe + (n % T) * C;   /* [C] */
         for (int64_t c = 0; c < C; c++) out[n * C + c] += pe[c];
     }
 }
@@ -108,9 +110,11 @@ static void cpu_encoder_backward_16(void *dwte, void *dwpe, dt_dtype gt, const f
                                     const int32_t *tok_next, float *acc, int64_t B, int64_t T,
                                     int64_t C) {
     int64_t N = B * T;
-    memset(acc, 0, sizeof(float) * (size_t)(T * C));
-    for (int64_t n = 0; n < N; n++) dt_op_axpy(acc + (n % T) * C, dout + n * C, 1.0f, C);
-    cpu_accumulate_16(dwpe, gt, acc, (size_t)(T * C));
+    if (dwpe) {   /* NULL: no learned positions (the llama family) */
+        memset(acc, 0, sizeof(float) * (size_t)(T * C));
+        for (int64_t n = 0; n < N; n++) dt_op_axpy(acc + (n % T) * C, dout + n * C, 1.0f, C);
+        cpu_accumulate_16(dwpe, gt, acc, (size_t)(T * C));
+    }
     size_t esz = (size_t)dt_dtype_size(gt);
     for (int64_t n = 0; n < N; n++) {
         int32_t tok = tokens[n];
@@ -211,6 +215,18 @@ static const dt_device_ops cpu_ops = {
     .gelu_forward = dt_op_gelu_forward,
     .gelu_backward = dt_op_gelu_backward,
     .residual_forward = dt_op_residual_forward,
+    .linear_t_forward = dt_op_linear_t_forward,
+    .linear_t_backward = dt_op_linear_t_backward,
+    .rmsnorm_forward = dt_op_rmsnorm_forward,
+    .rmsnorm_backward = dt_op_rmsnorm_backward,
+    .rope_forward = dt_op_rope_forward,
+    .rope_backward = dt_op_rope_backward,
+    .swiglu_forward = dt_op_swiglu_forward,
+    .swiglu_backward = dt_op_swiglu_backward,
+    .attention_gqa_forward_flash = dt_op_attention_gqa_forward_flash,
+    .attention_gqa_backward_flash = dt_op_attention_gqa_backward_flash,
+    .attention_gqa_forward_probs = dt_op_attention_gqa_forward_probs,
+    .attention_gqa_backward_probs = dt_op_attention_gqa_backward_probs,
     .crossentropy_forward = dt_op_crossentropy_forward,
     .crossentropy_backward_inplace = dt_op_crossentropy_backward_inplace,
     .axpy = dt_op_axpy,

@@ -20,8 +20,9 @@
 /* The module's file name, and the version of the interface between the module
  * and the engine; the module exports `const int dt_cuda_backend_abi` equal to it. */
 #define DT_CUDA_BACKEND_FILE "libdtcuda.so"
-/* 2: dt_device_ops gained meminfo (the driver's view of device memory) */
-#define DT_CUDA_BACKEND_ABI 2
+/* 2: dt_device_ops gained meminfo (the driver's view of device memory)
+ * 3: the llama-family ops (linear_t, rmsnorm, rope, swiglu, attention_gqa) */
+#define DT_CUDA_BACKEND_ABI 3
 
 /* The address of the back-end's function `symbol` (loading the module on the
  * first call; thread-safe). NULL with err set to one line that says why the

@@ -1,6 +1,6 @@
 /* dt_device.h — the device abstraction the GPT-2 engine runs on: memory
  * (tracked by pool and category), copies, streams and events, and every
- * operation gpt2.c uses, behind one table of function pointers.
+ * operation lm.c uses, behind one table of function pointers.
  *
  *   cpu  : device_cpu.c — dt_ops.h (ops_cpu.c, OpenBLAS + OpenMP), dt_memtrack,
  *          synchronous; "device" pointers are host pointers.
@@ -107,7 +107,8 @@ typedef struct dt_device_ops {
     void (*bias_backward)(float *db, const float *dout, int64_t N, int64_t OC);
 
     /* ---- encoder. encoder_forward_cast: wte of dtype wte_t (rows converted on
-     * the fly), wpe fp32. encoder_backward_16: 16-bit grads (gt), each wte row's
+     * the fly), wpe fp32; wpe / dwpe may be NULL (no learned positions).
+     * encoder_backward_16: 16-bit grads (gt), each wte row's
      * contributions summed in fp32 in position order then added with one rounding;
      * tok_head [V] = first position of each token (-1: absent), tok_next [N] = next
      * position with the same token (-1 ends); acc: fp32 scratch of T*C elements. */
@@ -142,6 +143,42 @@ typedef struct dt_device_ops {
     void (*gelu_forward)(float *out, const float *inp, int64_t n);
     void (*gelu_backward)(float *dinp, const float *inp, const float *dout, int64_t n);
     void (*residual_forward)(float *out, const float *a, const float *b, int64_t n);
+
+    /* ---- the llama family (dt_ops.h): nn.Linear-layout linears, RMSNorm, RoPE,
+     * SwiGLU, grouped-query attention on separate q, k, v */
+    void (*linear_t_forward)(float *out, const float *inp, const float *w, const float *bias,
+                             int64_t N, int64_t IC, int64_t OC);
+    void (*linear_t_backward)(float *dinp, float *dw, float *dbias, const float *dout,
+                              const float *inp, const float *w, int64_t N, int64_t IC,
+                              int64_t OC, int accumulate_dinp);
+    void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int64_t N,
+                            int64_t nh, int64_t D, int64_t stride, float eps);
+    void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp,
+                             const float *w, const float *rstd, int64_t N, int64_t nh, int64_t D,
+                             int64_t stride, int accumulate_dinp);
+    void (*rope_forward)(float *x, const float *cos, const float *sin, int64_t B, int64_t T,
+                         int64_t nh, int64_t D, int64_t stride);
+    void (*rope_backward)(float *dx, const float *cos, const float *sin, int64_t B, int64_t T,
+                          int64_t nh, int64_t D, int64_t stride);
+    void (*swiglu_forward)(float *out, const float *gu, int64_t N, int64_t F);
+    void (*swiglu_backward)(float *dgu, const float *dout, const float *gu, int64_t N, int64_t F);
+    /* separate q, k, v with row strides (dt_ops.h) */
+    void (*attention_gqa_forward_flash)(float *out, float *lse, const float *q, int64_t sq,
+                                        const float *k, int64_t sk, const float *v, int64_t sv,
+                                        int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D);
+    void (*attention_gqa_backward_flash)(float *dq, float *dk, float *dv, const float *dout,
+                                         const float *q, int64_t sq, const float *k, int64_t sk,
+                                         const float *v, int64_t sv, const float *out,
+                                         const float *lse, int64_t B, int64_t T, int64_t Hq,
+                                         int64_t Hkv, int64_t D);
+    void (*attention_gqa_forward_probs)(float *out, float *probs, const float *q, int64_t sq,
+                                        const float *k, int64_t sk, const float *v, int64_t sv,
+                                        int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D);
+    void (*attention_gqa_backward_probs)(float *dq, float *dk, float *dv, const float *dout,
+                                         const float *q, int64_t sq, const float *k, int64_t sk,
+                                         const float *v, int64_t sv, const float *probs,
+                                         int64_t B, int64_t T, int64_t Hq, int64_t Hkv,
+                                         int64_t D);
 
     /* ---- fused classifier loss (dt_ops.h); the forward returns the mean loss to
      * the host (it waits for the compute stream). */

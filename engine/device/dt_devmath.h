@@ -102,6 +102,33 @@ static inline DT_DTYPE_HD float dt_ln_dinp(float x, float m, float r, float w, f
     return r * (d * w - s1 - xhat * s2);
 }
 
+/* ----------------------------------------------------------------------------
+ * RMSNorm (Zhang & Sennrich 2019; HF LlamaRMSNorm), per element: out = x * rstd * w,
+ * rstd = 1 / sqrt(mean(x^2) + eps). Backward (per row sum s = mean(dout*w*x) given):
+ *   dinp = rstd * (dout*w - x * rstd^2 * s) */
+static inline DT_DTYPE_HD float dt_rms_out(float x, float r, float w) { return x * r * w; }
+static inline DT_DTYPE_HD float dt_rms_dinp(float x, float r, float w, float d, float s) {
+    return r * (d * w - x * r * r * s);
+}
+
+/* SiLU (Elfwing et al. 2018; torch.nn.functional.silu) and SwiGLU (Shazeer 2020,
+ * HF LlamaMLP: down(silu(gate(x)) * up(x))). silu(g) = g * sigmoid(g);
+ * d silu / dg = sigmoid(g) * (1 + g * (1 - sigmoid(g))). */
+DT_SIMD_FN
+static inline DT_DTYPE_HD float dt_sigmoid(float x) { return 1.0f / (1.0f + dt_fast_expf(-x)); }
+DT_SIMD_FN
+static inline DT_DTYPE_HD float dt_swiglu(float gate, float up) { return gate * dt_sigmoid(gate) * up; }
+/* d out / d gate and d out / d up of dt_swiglu, times dout */
+DT_SIMD_FN
+static inline DT_DTYPE_HD float dt_swiglu_dgate(float gate, float up, float dout) {
+    float s = dt_sigmoid(gate);
+    return dout * up * s * (1.0f + gate * (1.0f - s));
+}
+DT_SIMD_FN
+static inline DT_DTYPE_HD float dt_swiglu_dup(float gate, float dout) {
+    return dout * gate * dt_sigmoid(gate);
+}
+
 /* cross-entropy backward, per logit: dloss * softmax(z)_v (target subtracts dloss) */
 static inline DT_DTYPE_HD float dt_ce_dlogit(float z, float lse, float dloss) {
     return dloss * dt_fast_expf(z - lse);

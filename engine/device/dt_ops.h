@@ -33,7 +33,8 @@ void dt_op_linear_backward(float *dinp, float *dw, float *dbias, const float *do
                            int accumulate_dinp);
 
 /* ---- encoder: out[n, :] = wte[tok[n], :] + wpe[n % T, :] ---------------------
- * wte [V, C], wpe [maxT, C], out [B*T, C] */
+ * wte [V, C], wpe [maxT, C], out [B*T, C]. wpe NULL: no learned positions (the
+ * llama family), out = wte[tok]; in the backward dwpe NULL likewise. */
 void dt_op_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
                            int64_t B, int64_t T, int64_t C);
 /* dwte[tok, :] += dout[n, :], dwpe[t, :] += sum_b dout[b, t, :]. Deterministic
@@ -90,6 +91,76 @@ double dt_op_crossentropy_forward(float *lse, float *losses, const float *logits
 /* In place: logits[n, v] <- dloss * (softmax(logits[n])[v] - [v == target[n]]). */
 void dt_op_crossentropy_backward_inplace(float *logits, const float *lse, const int32_t *targets,
                                          float dloss, int64_t N, int64_t V);
+
+/* ---- the llama family (Llama, Qwen2, Qwen3; docs/engine.md "The llama family") ----
+ * Linear layers there store weights as torch.nn.Linear does, [out, in]:
+ *   out[N, OC] = inp[N, IC] @ w[OC, IC]^T + bias[OC]   (bias may be NULL) */
+void dt_op_linear_t_forward(float *out, const float *inp, const float *w, const float *bias,
+                            int64_t N, int64_t IC, int64_t OC);
+/* dinp[N, IC] = dout @ w (or += when accumulate_dinp; dinp may be NULL = skip)
+ * dw[OC, IC] += dout^T @ inp;  dbias[OC] += sum_n dout[n, :]  (dbias may be NULL) */
+void dt_op_linear_t_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                             const float *inp, const float *w, int64_t N, int64_t IC, int64_t OC,
+                             int accumulate_dinp);
+
+/* RMSNorm over groups of D elements: row n holds nh groups, group h at
+ * inp + n*stride + h*D (a whole row: nh = 1, D = C, stride = C; Qwen3's per-head
+ * q / k norm: nh heads of D inside a packed qkv row). w [D] is shared by the nh
+ * groups. out uses the same addressing (elements outside the groups untouched;
+ * out may equal inp). rstd [N, nh] = 1 / sqrt(mean(x^2) + eps). */
+void dt_op_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int64_t N,
+                           int64_t nh, int64_t D, int64_t stride, float eps);
+/* dinp (same addressing) = or += (accumulate_dinp) the input gradient; dw [D] +=.
+ * dinp may equal dout only when accumulate_dinp is 0. Deterministic: dw summed
+ * over rows in a fixed order independent of the thread count. */
+void dt_op_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                            const float *w, const float *rstd, int64_t N, int64_t nh, int64_t D,
+                            int64_t stride, int accumulate_dinp);
+
+/* Rotary position embedding (Su et al. 2021), HF's rotate-half convention: in
+ * each of the first nh heads (D elements, D even) of every row of x [B, T, stride]
+ * (row b*T + t at position t), for i < D/2 with c = cos[t, i], s = sin[t, i]:
+ *   (x[i], x[i + D/2]) <- (x[i] c - x[i + D/2] s, x[i + D/2] c + x[i] s).
+ * In place; cos, sin [T, D/2]. The backward is the inverse rotation (s -> -s),
+ * applied in place to the gradient. */
+void dt_op_rope_forward(float *x, const float *cos, const float *sin, int64_t B, int64_t T,
+                        int64_t nh, int64_t D, int64_t stride);
+void dt_op_rope_backward(float *dx, const float *cos, const float *sin, int64_t B, int64_t T,
+                         int64_t nh, int64_t D, int64_t stride);
+
+/* SwiGLU on the packed output of the fused gate | up projection:
+ * gu [N, 2F] (row n: gate[0..F) then up[0..F)), out [N, F] = silu(gate) * up
+ * (dt_swiglu). Backward: dgu [N, 2F] written (=) from dout [N, F]. */
+void dt_op_swiglu_forward(float *out, const float *gu, int64_t N, int64_t F);
+void dt_op_swiglu_backward(float *dgu, const float *dout, const float *gu, int64_t N, int64_t F);
+
+/* Causal grouped-query attention (Ainslie et al. 2023) on SEPARATE q, k, v
+ * tensors, each addressed by its own row stride (elements between token rows):
+ *   q [B, T, Hq, D] at q + (b*T + t)*sq + h*D,  k, v [B, T, Hkv, D] likewise
+ *   with sk, sv (a packed qkv row [q | k | v] is q = qkv, k = qkv + Hq*D,
+ *   v = qkv + (Hq + Hkv)*D, sq = sk = sv = (Hq + 2 Hkv) D).
+ * Query head h reads kv head h / (Hq / Hkv) (Hkv divides Hq). out [B, T, Hq*D]
+ * (contiguous), scale 1 / sqrt(D). With Hq = Hkv = H, D = C / H and a packed
+ * qkv this is dt_op_attention_forward_flash.
+ * Flash: lse [B, Hq, T] as there. Backward: dq, dk, dv written (=), addressed
+ * with the same strides as q, k, v (they may be one packed buffer); the k / v
+ * gradients sum over the query heads of a group in head order (deterministic). */
+void dt_op_attention_gqa_forward_flash(float *out, float *lse, const float *q, int64_t sq,
+                                       const float *k, int64_t sk, const float *v, int64_t sv,
+                                       int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D);
+void dt_op_attention_gqa_backward_flash(float *dq, float *dk, float *dv, const float *dout,
+                                        const float *q, int64_t sq, const float *k, int64_t sk,
+                                        const float *v, int64_t sv, const float *out,
+                                        const float *lse, int64_t B, int64_t T, int64_t Hq,
+                                        int64_t Hkv, int64_t D);
+/* Materialized: probs [B, Hq, T, T] saved (entries above the diagonal 0). */
+void dt_op_attention_gqa_forward_probs(float *out, float *probs, const float *q, int64_t sq,
+                                       const float *k, int64_t sk, const float *v, int64_t sv,
+                                       int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D);
+void dt_op_attention_gqa_backward_probs(float *dq, float *dk, float *dv, const float *dout,
+                                        const float *q, int64_t sq, const float *k, int64_t sk,
+                                        const float *v, int64_t sv, const float *probs, int64_t B,
+                                        int64_t T, int64_t Hq, int64_t Hkv, int64_t D);
 
 /* ---- misc -------------------------------------------------------------------- */
 /* y += alpha * x */

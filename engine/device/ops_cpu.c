@@ -6,7 +6,9 @@
  * Determinism: every reduction has a fixed order that does not depend on the
  * number of threads (parallel loops split over independent outputs: rows for
  * row-wise ops, column bands for column sums), so a recomputed block gives
- * bitwise the same numbers as the original forward. */
+ * bitwise the same numbers as the original forward. The llama family's ops
+ * (nn.Linear layout, RMSNorm, RoPE, SwiGLU, grouped-query attention) live in
+ * ops_cpu_llama.c under the same rules. */
 #include "dt_ops.h"
 
 #include <cblas.h>
@@ -15,16 +17,14 @@
 
 #include "dt_devmath.h"
 #include "dt_dtype.h"
+#include "ops_cpu_internal.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
-/* Column band for column-parallel reductions: 64 floats = 4 AVX-512 vectors, one
- * 256-byte run per row, so a band stays in L1 while rows stream past. */
-#define DT_COL_BAND 64
-/* Key tile of the flash attention forward (keys per online-softmax update). */
-#define DT_ATT_TILE 64
+/* DT_COL_BAND (column band) and DT_ATT_TILE (attention key tile): ops_cpu_internal.h,
+ * shared with ops_cpu_llama.c. */
 /* Largest head size the attention kernels keep on the stack (GPT-2 uses 64;
  * the largest GPT-2/3 family models use 128). */
 #define DT_ATT_MAX_HS 256
@@ -89,9 +89,13 @@ void dt_op_encoder_forward(float *out, const int32_t *tokens, const float *wte, 
                            int64_t B, int64_t T, int64_t C) {
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < B * T; n++) {
-        const float *we = wte + (int64_t)tokens[n] * C;
-        const float *pe = wpe + (n % T) * C;
-        float *o = out + n * C;
+        const float *we = wte + (int64_t)tokens[n] * C;   /* [C] */
+        float *o = out + n * C;                            /* [C] */
+        if (!wpe) {   /* no learned positions (the llama family) */
+            memcpy(o, we, (size_t)C * sizeof(float));
+            continue;
+        }
+        const float *pe = wpe + (n % T) * C;               /* [C] */
 #pragma omp simd
         for (int64_t c = 0; c < C; c++) o[c] = we[c] + pe[c];
     }
@@ -105,14 +109,14 @@ void dt_op_encoder_backward(float *dwte, float *dwpe, const float *dout, const i
         int64_t c0 = band * DT_COL_BAND;
         int64_t c1 = c0 + DT_COL_BAND < C ? c0 + DT_COL_BAND : C;
         for (int64_t n = 0; n < B * T; n++) {
-            const float *d = dout + n * C;
-            float *we = dwte + (int64_t)tokens[n] * C;
-            float *pe = dwpe + (n % T) * C;
+            const float *d = dout + n * C;                 /* [C] */
+            float *we = dwte + (int64_t)tokens[n] * C;     /* [C] */
 #pragma omp simd
-            for (int64_t c = c0; c < c1; c++) {
-                we[c] += d[c];
-                pe[c] += d[c];
-            }
+            for (int64_t c = c0; c < c1; c++) we[c] += d[c];
+            if (!dwpe) continue;   /* no learned positions */
+            float *pe = dwpe + (n % T) * C;                /* [C] */
+#pragma omp simd
+            for (int64_t c = c0; c < c1; c++) pe[c] += d[c];
         }
     }
 }
@@ -189,13 +193,6 @@ void dt_op_layernorm_backward(float *dinp, float *dw, float *db, const float *do
 /* ----------------------------------------------------------------------------
  * attention */
 
-static inline float dot(const float *a, const float *b, int64_t n) {
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
 void dt_op_attention_forward_flash(float *out, float *lse, const float *qkv, int64_t B,
                                    int64_t T, int64_t C, int64_t H) {
     int64_t hs = C / H, C3 = 3 * C;
@@ -215,7 +212,7 @@ void dt_op_attention_forward_flash(float *out, float *lse, const float *qkv, int
                     int64_t j1 = j0 + DT_ATT_TILE <= i + 1 ? j0 + DT_ATT_TILE : i + 1;
                     float tmax = -INFINITY;
                     for (int64_t j = j0; j < j1; j++) {
-                        float v = dot(q, base + j * C3 + C + h * hs, hs) * scale;
+                        float v = dt_cpu_dot(q, base + j * C3 + C + h * hs, hs) * scale;
                         s[j - j0] = v;
                         tmax = v > tmax ? v : tmax;
                     }
@@ -266,19 +263,19 @@ static void attention_backward_bh(float *dqkv, const float *dout, const float *q
         float li = lse ? lse[(b * H + h) * T + i] : 0.0f;
         const float *prow = probs ? probs + ((b * H + h) * T + i) * T : NULL;
         if (out) {
-            D = dot(dout_i, out + (b * T + i) * C + h * hs, hs);
+            D = dt_cpu_dot(dout_i, out + (b * T + i) * C + h * hs, hs);
         } else {   /* materialized: D_i = sum_j p_ij dp_ij */
             D = 0.0f;
             for (int64_t j = 0; j <= i; j++)
-                D += prow[j] * dot(dout_i, base + j * C3 + 2 * C + h * hs, hs);
+                D += prow[j] * dt_cpu_dot(dout_i, base + j * C3 + 2 * C + h * hs, hs);
         }
         for (int64_t j0 = 0; j0 <= i; j0 += DT_ATT_TILE) {
             int64_t j1 = j0 + DT_ATT_TILE <= i + 1 ? j0 + DT_ATT_TILE : i + 1;
             for (int64_t j = j0; j < j1; j++) {
                 const float *k = base + j * C3 + C + h * hs;
                 const float *v = base + j * C3 + 2 * C + h * hs;
-                pbuf[j - j0] = prow ? prow[j] : dt_fast_expf(dot(q, k, hs) * scale - li);
-                dpbuf[j - j0] = dot(dout_i, v, hs);
+                pbuf[j - j0] = prow ? prow[j] : dt_fast_expf(dt_cpu_dot(q, k, hs) * scale - li);
+                dpbuf[j - j0] = dt_cpu_dot(dout_i, v, hs);
             }
             for (int64_t j = j0; j < j1; j++) {
                 float p = pbuf[j - j0];
@@ -319,7 +316,7 @@ void dt_op_attention_forward_probs(float *out, float *probs, const float *qkv, i
                 float *p = probs + ((b * H + h) * T + i) * T;
                 float mx = -INFINITY;
                 for (int64_t j = 0; j <= i; j++) {
-                    p[j] = dot(q, base + j * C3 + C + h * hs, hs) * scale;
+                    p[j] = dt_cpu_dot(q, base + j * C3 + C + h * hs, hs) * scale;
                     mx = p[j] > mx ? p[j] : mx;
                 }
                 float sum = 0.0f;

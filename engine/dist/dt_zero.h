@@ -1,5 +1,5 @@
 /* dt_zero.h — the ZeRO data-parallel engine (stages 0-3, optimizer / parameter
- * offload) around one dt_gpt2 replica per rank. It executes docs/time-model.md
+ * offload) around one dt_lm replica per rank. It executes docs/time-model.md
  * exactly: units = embeddings, each block, the final norm; stages 1-3 pad each
  * unit to a multiple of the world size W and give rank r elements
  * [r*P/W, (r+1)*P/W) of it; the collectives per step are the table there, so
@@ -8,7 +8,7 @@
  *
  * Per optimizer step the trainer calls
  *   dt_zero_begin_step; for each micro-step { dt_zero_set_micro(last?);
- *   dt_gpt2_forward; dt_gpt2_backward }; dt_zero_end_backward;
+ *   dt_lm_forward; dt_lm_backward }; dt_zero_end_backward;
  *   dt_zero_reduce_scalars; dt_zero_sumsq (inside); dt_zero_optimizer_step.
  * With W = 1 no collective runs (copies replace them), whatever the stage.
  * Counts are elements unless a name says bytes. */
@@ -20,7 +20,7 @@
 
 #include "dt_comm.h"
 #include "dt_error.h"
-#include "dt_gpt2.h"
+#include "dt_lm.h"
 #include "dt_optim.h"
 #include "dt_plan.h"
 
@@ -35,21 +35,27 @@ typedef struct dt_zero_range {
 
 /* Installs hooks on g and allocates shards, buffers and the optimizer state per
  * the plan's stage and offload (nvme files under parallel.nvme_path). */
-int dt_zero_create(const dt_plan *p, dt_comm *c, dt_gpt2 *g, dt_zero **out, dt_error *err);
+int dt_zero_create(const dt_plan *p, dt_comm *c, dt_lm *g, dt_zero **out, dt_error *err);
 void dt_zero_free(dt_zero *z);
 
 /* Takes this rank's shard of the parameters now in g's flat buffer (after init
  * or a weights load) and sets the master copy from them; m, v = 0. Then stages
  * 2/3 bind every group to the engine's buffers and release the model's flat
  * buffers the stage does not keep (stage 2: gradients; stage 3: parameters and
- * gradients; dt_gpt2_release_flat), so call it once, with the full weights in
+ * gradients; dt_lm_release_flat), so call it once, with the full weights in
  * g: afterwards stage 3 fails with DT_EINVAL (no flat parameters left). */
 int dt_zero_init_from_model(dt_zero *z, dt_error *err);
+/* The same for a fresh model initialised from seed (dt_lm_init_random's values):
+ * stages 0-2 draw the full parameters into g's flat buffer first; stage 3 draws
+ * only this rank's slice of each unit (dt_lm_init_slice), so no rank ever holds
+ * the whole model (as DeepSpeed's zero.Init) and g may have been created without
+ * flat buffers (DT_LM_NO_FLAT). The shards are bitwise those of the full init. */
+int dt_zero_init_random(dt_zero *z, uint64_t seed, dt_error *err);
 
 void dt_zero_begin_step(dt_zero *z);
 /* last: this micro-step ends the accumulation (stages 0/1 reduce only then).
  * err: where a collective failing inside a model hook is reported (the err
- * given to the next dt_gpt2_forward / _backward). Call before eval passes too. */
+ * given to the next dt_lm_forward / _backward). Call before eval passes too. */
 void dt_zero_set_micro(dt_zero *z, int last, dt_error *err);
 /* Waits for every collective still in flight after the last backward. */
 int dt_zero_end_backward(dt_zero *z, dt_error *err);

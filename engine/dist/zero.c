@@ -51,7 +51,7 @@ typedef struct {
 struct dt_zero {
     const dt_plan *p;
     dt_comm *c;
-    dt_gpt2 *g;
+    dt_lm *g;
     const dt_device_ops *dev;   /* the model's device: every buffer and copy below goes through it */
     int hostdev;                /* dev->host_addressable: the CPU device, no staging needed */
     int W, r, stage, overlap, last;
@@ -297,7 +297,7 @@ static int bind(dt_zero *z, int u) {
     int b = bid(u);
     void *params = z->stage == 3 ? z->pbuf[b] : NULL;
     void *grads = z->stage >= 2 ? z->gbuf[b] : NULL;
-    return dt_gpt2_bind_group(z->g, u, params, grads);
+    return dt_lm_bind_group(z->g, u, params, grads);
 }
 
 static int hook_before_forward(void *ctx, int u) {
@@ -328,7 +328,7 @@ static int hook_after_forward(void *ctx, int u) {
     if (z->stage != 3) return DT_OK;
     if (u == 0) {
         /* unit 0 serves the encoder and, tied, the classifier: released after both */
-        if (++z->emb_fwd_after == 2) z->held[EMB] = -1;
+        if (++z->emb_fwd_after == (dt_lm_tied(z->g) ? 2 : 1)) z->held[EMB] = -1;
     } else {
         z->held[bid(u)] = -1;
     }
@@ -346,15 +346,19 @@ static int hook_before_backward(void *ctx, int u) {
     }
     if (z->stage == 3) {
         if ((rc = ensure_gathered(z, u, err))) return rc;
-        int next = u == 0 ? z->nu - 1 : u - 1;
-        if ((rc = prefetch(z, next, err))) return rc;
+        /* tied: backward starts at unit 0 (the classifier) and goes on at the
+         * head; untied: unit 0 (the encoder) is the last, nothing follows it */
+        if (u != 0 || dt_lm_tied(z->g)) {
+            int next = u == 0 ? z->nu - 1 : u - 1;
+            if ((rc = prefetch(z, next, err))) return rc;
+        }
     }
     tr_open(z, DT_SIM_BACKWARD, u);
     return bind(z, u);
 }
 
 static int ar_push(dt_zero *z, size_t lo, size_t n, dt_error *err) {
-    void *buf = at(dt_gpt2_grads(z->g), lo, z->gsz);
+    void *buf = at(dt_lm_grads(z->g), lo, z->gsz);
     if (z->W == 1) return DT_OK;
     if (!z->overlap)
         return TRACED(z, DT_SIM_ALLREDUCE, -1, (int64_t)(n * z->gsz),
@@ -408,7 +412,7 @@ static int hook_after_backward_body(dt_zero *z, int u) {
         if (!z->last) return DT_OK;
         b = u % 2;
         if ((rc = finish_rs(z, b, err))) return rc;
-        void *flat = at(dt_gpt2_grads(z->g), un->off, z->gsz);
+        void *flat = at(dt_lm_grads(z->g), un->off, z->gsz);
         d2d(z, z->gbuf[b], flat, un->n * z->gsz);
         z->dev->memset0(at(z->gbuf[b], un->n, z->gsz), (un->P - un->n) * z->gsz);
         /* the shard lands at the start of the unit's own (now free) gradient range */
@@ -459,7 +463,7 @@ static void drain_collectives(dt_zero *z) {
 void dt_zero_free(dt_zero *z) {
     if (!z) return;
     drain_collectives(z);
-    dt_gpt2_set_hooks(z->g, NULL);
+    dt_lm_set_hooks(z->g, NULL);
     for (int i = 0; i < 3; i++) dt_store_close(&z->st[i]);
     dt_store_close(&z->pstore);
     for (int i = 0; i < DS_OPT_SWAP_BUFFERS; i++) dfree(z, z->swap[i]);
@@ -481,9 +485,9 @@ void dt_zero_free(dt_zero *z) {
      * the groups stay stale, and then the model must only be freed */
     dt_error e;
     dt_error_clear(&e);
-    if (dt_gpt2_restore_flat(z->g, 1, 0, DT_MEM_PARAMS, &e) == DT_OK &&
-        dt_gpt2_restore_flat(z->g, 0, 1, DT_MEM_GRADS, &e) == DT_OK)
-        for (int u = 0; u < z->nu; u++) dt_gpt2_bind_group(z->g, u, NULL, NULL);
+    if (dt_lm_restore_flat(z->g, 1, 0, DT_MEM_PARAMS, &e) == DT_OK &&
+        dt_lm_restore_flat(z->g, 0, 1, DT_MEM_GRADS, &e) == DT_OK)
+        for (int u = 0; u < z->nu; u++) dt_lm_bind_group(z->g, u, NULL, NULL);
     free(z->ar);
     free(z->art);
     free(z->u);
@@ -501,14 +505,14 @@ static int open_store(dt_zero *z, dt_offload_store *s, dt_offload where, dt_mem_
                              z->state_n, dt, err);
 }
 
-int dt_zero_create(const dt_plan *p, dt_comm *c, dt_gpt2 *g, dt_zero **out, dt_error *err) {
+int dt_zero_create(const dt_plan *p, dt_comm *c, dt_lm *g, dt_zero **out, dt_error *err) {
     *out = NULL;
     dt_zero *z = calloc(1, sizeof *z);
     if (!z) return dt_errorf(err, DT_ENOMEM, "zero: out of memory");
     z->p = p;
     z->c = c;
     z->g = g;
-    z->dev = dt_gpt2_device_ops(g);
+    z->dev = dt_lm_device_ops(g);
     z->hostdev = z->dev->host_addressable;
     z->W = dt_comm_size(c);
     z->r = dt_comm_rank(c);
@@ -541,7 +545,7 @@ int dt_zero_create(const dt_plan *p, dt_comm *c, dt_gpt2 *g, dt_zero **out, dt_e
         return rc;
     }
     /* units: the model's parameter groups (embeddings, blocks, final norm) */
-    z->nu = dt_gpt2_num_groups(g);
+    z->nu = dt_lm_num_groups(g);
     z->u = calloc((size_t)z->nu, sizeof *z->u);
     if (!z->u) {
         free(z);
@@ -550,8 +554,8 @@ int dt_zero_create(const dt_plan *p, dt_comm *c, dt_gpt2 *g, dt_zero **out, dt_e
     size_t sb = 0, W = (size_t)z->W;
     for (int i = 0; i < z->nu; i++) {
         unit *un = &z->u[i];
-        un->off = dt_gpt2_group_offset(g, i);
-        un->n = dt_gpt2_group_numel(g, i);
+        un->off = dt_lm_group_offset(g, i);
+        un->n = dt_lm_group_numel(g, i);
         if (z->stage == 0) {
             un->P = un->S = un->n;
             un->sb = un->off;
@@ -564,7 +568,7 @@ int dt_zero_create(const dt_plan *p, dt_comm *c, dt_gpt2 *g, dt_zero **out, dt_e
         if (un->P > z->maxP) z->maxP = un->P;
         if (un->S > z->maxS) z->maxS = un->S;
     }
-    z->state_n = z->stage == 0 ? dt_gpt2_num_params(g) : sb;
+    z->state_n = z->stage == 0 ? dt_lm_num_params(g) : sb;
 
     /* optimizer state: device, host (cpu) or nvme files with bounded staging */
     if (z->has_master) rc = open_store(z, &z->st[0], z->oo, DT_MEM_OPTIMIZER, "master", DT_DTYPE_FP32, err);
@@ -635,8 +639,8 @@ int dt_zero_create(const dt_plan *p, dt_comm *c, dt_gpt2 *g, dt_zero **out, dt_e
         dt_zero_free(z);
         return rc;
     }
-    dt_gpt2_hooks h = {z, hook_before_forward, hook_after_forward, hook_before_backward, hook_after_backward};
-    dt_gpt2_set_hooks(g, &h);
+    dt_lm_hooks h = {z, hook_before_forward, hook_after_forward, hook_before_backward, hook_after_backward};
+    dt_lm_set_hooks(g, &h);
     *out = z;
     return DT_OK;
 }
@@ -652,54 +656,91 @@ static int release_flat(dt_zero *z, dt_error *err) {
     for (int u = 0; u < z->nu; u++)
         if (bind(z, u))
             return dt_errorf(err, DT_ERUNTIME, "zero: cannot bind unit %d to the stage-%d buffers", u, z->stage);
-    return dt_gpt2_release_flat(z->g, z->stage == 3, 1, err);
+    return dt_lm_release_flat(z->g, z->stage == 3, 1, err);
+}
+
+/* Sets this rank's shard of unit i — the fp32 master and (stage 3) the
+ * parameter shard — from src: the my_valid elements of the unit that start at
+ * my_lo, in the parameter dtype, in device memory (host memory on the CPU). */
+static int init_unit(dt_zero *z, int i, const void *src, dt_error *err) {
+    const unit *un = &z->u[i];
+    size_t v = my_valid(z, i);
+    int rc;
+    if (z->has_master) {
+        dt_offload_store *ms = &z->st[0];
+        if (store_dev(ms)) {
+            float *m = at(ms->mem, un->sb, 4);
+            z->dev->memset0(m, un->S * sizeof(float));
+            z->dev->convert(m, DT_DTYPE_FP32, src, z->pdt, v);
+        } else {   /* host (offload cpu) or file (nvme): converted on the host */
+            float *m = dt_store_is_file(ms) ? z->swap[0] : at(ms->mem, un->sb, 4);
+            memset(m, 0, un->S * sizeof(float));
+            dt_convert(m, DT_DTYPE_FP32, host_view(z, src, v * z->psz, z->hstage), z->pdt, v);
+            if ((rc = dt_store_put(ms, un->sb, un->S, m, err))) return rc;
+        }
+    }
+    if (z->stage == 3) {
+        dt_offload_store *ps = &z->pstore;
+        if (store_dev(ps)) {
+            void *d = at(ps->mem, un->sb, z->psz);
+            z->dev->memset0(d, un->S * z->psz);
+            d2d(z, d, src, v * z->psz);
+        } else {   /* offload_param cpu / nvme, or the CPU device */
+            void *d = dt_store_is_file(ps) ? z->pswap[0] : at(ps->mem, un->sb, z->psz);
+            memset(d, 0, un->S * z->psz);
+            xcopy(z, d, 0, src, !z->hostdev, v * z->psz);
+            if ((rc = dt_store_put(ps, un->sb, un->S, d, err))) return rc;
+        }
+    }
+    return DT_OK;
 }
 
 int dt_zero_init_from_model(dt_zero *z, dt_error *err) {
-    const void *flat = dt_gpt2_params(z->g);
+    const void *flat = dt_lm_params(z->g);
     if (!flat)
         return dt_errorf(err, DT_EINVAL,
                          "zero: the model's flat parameters were already released (stage 3); "
                          "initialise the shards once, from a model holding the full weights");
     for (int i = 0; i < z->nu; i++) {
-        const unit *un = &z->u[i];
-        size_t lo = my_lo(z, i), v = my_valid(z, i);
-        const void *src = at((void *)flat, un->off + lo, z->psz);   /* device memory */
-        int rc;
-        if (z->has_master) {
-            dt_offload_store *ms = &z->st[0];
-            if (store_dev(ms)) {
-                float *m = at(ms->mem, un->sb, 4);
-                z->dev->memset0(m, un->S * sizeof(float));
-                z->dev->convert(m, DT_DTYPE_FP32, src, z->pdt, v);
-            } else {   /* host (offload cpu) or file (nvme): converted on the host */
-                float *m = dt_store_is_file(ms) ? z->swap[0] : at(ms->mem, un->sb, 4);
-                memset(m, 0, un->S * sizeof(float));
-                dt_convert(m, DT_DTYPE_FP32, host_view(z, src, v * z->psz, z->hstage), z->pdt, v);
-                if ((rc = dt_store_put(ms, un->sb, un->S, m, err))) return rc;
-            }
-        }
-        if (z->stage == 3) {
-            dt_offload_store *ps = &z->pstore;
-            if (store_dev(ps)) {
-                void *d = at(ps->mem, un->sb, z->psz);
-                z->dev->memset0(d, un->S * z->psz);
-                d2d(z, d, src, v * z->psz);
-            } else {   /* offload_param cpu / nvme, or the CPU device */
-                void *d = dt_store_is_file(ps) ? z->pswap[0] : at(ps->mem, un->sb, z->psz);
-                memset(d, 0, un->S * z->psz);
-                xcopy(z, d, 0, src, !z->hostdev, v * z->psz);
-                if ((rc = dt_store_put(ps, un->sb, un->S, d, err))) return rc;
-            }
-        }
+        const void *src = at((void *)flat, z->u[i].off + my_lo(z, i), z->psz);   /* device memory */
+        int rc = init_unit(z, i, src, err);
+        if (rc) return rc;
     }
     return release_flat(z, err);
 }
 
+int dt_zero_init_random(dt_zero *z, uint64_t seed, dt_error *err) {
+    if (z->stage < 3) {   /* every rank holds the full parameters anyway */
+        if (!dt_lm_params(z->g))
+            return dt_errorf(err, DT_EINVAL, "zero: stage %d needs the model's flat parameters", z->stage);
+        dt_lm_init_random(z->g, seed);
+        return dt_zero_init_from_model(z, err);
+    }
+    /* stage 3: each unit's own slice only, drawn on the host (dt_lm_init_slice) */
+    void *h = malloc(z->maxS * z->psz);
+    if (!h) return dt_errorf(err, DT_ENOMEM, "zero: out of memory for a %zu-element init slice", z->maxS);
+    int rc = DT_OK;
+    for (int i = 0; i < z->nu && !rc; i++) {
+        size_t v = my_valid(z, i);
+        dt_lm_init_slice(z->g, seed, z->u[i].off + my_lo(z, i), v, h, z->pdt);
+        const void *src = h;
+        if (!z->hostdev) {   /* through the unit's (still unused) gather buffer */
+            void *d = z->pbuf[bid(i)];
+            z->dev->memcpy(d, h, v * z->psz, DT_COPY_H2D, DT_STREAM_H2D);
+            z->dev->handoff(DT_STREAM_H2D, DT_STREAM_COMPUTE);
+            z->dev->stream_sync(DT_STREAM_COMPUTE);
+            src = d;
+        }
+        rc = init_unit(z, i, src, err);
+    }
+    free(h);
+    return rc ? rc : release_flat(z, err);
+}
+
 void dt_zero_begin_step(dt_zero *z) {
-    if (z->stage <= 1) dt_gpt2_zero_grad(z->g);
+    if (z->stage <= 1) dt_lm_zero_grad(z->g);
     else z->dev->memset0(z->gshard, z->state_n * z->gsz);
-    z->reduced_from = dt_gpt2_num_params(z->g);
+    z->reduced_from = dt_lm_num_params(z->g);
     z->last = 0;
 }
 
@@ -744,11 +785,11 @@ int dt_zero_reduce_scalars(dt_zero *z, double *loss, double *sumsq, int *nonfini
     int nf = 0;
     double s = 0;
     if (z->stage == 0) {
-        s = grads_sumsq(z, dt_gpt2_grads(z->g), dt_gpt2_num_params(z->g), &nf);
+        s = grads_sumsq(z, dt_lm_grads(z->g), dt_lm_num_params(z->g), &nf);
     } else if (z->stage == 1) {
         for (int i = 0; i < z->nu; i++) {
             int f = 0;
-            s += grads_sumsq(z, at(dt_gpt2_grads(z->g), z->u[i].off, z->gsz), my_valid(z, i), &f);
+            s += grads_sumsq(z, at(dt_lm_grads(z->g), z->u[i].off, z->gsz), my_valid(z, i), &f);
             nf |= f;
         }
     } else {
@@ -783,7 +824,7 @@ int dt_zero_reduce_scalars(dt_zero *z, double *loss, double *sumsq, int *nonfini
  * upcast come through hstage first */
 static const void *unit_grads(dt_zero *z, int u, size_t v) {
     const unit *un = &z->u[u];
-    const void *gp = z->stage >= 2 ? at(z->gshard, un->sb, z->gsz) : at(dt_gpt2_grads(z->g), un->off, z->gsz);
+    const void *gp = z->stage >= 2 ? at(z->gshard, un->sb, z->gsz) : at(dt_lm_grads(z->g), un->off, z->gsz);
     if (z->oo == DT_OFFLOAD_NONE) return gp;
     void *h = at(z->hgrad, un->sb, (size_t)dt_dtype_size(z->hgdt));
     double t0 = dt_tracer_now_us();
@@ -818,7 +859,7 @@ int dt_zero_optimizer_step(dt_zero *z, const dt_adamw *hp, double grad_mul, int6
     const size_t msz = (size_t)dt_dtype_size(z->mdt), hsz = (size_t)dt_dtype_size(z->oo ? z->hgdt : z->gdt);
     /* offloaded: AdamW on the host (OpenMP, engine/model/optim.c); else the device's adamw */
     const int on_host = z->oo != DT_OFFLOAD_NONE;
-    void *flatp = dt_gpt2_params(z->g);
+    void *flatp = dt_lm_params(z->g);
     int rc;
     /* --trace: one optimizer span per step, its length the step's time less the
      * collectives and offload copies inside it (their own spans) */
@@ -863,8 +904,8 @@ int dt_zero_optimizer_step(dt_zero *z, const dt_adamw *hp, double grad_mul, int6
                 return err->code;
         trace_nvme(z, i, msz, tx, &xfer_us);   /* optimizer state read from NVMe */
         /* one call per tensor piece: weight decay is per tensor (2-D weights only) */
-        for (int ti = 0; ti < dt_gpt2_num_tensors(z->g); ti++) {
-            const dt_tensor_info *tt = dt_gpt2_tensor(z->g, ti);
+        for (int ti = 0; ti < dt_lm_num_tensors(z->g); ti++) {
+            const dt_tensor_info *tt = dt_lm_tensor(z->g, ti);
             if (tt->group != i) continue;
             size_t a = tt->offset > un->off + lo ? tt->offset : un->off + lo;
             size_t e = minz(tt->offset + tt->numel, un->off + lo + v);
@@ -928,7 +969,7 @@ int dt_zero_consolidate_params(dt_zero *z, dt_zero_unit_fn fn, void *ctx, dt_err
             params = z->pbuf[bid(i)];
             z->held[bid(i)] = -1;
         } else {
-            params = at(dt_gpt2_params(z->g), un->off, z->psz);
+            params = at(dt_lm_params(z->g), un->off, z->psz);
         }
         if (fn && !rc) {
             const void *hv = host_view(z, params, un->n * z->psz, host);

@@ -16,11 +16,11 @@
 
 #include "dt_device.h"
 #include "dt_dtype.h"
+#include "dt_hfdir.h"
 #include "dt_json.h"
 #include "dt_memprobe.h"
 #include "dt_safetensors.h"
 
-#define DT_HF_PREFIX "transformer."
 /* llm.c model checkpoint header (llm.c train_gpt2.py write_model, read by
  * train_gpt2.c gpt2_build_from_checkpoint; docs/dtrun.md "Initialisation") */
 #define DT_LLMC_MAGIC 20240326
@@ -32,9 +32,9 @@
 
 /* ---- small helpers ---- */
 
-static const dt_tensor_info *find_tensor(const dt_gpt2 *g, const char *name) {
-    for (int i = 0; i < dt_gpt2_num_tensors(g); i++) {
-        const dt_tensor_info *t = dt_gpt2_tensor(g, i);
+static const dt_tensor_info *find_tensor(const dt_lm *g, const char *name) {
+    for (int i = 0; i < dt_lm_num_tensors(g); i++) {
+        const dt_tensor_info *t = dt_lm_tensor(g, i);
         if (strcmp(t->name, name) == 0) return t;
     }
     return NULL;
@@ -55,28 +55,15 @@ int dt_mkdirs(const char *dir, dt_error *err) {
     return DT_OK;
 }
 
-/* Converts n elements into dst (dtype dt) from possibly unaligned src. */
-static void convert_in(void *dst, dt_dtype dt, const void *src, dt_dtype st, size_t n) {
-    size_t es = (size_t)dt_dtype_size(st);
-    if (((uintptr_t)src % es) == 0) {
-        dt_convert(dst, dt, src, st, n);
-        return;
-    }
-    void *tmp = malloc(n * es);
-    memcpy(tmp, src, n * es);
-    dt_convert(dst, dt, tmp, st, n);
-    free(tmp);
-}
-
 static char *pelem(void *base, dt_dtype dt, size_t off) {
     return (char *)base + off * (size_t)dt_dtype_size(dt);
 }
 
 /* ---- weights: safetensors ---- */
 
-/* a model whose flat parameters a ZeRO-3 engine released (dt_gpt2_release_flat) */
-static int require_flat(dt_gpt2 *g, const char *path, dt_error *err) {
-    if (dt_gpt2_params(g)) return DT_OK;
+/* a model whose flat parameters a ZeRO-3 engine released (dt_lm_release_flat) */
+static int require_flat(dt_lm *g, const char *path, dt_error *err) {
+    if (dt_lm_params(g)) return DT_OK;
     return dt_errorf(err, DT_EINVAL,
                      "%s: the model's flat parameters are released (ZeRO stage 3); "
                      "consolidate them first (dt_zero_consolidate_params)", path);
@@ -90,11 +77,11 @@ static int require_flat(dt_gpt2 *g, const char *path, dt_error *err) {
 
 /* A host view of g's flat parameters (pdt): the buffer itself, or a transient
  * copy holding the device's values when fill is set. NULL when out of memory. */
-static void *params_host(dt_gpt2 *g, dt_dtype pdt, int fill, const char *path, dt_error *err) {
-    const dt_device_ops *dev = dt_gpt2_device_ops(g);
-    void *flat = dt_gpt2_params(g);
+static void *params_host(dt_lm *g, dt_dtype pdt, int fill, const char *path, dt_error *err) {
+    const dt_device_ops *dev = dt_lm_device_ops(g);
+    void *flat = dt_lm_params(g);
     if (dev->host_addressable) return flat;
-    size_t bytes = dt_gpt2_num_params(g) * (size_t)dt_dtype_size(pdt);
+    size_t bytes = dt_lm_num_params(g) * (size_t)dt_dtype_size(pdt);
     void *h = dev->alloc(DT_POOL_HOST, DT_MEM_BUFFERS, bytes);
     if (!h) {
         dt_errorf(err, DT_ENOMEM, "%s: cannot allocate %zu bytes of host memory for the weights", path, bytes);
@@ -115,13 +102,13 @@ static void *params_host(dt_gpt2 *g, dt_dtype pdt, int fill, const char *path, d
 }
 
 /* Ends params_host: a loaded copy goes to the device (store set), then is freed. */
-static int params_host_done(dt_gpt2 *g, dt_dtype pdt, void *h, int store, dt_error *err) {
-    const dt_device_ops *dev = dt_gpt2_device_ops(g);
+static int params_host_done(dt_lm *g, dt_dtype pdt, void *h, int store, dt_error *err) {
+    const dt_device_ops *dev = dt_lm_device_ops(g);
     if (!h || dev->host_addressable) return DT_OK;
     int rc = DT_OK;
     if (store) {
-        size_t bytes = dt_gpt2_num_params(g) * (size_t)dt_dtype_size(pdt);
-        dev->memcpy(dt_gpt2_params(g), h, bytes, DT_COPY_H2D, DT_STREAM_H2D);
+        size_t bytes = dt_lm_num_params(g) * (size_t)dt_dtype_size(pdt);
+        dev->memcpy(dt_lm_params(g), h, bytes, DT_COPY_H2D, DT_STREAM_H2D);
         dev->handoff(DT_STREAM_H2D, DT_STREAM_COMPUTE);
         dev->stream_sync(DT_STREAM_H2D);
         rc = dev->synchronize(err);
@@ -132,12 +119,12 @@ static int params_host_done(dt_gpt2 *g, dt_dtype pdt, void *h, int store, dt_err
 
 /* Adds every tensor of g to w under its Hugging Face name, data from the flat
  * parameters at base (NULL: layout only, for the streaming writer). */
-static int add_weights(dt_st_writer *w, dt_gpt2 *g, dt_dtype pdt, void *base, dt_error *err) {
+static int add_weights(dt_st_writer *w, dt_lm *g, dt_dtype pdt, void *base, dt_error *err) {
     int rc = dt_st_writer_meta(w, "format", "pt", err);
     char name[DT_ST_NAME_MAX];
-    for (int i = 0; i < dt_gpt2_num_tensors(g) && !rc; i++) {
-        const dt_tensor_info *t = dt_gpt2_tensor(g, i);
-        snprintf(name, sizeof name, DT_HF_PREFIX "%s", t->name);
+    for (int i = 0; i < dt_lm_num_tensors(g) && !rc; i++) {
+        const dt_tensor_info *t = dt_lm_tensor(g, i);
+        snprintf(name, sizeof name, "%s%s", dt_lm_hf_prefix(g), t->name);
         rc = dt_st_writer_add(w, name, dt_st_dtype_name(pdt), t->ndim, t->shape,
                               base ? pelem(base, pdt, t->offset) : NULL, err);
     }
@@ -145,7 +132,7 @@ static int add_weights(dt_st_writer *w, dt_gpt2 *g, dt_dtype pdt, void *base, dt
 }
 
 /* dt_weights_save, returning the file's sum (may be NULL) */
-static int weights_save(dt_gpt2 *g, dt_dtype pdt, const char *path, dt_file_sum *sum, dt_error *err) {
+static int weights_save(dt_lm *g, dt_dtype pdt, const char *path, dt_file_sum *sum, dt_error *err) {
     if (require_flat(g, path, err)) return err->code;
     void *h = params_host(g, pdt, 1, path, err);
     if (!h) return err->code;
@@ -157,14 +144,14 @@ static int weights_save(dt_gpt2 *g, dt_dtype pdt, const char *path, dt_file_sum 
     return rc;
 }
 
-int dt_weights_save(dt_gpt2 *g, dt_dtype pdt, const char *path, dt_error *err) {
+int dt_weights_save(dt_lm *g, dt_dtype pdt, const char *path, dt_error *err) {
     return weights_save(g, pdt, path, NULL, err);
 }
 
 /* ---- weights streamed unit by unit (ZeRO stage 3) ---- */
 
 typedef struct {
-    dt_gpt2 *g;
+    dt_lm *g;
     dt_st_stream *s;
     dt_dtype pdt;
 } unit_sink;
@@ -174,12 +161,12 @@ static int put_unit(void *ctx, int unit, size_t flat_off, size_t n, const void *
     unit_sink *k = ctx;
     const size_t esz = (size_t)dt_dtype_size(k->pdt);
     char name[DT_ST_NAME_MAX];
-    for (int i = 0; i < dt_gpt2_num_tensors(k->g); i++) {
-        const dt_tensor_info *t = dt_gpt2_tensor(k->g, i);
+    for (int i = 0; i < dt_lm_num_tensors(k->g); i++) {
+        const dt_tensor_info *t = dt_lm_tensor(k->g, i);
         if (t->group != unit) continue;
         if (t->offset < flat_off || t->offset + t->numel > flat_off + n)
             return dt_errorf(err, DT_ERUNTIME, "weights: tensor %s lies outside its unit %d", t->name, unit);
-        snprintf(name, sizeof name, DT_HF_PREFIX "%s", t->name);
+        snprintf(name, sizeof name, "%s%s", dt_lm_hf_prefix(k->g), t->name);
         int rc = dt_st_stream_put(k->s, name, 0, (const char *)params + (t->offset - flat_off) * esz,
                                   t->numel * esz, err);
         if (rc) return rc;
@@ -191,7 +178,7 @@ static int put_unit(void *ctx, int unit, size_t flat_off, size_t n, const void *
  * rank that writes path. The file is byte-identical to dt_weights_save's: the
  * same layout, header first, then each unit's tensors as the unit is gathered,
  * so no rank holds the full weights (docs/zero.md "Flat buffers"). */
-static int weights_save_streamed(dt_gpt2 *g, dt_zero *z, dt_dtype pdt, int write, const char *path,
+static int weights_save_streamed(dt_lm *g, dt_zero *z, dt_dtype pdt, int write, const char *path,
                                  dt_file_sum *sum, dt_error *err) {
     if (!write) return dt_zero_consolidate_params(z, NULL, NULL, err);
     unit_sink k = {g, NULL, pdt};
@@ -210,42 +197,11 @@ static int weights_save_streamed(dt_gpt2 *g, dt_zero *z, dt_dtype pdt, int write
 }
 
 /* into params: host memory of g's flat layout (params_host) */
-static int load_safetensors_into(dt_gpt2 *g, dt_dtype pdt, const char *path, void *params, dt_error *err) {
-    dt_st_file *f;
-    if (dt_st_open(path, &f, err)) return err->code;
-    int rc = DT_OK;
-    char name[DT_ST_NAME_MAX];
-    for (int i = 0; i < dt_gpt2_num_tensors(g) && !rc; i++) {
-        const dt_tensor_info *t = dt_gpt2_tensor(g, i);
-        snprintf(name, sizeof name, DT_HF_PREFIX "%s", t->name);
-        const dt_st_tensor *s = dt_st_find(f, name);
-        if (!s) s = dt_st_find(f, t->name);
-        if (!s) {
-            rc = dt_errorf(err, DT_EINVAL, "%s: tensor \"%s\" (or \"%s\") is missing", path, name, t->name);
-            break;
-        }
-        dt_dtype sdt;
-        if (dt_st_dtype_parse(s->dtype, &sdt)) {
-            rc = dt_errorf(err, DT_EINVAL, "%s: tensor \"%s\" has dtype %s (F32, BF16 or F16 expected)",
-                           path, s->name, s->dtype);
-            break;
-        }
-        int same = s->ndim == t->ndim;
-        for (int d = 0; same && d < t->ndim; d++) same = s->shape[d] == t->shape[d];
-        if (!same) {
-            rc = dt_errorf(err, DT_EINVAL, "%s: tensor \"%s\" has shape [%lld%s%lld] but the model needs [%lld%s%lld]",
-                           path, s->name, (long long)s->shape[0], s->ndim > 1 ? ", " : "",
-                           s->ndim > 1 ? (long long)s->shape[1] : 0LL, (long long)t->shape[0],
-                           t->ndim > 1 ? ", " : "", t->ndim > 1 ? (long long)t->shape[1] : 0LL);
-            break;
-        }
-        convert_in(pelem(params, pdt, t->offset), pdt, dt_st_data(f, s), sdt, t->numel);
-    }
-    dt_st_close(f);
-    return rc;
+static int load_safetensors_into(dt_lm *g, dt_dtype pdt, const char *path, void *params, dt_error *err) {
+    return dt_hf_load_file(g, pdt, path, params, err);
 }
 
-static int load_safetensors(dt_gpt2 *g, dt_dtype pdt, const char *path, dt_error *err) {
+static int load_safetensors(dt_lm *g, dt_dtype pdt, const char *path, dt_error *err) {
     if (require_flat(g, path, err)) return err->code;
     void *h = params_host(g, pdt, 0, path, err);
     if (!h) return err->code;
@@ -280,7 +236,7 @@ static uint64_t llmc_sizes(int64_t L, int64_t C, int64_t maxT, int64_t Vp, int64
     return total;
 }
 
-static int load_llmc(dt_gpt2 *g, const dt_model *m, dt_dtype pdt, const char *path, void *params,
+static int load_llmc(dt_lm *g, const dt_model *m, dt_dtype pdt, const char *path, void *params,
                      dt_error *err) {
     int fd;
     uint64_t fsize = 0;
@@ -405,7 +361,19 @@ static int load_llmc(dt_gpt2 *g, const dt_model *m, dt_dtype pdt, const char *pa
     return rc;
 }
 
-int dt_weights_load(dt_gpt2 *g, const dt_model *m, dt_dtype pdt, const char *path, dt_error *err) {
+/* A Hugging Face model directory: its config.json must be m, then its weights. */
+static int load_hf_dir(dt_lm *g, const dt_model *m, dt_dtype pdt, const char *dir, dt_error *err) {
+    if (dt_hf_check_config(dir, m, "the model directory", err)) return err->code;
+    if (require_flat(g, dir, err)) return err->code;
+    void *h = params_host(g, pdt, 0, dir, err);
+    if (!h) return err->code;
+    int rc = dt_hf_load_dir(g, pdt, dir, h, err);
+    int rc2 = params_host_done(g, pdt, h, rc == DT_OK, rc ? NULL : err);
+    return rc ? rc : rc2;
+}
+
+int dt_weights_load(dt_lm *g, const dt_model *m, dt_dtype pdt, const char *path, dt_error *err) {
+    if (dt_hf_is_dir(path)) return load_hf_dir(g, m, pdt, path, err);
     int fd;
     uint64_t fsize = 0;
     if (dt_open_regular(path, "weights file (.safetensors or llm.c .bin)", &fd, &fsize, err)) return err->code;
@@ -415,6 +383,12 @@ int dt_weights_load(dt_gpt2 *g, const dt_model *m, dt_dtype pdt, const char *pat
     if (require_flat(g, path, err)) return err->code;
     void *h = params_host(g, pdt, 0, path, err);
     if (!h) return err->code;
+    if (got && magic == DT_LLMC_MAGIC && m->family != DT_FAMILY_GPT2) {
+        params_host_done(g, pdt, h, 0, NULL);
+        return dt_errorf(err, DT_EINVAL, "%s: an llm.c checkpoint holds a GPT-2 model, but the plan's %s is of the %s "
+                         "family: give a Hugging Face model directory or .safetensors file", path, m->name,
+                         dt_family_name(m->family));
+    }
     int rc = got && magic == DT_LLMC_MAGIC ? load_llmc(g, m, pdt, path, h, err)
                                                 : load_safetensors_into(g, pdt, path, h, err);
     int rc2 = params_host_done(g, pdt, h, rc == DT_OK, rc ? NULL : err);
@@ -423,42 +397,7 @@ int dt_weights_load(dt_gpt2 *g, const dt_model *m, dt_dtype pdt, const char *pat
 
 /* ---- HF config.json ---- */
 
-/* GPT-2's <|endoftext|> id in its 50257-token BPE vocabulary (HF GPT2Config). */
-#define DT_GPT2_EOT_TOKEN 50256
-
-/* The GPT2Config text for m (malloc'd; NULL when out of memory). */
-static char *hf_config_text(const dt_model *m) {
-    cJSON *c = cJSON_CreateObject();
-    cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
-    cJSON_AddStringToObject(c, "model_type", "gpt2");
-    /* GPT-2's tanh-approximated GELU, what the engine computes */
-    cJSON_AddStringToObject(c, "activation_function", "gelu_new");
-    cJSON_AddNumberToObject(c, "vocab_size", (double)m->vocab);
-    cJSON_AddNumberToObject(c, "n_positions", (double)m->max_pos);
-    cJSON_AddNumberToObject(c, "n_ctx", (double)m->max_pos);
-    cJSON_AddNumberToObject(c, "n_embd", (double)m->hidden);
-    cJSON_AddNumberToObject(c, "n_layer", (double)m->n_layer);
-    cJSON_AddNumberToObject(c, "n_head", (double)m->n_head);
-    cJSON_AddNumberToObject(c, "n_inner", (double)m->ffn);
-    cJSON_AddNumberToObject(c, "layer_norm_epsilon", m->norm_eps);
-    cJSON_AddNumberToObject(c, "attn_pdrop", 0.0);
-    cJSON_AddNumberToObject(c, "embd_pdrop", 0.0);
-    cJSON_AddNumberToObject(c, "resid_pdrop", 0.0);
-    cJSON_AddBoolToObject(c, "tie_word_embeddings", 1);
-    /* GPT2Config defaults both to 50256 (<|endoftext|>); a smaller vocabulary (the
-     * byte tokenizer's 256) has no such token, so say so instead of inheriting it. */
-    if (m->vocab > DT_GPT2_EOT_TOKEN) {
-        cJSON_AddNumberToObject(c, "bos_token_id", DT_GPT2_EOT_TOKEN);
-        cJSON_AddNumberToObject(c, "eos_token_id", DT_GPT2_EOT_TOKEN);
-    } else {
-        cJSON_AddNullToObject(c, "bos_token_id");
-        cJSON_AddNullToObject(c, "eos_token_id");
-    }
-    char *txt = dt_json_print(c);
-    cJSON_Delete(c);
-    return txt;
-}
+static char *hf_config_text(const dt_model *m) { return dt_hf_config_text(m); }
 
 /* Writes text (freed here; NULL: out of memory) to path atomically, returning its sum. */
 static int write_text(const char *path, char *text, dt_file_sum *sum, dt_error *err) {
@@ -764,7 +703,7 @@ int dt_ckpt_latest(const char *out_dir, char *path, size_t path_len, int64_t *st
 
 /* Rank 0's part after the optimizer shards: weights (unless stage 3 streamed them),
  * config.json, plan.json, the other ranks' sums, state.json, the rename. */
-static int save_rank0(const char *out_dir, const char *tmp, const char *fin, const char *old, dt_gpt2 *g,
+static int save_rank0(const char *out_dir, const char *tmp, const char *fin, const char *old, dt_lm *g,
                       const dt_model *m, const dt_precision *prec, const dt_train_state *st, const char *plan_json,
                       int world, int stage, ckpt_file *files, int nfiles, dt_error *err) {
     char p[DT_PATH_MAX * 3];
@@ -784,7 +723,7 @@ static int save_rank0(const char *out_dir, const char *tmp, const char *fin, con
     if (!rc) {
         /* plan.json is optional: without it the list skips its slot */
         if (!plan_json) memmove(&files[2], &files[3], (size_t)(nfiles - 3) * sizeof *files);
-        char *state = state_json(st, prec, dt_gpt2_num_params(g), world, stage, files, plan_json ? nfiles : nfiles - 1);
+        char *state = state_json(st, prec, dt_lm_num_params(g), world, stage, files, plan_json ? nfiles : nfiles - 1);
         rc = finish_dir(out_dir, tmp, fin, old, state, err);
     }
     return rc;
@@ -794,7 +733,7 @@ static int save_rank0(const char *out_dir, const char *tmp, const char *fin, con
  * weights). Rank 0 owns the directory; each rank writes its optimizer shard.
  * Every file's size and CRC-32C go into state.json (other ranks hand theirs to
  * rank 0 in a small .sum file next to the shard). */
-int dt_ckpt_save_zero(const char *out_dir, dt_gpt2 *g, const dt_model *m, const dt_precision *prec,
+int dt_ckpt_save_zero(const char *out_dir, dt_lm *g, const dt_model *m, const dt_precision *prec,
                       dt_zero *z, dt_comm *c, const dt_train_state *st, const char *plan_json,
                       int64_t keep_last, char *saved_path, size_t saved_len, dt_error *err) {
     const int rank = dt_comm_rank(c), world = dt_comm_size(c);
@@ -1045,22 +984,9 @@ static int verify_file(const char *dir, const char *name, const ckpt_manifest *m
 /* The checkpoint's model (config.json) must be the plan's: a 4-head checkpoint
  * has the parameter count of an 8-head plan but is another model. */
 static int check_model(const char *dir, const dt_model *m, dt_error *err) {
-    char p[DT_PATH_MAX * 3], *txt = NULL;
-    snprintf(p, sizeof p, "%s/config.json", dir);
-    if (dt_json_read_file(p, &txt, NULL, err)) return err->code;
-    dt_model cm;
-    int rc = dt_model_from_config_json(txt, p, &cm, err);
-    free(txt);
-    if (rc) return rc;
-    if (cm.n_layer != m->n_layer || cm.hidden != m->hidden || cm.n_head != m->n_head || cm.ffn != m->ffn ||
-        cm.vocab != m->vocab || cm.max_pos != m->max_pos)
-        return dt_errorf(err, DT_EINVAL,
-                         "%s: the checkpoint's model (L=%lld C=%lld heads=%lld ffn=%lld V=%lld T=%lld) is not the "
-                         "plan's (L=%lld C=%lld heads=%lld ffn=%lld V=%lld T=%lld): resume with the plan that wrote "
-                         "it (%s/plan.json) or start afresh with another --out",
-                         dir, (long long)cm.n_layer, (long long)cm.hidden, (long long)cm.n_head, (long long)cm.ffn,
-                         (long long)cm.vocab, (long long)cm.max_pos, (long long)m->n_layer, (long long)m->hidden,
-                         (long long)m->n_head, (long long)m->ffn, (long long)m->vocab, (long long)m->max_pos, dir);
+    if (dt_hf_check_config(dir, m, "the checkpoint", err))
+        return dt_error_suffix(err, ": resume with the plan that wrote it (%s/plan.json) or start afresh with another --out",
+                               dir);
     return DT_OK;
 }
 
@@ -1252,10 +1178,10 @@ static int verify_others(const char *dir, const ckpt_manifest *mf, dt_error *err
     return rc;
 }
 
-int dt_ckpt_load_zero(const char *ckpt_dir, dt_gpt2 *g, const dt_model *m, const dt_precision *prec, dt_zero *z,
+int dt_ckpt_load_zero(const char *ckpt_dir, dt_lm *g, const dt_model *m, const dt_precision *prec, dt_zero *z,
                       dt_train_state *st, int64_t *saved_world, dt_error *err) {
     char p[DT_PATH_MAX * 3];
-    const size_t nparams = dt_gpt2_num_params(g);
+    const size_t nparams = dt_lm_num_params(g);
     ckpt_manifest mf = {0};
     const char *base = strrchr(ckpt_dir, '/');
     base = base ? base + 1 : ckpt_dir;

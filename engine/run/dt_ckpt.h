@@ -25,7 +25,7 @@
 
 #include "dt_data.h"
 #include "dt_error.h"
-#include "dt_gpt2.h"
+#include "dt_lm.h"
 #include "dt_model.h"
 #include "dt_optim.h"
 #include "dt_zero.h"
@@ -49,13 +49,13 @@ typedef struct dt_train_state {
 /* ---- weights ---- */
 
 /* Writes g's params with HF names (prefix "transformer.", param dtype). */
-int dt_weights_save(dt_gpt2 *g, dt_dtype param_dtype, const char *path, dt_error *err);
+int dt_weights_save(dt_lm *g, dt_dtype param_dtype, const char *path, dt_error *err);
 /* Loads params from a .safetensors file (HF names with or without "transformer.",
  * F32/BF16/F16, converted to param_dtype; lm_head.weight and attn.bias buffers
  * ignored) or an llm.c .bin checkpoint (magic 20240326, version 3 fp32 or 5 bf16;
  * Linear [out, in] weights transposed to Conv1D [in, out], padded vocab rows
  * dropped; chosen by the file's magic). Shapes must match m; missing tensors are errors. */
-int dt_weights_load(dt_gpt2 *g, const dt_model *m, dt_dtype param_dtype, const char *path,
+int dt_weights_load(dt_lm *g, const dt_model *m, dt_dtype param_dtype, const char *path,
                     dt_error *err);
 /* Writes a Hugging Face GPT2Config config.json for m. */
 int dt_hf_config_write(const dt_model *m, const char *path, dt_error *err);
@@ -84,7 +84,7 @@ int dt_ckpt_state_read(const char *path, const dt_precision *prec, size_t nparam
  * consolidated in model.safetensors. state.json records world_size and
  * zero_stage. Collective: every rank calls save. st->run_id names the series
  * keep_last prunes. */
-int dt_ckpt_save_zero(const char *out_dir, dt_gpt2 *g, const dt_model *m, const dt_precision *prec,
+int dt_ckpt_save_zero(const char *out_dir, dt_lm *g, const dt_model *m, const dt_precision *prec,
                       dt_zero *z, dt_comm *c, const dt_train_state *st, const char *plan_json,
                       int64_t keep_last, char *saved_path, size_t saved_len, dt_error *err);
 /* Loads weights, then takes from every shard file the elements of this rank's
@@ -94,7 +94,7 @@ int dt_ckpt_save_zero(const char *out_dir, dt_gpt2 *g, const dt_model *m, const 
  * against its recorded size and CRC-32C, and that the shards' ranges tile the
  * parameters exactly; each failure is DT_EINVAL naming the file. *saved_world
  * (may be NULL): how many optimizer files the state came from. */
-int dt_ckpt_load_zero(const char *ckpt_dir, dt_gpt2 *g, const dt_model *m, const dt_precision *prec, dt_zero *z,
+int dt_ckpt_load_zero(const char *ckpt_dir, dt_lm *g, const dt_model *m, const dt_precision *prec, dt_zero *z,
                       dt_train_state *st, int64_t *saved_world, dt_error *err);
 
 #endif

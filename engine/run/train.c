@@ -13,7 +13,7 @@
 #include "dt_ckpt.h"
 #include "dt_data.h"
 #include "dt_device.h"
-#include "dt_gpt2.h"
+#include "dt_lm.h"
 #include "dt_heartbeat.h"
 #include "dt_json.h"
 #include "dt_memprobe.h"
@@ -39,7 +39,7 @@ typedef struct {
     char out_dir[DT_PATH_MAX];
     char *plan_json;             /* the plan file's text, stored in checkpoints */
     const dt_device_ops *dev;    /* the plan's device (cluster.device), bound to LOCAL_RANK's GPU on cuda */
-    dt_gpt2 *g;
+    dt_lm *g;
     dt_zero *z;
     dt_comm *comm;
     int own_comm, rank, world;
@@ -85,9 +85,6 @@ static int check_plan(const dt_plan *p, int world, dt_error *err) {
                          "the plan asks for %lld ranks (parallel.world_size) but %d were launched; "
                          "launch %lld ranks or re-plan with dtplan solve ... --gpus %d",
                          (long long)p->parallel.world_size, world, (long long)p->parallel.world_size, world);
-    if (p->model.family != DT_FAMILY_GPT2)
-        return dt_errorf(err, DT_EINVAL, "model %s is of the %s family; the engine runs GPT-2 models",
-                         p->model.name, dt_family_name(p->model.family));
     if (p->batch.seq_len > p->model.max_pos)
         return dt_errorf(err, DT_EINVAL, "batch.seq_len %lld exceeds the model's max_pos %lld",
                          (long long)p->batch.seq_len, (long long)p->model.max_pos);
@@ -149,10 +146,10 @@ static int init_weights(trainer *t, int64_t *resumed_from, dt_error *err) {
     if (p->output.init[0]) {
         if (dt_weights_load(t->g, &p->model, p->precision.param, p->output.init, err))
             return dt_error_prefix(err, "output.init");
-    } else {
-        dt_gpt2_init_random(t->g, p->data.seed);
+        if (dt_zero_init_from_model(t->z, err)) return err->code;
+    } else if (dt_zero_init_random(t->z, p->data.seed, err)) {
+        return err->code;
     }
-    if (dt_zero_init_from_model(t->z, err)) return err->code;
     dt_loss_scaler_init(&t->st.scaler, &p->precision);
     t->st.rng = p->data.seed;
     dt_run_id_new(t->st.run_id);   /* a new series of checkpoints (keep_last prunes only its own) */
@@ -169,7 +166,7 @@ static int evaluate(trainer *t, double *loss_out, dt_error *err) {
         float loss;
         dt_loader_next(t->valid_l, t->inputs, t->targets);
         dt_zero_set_micro(t->z, 0, err);
-        if (dt_gpt2_forward(t->g, t->inputs, t->targets, &loss, err)) return err->code;
+        if (dt_lm_forward(t->g, t->inputs, t->targets, &loss, err)) return err->code;
         sum += loss;
     }
     *loss_out = sum / (double)nb;
@@ -250,11 +247,11 @@ static int train_step(trainer *t, double *loss_out, double *lr_out, double *norm
         dt_zero_set_micro(t->z, a == accum - 1, err);
         dt_tracer_set_micro((int)a);
         dt_memprobe_begin(DT_PHASE_FORWARD);
-        if (dt_gpt2_forward(t->g, t->inputs, t->targets, &loss, err)) return err->code;
+        if (dt_lm_forward(t->g, t->inputs, t->targets, &loss, err)) return err->code;
         dt_memprobe_end(DT_PHASE_FORWARD);
         if (a == 0) test_fault(t);
         dt_memprobe_begin(DT_PHASE_BACKWARD);
-        if (dt_gpt2_backward(t->g, (float)(scale / (double)accum), err)) return err->code;
+        if (dt_lm_backward(t->g, (float)(scale / (double)accum), err)) return err->code;
         dt_memprobe_end(DT_PHASE_BACKWARD);
         loss_sum += loss;
     }
@@ -326,7 +323,7 @@ static void trainer_free(trainer *t) {
     free(t->inputs);
     free(t->targets);
     dt_zero_free(t->z);
-    dt_gpt2_free(t->g);
+    dt_lm_free(t->g);
     if (t->own_comm) dt_comm_free(t->comm);
     free(t->plan_json);
 }
@@ -372,14 +369,22 @@ static int open_run_dir(trainer *t, dt_error *err) {
     return DT_OK;
 }
 
+/* A fresh ZeRO-3 run initialised from the seed: each rank draws only its shard. */
+static int partitioned_init(const trainer *t) {
+    return t->plan->parallel.zero_stage == 3 && !t->opts->resume && !t->plan->output.init[0];
+}
+
 /* Model, ZeRO engine, data, batch buffers and weights, fresh or resumed (*resumed: its step, else -1). */
 static int build_model(trainer *t, int64_t *resumed, dt_error *err) {
     const dt_plan *plan = t->plan;
     const int64_t B = plan->batch.micro_batch, T = plan->batch.seq_len;
     *resumed = -1;
-    int rc = dt_gpt2_create_on(&plan->model, &plan->precision, B, T, plan->activations.ckpt_layers,
-                               plan->activations.attention, plan->cluster.device, dt_comm_local_rank(t->comm),
-                               &t->g, err);
+    /* ZeRO-3 from a seed: no rank ever holds the whole model (dt_zero_init_random);
+     * a weights file or a checkpoint is still read whole, then partitioned */
+    unsigned flags = partitioned_init(t) ? DT_LM_NO_FLAT : 0;
+    int rc = dt_lm_create_ex(&plan->model, &plan->precision, B, T, plan->activations.ckpt_layers,
+                             plan->activations.attention, plan->cluster.device, dt_comm_local_rank(t->comm),
+                             flags, &t->g, err);
     if (!rc) rc = dt_zero_create(plan, t->comm, t->g, &t->z, err);
     if (!rc) rc = setup_data(t, err);
     t->inputs = malloc((size_t)(B * T) * sizeof(int32_t));
@@ -423,7 +428,7 @@ static void print_banner(const trainer *t, int64_t resumed) {
     FILE *log = t->log;
     if (!log) return;
     fprintf(log, "dtrun: %s, %zu params, %s, B=%lld T=%lld accum=%lld, ckpt %lld/%lld layers, %lld train windows\n",
-            plan->model.name, dt_gpt2_num_params(t->g), dt_precision_preset_name(plan->precision.preset),
+            plan->model.name, dt_lm_num_params(t->g), dt_precision_preset_name(plan->precision.preset),
             (long long)plan->batch.micro_batch, (long long)plan->batch.seq_len, (long long)plan->batch.grad_accum,
             (long long)plan->activations.ckpt_layers, (long long)plan->model.n_layer,
             (long long)dt_loader_windows(t->train_l));

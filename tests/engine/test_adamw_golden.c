@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "dt_dtype.h"
-#include "dt_gpt2.h"
+#include "dt_lm.h"
 #include "dt_optim.h"
 #include "dt_test.h"
 
@@ -61,29 +61,29 @@ static double run(const unsigned char *buf, dt_precision_preset preset, double l
     m.norm_eps = h[H_LN_EPS];
     dt_precision pr;
     dt_precision_from_preset(preset, &pr);
-    dt_gpt2 *g;
+    dt_lm *g;
     dt_optim *o;
     dt_error err;
-    if (dt_gpt2_create(&m, &pr, d[D_B], d[D_T], 0, DT_ATTN_FLASH, &g, &err) ||
+    if (dt_lm_create(&m, &pr, d[D_B], d[D_T], 0, DT_ATTN_FLASH, &g, &err) ||
         dt_optim_create(&pr, P, &o, &err)) {
         fprintf(stderr, "setup: %s\n", err.msg);
         exit(1);
     }
-    CHECK_EQ_I64(dt_gpt2_num_params(g), P);
-    dt_convert(dt_gpt2_params(g), pr.param, params0, DT_DTYPE_FP32, P);
-    dt_optim_init_master(o, dt_gpt2_params(g));
+    CHECK_EQ_I64(dt_lm_num_params(g), P);
+    dt_convert(dt_lm_params(g), pr.param, params0, DT_DTYPE_FP32, P);
+    dt_optim_init_master(o, dt_lm_params(g));
     dt_adamw hp = {h[H_LR], h[H_BETA1], h[H_BETA2], h[H_EPS], h[H_WD]};
     for (int t = 1; t <= d[D_STEPS]; t++) {
         float loss;
-        dt_gpt2_zero_grad(g);
-        CHECK(dt_gpt2_forward(g, inputs, targets, &loss, &err) == DT_OK);
-        CHECK(dt_gpt2_backward(g, 1.0f, &err) == DT_OK);
+        dt_lm_zero_grad(g);
+        CHECK(dt_lm_forward(g, inputs, targets, &loss, &err) == DT_OK);
+        CHECK(dt_lm_backward(g, 1.0f, &err) == DT_OK);
         CHECK_NEAR(loss, step_losses[t - 1], loss_tol);
-        dt_optim_update(o, dt_gpt2_params(g), dt_gpt2_grads(g), 0, P, &hp, 1.0, 1, t);
+        dt_optim_update(o, dt_lm_params(g), dt_lm_grads(g), 0, P, &hp, 1.0, 1, t);
     }
     float *after = malloc(P * sizeof(float));
     if (dt_optim_has_master(o)) memcpy(after, dt_optim_master(o), P * sizeof(float));
-    else dt_convert(after, DT_DTYPE_FP32, dt_gpt2_params(g), pr.param, P);
+    else dt_convert(after, DT_DTYPE_FP32, dt_lm_params(g), pr.param, P);
     double worst = 0, sum = 0;
     for (size_t i = 0; i < P; i++) {
         double e = fabs((double)after[i] - (double)params_after[i]);
@@ -93,7 +93,7 @@ static double run(const unsigned char *buf, dt_precision_preset preset, double l
     *mean = sum / (double)P;
     free(after);
     dt_optim_free(o);
-    dt_gpt2_free(g);
+    dt_lm_free(g);
     return worst;
 }
 

@@ -17,7 +17,7 @@
 #include "dt_ckpt.h"
 #include "dt_device.h"
 #include "dt_dtype.h"
-#include "dt_gpt2.h"
+#include "dt_lm.h"
 #include "dt_plan.h"
 #include "dt_rundir.h"
 #include "dt_test.h"
@@ -205,55 +205,55 @@ static void test_keep_last(void) {
     CHECK_EQ_I64(step, -1);
 }
 
-static dt_gpt2 *model(const dt_plan *p) {
-    dt_gpt2 *g = NULL;
+static dt_lm *model(const dt_plan *p) {
+    dt_lm *g = NULL;
     dt_error err;
-    if (dt_gpt2_create(&p->model, &p->precision, 1, 8, 0, DT_ATTN_FLASH, &g, &err))
+    if (dt_lm_create(&p->model, &p->precision, 1, 8, 0, DT_ATTN_FLASH, &g, &err))
         fprintf(stderr, "gpt2: %s\n", err.msg);
     return g;
 }
 
-static const dt_tensor_info *ti(const dt_gpt2 *g, const char *name) {
-    for (int i = 0; i < dt_gpt2_num_tensors(g); i++)
-        if (strcmp(dt_gpt2_tensor(g, i)->name, name) == 0) return dt_gpt2_tensor(g, i);
+static const dt_tensor_info *ti(const dt_lm *g, const char *name) {
+    for (int i = 0; i < dt_lm_num_tensors(g); i++)
+        if (strcmp(dt_lm_tensor(g, i)->name, name) == 0) return dt_lm_tensor(g, i);
     fprintf(stderr, "no tensor %s\n", name);
     exit(1);
 }
 
 static void test_weights_round_trip(void) {
     dt_plan p = base_plan(DT_PREC_FP32);
-    dt_gpt2 *a = model(&p), *b = model(&p);
-    dt_gpt2_init_random(a, 7);
-    dt_gpt2_init_random(b, 8);
-    size_t n = dt_gpt2_num_params(a);
+    dt_lm *a = model(&p), *b = model(&p);
+    dt_lm_init_random(a, 7);
+    dt_lm_init_random(b, 8);
+    size_t n = dt_lm_num_params(a);
     char path[512];
     snprintf(path, sizeof path, "%s/w.safetensors", dir);
     dt_error err;
     CHECK(dt_weights_save(a, DT_DTYPE_FP32, path, &err) == DT_OK);
-    CHECK(memcmp(dt_gpt2_params(a), dt_gpt2_params(b), n * 4) != 0);
+    CHECK(memcmp(dt_lm_params(a), dt_lm_params(b), n * 4) != 0);
     CHECK(dt_weights_load(b, &p.model, DT_DTYPE_FP32, path, &err) == DT_OK);
-    CHECK(memcmp(dt_gpt2_params(a), dt_gpt2_params(b), n * 4) == 0);
+    CHECK(memcmp(dt_lm_params(a), dt_lm_params(b), n * 4) == 0);
 
     /* fp32 file into a bf16 model: rounded to nearest even */
     dt_plan pb = base_plan(DT_PREC_MIXED_BF16);
-    dt_gpt2 *c = model(&pb);
+    dt_lm *c = model(&pb);
     CHECK(dt_weights_load(c, &pb.model, DT_DTYPE_BF16, path, &err) == DT_OK);
-    const float *pa = dt_gpt2_params(a);
-    const dt_bf16 *pc = dt_gpt2_params(c);
+    const float *pa = dt_lm_params(a);
+    const dt_bf16 *pc = dt_lm_params(c);
     int ok = 1;
     for (size_t i = 0; i < n; i++) ok &= pc[i] == dt_f32_to_bf16(pa[i]);
     CHECK(ok);
-    dt_gpt2_free(c);
+    dt_lm_free(c);
 
     /* a model of another shape: the error names the tensor */
     dt_plan p2 = base_plan(DT_PREC_FP32);
     p2.model.hidden = 32;
     p2.model.head_dim = 8;
     p2.model.ffn = 128;
-    dt_gpt2 *d = model(&p2);
+    dt_lm *d = model(&p2);
     CHECK(dt_weights_load(d, &p2.model, DT_DTYPE_FP32, path, &err) == DT_EINVAL);
     CHECK(strstr(err.msg, "wte.weight") != NULL || strstr(err.msg, "shape") != NULL);
-    dt_gpt2_free(d);
+    dt_lm_free(d);
 
     /* llm.c v3 checkpoint of a's weights: Linear [out, in] layout, vocab padded to Vp */
     const int64_t C = p.model.hidden, L = p.model.n_layer, V = p.model.vocab, T = p.model.max_pos;
@@ -262,7 +262,7 @@ static void test_weights_round_trip(void) {
     FILE *f = fopen(path, "wb");
     int32_t h[256] = {20240326, 3, (int32_t)T, (int32_t)V, (int32_t)L, (int32_t)p.model.n_head, (int32_t)C, (int32_t)Vp};
     fwrite(h, sizeof h, 1, f);
-    const float *w = dt_gpt2_params(a);
+    const float *w = dt_lm_params(a);
     const dt_tensor_info *wte = ti(a, "wte.weight"), *wpe = ti(a, "wpe.weight");
     fwrite(w + wte->offset, 4, (size_t)(V * C), f);
     float *zero = calloc((size_t)((Vp - V) * C), 4);
@@ -289,9 +289,9 @@ static void test_weights_round_trip(void) {
     fwrite(w + ti(a, "ln_f.weight")->offset, 4, (size_t)C, f);
     fwrite(w + ti(a, "ln_f.bias")->offset, 4, (size_t)C, f);
     fclose(f);
-    dt_gpt2_init_random(b, 9);
+    dt_lm_init_random(b, 9);
     CHECK(dt_weights_load(b, &p.model, DT_DTYPE_FP32, path, &err) == DT_OK);
-    CHECK(memcmp(dt_gpt2_params(a), dt_gpt2_params(b), n * 4) == 0);
+    CHECK(memcmp(dt_lm_params(a), dt_lm_params(b), n * 4) == 0);
     /* truncate it: a clear error */
     CHECK(truncate(path, 4096) == 0);
     CHECK(dt_weights_load(b, &p.model, DT_DTYPE_FP32, path, &err) == DT_EINVAL);
@@ -304,8 +304,8 @@ static void test_weights_round_trip(void) {
     fclose(f);
     CHECK(dt_weights_load(b, &p.model, DT_DTYPE_FP32, path, &err) == DT_EINVAL);
     CHECK(strstr(err.msg, "padded vocab 268435456") != NULL);
-    dt_gpt2_free(a);
-    dt_gpt2_free(b);
+    dt_lm_free(a);
+    dt_lm_free(b);
 }
 
 /* fp16 with a huge initial scale: the first steps overflow and are skipped,

@@ -242,7 +242,7 @@ import json; p = json.load(open('$PLAN8')); p.pop('prediction', None); json.dump
 "$DTRUN" "$PLAN8" --out "$R" --max-steps 35 --resume --quiet 2>"$TMP/err"
 rc=$?
 [ $rc -eq 2 ] || fail "8-head plan on a 4-head checkpoint: exit $rc, expected 2"
-one_line "^dtrun: .*the checkpoint's model \(L=2 C=64 heads=4 .*\) is not the plan's \(.*heads=8 " "4-head checkpoint, 8-head plan"
+one_line "^dtrun: .*the checkpoint's model \(gpt2 L=2 C=64 heads=4/4 .*\) is not the plan's \(.*heads=8/8 " "4-head checkpoint, 8-head plan"
 # a tampered state.json (counters that do not add up)
 S=$TMP/state
 cp -r "$REF" "$S"

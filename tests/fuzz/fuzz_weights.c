@@ -3,10 +3,10 @@
 #include "dt_fuzz.h"
 
 #include "dt_ckpt.h"
-#include "dt_gpt2.h"
+#include "dt_lm.h"
 #include "dt_model.h"
 
-static dt_gpt2 *g_model;
+static dt_lm *g_model;
 static dt_model g_arch;
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -16,7 +16,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         dt_precision prec;
         dt_precision_from_preset(DT_PREC_FP32, &prec);
         if (dt_model_resolve("gpt2-tiny", &g_arch, &err) ||
-            dt_gpt2_create(&g_arch, &prec, 1, 8, 0, DT_ATTN_FLASH, &g_model, &err)) {
+            dt_lm_create(&g_arch, &prec, 1, 8, 0, DT_ATTN_FLASH, &g_model, &err)) {
             fprintf(stderr, "fuzz_weights: %s\n", err.msg);
             abort();
         }

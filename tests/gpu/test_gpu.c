@@ -19,7 +19,7 @@
 #include "dt_cuda.h"
 #include "dt_device.h"
 #include "dt_dtype.h"
-#include "dt_gpt2.h"
+#include "dt_lm.h"
 #include "dt_memory.h"
 #include "dt_test.h"
 
@@ -311,44 +311,44 @@ static void test_gpt2_step(void) {
     for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
         dt_precision p;
         dt_precision_from_preset(cs[c].p, &p);
-        dt_gpt2 *gc = NULL, *gg = NULL;
+        dt_lm *gc = NULL, *gg = NULL;
         dt_error err = {0};
-        CHECK(dt_gpt2_create_on(&m, &p, B, T, cs[c].K, cs[c].a, DT_DEVICE_CPU, 0, &gc, &err) == 0);
-        CHECK(dt_gpt2_create_on(&m, &p, B, T, cs[c].K, cs[c].a, DT_DEVICE_CUDA, 0, &gg, &err) == 0);
+        CHECK(dt_lm_create_on(&m, &p, B, T, cs[c].K, cs[c].a, DT_DEVICE_CPU, 0, &gc, &err) == 0);
+        CHECK(dt_lm_create_on(&m, &p, B, T, cs[c].K, cs[c].a, DT_DEVICE_CUDA, 0, &gg, &err) == 0);
         if (!gc || !gg) {
             fprintf(stderr, "create: %s\n", err.msg);
             return;
         }
-        dt_gpt2_init_random(gc, 7);
-        dt_gpt2_init_random(gg, 7);
-        size_t P = dt_gpt2_num_params(gc);
+        dt_lm_init_random(gc, 7);
+        dt_lm_init_random(gg, 7);
+        size_t P = dt_lm_num_params(gc);
         float lc = 0, lg = 0;
-        dt_gpt2_zero_grad(gc);
-        dt_gpt2_zero_grad(gg);
-        CHECK(dt_gpt2_forward(gc, in, tg, &lc, &err) == 0 && dt_gpt2_backward(gc, 1.0f, &err) == 0);
-        CHECK(dt_gpt2_forward(gg, in, tg, &lg, &err) == 0 && dt_gpt2_backward(gg, 1.0f, &err) == 0);
+        dt_lm_zero_grad(gc);
+        dt_lm_zero_grad(gg);
+        CHECK(dt_lm_forward(gc, in, tg, &lc, &err) == 0 && dt_lm_backward(gc, 1.0f, &err) == 0);
+        CHECK(dt_lm_forward(gg, in, tg, &lg, &err) == 0 && dt_lm_backward(gg, 1.0f, &err) == 0);
         printf("case %zu: loss cpu %.7f gpu %.7f\n", c, lc, lg);
         CHECK_NEAR(lc, lg, cs[c].tol * fabs(lc));
         float *gcpu = malloc(P * 4), *ggpu32 = malloc(P * 4);
-        dt_convert(gcpu, DT_DTYPE_FP32, dt_gpt2_grads(gc), p.grad, P);
-        const dt_device_ops *gd = dt_gpt2_device_ops(gg);
+        dt_convert(gcpu, DT_DTYPE_FP32, dt_lm_grads(gc), p.grad, P);
+        const dt_device_ops *gd = dt_lm_device_ops(gg);
         void *tmp = gd->alloc(DT_POOL_DEVICE, DT_MEM_BUFFERS, P * 4);
-        gd->convert(tmp, DT_DTYPE_FP32, dt_gpt2_grads(gg), p.grad, P);
+        gd->convert(tmp, DT_DTYPE_FP32, dt_lm_grads(gg), p.grad, P);
         cmp("gpt2 grads", gcpu, tmp, P, cs[c].tol);
-        double s1 = dt_gpt2_grad_sumsq(gc), s2 = dt_gpt2_grad_sumsq(gg);
+        double s1 = dt_lm_grad_sumsq(gc), s2 = dt_lm_grad_sumsq(gg);
         CHECK_NEAR(s1, s2, cs[c].tol * 10 * s1);
-        CHECK(dt_gpt2_grads_finite(gg));
+        CHECK(dt_lm_grads_finite(gg));
         /* one SGD-like AdamW step on both devices, then the loss again */
         dt_adamw_scalars sc = dt_adamw_make_scalars(1e-2, 0.9, 0.95, 1e-8, 0.0, 1.0, 0, 1);
         void *mc = calloc(P, 4), *vc = calloc(P, 4);
         void *mg = gd->alloc(DT_POOL_DEVICE, DT_MEM_OPTIMIZER, P * 4);
         void *vg = gd->alloc(DT_POOL_DEVICE, DT_MEM_OPTIMIZER, P * 4);
-        cpu->adamw(dt_gpt2_params(gc), p.param, NULL, mc, vc, DT_DTYPE_FP32, dt_gpt2_grads(gc),
+        cpu->adamw(dt_lm_params(gc), p.param, NULL, mc, vc, DT_DTYPE_FP32, dt_lm_grads(gc),
                    p.grad, P, &sc);
-        gd->adamw(dt_gpt2_params(gg), p.param, NULL, mg, vg, DT_DTYPE_FP32, dt_gpt2_grads(gg),
+        gd->adamw(dt_lm_params(gg), p.param, NULL, mg, vg, DT_DTYPE_FP32, dt_lm_grads(gg),
                   p.grad, P, &sc);
-        CHECK(dt_gpt2_forward(gc, in, tg, &lc, &err) == 0);
-        CHECK(dt_gpt2_forward(gg, in, tg, &lg, &err) == 0);
+        CHECK(dt_lm_forward(gc, in, tg, &lc, &err) == 0);
+        CHECK(dt_lm_forward(gg, in, tg, &lg, &err) == 0);
         printf("case %zu: loss after one step cpu %.7f gpu %.7f\n", c, lc, lg);
         CHECK_NEAR(lc, lg, cs[c].tol * fabs(lc));
         CHECK(gd->synchronize(&err) == 0);
@@ -359,8 +359,8 @@ static void test_gpt2_step(void) {
         free(vc);
         free(gcpu);
         free(ggpu32);
-        dt_gpt2_free(gc);
-        dt_gpt2_free(gg);
+        dt_lm_free(gc);
+        dt_lm_free(gg);
     }
 }
 
@@ -384,15 +384,15 @@ static void test_memory(void) {
     dt_mem_breakdown est;
     CHECK(dt_memory_estimate(&p, &est, &err) == 0);
     size_t f0 = 0, tot = 0, fb = 0;
-    dt_gpt2 *g = NULL;
-    CHECK(dt_gpt2_create_on(&p.model, &p.precision, 4, 1024, 0, DT_ATTN_FLASH, DT_DEVICE_CUDA, 0,
+    dt_lm *g = NULL;
+    CHECK(dt_lm_create_on(&p.model, &p.precision, 4, 1024, 0, DT_ATTN_FLASH, DT_DEVICE_CUDA, 0,
                             &g, &err) == 0);
     if (!g) {
         fprintf(stderr, "create: %s\n", err.msg);
         return;
     }
-    const dt_device_ops *d = dt_gpt2_device_ops(g);
-    size_t P = dt_gpt2_num_params(g);
+    const dt_device_ops *d = dt_lm_device_ops(g);
+    size_t P = dt_lm_num_params(g);
     /* the optimizer state the trainer allocates for this preset: master + m + v */
     void *opt = d->alloc(DT_POOL_DEVICE, DT_MEM_OPTIMIZER,
                          P * (size_t)dt_precision_optimizer_bytes(&p.precision));
@@ -432,7 +432,7 @@ static void test_memory(void) {
     CHECK(mi.peak_used >= mi.used);
     CHECK(mi.tracked_at_peak <= tracked);
     d->free(opt);
-    dt_gpt2_free(g);
+    dt_lm_free(g);
 }
 
 int main(int argc, char **argv) {

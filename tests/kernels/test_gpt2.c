@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "dt_dtype.h"
-#include "dt_gpt2.h"
+#include "dt_lm.h"
 #include "dt_memtrack.h"
 #include "dt_ops.h"
 #include "dt_test.h"
@@ -77,41 +77,41 @@ static dt_precision prec_of(dt_dtype t) {
 }
 
 /* grads of the model as fp32 (converted from the grad dtype) */
-static float *grads_f32(dt_gpt2 *g, dt_dtype gt) {
-    size_t P = dt_gpt2_num_params(g);
+static float *grads_f32(dt_lm *g, dt_dtype gt) {
+    size_t P = dt_lm_num_params(g);
     float *out = malloc(P * sizeof(float));
-    dt_convert(out, DT_DTYPE_FP32, dt_gpt2_grads(g), gt, P);
+    dt_convert(out, DT_DTYPE_FP32, dt_lm_grads(g), gt, P);
     return out;
 }
 
-static dt_gpt2 *golden_model(const golden *gd, dt_dtype t, int64_t K, dt_attention attn) {
+static dt_lm *golden_model(const golden *gd, dt_dtype t, int64_t K, dt_attention attn) {
     dt_model m = make_model(gd->L, gd->C, gd->H, gd->V, gd->maxT);
     dt_precision p = prec_of(t);
-    dt_gpt2 *g = NULL;
+    dt_lm *g = NULL;
     dt_error err = {0};
-    if (dt_gpt2_create(&m, &p, gd->B, gd->T, K, attn, &g, &err)) {
+    if (dt_lm_create(&m, &p, gd->B, gd->T, K, attn, &g, &err)) {
         fprintf(stderr, "create: %s\n", err.msg);
         exit(1);
     }
-    CHECK_EQ_I64(dt_gpt2_num_params(g), gd->P);
-    dt_convert(dt_gpt2_params(g), t, gd->params, DT_DTYPE_FP32, (size_t)gd->P);
+    CHECK_EQ_I64(dt_lm_num_params(g), gd->P);
+    dt_convert(dt_lm_params(g), t, gd->params, DT_DTYPE_FP32, (size_t)gd->P);
     return g;
 }
 
 /* fwd + bwd on the golden batch; returns the loss */
-static float run(dt_gpt2 *g, const golden *gd, float scale) {
+static float run(dt_lm *g, const golden *gd, float scale) {
     dt_error err = {0};
     float loss = NAN;
-    CHECK(dt_gpt2_forward(g, gd->inputs, gd->targets, &loss, &err) == 0);
-    CHECK(dt_gpt2_backward(g, scale, &err) == 0);
+    CHECK(dt_lm_forward(g, gd->inputs, gd->targets, &loss, &err) == 0);
+    CHECK(dt_lm_backward(g, scale, &err) == 0);
     return loss;
 }
 
 /* per tensor: ||got - ref|| <= tol * ||ref|| */
-static void compare_grads(dt_gpt2 *g, const float *got, const float *ref, double tol,
+static void compare_grads(dt_lm *g, const float *got, const float *ref, double tol,
                           const char *what) {
-    for (int i = 0; i < dt_gpt2_num_tensors(g); i++) {
-        const dt_tensor_info *t = dt_gpt2_tensor(g, i);
+    for (int i = 0; i < dt_lm_num_tensors(g); i++) {
+        const dt_tensor_info *t = dt_lm_tensor(g, i);
         double d2 = 0, r2 = 0;
         for (size_t k = 0; k < t->numel; k++) {
             double d = (double)got[t->offset + k] - ref[t->offset + k];
@@ -136,21 +136,21 @@ static void test_golden(const golden *gd) {
     };
     size_t NV = (size_t)gd->B * gd->T * gd->V;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        dt_gpt2 *g = golden_model(gd, cases[c].t, 0, cases[c].a);
+        dt_lm *g = golden_model(gd, cases[c].t, 0, cases[c].a);
         dt_error err = {0};
         float loss = NAN;
-        CHECK(dt_gpt2_forward(g, gd->inputs, gd->targets, &loss, &err) == 0);
+        CHECK(dt_lm_forward(g, gd->inputs, gd->targets, &loss, &err) == 0);
         double maxe = 0;
-        const float *lg = dt_gpt2_logits(g);
+        const float *lg = dt_lm_logits(g);
         for (size_t i = 0; i < NV; i++) maxe = fmax(maxe, fabs(lg[i] - gd->logits[i]));
         if (!(maxe <= cases[c].logit_tol)) fprintf(stderr, "%s: logits max error %.3g\n", cases[c].what, maxe);
         CHECK(maxe <= cases[c].logit_tol);
         CHECK_NEAR(loss, gd->loss, cases[c].loss_tol);
-        CHECK(dt_gpt2_backward(g, 1.0f, &err) == 0);
+        CHECK(dt_lm_backward(g, 1.0f, &err) == 0);
         float *gr = grads_f32(g, cases[c].t);
         compare_grads(g, gr, gd->grads, cases[c].grad_tol, cases[c].what);
         free(gr);
-        dt_gpt2_free(g);
+        dt_lm_free(g);
     }
 }
 
@@ -160,22 +160,22 @@ static void test_checkpointing_bitwise(const golden *gd) {
     dt_attention as[2] = {DT_ATTN_FLASH, DT_ATTN_MATERIALIZED};
     for (int ti = 0; ti < 2; ti++)
         for (int ai = 0; ai < 2; ai++) {
-            dt_gpt2 *g0 = golden_model(gd, ts[ti], 0, as[ai]);
+            dt_lm *g0 = golden_model(gd, ts[ti], 0, as[ai]);
             float l0 = run(g0, gd, 1.0f);
-            size_t gbytes = dt_gpt2_num_params(g0) * (size_t)dt_dtype_size(ts[ti]);
+            size_t gbytes = dt_lm_num_params(g0) * (size_t)dt_dtype_size(ts[ti]);
             for (int64_t K = 1; K <= gd->L; K++) {
-                dt_gpt2 *gk = golden_model(gd, ts[ti], K, as[ai]);
+                dt_lm *gk = golden_model(gd, ts[ti], K, as[ai]);
                 float lk = run(gk, gd, 1.0f);
                 CHECK(memcmp(&l0, &lk, sizeof l0) == 0);
-                int same = memcmp(dt_gpt2_grads(g0), dt_gpt2_grads(gk), gbytes) == 0;
+                int same = memcmp(dt_lm_grads(g0), dt_lm_grads(gk), gbytes) == 0;
                 if (!same) fprintf(stderr, "checkpointing K=%lld dtype %d attn %d: grads differ\n", (long long)K, ti, ai);
                 CHECK(same);
                 /* K = 1 saves nothing (x + one recompute area = one full block); more does */
-                if (K >= 2) CHECK(dt_gpt2_activation_bytes(gk) < dt_gpt2_activation_bytes(g0));
-                else CHECK(dt_gpt2_activation_bytes(gk) == dt_gpt2_activation_bytes(g0));
-                dt_gpt2_free(gk);
+                if (K >= 2) CHECK(dt_lm_activation_bytes(gk) < dt_lm_activation_bytes(g0));
+                else CHECK(dt_lm_activation_bytes(gk) == dt_lm_activation_bytes(g0));
+                dt_lm_free(gk);
             }
-            dt_gpt2_free(g0);
+            dt_lm_free(g0);
         }
 }
 
@@ -203,19 +203,19 @@ static void test_memory_contract(void) {
         int64_t before_p = dt_mem_current(DT_POOL_DEVICE, DT_MEM_PARAMS);
         int64_t before_g = dt_mem_current(DT_POOL_DEVICE, DT_MEM_GRADS);
         int64_t before_o = dt_mem_current(DT_POOL_DEVICE, DT_MEM_OPTIMIZER);
-        dt_gpt2 *g = NULL;
+        dt_lm *g = NULL;
         dt_error err = {0};
-        CHECK(dt_gpt2_create(&m, &p, cs[c].B, cs[c].T, cs[c].K, cs[c].a, &g, &err) == 0);
+        CHECK(dt_lm_create(&m, &p, cs[c].B, cs[c].T, cs[c].K, cs[c].a, &g, &err) == 0);
         if (!g) continue;
         int sz = dt_dtype_size(cs[c].t);
         int64_t want = contract_bytes(cs[c].L, cs[c].C, cs[c].H, cs[c].B, cs[c].T, cs[c].K, sz, cs[c].a);
         CHECK_EQ_I64(dt_mem_current(DT_POOL_DEVICE, DT_MEM_ACTIVATIONS) - before_a, want);
-        CHECK_EQ_I64(dt_gpt2_activation_bytes(g), want);
+        CHECK_EQ_I64(dt_lm_activation_bytes(g), want);
         /* 16-bit params and grads really take 2 bytes each */
-        CHECK_EQ_I64(dt_mem_current(DT_POOL_DEVICE, DT_MEM_PARAMS) - before_p, (int64_t)dt_gpt2_num_params(g) * sz);
-        CHECK_EQ_I64(dt_mem_current(DT_POOL_DEVICE, DT_MEM_GRADS) - before_g, (int64_t)dt_gpt2_num_params(g) * sz);
+        CHECK_EQ_I64(dt_mem_current(DT_POOL_DEVICE, DT_MEM_PARAMS) - before_p, (int64_t)dt_lm_num_params(g) * sz);
+        CHECK_EQ_I64(dt_mem_current(DT_POOL_DEVICE, DT_MEM_GRADS) - before_g, (int64_t)dt_lm_num_params(g) * sz);
         CHECK_EQ_I64(dt_mem_current(DT_POOL_DEVICE, DT_MEM_OPTIMIZER) - before_o, 0);
-        dt_gpt2_free(g);
+        dt_lm_free(g);
         CHECK_EQ_I64(dt_mem_current(DT_POOL_DEVICE, DT_MEM_ACTIVATIONS), before_a);
     }
 }
@@ -234,11 +234,11 @@ static int bb(void *c, int g) { return hk(c, 'B', g); }
 static int ab(void *c, int g) { return hk(c, 'b', g); }
 
 static void test_hooks(const golden *gd) {
-    dt_gpt2 *g = golden_model(gd, DT_DTYPE_FP32, 1, DT_ATTN_FLASH);
+    dt_lm *g = golden_model(gd, DT_DTYPE_FP32, 1, DT_ATTN_FLASH);
     hook_log h = {0};
-    dt_gpt2_hooks hooks = {&h, bf, af, bb, ab};
-    dt_gpt2_set_hooks(g, &hooks);
-    CHECK_EQ_I64(dt_gpt2_num_groups(g), gd->L + 2);
+    dt_lm_hooks hooks = {&h, bf, af, bb, ab};
+    dt_lm_set_hooks(g, &hooks);
+    CHECK_EQ_I64(dt_lm_num_groups(g), gd->L + 2);
     run(g, gd, 1.0f);
     CHECK_STR(h.log, "F0 f0 F1 f1 F2 f2 F3 f3 F0 f0 B0 B3 b3 B2 b2 B1 b1 b0 ");
     /* a failing hook aborts the pass with its code */
@@ -246,77 +246,77 @@ static void test_hooks(const golden *gd) {
     h.fail_at = 3;
     dt_error err = {0};
     float loss;
-    CHECK_EQ_I64(dt_gpt2_forward(g, gd->inputs, gd->targets, &loss, &err), DT_ERUNTIME);
+    CHECK_EQ_I64(dt_lm_forward(g, gd->inputs, gd->targets, &loss, &err), DT_ERUNTIME);
     CHECK(strstr(err.msg, "before_forward hook failed for group 1") != NULL);
-    dt_gpt2_set_hooks(g, NULL);
-    dt_gpt2_free(g);
+    dt_lm_set_hooks(g, NULL);
+    dt_lm_free(g);
 }
 
 /* ---- bind_group: params and grads of a group live elsewhere ---- */
 static void test_bind_group(const golden *gd) {
-    dt_gpt2 *ref = golden_model(gd, DT_DTYPE_FP32, 0, DT_ATTN_FLASH);
+    dt_lm *ref = golden_model(gd, DT_DTYPE_FP32, 0, DT_ATTN_FLASH);
     run(ref, gd, 1.0f);
-    dt_gpt2 *g = golden_model(gd, DT_DTYPE_FP32, 0, DT_ATTN_FLASH);
+    dt_lm *g = golden_model(gd, DT_DTYPE_FP32, 0, DT_ATTN_FLASH);
     int grp = 2;
-    size_t n = dt_gpt2_group_numel(g, grp), off = dt_gpt2_group_offset(g, grp);
+    size_t n = dt_lm_group_numel(g, grp), off = dt_lm_group_offset(g, grp);
     float *p = malloc(n * 4), *gr = calloc(n, 4);
-    memcpy(p, (float *)dt_gpt2_params(g) + off, n * 4);
-    memset((float *)dt_gpt2_params(g) + off, 0, n * 4);   /* the flat copy is now wrong */
-    CHECK(dt_gpt2_bind_group(g, grp, p, gr) == 0);
-    CHECK(dt_gpt2_group_params(g, grp) == p);
+    memcpy(p, (float *)dt_lm_params(g) + off, n * 4);
+    memset((float *)dt_lm_params(g) + off, 0, n * 4);   /* the flat copy is now wrong */
+    CHECK(dt_lm_bind_group(g, grp, p, gr) == 0);
+    CHECK(dt_lm_group_params(g, grp) == p);
     run(g, gd, 1.0f);
-    CHECK(memcmp(gr, (float *)dt_gpt2_grads(ref) + off, n * 4) == 0);
+    CHECK(memcmp(gr, (float *)dt_lm_grads(ref) + off, n * 4) == 0);
     /* the flat grads of that group were not touched */
     int untouched = 1;
-    for (size_t i = 0; i < n; i++) untouched &= ((float *)dt_gpt2_grads(g))[off + i] == 0.0f;
+    for (size_t i = 0; i < n; i++) untouched &= ((float *)dt_lm_grads(g))[off + i] == 0.0f;
     CHECK(untouched);
-    CHECK(dt_gpt2_bind_group(g, grp, NULL, NULL) == 0);
-    CHECK(dt_gpt2_group_params(g, grp) == (float *)dt_gpt2_params(g) + off);
-    CHECK_EQ_I64(dt_gpt2_bind_group(g, 99, p, gr), DT_EINVAL);
+    CHECK(dt_lm_bind_group(g, grp, NULL, NULL) == 0);
+    CHECK(dt_lm_group_params(g, grp) == (float *)dt_lm_params(g) + off);
+    CHECK_EQ_I64(dt_lm_bind_group(g, 99, p, gr), DT_EINVAL);
     free(p);
     free(gr);
-    dt_gpt2_free(g);
-    dt_gpt2_free(ref);
+    dt_lm_free(g);
+    dt_lm_free(ref);
 }
 
 /* ---- releasing the flat buffers once every group lives elsewhere (ZeRO-2/3) ---- */
 static void test_release_flat(const golden *gd) {
-    dt_gpt2 *ref = golden_model(gd, DT_DTYPE_FP32, 0, DT_ATTN_FLASH);
+    dt_lm *ref = golden_model(gd, DT_DTYPE_FP32, 0, DT_ATTN_FLASH);
     run(ref, gd, 1.0f);
-    dt_gpt2 *g = golden_model(gd, DT_DTYPE_FP32, 0, DT_ATTN_FLASH);
+    dt_lm *g = golden_model(gd, DT_DTYPE_FP32, 0, DT_ATTN_FLASH);
     dt_error e = {0};
-    const int ng = dt_gpt2_num_groups(g);
-    const size_t P = dt_gpt2_num_params(g);
+    const int ng = dt_lm_num_groups(g);
+    const size_t P = dt_lm_num_params(g);
     /* refused while groups still point into the flat buffers, nothing freed */
-    CHECK(dt_gpt2_release_flat(g, 1, 1, &e) == DT_EINVAL);
+    CHECK(dt_lm_release_flat(g, 1, 1, &e) == DT_EINVAL);
     CHECK(strstr(e.msg, "group uses them") != NULL);
-    CHECK(dt_gpt2_params(g) != NULL && dt_gpt2_grads(g) != NULL);
+    CHECK(dt_lm_params(g) != NULL && dt_lm_grads(g) != NULL);
     float **p = calloc((size_t)ng, sizeof *p), **gr = calloc((size_t)ng, sizeof *gr);
     for (int i = 0; i < ng; i++) {
-        size_t n = dt_gpt2_group_numel(g, i), off = dt_gpt2_group_offset(g, i);
+        size_t n = dt_lm_group_numel(g, i), off = dt_lm_group_offset(g, i);
         p[i] = malloc(n * 4);
         gr[i] = calloc(n, 4);
-        memcpy(p[i], (float *)dt_gpt2_params(g) + off, n * 4);
-        CHECK(dt_gpt2_bind_group(g, i, p[i], gr[i]) == 0);
+        memcpy(p[i], (float *)dt_lm_params(g) + off, n * 4);
+        CHECK(dt_lm_bind_group(g, i, p[i], gr[i]) == 0);
     }
     const int64_t before = dt_mem_current(DT_POOL_DEVICE, DT_MEM_PARAMS) + dt_mem_current(DT_POOL_DEVICE, DT_MEM_GRADS);
-    CHECK(dt_gpt2_release_flat(g, 1, 1, &e) == DT_OK);
+    CHECK(dt_lm_release_flat(g, 1, 1, &e) == DT_OK);
     const int64_t after = dt_mem_current(DT_POOL_DEVICE, DT_MEM_PARAMS) + dt_mem_current(DT_POOL_DEVICE, DT_MEM_GRADS);
     CHECK_EQ_I64(before - after, (int64_t)(P * 4 * 2));
-    CHECK(dt_gpt2_params(g) == NULL && dt_gpt2_grads(g) == NULL);
-    CHECK_EQ_I64(dt_gpt2_bind_group(g, 1, NULL, NULL), DT_EINVAL); /* nothing to go back to */
+    CHECK(dt_lm_params(g) == NULL && dt_lm_grads(g) == NULL);
+    CHECK_EQ_I64(dt_lm_bind_group(g, 1, NULL, NULL), DT_EINVAL); /* nothing to go back to */
     /* the model still trains on the bound storage: same gradients as the reference */
     run(g, gd, 1.0f);
     for (int i = 0; i < ng; i++)
-        CHECK(memcmp(gr[i], (float *)dt_gpt2_grads(ref) + dt_gpt2_group_offset(g, i),
-                     dt_gpt2_group_numel(g, i) * 4) == 0);
+        CHECK(memcmp(gr[i], (float *)dt_lm_grads(ref) + dt_lm_group_offset(g, i),
+                     dt_lm_group_numel(g, i) * 4) == 0);
     /* a transient restore (e.g. to consolidate a checkpoint) in the category asked */
     const int64_t buf0 = dt_mem_current(DT_POOL_DEVICE, DT_MEM_BUFFERS);
-    CHECK(dt_gpt2_restore_flat(g, 1, 0, DT_MEM_BUFFERS, &e) == DT_OK);
-    CHECK(dt_gpt2_params(g) != NULL && dt_gpt2_grads(g) == NULL);
+    CHECK(dt_lm_restore_flat(g, 1, 0, DT_MEM_BUFFERS, &e) == DT_OK);
+    CHECK(dt_lm_params(g) != NULL && dt_lm_grads(g) == NULL);
     CHECK_EQ_I64(dt_mem_current(DT_POOL_DEVICE, DT_MEM_BUFFERS) - buf0, (int64_t)(P * 4));
-    dt_gpt2_free(g);
-    dt_gpt2_free(ref);
+    dt_lm_free(g);
+    dt_lm_free(ref);
     for (int i = 0; i < ng; i++) {
         free(p[i]);
         free(gr[i]);
@@ -327,12 +327,12 @@ static void test_release_flat(const golden *gd) {
 
 /* ---- grad_scale, accumulation, inf detection, sum of squares ---- */
 static void test_scale_accum(const golden *gd) {
-    dt_gpt2 *a = golden_model(gd, DT_DTYPE_FP32, 0, DT_ATTN_FLASH);
-    dt_gpt2 *b = golden_model(gd, DT_DTYPE_FP32, 0, DT_ATTN_FLASH);
+    dt_lm *a = golden_model(gd, DT_DTYPE_FP32, 0, DT_ATTN_FLASH);
+    dt_lm *b = golden_model(gd, DT_DTYPE_FP32, 0, DT_ATTN_FLASH);
     run(a, gd, 1.0f);
     run(b, gd, 4.0f);   /* powers of two scale exactly */
-    size_t P = dt_gpt2_num_params(a);
-    const float *ga = dt_gpt2_grads(a), *gb = dt_gpt2_grads(b);
+    size_t P = dt_lm_num_params(a);
+    const float *ga = dt_lm_grads(a), *gb = dt_lm_grads(b);
     int exact = 1;
     for (size_t i = 0; i < P; i++) exact &= gb[i] == 4.0f * ga[i];
     CHECK(exact);
@@ -344,43 +344,43 @@ static void test_scale_accum(const golden *gd) {
     CHECK(ga[P - 1] == gb[P - 1] * 0.5f);   /* ln_f.bias: same order, exact */
     double s = 0;
     for (size_t i = 0; i < P; i++) s += (double)ga[i] * ga[i];
-    CHECK_NEAR(dt_gpt2_grad_sumsq(a), s, 1e-9);
-    CHECK(dt_gpt2_grads_finite(a));
-    ((float *)dt_gpt2_grads(a))[P - 1] = INFINITY;
-    CHECK(!dt_gpt2_grads_finite(a));
-    dt_gpt2_zero_grad(a);
-    CHECK(dt_gpt2_grad_sumsq(a) == 0.0);
-    CHECK(dt_gpt2_grads_finite(a));
-    dt_gpt2_free(a);
-    dt_gpt2_free(b);
+    CHECK_NEAR(dt_lm_grad_sumsq(a), s, 1e-9);
+    CHECK(dt_lm_grads_finite(a));
+    ((float *)dt_lm_grads(a))[P - 1] = INFINITY;
+    CHECK(!dt_lm_grads_finite(a));
+    dt_lm_zero_grad(a);
+    CHECK(dt_lm_grad_sumsq(a) == 0.0);
+    CHECK(dt_lm_grads_finite(a));
+    dt_lm_free(a);
+    dt_lm_free(b);
 
     /* fp16 grads overflow into inf with a huge loss scale, and that is detected */
-    dt_gpt2 *h = golden_model(gd, DT_DTYPE_FP16, 0, DT_ATTN_FLASH);
+    dt_lm *h = golden_model(gd, DT_DTYPE_FP16, 0, DT_ATTN_FLASH);
     run(h, gd, 1.0f);
-    CHECK(dt_gpt2_grads_finite(h));
-    dt_gpt2_zero_grad(h);
+    CHECK(dt_lm_grads_finite(h));
+    dt_lm_zero_grad(h);
     run(h, gd, 65536.0f * 65536.0f);
-    CHECK(!dt_gpt2_grads_finite(h));
-    dt_gpt2_free(h);
+    CHECK(!dt_lm_grads_finite(h));
+    dt_lm_free(h);
 }
 
 /* ---- init ---- */
 static void test_init(void) {
     dt_model m = make_model(4, 64, 4, 256, 64);
     dt_precision p = prec_of(DT_DTYPE_FP32);
-    dt_gpt2 *g = NULL, *g2 = NULL;
+    dt_lm *g = NULL, *g2 = NULL;
     dt_error err = {0};
-    CHECK(dt_gpt2_create(&m, &p, 1, 8, 0, DT_ATTN_FLASH, &g, &err) == 0);
-    CHECK(dt_gpt2_create(&m, &p, 1, 8, 0, DT_ATTN_FLASH, &g2, &err) == 0);
-    dt_gpt2_init_random(g, 7);
-    dt_gpt2_init_random(g2, 7);
-    size_t P = dt_gpt2_num_params(g);
-    CHECK(memcmp(dt_gpt2_params(g), dt_gpt2_params(g2), P * 4) == 0);
-    dt_gpt2_init_random(g2, 8);
-    CHECK(memcmp(dt_gpt2_params(g), dt_gpt2_params(g2), P * 4) != 0);
-    const float *w = dt_gpt2_params(g);
-    for (int i = 0; i < dt_gpt2_num_tensors(g); i++) {
-        const dt_tensor_info *t = dt_gpt2_tensor(g, i);
+    CHECK(dt_lm_create(&m, &p, 1, 8, 0, DT_ATTN_FLASH, &g, &err) == 0);
+    CHECK(dt_lm_create(&m, &p, 1, 8, 0, DT_ATTN_FLASH, &g2, &err) == 0);
+    dt_lm_init_random(g, 7);
+    dt_lm_init_random(g2, 7);
+    size_t P = dt_lm_num_params(g);
+    CHECK(memcmp(dt_lm_params(g), dt_lm_params(g2), P * 4) == 0);
+    dt_lm_init_random(g2, 8);
+    CHECK(memcmp(dt_lm_params(g), dt_lm_params(g2), P * 4) != 0);
+    const float *w = dt_lm_params(g);
+    for (int i = 0; i < dt_lm_num_tensors(g); i++) {
+        const dt_tensor_info *t = dt_lm_tensor(g, i);
         double s = 0, s2 = 0;
         for (size_t k = 0; k < t->numel; k++) {
             s += w[t->offset + k];
@@ -392,46 +392,46 @@ static void test_init(void) {
         else if (strstr(t->name, "c_proj.weight")) CHECK_NEAR(sd, 0.02 / sqrt(8.0), 0.1 * 0.02 / sqrt(8.0));
         else CHECK_NEAR(sd, 0.02, 0.1 * 0.02);
     }
-    dt_gpt2_free(g);
-    dt_gpt2_free(g2);
+    dt_lm_free(g);
+    dt_lm_free(g2);
 }
 
 /* ---- GPT-2 124M layout: Hugging Face's parameter count, names, shapes ---- */
 static void test_gpt2_124m_layout(void) {
     dt_model m = make_model(12, 768, 12, 50257, 1024);
     dt_precision p = prec_of(DT_DTYPE_BF16);   /* 2 bytes: half the memory of fp32 */
-    dt_gpt2 *g = NULL;
+    dt_lm *g = NULL;
     dt_error err = {0};
-    CHECK(dt_gpt2_create(&m, &p, 1, 1, 0, DT_ATTN_FLASH, &g, &err) == 0);
+    CHECK(dt_lm_create(&m, &p, 1, 1, 0, DT_ATTN_FLASH, &g, &err) == 0);
     if (!g) return;
-    CHECK_EQ_I64(dt_gpt2_num_params(g), 124439808);   /* HF GPT2LMHeadModel, tied, V unpadded */
-    CHECK_EQ_I64(dt_gpt2_num_tensors(g), 2 + 12 * 12 + 2);
-    CHECK_EQ_I64(dt_gpt2_num_groups(g), 14);
-    const dt_tensor_info *t = dt_gpt2_tensor(g, 0);
+    CHECK_EQ_I64(dt_lm_num_params(g), 124439808);   /* HF GPT2LMHeadModel, tied, V unpadded */
+    CHECK_EQ_I64(dt_lm_num_tensors(g), 2 + 12 * 12 + 2);
+    CHECK_EQ_I64(dt_lm_num_groups(g), 14);
+    const dt_tensor_info *t = dt_lm_tensor(g, 0);
     CHECK_STR(t->name, "wte.weight");
     CHECK_EQ_I64(t->shape[0], 50257);
-    t = dt_gpt2_tensor(g, 2 + 12 * 3 + 2);
+    t = dt_lm_tensor(g, 2 + 12 * 3 + 2);
     CHECK_STR(t->name, "h.3.attn.c_attn.weight");
     CHECK_EQ_I64(t->shape[0], 768);
     CHECK_EQ_I64(t->shape[1], 2304);
     CHECK_EQ_I64(t->group, 4);
-    t = dt_gpt2_tensor(g, 2 + 12 * 11 + 10);
+    t = dt_lm_tensor(g, 2 + 12 * 11 + 10);
     CHECK_STR(t->name, "h.11.mlp.c_proj.weight");
     CHECK_EQ_I64(t->shape[0], 3072);
     CHECK_EQ_I64(t->shape[1], 768);
-    t = dt_gpt2_tensor(g, dt_gpt2_num_tensors(g) - 1);
+    t = dt_lm_tensor(g, dt_lm_num_tensors(g) - 1);
     CHECK_STR(t->name, "ln_f.bias");
     CHECK_EQ_I64(t->offset + t->numel, 124439808);
-    CHECK(dt_gpt2_tensor(g, 148) == NULL && dt_gpt2_tensor(g, -1) == NULL);
+    CHECK(dt_lm_tensor(g, 148) == NULL && dt_lm_tensor(g, -1) == NULL);
     /* groups tile the buffer; a block group is 12 C^2 + 13 C */
     size_t sum = 0;
-    for (int k = 0; k < dt_gpt2_num_groups(g); k++) {
-        CHECK_EQ_I64(dt_gpt2_group_offset(g, k), sum);
-        sum += dt_gpt2_group_numel(g, k);
+    for (int k = 0; k < dt_lm_num_groups(g); k++) {
+        CHECK_EQ_I64(dt_lm_group_offset(g, k), sum);
+        sum += dt_lm_group_numel(g, k);
     }
     CHECK_EQ_I64(sum, 124439808);
-    CHECK_EQ_I64(dt_gpt2_group_numel(g, 5), 12 * 768 * 768 + 13 * 768);
-    dt_gpt2_free(g);
+    CHECK_EQ_I64(dt_lm_group_numel(g, 5), 12 * 768 * 768 + 13 * 768);
+    dt_lm_free(g);
 }
 
 /* ---- the catalog's gpt2 models: same parameter count, and the engine learns ---- */
@@ -446,67 +446,71 @@ static void test_catalog_and_learning(void) {
         return;
     }
     dt_precision p = prec_of(DT_DTYPE_FP32);
-    dt_gpt2 *g = NULL;
+    dt_lm *g = NULL;
     int64_t B = 2, T = 32;
-    CHECK(dt_gpt2_create(&m, &p, B, T, 1, DT_ATTN_FLASH, &g, &err) == 0);
+    CHECK(dt_lm_create(&m, &p, B, T, 1, DT_ATTN_FLASH, &g, &err) == 0);
     if (!g) return;
-    CHECK_EQ_I64(dt_gpt2_num_params(g), dt_model_params(&m));
-    dt_gpt2_init_random(g, 3);
+    CHECK_EQ_I64(dt_lm_num_params(g), dt_model_params(&m));
+    dt_lm_init_random(g, 3);
     int32_t in[64], tg[64];
     for (int i = 0; i < B * T; i++) {   /* a repeating pattern: learnable */
         in[i] = (i * 7) % 13 + 'a';
         tg[i] = ((i + 1) * 7) % 13 + 'a';
     }
     float first = 0, loss = 0;
-    size_t P = dt_gpt2_num_params(g);
+    size_t P = dt_lm_num_params(g);
     for (int step = 0; step < 30; step++) {   /* plain SGD */
-        dt_gpt2_zero_grad(g);
-        CHECK(dt_gpt2_forward(g, in, tg, &loss, &err) == 0);
-        CHECK(dt_gpt2_backward(g, 1.0f, &err) == 0);
+        dt_lm_zero_grad(g);
+        CHECK(dt_lm_forward(g, in, tg, &loss, &err) == 0);
+        CHECK(dt_lm_backward(g, 1.0f, &err) == 0);
         if (step == 0) first = loss;
-        dt_op_axpy(dt_gpt2_params(g), dt_gpt2_grads(g), -0.5f, (int64_t)P);
+        dt_op_axpy(dt_lm_params(g), dt_lm_grads(g), -0.5f, (int64_t)P);
     }
     if (!(loss < 0.7f * first)) fprintf(stderr, "SGD: loss %.4f -> %.4f\n", first, loss);
     CHECK(first > 5.0f && first < 6.0f);   /* ~ln(256) at init */
     CHECK(loss < 0.7f * first);
-    dt_gpt2_free(g);
+    dt_lm_free(g);
 }
 
 /* ---- bad input ---- */
 static void test_errors(const golden *gd) {
     dt_model m = make_model(2, 64, 4, 256, 64);
     dt_precision p = prec_of(DT_DTYPE_FP32);
-    dt_gpt2 *g = NULL;
+    dt_lm *g = NULL;
     dt_error err = {0};
-    CHECK_EQ_I64(dt_gpt2_create(&m, &p, 2, 65, 0, DT_ATTN_FLASH, &g, &err), DT_EINVAL);
+    CHECK_EQ_I64(dt_lm_create(&m, &p, 2, 65, 0, DT_ATTN_FLASH, &g, &err), DT_EINVAL);
     CHECK(g == NULL && strstr(err.msg, "T <= 64") != NULL && !strchr(err.msg, '\n'));
-    CHECK_EQ_I64(dt_gpt2_create(&m, &p, 2, 8, 3, DT_ATTN_FLASH, &g, &err), DT_EINVAL);
+    CHECK_EQ_I64(dt_lm_create(&m, &p, 2, 8, 3, DT_ATTN_FLASH, &g, &err), DT_EINVAL);
     CHECK(strstr(err.msg, "checkpointed layers 3") != NULL);
     m.n_head = 5;
-    CHECK_EQ_I64(dt_gpt2_create(&m, &p, 2, 8, 0, DT_ATTN_FLASH, &g, &err), DT_EINVAL);
+    CHECK_EQ_I64(dt_lm_create(&m, &p, 2, 8, 0, DT_ATTN_FLASH, &g, &err), DT_EINVAL);
     m.n_head = 4;
-    m.family = DT_FAMILY_LLAMA;
-    CHECK_EQ_I64(dt_gpt2_create(&m, &p, 2, 8, 0, DT_ATTN_FLASH, &g, &err), DT_EINVAL);
-    CHECK(strstr(err.msg, "llama") != NULL);
+    /* a llama-family shape RoPE cannot rotate: one line naming the key */
+    dt_model ml = m;
+    ml.family = DT_FAMILY_LLAMA;
+    ml.head_dim = 15;
+    ml.rope_theta = 10000.0;
+    CHECK_EQ_I64(dt_lm_create(&ml, &p, 2, 8, 0, DT_ATTN_FLASH, &g, &err), DT_EINVAL);
+    CHECK(g == NULL && strstr(err.msg, "head_dim") != NULL && !strchr(err.msg, '\n'));
 
     g = golden_model(gd, DT_DTYPE_FP32, 0, DT_ATTN_FLASH);
-    CHECK_EQ_I64(dt_gpt2_backward(g, 1.0f, &err), DT_EINVAL);   /* no forward yet */
+    CHECK_EQ_I64(dt_lm_backward(g, 1.0f, &err), DT_EINVAL);   /* no forward yet */
     CHECK(strstr(err.msg, "forward with targets") != NULL);
     int32_t *bad = malloc(sizeof(int32_t) * gd->B * gd->T);
     memcpy(bad, gd->inputs, sizeof(int32_t) * gd->B * gd->T);
     bad[5] = gd->V;
     float loss = 123.0f;
-    CHECK_EQ_I64(dt_gpt2_forward(g, bad, gd->targets, &loss, &err), DT_EINVAL);
+    CHECK_EQ_I64(dt_lm_forward(g, bad, gd->targets, &loss, &err), DT_EINVAL);
     CHECK(strstr(err.msg, "input token 256 at position 5") != NULL);
-    CHECK_EQ_I64(dt_gpt2_forward(g, gd->inputs, bad, &loss, &err), DT_EINVAL);
+    CHECK_EQ_I64(dt_lm_forward(g, gd->inputs, bad, &loss, &err), DT_EINVAL);
     CHECK(strstr(err.msg, "target token") != NULL);
     /* logits only: loss untouched, backward refused */
-    CHECK(dt_gpt2_forward(g, gd->inputs, NULL, &loss, &err) == 0);
+    CHECK(dt_lm_forward(g, gd->inputs, NULL, &loss, &err) == 0);
     CHECK(loss == 123.0f);
-    CHECK(fabs(dt_gpt2_logits(g)[0] - gd->logits[0]) < 1e-4);
-    CHECK_EQ_I64(dt_gpt2_backward(g, 1.0f, &err), DT_EINVAL);
+    CHECK(fabs(dt_lm_logits(g)[0] - gd->logits[0]) < 1e-4);
+    CHECK_EQ_I64(dt_lm_backward(g, 1.0f, &err), DT_EINVAL);
     free(bad);
-    dt_gpt2_free(g);
+    dt_lm_free(g);
 }
 
 int main(int argc, char **argv) {

@@ -1,5 +1,5 @@
 /* test_plan.c — plan.json: round-trip, every rejection path, atomic save,
- * configs/plans/tiny-cpu.json. */
+ * configs/plans/tiny-cpu.json, the model's RoPE scaling. */
 #include <errno.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -457,8 +457,94 @@ static void test_names(void) {
     CHECK_STR(dt_collective_name(DT_COLL_BROADCAST), "broadcast");
 }
 
+/* $.model.rope_scaling: written only when not the default, HF's keys, each type's
+ * parameters round-trip; read strictly; plans without it read as the default. */
+static void test_rope_scaling(void) {
+    dt_plan p0, p1, p2;
+    dt_error err = {0};
+    base_plan(&p0);
+    if (dt_model_resolve("llama-3.1-8b", &p0.model, &err)) {
+        fprintf(stderr, "llama-3.1-8b: %s\n", err.msg);
+        dt_test_failures++;
+        return;
+    }
+    p0.batch.seq_len = 1024;
+    static const dt_rope_scaling cases[] = {
+        {DT_ROPE_LLAMA3, 8.0, 1.0, 4.0, 8192},   /* Llama-3.1's */
+        {DT_ROPE_LINEAR, 2.5, 0, 0, 0},
+        {DT_ROPE_DYNAMIC, 1.75, 0, 0, 4096},
+    };
+    static const char *const texts[] = {
+        "\"rope_scaling\": {\n      \"rope_type\": \"llama3\",\n      \"factor\": 8,\n      \"low_freq_factor\": 1,\n"
+        "      \"high_freq_factor\": 4,\n      \"original_max_position_embeddings\": 8192\n    },",
+        "\"rope_scaling\": {\n      \"rope_type\": \"linear\",\n      \"factor\": 2.5\n    },",
+        "\"rope_scaling\": {\n      \"rope_type\": \"dynamic\",\n      \"factor\": 1.75,\n"
+        "      \"original_max_position_embeddings\": 4096\n    },",
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        p0.model.rope_scaling = cases[i];
+        char *t0 = dt_plan_to_json(&p0, &err);
+        CHECK(t0 != NULL);
+        if (!t0) {
+            fprintf(stderr, "rope %zu: %s\n", i, err.msg);
+            continue;
+        }
+        if (!strstr(t0, texts[i])) fprintf(stderr, "rope %zu: wanted\n%s\nin\n%s\n", i, texts[i], t0);
+        CHECK(strstr(t0, texts[i]) != NULL);
+        CHECK(strstr(t0, "\"rope_theta\": 500000,\n    \"rope_scaling\"") != NULL);   /* after rope_theta */
+        CHECK_EQ_I64(dt_plan_parse(t0, &p1, &err), 0);
+        CHECK(memcmp(&p1.model.rope_scaling, &cases[i], sizeof cases[i]) == 0);
+        char *t1 = dt_plan_to_json(&p1, &err);
+        CHECK_EQ_I64(dt_plan_parse(t1, &p2, &err), 0);
+        CHECK_STR(t0, t1);
+        CHECK(memcmp(&p1, &p2, sizeof p1) == 0);
+        free(t1);
+        free(t0);
+    }
+
+    /* strict reading, one line naming the path */
+    p0.model.rope_scaling = cases[0];
+    char *t0 = dt_plan_to_json(&p0, &err);
+    CHECK(t0 != NULL);
+    if (!t0) return;
+    expect_mut_reject(t0, "model.rope_scaling.beta_fast", "32",
+                      "$.model.rope_scaling.beta_fast: unknown key (allowed here: rope_type, factor");
+    expect_mut_reject(t0, "model.rope_scaling.low_freq_factor", NULL,
+                      "$.model.rope_scaling.low_freq_factor: missing required key");
+    expect_mut_reject(t0, "model.rope_scaling.original_max_position_embeddings", "8192.5",
+                      "$.model.rope_scaling.original_max_position_embeddings: expected");
+    expect_mut_reject(t0, "model.rope_scaling.rope_type", "\"yarn\"",
+                      "$.model.rope_scaling.rope_type: expected one of \"linear\", \"dynamic\", \"llama3\"");
+    expect_mut_reject(t0, "model.rope_scaling.rope_type", "\"default\"", "$.model.rope_scaling.rope_type: expected one of");
+    expect_mut_reject(t0, "model.rope_scaling.factor", "\"8\"", "$.model.rope_scaling.factor: expected a number");
+    expect_mut_reject(t0, "model.rope_scaling", "[]", "$.model.rope_scaling: expected an object");
+    /* a linear scaling with llama3's keys: the extra keys are unknown for linear */
+    expect_mut_reject(t0, "model.rope_scaling.rope_type", "\"linear\"",
+                      "$.model.rope_scaling.low_freq_factor: unknown key (allowed here: rope_type, factor)");
+    /* ranges: dt_model_validate names the key */
+    expect_mut_reject(t0, "model.rope_scaling.factor", "0.5", "model 'llama-3.1-8b': rope_scaling: factor must be a number >= 1");
+    expect_mut_reject(t0, "model.rope_scaling.high_freq_factor", "0.5",
+                      "rope_scaling: high_freq_factor (0.5) must be greater than low_freq_factor (1)");
+    expect_mut_reject(t0, "model.rope_scaling.original_max_position_embeddings", "200000",
+                      "rope_scaling: original_max_position_embeddings must be in 1..131072");
+    /* a plan written before rope_scaling existed: readable, the default */
+    expect_mut_accept(t0, "model.rope_scaling", NULL, &p1);
+    CHECK(p1.model.rope_scaling.type == DT_ROPE_DEFAULT && p1.model.rope_scaling.factor == 0);
+    free(t0);
+
+    /* a gpt2 plan has none, and refuses one */
+    base_plan(&p0);
+    t0 = dt_plan_to_json(&p0, &err);
+    CHECK(t0 != NULL && strstr(t0, "rope_scaling") == NULL);
+    if (!t0) return;
+    expect_mut_reject(t0, "model.rope_scaling", "{\"rope_type\": \"linear\", \"factor\": 2}",
+                      "model 'gpt2-tiny': rope_scaling is \"linear\", but gpt2 has learned positions");
+    free(t0);
+}
+
 int main(void) {
     test_names();
+    test_rope_scaling();
     test_round_trip();
     test_rejections();
     test_atomic_save();

@@ -195,7 +195,7 @@ int main(void) {
     CHECK(dt_time_compute_micro(&p, &cm0, &err) == DT_OK);
     const double R32 = p.cluster.hw.achievable_flops[DT_DTYPE_FP32], Lg = (double)p.model.n_layer;
     CHECK_NEAR(cm0.fwd_s + cm0.bwd_s, 2 * dt_model_train_flops_per_seq(&p.model, 128) / R32, 1e-12);
-    /* a recomputed block (engine/model/gpt2.c: block_forward with xout = NULL) skips the
+    /* a recomputed block (engine/model/lm.c: block_forward with xout = NULL) skips the
      * MLP down projection, a [b*s, F] x [F, C] GEMM */
     const double f_down = 2.0 * 2.0 * 128.0 * (double)p.model.ffn * (double)p.model.hidden; /* b = 2 */
     CHECK_NEAR(cm0.block_fwd_s, 2 * dt_model_block_fwd_flops_per_seq(&p.model, 128) / R32, 1e-12);

@@ -1,0 +1,177 @@
+/* dt_lm.h — the decoder-only language model on a device backend: parameter
+ * layout, forward, backward, activation checkpointing, for both families of
+ * common/dt_arch.h (docs/engine.md):
+ *   gpt2  : LayerNorm with bias, learned positions, multi-head attention on a
+ *           packed qkv, GELU MLP, tied classifier;
+ *   llama : RMSNorm, RoPE (rope_theta, rope_scaling), grouped-query attention with
+ *           an independent head_dim, optional q/k/v bias (Qwen2) and per-head q/k
+ *           RMSNorm (Qwen3), SwiGLU MLP, tied or untied lm_head.
+ *
+ * Parameters live in one flat buffer (param dtype) with an offset table, grouped
+ * per layer so ZeRO can gather / reduce-scatter one group at a time:
+ *   gpt2   group 0     : wte [V, C], wpe [maxT, C]
+ *          group 1 + l : block l: ln_1.{weight,bias} [C], attn.c_attn.{weight [C, 3C], bias [3C]},
+ *                        attn.c_proj.{weight [C, C], bias [C]}, ln_2.{weight,bias} [C],
+ *                        mlp.c_fc.{weight [C, 4C], bias [4C]}, mlp.c_proj.{weight [4C, C], bias [C]}
+ *          group L + 1 : ln_f.{weight,bias} [C]
+ *          (weights [in, out] as Hugging Face's Conv1D stores them)
+ *   llama  group 0     : model.embed_tokens.weight [V, C]
+ *          group 1 + l : model.layers.l.: input_layernorm.weight [C],
+ *                        self_attn.{q_proj [QD, C], k_proj [KVD, C], v_proj [KVD, C]}.weight,
+ *                        (Qwen2) their biases, (Qwen3) self_attn.{q_norm, k_norm}.weight [D],
+ *                        self_attn.o_proj.weight [C, QD], post_attention_layernorm.weight [C],
+ *                        mlp.{gate_proj [F, C], up_proj [F, C], down_proj [C, F]}.weight
+ *          group L + 1 : model.norm.weight [C], (untied) lm_head.weight [V, C]
+ *          (weights [out, in] as torch.nn.Linear stores them; QD = heads x head_dim,
+ *          KVD = kv heads x head_dim)
+ * Gradients use the same layout in the grad dtype. The model touches a group's
+ * parameters / gradients only through dt_lm_group_params/_grads pointers, which
+ * the distributed runtime may rebind, and calls the hooks around each group. */
+#ifndef DT_LM_H
+#define DT_LM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dt_error.h"
+#include "dt_memtrack.h"
+#include "dt_model.h"
+#include "dt_plan.h"
+#include "dt_precision.h"
+
+typedef struct dt_lm dt_lm;
+
+typedef struct dt_tensor_info {
+    const char *name;     /* Hugging Face name after dt_lm_hf_prefix: gpt2 "h.3.attn.c_attn.weight",
+                           * llama "model.layers.3.self_attn.q_proj.weight", "lm_head.weight" */
+    int group;            /* 0 .. L+1 */
+    size_t offset;        /* elements from the start of the flat buffer */
+    size_t numel;
+    int ndim;             /* 1 or 2 */
+    int64_t shape[2];
+} dt_tensor_info;
+
+/* Called by the model around each parameter group; any may be NULL. A non-zero
+ * return aborts the pass with that code (err filled by the hook's owner). */
+typedef struct dt_lm_hooks {
+    void *ctx;
+    int (*before_forward)(void *ctx, int group);
+    int (*after_forward)(void *ctx, int group);
+    int (*before_backward)(void *ctx, int group);
+    int (*after_backward)(void *ctx, int group);   /* group's grads complete for this micro-step */
+} dt_lm_hooks;
+
+/* B: micro-batch, T: sequence length (<= max_pos). ckpt_layers: the first
+ * ckpt_layers blocks keep only their input and are recomputed in backward.
+ * Allocates params (DT_MEM_PARAMS), grads (DT_MEM_GRADS), saved activations
+ * (DT_MEM_ACTIVATIONS) and scratch/logits (DT_MEM_BUFFERS) through dt_memtrack. */
+int dt_lm_create(const dt_model *m, const dt_precision *prec, int64_t B, int64_t T,
+                   int64_t ckpt_layers, dt_attention attn, dt_lm **out, dt_error *err);
+/* The same on a device (dt_device.h): DT_DEVICE_CPU is dt_lm_create;
+ * DT_DEVICE_CUDA binds this process to GPU `ordinal` (LOCAL_RANK) and fails with
+ * DT_ERUNTIME when the build has no CUDA or no GPU is visible. On CUDA every
+ * pointer this API returns or accepts (params, grads, logits, group pointers,
+ * dt_lm_bind_group storage) is DEVICE memory from the device's alloc, and
+ * hooks run on the host between kernels enqueued on the compute stream. */
+int dt_lm_create_on(const dt_model *m, const dt_precision *prec, int64_t B, int64_t T,
+                      int64_t ckpt_layers, dt_attention attn, dt_device device, int ordinal,
+                      dt_lm **out, dt_error *err);
+/* Creation flags for dt_lm_create_ex. DT_LM_NO_FLAT: the flat parameter and
+ * gradient buffers are not allocated (as after dt_lm_release_flat); every group
+ * must be bound (dt_lm_bind_group) before a pass, as a ZeRO-3 engine does, so the
+ * process never holds the whole model (dt_zero_init_random). */
+#define DT_LM_NO_FLAT 1u
+int dt_lm_create_ex(const dt_model *m, const dt_precision *prec, int64_t B, int64_t T,
+                    int64_t ckpt_layers, dt_attention attn, dt_device device, int ordinal,
+                    unsigned flags, dt_lm **out, dt_error *err);
+dt_device dt_lm_device(const dt_lm *g);
+/* The device's operation table (copies, allocation, sync) for callers that
+ * move data in and out of the model's storage. */
+const struct dt_device_ops *dt_lm_device_ops(const dt_lm *g);
+void dt_lm_free(dt_lm *g);
+
+int dt_lm_num_tensors(const dt_lm *g);
+const dt_tensor_info *dt_lm_tensor(const dt_lm *g, int i);
+int dt_lm_num_groups(const dt_lm *g);                  /* L + 2 */
+size_t dt_lm_group_offset(const dt_lm *g, int group);  /* elements */
+size_t dt_lm_group_numel(const dt_lm *g, int group);
+size_t dt_lm_num_params(const dt_lm *g);
+
+void *dt_lm_params(dt_lm *g);   /* flat, param dtype, num_params elements */
+void *dt_lm_grads(dt_lm *g);    /* flat, grad dtype */
+void dt_lm_set_hooks(dt_lm *g, const dt_lm_hooks *hooks);
+
+/* Hook order. Forward: before/after_forward(0) around the encoder, then
+ * before/after_forward(1 + l) for each block l, before/after_forward(L + 1) around
+ * the final norm (and an untied lm_head, which lives in group L + 1), then, tied
+ * only, before/after_forward(0) AGAIN around the classifier (the embedding).
+ * Backward: tied: before_backward(0) (classifier), then before/after_backward(L + 1);
+ * untied: before/after_backward(L + 1) (lm_head, norm). Then
+ * before/after_backward(1 + l) for l = L-1 .. 0 (a checkpointed block is
+ * recomputed inside its pair), encoder, after_backward(0) (untied: preceded by
+ * its own before_backward(0)). Group 0's grads are complete only at
+ * after_backward(0), the last call. */
+/* 1 when the classifier is the embedding (group 0 used twice per pass: gpt2
+ * always, llama with tie_word_embeddings), 0 when lm_head is its own tensor. */
+int dt_lm_tied(const dt_lm *g);
+/* What precedes a tensor name to make the Hugging Face state-dict key:
+ * "transformer." for gpt2 (GPT2LMHeadModel), "" for llama (names are whole keys). */
+const char *dt_lm_hf_prefix(const dt_lm *g);
+dt_family dt_lm_family(const dt_lm *g);
+
+/* Per-group storage, as the model sees it: the base of a group's parameters
+ * (param dtype) and gradients (grad dtype), group_numel elements each. By
+ * default they point into the flat buffers. */
+void *dt_lm_group_params(dt_lm *g, int group);
+void *dt_lm_group_grads(dt_lm *g, int group);
+/* Rebinds a group's parameter and gradient storage (e.g. a ZeRO-3 gather buffer
+ * or a ZeRO-2 bucket); NULL restores the default (the flat buffer). The memory
+ * must hold group_numel elements of the param / grad dtype and outlive its use.
+ * Returns DT_EINVAL for a group outside 0 .. L+1. */
+int dt_lm_bind_group(dt_lm *g, int group, void *params, void *grads);
+/* Frees the flat parameter and/or gradient buffer once every group has been
+ * rebound to the caller's storage (ZeRO-2 keeps gradients only per unit, ZeRO-3
+ * parameters too), so a rank holds what its stage says and nothing more.
+ * DT_EINVAL (nothing freed) while any group still points into that buffer.
+ * Afterwards dt_lm_params / dt_lm_grads return NULL and binding a group
+ * back to the released buffer (NULL) fails, until dt_lm_restore_flat. */
+int dt_lm_release_flat(dt_lm *g, int params, int grads, dt_error *err);
+/* Re-allocates a released flat buffer (contents undefined) in category cat (e.g.
+ * DT_MEM_BUFFERS for a checkpoint's transient consolidation); groups keep their
+ * bindings. A buffer that was never released is left as it is. */
+int dt_lm_restore_flat(dt_lm *g, int params, int grads, dt_mem_category cat, dt_error *err);
+
+/* Init from seed, as Hugging Face initialises each family: gpt2 N(0, 0.02),
+ * residual projections (c_proj) N(0, 0.02/sqrt(2L)), biases 0, LayerNorm
+ * weights 1; llama N(0, 0.02) for every matrix, biases 0, RMSNorm weights 1.
+ * Each element's value depends only on (seed, its flat index), so a slice can
+ * be drawn alone and equals the same elements of the whole. */
+void dt_lm_init_random(dt_lm *g, uint64_t seed);
+/* The initial values of flat elements [lo, lo + n) (clipped to the model),
+ * stored as dtype dt into HOST memory dst[0 .. n). */
+void dt_lm_init_slice(const dt_lm *g, uint64_t seed, size_t lo, size_t n, void *dst, dt_dtype dt);
+
+/* inputs, targets: [B, T] token ids. targets may be NULL (logits only).
+ * *loss = mean cross-entropy over B*T (fp32). */
+int dt_lm_forward(dt_lm *g, const int32_t *inputs, const int32_t *targets, float *loss,
+                    dt_error *err);
+/* Tokens outside 0..V-1 are DT_EINVAL. Without targets *loss is not written. */
+/* Backward of the last forward (which must have had targets); gradients are
+ * ACCUMULATED into the grad buffer, scaled by grad_scale (1/accum * loss scale). */
+int dt_lm_backward(dt_lm *g, float grad_scale, dt_error *err);
+void dt_lm_zero_grad(dt_lm *g);
+/* fp32 logits [B, T, V] of the last forward (after dt_lm_backward the buffer
+ * holds the logit gradients instead). */
+const float *dt_lm_logits(const dt_lm *g);
+
+/* 1 if every gradient (through the bound group pointers) is finite, 0 if any is
+ * inf or NaN: the overflow test of fp16 dynamic loss scaling. */
+int dt_lm_grads_finite(const dt_lm *g);
+/* Sum of squared gradients over all groups, in double, in an order independent
+ * of the thread count (global-norm clipping: norm = sqrt(sumsq) / loss scale). */
+double dt_lm_grad_sumsq(const dt_lm *g);
+/* Bytes of the saved-activation allocation (DT_MEM_ACTIVATIONS), the quantity
+ * docs/activations.md defines. */
+size_t dt_lm_activation_bytes(const dt_lm *g);
+
+#endif

@@ -1,0 +1,1007 @@
+/* gpt2.c — the GPT-2 family on a device backend (dt_device.h): parameter layout,
+ * forward, backward, activation checkpointing, 16-bit storage. See dt_lm.h
+ * for the API and docs/engine.md for the design; docs/activations.md is the
+ * list of saved tensors this file allocates (category activations).
+ *
+ * Dimension letters: B batch, T time, C channels, H heads, hs = C / H, F = 4C
+ * (ffn), V vocab, L layers, N = B * T token rows.
+ *
+ * Every op, copy and allocation goes through g->dev (dt_device.h), so the same
+ * code runs on the CPU (synchronous, host pointers) and on CUDA (device
+ * pointers, one compute stream). Host-side work is limited to token checks and
+ * the token-position chains of the 16-bit encoder backward (built on the host
+ * copy of the inputs, then uploaded). */
+#include "dt_lm.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dt_device.h"
+#include "dt_dtype.h"
+#include "dt_memtrack.h"
+#include "lm_internal.h"
+
+/* ----------------------------------------------------------------------------
+ * parameter layout */
+
+/* per-block tensors, in Hugging Face order */
+enum {
+    P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPW, P_ATTPB, P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPW,
+    P_FCPB, P_BLOCK_COUNT
+};
+static const char *const block_names[P_BLOCK_COUNT] = {
+    "ln_1.weight",      "ln_1.bias",      "attn.c_attn.weight", "attn.c_attn.bias",
+    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",      "ln_2.bias",
+    "mlp.c_fc.weight",  "mlp.c_fc.bias",  "mlp.c_proj.weight",  "mlp.c_proj.bias"};
+
+/* GPT-2 init (Radford et al. 2019 §2.3; HF GPT2PreTrainedModel._init_weights):
+ * N(0, 0.02) weights, residual projections scaled by 1/sqrt(2L). */
+#define DT_GPT2_INIT_STD 0.02
+/* HF LlamaConfig.initializer_range (also Qwen2 / Qwen3): N(0, 0.02) for every
+ * linear and the embedding, RMSNorm weights 1, biases 0 (LlamaPreTrainedModel._init_weights). */
+#define DT_LLAMA_INIT_STD 0.02
+/* GPT-2's layer_norm_epsilon when a model description carries none (HF GPT2Config). */
+#define DT_GPT2_LN_EPS 1e-5f
+/* Tensors shorter than this are initialised on one thread. */
+#define DT_INIT_PAR_MIN 65536
+
+/* ----------------------------------------------------------------------------
+ * small helpers */
+
+/* element offset of tensor i inside its group */
+static size_t in_group(const dt_lm *g, int i) {
+    return g->tensors[i].offset - g->group_off[g->tensors[i].group];
+}
+
+
+
+
+
+static int hook(const dt_lm *g, int (*fn)(void *, int), int group, dt_error *err,
+                const char *what) {
+    if (!fn) return 0;
+    int rc = fn(g->hooks.ctx, group);
+    if (rc && err && err->code == DT_OK)
+        dt_errorf(err, rc, "model: %s hook failed for group %d", what, group);
+    return rc;
+}
+
+/* fp32 parameters of a group: the bound storage itself, or converted into pw */
+static float *group_params_f32(dt_lm *g, int group) {
+    if (g->pt == DT_DTYPE_FP32) return g->gparams[group];
+    g->dev->convert(g->pw, DT_DTYPE_FP32, g->gparams[group], g->pt, g->group_numel[group]);
+    return g->pw;
+}
+
+/* Elements of the final norm at the start of group L+1 (gpt2: weight and bias). */
+static size_t norm_numel(const dt_lm *g) {
+    return (size_t)(g->fam == DT_FAMILY_GPT2 ? 2 * g->C : g->C);
+}
+
+/* fp32 parameters of the final norm (the start of group L+1; an untied lm_head
+ * after it is converted in row chunks by the classifier) */
+static float *norm_params_f32(dt_lm *g) {
+    int last = (int)g->L + 1;
+    if (g->pt == DT_DTYPE_FP32) return g->gparams[last];
+    g->dev->convert(g->pw, DT_DTYPE_FP32, g->gparams[last], g->pt, norm_numel(g));
+    return g->pw;
+}
+
+/* fp32 gradient accumulator of a group: the bound grads, or gw zeroed */
+static float *group_grads_f32(dt_lm *g, int group) {
+    if (g->gt == DT_DTYPE_FP32) return g->ggrads[group];
+    g->dev->memset0(g->gw, g->group_numel[group] * sizeof(float));
+    return g->gw;
+}
+
+/* 16-bit grads: grads[off .. off+n) += acc (rounded once per element) */
+static void grads_add_16(dt_lm *g, int group, size_t off, const float *acc, size_t n) {
+    g->dev->accumulate_16((uint16_t *)g->ggrads[group] + off, g->gt, acc, n);
+}
+
+static void group_grads_commit(dt_lm *g, int group) {
+    if (g->gt != DT_DTYPE_FP32) grads_add_16(g, group, 0, g->gw, g->group_numel[group]);
+}
+
+/* ----------------------------------------------------------------------------
+ * create / free */
+
+void lm_set_tensor(dt_lm *g, int i, const char *name, int group, size_t *off, int ndim, int64_t d0,
+                   int64_t d1) {
+    dt_tensor_info *t = &g->tensors[i];
+    snprintf(g->names[i], DT_TENSOR_NAME_MAX, "%s", name);
+    t->name = g->names[i];
+    t->group = group;
+    t->offset = *off;
+    t->ndim = ndim;
+    t->shape[0] = d0;
+    t->shape[1] = ndim == 2 ? d1 : 0;
+    t->numel = (size_t)(ndim == 2 ? d0 * d1 : d0);
+    *off += t->numel;
+}
+
+static void build_layout(dt_lm *g) {
+    int64_t C = g->C, F = g->F;
+    size_t off = 0;
+    int i = 0;
+    const int llama = g->fam == DT_FAMILY_LLAMA;
+    g->group_off[0] = off;
+    if (llama) {
+        lm_set_tensor(g, i++, "model.embed_tokens.weight", 0, &off, 2, g->V, C);
+    } else {
+        lm_set_tensor(g, i++, "wte.weight", 0, &off, 2, g->V, C);
+        lm_set_tensor(g, i++, "wpe.weight", 0, &off, 2, g->maxT, C);
+    }
+    g->group_numel[0] = off - g->group_off[0];
+    for (int l = 0; l < g->L; l++) {
+        int grp = 1 + l;
+        g->group_off[grp] = off;
+        if (llama) {
+            lm_llama_block_layout(g, l, &i, &off);
+        } else {
+            /* shapes [in, out] as HF Conv1D */
+            int64_t shp[P_BLOCK_COUNT][2] = {{C, 0}, {C, 0},     {C, 3 * C}, {3 * C, 0},
+                                             {C, C}, {C, 0},     {C, 0},     {C, 0},
+                                             {C, F}, {F, 0},     {F, C},     {C, 0}};
+            for (int k = 0; k < P_BLOCK_COUNT; k++) {
+                char name[DT_TENSOR_NAME_MAX];
+                snprintf(name, sizeof name, "h.%d.%s", l, block_names[k]);
+                if (l == 0) g->boff[k] = off - g->group_off[grp];
+                lm_set_tensor(g, i++, name, grp, &off, shp[k][1] ? 2 : 1, shp[k][0], shp[k][1]);
+            }
+        }
+        g->group_numel[grp] = off - g->group_off[grp];
+    }
+    int last = g->L + 1;
+    g->group_off[last] = off;
+    g->norm_off = 0;
+    if (llama) {
+        lm_set_tensor(g, i++, "model.norm.weight", last, &off, 1, C, 0);
+        if (!g->tied) lm_set_tensor(g, i++, "lm_head.weight", last, &off, 2, g->V, C);
+    } else {
+        lm_set_tensor(g, i++, "ln_f.weight", last, &off, 1, C, 0);
+        lm_set_tensor(g, i++, "ln_f.bias", last, &off, 1, C, 0);
+    }
+    g->group_numel[last] = off - g->group_off[last];
+    /* the classifier matrix [V, C]: the embedding (tied) or lm_head after the norm */
+    g->cls_group = g->tied ? 0 : last;
+    g->cls_off = g->tied ? 0 : (size_t)C;
+    g->nparams = off;
+    g->ntensors = i;
+}
+
+/* Reserves bytes at *off of the activation allocation: its address when base
+ * is given, NULL when only measuring. */
+static void *take(char *base, size_t *off, size_t bytes) {
+    void *p = base ? base + *off : NULL;
+    *off += bytes;
+    return p;
+}
+
+static void layout_gpt2_block_acts(dt_lm *g, block_acts *ba, char *base, size_t *off) {
+    int64_t B = g->B, T = g->T, C = g->C, H = g->H, F = g->F, N = B * T;
+    size_t a = (size_t)g->asz, f = sizeof(float);
+    ba->ln1 = take(base, off, a * N * C);
+    ba->ln1_mean = take(base, off, f * N);
+    ba->ln1_rstd = take(base, off, f * N);
+    ba->qkv = take(base, off, a * N * 3 * C);
+    if (g->attn == DT_ATTN_FLASH) ba->lse = take(base, off, f * B * H * T);
+    else ba->probs = take(base, off, a * B * H * T * T);
+    ba->att = take(base, off, a * N * C);
+    ba->res1 = take(base, off, a * N * C);
+    ba->ln2 = take(base, off, a * N * C);
+    ba->ln2_mean = take(base, off, f * N);
+    ba->ln2_rstd = take(base, off, f * N);
+    ba->fch = take(base, off, a * N * F);
+    ba->gelu = take(base, off, a * N * F);
+}
+
+/* Lays out (or, with base == NULL, just measures) the saved activations. */
+static size_t layout_acts(dt_lm *g, char *base) {
+    int64_t N = g->B * g->T, C = g->C;
+    size_t a = (size_t)g->asz, f = sizeof(float), off = 0;
+    for (int64_t l = 0; l <= g->L; l++) g->x[l] = take(base, &off, a * N * C);
+    int64_t nblocks = g->L - g->K + (g->K > 0 ? 1 : 0);
+    for (int64_t s = 0; s < nblocks; s++) {
+        /* saved blocks K..L-1 first, then the shared recompute area */
+        block_acts *ba = s < g->L - g->K ? &g->blocks[g->K + s] : &g->recompute;
+        if (g->fam == DT_FAMILY_LLAMA) lm_llama_layout_block_acts(g, ba, base, &off);
+        else layout_gpt2_block_acts(g, ba, base, &off);
+    }
+    g->lnf = take(base, &off, a * N * C);
+    if (g->fam == DT_FAMILY_GPT2) g->lnf_mean = take(base, &off, f * N);
+    g->lnf_rstd = take(base, &off, f * N);
+    return off;
+}
+
+static void *buf(const dt_lm *g, size_t bytes) {
+    return g->dev->alloc(DT_POOL_DEVICE, DT_MEM_BUFFERS, bytes);
+}
+
+
+/* fp32 working copies of one block's activations (16-bit activation dtypes). */
+static int alloc_f32_views(dt_lm *g) {
+    int64_t N = g->B * g->T, C = g->C, F = g->F;
+    size_t f = sizeof(float);
+    block_f32 *w = &g->w32;
+    int ok = (w->x = buf(g, f * N * C)) && (w->ln1 = buf(g, f * N * C)) &&
+             (w->att = buf(g, f * N * g->QD)) && (w->res1 = buf(g, f * N * C)) &&
+             (w->ln2 = buf(g, f * N * C)) && (w->xout = buf(g, f * N * C));
+    if (g->fam == DT_FAMILY_LLAMA) {
+        int64_t QK = g->QD + g->KVD;
+        ok = ok && (w->qk = buf(g, f * N * QK)) && (w->v = buf(g, f * N * g->KVD)) &&
+             (w->gu = buf(g, f * N * 2 * F)) && (w->act = buf(g, f * N * F));
+        if (g->qk_norm) ok = ok && (w->qk_raw = buf(g, f * N * QK));
+    } else {
+        ok = ok && (w->qkv = buf(g, f * N * 3 * C)) && (w->fch = buf(g, f * N * F)) &&
+             (w->gelu = buf(g, f * N * F));
+    }
+    if (g->attn == DT_ATTN_MATERIALIZED) ok = ok && (w->probs = buf(g, f * g->B * g->H * g->T * g->T));
+    return ok;
+}
+
+/* RoPE tables [T, D/2] computed on the host, then copied to the device. */
+static int upload_rope(dt_lm *g, const dt_model *m) {
+    size_t n = (size_t)(g->T * (g->D / 2));
+    float *h = malloc(2 * n * sizeof(float));
+    if (!h) return 0;
+    lm_llama_rope_tables(m, g->T, h, h + n);
+    g->dev->memcpy(g->rope_cos, h, n * sizeof(float), DT_COPY_H2D, DT_STREAM_H2D);
+    g->dev->memcpy(g->rope_sin, h + n, n * sizeof(float), DT_COPY_H2D, DT_STREAM_H2D);
+    g->dev->handoff(DT_STREAM_H2D, DT_STREAM_COMPUTE);
+    g->dev->stream_sync(DT_STREAM_H2D);
+    free(h);
+    return 1;
+}
+
+/* What this engine runs of a model description: one line naming what it cannot. */
+static int check_model(const dt_model *m, dt_error *err) {
+    int rc = dt_model_validate(m, err);
+    if (rc) return rc;
+    int64_t D = m->family == DT_FAMILY_LLAMA ? m->head_dim : m->hidden / m->n_head;
+    if (m->family == DT_FAMILY_GPT2 && m->hidden % m->n_head != 0)
+        return dt_errorf(err, DT_EINVAL,
+                         "model: model '%s' has hidden %lld not a multiple of its %lld heads",
+                         m->name, (long long)m->hidden, (long long)m->n_head);
+    if (D > DT_LM_MAX_HEAD_DIM)
+        return dt_errorf(err, DT_EINVAL, "model: head size %lld exceeds the supported %d",
+                         (long long)D, DT_LM_MAX_HEAD_DIM);
+    if (m->family == DT_FAMILY_LLAMA && D % 2 != 0)
+        return dt_errorf(err, DT_EINVAL, "model: model '%s' has an odd head_dim %lld; RoPE rotates pairs",
+                         m->name, (long long)D);
+    if (m->family == DT_FAMILY_LLAMA && m->qk_norm && m->qkv_bias)
+        return dt_errorf(err, DT_EINVAL,
+                         "model: model '%s' has both q/k/v bias and q/k norm, which no supported "
+                         "model_type combines (qwen2: bias; qwen3: norm)", m->name);
+    return DT_OK;
+}
+
+int dt_lm_create(const dt_model *m, const dt_precision *prec, int64_t B, int64_t T,
+                   int64_t ckpt_layers, dt_attention attn, dt_lm **out, dt_error *err) {
+    return dt_lm_create_on(m, prec, B, T, ckpt_layers, attn, DT_DEVICE_CPU, 0, out, err);
+}
+
+int dt_lm_create_on(const dt_model *m, const dt_precision *prec, int64_t B, int64_t T,
+                      int64_t ckpt_layers, dt_attention attn, dt_device device, int ordinal,
+                      dt_lm **out, dt_error *err) {
+    return dt_lm_create_ex(m, prec, B, T, ckpt_layers, attn, device, ordinal, 0, out, err);
+}
+
+int dt_lm_create_ex(const dt_model *m, const dt_precision *prec, int64_t B, int64_t T,
+                    int64_t ckpt_layers, dt_attention attn, dt_device device, int ordinal,
+                    unsigned flags, dt_lm **out, dt_error *err) {
+    *out = NULL;
+    const dt_device_ops *dev = NULL;
+    int drc = dt_device_get(device, ordinal, &dev, err);
+    if (drc) return drc;
+    if (!m || !prec) return dt_errorf(err, DT_EINVAL, "model: model and precision are required");
+    int rc = check_model(m, err);
+    if (rc) return rc;
+    if (B < 1 || T < 1 || T > m->max_pos)
+        return dt_errorf(err, DT_EINVAL,
+                         "model: batch %lld x sequence %lld invalid: need B >= 1 and 1 <= T <= %lld "
+                         "(the model's positions)",
+                         (long long)B, (long long)T, (long long)m->max_pos);
+    if (ckpt_layers < 0 || ckpt_layers > m->n_layer)
+        return dt_errorf(err, DT_EINVAL, "model: checkpointed layers %lld outside 0..%lld",
+                         (long long)ckpt_layers, (long long)m->n_layer);
+    if (attn != DT_ATTN_FLASH && attn != DT_ATTN_MATERIALIZED)
+        return dt_errorf(err, DT_EINVAL, "model: unknown attention kind %d", (int)attn);
+
+    dt_lm *g = calloc(1, sizeof *g);
+    if (!g) return dt_errorf(err, DT_ENOMEM, "model: out of memory");
+    g->dev = dev;
+    g->B = B;
+    g->T = T;
+    g->fam = m->family;
+    g->C = m->hidden;
+    g->H = m->n_head;
+    g->Hkv = m->n_kv_head;
+    g->D = m->family == DT_FAMILY_LLAMA ? m->head_dim : m->hidden / m->n_head;
+    g->QD = g->H * g->D;
+    g->KVD = g->Hkv * g->D;
+    g->qk_norm = m->family == DT_FAMILY_LLAMA && m->qk_norm;
+    g->qkv_bias = m->family == DT_FAMILY_GPT2 || m->qkv_bias;
+    g->tied = m->family == DT_FAMILY_GPT2 || m->tied_embeddings;
+    g->F = m->ffn;
+    g->V = m->vocab;
+    g->L = m->n_layer;
+    g->maxT = m->max_pos;
+    g->K = ckpt_layers;
+    g->eps = m->norm_eps > 0 ? (float)m->norm_eps : DT_GPT2_LN_EPS;
+    g->attn = attn;
+    g->pt = prec->param;
+    g->gt = prec->grad;
+    g->at = prec->activation;
+    g->psz = dt_dtype_size(g->pt);
+    g->gsz = dt_dtype_size(g->gt);
+    g->asz = dt_dtype_size(g->at);
+
+    g->ngroups = (int)g->L + 2;
+    /* the most tensors either family has: embeddings 2, blocks, final norm + head 2 */
+    int per_block = g->fam == DT_FAMILY_LLAMA ? lm_llama_block_tensors(g) : P_BLOCK_COUNT;
+    g->ntensors = 2 + (int)g->L * per_block + 2;
+    g->tensors = calloc((size_t)g->ntensors, sizeof *g->tensors);
+    g->names = calloc((size_t)g->ntensors, sizeof *g->names);
+    g->group_off = calloc((size_t)g->ngroups, sizeof(size_t));
+    g->group_numel = calloc((size_t)g->ngroups, sizeof(size_t));
+    g->gparams = calloc((size_t)g->ngroups, sizeof(void *));
+    g->ggrads = calloc((size_t)g->ngroups, sizeof(void *));
+    g->x = calloc((size_t)g->L + 1, sizeof(void *));
+    g->blocks = calloc((size_t)g->L, sizeof(block_acts));
+    if (!g->tensors || !g->names || !g->group_off || !g->group_numel || !g->gparams ||
+        !g->ggrads || !g->x || !g->blocks) {
+        dt_lm_free(g);
+        return dt_errorf(err, DT_ENOMEM, "model: out of memory for the layout tables");
+    }
+    build_layout(g);
+
+    int64_t N = B * T, C = g->C, F = g->F, V = g->V;
+    const int flat = !(flags & DT_LM_NO_FLAT);
+    if (flat) {
+        g->params = dev->alloc(DT_POOL_DEVICE, DT_MEM_PARAMS, g->nparams * (size_t)g->psz);
+        g->grads = dev->alloc(DT_POOL_DEVICE, DT_MEM_GRADS, g->nparams * (size_t)g->gsz);
+    }
+    g->act_bytes = layout_acts(g, NULL);
+    g->act_mem = dev->alloc(DT_POOL_DEVICE, DT_MEM_ACTIVATIONS, g->act_bytes);
+    int ok = (!flat || (g->params && g->grads)) && g->act_mem;
+    if (ok) layout_acts(g, g->act_mem);
+    for (int grp = 0; grp < g->ngroups && flat; grp++) {   /* else unbound until dt_lm_bind_group */
+        g->gparams[grp] = lm_tensor_ptr(g->params, g->group_off[grp], g->psz);
+        g->ggrads[grp] = lm_tensor_ptr(g->grads, g->group_off[grp], g->gsz);
+    }
+
+    g->logits = buf(g, sizeof(float) * N * V);
+    g->ce_lse = buf(g, sizeof(float) * N);
+    g->ce_losses = buf(g, sizeof(float) * N);
+    g->inputs = buf(g, sizeof(int32_t) * N);
+    g->targets = buf(g, sizeof(int32_t) * N);
+    g->dres = buf(g, sizeof(float) * N * C);
+    g->dC = buf(g, sizeof(float) * N * C);
+    if (g->fam == DT_FAMILY_LLAMA) {
+        int64_t QK = g->QD + g->KVD, half = g->D / 2;
+        g->dQKV = buf(g, sizeof(float) * N * (QK + g->KVD));
+        g->dF = buf(g, sizeof(float) * N * 2 * F);
+        g->dA = buf(g, sizeof(float) * N * (g->QD > F ? g->QD : F));
+        g->rope_cos = buf(g, sizeof(float) * T * half);
+        g->rope_sin = buf(g, sizeof(float) * T * half);
+        ok = ok && g->dA && g->rope_cos && g->rope_sin && upload_rope(g, m);
+    } else {
+        g->dQKV = buf(g, sizeof(float) * N * 3 * C);
+        g->dF = buf(g, sizeof(float) * N * F);
+    }
+    ok = ok && g->logits && g->ce_lse && g->ce_losses && g->inputs && g->targets && g->dres &&
+         g->dC && g->dQKV && g->dF;
+
+    /* groups converted whole: blocks, the final norm, wpe; the embedding and
+     * lm_head matrices are converted in row chunks */
+    g->max_group_numel = g->group_numel[1];
+    if (g->fam == DT_FAMILY_GPT2 && (size_t)(g->maxT * C) > g->max_group_numel)
+        g->max_group_numel = (size_t)(g->maxT * C);
+    if (norm_numel(g) > g->max_group_numel) g->max_group_numel = norm_numel(g);
+    g->vchunk = (int64_t)(g->max_group_numel / (size_t)C);
+    if (g->vchunk > V) g->vchunk = V;
+    if (g->pt != DT_DTYPE_FP32) ok = ok && (g->pw = buf(g, sizeof(float) * g->max_group_numel));
+    if (g->gt != DT_DTYPE_FP32) {
+        ok = ok && (g->gw = buf(g, sizeof(float) * g->max_group_numel)) &&
+             (g->tok_head = buf(g, sizeof(int32_t) * V)) && (g->tok_next = buf(g, sizeof(int32_t) * N));
+    }
+    /* host copies of what the host reads or builds (token checks, chains) */
+    g->h_inputs = g->inputs;
+    g->h_tok_head = g->tok_head;
+    g->h_tok_next = g->tok_next;
+    if (!dev->host_addressable && ok) {
+        g->h_inputs = dev->alloc(DT_POOL_HOST, DT_MEM_BUFFERS, sizeof(int32_t) * N);
+        ok = g->h_inputs != NULL;
+        if (g->gt != DT_DTYPE_FP32)
+            ok = ok && (g->h_tok_head = dev->alloc(DT_POOL_HOST, DT_MEM_BUFFERS, sizeof(int32_t) * V)) &&
+                 (g->h_tok_next = dev->alloc(DT_POOL_HOST, DT_MEM_BUFFERS, sizeof(int32_t) * N));
+    }
+    if (ok && g->h_tok_head)
+        for (int64_t v = 0; v < V; v++) g->h_tok_head[v] = -1;
+    if (g->at != DT_DTYPE_FP32) ok = ok && alloc_f32_views(g);
+    if (!ok) {
+        dt_lm_free(g);
+        return dt_errorf(err, DT_ENOMEM,
+                         "model: out of memory allocating %s (B=%lld, T=%lld); a smaller micro-batch "
+                         "or more checkpointed layers would need less",
+                         m->name, (long long)B, (long long)T);
+    }
+    *out = g;
+    return DT_OK;
+}
+
+void dt_lm_free(dt_lm *g) {
+    if (!g) return;
+    const dt_device_ops *dev = g->dev;
+    if (!dev->host_addressable) {
+        dev->free(g->h_inputs);
+        dev->free(g->h_tok_head);
+        dev->free(g->h_tok_next);
+    }
+    dev->free(g->params);
+    dev->free(g->grads);
+    dev->free(g->act_mem);
+    void *bufs[] = {g->logits, g->ce_lse,   g->ce_losses, g->inputs,   g->targets,
+                    g->dres,   g->dC,       g->dQKV,      g->dF,       g->pw,
+                    g->gw,     g->w32.x,    g->w32.ln1,   g->w32.qkv,  g->w32.probs,
+                    g->w32.att, g->w32.res1, g->w32.ln2,  g->w32.fch,  g->w32.gelu,
+                    g->w32.xout, g->tok_head, g->tok_next, g->dA, g->rope_cos, g->rope_sin,
+                    g->w32.qk_raw, g->w32.qk, g->w32.v, g->w32.gu, g->w32.act};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dev->free(bufs[i]);
+    free(g->tensors);
+    free(g->names);
+    free(g->group_off);
+    free(g->group_numel);
+    free(g->gparams);
+    free(g->ggrads);
+    free(g->x);
+    free(g->blocks);
+    free(g);
+}
+
+/* ----------------------------------------------------------------------------
+ * layout queries */
+
+int dt_lm_num_tensors(const dt_lm *g) { return g->ntensors; }
+const dt_tensor_info *dt_lm_tensor(const dt_lm *g, int i) {
+    return i >= 0 && i < g->ntensors ? &g->tensors[i] : NULL;
+}
+int dt_lm_num_groups(const dt_lm *g) { return g->ngroups; }
+int dt_lm_tied(const dt_lm *g) { return g->tied; }
+const char *dt_lm_hf_prefix(const dt_lm *g) { return g->fam == DT_FAMILY_GPT2 ? "transformer." : ""; }
+dt_family dt_lm_family(const dt_lm *g) { return g->fam; }
+size_t dt_lm_group_offset(const dt_lm *g, int group) {
+    return group >= 0 && group < g->ngroups ? g->group_off[group] : 0;
+}
+size_t dt_lm_group_numel(const dt_lm *g, int group) {
+    return group >= 0 && group < g->ngroups ? g->group_numel[group] : 0;
+}
+size_t dt_lm_num_params(const dt_lm *g) { return g->nparams; }
+void *dt_lm_params(dt_lm *g) { return g->params; }
+void *dt_lm_grads(dt_lm *g) { return g->grads; }
+const float *dt_lm_logits(const dt_lm *g) { return g->logits; }
+size_t dt_lm_activation_bytes(const dt_lm *g) { return g->act_bytes; }
+dt_device dt_lm_device(const dt_lm *g) { return g->dev->kind; }
+const dt_device_ops *dt_lm_device_ops(const dt_lm *g) { return g->dev; }
+
+void dt_lm_set_hooks(dt_lm *g, const dt_lm_hooks *hooks) {
+    if (hooks) g->hooks = *hooks;
+    else memset(&g->hooks, 0, sizeof g->hooks);
+}
+
+int dt_lm_bind_group(dt_lm *g, int group, void *params, void *grads) {
+    if (group < 0 || group >= g->ngroups) return DT_EINVAL;
+    if ((!params && !g->params) || (!grads && !g->grads)) return DT_EINVAL; /* released flat buffer */
+    g->gparams[group] = params ? params : lm_tensor_ptr(g->params, g->group_off[group], g->psz);
+    g->ggrads[group] = grads ? grads : lm_tensor_ptr(g->grads, g->group_off[group], g->gsz);
+    return DT_OK;
+}
+
+/* does any group still point into [base, base + bytes)? */
+static int flat_in_use(void *const *ptrs, int n, const void *base, size_t bytes) {
+    const char *lo = base, *hi = lo + bytes;
+    for (int i = 0; i < n; i++)
+        if ((const char *)ptrs[i] >= lo && (const char *)ptrs[i] < hi) return 1;
+    return 0;
+}
+
+int dt_lm_release_flat(dt_lm *g, int params, int grads, dt_error *err) {
+    if (params && g->params && flat_in_use(g->gparams, g->ngroups, g->params, g->nparams * (size_t)g->psz))
+        return dt_errorf(err, DT_EINVAL, "model: cannot release the flat parameters while a group uses them");
+    if (grads && g->grads && flat_in_use(g->ggrads, g->ngroups, g->grads, g->nparams * (size_t)g->gsz))
+        return dt_errorf(err, DT_EINVAL, "model: cannot release the flat gradients while a group uses them");
+    if (params) {
+        g->dev->free(g->params);
+        g->params = NULL;
+    }
+    if (grads) {
+        g->dev->free(g->grads);
+        g->grads = NULL;
+    }
+    return DT_OK;
+}
+
+int dt_lm_restore_flat(dt_lm *g, int params, int grads, dt_mem_category cat, dt_error *err) {
+    if (params && !g->params && !(g->params = g->dev->alloc(DT_POOL_DEVICE, cat, g->nparams * (size_t)g->psz)))
+        return dt_errorf(err, DT_ENOMEM, "model: out of memory restoring the flat parameters (%zu elements)",
+                         g->nparams);
+    if (grads && !g->grads && !(g->grads = g->dev->alloc(DT_POOL_DEVICE, cat, g->nparams * (size_t)g->gsz)))
+        return dt_errorf(err, DT_ENOMEM, "model: out of memory restoring the flat gradients (%zu elements)",
+                         g->nparams);
+    return DT_OK;
+}
+
+void *dt_lm_group_params(dt_lm *g, int group) {
+    return group >= 0 && group < g->ngroups ? g->gparams[group] : NULL;
+}
+void *dt_lm_group_grads(dt_lm *g, int group) {
+    return group >= 0 && group < g->ngroups ? g->ggrads[group] : NULL;
+}
+
+/* ----------------------------------------------------------------------------
+ * init */
+
+/* The initial value of every parameter is a pure function of (seed, flat
+ * element index), so any slice can be drawn without the rest: a ZeRO-3 rank
+ * draws only its shard, and the weights are bitwise the same for any world
+ * size (the role of DeepSpeed's zero.Init; docs/engine.md "Initialisation").
+ *
+ * Element e takes a standard normal by Box–Muller (cos branch) from two
+ * uniforms, the splitmix64 outputs (Steele, Lea, Flood 2014) at counters 2e + 1
+ * and 2e + 2 of the stream seeded with seed. */
+#define DT_SPLITMIX_GAMMA 0x9e3779b97f4a7c15ULL
+#define DT_TWO_POW_53 9007199254740992.0
+
+static uint64_t splitmix64_at(uint64_t seed, uint64_t counter) {
+    uint64_t z = seed + counter * DT_SPLITMIX_GAMMA;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* uniform in (0, 1): 53 random bits, never 0 */
+static double uniform01_at(uint64_t seed, uint64_t counter) {
+    return ((double)(splitmix64_at(seed, counter) >> 11) + 0.5) / DT_TWO_POW_53;
+}
+
+static double normal_at(uint64_t seed, uint64_t e) {
+    double u1 = uniform01_at(seed, 2 * e + 1), u2 = uniform01_at(seed, 2 * e + 2);
+    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* How tensor t starts: *constant (0 biases, 1 norm weights) when it returns 1,
+ * else N(0, *std). */
+static int init_rule(const dt_lm *g, const dt_tensor_info *t, float *constant, double *std) {
+    const char *nm = t->name;
+    if (ends_with(nm, ".bias")) {
+        *constant = 0.0f;
+        return 1;
+    }
+    int is_norm = g->fam == DT_FAMILY_GPT2 ? strstr(nm, "ln_") != NULL : strstr(nm, "norm") != NULL;
+    if (is_norm) {
+        *constant = 1.0f;
+        return 1;
+    }
+    if (g->fam == DT_FAMILY_LLAMA) *std = DT_LLAMA_INIT_STD;
+    else if (strstr(nm, "c_proj.weight")) *std = DT_GPT2_INIT_STD / sqrt(2.0 * (double)g->L);
+    else *std = DT_GPT2_INIT_STD;
+    return 0;
+}
+
+void dt_lm_init_slice(const dt_lm *g, uint64_t seed, size_t lo, size_t n, void *dst, dt_dtype dt) {
+    size_t hi = lo + n > g->nparams ? g->nparams : lo + n;
+    for (int i = 0; i < g->ntensors; i++) {
+        const dt_tensor_info *t = &g->tensors[i];
+        size_t a = t->offset > lo ? t->offset : lo, b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
+        if (a >= b) continue;
+        float c = 0.0f;
+        double std = 0.0;
+        int constant = init_rule(g, t, &c, &std);
+        int64_t cnt = (int64_t)(b - a);
+#pragma omp parallel for schedule(static) if (cnt > DT_INIT_PAR_MIN)
+        for (int64_t k = 0; k < cnt; k++) {
+            size_t e = a + (size_t)k;
+            float v = constant ? c : (float)(normal_at(seed, e) * std);
+            dt_store(dst, dt, e - lo, v);
+        }
+    }
+}
+
+void dt_lm_init_random(dt_lm *g, uint64_t seed) {
+    /* drawn on the host: into the params directly, or into a host staging copy */
+    size_t bytes = g->nparams * (size_t)g->psz;
+    void *host = g->dev->host_addressable ? g->params
+                                          : g->dev->alloc(DT_POOL_HOST, DT_MEM_BUFFERS, bytes);
+    if (!host) return;   /* no flat buffer (DT_LM_NO_FLAT, released), or out of host memory */
+    dt_lm_init_slice(g, seed, 0, g->nparams, host, g->pt);
+    if (host != g->params) {
+        g->dev->memcpy(g->params, host, bytes, DT_COPY_H2D, DT_STREAM_H2D);
+        g->dev->handoff(DT_STREAM_H2D, DT_STREAM_COMPUTE);
+        /* the upload is done once the compute stream passed the hand-off; a
+         * pending asynchronous error stays recorded for the caller's next
+         * synchronize (synchronize(NULL) would clear it unreported) */
+        g->dev->stream_sync(DT_STREAM_COMPUTE);
+        g->dev->free(host);
+    }
+}
+
+/* ----------------------------------------------------------------------------
+ * forward */
+
+/* off[k]: element offset of block l's tensor k (P_*) inside the group's fp32 view */
+static void block_offsets(const dt_lm *g, int l, size_t off[P_BLOCK_COUNT]) {
+    (void)l;   /* every block has the same layout inside its group */
+    for (int k = 0; k < P_BLOCK_COUNT; k++) off[k] = g->boff[k];
+}
+
+/* One block forward from x[l]. A: where its activations go. xout: x[l + 1], or
+ * NULL when recomputing for backward (the block output is not needed then). */
+static void block_forward(dt_lm *g, int l, block_acts *A, void *xout, const float *P) {
+    int64_t B = g->B, T = g->T, C = g->C, H = g->H, F = g->F, N = B * T;
+    block_f32 *w = &g->w32;
+    size_t o[P_BLOCK_COUNT];
+    block_offsets(g, l, o);
+    const float *x = lm_act_load(g, g->x[l], w->x, (size_t)(N * C));
+
+    float *ln1 = lm_act_f32(g, A->ln1, w->ln1);
+    g->dev->layernorm_forward(ln1, A->ln1_mean, A->ln1_rstd, x, P + o[P_LN1W], P + o[P_LN1B], N, C,
+                            g->eps);
+    lm_act_commit(g, A->ln1, ln1, (size_t)(N * C));
+
+    float *qkv = lm_act_f32(g, A->qkv, w->qkv);
+    g->dev->linear_forward(qkv, ln1, P + o[P_QKVW], P + o[P_QKVB], N, C, 3 * C);
+    lm_act_commit(g, A->qkv, qkv, (size_t)(N * 3 * C));
+
+    float *att = lm_act_f32(g, A->att, w->att);
+    if (g->attn == DT_ATTN_FLASH) {
+        g->dev->attention_forward_flash(att, A->lse, qkv, B, T, C, H);
+    } else {
+        float *probs = lm_act_f32(g, A->probs, w->probs);
+        g->dev->attention_forward_probs(att, probs, qkv, B, T, C, H);
+        lm_act_commit(g, A->probs, probs, (size_t)(B * H * T * T));
+    }
+    lm_act_commit(g, A->att, att, (size_t)(N * C));
+
+    float *proj = g->dC;   /* [N, C] c_proj output, not saved */
+    g->dev->linear_forward(proj, att, P + o[P_ATTPW], P + o[P_ATTPB], N, C, C);
+    float *res1 = lm_act_f32(g, A->res1, w->res1);
+    g->dev->residual_forward(res1, x, proj, N * C);
+    lm_act_commit(g, A->res1, res1, (size_t)(N * C));
+
+    float *ln2 = lm_act_f32(g, A->ln2, w->ln2);
+    g->dev->layernorm_forward(ln2, A->ln2_mean, A->ln2_rstd, res1, P + o[P_LN2W], P + o[P_LN2B], N,
+                            C, g->eps);
+    lm_act_commit(g, A->ln2, ln2, (size_t)(N * C));
+
+    float *fch = lm_act_f32(g, A->fch, w->fch);
+    g->dev->linear_forward(fch, ln2, P + o[P_FCW], P + o[P_FCB], N, C, F);
+    lm_act_commit(g, A->fch, fch, (size_t)(N * F));
+    float *gelu = lm_act_f32(g, A->gelu, w->gelu);
+    g->dev->gelu_forward(gelu, fch, N * F);
+    lm_act_commit(g, A->gelu, gelu, (size_t)(N * F));
+
+    if (!xout) return;
+    g->dev->linear_forward(proj, gelu, P + o[P_FCPW], P + o[P_FCPB], N, F, C);
+    float *xo = lm_act_f32(g, xout, w->xout);
+    g->dev->residual_forward(xo, res1, proj, N * C);
+    lm_act_commit(g, xout, xo, (size_t)(N * C));
+}
+
+static block_acts *acts_of(dt_lm *g, int l) { return l < g->K ? &g->recompute : &g->blocks[l]; }
+
+/* The classifier matrix [V, C] (the embedding, or lm_head) in param dtype. */
+static const void *cls_params(const dt_lm *g) {
+    return lm_tensor_ptr(g->gparams[g->cls_group], g->cls_off, g->psz);
+}
+
+/* logits[N, V] = lnf[N, C] @ W[V, C]^T, W the embedding (tied) or lm_head */
+static void classifier_forward(dt_lm *g, const float *lnf) {
+    int64_t N = g->B * g->T, C = g->C, V = g->V;
+    if (g->pt == DT_DTYPE_FP32) {
+        g->dev->gemm(0, 1, N, V, C, 1.0f, lnf, C, cls_params(g), C, 0.0f, g->logits, V);
+        return;
+    }
+    for (int64_t v0 = 0; v0 < V; v0 += g->vchunk) {
+        int64_t nv = v0 + g->vchunk <= V ? g->vchunk : V - v0;
+        g->dev->convert(g->pw, DT_DTYPE_FP32, (const uint16_t *)cls_params(g) + v0 * C, g->pt,
+                        (size_t)(nv * C));
+        g->dev->gemm(0, 1, N, nv, C, 1.0f, lnf, C, g->pw, C, 0.0f, g->logits + v0, V);
+    }
+}
+
+/* One block forward, whichever the family. */
+static void any_block_forward(dt_lm *g, int l, block_acts *A, void *xout, const float *P) {
+    if (g->fam == DT_FAMILY_LLAMA) lm_llama_block_forward(g, l, A, xout, P);
+    else block_forward(g, l, A, xout, P);
+}
+
+static int check_tokens(const dt_lm *g, const int32_t *tok, const char *what, dt_error *err) {
+    for (int64_t n = 0; n < g->B * g->T; n++)
+        if (tok[n] < 0 || tok[n] >= g->V)
+            return dt_errorf(err, DT_EINVAL,
+                             "model: %s token %d at position %lld is outside the vocabulary 0..%lld",
+                             what, tok[n], (long long)n, (long long)(g->V - 1));
+    return DT_OK;
+}
+
+int dt_lm_forward(dt_lm *g, const int32_t *inputs, const int32_t *targets, float *loss,
+                    dt_error *err) {
+    int64_t B = g->B, T = g->T, C = g->C, N = B * T, V = g->V;
+    int rc;
+    if (!inputs) return dt_errorf(err, DT_EINVAL, "model: forward needs input tokens");
+    if ((rc = check_tokens(g, inputs, "input", err))) return rc;
+    if (targets && (rc = check_tokens(g, targets, "target", err))) return rc;
+    /* host copy (for the 16-bit encoder backward's chains), then the device's;
+     * the upload runs on the h2d stream and is handed to compute by an event */
+    size_t tok_bytes = sizeof(int32_t) * (size_t)N;
+    g->dev->stream_sync(DT_STREAM_H2D);   /* the last upload has read h_inputs */
+    memcpy(g->h_inputs, inputs, tok_bytes);
+    /* write-after-read: the previous micro-batch's backward, possibly still
+     * queued on the compute stream, reads g->targets (cross-entropy) and
+     * g->inputs (encoder); the uploads below must wait for it */
+    g->dev->handoff(DT_STREAM_COMPUTE, DT_STREAM_H2D);
+    if (g->inputs != g->h_inputs)
+        g->dev->memcpy(g->inputs, g->h_inputs, tok_bytes, DT_COPY_H2D, DT_STREAM_H2D);
+    if (targets) g->dev->memcpy(g->targets, targets, tok_bytes, DT_COPY_H2D, DT_STREAM_H2D);
+    g->dev->handoff(DT_STREAM_H2D, DT_STREAM_COMPUTE);
+    g->have_targets = 0;
+
+    /* group 0: encoder x[0] = wte[tokens] + wpe[0..T) */
+    if ((rc = hook(g, g->hooks.before_forward, 0, err, "before_forward"))) return rc;
+    float *x0 = lm_act_f32(g, g->x[0], g->w32.xout);
+    const int has_wpe = g->fam == DT_FAMILY_GPT2;   /* learned positions; llama: RoPE in the blocks */
+    if (g->pt == DT_DTYPE_FP32) {
+        const float *P = g->gparams[0];
+        g->dev->encoder_forward(x0, g->inputs, P + in_group(g, 0), has_wpe ? P + in_group(g, 1) : NULL,
+                                B, T, C);
+    } else {
+        float *wpe = NULL;
+        if (has_wpe) {
+            wpe = g->pw;
+            g->dev->convert(wpe, DT_DTYPE_FP32, lm_tensor_ptr(g->gparams[0], in_group(g, 1), g->psz),
+                            g->pt, (size_t)(T * C));
+        }
+        g->dev->encoder_forward_cast(x0, g->inputs, g->gparams[0], g->pt, wpe, B, T, C);
+    }
+    lm_act_commit(g, g->x[0], x0, (size_t)(N * C));
+    if ((rc = hook(g, g->hooks.after_forward, 0, err, "after_forward"))) return rc;
+
+    for (int l = 0; l < g->L; l++) {
+        if ((rc = hook(g, g->hooks.before_forward, 1 + l, err, "before_forward"))) return rc;
+        any_block_forward(g, l, acts_of(g, l), g->x[l + 1], group_params_f32(g, 1 + l));
+        if ((rc = hook(g, g->hooks.after_forward, 1 + l, err, "after_forward"))) return rc;
+    }
+
+    /* final norm (and an untied lm_head, in the same group) */
+    int last = (int)g->L + 1;
+    if ((rc = hook(g, g->hooks.before_forward, last, err, "before_forward"))) return rc;
+    const float *P = norm_params_f32(g);
+    const float *xL = lm_act_load(g, g->x[g->L], g->w32.x, (size_t)(N * C));
+    float *lnf = lm_act_f32(g, g->lnf, g->w32.ln1);
+    if (g->fam == DT_FAMILY_LLAMA)
+        g->dev->rmsnorm_forward(lnf, g->lnf_rstd, xL, P, N, 1, C, C, g->eps);
+    else
+        g->dev->layernorm_forward(lnf, g->lnf_mean, g->lnf_rstd, xL, P, P + C, N, C, g->eps);
+    lm_act_commit(g, g->lnf, lnf, (size_t)(N * C));
+    if (!g->tied) classifier_forward(g, lnf);
+    if ((rc = hook(g, g->hooks.after_forward, last, err, "after_forward"))) return rc;
+
+    /* tied: group 0 again for the classifier; then the loss */
+    if (g->tied) {
+        if ((rc = hook(g, g->hooks.before_forward, 0, err, "before_forward"))) return rc;
+        classifier_forward(g, lnf);
+        if ((rc = hook(g, g->hooks.after_forward, 0, err, "after_forward"))) return rc;
+    }
+    double mean = g->dev->crossentropy_forward(g->ce_lse, g->ce_losses, g->logits,
+                                             targets ? g->targets : NULL, N, V);
+    if (targets) {
+        if (loss) *loss = (float)mean;
+        g->have_targets = 1;
+    }
+    return DT_OK;
+}
+
+/* ----------------------------------------------------------------------------
+ * backward */
+
+/* Block l backward. On entry g->dres = dL/dx[l+1]; on exit dL/dx[l]. */
+static void block_backward(dt_lm *g, int l, const block_acts *A, const float *P, float *G) {
+    int64_t B = g->B, T = g->T, C = g->C, H = g->H, F = g->F, N = B * T;
+    block_f32 *w = &g->w32;
+    size_t o[P_BLOCK_COUNT];
+    block_offsets(g, l, o);
+    const float *x = lm_act_load(g, g->x[l], w->x, (size_t)(N * C));
+    const float *ln1 = lm_act_load(g, A->ln1, w->ln1, (size_t)(N * C));
+    const float *qkv = lm_act_load(g, A->qkv, w->qkv, (size_t)(N * 3 * C));
+    const float *att = lm_act_load(g, A->att, w->att, (size_t)(N * C));
+    const float *res1 = lm_act_load(g, A->res1, w->res1, (size_t)(N * C));
+    const float *ln2 = lm_act_load(g, A->ln2, w->ln2, (size_t)(N * C));
+    const float *fch = lm_act_load(g, A->fch, w->fch, (size_t)(N * F));
+    const float *gelu = lm_act_load(g, A->gelu, w->gelu, (size_t)(N * F));
+    float *dres = g->dres, *dC = g->dC, *dF = g->dF, *dQKV = g->dQKV;
+
+    /* MLP: x[l+1] = res1 + gelu @ Wp + bp */
+    g->dev->linear_backward(dF, G + o[P_FCPW], G + o[P_FCPB], dres, gelu, P + o[P_FCPW], N, F, C, 0);
+    g->dev->gelu_backward(dF, fch, dF, N * F);
+    g->dev->linear_backward(dC, G + o[P_FCW], G + o[P_FCB], dF, ln2, P + o[P_FCW], N, C, F, 0);
+    g->dev->layernorm_backward(dres, G + o[P_LN2W], G + o[P_LN2B], dC, res1, P + o[P_LN2W],
+                             A->ln2_mean, A->ln2_rstd, N, C);
+    /* attention: res1 = x + att @ Wap + bap */
+    g->dev->linear_backward(dC, G + o[P_ATTPW], G + o[P_ATTPB], dres, att, P + o[P_ATTPW], N, C, C,
+                          0);
+    if (g->attn == DT_ATTN_FLASH) {
+        g->dev->attention_backward_flash(dQKV, dC, qkv, att, A->lse, B, T, C, H);
+    } else {
+        const float *probs = lm_act_load(g, A->probs, w->probs, (size_t)(B * H * T * T));
+        g->dev->attention_backward_probs(dQKV, dC, qkv, probs, B, T, C, H);
+    }
+    g->dev->linear_backward(dC, G + o[P_QKVW], G + o[P_QKVB], dQKV, ln1, P + o[P_QKVW], N, C, 3 * C,
+                          0);
+    g->dev->layernorm_backward(dres, G + o[P_LN1W], G + o[P_LN1B], dC, x, P + o[P_LN1W],
+                             A->ln1_mean, A->ln1_rstd, N, C);
+}
+
+/* classifier backward: dlnf[N, C] = dlogits @ wte; dwte += dlogits^T @ lnf */
+static void classifier_backward(dt_lm *g, const float *lnf, float *dlnf) {
+    int64_t N = g->B * g->T, C = g->C, V = g->V;
+    const int grp = g->cls_group;
+    const size_t off = g->cls_off;
+    if (g->pt == DT_DTYPE_FP32 && g->gt == DT_DTYPE_FP32) {
+        g->dev->gemm(0, 0, N, C, V, 1.0f, g->logits, V, cls_params(g), C, 0.0f, dlnf, C);
+        g->dev->gemm(1, 0, V, C, N, 1.0f, g->logits, V, lnf, C, 1.0f, (float *)g->ggrads[grp] + off, C);
+        return;
+    }
+    for (int64_t v0 = 0; v0 < V; v0 += g->vchunk) {
+        int64_t nv = v0 + g->vchunk <= V ? g->vchunk : V - v0;
+        const float *w;
+        if (g->pt == DT_DTYPE_FP32) {
+            w = (const float *)cls_params(g) + v0 * C;
+        } else {
+            g->dev->convert(g->pw, DT_DTYPE_FP32, (const uint16_t *)cls_params(g) + v0 * C, g->pt,
+                            (size_t)(nv * C));
+            w = g->pw;
+        }
+        g->dev->gemm(0, 0, N, C, nv, 1.0f, g->logits + v0, V, w, C, v0 ? 1.0f : 0.0f, dlnf, C);
+        if (g->gt == DT_DTYPE_FP32) {
+            g->dev->gemm(1, 0, nv, C, N, 1.0f, g->logits + v0, V, lnf, C, 1.0f,
+                         (float *)g->ggrads[grp] + off + v0 * C, C);
+        } else {
+            g->dev->gemm(1, 0, nv, C, N, 1.0f, g->logits + v0, V, lnf, C, 0.0f, g->gw, C);
+            grads_add_16(g, grp, off + (size_t)(v0 * C), g->gw, (size_t)(nv * C));
+        }
+    }
+}
+
+/* Final norm backward into group L+1's first elements: on entry g->dC holds
+ * d loss / d lnf; on exit g->dres = d loss / d x[L]. */
+static void final_norm_backward(dt_lm *g) {
+    int64_t N = g->B * g->T, C = g->C;
+    int last = (int)g->L + 1;
+    const float *P = norm_params_f32(g);
+    float *G = g->gt == DT_DTYPE_FP32 ? g->ggrads[last] : g->gw;
+    if (g->gt != DT_DTYPE_FP32) g->dev->memset0(g->gw, norm_numel(g) * sizeof(float));
+    const float *xL = lm_act_load(g, g->x[g->L], g->w32.x, (size_t)(N * C));
+    g->dev->memset0(g->dres, sizeof(float) * (size_t)(N * C));
+    if (g->fam == DT_FAMILY_LLAMA)
+        g->dev->rmsnorm_backward(g->dres, G, g->dC, xL, P, g->lnf_rstd, N, 1, C, C, 1);
+    else
+        g->dev->layernorm_backward(g->dres, G, G + C, g->dC, xL, P, g->lnf_mean, g->lnf_rstd, N, C);
+    if (g->gt != DT_DTYPE_FP32) grads_add_16(g, last, 0, g->gw, norm_numel(g));
+}
+
+/* One block backward, whichever the family. */
+static void any_block_backward(dt_lm *g, int l, const block_acts *A, const float *P, float *G) {
+    if (g->fam == DT_FAMILY_LLAMA) lm_llama_block_backward(g, l, A, P, G);
+    else block_backward(g, l, A, P, G);
+}
+
+/* encoder backward into group 0's grads (any grad dtype) */
+static void encoder_backward(dt_lm *g) {
+    int64_t B = g->B, T = g->T, C = g->C, N = B * T;
+    if (g->gt == DT_DTYPE_FP32) {
+        float *G = g->ggrads[0];
+        g->dev->encoder_backward(G + in_group(g, 0), g->fam == DT_FAMILY_GPT2 ? G + in_group(g, 1) : NULL,
+                                 g->dres, g->inputs, B, T,
+                               C);
+        return;
+    }
+    /* 16-bit grads: sum each wte row's contributions in fp32 first (tokens in
+     * order, so deterministic), then round into storage once per row. Chain the
+     * positions of each token in order on the host: tok_head[tok] = first
+     * position, tok_next[n] = next position with the same token (-1 ends). */
+    for (int64_t n = N - 1; n >= 0; n--) {
+        g->h_tok_next[n] = g->h_tok_head[g->h_inputs[n]];
+        g->h_tok_head[g->h_inputs[n]] = (int32_t)n;
+    }
+    if (g->tok_head != g->h_tok_head) {
+        /* write-after-read: the last encoder_backward_16 on the compute stream
+         * reads tok_head / tok_next (not ordered otherwise: nothing between two
+         * calls is guaranteed to wait for the compute stream) */
+        g->dev->handoff(DT_STREAM_COMPUTE, DT_STREAM_H2D);
+        g->dev->memcpy(g->tok_head, g->h_tok_head, sizeof(int32_t) * (size_t)g->V, DT_COPY_H2D,
+                       DT_STREAM_H2D);
+        g->dev->memcpy(g->tok_next, g->h_tok_next, sizeof(int32_t) * (size_t)N, DT_COPY_H2D,
+                       DT_STREAM_H2D);
+        g->dev->handoff(DT_STREAM_H2D, DT_STREAM_COMPUTE);
+    }
+    void *G = g->ggrads[0];
+    g->dev->encoder_backward_16(lm_tensor_ptr(G, in_group(g, 0), g->gsz),
+                                g->fam == DT_FAMILY_GPT2 ? lm_tensor_ptr(G, in_group(g, 1), g->gsz) : NULL,
+                                g->gt, g->dres, g->inputs,
+                                g->tok_head, g->tok_next, g->gw, B, T, C);
+    /* reset the host head table for the next call, once the upload has read it */
+    g->dev->stream_sync(DT_STREAM_H2D);
+    for (int64_t n = 0; n < N; n++) g->h_tok_head[g->h_inputs[n]] = -1;
+}
+
+int dt_lm_backward(dt_lm *g, float grad_scale, dt_error *err) {
+    int64_t B = g->B, T = g->T, C = g->C, N = B * T, V = g->V;
+    int rc;
+    if (!g->have_targets)
+        return dt_errorf(err, DT_EINVAL,
+                         "model: backward needs a preceding forward with targets");
+    g->have_targets = 0;   /* the logits buffer becomes dlogits */
+
+    /* mean loss over N tokens, times the caller's scale (1/accum, loss scale) */
+    float dloss = grad_scale / (float)N;
+    g->dev->crossentropy_backward_inplace(g->logits, g->ce_lse, g->targets, dloss, N, V);
+
+    const float *lnf = lm_act_load(g, g->lnf, g->w32.ln1, (size_t)(N * C));
+    int last = (int)g->L + 1;
+    if (g->tied) {   /* group 0 first: the classifier is the embedding */
+        if ((rc = hook(g, g->hooks.before_backward, 0, err, "before_backward"))) return rc;
+        classifier_backward(g, lnf, g->dC);
+        if ((rc = hook(g, g->hooks.before_backward, last, err, "before_backward"))) return rc;
+    } else {         /* lm_head lives in group L+1 with the final norm */
+        if ((rc = hook(g, g->hooks.before_backward, last, err, "before_backward"))) return rc;
+        classifier_backward(g, lnf, g->dC);
+    }
+    final_norm_backward(g);
+    if ((rc = hook(g, g->hooks.after_backward, last, err, "after_backward"))) return rc;
+
+    for (int l = (int)g->L - 1; l >= 0; l--) {
+        if ((rc = hook(g, g->hooks.before_backward, 1 + l, err, "before_backward"))) return rc;
+        const float *Pl = group_params_f32(g, 1 + l);
+        if (l < g->K) any_block_forward(g, l, &g->recompute, NULL, Pl);   /* recompute */
+        float *Gl = group_grads_f32(g, 1 + l);
+        any_block_backward(g, l, acts_of(g, l), Pl, Gl);
+        group_grads_commit(g, 1 + l);
+        if ((rc = hook(g, g->hooks.after_backward, 1 + l, err, "after_backward"))) return rc;
+    }
+
+    /* untied: group 0 is entered here for the first time in this pass */
+    if (!g->tied && (rc = hook(g, g->hooks.before_backward, 0, err, "before_backward"))) return rc;
+    encoder_backward(g);
+    if ((rc = hook(g, g->hooks.after_backward, 0, err, "after_backward"))) return rc;
+    return DT_OK;
+}
+
+void dt_lm_zero_grad(dt_lm *g) {
+    for (int grp = 0; grp < g->ngroups; grp++)
+        g->dev->memset0(g->ggrads[grp], g->group_numel[grp] * (size_t)g->gsz);
+}
+
+/* ----------------------------------------------------------------------------
+ * gradient checks */
+
+int dt_lm_grads_finite(const dt_lm *g) {
+    for (int grp = 0; grp < g->ngroups; grp++)
+        if (!g->dev->all_finite(g->ggrads[grp], g->gt, g->group_numel[grp])) return 0;
+    return 1;
+}
+
+double dt_lm_grad_sumsq(const dt_lm *g) {
+    /* per group in fixed chunks (dt_devmath.h), groups in order */
+    double total = 0.0;
+    for (int grp = 0; grp < g->ngroups; grp++)
+        total += g->dev->sumsq(g->ggrads[grp], g->gt, g->group_numel[grp]);
+    return total;
+}

@@ -1,0 +1,240 @@
+/* test_llama.c — the llama-family model (Llama, Qwen2, Qwen3) against Hugging Face
+ * transformers: tests/kernels/golden/llama/ (scripts/gen_llama_goldens.py). Each
+ * case directory is loaded through the engine's Hugging Face reader
+ * (dt_weights_load on a save_pretrained directory) and checked:
+ *   logits, loss               fp32 forward of the golden batch
+ *   grad.<name>                every parameter's gradient (fp32)
+ *   step_losses, after.<name>  three AdamW steps (decay on ndim >= 2 only)
+ * also with the materialized attention, with every block checkpointed
+ * (recompute), and the transformers-written bf16 sharded fixture's logits.
+ * Tolerances (fp32 against torch's fp32, both ~1e-6 from float64 per the
+ * goldens' metadata): logits 2e-5 abs, loss 1e-5 rel, gradients 1e-4 of each
+ * tensor's largest, parameters after the steps 1e-4 abs (Adam normalises each
+ * element, so a near-zero gradient turns rounding into up to ~3e-5; README there).
+ * Usage: test_kernels_llama GOLDEN_DIR */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dt_ckpt.h"
+#include "dt_dtype.h"
+#include "dt_json.h"
+#include "dt_lm.h"
+#include "dt_model.h"
+#include "dt_optim.h"
+#include "dt_safetensors.h"
+#include "dt_test.h"
+
+#define LOGIT_TOL 2e-5
+#define LOSS_RTOL 1e-5
+#define GRAD_RTOL 1e-4
+#define AFTER_TOL 1e-4
+#define STEPS 3
+#define PATH_MAX_LEN 1024
+
+typedef struct {
+    dt_st_file *f;
+    int64_t B, T;
+    const int32_t *inputs, *targets;
+} golden;
+
+static const float *gtensor(const golden *gd, const char *name, uint64_t numel) {
+    const dt_st_tensor *t = dt_st_find(gd->f, name);
+    if (!t) {
+        fprintf(stderr, "golden: tensor %s missing\n", name);
+        exit(1);
+    }
+    if (numel && dt_st_numel(t) != numel) {
+        fprintf(stderr, "golden: tensor %s has %llu elements, expected %llu\n", name,
+                (unsigned long long)dt_st_numel(t), (unsigned long long)numel);
+        exit(1);
+    }
+    return dt_st_data(gd->f, t);
+}
+
+static void golden_open(const char *path, golden *gd) {
+    dt_error err;
+    if (dt_st_open(path, &gd->f, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+    const dt_st_tensor *in = dt_st_find(gd->f, "inputs");
+    if (!in || in->ndim != 2) {
+        fprintf(stderr, "%s: no inputs [B, T]\n", path);
+        exit(1);
+    }
+    gd->B = in->shape[0];
+    gd->T = in->shape[1];
+    gd->inputs = dt_st_data(gd->f, in);
+    gd->targets = dt_st_find(gd->f, "targets") ? (const int32_t *)dt_st_data(gd->f, dt_st_find(gd->f, "targets")) : NULL;
+}
+
+static void model_of(const char *dir, dt_model *m) {
+    char p[PATH_MAX_LEN], *txt = NULL;
+    dt_error err;
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    if (dt_json_read_file(p, &txt, NULL, &err) || dt_model_from_config_json(txt, p, m, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+    free(txt);
+}
+
+static dt_lm *load(const char *dir, const dt_model *m, dt_precision_preset preset, int64_t B, int64_t T,
+                   int64_t K, dt_attention attn) {
+    dt_precision pr;
+    dt_precision_from_preset(preset, &pr);
+    dt_lm *g;
+    dt_error err;
+    if (dt_lm_create(m, &pr, B, T, K, attn, &g, &err) || dt_weights_load(g, m, pr.param, dir, &err)) {
+        fprintf(stderr, "%s: %s\n", dir, err.msg);
+        exit(1);
+    }
+    return g;
+}
+
+static double max_abs_diff(const float *a, const float *b, size_t n, double *ref_max) {
+    double worst = 0, rm = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - (double)b[i]);
+        if (e > worst || isnan(e)) worst = isnan(e) ? INFINITY : e;
+        if (fabs((double)b[i]) > rm) rm = fabs((double)b[i]);
+    }
+    if (ref_max) *ref_max = rm;
+    return worst;
+}
+
+/* forward: logits and loss */
+static void check_forward(const char *what, dt_lm *g, const golden *gd) {
+    dt_error err;
+    float loss = 0;
+    CHECK(dt_lm_forward(g, gd->inputs, gd->targets, &loss, &err) == DT_OK);
+    size_t nl = (size_t)(gd->B * gd->T) * (size_t)dt_st_find(gd->f, "logits")->shape[2];
+    double e = max_abs_diff(dt_lm_logits(g), gtensor(gd, "logits", nl), nl, NULL);
+    double ref = gtensor(gd, "loss", 1)[0];
+    printf("%s: logits max |diff| %.3g, loss %.7f vs %.7f\n", what, e, loss, ref);
+    CHECK(e < LOGIT_TOL);
+    CHECK(fabs(loss - ref) <= LOSS_RTOL * fabs(ref));
+}
+
+/* backward: every parameter's gradient */
+static void check_grads(const char *what, dt_lm *g, const golden *gd) {
+    dt_error err;
+    CHECK(dt_lm_backward(g, 1.0f, &err) == DT_OK);
+    double worst = 0;
+    const char *worst_name = "";
+    for (int i = 0; i < dt_lm_num_tensors(g); i++) {
+        const dt_tensor_info *t = dt_lm_tensor(g, i);
+        char name[DT_ST_NAME_MAX];
+        snprintf(name, sizeof name, "grad.%s", t->name);
+        double rm;
+        double e = max_abs_diff((const float *)dt_lm_grads(g) + t->offset, gtensor(gd, name, t->numel),
+                                t->numel, &rm);
+        double rel = e / (rm > 0 ? rm : 1);
+        if (rel > worst) {
+            worst = rel;
+            worst_name = t->name;
+        }
+    }
+    printf("%s: worst gradient %s, max |diff| / max |ref| %.3g\n", what, worst_name, worst);
+    CHECK(worst < GRAD_RTOL);
+}
+
+/* three AdamW steps on the same batch, decay on matrices only */
+static void check_steps(const char *dir, const dt_model *m, const golden *gd) {
+    dt_lm *g = load(dir, m, DT_PREC_FP32, gd->B, gd->T, 0, DT_ATTN_FLASH);
+    dt_precision pr;
+    dt_precision_from_preset(DT_PREC_FP32, &pr);
+    size_t P = dt_lm_num_params(g);
+    dt_optim *o;
+    dt_error err;
+    CHECK(dt_optim_create(&pr, P, &o, &err) == DT_OK);
+    dt_optim_init_master(o, dt_lm_params(g));
+    const char *md_lr = dt_st_metadata(gd->f, "lr"), *md_wd = dt_st_metadata(gd->f, "weight_decay");
+    const char *md_b1 = dt_st_metadata(gd->f, "beta1"), *md_b2 = dt_st_metadata(gd->f, "beta2");
+    const char *md_eps = dt_st_metadata(gd->f, "eps");
+    CHECK(md_lr && md_wd && md_b1 && md_b2 && md_eps);
+    dt_adamw hp = {atof(md_lr), atof(md_b1), atof(md_b2), atof(md_eps), atof(md_wd)};
+    const float *step_losses = gtensor(gd, "step_losses", STEPS);
+    for (int t = 1; t <= STEPS; t++) {
+        float loss;
+        dt_lm_zero_grad(g);
+        CHECK(dt_lm_forward(g, gd->inputs, gd->targets, &loss, &err) == DT_OK);
+        CHECK(dt_lm_backward(g, 1.0f, &err) == DT_OK);
+        CHECK(fabs(loss - step_losses[t - 1]) <= LOSS_RTOL * fabs(step_losses[t - 1]));
+        for (int i = 0; i < dt_lm_num_tensors(g); i++) {
+            const dt_tensor_info *ti = dt_lm_tensor(g, i);
+            dt_optim_update(o, dt_lm_params(g), dt_lm_grads(g), ti->offset, ti->numel, &hp, 1.0, ti->ndim >= 2, t);
+        }
+    }
+    double worst = 0;
+    for (int i = 0; i < dt_lm_num_tensors(g); i++) {
+        const dt_tensor_info *t = dt_lm_tensor(g, i);
+        char name[DT_ST_NAME_MAX];
+        snprintf(name, sizeof name, "after.%s", t->name);
+        double e = max_abs_diff((const float *)dt_lm_params(g) + t->offset, gtensor(gd, name, t->numel), t->numel,
+                                NULL);
+        if (e > worst) worst = e;
+    }
+    printf("%s: after %d AdamW steps, worst |param - reference| %.3g\n", dir, STEPS, worst);
+    CHECK(worst < AFTER_TOL);
+    dt_optim_free(o);
+    dt_lm_free(g);
+}
+
+static void check_case(const char *root, const char *name) {
+    char dir[PATH_MAX_LEN], p[PATH_MAX_LEN + 64], what[PATH_MAX_LEN + 32];
+    snprintf(dir, sizeof dir, "%s/%s", root, name);
+    snprintf(p, sizeof p, "%s/golden.safetensors", dir);
+    dt_model m;
+    model_of(dir, &m);
+    golden gd;
+    golden_open(p, &gd);
+    static const struct {
+        const char *label;
+        dt_attention attn;
+        int all_ckpt;
+    } variants[] = {{"flash", DT_ATTN_FLASH, 0}, {"materialized", DT_ATTN_MATERIALIZED, 0}, {"checkpointed", DT_ATTN_FLASH, 1}};
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        dt_lm *g = load(dir, &m, DT_PREC_FP32, gd.B, gd.T, variants[v].all_ckpt ? m.n_layer : 0, variants[v].attn);
+        snprintf(what, sizeof what, "%s (%s)", name, variants[v].label);
+        check_forward(what, g, &gd);
+        check_grads(what, g, &gd);
+        dt_lm_free(g);
+    }
+    check_steps(dir, &m, &gd);
+    dt_st_close(gd.f);
+}
+
+/* transformers' own bf16 shards: read shard by shard, widened to fp32 */
+static void check_sharded(const char *root) {
+    char dir[PATH_MAX_LEN], p[PATH_MAX_LEN + 64];
+    snprintf(dir, sizeof dir, "%s/qwen3-bf16-sharded", root);
+    snprintf(p, sizeof p, "%s/expected.safetensors", dir);
+    dt_model m;
+    model_of(dir, &m);
+    golden gd;
+    golden_open(p, &gd);
+    dt_lm *g = load(dir, &m, DT_PREC_FP32, gd.B, gd.T, 0, DT_ATTN_FLASH);
+    dt_error err;
+    CHECK(dt_lm_forward(g, gd.inputs, NULL, NULL, &err) == DT_OK);
+    size_t nl = (size_t)(gd.B * gd.T * m.vocab);
+    double e = max_abs_diff(dt_lm_logits(g), gtensor(&gd, "logits", nl), nl, NULL);
+    printf("qwen3-bf16-sharded: logits max |diff| %.3g\n", e);
+    CHECK(e < LOGIT_TOL);
+    dt_lm_free(g);
+    dt_st_close(gd.f);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: test_kernels_llama GOLDEN_DIR\n");
+        return 2;
+    }
+    check_case(argv[1], "llama");
+    check_case(argv[1], "qwen2");
+    check_case(argv[1], "qwen3");
+    check_sharded(argv[1]);
+    TEST_MAIN_END();
+}
