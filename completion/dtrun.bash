@@ -1,6 +1,6 @@
 # bash completion for dtrun (installed as share/bash-completion/completions/dtrun).
 # The flags are those of `dtrun --help`, `dtrun sample --help`, `dtrun calibrate --help`,
-# `dtrun tokenize --help`;
+# `dtrun tokenize --help`, `dtrun prepare --help`;
 # tests/docs/test_install.sh checks each one.
 _dtrun() {
     local cur prev sub
@@ -8,21 +8,25 @@ _dtrun() {
     prev=${COMP_WORDS[COMP_CWORD-1]}
     sub=
     [[ $COMP_CWORD -gt 1 ]] && sub=${COMP_WORDS[1]}
-    local flags="--out --max-steps --data --resume --overwrite --timeout --trace --quiet --no-progress
+    local flags="--out --max-steps --data --init --resume --overwrite --timeout --trace --quiet --no-progress
                  --nnodes --node-rank --nproc-per-node --master-addr --master-port --help"
     case $sub in
     sample) flags="--prompt --tokens --seed --temperature --dump-logits --help" ;;
     calibrate) flags="-o --plan --no-mpi --help" ;;
     tokenize) flags="--tokenizer --decode --no-special --help" ;;
+    prepare) flags="--tokenizer --out --format --chat-template --val-fraction --seed --shard-tokens --quiet
+                    --no-progress --help" ;;
     esac
     case $prev in
-    --out|--data) COMPREPLY=($(compgen -d -- "$cur")); return ;;
+    --out|--data|--init) COMPREPLY=($(compgen -d -- "$cur")); return ;;
+    --format) COMPREPLY=($(compgen -W "text jsonl chat" -- "$cur")); return ;;
+    --chat-template) COMPREPLY=($(compgen -W "chatml llama3" -- "$cur")); return ;;
     --trace|-o|--plan|--dump-logits|--tokenizer) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     esac
     if [[ $cur == -* ]]; then
         COMPREPLY=($(compgen -W "$flags" -- "$cur"))
     elif [[ $COMP_CWORD -eq 1 ]]; then
-        COMPREPLY=($(compgen -W "sample calibrate tokenize" -- "$cur"))
+        COMPREPLY=($(compgen -W "sample calibrate tokenize prepare" -- "$cur"))
         COMPREPLY+=($(compgen -f -- "$cur"))
     else
         COMPREPLY=($(compgen -f -- "$cur"))

@@ -13,6 +13,10 @@ status is 1 when that exceeds --tol, 2 on a loading problem, 0 otherwise.
 
 Usage:
   /tmp/hfvenv/bin/python scripts/check_hf_llama_export.py DIR GOLDEN [--tol 1e-4]
+  /tmp/hfvenv/bin/python scripts/check_hf_llama_export.py DIR --dtrun build/dtrun [--prompt TEXT]
+The second form checks a dtrun checkpoint (byte-level vocabulary) against dtrun itself:
+`dtrun sample DIR --prompt TEXT --tokens 1 --dump-logits F` writes dtrun's fp32 logits
+[len(TEXT), V] of the prompt's bytes, which transformers must reproduce.
 e.g.
   scripts/check_hf_llama_export.py tests/kernels/golden/llama/qwen2 \\
       tests/kernels/golden/llama/qwen2/golden.safetensors --tol 0
@@ -33,13 +37,31 @@ from safetensors import safe_open
 from transformers import AutoModelForCausalLM
 
 
+def dtrun_logits(dtrun, ckpt, prompt, vocab):
+    """dtrun's fp32 logits [1, len, V] of the prompt's bytes, and those ids [1, len]."""
+    import subprocess
+    import tempfile
+    ids = list(prompt.encode())
+    with tempfile.TemporaryDirectory() as tmp:
+        dump = os.path.join(tmp, "logits.bin")
+        subprocess.run([dtrun, "sample", ckpt, "--prompt", prompt, "--tokens", "1", "--dump-logits", dump],
+                       check=True, stdout=subprocess.DEVNULL)
+        raw = open(dump, "rb").read()
+    logits = torch.frombuffer(bytearray(raw), dtype=torch.float32).double().reshape(1, len(ids), vocab)
+    return torch.tensor([ids]), logits
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dir", help="checkpoint directory (config.json + safetensors)")
-    ap.add_argument("golden", help="safetensors with 'inputs' [B,T] and 'logits' [B,T,V]")
+    ap.add_argument("golden", nargs="?", help="safetensors with 'inputs' [B,T] and 'logits' [B,T,V]")
+    ap.add_argument("--dtrun", help="compare with this dtrun's `sample --dump-logits` instead of GOLDEN")
+    ap.add_argument("--prompt", default="Hello, world", help="prompt for --dtrun (bytes are the ids)")
     ap.add_argument("--tol", type=float, default=1e-4,
                     help="maximum allowed max |logits difference| (default 1e-4)")
     args = ap.parse_args()
+    if (args.golden is None) == (args.dtrun is None):
+        ap.error("give GOLDEN or --dtrun, not both")
 
     torch.set_num_threads(1)
     transformers.logging.set_verbosity_error()
@@ -62,9 +84,12 @@ def main():
         return 2
     model.eval()
 
-    with safe_open(args.golden, "pt") as f:
-        inputs = f.get_tensor("inputs").long()
-        golden = f.get_tensor("logits").double()
+    if args.dtrun:
+        inputs, golden = dtrun_logits(args.dtrun, args.dir, args.prompt, cfg["vocab_size"])
+    else:
+        with safe_open(args.golden, "pt") as f:
+            inputs = f.get_tensor("inputs").long()
+            golden = f.get_tensor("logits").double()
     with torch.no_grad():
         logits = model(input_ids=inputs).logits.double()
     if logits.shape != golden.shape:

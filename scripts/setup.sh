@@ -9,6 +9,8 @@ pkgs=(build-essential cmake pkg-config
       zlib1g-dev                        # chart tests decode the PNGs they check
       libcjson-dev                      # plan / config JSON
       libpcre2-dev                      # tokenizer.json pre-tokenizer regexes (dtrun tokenize)
+      libicu-dev                        # tokenizer.json's NFC normalizer (Qwen2)
+      libsentencepiece-dev              # SentencePiece tokenizer.model (Llama-2, Mistral)
       libopenmpi-dev openmpi-bin        # MPI communication for CPU ranks
       libopenblas-openmp-dev            # CPU GEMM (OpenMP build, shares the engine's thread pool)
       fortunes-min fortunes             # real English text for the default training job

@@ -46,6 +46,15 @@ static const char *CNT(fmt *f, int64_t n) {
 
 static const char *onoff(int v) { return v ? "on" : "off"; }
 
+/* ", rope scaling llama3 (factor 8, low 1, high 4, original 8192 positions)"; nothing for the default */
+static void show_rope_scaling(const dt_rope_scaling *rs) {
+    if (rs->type == DT_ROPE_DEFAULT) return;
+    printf(",\n             rope scaling %s (factor %g", dt_rope_type_name(rs->type), rs->factor);
+    if (rs->type == DT_ROPE_LLAMA3) printf(", low %g, high %g", rs->low_freq_factor, rs->high_freq_factor);
+    if (rs->original_max_pos > 0) printf(", original %lld positions", (long long)rs->original_max_pos);
+    printf(")");
+}
+
 static void show_model(const dt_plan *p, fmt *f) {
     const dt_model *m = &p->model;
     printf("model        %s (%s%s): %lld layers, hidden %lld, %lld heads (%lld kv, head dim %lld), ffn %lld\n",
@@ -54,8 +63,10 @@ static void show_model(const dt_plan *p, fmt *f) {
            (long long)m->head_dim, (long long)m->ffn);
     printf("             vocab %lld, %lld positions, %s embeddings, norm eps %g", (long long)m->vocab,
            (long long)m->max_pos, m->tied_embeddings ? "tied" : "untied", m->norm_eps);
-    if (m->family == DT_FAMILY_LLAMA)
+    if (m->family == DT_FAMILY_LLAMA) {
         printf(", rope theta %g, qkv bias %s, qk norm %s", m->rope_theta, onoff(m->qkv_bias), onoff(m->qk_norm));
+        show_rope_scaling(&m->rope_scaling);
+    }
     if (m->requested_params > 0)   /* the one parameter-count rule (docs/models.md) */
         printf("\n             %lld parameters as requested: model states use it; the shape has %s\n",
                (long long)m->requested_params, CNT(f, dt_model_params(m)));

@@ -11,7 +11,12 @@
 int dt_cmd_calibrate(const char *prog, int argc, char **argv);
 
 /* `tokenize`: text on stdin -> token ids per line, or ids -> text with --decode, through
- * a Hugging Face byte-level BPE tokenizer.json (tokenize.c, docs/tokenizers.md). */
+ * a Hugging Face byte-level BPE tokenizer.json or a SentencePiece tokenizer.model
+ * (tokenize.c, docs/tokenizers.md). */
 int dt_cmd_tokenize(int argc, char **argv);
+
+/* `prepare`: text files, folders and JSONL (pretraining text, SFT chats) -> token
+ * shards with a train/val split (prepare.c, docs/data.md). */
+int dt_cmd_prepare(int argc, char **argv);
 
 #endif

@@ -1,6 +1,6 @@
 /* dtrun — executes a plan written by dtplan (docs/dtrun.md, docs/launch.md).
  *
- *   dtrun [LAUNCH FLAGS] PLAN.json [--out DIR] [--max-steps N] [--data PATH] [--resume | --overwrite]
+ *   dtrun [LAUNCH FLAGS] PLAN.json [--out DIR] [--max-steps N] [--data PATH] [--init PATH] [--resume | --overwrite]
  *                                  [--timeout SECONDS] [--trace FILE] [--quiet]
  *   dtrun sample CKPT_DIR [--prompt TEXT] [--tokens N] [--seed S] [--temperature X]
  *                         [--dump-logits FILE]
@@ -44,18 +44,20 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: dtrun [--nnodes N --node-rank R --nproc-per-node M --master-addr A --master-port P]\n"
-            "             PLAN.json [--out DIR] [--max-steps N] [--data PATH] [--resume | --overwrite]\n"
+            "             PLAN.json [--out DIR] [--max-steps N] [--data PATH] [--init PATH] [--resume | --overwrite]\n"
             "             [--timeout SECONDS] [--trace FILE] [--quiet] [--no-progress]\n"
             "       dtrun sample CKPT_DIR [--prompt TEXT] [--tokens N] [--seed S] [--temperature X]\n"
             "                         [--dump-logits FILE]\n"
             "       dtrun calibrate -o PROFILE.json [--plan PLAN.json] [--no-mpi]\n"
-            "       dtrun tokenize --tokenizer TOKENIZER.json [--decode] [--no-special]  (stdin -> ids per line)\n"
+            "       dtrun tokenize --tokenizer TOKENIZER.json|.model [--decode] [--no-special]  (stdin -> ids per line)\n"
+            "       dtrun prepare --tokenizer TOKENIZER --out DIR INPUT...  (text, JSONL -> token shards; see prepare --help)\n"
             "\n"
             "Trains the plan's model exactly as planned (ZeRO stage, offload, cpu or cuda device),\n"
             "one process per rank: alone, a plan with world_size > 1 starts its ranks itself\n"
             "(through mpirun; with --nnodes, this node's ranks); under mpirun, srun or torchrun\n"
-            "each process is one rank. --out and --data\n"
-            "override the plan's output.dir and data.train; --max-steps stops early without\n"
+            "each process is one rank. --out, --data and --init override the plan's output.dir,\n"
+            "data.train and output.init (the starting weights: a Hugging Face model directory,\n"
+            "sharded or not, or a .safetensors file); --max-steps stops early without\n"
             "changing the LR schedule. A new run needs an absent or empty output directory;\n"
             "--resume continues the run in it from its newest complete checkpoint (a finished run\n"
             "is left as it is); --overwrite starts a new run there after removing what dtrun wrote\n"
@@ -67,7 +69,8 @@ static void usage(FILE *f) {
             "--quiet: no log lines (metrics and reports are still written); --no-progress: log lines\n"
             "instead of the progress bar, even on a terminal.\n"
             "Writes metrics.jsonl, run-report.json, hb/ heartbeats and\n"
-            "checkpoints (ckpt-NNNNNNNN/, loadable by transformers' GPT2LMHeadModel).\n"
+            "checkpoints (ckpt-NNNNNNNN/: Hugging Face model directories, loadable by transformers'\n"
+            "from_pretrained).\n"
             "'sample' prints text from a checkpoint (or the newest one under a run directory).\n"
             "'calibrate' measures this machine and writes a hardware profile (also: dtplan calibrate).\n",
             DT_TIMEOUT_S);
@@ -149,8 +152,22 @@ static int open_comm(const dt_launch_info *li, int is_cuda, double timeout_s, dt
     return dt_comm_init_mpi(comm, timeout_s, err);
 }
 
+/* --init PATH overrides the plan's output.init: the path must name a weights file
+ * or a Hugging Face model directory (checked here, before any rank starts). */
+static int set_init(dt_plan *plan, const char *path, dt_error *err) {
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return dt_errorf(err, DT_EINVAL, "--init %s: %s: give a Hugging Face model directory (config.json + "
+                         "safetensors) or a .safetensors / llm.c .bin file", path, strerror(errno));
+    if (!S_ISDIR(sb.st_mode) && !S_ISREG(sb.st_mode))
+        return dt_errorf(err, DT_EINVAL, "--init %s: not a directory or a regular file", path);
+    if (snprintf(plan->output.init, sizeof plan->output.init, "%s", path) >= (int)sizeof plan->output.init)
+        return dt_errorf(err, DT_EINVAL, "--init: the path is longer than %zu bytes", sizeof plan->output.init - 1);
+    return DT_OK;
+}
+
 static int cmd_train(int argc, char **argv) {
-    const char *plan_path = NULL;
+    const char *plan_path = NULL, *init_path = NULL;
     dt_train_opts o;
     memset(&o, 0, sizeof o);
     o.progress = -1;
@@ -167,6 +184,7 @@ static int cmd_train(int argc, char **argv) {
         int has_val = i + 1 < argc;
         if (strcmp(a, "--out") == 0 && has_val) o.out_dir = argv[++i];
         else if (strcmp(a, "--data") == 0 && has_val) o.data_path = argv[++i];
+        else if (strcmp(a, "--init") == 0 && has_val) init_path = argv[++i];
         else if (strcmp(a, "--max-steps") == 0 && has_val) {
             if (parse_i64(argv[++i], "--max-steps", 1, &o.max_steps)) return 2;
         } else if (strcmp(a, "--timeout") == 0 && has_val) {
@@ -200,6 +218,7 @@ static int cmd_train(int argc, char **argv) {
     /* an unreadable plan is bad input too (exit 2), like an invalid one */
     int rc = dt_plan_load(plan_path, &plan, &err);
     if (!rc) rc = dt_plan_validate(&plan, &err);
+    if (!rc && init_path) rc = set_init(&plan, init_path, &err);
     if (rc) return fail(DT_EINVAL, &err);
     const int world = (int)plan.parallel.world_size, gpn = (int)plan.cluster.gpus_per_node;
     const int nodes = (int)plan.cluster.nodes, is_cuda = plan.cluster.device == DT_DEVICE_CUDA;
@@ -428,6 +447,7 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[1], "sample") == 0) return cmd_sample(argc - 1, argv + 1);
     if (strcmp(argv[1], "tokenize") == 0) return dt_cmd_tokenize(argc - 1, argv + 1);
+    if (strcmp(argv[1], "prepare") == 0) return dt_cmd_prepare(argc - 1, argv + 1);
     if (strcmp(argv[1], "calibrate") == 0) {
         /* `dtplan calibrate` execs this binary with argv[0] = "dtplan" */
         const char *base = strrchr(argv[0], '/');

@@ -1,4 +1,5 @@
-/* tokenize.c — `dtrun tokenize --tokenizer PATH [--decode] [--no-special]`
+/* tokenize.c — `dtrun tokenize --tokenizer PATH [--decode] [--no-special]`, PATH a
+ * tokenizer.json or a SentencePiece tokenizer.model
  * (docs/tokenizers.md): each line of stdin -> its ids, space-separated, one line
  * (like SentencePiece's spm_encode --output_format=id); --decode: each line of ids ->
  * its text. The line's newline is not part of what is encoded. */
@@ -14,11 +15,13 @@
 
 static void tok_usage(FILE *f) {
     fprintf(f,
-            "usage: dtrun tokenize --tokenizer TOKENIZER.json [--decode] [--no-special]\n"
+            "usage: dtrun tokenize --tokenizer TOKENIZER.json|TOKENIZER.model [--decode] [--no-special]\n"
             "Reads text on stdin and prints each line's token ids, space-separated, one line\n"
             "per input line; --decode reads lines of ids and prints their text.\n"
             "--no-special encodes special tokens' text (<|endoftext|>) as ordinary text.\n"
-            "A Hugging Face byte-level BPE tokenizer.json (GPT-2, Llama-3, Qwen2) is supported.\n");
+            "Supported: a Hugging Face byte-level BPE tokenizer.json (GPT-2, Llama-3, Qwen2) and a\n"
+            "SentencePiece tokenizer.model (Llama-2, Mistral), which never reads control tokens\n"
+            "(<s>, </s>) from text.\n");
 }
 
 /* bad input, and a tokenizer file that cannot be read, exit 2 */
@@ -102,7 +105,7 @@ int dt_cmd_tokenize(int argc, char **argv) {
         }
     }
     if (!path) {
-        fprintf(stderr, "dtrun tokenize: --tokenizer TOKENIZER.json is required (see dtrun tokenize --help)\n");
+        fprintf(stderr, "dtrun tokenize: --tokenizer TOKENIZER.json|TOKENIZER.model is required (see dtrun tokenize --help)\n");
         return 2;
     }
     dt_error err = {0};

@@ -23,11 +23,7 @@
 #include <immintrin.h>
 #endif
 
-/* DT_COL_BAND (column band) and DT_ATT_TILE (attention key tile): ops_cpu_internal.h,
- * shared with ops_cpu_llama.c. */
-/* Largest head size the attention kernels keep on the stack (GPT-2 uses 64;
- * the largest GPT-2/3 family models use 128). */
-#define DT_ATT_MAX_HS 256
+/* DT_COL_BAND (column band): ops_cpu_internal.h, shared with ops_cpu_llama.c. */
 /* Arrays shorter than this are converted on one thread (thread start-up would
  * cost more than the work). */
 #define DT_PAR_MIN 32768
@@ -191,159 +187,34 @@ void dt_op_layernorm_backward(float *dinp, float *dw, float *db, const float *do
 }
 
 /* ----------------------------------------------------------------------------
- * attention */
+ * attention: GPT-2's packed multi-head attention is grouped-query attention with
+ * Hq = Hkv = H, D = C / H and q, k, v the three thirds of each qkv row
+ * (ops_cpu_llama.c holds the one implementation). */
 
 void dt_op_attention_forward_flash(float *out, float *lse, const float *qkv, int64_t B,
                                    int64_t T, int64_t C, int64_t H) {
-    int64_t hs = C / H, C3 = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for collapse(3) schedule(static)
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t h = 0; h < H; h++)
-            for (int64_t i = 0; i < T; i++) {
-                const float *base = qkv + b * T * C3;
-                const float *q = base + i * C3 + h * hs;
-                float acc[DT_ATT_MAX_HS];
-                float s[DT_ATT_TILE];
-                for (int64_t d = 0; d < hs; d++) acc[d] = 0.0f;
-                float mx = -INFINITY, l = 0.0f;
-                /* keys 0..i (causal), one tile at a time with an online softmax */
-                for (int64_t j0 = 0; j0 <= i; j0 += DT_ATT_TILE) {
-                    int64_t j1 = j0 + DT_ATT_TILE <= i + 1 ? j0 + DT_ATT_TILE : i + 1;
-                    float tmax = -INFINITY;
-                    for (int64_t j = j0; j < j1; j++) {
-                        float v = dt_cpu_dot(q, base + j * C3 + C + h * hs, hs) * scale;
-                        s[j - j0] = v;
-                        tmax = v > tmax ? v : tmax;
-                    }
-                    float mnew = tmax > mx ? tmax : mx;
-                    float corr = dt_fast_expf(mx - mnew);   /* 0 on the first tile */
-                    l *= corr;
-#pragma omp simd
-                    for (int64_t d = 0; d < hs; d++) acc[d] *= corr;
-                    for (int64_t j = j0; j < j1; j++) {
-                        float p = dt_fast_expf(s[j - j0] - mnew);
-                        l += p;
-                        const float *v = base + j * C3 + 2 * C + h * hs;
-#pragma omp simd
-                        for (int64_t d = 0; d < hs; d++) acc[d] += p * v[d];
-                    }
-                    mx = mnew;
-                }
-                float inv = 1.0f / l;
-                float *o = out + (b * T + i) * C + h * hs;
-                for (int64_t d = 0; d < hs; d++) o[d] = acc[d] * inv;
-                lse[(b * H + h) * T + i] = mx + logf(l);
-            }
-}
-
-/* Shared backward core. For one (b, h): given p_ij (from lse or probs),
- *   dv_j += p_ij dout_i;  dp_ij = dout_i . v_j;  ds_ij = p_ij (dp_ij - D_i)
- *   dq_i += scale ds_ij k_j;  dk_j += scale ds_ij q_i
- * with D_i = sum_j p_ij dp_ij = dout_i . out_i. */
-static void attention_backward_bh(float *dqkv, const float *dout, const float *qkv,
-                                  const float *out, const float *lse, const float *probs,
-                                  int64_t b, int64_t h, int64_t T, int64_t C, int64_t H) {
-    int64_t hs = C / H, C3 = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
-    const float *base = qkv + b * T * C3;
-    float *dbase = dqkv + b * T * C3;
-    for (int64_t t = 0; t < T; t++) {   /* this (b, h)'s q, k, v gradient slices start at 0 */
-        float *r = dbase + t * C3 + h * hs;
-        memset(r, 0, (size_t)hs * sizeof(float));
-        memset(r + C, 0, (size_t)hs * sizeof(float));
-        memset(r + 2 * C, 0, (size_t)hs * sizeof(float));
-    }
-    float pbuf[DT_ATT_TILE], dpbuf[DT_ATT_TILE];
-    for (int64_t i = 0; i < T; i++) {
-        const float *q = base + i * C3 + h * hs;
-        const float *dout_i = dout + (b * T + i) * C + h * hs;
-        float *dq = dbase + i * C3 + h * hs;
-        float D;
-        float li = lse ? lse[(b * H + h) * T + i] : 0.0f;
-        const float *prow = probs ? probs + ((b * H + h) * T + i) * T : NULL;
-        if (out) {
-            D = dt_cpu_dot(dout_i, out + (b * T + i) * C + h * hs, hs);
-        } else {   /* materialized: D_i = sum_j p_ij dp_ij */
-            D = 0.0f;
-            for (int64_t j = 0; j <= i; j++)
-                D += prow[j] * dt_cpu_dot(dout_i, base + j * C3 + 2 * C + h * hs, hs);
-        }
-        for (int64_t j0 = 0; j0 <= i; j0 += DT_ATT_TILE) {
-            int64_t j1 = j0 + DT_ATT_TILE <= i + 1 ? j0 + DT_ATT_TILE : i + 1;
-            for (int64_t j = j0; j < j1; j++) {
-                const float *k = base + j * C3 + C + h * hs;
-                const float *v = base + j * C3 + 2 * C + h * hs;
-                pbuf[j - j0] = prow ? prow[j] : dt_fast_expf(dt_cpu_dot(q, k, hs) * scale - li);
-                dpbuf[j - j0] = dt_cpu_dot(dout_i, v, hs);
-            }
-            for (int64_t j = j0; j < j1; j++) {
-                float p = pbuf[j - j0];
-                float ds = p * (dpbuf[j - j0] - D) * scale;
-                const float *k = base + j * C3 + C + h * hs;
-                float *dk = dbase + j * C3 + C + h * hs;
-                float *dv = dk + C;
-#pragma omp simd
-                for (int64_t d = 0; d < hs; d++) {
-                    dq[d] += ds * k[d];
-                    dk[d] += ds * q[d];
-                    dv[d] += p * dout_i[d];
-                }
-            }
-        }
-    }
+    dt_op_attention_gqa_forward_flash(out, lse, qkv, 3 * C, qkv + C, 3 * C, qkv + 2 * C, 3 * C, B, T,
+                                      H, H, C / H);
 }
 
 void dt_op_attention_backward_flash(float *dqkv, const float *dout, const float *qkv,
                                     const float *out, const float *lse, int64_t B, int64_t T,
                                     int64_t C, int64_t H) {
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t h = 0; h < H; h++)
-            attention_backward_bh(dqkv, dout, qkv, out, lse, NULL, b, h, T, C, H);
+    dt_op_attention_gqa_backward_flash(dqkv, dqkv + C, dqkv + 2 * C, dout, qkv, 3 * C, qkv + C, 3 * C,
+                                       qkv + 2 * C, 3 * C, out, lse, B, T, H, H, C / H);
 }
 
 void dt_op_attention_forward_probs(float *out, float *probs, const float *qkv, int64_t B,
                                    int64_t T, int64_t C, int64_t H) {
-    int64_t hs = C / H, C3 = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for collapse(3) schedule(static)
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t h = 0; h < H; h++)
-            for (int64_t i = 0; i < T; i++) {
-                const float *base = qkv + b * T * C3;
-                const float *q = base + i * C3 + h * hs;
-                float *p = probs + ((b * H + h) * T + i) * T;
-                float mx = -INFINITY;
-                for (int64_t j = 0; j <= i; j++) {
-                    p[j] = dt_cpu_dot(q, base + j * C3 + C + h * hs, hs) * scale;
-                    mx = p[j] > mx ? p[j] : mx;
-                }
-                float sum = 0.0f;
-                for (int64_t j = 0; j <= i; j++) {
-                    p[j] = dt_fast_expf(p[j] - mx);
-                    sum += p[j];
-                }
-                float inv = 1.0f / sum;
-                for (int64_t j = 0; j <= i; j++) p[j] *= inv;
-                for (int64_t j = i + 1; j < T; j++) p[j] = 0.0f;
-                float *o = out + (b * T + i) * C + h * hs;
-                for (int64_t d = 0; d < hs; d++) o[d] = 0.0f;
-                for (int64_t j = 0; j <= i; j++) {
-                    const float *v = base + j * C3 + 2 * C + h * hs;
-#pragma omp simd
-                    for (int64_t d = 0; d < hs; d++) o[d] += p[j] * v[d];
-                }
-            }
+    dt_op_attention_gqa_forward_probs(out, probs, qkv, 3 * C, qkv + C, 3 * C, qkv + 2 * C, 3 * C, B, T,
+                                      H, H, C / H);
 }
 
 void dt_op_attention_backward_probs(float *dqkv, const float *dout, const float *qkv,
                                     const float *probs, int64_t B, int64_t T, int64_t C,
                                     int64_t H) {
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t h = 0; h < H; h++)
-            attention_backward_bh(dqkv, dout, qkv, NULL, NULL, probs, b, h, T, C, H);
+    dt_op_attention_gqa_backward_probs(dqkv, dqkv + C, dqkv + 2 * C, dout, qkv, 3 * C, qkv + C, 3 * C,
+                                       qkv + 2 * C, 3 * C, probs, B, T, H, H, C / H);
 }
 
 /* ----------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 /* data.c — see dt_data.h. */
 #include "dt_data.h"
 #include "dt_safetensors.h"   /* dt_write_file_atomic, dt_open_regular */
+#include "dt_sha256.h"        /* dt_sha256_hex: fingerprints in messages */
+#include "dt_shard.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -22,6 +24,9 @@ typedef struct {
     char path[1024];
     const uint8_t *bytes;     /* text: byte tokens */
     const uint16_t *toks;     /* shard: uint16 tokens (into the mapping) */
+    const uint32_t *toks32;   /* v2 shard of a vocabulary above 2^16: uint32 tokens */
+    const uint8_t *mask;      /* v2 shard's loss mask bits, NULL: every target counts */
+    int mapped;               /* map is an mmap (shards), else malloc'd text */
     void *map;                /* mmap base, or malloc'd text */
     size_t map_len;
     int64_t ntok;
@@ -33,7 +38,25 @@ struct dt_corpus {
     int nfiles;
     int subdirs;     /* subfolders of a data directory, not read */
     int64_t ntok;
+    int has_mask;
+    int has_fp;      /* a v2 shard gave fp */
+    unsigned char fp[DT_SHARD2_FINGERPRINT_BYTES];
+    char fp_path[1024];   /* the shard fp came from */
+    int64_t vocab;   /* largest vocab a v2 shard header names (0: none) */
 };
+
+static inline int32_t src_tok(const dt_source *s, int64_t i) {
+    return s->toks32 ? (int32_t)s->toks32[i] : s->toks ? s->toks[i] : s->bytes[i];
+}
+
+/* The first bytes of a fingerprint in messages: enough to tell two apart. */
+#define FP_SHOWN_HEX 16
+static void fp_short(const unsigned char fp[DT_SHARD2_FINGERPRINT_BYTES], char out[FP_SHOWN_HEX + 1]) {
+    char hex[2 * DT_SHA256_BYTES + 1];
+    dt_sha256_hex(fp, hex);
+    memcpy(out, hex, FP_SHOWN_HEX);
+    out[FP_SHOWN_HEX] = '\0';
+}
 
 static int name_cmp(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
@@ -202,8 +225,62 @@ static int open_text(dt_corpus *c, const char *path, int is_dir, int64_t vocab, 
     return DT_OK;
 }
 
-static int open_shard(dt_source *s, const char *path, int64_t vocab, dt_error *err) {
+/* A v2 shard (dt_shard.h) already mapped: header, payload CRC, the model's vocab and the
+ * expected tokenizer fingerprint, and the corpus's one tokenizer. */
+static int open_shard2(dt_corpus *c, dt_source *s, const dt_corpus_opts *o, dt_error *err) {
+    const char *path = s->path;
+    dt_shard_header h;
+    int rc = dt_shard2_parse(s->map, s->map_len, path, &h, err);
+    if (!rc) rc = dt_shard2_check_payload(s->map, &h, path, err);
+    if (rc) return rc;
+    char got[FP_SHOWN_HEX + 1], want[FP_SHOWN_HEX + 1];
+    fp_short(h.fingerprint, got);
+    if ((int64_t)h.vocab > o->vocab)
+        return dt_errorf(err, DT_EINVAL,
+                         "%s: the shard's tokenizer has a vocabulary of %llu tokens, more than the model's vocab "
+                         "of %lld: prepare the data with the model's tokenizer or use a model with vocab >= %llu",
+                         path, (unsigned long long)h.vocab, (long long)o->vocab, (unsigned long long)h.vocab);
+    if (o->fingerprint && memcmp(o->fingerprint, h.fingerprint, DT_SHARD2_FINGERPRINT_BYTES)) {
+        fp_short(o->fingerprint, want);
+        return dt_errorf(err, DT_EINVAL,
+                         "%s: tokenizer fingerprint %s differs from the expected %s: the shard was prepared with "
+                         "another tokenizer (dtrun prepare --tokenizer)",
+                         path, got, want);
+    }
+    if (c->has_fp && memcmp(c->fp, h.fingerprint, DT_SHARD2_FINGERPRINT_BYTES)) {
+        fp_short(c->fp, want);
+        return dt_errorf(err, DT_EINVAL,
+                         "%s: tokenizer fingerprint %s differs from %s of %s: one data path holds shards of two "
+                         "tokenizers",
+                         path, got, want, c->fp_path);
+    }
+    if (!c->has_fp) {
+        c->has_fp = 1;
+        memcpy(c->fp, h.fingerprint, sizeof c->fp);
+        snprintf(c->fp_path, sizeof c->fp_path, "%s", path);
+    }
+    if ((int64_t)h.vocab > c->vocab) c->vocab = (int64_t)h.vocab;
+    const unsigned char *payload = (const unsigned char *)s->map + DT_SHARD2_HEADER_BYTES;
+    s->ntok = (int64_t)h.count;
+    if (h.token_bytes == 2) s->toks = (const uint16_t *)payload;
+    else s->toks32 = (const uint32_t *)payload;
+    if (h.flags & DT_SHARD2_FLAG_MASK) {
+        s->mask = payload + h.count * h.token_bytes;
+        c->has_mask = 1;
+    }
+    /* the CRC matched, so a token at or above the header's vocab was written so */
+    for (int64_t i = 0; i < s->ntok; i++) {
+        int64_t t = src_tok(s, i);
+        if (t >= (int64_t)h.vocab)
+            return dt_errorf(err, DT_EINVAL, "%s: token %lld at position %lld is outside the shard's vocab of %llu",
+                             path, (long long)t, (long long)i, (unsigned long long)h.vocab);
+    }
+    return DT_OK;
+}
+
+static int open_shard(dt_corpus *c, dt_source *s, const char *path, const dt_corpus_opts *o, dt_error *err) {
     snprintf(s->path, sizeof s->path, "%s", path);
+    const int64_t vocab = o->vocab;
     int fd;
     uint64_t fsize = 0;
     if (dt_open_regular(path, "token shard", &fd, &fsize, err)) return err->code;
@@ -211,35 +288,37 @@ static int open_shard(dt_source *s, const char *path, int64_t vocab, dt_error *e
     if (size < DT_SHARD_HEADER_BYTES) {
         close(fd);
         return dt_errorf(err, DT_EINVAL,
-                         "%s: truncated llm.c shard: %zu bytes, shorter than the %d-byte header",
+                         "%s: truncated token shard: %zu bytes, shorter than the %d-byte header",
                          path, size, DT_SHARD_HEADER_BYTES);
     }
     void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (map == MAP_FAILED) return dt_errorf(err, DT_EIO, "%s: cannot map: %s", path, strerror(errno));
+    s->map = map;
+    s->map_len = size;
+    s->mapped = 1;
+    if (dt_shard2_is(map, size)) return open_shard2(c, s, o, err);
+    if (o->fingerprint)
+        return dt_errorf(err, DT_EINVAL,
+                         "%s: an llm.c shard carries no tokenizer fingerprint, and one was expected: prepare the "
+                         "data with dtrun prepare", path);
     const int32_t *h = map;
-    int rc = DT_OK;
     if (h[0] != DT_SHARD_MAGIC) {
         const char *hint = h[0] == DT_LLMC_MODEL_MAGIC ? " (this is an llm.c model checkpoint, not data)"
                            : h[0] == DT_LLMC_LLAMA3_SHARD_MAGIC ? " (a uint32 llama3 shard: not supported)"
                                                                 : "";
-        rc = dt_errorf(err, DT_EINVAL, "%s: not an llm.c token shard: magic %d, expected %d%s", path,
-                       h[0], DT_SHARD_MAGIC, hint);
-    } else if (h[1] != DT_SHARD_VERSION) {
-        rc = dt_errorf(err, DT_EINVAL, "%s: llm.c shard version %d, expected %d (uint16 tokens)",
-                       path, h[1], DT_SHARD_VERSION);
-    } else if (h[2] < 0 || size != DT_SHARD_HEADER_BYTES + 2 * (size_t)h[2]) {
-        rc = dt_errorf(err, DT_EINVAL,
-                       "%s: truncated llm.c shard: header says %d tokens (%zu bytes) but the file "
-                       "has %zu bytes",
-                       path, h[2], DT_SHARD_HEADER_BYTES + 2 * (size_t)(h[2] < 0 ? 0 : h[2]), size);
+        return dt_errorf(err, DT_EINVAL,
+                         "%s: not a token shard: magic %d, expected llm.c's %d or dtrun's \"" DT_SHARD2_MAGIC "\"%s",
+                         path, h[0], DT_SHARD_MAGIC, hint);
     }
-    if (rc) {
-        munmap(map, size);
-        return rc;
-    }
-    s->map = map;
-    s->map_len = size;
+    if (h[1] != DT_SHARD_VERSION)
+        return dt_errorf(err, DT_EINVAL, "%s: llm.c shard version %d, expected %d (uint16 tokens)",
+                         path, h[1], DT_SHARD_VERSION);
+    if (h[2] < 0 || size != DT_SHARD_HEADER_BYTES + 2 * (size_t)h[2])
+        return dt_errorf(err, DT_EINVAL,
+                         "%s: truncated llm.c shard: header says %d tokens (%zu bytes) but the file "
+                         "has %zu bytes",
+                         path, h[2], DT_SHARD_HEADER_BYTES + 2 * (size_t)(h[2] < 0 ? 0 : h[2]), size);
     s->ntok = h[2];
     s->toks = (const uint16_t *)((const char *)map + DT_SHARD_HEADER_BYTES);
     for (int64_t i = 0; i < s->ntok; i++)
@@ -252,6 +331,13 @@ static int open_shard(dt_source *s, const char *path, int64_t vocab, dt_error *e
 
 int dt_corpus_open(const char *path, const char *format, int64_t vocab, dt_corpus **out,
                    dt_error *err) {
+    dt_corpus_opts o = {.vocab = vocab, .fingerprint = NULL};
+    return dt_corpus_open_opts(path, format, &o, out, err);
+}
+
+int dt_corpus_open_opts(const char *path, const char *format, const dt_corpus_opts *o, dt_corpus **out,
+                        dt_error *err) {
+    const int64_t vocab = o->vocab;
     *out = NULL;
     struct stat st;
     if (!path || !path[0]) return dt_errorf(err, DT_EINVAL, "data: no path given (data.train or --data)");
@@ -277,7 +363,7 @@ int dt_corpus_open(const char *path, const char *format, int64_t vocab, dt_corpu
             rc = dt_errorf(err, DT_ENOMEM, "%s: out of memory for %d shards", path, n);
         if (!rc) {
             for (int i = 0; i < n && !rc; i++) {
-                rc = open_shard(&c->src[i], names[i], vocab, err);
+                rc = open_shard(c, &c->src[i], names[i], o, err);
                 c->nsrc = i + 1;
                 c->ntok += c->src[i].ntok;
             }
@@ -298,7 +384,7 @@ int dt_corpus_open(const char *path, const char *format, int64_t vocab, dt_corpu
 void dt_corpus_free(dt_corpus *c) {
     if (!c) return;
     for (int i = 0; i < c->nsrc; i++) {
-        if (c->src[i].toks) munmap(c->src[i].map, c->src[i].map_len);
+        if (c->src[i].mapped) munmap(c->src[i].map, c->src[i].map_len);
         else free(c->src[i].map);
     }
     free(c->src);
@@ -306,6 +392,12 @@ void dt_corpus_free(dt_corpus *c) {
 }
 
 int64_t dt_corpus_tokens(const dt_corpus *c) { return c->ntok; }
+int dt_corpus_has_mask(const dt_corpus *c) { return c->has_mask; }
+int64_t dt_corpus_vocab(const dt_corpus *c) { return c->vocab; }
+int dt_corpus_fingerprint(const dt_corpus *c, unsigned char out[DT_SHARD2_FINGERPRINT_BYTES]) {
+    if (c->has_fp) memcpy(out, c->fp, sizeof c->fp);
+    return c->has_fp;
+}
 int dt_corpus_files(const dt_corpus *c) { return c->nfiles; }
 int dt_corpus_subdirs(const dt_corpus *c) { return c->subdirs; }
 
@@ -412,7 +504,7 @@ void dt_loader_free(dt_loader *l) {
     free(l);
 }
 
-static void read_window(const dt_loader *l, int64_t w, int32_t *in, int32_t *tg) {
+static void read_window(const dt_loader *l, int64_t w, int32_t *in, int32_t *tg, uint8_t *mask) {
     /* w: global window index -> (source, offset) by binary search over prefix sums */
     int lo = 0, hi = l->c->nsrc - 1;
     while (lo < hi) {
@@ -423,13 +515,13 @@ static void read_window(const dt_loader *l, int64_t w, int32_t *in, int32_t *tg)
     const dt_source *s = &l->c->src[lo];
     int64_t off = (w - l->win_start[lo]) * l->T;
     for (int64_t t = 0; t < l->T; t++) {
-        int64_t a = off + t, b = off + t + 1;
-        in[t] = s->toks ? s->toks[a] : s->bytes[a];
-        tg[t] = s->toks ? s->toks[b] : s->bytes[b];
+        in[t] = src_tok(s, off + t);
+        tg[t] = src_tok(s, off + t + 1);
+        if (mask) mask[t] = (uint8_t)dt_shard2_mask_bit(s->mask, (uint64_t)(off + t + 1));
     }
 }
 
-void dt_loader_next(dt_loader *l, int32_t *inputs, int32_t *targets) {
+void dt_loader_next_masked(dt_loader *l, int32_t *inputs, int32_t *targets, uint8_t *mask) {
     int64_t per_step = l->B * l->world;
     if (l->pos.cursor + per_step > l->count) {
         l->pos.epoch++;
@@ -438,9 +530,13 @@ void dt_loader_next(dt_loader *l, int32_t *inputs, int32_t *targets) {
     }
     for (int64_t b = 0; b < l->B; b++) {
         int64_t k = l->pos.cursor + l->rank * l->B + b;
-        read_window(l, l->first + l->perm[k], inputs + b * l->T, targets + b * l->T);
+        read_window(l, l->first + l->perm[k], inputs + b * l->T, targets + b * l->T, mask ? mask + b * l->T : NULL);
     }
     l->pos.cursor += per_step;
+}
+
+void dt_loader_next(dt_loader *l, int32_t *inputs, int32_t *targets) {
+    dt_loader_next_masked(l, inputs, targets, NULL);
 }
 
 void dt_loader_reset(dt_loader *l) {

@@ -1,4 +1,5 @@
-/* tokenizer.c — byte-level BPE tokenizer.json (dt_tokenizer.h, docs/tokenizers.md).
+/* tokenizer.c — byte-level BPE tokenizer.json (dt_tokenizer.h, docs/tokenizers.md), and the
+ * dispatch to SentencePiece models (dt_spm.h, tokenizer_spm.cc) for files that are not JSON.
  *
  * Tokens are kept as raw bytes: at load every vocabulary string is mapped back through
  * ByteLevel's byte-to-unicode table (GPT-2's bytes_to_unicode), so encoding works on the
@@ -8,17 +9,29 @@
  * ties), which is the order `tokenizers`' priority queue gives. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <unicode/unorm2.h>
+#include <unicode/ustring.h>
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dt_json.h"
+#include "dt_sha256.h"
+#include "dt_spm.h"
 #include "dt_tokenizer.h"
 
 #define TOK_SUPPORTED "byte-level BPE tokenizer.json (GPT-2, Llama-3, Qwen2) is supported"
 #define TOK_MAX_STAGES 8
+/* NFC fast path. In the Unicode Character Database every code point below U+0300 has
+ * NFC_Quick_Check = Yes and Canonical_Combining_Class = 0, and the second character of
+ * every canonical composition is at U+0300 or above (DerivedNormalizationProps.txt,
+ * UnicodeData.txt; checked against Python's unicodedata 14.0): text whose bytes are all
+ * below 0xCC, the UTF-8 lead byte of U+0300, is already NFC. */
+#define NFC_SAFE_BYTE_LIMIT 0xCC
 
 /* ByteLevel's default split regex (tokenizers, pre_tokenizers/byte_level.rs) */
 static const char GPT2_PATTERN[] =
@@ -168,6 +181,8 @@ struct dt_tokenizer {
     split_stage stages[TOK_MAX_STAGES];
     int n_stages;
     int add_prefix_space;
+    const UNormalizer2 *nfc; /* the NFC normalizer (ICU) when the file asks for it, else NULL */
+    dt_spm *spm;           /* a SentencePiece model: everything above is unused */
     int32_t n_ids;         /* vocab size */
     char **id_text;        /* id -> bytes (NULL: no token) */
     size_t *id_len;
@@ -573,7 +588,15 @@ int dt_tok_load_text(const char *text, size_t len, const char *what, dt_tokenize
         const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
         if (norm && !cJSON_IsNull(norm)) {
             const char *nt = jstr(norm, "type");
-            if (!nt || strcmp(nt, "NFC")) rc = unsupported(err, what, "normalizer \"%s\"", nt ? nt : "(no type)");
+            if (!nt || strcmp(nt, "NFC")) {
+                rc = unsupported(err, what, "normalizer \"%s\"", nt ? nt : "(no type)");
+            } else {
+                UErrorCode ue = U_ZERO_ERROR;
+                t->nfc = unorm2_getNFCInstance(&ue);
+                if (U_FAILURE(ue))
+                    rc = dt_errorf(err, DT_EINTERNAL, "%s: ICU's NFC normalizer is not available: %s", what,
+                                   u_errorName(ue));
+            }
         }
     }
     if (!rc) {
@@ -598,19 +621,84 @@ int dt_tok_load_text(const char *text, size_t len, const char *what, dt_tokenize
     return DT_OK;
 }
 
-int dt_tok_load(const char *path, dt_tokenizer **out, dt_error *err) {
-    char *text;
-    size_t len;
+/* A tokenizer file's bytes: a regular file (never a FIFO or device) of at most
+ * DT_READ_MAX_JSON bytes (Llama-2's tokenizer.model is 0.5 MB, a 150k-vocabulary
+ * tokenizer.json 7-11 MB). */
+static int read_tokenizer_file(const char *path, char **out, size_t *len, dt_error *err) {
+    int fd;
+    uint64_t size = 0;
     *out = NULL;
-    int rc = dt_json_read_file(path, &text, &len, err);
+    if (dt_file_open_regular(path, &fd, &size, err)) return err->code;
+    if (size > DT_READ_MAX_JSON) {
+        close(fd);
+        return dt_errorf(err, DT_EINVAL, "%s: %llu bytes, more than the %zu MiB a tokenizer file may have", path,
+                         (unsigned long long)size, DT_READ_MAX_JSON >> 20);
+    }
+    char *buf = malloc((size_t)size + 1);
+    if (!buf) {
+        close(fd);
+        return dt_errorf(err, DT_ENOMEM, "%s: out of memory for %llu bytes", path, (unsigned long long)size);
+    }
+    size_t got = 0;
+    while (got < (size_t)size) {
+        ssize_t k = read(fd, buf + got, (size_t)size - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+    int e = errno;
+    close(fd);
+    if (got != (size_t)size) {
+        free(buf);
+        return dt_errorf(err, DT_EIO, "%s: cannot read: %s", path, got < (size_t)size ? strerror(e) : "short read");
+    }
+    buf[got] = '\0';
+    *out = buf;
+    *len = got;
+    return DT_OK;
+}
+
+/* A tokenizer.json is a JSON object: its first byte after white space is '{'. A
+ * SentencePiece model is a serialized protobuf ModelProto, whose first byte is a field
+ * tag (0x0A for field 1, the pieces), never '{'. */
+static int looks_like_json(const char *text, size_t len) {
+    size_t i = 0;
+    while (i < len && strchr(" \t\r\n", text[i]) && text[i]) i++;
+    return i < len && text[i] == '{';
+}
+
+static int load_spm(const char *bytes, size_t len, const char *what, dt_tokenizer **out, dt_error *err) {
+    dt_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) return dt_errorf(err, DT_ENOMEM, "%s: out of memory", what);
+    int rc = dt_spm_load(bytes, len, what, &t->spm, err);
+    if (rc) {
+        free(t);
+        return rc;
+    }
+    t->n_ids = dt_spm_size(t->spm);
+    if (t->n_ids <= 0) {
+        dt_tok_free(t);
+        return dt_errorf(err, DT_EINVAL, "%s: the SentencePiece model has no pieces", what);
+    }
+    *out = t;
+    return DT_OK;
+}
+
+int dt_tok_load(const char *path, dt_tokenizer **out, dt_error *err) {
+    char *text = NULL;
+    size_t len = 0;
+    *out = NULL;
+    int rc = read_tokenizer_file(path, &text, &len, err);
     if (rc) return rc;
-    rc = dt_tok_load_text(text, len, path, out, err);
+    if (looks_like_json(text, len)) rc = dt_tok_load_text(text, len, path, out, err);
+    else rc = load_spm(text, len, path, out, err);
     free(text);
     return rc;
 }
 
 void dt_tok_free(dt_tokenizer *t) {
     if (!t) return;
+    dt_spm_free(t->spm);
     str_map_free(&t->vocab);
     str_map_free(&t->added_map);
     free(t->merges.s);
@@ -627,10 +715,55 @@ void dt_tok_free(dt_tokenizer *t) {
 int32_t dt_tok_vocab_size(const dt_tokenizer *t) { return t->n_ids; }
 
 int32_t dt_tok_token_id(const dt_tokenizer *t, const char *token) {
+    if (t->spm) return dt_spm_piece_id(t->spm, token);
     size_t n = strlen(token);
     int32_t a = str_map_get(&t->added_map, token, n);
     if (a >= 0) return t->added[a].id;
     return str_map_get(&t->vocab, token, n);
+}
+
+dt_tok_kind dt_tok_get_kind(const dt_tokenizer *t) { return t->spm ? DT_TOK_SENTENCEPIECE : DT_TOK_BPE_JSON; }
+
+/* End-of-text tokens of tokenizer.json files, in the order they are looked for: GPT-2's
+ * and Qwen2's <|endoftext|> (Qwen2's eos for pretraining text; its chat turns end with
+ * <|im_end|>), Llama-3's <|end_of_text|>, then the </s> / <eos> of other families. */
+static const char *const EOT_NAMES[] = {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"};
+
+int32_t dt_tok_eot_id(const dt_tokenizer *t) {
+    if (t->spm) return dt_spm_eos_id(t->spm);
+    for (size_t i = 0; i < sizeof EOT_NAMES / sizeof EOT_NAMES[0]; i++) {
+        int32_t a = str_map_get(&t->added_map, EOT_NAMES[i], strlen(EOT_NAMES[i]));
+        if (a >= 0) return t->added[a].id;
+    }
+    return -1;
+}
+
+const char *dt_tok_token_text(const dt_tokenizer *t, int32_t id, size_t *len) {
+    *len = 0;
+    if (id < 0 || id >= t->n_ids) return NULL;
+    if (t->spm) return dt_spm_piece(t->spm, id, len);
+    if (!t->id_text[id]) return NULL;
+    *len = t->id_len[id];
+    return t->id_text[id];
+}
+
+/* Length-prefixed (4 bytes, little-endian) token texts of ids 0 .. n-1; an id without a
+ * token is the length DT_TOK_FP_NO_TOKEN alone (docs/data.md "Tokenizer fingerprint"). */
+#define DT_TOK_FP_NO_TOKEN 0xFFFFFFFFu
+
+void dt_tok_fingerprint(const dt_tokenizer *t, unsigned char out[DT_TOK_FINGERPRINT_BYTES]) {
+    dt_sha256 h;
+    dt_sha256_init(&h);
+    for (int32_t id = 0; id < t->n_ids; id++) {
+        size_t n;
+        const char *s = dt_tok_token_text(t, id, &n);
+        uint32_t len = s ? (uint32_t)n : DT_TOK_FP_NO_TOKEN;
+        unsigned char le[4] = {(unsigned char)len, (unsigned char)(len >> 8), (unsigned char)(len >> 16),
+                               (unsigned char)(len >> 24)};
+        dt_sha256_update(&h, le, sizeof le);
+        if (s) dt_sha256_update(&h, s, n);
+    }
+    dt_sha256_final(&h, out);
 }
 
 /* ---------------------------------------------------------------- encoding */
@@ -781,8 +914,53 @@ static int split_encode(const dt_tokenizer *t, int k, const char *text, size_t n
     return split_encode(t, k + 1, text + last, n - last, b, err);
 }
 
-/* One segment of text between added tokens: the pre-tokenizer, then BPE. */
-static int encode_segment(const dt_tokenizer *t, const char *text, size_t n, ids_buf *b, dt_error *err) {
+/* NFC of n bytes of valid UTF-8 through ICU (UTF-8 -> UTF-16, normalize, back); *out is
+ * NULL when the text is already NFC (then use text as it is), else malloc'd, *out_n bytes. */
+static int nfc_text(const UNormalizer2 *nfc, const char *text, size_t n, char **out, size_t *out_n,
+                    dt_error *err) {
+    *out = NULL;
+    size_t i = 0;
+    while (i < n && (unsigned char)text[i] < NFC_SAFE_BYTE_LIMIT) i++;
+    if (i == n) return DT_OK;
+    if (n > INT32_MAX / 2) return dt_errorf(err, DT_EINVAL, "a text segment of %zu bytes is too long to normalize", n);
+    UErrorCode ue = U_ZERO_ERROR;
+    int32_t n16 = 0;
+    u_strFromUTF8(NULL, 0, &n16, text, (int32_t)n, &ue);   /* preflight: the UTF-16 length */
+    if (ue == U_BUFFER_OVERFLOW_ERROR) ue = U_ZERO_ERROR;
+    UChar *src = malloc(((size_t)n16 + 1) * sizeof *src);
+    if (!src) return DT_ENOMEM;
+    u_strFromUTF8(src, n16 + 1, NULL, text, (int32_t)n, &ue);
+    int rc = DT_OK;
+    if (U_SUCCESS(ue) && unorm2_isNormalized(nfc, src, n16, &ue)) {
+        free(src);
+        return U_SUCCESS(ue) ? DT_OK : dt_errorf(err, DT_EINTERNAL, "NFC check failed: %s", u_errorName(ue));
+    }
+    /* the output's UTF-16 length by preflight (NFC may shorten or lengthen the text) */
+    int32_t cap = U_SUCCESS(ue) ? unorm2_normalize(nfc, src, n16, NULL, 0, &ue) : 0;
+    if (ue == U_BUFFER_OVERFLOW_ERROR) ue = U_ZERO_ERROR;
+    UChar *dst = U_SUCCESS(ue) ? malloc(((size_t)cap + 1) * sizeof *dst) : NULL;
+    if (U_SUCCESS(ue) && !dst) rc = DT_ENOMEM;
+    if (!rc && U_SUCCESS(ue)) unorm2_normalize(nfc, src, n16, dst, cap + 1, &ue);
+    int32_t n8 = 0;
+    if (!rc && U_SUCCESS(ue)) u_strToUTF8(NULL, 0, &n8, dst, cap, &ue);
+    if (ue == U_BUFFER_OVERFLOW_ERROR) ue = U_ZERO_ERROR;
+    char *o = !rc && U_SUCCESS(ue) ? malloc((size_t)n8 + 1) : NULL;
+    if (!rc && U_SUCCESS(ue) && !o) rc = DT_ENOMEM;
+    if (!rc && U_SUCCESS(ue)) u_strToUTF8(o, n8 + 1, NULL, dst, cap, &ue);
+    free(src);
+    free(dst);
+    if (!rc && U_FAILURE(ue)) rc = dt_errorf(err, DT_EINTERNAL, "NFC normalization failed: %s", u_errorName(ue));
+    if (rc) {
+        free(o);
+        return rc;
+    }
+    *out = o;
+    *out_n = (size_t)n8;
+    return DT_OK;
+}
+
+/* One segment of normalized text: the pre-tokenizer (with ByteLevel's prefix space), then BPE. */
+static int encode_normalized(const dt_tokenizer *t, const char *text, size_t n, ids_buf *b, dt_error *err) {
     if (!n) return DT_OK;
     if (!t->add_prefix_space || text[0] == ' ') return split_encode(t, 0, text, n, b, err);
     char *tmp = malloc(n + 1);
@@ -794,6 +972,22 @@ static int encode_segment(const dt_tokenizer *t, const char *text, size_t n, ids
     return rc;
 }
 
+/* One segment of text between added tokens: the normalizer (NFC), then the rest
+ * (tokenizers normalizes each segment the added tokens leave, then pre-tokenizes). */
+static int encode_segment(const dt_tokenizer *t, const char *text, size_t n, ids_buf *b, dt_error *err) {
+    if (!n || !t->nfc) return encode_normalized(t, text, n, b, err);
+    char *norm = NULL;
+    size_t nn = 0;
+    int rc = nfc_text(t->nfc, text, n, &norm, &nn, err);
+    if (rc) return rc;
+    if (!norm) return encode_normalized(t, text, n, b, err);
+    rc = encode_normalized(t, norm, nn, b, err);
+    free(norm);
+    return rc;
+}
+
+size_t dt_tok_utf8_check(const char *text, size_t len) { return utf8_check((const unsigned char *)text, len); }
+
 int dt_tok_encode(const dt_tokenizer *t, const char *text, size_t len, int with_special,
                   int32_t **ids, size_t *n_ids, dt_error *err) {
     *ids = NULL;
@@ -802,6 +996,7 @@ int dt_tok_encode(const dt_tokenizer *t, const char *text, size_t len, int with_
     if (bad < len)
         return dt_errorf(err, DT_EINVAL, "input is not UTF-8 (byte 0x%02X at offset %zu)",
                          (unsigned char)text[bad], bad);
+    if (t->spm) return dt_spm_encode(t->spm, text, len, ids, n_ids, err);
     ids_buf b = {0};
     b.md = pcre2_match_data_create(1, NULL);
     if (!b.md) return dt_errorf(err, DT_ENOMEM, "out of memory encoding %zu bytes", len);
@@ -855,11 +1050,13 @@ int dt_tok_decode(const dt_tokenizer *t, const int32_t *ids, size_t n, char **ou
         if (ids[i] < 0 || ids[i] >= t->n_ids)
             return dt_errorf(err, DT_EINVAL, "token id %ld is out of range (vocabulary: 0..%ld)",
                              (long)ids[i], (long)t->n_ids - 1);
+        if (t->spm) continue;
         if (!t->id_text[ids[i]])
             return dt_errorf(err, DT_EINVAL, "token id %ld is not used by this tokenizer (no token has it)",
                              (long)ids[i]);
         total += t->id_len[ids[i]];
     }
+    if (t->spm) return dt_spm_decode(t->spm, ids, n, out, len, err);
     char *s = malloc(total + 1);
     if (!s) return dt_errorf(err, DT_ENOMEM, "out of memory decoding %zu tokens", n);
     size_t o = 0;

@@ -13,7 +13,7 @@ import shutil
 import sys
 import tempfile
 
-SOURCE_EXT = (".c", ".h", ".cu")
+SOURCE_EXT = (".c", ".h", ".cu", ".cc")
 TOP_LEVEL = ("common", "models", "planner", "engine", "reports", "cli")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 

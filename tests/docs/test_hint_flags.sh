@@ -14,7 +14,7 @@ trap 'rm -rf "$T"' EXIT
 for c in estimate solve show export simulate compare report calibrate; do
     "$DTPLAN" "$c" --help >"$T/dtplan-$c" 2>&1
 done
-{ "$DTRUN" --help; "$DTRUN" sample --help; "$DTRUN" calibrate --help; "$DTRUN" tokenize --help; } >"$T/dtrun" 2>&1
+{ "$DTRUN" --help; "$DTRUN" sample --help; "$DTRUN" calibrate --help; "$DTRUN" tokenize --help; "$DTRUN" prepare --help; } >"$T/dtrun" 2>&1
 # "dtplan solve ... --gpus %d" / "dtrun ... --resume": command, then the flags up to the string's end
 grep -rhoE '"[^"]*(dtplan (estimate|solve|show|export|simulate|compare|report|calibrate)|dtrun)( [^"]*)?"' \
     --include=*.c --include=*.h --include=*.cu "$SRC"/common "$SRC"/models "$SRC"/planner "$SRC"/engine "$SRC"/cli |
@@ -23,7 +23,7 @@ while IFS= read -r h; do
     cmd=$(echo "$h" | awk '{print ($1 == "dtplan") ? "dtplan-" $2 : "dtrun"}')
     w2=$(echo "$h" | awk '{print $2}')
     # "dtrun output directory; ..." is prose, not a command line
-    if [ "$cmd" = dtrun ] && [[ $w2 =~ ^[a-z]+$ ]] && ! [[ $w2 =~ ^(sample|calibrate|tokenize)$ ]]; then continue; fi
+    if [ "$cmd" = dtrun ] && [[ $w2 =~ ^[a-z]+$ ]] && ! [[ $w2 =~ ^(sample|calibrate|tokenize|prepare)$ ]]; then continue; fi
     for f in $(echo "$h" | grep -oE -- '--[a-z][a-z0-9-]+' | grep -vx -- '--help' | sort -u); do
         checked=$((checked + 1))
         grep -qE -- "(^|[^a-z-])$f([^a-z-]|$)" "$T/$cmd" ||

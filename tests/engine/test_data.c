@@ -1,8 +1,11 @@
 /* test_data.c — the data loader: a directory of text files (binary files and
  * symlinks skipped), llm.c shards (valid, truncated, wrong magic, wrong version,
- * token outside the vocab), windows and targets, train/valid split, shuffling
- * determinism and resume positions; a FIFO or device as a data file is refused
- * at once (it used to block forever), and skipped inside a data directory. */
+ * token outside the vocab), dtrun's v2 shards (uint16 and uint32 tokens, the loss mask
+ * through dt_loader_next_masked, a vocab larger than the model's, an unexpected or mixed
+ * tokenizer fingerprint, damaged headers and payloads), windows and targets,
+ * train/valid split, shuffling determinism and resume positions; a FIFO or device as a
+ * data file is refused at once (it used to block forever), and skipped inside a data
+ * directory. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dt_crc32c.h"
 #include "dt_data.h"
 #include "dt_test.h"
 
@@ -153,6 +157,172 @@ static void test_shards(void) {
     free(buf);
 }
 
+static void v2_header(dt_shard_header *h, uint64_t vocab, int masked, unsigned char fp_byte) {
+    memset(h, 0, sizeof *h);
+    h->token_bytes = dt_shard2_token_bytes(vocab);
+    h->flags = masked ? DT_SHARD2_FLAG_MASK : 0;
+    h->vocab = vocab;
+    h->eot_id = 0;
+    h->prepare_id = 42;
+    memset(h->fingerprint, fp_byte, sizeof h->fingerprint);
+}
+
+/* a copy of dir/from with byte at off XORed by x (x = 0: cut to off bytes) as dir/to */
+static void damaged_copy(const char *from, const char *to, size_t off, unsigned char x) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, from);
+    FILE *f = fopen(p, "rb");
+    unsigned char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    if (x) buf[off] ^= x;
+    else n = off;
+    write_file(to, buf, n);
+}
+
+/* a copy of dir/from with the u32 at off set to v and the header CRC made right again */
+static void patched_copy(const char *from, const char *to, size_t off, uint32_t v) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, from);
+    FILE *f = fopen(p, "rb");
+    unsigned char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    memcpy(buf + off, &v, 4);
+    uint32_t crc = dt_crc32c(0, buf, DT_SHARD2_CRC_SPAN);
+    memcpy(buf + DT_SHARD2_CRC_SPAN, &crc, 4);
+    write_file(to, buf, n);
+}
+
+static void expect_refused(const char *name, const dt_corpus_opts *o, const char *want1, const char *want2) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    dt_corpus *c = NULL;
+    dt_error err;
+    dt_error_clear(&err);
+    int rc = dt_corpus_open_opts(p, "llmc", o, &c, &err);
+    CHECK_EQ_I64(rc, DT_EINVAL);
+    CHECK(c == NULL && strchr(err.msg, '\n') == NULL);
+    if ((want1 && !strstr(err.msg, want1)) || (want2 && !strstr(err.msg, want2))) {
+        fprintf(stderr, "%s: message lacks '%s' / '%s': %s\n", name, want1, want2 ? want2 : "", err.msg);
+        dt_test_failures++;
+    }
+}
+
+/* v2 shards (dt_shard.h): both widths, the mask, and every refusal. */
+static void test_shards_v2(void) {
+    char sd[512], p[512];
+    dt_error err;
+    snprintf(sd, sizeof sd, "%s/v2", dir);
+    mkdir(sd, 0755);
+    /* uint32 tokens of a Qwen2-sized vocabulary with a mask (every third token trained) */
+    enum { N = 1001 };
+    int32_t ids[N];
+    uint8_t mask[N];
+    for (int i = 0; i < N; i++) {
+        ids[i] = 151000 + i % 600;
+        mask[i] = i % 3 == 0;
+    }
+    dt_shard_header h;
+    v2_header(&h, 151646, 1, 0xAB);
+    snprintf(p, sizeof p, "%s/v2/a.bin", dir);
+    CHECK(dt_shard2_write(p, &h, ids, mask, N, &err) == DT_OK);
+    struct stat st;
+    CHECK(stat(p, &st) == 0 && st.st_size == 1024 + 4 * N + (N + 7) / 8);
+    /* uint16 tokens, no mask, same tokenizer */
+    for (int i = 0; i < N; i++) ids[i] = 7 + i;
+    v2_header(&h, 151646, 0, 0xAB);
+    h.token_bytes = 4;   /* the writer takes the header's width: 4 is allowed below 2^16 too */
+    snprintf(p, sizeof p, "%s/v2/b.bin", dir);
+    CHECK(dt_shard2_write(p, &h, ids, NULL, N, &err) == DT_OK);
+
+    unsigned char fp[DT_SHARD2_FINGERPRINT_BYTES];
+    memset(fp, 0xAB, sizeof fp);
+    dt_corpus_opts o = {.vocab = 151936, .fingerprint = fp};   /* Qwen2's padded embedding rows */
+    dt_corpus *c = NULL;
+    CHECK(dt_corpus_open_opts(sd, "llmc", &o, &c, &err) == DT_OK);
+    if (c) {
+        CHECK_EQ_I64(dt_corpus_tokens(c), 2 * N);
+        CHECK(dt_corpus_has_mask(c));
+        CHECK_EQ_I64(dt_corpus_vocab(c), 151646);
+        unsigned char got[DT_SHARD2_FINGERPRINT_BYTES];
+        CHECK(dt_corpus_fingerprint(c, got) && !memcmp(got, fp, sizeof fp));
+        /* T = 10, B = 1, in order: window 0 of a.bin, then b.bin's from window 100 */
+        dt_loader *l;
+        CHECK(dt_loader_create(c, 10, 1, 0, -1, 0, 1, 0, 1, "v2", &l, &err) == DT_OK);
+        int32_t in[10], tg[10];
+        uint8_t m[10];
+        dt_loader_next_masked(l, in, tg, m);
+        for (int t = 0; t < 10; t++) {
+            CHECK_EQ_I64(in[t], 151000 + t);
+            CHECK_EQ_I64(tg[t], 151000 + t + 1);
+            CHECK_EQ_I64(m[t], (t + 1) % 3 == 0);   /* the mask of the target's position */
+        }
+        for (int w = 1; w < 100; w++) dt_loader_next_masked(l, in, tg, NULL);
+        dt_loader_next_masked(l, in, tg, m);
+        CHECK_EQ_I64(in[0], 7);
+        for (int t = 0; t < 10; t++) CHECK_EQ_I64(m[t], 1);   /* an unmasked shard: all trained */
+        dt_loader_free(l);
+        dt_corpus_free(c);
+    }
+    /* no expectation: fine, and a model vocab smaller than the tokenizer's is refused */
+    o.fingerprint = NULL;
+    CHECK(dt_corpus_open_opts(sd, "llmc", &o, &c, &err) == DT_OK);
+    dt_corpus_free(c);
+    o.vocab = 50257;
+    expect_refused("v2/a.bin", &o, "151646", "50257");
+    /* another tokenizer expected: both fingerprints named */
+    o.vocab = 151936;
+    unsigned char other[DT_SHARD2_FINGERPRINT_BYTES];
+    memset(other, 0xCD, sizeof other);
+    o.fingerprint = other;
+    expect_refused("v2/a.bin", &o, "abababababababab", "cdcdcdcdcdcdcdcd");
+    /* two tokenizers in one folder */
+    v2_header(&h, 151646, 0, 0xEF);
+    snprintf(p, sizeof p, "%s/v2/c.bin", dir);
+    CHECK(dt_shard2_write(p, &h, ids, NULL, 10, &err) == DT_OK);
+    o.fingerprint = NULL;
+    expect_refused("v2", &o, "two tokenizers", "c.bin");
+    unlink(p);
+    /* an llm.c shard carries no fingerprint: refused when one is expected */
+    make_shard("v2llmc.bin", 100, 0);
+    o.fingerprint = fp;
+    expect_refused("v2llmc.bin", &o, "llm.c shard carries no tokenizer fingerprint", NULL);
+    o.fingerprint = NULL;
+
+    /* damage: payload byte, header byte, truncation, flags, width, padding */
+    damaged_copy("v2/a.bin", "pay.bin", 1024 + 17, 0x01);
+    expect_refused("pay.bin", &o, "pay.bin", "CRC-32C");
+    damaged_copy("v2/a.bin", "hdr.bin", 33, 0x01);
+    expect_refused("hdr.bin", &o, "hdr.bin", "header's CRC-32C");
+    damaged_copy("v2/a.bin", "cut.bin", 1024 + 4 * N - 3, 0);
+    expect_refused("cut.bin", &o, "cut.bin", "truncated");
+    damaged_copy("v2/a.bin", "short2.bin", 600, 0);
+    expect_refused("short2.bin", &o, "short2.bin", "header");
+    damaged_copy("v2/a.bin", "pad.bin", 500, 0x80);
+    expect_refused("pad.bin", &o, "pad.bin", NULL);   /* the header CRC does not cover the padding: named */
+    /* headers whose CRC is right but whose fields are not */
+    patched_copy("v2/b.bin", "w3.bin", 12, 3);          /* token bytes */
+    expect_refused("w3.bin", &o, "w3.bin", "3-byte tokens");
+    patched_copy("v2/b.bin", "flags.bin", 16, 6);       /* unknown flag bits */
+    expect_refused("flags.bin", &o, "flags.bin", "flags");
+    patched_copy("v2/b.bin", "ver.bin", 4, 3);          /* version */
+    expect_refused("ver.bin", &o, "ver.bin", "version 3");
+    patched_copy("v2/b.bin", "count.bin", 32, N + 1);   /* count against the size */
+    expect_refused("count.bin", &o, "count.bin", "truncated");
+    v2_header(&h, 70000, 0, 0xAB);
+    h.token_bytes = 2;   /* 70000 ids do not fit uint16 */
+    snprintf(p, sizeof p, "%s/w16.bin", dir);
+    CHECK(dt_shard2_write(p, &h, ids, NULL, 10, &err) == DT_EINTERNAL);   /* the writer refuses too */
+    /* 16-bit, unmasked, a token above the header's vocab cannot be written */
+    v2_header(&h, 100, 0, 0xAB);
+    snprintf(p, sizeof p, "%s/big.bin", dir);
+    CHECK(dt_shard2_write(p, &h, ids, NULL, 200, &err) == DT_EINTERNAL);
+    CHECK(stat(p, &st) != 0);   /* nothing left under the name (nor the temporary) */
+    snprintf(p, sizeof p, "%s/big.bin.tmp", dir);
+    CHECK(stat(p, &st) != 0);
+}
+
 /* Shuffling depends only on (seed, epoch); a loader moved to a saved position
  * continues exactly like the original. */
 static void test_shuffle_determinism(void) {
@@ -272,6 +442,7 @@ int main(void) {
     test_text_dir();
     test_split();
     test_shards();
+    test_shards_v2();
     test_shuffle_determinism();
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -119,5 +119,31 @@ grep -q "^dtrun: warning: --max-steps 9 is beyond the plan's 3 steps; stopping a
 grep -q "^dtrun: data: 1 file(s) of $TMP/data read; its 1 subfolder(s) are not" "$TMP/short.log" ||
   fail "the unread data subfolder was not said: $(cat "$TMP/short.log")"
 
+# --init: a path that is not there, a FIFO, and a Hugging Face directory of another model
+# (the llama golden: one line naming both shapes) are refused before training;
+# a checkpoint directory of this plan's model starts the run from its weights
+expect_exit 2 "^dtrun: --init $TMP/nowhere: No such file" -- "$DTRUN" "$TMP/short.json" --init "$TMP/nowhere" --out "$TMP/i0"
+mkfifo "$TMP/fifo"
+expect_exit 2 "^dtrun: --init $TMP/fifo: not a directory or a regular file" -- "$DTRUN" "$TMP/short.json" --init "$TMP/fifo" --out "$TMP/i1"
+expect_exit 2 "the model directory's model (llama .*) is not the plan's (gpt2 " -- \
+  "$DTRUN" "$TMP/short.json" --init "$SRC/tests/kernels/golden/llama/llama" --out "$TMP/i2" --data "$TMP/data" --no-progress --quiet
+[ -e "$TMP/i2/metrics.jsonl" ] && fail "a refused --init wrote metrics"
+python3 - "$TMP/short.json" "$TMP/save.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1])); p["output"]["save_interval"] = 3
+json.dump(p, open(sys.argv[2], "w"), indent=2)
+PY
+"$DTRUN" "$TMP/save.json" --out "$TMP/i3" --data "$TMP/data" --quiet || fail "the run to start from exited $?"
+"$DTRUN" "$TMP/short.json" --out "$TMP/i4" --data "$TMP/data" --init "$TMP/i3/ckpt-00000003" --quiet --max-steps 1 ||
+  fail "--init from a checkpoint directory exited $?"
+python3 - "$TMP/i3/metrics.jsonl" "$TMP/i4/metrics.jsonl" "$TMP/short/metrics.jsonl" <<'PY' || fail "--init did not start from the checkpoint's weights"
+import json, sys
+last = [json.loads(l)["loss"] for l in open(sys.argv[1])][-1]
+first = json.loads(open(sys.argv[2]).readline())["loss"]
+fresh = json.loads(open(sys.argv[3]).readline())["loss"]
+# trained weights: the first loss is near the trained run's last, not the fresh start's
+sys.exit(0 if abs(first - last) < abs(first - fresh) else 1)
+PY
+
 [ "$fails" -eq 0 ] || { echo "$fails failure(s)" >&2; exit 1; }
 echo ok

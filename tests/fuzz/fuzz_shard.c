@@ -1,18 +1,38 @@
-/* Fuzz target: the token-shard reader (engine/run/data.c, llm.c shard format),
- * then a loader over what it accepted. */
+/* Fuzz target: the token-shard reader (engine/run/data.c: llm.c shards and dtrun's v2
+ * shards, dt_shard.h), then a loader over what it accepted, with the loss mask. A v2
+ * input gets its two CRC-32C sums made right before it is read, so mutations reach the
+ * header's fields and the tokens instead of stopping at the checksum (whose refusal the
+ * unit tests cover: tests/engine/test_data.c). */
 #include "dt_fuzz.h"
 
+#include "dt_crc32c.h"
 #include "dt_data.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    uint8_t *copy = malloc(size ? size : 1);
+    if (!copy) abort();
+    memcpy(copy, data, size);
+    if (size >= DT_SHARD2_HEADER_BYTES && dt_shard2_is(copy, size)) {
+        const size_t payload_crc_at = 96;   /* dt_shard.h's table */
+        uint32_t crc = dt_crc32c(0, copy + DT_SHARD2_HEADER_BYTES, size - DT_SHARD2_HEADER_BYTES);
+        memcpy(copy + payload_crc_at, &crc, 4);
+        crc = dt_crc32c(0, copy, DT_SHARD2_CRC_SPAN);
+        memcpy(copy + DT_SHARD2_CRC_SPAN, &crc, 4);
+    }
     char path[64];
-    int fd = dt_fuzz_file(data, size, path, sizeof path);
+    int fd = dt_fuzz_file(copy, size, path, sizeof path);
+    free(copy);
     dt_error err;
     dt_error_clear(&err);
     dt_corpus *c = NULL;
     if (dt_corpus_open(path, "llmc", 50257, &c, &err) == DT_OK) {
         dt_loader *l = NULL;
-        if (dt_loader_create(c, 4, 1, 0, -1, 1, 7, 0, 1, "fuzz", &l, &err) == DT_OK) dt_loader_free(l);
+        if (dt_loader_create(c, 4, 1, 0, -1, 1, 7, 0, 1, "fuzz", &l, &err) == DT_OK) {
+            int32_t in[4], tg[4];
+            uint8_t m[4];
+            dt_loader_next_masked(l, in, tg, m);
+            dt_loader_free(l);
+        }
         dt_corpus_free(c);
     }
     close(fd);

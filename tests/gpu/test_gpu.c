@@ -22,8 +22,8 @@
 #include "dt_lm.h"
 #include "dt_memory.h"
 #include "dt_test.h"
+#include "gpu_test_util.h"
 
-#define SKIP 77
 /* What the driver may show in use beyond dt's tracked device bytes after the
  * device is bound (the CUDA context exists by then, so it is not part of it):
  * cuBLAS / cuBLASLt handle and workspace (up to 32 MiB per handle on sm_90),
@@ -33,46 +33,6 @@
  * docs/cuda.md "GPU tests"; not yet measured on a GPU. */
 #define DT_GPU_RUNTIME_ALLOWANCE ((int64_t)512 << 20)
 
-static const dt_device_ops *cpu, *gpu;
-static uint64_t rng = 88172645463325252ULL;
-static float urand(float lo, float hi) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return lo + (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * (hi - lo);
-}
-
-static float *rnd(size_t n, float lo, float hi) {
-    float *x = malloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = urand(lo, hi);
-    return x;
-}
-static void *up(const void *h, size_t bytes) {
-    void *d = gpu->alloc(DT_POOL_DEVICE, DT_MEM_BUFFERS, bytes);
-    gpu->memcpy(d, h, bytes, DT_COPY_H2D, DT_STREAM_H2D);
-    gpu->handoff(DT_STREAM_H2D, DT_STREAM_COMPUTE);
-    return d;
-}
-static float *down(const void *d, size_t bytes) {
-    float *h = malloc(bytes);
-    gpu->handoff(DT_STREAM_COMPUTE, DT_STREAM_D2H);
-    gpu->memcpy(h, d, bytes, DT_COPY_D2H, DT_STREAM_D2H);
-    gpu->stream_sync(DT_STREAM_D2H);
-    return h;
-}
-
-/* max |a - b| / max(1, max |b|) over n; prints it */
-static double cmp(const char *what, const float *a, const float *dev_b, size_t n, double tol) {
-    float *b = down(dev_b, n * sizeof(float));
-    double scale = 1.0, worst = 0.0;
-    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(a[i]));
-    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)a[i] - b[i]) / scale);
-    printf("%-28s max rel diff %.3g (tol %.1g)\n", what, worst, tol);
-    if (!(worst <= tol)) fprintf(stderr, "%s: GPU differs from CPU by %.3g\n", what, worst);
-    CHECK(worst <= tol);
-    free(b);
-    return worst;
-}
 
 #define F32 1e-5
 static void test_kernels(void) {

@@ -23,7 +23,10 @@ typedef struct {
  *   gpt2-small-test: 32768 + 16384 + 4·(196608 + 1664) + 256 = 842,496
  *   llama-tiny : h 64, a 4, k 2, d 16, f 176, V 256, untied:
  *                per layer 64·64 + 2·64·32 + 64·64 + 3·64·176 + 2·64 = 46,208;
- *                total 2·46208 + 64 + 2·256·64 = 125,248 */
+ *                total 2·46208 + 64 + 2·256·64 = 125,248
+ *   qwen3-tiny : h 64, a 4, k 2, d 32, f 128, V 256, tied, q/k norm:
+ *                per layer 64·128 + 2·64·64 + 128·64 + 2·32 + 3·64·128 + 2·64 = 49,344;
+ *                total 2·49344 + 64 + 256·64 = 115,136 */
 static const expect_t expected[] = {
     {"gpt2", 124439808, 38597376},               /* 50257·768 */
     {"gpt2-medium", 354823168, 51463168},        /* 50257·1024 */
@@ -39,6 +42,7 @@ static const expect_t expected[] = {
     {"gpt2-tiny", 120576, 16640},                /* c_fc 64·256+256 > wte 256·64 */
     {"gpt2-small-test", 842496, 66048},         /* c_fc 128·512+512 = 66048 > wte 32768 */
     {"llama-tiny", 125248, 16384},
+    {"qwen3-tiny", 115136, 16384},               /* the tied embedding */
 };
 
 int main(void) {

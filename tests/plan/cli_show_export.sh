@@ -40,6 +40,10 @@ for s in "2 node(s) x 4 rank(s) = 8 rank(s), device cuda" "ZeRO stage 3" "offloa
          "communicated per rank per step: allreduce 8 B, reduce_scatter 1.85 GiB" "MFU 9.6%"; do
     has "$T/big" "$s"
 done
+# a plan whose model carries RoPE scaling (Llama-3.1's llama3 rescaling) shows it
+"$DTPLAN" solve --model llama-3.1-8b --mem 80G --gpus 8 -o "$T/l31.json" >/dev/null || bad "solve llama-3.1-8b"
+"$DTPLAN" show "$T/l31.json" >"$T/l31" || bad "show llama-3.1-8b"
+has "$T/l31" "rope scaling llama3 (factor 8, low 1, high 4, original 8192 positions)"
 "$DTPLAN" show --help >"$T/help" || bad "show --help"
 has "$T/help" "usage: dtplan show"
 

@@ -1,0 +1,108 @@
+/* dt_prepare.h — `dtrun prepare`: text files, folders and JSONL (pretraining text, SFT
+ * chats) into token shards v2 (dt_shard.h) with a train/validation split
+ * (docs/data.md "dtrun prepare").
+ *
+ * Two passes over the inputs, never the whole corpus in memory:
+ *   1. index: walk the inputs (folders recursively, names sorted), check every document
+ *      (UTF-8, JSON, the line's shape) and note where it is: 32 bytes per document;
+ *   2. shuffle the documents with a permutation that depends only on the seed, give the
+ *      first ceil(val_fraction x N) of them to validation (Hugging Face datasets'
+ *      train_test_split rounding), then read, tokenize (OpenMP threads over the
+ *      documents of a batch) and write them in that order.
+ * The output does not depend on the number of threads. Every document is preceded by
+ * the tokenizer's end-of-text token (llm.c dev/data/fineweb.py: "the special
+ * <|endoftext|> token delimits all documents"). Shards are filled to shard_tokens
+ * exactly (a document may continue in the next shard, as in llm.c).
+ *
+ * Output directory (the policy of dt_rundir.h, for prepare's own files): out must be
+ * absent, empty, or hold only what a previous prepare wrote (prepare.json, train/,
+ * val/, .prepare-tmp/), which is then replaced. Everything is written under
+ * out/.prepare-tmp/ first (each file to a temporary name, fsynced, renamed) and moved
+ * into place at the end, prepare.json last: a directory without prepare.json is an
+ * unfinished prepare, and an interrupted run never leaves a shard under train/ or val/.
+ * Errors through dt_error, one line naming the file (and line) and what is wrong;
+ * nothing is printed (progress goes to the caller's callback). */
+#ifndef DT_PREPARE_H
+#define DT_PREPARE_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dt_error.h"
+#include "dt_shard.h"
+
+/* llm.c dev/data/fineweb.py: shard_size = 10**8 tokens per shard */
+#define DT_PREP_SHARD_TOKENS 100000000LL
+/* nanoGPT data/openwebtext/prepare.py: train_test_split(test_size=0.0005) */
+#define DT_PREP_VAL_FRACTION 0.0005
+/* val_fraction's default: DT_PREP_VAL_FRACTION, or no validation for a single document */
+#define DT_PREP_VAL_AUTO (-1.0)
+#define DT_PREP_SEED 1337ULL   /* nanoGPT's default seed (train.py, sample.py) */
+#define DT_PREP_MANIFEST "prepare.json"
+#define DT_PREP_STAGING ".prepare-tmp"
+#define DT_PREP_TRAIN_DIR "train"
+#define DT_PREP_VAL_DIR "val"
+
+typedef enum {
+    DT_PREP_TEXT = 0,    /* text files: each file is one document */
+    DT_PREP_JSONL = 1,   /* JSON Lines, {"text": "..."} per line: pretraining */
+    DT_PREP_CHAT = 2     /* JSON Lines of {"messages": [{"role", "content"}...]} or
+                            {"instruction", "input", "output"}: SFT with a loss mask */
+} dt_prep_format;
+
+typedef enum {
+    DT_CHAT_CHATML = 0,  /* Qwen2's: <|im_start|>role\ncontent<|im_end|>\n */
+    DT_CHAT_LLAMA3 = 1   /* Llama-3's: <|begin_of_text|><|start_header_id|>role<|end_header_id|>\n\n
+                            content (trimmed)<|eot_id|> */
+} dt_chat_template;
+
+typedef struct dt_prep_progress {
+    int phase;               /* 0: indexing the inputs, 1: tokenizing */
+    uint64_t bytes_done;     /* input bytes indexed (phase 0) or tokenized (phase 1) */
+    uint64_t bytes_total;    /* phase 1: all input bytes of the documents; phase 0: 0 */
+    uint64_t tokens;         /* written so far */
+    uint64_t docs;           /* indexed (phase 0) or written (phase 1) */
+    double seconds;          /* since the phase began */
+} dt_prep_progress;
+
+typedef struct dt_prep_opts {
+    const char *tokenizer;           /* tokenizer.json or tokenizer.model */
+    const char *out;                 /* output directory */
+    const char *const *inputs;       /* files and folders */
+    int n_inputs;
+    dt_prep_format format;
+    dt_chat_template chat;           /* DT_PREP_CHAT only */
+    double val_fraction;             /* [0, 1), or DT_PREP_VAL_AUTO */
+    uint64_t seed;
+    int64_t shard_tokens;            /* >= 1 */
+    int threads;                     /* 0: OpenMP's default (OMP_NUM_THREADS, else all cores) */
+    volatile sig_atomic_t *stop;     /* set (by a signal handler) to stop at the next batch; may be NULL */
+    void (*progress)(const dt_prep_progress *p, void *arg);   /* after each batch; may be NULL */
+    void *progress_arg;
+} dt_prep_opts;
+
+/* What a run wrote (also in prepare.json). Index 0 train, 1 validation (dt_split). */
+typedef struct dt_prep_result {
+    uint64_t docs[2], tokens[2], trained[2];   /* trained: tokens whose mask bit is 1 */
+    int shards[2];
+    uint64_t files, skipped_files;   /* read; skipped in folders (binary, symlinks) */
+    uint64_t skipped_docs;           /* empty documents, chats without an assistant turn */
+    uint64_t bytes;                  /* input bytes of the documents */
+    double val_fraction;             /* the one used (DT_PREP_VAL_AUTO resolved) */
+    uint32_t token_bytes;
+    int64_t vocab;
+    char fingerprint[2 * DT_SHARD2_FINGERPRINT_BYTES + 1];   /* hex */
+    double seconds;
+} dt_prep_result;
+
+/* opts with the defaults above (format text, chatml, no callbacks). */
+void dt_prep_defaults(dt_prep_opts *o);
+/* Runs the whole preparation. DT_EINVAL: bad input (options, an input file, the output
+ * directory, the tokenizer); DT_EIO: a read or write failed; DT_ERUNTIME: stopped through
+ * opts->stop. On any failure the output directory is as it was before (a previous
+ * prepare's output stays whole), except for out/.prepare-tmp/ when the process itself
+ * is killed. */
+int dt_prepare(const dt_prep_opts *o, dt_prep_result *res, dt_error *err);
+
+#endif

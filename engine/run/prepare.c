@@ -1,0 +1,926 @@
+/* prepare.c — dtrun prepare (dt_prepare.h, docs/data.md): inputs -> index -> shuffled,
+ * split, tokenized documents -> token shards v2, staged and moved into place at the end.
+ *
+ * The index holds, per document, its items: a JSONL line, or a piece of a text file (a
+ * text file is read in pieces of at most PIECE_BYTES, cut after a newline that a
+ * non-space character follows: every pre-tokenizer regex of the supported tokenizers ends
+ * a pre-token there, so the ids are those of the whole file; a SentencePiece model starts
+ * each piece with its dummy-prefix space). Pass 2 reads a batch of items in the
+ * permuted order, tokenizes them with OpenMP threads (each item on its own), and appends
+ * the results in order: the shards do not depend on the thread count. */
+#include "dt_prepare.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dt_ckpt.h"          /* dt_mkdirs */
+#include "dt_data.h"          /* dt_rng_next */
+#include "dt_json.h"
+#include "dt_prepdoc.h"
+#include "dt_safetensors.h"   /* dt_open_regular, dt_fsync_dir, dt_file_kind */
+#include "dt_sha256.h"
+#include "dt_tokenizer.h"
+
+/* pieces of a text file; a pass-2 batch (input bytes, items); JSONL read blocks */
+#define PIECE_BYTES ((size_t)1 << 20)
+/* SentencePiece encodes a piece as one sentence, in time and memory that grow faster than
+ * its length (python's sentencepiece on llama2-mini: 1 MiB in one call 0.39 s, in 64 KiB
+ * calls 0.15 s; dtrun with 1 MiB pieces used ~190 MB per thread): smaller pieces, each
+ * starting with the model's dummy-prefix space (docs/data.md) */
+#define SPM_PIECE_BYTES ((size_t)64 << 10)
+#define BATCH_BYTES ((uint64_t)16 << 20)
+#define BATCH_ITEMS 4096
+#define READ_BLOCK ((size_t)1 << 20)
+/* a JSONL line is one JSON document: the bound of every JSON file dtrun reads */
+#define MAX_LINE_BYTES DT_READ_MAX_JSON
+/* folder nesting followed at most (symlinks are not followed, so only bind mounts loop) */
+#define MAX_DEPTH 64
+/* open input files kept between reads of pass 2 */
+#define FD_CACHE 16
+/* digits of a shard's number in its name: train-000000.bin */
+#define SHARD_DIGITS 6
+#define PATH_BYTES 4096
+
+typedef struct {
+    uint64_t off;     /* in its file */
+    uint64_t line;    /* 1-based line of its first byte */
+    uint32_t len;
+    uint32_t file;
+} prep_item;
+
+typedef struct {
+    const dt_prep_opts *o;
+    dt_tokenizer *tok;
+    dt_prepdoc_ctx ctx;
+    unsigned char fp[DT_TOK_FINGERPRINT_BYTES];
+    char stage[PATH_BYTES];
+    struct stat out_st;
+    /* index */
+    char **files;
+    uint64_t n_files, cap_files;
+    prep_item *items;
+    uint64_t n_items, cap_items;
+    uint64_t *doc_first;   /* [n_docs + 1]: doc d's items are [doc_first[d], doc_first[d + 1]) */
+    uint64_t n_docs, cap_docs;
+    uint64_t bytes, skipped_files, skipped_docs;
+    char *buf;             /* PIECE_BYTES / READ_BLOCK scratch */
+    size_t piece;          /* PIECE_BYTES, SPM_PIECE_BYTES for a SentencePiece model */
+    struct timespec t0;
+    dt_prep_progress prog;
+    /* pass 2 */
+    dt_shard_writer *w[2];
+    dt_shard_header h[2];
+    struct { uint32_t file; int fd; } fds[FD_CACHE];
+    int fd_next;
+    uint64_t prepare_id;
+    dt_prep_result *res;
+} prep;
+
+/* out = a/b; 1 when it does not fit (check_opts bounds --out, so only folder walks can) */
+static int join(char *out, size_t n, const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la + 1 + lb + 1 > n) {
+        if (n) out[0] = '\0';
+        return 1;
+    }
+    memcpy(out, a, la);
+    out[la] = '/';
+    memcpy(out + la + 1, b, lb + 1);
+    return 0;
+}
+
+static double since(const struct timespec *t0) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + 1e-9 * (double)(t.tv_nsec - t0->tv_nsec);
+}
+
+static void report(prep *p) {
+    if (!p->o->progress) return;
+    p->prog.seconds = since(&p->t0);
+    p->o->progress(&p->prog, p->o->progress_arg);
+}
+
+static int stopped(const prep *p, dt_error *err) {
+    if (p->o->stop && *p->o->stop) return dt_errorf(err, DT_ERUNTIME, "interrupted: nothing was written to %s", p->o->out);
+    return DT_OK;
+}
+
+/* name == prefix + '-' + SHARD_DIGITS digits + ".bin" (+ ".tmp") */
+static int shard_name(const char *name, const char *prefix) {
+    size_t pl = strlen(prefix);
+    if (strncmp(name, prefix, pl) || name[pl] != '-') return 0;
+    const char *d = name + pl + 1;
+    if (strspn(d, "0123456789") != SHARD_DIGITS) return 0;
+    return !strcmp(d + SHARD_DIGITS, ".bin") || !strcmp(d + SHARD_DIGITS, ".bin.tmp");
+}
+
+/* prepare.json, or a temporary of dt_json_write_file_atomic (prepare.json.tmp.PID) */
+static int manifest_name(const char *name) {
+    size_t n = strlen(DT_PREP_MANIFEST);
+    if (strncmp(name, DT_PREP_MANIFEST, n)) return 0;
+    if (!name[n]) return 1;
+    return !strncmp(name + n, ".tmp", 4) && (!name[n + 4] || (name[n + 4] == '.' && name[n + 5] &&
+                                                              strspn(name + n + 5, "0123456789") == strlen(name + n + 5)));
+}
+
+/* The first entry of a split folder that is not a shard of that split ("" when none). */
+static int foreign_in_split(const char *dir, const char *prefix, char *found, size_t n, dt_error *err) {
+    found[0] = '\0';
+    DIR *d = opendir(dir);
+    if (!d) return dt_errorf(err, DT_EINVAL, "%s: cannot list: %s; choose another --out", dir, strerror(errno));
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char q[PATH_BYTES];
+        struct stat st;
+        if (!shard_name(e->d_name, prefix) || join(q, sizeof q, dir, e->d_name) || lstat(q, &st) ||
+            !S_ISREG(st.st_mode)) {
+            join(found, n, prefix, e->d_name);
+            break;
+        }
+    }
+    closedir(d);
+    return DT_OK;
+}
+
+/* out/NAME when it is not prepare's: the name ("" when it is) */
+static int foreign_entry(const char *out, const char *name, char *found, size_t n, dt_error *err) {
+    char q[PATH_BYTES];
+    struct stat st;
+    found[0] = '\0';
+    if (join(q, sizeof q, out, name)) return dt_errorf(err, DT_EINVAL, "%s/%s: path too long", out, name);
+    if (lstat(q, &st)) return dt_errorf(err, DT_EINVAL, "%s: cannot stat: %s", q, strerror(errno));
+    if (S_ISREG(st.st_mode) && manifest_name(name)) return DT_OK;
+    if (S_ISDIR(st.st_mode) && (!strcmp(name, DT_PREP_TRAIN_DIR) || !strcmp(name, DT_PREP_VAL_DIR)))
+        return foreign_in_split(q, name, found, n, err);
+    if (S_ISDIR(st.st_mode) && !strcmp(name, DT_PREP_STAGING)) {
+        DIR *d = opendir(q);
+        if (!d) return dt_errorf(err, DT_EINVAL, "%s: cannot list: %s", q, strerror(errno));
+        struct dirent *e;
+        int rc = DT_OK;
+        while (!rc && !found[0] && (e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            char sub[PATH_BYTES];
+            rc = foreign_entry(q, e->d_name, sub, sizeof sub, err);
+            if (!rc && sub[0]) join(found, n, DT_PREP_STAGING, sub);
+        }
+        closedir(d);
+        return rc;
+    }
+    snprintf(found, n, "%s", name);
+    return DT_OK;
+}
+
+/* dt_rundir.h's rule for prepare: out absent, empty, or only prepare's own files. */
+static int check_out(const char *out, dt_error *err) {
+    struct stat st;
+    if (stat(out, &st)) {
+        if (errno == ENOENT) return DT_OK;
+        return dt_errorf(err, DT_EINVAL, "%s: cannot use the output directory: %s; choose another --out", out,
+                         strerror(errno));
+    }
+    if (!S_ISDIR(st.st_mode))
+        return dt_errorf(err, DT_EINVAL, "%s: is %s, not a directory; choose another --out", out,
+                         dt_file_kind(st.st_mode));
+    DIR *d = opendir(out);
+    if (!d) return dt_errorf(err, DT_EINVAL, "%s: cannot list the output directory: %s", out, strerror(errno));
+    struct dirent *e;
+    char found[PATH_BYTES] = "";
+    int rc = DT_OK;
+    while (!rc && !found[0] && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        rc = foreign_entry(out, e->d_name, found, sizeof found, err);
+    }
+    closedir(d);
+    if (!rc && found[0])
+        rc = dt_errorf(err, DT_EINVAL,
+                       "%s: the output directory holds %s, which dtrun prepare did not write; it replaces only a "
+                       "previous prepare's output: choose another --out or an empty one",
+                       out, found);
+    return rc;
+}
+
+/* Removes a split folder's shards (and temporaries) and the folder; absent is fine. */
+static int clear_split(const char *dir, const char *prefix, dt_error *err) {
+    DIR *d = opendir(dir);
+    if (!d) return errno == ENOENT ? DT_OK : dt_errorf(err, DT_EIO, "%s: cannot list: %s", dir, strerror(errno));
+    struct dirent *e;
+    int rc = DT_OK;
+    while (!rc && (e = readdir(d))) {
+        if (!shard_name(e->d_name, prefix)) continue;
+        char q[PATH_BYTES];
+        if (join(q, sizeof q, dir, e->d_name) || (unlink(q) && errno != ENOENT)) rc = dt_errorf(err, DT_EIO, "%s: cannot remove: %s", q, strerror(errno));
+    }
+    closedir(d);
+    if (!rc && rmdir(dir) && errno != ENOENT)
+        rc = dt_errorf(err, DT_EIO, "%s: cannot remove: %s", dir, strerror(errno));
+    return rc;
+}
+
+/* Removes dir's prepare.json (and its temporaries). */
+static int clear_manifest(const char *dir, dt_error *err) {
+    DIR *d = opendir(dir);
+    if (!d) return errno == ENOENT ? DT_OK : dt_errorf(err, DT_EIO, "%s: cannot list: %s", dir, strerror(errno));
+    struct dirent *e;
+    int rc = DT_OK;
+    while (!rc && (e = readdir(d))) {
+        if (!manifest_name(e->d_name)) continue;
+        char q[PATH_BYTES];
+        if (join(q, sizeof q, dir, e->d_name) || (unlink(q) && errno != ENOENT)) rc = dt_errorf(err, DT_EIO, "%s: cannot remove: %s", q, strerror(errno));
+    }
+    closedir(d);
+    return rc;
+}
+
+static int clear_stage(const char *stage, dt_error *err) {
+    char q[PATH_BYTES];
+    int rc = join(q, sizeof q, stage, DT_PREP_TRAIN_DIR) ? DT_EINVAL : clear_split(q, DT_PREP_TRAIN_DIR, err);
+    if (!rc) rc = join(q, sizeof q, stage, DT_PREP_VAL_DIR) ? DT_EINVAL : clear_split(q, DT_PREP_VAL_DIR, err);
+    if (!rc) rc = clear_manifest(stage, err);
+    if (!rc && rmdir(stage) && errno != ENOENT)
+        rc = dt_errorf(err, DT_EIO, "%s: cannot remove: %s", stage, strerror(errno));
+    return rc;
+}
+
+/* ---------------------------------------------------------------- the index */
+
+static int grow(void **v, uint64_t *cap, uint64_t need, size_t elem) {
+    if (need <= *cap) return DT_OK;
+    uint64_t c = *cap ? *cap : 1024;
+    while (c < need) c *= 2;
+    void *nv = realloc(*v, (size_t)c * elem);
+    if (!nv) return DT_ENOMEM;
+    *v = nv;
+    *cap = c;
+    return DT_OK;
+}
+
+static int add_item(prep *p, uint32_t file, uint64_t off, size_t len, uint64_t line) {
+    if (grow((void **)&p->items, &p->cap_items, p->n_items + 1, sizeof *p->items)) return DT_ENOMEM;
+    p->items[p->n_items++] = (prep_item){off, line, (uint32_t)len, file};
+    p->bytes += len;
+    return DT_OK;
+}
+
+static int add_doc(prep *p, uint64_t first_item) {
+    if (grow((void **)&p->doc_first, &p->cap_docs, p->n_docs + 2, sizeof *p->doc_first)) return DT_ENOMEM;
+    p->doc_first[p->n_docs++] = first_item;
+    p->prog.docs = p->n_docs;
+    return DT_OK;
+}
+
+static int pread_all(int fd, char *buf, size_t n, uint64_t off, const char *path, dt_error *err) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = pread(fd, buf + got, n - got, (off_t)(off + got));
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0)
+            return dt_errorf(err, DT_EIO, "%s: cannot read: %s", path,
+                             k < 0 ? strerror(errno) : "the file is shorter than it was (changed while being prepared?)");
+        got += (size_t)k;
+    }
+    return DT_OK;
+}
+
+/* Unicode White_Space (what \s of the pre-tokenizers' regexes matches in UCP mode) */
+static int uni_space(uint32_t c) {
+    return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+/* Where to end a piece of n bytes (more of the file follows): after the last newline that
+ * a non-space character follows; else after the last newline; else at the last character
+ * boundary. */
+static size_t piece_cut(const char *b, size_t n) {
+    const unsigned char *u = (const unsigned char *)b;
+    size_t last_nl = 0;
+    for (size_t i = n - 1; i >= 1; i--) {
+        if (u[i - 1] != '\n') continue;
+        if (!last_nl) last_nl = i;
+        uint32_t c = u[i];
+        size_t k = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : 4;
+        if (i + k > n) continue;   /* the character does not fit: decide on an earlier newline */
+        if (k == 2) c = (c & 0x1F) << 6 | (u[i + 1] & 0x3F);
+        else if (k == 3) c = (c & 0x0F) << 12 | (uint32_t)(u[i + 1] & 0x3F) << 6 | (u[i + 2] & 0x3F);
+        else if (k == 4) c = 0x10000;   /* above every space */
+        if (!uni_space(c)) return i;
+    }
+    if (last_nl) return last_nl;
+    size_t j = n - 1;   /* before the last character, which may be cut short */
+    while (j > 0 && (u[j] & 0xC0) == 0x80) j--;
+    return j > 0 ? j : n;
+}
+
+static uint64_t count_lines(const char *b, size_t n) {
+    uint64_t k = 0;
+    for (const char *q = b; (q = memchr(q, '\n', (size_t)(b + n - q))); q++) k++;
+    return k;
+}
+
+/* A text file: one document of pieces; in a folder a binary file (a NUL byte) is skipped
+ * (*binary = 1). */
+static int index_text(prep *p, uint32_t fi, const char *path, int named, int *binary, dt_error *err) {
+    *binary = 0;
+    int fd;
+    uint64_t size = 0;
+    if (dt_open_regular(path, "text file", &fd, &size, err)) return err->code;
+    if (size == 0) {
+        close(fd);
+        p->skipped_docs++;
+        return DT_OK;
+    }
+    uint64_t first = p->n_items, pos = 0, line = 1, bytes0 = p->bytes;
+    int rc = DT_OK;
+    while (pos < size && !rc) {
+        size_t want = size - pos < p->piece ? (size_t)(size - pos) : p->piece;
+        if ((rc = pread_all(fd, p->buf, want, pos, path, err))) break;
+        size_t len = pos + want < size ? piece_cut(p->buf, want) : want;
+        const char *nul = memchr(p->buf, 0, len);
+        if (nul) {
+            if (named)
+                rc = dt_errorf(err, DT_EINVAL, "%s: holds a NUL byte at offset %llu, so it is not text", path,
+                               (unsigned long long)(pos + (uint64_t)(nul - p->buf)));
+            else {   /* binary (fortune's .dat index beside the texts): not a document */
+                p->n_items = first;
+                p->bytes = bytes0;
+                *binary = 1;
+            }
+            close(fd);
+            return rc;
+        }
+        size_t bad = dt_tok_utf8_check(p->buf, len);
+        if (bad < len) {
+            rc = dt_errorf(err, DT_EINVAL,
+                           "%s:%llu: not UTF-8 (byte 0x%02X at offset %llu); Hugging Face's loaders refuse such "
+                           "text too: convert it (iconv -f LATIN1 -t UTF-8) or leave the file out",
+                           path, (unsigned long long)(line + count_lines(p->buf, bad)), (unsigned char)p->buf[bad],
+                           (unsigned long long)(pos + bad));
+            break;
+        }
+        if ((rc = add_item(p, fi, pos, len, line))) break;
+        line += count_lines(p->buf, len);
+        pos += len;
+        p->prog.bytes_done += len;
+        if (!rc) rc = stopped(p, err);
+        report(p);
+    }
+    close(fd);
+    if (!rc) rc = add_doc(p, first);
+    return rc;
+}
+
+/* One JSONL line: checked, then indexed as one document (or skipped). */
+static int index_line(prep *p, uint32_t fi, const char *path, const char *line, size_t n, uint64_t off,
+                      uint64_t lineno, dt_error *err) {
+    size_t i = 0;
+    while (i < n && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) i++;
+    if (i == n) return DT_OK;   /* a blank line: no document (pandas and datasets skip them too) */
+    int skip, rc = dt_prepdoc_check_line(&p->ctx, line, n, path, lineno, &skip, err);
+    if (rc) return rc;
+    if (skip) {
+        p->skipped_docs++;
+        return DT_OK;
+    }
+    if ((rc = add_item(p, fi, off, n, lineno))) return rc;
+    return add_doc(p, p->n_items - 1);
+}
+
+static int index_jsonl(prep *p, uint32_t fi, const char *path, dt_error *err) {
+    int fd;
+    uint64_t size = 0;
+    if (dt_open_regular(path, "JSONL file", &fd, &size, err)) return err->code;
+    char *line = NULL;
+    size_t len = 0, cap = 0;
+    uint64_t pos = 0, line_off = 0, lineno = 1;
+    int rc = DT_OK;
+    while (pos < size && !rc) {
+        size_t want = size - pos < READ_BLOCK ? (size_t)(size - pos) : READ_BLOCK;
+        if ((rc = pread_all(fd, p->buf, want, pos, path, err))) break;
+        size_t i = 0;
+        while (i < want && !rc) {
+            const char *nl = memchr(p->buf + i, '\n', want - i);
+            size_t k = nl ? (size_t)(nl - (p->buf + i)) : want - i;
+            if (len + k > MAX_LINE_BYTES) {
+                rc = dt_errorf(err, DT_EINVAL, "%s:%llu: a line of more than %zu MiB; one JSON document per line",
+                               path, (unsigned long long)lineno, MAX_LINE_BYTES >> 20);
+                break;
+            }
+            if (len + k > cap) {
+                size_t c = cap ? cap : READ_BLOCK;
+                while (c < len + k) c *= 2;
+                char *nlb = realloc(line, c);
+                if (!nlb) {
+                    rc = dt_errorf(err, DT_ENOMEM, "%s:%llu: out of memory for the line", path,
+                                   (unsigned long long)lineno);
+                    break;
+                }
+                line = nlb;
+                cap = c;
+            }
+            memcpy(line + len, p->buf + i, k);
+            len += k;
+            i += k;
+            if (nl) {
+                rc = index_line(p, fi, path, line, len, line_off, lineno, err);
+                i++;
+                line_off = pos + i;
+                lineno++;
+                len = 0;
+            }
+        }
+        pos += want;
+        p->prog.bytes_done += want;
+        if (!rc) rc = stopped(p, err);
+        report(p);
+    }
+    if (!rc && len) rc = index_line(p, fi, path, line, len, line_off, lineno, err);
+    free(line);
+    close(fd);
+    return rc;
+}
+
+static int name_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+static int add_path(prep *p, const char *path, int depth, int named, dt_error *err);
+
+static int add_dir(prep *p, const char *dir, int depth, dt_error *err) {
+    if (depth > MAX_DEPTH)
+        return dt_errorf(err, DT_EINVAL, "%s: folders nested more than %d deep", dir, MAX_DEPTH);
+    DIR *d = opendir(dir);
+    if (!d) return dt_errorf(err, DT_EINVAL, "%s: cannot list: %s", dir, strerror(errno));
+    char **names = NULL;
+    uint64_t n = 0, cap = 0;
+    struct dirent *e;
+    int rc = DT_OK;
+    while (!rc && (e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;   /* hidden files, . and .., the staging folder */
+        char q[PATH_BYTES];
+        if (join(q, sizeof q, dir, e->d_name)) {
+            rc = dt_errorf(err, DT_EINVAL, "%s/%s: path too long", dir, e->d_name);
+            break;
+        }
+        if (grow((void **)&names, &cap, n + 1, sizeof *names) || !(names[n] = strdup(q))) {
+            rc = dt_errorf(err, DT_ENOMEM, "%s: out of memory listing the folder", dir);
+            break;
+        }
+        n++;
+    }
+    closedir(d);
+    if (!rc && n > 1) qsort(names, (size_t)n, sizeof *names, name_cmp);
+    for (uint64_t i = 0; i < n && !rc; i++) rc = add_path(p, names[i], depth + 1, 0, err);
+    for (uint64_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+    return rc;
+}
+
+static int add_path(prep *p, const char *path, int depth, int named, dt_error *err) {
+    struct stat st;
+    /* a path given is followed when it is a symlink; inside folders symlinks are skipped
+     * (they would read a file twice, or loop) */
+    if ((named ? stat(path, &st) : lstat(path, &st)) != 0)
+        return dt_errorf(err, DT_EINVAL, "%s: cannot read the input: %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) {
+        if (st.st_dev == p->out_st.st_dev && st.st_ino == p->out_st.st_ino) {
+            if (named)
+                return dt_errorf(err, DT_EINVAL, "%s: is the output directory; the inputs must be elsewhere", path);
+            return DT_OK;   /* --out inside an input folder: not an input */
+        }
+        return add_dir(p, path, depth, err);
+    }
+    if (!S_ISREG(st.st_mode)) {
+        if (named)
+            return dt_errorf(err, DT_EINVAL, "%s: is %s, not a regular file or a folder", path, dt_file_kind(st.st_mode));
+        p->skipped_files++;
+        return DT_OK;
+    }
+    if (!named && p->o->format != DT_PREP_TEXT && !ends_with(path, ".jsonl")) {
+        p->skipped_files++;   /* a README beside the .jsonl files */
+        return DT_OK;
+    }
+    if (p->n_files >= UINT32_MAX) return dt_errorf(err, DT_EINVAL, "%s: more than 2^32 input files", path);
+    if (grow((void **)&p->files, &p->cap_files, p->n_files + 1, sizeof *p->files) ||
+        !(p->files[p->n_files] = strdup(path)))
+        return dt_errorf(err, DT_ENOMEM, "%s: out of memory", path);
+    uint32_t fi = (uint32_t)p->n_files++;
+    int binary = 0;
+    int rc = p->o->format == DT_PREP_TEXT ? index_text(p, fi, path, named, &binary, err)
+                                          : index_jsonl(p, fi, path, err);
+    if (binary) {
+        free(p->files[--p->n_files]);
+        p->skipped_files++;
+    }
+    return rc;
+}
+
+/* ---------------------------------------------------------------- pass 2 */
+
+static int item_fd(prep *p, uint32_t file, int *fd, dt_error *err) {
+    for (int i = 0; i < FD_CACHE; i++)
+        if (p->fds[i].fd >= 0 && p->fds[i].file == file) return *fd = p->fds[i].fd, DT_OK;
+    uint64_t size;
+    int nfd;
+    if (dt_open_regular(p->files[file], "input file", &nfd, &size, err)) return err->code;
+    int k = p->fd_next;
+    p->fd_next = (p->fd_next + 1) % FD_CACHE;
+    if (p->fds[k].fd >= 0) close(p->fds[k].fd);
+    p->fds[k].fd = nfd;
+    p->fds[k].file = file;
+    *fd = nfd;
+    return DT_OK;
+}
+
+static const char *split_name(int split) { return split == DT_SPLIT_TRAIN ? DT_PREP_TRAIN_DIR : DT_PREP_VAL_DIR; }
+
+/* the shard's name in its split folder: train-000000.bin */
+static void shard_file(int split, int index, char *out, size_t n) {
+    char num[24];
+    snprintf(num, sizeof num, "%0*d", SHARD_DIGITS, index);
+    join(out, n, split_name(split), split_name(split));   /* "train/train" */
+    size_t k = strlen(out);
+    if (k + strlen(num) + sizeof "-.bin" <= n) snprintf(out + k, n - k, "-%s.bin", num);
+}
+
+/* Appends a document's ids to its split, opening and closing shards at shard_tokens. */
+static int split_put(prep *p, int split, const int32_t *ids, const uint8_t *mask, size_t n, int starts_doc,
+                     dt_error *err) {
+    dt_prep_result *r = p->res;
+    if (starts_doc) r->docs[split]++;
+    r->tokens[split] += n;
+    for (size_t i = 0; i < n; i++) r->trained[split] += mask ? mask[i] : 1;
+    while (n) {
+        int rc;
+        if (!p->w[split]) {
+            char q[PATH_BYTES], name[64];
+            join(q, sizeof q, p->stage, split_name(split));
+            if (mkdir(q, 0755) && errno != EEXIST) return dt_errorf(err, DT_EIO, "%s: cannot create: %s", q, strerror(errno));
+            p->h[split].shard_index = (uint32_t)r->shards[split];
+            shard_file(split, r->shards[split], name, sizeof name);
+            join(q, sizeof q, p->stage, name);
+            if ((rc = dt_shard_writer_open(q, &p->h[split], &p->w[split], err))) return rc;
+        }
+        uint64_t room = (uint64_t)p->o->shard_tokens - dt_shard_writer_count(p->w[split]);
+        size_t k = n < room ? n : (size_t)room;
+        if ((rc = dt_shard_writer_put(p->w[split], ids, mask, k, starts_doc ? 1 : 0, err))) return rc;
+        starts_doc = 0;
+        ids += k;
+        if (mask) mask += k;
+        n -= k;
+        if (dt_shard_writer_count(p->w[split]) == (uint64_t)p->o->shard_tokens) {
+            rc = dt_shard_writer_close(p->w[split], err);
+            p->w[split] = NULL;
+            if (rc) return rc;
+            r->shards[split]++;
+        }
+    }
+    return DT_OK;
+}
+
+typedef struct {
+    uint64_t item;
+    int split, first;
+    char *bytes;        /* into the batch buffer */
+    int32_t *ids;
+    uint8_t *mask;
+    size_t n;
+    int rc;
+} batch_slot;
+
+static int run_batches(prep *p, const uint64_t *perm, uint64_t n_val, dt_error *err) {
+    const uint64_t N = p->n_docs;
+    batch_slot *slots = calloc(BATCH_ITEMS, sizeof *slots);
+    char *buf = NULL;
+    uint64_t buf_cap = 0;
+    if (!slots) return dt_errorf(err, DT_ENOMEM, "out of memory for a batch");
+    const int nt = p->o->threads > 0 ? p->o->threads : omp_get_max_threads();
+    uint64_t pos = 0, item = p->doc_first[perm[0]];
+    int rc = DT_OK;
+    clock_gettime(CLOCK_MONOTONIC, &p->t0);
+    p->prog = (dt_prep_progress){.phase = 1, .bytes_total = p->bytes};
+    while (pos < N && !rc) {
+        /* the next items in the permuted order, up to BATCH_BYTES / BATCH_ITEMS */
+        int ns = 0;
+        uint64_t bytes = 0;
+        while (pos < N && ns < BATCH_ITEMS && (ns == 0 || bytes + p->items[item].len <= BATCH_BYTES)) {
+            uint64_t d = perm[pos];
+            slots[ns] = (batch_slot){.item = item, .split = pos < n_val ? DT_SPLIT_VAL : DT_SPLIT_TRAIN,
+                                     .first = item == p->doc_first[d]};
+            bytes += p->items[item].len;
+            ns++;
+            if (++item == p->doc_first[d + 1] && ++pos < N) item = p->doc_first[perm[pos]];
+        }
+        if (bytes > buf_cap) {
+            char *nb = realloc(buf, (size_t)bytes);
+            if (!nb) {
+                rc = dt_errorf(err, DT_ENOMEM, "out of memory for a batch of %llu bytes", (unsigned long long)bytes);
+                break;
+            }
+            buf = nb;
+            buf_cap = bytes;
+        }
+        uint64_t off = 0;
+        for (int i = 0; i < ns && !rc; i++) {
+            const prep_item *it = &p->items[slots[i].item];
+            int fd = -1;
+            slots[i].bytes = buf + off;
+            off += it->len;
+            if (!(rc = item_fd(p, it->file, &fd, err)))
+                rc = pread_all(fd, slots[i].bytes, it->len, it->off, p->files[it->file], err);
+        }
+        if (rc) break;
+        /* tokenize: each item on its own, any thread; results stay in their slots */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+        for (int i = 0; i < ns; i++) {
+            dt_error e;
+            slots[i].rc = dt_prepdoc_encode(&p->ctx, slots[i].bytes, p->items[slots[i].item].len, slots[i].first,
+                                            &slots[i].ids, &slots[i].mask, &slots[i].n, &e);
+        }
+        for (int i = 0; i < ns && !rc; i++) {
+            const prep_item *it = &p->items[slots[i].item];
+            if (slots[i].rc) {   /* the first failure in order, its message made again */
+                int32_t *ids;
+                uint8_t *mask;
+                size_t n;
+                rc = dt_prepdoc_encode(&p->ctx, slots[i].bytes, it->len, slots[i].first, &ids, &mask, &n, err);
+                if (!rc) rc = dt_errorf(err, DT_EINTERNAL, "tokenizing failed once and then not");
+                dt_error_prefix(err, "%s:%llu", p->files[it->file], (unsigned long long)it->line);
+                break;
+            }
+            rc = split_put(p, slots[i].split, slots[i].ids, slots[i].mask, slots[i].n, slots[i].first, err);
+            p->prog.bytes_done += it->len;
+            p->prog.tokens += slots[i].n;
+            p->prog.docs += (uint64_t)slots[i].first;
+        }
+        for (int i = 0; i < ns; i++) {
+            free(slots[i].ids);
+            free(slots[i].mask);
+            slots[i].ids = NULL;
+            slots[i].mask = NULL;
+        }
+        if (!rc) rc = stopped(p, err);
+        report(p);
+    }
+    free(slots);
+    free(buf);
+    for (int s = 0; s < 2 && !rc; s++) {
+        if (!p->w[s]) continue;
+        rc = dt_shard_writer_close(p->w[s], err);
+        p->w[s] = NULL;
+        if (!rc) p->res->shards[s]++;
+    }
+    return rc;
+}
+
+/* ---------------------------------------------------------------- manifest, commit */
+
+static const char *const FORMAT_NAMES[] = {"text", "jsonl", "chat"};
+static const char *const CHAT_NAMES[] = {"chatml", "llama3"};
+
+static int write_manifest(const prep *p, const char *path, dt_error *err) {
+    const dt_prep_opts *o = p->o;
+    const dt_prep_result *r = p->res;
+    cJSON *root = cJSON_CreateObject(), *t = cJSON_CreateObject(), *in = cJSON_CreateArray(),
+          *splits = cJSON_CreateObject();
+    char id[17];
+    snprintf(id, sizeof id, "%016llx", (unsigned long long)p->prepare_id);
+    cJSON_AddStringToObject(root, "format", "dtrun-prepare");
+    cJSON_AddNumberToObject(root, "version", 1);
+    cJSON_AddStringToObject(root, "prepare_id", id);
+    cJSON_AddStringToObject(t, "path", o->tokenizer);
+    cJSON_AddStringToObject(t, "kind", dt_tok_get_kind(p->tok) == DT_TOK_SENTENCEPIECE ? "sentencepiece" : "bpe-json");
+    cJSON_AddNumberToObject(t, "vocab_size", (double)r->vocab);
+    cJSON_AddNumberToObject(t, "eot_id", p->ctx.eot);
+    cJSON_AddStringToObject(t, "fingerprint", r->fingerprint);
+    cJSON_AddItemToObject(root, "tokenizer", t);
+    cJSON_AddNumberToObject(root, "token_bytes", r->token_bytes);
+    cJSON_AddStringToObject(root, "input_format", FORMAT_NAMES[o->format]);
+    if (o->format == DT_PREP_CHAT) cJSON_AddStringToObject(root, "chat_template", CHAT_NAMES[o->chat]);
+    cJSON_AddBoolToObject(root, "loss_mask", o->format == DT_PREP_CHAT);
+    cJSON_AddNumberToObject(root, "seed", (double)o->seed);
+    cJSON_AddNumberToObject(root, "val_fraction", r->val_fraction);
+    cJSON_AddNumberToObject(root, "shard_tokens", (double)o->shard_tokens);
+    for (int i = 0; i < o->n_inputs; i++) cJSON_AddItemToArray(in, cJSON_CreateString(o->inputs[i]));
+    cJSON_AddItemToObject(root, "inputs", in);
+    cJSON_AddNumberToObject(root, "files", (double)r->files);
+    cJSON_AddNumberToObject(root, "skipped_files", (double)r->skipped_files);
+    cJSON_AddNumberToObject(root, "skipped_documents", (double)r->skipped_docs);
+    cJSON_AddNumberToObject(root, "input_bytes", (double)r->bytes);
+    for (int s = 0; s < 2; s++) {
+        cJSON *sp = cJSON_CreateObject(), *sh = cJSON_CreateArray();
+        const char *name = split_name(s);
+        cJSON_AddNumberToObject(sp, "documents", (double)r->docs[s]);
+        cJSON_AddNumberToObject(sp, "tokens", (double)r->tokens[s]);
+        cJSON_AddNumberToObject(sp, "trained_tokens", (double)r->trained[s]);
+        for (int k = 0; k < r->shards[s]; k++) {
+            char q[64];
+            shard_file(s, k, q, sizeof q);
+            cJSON_AddItemToArray(sh, cJSON_CreateString(q));
+        }
+        cJSON_AddItemToObject(sp, "shards", sh);
+        cJSON_AddItemToObject(splits, name, sp);
+    }
+    cJSON_AddItemToObject(root, "splits", splits);
+    char *text = dt_json_print(root);
+    cJSON_Delete(root);
+    if (!text) return dt_errorf(err, DT_ENOMEM, "%s: out of memory", path);
+    int rc = dt_json_write_file_atomic(path, text, err);
+    free(text);
+    return rc;
+}
+
+/* Moves the staged output into out: the old prepare.json goes first (the directory no
+ * longer claims a complete output), then the old shards, then the new ones move in and
+ * the new prepare.json last. */
+static int commit(prep *p, dt_error *err) {
+    const char *out = p->o->out;
+    char from[PATH_BYTES], to[PATH_BYTES];
+    int rc = clear_manifest(out, err);
+    if (!rc) rc = dt_fsync_dir(out, err);
+    for (int s = 0; s < 2 && !rc; s++) {
+        const char *name = split_name(s);
+        join(to, sizeof to, out, name);
+        if ((rc = clear_split(to, name, err))) break;
+        join(from, sizeof from, p->stage, name);
+        if (p->res->shards[s] && rename(from, to))
+            rc = dt_errorf(err, DT_EIO, "%s: cannot move into place: %s", to, strerror(errno));
+    }
+    join(from, sizeof from, p->stage, DT_PREP_MANIFEST);
+    join(to, sizeof to, out, DT_PREP_MANIFEST);
+    if (!rc && rename(from, to)) rc = dt_errorf(err, DT_EIO, "%s: cannot move into place: %s", to, strerror(errno));
+    if (!rc && rmdir(p->stage)) rc = dt_errorf(err, DT_EIO, "%s: cannot remove: %s", p->stage, strerror(errno));
+    return rc ? rc : dt_fsync_dir(out, err);
+}
+
+/* ---------------------------------------------------------------- the run */
+
+void dt_prep_defaults(dt_prep_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->format = DT_PREP_TEXT;
+    o->chat = DT_CHAT_CHATML;
+    o->val_fraction = DT_PREP_VAL_AUTO;
+    o->seed = DT_PREP_SEED;
+    o->shard_tokens = DT_PREP_SHARD_TOKENS;
+}
+
+/* The run's id: the first 8 bytes of SHA-256 over what decides its output (tokenizer,
+ * options, the input files' names and sizes), so a run repeated gives the same shards. */
+static uint64_t run_id(const prep *p) {
+    dt_sha256 h;
+    unsigned char d[DT_SHA256_BYTES];
+    const dt_prep_opts *o = p->o;
+    dt_sha256_init(&h);
+    dt_sha256_update(&h, p->fp, sizeof p->fp);
+    int64_t v[5] = {(int64_t)o->seed, o->shard_tokens, o->format, o->chat, (int64_t)p->n_docs};
+    dt_sha256_update(&h, v, sizeof v);
+    dt_sha256_update(&h, &o->val_fraction, sizeof o->val_fraction);
+    for (uint64_t i = 0; i < p->n_files; i++) dt_sha256_update(&h, p->files[i], strlen(p->files[i]) + 1);
+    dt_sha256_update(&h, &p->bytes, sizeof p->bytes);
+    dt_sha256_final(&h, d);
+    uint64_t id = 0;
+    for (int i = 0; i < 8; i++) id = id << 8 | d[i];
+    return id;
+}
+
+static int check_opts(const dt_prep_opts *o, dt_error *err) {
+    if (!o->tokenizer || !o->tokenizer[0]) return dt_errorf(err, DT_EINVAL, "no tokenizer given (--tokenizer)");
+    if (!o->out || !o->out[0]) return dt_errorf(err, DT_EINVAL, "no output directory given (--out)");
+    if (o->n_inputs < 1) return dt_errorf(err, DT_EINVAL, "no inputs given (text files, folders or JSONL files)");
+    if (!(o->val_fraction >= 0.0 && o->val_fraction < 1.0) && o->val_fraction != DT_PREP_VAL_AUTO)
+        return dt_errorf(err, DT_EINVAL, "--val-fraction %g: must be in [0, 1)", o->val_fraction);
+    if (o->shard_tokens < 1) return dt_errorf(err, DT_EINVAL, "--shard-tokens %lld: must be >= 1", (long long)o->shard_tokens);
+    if (o->format < DT_PREP_TEXT || o->format > DT_PREP_CHAT || o->chat < DT_CHAT_CHATML || o->chat > DT_CHAT_LLAMA3)
+        return dt_errorf(err, DT_EINTERNAL, "prepare: format %d / chat template %d out of range", o->format, o->chat);
+    if (strlen(o->out) + sizeof "/" DT_PREP_STAGING "/" DT_PREP_TRAIN_DIR "/train-000000.bin.tmp" >= PATH_BYTES)
+        return dt_errorf(err, DT_EINVAL, "%s: output path too long", o->out);
+    return DT_OK;
+}
+
+static int run(prep *p, int *created, dt_error *err) {
+    const dt_prep_opts *o = p->o;
+    dt_prep_result *r = p->res;
+    int rc = dt_tok_load(o->tokenizer, &p->tok, err);
+    if (rc) return rc;
+    if ((rc = dt_prepdoc_init(&p->ctx, p->tok, o->tokenizer, o->format, o->chat, err))) return rc;
+    dt_tok_fingerprint(p->tok, p->fp);
+    dt_sha256_hex(p->fp, r->fingerprint);
+    r->vocab = dt_tok_vocab_size(p->tok);
+    r->token_bytes = dt_shard2_token_bytes((uint64_t)r->vocab);
+    p->piece = dt_tok_get_kind(p->tok) == DT_TOK_SENTENCEPIECE ? SPM_PIECE_BYTES : PIECE_BYTES;
+
+    /* the output directory: checked, created, a stale staging folder removed */
+    if ((rc = check_out(o->out, err))) return rc;
+    struct stat st;
+    *created = stat(o->out, &st) != 0;
+    if ((rc = dt_mkdirs(o->out, err))) return rc;
+    if (stat(o->out, &p->out_st)) return dt_errorf(err, DT_EIO, "%s: cannot stat: %s", o->out, strerror(errno));
+    join(p->stage, sizeof p->stage, o->out, DT_PREP_STAGING);
+    if ((rc = clear_stage(p->stage, err))) return rc;
+    if (mkdir(p->stage, 0755)) return dt_errorf(err, DT_EIO, "%s: cannot create: %s", p->stage, strerror(errno));
+
+    /* pass 1: the index */
+    if (!(p->buf = malloc(PIECE_BYTES > READ_BLOCK ? PIECE_BYTES : READ_BLOCK)))
+        return dt_errorf(err, DT_ENOMEM, "out of memory");
+    clock_gettime(CLOCK_MONOTONIC, &p->t0);
+    for (int i = 0; i < o->n_inputs && !rc; i++) rc = add_path(p, o->inputs[i], 0, 1, err);
+    if (rc) return rc;
+    if (p->n_docs == 0)
+        return dt_errorf(err, DT_EINVAL, "%s%s: no documents found (%llu files read, %llu skipped)", o->inputs[0],
+                         o->n_inputs > 1 ? " ..." : "", (unsigned long long)p->n_files,
+                         (unsigned long long)p->skipped_files);
+    p->doc_first[p->n_docs] = p->n_items;
+    r->files = p->n_files;
+    r->skipped_files = p->skipped_files;
+    r->skipped_docs = p->skipped_docs;
+    r->bytes = p->bytes;
+
+    /* the split: Hugging Face datasets' train_test_split takes ceil(test_size x n) */
+    const uint64_t N = p->n_docs;
+    uint64_t n_val = 0;
+    double frac = o->val_fraction == DT_PREP_VAL_AUTO ? (N > 1 ? DT_PREP_VAL_FRACTION : 0.0) : o->val_fraction;
+    if (frac > 0) {
+        double v = frac * (double)N;
+        n_val = (uint64_t)v;
+        if ((double)n_val < v) n_val++;
+        if (n_val >= N)
+            return dt_errorf(err, DT_EINVAL,
+                             "--val-fraction %g of %llu document(s) leaves none for training: give more documents "
+                             "or --val-fraction 0",
+                             frac, (unsigned long long)N);
+    }
+    r->val_fraction = frac;
+    /* the order: Fisher-Yates from splitmix64 seeded with the seed alone */
+    uint64_t *perm = malloc((size_t)N * sizeof *perm);
+    if (!perm) return dt_errorf(err, DT_ENOMEM, "out of memory for %llu documents", (unsigned long long)N);
+    for (uint64_t i = 0; i < N; i++) perm[i] = i;
+    uint64_t state = o->seed;
+    for (uint64_t i = N - 1; i > 0; i--) {
+        uint64_t j = dt_rng_next(&state) % (i + 1), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    p->prepare_id = run_id(p);
+    for (int s = 0; s < 2; s++) {
+        dt_shard_header *h = &p->h[s];
+        memset(h, 0, sizeof *h);
+        h->token_bytes = r->token_bytes;
+        h->flags = o->format == DT_PREP_CHAT ? DT_SHARD2_FLAG_MASK : 0;
+        h->split = (uint32_t)s;
+        h->vocab = (uint64_t)r->vocab;
+        h->prepare_id = p->prepare_id;
+        h->eot_id = (uint32_t)p->ctx.eot;
+        memcpy(h->fingerprint, p->fp, sizeof h->fingerprint);
+    }
+    for (int i = 0; i < FD_CACHE; i++) p->fds[i].fd = -1;
+    rc = run_batches(p, perm, n_val, err);
+    free(perm);
+    if (rc) return rc;
+    char q[PATH_BYTES];
+    join(q, sizeof q, p->stage, DT_PREP_MANIFEST);
+    if ((rc = write_manifest(p, q, err))) return rc;
+    return commit(p, err);
+}
+
+int dt_prepare(const dt_prep_opts *o, dt_prep_result *res, dt_error *err) {
+    memset(res, 0, sizeof *res);
+    int rc = check_opts(o, err);
+    if (rc) return rc;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    prep *p = calloc(1, sizeof *p);
+    if (!p) return dt_errorf(err, DT_ENOMEM, "out of memory");
+    p->o = o;
+    p->res = res;
+    for (int i = 0; i < FD_CACHE; i++) p->fds[i].fd = -1;
+    int created = 0;
+    rc = run(p, &created, err);
+    for (int s = 0; s < 2; s++) dt_shard_writer_abort(p->w[s]);
+    for (int i = 0; i < FD_CACHE; i++)
+        if (p->fds[i].fd >= 0) close(p->fds[i].fd);
+    if (rc && p->stage[0]) {
+        dt_error ignored;
+        clear_stage(p->stage, &ignored);   /* what this run staged; the old output is untouched */
+        if (created) rmdir(o->out);
+    }
+    dt_tok_free(p->tok);
+    for (uint64_t i = 0; i < p->n_files; i++) free(p->files[i]);
+    free(p->files);
+    free(p->items);
+    free(p->doc_first);
+    free(p->buf);
+    free(p);
+    res->seconds = since(&t0);
+    return rc;
+}
