@@ -11,7 +11,7 @@ _dtrun() {
     local flags="--out --max-steps --data --init --resume --overwrite --timeout --trace --quiet --no-progress
                  --nnodes --node-rank --nproc-per-node --master-addr --master-port --help"
     case $sub in
-    sample) flags="--prompt --tokens --seed --temperature --dump-logits --help" ;;
+    sample) flags="--prompt --tokens --seed --temperature --tokenizer --dump-logits --help" ;;
     calibrate) flags="-o --plan --no-mpi --help" ;;
     tokenize) flags="--tokenizer --decode --no-special --help" ;;
     prepare) flags="--tokenizer --out --format --chat-template --val-fraction --seed --shard-tokens --quiet

@@ -15,6 +15,10 @@ int dt_cmd_calibrate(const char *prog, int argc, char **argv);
  * (tokenize.c, docs/tokenizers.md). */
 int dt_cmd_tokenize(int argc, char **argv);
 
+/* `sample`: text generated from a checkpoint, in bytes or through the model's
+ * tokenizer (sample.c). */
+int dt_cmd_sample(int argc, char **argv);
+
 /* `prepare`: text files, folders and JSONL (pretraining text, SFT chats) -> token
  * shards with a train/val split (prepare.c, docs/data.md). */
 int dt_cmd_prepare(int argc, char **argv);

@@ -2,7 +2,7 @@
  *
  *   dtrun [LAUNCH FLAGS] PLAN.json [--out DIR] [--max-steps N] [--data PATH] [--init PATH] [--resume | --overwrite]
  *                                  [--timeout SECONDS] [--trace FILE] [--quiet]
- *   dtrun sample CKPT_DIR [--prompt TEXT] [--tokens N] [--seed S] [--temperature X]
+ *   dtrun sample CKPT_DIR [--prompt TEXT] [--tokens N] [--seed S] [--temperature X] [--tokenizer T]
  *                         [--dump-logits FILE]
  *
  * LAUNCH FLAGS (torchrun's): --nnodes N --node-rank R --nproc-per-node M
@@ -33,9 +33,6 @@
 #include "dt_nccl.h"
 #endif
 
-#define DT_SAMPLE_TOKENS 200       /* default --tokens */
-#define DT_SAMPLE_TEMPERATURE 0.8  /* default --temperature */
-#define DT_SAMPLE_SEED 42          /* default --seed */
 /* Default --timeout: seconds a collective (and the TCP rendezvous) may wait for
  * a peer before the run is declared dead; torchrun/NCCL use minutes too
  * (docs/launch.md §4). Equal to the rendezvous default. */
@@ -47,7 +44,7 @@ static void usage(FILE *f) {
             "             PLAN.json [--out DIR] [--max-steps N] [--data PATH] [--init PATH] [--resume | --overwrite]\n"
             "             [--timeout SECONDS] [--trace FILE] [--quiet] [--no-progress]\n"
             "       dtrun sample CKPT_DIR [--prompt TEXT] [--tokens N] [--seed S] [--temperature X]\n"
-            "                         [--dump-logits FILE]\n"
+            "                         [--tokenizer TOKENIZER] [--dump-logits FILE]\n"
             "       dtrun calibrate -o PROFILE.json [--plan PLAN.json] [--no-mpi]\n"
             "       dtrun tokenize --tokenizer TOKENIZER.json|.model [--decode] [--no-special]  (stdin -> ids per line)\n"
             "       dtrun prepare --tokenizer TOKENIZER --out DIR INPUT...  (text, JSONL -> token shards; see prepare --help)\n"
@@ -300,139 +297,6 @@ static int cmd_train(int argc, char **argv) {
     return 0;
 }
 
-/* ---- sample ---- */
-
-static int cmd_sample(int argc, char **argv) {
-    const char *dir = NULL, *prompt = "\n", *dump = NULL;
-    int64_t ntok = DT_SAMPLE_TOKENS, seed = DT_SAMPLE_SEED;
-    double temp = DT_SAMPLE_TEMPERATURE;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int has_val = i + 1 < argc;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            printf("usage: dtrun sample CKPT_DIR [--prompt TEXT] [--tokens N] [--seed S] [--temperature X]\n"
-                   "                         [--dump-logits FILE]\n"
-                   "Prints text generated from a checkpoint: CKPT_DIR is a ckpt-NNNNNNNN directory or a\n"
-                   "run's --out directory (its newest checkpoint). --tokens (default %lld) bytes after\n"
-                   "--prompt, sampled at --temperature (default %g) with --seed (default %lld);\n"
-                   "--dump-logits writes the prompt's logits (fp32, one row per position).\n",
-                   (long long)DT_SAMPLE_TOKENS, (double)DT_SAMPLE_TEMPERATURE, (long long)DT_SAMPLE_SEED);
-            return 0;
-        }
-        if (strcmp(a, "--prompt") == 0 && has_val) prompt = argv[++i];
-        else if (strcmp(a, "--dump-logits") == 0 && has_val) dump = argv[++i];
-        else if (strcmp(a, "--tokens") == 0 && has_val) {
-            if (parse_i64(argv[++i], "--tokens", 1, &ntok)) return 2;
-        } else if (strcmp(a, "--seed") == 0 && has_val) {
-            if (parse_i64(argv[++i], "--seed", 0, &seed)) return 2;
-        } else if (strcmp(a, "--temperature") == 0 && has_val) {
-            char *end;
-            temp = strtod(argv[++i], &end);
-            if (*end || !(temp > 0)) {
-                fprintf(stderr, "dtrun: --temperature expects a number > 0, got '%s'\n", argv[i]);
-                return 2;
-            }
-        } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "dtrun: sample: unknown option '%s'\n", a);
-            return 2;
-        } else if (!dir) dir = a;
-        else {
-            fprintf(stderr, "dtrun: sample: unexpected argument '%s'\n", a);
-            return 2;
-        }
-    }
-    if (!dir) {
-        fprintf(stderr, "dtrun: sample needs a checkpoint directory (a ckpt-NNNNNNNN or a run's --out)\n");
-        return 2;
-    }
-    dt_error err;
-    dt_error_clear(&err);
-    char ckpt[DT_PATH_MAX * 2], p[DT_PATH_MAX * 3];
-    struct stat sb;
-    snprintf(p, sizeof p, "%s/config.json", dir);
-    if (stat(p, &sb) == 0) {
-        snprintf(ckpt, sizeof ckpt, "%s", dir);
-    } else {
-        int64_t step;
-        dt_ckpt_latest(dir, ckpt, sizeof ckpt, &step, &err);
-        if (step < 0) {
-            fprintf(stderr, "dtrun: %s: no checkpoint here (no config.json, no ckpt-* directory)\n", dir);
-            return 2;
-        }
-    }
-    dt_model m;
-    snprintf(p, sizeof p, "%s/config.json", ckpt);
-    int rc = dt_model_resolve(p, &m, &err);
-    if (rc) return fail(rc, &err);
-    if (m.vocab < DT_BYTE_VOCAB) {
-        fprintf(stderr, "dtrun: sample decodes bytes; the model's vocab %lld is smaller than 256\n",
-                (long long)m.vocab);
-        return 2;
-    }
-    dt_precision prec;
-    dt_precision_from_preset(DT_PREC_FP32, &prec);
-    dt_lm *g;
-    const int64_t T = m.max_pos;
-    if ((rc = dt_lm_create(&m, &prec, 1, T, 0, DT_ATTN_FLASH, &g, &err))) return fail(rc, &err);
-    /* the directory: model.safetensors or a sharded save_pretrained layout */
-    if ((rc = dt_weights_load(g, &m, DT_DTYPE_FP32, ckpt, &err))) {
-        dt_lm_free(g);
-        return fail(rc, &err);
-    }
-    int32_t *ctx = calloc((size_t)T, sizeof *ctx);
-    int64_t len = 0;
-    for (const unsigned char *s = (const unsigned char *)prompt; *s; s++) {
-        if (len == T) {   /* keep the last T bytes of a long prompt */
-            memmove(ctx, ctx + 1, (size_t)(T - 1) * sizeof *ctx);
-            len--;
-        }
-        ctx[len++] = *s;
-    }
-    if (len == 0) ctx[len++] = '\n';
-    fputs(prompt, stdout);
-    uint64_t rng = (uint64_t)seed;
-    double *prob = malloc((size_t)m.vocab * sizeof *prob);
-    for (int64_t k = 0; k < ntok && !rc; k++) {
-        float loss;
-        if ((rc = dt_lm_forward(g, ctx, NULL, &loss, &err))) break;
-        if (k == 0 && dump) {   /* fp32 [len, V] logits of the prompt (scripts/check_hf_export.py) */
-            FILE *f = fopen(dump, "wb");
-            size_t nv = (size_t)(len * m.vocab);
-            if (!f || fwrite(dt_lm_logits(g), sizeof(float), nv, f) != nv) {
-                if (f) fclose(f);
-                rc = dt_errorf(&err, DT_EIO, "%s: cannot write logits", dump);
-                break;
-            }
-            fclose(f);
-        }
-        const float *logits = dt_lm_logits(g) + (len - 1) * m.vocab;
-        /* softmax with temperature over the byte tokens, then inverse-CDF sampling */
-        double mx = -INFINITY, sum = 0;
-        for (int64_t v = 0; v < DT_BYTE_VOCAB; v++) mx = fmax(mx, logits[v] / temp);
-        for (int64_t v = 0; v < DT_BYTE_VOCAB; v++) sum += (prob[v] = exp(logits[v] / temp - mx));
-        double u = ldexp((double)(dt_rng_next(&rng) >> 11), -53) * sum;   /* 53-bit uniform in [0, sum) */
-        int64_t tok = DT_BYTE_VOCAB - 1;
-        for (int64_t v = 0; v < DT_BYTE_VOCAB; v++) {
-            if (u < prob[v]) {
-                tok = v;
-                break;
-            }
-            u -= prob[v];
-        }
-        putchar((int)tok);
-        if (len == T) {
-            memmove(ctx, ctx + 1, (size_t)(T - 1) * sizeof *ctx);
-            len--;
-        }
-        ctx[len++] = (int32_t)tok;
-    }
-    putchar('\n');
-    free(prob);
-    free(ctx);
-    dt_lm_free(g);
-    return rc ? fail(rc, &err) : 0;
-}
-
 int main(int argc, char **argv) {
     /* under dtrun's own spawner this process only supervises the real rank */
     int st = dt_launch_supervisor(argc, argv);
@@ -445,7 +309,7 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    if (strcmp(argv[1], "sample") == 0) return cmd_sample(argc - 1, argv + 1);
+    if (strcmp(argv[1], "sample") == 0) return dt_cmd_sample(argc - 1, argv + 1);
     if (strcmp(argv[1], "tokenize") == 0) return dt_cmd_tokenize(argc - 1, argv + 1);
     if (strcmp(argv[1], "prepare") == 0) return dt_cmd_prepare(argc - 1, argv + 1);
     if (strcmp(argv[1], "calibrate") == 0) {

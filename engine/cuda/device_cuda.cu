@@ -947,18 +947,21 @@ __global__ void k_ce_fwd(float *lse, float *losses, const float *logits, const i
     s = warp_sum(s);
     if (lane == 0) {
         lse[n] = mx + logf(s);
-        if (targets) losses[n] = lse[n] - z[targets[n]];
+        if (targets) losses[n] = targets[n] == DT_IGNORE_INDEX ? 0.0f : lse[n] - z[targets[n]];
     }
 }
 
-__global__ void k_ce_bwd(float *logits, const float *lse, float dloss, int64_t N, int64_t V) {
+__global__ void k_ce_bwd(float *logits, const float *lse, const int32_t *targets, float dloss, int64_t N,
+                         int64_t V) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < N * V) logits[i] = dt_ce_dlogit(logits[i], lse[i / V], dloss);
+    if (i >= N * V) return;
+    /* a DT_IGNORE_INDEX target: no loss, a zero gradient row */
+    logits[i] = targets[i / V] == DT_IGNORE_INDEX ? 0.0f : dt_ce_dlogit(logits[i], lse[i / V], dloss);
 }
 __global__ void k_ce_bwd_target(float *logits, const int32_t *targets, float dloss, int64_t N,
                                 int64_t V) {
     int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (n < N) logits[n * V + targets[n]] -= dloss;
+    if (n < N && targets[n] != DT_IGNORE_INDEX) logits[n * V + targets[n]] -= dloss;
 }
 
 static double cu_ce_forward(float *lse, float *losses, const float *logits, const int32_t *targets,
@@ -984,7 +987,7 @@ static double cu_ce_forward(float *lse, float *losses, const float *logits, cons
 
 static void cu_ce_backward(float *logits, const float *lse, const int32_t *targets, float dloss,
                            int64_t N, int64_t V) {
-    k_ce_bwd<<<grid_for((size_t)(N * V)), DT_CU_THREADS, 0, cs()>>>(logits, lse, dloss, N, V);
+    k_ce_bwd<<<grid_for((size_t)(N * V)), DT_CU_THREADS, 0, cs()>>>(logits, lse, targets, dloss, N, V);
     LAUNCHED(k_ce_bwd);
     k_ce_bwd_target<<<grid_for((size_t)N), DT_CU_THREADS, 0, cs()>>>(logits, targets, dloss, N, V);
     LAUNCHED(k_ce_bwd_target);

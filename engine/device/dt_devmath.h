@@ -129,6 +129,11 @@ static inline DT_DTYPE_HD float dt_swiglu_dup(float gate, float dout) {
     return dout * gate * dt_sigmoid(gate);
 }
 
+/* A target that carries no loss (an SFT prompt token, padding): its row's loss
+ * and logit gradients are 0. The value of torch.nn.CrossEntropyLoss's default
+ * ignore_index, which Hugging Face labels use for the same purpose. */
+#define DT_IGNORE_INDEX (-100)
+
 /* cross-entropy backward, per logit: dloss * softmax(z)_v (target subtracts dloss) */
 static inline DT_DTYPE_HD float dt_ce_dlogit(float z, float lse, float dloss) {
     return dloss * dt_fast_expf(z - lse);

@@ -85,7 +85,9 @@ void dt_op_bias_backward(float *db, const float *dout, int64_t N, int64_t OC);
  * Tied classifier: logits[N, V] = x[N, C] @ wte[V, C]^T (the caller runs the GEMM,
  * possibly in chunks over V). These two ops work on the fp32 logits buffer.
  * Forward: lse[n] = log sum_v exp(logits[n, v]); losses[n] = lse[n] - logits[n, target]
- * (targets may be NULL: only lse). Returns the mean loss over N (double accumulation). */
+ * (targets may be NULL: only lse). Returns the mean loss over N (double accumulation).
+ * A target DT_IGNORE_INDEX (dt_devmath.h) has loss 0 (still counted in N) and, in the
+ * backward, a zero gradient row. */
 double dt_op_crossentropy_forward(float *lse, float *losses, const float *logits,
                                   const int32_t *targets, int64_t N, int64_t V);
 /* In place: logits[n, v] <- dloss * (softmax(logits[n])[v] - [v == target[n]]). */

@@ -270,7 +270,7 @@ double dt_op_crossentropy_forward(float *lse, float *losses, const float *logits
 #pragma omp simd reduction(+ : s)
         for (int64_t v = 0; v < V; v++) s += dt_fast_expf(z[v] - mx);
         lse[n] = mx + logf(s);
-        if (targets) losses[n] = lse[n] - z[targets[n]];
+        if (targets) losses[n] = targets[n] == DT_IGNORE_INDEX ? 0.0f : lse[n] - z[targets[n]];
     }
     if (!targets) return 0.0;
     double total = 0.0;
@@ -283,6 +283,10 @@ void dt_op_crossentropy_backward_inplace(float *logits, const float *lse, const 
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) {
         float *z = logits + n * V;
+        if (targets[n] == DT_IGNORE_INDEX) {   /* no loss, no gradient */
+            memset(z, 0, (size_t)V * sizeof(float));
+            continue;
+        }
         float l = lse[n];
 #pragma omp simd
         for (int64_t v = 0; v < V; v++) z[v] = dt_ce_dlogit(z[v], l, dloss);

@@ -151,13 +151,15 @@ void dt_lm_init_random(dt_lm *g, uint64_t seed);
  * stored as dtype dt into HOST memory dst[0 .. n). */
 void dt_lm_init_slice(const dt_lm *g, uint64_t seed, size_t lo, size_t n, void *dst, dt_dtype dt);
 
-/* inputs, targets: [B, T] token ids. targets may be NULL (logits only).
- * *loss = mean cross-entropy over B*T (fp32). */
+/* inputs, targets: [B, T] token ids. targets may be NULL (logits only); a target
+ * DT_IGNORE_INDEX (-100, dt_devmath.h) carries no loss (an SFT prompt token).
+ * *loss = mean cross-entropy over the targets that count (fp32; 0 when none do). */
 int dt_lm_forward(dt_lm *g, const int32_t *inputs, const int32_t *targets, float *loss,
                     dt_error *err);
 /* Tokens outside 0..V-1 are DT_EINVAL. Without targets *loss is not written. */
 /* Backward of the last forward (which must have had targets); gradients are
- * ACCUMULATED into the grad buffer, scaled by grad_scale (1/accum * loss scale). */
+ * ACCUMULATED into the grad buffer: grad_scale times those of that mean loss
+ * (grad_scale = 1/accum * loss scale, or a token-weighted share of the step). */
 int dt_lm_backward(dt_lm *g, float grad_scale, dt_error *err);
 void dt_lm_zero_grad(dt_lm *g);
 /* fp32 logits [B, T, V] of the last forward (after dt_lm_backward the buffer

@@ -723,12 +723,22 @@ static void any_block_forward(dt_lm *g, int l, block_acts *A, void *xout, const 
     else block_forward(g, l, A, xout, P);
 }
 
-static int check_tokens(const dt_lm *g, const int32_t *tok, const char *what, dt_error *err) {
-    for (int64_t n = 0; n < g->B * g->T; n++)
+/* Every token inside the vocabulary; targets may also be DT_IGNORE_INDEX. *counted
+ * (may be NULL): the tokens that are not ignored. */
+static int check_tokens(const dt_lm *g, const int32_t *tok, const char *what, int64_t *counted,
+                        dt_error *err) {
+    const int allow_ignore = counted != NULL;
+    int64_t c = 0;
+    for (int64_t n = 0; n < g->B * g->T; n++) {
+        if (allow_ignore && tok[n] == DT_IGNORE_INDEX) continue;
         if (tok[n] < 0 || tok[n] >= g->V)
             return dt_errorf(err, DT_EINVAL,
-                             "model: %s token %d at position %lld is outside the vocabulary 0..%lld",
-                             what, tok[n], (long long)n, (long long)(g->V - 1));
+                             "model: %s token %d at position %lld is outside the vocabulary 0..%lld%s",
+                             what, tok[n], (long long)n, (long long)(g->V - 1),
+                             allow_ignore ? " (or -100: no loss)" : "");
+        c++;
+    }
+    if (counted) *counted = c;
     return DT_OK;
 }
 
@@ -737,8 +747,9 @@ int dt_lm_forward(dt_lm *g, const int32_t *inputs, const int32_t *targets, float
     int64_t B = g->B, T = g->T, C = g->C, N = B * T, V = g->V;
     int rc;
     if (!inputs) return dt_errorf(err, DT_EINVAL, "model: forward needs input tokens");
-    if ((rc = check_tokens(g, inputs, "input", err))) return rc;
-    if (targets && (rc = check_tokens(g, targets, "target", err))) return rc;
+    int64_t counted = N;
+    if ((rc = check_tokens(g, inputs, "input", NULL, err))) return rc;
+    if (targets && (rc = check_tokens(g, targets, "target", &counted, err))) return rc;
     /* host copy (for the 16-bit encoder backward's chains), then the device's;
      * the upload runs on the h2d stream and is handed to compute by an event */
     size_t tok_bytes = sizeof(int32_t) * (size_t)N;
@@ -803,7 +814,10 @@ int dt_lm_forward(dt_lm *g, const int32_t *inputs, const int32_t *targets, float
     double mean = g->dev->crossentropy_forward(g->ce_lse, g->ce_losses, g->logits,
                                              targets ? g->targets : NULL, N, V);
     if (targets) {
+        /* the op's mean is over all N rows, ignored ones at 0: the mean over the counted */
+        if (counted < N) mean = counted > 0 ? mean * (double)N / (double)counted : 0.0;
         if (loss) *loss = (float)mean;
+        g->counted = counted;
         g->have_targets = 1;
     }
     return DT_OK;
@@ -951,7 +965,7 @@ int dt_lm_backward(dt_lm *g, float grad_scale, dt_error *err) {
     g->have_targets = 0;   /* the logits buffer becomes dlogits */
 
     /* mean loss over N tokens, times the caller's scale (1/accum, loss scale) */
-    float dloss = grad_scale / (float)N;
+    float dloss = g->counted > 0 ? grad_scale / (float)g->counted : 0.0f;
     g->dev->crossentropy_backward_inplace(g->logits, g->ce_lse, g->targets, dloss, N, V);
 
     const float *lnf = lm_act_load(g, g->lnf, g->w32.ln1, (size_t)(N * C));

@@ -114,6 +114,7 @@ struct dt_lm {
     int32_t *h_inputs, *h_tok_head, *h_tok_next;
 
     int have_targets;         /* last forward had targets */
+    int64_t counted;          /* its targets that carry loss (not DT_IGNORE_INDEX) */
 };
 
 /* ---- helpers shared by the families ---- */

@@ -49,6 +49,12 @@ typedef struct {
     dt_corpus *train_c, *valid_c;
     dt_loader *train_l, *valid_l;
     int32_t *inputs, *targets;   /* [B, T] */
+    /* SFT data (a v2 shard's loss mask): the step's micro-batches, read ahead so each
+     * one's share of the step's counted targets is known before its backward */
+    int masked;
+    int32_t *step_inputs, *step_targets;   /* [accum, B, T]; masked-out targets DT_IGNORE_INDEX */
+    uint8_t *mask;                         /* [B, T] */
+    int64_t *counted;                      /* [accum]: each micro-batch's counted targets */
     dt_train_state st;
     FILE *metrics;
     FILE *log;                   /* human output: opts->log on rank 0, NULL elsewhere */
@@ -99,6 +105,16 @@ static int setup_data(trainer *t, dt_error *err) {
     const char *train_path = t->opts->data_path ? t->opts->data_path : d->train;
     int64_t T = p->batch.seq_len, B = p->batch.micro_batch;
     if (dt_corpus_open(train_path, d->format, p->model.vocab, &t->train_c, err)) return err->code;
+    if (dt_corpus_has_mask(t->train_c)) {   /* SFT shards: read each step's micro-batches ahead */
+        const size_t n = (size_t)(B * T), accum = (size_t)p->batch.grad_accum;
+        t->masked = 1;
+        t->step_inputs = malloc(accum * n * sizeof(int32_t));
+        t->step_targets = malloc(accum * n * sizeof(int32_t));
+        t->mask = malloc(n);
+        t->counted = malloc(accum * sizeof(int64_t));
+        if (!t->step_inputs || !t->step_targets || !t->mask || !t->counted)
+            return dt_errorf(err, DT_ENOMEM, "out of memory for %zu micro-batches of masked data", accum);
+    }
     int64_t n = dt_corpus_windows(t->train_c, T), ntrain = n, nvalid = 0;
     const dt_corpus *vc = NULL;
     int64_t vfirst = 0;
@@ -156,6 +172,23 @@ static int init_weights(trainer *t, int64_t *resumed_from, dt_error *err) {
     return DT_OK;
 }
 
+/* The next micro-batch; with SFT data the targets the mask leaves out become
+ * DT_IGNORE_INDEX (no loss). Returns the targets that count. */
+static int64_t next_batch(trainer *t, dt_loader *l, int32_t *inputs, int32_t *targets) {
+    const int64_t n = t->plan->batch.micro_batch * t->plan->batch.seq_len;
+    if (!t->masked) {
+        dt_loader_next(l, inputs, targets);
+        return n;
+    }
+    dt_loader_next_masked(l, inputs, targets, t->mask);
+    int64_t counted = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (t->mask[i]) counted++;
+        else targets[i] = DT_IGNORE_INDEX;
+    }
+    return counted;
+}
+
 static int evaluate(trainer *t, double *loss_out, dt_error *err) {
     dt_loader_reset(t->valid_l);
     int64_t nb = t->plan->data.eval_batches > 0 ? t->plan->data.eval_batches : 1;
@@ -164,7 +197,7 @@ static int evaluate(trainer *t, double *loss_out, dt_error *err) {
     double sum = 0;
     for (int64_t i = 0; i < nb; i++) {
         float loss;
-        dt_loader_next(t->valid_l, t->inputs, t->targets);
+        next_batch(t, t->valid_l, t->inputs, t->targets);
         dt_zero_set_micro(t->z, 0, err);
         if (dt_lm_forward(t->g, t->inputs, t->targets, &loss, err)) return err->code;
         sum += loss;
@@ -240,20 +273,40 @@ static int train_step(trainer *t, double *loss_out, double *lr_out, double *norm
     dt_loss_scaler *sc = &t->st.scaler;
     const double scale = sc->cur_scale;   /* the scale this step's loss is multiplied by */
     dt_zero_begin_step(t->z);
+    /* Each micro-batch's share of the step: 1/accum, or with SFT data its counted
+     * targets over the step's (on this rank: the mean over the rank's counted
+     * tokens, ranks then averaged — transformers' Trainer with
+     * average_tokens_across_devices off; docs/dtrun.md "Data") */
+    const int64_t n = p->batch.micro_batch * p->batch.seq_len;
+    int64_t step_counted = 0;
+    if (t->masked)
+        for (int64_t a = 0; a < accum; a++) {
+            t->counted[a] = next_batch(t, t->train_l, t->step_inputs + a * n, t->step_targets + a * n);
+            step_counted += t->counted[a];
+        }
     double loss_sum = 0;
     for (int64_t a = 0; a < accum; a++) {
         float loss;
-        dt_loader_next(t->train_l, t->inputs, t->targets);
+        const int32_t *in = t->inputs, *tg = t->targets;
+        double grad_scale = scale / (double)accum, share = 1.0 / (double)accum;
+        if (t->masked) {
+            in = t->step_inputs + a * n;
+            tg = t->step_targets + a * n;
+            share = step_counted > 0 ? (double)t->counted[a] / (double)step_counted : 0.0;
+            grad_scale = scale * share;
+        } else {
+            dt_loader_next(t->train_l, t->inputs, t->targets);
+        }
         dt_zero_set_micro(t->z, a == accum - 1, err);
         dt_tracer_set_micro((int)a);
         dt_memprobe_begin(DT_PHASE_FORWARD);
-        if (dt_lm_forward(t->g, t->inputs, t->targets, &loss, err)) return err->code;
+        if (dt_lm_forward(t->g, in, tg, &loss, err)) return err->code;
         dt_memprobe_end(DT_PHASE_FORWARD);
         if (a == 0) test_fault(t);
         dt_memprobe_begin(DT_PHASE_BACKWARD);
-        if (dt_lm_backward(t->g, (float)(scale / (double)accum), err)) return err->code;
+        if (dt_lm_backward(t->g, (float)grad_scale, err)) return err->code;
         dt_memprobe_end(DT_PHASE_BACKWARD);
-        loss_sum += loss;
+        loss_sum += t->masked ? loss * share * (double)accum : loss;
     }
     dt_memprobe_begin(DT_PHASE_OPTIMIZER);   /* ends in run_step, after a skipped step too */
     if (dt_zero_end_backward(t->z, err)) return err->code;
@@ -322,6 +375,10 @@ static void trainer_free(trainer *t) {
     dt_corpus_free(t->valid_c);
     free(t->inputs);
     free(t->targets);
+    free(t->step_inputs);
+    free(t->step_targets);
+    free(t->mask);
+    free(t->counted);
     dt_zero_free(t->z);
     dt_lm_free(t->g);
     if (t->own_comm) dt_comm_free(t->comm);
@@ -441,6 +498,9 @@ static void print_banner(const trainer *t, int64_t resumed) {
         fprintf(log, "dtrun: data: %d file(s) of %s read; its %d subfolder(s) are not (a data directory is read "
                      "one level deep: give a subfolder itself, or move the files up)\n",
                 dt_corpus_files(t->train_c), t->opts->data_path ? t->opts->data_path : t->plan->data.train, sub);
+    if (t->masked)
+        fprintf(log, "dtrun: data: SFT loss mask: only the targets the shards mark (the assistant's tokens) carry "
+                     "loss; each micro-batch weighted by its share of the step's counted targets\n");
     if (resumed >= 0) fprintf(log, "dtrun: resumed from step %lld\n", (long long)resumed);
 }
 

@@ -145,5 +145,9 @@ fresh = json.loads(open(sys.argv[3]).readline())["loss"]
 sys.exit(0 if abs(first - last) < abs(first - fresh) else 1)
 PY
 
+# sample through a tokenizer with more ids than the model has: one line, exit 2
+expect_exit 2 "^dtrun: sample: the tokenizer has 1500 ids but the model's vocab is 256: give the model's own --tokenizer" -- \
+  "$DTRUN" sample "$TMP/i3" --tokenizer "$SRC/tests/tokenizer/data/qwen2-mini.json"
+
 [ "$fails" -eq 0 ] || { echo "$fails failure(s)" >&2; exit 1; }
 echo ok

@@ -210,6 +210,55 @@ static void check_steps(const char *dir, const dt_model *m, const golden *gd) {
     dt_lm_free(g);
 }
 
+/* Targets set to DT_IGNORE_INDEX carry no loss: the loss is the mean of the
+ * per-token cross-entropy over the counted positions (computed here in double from
+ * the unmasked run's logits), ignored rows of the logit gradient are 0 and the
+ * others are the unmasked run's scaled by N / counted. */
+static void check_ignore_index(const char *what, dt_lm *g, const golden *gd) {
+    const int64_t N = gd->B * gd->T, V = dt_st_find(gd->f, "logits")->shape[2];
+    dt_error err;
+    float full_loss, loss;
+    CHECK(dt_lm_forward(g, gd->inputs, gd->targets, &full_loss, &err) == DT_OK);
+    float *logits = host_copy(g, dt_lm_logits(g), (size_t)(N * V));
+    CHECK(dt_lm_backward(g, 1.0f, &err) == DT_OK);
+    float *dfull = host_copy(g, dt_lm_logits(g), (size_t)(N * V));   /* dlogits */
+    int32_t *tg = malloc((size_t)N * sizeof *tg);
+    double ce = 0;
+    int64_t counted = 0;
+    for (int64_t n = 0; n < N; n++) {
+        tg[n] = n % 3 == 0 ? gd->targets[n] : DT_IGNORE_INDEX;   /* every third position counts */
+        if (tg[n] == DT_IGNORE_INDEX) continue;
+        double mx = -INFINITY, s = 0;
+        for (int64_t v = 0; v < V; v++) mx = fmax(mx, logits[n * V + v]);
+        for (int64_t v = 0; v < V; v++) s += exp(logits[n * V + v] - mx);
+        ce += mx + log(s) - logits[n * V + tg[n]];
+        counted++;
+    }
+    ce /= (double)counted;
+    CHECK(dt_lm_forward(g, gd->inputs, tg, &loss, &err) == DT_OK);
+    CHECK(dt_lm_backward(g, 1.0f, &err) == DT_OK);
+    float *dmask = host_copy(g, dt_lm_logits(g), (size_t)(N * V));
+    double worst = 0;
+    int zero_rows = 1;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t v = 0; v < V; v++) {
+            double d = dmask[n * V + v];
+            if (tg[n] == DT_IGNORE_INDEX) zero_rows &= d == 0.0;
+            else worst = fmax(worst, fabs(d - dfull[n * V + v] * (double)N / (double)counted));
+        }
+    printf("%s: masked loss %.7f vs %.7f (full %.7f), dlogits max |diff| %.3g\n", what, loss, ce, full_loss, worst);
+    CHECK(fabs(loss - ce) <= LOSS_RTOL * g_tol * fabs(ce));
+    CHECK(zero_rows);
+    CHECK(worst < LOGIT_TOL * g_tol);
+    /* out of the vocabulary and not the ignore value: one line */
+    tg[1] = -7;
+    CHECK(dt_lm_forward(g, gd->inputs, tg, &loss, &err) == DT_EINVAL && strstr(err.msg, "-100") != NULL);
+    free(tg);
+    free(logits);
+    free(dfull);
+    free(dmask);
+}
+
 static void check_case(const char *root, const char *name) {
     char dir[PATH_MAX_LEN], p[PATH_MAX_LEN + 64], what[PATH_MAX_LEN + 32];
     snprintf(dir, sizeof dir, "%s/%s", root, name);
@@ -230,6 +279,10 @@ static void check_case(const char *root, const char *name) {
         check_grads(what, g, &gd);
         dt_lm_free(g);
     }
+    dt_lm *g = load(dir, &m, DT_PREC_FP32, gd.B, gd.T, 0, DT_ATTN_FLASH);
+    snprintf(what, sizeof what, "%s (ignore index)", name);
+    check_ignore_index(what, g, &gd);
+    dt_lm_free(g);
     if (g_device == DT_DEVICE_CPU) check_steps(dir, &m, &gd);
     dt_st_close(gd.f);
 }
