@@ -63,7 +63,42 @@ typedef struct dt_batch {
 typedef struct dt_activations {
     int64_t ckpt_layers;       /* 0..n_layer blocks whose activations are recomputed */
     dt_attention attention;
+    int selective;             /* 1: the attention core of every other block is recomputed
+                                * (Korthikanti et al. 2022 §5, "selective"); runtimes
+                                * deepspeed / fsdp only. Written only when 1. */
 } dt_activations;
+
+/* ---- the runtime the prediction describes (docs/memory-model.md "Runtime profiles") ----
+ * dtrun: this repository's engine, the planner's formulas as they were before profiles
+ * existed (the default; its plans are exact for dtrun's CPU engine). deepspeed: Hugging
+ * Face Transformers model code under DeepSpeed ZeRO. fsdp: the same model code under
+ * PyTorch FSDP (fully_shard, bf16 compute with fp32 sharded params). The other fields
+ * are the run's choices; for dtrun they are all zero (a zeroed struct is the dtrun profile). */
+typedef enum { DT_RUNTIME_DTRUN = 0, DT_RUNTIME_DEEPSPEED = 1, DT_RUNTIME_FSDP = 2 } dt_runtime_kind;
+/* The attention kernel the framework runs: eager (HF's matmul-softmax-matmul, keeps the
+ * s x s probabilities), sdpa (torch scaled_dot_product_attention, its flash or
+ * memory-efficient back-end on GPUs), flash (flash-attn 2). */
+typedef enum { DT_KERNEL_FLASH = 0, DT_KERNEL_SDPA = 1, DT_KERNEL_EAGER = 2 } dt_attn_kernel;
+/* What "largest layer" means for ZeRO-3's transient full-size gradient and DeepSpeed's
+ * estimator: the largest module's own parameters (DeepSpeed model_to_params: for LLMs
+ * the V x h embedding / lm_head), or the largest weight matrix inside a block. */
+typedef enum { DT_LARGEST_MODULE = 0, DT_LARGEST_BLOCK_MATRIX = 1 } dt_largest_layer;
+
+typedef struct dt_runtime {
+    dt_runtime_kind kind;
+    dt_attn_kernel attention;      /* must agree with activations.attention (eager = materialized) */
+    int dropout;                   /* dropout layers active in training (HF config's p > 0) */
+    int upcast_logits;             /* the loss upcasts the B x T x V logits to fp32 */
+    int fused_loss;                /* the loss keeps one B x T x V buffer and writes its gradient in place
+                                    * (Megatron-LM's vocab-parallel cross entropy), not three */
+    int upcast_norm;               /* RMSNorm computes in fp32 (keeps an fp32 copy of its input) */
+    int upcast_softmax;            /* eager attention's softmax in fp32 */
+    int unfused_act;               /* the MLP activation is composed of element-wise ops that each keep a tensor */
+    dt_largest_layer largest_layer;
+    double fetch_overhead_s;       /* ZeRO-3: fixed cost per fetched module beyond the collective, s */
+    int64_t max_reuse_distance;    /* stage3_max_reuse_distance, elements */
+    int64_t persistence_threshold; /* stage3_param_persistence_threshold, elements */
+} dt_runtime;
 
 typedef struct dt_optimizer {
     double lr;                 /* peak learning rate */
@@ -141,6 +176,7 @@ typedef struct dt_plan {
     dt_batch batch;
     dt_precision precision;
     dt_activations activations;
+    dt_runtime runtime;
     dt_optimizer optimizer;
     dt_schedule schedule;
     dt_data data;
@@ -166,6 +202,23 @@ char *dt_plan_to_json(const dt_plan *p, dt_error *err);
 int dt_plan_save(const char *path, const dt_plan *p, dt_error *err);
 
 const char *dt_offload_name(dt_offload o);        /* "none" | "cpu" | "nvme" */
+const char *dt_runtime_name(dt_runtime_kind k);   /* "dtrun" | "deepspeed" | "fsdp" */
+/* "--runtime VALUE" text; an unknown name is one line naming it and the choices. */
+int dt_runtime_parse(const char *s, dt_runtime_kind *out, dt_error *err);
+const char *dt_attn_kernel_name(dt_attn_kernel k);   /* "flash" | "sdpa" | "eager" */
+const char *dt_largest_layer_name(dt_largest_layer l); /* "module" | "block_matrix" */
+/* The profile's defaults for the model m (docs/memory-model.md "Runtime profiles"):
+ * dtrun: all zero (flash, no dropout, no upcasts); deepspeed / fsdp: Hugging Face Transformers'
+ * defaults (sdpa, dropout as the family's config.json has it, fp32 logits, fp32
+ * RMSNorm and eager softmax for llama), DeepSpeed's code defaults for the ZeRO-3 keys. */
+void dt_runtime_defaults(dt_runtime_kind kind, const dt_model *m, dt_runtime *out);
+/* Sets p->runtime to kind's defaults for p->model and p->activations.attention to the
+ * kernel's storage (eager: materialized, else flash); dtrun keeps the plan's attention. */
+void dt_plan_set_runtime(dt_plan *p, dt_runtime_kind kind);
+/* Sets the attention by name, for p's runtime: dtrun "flash" | "materialized"; deepspeed /
+ * fsdp the kernel "sdpa" | "flash" | "eager" ("materialized" = eager), with
+ * activations.attention to match. what names the option in the one-line error. */
+int dt_plan_set_attention(dt_plan *p, const char *name, const char *what, dt_error *err);
 int dt_offload_parse(const char *s, dt_offload *out, dt_error *err);
 const char *dt_collective_name(dt_collective c);  /* "allreduce", "reduce_scatter", ... */
 

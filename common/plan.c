@@ -43,9 +43,17 @@
 #define MAX_RANKS 1000000                      /* sanity bound for nodes, gpus_per_node */
 #define MAX_LOSS_SCALE_POWER 64                /* 2^64: far above any fp16 gradient range */
 #define DT_NO_LOSS_SCALE 1.0                   /* bf16 / fp32: a static scale of 1 (dt_precision_from_preset) */
+/* Runtime profiles' defaults (docs/memory-model.md "Runtime profiles"). DeepSpeed's code
+ * defaults (deepspeed/runtime/zero/config.py, DeepSpeed 0.16.5): stage3_max_reuse_distance
+ * 1e9 and stage3_param_persistence_threshold 1e5 elements. */
+#define DS_MAX_REUSE_DISTANCE 1000000000LL
+#define DS_PERSISTENCE_THRESHOLD 100000LL
 
 static const char *const k_offload_names[] = {"none", "cpu", "nvme"};
 static const char *const k_attention_names[] = {"flash", "materialized"};
+static const char *const k_runtime_names[] = {"dtrun", "deepspeed", "fsdp"};
+static const char *const k_kernel_names[] = {"flash", "sdpa", "eager"};
+static const char *const k_largest_names[] = {"module", "block_matrix"};
 static const char *const k_device_names[] = {"cpu", "cuda"};
 static const char *const k_sched_names[] = {"constant", "WarmupLR", "WarmupDecayLR",
                                             "WarmupCosineLR"};
@@ -69,6 +77,78 @@ int dt_offload_parse(const char *s, dt_offload *out, dt_error *err) {
         }
     return dt_errorf(err, DT_EINVAL, "unknown offload device '%s' (use none, cpu or nvme)",
                      s ? s : "");
+}
+
+const char *dt_runtime_name(dt_runtime_kind k) {
+    return ((int)k >= 0 && (int)k < N_OF(k_runtime_names)) ? k_runtime_names[k] : "?";
+}
+
+int dt_runtime_parse(const char *s, dt_runtime_kind *out, dt_error *err) {
+    for (int i = 0; s && i < N_OF(k_runtime_names); i++)
+        if (!strcmp(s, k_runtime_names[i])) {
+            *out = (dt_runtime_kind)i;
+            return DT_OK;
+        }
+    return dt_errorf(err, DT_EINVAL,
+                     "--runtime '%s': unknown runtime (use dtrun, deepspeed or fsdp; e.g. --runtime deepspeed)",
+                     s ? s : "");
+}
+
+const char *dt_attn_kernel_name(dt_attn_kernel k) {
+    return ((int)k >= 0 && (int)k < N_OF(k_kernel_names)) ? k_kernel_names[k] : "?";
+}
+
+const char *dt_largest_layer_name(dt_largest_layer l) {
+    return ((int)l >= 0 && (int)l < N_OF(k_largest_names)) ? k_largest_names[l] : "?";
+}
+
+/* dtrun: its engine (no dropout, fused kernels). deepspeed / fsdp: Hugging Face
+ * Transformers' model code as it runs by default: attn_implementation "sdpa" (the default
+ * since transformers 4.36 when torch >= 2.1.1, modeling_utils.py); dropout as the family's
+ * config has it (GPT2Config attn_pdrop = resid_pdrop = embd_pdrop = 0.1; LlamaConfig,
+ * Qwen2Config, Qwen3Config attention_dropout = 0.0 and no residual dropout); the loss
+ * upcasts logits to fp32 (loss_utils.py ForCausalLMLoss: logits.float()); LlamaRMSNorm and
+ * the eager softmax compute in fp32 (modeling_llama.py; GPT-2's LayerNorm and softmax do
+ * not); the MLP activation is unfused (activations.py NewGELUActivation is a composition
+ * of element-wise ops; LlamaMLP multiplies act(gate) by up as a separate op). */
+void dt_runtime_defaults(dt_runtime_kind kind, const dt_model *m, dt_runtime *out) {
+    memset(out, 0, sizeof *out);   /* dtrun: all zero */
+    out->kind = kind;
+    if (kind == DT_RUNTIME_DTRUN) return;
+    out->largest_layer = DT_LARGEST_MODULE;
+    out->max_reuse_distance = DS_MAX_REUSE_DISTANCE;
+    out->persistence_threshold = DS_PERSISTENCE_THRESHOLD;
+    const int llama = m && m->family == DT_FAMILY_LLAMA;
+    out->attention = DT_KERNEL_SDPA;
+    out->dropout = !llama;
+    out->upcast_logits = 1;
+    out->upcast_norm = llama;
+    out->upcast_softmax = llama;
+    out->unfused_act = 1;
+}
+
+void dt_plan_set_runtime(dt_plan *p, dt_runtime_kind kind) {
+    dt_runtime_defaults(kind, &p->model, &p->runtime);
+    if (kind != DT_RUNTIME_DTRUN)
+        p->activations.attention = p->runtime.attention == DT_KERNEL_EAGER ? DT_ATTN_MATERIALIZED : DT_ATTN_FLASH;
+}
+
+int dt_plan_set_attention(dt_plan *p, const char *name, const char *what, dt_error *err) {
+    static const struct { const char *name; dt_attn_kernel kernel; dt_attention storage; } k_att[] = {
+        {"flash", DT_KERNEL_FLASH, DT_ATTN_FLASH}, {"materialized", DT_KERNEL_EAGER, DT_ATTN_MATERIALIZED},
+        {"sdpa", DT_KERNEL_SDPA, DT_ATTN_FLASH},   {"eager", DT_KERNEL_EAGER, DT_ATTN_MATERIALIZED}};
+    const int dtrun = p->runtime.kind == DT_RUNTIME_DTRUN;
+    for (int i = 0; name && i < N_OF(k_att); i++) {
+        if (strcmp(name, k_att[i].name)) continue;
+        if (dtrun && k_att[i].kernel == DT_KERNEL_SDPA) break;
+        if (dtrun && !strcmp(name, "eager")) break;
+        p->activations.attention = k_att[i].storage;
+        if (!dtrun) p->runtime.attention = k_att[i].kernel;
+        return DT_OK;
+    }
+    return dt_errorf(err, DT_EINVAL, "%s '%s': expected %s", what, name ? name : "",
+                     dtrun ? "flash or materialized (eager and sdpa are kernels of --runtime deepspeed / fsdp)"
+                           : "sdpa, flash or eager");
 }
 
 const char *dt_collective_name(dt_collective c) {
@@ -103,6 +183,8 @@ void dt_plan_defaults(dt_plan *p) {
     dt_precision_from_preset(DT_PREC_MIXED_BF16, &p->precision);
     p->activations.ckpt_layers = 0;
     p->activations.attention = DT_ATTN_FLASH;
+    p->activations.selective = 0;
+    dt_runtime_defaults(DT_RUNTIME_DTRUN, NULL, &p->runtime);
     p->optimizer.lr = DEFAULT_LR;
     p->optimizer.beta1 = DEFAULT_BETA1;
     p->optimizer.beta2 = DEFAULT_BETA2;
@@ -322,6 +404,60 @@ static int validate_precision(const dt_precision *pr, dt_error *err) {
     return DT_OK;
 }
 
+/* The runtime section: a dtrun plan carries none (its fields stay at the defaults);
+ * deepspeed / fsdp plans run on GPUs, with what their frameworks support. */
+static int validate_runtime(const dt_plan *p, dt_error *err) {
+    const dt_runtime *r = &p->runtime;
+    if ((int)r->kind < 0 || (int)r->kind >= N_OF(k_runtime_names))
+        return dt_errorf(err, DT_EINVAL, "runtime.kind: not dtrun, deepspeed or fsdp");
+    if (r->kind == DT_RUNTIME_DTRUN) {
+        if (r->attention || r->dropout || r->upcast_logits || r->fused_loss || r->upcast_norm || r->upcast_softmax ||
+            r->unfused_act ||
+            r->largest_layer || r->fetch_overhead_s != 0 || r->max_reuse_distance || r->persistence_threshold)
+            return dt_errorf(err, DT_EINVAL,
+                             "runtime: a dtrun plan has no runtime choices (delete the runtime section, or set "
+                             "runtime.kind to deepspeed or fsdp)");
+        if (p->activations.selective)
+            return dt_errorf(err, DT_EINVAL,
+                             "activations.selective_recompute = true: dtrun's engine recomputes whole blocks only "
+                             "(use activations.ckpt_layers, or runtime.kind deepspeed / fsdp)");
+        return DT_OK;
+    }
+    const char *kind = k_runtime_names[r->kind];
+    if ((int)r->attention < 0 || (int)r->attention >= N_OF(k_kernel_names) || (int)r->largest_layer < 0 ||
+        (int)r->largest_layer >= N_OF(k_largest_names))
+        return dt_errorf(err, DT_EINVAL, "runtime.attention / runtime.largest_layer: unknown value");
+    const dt_attention storage = r->attention == DT_KERNEL_EAGER ? DT_ATTN_MATERIALIZED : DT_ATTN_FLASH;
+    if (p->activations.attention != storage)
+        return dt_errorf(err, DT_EINVAL,
+                         "runtime.attention = \"%s\" contradicts activations.attention = \"%s\" (eager keeps the "
+                         "materialized probabilities, sdpa and flash do not): set activations.attention to \"%s\"",
+                         k_kernel_names[r->attention], k_attention_names[p->activations.attention],
+                         k_attention_names[storage]);
+    if (p->cluster.device != DT_DEVICE_CUDA)
+        return dt_errorf(err, DT_EINVAL,
+                         "runtime.kind = %s describes GPU runs but cluster.device is cpu (use runtime dtrun, or a "
+                         "GPU hardware profile such as H100-SXM-80GB)", kind);
+    if (!finite_nonneg(r->fetch_overhead_s) || r->max_reuse_distance < 0 || r->persistence_threshold < 0)
+        return dt_errorf(err, DT_EINVAL,
+                         "runtime.fetch_overhead_s, max_reuse_distance and persistence_threshold must be >= 0");
+    if (r->kind == DT_RUNTIME_FSDP) {
+        const dt_parallel *q = &p->parallel;
+        if (q->zero_stage == 1)
+            return dt_errorf(err, DT_EINVAL,
+                             "parallel.zero_stage = 1 with runtime fsdp: FSDP has no optimizer-only sharding (use 0 "
+                             "for DDP, 2 for SHARD_GRAD_OP, 3 for FULL_SHARD)");
+        if (q->offload_optimizer == DT_OFFLOAD_NVME || q->offload_param == DT_OFFLOAD_NVME ||
+            q->offload_optimizer != q->offload_param)
+            return dt_errorf(err, DT_EINVAL,
+                             "parallel.offload_optimizer = %s, offload_param = %s with runtime fsdp: FSDP's "
+                             "CPUOffload moves parameters, gradients and the optimizer together (use cpu/cpu with "
+                             "stage 3, or none/none)",
+                             dt_offload_name(q->offload_optimizer), dt_offload_name(q->offload_param));
+    }
+    return DT_OK;
+}
+
 static int validate_training(const dt_plan *p, dt_error *err) {
     const dt_optimizer *o = &p->optimizer;
     if (!(isfinite(o->lr) && o->lr > 0))
@@ -444,6 +580,9 @@ int dt_plan_validate(const dt_plan *p, dt_error *err) {
                          p->activations.ckpt_layers, p->model.n_layer);
     if ((int)p->activations.attention < 0 || (int)p->activations.attention > DT_ATTN_MATERIALIZED)
         return dt_errorf(err, DT_EINVAL, "activations.attention: not flash or materialized");
+    if (p->activations.selective != 0 && p->activations.selective != 1)
+        return dt_errorf(err, DT_EINVAL, "activations.selective: must be 0 or 1");
+    if ((rc = validate_runtime(p, err))) return rc;
     if ((rc = validate_training(p, err))) return rc;
     if ((rc = validate_io(p, err))) return rc;
     return validate_prediction(&p->prediction, err);
@@ -588,6 +727,25 @@ static void write_prediction(cJSON *root, const dt_prediction *pr) {
     for (int c = 0; c < DT_COLL_COUNT; c++) add_i(co, k_collective_names[c], pr->comm_bytes[c]);
 }
 
+/* "runtime": only for deepspeed / fsdp plans (a dtrun plan, and every plan written
+ * before profiles existed, has none). */
+static void write_runtime(cJSON *root, const dt_runtime *r) {
+    if (r->kind == DT_RUNTIME_DTRUN) return;
+    cJSON *o = add_obj(root, "runtime");
+    add_s(o, "kind", k_runtime_names[r->kind]);
+    add_s(o, "attention", k_kernel_names[r->attention]);
+    add_b(o, "dropout", r->dropout);
+    add_b(o, "upcast_logits", r->upcast_logits);
+    add_b(o, "fused_loss", r->fused_loss);
+    add_b(o, "upcast_norm", r->upcast_norm);
+    add_b(o, "upcast_softmax", r->upcast_softmax);
+    add_b(o, "unfused_act", r->unfused_act);
+    add_s(o, "largest_layer", k_largest_names[r->largest_layer]);
+    add_d(o, "fetch_overhead_s", r->fetch_overhead_s);
+    add_i(o, "max_reuse_distance", r->max_reuse_distance);
+    add_i(o, "persistence_threshold", r->persistence_threshold);
+}
+
 static cJSON *plan_to_tree(const dt_plan *p) {
     cJSON *root = cJSON_CreateObject();
     if (!root) return NULL;
@@ -619,6 +777,8 @@ static cJSON *plan_to_tree(const dt_plan *p) {
     o = add_obj(root, "activations");
     add_i(o, "ckpt_layers", p->activations.ckpt_layers);
     add_s(o, "attention", k_attention_names[p->activations.attention]);
+    if (p->activations.selective) add_b(o, "selective_recompute", 1);
+    write_runtime(root, &p->runtime);
 
     const dt_optimizer *op = &p->optimizer;
     o = add_obj(root, "optimizer");
@@ -867,6 +1027,36 @@ static void read_precision(dt_jobj *root, dt_precision *pr, int64_t declared_byt
     if (dt_jobj_close(&r, err)) root->failed = r.failed;
 }
 
+/* Optional "$.runtime" (absent: dtrun, as every plan written before profiles). When
+ * present every key is required, as in the other sections. */
+static void read_runtime(dt_jobj *root, dt_plan *p, dt_error *err) {
+    dt_runtime *rt = &p->runtime;
+    dt_runtime_defaults(DT_RUNTIME_DTRUN, &p->model, rt);
+    if (!dt_jobj_has(root, "runtime")) return;
+    dt_jobj r;
+    int v = 0;
+    if (dt_jobj_open(&r, root, "runtime", err)) return;
+    if (!dt_jobj_enum(&r, "kind", k_runtime_names, N_OF(k_runtime_names), &v, err)) rt->kind = (dt_runtime_kind)v;
+    if (!dt_jobj_enum(&r, "attention", k_kernel_names, N_OF(k_kernel_names), &v, err))
+        rt->attention = (dt_attn_kernel)v;
+    dt_jobj_bool(&r, "dropout", &rt->dropout, err);
+    dt_jobj_bool(&r, "upcast_logits", &rt->upcast_logits, err);
+    dt_jobj_bool(&r, "fused_loss", &rt->fused_loss, err);
+    dt_jobj_bool(&r, "upcast_norm", &rt->upcast_norm, err);
+    dt_jobj_bool(&r, "upcast_softmax", &rt->upcast_softmax, err);
+    dt_jobj_bool(&r, "unfused_act", &rt->unfused_act, err);
+    if (!dt_jobj_enum(&r, "largest_layer", k_largest_names, N_OF(k_largest_names), &v, err))
+        rt->largest_layer = (dt_largest_layer)v;
+    dt_jobj_num(&r, "fetch_overhead_s", DT_JNUM_NONNEG, &rt->fetch_overhead_s, err);
+    dt_jobj_int(&r, "max_reuse_distance", 0, INT64_MAX, &rt->max_reuse_distance, err);
+    dt_jobj_int(&r, "persistence_threshold", 0, INT64_MAX, &rt->persistence_threshold, err);
+    if (!r.failed && rt->kind == DT_RUNTIME_DTRUN)
+        r.failed = dt_errorf(err, DT_EINVAL,
+                             "$.runtime.kind: \"dtrun\" plans carry no runtime section (delete it, or name "
+                             "deepspeed or fsdp)");
+    if (dt_jobj_close(&r, err)) root->failed = r.failed;
+}
+
 static void read_training(dt_jobj *root, dt_plan *p, dt_error *err) {
     dt_jobj r;
     int v = 0;
@@ -874,8 +1064,12 @@ static void read_training(dt_jobj *root, dt_plan *p, dt_error *err) {
         dt_jobj_int(&r, "ckpt_layers", 0, INT64_MAX, &p->activations.ckpt_layers, err);
         if (!dt_jobj_enum(&r, "attention", k_attention_names, N_OF(k_attention_names), &v, err))
             p->activations.attention = (dt_attention)v;
+        if (!r.failed && dt_jobj_has(&r, "selective_recompute"))   /* optional: written only when true */
+            dt_jobj_bool(&r, "selective_recompute", &p->activations.selective, err);
         if (dt_jobj_close(&r, err)) root->failed = r.failed;
     }
+    if (root->failed) return;
+    read_runtime(root, p, err);
     if (root->failed) return;
     dt_optimizer *o = &p->optimizer;
     if (!dt_jobj_open(&r, root, "optimizer", err)) {

@@ -11,7 +11,7 @@ _dtplan() {
         case ${COMP_WORDS[i]} in -*) ;; *) cmd=${COMP_WORDS[i]}; break ;; esac
     done
     if [[ -z $cmd ]]; then
-        COMPREPLY=($(compgen -W "estimate solve show export simulate compare report calibrate --help" -- "$cur"))
+        COMPREPLY=($(compgen -W "estimate solve show export simulate compare report calibrate validate --help" -- "$cur"))
         return
     fi
     local flags
@@ -19,16 +19,17 @@ _dtplan() {
     estimate) flags="--params --model --plan --gpus --nodes --micro-batch --grad-accum --seq --ckpt --precision
                      --param-dtype --grad-dtype --master-dtype --moment-dtype --attention --zero-stage
                      --offload-optimizer --offload-param --deepspeed --hardware --mem --units --compare --json
-                     --plot --help" ;;
+                     --plot --runtime --recompute --largest-layer --help" ;;
     solve) flags="--mem --model --params --gpus --nodes --global-batch --seq --hardware --interconnect --host-mem
                   --nvme --precision --stages --no-offload --no-overlap --units -o --plot --data --steps --warmup
-                  --lr --schedule --out --eval-interval --save-interval --help" ;;
+                  --lr --schedule --out --eval-interval --save-interval --runtime --attention --help" ;;
     show) flags="--units --help" ;;
     export) flags="--deepspeed -o --slurm --script --master-addr --master-port --job-name --help" ;;
-    simulate) flags="--detail --trace --plot --json --help" ;;
+    simulate) flags="--detail --trace --plot --json --runtime --help" ;;
     compare) flags="--json --help" ;;
     report) flags="-o --plan --help" ;;
     calibrate) flags="-o --plan --no-mpi --help" ;;
+    validate) flags="--json --max-memory-error --max-throughput-error --keep-ranks --help" ;;
     esac
     case $prev in
     --hardware)
@@ -42,6 +43,10 @@ _dtplan() {
     --precision) COMPREPLY=($(compgen -W "mixed-bf16 mixed-fp16 pure-bf16 fp32" -- "$cur")); return ;;
     --units) COMPREPLY=($(compgen -W "GiB GB" -- "$cur")); return ;;
     --compare) COMPREPLY=($(compgen -W "deepspeed" -- "$cur")); return ;;
+    --runtime) COMPREPLY=($(compgen -W "dtrun deepspeed fsdp" -- "$cur")); return ;;
+    --attention) COMPREPLY=($(compgen -W "flash materialized sdpa eager" -- "$cur")); return ;;
+    --recompute) COMPREPLY=($(compgen -W "selective none" -- "$cur")); return ;;
+    --largest-layer) COMPREPLY=($(compgen -W "module block_matrix" -- "$cur")); return ;;
     --schedule) COMPREPLY=($(compgen -W "constant WarmupLR WarmupDecayLR WarmupCosineLR" -- "$cur")); return ;;
     --out|--data) COMPREPLY=($(compgen -d -- "$cur")); return ;;
     --plan|--deepspeed|-o|--plot|--trace|--slurm) COMPREPLY=($(compgen -f -- "$cur")); return ;;

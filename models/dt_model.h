@@ -75,6 +75,7 @@ typedef struct dt_block_desc {
     dt_sublayer_desc attn, mlp;
     int64_t n_head, n_kv_head, head_dim;   /* attention core: softmax(q k^T / sqrt d) v */
     dt_mlp_kind act;                       /* MLP core */
+    int resid_dropouts;                    /* HF nn.Dropout modules on the residual branches (GPT-2: 2) */
 } dt_block_desc;
 
 typedef struct dt_embed_desc { const char *name; int64_t rows, width; } dt_embed_desc;
@@ -87,6 +88,7 @@ typedef struct dt_model_desc {
     dt_norm_desc final_norm;                  /* ln_f / norm */
     dt_linear_desc lm_head;                   /* h -> V, no bias; computed even when tied */
     int lm_head_tied;                         /* shares embed[0]: its parameters count once */
+    int embed_dropout;                        /* HF nn.Dropout after the embeddings (GPT-2's drop) */
 } dt_model_desc;
 
 /* Fills out from m (all zero for an unknown family). Names point to static strings. */
@@ -101,6 +103,20 @@ int64_t dt_model_head_params(const dt_model *m);        /* final norm + untied l
 /* DeepSpeed model_to_params' "largest layer": the largest single module's own params
  * (for LLMs the V x h embedding or lm_head). */
 int64_t dt_model_largest_module_params(const dt_model *m);
+/* The largest weight matrix inside one block (for LLMs the MLP's; what references that
+ * take "largest layer" as a block's biggest matrix use; docs/memory-model.md). */
+int64_t dt_model_largest_block_matrix_params(const dt_model *m);
+/* Elements of the whole model's parameter tensors (each weight, bias and norm vector on
+ * its own) with fewer than threshold elements: what DeepSpeed ZeRO-3 keeps unpartitioned
+ * under stage3_param_persistence_threshold. */
+int64_t dt_model_small_tensor_params(const dt_model *m, int64_t threshold);
+/* The modules of one block ZeRO-3 fetches one at a time (those owning a tensor of at
+ * least threshold elements): writes up to max per-module element counts into sizes and
+ * returns how many modules there are. */
+int dt_model_block_fetch_sizes(const dt_model *m, int64_t threshold, int64_t *sizes, int max);
+/* Elements per token that an unfused MLP activation (Hugging Face's NewGELUActivation,
+ * SiLU(gate) * up as two ops) keeps for backward beyond dt_model_block_saved's. */
+int64_t dt_model_block_act_unfused(const dt_model *m);
 
 /* What a block (or the head) keeps for backward, per token (Korthikanti et al. 2022
  * §4.1, every op keeps its inputs): elems values in the activation dtype, stats fp32

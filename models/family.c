@@ -48,6 +48,8 @@ typedef struct {
     embed_row embed[DT_MODEL_MAX_EMBED];
     norm_row final_norm;
     const char *lm_head;
+    int resid_dropouts;   /* nn.Dropout modules on the residual branch per block */
+    int embed_dropout;    /* an nn.Dropout after the embeddings */
 } family_rows;
 
 /* The blocks, module by module, with Hugging Face's module names. */
@@ -66,6 +68,10 @@ static const family_rows k_family_rows[] = {
         .embed = {{"wte", SZ_V}, {"wpe", SZ_P}},
         .final_norm = {"ln_f", DT_NORM_LAYERNORM, SZ_H, SZ_ONE, ON_ALWAYS},
         .lm_head = "lm_head",
+        /* GPT2Attention.resid_dropout and GPT2MLP.dropout (resid_pdrop), GPT2Model.drop
+         * (embd_pdrop); the attention-probability dropout (attn_pdrop) is the kernel's */
+        .resid_dropouts = 2,
+        .embed_dropout = 1,
     },
     /* modeling_llama.py: LlamaDecoderLayer = input_layernorm (LlamaRMSNorm),
      * LlamaAttention (q_proj h -> a·d, k_proj / v_proj h -> k·d, o_proj a·d -> h, no bias),
@@ -89,6 +95,9 @@ static const family_rows k_family_rows[] = {
         .embed = {{"embed_tokens", SZ_V}},
         .final_norm = {"norm", DT_NORM_RMSNORM, SZ_H, SZ_ONE, ON_ALWAYS},
         .lm_head = "lm_head",
+        /* LlamaAttention's only dropout is on the attention probabilities (attention_dropout) */
+        .resid_dropouts = 0,
+        .embed_dropout = 0,
     },
 };
 #define DT_N_FAMILY_ROWS ((int)(sizeof k_family_rows / sizeof k_family_rows[0]))
@@ -158,6 +167,8 @@ void dt_model_describe(const dt_model *m, dt_model_desc *out) {
     out->block.n_kv_head = m->n_kv_head;
     out->block.head_dim = m->head_dim;
     out->block.act = f->act;
+    out->block.resid_dropouts = f->resid_dropouts;
+    out->embed_dropout = f->embed_dropout;
     for (int i = 0; i < DT_MODEL_MAX_EMBED && f->embed[i].name; i++) {
         dt_embed_desc e = {f->embed[i].name, size_of(m, f->embed[i].rows), m->hidden};
         out->embed[out->n_embed++] = e;
@@ -242,6 +253,89 @@ int64_t dt_model_largest_module_params(const dt_model *m) {
     best = max64(best, norm_params(&d.final_norm));
     if (!d.lm_head_tied) best = max64(best, linear_params(&d.lm_head));
     return best;
+}
+
+int64_t dt_model_largest_block_matrix_params(const dt_model *m) {
+    dt_model_desc d;
+    dt_model_describe(m, &d);
+    const dt_sublayer_desc *subs[2] = {&d.block.attn, &d.block.mlp};
+    int64_t best = 0;
+    for (int k = 0; k < 2; k++) {
+        best = max64(best, subs[k]->out.in * subs[k]->out.out);
+        for (int i = 0; i < subs[k]->n_in; i++) best = max64(best, subs[k]->in[i].in * subs[k]->in[i].out);
+    }
+    return best;
+}
+
+/* Elements of tensors below threshold (a tensor is a weight, a bias, or a norm's
+ * weight / bias: DeepSpeed tests each parameter on its own, param.ds_numel <
+ * param_persistence_threshold, deepspeed/runtime/zero/partition_parameters.py). */
+static int64_t small(int64_t n, int64_t threshold) { return n < threshold ? n : 0; }
+static int64_t linear_small(const dt_linear_desc *l, int64_t t) {
+    return small(l->in * l->out, t) + (l->bias ? small(l->out, t) : 0);
+}
+static int64_t norm_small(const dt_norm_desc *n, int64_t t) {
+    return (n->kind == DT_NORM_LAYERNORM ? DT_LAYERNORM_PARAMS : DT_RMSNORM_PARAMS) * small(n->width, t);
+}
+static int64_t sublayer_small(const dt_sublayer_desc *s, int64_t t) {
+    int64_t n = norm_small(&s->norm, t) + linear_small(&s->out, t);
+    for (int i = 0; i < s->n_in; i++) n += linear_small(&s->in[i], t);
+    for (int i = 0; i < s->n_in_norm; i++) n += norm_small(&s->in_norm[i], t);
+    return n;
+}
+
+int64_t dt_model_small_tensor_params(const dt_model *m, int64_t threshold) {
+    dt_model_desc d;
+    dt_model_describe(m, &d);
+    int64_t n = m->n_layer * (sublayer_small(&d.block.attn, threshold) + sublayer_small(&d.block.mlp, threshold));
+    for (int i = 0; i < d.n_embed; i++) n += small(d.embed[i].rows * d.embed[i].width, threshold);
+    n += norm_small(&d.final_norm, threshold);
+    if (!d.lm_head_tied) n += linear_small(&d.lm_head, threshold);
+    return n;
+}
+
+/* One fetch per module that owns a tensor of at least threshold elements: its norm, in
+ * linears, in norms and out linear, each with its large tensors only. */
+static void sublayer_fetch(const dt_sublayer_desc *s, int64_t t, int64_t *sizes, int max, int *n) {
+    int64_t v[2 + DT_SUBLAYER_MAX_IN + DT_SUBLAYER_MAX_IN_NORM];
+    int k = 0;
+    v[k++] = norm_params(&s->norm) - norm_small(&s->norm, t);
+    for (int i = 0; i < s->n_in; i++) v[k++] = linear_params(&s->in[i]) - linear_small(&s->in[i], t);
+    for (int i = 0; i < s->n_in_norm; i++) v[k++] = norm_params(&s->in_norm[i]) - norm_small(&s->in_norm[i], t);
+    v[k++] = linear_params(&s->out) - linear_small(&s->out, t);
+    for (int i = 0; i < k; i++)
+        if (v[i] > 0) {
+            if (*n < max) sizes[*n] = v[i];
+            ++*n;
+        }
+}
+
+int dt_model_block_fetch_sizes(const dt_model *m, int64_t threshold, int64_t *sizes, int max) {
+    dt_model_desc d;
+    dt_model_describe(m, &d);
+    int n = 0;
+    sublayer_fetch(&d.block.attn, threshold, sizes, max, &n);
+    sublayer_fetch(&d.block.mlp, threshold, sizes, max, &n);
+    return n;
+}
+
+/* Hugging Face's MLP activations are compositions of element-wise ops, each keeping a
+ * tensor for backward (PyTorch tools/autograd/derivatives.yaml: tanh keeps its result,
+ * a tensor-tensor mul keeps both operands, silu keeps its input):
+ *   GELU (transformers activations.py NewGELUActivation, GPT-2's "gelu_new"):
+ *     0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))) keeps x (counted as the
+ *     c_fc output), tanh's result, 0.5 * x and 1 + tanh: 3 tensors of F beyond it;
+ *   SwiGLU (LlamaMLP: down_proj(act_fn(gate_proj(x)) * up_proj(x))): the product keeps
+ *     act(gate) besides up, and silu keeps gate: 1 tensor of F beyond the 3 counted.
+ * A fused kernel (dtrun's engine, Liger, torch.compile) keeps none of these. */
+#define DT_GELU_UNFUSED_EXTRA 3
+#define DT_SWIGLU_UNFUSED_EXTRA 1
+
+int64_t dt_model_block_act_unfused(const dt_model *m) {
+    dt_model_desc d;
+    dt_model_describe(m, &d);
+    const int64_t F = d.block.mlp.out.in;
+    return (d.block.act == DT_MLP_GELU ? DT_GELU_UNFUSED_EXTRA : DT_SWIGLU_UNFUSED_EXTRA) * F;
 }
 
 /* ------------------------------------------------- saved for backward */

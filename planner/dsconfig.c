@@ -27,6 +27,7 @@
 
 /* HF Trainer's "auto" rules (transformers/integrations/deepspeed.py) */
 #define HF_PREFETCH_FRACTION 0.9   /* stage3_prefetch_bucket_size = 0.9 * h * h */
+#define HF_PERSISTENCE_PER_HIDDEN 10 /* stage3_param_persistence_threshold = 10 * h */
 /* FusedAdam constructor defaults, used when an optimizer section omits a param */
 #define DS_ADAM_LR 1e-3
 #define DS_ADAM_BETA1 0.9
@@ -338,6 +339,9 @@ static int read_zero(const cJSON *root, dt_dsconfig *c, dt_error *err) {
     if ((rc = read_int(z, p, "stage3_param_persistence_threshold", "param_persistence_threshold", 0, INT64_MAX,
                        &c->persistence, err)))
         return rc;
+    if ((rc = read_int(z, p, "stage3_max_reuse_distance", "max_reuse_distance", 0, INT64_MAX, &c->reuse_distance,
+                       err)))
+        return rc;
     static const char *const zero_bools[] = {
         "contiguous_gradients", "reduce_scatter", "use_multi_rank_bucket_allreduce", "allgather_partitions",
         "load_from_fp32_weights", "elastic_checkpoint", "cpu_offload_use_pin_memory",
@@ -348,8 +352,7 @@ static int read_zero(const cJSON *root, dt_dsconfig *c, dt_error *err) {
         "zero_quantized_gradients", "mics_hierarchical_params_gather", "memory_efficient_linear",
         "pipeline_loading_checkpoint", "override_module_apply", "log_trace_cache_warnings", NULL};
     static const char *const zero_counts[] = {"sub_group_size", "model_persistence_threshold",
-                                              "stage3_model_persistence_threshold", "max_reuse_distance",
-                                              "stage3_max_reuse_distance", "zero_hpz_partition_size", NULL};
+                                              "stage3_model_persistence_threshold", "zero_hpz_partition_size", NULL};
     if ((rc = check_typed(z, p, zero_bools, zero_counts, err))) return rc;
     dt_ds_state ov = DT_DS_ABSENT;
     int on = 0;
@@ -560,6 +563,22 @@ int dt_dsconfig_load(const char *path, dt_dsconfig *out, dt_error *err) {
     return rc;
 }
 
+void dt_dsconfig_apply_runtime(const dt_dsconfig *c, dt_plan *p, dt_ds_notes *notes) {
+    dt_runtime *r = &p->runtime;
+    if (r->kind != DT_RUNTIME_DEEPSPEED) return;
+    const int64_t h = p->model.hidden;
+    if (c->persistence.state == DT_DS_SET) r->persistence_threshold = c->persistence.value;
+    if (c->persistence.state == DT_DS_AUTO) {
+        r->persistence_threshold = HF_PERSISTENCE_PER_HIDDEN * h;
+        note(notes, "stage3_param_persistence_threshold \"auto\" -> 10 x hidden = %lld (HF Trainer's rule)",
+             (long long)r->persistence_threshold);
+    }
+    if (c->reuse_distance.state == DT_DS_SET) r->max_reuse_distance = c->reuse_distance.value;
+    if (c->reuse_distance.state == DT_DS_AUTO)
+        note(notes, "stage3_max_reuse_distance \"auto\" -> DeepSpeed's default %lld",
+             (long long)r->max_reuse_distance);
+}
+
 int dt_ds_check_offload(int stage, dt_offload opt, dt_offload param, dt_error *err) {
     if (opt != DT_OFFLOAD_NONE && stage < 1)
         return dt_errorf(err, DT_EINVAL,
@@ -678,7 +697,7 @@ int dt_dsconfig_apply(const dt_dsconfig *c, dt_plan *p, dt_ds_notes *notes, dt_e
                  (long long)z->prefetch_bucket_elems);
         }
     }
-    if (c->persistence.state == DT_DS_AUTO && c->zero_stage == 3)
+    if (c->persistence.state == DT_DS_AUTO && c->zero_stage == 3 && p->runtime.kind == DT_RUNTIME_DTRUN)
         note(notes, "stage3_param_persistence_threshold \"auto\" -> 10 x hidden = %lld (HF Trainer's rule; "
                     "small-parameter persistence is not modelled)", (long long)(10 * h));
     if (c->max_live.state == DT_DS_SET) z->max_live_params = c->max_live.value;

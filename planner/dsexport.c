@@ -105,6 +105,11 @@ static cJSON *config_tree(const dt_plan *p) {
      * round trip through `dtplan estimate --deepspeed` exact for stage-3 rows */
     cJSON_AddNumberToObject(z, "stage3_prefetch_bucket_size", (double)q->prefetch_bucket_elems);
     cJSON_AddNumberToObject(z, "stage3_max_live_parameters", (double)q->max_live_params);
+    if (p->runtime.kind == DT_RUNTIME_DEEPSPEED) {
+        /* what the deepspeed runtime profile modelled (docs/memory-model.md "Runtime profiles") */
+        cJSON_AddNumberToObject(z, "stage3_max_reuse_distance", (double)p->runtime.max_reuse_distance);
+        cJSON_AddNumberToObject(z, "stage3_param_persistence_threshold", (double)p->runtime.persistence_threshold);
+    }
 
     const dt_precision *pr = &p->precision;
     int bf16 = pr->preset == DT_PREC_MIXED_BF16 || pr->preset == DT_PREC_PURE_BF16;
@@ -194,7 +199,14 @@ char *dt_dsexport_notes(const dt_plan *p, dt_error *err) {
         sb_printf(&b,
                   "note: pure-bf16 has no DeepSpeed switch: bf16.enabled keeps an fp32 master copy and "
                   "fp32 moments, 12 bytes/param of optimizer state instead of the plan's 4\n");
-    if (p->activations.attention == DT_ATTN_MATERIALIZED)
+    if (p->runtime.kind != DT_RUNTIME_DTRUN)
+        sb_printf(&b, "note: the plan predicts Hugging Face model code under %s with attn_implementation=\"%s\"%s%s; "
+                      "load the model that way (DeepSpeed's config has no switch for it)\n",
+                  dt_runtime_name(p->runtime.kind),
+                  p->runtime.attention == DT_KERNEL_FLASH ? "flash_attention_2" : dt_attn_kernel_name(p->runtime.attention),
+                  p->activations.selective ? " and selective attention recompute" : "",
+                  p->runtime.kind == DT_RUNTIME_FSDP ? " (the plan's runtime is fsdp, not DeepSpeed)" : "");
+    else if (p->activations.attention == DT_ATTN_MATERIALIZED)
         sb_printf(&b, "note: the plan materialises attention scores; pick the matching attention "
                       "implementation in the model code (DeepSpeed's config has no switch)\n");
     if (p->cluster.device == DT_DEVICE_CPU)

@@ -55,7 +55,8 @@ typedef struct dt_dsconfig {
     dt_ds_int allgather_bucket;
     dt_ds_int prefetch_bucket;    /* stage3_prefetch_bucket_size */
     dt_ds_int max_live;           /* stage3_max_live_parameters */
-    dt_ds_int persistence;        /* stage3_param_persistence_threshold (read, not modelled) */
+    dt_ds_int persistence;        /* stage3_param_persistence_threshold (runtime deepspeed) */
+    dt_ds_int reuse_distance;     /* stage3_max_reuse_distance (runtime deepspeed) */
     int overlap_comm;             /* -1 absent (DeepSpeed: true iff stage 3) */
     /* precision */
     dt_ds_state fp16, bf16;       /* enabled flags: SET means the value in *_on */
@@ -94,6 +95,12 @@ int dt_dsconfig_load(const char *path, dt_dsconfig *out, dt_error *err);
  * (inference + "Check batch related parameters..." wording), stage/offload
  * combinations. Each resolved "auto" is appended to notes (may be NULL). */
 int dt_dsconfig_apply(const dt_dsconfig *c, dt_plan *p, dt_ds_notes *notes, dt_error *err);
+
+/* For a plan whose runtime is deepspeed (dt_plan_set_runtime first): the keys only that
+ * profile models, stage3_max_reuse_distance and stage3_param_persistence_threshold
+ * ("auto": HF Trainer's 10 x hidden for the threshold, DeepSpeed's default for the
+ * distance); each "auto" is noted. */
+void dt_dsconfig_apply_runtime(const dt_dsconfig *c, dt_plan *p, dt_ds_notes *notes);
 
 /* DeepSpeed's stage/offload rules, shared by the config reader and the CLI:
  * offload_optimizer needs stage >= 1, nvme optimizer offload and any offload_param

@@ -17,6 +17,27 @@ int dt_memory_estimate(const dt_plan *p, dt_mem_breakdown *out, dt_error *err);
  * n_params <= 0 means dt_model_params(&p->model). */
 int dt_memory_estimate_n(const dt_plan *p, int64_t n_params, dt_mem_breakdown *out, dt_error *err);
 
+/* Runtime profiles deepspeed / fsdp (docs/memory-model.md "Runtime profiles"): the device
+ * peak is the largest of what is live in each phase of the step, not the sum of every
+ * term's own peak. dtrun keeps the sum (its engine allocates every buffer at once). */
+typedef enum {
+    DT_MEM_PHASE_SUM = 0,     /* dtrun: every term at once */
+    DT_MEM_PHASE_BWD_START,   /* the loss backward: all activations, the loss's fp32 buffers */
+    DT_MEM_PHASE_BWD_END,     /* the embedding's backward: activations freed, gradients complete */
+    DT_MEM_PHASE_STEP,        /* the optimizer step and the parameter all-gather */
+    DT_MEM_PHASE_COUNT
+} dt_mem_phase;
+typedef struct dt_mem_phases {
+    dt_mem_breakdown at[DT_MEM_PHASE_COUNT];   /* at[SUM] only for dtrun; host / NVMe equal in all */
+    dt_mem_phase peak;                         /* the phase dt_memory_estimate reports */
+} dt_mem_phases;
+/* Every phase of p (n_params as dt_memory_estimate_n). */
+int dt_memory_phases(const dt_plan *p, int64_t n_params, dt_mem_phases *out, dt_error *err);
+const char *dt_mem_phase_name(dt_mem_phase ph);   /* "all terms", "backward start", ... */
+/* Runtimes deepspeed / fsdp: the compute workspace of the loss backward (token ids, the
+ * backward's activation gradients, the loss's B x T x V buffers), bytes per rank. */
+int64_t dt_memory_hf_workspace(const dt_plan *p);
+
 /* The pieces, for the solver's linearisation and the simulator (bytes per rank). */
 int64_t dt_memory_activations_per_block(const dt_plan *p, int checkpointed); /* saved by one block */
 int64_t dt_memory_activations(const dt_plan *p, int64_t ckpt_layers);        /* all blocks + head */

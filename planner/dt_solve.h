@@ -29,8 +29,10 @@ typedef struct dt_time_phase {
 } dt_time_phase;
 
 typedef struct dt_time_terms {
-    double base_s;          /* K-independent: compute, exposed non-overlapped comm, offload, optimizer */
-    double per_ckpt_s;      /* recompute per checkpointed layer per step */
+    double base_s;          /* K-independent: compute, exposed non-overlapped comm, offload, optimizer,
+                             * selective recompute of every block */
+    double per_ckpt_s;      /* recompute per checkpointed layer per step (less its selective part) */
+    double recompute_base_s;/* K-independent recompute: selective recompute of all L blocks per step */
     int n_phases;
     dt_time_phase phase[DT_TT_MAX_PHASES];
     /* the parts, for dt_time_breakdown (K-independent ones) */
@@ -62,6 +64,7 @@ typedef struct dt_solve_choice {
     int zero_stage;
     dt_offload offload_optimizer, offload_param;
     int64_t micro_batch, grad_accum, ckpt_layers;
+    int selective;             /* selective attention recompute (runtimes deepspeed / fsdp) */
     double step_s;
     dt_mem_breakdown mem;      /* dt_memory_estimate of the choice */
 } dt_solve_choice;

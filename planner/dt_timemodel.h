@@ -18,9 +18,12 @@ int dt_time_comm_bytes(const dt_plan *p, int64_t out[DT_COLL_COUNT], dt_error *e
  * stops there, engine/model/lm.c). GEMM FLOPs at achievable_flops, attention FLOPs
  * at attention_flops, a fixed op_overhead_s per engine op, element-wise bytes at
  * elementwise_bw, and on a CPU device the node's cores shared by its
- * gpus_per_node ranks (docs/time-model.md). */
+ * gpus_per_node ranks (docs/time-model.md). Under runtimes deepspeed / fsdp a
+ * checkpointed block is recomputed whole (torch.utils.checkpoint reruns its forward). */
 typedef struct dt_time_compute {
     double fwd_s, bwd_s, block_fwd_s, block_recompute_s;
+    double attn_core_s;   /* one block's attention core (QK^T, softmax, PV): what selective
+                           * recompute repeats (runtimes deepspeed / fsdp) */
 } dt_time_compute;
 int dt_time_compute_micro(const dt_plan *p, dt_time_compute *out, dt_error *err);
 /* Activation elements the engine's element-wise kernels (LayerNorm, GELU,

@@ -81,20 +81,109 @@ static int64_t head_saved(const dt_plan *p) {
     return saved_bytes(p, &s);
 }
 
+/* ---- runtimes deepspeed / fsdp: Hugging Face Transformers' model code ----
+ * (docs/memory-model.md "Runtime profiles"; every term below is what HF's modules keep
+ * beyond the family description's "every op keeps its inputs"). */
+static int hf_runtime(const dt_plan *p) { return p->runtime.kind != DT_RUNTIME_DTRUN; }
+
+/* torch's native_dropout keeps a bool mask, one byte per element (aten/src/ATen/native/
+ * Dropout.cpp); Korthikanti et al. 2022 §4.1 count the same 1 byte. */
+#define DROPOUT_MASK_BYTES 1
+/* An fp32 copy: RMSNorm's hidden_states.to(torch.float32), the fp32 softmax, fp32 logits. */
+#define FP32_BYTES 4
+
+/* The eager kernel keeps, per element of the B·H·T² scores (HF eager_attention_forward,
+ * modeling_llama.py / modeling_gpt2.py): softmax's result (fp32 with upcast_softmax, else
+ * the activation dtype); the PV matmul's input in the activation dtype when it is another
+ * tensor (the cast of an fp32 softmax, or dropout's output); dropout's mask. That is
+ * Korthikanti et al.'s 5as²b (2 + 1 + 2 bytes) for fp16 with dropout and no upcast.
+ * Selective recompute (§5) keeps none of it (q, k, v are kept anyway); sdpa / flash keep
+ * the fp32 log-sum-exp (B·H·T), as dtrun's flash attention does. */
+static int64_t hf_attention_saved(const dt_plan *p, int64_t H, int selective) {
+    const dt_runtime *rt = &p->runtime;
+    const int64_t B = p->batch.micro_batch, T = p->batch.seq_len, a = act_bytes(p);
+    if (rt->attention != DT_KERNEL_EAGER) return smul3(STAT_BYTES, smul(B, H), T);
+    if (selective) return 0;
+    int64_t per = rt->upcast_softmax ? FP32_BYTES : a;
+    if (rt->dropout) per += DROPOUT_MASK_BYTES;
+    if (rt->dropout || rt->upcast_softmax) per += a;
+    return smul(smul3(per, B, H), smul(T, T));
+}
+
+/* Elements normalised by the RMSNorms of one block (HF LlamaRMSNorm upcasts its input to
+ * fp32 and keeps that copy plus the normalised product before the weight: 4 + a bytes in
+ * place of the a-byte input the description counts, +4 bytes per element). */
+static int64_t block_rms_width(const dt_model_desc *d) {
+    const dt_sublayer_desc *subs[2] = {&d->block.attn, &d->block.mlp};
+    int64_t w = 0;
+    for (int k = 0; k < 2; k++) {
+        if (subs[k]->norm.kind == DT_NORM_RMSNORM) w += subs[k]->norm.width * subs[k]->norm.rows;
+        for (int i = 0; i < subs[k]->n_in_norm; i++)
+            if (subs[k]->in_norm[i].kind == DT_NORM_RMSNORM) w += subs[k]->in_norm[i].width * subs[k]->in_norm[i].rows;
+    }
+    return w;
+}
+
+/* Bytes per token one block keeps beyond the description and the attention kernel:
+ * dropout masks on the residual branches, fp32 RMSNorm inputs, the unfused activation's
+ * intermediates. */
+static int64_t hf_block_extra_per_token(const dt_plan *p) {
+    const dt_runtime *rt = &p->runtime;
+    dt_model_desc d;
+    dt_model_describe(&p->model, &d);
+    int64_t bytes = 0;
+    if (rt->dropout) bytes += DROPOUT_MASK_BYTES * d.block.resid_dropouts * p->model.hidden;
+    if (rt->upcast_norm) bytes += FP32_BYTES * block_rms_width(&d);
+    if (rt->unfused_act) bytes += act_bytes(p) * dt_model_block_act_unfused(&p->model);
+    return bytes;
+}
+
+static int64_t hf_full_block(const dt_plan *p, int selective) {
+    dt_saved s;
+    dt_model_block_saved(&p->model, &s);
+    const int64_t BT = smul(p->batch.micro_batch, p->batch.seq_len);
+    return sadd(sadd(saved_bytes(p, &s), hf_attention_saved(p, s.attn_rows, selective)),
+                smul(BT, hf_block_extra_per_token(p)));
+}
+
+/* Head: the description's, the embedding dropout's mask, the final RMSNorm's fp32 input. */
+static int64_t hf_head_saved(const dt_plan *p) {
+    dt_model_desc d;
+    dt_model_describe(&p->model, &d);
+    const int64_t BT = smul(p->batch.micro_batch, p->batch.seq_len);
+    int64_t per = 0;
+    if (p->runtime.dropout) per += DROPOUT_MASK_BYTES * d.embed_dropout * p->model.hidden;
+    if (p->runtime.upcast_norm && d.final_norm.kind == DT_NORM_RMSNORM)
+        per += FP32_BYTES * d.final_norm.width * d.final_norm.rows;
+    return sadd(head_saved(p), smul(BT, per));
+}
+
+/* What one block keeps, by runtime: a checkpointed block only its input x. */
+static int64_t block_full(const dt_plan *p) {
+    return hf_runtime(p) ? hf_full_block(p, p->activations.selective) : full_block(p);
+}
+
 int64_t dt_memory_activations_per_block(const dt_plan *p, int checkpointed) {
     if (checkpointed) /* a checkpointed block keeps only its input x */
         return smul3(act_bytes(p), smul(p->batch.micro_batch, p->batch.seq_len), p->model.hidden);
-    return full_block(p);
+    return block_full(p);
+}
+
+/* The recompute area of a checkpointed block: a full block less its input (recomputed
+ * whole: dtrun's engine and torch.utils.checkpoint alike; with selective recompute the
+ * attention core is recomputed inside it too). */
+static int64_t recompute_area(const dt_plan *p) {
+    return block_full(p) - dt_memory_activations_per_block(p, 1);
 }
 
 int64_t dt_memory_activations(const dt_plan *p, int64_t ckpt_layers) {
     const int64_t L = p->model.n_layer;
     int64_t K = ckpt_layers < 0 ? 0 : (ckpt_layers > L ? L : ckpt_layers);
-    const int64_t full = full_block(p), kept = dt_memory_activations_per_block(p, 1);
+    const int64_t full = block_full(p), kept = dt_memory_activations_per_block(p, 1);
     int64_t total = smul(L - K, full);
     total = sadd(total, smul(K, kept));
-    if (K > 0) total = sadd(total, full - kept); /* the one shared recompute area */
-    return sadd(total, head_saved(p));
+    if (K > 0) total = sadd(total, recompute_area(p)); /* the one shared recompute area */
+    return sadd(total, hf_runtime(p) ? hf_head_saved(p) : head_saved(p));
 }
 
 /* Largest unit the stage-3 engine gathers at once: one transformer block, or the
@@ -277,37 +366,18 @@ static int check_plan(const dt_plan *p, dt_error *err) {
     return DT_OK;
 }
 
-int dt_memory_estimate_n(const dt_plan *p, int64_t n_params, dt_mem_breakdown *out,
-                         dt_error *err) {
-    memset(out, 0, sizeof *out);
-    int rc = check_plan(p, err);
-    if (rc) return rc;
+/* Host per node and NVMe: the n local ranks' offloaded shards and pinned staging. FSDP's
+ * CPUOffload keeps no 16-bit copy on the host: its fp32 sharded parameters are the
+ * optimizer's master, counted with the optimizer. */
+static void host_terms(const dt_plan *p, int64_t shard, dt_mem_breakdown *out) {
     const dt_parallel *z = &p->parallel;
     const dt_precision *pr = &p->precision;
-    const int64_t psi = n_params > 0 ? n_params : dt_model_params(&p->model);
-    const int64_t N = z->world_size, n = p->cluster.gpus_per_node;
-    const int64_t shard = ceil_div(psi, N);
+    const int64_t n = p->cluster.gpus_per_node;
     const int64_t pb = dt_precision_param_bytes(pr), gb = dt_precision_grad_bytes(pr);
     const int64_t ob = dt_precision_optimizer_bytes(pr);
-    const int stage = z->zero_stage;
-
-    /* model states on the device: ZeRO paper §5 (Ψ replicated or Ψ/N sharded) */
-    out->params = z->offload_param != DT_OFFLOAD_NONE ? 0 : smul(pb, stage >= 3 ? shard : psi);
-    out->grads = smul(gb, stage >= 2 ? shard : psi);
-    out->optimizer = z->offload_optimizer != DT_OFFLOAD_NONE ? 0 : smul(ob, stage >= 1 ? shard : psi);
-    out->activations = dt_memory_activations(p, p->activations.ckpt_layers);
-    out->buffers = buffers_bytes(p, psi);
-    out->reserve = p->cluster.hw.reserve_bytes;
-    out->total = out->params;
-    out->total = sadd(out->total, out->grads);
-    out->total = sadd(out->total, out->optimizer);
-    out->total = sadd(out->total, out->activations);
-    out->total = sadd(out->total, out->buffers);
-    out->total = sadd(out->total, out->reserve);
-
-    /* host per node: the n local ranks' offloaded shards and pinned staging */
     if (z->offload_optimizer == DT_OFFLOAD_CPU) out->host_optimizer = smul3(n, ob, shard);
-    if (z->offload_param == DT_OFFLOAD_CPU) out->host_params = smul3(n, pb, shard);
+    if (z->offload_param == DT_OFFLOAD_CPU && p->runtime.kind != DT_RUNTIME_FSDP)
+        out->host_params = smul3(n, pb, shard);
     if (z->offload_optimizer != DT_OFFLOAD_NONE) {
         /* the CPU optimizer reads an upcast gradient partition (fp32 with a master) */
         const int64_t hg = pr->has_master ? dt_dtype_size(pr->master) : gb;
@@ -325,11 +395,310 @@ int dt_memory_estimate_n(const dt_plan *p, int64_t n_params, dt_mem_breakdown *o
         out->nvme = sadd(out->nvme, smul3(n, pb, shard));
     }
     out->host_total = sadd(sadd(out->host_params, out->host_optimizer), out->host_buffers);
-    if (out->total >= MEM_SATURATE || out->host_total >= MEM_SATURATE)
-        return dt_errorf(err, DT_EINVAL,
-                         "the request needs more than 2^60 bytes per GPU or node (micro-batch %lld, "
-                         "sequence %lld): use smaller sizes",
-                         (long long)p->batch.micro_batch, (long long)p->batch.seq_len);
+}
+
+static int saturated(const dt_plan *p, const dt_mem_breakdown *m, dt_error *err) {
+    if (m->total < MEM_SATURATE && m->host_total < MEM_SATURATE) return DT_OK;
+    return dt_errorf(err, DT_EINVAL,
+                     "the request needs more than 2^60 bytes per GPU or node (micro-batch %lld, "
+                     "sequence %lld): use smaller sizes",
+                     (long long)p->batch.micro_batch, (long long)p->batch.seq_len);
+}
+
+/* ---- runtimes deepspeed / fsdp: what is live in each phase of the step ---- */
+
+/* HF's causal-LM loss (transformers loss_utils.py ForCausalLMLoss: logits.float(), then
+ * cross_entropy = log_softmax, which keeps its result, + nll_loss). In the loss backward the
+ * kept log-probabilities, nll_loss's gradient and log_softmax's input gradient exist
+ * together: 3 tensors of B·T·V, fp32 with upcast_logits (the forward's logits + fp32 copy +
+ * log-probabilities, a + 8 bytes, are fewer), the activation dtype without. */
+#define LOSS_BWD_TENSORS 3
+/* Megatron-LM's _VocabParallelCrossEntropy (megatron/mpu/cross_entropy.py) turns the fp32
+ * logits into the softmax in place, keeps that one buffer and writes the gradient into it
+ * in backward: one tensor of B·T·V besides the 16-bit logits it was cast from. */
+#define FUSED_LOSS_TENSORS 1
+/* reduce_dtype of the FSDP mixed-precision policy (torchtitan: MixedPrecisionPolicy(
+ * param_dtype=bfloat16, reduce_dtype=float32), torchtitan/models/llama3/infra/parallelize.py):
+ * a unit's gradient is cast to fp32 before its reduce-scatter. */
+#define FSDP_REDUCE_BYTES 4
+/* FSDP keeps a unit gathered ahead of the one computing: the last block is not resharded
+ * after forward and the next is prefetched in backward (torch.distributed.fsdp fully_shard,
+ * default backward prefetch of one module). */
+#define FSDP_LIVE_BLOCKS 2
+/* FP16_Optimizer.step's gradient move (deepspeed/runtime/fp16/fused_optimizer.py): the
+ * per-parameter fp32 copies and their flat concatenation, both alive at once */
+#define FP16_OPT_FP32_GRAD_COPIES 2
+/* the turn from forward to backward passes every later module twice (its forward, then
+ * its backward) before a block is used again */
+#define REUSE_PASSES 2
+
+static int64_t hf_workspace(const dt_plan *p, int loss) {
+    const dt_model *m = &p->model;
+    const int64_t BT = smul(p->batch.micro_batch, p->batch.seq_len), a = act_bytes(p);
+    /* token ids (int32 inputs and labels) live through the step */
+    int64_t bytes = smul3(2, TOKEN_ID_BYTES, BT);
+    /* the residual gradient in and out and the widest in-linear gradient */
+    bytes = sadd(bytes, smul3(a, BT, 2 * m->hidden + dt_model_block_widest_in(m)));
+    if (loss) {
+        const int64_t e = p->runtime.upcast_logits ? FP32_BYTES : a;
+        const int64_t per = p->runtime.fused_loss ? FUSED_LOSS_TENSORS * e + (p->runtime.upcast_logits ? a : 0)
+                                                  : LOSS_BWD_TENSORS * e;
+        bytes = sadd(bytes, smul3(per, BT, m->vocab));
+        bytes = sadd(bytes, smul(LOSS_BYTES, BT));
+    }
+    return bytes;
+}
+
+int64_t dt_memory_hf_workspace(const dt_plan *p) { return hf_workspace(p, 1); }
+
+/* DeepSpeed ZeRO-3 keeps a fetched module gathered while the trace says it is used again
+ * within stage3_max_reuse_distance elements (partitioned_param_coordinator.py
+ * __params_to_release: the upcoming modules' elements are counted until the distance is
+ * reached). At the turn from forward to backward block j's next use comes after the
+ * blocks behind it and the head, forward and backward: 2·((L - j)·U + head) elements, so
+ * the last k blocks with 2·((k - 1)·U + head) < R stay gathered. */
+static int64_t ds_reuse_blocks(int64_t R, int64_t L, int64_t unit, int64_t head) {
+    if (unit <= 0 || R <= REUSE_PASSES * head) return 0;
+    int64_t k = (R - REUSE_PASSES * head - 1) / (REUSE_PASSES * unit) + 1;
+    return k < L ? k : L;
+}
+
+typedef struct {
+    int64_t psi, shard, pb, gb, ob, w; /* w: the sharded fp32 copy's width (master, else params) */
+    int64_t A, L, K, W;
+    int stage;
+    dt_offload oo, op;
+} hf_sizes;
+
+static void hf_sizes_of(const dt_plan *p, int64_t psi, hf_sizes *z) {
+    const dt_precision *pr = &p->precision;
+    z->psi = psi;
+    z->W = p->parallel.world_size;
+    z->shard = ceil_div(psi, z->W);
+    z->pb = dt_precision_param_bytes(pr);
+    z->gb = dt_precision_grad_bytes(pr);
+    z->ob = dt_precision_optimizer_bytes(pr);
+    z->w = pr->has_master ? dt_dtype_size(pr->master) : z->pb;
+    z->A = p->batch.grad_accum;
+    z->L = p->model.n_layer;
+    z->K = p->activations.ckpt_layers;
+    z->stage = p->parallel.zero_stage;
+    z->oo = p->parallel.offload_optimizer;
+    z->op = p->parallel.offload_param;
+}
+
+/* The start of backward is two moments: the loss backward (every activation, the loss's
+ * B·T·V buffers) and, right after it, the last block's backward (the loss buffers freed; the
+ * block recomputed into the shared area when it is checkpointed, K = L). The phase is the
+ * larger; at the embedding's backward only block 1's activations remain, recomputed when
+ * checkpointed: one full block. */
+static void hf_start_phase(const dt_plan *p, const hf_sizes *z, int64_t *act, int64_t *ws) {
+    int64_t base = dt_memory_activations(p, z->K);
+    if (z->K > 0) base -= recompute_area(p);
+    const int64_t loss = sadd(base, hf_workspace(p, 1));
+    const int64_t last_block = sadd(sadd(base, z->K == z->L ? recompute_area(p) : 0), hf_workspace(p, 0));
+    *act = loss >= last_block ? base : sadd(base, z->K == z->L ? recompute_area(p) : 0);
+    *ws = loss >= last_block ? hf_workspace(p, 1) : hf_workspace(p, 0);
+}
+
+/* Elements of one block ZeRO-3 fetches (its tensors above the persistence threshold). */
+#define MAX_BLOCK_MODULES 16
+static int64_t block_fetched(const dt_model *m, int64_t threshold) {
+    int64_t sizes[MAX_BLOCK_MODULES], n = 0;
+    int k = dt_model_block_fetch_sizes(m, threshold, sizes, MAX_BLOCK_MODULES);
+    for (int i = 0; i < k && i < MAX_BLOCK_MODULES; i++) n += sizes[i];
+    return n;
+}
+
+/* DeepSpeed (stage_1_and_2.py, stage3.py; DeepSpeed 0.16.5): the device terms per phase. */
+static void ds_phases(const dt_plan *p, const hf_sizes *z, dt_mem_breakdown ph[DT_MEM_PHASE_COUNT]) {
+    const dt_parallel *q = &p->parallel;
+    const dt_model *m = &p->model;
+    dt_mem_breakdown *s = &ph[DT_MEM_PHASE_BWD_START], *e = &ph[DT_MEM_PHASE_BWD_END], *st = &ph[DT_MEM_PHASE_STEP];
+    const int64_t reduce = imin(q->reduce_bucket_elems, z->psi), gather = imin(q->allgather_bucket_elems, z->psi);
+    /* params: stage 3 partitions all but the tensors under stage3_param_persistence_threshold */
+    int64_t params = smul(z->pb, z->psi);
+    if (z->stage == 3) {
+        const int64_t persist = imin(dt_model_small_tensor_params(m, p->runtime.persistence_threshold), z->psi);
+        params = z->op != DT_OFFLOAD_NONE ? smul(z->pb, persist)
+                                          : smul(z->pb, sadd(ceil_div(z->psi - persist, z->W), persist));
+    }
+    const int64_t opt = z->oo != DT_OFFLOAD_NONE ? 0 : smul(z->ob, z->stage >= 1 ? z->shard : z->psi);
+    /* gradients: with offload_optimizer the reduced partition goes to pinned host memory
+     * (self.device = cpu: stage_1_and_2.py single_partition_of_fp32_groups[i].grad,
+     * stage3.py grad_partitions_flat_buffer); without, it stays on the device. Stage 1
+     * accumulates whole param.grad between boundaries and reduces into its partition at
+     * the boundary (reduce_ready_partitions_and_remove_grads: "if self.partition_gradients
+     * or self.is_gradient_accumulation_boundary"); stage 2 reduces every micro-step; stage
+     * 3's partition buffer exists from initialisation. */
+    const int64_t part = z->oo != DT_OFFLOAD_NONE ? 0 : smul(z->gb, z->shard);
+    const int64_t full = smul(z->gb, z->psi), accum = z->A > 1;
+    int64_t g_start = 0, g_end = part;
+    switch (z->stage) {
+    case 0: g_start = accum ? full : 0, g_end = full; break;
+    case 1: g_start = accum ? full : 0; break;
+    case 2: g_start = accum ? part : 0; break;
+    default: g_start = part; break;
+    }
+    int64_t a_start, b_start, b_end = hf_workspace(p, 0), b_step = 0;
+    hf_start_phase(p, z, &a_start, &b_start);
+    /* the fp32 copy of the gradient partition the optimizer steps on (stage_1_and_2.py
+     * step: single_grad_partition; stage3.py _prepare_fp32_grad_for_sub_group, one
+     * sub_group_size tile at a time) */
+    const int64_t fp32_part = z->oo != DT_OFFLOAD_NONE ? 0 : smul(z->w, z->stage == 3 ? imin(DS_SUB_GROUP_ELEMS, z->shard) : z->shard);
+    switch (z->stage) {
+    case 0: /* engine.allreduce_gradients: flat buckets after backward; the step moves the 16-bit
+             * gradients to the master (deepspeed/runtime/fp16/fused_optimizer.py FP16_Optimizer.step:
+             * _flatten_dense_tensors([p.grad.to(fp32) for p in group]) holds the per-parameter fp32
+             * copies and their flat concatenation at once, before p.grad is released) */
+        if (z->W > 1) b_end = sadd(b_end, smul(z->gb, reduce));
+        if (p->precision.has_master) b_step = smul3(FP16_OPT_FP32_GRAD_COPIES, z->w, z->psi);
+        break;
+    case 1:
+    case 2: { /* ipg buffers during backward (two with overlap_comm); the updated 16-bit params are
+               * all-gathered in allgather_bucket_size pieces after the step */
+        const int64_t ipg = smul3(q->overlap_comm ? 2 : 1, reduce, z->gb);
+        b_start = sadd(b_start, ipg);
+        b_end = sadd(b_end, ipg);
+        b_step = imax(fp32_part, z->W > 1 ? smul(z->pb, gather) : 0);
+        break;
+    }
+    default: { /* stage 3: the ipg bucket (allocated at initialisation), the gathered modules,
+                * one module's full-size gradient before it enters the bucket */
+        const int64_t unit = block_fetched(m, p->runtime.persistence_threshold);
+        const int64_t head = m->hidden * m->vocab, emb = dt_model_embedding_params(m);
+        const int64_t largest = p->runtime.largest_layer == DT_LARGEST_BLOCK_MATRIX ? dt_model_largest_block_matrix_params(m)
+                                                                                 : dt_model_largest_module_params(m);
+        const int64_t kept = ds_reuse_blocks(p->runtime.max_reuse_distance, z->L, unit, head);
+        const int64_t prefetch = imin(q->prefetch_bucket_elems, unit);
+        const int64_t shape = dt_model_params(m);
+        const int64_t ipg = smul(z->gb, reduce), tgrad = smul(z->gb, imin(largest, z->psi));
+        b_start = sadd(b_start, sadd(ipg, tgrad));
+        b_start = sadd(b_start, smul(z->pb, imin(shape, sadd(head, sadd(smul(kept, unit), prefetch)))));
+        b_end = sadd(b_end, sadd(ipg, tgrad));
+        b_end = sadd(b_end, smul(z->pb, imin(shape, emb)));
+        b_step = sadd(ipg, fp32_part);
+        break;
+    }
+    }
+    const int64_t a_end = block_full(p);
+    for (int i = DT_MEM_PHASE_BWD_START; i < DT_MEM_PHASE_COUNT; i++) ph[i].params = params, ph[i].optimizer = opt;
+    s->grads = g_start, e->grads = g_end, st->grads = g_end;
+    s->activations = a_start, e->activations = a_end;
+    s->buffers = b_start, e->buffers = b_end, st->buffers = b_step;
+}
+/* PyTorch FSDP (fully_shard with bf16 compute, fp32 sharded parameters; stage 3 =
+ * FULL_SHARD, 2 = SHARD_GRAD_OP (no reshard after forward), 0 = DDP with autocast): the
+ * sharded fp32 parameters are the optimizer's master, so the states are w + w + m + v per
+ * parameter; units (a block; the root: embeddings, final norm, lm_head) are gathered in
+ * the compute dtype. */
+static void fsdp_phases(const dt_plan *p, const hf_sizes *z, dt_mem_breakdown ph[DT_MEM_PHASE_COUNT]) {
+    const dt_model *m = &p->model;
+    dt_mem_breakdown *s = &ph[DT_MEM_PHASE_BWD_START], *e = &ph[DT_MEM_PHASE_BWD_END], *st = &ph[DT_MEM_PHASE_STEP];
+    const int64_t moments = z->ob - (p->precision.has_master ? z->w : 0);
+    const int off = z->oo != DT_OFFLOAD_NONE;   /* CPUOffload: params, grads and the step on the host */
+    const int64_t n_res = z->stage == 0 ? z->psi : z->shard;
+    const int64_t params = off ? 0 : smul(z->w, n_res), opt = off ? 0 : smul(moments, n_res);
+    const int64_t grads = off ? 0 : smul(z->w, n_res);
+    /* torch.optim.AdamW(foreach=True) allocates one temporary the size of the state
+     * (torch/optim/adam.py _multi_tensor_adam: exp_avg_sq_sqrt = torch._foreach_sqrt(...)) */
+    const int64_t step_tmp = off ? 0 : smul(z->w, n_res);
+    int64_t a_start, b_start, b_end = hf_workspace(p, 0), b_step = step_tmp;
+    hf_start_phase(p, z, &a_start, &b_start);
+    if (z->stage == 0) {
+        /* DDP: gradient buckets as large as the gradients (gradient_as_bucket_view=False,
+         * torch.nn.parallel.DistributedDataParallel's default), allocated at construction;
+         * autocast's 16-bit weight copies, kept by the linears for backward */
+        const int64_t buckets = z->W > 1 ? smul(z->w, z->psi) : 0;
+        const int64_t casts = z->w != z->pb ? smul(z->pb, z->psi) : 0;
+        b_start = sadd(b_start, sadd(buckets, casts));
+        b_end = sadd(b_end, buckets);
+        b_step = sadd(b_step, buckets);
+    } else {
+        const int64_t unit = dt_model_block_params(m), shape = dt_model_params(m);
+        const int64_t root = dt_model_embedding_params(m) + dt_model_head_params(m);
+        const int64_t live = z->stage == 2 ? shape : imin(shape, sadd(root, smul(FSDP_LIVE_BLOCKS, unit)));
+        b_start = sadd(b_start, sadd(smul(z->pb, live), smul(z->pb, root)));   /* + the root's 16-bit grads */
+        b_end = sadd(b_end, smul(z->pb, imin(shape, sadd(root, unit))));
+        b_end = sadd(b_end, smul(z->pb + FSDP_REDUCE_BYTES, root));   /* the root's grads and their fp32 cast */
+    }
+    const int64_t a_end = block_full(p);
+    for (int i = DT_MEM_PHASE_BWD_START; i < DT_MEM_PHASE_COUNT; i++) ph[i].params = params, ph[i].optimizer = opt;
+    s->grads = z->A > 1 ? grads : 0, e->grads = grads, st->grads = grads;
+    s->activations = a_start, e->activations = a_end;
+    s->buffers = b_start, e->buffers = b_end, st->buffers = b_step;
+}
+
+const char *dt_mem_phase_name(dt_mem_phase ph) {
+    static const char *const names[DT_MEM_PHASE_COUNT] = {"all terms", "backward start", "backward end",
+                                                          "optimizer step"};
+    return (unsigned)ph < DT_MEM_PHASE_COUNT ? names[ph] : "?";
+}
+
+/* dtrun: every term at once (its engine allocates its buffers up front). */
+static void dtrun_sum(const dt_plan *p, int64_t psi, dt_mem_breakdown *out) {
+    const dt_parallel *z = &p->parallel;
+    const dt_precision *pr = &p->precision;
+    const int64_t N = z->world_size;
+    const int64_t shard = ceil_div(psi, N);
+    const int64_t pb = dt_precision_param_bytes(pr), gb = dt_precision_grad_bytes(pr);
+    const int64_t ob = dt_precision_optimizer_bytes(pr);
+    const int stage = z->zero_stage;
+
+    /* model states on the device: ZeRO paper §5 (Ψ replicated or Ψ/N sharded) */
+    out->params = z->offload_param != DT_OFFLOAD_NONE ? 0 : smul(pb, stage >= 3 ? shard : psi);
+    out->grads = smul(gb, stage >= 2 ? shard : psi);
+    out->optimizer = z->offload_optimizer != DT_OFFLOAD_NONE ? 0 : smul(ob, stage >= 1 ? shard : psi);
+    out->activations = dt_memory_activations(p, p->activations.ckpt_layers);
+    out->buffers = buffers_bytes(p, psi);
+}
+
+static void total_of(dt_mem_breakdown *m) {
+    m->total = m->params;
+    m->total = sadd(m->total, m->grads);
+    m->total = sadd(m->total, m->optimizer);
+    m->total = sadd(m->total, m->activations);
+    m->total = sadd(m->total, m->buffers);
+    m->total = sadd(m->total, m->reserve);
+}
+
+int dt_memory_phases(const dt_plan *p, int64_t n_params, dt_mem_phases *out, dt_error *err) {
+    memset(out, 0, sizeof *out);
+    int rc = check_plan(p, err);
+    if (rc) return rc;
+    const int64_t psi = n_params > 0 ? n_params : dt_model_params(&p->model);
+    dt_mem_breakdown host;
+    memset(&host, 0, sizeof host);
+    host_terms(p, ceil_div(psi, p->parallel.world_size), &host);
+    int first = DT_MEM_PHASE_SUM, last = DT_MEM_PHASE_SUM;
+    if (!hf_runtime(p)) {
+        dtrun_sum(p, psi, &out->at[DT_MEM_PHASE_SUM]);
+    } else {
+        hf_sizes z;
+        hf_sizes_of(p, psi, &z);
+        if (p->runtime.kind == DT_RUNTIME_FSDP) fsdp_phases(p, &z, out->at);
+        else ds_phases(p, &z, out->at);
+        first = DT_MEM_PHASE_BWD_START, last = DT_MEM_PHASE_STEP;
+    }
+    out->peak = (dt_mem_phase)first;
+    for (int i = first; i <= last; i++) {
+        dt_mem_breakdown *m = &out->at[i];
+        m->reserve = p->cluster.hw.reserve_bytes;
+        total_of(m);
+        m->host_params = host.host_params, m->host_optimizer = host.host_optimizer;
+        m->host_buffers = host.host_buffers, m->host_total = host.host_total, m->nvme = host.nvme;
+        if ((rc = saturated(p, m, err))) return rc;
+        if (m->total > out->at[out->peak].total) out->peak = (dt_mem_phase)i;
+    }
+    return DT_OK;
+}
+
+int dt_memory_estimate_n(const dt_plan *p, int64_t n_params, dt_mem_breakdown *out, dt_error *err) {
+    dt_mem_phases ph;
+    memset(out, 0, sizeof *out);
+    int rc = dt_memory_phases(p, n_params, &ph, err);
+    if (rc) return rc;
+    *out = ph.at[ph.peak];
     return DT_OK;
 }
 

@@ -72,6 +72,7 @@ double dt_sim_collective_s(const dt_plan *p, dt_collective c, double bytes) {
 /* The closed form's buffers for stage 0 with 1-element buckets are 1·gb plus the
  * workspace (logits, losses, ids, backward scratch). */
 int64_t dt_sim_workspace_bytes(const dt_plan *p) {
+    if (p->runtime.kind != DT_RUNTIME_DTRUN) return dt_memory_hf_workspace(p);
     dt_plan q = probe_base(p);
     q.parallel.zero_stage = 0;
     q.parallel.reduce_bucket_elems = 1;
@@ -196,6 +197,8 @@ typedef struct {
     double t_block, t_recompute, head_fwd, bwd_ratio;
     double offload_s, optimizer_s; /* the time model's offload total and optimizer step (s) */
     double per_gather_xfer;    /* parameter-offload copies issued so far (s) */
+    int64_t grads_start, grads_growth, grads_added; /* runtimes deepspeed / fsdp: gradients at the backward's start, and
+                                        * what the backward adds (dt_memory_phases), spread over the units */
 } plan_ctx;
 
 static int seg_unit(const plan_ctx *c, int sg) {
@@ -334,6 +337,12 @@ static int ctx_read_models(plan_ctx *c, dt_mem_breakdown *mb, dt_error *err) {
     c->head_fwd = cm.fwd_s - (double)c->L * c->t_block;
     if (c->head_fwd < 0) c->head_fwd = 0;
     c->bwd_ratio = cm.fwd_s > 0 ? cm.bwd_s / cm.fwd_s : 0.0;
+    if (p->runtime.kind != DT_RUNTIME_DTRUN) {
+        dt_mem_phases ph;
+        if (dt_memory_phases(p, p->model.requested_params, &ph, err)) return err->code;
+        c->grads_start = ph.at[DT_MEM_PHASE_BWD_START].grads;
+        c->grads_growth = ph.at[DT_MEM_PHASE_BWD_END].grads - c->grads_start;
+    }
     return DT_OK;
 }
 
@@ -376,11 +385,13 @@ static void sim_resident_memory(plan_ctx *c, const dt_mem_breakdown *mb) {
     const dt_plan *p = c->p;
     sim *s = c->s;
     s->cur[DT_SIMMEM_PARAMS] = mb->params;
-    s->cur[DT_SIMMEM_GRADS] = mb->grads;
+    s->cur[DT_SIMMEM_GRADS] = p->runtime.kind != DT_RUNTIME_DTRUN ? c->grads_start : mb->grads;
     s->cur[DT_SIMMEM_OPTIMIZER] = mb->optimizer;
     s->cur[DT_SIMMEM_RESERVE] = mb->reserve;
+    /* DeepSpeed's stage-0 buckets exist only after backward under the HF runtimes' phases
+     * (dt_memory_phases), and are not resident */
     const int64_t bucket0 =
-        c->stage == 0 && c->W > 1 && p->cluster.device != DT_DEVICE_CPU
+        c->stage == 0 && c->W > 1 && p->cluster.device != DT_DEVICE_CPU && p->runtime.kind == DT_RUNTIME_DTRUN
             ? (p->parallel.reduce_bucket_elems < c->total ? p->parallel.reduce_bucket_elems : c->total) * c->gb
             : 0;
     s->cur[DT_SIMMEM_BUCKETS] = bucket0;
@@ -505,6 +516,14 @@ static int sim_backward(plan_ctx *c, int m) {
         double t0 = s->r->events[e].t0_s, t1 = s->r->events[e].t1_s;
         int last_use = !(u == 0 && sg == c->n_seg - 1 && !c->has_head);
         backward_memory(c, sg, u, last_use, t1);
+        /* HF runtimes: the gradients fill in as the units' backward ends (the last
+         * micro-step's, when the stage keeps them only from its boundary) */
+        if (c->grads_growth && m == c->A - 1 && c->total > 0) {
+            int64_t add = sg == 0 ? c->grads_growth - c->grads_added
+                                  : (int64_t)((double)c->grads_growth * (double)c->n[u] / (double)c->total);
+            mem_delta(s, t1, DT_SIMMEM_GRADS, add);
+            c->grads_added += add;
+        }
         if (!reduce_now || !last_use) continue;
         last_red = c->stage == 0 ? reduce_buckets(c, m, u, sg, e, t1, &bucket_fill, last_red)
                                  : reduce_scatter_unit(c, m, u, e, t0, t1);

@@ -29,6 +29,7 @@
 typedef struct {
     int stage;
     dt_offload oo, op;
+    int sel;                    /* selective attention recompute */
     int64_t mb, accum;
     int64_t lo, hi;             /* K range of this affine run */
     int64_t dev0, host0, nvme0; /* bytes at K = lo */
@@ -49,7 +50,7 @@ typedef struct {
 
 static int64_t mem_dev(const dt_mem_breakdown *m) { return m->total; }
 
-static void plan_for(const dt_solve_request *rq, int stage, dt_offload oo, dt_offload op, int64_t mb,
+static void plan_for(const dt_solve_request *rq, int stage, dt_offload oo, dt_offload op, int sel, int64_t mb,
                      int64_t K, dt_plan *p) {
     *p = rq->base;
     int64_t W = p->cluster.nodes * p->cluster.gpus_per_node;
@@ -60,7 +61,16 @@ static void plan_for(const dt_solve_request *rq, int stage, dt_offload oo, dt_of
     p->batch.micro_batch = mb;
     p->batch.grad_accum = rq->base.batch.global_batch / (W * mb);
     p->activations.ckpt_layers = K;
+    p->activations.selective = sel;
     p->prediction.valid = 0;
+}
+
+/* Selective attention recompute is a choice where it saves memory: HF model code
+ * (runtimes deepspeed / fsdp) with eager attention, whose s x s probabilities it drops;
+ * sdpa and flash keep none to drop. */
+static int n_selective(const dt_solve_request *rq) {
+    const dt_runtime *r = &rq->base.runtime;
+    return r->kind != DT_RUNTIME_DTRUN && r->attention == DT_KERNEL_EAGER ? 2 : 1;
 }
 
 static int fits(const dt_solve_request *rq, const dt_mem_breakdown *m) {
@@ -111,8 +121,8 @@ static int push_run(dt_ctx *c, const dt_choice_run *r, dt_error *err) {
 /* Offload options per stage (DeepSpeed: optimizer offload from stage 1, param offload stage 3). */
 static const dt_offload k_offloads[3] = {DT_OFFLOAD_NONE, DT_OFFLOAD_CPU, DT_OFFLOAD_NVME};
 
-/* Calls fn(stage, oo, op, mb) for every candidate of the request (validated plans only). */
-typedef int (*dt_cand_fn)(void *ud, int stage, dt_offload oo, dt_offload op, int64_t mb,
+/* Calls fn(stage, oo, op, sel, mb) for every candidate of the request (validated plans only). */
+typedef int (*dt_cand_fn)(void *ud, int stage, dt_offload oo, dt_offload op, int sel, int64_t mb,
                           dt_error *err);
 static int for_each_candidate(const dt_solve_request *rq, dt_cand_fn fn, void *ud, int *n_out,
                               dt_error *err) {
@@ -127,19 +137,20 @@ static int for_each_candidate(const dt_solve_request *rq, dt_cand_fn fn, void *u
         int n_op = (s == 3 && rq->allow_offload) ? 3 : 1;
         for (int a = 0; a < n_oo; a++)
             for (int o = 0; o < n_op; o++)
-                for (int64_t mb = 1; mb <= per_rank; mb++) {
-                    if (per_rank % mb) continue;
-                    dt_plan p;
-                    dt_error e;
-                    dt_error_clear(&e);
-                    plan_for(rq, s, k_offloads[a], k_offloads[o], mb, 0, &p);
-                    if (dt_plan_validate(&p, &e)) {
-                        if (!first.code) first = e;
-                        continue;
+                for (int sel = 0; sel < n_selective(rq); sel++)
+                    for (int64_t mb = 1; mb <= per_rank; mb++) {
+                        if (per_rank % mb) continue;
+                        dt_plan p;
+                        dt_error e;
+                        dt_error_clear(&e);
+                        plan_for(rq, s, k_offloads[a], k_offloads[o], sel, mb, 0, &p);
+                        if (dt_plan_validate(&p, &e)) {
+                            if (!first.code) first = e;
+                            continue;
+                        }
+                        n++;
+                        if (fn(ud, s, k_offloads[a], k_offloads[o], sel, mb, err)) return err->code;
                     }
-                    n++;
-                    if (fn(ud, s, k_offloads[a], k_offloads[o], mb, err)) return err->code;
-                }
     }
     *n_out = n;
     if (n == 0) {
@@ -150,15 +161,15 @@ static int for_each_candidate(const dt_solve_request *rq, dt_cand_fn fn, void *u
 }
 
 /* ---- building the runs: exact memory at every K, split into affine pieces ---- */
-static int add_candidate_runs(void *ud, int stage, dt_offload oo, dt_offload op, int64_t mb,
+static int add_candidate_runs(void *ud, int stage, dt_offload oo, dt_offload op, int sel, int64_t mb,
                               dt_error *err) {
     dt_ctx *c = ud;
     const int64_t L = c->L;
     dt_plan p;
-    plan_for(c->rq, stage, oo, op, mb, 0, &p);
+    plan_for(c->rq, stage, oo, op, sel, mb, 0, &p);
     dt_choice_run r;
     memset(&r, 0, sizeof r);
-    r.stage = stage, r.oo = oo, r.op = op, r.mb = mb, r.accum = p.batch.grad_accum;
+    r.stage = stage, r.oo = oo, r.op = op, r.sel = sel, r.mb = mb, r.accum = p.batch.grad_accum;
     r.cand = c->n_cand++;
     if (dt_time_terms_build(&p, &r.tt, err)) return err->code;
     int64_t prev[3] = {0, 0, 0}, d[3] = {0, 0, 0};
@@ -475,14 +486,14 @@ static int milp_solve(dt_ctx *c, unsigned stage_mask, int *pick, int64_t *pick_k
     return rc;
 }
 
-static void fill_choice(const dt_solve_request *rq, int stage, dt_offload oo, dt_offload op, int64_t mb,
+static void fill_choice(const dt_solve_request *rq, int stage, dt_offload oo, dt_offload op, int sel, int64_t mb,
                         int64_t K, dt_solve_choice *ch, dt_plan *plan_out) {
     dt_plan p;
     dt_error e;
-    plan_for(rq, stage, oo, op, mb, K, &p);
+    plan_for(rq, stage, oo, op, sel, mb, K, &p);
     memset(ch, 0, sizeof *ch);
     ch->valid = 1;
-    ch->zero_stage = stage, ch->offload_optimizer = oo, ch->offload_param = op;
+    ch->zero_stage = stage, ch->offload_optimizer = oo, ch->offload_param = op, ch->selective = sel;
     ch->micro_batch = mb, ch->grad_accum = p.batch.grad_accum, ch->ckpt_layers = K;
     dt_time_breakdown t;
     if (dt_memory_estimate(&p, &ch->mem, &e) == DT_OK && dt_time_estimate(&p, &t, &e) == DT_OK) {
@@ -494,7 +505,7 @@ static void fill_choice(const dt_solve_request *rq, int stage, dt_offload oo, dt
 
 static void fill_from_run(const dt_ctx *c, int j, int64_t K, dt_solve_choice *ch, dt_plan *p) {
     const dt_choice_run *r = &c->runs[j];
-    fill_choice(c->rq, r->stage, r->oo, r->op, r->mb, K, ch, p);
+    fill_choice(c->rq, r->stage, r->oo, r->op, r->sel, r->mb, K, ch, p);
 }
 
 /* Smallest device memory over the runs of the stages in mask that fit host and NVMe
@@ -522,10 +533,10 @@ static const char *stage_label(int s) {
 }
 
 static void describe(const dt_solve_choice *ch, char *buf, size_t n) {
-    snprintf(buf, n, "%s, offload optimizer %s, param %s, micro-batch %lld x accumulation %lld, %lld checkpointed layers",
+    snprintf(buf, n, "%s, offload optimizer %s, param %s, micro-batch %lld x accumulation %lld, %lld checkpointed layers%s",
              stage_label(ch->zero_stage), dt_offload_name(ch->offload_optimizer),
              dt_offload_name(ch->offload_param), (long long)ch->micro_batch, (long long)ch->grad_accum,
-             (long long)ch->ckpt_layers);
+             (long long)ch->ckpt_layers, ch->selective ? ", selective attention recompute" : "");
 }
 
 static int infeasible_message(const dt_solve_request *rq, const dt_solve_choice *mm, dt_error *err) {
@@ -660,19 +671,19 @@ static int better_tied(const dt_solve_choice *a, const dt_solve_choice *b, doubl
     return !b->valid || !b->fits || mem_dev(&a->mem) < mem_dev(&b->mem);
 }
 
-static int enum_candidate(void *ud, int stage, dt_offload oo, dt_offload op, int64_t mb, dt_error *err) {
+static int enum_candidate(void *ud, int stage, dt_offload oo, dt_offload op, int sel, int64_t mb, dt_error *err) {
     dt_enum_ctx *e = ud;
     dt_solve_result *o = e->out;
     for (int64_t K = 0; K <= e->L; K++) {
         dt_solve_choice ch;
         dt_plan p;
-        plan_for(e->rq, stage, oo, op, mb, K, &p);
+        plan_for(e->rq, stage, oo, op, sel, mb, K, &p);
         memset(&ch, 0, sizeof ch);
         dt_time_breakdown t;
         if (dt_memory_estimate(&p, &ch.mem, err) || dt_time_estimate(&p, &t, err)) return err->code;
         ch.valid = 1;
         ch.fits = fits(e->rq, &ch.mem);
-        ch.zero_stage = stage, ch.offload_optimizer = oo, ch.offload_param = op;
+        ch.zero_stage = stage, ch.offload_optimizer = oo, ch.offload_param = op, ch.selective = sel;
         ch.micro_batch = mb, ch.grad_accum = p.batch.grad_accum, ch.ckpt_layers = K;
         ch.step_s = t.step_s;
         if (e->pass == 0) {
@@ -699,7 +710,7 @@ int dt_solve_enumerate(const dt_solve_request *rq, dt_solve_result *out, dt_erro
         if (for_each_candidate(rq, enum_candidate, &e, &out->n_candidates, err)) return err->code;
     if (!out->best.valid) return infeasible_message(rq, &out->min_memory, err);
     const dt_solve_choice *b = &out->best;
-    plan_for(rq, b->zero_stage, b->offload_optimizer, b->offload_param, b->micro_batch, b->ckpt_layers,
+    plan_for(rq, b->zero_stage, b->offload_optimizer, b->offload_param, b->selective, b->micro_batch, b->ckpt_layers,
              &out->plan);
     return dt_predict(&out->plan, err);
 }
@@ -712,11 +723,11 @@ typedef struct {
     int64_t L;
 } dt_visit_ctx;
 
-static int visit_candidate(void *ud, int stage, dt_offload oo, dt_offload op, int64_t mb, dt_error *err) {
+static int visit_candidate(void *ud, int stage, dt_offload oo, dt_offload op, int sel, int64_t mb, dt_error *err) {
     dt_visit_ctx *v = ud;
     for (int64_t K = 0; K <= v->L; K++) {
         dt_solve_choice ch;
-        fill_choice(v->rq, stage, oo, op, mb, K, &ch, NULL);
+        fill_choice(v->rq, stage, oo, op, sel, mb, K, &ch, NULL);
         if (ch.step_s > 0 && v->fn(v->ud, &ch, err)) return err->code;
     }
     return DT_OK;

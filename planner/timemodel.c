@@ -191,8 +191,10 @@ int dt_time_compute_micro(const dt_plan *p, dt_time_compute *out, dt_error *err)
     out->bwd_s = DT_BWD_OVER_FWD * (t_fwd - k * (L * DT_OPS_BLOCK_FWD + DT_OPS_OUTER_FWD)) +
                  k * (L * DT_OPS_BLOCK_BWD + DT_OPS_OUTER_BWD);
     out->block_fwd_s = (f_blk - f_attn_blk) / R + f_attn_blk / Ra + k * DT_OPS_BLOCK_FWD;
-    /* a checkpointed block's recompute: its forward less the MLP down projection */
-    double f_rec = f_blk - f_down;
+    out->attn_core_s = f_attn_blk / Ra;
+    /* a checkpointed block's recompute: dtrun's engine stops before the MLP down
+     * projection; torch.utils.checkpoint (deepspeed / fsdp) reruns the whole forward */
+    double f_rec = p->runtime.kind == DT_RUNTIME_DTRUN ? f_blk - f_down : f_blk;
     if (f_rec < f_attn_blk) f_rec = f_attn_blk;
     out->block_recompute_s = (f_rec - f_attn_blk) / R + f_attn_blk / Ra + k * DT_OPS_BLOCK_RECOMPUTE;
     if (hw->elementwise_bw > 0) {   /* element-wise kernels stream activations */
@@ -207,6 +209,30 @@ int dt_time_compute_micro(const dt_plan *p, dt_time_compute *out, dt_error *err)
     return DT_OK;
 }
 
+/* Bytes per gradient element on the wire: FSDP reduces in fp32 (MixedPrecisionPolicy
+ * reduce_dtype, torchtitan's; DDP under autocast all-reduces the fp32 gradients), everyone
+ * else in the gradient dtype. */
+static int wire_grad_bytes(const dt_plan *p) {
+    if (p->runtime.kind != DT_RUNTIME_FSDP) return dt_dtype_size(p->precision.grad);
+    return p->precision.has_master ? dt_dtype_size(p->precision.master) : dt_dtype_size(p->precision.param);
+}
+
+/* DeepSpeed ZeRO-3 fetches module by module (parameter_offload.py pre-forward / pre-backward
+ * hooks per submodule), each an all-gather of the module's partitioned tensors plus the
+ * profile's fixed fetch cost; tensors under stage3_param_persistence_threshold are never
+ * fetched. dtrun and FSDP gather a whole unit (block) at once. Returns the time of one
+ * pass's gathers of a block (per_block) and of the embedding and head units. */
+#define MAX_FETCH_MODULES 16
+static double ds_block_fetch_s(const dt_plan *p, const dt_net *net, int pb) {
+    int64_t sizes[MAX_FETCH_MODULES];
+    const int64_t W = p->parallel.world_size;
+    int n = dt_model_block_fetch_sizes(&p->model, p->runtime.persistence_threshold, sizes, MAX_FETCH_MODULES);
+    double t = 0.0;
+    for (int i = 0; i < n && i < MAX_FETCH_MODULES; i++)
+        t += t_coll(net, DT_COLL_ALLGATHER, (double)(round_up(sizes[i], W) * pb)) + p->runtime.fetch_overhead_s;
+    return t;
+}
+
 int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
     if (check_plan(p, err)) return err->code;
     memset(t, 0, sizeof *t);
@@ -215,15 +241,20 @@ int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
     const int stage = p->parallel.zero_stage;
     const int64_t L = p->model.n_layer, W = p->parallel.world_size, G = p->cluster.gpus_per_node;
     const double A = (double)p->batch.grad_accum;
-    const int pb = dt_dtype_size(pr->param), gb = dt_dtype_size(pr->grad);
+    const int pb = dt_dtype_size(pr->param), gb = wire_grad_bytes(p);
     const int ob = dt_precision_optimizer_bytes(pr);
     const double share = node_share(p);
+    const int fsdp = p->runtime.kind == DT_RUNTIME_FSDP, ds3 = p->runtime.kind == DT_RUNTIME_DEEPSPEED && stage == 3;
 
     /* ---- compute, per micro-step ---- */
     dt_time_compute cm;
     if (dt_time_compute_micro(p, &cm, err)) return err->code;
-    const double t_fwd = cm.fwd_s, t_bwd = cm.bwd_s, t_rec = cm.block_recompute_s;
-    t->compute_s = A * (t_fwd + t_bwd);
+    /* selective recompute repeats every block's attention core in backward; a checkpointed
+     * block's full recompute already includes it */
+    const double t_sel = p->activations.selective ? cm.attn_core_s : 0.0;
+    const double t_fwd = cm.fwd_s, t_bwd = cm.bwd_s + (double)L * t_sel, t_rec = cm.block_recompute_s - t_sel;
+    t->compute_s = A * (t_fwd + cm.bwd_s);
+    t->recompute_base_s = A * (double)L * t_sel;
     t->per_ckpt_s = A * t_rec;
     t->recompute_per_layer_s = t->per_ckpt_s;
 
@@ -256,6 +287,9 @@ int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
             double rs = t_units(&net, &u, L, DT_COLL_REDUCE_SCATTER, gb);
             double rs_tail = t_coll(&net, DT_COLL_REDUCE_SCATTER, (double)(u.emb_pad * gb));
             double ag = t_units(&net, &u, L, DT_COLL_ALLGATHER, pb);
+            if (ds3) /* module by module: the block's gathers, the embedding and head units as before */
+                ag += (double)L * (ds_block_fetch_s(p, &net, pb) -
+                                   t_coll(&net, DT_COLL_ALLGATHER, (double)(u.block_pad * pb)));
             if (stage == 1 || stage == 2) {
                 /* stage 1: reduce-scatter per unit in the last micro-step's backward;
                  * stage 2: in every micro-step's backward. Updated params all-gathered
@@ -301,6 +335,11 @@ int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
         /* a CPU device's AdamW is the host AdamW kernel (engine/model/optim.c) on the
          * node's cores, shared by its G ranks: the rate dtplan calibrate times */
         opt = node_shard / hw->cpu_adam_params_per_s;
+    } else if (fsdp) {
+        /* FSDP's AdamW steps the fp32 sharded params themselves: grads read twice, m and v
+         * read and written, params read and written (no 16-bit copy to refresh) */
+        const double w = (double)gb, moments = (double)ob - (pr->has_master ? w : 0.0);
+        opt = shard * (2.0 * w + 2.0 * moments + 2.0 * w) / (hw->mem_bw * share);
     } else {
         /* device AdamW is memory-bound: grads read twice (norm, update), optimizer
          * state read and written, params written (and read when there is no master) */
@@ -316,7 +355,7 @@ int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
     }
     t->offload_s = off;
     t->optimizer_s = opt;
-    t->base_s = t->compute_s + fixed + off + opt;
+    t->base_s = t->compute_s + t->recompute_base_s + fixed + off + opt;
     return DT_OK;
 }
 
@@ -329,7 +368,7 @@ void dt_time_terms_eval(const dt_time_terms *t, int64_t K, dt_time_breakdown *ou
         exposed += ph->mult * (e > ph->tail_s ? e : ph->tail_s);
     }
     out->compute_s = t->compute_s;
-    out->recompute_s = t->per_ckpt_s * (double)K;
+    out->recompute_s = t->recompute_base_s + t->per_ckpt_s * (double)K;
     out->comm_s = t->comm_total_s;
     out->comm_exposed_s = exposed;
     out->offload_s = t->offload_s;
@@ -368,7 +407,7 @@ static int comm_bytes(const dt_plan *p, int64_t out[DT_COLL_COUNT], dt_error *er
     layout_of(p, &u);
     const int stage = p->parallel.zero_stage;
     const int64_t A = p->batch.grad_accum;
-    const int64_t pb = dt_dtype_size(p->precision.param), gb = dt_dtype_size(p->precision.grad);
+    const int64_t pb = dt_dtype_size(p->precision.param), gb = wire_grad_bytes(p);
     switch (stage) {
     case 0:
         out[DT_COLL_ALLREDUCE] = u.total * gb + DT_SCALAR_BYTES * DT_LOSS_SCALARS;

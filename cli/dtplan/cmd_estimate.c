@@ -24,6 +24,9 @@
 #define EST_DEFAULT_SEQ 1024
 #define EST_DEFAULT_HARDWARE "H100-SXM-80GB"
 #define EST_MAX_ROWS 16
+/* offload "nvme" needs a directory; DeepSpeed's config documentation's example path
+ * (docs/_pages/config-json.md, offload_optimizer.nvme_path "/local_nvme") */
+#define EST_NVME_EXAMPLE "/local_nvme"
 /* sanity bounds on CLI integers: far beyond any real run, small enough that the
  * byte arithmetic cannot overflow */
 #define EST_MAX_GPUS ((int64_t)1 << 20)
@@ -34,12 +37,14 @@ typedef struct {
     int zero_stage;
     dt_offload opt, param;
     dt_mem_breakdown m;
+    dt_mem_phase phase;   /* the phase of the peak (DT_MEM_PHASE_SUM for dtrun) */
 } est_row;
 
 typedef struct {
     const char *params, *model, *gpus, *nodes, *micro, *accum, *seq, *ckpt, *precision;
     const char *param_dtype, *grad_dtype, *master_dtype, *moment_dtype, *attention, *mem;
     const char *deepspeed, *hardware, *units, *compare, *plan, *stage, *off_opt, *off_param, *plot;
+    const char *runtime, *recompute, *largest;
     int json;
 } est_args;
 
@@ -71,7 +76,15 @@ static void usage(FILE *f) {
             "  --precision P         mixed-bf16 (default) | mixed-fp16 | pure-bf16 | fp32\n"
             "  --param-dtype T, --grad-dtype T, --moment-dtype T   fp32|bf16|fp16 overrides\n"
             "  --master-dtype T      fp32|bf16|fp16|none (none: no separate master copy)\n"
-            "  --attention A         flash (default) | materialized\n"
+            "  --attention A         flash (default) | materialized; with --runtime deepspeed|fsdp the kernel:\n"
+            "                        sdpa (their default) | flash | eager (keeps the s x s probabilities)\n"
+            "  --runtime R           what runs the plan: dtrun (default: this repository's engine, the model as\n"
+            "                        before runtimes existed) | deepspeed | fsdp (Hugging Face model code; peak =\n"
+            "                        the largest phase of the step; docs/memory-model.md \"Runtime profiles\")\n"
+            "  --recompute selective recompute the attention core (Korthikanti et al. 2022 section 5) of every\n"
+            "                        block not checkpointed; deepspeed / fsdp only (none: the default)\n"
+            "  --largest-layer L     module (default: DeepSpeed's model_to_params) | block_matrix: what ZeRO-3's\n"
+            "                        transient gradient and --compare deepspeed take as the largest layer\n"
             "  --zero-stage S        only rows with this stage (0..3)\n"
             "  --offload-optimizer D, --offload-param D   only rows with this offload (none|cpu|nvme)\n"
             "  --deepspeed cfg.json  stage/offload/buckets/batch/precision from a DeepSpeed config\n"
@@ -105,7 +118,8 @@ static int parse_args(int argc, char **argv, est_args *a) {
         {"--plan", offsetof(est_args, plan)},             {"--zero-stage", offsetof(est_args, stage)},
         {"--offload-optimizer", offsetof(est_args, off_opt)},
         {"--offload-param", offsetof(est_args, off_param)},
-        {"--plot", offsetof(est_args, plot)},
+        {"--plot", offsetof(est_args, plot)},            {"--runtime", offsetof(est_args, runtime)},
+        {"--recompute", offsetof(est_args, recompute)},   {"--largest-layer", offsetof(est_args, largest)},
     };
     memset(a, 0, sizeof *a);
     for (int i = 1; i < argc; i++) {
@@ -158,6 +172,7 @@ typedef struct {
     int from_config;       /* rows: only the configured one */
     int stage_filter;      /* -1 all */
     int opt_filter, param_filter;
+    int largest_block_matrix;  /* --largest-layer block_matrix (--compare deepspeed) */
     dt_ds_notes notes;
 } est_ctx;
 
@@ -240,6 +255,43 @@ static int check_mismatch(const est_args *a, const dt_dsconfig *ds, const dt_pla
     return 0;
 }
 
+/* --runtime, then the choices that depend on it: --attention (dtrun: flash | materialized;
+ * deepspeed / fsdp: the kernel), --recompute, --largest-layer. */
+static int apply_runtime(const est_args *a, est_ctx *c, const dt_dsconfig *ds) {
+    dt_plan *p = &c->plan;
+    const dt_runtime_kind kind = p->runtime.kind;   /* parsed in setup */
+    if (kind != DT_RUNTIME_DTRUN && p->cluster.device != DT_DEVICE_CUDA)
+        return fail("--runtime %s describes GPU runs; hardware %s is a CPU profile (use a GPU --hardware such as "
+                    "H100-SXM-80GB, or --runtime dtrun)", a->runtime, p->cluster.hw.name);
+    if (kind != DT_RUNTIME_DTRUN) {
+        dt_plan_set_runtime(p, kind);
+        if (ds && kind == DT_RUNTIME_DEEPSPEED) dt_dsconfig_apply_runtime(ds, p, &c->notes);
+    }
+    if (a->deepspeed && kind == DT_RUNTIME_FSDP)
+        return fail("--runtime fsdp with --deepspeed %s: a DeepSpeed config describes a DeepSpeed run (use --runtime "
+                    "deepspeed, or drop --deepspeed)", a->deepspeed);
+    dt_error e = {0};
+    if (a->attention && dt_plan_set_attention(p, a->attention, "--attention", &e)) return fail_err(&e);
+    if (a->recompute) {
+        if (strcmp(a->recompute, "selective") && strcmp(a->recompute, "none"))
+            return fail("--recompute '%s': expected selective or none (whole blocks: --ckpt)", a->recompute);
+        if (!strcmp(a->recompute, "selective") && kind == DT_RUNTIME_DTRUN)
+            return fail("--recompute selective: dtrun's engine recomputes whole blocks only (use --ckpt, or "
+                        "--runtime deepspeed / fsdp)");
+        p->activations.selective = !strcmp(a->recompute, "selective");
+    }
+    if (a->largest) {
+        if (!strcmp(a->largest, "module")) c->largest_block_matrix = 0;
+        else if (!strcmp(a->largest, "block_matrix")) c->largest_block_matrix = 1;
+        else return fail("--largest-layer '%s': expected module or block_matrix", a->largest);
+        if (kind == DT_RUNTIME_DTRUN && !a->compare)
+            return fail("--largest-layer applies to --runtime deepspeed / fsdp and to --compare deepspeed");
+        if (kind != DT_RUNTIME_DTRUN)
+            p->runtime.largest_layer = c->largest_block_matrix ? DT_LARGEST_BLOCK_MATRIX : DT_LARGEST_MODULE;
+    }
+    return 0;
+}
+
 /* --mem must fit the hardware profile's device (issue 16: 100G on an 80 GiB H100 was
  * taken at its word). */
 static int check_mem(const est_args *a, const est_ctx *c) {
@@ -293,6 +345,7 @@ static int setup(const est_args *a, est_ctx *c) {
             {a->attention, "--attention"}, {a->param_dtype, "--param-dtype"}, {a->grad_dtype, "--grad-dtype"},
             {a->master_dtype, "--master-dtype"}, {a->moment_dtype, "--moment-dtype"},
             {a->stage, "--zero-stage"}, {a->off_opt, "--offload-optimizer"}, {a->off_param, "--offload-param"},
+            {a->runtime, "--runtime"}, {a->recompute, "--recompute"}, {a->largest, "--largest-layer"},
         };
         for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
             if (fixed[i].v)
@@ -312,6 +365,8 @@ static int setup(const est_args *a, est_ctx *c) {
     dt_plan_defaults(p);
     int rc = resolve_model(a, c);
     if (rc) return rc;
+    /* the kind first: the DeepSpeed config's notes depend on what the runtime models */
+    if (a->runtime && dt_runtime_parse(a->runtime, &p->runtime.kind, &e)) return fail_err(&e);
 
     int64_t gpus = 1, nodes = 1;
     if (a->gpus && int_opt(a->gpus, "--gpus", EST_MAX_GPUS, 8, &gpus)) return 2;
@@ -358,15 +413,10 @@ static int setup(const est_args *a, est_ctx *c) {
         }
         p->activations.ckpt_layers = k;
     }
-    if (a->attention) {
-        if (!strcmp(a->attention, "flash")) p->activations.attention = DT_ATTN_FLASH;
-        else if (!strcmp(a->attention, "materialized")) p->activations.attention = DT_ATTN_MATERIALIZED;
-        else return fail("--attention '%s': expected flash or materialized", a->attention);
-    }
     if ((rc = resolve_precision(a, &p->precision))) return rc;
 
+    dt_dsconfig ds;
     if (a->deepspeed) {
-        dt_dsconfig ds;
         if (dt_dsconfig_load(a->deepspeed, &ds, &e)) {
             dt_error_prefix(&e, "--deepspeed");
             return fail_err(&e);
@@ -379,21 +429,30 @@ static int setup(const est_args *a, est_ctx *c) {
         }
         c->from_config = 1;
     }
+    if ((rc = apply_runtime(a, c, a->deepspeed ? &ds : NULL))) return rc;
     return apply_dtype_overrides(a, &p->precision);
 }
 
 /* ------------------------------------------------------------ rows */
 
-static int compute_rows(est_ctx *c, est_row *rows, int *n_rows) {
+/* One row: the peak phase's breakdown (dt_memory_phases; dtrun's is the sum). */
+static int row_memory(const dt_plan *p, int64_t n_params, est_row *r) {
     dt_error e = {0};
+    dt_mem_phases ph;
+    if (dt_memory_phases(p, n_params, &ph, &e)) return fail_err(&e);
+    r->m = ph.at[ph.peak];
+    r->phase = ph.peak;
+    return 0;
+}
+
+static int compute_rows(est_ctx *c, est_row *rows, int *n_rows) {
     *n_rows = 0;
     if (c->from_config) {
         est_row *r = &rows[(*n_rows)++];
         r->zero_stage = c->plan.parallel.zero_stage;
         r->opt = c->plan.parallel.offload_optimizer;
         r->param = c->plan.parallel.offload_param;
-        if (dt_memory_estimate_n(&c->plan, c->n_params, &r->m, &e)) return fail_err(&e);
-        return 0;
+        return row_memory(&c->plan, c->n_params, r);
     }
     for (int stage = 0; stage <= 3; stage++)
         for (int o = DT_OFFLOAD_NONE; o <= DT_OFFLOAD_NVME; o++)
@@ -407,11 +466,18 @@ static int compute_rows(est_ctx *c, est_row *rows, int *n_rows) {
                 p.parallel.offload_optimizer = (dt_offload)o;
                 p.parallel.offload_param = (dt_offload)q;
                 p.parallel.overlap_comm = stage == 3; /* DeepSpeed's default per stage */
+                /* a runtime that cannot run the combination (FSDP: no stage 1, no NVMe) has no row;
+                 * an NVMe row needs a directory only to be valid (DeepSpeed's documented example) */
+                if (p.runtime.kind != DT_RUNTIME_DTRUN) {
+                    dt_plan v = p;
+                    if (!v.parallel.nvme_path[0]) snprintf(v.parallel.nvme_path, sizeof v.parallel.nvme_path, "%s", EST_NVME_EXAMPLE);
+                    if (dt_plan_validate(&v, NULL)) continue;
+                }
                 est_row *r = &rows[(*n_rows)++];
                 r->zero_stage = stage;
                 r->opt = (dt_offload)o;
                 r->param = (dt_offload)q;
-                if (dt_memory_estimate_n(&p, c->n_params, &r->m, &e)) return fail_err(&e);
+                if (row_memory(&p, c->n_params, r)) return 2;
             }
     return 0;
 }
@@ -452,13 +518,28 @@ static void print_header(const est_ctx *c) {
     printf("batch      micro-batch %" PRId64 ", sequence %" PRId64 ", checkpointed layers %" PRId64 " of %" PRId64
            ", %s attention\n",
            p->batch.micro_batch, p->batch.seq_len, p->activations.ckpt_layers, m->n_layer,
-           p->activations.attention == DT_ATTN_FLASH ? "flash" : "materialized");
+           p->runtime.kind != DT_RUNTIME_DTRUN ? dt_attn_kernel_name(p->runtime.attention)
+           : p->activations.attention == DT_ATTN_FLASH ? "flash" : "materialized");
     printf("precision  %s: params %s (%d B), grads %s (%d B), optimizer %d B/param (",
            dt_precision_preset_name(pr->preset), dt_dtype_name(pr->param), dt_precision_param_bytes(pr),
            dt_dtype_name(pr->grad), dt_precision_grad_bytes(pr), dt_precision_optimizer_bytes(pr));
     if (pr->has_master) printf("%s master + ", dt_dtype_name(pr->master));
     else printf("no master copy, ");
     printf("%s m and v), activations %s\n", dt_dtype_name(pr->moment), dt_dtype_name(pr->activation));
+    if (p->runtime.kind != DT_RUNTIME_DTRUN) {
+        const dt_runtime *r = &p->runtime;
+        printf("runtime    %s (Hugging Face model code): %s attention%s, dropout %s, logits %s, RMSNorm %s, "
+               "activation %s; the peak is the largest phase of the step\n",
+               dt_runtime_name(r->kind), dt_attn_kernel_name(r->attention),
+               p->activations.selective ? " with selective recompute" : "", r->dropout ? "on" : "off",
+               r->upcast_logits ? "fp32" : "16-bit", r->upcast_norm ? "in fp32" : "as the weights",
+               r->unfused_act ? "unfused" : "fused");
+        if (r->kind == DT_RUNTIME_DEEPSPEED)
+            printf("zero-3     largest layer = %s; max_reuse_distance %" PRId64 ", persistence_threshold %" PRId64
+                   ", fetch overhead %g s per module\n",
+                   r->largest_layer == DT_LARGEST_MODULE ? "the largest module" : "a block's largest matrix",
+                   r->max_reuse_distance, r->persistence_threshold, r->fetch_overhead_s);
+    }
     if (c->from_config && p->parallel.zero_stage > 0)
         printf("buckets    reduce %" PRId64 ", allgather %" PRId64 ", stage-3 prefetch %" PRId64 " elements; overlap_comm %s\n",
                p->parallel.reduce_bucket_elems, p->parallel.allgather_bucket_elems,
@@ -476,8 +557,10 @@ static void print_table(const est_ctx *c, const est_row *rows, int n) {
     printf("                 |%s per %s (%s) %s| per node (%s)\n",
            cpu ? "------------------------------" : "-------------------------------", dt_chart_rank_word(), u,
            "-------------------------------", u);
+    const int phased = c->plan.runtime.kind != DT_RUNTIME_DTRUN;
     printf("ZeRO  offload    |   params    grads optimizer |   states |    activ  buffers  reserve |    total |      host       NVMe");
     if (c->mem_limit) printf(" | fits %s", dt_format_bytes(c->mem_limit, c->units, lim, sizeof lim));
+    if (phased) printf(" | peak at");
     printf("\n      opt/param  |\n");
     for (int i = 0; i < n; i++) {
         const dt_mem_breakdown *m = &rows[i].m;
@@ -488,10 +571,14 @@ static void print_table(const est_ctx *c, const est_row *rows, int n) {
                off, U(c, m->params), U(c, m->grads), U(c, m->optimizer), U(c, states), U(c, m->activations),
                U(c, m->buffers), U(c, m->reserve), U(c, m->total), U(c, m->host_total), U(c, m->nvme));
         if (c->mem_limit) printf(" | %s", m->total <= c->mem_limit ? "yes" : "no");
+        if (phased) printf(" | %s", dt_mem_phase_name(rows[i].phase));
         printf("\n");
     }
     printf("\nstates = params + grads + optimizer (the model states the ZeRO paper tabulates); "
            "total = states + activations + buffers + reserve.\n");
+    if (phased)
+        printf("each row is the phase of the step with the most device memory (backward start: every activation and the "
+               "loss's fp32 buffers; backward end: gradients complete; optimizer step), its terms as they are then.\n");
 }
 
 static void json_str(const char *s) {
@@ -523,6 +610,16 @@ static void print_json(const est_ctx *c, const est_row *rows, int n) {
            p->batch.micro_batch, p->batch.seq_len, p->activations.ckpt_layers,
            p->activations.attention == DT_ATTN_FLASH ? "flash" : "materialized");
     printf("  \"precision\": \"%s\",\n", dt_precision_preset_name(p->precision.preset));
+    if (p->runtime.kind != DT_RUNTIME_DTRUN) {
+        const dt_runtime *r = &p->runtime;
+        printf("  \"runtime\": {\"kind\": \"%s\", \"attention\": \"%s\", \"selective_recompute\": %s, \"dropout\": %s, "
+               "\"upcast_logits\": %s, \"upcast_norm\": %s, \"upcast_softmax\": %s, \"unfused_act\": %s, "
+               "\"largest_layer\": \"%s\", \"max_reuse_distance\": %" PRId64 ", \"persistence_threshold\": %" PRId64 "},\n",
+               dt_runtime_name(r->kind), dt_attn_kernel_name(r->attention), p->activations.selective ? "true" : "false",
+               r->dropout ? "true" : "false", r->upcast_logits ? "true" : "false", r->upcast_norm ? "true" : "false",
+               r->upcast_softmax ? "true" : "false", r->unfused_act ? "true" : "false",
+               dt_largest_layer_name(r->largest_layer), r->max_reuse_distance, r->persistence_threshold);
+    }
     if (c->mem_limit) printf("  \"mem_limit\": %" PRId64 ",\n", c->mem_limit);
     printf("  \"rows\": [\n");
     for (int i = 0; i < n; i++) {
@@ -536,6 +633,7 @@ static void print_json(const est_ctx *c, const est_row *rows, int n) {
                ", \"total\": %" PRId64 "},\n     \"nvme\": %" PRId64,
                b->host_params, b->host_optimizer, b->host_buffers, b->host_total, b->nvme);
         if (c->mem_limit) printf(", \"fits\": %s", b->total <= c->mem_limit ? "true" : "false");
+        if (p->runtime.kind != DT_RUNTIME_DTRUN) printf(", \"peak_phase\": \"%s\"", dt_mem_phase_name(rows[i].phase));
         printf("}%s\n", i + 1 < n ? "," : "");
     }
     printf("  ]\n}\n");
@@ -543,12 +641,19 @@ static void print_json(const est_ctx *c, const est_row *rows, int n) {
 
 static void print_compare(const est_ctx *c, const est_row *rows, int n) {
     const dt_plan *p = &c->plan;
-    const int64_t P = c->n_params, L = dt_model_largest_module_params(&p->model);
+    const int64_t P = c->n_params;
+    const int64_t L = c->largest_block_matrix ? dt_model_largest_block_matrix_params(&p->model)
+                                              : dt_model_largest_module_params(&p->model);
     const int64_t g = p->cluster.gpus_per_node, N = p->cluster.nodes, G = g * N;
     char buf[2048];
-    printf("\nDeepSpeed's own estimators for the same case (estimate_zero2/zero3_model_states_mem_needs_all_cold,\n"
-           "DeepSpeed 0.16.5; its \"GB\" is bytes/2^30, i.e. GiB; largest layer = the %s-row embedding/lm_head):\n\n",
-           "vocab");
+    if (c->largest_block_matrix)
+        printf("\nDeepSpeed's own estimators for the same case (estimate_zero2/zero3_model_states_mem_needs_all_cold,\n"
+               "DeepSpeed 0.16.5; its \"GB\" is bytes/2^30, i.e. GiB; largest layer = a block's largest matrix, "
+               "--largest-layer block_matrix, not what DeepSpeed's model_to_params finds):\n\n");
+    else
+        printf("\nDeepSpeed's own estimators for the same case (estimate_zero2/zero3_model_states_mem_needs_all_cold,\n"
+               "DeepSpeed 0.16.5; its \"GB\" is bytes/2^30, i.e. GiB; largest layer = the %s-row embedding/lm_head):\n\n",
+               "vocab");
     dt_ds_format_zero2_cold(P, g, N, buf, sizeof buf);
     fputs(buf, stdout);
     printf("\n");

@@ -133,6 +133,20 @@ static void show_training(const dt_plan *p) {
     printf("activations  %lld of %lld layers checkpointed (recomputed in backward), %s attention\n",
            (long long)p->activations.ckpt_layers, (long long)p->model.n_layer,
            p->activations.attention == DT_ATTN_FLASH ? "flash" : "materialized");
+    if (p->runtime.kind != DT_RUNTIME_DTRUN) {
+        const dt_runtime *r = &p->runtime;
+        printf("runtime      %s (Hugging Face model code): %s attention%s, dropout %s, logits %s, RMSNorm %s, "
+               "activation %s\n",
+               dt_runtime_name(r->kind), dt_attn_kernel_name(r->attention),
+               p->activations.selective ? " with selective recompute" : "", r->dropout ? "on" : "off",
+               r->upcast_logits ? "fp32" : "16-bit", r->upcast_norm ? "in fp32" : "as the weights",
+               r->unfused_act ? "unfused" : "fused");
+        if (r->kind == DT_RUNTIME_DEEPSPEED)
+            printf("             ZeRO-3: largest layer %s, max_reuse_distance %lld, persistence_threshold %lld, "
+                   "fetch overhead %g s per module\n",
+                   dt_largest_layer_name(r->largest_layer), (long long)r->max_reuse_distance,
+                   (long long)r->persistence_threshold, r->fetch_overhead_s);
+    }
     const dt_optimizer *o = &p->optimizer;
     printf("optimizer    AdamW lr %g, betas (%g, %g), eps %g, weight decay %g, grad clip %s",
            o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->grad_clip > 0 ? "" : "off");

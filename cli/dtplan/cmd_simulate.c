@@ -20,7 +20,7 @@
 
 static int usage(FILE *f) {
     fprintf(f,
-            "usage: dtplan simulate PLAN.json [--detail] [--trace FILE.json] [--plot FILE.png|.svg] [--json]\n"
+            "usage: dtplan simulate PLAN.json [--runtime R] [--detail] [--trace FILE.json] [--plot FILE.png|.svg] [--json]\n"
             "  Simulates one optimizer step on one rank event by event (compute, communication,\n"
             "  transfers, CPU optimizer) and device memory over time; compares with the\n"
             "  closed-form time and memory models.\n"
@@ -28,7 +28,9 @@ static int usage(FILE *f) {
             "  --plot FILE    timeline (Gantt by stream) and memory over time, PNG or SVG\n"
             "  --detail       every segment of the critical path (default: a summary, the 5 largest\n"
             "                 contributors by phase and kind)\n"
-            "  --json         machine-readable summary on stdout\n");
+            "  --json         machine-readable summary on stdout\n"
+            "  --runtime R    simulate the plan as run by dtrun | deepspeed | fsdp (default: the plan's own;\n"
+            "                 another runtime takes its defaults, docs/memory-model.md \"Runtime profiles\")\n");
     return f == stdout ? 0 : 2;
 }
 
@@ -166,13 +168,15 @@ static const char *closed_form_cat(int c) {
 }
 
 int dt_cmd_simulate(int argc, char **argv) {
-    const char *plan_path = NULL, *trace = NULL, *plot = NULL;
+    const char *plan_path = NULL, *trace = NULL, *plot = NULL, *runtime = NULL;
     int json = 0, detail = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout);
         if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--detail")) detail = 1;
-        else if (!strcmp(argv[i], "--trace") || !strcmp(argv[i], "--plot")) {
+        else if (!strcmp(argv[i], "--runtime")) {
+            if (!(runtime = dt_cli_value(argc, argv, &i, "simulate"))) return 2;
+        } else if (!strcmp(argv[i], "--trace") || !strcmp(argv[i], "--plot")) {
             int is_trace = !strcmp(argv[i], "--trace");
             const char *v = dt_cli_value(argc, argv, &i, "simulate");
             if (!v) return 2;
@@ -186,8 +190,18 @@ int dt_cmd_simulate(int argc, char **argv) {
     dt_error_clear(&e);
     if (plot && dt_cli_check_plot_name("--plot", plot, "timeline.png", &e)) return dt_cli_fail(2, "%s", e.msg);
 
+    dt_runtime_kind kind = DT_RUNTIME_DTRUN;
+    if (runtime && dt_runtime_parse(runtime, &kind, &e)) return dt_cli_fail(2, "simulate: %s", e.msg);
     dt_plan p;
     if (dt_plan_load(plan_path, &p, &e)) return dt_cli_fail(2, "%s", e.msg);
+    if (runtime && kind != p.runtime.kind) {
+        /* the plan under another runtime, with that runtime's defaults */
+        dt_plan_set_runtime(&p, kind);
+        p.activations.selective = 0;
+        p.prediction.valid = 0;
+        if (dt_plan_validate(&p, &e))
+            return dt_cli_fail(2, "simulate: --runtime %s cannot run %s: %s", runtime, plan_path, e.msg);
+    }
     dt_chart_set_device(p.cluster.device);
     dt_time_breakdown tb;
     dt_mem_breakdown mb;
@@ -231,6 +245,10 @@ int dt_cmd_simulate(int argc, char **argv) {
            "%d events\n",
            p.model.name, p.parallel.zero_stage, (long long)p.parallel.world_size, (long long)p.batch.micro_batch,
            (long long)p.batch.grad_accum, (long long)p.activations.ckpt_layers, r.n_events);
+    if (p.runtime.kind != DT_RUNTIME_DTRUN)
+        printf("runtime         %s, %s attention%s (the closed form's memory is its largest phase)\n",
+               dt_runtime_name(p.runtime.kind), dt_attn_kernel_name(p.runtime.attention),
+               p.activations.selective ? ", selective recompute" : "");
     printf("step time       %12.3f ms   (time model %.3f ms, %+.2f %%)\n", r.step_s * MS_PER_S, tb.step_s * MS_PER_S,
            dt_pct);
     printf("compute busy    %12.3f ms\n", r.compute_busy_s * MS_PER_S);

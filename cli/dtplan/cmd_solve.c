@@ -46,6 +46,10 @@ static void usage(FILE *f) {
             "  --stages 0,1,2,3      stages the solver may choose (comma-separated, each once); --no-offload;\n"
             "                        --no-overlap\n"
             "  --units GiB|GB        display unit; -o plan.json writes the chosen plan\n"
+            "  --runtime R           dtrun (default) | deepspeed | fsdp: what runs the plan (docs/memory-model.md\n"
+            "                        \"Runtime profiles\"); deepspeed / fsdp may also choose selective recompute\n"
+            "  --attention A         dtrun: flash (default) | materialized; deepspeed / fsdp: sdpa (default) |\n"
+            "                        flash | eager\n"
             "  --plot FILE.png|.svg  every evaluated configuration: peak memory vs step time\n"
             "training settings carried by the plan (no effect on memory or time):\n"
             "  --data PATH           training text directory or llm.c shards (default /usr/share/games/fortunes)\n"
@@ -94,6 +98,7 @@ static void print_config(const dt_solve_choice *c, int64_t L) {
            stage_name(c->zero_stage), dt_offload_name(c->offload_optimizer),
            dt_offload_name(c->offload_param), (long long)c->micro_batch, (long long)c->grad_accum,
            (long long)c->ckpt_layers, (long long)L);
+    if (c->selective) printf(", selective attention recompute");
 }
 
 static void print_result(const dt_solve_request *rq, const dt_solve_result *r, dt_units u,
@@ -241,7 +246,8 @@ static int collect_point(void *ud, const dt_solve_choice *ch, dt_error *err) {
     }
     const dt_solve_choice *b = pp->best;
     if (ch->zero_stage == b->zero_stage && ch->offload_optimizer == b->offload_optimizer &&
-        ch->offload_param == b->offload_param && ch->micro_batch == b->micro_batch && ch->ckpt_layers == b->ckpt_layers)
+        ch->offload_param == b->offload_param && ch->micro_batch == b->micro_batch && ch->ckpt_layers == b->ckpt_layers &&
+        ch->selective == b->selective)
         pp->chosen = pp->n;
     pp->c[pp->n++] = (dt_chart_candidate){ch->step_s, ch->mem.total, ch->fits};
     return DT_OK;
@@ -272,7 +278,8 @@ static int plot_candidates(const dt_solve_request *rq, const dt_solve_result *r,
  * k_opts is indexed by this enum. */
 enum {
     O_MEM, O_MODEL, O_PARAMS, O_GPUS, O_NODES, O_GBATCH, O_SEQ, O_HARDWARE, O_LINK, O_HOST, O_NVME, O_PREC,
-    O_STAGES, O_OUT_PLAN, O_UNITS, O_DATA, O_STEPS, O_LR, O_WARMUP, O_SCHED, O_OUTDIR, O_EVAL, O_SAVE, O_PLOT
+    O_STAGES, O_OUT_PLAN, O_UNITS, O_DATA, O_STEPS, O_LR, O_WARMUP, O_SCHED, O_OUTDIR, O_EVAL, O_SAVE, O_PLOT,
+    O_RUNTIME, O_ATTENTION
 };
 typedef struct {
     const char *name, *example;
@@ -284,9 +291,10 @@ static const solve_opt k_opts[] = {
     {"--stages", "2,3"}, {"-o", "plan.json"}, {"--units", "GiB"}, {"--data", "/usr/share/games/fortunes"},
     {"--steps", "1000"}, {"--lr", "3e-4"}, {"--warmup", "100"}, {"--schedule", "WarmupLR"}, {"--out", "run/"},
     {"--eval-interval", "50"}, {"--save-interval", "100"}, {"--plot", "candidates.png"},
+    {"--runtime", "deepspeed"}, {"--attention", "sdpa"},
 };
 #define N_OPTS ((int)(sizeof k_opts / sizeof k_opts[0]))
-_Static_assert(sizeof k_opts / sizeof k_opts[0] == O_PLOT + 1, "k_opts follows the O_ enum");
+_Static_assert(sizeof k_opts / sizeof k_opts[0] == O_ATTENTION + 1, "k_opts follows the O_ enum");
 
 int dt_cmd_solve(int argc, char **argv) {
     const char *v[N_OPTS] = {0};   /* values, indexed like k_opts */
@@ -342,6 +350,17 @@ int dt_cmd_solve(int argc, char **argv) {
         dt_hardware_check_mem_limit(&b->cluster.hw, rq.mem_limit_bytes, "--mem", mem, 1, &err))
         return dt_cli_fail(2, "%s", err.msg);
     b->cluster.device = b->cluster.hw.device;
+    if (v[O_RUNTIME]) {
+        dt_runtime_kind kind;
+        if (dt_runtime_parse(v[O_RUNTIME], &kind, &err)) return dt_cli_fail(2, "%s", err.msg);
+        if (kind != DT_RUNTIME_DTRUN && b->cluster.device != DT_DEVICE_CUDA)
+            return dt_cli_fail(2, "solve: --runtime %s describes GPU runs; hardware %s is a CPU profile (use a GPU "
+                                  "--hardware such as %s, or --runtime dtrun)",
+                               v[O_RUNTIME], b->cluster.hw.name, DT_SOLVE_DEFAULT_HARDWARE);
+        dt_plan_set_runtime(b, kind);
+    }
+    if (v[O_ATTENTION] && dt_plan_set_attention(b, v[O_ATTENTION], "--attention", &err))
+        return dt_cli_fail(2, "solve: %s", err.msg);
     b->cluster.nodes = n_nodes;
     b->cluster.gpus_per_node = n_gpus / n_nodes;
     b->parallel.world_size = n_gpus;
@@ -393,6 +412,9 @@ int dt_cmd_solve(int argc, char **argv) {
                dt_format_count(b->model.requested_params, rbuf, sizeof rbuf), (long long)b->model.n_layer,
                (long long)b->model.hidden, (long long)dt_model_params(&b->model), pbuf);
     }
+    if (b->runtime.kind != DT_RUNTIME_DTRUN)
+        printf("runtime: %s (Hugging Face model code, %s attention); device memory is the step's largest phase\n",
+               dt_runtime_name(b->runtime.kind), dt_attn_kernel_name(b->runtime.attention));
     printf("limit: %s per %s (reserve %s included)\n", dt_format_bytes(rq.mem_limit_bytes, u, sbuf, sizeof sbuf),
            dt_chart_rank_word(),
            dt_format_bytes(b->cluster.hw.reserve_bytes, u, pbuf, sizeof pbuf));

@@ -25,5 +25,6 @@ int dt_cli_check_plot_name(const char *flag, const char *path, const char *examp
 int dt_cmd_simulate(int argc, char **argv);
 int dt_cmd_compare(int argc, char **argv);
 int dt_cmd_report(int argc, char **argv);
+int dt_cmd_validate(int argc, char **argv);
 
 #endif

@@ -73,6 +73,7 @@ static const dt_subcommand k_commands[] = {
     {"compare", dt_cmd_compare, "per-phase differences between a simulated and a measured trace"},
     {"report", dt_cmd_report, "charts and a Markdown summary from a dtrun output directory"},
     {"calibrate", dt_cmd_calibrate, "measure this machine and write a hardware profile (runs dtrun calibrate)"},
+    {"validate", dt_cmd_validate, "predict the published measurements of the validation suite; predicted vs measured"},
 };
 
 static void usage(FILE *f) {

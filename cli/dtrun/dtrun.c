@@ -216,6 +216,13 @@ static int cmd_train(int argc, char **argv) {
     int rc = dt_plan_load(plan_path, &plan, &err);
     if (!rc) rc = dt_plan_validate(&plan, &err);
     if (!rc && init_path) rc = set_init(&plan, init_path, &err);
+    if (!rc && plan.runtime.kind != DT_RUNTIME_DTRUN)   /* a plan predicting another framework's run */
+        rc = dt_errorf(&err, DT_EINVAL,
+                       "%s predicts a %s run (runtime.kind); dtrun trains plans made for itself: re-plan with "
+                       "dtplan solve ... --runtime dtrun, or run this one with %s", plan_path,
+                       dt_runtime_name(plan.runtime.kind),
+                       plan.runtime.kind == DT_RUNTIME_DEEPSPEED ? "deepspeed (dtplan export writes its config)"
+                                                                 : "torchrun and PyTorch FSDP");
     if (rc) return fail(DT_EINVAL, &err);
     const int world = (int)plan.parallel.world_size, gpn = (int)plan.cluster.gpus_per_node;
     const int nodes = (int)plan.cluster.nodes, is_cuda = plan.cluster.device == DT_DEVICE_CUDA;

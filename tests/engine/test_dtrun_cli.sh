@@ -4,6 +4,7 @@
 # metrics.jsonl, run-report.json and a checkpoint appear; 'dtrun sample' prints.
 # Usage: test_dtrun_cli.sh DTPLAN DTRUN SOURCE_DIR
 set -u
+DTPLAN=$1
 DTRUN=$2
 SRC=$3
 PLAN=$SRC/configs/plans/tiny-cpu.json
@@ -144,6 +145,13 @@ fresh = json.loads(open(sys.argv[3]).readline())["loss"]
 # trained weights: the first loss is near the trained run's last, not the fresh start's
 sys.exit(0 if abs(first - last) < abs(first - fresh) else 1)
 PY
+
+# a plan predicting a DeepSpeed run is not trained by dtrun: one line, exit 2, nothing written
+"$DTPLAN" solve --model gpt2 --mem 80G --gpus 8 --runtime deepspeed -o "$TMP/ds.json" >/dev/null ||
+  fail "dtplan solve --runtime deepspeed exited $?"
+expect_exit 2 "^dtrun: .*ds.json predicts a deepspeed run (runtime.kind); dtrun trains plans made for itself" -- \
+  "$DTRUN" "$TMP/ds.json" --out "$TMP/ds-run"
+[ -e "$TMP/ds-run" ] && fail "a refused deepspeed plan created its output directory"
 
 # sample through a tokenizer with more ids than the model has: one line, exit 2
 expect_exit 2 "^dtrun: sample: the tokenizer has 1500 ids but the model's vocab is 256: give the model's own --tokenizer" -- \

@@ -42,6 +42,15 @@ sed -e 's/"zero_stage": 3/"zero_stage": 2/' -e 's/"offload_param": "cpu"/"offloa
 # the sed above cut the prediction section; close the JSON again
 sed -i '$ s/,$//' "$T/z2.json" && echo "}" >>"$T/z2.json"
 check "$T/z2.json" gpt2 8 2 1024 6 H100-SXM-80GB
+# issue 17: a deepspeed-runtime plan carries stage3_max_reuse_distance and the persistence
+# threshold into the config, and --runtime deepspeed reads them back
+"$DTPLAN" solve --model qwen3-0.6b --mem 20G --gpus 8 --runtime deepspeed --attention eager --stages 3 --seq 2048 \
+    -o "$T/rt.json" >/dev/null 2>&1 || bad "solve --runtime deepspeed"
+sed -i 's/"max_reuse_distance": 1000000000/"max_reuse_distance": 300000000/' "$T/rt.json"
+"$DTPLAN" show "$T/rt.json" >/dev/null 2>&1 || bad "show a deepspeed-runtime plan"
+check "$T/rt.json" qwen3-0.6b 8 1 2048 "$(grep -o '"ckpt_layers": [0-9]*' "$T/rt.json" | grep -o '[0-9]*$')" H100-SXM-80GB \
+    --runtime deepspeed --attention eager \
+    $(grep -q '"selective_recompute": true' "$T/rt.json" && echo --recompute selective)
 
 [ $fails -eq 0 ] && echo ok
 exit $((fails > 0))

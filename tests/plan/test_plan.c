@@ -542,8 +542,61 @@ static void test_rope_scaling(void) {
     free(t0);
 }
 
+/* Issue 17: the optional runtime section. A deepspeed plan writes it (and reads back to the
+ * same text and struct); a dtrun plan has none, and plans written before it read as dtrun;
+ * the section is strict and consistent with activations.attention. */
+static void test_runtime_section(void) {
+    dt_plan p, q, r;
+    dt_error err = {0};
+    base_plan(&p);
+    char *dtrun = dt_plan_to_json(&p, &err);
+    CHECK(dtrun && !strstr(dtrun, "\"runtime\"") && !strstr(dtrun, "selective_recompute"));
+    CHECK(dt_hardware_load("H100-SXM-80GB", NULL, &p.cluster.hw, &err) == DT_OK);
+    p.cluster.device = DT_DEVICE_CUDA;
+    dt_plan_set_runtime(&p, DT_RUNTIME_DEEPSPEED);
+    CHECK(dt_plan_set_attention(&p, "eager", "--attention", &err) == DT_OK);
+    p.activations.selective = 1;
+    p.runtime.max_reuse_distance = 12345;
+    char *t0 = dt_plan_to_json(&p, &err);
+    CHECK(t0 != NULL);
+    if (!t0) {
+        free(dtrun);
+        return;
+    }
+    CHECK(strstr(t0, "\"kind\": \"deepspeed\"") && strstr(t0, "\"attention\": \"eager\""));
+    CHECK(strstr(t0, "\"selective_recompute\": true") && strstr(t0, "\"attention\": \"materialized\""));
+    CHECK_EQ_I64(dt_plan_parse(t0, &q, &err), 0);
+    char *t1 = dt_plan_to_json(&q, &err);
+    CHECK_EQ_I64(dt_plan_parse(t1, &r, &err), 0);
+    CHECK_STR(t0, t1);
+    CHECK(memcmp(&q, &r, sizeof q) == 0);
+    CHECK(q.runtime.kind == DT_RUNTIME_DEEPSPEED && q.runtime.attention == DT_KERNEL_EAGER && q.activations.selective);
+    CHECK_EQ_I64(q.runtime.max_reuse_distance, 12345);
+    /* strict: unknown and missing keys, kinds, consistency */
+    expect_mut_reject(t0, "runtime.kernel", "\"sdpa\"", "$.runtime.kernel: unknown key");
+    expect_mut_reject(t0, "runtime.dropout", NULL, "$.runtime.dropout: missing required key");
+    expect_mut_reject(t0, "runtime.kind", "\"megatron\"", "$.runtime.kind");
+    expect_mut_reject(t0, "runtime.kind", "\"dtrun\"", "$.runtime.kind: \"dtrun\" plans carry no runtime section");
+    expect_mut_reject(t0, "runtime.attention", "\"sdpa\"",
+                      "runtime.attention = \"sdpa\" contradicts activations.attention = \"materialized\"");
+    expect_mut_reject(t0, "runtime.fetch_overhead_s", "-1", "$.runtime.fetch_overhead_s");
+    expect_mut_reject(t0, "cluster.device", "\"cpu\"", "cluster.device");
+    expect_mut_accept(t0, "parallel.zero_stage", "1", &q);
+    expect_mut_reject(mutate(t0, "runtime.kind", "\"fsdp\""), "parallel.zero_stage", "1",
+                      "FSDP has no optimizer-only sharding");
+    /* a dtrun plan (every plan before issue 17) cannot ask for selective recompute */
+    expect_mut_reject(dtrun, "activations.selective_recompute", "true",
+                      "dtrun's engine recomputes whole blocks only");
+    expect_mut_accept(dtrun, "activations.selective_recompute", "false", &q);
+    CHECK(q.runtime.kind == DT_RUNTIME_DTRUN && !q.activations.selective);
+    free(t0);
+    free(t1);
+    free(dtrun);
+}
+
 int main(void) {
     test_names();
+    test_runtime_section();
     test_rope_scaling();
     test_round_trip();
     test_rejections();

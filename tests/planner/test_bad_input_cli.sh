@@ -10,7 +10,7 @@ DTPLAN=$1 SRC=$3 T=$(mktemp -d) fails=0 n=0
 trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 
-for c in estimate solve show export simulate compare report; do "$DTPLAN" "$c" --help >"$T/help.$c" 2>&1; done
+for c in estimate solve show export simulate compare report validate; do "$DTPLAN" "$c" --help >"$T/help.$c" 2>&1; done
 
 # bad WANT CMD ARGS...: the checks above; WANT is a fixed string the line must contain
 bad() {
@@ -193,6 +193,28 @@ bad "-o: empty value" export --deepspeed "$plan" -o ""
 bad "--slurm: empty value" export --deepspeed "$plan" --slurm ""
 bad "simulate: --trace needs a value" simulate "$plan" --trace ""
 bad "-o needs a value" report "$T" -o ""
+
+# ---- issue 17: the runtime profile and the validation suite ----
+bad "--runtime 'megatron': unknown runtime (use dtrun, deepspeed or fsdp" estimate $P --runtime megatron
+bad "--runtime 'bogus': unknown runtime" solve $P --mem 80G --runtime bogus
+bad "--runtime 'DeepSpeed': unknown runtime" simulate "$plan" --runtime DeepSpeed
+bad "--runtime deepspeed describes GPU runs; hardware cpu is a CPU profile" estimate $P --runtime deepspeed --hardware cpu
+bad "--runtime fsdp describes GPU runs" solve $P --mem 1G --runtime fsdp --hardware cpu
+bad "--runtime deepspeed cannot run" simulate "$plan" --runtime deepspeed
+bad "--attention 'sdpa': expected flash or materialized" estimate $P --attention sdpa
+bad "--attention 'paged': expected sdpa, flash or eager" estimate $P --runtime deepspeed --attention paged
+bad "--attention 'eager': expected flash or materialized" solve $P --mem 80G --attention eager
+bad "--recompute selective: dtrun's engine recomputes whole blocks only" estimate $P --recompute selective
+bad "--recompute 'attention': expected selective or none" estimate $P --runtime fsdp --recompute attention
+bad "--largest-layer 'matrix': expected module or block_matrix" estimate $P --runtime deepspeed --largest-layer matrix
+bad "--largest-layer applies to --runtime deepspeed / fsdp and to --compare deepspeed" estimate $P --largest-layer module
+bad "--runtime fsdp with --deepspeed" estimate $P --runtime fsdp --deepspeed "$SRC/configs/deepspeed/zero2.json"
+bad "--plan fixes the configuration; --runtime cannot be combined with it" estimate --plan "$plan" --runtime deepspeed
+printf '{"format": "dtplan.validation/1", "name": "x"}\n' >"$T/case.json"
+bad "validate: $T/case.json: \$.source: missing required key" validate "$T/case.json"
+bad "validate: cannot read '$T/none.json'" validate "$T/none.json"
+bad "validate: unknown option '--strict'" validate --strict
+bad "validate: --max-memory-error 'ten': expected a percentage" validate --max-memory-error ten
 
 # nothing was written where -o pointed
 "$DTPLAN" solve $P --mem 80 -o "$T/never.json" >/dev/null 2>&1

@@ -298,7 +298,36 @@ static void test_deepspeed_estimators(void) {
     CHECK(n == sizeof small - 1 && small[sizeof small - 1] == '\0');
 }
 
+/* Issue 17: the deepspeed runtime profile reads stage3_max_reuse_distance and the persistence
+ * threshold ("auto": HF's 10 x hidden), both spellings; the dtrun profile leaves them out. */
+static void test_runtime_keys(void) {
+    dt_plan p;
+    dt_error e = {0};
+    dt_dsconfig c;
+    const char *cfg = "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 3, "
+                      "\"stage3_max_reuse_distance\": 2e8, \"stage3_param_persistence_threshold\": \"auto\"}}";
+    plan_for(&p, "gpt2", 1);
+    CHECK(dt_dsconfig_parse(cfg, "cfg.json", &c, &e) == DT_OK);
+    CHECK(dt_dsconfig_apply(&c, &p, NULL, &e) == DT_OK);
+    dt_dsconfig_apply_runtime(&c, &p, NULL);   /* dtrun: nothing to set */
+    CHECK_EQ_I64(p.runtime.max_reuse_distance, 0);
+    dt_plan_set_runtime(&p, DT_RUNTIME_DEEPSPEED);
+    dt_ds_notes notes = {0};
+    dt_dsconfig_apply_runtime(&c, &p, &notes);
+    CHECK_EQ_I64(p.runtime.max_reuse_distance, 200000000);
+    CHECK_EQ_I64(p.runtime.persistence_threshold, 10 * 768);
+    CHECK(notes.n == 1 && strstr(notes.line[0], "10 x hidden = 7680") != NULL);
+    CHECK(dt_dsconfig_parse("{\"zero_optimization\": {\"stage\": 3, \"max_reuse_distance\": 5}}", "c", &c, &e) ==
+          DT_OK);
+    CHECK(c.reuse_distance.state == DT_DS_SET && c.reuse_distance.value == 5);
+    expect_error("{\"zero_optimization\": {\"stage\": 3, \"stage3_max_reuse_distance\": -1}}", 1,
+                 "$.zero_optimization.stage3_max_reuse_distance: expected an integer >= 0");
+    expect_error("{\"zero_optimization\": {\"stage\": 3, \"stage3_max_reuse_distance\": 1, \"max_reuse_distance\": 2}}",
+                 1, "given twice");
+}
+
 int main(void) {
+    test_runtime_keys();
     test_seed_configs();
     test_batch_inference();
     test_rejections();

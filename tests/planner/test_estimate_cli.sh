@@ -174,6 +174,31 @@ bad "unknown option '--gpu'" --params 7B --gpu 8
 bad "--gpus given twice" --params 7B --gpus 8 --gpus 4
 bad "--hardware|profile" --params 7B --hardware no-such-gpu
 
+# --- issue 17: runtime profiles ---
+LAST="runtime deepspeed"
+ok --model llama-2-7b --gpus 8 --runtime deepspeed
+has '^runtime    deepspeed \(Hugging Face model code\): sdpa attention, dropout off, logits fp32, RMSNorm in fp32'
+has '\| peak at$'
+has '^  3   cpu/none   \|.*\| backward start$'
+[ "$(grep -c '^  [0-3]   ' "$TMP/out")" -eq 14 ] || fail "deepspeed: expected 14 stage x offload rows"
+# offload placement: with offload_optimizer the device keeps no gradient partition
+has '^  2   cpu/none   \|    12\.55     0\.00      0\.00 \|'
+LAST="runtime fsdp rows"
+ok --model gpt2 --gpus 8 --runtime fsdp --micro-batch 8 --units GB
+[ "$(grep -c '^  [0-3]   ' "$TMP/out")" -eq 4 ] || fail "fsdp: expected stages 0, 2, 3 and 3 cpu/cpu"
+has '^  3   cpu/cpu    \|'
+LAST="runtime json"
+ok --model qwen3-0.6b --gpus 8 --runtime deepspeed --attention eager --recompute selective --json
+has '"runtime": \{"kind": "deepspeed", "attention": "eager", "selective_recompute": true'
+has '"peak_phase": "backward start"'
+LAST="largest layer"
+ok --model llama-2-7b --gpus 8 --compare deepspeed --largest-layer block_matrix --zero-stage 3
+has "largest layer = a block's largest matrix, --largest-layer block_matrix"
+has 'SW: Model with 6738M total params, 45M largest layer params'
+LAST="dtrun stays the default"
+ok --model gpt2 --gpus 8
+grep -q 'peak at\|^runtime ' "$TMP/out" && fail "the dtrun table grew a runtime line or a phase column"
+
 "$DTPLAN" estimate --help >"$TMP/out" 2>&1 || fail "--help exits non-zero"
 grep -q -- '--deepspeed' "$TMP/out" || fail "--help lacks --deepspeed"
 
