@@ -52,7 +52,8 @@ static void usage(FILE *f) {
             "                        flash | eager\n"
             "  --plot FILE.png|.svg  every evaluated configuration: peak memory vs step time\n"
             "training settings carried by the plan (no effect on memory or time):\n"
-            "  --data PATH           training text directory or llm.c shards (default /usr/share/games/fortunes)\n"
+            "  --data PATH           training text directory, llm.c shards, or dtrun prepare's output (its shards,\n"
+            "                        vocabulary checked) (default /usr/share/games/fortunes)\n"
             "  --steps N             optimizer steps; --warmup N; --lr X (peak, default 2e-4)\n"
             "  --schedule S          constant | WarmupLR (default) | WarmupDecayLR | WarmupCosineLR\n"
             "  --out DIR             dtrun output directory; --eval-interval N; --save-interval N\n",
@@ -386,6 +387,9 @@ int dt_cmd_solve(int argc, char **argv) {
     if (apply_training_options(b, v[O_DATA], v[O_STEPS], v[O_LR], v[O_WARMUP], v[O_SCHED], v[O_OUTDIR], v[O_EVAL],
                                v[O_SAVE], &err))
         return dt_cli_fail(2, "%s", err.msg);
+    char data_note[1024];
+    if (dt_solve_apply_prepared(b, v[O_DATA], data_note, sizeof data_note, &err))
+        return dt_cli_fail(2, "solve: %s", err.msg);
     if (rq.mem_limit_bytes <= b->cluster.hw.reserve_bytes) {
         char rb[48], most[32];
         dt_hardware_mem_text(&b->cluster.hw, most, sizeof most);
@@ -415,6 +419,7 @@ int dt_cmd_solve(int argc, char **argv) {
     if (b->runtime.kind != DT_RUNTIME_DTRUN)
         printf("runtime: %s (Hugging Face model code, %s attention); device memory is the step's largest phase\n",
                dt_runtime_name(b->runtime.kind), dt_attn_kernel_name(b->runtime.attention));
+    if (data_note[0]) printf("%s\n", data_note);
     printf("limit: %s per %s (reserve %s included)\n", dt_format_bytes(rq.mem_limit_bytes, u, sbuf, sizeof sbuf),
            dt_chart_rank_word(),
            dt_format_bytes(b->cluster.hw.reserve_bytes, u, pbuf, sizeof pbuf));

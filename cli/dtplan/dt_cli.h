@@ -6,6 +6,7 @@
 #define DT_CLI_H
 
 #include "dt_error.h"
+#include "dt_plan.h"
 
 int dt_cmd_estimate(int argc, char **argv);
 int dt_cmd_solve(int argc, char **argv);
@@ -26,5 +27,11 @@ int dt_cmd_simulate(int argc, char **argv);
 int dt_cmd_compare(int argc, char **argv);
 int dt_cmd_report(int argc, char **argv);
 int dt_cmd_validate(int argc, char **argv);
+
+/* --data naming `dtrun prepare`'s output (its prepare.json, or its train/ folder):
+ * the plan reads its shards (data.format llmc, train/ and val/), the tokenizer's
+ * vocabulary must fit the model's (DT_EINVAL otherwise), and note (a line to print,
+ * "" when data is not such a directory) says what the plan's steps read. */
+int dt_solve_apply_prepared(dt_plan *b, const char *data, char *note, size_t note_len, dt_error *err);
 
 #endif

@@ -18,9 +18,19 @@ for i in $(seq 20); do cat "$SRC/tests/data/chat.jsonl"; done >"$TMP/chat.jsonl"
 "$DTRUN" prepare --tokenizer "$SRC/tests/tokenizer/data/qwen2-mini.json" --out "$TMP/sft" --format chat \
   --chat-template chatml --val-fraction 0 --quiet "$TMP/chat.jsonl" || fail "prepare exited $?"
 jq '.vocab_size = 1500 | .max_position_embeddings = 64' "$SRC/models/catalog/qwen3-tiny.json" >"$TMP/model.json"
-"$DTPLAN" solve --model "$TMP/model.json" --hardware cpu --mem 2G --seq 32 --steps 20 --data "$TMP/sft/train" \
-  -o "$TMP/p0.json" >/dev/null || fail "dtplan solve exited $?"
-jq '.data.format = "llmc" | .data.eval_interval = 0 | .output.save_interval = 0' "$TMP/p0.json" >"$TMP/plan.json"
+# --data names prepare's output: the plan reads its shards (format llmc) and says what they hold
+"$DTPLAN" solve --model "$TMP/model.json" --hardware cpu --mem 2G --seq 32 --steps 20 --data "$TMP/sft" \
+  -o "$TMP/p0.json" >"$TMP/solve.out" || fail "dtplan solve exited $?"
+grep -q "^data: dtrun prepare output $TMP/sft: .* training tokens (SFT: the loss on the assistant's tokens only)" \
+  "$TMP/solve.out" || fail "dtplan solve did not describe the prepared data: $(cat "$TMP/solve.out")"
+[ "$(jq -r .data.format "$TMP/p0.json")" = llmc ] && [ "$(jq -r .data.train "$TMP/p0.json")" = "$TMP/sft/train" ] ||
+  fail "the plan does not read the shards: $(jq -c .data "$TMP/p0.json")"
+# a model whose vocabulary cannot hold the tokenizer's: one line, exit 2, no plan
+"$DTPLAN" solve --model qwen3-tiny --hardware cpu --mem 2G --data "$TMP/sft" -o "$TMP/bad.json" >/dev/null 2>"$TMP/err"
+rc=$?
+{ [ "$rc" -eq 2 ] && [ ! -e "$TMP/bad.json" ] && grep -q "its tokenizer has 1500 ids but the model qwen3-tiny has a vocabulary of 256" "$TMP/err"; } ||
+  fail "a too-small vocabulary: exit $rc, $(cat "$TMP/err")"
+jq '.data.eval_interval = 0 | .output.save_interval = 0' "$TMP/p0.json" >"$TMP/plan.json"
 "$DTRUN" "$TMP/plan.json" --out "$TMP/run" --no-progress 2>"$TMP/log" || fail "dtrun exited $?: $(tail -3 "$TMP/log")"
 grep -q "^dtrun: data: SFT loss mask" "$TMP/log" || fail "the run did not say it applies the loss mask: $(cat "$TMP/log")"
 first=$(head -1 "$TMP/run/metrics.jsonl" | jq .loss) last=$(tail -1 "$TMP/run/metrics.jsonl" | jq .loss)
