@@ -93,6 +93,10 @@ typedef struct dt_solve_result {
  * it prints anything): global batch a positive multiple of the world size and within
  * DT_SOLVE_MAX_SEQS_PER_RANK per rank, positive limits, a stage allowed. DT_EINVAL. */
 int dt_solve_check(const dt_solve_request *rq, dt_error *err);
+/* Bytes of a node's host memory the plan p uses per node when each rank uses m: the
+ * host-side offload, plus on a CPU plan every rank's own memory (the ranks of a
+ * node share its RAM). What the solver checks against the host limit. */
+int64_t dt_solve_node_host_bytes(const dt_plan *p, const dt_mem_breakdown *m);
 
 /* The MILP. DT_EINFEASIBLE when nothing fits (message: the smallest memory limit
  * that would fit and its configuration; out->min_memory holds it); DT_EINVAL for

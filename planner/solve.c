@@ -73,8 +73,21 @@ static int n_selective(const dt_solve_request *rq) {
     return r->kind != DT_RUNTIME_DTRUN && r->attention == DT_KERNEL_EAGER ? 2 : 1;
 }
 
+/* What a node's host memory holds: its host-side offload, and on a CPU plan also
+ * every rank's "device" memory, which is the same RAM (the ranks of a node share one
+ * memory; docs/memory-model.md "CPU ranks share the node"). */
+int64_t dt_solve_node_host_bytes(const dt_plan *p, const dt_mem_breakdown *m) {
+    if (p->cluster.device != DT_DEVICE_CPU) return m->host_total;
+    int64_t ranks = p->cluster.gpus_per_node, dev = mem_dev(m);
+    return dev > INT64_MAX / 2 / (ranks > 0 ? ranks : 1) ? INT64_MAX : m->host_total + ranks * dev;
+}
+
+static int64_t node_host_bytes(const dt_solve_request *rq, const dt_mem_breakdown *m) {
+    return dt_solve_node_host_bytes(&rq->base, m);
+}
+
 static int fits(const dt_solve_request *rq, const dt_mem_breakdown *m) {
-    return mem_dev(m) <= rq->mem_limit_bytes && m->host_total <= rq->host_limit_bytes &&
+    return mem_dev(m) <= rq->mem_limit_bytes && node_host_bytes(rq, m) <= rq->host_limit_bytes &&
            m->nvme <= rq->nvme_limit_bytes;
 }
 
@@ -177,7 +190,7 @@ static int add_candidate_runs(void *ud, int stage, dt_offload oo, dt_offload op,
         dt_mem_breakdown m;
         p.activations.ckpt_layers = K;
         if (dt_memory_estimate(&p, &m, err)) return err->code;
-        int64_t v[3] = {mem_dev(&m), m.host_total, m.nvme};
+        int64_t v[3] = {mem_dev(&m), node_host_bytes(c->rq, &m), m.nvme};
         if (K == 0) {
             r.lo = r.hi = 0;
             r.dev0 = v[0], r.host0 = v[1], r.nvme0 = v[2];
@@ -543,12 +556,15 @@ static int infeasible_message(const dt_solve_request *rq, const dt_solve_choice 
     char cfg[256];
     describe(mm, cfg, sizeof cfg);
     double gib = 1073741824.0;
-    if (mm->mem.host_total > rq->host_limit_bytes || mm->mem.nvme > rq->nvme_limit_bytes)
+    if (node_host_bytes(rq, &mm->mem) > rq->host_limit_bytes || mm->mem.nvme > rq->nvme_limit_bytes)
         return dt_errorf(err, DT_EINFEASIBLE,
-                         "nothing fits: even the smallest configuration (%s) needs %.2f GiB host memory per node "
-                         "(limit %.2f) and %.2f GiB NVMe (limit %.2f)",
-                         cfg, mm->mem.host_total / gib, rq->host_limit_bytes / gib, mm->mem.nvme / gib,
-                         rq->nvme_limit_bytes / gib);
+                         "nothing fits: even the smallest configuration (%s) needs %.2f GiB host memory per node%s "
+                         "(limit %.2f) and %.2f GiB NVMe (limit %.2f)%s",
+                         cfg, node_host_bytes(rq, &mm->mem) / gib,
+                         rq->base.cluster.device == DT_DEVICE_CPU ? " (its ranks' memory included: they share it)" : "",
+                         rq->host_limit_bytes / gib, mm->mem.nvme / gib, rq->nvme_limit_bytes / gib,
+                         rq->base.cluster.device == DT_DEVICE_CPU ? "; fewer ranks per node (--gpus) or --host-mem "
+                                                                    "if the machine has more" : "");
     const dt_hardware *hw = &rq->base.cluster.hw;
     if (mem_dev(&mm->mem) > hw->device_mem_bytes)   /* no --mem can help: say what can */
         return dt_errorf(err, DT_EINFEASIBLE,
@@ -659,8 +675,8 @@ typedef struct {
 /* Infeasible candidates rank by device memory among those that fit host and NVMe. */
 static int better_infeasible(const dt_solve_request *rq, const dt_solve_choice *a, const dt_solve_choice *b) {
     if (!b->valid) return 1;
-    int ha = a->mem.host_total <= rq->host_limit_bytes && a->mem.nvme <= rq->nvme_limit_bytes;
-    int hb = b->mem.host_total <= rq->host_limit_bytes && b->mem.nvme <= rq->nvme_limit_bytes;
+    int ha = node_host_bytes(rq, &a->mem) <= rq->host_limit_bytes && a->mem.nvme <= rq->nvme_limit_bytes;
+    int hb = node_host_bytes(rq, &b->mem) <= rq->host_limit_bytes && b->mem.nvme <= rq->nvme_limit_bytes;
     if (ha != hb) return ha;
     return mem_dev(&a->mem) < mem_dev(&b->mem);
 }

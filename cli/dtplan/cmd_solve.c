@@ -118,7 +118,8 @@ static void print_result(const dt_solve_request *rq, const dt_solve_result *r, d
            dt_format_bytes(m->buffers, u, b[4], 48), dt_format_bytes(m->reserve, u, b[5], 48));
     printf("  per %s total %s of %s;  host per node %s of %s;  NVMe %s of %s\n", dev,
            dt_format_bytes(m->total, u, b[0], 48), dt_format_bytes(rq->mem_limit_bytes, u, b[1], 48),
-           dt_format_bytes(m->host_total, u, b[2], 48), dt_format_bytes(rq->host_limit_bytes, u, b[3], 48),
+           dt_format_bytes(dt_solve_node_host_bytes(p, m), u, b[2], 48),
+           dt_format_bytes(rq->host_limit_bytes, u, b[3], 48),
            dt_format_bytes(m->nvme, u, b[4], 48), dt_format_bytes(rq->nvme_limit_bytes, u, b[5], 48));
     printf("  step %.4g s = compute %.4g + recompute %.4g + exposed comm %.4g (of %.4g) + offload %.4g + "
            "optimizer %.4g\n",
