@@ -14,8 +14,12 @@
 #
 # usage: bench/validate_mem.sh [BUILD_DIR] [--steps N] [--models "gpt2 gpt2-medium"]
 #                              [--worlds "1 2"] [--stages "0 1 2 3"] [--offload "none cpu"]
-#                              [--mem-factor X] [--quick]
+#                              [--mem-factor X] [--quick] [--baseline DIR]
 #   BUILD_DIR     where dtplan and dtrun are (default build)
+#   --baseline DIR  also run every config with DIR/dtrun (an earlier build) first;
+#                 the tables then have a row per build ("before": DIR, "after":
+#                 BUILD_DIR) and OUT/compare.md puts the transient phases (start-up,
+#                 ckpt save, ckpt load, export) of the two side by side
 #   --steps N     steps of the first run (default 2; the resumed run adds one)
 #   --quick       gpt2 only, stages 0 and 3, no offload (a smoke run)
 #   --mem-factor  a config is skipped, with a note, when X times its rough need
@@ -27,7 +31,7 @@
 # removed after it ran. docs/benchmarks.md has a recorded run.
 set -u
 BUILD=build STEPS=2 MODELS="gpt2 gpt2-medium" WORLDS="1 2" QUICK=0 FACTOR=1.3
-STAGES="0 1 2 3" MODES="none cpu"
+STAGES="0 1 2 3" MODES="none cpu" BASELINE=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --steps) STEPS=$2; shift 2 ;;
@@ -37,14 +41,19 @@ while [ $# -gt 0 ]; do
     --offload) MODES=$2; shift 2 ;;
     --mem-factor) FACTOR=$2; shift 2 ;;
     --quick) QUICK=1; MODELS=gpt2; shift ;;
-    -h | --help) sed -n '2,27p' "$0"; exit 0 ;;
+    --baseline) BASELINE=$2; shift 2 ;;
+    -h | --help) sed -n '2,32p' "$0"; exit 0 ;;
     -*) echo "validate_mem.sh: unknown option '$1'" >&2; exit 2 ;;
     *) BUILD=$1; shift ;;
     esac
 done
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 DTPLAN=$BUILD/dtplan DTRUN=$BUILD/dtrun
-for b in "$DTPLAN" "$DTRUN"; do [ -x "$b" ] || { echo "validate_mem.sh: $b not built" >&2; exit 2; }; done
+for b in "$DTPLAN" "$DTRUN" ${BASELINE:+"$BASELINE/dtrun"}; do
+    [ -x "$b" ] || { echo "validate_mem.sh: $b not built" >&2; exit 2; }
+done
+BUILDS="after=$DTRUN"
+[ -n "$BASELINE" ] && BUILDS="before=$BASELINE/dtrun after=$DTRUN"
 command -v python3 >/dev/null || { echo "validate_mem.sh: python3 missing" >&2; exit 2; }
 OUT=${DT_VALIDATE_OUT:-$(mktemp -d /tmp/dt_validate_mem_XXXXXX)}
 mkdir -p "$OUT"
@@ -69,7 +78,8 @@ MEM_LIMIT=$((MEM_KIB / 1024 / 1024))G
 
 echo "validate_mem: $(date -u +%FT%TZ), $NPROC CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')),"\
      "$((MEM_KIB / 1024)) MiB, load $(cut -d' ' -f1-3 /proc/loadavg), steps $STEPS + 1 resumed, out $OUT"
-printf 'model\tstage\toffload\tworld\trank\tphase\truns\tpredicted\treal\ttracked\truntime\tratio\n' >"$OUT/rows.tsv"
+[ -n "$BASELINE" ] && echo "builds: before = $BASELINE/dtrun, after = $DTRUN"
+printf 'build\tmodel\tstage\toffload\tworld\trank\tphase\truns\tpredicted\treal\ttracked\truntime\tratio\n' >"$OUT/rows.tsv"
 : >"$OUT/skipped.txt"
 
 # plan MODEL STAGE OFFLOAD WORLD FILE RUNDIR
@@ -126,19 +136,22 @@ for m in $MODELS; do
             echo "$label: skipped: needs about $((want / 1048576)) MiB ($FACTOR x the model states and the checkpoint), $((avail / 1048576)) MiB available" | tee -a "$OUT/skipped.txt"
             continue
         fi
-        t0=$(date +%s)
         export OMP_NUM_THREADS=$(( NPROC / w > 0 ? NPROC / w : 1 ))
-        if ! "$DTRUN" "$f" --out "$d" --max-steps "$STEPS" --no-progress >"$OUT/run1.log" 2>&1; then
-            echo "$label: FAILED (first run): $(tail -2 "$OUT/run1.log")" | tee -a "$OUT/skipped.txt"; continue
-        fi
-        mkdir -p "$d/first"
-        cp "$d"/run-report*.json "$d/first/"
-        if ! "$DTRUN" "$f" --out "$d" --resume --max-steps $((STEPS + 1)) --no-progress >"$OUT/run2.log" 2>&1; then
-            echo "$label: FAILED (resumed run): $(tail -2 "$OUT/run2.log")" | tee -a "$OUT/skipped.txt"; continue
-        fi
-        python3 - "$d" "$m" "$s" "$o" "$w" >>"$OUT/rows.tsv" <<'PY'
+        for bd in $BUILDS; do
+          bl=${bd%%=*} run=${bd#*=}
+          t0=$(date +%s)
+          rm -rf "$d"
+          if ! "$run" "$f" --out "$d" --max-steps "$STEPS" --no-progress >"$OUT/run1.log" 2>&1; then
+              echo "$label ($bl): FAILED (first run): $(tail -2 "$OUT/run1.log")" | tee -a "$OUT/skipped.txt"; continue
+          fi
+          mkdir -p "$d/first"
+          cp "$d"/run-report*.json "$d/first/"
+          if ! "$run" "$f" --out "$d" --resume --max-steps $((STEPS + 1)) --no-progress >"$OUT/run2.log" 2>&1; then
+              echo "$label ($bl): FAILED (resumed run): $(tail -2 "$OUT/run2.log")" | tee -a "$OUT/skipped.txt"; continue
+          fi
+          python3 - "$d" "$m" "$s" "$o" "$w" "$bl" >>"$OUT/rows.tsv" <<'PY'
 import json, sys
-d, m, s, o, w = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+d, m, s, o, w, bl = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6]
 PH = ["startup", "forward", "backward", "optimizer", "eval", "ckpt_save", "ckpt_load", "export"]
 for r in range(w):
     name = "run-report.json" if r == 0 else "run-report-rank%05d.json" % r
@@ -149,9 +162,10 @@ for r in range(w):
         real, pred = e["real_peak_rss"], e["predicted_total"]
         tr = e["tracked"]["total"]
         ratio = real / pred if real and pred else float("nan")
-        print(f"{m}\t{s}\t{o}\t{w}\t{r}\t{ph}\t{e['runs']}\t{pred}\t{real}\t{tr}\t{e['runtime']}\t{ratio:.3f}")
+        print(f"{bl}\t{m}\t{s}\t{o}\t{w}\t{r}\t{ph}\t{e['runs']}\t{pred}\t{real}\t{tr}\t{e['runtime']}\t{ratio:.3f}")
 PY
-        echo "$label: done in $(( $(date +%s) - t0 )) s, load $(cut -d' ' -f1 /proc/loadavg)"
+          echo "$label ($bl): done in $(( $(date +%s) - t0 )) s, load $(cut -d' ' -f1 /proc/loadavg)"
+        done
         rm -rf "$d"
       done
     done
@@ -167,11 +181,12 @@ rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 keys = []
 by = {}
 for r in rows:
-    k = (r["model"], r["stage"], r["offload"], r["world"], r["rank"])
+    k = (r["model"], r["stage"], r["offload"], r["world"], r["rank"], r["build"])
     if k not in by: keys.append(k); by[k] = {}
     by[k][r["phase"]] = r
-print("| model | ZeRO | offload | ranks | rank | predicted MiB | " + " | ".join(LB) + " |")
-print("|---|---|---|---|---|---:|" + "---:|" * len(PH))
+two = len({k[5] for k in keys}) > 1
+print("| model | ZeRO | offload | ranks | rank | " + ("build | " if two else "") + "predicted MiB | " + " | ".join(LB) + " |")
+print("|---|---|---|---|---|" + ("---|" if two else "") + "---:|" + "---:|" * len(PH))
 def f(x):
     try: return float(x)
     except (TypeError, ValueError): return float("nan")
@@ -184,11 +199,39 @@ for k in keys:
             cells.append("-"); continue
         real = f(e[ph]["real"])
         cells.append(f"{real / MIB:.0f} ({real / pred:.2f})")
-    print(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {k[4]} | {pred / MIB:.0f} | " + " | ".join(cells) + " |")
+    b = f"{k[5]} | " if two else ""
+    print(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {k[4]} | {b}{pred / MIB:.0f} | " + " | ".join(cells) + " |")
+PY
+# --baseline: the transient phases before -> after, per config and rank
+[ -n "$BASELINE" ] && python3 - "$OUT/rows.tsv" >"$OUT/compare.md" <<'PY'
+import csv, sys
+PH = ["startup", "ckpt_save", "ckpt_load", "export"]
+LB = ["start-up", "ckpt save", "ckpt load", "export"]
+MIB = 1 << 20
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+by, keys = {}, []
+for r in rows:
+    k = (r["model"], r["stage"], r["offload"], r["world"], r["rank"])
+    if k not in by: keys.append(k); by[k] = {}
+    by[k][(r["build"], r["phase"])] = r
+print("| model | ZeRO | offload | ranks | rank | predicted MiB | " + " | ".join(f"{l} before → after" for l in LB) + " |")
+print("|---|---|---|---|---|---:|" + "---:|" * len(PH))
+def cell(e, b, ph):
+    r = e.get((b, ph))
+    if not r or r["real"] in ("None", ""): return "-"
+    return f"{float(r['real']) / MIB:.0f} ({float(r['real']) / float(r['predicted']):.2f})"
+for k in keys:
+    e = by[k]
+    pred = float(next(iter(e.values()))["predicted"])
+    print(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {k[4]} | {pred / MIB:.0f} | "
+          + " | ".join(f"{cell(e, 'before', ph)} → {cell(e, 'after', ph)}" for ph in PH) + " |")
 PY
 echo
 echo "real peak RSS per phase, MiB (real / predicted); predicted = the plan's steady-state total for the rank:"
 cat "$OUT/table.md"
+if [ -n "$BASELINE" ]; then
+    echo; echo "transient phases, before ($BASELINE) -> after ($BUILD), MiB (real / predicted):"; cat "$OUT/compare.md"
+fi
 if [ -s "$OUT/skipped.txt" ]; then echo; echo "skipped / failed:"; cat "$OUT/skipped.txt"; fi
 echo
 echo "every config, rank and phase (predicted, real, tracked, runtime in bytes): $OUT/rows.tsv"

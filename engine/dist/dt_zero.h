@@ -26,6 +26,22 @@
 
 typedef struct dt_zero dt_zero;
 
+/* The most bytes of transient host staging one weights or checkpoint transfer
+ * holds at a time: loading weights or a checkpoint (parameters, master, the
+ * optimizer state), the ZeRO-3 consolidation and the checkpoint's optimizer
+ * shards stream through buffers of at most this size, and a memory-mapped file
+ * is read this many bytes at a time before its pages are released, so none of
+ * them materialises a whole model or optimizer state (docs/dtrun.md "Bounded
+ * checkpoint I/O"). 64 MiB: at the 1-2 GB/s of a disk or a PCIe copy a chunk
+ * takes 30-60 ms, so the per-chunk calls cost nothing measurable, while it is
+ * small beside the state of any model where the bound matters (GPT-2 124M's
+ * fp32 weights alone are 475 MiB). */
+#define DT_IO_CHUNK_BYTES ((size_t)64 << 20)
+/* DT_IO_CHUNK_BYTES, or DT_TEST_IO_CHUNK_BYTES from the environment (a test-only
+ * override, read once, >= 64: tests make the tiny models' transfers take many
+ * chunks; docs/dtrun.md "Failure tests"). */
+size_t dt_io_chunk_bytes(void);
+
 /* One optimizer-state slice owned by this rank: state elements
  * [state_begin, state_begin + count) hold flat parameters
  * [flat_begin, flat_begin + count). */
@@ -45,12 +61,27 @@ void dt_zero_free(dt_zero *z);
  * gradients; dt_lm_release_flat), so call it once, with the full weights in
  * g: afterwards stage 3 fails with DT_EINVAL (no flat parameters left). */
 int dt_zero_init_from_model(dt_zero *z, dt_error *err);
-/* The same for a fresh model initialised from seed (dt_lm_init_random's values):
- * stages 0-2 draw the full parameters into g's flat buffer first; stage 3 draws
- * only this rank's slice of each unit (dt_lm_init_slice), so no rank ever holds
- * the whole model (as DeepSpeed's zero.Init) and g may have been created without
- * flat buffers (DT_LM_NO_FLAT). The shards are bitwise those of the full init. */
+/* The same for a fresh model initialised from seed (dt_lm_init_random's values),
+ * through dt_zero_load_params with dt_lm_init_slice as the reader: stages 0-2
+ * draw the full parameters into g's flat buffer; stage 3 draws only this rank's
+ * slice of each unit, so no rank ever holds the whole model (as DeepSpeed's
+ * zero.Init) and g may have been created without flat buffers (DT_LM_NO_FLAT).
+ * The shards are bitwise those of the full init. */
 int dt_zero_init_random(dt_zero *z, uint64_t seed, dt_error *err);
+
+/* Reads flat parameter elements [lo, lo + n) in the parameter dtype into HOST
+ * memory dst[0 .. n): a weights file, a checkpoint, the seeded init. */
+typedef int (*dt_zero_read_fn)(void *ctx, size_t lo, size_t n, void *dst, dt_error *err);
+/* Sets the parameters from fn, the master from them, m = v = 0. Stages 0-2
+ * read the full parameters into g's flat buffer (straight into it where the
+ * host addresses it, else through a dt_io_chunk_bytes() host buffer), then as
+ * dt_zero_init_from_model. Stage 3 reads only this rank's slice of each unit,
+ * straight into the parameter shard where it is host memory, else through
+ * host buffers of at most dt_io_chunk_bytes() together, and writes it and its
+ * fp32 master through the stores (device, host or nvme), so no rank ever holds
+ * the whole model and g may have been created with DT_LM_NO_FLAT. Then stages
+ * 2/3 release the flat buffers as dt_zero_init_from_model does. */
+int dt_zero_load_params(dt_zero *z, dt_zero_read_fn fn, void *ctx, dt_error *err);
 
 void dt_zero_begin_step(dt_zero *z);
 /* last: this micro-step ends the accumulation (stages 0/1 reduce only then).
@@ -65,14 +96,15 @@ int dt_zero_end_backward(dt_zero *z, dt_error *err);
 int dt_zero_reduce_scalars(dt_zero *z, double *loss, double *sumsq, int *nonfinite, dt_error *err);
 /* AdamW on this rank's shard, then (stages 1/2) the parameter all-gather. */
 int dt_zero_optimizer_step(dt_zero *z, const dt_adamw *hp, double grad_mul, int64_t t, dt_error *err);
-/* One unit of the full parameters, handed to the rank that writes the
- * weights: flat elements [flat_off, flat_off + n) in the parameter dtype, in
- * HOST memory (on a device the host cannot address, copied into a transient
- * host buffer first). */
+/* A piece of one unit of the full parameters, handed to the rank that writes
+ * the weights: flat elements [flat_off, flat_off + n) of unit `unit` in the
+ * parameter dtype, in HOST memory. Each unit comes in order, in pieces of at
+ * most dt_io_chunk_bytes() (on a device the host cannot address each piece is
+ * copied into a host buffer of that size first), so a tensor may span pieces. */
 typedef int (*dt_zero_unit_fn)(void *ctx, int unit, size_t flat_off, size_t n, const void *params,
                                dt_error *err);
-/* Hands every unit's full parameters to fn in unit order (fn NULL: nothing is
- * handed). Stage 3 all-gathers each unit into its gathered-unit buffer first
+/* Hands every unit's full parameters to fn in unit order, piece by piece (fn
+ * NULL: nothing is handed). Stage 3 all-gathers each unit into its gathered-unit buffer first
  * (collective: every rank calls it, fn or not), so no rank ever holds more than
  * one gathered unit and the device buffers stay what planner/memory.c counts;
  * stages 0-2 pass the model's flat parameters, no communication. After fn

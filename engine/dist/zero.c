@@ -77,6 +77,7 @@ struct dt_zero {
                             * its way to or from the host-side optimizer */
     float *dscal;          /* device [2]: the step's scalar all-reduce (W > 1) */
     int shared;            /* no overlap: ids 0/1 alias one buffer, rsrecv one receive */
+    int had_flat_params, had_flat_grads;   /* the model's flat buffers existed at creation (restored at free) */
     pend rs[NBUF], ag[NBUF];
     int held[NBUF];        /* stage 3: unit whose gathered params pbuf[i] holds, -1 none */
     int emb_fwd_after;     /* stage 3: after_forward(0) calls seen in this forward */
@@ -482,11 +483,15 @@ void dt_zero_free(dt_zero *z) {
     /* the model goes back to its own flat storage (re-allocated in its original
      * categories, contents undefined, where release_flat freed it), so no group
      * keeps pointing at the buffers just freed; only if that allocation fails do
-     * the groups stay stale, and then the model must only be freed */
+     * the groups stay stale, and then the model must only be freed. A model
+     * created without flat buffers (DT_LM_NO_FLAT, every ZeRO-3 run) gets none:
+     * allocating the whole model at teardown is what it was created to avoid,
+     * and its groups must be bound again before another pass, as after creation */
     dt_error e;
     dt_error_clear(&e);
-    if (dt_lm_restore_flat(z->g, 1, 0, DT_MEM_PARAMS, &e) == DT_OK &&
-        dt_lm_restore_flat(z->g, 0, 1, DT_MEM_GRADS, &e) == DT_OK)
+    if (dt_lm_restore_flat(z->g, z->had_flat_params, 0, DT_MEM_PARAMS, &e) == DT_OK &&
+        dt_lm_restore_flat(z->g, 0, z->had_flat_grads, DT_MEM_GRADS, &e) == DT_OK && z->had_flat_params &&
+        z->had_flat_grads)
         for (int u = 0; u < z->nu; u++) dt_lm_bind_group(z->g, u, NULL, NULL);
     free(z->ar);
     free(z->art);
@@ -528,6 +533,8 @@ int dt_zero_create(const dt_plan *p, dt_comm *c, dt_lm *g, dt_zero **out, dt_err
     z->psz = (size_t)dt_dtype_size(z->pdt);
     z->gsz = (size_t)dt_dtype_size(z->gdt);
     z->herr = &z->hook_err;
+    z->had_flat_params = dt_lm_params(g) != NULL;
+    z->had_flat_grads = dt_lm_grads(g) != NULL;
     z->shared = !z->overlap;
     z->tr_unit = -1;
     for (int i = 0; i < NBUF; i++) z->held[i] = -1;
@@ -709,32 +716,129 @@ int dt_zero_init_from_model(dt_zero *z, dt_error *err) {
     return release_flat(z, err);
 }
 
-int dt_zero_init_random(dt_zero *z, uint64_t seed, dt_error *err) {
-    if (z->stage < 3) {   /* every rank holds the full parameters anyway */
-        if (!dt_lm_params(z->g))
-            return dt_errorf(err, DT_EINVAL, "zero: stage %d needs the model's flat parameters", z->stage);
-        dt_lm_init_random(z->g, seed);
-        return dt_zero_init_from_model(z, err);
+/* DT_TEST_IO_CHUNK_BYTES below this is refused (the default stays): the widest
+ * element (fp32 master) must fit, with room for a few. */
+#define DT_IO_CHUNK_MIN 64
+
+size_t dt_io_chunk_bytes(void) {
+    static size_t bytes;   /* read once; every rank reads the same environment */
+    if (!bytes) {
+        const char *s = getenv("DT_TEST_IO_CHUNK_BYTES");
+        char *end = NULL;
+        unsigned long long v = s && *s ? strtoull(s, &end, 10) : 0;
+        bytes = end && !*end && v >= DT_IO_CHUNK_MIN ? (size_t)v : DT_IO_CHUNK_BYTES;
     }
-    /* stage 3: each unit's own slice only, drawn on the host (dt_lm_init_slice) */
-    void *h = malloc(z->maxS * z->psz);
-    if (!h) return dt_errorf(err, DT_ENOMEM, "zero: out of memory for a %zu-element init slice", z->maxS);
+    return bytes;
+}
+
+/* Writes elements [lo, lo + count) of store s from host memory h (the store's dtype). */
+static int put_from_host(dt_zero *z, dt_offload_store *s, size_t lo, size_t count, const void *h, dt_error *err) {
+    if (store_dev(s)) {
+        to_dev(z, at(s->mem, lo, (size_t)dt_dtype_size(s->dt)), h, count * (size_t)dt_dtype_size(s->dt));
+        return DT_OK;
+    }
+    return dt_store_put(s, lo, count, h, err);
+}
+
+/* The fp32 master of unit i's shard elements [c, c + k) from their parameters
+ * at host memory p: converted straight into a host store, else through h32. */
+static int master_from_host(dt_zero *z, int i, size_t c, size_t k, const void *p, float *h32, dt_error *err) {
+    dt_offload_store *ms = &z->st[0];
+    const size_t lo = z->u[i].sb + c;
+    if (ms->mem && !store_dev(ms)) {
+        dt_convert(at(ms->mem, lo, sizeof(float)), DT_DTYPE_FP32, p, z->pdt, k);
+        return DT_OK;
+    }
+    dt_convert(h32, DT_DTYPE_FP32, p, z->pdt, k);
+    return put_from_host(z, ms, lo, k, h32, err);
+}
+
+/* Stage 3: this rank's shard of every unit from fn. Where the parameter shard
+ * is host memory, fn writes into it; else pieces of E elements go through hp
+ * (and the master's through h32), zeros past the unit's valid elements. */
+static int load_shards(dt_zero *z, dt_zero_read_fn fn, void *ctx, dt_error *err) {
+    dt_offload_store *ps = &z->pstore;
+    const int direct = ps->mem && !store_dev(ps);
+    const size_t chunk = dt_io_chunk_bytes(), per = z->psz + (z->has_master ? sizeof(float) : 0);
+    const size_t E = minz(chunk / per > 0 ? chunk / per : 1, z->maxS);
+    void *hp = direct ? NULL : dmem(z, DT_POOL_HOST, DT_MEM_BUFFERS, E * z->psz);
+    /* the master's pieces need staging unless the master is host memory */
+    const int stage32 = z->has_master && !(z->st[0].mem && !store_dev(&z->st[0]));
+    float *h32 = stage32 ? dmem(z, DT_POOL_HOST, DT_MEM_BUFFERS, E * sizeof(float)) : NULL;
     int rc = DT_OK;
+    if (E && ((!direct && !hp) || (stage32 && !h32)))
+        rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate %zu bytes of host memory to load the shards", E * per);
     for (int i = 0; i < z->nu && !rc; i++) {
-        size_t v = my_valid(z, i);
-        dt_lm_init_slice(z->g, seed, z->u[i].off + my_lo(z, i), v, h, z->pdt);
-        const void *src = h;
-        if (!z->hostdev) {   /* through the unit's (still unused) gather buffer */
-            void *d = z->pbuf[bid(i)];
-            z->dev->memcpy(d, h, v * z->psz, DT_COPY_H2D, DT_STREAM_H2D);
-            z->dev->handoff(DT_STREAM_H2D, DT_STREAM_COMPUTE);
-            z->dev->stream_sync(DT_STREAM_COMPUTE);
-            src = d;
+        const unit *un = &z->u[i];
+        const size_t v = my_valid(z, i), flat = un->off + my_lo(z, i);
+        if (direct) {   /* the shard itself, then its master piece by piece */
+            void *d = at(ps->mem, un->sb, z->psz);
+            memset(d, 0, un->S * z->psz);
+            rc = v ? fn(ctx, flat, v, d, err) : DT_OK;
+            for (size_t c = 0; c < un->S && !rc && z->has_master; c += E)
+                rc = master_from_host(z, i, c, minz(E, un->S - c), at(d, c, z->psz), h32, err);
+            continue;
         }
-        rc = init_unit(z, i, src, err);
+        for (size_t c = 0; c < un->S && !rc; c += E) {
+            const size_t k = minz(E, un->S - c), r = c < v ? minz(k, v - c) : 0;
+            memset(at(hp, r, z->psz), 0, (k - r) * z->psz);
+            if (r) rc = fn(ctx, flat + c, r, hp, err);
+            if (!rc) rc = put_from_host(z, ps, un->sb + c, k, hp, err);
+            if (!rc && z->has_master) rc = master_from_host(z, i, c, k, hp, h32, err);
+        }
     }
-    free(h);
-    return rc ? rc : release_flat(z, err);
+    dfree(z, hp);
+    dfree(z, h32);
+    return rc;
+}
+
+int dt_zero_load_params(dt_zero *z, dt_zero_read_fn fn, void *ctx, dt_error *err) {
+    int rc;
+    if (z->stage == 3) {
+        if ((rc = load_shards(z, fn, ctx, err))) return rc;
+        /* an asynchronous device error in the uploads (CUDA; DT_OK on the CPU) */
+        if ((rc = z->dev->synchronize(err))) return rc;
+        return release_flat(z, err);
+    }
+    /* stages 0-2: every rank holds the full parameters anyway */
+    void *flat = dt_lm_params(z->g);
+    if (!flat) return dt_errorf(err, DT_EINVAL, "zero: stage %d needs the model's flat parameters", z->stage);
+    const size_t N = dt_lm_num_params(z->g);
+    if (z->hostdev) {
+        rc = fn(ctx, 0, N, flat, err);
+    } else {
+        const size_t E = minz(dt_io_chunk_bytes() / z->psz > 0 ? dt_io_chunk_bytes() / z->psz : 1, N);
+        void *h = dmem(z, DT_POOL_HOST, DT_MEM_BUFFERS, E * z->psz);
+        rc = h ? DT_OK : dt_errorf(err, DT_ENOMEM, "zero: cannot allocate %zu bytes of host memory to load the "
+                                   "parameters", E * z->psz);
+        for (size_t c = 0; c < N && !rc; c += E) {
+            const size_t k = minz(E, N - c);
+            if (!(rc = fn(ctx, c, k, h, err))) to_dev(z, at(flat, c, z->psz), h, k * z->psz);
+        }
+        dfree(z, h);
+        if (!rc) rc = z->dev->synchronize(err);
+    }
+    return rc ? rc : dt_zero_init_from_model(z, err);
+}
+
+/* dt_zero_read_fn of the seeded init: dt_lm_init_slice (a pure function of
+ * (seed, flat index), so any slice equals those elements of the whole) */
+typedef struct {
+    const dt_lm *g;
+    uint64_t seed;
+    dt_dtype pdt;
+} init_src;
+
+static int read_init(void *ctx, size_t lo, size_t n, void *dst, dt_error *err) {
+    const init_src *s = ctx;
+    (void)err;
+    dt_lm_init_slice(s->g, s->seed, lo, n, dst, s->pdt);
+    return DT_OK;
+}
+
+int dt_zero_init_random(dt_zero *z, uint64_t seed, dt_error *err) {
+    init_src s = {z->g, seed, z->pdt};
+    return dt_zero_load_params(z, read_init, &s, err);
 }
 
 void dt_zero_begin_step(dt_zero *z) {
@@ -947,16 +1051,15 @@ int dt_zero_optimizer_step(dt_zero *z, const dt_adamw *hp, double grad_mul, int6
 
 int dt_zero_consolidate_params(dt_zero *z, dt_zero_unit_fn fn, void *ctx, dt_error *err) {
     int rc = DT_OK;
-    /* a device the host cannot address: each unit reaches fn through one
-     * transient host buffer of the largest unit */
+    /* pieces of at most dt_io_chunk_bytes(); a device the host cannot address
+     * copies each into one host buffer of that size */
+    size_t maxn = 0;
+    for (int i = 0; i < z->nu; i++) maxn = z->u[i].n > maxn ? z->u[i].n : maxn;
+    const size_t E = minz(dt_io_chunk_bytes() / z->psz > 0 ? dt_io_chunk_bytes() / z->psz : 1, maxn);
     void *host = NULL;
-    if (fn && !z->hostdev) {
-        size_t maxn = 0;
-        for (int i = 0; i < z->nu; i++) maxn = z->u[i].n > maxn ? z->u[i].n : maxn;
-        if (!(host = dmem(z, DT_POOL_HOST, DT_MEM_BUFFERS, maxn * z->psz)))
-            rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate %zu bytes of host memory to write the weights",
-                           maxn * z->psz);
-    }
+    if (fn && !z->hostdev && E && !(host = dmem(z, DT_POOL_HOST, DT_MEM_BUFFERS, E * z->psz)))
+        rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate %zu bytes of host memory to write the weights",
+                       E * z->psz);
     for (int i = 0; i < z->nu; i++) {
         const unit *un = &z->u[i];
         const void *params;
@@ -971,11 +1074,12 @@ int dt_zero_consolidate_params(dt_zero *z, dt_zero_unit_fn fn, void *ctx, dt_err
         } else {
             params = at(dt_lm_params(z->g), un->off, z->psz);
         }
-        if (fn && !rc) {
-            const void *hv = host_view(z, params, un->n * z->psz, host);
+        for (size_t c = 0; c < un->n && fn && !rc; c += E) {
+            const size_t k = minz(E, un->n - c);
+            const void *hv = host_view(z, at((void *)params, c, z->psz), k * z->psz, host);
             /* an asynchronous device error would leave the host copy stale */
             if (!z->hostdev) rc = z->dev->synchronize(err);
-            if (!rc) rc = fn(ctx, i, un->off, un->n, hv, err);
+            if (!rc) rc = fn(ctx, i, un->off + c, k, hv, err);
         }
     }
     dfree(z, host);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -69,53 +70,13 @@ static int require_flat(dt_lm *g, const char *path, dt_error *err) {
                      "consolidate them first (dt_zero_consolidate_params)", path);
 }
 
-/* ---- the flat parameters on the host ----
- * On the CPU device the model's flat buffer is host memory and the files read
- * and write it in place. On a device the host cannot address (CUDA) a weights
- * file goes through one transient host copy of the flat parameters (host pool:
- * pinned), copied from the device before a save and to it after a load. */
-
-/* A host view of g's flat parameters (pdt): the buffer itself, or a transient
- * copy holding the device's values when fill is set. NULL when out of memory. */
-static void *params_host(dt_lm *g, dt_dtype pdt, int fill, const char *path, dt_error *err) {
-    const dt_device_ops *dev = dt_lm_device_ops(g);
-    void *flat = dt_lm_params(g);
-    if (dev->host_addressable) return flat;
-    size_t bytes = dt_lm_num_params(g) * (size_t)dt_dtype_size(pdt);
-    void *h = dev->alloc(DT_POOL_HOST, DT_MEM_BUFFERS, bytes);
-    if (!h) {
-        dt_errorf(err, DT_ENOMEM, "%s: cannot allocate %zu bytes of host memory for the weights", path, bytes);
-        return NULL;
-    }
-    if (fill) {
-        dev->handoff(DT_STREAM_COMPUTE, DT_STREAM_D2H);
-        dev->memcpy(h, flat, bytes, DT_COPY_D2H, DT_STREAM_D2H);
-        dev->stream_sync(DT_STREAM_D2H);
-        /* an asynchronous device error (the copy or earlier work) would leave h stale */
-        if (dev->synchronize(err)) {
-            dt_error_prefix(err, "%s: ", path);
-            dev->free(h);
-            return NULL;
-        }
-    }
-    return h;
+/* Elements of a dt_io_chunk_bytes() buffer of es-byte elements (at least 1). */
+static size_t chunk_elems(size_t es) {
+    size_t e = dt_io_chunk_bytes() / es;
+    return e ? e : 1;
 }
 
-/* Ends params_host: a loaded copy goes to the device (store set), then is freed. */
-static int params_host_done(dt_lm *g, dt_dtype pdt, void *h, int store, dt_error *err) {
-    const dt_device_ops *dev = dt_lm_device_ops(g);
-    if (!h || dev->host_addressable) return DT_OK;
-    int rc = DT_OK;
-    if (store) {
-        size_t bytes = dt_lm_num_params(g) * (size_t)dt_dtype_size(pdt);
-        dev->memcpy(dt_lm_params(g), h, bytes, DT_COPY_H2D, DT_STREAM_H2D);
-        dev->handoff(DT_STREAM_H2D, DT_STREAM_COMPUTE);
-        dev->stream_sync(DT_STREAM_H2D);
-        rc = dev->synchronize(err);
-    }
-    dev->free(h);
-    return rc;
-}
+static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 
 /* Adds every tensor of g to w under its Hugging Face name, data from the flat
  * parameters at base (NULL: layout only, for the streaming writer). */
@@ -131,24 +92,7 @@ static int add_weights(dt_st_writer *w, dt_lm *g, dt_dtype pdt, void *base, dt_e
     return rc;
 }
 
-/* dt_weights_save, returning the file's sum (may be NULL) */
-static int weights_save(dt_lm *g, dt_dtype pdt, const char *path, dt_file_sum *sum, dt_error *err) {
-    if (require_flat(g, path, err)) return err->code;
-    void *h = params_host(g, pdt, 1, path, err);
-    if (!h) return err->code;
-    dt_st_writer *w = dt_st_writer_new();
-    int rc = w ? add_weights(w, g, pdt, h, err) : dt_errorf(err, DT_ENOMEM, "%s: out of memory", path);
-    if (!rc) rc = dt_st_write_sum(w, path, sum, err);
-    dt_st_writer_free(w);
-    params_host_done(g, pdt, h, 0, NULL);
-    return rc;
-}
-
-int dt_weights_save(dt_lm *g, dt_dtype pdt, const char *path, dt_error *err) {
-    return weights_save(g, pdt, path, NULL, err);
-}
-
-/* ---- weights streamed unit by unit (ZeRO stage 3) ---- */
+/* ---- weights streamed piece by piece ---- */
 
 typedef struct {
     dt_lm *g;
@@ -156,28 +100,82 @@ typedef struct {
     dt_dtype pdt;
 } unit_sink;
 
-/* dt_zero_unit_fn: writes the tensors of one gathered unit at their offsets */
+/* dt_zero_unit_fn: writes the parts of the tensors of unit `unit` that fall in
+ * flat elements [flat_off, flat_off + n) at their offsets (pieces of a unit
+ * come in order, so each tensor's bytes are put in order) */
 static int put_unit(void *ctx, int unit, size_t flat_off, size_t n, const void *params, dt_error *err) {
     unit_sink *k = ctx;
-    const size_t esz = (size_t)dt_dtype_size(k->pdt);
+    const size_t esz = (size_t)dt_dtype_size(k->pdt), hi = flat_off + n;
     char name[DT_ST_NAME_MAX];
     for (int i = 0; i < dt_lm_num_tensors(k->g); i++) {
         const dt_tensor_info *t = dt_lm_tensor(k->g, i);
-        if (t->group != unit) continue;
-        if (t->offset < flat_off || t->offset + t->numel > flat_off + n)
-            return dt_errorf(err, DT_ERUNTIME, "weights: tensor %s lies outside its unit %d", t->name, unit);
+        size_t a = t->offset > flat_off ? t->offset : flat_off, e = min_sz(t->offset + t->numel, hi);
+        if (a >= e) continue;
+        if (t->group != unit)
+            return dt_errorf(err, DT_ERUNTIME, "weights: tensor %s lies outside its unit %d", t->name, t->group);
         snprintf(name, sizeof name, "%s%s", dt_lm_hf_prefix(k->g), t->name);
-        int rc = dt_st_stream_put(k->s, name, 0, (const char *)params + (t->offset - flat_off) * esz,
-                                  t->numel * esz, err);
+        int rc = dt_st_stream_put(k->s, name, (a - t->offset) * esz, (const char *)params + (a - flat_off) * esz,
+                                  (e - a) * esz, err);
         if (rc) return rc;
     }
     return DT_OK;
 }
 
+/* g's flat parameters on a device the host cannot address, streamed to path
+ * through one dt_io_chunk_bytes() host buffer (pinned), so no host copy of the
+ * whole model is made; the same bytes as dt_st_write_sum from host memory. */
+static int weights_save_device(dt_lm *g, dt_dtype pdt, const char *path, dt_file_sum *sum, dt_error *err) {
+    const dt_device_ops *dev = dt_lm_device_ops(g);
+    const size_t esz = (size_t)dt_dtype_size(pdt), N = dt_lm_num_params(g), E = min_sz(chunk_elems(esz), N);
+    unit_sink k = {g, NULL, pdt};
+    void *h = E ? dev->alloc(DT_POOL_HOST, DT_MEM_BUFFERS, E * esz) : NULL;
+    dt_st_writer *w = dt_st_writer_new();
+    int rc = w && (h || !E) ? add_weights(w, g, pdt, NULL, err)
+                            : dt_errorf(err, DT_ENOMEM, "%s: cannot allocate %zu bytes of host memory for the weights",
+                                        path, E * esz);
+    if (!rc) rc = dt_st_stream_open(w, path, &k.s, err);
+    const char *flat = dt_lm_params(g);
+    for (int u = 0; u < dt_lm_num_groups(g) && !rc; u++) {
+        const size_t off = dt_lm_group_offset(g, u), n = dt_lm_group_numel(g, u);
+        for (size_t c = 0; c < n && !rc; c += E) {
+            const size_t cnt = min_sz(E, n - c);
+            dev->handoff(DT_STREAM_COMPUTE, DT_STREAM_D2H);
+            dev->memcpy(h, flat + (off + c) * esz, cnt * esz, DT_COPY_D2H, DT_STREAM_D2H);
+            dev->stream_sync(DT_STREAM_D2H);
+            /* an asynchronous device error (the copy or earlier work) would leave h stale */
+            if ((rc = dev->synchronize(err))) dt_error_prefix(err, "%s: ", path);
+            else rc = put_unit(&k, u, off + c, cnt, h, err);
+        }
+    }
+    if (k.s && rc) dt_st_stream_abort(k.s);
+    else if (k.s) rc = dt_st_stream_close_sum(k.s, sum, err);
+    dt_st_writer_free(w);
+    if (h) dev->free(h);
+    return rc;
+}
+
+/* dt_weights_save, returning the file's sum (may be NULL): from the flat
+ * buffer in place where the host addresses it, else streamed */
+static int weights_save(dt_lm *g, dt_dtype pdt, const char *path, dt_file_sum *sum, dt_error *err) {
+    if (require_flat(g, path, err)) return err->code;
+    if (!dt_lm_device_ops(g)->host_addressable) return weights_save_device(g, pdt, path, sum, err);
+    dt_st_writer *w = dt_st_writer_new();
+    int rc = w ? add_weights(w, g, pdt, dt_lm_params(g), err) : dt_errorf(err, DT_ENOMEM, "%s: out of memory", path);
+    if (!rc) rc = dt_st_write_sum(w, path, sum, err);
+    dt_st_writer_free(w);
+    return rc;
+}
+
+int dt_weights_save(dt_lm *g, dt_dtype pdt, const char *path, dt_error *err) {
+    return weights_save(g, pdt, path, NULL, err);
+}
+
 /* Every rank calls it (stage 3's gathers are collective); write != 0 on the
  * rank that writes path. The file is byte-identical to dt_weights_save's: the
- * same layout, header first, then each unit's tensors as the unit is gathered,
- * so no rank holds the full weights (docs/zero.md "Flat buffers"). */
+ * same layout, header first, then each unit's tensors piece by piece as
+ * dt_zero_consolidate_params hands them over (stage 3 gathers one unit at a
+ * time; stages 0-2 pass the flat buffer), so no rank holds a second copy of the
+ * weights (docs/zero.md "Flat buffers"). */
 static int weights_save_streamed(dt_lm *g, dt_zero *z, dt_dtype pdt, int write, const char *path,
                                  dt_file_sum *sum, dt_error *err) {
     if (!write) return dt_zero_consolidate_params(z, NULL, NULL, err);
@@ -196,27 +194,7 @@ static int weights_save_streamed(dt_lm *g, dt_zero *z, dt_dtype pdt, int write, 
     return rc;
 }
 
-/* into params: host memory of g's flat layout (params_host) */
-static int load_safetensors_into(dt_lm *g, dt_dtype pdt, const char *path, void *params, dt_error *err) {
-    return dt_hf_load_file(g, pdt, path, params, err);
-}
-
-static int load_safetensors(dt_lm *g, dt_dtype pdt, const char *path, dt_error *err) {
-    if (require_flat(g, path, err)) return err->code;
-    void *h = params_host(g, pdt, 0, path, err);
-    if (!h) return err->code;
-    int rc = load_safetensors_into(g, pdt, path, h, err);
-    int rc2 = params_host_done(g, pdt, h, rc == DT_OK, rc ? NULL : err);
-    return rc ? rc : rc2;
-}
-
 /* ---- weights: llm.c .bin ---- */
-
-/* dst[in, out] (Conv1D) = src[out, in]^T (Linear); both fp32. */
-static void transpose(float *dst, const float *src, int64_t out, int64_t in) {
-    for (int64_t o = 0; o < out; o++)
-        for (int64_t i = 0; i < in; i++) dst[i * out + o] = src[o * in + i];
-}
 
 /* The values an llm.c checkpoint of this header holds (sizes[16] in llm.c
  * order, train_gpt2.c fill_in_parameter_sizes), or 0 when they overflow. */
@@ -236,19 +214,52 @@ static uint64_t llmc_sizes(int64_t L, int64_t C, int64_t maxT, int64_t Vp, int64
     return total;
 }
 
-static int load_llmc(dt_lm *g, const dt_model *m, dt_dtype pdt, const char *path, void *params,
-                     dt_error *err) {
+/* An llm.c checkpoint (llm.c train_gpt2.py write_model) as a source of the
+ * parameters: the file memory-mapped, each tensor of g located in it. Its
+ * Linear weights are [out, in] where the model's Conv1D are [in, out]: element
+ * j of such a tensor is value (j % out) * in + j / out of its llm.c array. */
+typedef struct {
+    const dt_lm *g;
+    void *map;
+    size_t size;
+    dt_dtype sdt;                  /* F32 (version 3) or BF16 (version 5) */
+    const unsigned char *vals;     /* the values, after the header */
+    size_t *src;                   /* [tensors] the tensor's first value in vals */
+    int64_t *out;                  /* [tensors] transposed: the Linear's out (rows); 0: stored as the model's */
+    float *tmp;                    /* a dt_io_chunk_bytes() fp32 buffer, allocated on first use */
+    char path[DT_PATH_MAX];
+} llmc_src;
+
+static void llmc_close(llmc_src *s) {
+    if (!s) return;
+    if (s->map) munmap(s->map, s->size);
+    free(s->src);
+    free(s->out);
+    free(s->tmp);
+    free(s);
+}
+
+/* Locates tensor `name` of g: its llm.c value offset, out (0: not transposed). */
+static int llmc_place(llmc_src *s, const char *name, size_t at, int64_t n, int64_t out, dt_error *err) {
+    const dt_tensor_info *t = find_tensor(s->g, name);
+    if (!t || (int64_t)t->numel != n)
+        return dt_errorf(err, DT_EINTERNAL, "model has no tensor %s of %lld elements", name, (long long)n);
+    int i = (int)(t - dt_lm_tensor(s->g, 0));
+    s->src[i] = at;
+    s->out[i] = out;
+    return DT_OK;
+}
+
+/* Checks the header against m and the file's size (before anything is
+ * allocated or mapped), maps the file and locates every tensor of g. */
+static int llmc_open(const dt_lm *g, const dt_model *m, const char *path, llmc_src **out_s, dt_error *err) {
+    *out_s = NULL;
     int fd;
     uint64_t fsize = 0;
     if (dt_open_regular(path, "llm.c checkpoint", &fd, &fsize, err)) return err->code;
-    FILE *f = fdopen(fd, "rb");
-    if (!f) {
-        close(fd);
-        return dt_errorf(err, DT_ENOMEM, "%s: cannot read: %s", path, strerror(errno));
-    }
     int32_t h[DT_LLMC_HEADER_INTS];
-    if (fread(h, sizeof h, 1, f) != 1) {
-        fclose(f);
+    if (pread(fd, h, sizeof h, 0) != (ssize_t)sizeof h) {
+        close(fd);
         return dt_errorf(err, DT_EINVAL, "%s: truncated llm.c checkpoint (no 1024-byte header)", path);
     }
     int rc = DT_OK;
@@ -271,54 +282,40 @@ static int load_llmc(dt_lm *g, const dt_model *m, dt_dtype pdt, const char *path
         rc = dt_errorf(err, DT_EINVAL, "%s: llm.c checkpoints assume an MLP of 4C; the model's is %lld",
                        path, (long long)m->ffn);
     }
-    if (rc) {
-        fclose(f);
-        return rc;
-    }
     /* sizes in llm.c order (llm.c train_gpt2.c fill_in_parameter_sizes); the file
-     * must hold exactly them, checked before anything is allocated */
+     * must hold exactly them, checked before anything is mapped */
     int64_t sizes[16];
-    uint64_t total = llmc_sizes(L, C, maxT, Vp, sizes);
+    uint64_t total = rc ? 0 : llmc_sizes(L, C, maxT, Vp, sizes);
     dt_dtype sdt = h[1] == DT_LLMC_V_FP32 ? DT_DTYPE_FP32 : DT_DTYPE_BF16;
     size_t es = (size_t)dt_dtype_size(sdt);
-    if (total == 0 || total > (fsize - sizeof h) / es || sizeof h + total * es != fsize) {
-        fclose(f);
-        return dt_errorf(err, DT_EINVAL,
-                         "%s: llm.c checkpoint header (padded vocab %lld) implies %s%llu bytes of %s values, "
-                         "the file holds %llu after the header: truncated, or a damaged header",
-                         path, (long long)Vp, total ? "" : "more than ", total ? (unsigned long long)(total * es)
-                         : (unsigned long long)UINT64_MAX, sdt == DT_DTYPE_FP32 ? "fp32" : "bf16",
-                         (unsigned long long)(fsize - sizeof h));
+    if (!rc && (total == 0 || total > (fsize - sizeof h) / es || sizeof h + total * es != fsize))
+        rc = dt_errorf(err, DT_EINVAL,
+                       "%s: llm.c checkpoint header (padded vocab %lld) implies %s%llu bytes of %s values, "
+                       "the file holds %llu after the header: truncated, or a damaged header",
+                       path, (long long)Vp, total ? "" : "more than ", total ? (unsigned long long)(total * es)
+                       : (unsigned long long)UINT64_MAX, sdt == DT_DTYPE_FP32 ? "fp32" : "bf16",
+                       (unsigned long long)(fsize - sizeof h));
+    llmc_src *s = rc ? NULL : calloc(1, sizeof *s);
+    const int nt = dt_lm_num_tensors(g);
+    if (!rc && (!s || !(s->src = calloc((size_t)nt, sizeof *s->src)) || !(s->out = calloc((size_t)nt, sizeof *s->out))))
+        rc = dt_errorf(err, DT_ENOMEM, "%s: out of memory", path);
+    if (!rc) {
+        s->g = g;
+        s->sdt = sdt;
+        s->size = (size_t)fsize;
+        snprintf(s->path, sizeof s->path, "%s", path);
+        s->map = mmap(NULL, s->size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (s->map == MAP_FAILED) {
+            s->map = NULL;
+            rc = dt_errorf(err, DT_EIO, "%s: cannot map: %s", path, strerror(errno));
+        } else {
+            s->vals = (const unsigned char *)s->map + sizeof h;
+        }
     }
-    void *raw = malloc((size_t)total * es);
-    float *all = malloc((size_t)total * sizeof(float));
-    /* the transposed Linear weights: 3C x C, C x C, 4C x C, C x 4C */
-    float *tmp = malloc((size_t)(4 * C * C) * sizeof(float));
-    if (!raw || !all || !tmp) {
-        free(raw);
-        free(all);
-        free(tmp);
-        fclose(f);
-        return dt_errorf(err, DT_ENOMEM, "%s: out of memory for %llu llm.c values", path, (unsigned long long)total);
-    }
-    size_t got = fread(raw, es, (size_t)total, f);
-    int extra = fgetc(f) != EOF;
-    fclose(f);
-    if (got != (size_t)total || extra) {
-        free(raw);
-        free(all);
-        free(tmp);
-        return dt_errorf(err, DT_EINVAL,
-                         "%s: llm.c checkpoint holds %zu values after the header, the header implies "
-                         "%lld (truncated or wrong sizes)",
-                         path, got + (size_t)extra, (long long)total);
-    }
-    dt_convert(all, DT_DTYPE_FP32, raw, sdt, (size_t)total);
-    free(raw);
-    const float *p[16];
-    p[0] = all;
-    for (int i = 1; i < 16; i++) p[i] = p[i - 1] + sizes[i - 1];
-    char name[128];
+    close(fd);
+    size_t p[16];   /* each llm.c array's first value */
+    p[0] = 0;
+    for (int i = 1; i < 16 && !rc; i++) p[i] = p[i - 1] + (size_t)sizes[i - 1];
     struct { const char *suffix; int src; int64_t rows, cols; int tr; } per_layer[] = {
         {"ln_1.weight", 2, 1, C, 0},       {"ln_1.bias", 3, 1, C, 0},
         {"attn.c_attn.weight", 4, 3 * C, C, 1}, {"attn.c_attn.bias", 5, 1, 3 * C, 0},
@@ -326,73 +323,154 @@ static int load_llmc(dt_lm *g, const dt_model *m, dt_dtype pdt, const char *path
         {"ln_2.weight", 8, 1, C, 0},       {"ln_2.bias", 9, 1, C, 0},
         {"mlp.c_fc.weight", 10, 4 * C, C, 1}, {"mlp.c_fc.bias", 11, 1, 4 * C, 0},
         {"mlp.c_proj.weight", 12, C, 4 * C, 1}, {"mlp.c_proj.bias", 13, 1, C, 0}};
-    /* wte: first V of Vp rows; wpe; ln_f */
-    struct { const char *name; const float *src; int64_t n; } whole[] = {
-        {"wte.weight", p[0], V * C}, {"wpe.weight", p[1], maxT * C},
-        {"ln_f.weight", p[14], C},   {"ln_f.bias", p[15], C}};
-    for (size_t i = 0; i < sizeof whole / sizeof whole[0] && !rc; i++) {
-        const dt_tensor_info *t = find_tensor(g, whole[i].name);
-        if (!t || (int64_t)t->numel != whole[i].n) {
-            rc = dt_errorf(err, DT_EINTERNAL, "model has no tensor %s of %lld elements", whole[i].name,
-                           (long long)whole[i].n);
-            break;
-        }
-        dt_convert(pelem(params, pdt, t->offset), pdt, whole[i].src, DT_DTYPE_FP32, t->numel);
-    }
-    for (int64_t l = 0; l < L && !rc; l++) {
-        for (size_t k = 0; k < sizeof per_layer / sizeof per_layer[0] && !rc; k++) {
-            snprintf(name, sizeof name, "h.%lld.%s", (long long)l, per_layer[k].suffix);
-            const dt_tensor_info *t = find_tensor(g, name);
+    /* wte: the first V of Vp rows; wpe; ln_f */
+    if (!rc) rc = llmc_place(s, "wte.weight", p[0], V * C, 0, err);
+    if (!rc) rc = llmc_place(s, "wpe.weight", p[1], maxT * C, 0, err);
+    if (!rc) rc = llmc_place(s, "ln_f.weight", p[14], C, 0, err);
+    if (!rc) rc = llmc_place(s, "ln_f.bias", p[15], C, 0, err);
+    char name[128];
+    int placed = 4;
+    for (int64_t l = 0; l < L && !rc; l++)
+        for (size_t k = 0; k < sizeof per_layer / sizeof per_layer[0] && !rc; k++, placed++) {
             int64_t n = per_layer[k].rows * per_layer[k].cols;
-            if (!t || (int64_t)t->numel != n) {
-                rc = dt_errorf(err, DT_EINTERNAL, "model has no tensor %s of %lld elements", name, (long long)n);
-                break;
+            snprintf(name, sizeof name, "h.%lld.%s", (long long)l, per_layer[k].suffix);
+            rc = llmc_place(s, name, p[per_layer[k].src] + (size_t)(l * n), n, per_layer[k].tr ? per_layer[k].rows : 0,
+                            err);
+        }
+    if (!rc && placed != nt)
+        rc = dt_errorf(err, DT_EINTERNAL, "%s: the model has %d tensors, an llm.c checkpoint %d", path, nt, placed);
+    if (rc) {
+        llmc_close(s);
+        return rc;
+    }
+    *out_s = s;
+    return DT_OK;
+}
+
+/* Flat elements [lo, lo + n) of g into host dst (pdt): each piece converted to
+ * fp32 exactly (bf16 widens exactly; a Linear weight is gathered transposed)
+ * and then to pdt, as the whole-file conversion did; pages released after it. */
+static int llmc_read(llmc_src *s, size_t lo, size_t n, dt_dtype pdt, void *dst, dt_error *err) {
+    const size_t hi = lo + n, es = (size_t)dt_dtype_size(s->sdt), ds = (size_t)dt_dtype_size(pdt);
+    const size_t E = chunk_elems(sizeof(float));
+    for (int i = 0; i < dt_lm_num_tensors(s->g); i++) {
+        const dt_tensor_info *t = dt_lm_tensor(s->g, i);
+        size_t a = t->offset > lo ? t->offset : lo, b = min_sz(t->offset + t->numel, hi);
+        if (a >= b) continue;
+        if ((s->out[i] || s->sdt != DT_DTYPE_FP32) && !s->tmp && !(s->tmp = malloc(E * sizeof(float))))
+            return dt_errorf(err, DT_ENOMEM, "%s: out of memory for a %zu-value conversion buffer", s->path, E);
+        const unsigned char *base = s->vals + s->src[i] * es;
+        const int64_t out = s->out[i], in = out ? (int64_t)t->numel / out : 0;
+        for (size_t j = a - t->offset; j < b - t->offset; j += E) {
+            const size_t k = min_sz(E, b - t->offset - j);
+            char *d = (char *)dst + (t->offset + j - lo) * ds;
+            if (out) {   /* Conv1D [in, out] element j = Linear [out, in] value (j % out) * in + j / out */
+                for (size_t q = 0; q < k; q++) {
+                    size_t e = j + q, v = (e % (size_t)out) * (size_t)in + e / (size_t)out;
+                    s->tmp[q] = s->sdt == DT_DTYPE_FP32 ? ((const float *)base)[v]
+                                                        : dt_bf16_to_f32(((const dt_bf16 *)base)[v]);
+                }
+                dt_convert(d, pdt, s->tmp, DT_DTYPE_FP32, k);
+                dt_map_release(base, t->numel * es);   /* a piece of the transpose reads the whole tensor */
+            } else if (s->sdt == DT_DTYPE_FP32) {
+                dt_convert(d, pdt, base + j * es, DT_DTYPE_FP32, k);
+                dt_map_release(base + j * es, k * es);
+            } else {
+                dt_convert(s->tmp, DT_DTYPE_FP32, base + j * es, s->sdt, k);
+                dt_convert(d, pdt, s->tmp, DT_DTYPE_FP32, k);
+                dt_map_release(base + j * es, k * es);
             }
-            const float *src = p[per_layer[k].src] + l * n;
-            if (per_layer[k].tr) {
-                transpose(tmp, src, per_layer[k].rows, per_layer[k].cols);
-                src = tmp;
-            }
-            dt_convert(pelem(params, pdt, t->offset), pdt, src, DT_DTYPE_FP32, t->numel);
         }
     }
-    free(tmp);
-    free(all);
-    return rc;
+    return DT_OK;
 }
 
-/* A Hugging Face model directory: its config.json must be m, then its weights. */
-static int load_hf_dir(dt_lm *g, const dt_model *m, dt_dtype pdt, const char *dir, dt_error *err) {
-    if (dt_hf_check_config(dir, m, "the model directory", err)) return err->code;
-    if (require_flat(g, dir, err)) return err->code;
-    void *h = params_host(g, pdt, 0, dir, err);
-    if (!h) return err->code;
-    int rc = dt_hf_load_dir(g, pdt, dir, h, err);
-    int rc2 = params_host_done(g, pdt, h, rc == DT_OK, rc ? NULL : err);
-    return rc ? rc : rc2;
+/* ---- a weights source: a safetensors file, a Hugging Face directory or an llm.c checkpoint ---- */
+
+typedef struct {
+    dt_hf_src *hf;
+    llmc_src *llmc;
+    dt_dtype pdt;
+} weights_src;
+
+static void wsrc_close(weights_src *s) {
+    dt_hf_src_close(s->hf);
+    llmc_close(s->llmc);
 }
 
-int dt_weights_load(dt_lm *g, const dt_model *m, dt_dtype pdt, const char *path, dt_error *err) {
-    if (dt_hf_is_dir(path)) return load_hf_dir(g, m, pdt, path, err);
+/* Opens path as dt_weights_load reads it: a directory is a Hugging Face model
+ * directory (config.json must be m), a file an llm.c checkpoint by its magic,
+ * else safetensors. */
+static int wsrc_open(const dt_lm *g, const dt_model *m, dt_dtype pdt, const char *path, weights_src *s,
+                     dt_error *err) {
+    memset(s, 0, sizeof *s);
+    s->pdt = pdt;
+    if (dt_hf_is_dir(path)) {
+        if (dt_hf_check_config(path, m, "the model directory", err)) return err->code;
+        return dt_hf_src_open_dir(g, path, &s->hf, err);
+    }
     int fd;
     uint64_t fsize = 0;
     if (dt_open_regular(path, "weights file (.safetensors or llm.c .bin)", &fd, &fsize, err)) return err->code;
     int32_t magic = 0;
     int got = read(fd, &magic, sizeof magic) == (ssize_t)sizeof magic;
     close(fd);
-    if (require_flat(g, path, err)) return err->code;
-    void *h = params_host(g, pdt, 0, path, err);
-    if (!h) return err->code;
-    if (got && magic == DT_LLMC_MAGIC && m->family != DT_FAMILY_GPT2) {
-        params_host_done(g, pdt, h, 0, NULL);
-        return dt_errorf(err, DT_EINVAL, "%s: an llm.c checkpoint holds a GPT-2 model, but the plan's %s is of the %s "
-                         "family: give a Hugging Face model directory or .safetensors file", path, m->name,
-                         dt_family_name(m->family));
+    if (got && magic == DT_LLMC_MAGIC) {
+        if (m->family != DT_FAMILY_GPT2)
+            return dt_errorf(err, DT_EINVAL, "%s: an llm.c checkpoint holds a GPT-2 model, but the plan's %s is of "
+                             "the %s family: give a Hugging Face model directory or .safetensors file", path, m->name,
+                             dt_family_name(m->family));
+        return llmc_open(g, m, path, &s->llmc, err);
     }
-    int rc = got && magic == DT_LLMC_MAGIC ? load_llmc(g, m, pdt, path, h, err)
-                                                : load_safetensors_into(g, pdt, path, h, err);
-    int rc2 = params_host_done(g, pdt, h, rc == DT_OK, rc ? NULL : err);
-    return rc ? rc : rc2;
+    return dt_hf_src_open_file(g, path, &s->hf, err);
+}
+
+/* dt_zero_read_fn over a weights source */
+static int wsrc_read(void *ctx, size_t lo, size_t n, void *dst, dt_error *err) {
+    weights_src *s = ctx;
+    return s->llmc ? llmc_read(s->llmc, lo, n, s->pdt, dst, err) : dt_hf_src_read(s->hf, lo, n, s->pdt, dst, err);
+}
+
+/* The whole source into g's flat parameters: in place where the host addresses
+ * them, else through one dt_io_chunk_bytes() host buffer (pinned) and H2D. */
+static int read_flat(dt_lm *g, weights_src *s, const char *path, dt_error *err) {
+    const dt_device_ops *dev = dt_lm_device_ops(g);
+    char *flat = dt_lm_params(g);
+    const size_t N = dt_lm_num_params(g), esz = (size_t)dt_dtype_size(s->pdt);
+    if (dev->host_addressable) return wsrc_read(s, 0, N, flat, err);
+    const size_t E = min_sz(chunk_elems(esz), N);
+    void *h = E ? dev->alloc(DT_POOL_HOST, DT_MEM_BUFFERS, E * esz) : NULL;
+    int rc = h || !E ? DT_OK
+                     : dt_errorf(err, DT_ENOMEM, "%s: cannot allocate %zu bytes of host memory for the weights", path,
+                                 E * esz);
+    for (size_t c = 0; c < N && !rc; c += E) {
+        const size_t k = min_sz(E, N - c);
+        if ((rc = wsrc_read(s, c, k, h, err))) break;
+        dev->handoff(DT_STREAM_COMPUTE, DT_STREAM_H2D);   /* earlier kernels are done with the parameters */
+        dev->memcpy(flat + c * esz, h, k * esz, DT_COPY_H2D, DT_STREAM_H2D);
+        dev->handoff(DT_STREAM_H2D, DT_STREAM_COMPUTE);
+        dev->stream_sync(DT_STREAM_H2D);   /* h is reused by the next piece */
+    }
+    if (!rc) rc = dev->synchronize(err);
+    if (h) dev->free(h);
+    return rc;
+}
+
+int dt_weights_load(dt_lm *g, const dt_model *m, dt_dtype pdt, const char *path, dt_error *err) {
+    if (require_flat(g, path, err)) return err->code;
+    weights_src s;
+    int rc = wsrc_open(g, m, pdt, path, &s, err);
+    if (!rc) rc = read_flat(g, &s, path, err);
+    wsrc_close(&s);
+    return rc;
+}
+
+int dt_weights_load_zero(dt_zero *z, dt_lm *g, const dt_model *m, dt_dtype pdt, const char *path, dt_error *err) {
+    weights_src s;
+    int rc = wsrc_open(g, m, pdt, path, &s, err);
+    if (!rc) rc = dt_zero_load_params(z, wsrc_read, &s, err);
+    wsrc_close(&s);
+    return rc;
 }
 
 /* ---- HF config.json ---- */
@@ -494,8 +572,20 @@ static char *ranges_text(const dt_zero *z) {
     return t;
 }
 
+/* The order the safetensors writer lays tensors out in (dt_safetensors.h: the
+ * reference writer's, descending element size, then name): putting them in it
+ * lets the stream sum the bytes as they are written instead of reading them
+ * back at close. */
+static int optim_file_order(const dt_dtype dts[3], const char *names[3], int k, int j) {
+    int bk = dt_dtype_size(dts[k]), bj = dt_dtype_size(dts[j]);
+    return bk != bj ? bj - bk : strcmp(names[k], names[j]);
+}
+
 /* This rank's valid optimizer elements, concatenated in range order; metadata
- * "ranges" and the step it belongs to. */
+ * "ranges" and the step it belongs to. Streamed: each state is read
+ * (dt_zero_state_read) into one dt_io_chunk_bytes() buffer a piece at a time
+ * and written at its place, so no copy of a whole state is made; the bytes are
+ * those dt_st_write_sum writes from whole arrays. */
 static int write_optim_shard(const char *path, dt_zero *z, const dt_train_state *st, dt_file_sum *sum,
                              dt_error *err) {
     int n = dt_zero_num_ranges(z);
@@ -503,35 +593,49 @@ static int write_optim_shard(const char *path, dt_zero *z, const dt_train_state 
     for (int i = 0; i < n; i++) total += dt_zero_range_at(z, i).count;
     const dt_dtype dts[3] = {DT_DTYPE_FP32, dt_zero_moment_dtype(z), dt_zero_moment_dtype(z)};
     const char *names[3] = {"master", "exp_avg", "exp_avg_sq"};
-    void *arr[3] = {NULL, NULL, NULL};
-    char *rt = ranges_text(z);
-    int rc = rt ? DT_OK : dt_errorf(err, DT_ENOMEM, "checkpoint: out of memory");
-    for (int k = 0; k < 3 && !rc; k++) {
-        if (k == 0 && !dt_zero_has_master(z)) continue;
-        size_t es = (size_t)dt_dtype_size(dts[k]);
-        if (!(arr[k] = malloc(total ? total * es : 1))) {
-            rc = dt_errorf(err, DT_ENOMEM, "checkpoint: out of memory for the optimizer shard");
-            break;
+    const int k0 = dt_zero_has_master(z) ? 0 : 1;
+    int order[3] = {0, 1, 2}, no = 0;
+    for (int k = k0; k < 3; k++) {   /* insertion sort of the (at most 3) states into file order */
+        int at = no++;
+        while (at > 0 && optim_file_order(dts, names, k, order[at - 1]) < 0) {
+            order[at] = order[at - 1];
+            at--;
         }
-        size_t pos = 0;
-        for (int i = 0; i < n && !rc; i++) {
-            dt_zero_range r = dt_zero_range_at(z, i);
-            rc = dt_zero_state_read(z, k, r.state_begin, r.count, (char *)arr[k] + pos * es, err);
-            pos += r.count;
-        }
+        order[at] = k;
     }
-    dt_st_writer *w = rc ? NULL : dt_st_writer_new();
-    if (!rc && !w) rc = dt_errorf(err, DT_ENOMEM, "checkpoint: out of memory");
+    const size_t E = min_sz(chunk_elems(sizeof(float)), total);   /* fp32: the widest state */
+    void *buf = E ? malloc(E * sizeof(float)) : NULL;
+    char *rt = ranges_text(z);
+    dt_st_writer *w = dt_st_writer_new();
+    int rc = rt && w && (buf || !E) ? DT_OK
+                                    : dt_errorf(err, DT_ENOMEM, "checkpoint: out of memory for the optimizer shard");
     int64_t cnt = (int64_t)total;
     char num[32];
     snprintf(num, sizeof num, "%lld", (long long)st->step);
     if (!rc) rc = dt_st_writer_meta(w, "ranges", rt, err);
     if (!rc) rc = dt_st_writer_meta(w, "step", num, err);
-    for (int k = 0; k < 3 && !rc; k++)
-        if (arr[k]) rc = dt_st_writer_add(w, names[k], dt_st_dtype_name(dts[k]), 1, &cnt, arr[k], err);
-    if (!rc) rc = dt_st_write_sum(w, path, sum, err);
+    for (int k = k0; k < 3 && !rc; k++)
+        rc = dt_st_writer_add(w, names[k], dt_st_dtype_name(dts[k]), 1, &cnt, NULL, err);
+    dt_st_stream *s = NULL;
+    if (!rc) rc = dt_st_stream_open(w, path, &s, err);
+    for (int q = 0; q < no && !rc; q++) {
+        const int k = order[q];
+        const size_t es = (size_t)dt_dtype_size(dts[k]);
+        uint64_t off = 0;   /* bytes of this tensor put so far */
+        for (int i = 0; i < n && !rc; i++) {
+            dt_zero_range r = dt_zero_range_at(z, i);
+            for (size_t c = 0; c < r.count && !rc; c += E) {
+                const size_t m = min_sz(E, r.count - c);
+                rc = dt_zero_state_read(z, k, r.state_begin + c, m, buf, err);
+                if (!rc) rc = dt_st_stream_put(s, names[k], off, buf, m * es, err);
+                off += m * es;
+            }
+        }
+    }
+    if (s && rc) dt_st_stream_abort(s);
+    else if (s) rc = dt_st_stream_close_sum(s, sum, err);
     dt_st_writer_free(w);
-    for (int k = 0; k < 3; k++) free(arr[k]);
+    free(buf);
     free(rt);
     return rc;
 }
@@ -708,10 +812,6 @@ static int save_rank0(const char *out_dir, const char *tmp, const char *fin, con
                       int world, int stage, ckpt_file *files, int nfiles, dt_error *err) {
     char p[DT_PATH_MAX * 3];
     int rc = DT_OK, writers = nfiles - 3;   /* files: model, config, plan, then the shards */
-    if (stage != 3) {
-        snprintf(p, sizeof p, "%s/model.safetensors", tmp);
-        rc = weights_save(g, prec->param, p, &files[0].sum, err);
-    }
     snprintf(p, sizeof p, "%s/config.json", tmp);
     if (!rc) rc = write_text(p, hf_config_text(m), &files[1].sum, err);
     dt_memprobe_end(DT_PHASE_EXPORT);
@@ -782,13 +882,11 @@ int dt_ckpt_save_zero(const char *out_dir, dt_lm *g, const dt_model *m, const dt
     }
     dt_memprobe_begin(DT_PHASE_EXPORT);
     snprintf(p, sizeof p, "%s/model.safetensors", tmp);
-    if (stage == 3) {   /* collective; only rank 0 writes, one gathered unit at a time */
-        rc = weights_save_streamed(g, z, prec->param, rank == 0, p, rank == 0 ? &files[0].sum : NULL, err);
-        if (rank != 0) dt_memprobe_end(DT_PHASE_EXPORT);
-        if (rc && rank != 0) return rc;
-    } else if (rank != 0) {
-        dt_memprobe_end(DT_PHASE_EXPORT);
-    }
+    /* only rank 0 writes, piece by piece (stage 3: one gathered unit at a time,
+     * collective; stages 0-2: from the flat buffer, no communication) */
+    rc = weights_save_streamed(g, z, prec->param, rank == 0, p, rank == 0 ? &files[0].sum : NULL, err);
+    if (rank != 0) dt_memprobe_end(DT_PHASE_EXPORT);
+    if (rc && rank != 0) return rc;
     if (rank == 0) {
         if (!rc)
             rc = save_rank0(out_dir, tmp, fin, old, g, m, prec, st, plan_json, world, stage, files, writers + 3, err);
@@ -1097,9 +1195,14 @@ static int load_optim_shard(const char *dir, const char *name, dt_zero *z, const
             size_t e = fb + cnt < r.flat_begin + r.count ? fb + cnt : r.flat_begin + r.count;
             for (int k = 0; k < 3 && a < e && !rc; k++) {
                 if (!src[k]) continue;
-                size_t es = (size_t)dt_dtype_size(dts[k]);
-                rc = dt_zero_state_write(z, k, r.state_begin + (a - r.flat_begin), e - a,
-                                         src[k] + (pos + (a - fb)) * es, err);
+                /* a bounded piece at a time, its mapped pages released after it */
+                const size_t es = (size_t)dt_dtype_size(dts[k]), E = chunk_elems(es);
+                for (size_t c = a; c < e && !rc; c += E) {
+                    const size_t cnt = min_sz(E, e - c);
+                    const char *from = src[k] + (pos + (c - fb)) * es;
+                    rc = dt_zero_state_write(z, k, r.state_begin + (c - r.flat_begin), cnt, from, err);
+                    dt_map_release(from, cnt * es);
+                }
             }
         }
         pos += cnt;
@@ -1193,9 +1296,17 @@ int dt_ckpt_load_zero(const char *ckpt_dir, dt_lm *g, const dt_model *m, const d
                        (long long)st->step);
     if (!rc) rc = verify_others(ckpt_dir, &mf, err);
     if (!rc) rc = check_model(ckpt_dir, m, err);
+    /* the weights: stage 3 reads only this rank's shard of each unit (no rank
+     * holds the whole model), stages 0-2 the full parameters into the flat
+     * buffer they keep; either way straight from the mapped file */
     snprintf(p, sizeof p, "%s/model.safetensors", ckpt_dir);
-    if (!rc) rc = load_safetensors(g, prec->param, p, err);
-    if (!rc) rc = dt_zero_init_from_model(z, err);
+    dt_hf_src *src = NULL;
+    if (!rc) rc = dt_hf_src_open_file(g, p, &src, err);
+    if (!rc) {
+        weights_src ws = {src, NULL, prec->param};
+        rc = dt_zero_load_params(z, wsrc_read, &ws, err);
+    }
+    dt_hf_src_close(src);
     /* every optimizer file of the saved world: resharding to this world/stage */
     char(*names)[DT_CKPT_NAME_MAX] = NULL;
     int nfiles = 0;

@@ -48,7 +48,9 @@ typedef struct dt_train_state {
 
 /* ---- weights ---- */
 
-/* Writes g's params with HF names (prefix "transformer.", param dtype). */
+/* Writes g's params with HF names (prefix "transformer.", param dtype): from
+ * the flat buffer in place where the host addresses it, else streamed through
+ * one dt_io_chunk_bytes() host buffer. */
 int dt_weights_save(dt_lm *g, dt_dtype param_dtype, const char *path, dt_error *err);
 /* Loads params from a .safetensors file (HF names with or without "transformer.",
  * F32/BF16/F16, converted to param_dtype; lm_head.weight and attn.bias buffers
@@ -57,6 +59,15 @@ int dt_weights_save(dt_lm *g, dt_dtype param_dtype, const char *path, dt_error *
  * dropped; chosen by the file's magic). Shapes must match m; missing tensors are errors. */
 int dt_weights_load(dt_lm *g, const dt_model *m, dt_dtype param_dtype, const char *path,
                     dt_error *err);
+/* The same source (path: a .safetensors file, a Hugging Face directory, an
+ * llm.c checkpoint; the same checks) into a ZeRO engine's shards instead of a
+ * whole model: dt_zero_load_params reads each rank's elements straight from the
+ * memory-mapped file, so under stage 3 no rank allocates the flat model (g may
+ * be DT_LM_NO_FLAT); stages 0-2 fill their flat parameters, with no second
+ * copy. Replaces dt_weights_load + dt_zero_init_from_model (the same shards,
+ * bitwise). */
+int dt_weights_load_zero(dt_zero *z, dt_lm *g, const dt_model *m, dt_dtype param_dtype, const char *path,
+                         dt_error *err);
 /* Writes a Hugging Face GPT2Config config.json for m. */
 int dt_hf_config_write(const dt_model *m, const char *path, dt_error *err);
 
@@ -87,8 +98,11 @@ int dt_ckpt_state_read(const char *path, const dt_precision *prec, size_t nparam
 int dt_ckpt_save_zero(const char *out_dir, dt_lm *g, const dt_model *m, const dt_precision *prec,
                       dt_zero *z, dt_comm *c, const dt_train_state *st, const char *plan_json,
                       int64_t keep_last, char *saved_path, size_t saved_len, dt_error *err);
-/* Loads weights, then takes from every shard file the elements of this rank's
- * ranges, whatever world size and stage wrote them (resharding); single-rank
+/* Loads weights (as dt_weights_load_zero: stage 3 reads only this rank's
+ * shards, so g may be DT_LM_NO_FLAT), then takes from every shard file the
+ * elements of this rank's ranges, whatever world size and stage wrote them
+ * (resharding); every file is read through its mapping a dt_io_chunk_bytes()
+ * piece at a time, its pages released after each; single-rank
  * checkpoints of earlier versions load too. Before use it checks state.json
  * (counters, loss scaler, run id), m against config.json, every file it reads
  * against its recorded size and CRC-32C, and that the shards' ranges tile the

@@ -6,9 +6,12 @@
 #ifndef DT_HFDIR_H
 #define DT_HFDIR_H
 
+#include <stddef.h>
+
 #include "dt_error.h"
 #include "dt_lm.h"
 #include "dt_model.h"
+#include "dt_precision.h"
 
 /* The config.json text for m (malloc'd; NULL when out of memory). The llama
  * family is written as the model_type its options are: q/k norm -> qwen3,
@@ -21,6 +24,30 @@ int dt_hf_is_dir(const char *path);
 /* Checks dir/config.json describes m (the same shape, the same family options):
  * DT_EINVAL naming both shapes otherwise. `what` says what dir is, for the message. */
 int dt_hf_check_config(const char *dir, const dt_model *m, const char *what, dt_error *err);
+
+/* A source of g's parameters read by flat element range, so a ZeRO-3 rank reads
+ * only the elements of its own shards (dt_zero_load_params) and a full load goes
+ * through no second copy. Open checks every tensor of g once: present exactly
+ * once (a directory: in one of the index's shards), F32 / BF16 / F16, the
+ * model's shape (each failure DT_EINVAL naming the file and tensor); files are
+ * then memory-mapped one at a time as reads need them, and the pages a read
+ * touched are released after each dt_io_chunk_bytes() of it (dt_map_release), so
+ * a read keeps at most that much of a file resident. */
+typedef struct dt_hf_src dt_hf_src;
+/* path: one .safetensors file holding every tensor of g. */
+int dt_hf_src_open_file(const dt_lm *g, const char *path, dt_hf_src **out, dt_error *err);
+/* dir: model.safetensors, else the shards of model.safetensors.index.json. */
+int dt_hf_src_open_dir(const dt_lm *g, const char *dir, dt_hf_src **out, dt_error *err);
+/* Flat elements [lo, lo + n) of g's layout, converted to pdt, into HOST memory
+ * dst[0 .. n). */
+int dt_hf_src_read(dt_hf_src *s, size_t lo, size_t n, dt_dtype pdt, void *dst, dt_error *err);
+void dt_hf_src_close(dt_hf_src *s);
+
+/* Drops the pages of [p, p + len) of a read-only file mapping from this
+ * process (madvise MADV_DONTNEED: they stay in the page cache and fault back
+ * in when read again), so reading a mapped file does not grow the resident set
+ * by the file's size. */
+void dt_map_release(const void *p, size_t len);
 
 /* Loads every tensor of g from dir: model.safetensors, or the shards of
  * model.safetensors.index.json one file at a time (each memory-mapped, never

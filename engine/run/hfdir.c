@@ -5,19 +5,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
 #include "dt_dtype.h"
 #include "dt_json.h"
 #include "dt_safetensors.h"
+#include "dt_zero.h"
 
 /* GPT-2's <|endoftext|> id in its 50257-token BPE vocabulary (HF GPT2Config). */
 #define DT_GPT2_EOT_TOKEN 50256
 #define DT_HF_INDEX_FILE "model.safetensors.index.json"
 #define DT_HF_SINGLE_FILE "model.safetensors"
 #define DT_HF_PATH_MAX 4096
+/* An unaligned tensor (a file whose writer did not align its offsets) is
+ * converted through an aligned copy of at most this many elements at a time. */
+#define DT_HF_UNALIGNED_CHUNK ((size_t)1 << 20)
 
 /* ---- config.json ---- */
 
@@ -140,17 +146,32 @@ int dt_hf_check_config(const char *dir, const dt_model *m, const char *what, dt_
 
 /* ---- weights ---- */
 
-/* Converts n elements into dst (dtype dt) from possibly unaligned src. */
+void dt_map_release(const void *p, size_t len) {
+    if (!p || !len) return;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)p / page * page, e = ((uintptr_t)p + len + page - 1) / page * page;
+    /* a read-only private file mapping: the pages leave this process's page
+     * tables (and its RSS) and stay in the page cache; a later read faults them
+     * back in (madvise(2), MADV_DONTNEED) */
+    (void)madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
+/* Converts n elements into dst (dtype dt) from possibly unaligned src, through a
+ * bounded aligned copy when src is unaligned. */
 static int convert_in(void *dst, dt_dtype dt, const void *src, dt_dtype st, size_t n) {
-    size_t es = (size_t)dt_dtype_size(st);
+    size_t es = (size_t)dt_dtype_size(st), ds = (size_t)dt_dtype_size(dt);
     if (((uintptr_t)src % es) == 0) {
         dt_convert(dst, dt, src, st, n);
         return DT_OK;
     }
-    void *tmp = malloc(n * es);
+    size_t chunk = n < DT_HF_UNALIGNED_CHUNK ? n : DT_HF_UNALIGNED_CHUNK;
+    void *tmp = malloc(chunk * es);
     if (!tmp) return DT_ENOMEM;
-    memcpy(tmp, src, n * es);
-    dt_convert(dst, dt, tmp, st, n);
+    for (size_t i = 0; i < n; i += chunk) {
+        size_t k = n - i < chunk ? n - i : chunk;
+        memcpy(tmp, (const char *)src + i * es, k * es);
+        dt_convert((char *)dst + i * ds, dt, tmp, st, k);
+    }
     free(tmp);
     return DT_OK;
 }
@@ -162,11 +183,11 @@ static int shape_matches(const dt_st_tensor *s, const dt_tensor_info *t) {
     return 1;
 }
 
-/* One tensor of g found in the open file f: checks and converts it. */
-static int load_tensor(const dt_tensor_info *t, const dt_st_file *f, const dt_st_tensor *s, dt_dtype pdt,
-                       void *params, const char *path, dt_error *err) {
-    dt_dtype sdt;
-    if (dt_st_dtype_parse(s->dtype, &sdt))
+/* A tensor of g found in an open file: its dtype must be one the engine reads
+ * and its shape the model's. */
+static int check_tensor(const dt_tensor_info *t, const dt_st_tensor *s, dt_dtype *sdt, const char *path,
+                        dt_error *err) {
+    if (dt_st_dtype_parse(s->dtype, sdt))
         return dt_errorf(err, DT_EINVAL, "%s: tensor \"%s\" has dtype %s (F32, BF16 or F16 expected)", path,
                          s->name, s->dtype);
     if (!shape_matches(s, t))
@@ -174,9 +195,6 @@ static int load_tensor(const dt_tensor_info *t, const dt_st_file *f, const dt_st
                          path, s->name, (long long)s->shape[0], s->ndim > 1 ? ", " : "",
                          s->ndim > 1 ? (long long)s->shape[1] : 0LL, (long long)t->shape[0], t->ndim > 1 ? ", " : "",
                          t->ndim > 1 ? (long long)t->shape[1] : 0LL);
-    void *dst = (char *)params + t->offset * (size_t)dt_dtype_size(pdt);
-    if (convert_in(dst, pdt, dt_st_data(f, s), sdt, t->numel))
-        return dt_errorf(err, DT_ENOMEM, "%s: out of memory converting tensor \"%s\"", path, s->name);
     return DT_OK;
 }
 
@@ -185,36 +203,6 @@ static const dt_st_tensor *find_in(const dt_st_file *f, const dt_lm *g, const dt
     snprintf(name, sizeof name, "%s%s", dt_lm_hf_prefix(g), t->name);
     const dt_st_tensor *s = dt_st_find(f, name);
     return s ? s : dt_st_find(f, t->name);
-}
-
-/* Loads the tensors of g that file path holds. seen NULL: every tensor must be
- * there; else seen[i] marks tensor i loaded (twice is an error). */
-static int load_file(const dt_lm *g, dt_dtype pdt, const char *path, void *params, unsigned char *seen,
-                     dt_error *err) {
-    dt_st_file *f;
-    if (dt_st_open(path, &f, err)) return err->code;
-    int rc = DT_OK;
-    for (int i = 0; i < dt_lm_num_tensors(g) && !rc; i++) {
-        const dt_tensor_info *t = dt_lm_tensor(g, i);
-        const dt_st_tensor *s = find_in(f, g, t);
-        if (!s) {
-            if (!seen)
-                rc = dt_errorf(err, DT_EINVAL, "%s: tensor \"%s%s\" is missing", path, dt_lm_hf_prefix(g), t->name);
-            continue;
-        }
-        if (seen && seen[i]) {
-            rc = dt_errorf(err, DT_EINVAL, "%s: tensor \"%s\" is also in another shard", path, s->name);
-            break;
-        }
-        rc = load_tensor(t, f, s, pdt, params, path, err);
-        if (seen && !rc) seen[i] = 1;
-    }
-    dt_st_close(f);
-    return rc;
-}
-
-int dt_hf_load_file(const dt_lm *g, dt_dtype pdt, const char *path, void *params, dt_error *err) {
-    return load_file(g, pdt, path, params, NULL, err);
 }
 
 /* A shard name from the index: a plain file name inside the directory. */
@@ -260,32 +248,179 @@ static int index_shards(const char *ipath, char (**names)[256], int *n, dt_error
     return DT_OK;
 }
 
-int dt_hf_load_dir(const dt_lm *g, dt_dtype pdt, const char *dir, void *params, dt_error *err) {
+/* ---- a source of the parameters, read by flat element range ---- */
+
+struct dt_hf_src {
+    const dt_lm *g;
+    char dir[DT_HF_PATH_MAX];       /* the directory of the files ("" for one file given by path) */
+    char (*names)[256];             /* the files: shard names in dir, or the one file's path in path */
+    char path[DT_HF_PATH_MAX];
+    int nfiles;
+    int *file_of;                   /* [tensors] the file that holds tensor i */
+    dt_dtype *sdt;                  /* [tensors] its dtype there */
+    const dt_st_tensor **st;        /* [tensors] its entry in the open file (valid while cur = file_of) */
+    int cur;                        /* the file mapped now, -1 none */
+    dt_st_file *f;
+};
+
+static void file_path(const dt_hf_src *s, int k, char *p, size_t n) {
+    if (s->names) snprintf(p, n, "%s/%s", s->dir, s->names[k]);
+    else snprintf(p, n, "%s", s->path);
+}
+
+/* Maps file k (unmapping the one before) and points st at its entries. */
+static int src_switch(dt_hf_src *s, int k, dt_error *err) {
+    if (s->cur == k) return DT_OK;
+    dt_st_close(s->f);
+    s->f = NULL;
+    s->cur = -1;
+    char p[DT_HF_PATH_MAX + 260];
+    file_path(s, k, p, sizeof p);
+    if (dt_st_open(p, &s->f, err)) return err->code;
+    s->cur = k;
+    for (int i = 0; i < dt_lm_num_tensors(s->g); i++)
+        s->st[i] = s->file_of[i] == k ? find_in(s->f, s->g, dt_lm_tensor(s->g, i)) : NULL;
+    return DT_OK;
+}
+
+/* Checks file k: the model's tensors it holds (dtype, shape, none also in an
+ * earlier file) are recorded as its; all: every tensor must be there. */
+static int src_scan(dt_hf_src *s, int k, int all, dt_error *err) {
+    char p[DT_HF_PATH_MAX + 260];
+    file_path(s, k, p, sizeof p);
+    dt_st_file *f;
+    if (dt_st_open(p, &f, err)) return err->code;
+    const dt_lm *g = s->g;
+    int rc = DT_OK;
+    for (int i = 0; i < dt_lm_num_tensors(g) && !rc; i++) {
+        const dt_tensor_info *t = dt_lm_tensor(g, i);
+        const dt_st_tensor *e = find_in(f, g, t);
+        if (!e) {
+            if (all) rc = dt_errorf(err, DT_EINVAL, "%s: tensor \"%s%s\" is missing", p, dt_lm_hf_prefix(g), t->name);
+            continue;
+        }
+        if (s->file_of[i] >= 0) {
+            rc = dt_errorf(err, DT_EINVAL, "%s: tensor \"%s\" is also in another shard", p, e->name);
+            break;
+        }
+        if (!(rc = check_tensor(t, e, &s->sdt[i], p, err))) s->file_of[i] = k;
+    }
+    dt_st_close(f);
+    return rc;
+}
+
+void dt_hf_src_close(dt_hf_src *s) {
+    if (!s) return;
+    dt_st_close(s->f);
+    free(s->names);
+    free(s->file_of);
+    free(s->sdt);
+    free(s->st);
+    free(s);
+}
+
+static dt_hf_src *src_new(const dt_lm *g) {
+    dt_hf_src *s = calloc(1, sizeof *s);
+    int nt = dt_lm_num_tensors(g);
+    if (!s) return NULL;
+    s->g = g;
+    s->cur = -1;
+    s->file_of = malloc((size_t)nt * sizeof *s->file_of);
+    s->sdt = calloc((size_t)nt, sizeof *s->sdt);
+    s->st = calloc((size_t)nt, sizeof *s->st);
+    if (!s->file_of || !s->sdt || !s->st) {
+        dt_hf_src_close(s);
+        return NULL;
+    }
+    for (int i = 0; i < nt; i++) s->file_of[i] = -1;
+    return s;
+}
+
+int dt_hf_src_open_file(const dt_lm *g, const char *path, dt_hf_src **out, dt_error *err) {
+    *out = NULL;
+    dt_hf_src *s = src_new(g);
+    if (!s) return dt_errorf(err, DT_ENOMEM, "%s: out of memory", path);
+    snprintf(s->path, sizeof s->path, "%s", path);
+    s->nfiles = 1;
+    int rc = src_scan(s, 0, 1, err);
+    if (rc) {
+        dt_hf_src_close(s);
+        return rc;
+    }
+    *out = s;
+    return DT_OK;
+}
+
+int dt_hf_src_open_dir(const dt_lm *g, const char *dir, dt_hf_src **out, dt_error *err) {
+    *out = NULL;
     char p[DT_HF_PATH_MAX];
     snprintf(p, sizeof p, "%s/" DT_HF_SINGLE_FILE, dir);
-    struct stat st;
-    if (stat(p, &st) == 0) return load_file(g, pdt, p, params, NULL, err);
+    struct stat sb;
+    if (stat(p, &sb) == 0) return dt_hf_src_open_file(g, p, out, err);
     snprintf(p, sizeof p, "%s/" DT_HF_INDEX_FILE, dir);
-    if (stat(p, &st) != 0)
+    if (stat(p, &sb) != 0)
         return dt_errorf(err, DT_EINVAL,
                          "%s: neither " DT_HF_SINGLE_FILE " nor " DT_HF_INDEX_FILE
                          " is there: give a Hugging Face model directory (save_pretrained) or a .safetensors file",
                          dir);
-    char(*names)[256] = NULL;
-    int n = 0;
-    if (index_shards(p, &names, &n, err)) return err->code;
-    int nt = dt_lm_num_tensors(g), rc = DT_OK;
-    unsigned char *seen = calloc((size_t)nt, 1);
-    if (!seen) rc = dt_errorf(err, DT_ENOMEM, "%s: out of memory", dir);
-    for (int k = 0; k < n && !rc; k++) {
-        snprintf(p, sizeof p, "%s/%s", dir, names[k]);
-        rc = load_file(g, pdt, p, params, seen, err);   /* one shard mapped at a time */
-    }
-    for (int i = 0; i < nt && !rc; i++)
-        if (!seen[i])
+    dt_hf_src *s = src_new(g);
+    if (!s) return dt_errorf(err, DT_ENOMEM, "%s: out of memory", dir);
+    snprintf(s->dir, sizeof s->dir, "%s", dir);
+    int rc = index_shards(p, &s->names, &s->nfiles, err);
+    for (int k = 0; k < s->nfiles && !rc; k++) rc = src_scan(s, k, 0, err);   /* one shard mapped at a time */
+    for (int i = 0; i < dt_lm_num_tensors(g) && !rc; i++)
+        if (s->file_of[i] < 0)
             rc = dt_errorf(err, DT_EINVAL, "%s: tensor \"%s%s\" is in none of the %d shard(s) of " DT_HF_INDEX_FILE,
-                           dir, dt_lm_hf_prefix(g), dt_lm_tensor(g, i)->name, n);
-    free(seen);
-    free(names);
+                           dir, dt_lm_hf_prefix(g), dt_lm_tensor(g, i)->name, s->nfiles);
+    if (rc) {
+        dt_hf_src_close(s);
+        return rc;
+    }
+    *out = s;
+    return DT_OK;
+}
+
+int dt_hf_src_read(dt_hf_src *s, size_t lo, size_t n, dt_dtype pdt, void *dst, dt_error *err) {
+    const dt_lm *g = s->g;
+    const size_t hi = lo + n, ds = (size_t)dt_dtype_size(pdt);
+    for (int i = 0; i < dt_lm_num_tensors(g); i++) {
+        const dt_tensor_info *t = dt_lm_tensor(g, i);
+        size_t a = t->offset > lo ? t->offset : lo, b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
+        if (a >= b) continue;
+        if (src_switch(s, s->file_of[i], err)) return err->code;
+        const size_t es = (size_t)dt_dtype_size(s->sdt[i]);
+        const char *src = (const char *)dt_st_data(s->f, s->st[i]) + (a - t->offset) * es;
+        /* a bounded piece at a time (dt_io_chunk_bytes), its mapped pages released after it */
+        const size_t chunk = dt_io_chunk_bytes() / es > 0 ? dt_io_chunk_bytes() / es : 1;
+        for (size_t j = a; j < b; j += chunk) {
+            size_t k = b - j < chunk ? b - j : chunk;
+            const char *p = src + (j - a) * es;
+            int rc = convert_in((char *)dst + (j - lo) * ds, pdt, p, s->sdt[i], k);
+            dt_map_release(p, k * es);
+            if (rc) {
+                char fp[DT_HF_PATH_MAX + 260];
+                file_path(s, s->cur, fp, sizeof fp);
+                return dt_errorf(err, DT_ENOMEM, "%s: out of memory converting tensor \"%s\"", fp, s->st[i]->name);
+            }
+        }
+    }
+    return DT_OK;
+}
+
+static int load_all(dt_hf_src *s, const dt_lm *g, dt_dtype pdt, void *params, dt_error *err) {
+    int rc = dt_hf_src_read(s, 0, dt_lm_num_params(g), pdt, params, err);
+    dt_hf_src_close(s);
     return rc;
+}
+
+int dt_hf_load_file(const dt_lm *g, dt_dtype pdt, const char *path, void *params, dt_error *err) {
+    dt_hf_src *s;
+    if (dt_hf_src_open_file(g, path, &s, err)) return err->code;
+    return load_all(s, g, pdt, params, err);
+}
+
+int dt_hf_load_dir(const dt_lm *g, dt_dtype pdt, const char *dir, void *params, dt_error *err) {
+    dt_hf_src *s;
+    if (dt_hf_src_open_dir(g, dir, &s, err)) return err->code;
+    return load_all(s, g, pdt, params, err);
 }

@@ -159,10 +159,9 @@ static int init_weights(trainer *t, int64_t *resumed_from, dt_error *err) {
         }
         if (t->opts->log) fprintf(t->opts->log, "dtrun: no checkpoint in %s, starting from step 0\n", t->out_dir);
     }
-    if (p->output.init[0]) {
-        if (dt_weights_load(t->g, &p->model, p->precision.param, p->output.init, err))
+    if (p->output.init[0]) {   /* stage 3: each rank reads only its shards of the file */
+        if (dt_weights_load_zero(t->z, t->g, &p->model, p->precision.param, p->output.init, err))
             return dt_error_prefix(err, "output.init");
-        if (dt_zero_init_from_model(t->z, err)) return err->code;
     } else if (dt_zero_init_random(t->z, p->data.seed, err)) {
         return err->code;
     }
@@ -426,18 +425,16 @@ static int open_run_dir(trainer *t, dt_error *err) {
     return DT_OK;
 }
 
-/* A fresh ZeRO-3 run initialised from the seed: each rank draws only its shard. */
-static int partitioned_init(const trainer *t) {
-    return t->plan->parallel.zero_stage == 3 && !t->opts->resume && !t->plan->output.init[0];
-}
+/* ZeRO-3: each rank draws or reads only its shards (the seed, output.init or a
+ * checkpoint), so the model's flat buffers are never allocated. */
+static int partitioned_init(const trainer *t) { return t->plan->parallel.zero_stage == 3; }
 
 /* Model, ZeRO engine, data, batch buffers and weights, fresh or resumed (*resumed: its step, else -1). */
 static int build_model(trainer *t, int64_t *resumed, dt_error *err) {
     const dt_plan *plan = t->plan;
     const int64_t B = plan->batch.micro_batch, T = plan->batch.seq_len;
     *resumed = -1;
-    /* ZeRO-3 from a seed: no rank ever holds the whole model (dt_zero_init_random);
-     * a weights file or a checkpoint is still read whole, then partitioned */
+    /* ZeRO-3: no rank ever holds the whole model (dt_zero_load_params) */
     unsigned flags = partitioned_init(t) ? DT_LM_NO_FLAT : 0;
     int rc = dt_lm_create_ex(&plan->model, &plan->precision, B, T, plan->activations.ckpt_layers,
                              plan->activations.attention, plan->cluster.device, dt_comm_local_rank(t->comm),
