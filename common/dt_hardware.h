@@ -36,6 +36,9 @@ typedef struct dt_hardware {
     double op_overhead_s;        /* fixed time per device op (kernel launch, OpenMP fork/join), s */
     double elementwise_bw;       /* bytes/s the element-wise kernels (LayerNorm, GELU, residual,
                                   * bias sums, cross-entropy) stream; 0: folded into achievable_flops */
+    /* Optional GPU shape model (docs/time-model.md "Shape-aware GPU compute"): */
+    double sm_count;             /* streaming multiprocessors (the wave quantisation's width);
+                                  * > 0 on a cuda device turns the shape-aware GEMM model on */
 } dt_hardware;
 
 /* Loads a profile by name (case-insensitive, built into the binary from
@@ -52,6 +55,10 @@ int dt_hardware_check_mem_limit(const dt_hardware *hw, int64_t limit, const char
 /* The profile's device memory as --mem text that parses to at most it: "80G" for
  * 80 GiB, "141GB" for 141e9 bytes. */
 void dt_hardware_mem_text(const dt_hardware *hw, char *buf, size_t n);
+/* The SM count the time model uses: hw->sm_count when set, else (a cuda profile read back
+ * from a plan, which does not carry the field) the built-in profile of the same name's;
+ * 0 when neither has one (the flat achievable_flops model then applies). */
+double dt_hardware_sm_count(const dt_hardware *hw);
 int dt_hardware_catalog_count(void);
 const char *dt_hardware_catalog_name(int i);
 

@@ -39,7 +39,7 @@ static const char *const k_top_keys[] = {
     "format", "name", "device", "device_mem_bytes", "reserve_bytes", "peak_flops",
     "achievable_flops", "mem_bw", "intra_busbw", "intra_alpha_s", "default_interconnect",
     "interconnects", "h2d_bw", "host_mem_bytes", "cpu_adam_params_per_s", "nvme_bw",
-    "nvme_bytes", "source", "attention_flops", "op_overhead_s", "elementwise_bw"};
+    "nvme_bytes", "source", "attention_flops", "op_overhead_s", "elementwise_bw", "sm_count"};
 static const char *const k_dtype_keys[] = {"fp32", "bf16", "fp16"};
 static const char *const k_net_keys[] = {"busbw", "alpha_s"};
 
@@ -210,8 +210,15 @@ static int parse_profile(const char *text, const char *what, const char *interco
         (cJSON_GetObjectItemCaseSensitive(root, "op_overhead_s") &&
          (rc = get_num(root, "op_overhead_s", 1, what, "$", &hw->op_overhead_s, err))) ||
         (cJSON_GetObjectItemCaseSensitive(root, "elementwise_bw") &&
-         (rc = get_num(root, "elementwise_bw", 1, what, "$", &hw->elementwise_bw, err))))
+         (rc = get_num(root, "elementwise_bw", 1, what, "$", &hw->elementwise_bw, err))) ||
+        (cJSON_GetObjectItemCaseSensitive(root, "sm_count") &&
+         (rc = get_num(root, "sm_count", 1, what, "$", &hw->sm_count, err))))
         goto done;
+    if (hw->sm_count != floor(hw->sm_count) || hw->sm_count > 1e6) {
+        rc = dt_errorf(err, DT_EINVAL, "hardware profile %s: $.sm_count: expected a whole number of SMs, got %g",
+                       what, hw->sm_count);
+        goto done;
+    }
     const cJSON *src = cJSON_GetObjectItemCaseSensitive(root, "source");
     if (src && !cJSON_IsString(src)) {
         rc = dt_errorf(err, DT_EINVAL, "hardware profile %s: $.source: expected a string", what);
@@ -305,4 +312,19 @@ int dt_hardware_check_mem_limit(const dt_hardware *hw, int64_t limit, const char
                      "%s %s is above the %.2f GiB per device of hardware profile %s; give %s %s or less, or %s",
                      flag, text, (double)hw->device_mem_bytes / 1073741824.0, hw->name, flag, have,
                      bigger[0] ? bigger : "--hardware with the .json profile of a device that has more memory");
+}
+
+double dt_hardware_sm_count(const dt_hardware *hw) {
+    if (hw->sm_count > 0) return hw->sm_count;
+    if (hw->device != DT_DEVICE_CUDA) return 0.0;
+    /* a plan's hardware block does not carry sm_count: take the built-in profile's */
+    for (int i = 0; i < dt_hardware_files_count; i++) {
+        if (!str_ieq(dt_hardware_files[i].name, hw->name)) continue;
+        cJSON *root = cJSON_Parse(dt_hardware_files[i].text);
+        const cJSON *n = root ? cJSON_GetObjectItemCaseSensitive(root, "sm_count") : NULL;
+        double v = cJSON_IsNumber(n) && n->valuedouble > 0 ? n->valuedouble : 0.0;
+        cJSON_Delete(root);
+        return v;
+    }
+    return 0.0;
 }

@@ -237,7 +237,7 @@ static int validate_hardware(const dt_cluster *c, dt_error *err) {
         {"host_mem_bytes", (double)h->host_mem_bytes}, {"cpu_adam_params_per_s", h->cpu_adam_params_per_s},
         {"nvme_bw", h->nvme_bw}, {"nvme_bytes", (double)h->nvme_bytes},
         {"attention_flops", h->attention_flops}, {"op_overhead_s", h->op_overhead_s},
-        {"elementwise_bw", h->elementwise_bw},
+        {"elementwise_bw", h->elementwise_bw}, {"sm_count", h->sm_count},
     };
     for (int i = 0; i < N_OF(nums); i++)
         if (!finite_nonneg(nums[i].v))
@@ -670,6 +670,7 @@ static void write_cluster(cJSON *root, const dt_cluster *c) {
     if (h->attention_flops > 0) add_d(w, "attention_flops", h->attention_flops);
     if (h->op_overhead_s > 0) add_d(w, "op_overhead_s", h->op_overhead_s);
     if (h->elementwise_bw > 0) add_d(w, "elementwise_bw", h->elementwise_bw);
+    if (h->sm_count > 0) add_d(w, "sm_count", h->sm_count);   /* the GPU GEMM model's wave width */
 }
 
 static void write_precision(cJSON *root, const dt_precision *pr) {
@@ -945,6 +946,8 @@ static void read_cluster(dt_jobj *root, dt_cluster *c, dt_error *err) {
             dt_jobj_num(&w, "op_overhead_s", DT_JNUM_NONNEG, &h->op_overhead_s, err);
         if (dt_jobj_has(&w, "elementwise_bw"))
             dt_jobj_num(&w, "elementwise_bw", DT_JNUM_NONNEG, &h->elementwise_bw, err);
+        if (dt_jobj_has(&w, "sm_count"))
+            dt_jobj_num(&w, "sm_count", DT_JNUM_NONNEG, &h->sm_count, err);
         if (dt_jobj_close(&w, err)) r.failed = w.failed;
     }
     if (dt_jobj_close(&r, err)) root->failed = r.failed;

@@ -26,6 +26,14 @@ typedef struct dt_time_compute {
                            * recompute repeats (runtimes deepspeed / fsdp) */
 } dt_time_compute;
 int dt_time_compute_micro(const dt_plan *p, dt_time_compute *out, dt_error *err);
+/* GPU plans whose profile states sm_count (dt_hardware_sm_count > 0) and a peak for the
+ * compute dtype are timed per GEMM on its shape instead of at the flat achievable_flops
+ * (docs/time-model.md "Shape-aware GPU compute"); CPU plans never are. */
+int dt_time_gpu_shape_model(const dt_plan *p);
+/* One GEMM (batch x [M x K] . [K x N]) on a GPU: max(FLOPs / (peak x cap x tile and wave
+ * efficiency), bytes moved / hbm_bw) + the launch overhead, seconds. */
+double dt_time_gemm_s(double peak_flops, double sm_count, double hbm_bw, double elem_bytes, double M,
+                      double N, double K, double batch);
 /* Activation elements the engine's element-wise kernels (LayerNorm, GELU,
  * residual adds, cross-entropy, encoder) read + write per token, by pass, for
  * hidden C, ffn F and vocab V; bytes_per_elem = 4 (they work on fp32). The time

@@ -169,8 +169,199 @@ static double node_share(const dt_plan *p) {
     return p->cluster.hw.device == DT_DEVICE_CPU ? 1.0 / (double)p->cluster.gpus_per_node : 1.0;
 }
 
+/* ---- shape-aware GPU compute (docs/time-model.md "Shape-aware GPU compute", issue 17) ----
+ * Every GEMM of a block is timed on its own shape:
+ *   t = max(FLOPs / (peak x DT_GEMM_PEAK_CAP x tile eff x wave eff), bytes / mem_bw) + launch
+ * Tile and wave quantisation as NVIDIA's "Matrix Multiplication Background User's Guide"
+ * (docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication, §3.1
+ * "Tile Quantization", §3.2 "Wave Quantization"): the output is cut into DT_GEMM_TILE x
+ * DT_GEMM_TILE tiles (§2.3: 128x128 is a typical cuBLAS tensor-core tile on V100 / A100),
+ * one thread block per tile, and the tiles run in waves of sm_count; a partial wave costs
+ * a whole one. Arithmetic intensity (§2): a GEMM reading A and B and writing C moves
+ * bytes = e (MK + KN + MN); below the GPU's FLOP:byte ratio it is memory-bound. */
+#define DT_GEMM_TILE 128.0
+/* The fraction of dense peak the best-shaped cuBLAS GEMM reaches: 0.80 = H100 SXM's
+ * measured maximum achievable matmul FLOPS, 792.1 of 989 TFLOP/s bf16 (80.1 %; A100 SXM
+ * 267.9 of 312, 85.9 %): Stas Bekman, ml-engineering, compute/accelerator/README.md,
+ * "Maximum Achievable Matmul FLOPS comparison table" (mamf-finder.py, CUDA 12.1). One
+ * constant for every profile; not fitted to the validation suite. */
+#define DT_GEMM_PEAK_CAP 0.80
+/* Fixed cost per GPU kernel: 3.8 us per kernel launched back to back from a stream
+ * (NVIDIA technical blog "Getting Started with CUDA Graphs", A. Gray, 2019: a 2.9 us kernel
+ * takes 3.8 us per launch without synchronisation between launches). */
+#define DT_GPU_LAUNCH_S 3.8e-6
+/* FlashAttention-2 (Dao 2023, arXiv 2307.08691): one thread block per (sequence, head,
+ * DT_GEMM_TILE queries); causal masking skips the blocks above the diagonal (half the
+ * square's work, §3.1); the backward runs 5 matmuls against the forward's 2 (it recomputes
+ * QK^T): 2.5x the forward's FLOPs. */
+#define DT_FLASH_CAUSAL_SHARE 0.5
+#define DT_FLASH_BWD_OVER_FWD 2.5
+/* Element-wise kernels per pass on a GPU, beyond the GEMMs and attention (Hugging Face's
+ * block: 2 norms, the activation, 2 residual adds; backward the same plus one bias-gradient
+ * reduction per linear with a bias; outside: embedding gather(s) + add, final norm, log-softmax
+ * and NLL forward and backward). An unfused GELU (HF NewGELUActivation:
+ * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))) is 8 kernels reading 10F and writing 8F
+ * elements per token forward (vs 1 kernel, 2F fused) and, through autograd, about twice
+ * that backward [A]; an unfused SwiGLU is silu then a product (+3F forward, +5F backward). */
+#define DT_GPU_EW_BLK_FWD 5.0
+#define DT_GPU_EW_BLK_BWD 5.0
+#define DT_GPU_EW_OUT_FWD 5.0
+#define DT_GPU_EW_OUT_BWD 5.0
+#define DT_GELU_NEW_KERNELS 8.0
+#define DT_GELU_NEW_FWD_F 18.0
+/* HF eager attention over the b x heads x s x s scores: forward scale, causal mask, softmax
+ * (+ dropout), each reading and writing the scores; backward the same in reverse, softmax's
+ * backward reading two tensors (modeling_gpt2.py _attn; modeling_llama.py eager_attention_forward). */
+#define DT_EAGER_FWD_PASSES 3.0
+#define DT_EAGER_BWD_PASSES 3.0
+
+typedef struct {
+    double peak;     /* FLOP/s of the dense peak x DT_GEMM_PEAK_CAP */
+    double bw;       /* HBM bytes/s (mem_bw) */
+    double sm;       /* SMs */
+    double e;        /* bytes per element of the compute dtype */
+} dt_gpu;
+
+int dt_time_gpu_shape_model(const dt_plan *p) {
+    const dt_hardware *hw = &p->cluster.hw;
+    return hw->device == DT_DEVICE_CUDA && dt_hardware_sm_count(hw) > 0 && hw->mem_bw > 0 &&
+           hw->peak_flops[p->precision.param] > 0;
+}
+
+/* The tile side along a dimension of d: DT_GEMM_TILE, or for a dimension below it the
+ * smallest power of two >= d, at least DT_GEMM_TILE_MIN: cuBLAS picks narrower tiles for
+ * skinny GEMMs (the guide's §2.3 lists 64-wide tiles; below that [A], down to the
+ * tensor-core MMA's 16 rows, mma.m16n8k16 in the PTX ISA), so an 8-row GEMM is not priced
+ * as a padded 128-row one. */
+#define DT_GEMM_TILE_MIN 16.0
+static double gemm_tile(double d) {
+    if (d >= DT_GEMM_TILE) return DT_GEMM_TILE;
+    double t = DT_GEMM_TILE_MIN;
+    while (t < d) t *= 2.0;
+    return t;
+}
+
+double dt_time_gemm_s(double peak_flops, double sm_count, double hbm_bw, double elem_bytes, double M,
+                      double N, double K, double batch) {
+    if (M <= 0 || N <= 0 || K <= 0 || batch <= 0) return 0.0;
+    const double tm = gemm_tile(M), tn = gemm_tile(N);
+    const double tiles = ceil(M / tm) * ceil(N / tn) * batch;
+    const double waves = ceil(tiles / sm_count);
+    /* each SM computes one tm x tn x K tile per wave at peak x cap / sm_count */
+    const double t_math = waves * 2.0 * tm * tn * K / (peak_flops * DT_GEMM_PEAK_CAP / sm_count);
+    const double t_mem = batch * elem_bytes * (M * K + K * N + M * N) / hbm_bw;
+    return (t_math > t_mem ? t_math : t_mem) + DT_GPU_LAUNCH_S;
+}
+
+static double g_gemm(const dt_gpu *g, double M, double N, double K, double batch) {
+    return dt_time_gemm_s(g->peak, g->sm, g->bw, g->e, M, N, K, batch);
+}
+
+/* a memory-bound kernel set: elems read + written at bytes each, plus its launches */
+static double g_ew(const dt_gpu *g, double bytes, double kernels) { return bytes / g->bw + kernels * DT_GPU_LAUNCH_S; }
+
+static double lin_fwd(const dt_gpu *g, const dt_linear_desc *l, double T) {
+    return g_gemm(g, T, (double)l->out, (double)l->in, 1.0);
+}
+static double lin_bwd(const dt_gpu *g, const dt_linear_desc *l, double T) {   /* dX = dY W^T, dW = X^T dY */
+    return g_gemm(g, T, (double)l->in, (double)l->out, 1.0) + g_gemm(g, (double)l->in, (double)l->out, T, 1.0);
+}
+
+static int gpu_compute_micro(const dt_plan *p, dt_time_compute *out) {
+    const dt_hardware *hw = &p->cluster.hw;
+    dt_gpu g;
+    g.peak = hw->peak_flops[p->precision.param];
+    g.bw = hw->mem_bw;
+    g.sm = dt_hardware_sm_count(hw);
+    g.e = (double)dt_dtype_size(p->precision.param);
+    dt_model_desc d;
+    dt_model_describe(&p->model, &d);
+    const dt_block_desc *bd = &d.block;
+    const double b = (double)p->batch.micro_batch, s = (double)p->batch.seq_len, T = b * s;
+    const double L = (double)p->model.n_layer, C = (double)p->model.hidden, F = (double)p->model.ffn,
+                 V = (double)p->model.vocab;
+    const dt_runtime *rt = &p->runtime;
+    const int dropout = rt->kind != DT_RUNTIME_DTRUN && rt->dropout;
+
+    /* the block's linears */
+    double lf = 0, lb = 0, n_bias = 0;
+    const dt_sublayer_desc *subs[2] = {&bd->attn, &bd->mlp};
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < subs[k]->n_in; i++) {
+            lf += lin_fwd(&g, &subs[k]->in[i], T);
+            lb += lin_bwd(&g, &subs[k]->in[i], T);
+            n_bias += subs[k]->in[i].bias;
+        }
+        lf += lin_fwd(&g, &subs[k]->out, T);
+        lb += lin_bwd(&g, &subs[k]->out, T);
+        n_bias += subs[k]->out.bias;
+    }
+    const double down_fwd = lin_fwd(&g, &bd->mlp.out, T);
+
+    /* the attention core */
+    const double nh = (double)bd->n_head, nkv = (double)(bd->n_kv_head > 0 ? bd->n_kv_head : bd->n_head),
+                 hd = (double)bd->head_dim;
+    double af, ab;
+    if (p->activations.attention == DT_ATTN_MATERIALIZED || (rt->kind != DT_RUNTIME_DTRUN && rt->attention == DT_KERNEL_EAGER)) {
+        const double heads = b * nh, scores = heads * s * s;
+        const double sm_bytes = rt->upcast_softmax ? g.e + 4.0 + 4.0 + g.e : 2.0 * g.e;   /* fp32 softmax + cast back */
+        const double passes_f = DT_EAGER_FWD_PASSES + dropout, passes_b = DT_EAGER_BWD_PASSES + dropout;
+        af = g_gemm(&g, s, s, hd, heads) + g_gemm(&g, s, hd, s, heads) +                   /* QK^T, PV */
+             g_ew(&g, scores * ((passes_f - 1.0) * 2.0 * g.e + sm_bytes), passes_f);
+        ab = 3.0 * g_gemm(&g, s, hd, s, heads) + g_gemm(&g, s, s, hd, heads) +            /* dV, dQ, dK; dP */
+             g_ew(&g, scores * ((passes_b - 1.0) * 2.0 * g.e + 3.0 * g.e), passes_b);
+    } else {
+        const double tiles = b * nh * ceil(s / DT_GEMM_TILE);
+        const double per_tile = 4.0 * DT_GEMM_TILE * s * hd * DT_FLASH_CAUSAL_SHARE;    /* QK^T + PV */
+        const double t_math = ceil(tiles / g.sm) * per_tile / (g.peak * DT_GEMM_PEAK_CAP / g.sm);
+        const double io = g.e * T * hd * (2.0 * nh + 2.0 * nkv);                          /* q, k, v, o */
+        const double t_mem = io / g.bw;
+        af = (t_math > t_mem ? t_math : t_mem) + DT_GPU_LAUNCH_S;
+        const double tb_math = DT_FLASH_BWD_OVER_FWD * t_math, tb_mem = 2.0 * t_mem;
+        ab = (tb_math > tb_mem ? tb_math : tb_mem) + DT_GPU_LAUNCH_S;
+    }
+
+    /* element-wise kernels, memory-bound at mem_bw: the engine's element counts per token
+     * (dt_time_elementwise_elems) in the compute dtype, plus dropout and unfused activations */
+    dt_time_ew_elems ew;
+    dt_time_elementwise_elems(p->model.hidden, p->model.ffn, p->model.vocab, &ew);
+    double ef = ew.block_fwd, eb = ew.block_bwd, er = ew.block_recompute, kf = DT_GPU_EW_BLK_FWD,
+           kb = DT_GPU_EW_BLK_BWD + n_bias, kr = DT_GPU_EW_BLK_FWD - 1.0;
+    if (dropout) {   /* each residual dropout reads, writes and keeps a mask */
+        ef += 3.0 * C * bd->resid_dropouts, eb += 3.0 * C * bd->resid_dropouts;
+        kf += bd->resid_dropouts, kb += bd->resid_dropouts;
+    }
+    if (rt->kind != DT_RUNTIME_DTRUN && rt->unfused_act) {
+        if (bd->act == DT_MLP_GELU) {
+            ef += (DT_GELU_NEW_FWD_F - 2.0) * F, eb += (2.0 * DT_GELU_NEW_FWD_F - 3.0) * F;
+            er += (DT_GELU_NEW_FWD_F - 2.0) * F;
+            kf += DT_GELU_NEW_KERNELS - 1.0, kb += 2.0 * DT_GELU_NEW_KERNELS - 1.0, kr += DT_GELU_NEW_KERNELS - 1.0;
+        } else {
+            ef += 3.0 * F, eb += 5.0 * F, er += 3.0 * F, kf += 1.0, kb += 1.0, kr += 1.0;
+        }
+    }
+    const double vbytes = rt->upcast_logits ? 4.0 : g.e;
+    const double of = ew.outer_fwd - V, ob = ew.outer_bwd - 2.0 * V;   /* the logits' share apart */
+    double blk_ew_f = g_ew(&g, T * ef * g.e, kf), blk_ew_b = g_ew(&g, T * eb * g.e, kb),
+           blk_ew_r = g_ew(&g, T * er * g.e, kr);
+    double out_f = g_gemm(&g, T, V, C, 1.0) + g_ew(&g, T * (of * g.e + V * vbytes) + (dropout ? 3.0 * T * C * g.e : 0.0),
+                                                     DT_GPU_EW_OUT_FWD + dropout);
+    double out_b = g_gemm(&g, T, C, V, 1.0) + g_gemm(&g, C, V, T, 1.0) +
+                   g_ew(&g, T * (ob * g.e + 2.0 * V * vbytes) + (dropout ? 3.0 * T * C * g.e : 0.0),
+                        DT_GPU_EW_OUT_BWD + dropout);
+
+    const double blk_f = lf + af + blk_ew_f, blk_b = lb + ab + blk_ew_b;
+    out->fwd_s = L * blk_f + out_f;
+    out->bwd_s = L * blk_b + out_b;
+    out->block_fwd_s = blk_f;
+    out->attn_core_s = af;
+    out->block_recompute_s = rt->kind == DT_RUNTIME_DTRUN ? lf - down_fwd + af + blk_ew_r : blk_f;
+    return DT_OK;
+}
+
 int dt_time_compute_micro(const dt_plan *p, dt_time_compute *out, dt_error *err) {
     if (check_plan(p, err)) return err->code;
+    if (dt_time_gpu_shape_model(p)) return gpu_compute_micro(p, out);
     const dt_hardware *hw = &p->cluster.hw;
     const double share = node_share(p);
     const double R = hw->achievable_flops[p->precision.param] * share;

@@ -220,6 +220,12 @@ static void test_solver_selective(void) {
     rq.base.batch.seq_len = 2048;
     rq.base.batch.global_batch = 64;
     rq.base.cluster.hw.reserve_bytes = 0;
+    /* the flat achievable_flops time model (no sm_count, a custom profile's name): under the
+     * shape-aware GPU model (eager attention's core memory-bound, the micro-batch no longer
+     * free) selective recompute wins at none of these limits, and this checks the solver's
+     * selective linearisation, which needs a case where it wins */
+    rq.base.cluster.hw.sm_count = 0;
+    strcpy(rq.base.cluster.hw.name, "H100-flat");
     rq.host_limit_bytes = rq.base.cluster.hw.host_mem_bytes;
     rq.nvme_limit_bytes = rq.base.cluster.hw.nvme_bytes;
     rq.stage_mask = 0xF;

@@ -26,6 +26,14 @@ static void setup(dt_plan *p, const char *model, const char *hw, int64_t nodes, 
     p->batch.seq_len = 128;
 }
 
+/* The flat achievable_flops model: a cuda profile without sm_count whose name is no
+ * built-in's (a custom profile; docs/time-model.md "Shape-aware GPU compute"). The checks
+ * below that write the flat formulas out use it. */
+static void flat_gpu(dt_plan *p) {
+    p->cluster.hw.sm_count = 0;
+    strncat(p->cluster.hw.name, "-flat", sizeof p->cluster.hw.name - strlen(p->cluster.hw.name) - 1);
+}
+
 /* ring all-reduce / reduce-scatter time, written out independently */
 static double ar(double n, double a, double bw, double S) { return 2 * (n - 1) * a + 2 * (n - 1) / n * S / bw; }
 static double rs(double n, double a, double bw, double S) { return (n - 1) * a + (n - 1) / n * S / bw; }
@@ -79,6 +87,7 @@ int main(void) {
     setup(&p, "gpt2", "H100-SXM-80GB", 1, 4);
     p.parallel.zero_stage = 0;
     p.parallel.overlap_comm = 0;
+    flat_gpu(&p);
     p.parallel.reduce_bucket_elems = 50000000; /* gpt2 (124M) -> 3 buckets */
     const dt_hardware *hw = &p.cluster.hw;
     int64_t n = dt_model_params(&p.model);
@@ -114,6 +123,7 @@ int main(void) {
 
     /* ---- stage 3: compute-bound with overlap -> only the unhideable ends are exposed ---- */
     setup(&p, "llama-2-7b", "H100-SXM-80GB", 1, 8);
+    flat_gpu(&p);
     p.batch.micro_batch = 8;
     p.batch.seq_len = 4096;
     p.batch.global_batch = 8 * 3 * 8;
@@ -189,6 +199,7 @@ int main(void) {
     setup(&p, "gpt2", "H100-SXM-80GB", 1, 1);
     dt_precision_from_preset(DT_PREC_FP32, &p.precision);
     p.activations.ckpt_layers = 0;
+    flat_gpu(&p);
     dt_time_breakdown base_t, k_t;
     dt_time_compute cm0, cm1;
     CHECK(dt_time_estimate(&p, &base_t, &err) == DT_OK);

@@ -2,7 +2,7 @@
 # The validation suite of published measurements (docs/validation.md), two checks:
 #  1. the stated bounds: every memory case within 10 % and every fits / out-of-memory case
 #     agreeing (dtplan validate --max-memory-error 10); throughput is reported against its
-#     25 % goal, not bounded (the flat compute model misses it: docs/validation.md);
+#     25 % goal, not bounded (the time model still misses it: docs/validation.md);
 #  2. no case moves unnoticed: each case's prediction equals tests/validation/expected.txt
 #     (name, predicted value) to 1e-6 relative, so a model change that moves a case fails
 #     here until expected.txt and docs/validation.md's table are updated with it.
