@@ -66,10 +66,21 @@ json.dump(p, open(out, "w"), indent=2)
 PY
 }
 
+# A sanitized build (DT_TEST_SANITIZED=1, set by tests/engine/CMakeLists.txt) cannot run
+# under RLIMIT_DATA: AddressSanitizer maps terabytes of shadow memory at start-up, and its
+# quarantine keeps freed memory resident. There the runs go without the limit and the
+# memory checks (3, 4) are left to the Release build of the same suite, which CI runs first.
+SANITIZED=${DT_TEST_SANITIZED:-0}
+[ "$SANITIZED" = 1 ] && echo "sanitized build: the runs must complete; the limit and peak checks run in the Release build"
+
 # limited LIMIT_KIB LOG dtrun-args...: dtrun (which starts both ranks) under RLIMIT_DATA
 limited() {
     local kib=$1 log=$2
     shift 2
+    if [ "$SANITIZED" = 1 ]; then
+        timeout "$((RUN_TIMEOUT_S * 5))" "$DTRUN" "$@" --no-progress >"$log" 2>&1
+        return
+    fi
     ( ulimit -d "$kib" && exec timeout "$RUN_TIMEOUT_S" "$DTRUN" "$@" --no-progress ) >"$log" 2>&1
 }
 
@@ -115,7 +126,7 @@ if [ "$FAIL" = 0 ]; then
 fi
 
 # 3. no phase materialises the model: start-up, load, save within a chunk of the steady peak
-if [ "$FAIL" = 0 ]; then
+if [ "$FAIL" = 0 ] && [ "$SANITIZED" = 0 ]; then
     python3 - "$TMP/z3" "$IO_CHUNK_MIB" <<'PY' || FAIL=1
 import json, sys
 d, chunk = sys.argv[1], int(sys.argv[2]) << 20
@@ -138,6 +149,7 @@ PY
 fi
 
 # 4. control: ZeRO-0 keeps every state whole on each rank and must not fit
+if [ "$SANITIZED" = 1 ]; then echo "$(($(date +%s) - T0)) s"; exit $FAIL; fi
 plan 0 "$TMP/z0.json" "$TMP/ref/ckpt-00000001/model.safetensors"
 limited "$LIMIT_KIB" "$TMP/run0.log" "$TMP/z0.json" --out "$TMP/z0" --max-steps 1
 rc=$?
