@@ -1,10 +1,13 @@
-/* gpt2.c — the GPT-2 family on a device backend (dt_device.h): parameter layout,
- * forward, backward, activation checkpointing, 16-bit storage. See dt_lm.h
- * for the API and docs/engine.md for the design; docs/activations.md is the
- * list of saved tensors this file allocates (category activations).
+/* lm.c — the decoder on a device backend (dt_device.h): parameter layout for both
+ * families, storage and group binding, hooks, initialisation, the forward /
+ * backward drivers (embedding, blocks, final norm, classifier, loss), activation
+ * checkpointing, 16-bit storage, and the GPT-2 block. The llama-family block is
+ * lm_llama.c; the object both share is lm_internal.h. See dt_lm.h for the API and
+ * docs/engine.md for the design; docs/activations.md is the list of saved tensors
+ * this file allocates (category activations).
  *
- * Dimension letters: B batch, T time, C channels, H heads, hs = C / H, F = 4C
- * (ffn), V vocab, L layers, N = B * T token rows.
+ * Dimension letters: B batch, T time, C channels, H heads, hs = C / H, F ffn, V
+ * vocab, L layers, N = B * T token rows.
  *
  * Every op, copy and allocation goes through g->dev (dt_device.h), so the same
  * code runs on the CPU (synchronous, host pointers) and on CUDA (device
