@@ -13,6 +13,7 @@ pkgs=(build-essential cmake pkg-config
       libsentencepiece-dev              # SentencePiece tokenizer.model (Llama-2, Mistral)
       libopenmpi-dev openmpi-bin        # MPI communication for CPU ranks
       libopenblas-openmp-dev            # CPU GEMM (OpenMP build, shares the engine's thread pool)
+      libdnnl-dev                       # oneDNN: bf16 GEMMs (AVX512-BF16 / AMX), fp32 sgemm (engine/device/gemm_cpu.c)
       fortunes-min fortunes             # real English text for the default training job
       jq                                # bench/ scripts edit plans and read run reports
       procps                            # pgrep: the launch tests check no rank process is left

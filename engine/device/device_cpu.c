@@ -1,8 +1,9 @@
-/* device_cpu.c — the CPU device of dt_device.h: the ops of ops_cpu.c
- * (OpenBLAS + OpenMP), dt_memtrack for memory, plain memcpy for copies; every
- * call is synchronous on the calling thread, so streams and hand-offs are
- * no-ops. Also the device lookup (dt_device_get) and the host-side helpers the
- * CUDA backend shares (dt_adamw_make_scalars). */
+/* device_cpu.c — the CPU device of dt_device.h: the ops of ops_cpu.c (GEMMs on
+ * the kernels of gemm_cpu.c: oneDNN or OpenBLAS; OpenMP for the rest), dt_memtrack
+ * for memory, plain memcpy for copies; every call is synchronous on the calling
+ * thread, so streams and hand-offs are no-ops. Also the device lookup
+ * (dt_device_get) and the host-side helpers the CUDA backend shares
+ * (dt_adamw_make_scalars). */
 #include "dt_device.h"
 
 #include <math.h>
@@ -11,6 +12,7 @@
 
 #include "dt_backend.h"
 #include "dt_dtype.h"
+#include "dt_gemm_cpu.h"
 #include "dt_ops.h"
 
 /* Arrays shorter than this are handled on one thread (as ops_cpu.c). */
@@ -39,13 +41,18 @@ static int cpu_synchronize(dt_error *err) {
     return DT_OK;
 }
 
-/* 16-bit operands are widened to fp32 scratch, then one sgemm (the CPU has no
- * 16-bit GEMM in Debian's OpenBLAS); a 16-bit C is read, updated and rounded. */
+/* bf16 A and B with an fp32 or bf16 C: the bf16 kernel chosen at start-up
+ * (dt_gemm_cpu.h: oneDNN's matmul with fp32 accumulation, or widened). Every other
+ * combination: the 16-bit operands widened to fp32 scratch, then one sgemm on the
+ * chosen fp32 kernel; a 16-bit C is read, updated and rounded. */
 static int cpu_gemm_ex(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                         const void *A, dt_dtype at, int64_t lda, const void *B, dt_dtype bt,
                         int64_t ldb, float beta, void *C, dt_dtype ct, int64_t ldc) {
-    dt_gemm_ex_plan plan;   /* only its dtype check: the CPU widens every 16-bit operand */
+    dt_gemm_ex_plan plan;   /* only its dtype check: the CUDA device's table */
     if (dt_gemm_ex_plan_for(at, bt, ct, 0, &plan)) return DT_EINVAL;
+    if (at == DT_DTYPE_BF16 && bt == DT_DTYPE_BF16 && ct != DT_DTYPE_FP16)
+        return dt_gemm_cpu_bf16(dt_gemm_cpu_choice()->bf16, ta, tb, M, N, K, alpha, A, lda, B,
+                                ldb, beta, C, ct, ldc);
     size_t na = (size_t)((ta ? K : M) * lda), nb = (size_t)((tb ? N : K) * ldb);
     size_t nc = (size_t)(M * ldc);
     float *a32 = at == DT_DTYPE_FP32 ? (float *)A : malloc(na * sizeof(float));

@@ -2,7 +2,8 @@
  * (tracked by pool and category), copies, streams and events, and every
  * operation lm.c uses, behind one table of function pointers.
  *
- *   cpu  : device_cpu.c — dt_ops.h (ops_cpu.c, OpenBLAS + OpenMP), dt_memtrack,
+ *   cpu  : device_cpu.c — dt_ops.h (ops_cpu.c; GEMMs: gemm_cpu.c, oneDNN or OpenBLAS
+ *          as dt_gemm_cpu.h chooses; OpenMP), dt_memtrack,
  *          synchronous; "device" pointers are host pointers.
  *   cuda : engine/cuda/device_cuda.cu — cudaMalloc (device pool) / cudaMallocHost
  *          (host pool: pinned, for offload), cuBLAS GEMMs with fp32 accumulation,
@@ -88,8 +89,14 @@ typedef struct dt_device_ops {
     /* ---- GEMM, fp32 (dt_op_gemm) and mixed: A, B, C each fp32, bf16 or fp16
      * (any combination), fp32 accumulation and alpha / beta; row-major, strides
      * in elements. The result is that of an fp32 GEMM on the operands widened to
-     * fp32, rounded once into C's dtype; combinations the GPU library lacks go
-     * through exact conversions (dt_gemm_ex_plan_for). gemm_ex returns DT_EINVAL
+     * fp32, rounded once into C's dtype, up to the summation order: 16-bit
+     * products are exact in fp32, the sums are fp32 in the library's order, so
+     * |C - exact| <= K * 2^-24 * sum_k |a_ik b_kj| plus C's one rounding (CPU bf16
+     * kernels also flush values below 2^-126 to zero; dt_gemm_cpu.h). Combinations
+     * a library lacks go through exact conversions (CUDA: dt_gemm_ex_plan_for;
+     * CPU: bf16 x bf16 -> fp32 / bf16 runs 16-bit on the kernel dt_gemm_cpu.h
+     * chose, everything else widened). Results repeat bit for bit for a given
+     * shape and thread count. gemm_ex returns DT_EINVAL
      * for a dtype outside the three, DT_ENOMEM when its conversion scratch cannot
      * be allocated, DT_ERUNTIME when the GEMM library fails (CUDA; the error is
      * also what synchronize reports). */

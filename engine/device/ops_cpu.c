@@ -1,5 +1,6 @@
-/* ops_cpu.c — the CPU device backend: dt_ops.h with OpenBLAS cblas_sgemm for
- * every matrix product and OpenMP loops for everything else (per-element math
+/* ops_cpu.c — the CPU device backend: dt_ops.h with the CPU GEMM kernel chosen at
+ * start-up (dt_gemm_cpu.h: oneDNN or OpenBLAS sgemm) for every matrix product and
+ * OpenMP loops for everything else (per-element math
  * from dt_devmath.h, shared with the CUDA kernels), plus the bulk
  * 16-bit conversions of dt_dtype.h (AVX-512 when the compiler targets it).
  *
@@ -11,12 +12,12 @@
  * ops_cpu_llama.c under the same rules. */
 #include "dt_ops.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
 #include "dt_devmath.h"
 #include "dt_dtype.h"
+#include "dt_gemm_cpu.h"
 #include "ops_cpu_internal.h"
 
 #if defined(__AVX512F__)
@@ -31,12 +32,16 @@
 /* ----------------------------------------------------------------------------
  * GEMM */
 
+/* The fp32 kernel chosen once per process (dt_gemm_cpu.h: oneDNN or OpenBLAS sgemm).
+ * Should oneDNN fail a call (out of memory for its buffers), OpenBLAS runs it. */
 void dt_op_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                 const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                 int64_t ldc) {
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, (blasint)M, (blasint)N, (blasint)K, alpha, A,
-                (blasint)lda, B, (blasint)ldb, beta, C, (blasint)ldc);
+    dt_gemm_kernel k = dt_gemm_cpu_choice()->f32;
+    if (dt_gemm_cpu_f32(k, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) &&
+        k != DT_GEMM_OPENBLAS)
+        dt_gemm_cpu_f32(DT_GEMM_OPENBLAS, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta,
+                        C, ldc);
 }
 
 void dt_op_linear_forward(float *out, const float *inp, const float *w, const float *bias,

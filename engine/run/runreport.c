@@ -8,6 +8,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "dt_gemm_cpu.h"
 #include "dt_json.h"
 #include "dt_memreport.h"
 #include "dt_memtrack.h"
@@ -175,6 +176,20 @@ int dt_run_report_write(const char *path, const dt_plan *plan, const char *plan_
     add_num_or_null(l, "last", m->last_loss);
     add_num_or_null(l, "valid", m->last_valid_loss);
 
+    /* the CPU GEMM kernels this process chose at start-up (dt_gemm_cpu.h) */
+    char gemm_desc[512] = "";
+    if (plan->cluster.device == DT_DEVICE_CPU) {
+        const dt_gemm_choice *gc = dt_gemm_cpu_choice();
+        cJSON *gj = cJSON_AddObjectToObject(r, "gemm");
+        cJSON_AddStringToObject(gj, "fp32", dt_gemm_kernel_name(gc->f32));
+        cJSON_AddStringToObject(gj, "bf16", dt_gemm_kernel_name(gc->bf16));
+        cJSON_AddBoolToObject(gj, "forced", gc->forced);
+        cJSON_AddStringToObject(gj, "openblas_core", gc->openblas_core);
+        cJSON_AddStringToObject(gj, "onednn_version", gc->onednn_version);
+        cJSON_AddStringToObject(gj, "onednn_isa", gc->onednn_isa);
+        cJSON_AddStringToObject(gj, "text", dt_gemm_cpu_describe(gemm_desc, sizeof gemm_desc));
+    }
+
     dt_memreport_json(r, plan, &m->probe);   /* real memory per phase: kernel and driver */
     char *txt = dt_json_print(r);
     cJSON_Delete(r);
@@ -195,5 +210,6 @@ int dt_run_report_write(const char *path, const dt_plan *plan, const char *plan_
     fprintf(log, "  real peak RSS %.1f MiB (kernel, whole run), step %.1f ms, %.0f tokens/s\n",
             (double)m->peak_rss_bytes / DT_MIB,
             m->step_time_s * 1e3, m->tokens_per_s);
+    if (gemm_desc[0]) fprintf(log, "  gemm: %s\n", gemm_desc);
     return DT_OK;
 }

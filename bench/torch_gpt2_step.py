@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""PyTorch eager's GPT-2 forward + backward, timed the way bench/bench_gpt2 times ours.
+
+transformers' GPT2LMHeadModel at GPT-2 124M's configuration, random weights, dropout
+off (the engine has none), train mode, random input and target tokens; per step
+zero_grad, forward with the labels (the loss inside the model) and backward.
+--precision bf16 runs the forward under torch.autocast("cpu", dtype=torch.bfloat16)
+(parameters stay fp32: PyTorch's mixed precision). Step 0 warms up and is not
+counted. Prints the same lines bench/vs_pytorch.sh reads from bench_gpt2:
+
+    fwd+bwd: mean 1354.2 ms (best 1340.0 ms) over 3 steps, loss 10.9440
+
+and the process's CPU time per timed step divided by the thread count
+("cpu per thread: ... ms per step"), vs_pytorch.sh --clock cpu's figure.
+
+Dev-time only (needs torch and transformers; CI has no Python packages).
+"""
+import argparse
+import time
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--seq", type=int, default=64)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    a = p.parse_args()
+
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(1337)
+    cfg = GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)   # 124M defaults
+    model = GPT2LMHeadModel(cfg)
+    model.train()
+    g = torch.Generator().manual_seed(42)
+    x = torch.randint(0, cfg.vocab_size, (a.batch, a.seq), generator=g)
+    y = torch.randint(0, cfg.vocab_size, (a.batch, a.seq), generator=g)
+
+    times, loss, cpu0 = [], float("nan"), 0.0
+    for it in range(a.steps + 1):   # step 0 warms up
+        if it == 1:
+            cpu0 = time.process_time()
+        t0 = time.perf_counter()
+        model.zero_grad(set_to_none=False)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            out = model(input_ids=x, labels=y)
+        out.loss.backward()
+        t = time.perf_counter() - t0
+        loss = out.loss.item()
+        if it > 0:
+            times.append(t)
+    cpu = (time.process_time() - cpu0) / a.steps / a.threads
+    mean = sum(times) / len(times)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, attention "
+          f"{model.config._attn_implementation}, {a.precision}")
+    print(f"fwd+bwd: mean {mean * 1e3:.1f} ms (best {min(times) * 1e3:.1f} ms) over {a.steps} "
+          f"steps, loss {loss:.4f}")
+    print(f"cpu per thread: {cpu * 1e3:.1f} ms per step")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# bench/vs_pytorch.sh — our GPT-2 124M forward + backward (bench/bench_gpt2) against
+# PyTorch eager's (transformers' GPT2LMHeadModel, bench/torch_gpt2_step.py), fp32 and
+# bf16 (ours: mixed-bf16; PyTorch: autocast to bf16), 2 threads each, runs interleaved
+# (ours, PyTorch, ours, ...: a busy moment hits both), once with OPENBLAS_CORETYPE as
+# the environment sets it and once forced to Haswell. Prints each side's median
+# step (the median over runs of each run's mean step) and its best step (the fastest
+# single step of any run: on a shared machine the least disturbed one), the ratio of
+# each, naming the CPU, the OpenBLAS core and the GEMM kernels ours chose
+# (engine/device/dt_gemm_cpu.h). PyTorch uses MKL and its own oneDNN, whatever
+# OPENBLAS_CORETYPE says. OPENBLAS_CORETYPE is never unset.
+#
+# --clock cpu (for a machine shared with other jobs) compares CPU time per step and
+# thread instead: PyTorch's process CPU time over its timed steps; ours the CPU time of
+# a run of 1 + N steps minus that of a run of 1 step (GNU time; the set-up cancels), both
+# divided by the thread count. It leaves out the time a process was preempted; it
+# still counts the OpenMP threads' spin-waiting (libgomp on both sides).
+#
+# Dev time only: needs a Python with torch and transformers (--python, default
+# /tmp/hfvenv/bin/python). Results: docs/benchmarks.md "Against PyTorch".
+#
+# Usage: bench/vs_pytorch.sh [--build DIR] [--python PY] [--batch B] [--seq T]
+#                            [--steps N] [--rounds R] [--threads N] [--clock wall|cpu]
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+BUILD=build PY=/tmp/hfvenv/bin/python B=4 T=64 STEPS=3 ROUNDS=3 THREADS=2 CLOCK=wall
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build) BUILD=$2 ;; --python) PY=$2 ;; --batch) B=$2 ;; --seq) T=$2 ;;
+    --steps) STEPS=$2 ;; --rounds) ROUNDS=$2 ;; --threads) THREADS=$2 ;; --clock) CLOCK=$2 ;;
+    *) echo "vs_pytorch.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift 2
+done
+OURS="$BUILD/bench/bench_gpt2"
+[ -x "$OURS" ] || { echo "vs_pytorch.sh: $OURS not built" >&2; exit 2; }
+"$PY" -c 'import torch, transformers' 2>/dev/null ||
+  { echo "vs_pytorch.sh: $PY lacks torch / transformers (pip install torch transformers)" >&2; exit 2; }
+
+# "fwd+bwd: mean M ms (best B ms) ..." -> "M B"
+mean_best() { sed -n 's/^fwd+bwd: mean \([0-9.]*\) ms (best \([0-9.]*\) ms).*/\1 \2/p'; }
+# ours, CPU ms per step and thread: (CPU of 1 + STEPS steps - CPU of 1 step) / STEPS / THREADS
+ours_cpu() {   # env... -- bench_gpt2 args (without --steps)
+  local c1 c2
+  c1=$(/usr/bin/time -f '%U %S' "$@" --steps 1 2>&1 >/dev/null | tail -1 | awk '{print $1 + $2}')
+  c2=$(/usr/bin/time -f '%U %S' "$@" --steps $((1 + STEPS)) 2>&1 >/dev/null | tail -1 | awk '{print $1 + $2}')
+  awk -v a="$c1" -v b="$c2" -v s="$STEPS" -v t="$THREADS" 'BEGIN {printf "%.1f", (b - a) / s / t * 1e3}'
+}
+ratio() { awk -v o="$1" -v p="$2" 'BEGIN {r = p / o; printf (r >= 1 ? "ours %.2fx" : "torch %.2fx"), (r >= 1 ? r : 1 / r)}'; }
+median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+
+echo "cpu: $(lscpu | sed -n 's/^Model name: *//p') ($(nproc) cpus)"
+echo "load before: $(uptime | sed 's/.*load average/load average/')"
+echo "GPT-2 124M, B=$B T=$T, fwd+bwd, $THREADS threads each, median of $ROUNDS interleaved runs of $STEPS steps"
+if [ "$CLOCK" = cpu ]; then
+  echo "CPU time per step and thread (ms), median of $ROUNDS interleaved rounds"
+  printf '%-9s %-18s %9s %9s %-12s\n' precision "coretype(core)" "ours cpu" "torch cpu" "ratio"
+else
+  printf '%-9s %-18s %9s %9s %-12s %9s %9s %-12s\n' precision "coretype(core)" "ours med" "torch med" "ratio" "ours best" "torch best" "ratio"
+fi
+for ct in asis Haswell; do
+  if [ "$ct" = asis ]; then envs=(); ctname=${OPENBLAS_CORETYPE:-unset}; else envs=(OPENBLAS_CORETYPE=Haswell); ctname=Haswell; fi
+  gemm=$(env "${envs[@]}" "$BUILD/bench/bench_gemm" --describe | sed 's/^gemm: //')
+  core=$(echo "$gemm" | sed -n 's/.*openblas \([A-Za-z0-9_]*\),.*/\1/p')
+  for prec in fp32 bf16; do
+    ours_prec=$([ $prec = fp32 ] && echo fp32 || echo mixed-bf16)
+    o=() p=() ob=() pb=()
+    if [ "$CLOCK" = cpu ]; then
+      for r in $(seq "$ROUNDS"); do
+        o+=("$(ours_cpu env "${envs[@]}" OMP_NUM_THREADS=$THREADS "$OURS" --precision "$ours_prec" --batch "$B" --seq "$T")")
+        p+=("$(env "${envs[@]}" OMP_NUM_THREADS=$THREADS "$PY" "$HERE/torch_gpt2_step.py" --precision $prec --batch "$B" --seq "$T" --steps "$STEPS" --threads "$THREADS" 2>/dev/null | sed -n 's/^cpu per thread: \([0-9.]*\) ms.*/\1/p')")
+      done
+      om=$(printf '%s\n' "${o[@]}" | median) pm=$(printf '%s\n' "${p[@]}" | median)
+      printf '%-9s %-18s %9.1f %9.1f %-12s\n' "$prec" "$ctname($core)" "$om" "$pm" "$(ratio "$om" "$pm")"
+      echo "          ours ($ours_prec; $(echo "$gemm" | sed 's/ (.*//')): ${o[*]} ms; torch ${p[*]} ms"
+      continue
+    fi
+    for r in $(seq "$ROUNDS"); do
+      read -r m b < <(env "${envs[@]}" OMP_NUM_THREADS=$THREADS "$OURS" --precision "$ours_prec" --batch "$B" --seq "$T" --steps "$STEPS" | mean_best)
+      o+=("$m") ob+=("$b")
+      read -r m b < <(env "${envs[@]}" OMP_NUM_THREADS=$THREADS "$PY" "$HERE/torch_gpt2_step.py" --precision $prec --batch "$B" --seq "$T" --steps "$STEPS" --threads "$THREADS" 2>/dev/null | mean_best)
+      p+=("$m") pb+=("$b")
+    done
+    om=$(printf '%s\n' "${o[@]}" | median) pm=$(printf '%s\n' "${p[@]}" | median)
+    obb=$(printf '%s\n' "${ob[@]}" | sort -g | head -1) pbb=$(printf '%s\n' "${pb[@]}" | sort -g | head -1)
+    printf '%-9s %-18s %9.1f %9.1f %-12s %9.1f %9.1f %-12s\n' "$prec" "$ctname($core)" "$om" "$pm" "$(ratio "$om" "$pm")" "$obb" "$pbb" "$(ratio "$obb" "$pbb")"
+    echo "          ours ($ours_prec; $(echo "$gemm" | sed 's/ (.*//')): means ${o[*]} ms; torch means ${p[*]} ms"
+  done
+done
+echo "load after: $(uptime | sed 's/.*load average/load average/')"
