@@ -1,6 +1,6 @@
 #!/bin/bash
 # What each program loads at start-up (docs/architecture.md "Libraries follow the
-# rooms"): dtplan needs no MPI, OpenBLAS, CUDA or NCCL; dtrun needs no plotting and
+# rooms"): dtplan needs no MPI, OpenBLAS, oneDNN, CUDA or NCCL; dtrun needs no plotting and
 # no CUDA; the CUDA back-end module, when built, finds every engine function it
 # calls among dtrun's exported symbols (otherwise dlopen would fail on a GPU box).
 # Usage: test_links.sh DTPLAN DTRUN SRCDIR
@@ -19,7 +19,7 @@ forbid() {   # forbid PROGRAM REGEX WHY
     else echo "ok: $(basename "$1") needs none of $2"; fi
 }
 [ -n "$(needed "$DTPLAN")" ] || { echo "FAIL: readelf shows no NEEDED entries for $DTPLAN"; exit 1; }
-forbid "$DTPLAN" '^lib(mpi|open-rte|open-pal|openblas|gomp|cudart|cublas|cublasLt|nccl)\.' \
+forbid "$DTPLAN" '^lib(mpi|open-rte|open-pal|openblas|gomp|dnnl|cudart|cublas|cublasLt|nccl)\.' \
     "dtplan plans; it links no engine, MPI or CUDA"
 forbid "$DTRUN" '^lib(plot|cudart|cublas|cublasLt|nccl)\.' \
     "dtrun draws nothing and loads CUDA only for a CUDA plan"
