@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# bench/vs_pytorch.sh — our GPT-2 124M forward + backward (bench/bench_gpt2) against
-# PyTorch eager's (transformers' GPT2LMHeadModel, bench/torch_gpt2_step.py), fp32 and
+# bench/vs_pytorch.sh — our forward + backward of a catalog model (bench/bench_gpt2
+# --model; default GPT-2 124M, `--model qwen3-0.6b` for the Llama family) against
+# PyTorch eager's (transformers' class for the same config.json, models/catalog/NAME.json,
+# bench/torch_lm_step.py), fp32 and
 # bf16 (ours: mixed-bf16; PyTorch: autocast to bf16), 2 threads each, runs interleaved
 # (ours, PyTorch, ours, ...: a busy moment hits both), once with OPENBLAS_CORETYPE as
 # the environment sets it and once forced to Haswell. Prints each side's median
@@ -19,14 +21,14 @@
 # Dev time only: needs a Python with torch and transformers (--python, default
 # /tmp/hfvenv/bin/python). Results: docs/benchmarks.md "Against PyTorch".
 #
-# Usage: bench/vs_pytorch.sh [--build DIR] [--python PY] [--batch B] [--seq T]
+# Usage: bench/vs_pytorch.sh [--build DIR] [--python PY] [--model NAME] [--batch B] [--seq T]
 #                            [--steps N] [--rounds R] [--threads N] [--clock wall|cpu]
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-BUILD=build PY=/tmp/hfvenv/bin/python B=4 T=64 STEPS=3 ROUNDS=3 THREADS=2 CLOCK=wall
+BUILD=build PY=/tmp/hfvenv/bin/python MODEL=gpt2 B=4 T=64 STEPS=3 ROUNDS=3 THREADS=2 CLOCK=wall
 while [ $# -gt 0 ]; do
   case "$1" in
-    --build) BUILD=$2 ;; --python) PY=$2 ;; --batch) B=$2 ;; --seq) T=$2 ;;
+    --build) BUILD=$2 ;; --python) PY=$2 ;; --model) MODEL=$2 ;; --batch) B=$2 ;; --seq) T=$2 ;;
     --steps) STEPS=$2 ;; --rounds) ROUNDS=$2 ;; --threads) THREADS=$2 ;; --clock) CLOCK=$2 ;;
     *) echo "vs_pytorch.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -34,6 +36,8 @@ while [ $# -gt 0 ]; do
 done
 OURS="$BUILD/bench/bench_gpt2"
 [ -x "$OURS" ] || { echo "vs_pytorch.sh: $OURS not built" >&2; exit 2; }
+CONFIG="$HERE/../models/catalog/$MODEL.json"
+[ -f "$CONFIG" ] || { echo "vs_pytorch.sh: no catalog model '$MODEL' ($CONFIG); see models/catalog/" >&2; exit 2; }
 "$PY" -c 'import torch, transformers' 2>/dev/null ||
   { echo "vs_pytorch.sh: $PY lacks torch / transformers (pip install torch transformers)" >&2; exit 2; }
 
@@ -51,7 +55,7 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
 
 echo "cpu: $(lscpu | sed -n 's/^Model name: *//p') ($(nproc) cpus)"
 echo "load before: $(uptime | sed 's/.*load average/load average/')"
-echo "GPT-2 124M, B=$B T=$T, fwd+bwd, $THREADS threads each, median of $ROUNDS interleaved runs of $STEPS steps"
+echo "$MODEL, B=$B T=$T, fwd+bwd, $THREADS threads each, median of $ROUNDS interleaved runs of $STEPS steps"
 if [ "$CLOCK" = cpu ]; then
   echo "CPU time per step and thread (ms), median of $ROUNDS interleaved rounds"
   printf '%-9s %-18s %9s %9s %-12s\n' precision "coretype(core)" "ours cpu" "torch cpu" "ratio"
@@ -67,8 +71,8 @@ for ct in asis Haswell; do
     o=() p=() ob=() pb=()
     if [ "$CLOCK" = cpu ]; then
       for r in $(seq "$ROUNDS"); do
-        o+=("$(ours_cpu env "${envs[@]}" OMP_NUM_THREADS=$THREADS "$OURS" --precision "$ours_prec" --batch "$B" --seq "$T")")
-        p+=("$(env "${envs[@]}" OMP_NUM_THREADS=$THREADS "$PY" "$HERE/torch_gpt2_step.py" --precision $prec --batch "$B" --seq "$T" --steps "$STEPS" --threads "$THREADS" 2>/dev/null | sed -n 's/^cpu per thread: \([0-9.]*\) ms.*/\1/p')")
+        o+=("$(ours_cpu env "${envs[@]}" OMP_NUM_THREADS=$THREADS "$OURS" --model "$MODEL" --precision "$ours_prec" --batch "$B" --seq "$T")")
+        p+=("$(env "${envs[@]}" OMP_NUM_THREADS=$THREADS "$PY" "$HERE/torch_lm_step.py" --config "$CONFIG" --precision $prec --batch "$B" --seq "$T" --steps "$STEPS" --threads "$THREADS" 2>/dev/null | sed -n 's/^cpu per thread: \([0-9.]*\) ms.*/\1/p')")
       done
       om=$(printf '%s\n' "${o[@]}" | median) pm=$(printf '%s\n' "${p[@]}" | median)
       printf '%-9s %-18s %9.1f %9.1f %-12s\n' "$prec" "$ctname($core)" "$om" "$pm" "$(ratio "$om" "$pm")"
@@ -76,9 +80,9 @@ for ct in asis Haswell; do
       continue
     fi
     for r in $(seq "$ROUNDS"); do
-      read -r m b < <(env "${envs[@]}" OMP_NUM_THREADS=$THREADS "$OURS" --precision "$ours_prec" --batch "$B" --seq "$T" --steps "$STEPS" | mean_best)
+      read -r m b < <(env "${envs[@]}" OMP_NUM_THREADS=$THREADS "$OURS" --model "$MODEL" --precision "$ours_prec" --batch "$B" --seq "$T" --steps "$STEPS" | mean_best)
       o+=("$m") ob+=("$b")
-      read -r m b < <(env "${envs[@]}" OMP_NUM_THREADS=$THREADS "$PY" "$HERE/torch_gpt2_step.py" --precision $prec --batch "$B" --seq "$T" --steps "$STEPS" --threads "$THREADS" 2>/dev/null | mean_best)
+      read -r m b < <(env "${envs[@]}" OMP_NUM_THREADS=$THREADS "$PY" "$HERE/torch_lm_step.py" --config "$CONFIG" --precision $prec --batch "$B" --seq "$T" --steps "$STEPS" --threads "$THREADS" 2>/dev/null | mean_best)
       p+=("$m") pb+=("$b")
     done
     om=$(printf '%s\n' "${o[@]}" | median) pm=$(printf '%s\n' "${p[@]}" | median)

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""PyTorch eager's GPT-2 forward + backward, timed the way bench/bench_gpt2 times ours.
+"""PyTorch eager's forward + backward of a catalog model, timed the way bench/bench_gpt2
+times ours.
 
-transformers' GPT2LMHeadModel at GPT-2 124M's configuration, random weights, dropout
-off (the engine has none), train mode, random input and target tokens; per step
-zero_grad, forward with the labels (the loss inside the model) and backward.
+transformers' causal-LM class for the model's configuration (--config: a file of
+models/catalog/, which holds the model's Hugging Face config.json; default GPT-2 124M),
+random weights, dropout off (the engine has none), train mode, random input and target
+tokens; per step zero_grad, forward with the labels (the loss inside the model) and
+backward.
 --precision bf16 runs the forward under torch.autocast("cpu", dtype=torch.bfloat16)
 (parameters stay fp32: PyTorch's mixed precision). Step 0 warms up and is not
 counted. Prints the same lines bench/vs_pytorch.sh reads from bench_gpt2:
@@ -19,11 +22,27 @@ import argparse
 import time
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
+import json
+
+from transformers import AutoConfig, AutoModelForCausalLM
+
+DROPOUT_KEYS = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "attention_dropout")
+
+
+def load_config(path):
+    """The catalog file's Hugging Face configuration, every dropout set to 0."""
+    d = json.load(open(path))
+    d = {k: v for k, v in d.items() if not k.startswith("_") and k != "architectures"}
+    for k in DROPOUT_KEYS:
+        if k in d:
+            d[k] = 0.0
+    return AutoConfig.for_model(d.pop("model_type"), **d)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--config", default=None,
+                   help="a models/catalog/*.json file (default: GPT-2 124M, gpt2.json)")
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--steps", type=int, default=3)
@@ -33,8 +52,12 @@ def main():
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(1337)
-    cfg = GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)   # 124M defaults
-    model = GPT2LMHeadModel(cfg)
+    if a.config is None:
+        import os
+        a.config = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models",
+                                "catalog", "gpt2.json")
+    cfg = load_config(a.config)
+    model = AutoModelForCausalLM.from_config(cfg)
     model.train()
     g = torch.Generator().manual_seed(42)
     x = torch.randint(0, cfg.vocab_size, (a.batch, a.seq), generator=g)
@@ -55,7 +78,9 @@ def main():
             times.append(t)
     cpu = (time.process_time() - cpu0) / a.steps / a.threads
     mean = sum(times) / len(times)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, attention "
+    print(f"torch {torch.__version__}, {type(model).__name__}, "
+          f"{sum(q.numel() for q in model.parameters())} params, "
+          f"{torch.get_num_threads()} threads, attention "
           f"{model.config._attn_implementation}, {a.precision}")
     print(f"fwd+bwd: mean {mean * 1e3:.1f} ms (best {min(times) * 1e3:.1f} ms) over {a.steps} "
           f"steps, loss {loss:.4f}")
