@@ -17,6 +17,8 @@
 
 #define DT_PLAN_FORMAT "dtplan.plan/1"
 #define DT_PATH_MAX 512
+/* a tokenizer fingerprint (SHA-256, dt_tok_fingerprint) in hex digits */
+#define DT_PLAN_FINGERPRINT_HEX 64
 
 typedef enum { DT_OFFLOAD_NONE = 0, DT_OFFLOAD_CPU = 1, DT_OFFLOAD_NVME = 2 } dt_offload;
 typedef enum { DT_ATTN_FLASH = 0, DT_ATTN_MATERIALIZED = 1 } dt_attention;
@@ -132,6 +134,13 @@ typedef struct dt_data {
     int64_t eval_interval;     /* steps between validation passes, 0 = never */
     int64_t eval_batches;      /* micro-batches per validation pass */
     uint64_t seed;
+    /* dtplan solve --data of a `dtrun prepare` output (its prepare.json, docs/data.md):
+     * the tokenizer the shards were prepared with, which dtrun then requires of them,
+     * and whether they carry an SFT loss mask. "" / 0 when unknown (text, llm.c shards,
+     * plans from before these keys). */
+    char tokenizer_fingerprint[DT_PLAN_FINGERPRINT_HEX + 1];   /* SHA-256, lowercase hex */
+    char tokenizer_path[DT_PATH_MAX];   /* prepare.json's tokenizer.path, for messages */
+    int loss_mask;                      /* 1: masked shards (one more all-reduce per step) */
 } dt_data;
 
 typedef struct dt_output {

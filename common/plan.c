@@ -211,6 +211,14 @@ void dt_plan_defaults(dt_plan *p) {
 
 /* ------------------------------------------------------------ validation */
 
+/* 1 when s is exactly n lowercase hex digits. */
+static int is_lower_hex(const char *s, size_t n) {
+    if (strlen(s) != n) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+    return 1;
+}
+
 static int name_index(const char *s, const char *const *names, int n) {
     for (int i = 0; i < n; i++)
         if (!strcmp(s, names[i])) return i;
@@ -530,6 +538,11 @@ static int validate_io(const dt_plan *p, dt_error *err) {
                          "data.eval_interval > 0 needs validation data: set data.valid or data.valid_fraction > 0");
     if (d->seed > (uint64_t)DT_JSON_MAX_EXACT_INT)
         return dt_errorf(err, DT_EINVAL, "data.seed must be <= 2^53 (JSON numbers are doubles)");
+    if (d->tokenizer_fingerprint[0] && !is_lower_hex(d->tokenizer_fingerprint, DT_PLAN_FINGERPRINT_HEX))
+        return dt_errorf(err, DT_EINVAL,
+                         "data.tokenizer_fingerprint \"%s\" is not %d lowercase hex digits (prepare.json's "
+                         "tokenizer.fingerprint): re-plan with dtplan solve --data DIR, or remove the key",
+                         d->tokenizer_fingerprint, DT_PLAN_FINGERPRINT_HEX);
     const dt_output *o = &p->output;
     if (!o->dir[0]) return dt_errorf(err, DT_EINVAL, "output.dir is empty");
     if (o->save_interval < 0)
@@ -809,6 +822,12 @@ static cJSON *plan_to_tree(const dt_plan *p) {
     add_i(o, "eval_interval", d->eval_interval);
     add_i(o, "eval_batches", d->eval_batches);
     add_i(o, "seed", (int64_t)d->seed);
+    /* optional, written only when known: a plan without them reads as before */
+    if (d->tokenizer_fingerprint[0]) {
+        add_s(o, "tokenizer_fingerprint", d->tokenizer_fingerprint);
+        add_s(o, "tokenizer_path", d->tokenizer_path);
+    }
+    if (d->loss_mask) add_b(o, "loss_mask", 1);
 
     o = add_obj(root, "output");
     add_s(o, "dir", p->output.dir);
@@ -1114,6 +1133,12 @@ static void read_io(dt_jobj *root, dt_plan *p, dt_error *err) {
         dt_jobj_int(&r, "eval_interval", 0, INT64_MAX, &d->eval_interval, err);
         dt_jobj_int(&r, "eval_batches", 0, INT64_MAX, &d->eval_batches, err);
         if (!dt_jobj_int(&r, "seed", 0, DT_JSON_MAX_EXACT_INT, &seed, err)) d->seed = (uint64_t)seed;
+        if (!r.failed && dt_jobj_has(&r, "tokenizer_fingerprint")) {   /* optional (dtplan solve --data) */
+            dt_jobj_str(&r, "tokenizer_fingerprint", 0, d->tokenizer_fingerprint, sizeof d->tokenizer_fingerprint,
+                        err);
+            dt_jobj_str(&r, "tokenizer_path", 1, d->tokenizer_path, sizeof d->tokenizer_path, err);
+        }
+        if (!r.failed && dt_jobj_has(&r, "loss_mask")) dt_jobj_bool(&r, "loss_mask", &d->loss_mask, err);
         if (dt_jobj_close(&r, err)) root->failed = r.failed;
     }
     if (root->failed) return;

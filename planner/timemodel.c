@@ -73,6 +73,9 @@ void dt_time_elementwise_elems(int64_t C, int64_t F, int64_t V, dt_time_ew_elems
 #define DT_SCALAR_BYTES 4
 #define DT_LOSS_SCALARS 1
 #define DT_LOSS_NORM_SCALARS 2
+/* SFT data (data.loss_mask): the step's loss-carrying target count, summed over the
+ * ranks before the first micro-batch as two fp32 limbs (engine/run/train.c global_counted) */
+#define DT_TOKEN_COUNT_SCALARS 2
 
 /* The parameter layout every stage shares (docs/time-model.md "Units"): unit 0 =
  * embeddings, units 1..L = blocks, unit L+1 = final norm + untied head (if any).
@@ -619,6 +622,7 @@ static int comm_bytes(const dt_plan *p, int64_t out[DT_COLL_COUNT], dt_error *er
         out[DT_COLL_ALLREDUCE] = DT_SCALAR_BYTES * DT_LOSS_NORM_SCALARS;
         break;
     }
+    if (p->data.loss_mask) out[DT_COLL_ALLREDUCE] += DT_SCALAR_BYTES * DT_TOKEN_COUNT_SCALARS;
     return DT_OK;
 }
 

@@ -1,7 +1,9 @@
 /* prepared.c — `dtplan solve --data DIR` where DIR is `dtrun prepare`'s output (its
  * prepare.json, docs/data.md): the plan reads the token shards (data.format "llmc",
  * train/ and val/), the model's vocabulary must hold the tokenizer's, and the note
- * says how many tokens the plan's steps read. */
+ * says how many tokens the plan's steps read. The plan records the tokenizer's fingerprint
+ * and path and whether the loss is masked (data.tokenizer_fingerprint, tokenizer_path,
+ * loss_mask: docs/plan-format.md). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +17,7 @@
 #define PREPARE_FILE "prepare.json"
 #define PREPARE_FORMAT "dtrun-prepare"
 #define PREPARED_PATH_MAX 4096
+#define FINGERPRINT_SHOWN_HEX 16   /* hex digits of a fingerprint in the note, as dtrun's messages */
 
 /* The prepare output directory for --data: the path itself, or its parent when the
  * path is that output's train/ folder; "" when neither holds a prepare.json. */
@@ -54,6 +57,21 @@ static int set_str(char *dst, size_t n, const char *a, const char *b, const char
     return DT_OK;
 }
 
+/* The tokenizer prepare.json names (path as given to dtrun prepare, fingerprint) into the
+ * plan's data section: dtrun then requires it of the shards (docs/plan-format.md). */
+static int set_tokenizer(dt_data *d, const cJSON *tok, const char *what, dt_error *err) {
+    const cJSON *fp = cJSON_GetObjectItemCaseSensitive(tok, "fingerprint");
+    const cJSON *path = cJSON_GetObjectItemCaseSensitive(tok, "path");
+    if (!cJSON_IsString(fp) || strlen(fp->valuestring) != DT_PLAN_FINGERPRINT_HEX)
+        return dt_errorf(err, DT_EINVAL, "%s: tokenizer.fingerprint is not %d hex digits: run dtrun prepare again",
+                         what, DT_PLAN_FINGERPRINT_HEX);
+    snprintf(d->tokenizer_fingerprint, sizeof d->tokenizer_fingerprint, "%s", fp->valuestring);
+    if (cJSON_IsString(path) &&
+        snprintf(d->tokenizer_path, sizeof d->tokenizer_path, "%s", path->valuestring) >= (int)sizeof d->tokenizer_path)
+        d->tokenizer_path[0] = '\0';   /* only named in messages: too long a path is left out */
+    return DT_OK;
+}
+
 int dt_solve_apply_prepared(dt_plan *b, const char *data, char *note, size_t note_len, dt_error *err) {
     char dir[PREPARED_PATH_MAX], p[PREPARED_PATH_MAX + 32], *txt = NULL;
     note[0] = '\0';
@@ -80,16 +98,19 @@ int dt_solve_apply_prepared(dt_plan *b, const char *data, char *note, size_t not
                        (long long)b->model.vocab);
     if (!rc) rc = set_str(b->data.train, sizeof b->data.train, dir, "/train", "train", err);
     if (!rc && val > 0) rc = set_str(b->data.valid, sizeof b->data.valid, dir, "/val", "val", err);
+    if (!rc) rc = set_tokenizer(&b->data, tok, p, err);
     if (!rc) {
         snprintf(b->data.format, sizeof b->data.format, "llmc");
+        b->data.loss_mask = cJSON_IsTrue(mask);
         double per_step = (double)b->batch.global_batch * (double)b->batch.seq_len;
         double epochs = train > 0 ? per_step * (double)b->schedule.total_steps / (double)train : 0;
         snprintf(note, note_len,
-                 "data: dtrun prepare output %s: %lld training tokens%s, %lld validation; tokenizer vocab %lld; "
-                 "the plan's %lld steps read %.3g epoch(s)",
+                 "data: dtrun prepare output %s: %lld training tokens%s, %lld validation; tokenizer vocab %lld, "
+                 "fingerprint %.*s (dtrun requires it of the shards); the plan's %lld steps read %.3g epoch(s)",
                  dir, (long long)train,
                  cJSON_IsTrue(mask) ? " (SFT: the loss on the assistant's tokens only)" : "", (long long)val,
-                 (long long)vocab, (long long)b->schedule.total_steps, epochs);
+                 (long long)vocab, FINGERPRINT_SHOWN_HEX, b->data.tokenizer_fingerprint,
+                 (long long)b->schedule.total_steps, epochs);
         if (cJSON_IsTrue(mask) && trained >= 0) {
             size_t k = strlen(note);
             snprintf(note + k, note_len - k, "; %lld of the training tokens carry loss", (long long)trained);

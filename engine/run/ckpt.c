@@ -685,6 +685,7 @@ static char *state_json(const dt_train_state *st, const dt_precision *prec, size
     cJSON *d = cJSON_AddObjectToObject(c, "data");
     cJSON_AddNumberToObject(d, "epoch", (double)st->data.epoch);
     cJSON_AddNumberToObject(d, "cursor", (double)st->data.cursor);
+    if (st->data_fingerprint[0]) cJSON_AddStringToObject(d, "tokenizer_fingerprint", st->data_fingerprint);
     const dt_loss_scaler *s = &st->scaler;
     cJSON *l = cJSON_AddObjectToObject(c, "loss_scaler");
     cJSON_AddBoolToObject(l, "dynamic", s->dynamic);
@@ -984,6 +985,17 @@ static int parse_scaler(const cJSON *l, dt_loss_scaler *s, const char *path, dt_
     return rc;
 }
 
+/* state.json's data.tokenizer_fingerprint: optional (older checkpoints, data without one). */
+static int parse_data_fingerprint(const cJSON *d, dt_train_state *st, const char *path, dt_error *err) {
+    const cJSON *fp = cJSON_GetObjectItemCaseSensitive(d, "tokenizer_fingerprint");
+    if (!fp) return DT_OK;
+    if (!cJSON_IsString(fp) || strlen(fp->valuestring) != DT_CKPT_FINGERPRINT_HEX ||
+        !is_hex(fp->valuestring, DT_CKPT_FINGERPRINT_HEX))
+        return dt_errorf(err, DT_EINVAL, "%s: malformed data.tokenizer_fingerprint; " DT_CKPT_DAMAGED, path);
+    snprintf(st->data_fingerprint, sizeof st->data_fingerprint, "%s", fp->valuestring);
+    return DT_OK;
+}
+
 /* state.json, validated on its own and against the plan (precision, parameter
  * count, step counters that add up). mf receives the file sums, world and stage. */
 static int parse_state(const char *path, dt_train_state *st, const dt_precision *prec, size_t nparams,
@@ -1027,6 +1039,7 @@ static int parse_state(const char *path, dt_train_state *st, const dt_precision 
     if (!rc) rc = get_int(c, "tokens", 0, DT_CKPT_MAX_INT, &st->tokens, path, err);
     if (!rc) rc = get_int(d, "epoch", 0, DT_CKPT_MAX_INT, &st->data.epoch, path, err);
     if (!rc) rc = get_int(d, "cursor", 0, DT_CKPT_MAX_INT, &st->data.cursor, path, err);
+    if (!rc) rc = parse_data_fingerprint(d, st, path, err);
     if (!rc) rc = parse_scaler(l, &st->scaler, path, err);
     /* fp16 runs update the scaler once per step, skipped or not */
     if (!rc && prec->param == DT_DTYPE_FP16 && st->scaler.cur_iter != st->step)

@@ -49,13 +49,33 @@ static inline int32_t src_tok(const dt_source *s, int64_t i) {
     return s->toks32 ? (int32_t)s->toks32[i] : s->toks ? s->toks[i] : s->bytes[i];
 }
 
-/* The first bytes of a fingerprint in messages: enough to tell two apart. */
-#define FP_SHOWN_HEX 16
+#define FP_SHOWN_HEX DT_FINGERPRINT_SHOWN_HEX
+#define HEX_DIGIT_BITS 4
 static void fp_short(const unsigned char fp[DT_SHARD2_FINGERPRINT_BYTES], char out[FP_SHOWN_HEX + 1]) {
     char hex[2 * DT_SHA256_BYTES + 1];
     dt_sha256_hex(fp, hex);
     memcpy(out, hex, FP_SHOWN_HEX);
     out[FP_SHOWN_HEX] = '\0';
+}
+
+static int hex_value(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+int dt_fingerprint_from_hex(const char *hex, unsigned char out[DT_SHARD2_FINGERPRINT_BYTES], dt_error *err) {
+    const size_t n = 2 * DT_SHARD2_FINGERPRINT_BYTES;
+    if (strlen(hex) != n)
+        return dt_errorf(err, DT_EINVAL, "tokenizer fingerprint \"%s\" is not %zu hex digits", hex, n);
+    for (size_t i = 0; i < DT_SHARD2_FINGERPRINT_BYTES; i++) {
+        int hi = hex_value(hex[2 * i]), lo = hex_value(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return dt_errorf(err, DT_EINVAL, "tokenizer fingerprint \"%s\" is not %zu hex digits", hex, n);
+        out[i] = (unsigned char)(hi << HEX_DIGIT_BITS | lo);
+    }
+    return DT_OK;
 }
 
 static int name_cmp(const void *a, const void *b) {
@@ -242,6 +262,12 @@ static int open_shard2(dt_corpus *c, dt_source *s, const dt_corpus_opts *o, dt_e
                          path, (unsigned long long)h.vocab, (long long)o->vocab, (unsigned long long)h.vocab);
     if (o->fingerprint && memcmp(o->fingerprint, h.fingerprint, DT_SHARD2_FINGERPRINT_BYTES)) {
         fp_short(o->fingerprint, want);
+        if (o->fingerprint_of)
+            return dt_errorf(err, DT_EINVAL, "%s: tokenizer fingerprint %s differs from %s of %s: %s", path, got, want,
+                             o->fingerprint_of,
+                             o->fingerprint_hint ? o->fingerprint_hint
+                                                 : "the shard was prepared with another tokenizer (dtrun prepare "
+                                                   "--tokenizer)");
         return dt_errorf(err, DT_EINVAL,
                          "%s: tokenizer fingerprint %s differs from the expected %s: the shard was prepared with "
                          "another tokenizer (dtrun prepare --tokenizer)",
@@ -298,7 +324,7 @@ static int open_shard(dt_corpus *c, dt_source *s, const char *path, const dt_cor
     s->map_len = size;
     s->mapped = 1;
     if (dt_shard2_is(map, size)) return open_shard2(c, s, o, err);
-    if (o->fingerprint)
+    if (o->fingerprint && !o->llmc_unchecked)
         return dt_errorf(err, DT_EINVAL,
                          "%s: an llm.c shard carries no tokenizer fingerprint, and one was expected: prepare the "
                          "data with dtrun prepare", path);

@@ -9,8 +9,9 @@
  *                              this rank's contiguous element range of the flat
  *                              optimizer state: "exp_avg", "exp_avg_sq" (moment dtype)
  *                              and "master" (fp32, when the preset has one)
- *   state.json                 step counters, loss-scaler state, data position, RNG, the
- *                              run id, and every other file's size and CRC-32C ("files")
+ *   state.json                 step counters, loss-scaler state, data position and the
+ *                              data's tokenizer fingerprint, RNG, the run id, and every
+ *                              other file's size and CRC-32C ("files")
  * It is written as OUT/.ckpt-<step>.tmp/ (every file fsynced), renamed into place
  * and the parent directory fsynced, so a directory named ckpt-* is always complete.
  * After a save only the newest keep_last ckpt-* directories of the same run id
@@ -33,6 +34,7 @@
 #define DT_CKPT_FORMAT "dtrun.ckpt/1"
 #define DT_CKPT_PREFIX "ckpt-"
 #define DT_RUN_ID_LEN 16   /* hex digits of a run id */
+#define DT_CKPT_FINGERPRINT_HEX (2 * DT_SHARD2_FINGERPRINT_BYTES)   /* state.json data.tokenizer_fingerprint */
 
 /* Everything besides tensors that a bitwise-identical resume needs. */
 typedef struct dt_train_state {
@@ -44,6 +46,9 @@ typedef struct dt_train_state {
     dt_loader_pos data;
     uint64_t rng;            /* the trainer's generator state */
     char run_id[DT_RUN_ID_LEN + 1];   /* the run (series of checkpoints) this state belongs to; "" unknown */
+    /* the tokenizer fingerprint of the training shards (dt_corpus_fingerprint), lowercase
+     * hex; "" when the data has none (text, llm.c shards) or the checkpoint is older */
+    char data_fingerprint[DT_CKPT_FINGERPRINT_HEX + 1];
 } dt_train_state;
 
 /* ---- weights ---- */

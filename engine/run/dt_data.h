@@ -51,7 +51,15 @@ typedef struct dt_corpus_opts {
                                             shards must have been prepared with (one line
                                             naming both fingerprints when not), or NULL: not
                                             checked, though all v2 shards of one path must
-                                            agree. An llm.c shard has none: refused when set */
+                                            agree. An llm.c shard has none: refused when set,
+                                            unless llmc_unchecked */
+    const char *fingerprint_of;          /* whose fingerprint it is, named in the message
+                                            ("the model's tokenizer DIR/tokenizer.json");
+                                            NULL: "the expected" */
+    const char *fingerprint_hint;        /* what to do, ending the message; NULL: prepare
+                                            the data with the right tokenizer */
+    int llmc_unchecked;                  /* 1: llm.c shards (no fingerprint) are read
+                                            unchecked; v2 shards are still checked */
 } dt_corpus_opts;
 
 /* dt_corpus_open with the checks of o. v2 shards are verified on open (header CRC,
@@ -68,6 +76,11 @@ int dt_corpus_has_mask(const dt_corpus *c);
 /* The tokenizer fingerprint c's v2 shards carry: 1 and out filled, 0 when c has none
  * (text, llm.c shards). */
 int dt_corpus_fingerprint(const dt_corpus *c, unsigned char out[DT_SHARD2_FINGERPRINT_BYTES]);
+/* Hex digits of a fingerprint shown in messages: enough to tell two apart. */
+#define DT_FINGERPRINT_SHOWN_HEX 16
+/* The 2 * DT_SHARD2_FINGERPRINT_BYTES hex digits of a fingerprint (a plan's, a
+ * checkpoint's) into out: DT_OK, or DT_EINVAL when hex is not that many hex digits. */
+int dt_fingerprint_from_hex(const char *hex, unsigned char out[DT_SHARD2_FINGERPRINT_BYTES], dt_error *err);
 /* The largest tokenizer vocab size a v2 shard of c names; 0 without v2 shards. */
 int64_t dt_corpus_vocab(const dt_corpus *c);
 

@@ -12,6 +12,7 @@
 #include "dt_lm.h"
 #include "dt_model.h"
 #include "dt_precision.h"
+#include "dt_tokenizer.h"
 
 /* The config.json text for m (malloc'd; NULL when out of memory). The llama
  * family is written as the model_type its options are: q/k norm -> qwen3,
@@ -24,6 +25,16 @@ int dt_hf_is_dir(const char *path);
 /* Checks dir/config.json describes m (the same shape, the same family options):
  * DT_EINVAL naming both shapes otherwise. `what` says what dir is, for the message. */
 int dt_hf_check_config(const char *dir, const dt_model *m, const char *what, dt_error *err);
+
+/* The tokenizer a Hugging Face model directory ships: dir/tokenizer.json, else
+ * dir/tokenizer.model (save_pretrained writes them beside the weights): the first that
+ * dt_tok_load reads (Llama-2 ships a byte-fallback tokenizer.json it refuses, and the
+ * tokenizer.model it reads). *found = 1, fp its fingerprint (dt_tok_fingerprint, the one
+ * `dtrun prepare` writes into shard headers) and path (n bytes) the file; *found = 0 when
+ * there is none, DT_OK, or when none of those there can be read: the first one's error
+ * (DT_EINVAL naming the file and why). */
+int dt_hf_tokenizer_fingerprint(const char *dir, unsigned char fp[DT_TOK_FINGERPRINT_BYTES], char *path, size_t n,
+                                int *found, dt_error *err);
 
 /* A source of g's parameters read by flat element range, so a ZeRO-3 rank reads
  * only the elements of its own shards (dt_zero_load_params) and a full load goes

@@ -113,6 +113,35 @@ int dt_hf_is_dir(const char *path) {
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* The tokenizer files of a model directory, in the order they are looked for
+ * (transformers' tokenizer_file / SentencePiece's vocab_file names). */
+static const char *const k_tokenizer_files[] = {"tokenizer.json", "tokenizer.model"};
+
+int dt_hf_tokenizer_fingerprint(const char *dir, unsigned char fp[DT_TOK_FINGERPRINT_BYTES], char *path, size_t n,
+                                int *found, dt_error *err) {
+    *found = 0;
+    int rc = DT_OK;
+    for (size_t i = 0; i < sizeof k_tokenizer_files / sizeof k_tokenizer_files[0]; i++) {
+        char p[DT_HF_PATH_MAX];
+        struct stat st;
+        dt_error e;
+        dt_error_clear(&e);
+        snprintf(p, sizeof p, "%s/%s", dir, k_tokenizer_files[i]);
+        if (stat(p, &st) != 0) continue;
+        dt_tokenizer *t = NULL;
+        if (dt_tok_load(p, &t, &e)) {   /* e.g. Llama-2's byte-fallback tokenizer.json: try tokenizer.model */
+            if (!rc) rc = dt_errorf(err, e.code, "%s", e.msg);
+            continue;
+        }
+        dt_tok_fingerprint(t, fp);
+        dt_tok_free(t);
+        snprintf(path, n, "%s", p);
+        *found = 1;
+        return DT_OK;
+    }
+    return rc;
+}
+
 /* The shape fields and options two descriptions must share to be one model. */
 static int same_model(const dt_model *a, const dt_model *b) {
     return a->family == b->family && a->n_layer == b->n_layer && a->hidden == b->hidden &&

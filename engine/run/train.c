@@ -2,6 +2,7 @@
 #include "dt_train.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -15,18 +16,23 @@
 #include "dt_device.h"
 #include "dt_lm.h"
 #include "dt_heartbeat.h"
+#include "dt_hfdir.h"
 #include "dt_json.h"
 #include "dt_memprobe.h"
 #include "dt_memreport.h"
 #include "dt_memtrack.h"
 #include "dt_optim.h"
 #include "dt_rundir.h"
+#include "dt_sha256.h"
 #include "dt_tracer.h"
 #include "dt_zero.h"
 
 #define DT_PROGRESS_WIDTH 24     /* characters of the progress bar */
 #define DT_LOG_LINES 20          /* non-TTY: about this many progress lines per run */
 #define DT_MSG_MAX 256
+/* The step's loss-carrying target count crosses the ranks as two fp32 limbs (low, high):
+ * one 8-byte all-reduce (global_counted) */
+#define DT_COUNT_LIMBS 2
 /* After a collective timed out: how long a rank waits (capped at a quarter of
  * the timeout) for its healthy peers, stuck in the same collective, to time out
  * too and re-beat, so that only the culprit's heartbeat stays old. Healthy ranks
@@ -55,6 +61,10 @@ typedef struct {
     int32_t *step_inputs, *step_targets;   /* [accum, B, T]; masked-out targets DT_IGNORE_INDEX */
     uint8_t *mask;                         /* [B, T] */
     int64_t *counted;                      /* [accum]: each micro-batch's counted targets */
+    float *count_buf;                      /* [2] the count's all-reduce where collectives take device
+                                              memory (not host-addressable), world > 1; else NULL */
+    char data_fp[DT_CKPT_FINGERPRINT_HEX + 1];   /* the training shards' tokenizer, hex; "" none */
+    int count_bits;                        /* bits of the count's low limb (global_counted) */
     dt_train_state st;
     FILE *metrics;
     FILE *log;                   /* human output: opts->log on rank 0, NULL elsewhere */
@@ -99,12 +109,88 @@ static int check_plan(const dt_plan *p, int world, dt_error *err) {
     return DT_OK;
 }
 
+/* The tokenizer the shards must have been prepared with (docs/data.md "What the trainer
+ * does with them"): the one output.init's Hugging Face directory ships (tokenizer.json /
+ * tokenizer.model, fingerprinted as dtrun prepare does), else the plan's
+ * data.tokenizer_fingerprint (dtplan solve --data); when both are there they must agree.
+ * Fills o's fingerprint, whose it is and the hint, all pointing into e; none known: unset. */
+typedef struct {
+    unsigned char fp[DT_TOK_FINGERPRINT_BYTES];
+    char path[DT_PATH_MAX * 2], of[DT_PATH_MAX * 3], hint[DT_PATH_MAX * 3];
+} expected_tok;
+
+static int expected_tokenizer(const trainer *t, expected_tok *e, dt_corpus_opts *o, dt_error *err) {
+    const dt_data *d = &t->plan->data;
+    const char *init = t->plan->output.init;
+    const int shown = DT_FINGERPRINT_SHOWN_HEX;
+    int found = 0;
+    dt_error unread;
+    dt_error_clear(&unread);
+    /* a tokenizer dtrun cannot read: the shards cannot have been prepared with it here */
+    if (init[0] && dt_hf_is_dir(init) &&
+        dt_hf_tokenizer_fingerprint(init, e->fp, e->path, sizeof e->path, &found, &unread) && t->log)
+        fprintf(t->log, "dtrun: warning: output.init: %s; the shards are not checked against the model's tokenizer\n",
+                unread.msg);
+    if (found) {
+        char hex[DT_CKPT_FINGERPRINT_HEX + 1];
+        dt_sha256_hex(e->fp, hex);
+        if (d->tokenizer_fingerprint[0] && strcmp(hex, d->tokenizer_fingerprint) != 0)
+            return dt_errorf(err, DT_EINVAL,
+                             "the model's tokenizer %s (fingerprint %.*s) is not the one the plan's data was prepared "
+                             "with (%s, fingerprint %.*s): prepare the data with dtrun prepare --tokenizer %s, then "
+                             "dtplan solve --data DIR",
+                             e->path, shown, hex, d->tokenizer_path[0] ? d->tokenizer_path : "data.tokenizer_path",
+                             shown, d->tokenizer_fingerprint, e->path);
+        snprintf(e->of, sizeof e->of, "the model's tokenizer %s", e->path);
+        snprintf(e->hint, sizeof e->hint, "the shards were prepared with another tokenizer: prepare them with dtrun "
+                 "prepare --tokenizer %s", e->path);
+        o->llmc_unchecked = !d->tokenizer_fingerprint[0];   /* llm.c shards name no tokenizer: not checked */
+    } else if (d->tokenizer_fingerprint[0]) {
+        if (dt_fingerprint_from_hex(d->tokenizer_fingerprint, e->fp, err)) return dt_error_prefix(err, "data");
+        snprintf(e->of, sizeof e->of, "the tokenizer the plan's data was prepared with (data.tokenizer_fingerprint%s%s)",
+                 d->tokenizer_path[0] ? ": " : "", d->tokenizer_path);
+        snprintf(e->hint, sizeof e->hint, "these are not the shards the plan was made for: give those, or re-plan "
+                 "with dtplan solve --data DIR for these");
+    } else {
+        return DT_OK;
+    }
+    o->fingerprint = e->fp;
+    o->fingerprint_of = e->of;
+    o->fingerprint_hint = e->hint;
+    return DT_OK;
+}
+
+/* SFT data on several ranks: the limb width of the step's count all-reduce (global_counted),
+ * checked to count the largest step exactly, and its device buffer where one is needed. */
+static int setup_global_count(trainer *t, dt_error *err) {
+    const dt_plan *p = t->plan;
+    if (t->world < 2) return DT_OK;
+    /* each limb's sum over the ranks stays below 2^FLT_MANT_DIG: exact in fp32 */
+    t->count_bits = FLT_MANT_DIG;
+    for (int w = 1; w < t->world; w *= 2) t->count_bits--;
+    const int64_t most = p->batch.grad_accum * p->batch.micro_batch * p->batch.seq_len * t->world;
+    if (t->count_bits < 1 || (most >> t->count_bits) >> FLT_MANT_DIG != 0)
+        return dt_errorf(err, DT_EINVAL,
+                         "a step of %lld tokens on %d ranks is too large to count its loss-carrying targets "
+                         "exactly: use fewer ranks or a smaller global batch",
+                         (long long)most, t->world);
+    if (t->dev->host_addressable) return DT_OK;
+    t->count_buf = t->dev->alloc(DT_POOL_DEVICE, DT_MEM_BUFFERS, DT_COUNT_LIMBS * sizeof(float));
+    if (!t->count_buf) return dt_errorf(err, DT_ENOMEM, "out of device memory for the step's token count");
+    return DT_OK;
+}
+
 static int setup_data(trainer *t, dt_error *err) {
     const dt_plan *p = t->plan;
     const dt_data *d = &p->data;
     const char *train_path = t->opts->data_path ? t->opts->data_path : d->train;
     int64_t T = p->batch.seq_len, B = p->batch.micro_batch;
-    if (dt_corpus_open(train_path, d->format, p->model.vocab, &t->train_c, err)) return err->code;
+    expected_tok e;
+    dt_corpus_opts o = {.vocab = p->model.vocab};
+    unsigned char fp[DT_SHARD2_FINGERPRINT_BYTES];
+    if (expected_tokenizer(t, &e, &o, err)) return err->code;
+    if (dt_corpus_open_opts(train_path, d->format, &o, &t->train_c, err)) return err->code;
+    if (dt_corpus_fingerprint(t->train_c, fp)) dt_sha256_hex(fp, t->data_fp);
     if (dt_corpus_has_mask(t->train_c)) {   /* SFT shards: read each step's micro-batches ahead */
         const size_t n = (size_t)(B * T), accum = (size_t)p->batch.grad_accum;
         t->masked = 1;
@@ -114,12 +200,13 @@ static int setup_data(trainer *t, dt_error *err) {
         t->counted = malloc(accum * sizeof(int64_t));
         if (!t->step_inputs || !t->step_targets || !t->mask || !t->counted)
             return dt_errorf(err, DT_ENOMEM, "out of memory for %zu micro-batches of masked data", accum);
+        if (setup_global_count(t, err)) return err->code;
     }
     int64_t n = dt_corpus_windows(t->train_c, T), ntrain = n, nvalid = 0;
     const dt_corpus *vc = NULL;
     int64_t vfirst = 0;
     if (d->valid[0]) {
-        if (dt_corpus_open(d->valid, d->format, p->model.vocab, &t->valid_c, err)) return err->code;
+        if (dt_corpus_open_opts(d->valid, d->format, &o, &t->valid_c, err)) return err->code;
         vc = t->valid_c;
         nvalid = dt_corpus_windows(vc, T);
     } else if (d->valid_fraction > 0) {
@@ -137,6 +224,24 @@ static int setup_data(trainer *t, dt_error *err) {
     return DT_OK;
 }
 
+/* --resume: the checkpoint's training data (state.json data.tokenizer_fingerprint) and the
+ * shards now must share a tokenizer; a checkpoint that names none is not checked. Then the
+ * state records the data's tokenizer for the next checkpoint. */
+static int check_resumed_data(trainer *t, const char *ckpt, dt_error *err) {
+    const char *was = t->st.data_fingerprint, *now = t->data_fp;
+    const int shown = DT_FINGERPRINT_SHOWN_HEX;
+    if (was[0] && strcmp(was, now) != 0)
+        return dt_errorf(err, DT_EINVAL,
+                         "--resume: %s was trained on shards of tokenizer %.*s but the data %s %s%.*s: resume with the "
+                         "data it was trained on (--data), or start a new run from its weights (--init %s --out "
+                         "NEW_DIR)",
+                         ckpt, shown, was, t->opts->data_path ? t->opts->data_path : t->plan->data.train,
+                         now[0] ? "is of tokenizer " : "carries no tokenizer fingerprint (text or llm.c shards)", shown,
+                         now, ckpt);
+    snprintf(t->st.data_fingerprint, sizeof t->st.data_fingerprint, "%s", now);
+    return DT_OK;
+}
+
 static int init_weights(trainer *t, int64_t *resumed_from, dt_error *err) {
     const dt_plan *p = t->plan;
     *resumed_from = -1;
@@ -150,6 +255,7 @@ static int init_weights(trainer *t, int64_t *resumed_from, dt_error *err) {
             if (dt_ckpt_load_zero(path, t->g, &p->model, &p->precision, t->z, &t->st, &saved_world, err))
                 return err->code;
             dt_memprobe_end(DT_PHASE_CKPT_LOAD);
+            if (check_resumed_data(t, path, err)) return err->code;
             *resumed_from = step;
             if (!t->st.run_id[0]) dt_run_id_new(t->st.run_id);   /* a checkpoint from before run ids */
             if (t->opts->log && t->rank == 0 && saved_world != t->world)
@@ -168,6 +274,7 @@ static int init_weights(trainer *t, int64_t *resumed_from, dt_error *err) {
     dt_loss_scaler_init(&t->st.scaler, &p->precision);
     t->st.rng = p->data.seed;
     dt_run_id_new(t->st.run_id);   /* a new series of checkpoints (keep_last prunes only its own) */
+    snprintf(t->st.data_fingerprint, sizeof t->st.data_fingerprint, "%s", t->data_fp);
     return DT_OK;
 }
 
@@ -263,6 +370,34 @@ static void name_culprit(trainer *t, dt_error *err) {
     memcpy(err->msg, line, sizeof line);
 }
 
+/* The loss-carrying targets (label != DT_IGNORE_INDEX) of the step's micro-batches on
+ * every rank together, into *count (this rank's on entry), as transformers' Trainer with
+ * average_tokens_across_devices=True counts num_items_in_batch
+ * (src/transformers/trainer.py, get_batch_samples: labels.ne(-100) summed over the
+ * step's batches, then accelerator.gather(num_items_in_batch).sum(); compute_loss
+ * multiplies the loss by num_processes, as the share above multiplies by the world).
+ * One all-reduce (sum) of 8 bytes: dt_comm reduces floating point, so the count goes
+ * as two fp32 limbs, low count_bits bits and the rest, whose sums over the ranks stay
+ * below 2^FLT_MANT_DIG and are therefore exact in any order (setup_global_count). */
+static int global_counted(trainer *t, int64_t *count, dt_error *err) {
+    if (t->world < 2) return DT_OK;
+    const int64_t low = ((int64_t)1 << t->count_bits) - 1;
+    float limbs[DT_COUNT_LIMBS] = {(float)(*count & low), (float)(*count >> t->count_bits)};
+    const size_t bytes = sizeof limbs;
+    float *buf = t->count_buf ? t->count_buf : limbs;
+    if (buf != limbs) {
+        t->dev->memcpy(buf, limbs, bytes, DT_COPY_H2D, DT_STREAM_H2D);
+        t->dev->stream_sync(DT_STREAM_H2D);
+    }
+    if (dt_comm_allreduce(t->comm, buf, DT_COUNT_LIMBS, DT_DTYPE_FP32, DT_RED_SUM, err)) return err->code;
+    if (buf != limbs) {
+        t->dev->memcpy(limbs, buf, bytes, DT_COPY_D2H, DT_STREAM_D2H);
+        t->dev->stream_sync(DT_STREAM_D2H);
+    }
+    *count = ((int64_t)limbs[1] << t->count_bits) + (int64_t)limbs[0];
+    return DT_OK;
+}
+
 /* One optimizer step through the ZeRO engine (dt_zero.h); fills the metrics it
  * produced. Loss and norm are global (all ranks). */
 static int train_step(trainer *t, double *loss_out, double *lr_out, double *norm_out, int *skipped,
@@ -273,16 +408,19 @@ static int train_step(trainer *t, double *loss_out, double *lr_out, double *norm
     const double scale = sc->cur_scale;   /* the scale this step's loss is multiplied by */
     dt_zero_begin_step(t->z);
     /* Each micro-batch's share of the step: 1/accum, or with SFT data its counted
-     * targets over the step's (on this rank: the mean over the rank's counted
-     * tokens, ranks then averaged — transformers' Trainer with
-     * average_tokens_across_devices off; docs/dtrun.md "Data") */
+     * targets over the step's counted targets on all ranks, times the world size
+     * because the ranks' gradients and losses are then averaged: the step's loss is
+     * sum(mask * CE) / sum(mask) over the whole global batch, whatever the ranks
+     * and accumulation (docs/data.md "What the trainer does with them") */
     const int64_t n = p->batch.micro_batch * p->batch.seq_len;
     int64_t step_counted = 0;
-    if (t->masked)
+    if (t->masked) {
         for (int64_t a = 0; a < accum; a++) {
             t->counted[a] = next_batch(t, t->train_l, t->step_inputs + a * n, t->step_targets + a * n);
             step_counted += t->counted[a];
         }
+        if (global_counted(t, &step_counted, err)) return err->code;
+    }
     double loss_sum = 0;
     for (int64_t a = 0; a < accum; a++) {
         float loss;
@@ -291,7 +429,7 @@ static int train_step(trainer *t, double *loss_out, double *lr_out, double *norm
         if (t->masked) {
             in = t->step_inputs + a * n;
             tg = t->step_targets + a * n;
-            share = step_counted > 0 ? (double)t->counted[a] / (double)step_counted : 0.0;
+            share = step_counted > 0 ? (double)t->counted[a] * t->world / (double)step_counted : 0.0;
             grad_scale = scale * share;
         } else {
             dt_loader_next(t->train_l, t->inputs, t->targets);
@@ -378,6 +516,7 @@ static void trainer_free(trainer *t) {
     free(t->step_targets);
     free(t->mask);
     free(t->counted);
+    if (t->count_buf) t->dev->free(t->count_buf);
     dt_zero_free(t->z);
     dt_lm_free(t->g);
     if (t->own_comm) dt_comm_free(t->comm);
@@ -497,7 +636,7 @@ static void print_banner(const trainer *t, int64_t resumed) {
                 dt_corpus_files(t->train_c), t->opts->data_path ? t->opts->data_path : t->plan->data.train, sub);
     if (t->masked)
         fprintf(log, "dtrun: data: SFT loss mask: only the targets the shards mark (the assistant's tokens) carry "
-                     "loss; each micro-batch weighted by its share of the step's counted targets\n");
+                     "loss, averaged over the counted targets of the whole global batch (all ranks)\n");
     if (resumed >= 0) fprintf(log, "dtrun: resumed from step %lld\n", (long long)resumed);
 }
 
