@@ -73,25 +73,6 @@ static void usage(FILE *f) {
             DT_TIMEOUT_S);
 }
 
-static int exit_code(int rc) { return rc == DT_EINVAL || rc == DT_EINFEASIBLE ? 2 : 1; }
-
-static int fail(int rc, const dt_error *err) {
-    fprintf(stderr, "dtrun: %s\n", err->msg);
-    return exit_code(rc);
-}
-
-static int parse_i64(const char *s, const char *what, int64_t min, int64_t *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end || end == s || v < min) {
-        fprintf(stderr, "dtrun: %s expects an integer >= %lld, got '%s'\n", what, (long long)min, s);
-        return 2;
-    }
-    *out = v;
-    return 0;
-}
-
 static int parse_seconds(const char *s, const char *what, double *out) {
     char *end;
     errno = 0;
@@ -175,7 +156,7 @@ static int cmd_train(int argc, char **argv) {
     /* torchrun-style launch flags first: they leave argv, the rest is dtrun's */
     dt_launch_flags lf;
     dt_launch_flags_init(&lf);
-    if (dt_launch_flags_parse(&lf, &argc, argv, &err)) return fail(DT_EINVAL, &err);
+    if (dt_launch_flags_parse(&lf, &argc, argv, &err)) return dt_cli_fail(DT_EINVAL, &err);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has_val = i + 1 < argc;
@@ -183,7 +164,7 @@ static int cmd_train(int argc, char **argv) {
         else if (strcmp(a, "--data") == 0 && has_val) o.data_path = argv[++i];
         else if (strcmp(a, "--init") == 0 && has_val) init_path = argv[++i];
         else if (strcmp(a, "--max-steps") == 0 && has_val) {
-            if (parse_i64(argv[++i], "--max-steps", 1, &o.max_steps)) return 2;
+            if (dt_cli_parse_i64(argv[++i], "--max-steps", 1, &o.max_steps)) return 2;
         } else if (strcmp(a, "--timeout") == 0 && has_val) {
             if (parse_seconds(argv[++i], "--timeout", &timeout_s)) return 2;
         } else if (strcmp(a, "--resume") == 0) o.resume = 1;
@@ -223,17 +204,17 @@ static int cmd_train(int argc, char **argv) {
                        dt_runtime_name(plan.runtime.kind),
                        plan.runtime.kind == DT_RUNTIME_DEEPSPEED ? "deepspeed (dtplan export writes its config)"
                                                                  : "torchrun and PyTorch FSDP");
-    if (rc) return fail(DT_EINVAL, &err);
+    if (rc) return dt_cli_fail(DT_EINVAL, &err);
     const int world = (int)plan.parallel.world_size, gpn = (int)plan.cluster.gpus_per_node;
     const int nodes = (int)plan.cluster.nodes, is_cuda = plan.cluster.device == DT_DEVICE_CUDA;
     /* where this process stands: a lone agent, or a rank of mpirun/srun/torchrun */
     dt_launch_info li;
-    if (dt_launch_discover(&lf, &li, &err)) return fail(DT_EINVAL, &err);
+    if (dt_launch_discover(&lf, &li, &err)) return dt_cli_fail(DT_EINVAL, &err);
     if (dt_launch_must_spawn(&li, world)) {   /* `dtrun plan.json` with world > 1: start the ranks */
         /* a refused output directory: one line here, before any rank starts (the ranks check again) */
         const char *out = o.out_dir ? o.out_dir : plan.output.dir;
         if (dt_rundir_check(out, o.resume ? DT_OUT_RESUME : o.overwrite ? DT_OUT_OVERWRITE : DT_OUT_NEW, &err))
-            return fail(DT_EINVAL, &err);
+            return dt_cli_fail(DT_EINVAL, &err);
         /* no usable GPU: one line here, not one per rank */
         const dt_device_ops *dev = NULL;
         if (is_cuda && dt_device_cuda_count() == 0 && dt_device_get(DT_DEVICE_CUDA, 0, &dev, &err) != DT_OK) {
@@ -251,7 +232,7 @@ static int cmd_train(int argc, char **argv) {
     rc = open_comm(&li, is_cuda, timeout_s, &comm, &rdzv, &err);
     if (rc) {
         dt_rendezvous_close(rdzv);
-        return fail(rc, &err);
+        return dt_cli_fail(rc, &err);
     }
     const int rank = dt_comm_rank(comm);
     /* a hand-edited plan: recompute the prediction; warn when the stored one is stale */
@@ -260,7 +241,7 @@ static int cmd_train(int argc, char **argv) {
     if ((rc = dt_plan_refresh_prediction(&plan, &stale, what, sizeof what, &err))) {
         dt_comm_free(comm);
         dt_rendezvous_close(rdzv);
-        return fail(DT_EINVAL, &err);
+        return dt_cli_fail(DT_EINVAL, &err);
     }
     if (stale && rank == 0)
         fprintf(stderr,
@@ -280,16 +261,16 @@ static int cmd_train(int argc, char **argv) {
         if (rank == 0) fprintf(stderr, "dtrun: %s\n", err.msg);
         dt_comm_free(comm);
         dt_rendezvous_close(rdzv);
-        return exit_code(rc);
+        return dt_cli_exit_code(rc);
     }
     if (rc) {
         /* a collective timeout already carries the heartbeat diagnosis naming the rank */
         fprintf(stderr, "dtrun: rank %d: %s\n", rank, err.msg);
         /* the other ranks may be blocked in a collective: end them all now */
-        if (world > 1) dt_comm_abort(comm, exit_code(rc));
+        if (world > 1) dt_comm_abort(comm, dt_cli_exit_code(rc));
         dt_comm_free(comm);
         dt_rendezvous_close(rdzv);
-        return exit_code(rc);
+        return dt_cli_exit_code(rc);
     }
     dt_comm_free(comm);
     dt_rendezvous_close(rdzv);

@@ -31,25 +31,6 @@ typedef struct {
     double temp;
 } sample_opts;
 
-static int exit_code(int rc) { return rc == DT_EINVAL ? 2 : 1; }
-
-static int fail(int rc, const dt_error *err) {
-    fprintf(stderr, "dtrun: %s\n", err->msg);
-    return exit_code(rc);
-}
-
-static int parse_i64(const char *s, const char *what, int64_t min, int64_t *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end || end == s || v < min) {
-        fprintf(stderr, "dtrun: %s expects an integer >= %lld, got '%s'\n", what, (long long)min, s);
-        return 2;
-    }
-    *out = v;
-    return 0;
-}
-
 static void usage(void) {
     printf("usage: dtrun sample CKPT_DIR [--prompt TEXT] [--tokens N] [--seed S] [--temperature X]\n"
            "                         [--tokenizer TOKENIZER] [--dump-logits FILE]\n"
@@ -77,9 +58,9 @@ static int parse_args(int argc, char **argv, sample_opts *o) {
         else if (strcmp(a, "--dump-logits") == 0 && has_val) o->dump = argv[++i];
         else if (strcmp(a, "--tokenizer") == 0 && has_val) o->tokenizer = argv[++i];
         else if (strcmp(a, "--tokens") == 0 && has_val) {
-            if (parse_i64(argv[++i], "--tokens", 1, &o->ntok)) return 2;
+            if (dt_cli_parse_i64(argv[++i], "--tokens", 1, &o->ntok)) return 2;
         } else if (strcmp(a, "--seed") == 0 && has_val) {
-            if (parse_i64(argv[++i], "--seed", 0, &o->seed)) return 2;
+            if (dt_cli_parse_i64(argv[++i], "--seed", 0, &o->seed)) return 2;
         } else if (strcmp(a, "--temperature") == 0 && has_val) {
             char *end;
             o->temp = strtod(argv[++i], &end);
@@ -223,10 +204,10 @@ int dt_cmd_sample(int argc, char **argv) {
     dt_model m;
     snprintf(p, sizeof p, "%s/config.json", ckpt);
     if (!rc) rc = dt_model_resolve(p, &m, &err);
-    if (rc) return fail(rc, &err);
+    if (rc) return dt_cli_fail(rc, &err);
     dt_tokenizer *tok = NULL;
     /* a tokenizer that cannot be read is bad input, like the plan or a flag */
-    if (o.tokenizer && dt_tok_load(o.tokenizer, &tok, &err)) return fail(DT_EINVAL, &err);
+    if (o.tokenizer && dt_tok_load(o.tokenizer, &tok, &err)) return dt_cli_fail(DT_EINVAL, &err);
     /* the ids to sample from: the tokenizer's, or the 256 bytes */
     int64_t V = tok ? dt_tok_vocab_size(tok) : DT_BYTE_VOCAB;
     if (V > m.vocab) {
@@ -252,5 +233,5 @@ int dt_cmd_sample(int argc, char **argv) {
     free(out);
     dt_lm_free(g);
     dt_tok_free(tok);
-    return rc ? fail(rc, &err) : 0;
+    return rc ? dt_cli_fail(rc, &err) : 0;
 }
