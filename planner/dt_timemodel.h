@@ -34,6 +34,11 @@ int dt_time_gpu_shape_model(const dt_plan *p);
  * efficiency), bytes moved / hbm_bw) + the launch overhead, seconds. */
 double dt_time_gemm_s(double peak_flops, double sm_count, double hbm_bw, double elem_bytes, double M,
                       double N, double K, double batch);
+/* DeepSpeed ZeRO-3 (runtime deepspeed, stage 3): the host-side cost of one module fetch, s
+ * (runtime.fetch_overhead_s when > 0, else the cited DT_DS_FETCH_HOST_S; docs/time-model.md
+ * "ZeRO-3 under DeepSpeed"), and the modules fetched per pass in one block and outside the
+ * blocks (embeddings + lm_head). Returns 0 (and 0 counts) for every other plan. */
+double dt_time_ds_fetch_host_s(const dt_plan *p, double *block_fetches, double *outer_fetches);
 /* Activation elements the engine's element-wise kernels (LayerNorm, GELU,
  * residual adds, cross-entropy, encoder) read + write per token, by pass, for
  * hidden C, ffn F and vocab V; bytes_per_elem = 4 (they work on fp32). The time

@@ -195,6 +195,8 @@ typedef struct {
     int64_t act_full, act_kept, act_head; /* activations of a block, a checkpointed block, the head */
     int64_t ws;                /* workspace (logits, losses, ids, backward scratch) */
     double t_block, t_recompute, head_fwd, bwd_ratio;
+    double host_emb, host_blk, host_head; /* DeepSpeed ZeRO-3: host cost of a segment's module fetches
+                                           * per pass (dt_time_ds_fetch_host_s), else 0 */
     double offload_s, optimizer_s; /* the time model's offload total and optimizer step (s) */
     double per_gather_xfer;    /* parameter-offload copies issued so far (s) */
     int64_t grads_start, grads_growth, grads_added; /* runtimes deepspeed / fsdp: gradients at the backward's start, and
@@ -207,6 +209,11 @@ static int seg_unit(const plan_ctx *c, int sg) {
 }
 static double seg_fwd(const plan_ctx *c, int sg) {
     return sg == 0 ? 0.0 : (sg == c->n_seg - 1 ? c->head_fwd : c->t_block);
+}
+/* DeepSpeed ZeRO-3's host-side fetch cost of segment sg in one pass: its modules' hooks and
+ * synchronisation stall the compute stream (docs/time-model.md "ZeRO-3 under DeepSpeed"). */
+static double seg_host(const plan_ctx *c, int sg) {
+    return sg == 0 ? c->host_emb : (sg == c->n_seg - 1 ? c->host_head : c->host_blk);
 }
 
 /* The error every allocation failure reports. */
@@ -337,6 +344,13 @@ static int ctx_read_models(plan_ctx *c, dt_mem_breakdown *mb, dt_error *err) {
     c->head_fwd = cm.fwd_s - (double)c->L * c->t_block;
     if (c->head_fwd < 0) c->head_fwd = 0;
     c->bwd_ratio = cm.fwd_s > 0 ? cm.bwd_s / cm.fwd_s : 0.0;
+    {   /* DeepSpeed ZeRO-3: the embeddings' fetches on segment 0, the lm_head's on the head */
+        double blk_f = 0.0, out_f = 0.0;
+        const double host = dt_time_ds_fetch_host_s(p, &blk_f, &out_f);
+        c->host_blk = host * blk_f;
+        c->host_head = out_f > 0 ? host : 0.0;
+        c->host_emb = out_f > 1 ? host * (out_f - 1.0) : 0.0;
+    }
     if (p->runtime.kind != DT_RUNTIME_DTRUN) {
         dt_mem_phases ph;
         if (dt_memory_phases(p, p->model.requested_params, &ph, err)) return err->code;
@@ -426,7 +440,8 @@ static void sim_forward(plan_ctx *c, int m, double t_start) {
         if (c->stage3 && !c->overlap) gather_unit(c, c->gf, u, t_start, m, "forward");
         double start = s->free_at[DT_SIM_COMPUTE] > t_start ? s->free_at[DT_SIM_COMPUTE] : t_start;
         int dep = await_gather(c, c->gf, u, sg + 1 < c->n_seg ? seg_unit(c, sg + 1) : -1, start, m, "forward");
-        int e = add_event(s, DT_SIM_COMPUTE, DT_SIM_FORWARD, m, u, "forward", seg_fwd(c, sg), 0, t_start, dep, -1);
+        int e = add_event(s, DT_SIM_COMPUTE, DT_SIM_FORWARD, m, u, "forward", seg_fwd(c, sg) + seg_host(c, sg), 0, t_start,
+                          dep, -1);
         if (e < 0) break;
         forward_memory(c, sg, u, s->r->events[e].t0_s, s->r->events[e].t1_s);
     }
@@ -448,8 +463,8 @@ static int backward_segment(plan_ctx *c, int m, int sg, int u) {
         mem_alloc(s, s->r->events[e].t0_s, DT_SIMMEM_WORKSPACE, c->act_full - c->act_kept);
         dep = -1;
     }
-    return add_event(s, DT_SIM_COMPUTE, DT_SIM_BACKWARD, m, u, "backward", seg_fwd(c, sg) * c->bwd_ratio, 0, 0.0,
-                     dep, dep2);
+    return add_event(s, DT_SIM_COMPUTE, DT_SIM_BACKWARD, m, u, "backward",
+                     seg_fwd(c, sg) * c->bwd_ratio + seg_host(c, sg), 0, 0.0, dep, dep2);
 }
 
 /* What backward segment sg (unit u, ending at t1) frees: its recompute buffer,

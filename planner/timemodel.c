@@ -217,6 +217,60 @@ static double node_share(const dt_plan *p) {
  * backward reading two tensors (modeling_gpt2.py _attn; modeling_llama.py eager_attention_forward). */
 #define DT_EAGER_FWD_PASSES 3.0
 #define DT_EAGER_BWD_PASSES 3.0
+/* Hugging Face's GPT-2 eager attention applies the causal mask with torch.where AND adds the
+ * additive padding mask, (1 - attention_mask) * -10000, as a second pass over the scores
+ * (transformers v4.12 models/gpt2/modeling_gpt2.py GPT2Attention._attn:
+ * "attn_weights = attn_weights + attention_mask"); run_clm.py's group_texts keeps the
+ * tokenizer's attention_mask, so the training forward passes it. The add's backward is the
+ * identity (no pass). Llama's eager_attention_forward has one mask add (the count above). */
+#define DT_EAGER_GPT2_MASK_PASSES 1.0
+/* Dropout on the scores also writes its keep-mask forward and reads it backward, one byte per
+ * element (PyTorch's native_dropout returns the output and a bool mask). */
+#define DT_DROPOUT_MASK_BYTES 1.0
+/* The loss under the deepspeed / fsdp runtimes, in logits (V-wide) element passes per token:
+ * F.cross_entropy = log_softmax (read + write) + nll_loss forward; backward nll_loss writes a
+ * dense V-wide gradient, log_softmax's backward reads output and gradient and writes one
+ * (PyTorch aten LogSoftmax / NLLLoss). HF GPT2LMHeadModel shifts the labels with
+ * lm_logits[..., :-1, :].contiguous() (a copy: read + write) and the slice's backward fills a
+ * zero gradient and copies into it (write, read, write) (transformers v4.12
+ * models/gpt2/modeling_gpt2.py GPT2LMHeadModel.forward). */
+#define DT_CE_FWD_V 2.0
+#define DT_CE_BWD_V 4.0
+#define DT_SHIFT_FWD_V 2.0
+#define DT_SHIFT_BWD_V 3.0
+/* Achievable fraction of the datasheet HBM bandwidth for streaming kernels: on a V100
+ * "Theoretical device memory bandwidth of 900GB/s. Using cudaMemcpy we measure achievable
+ * memory bandwidth of 790GB/s" (T. Warburton, "Rough-n-Ready Roofline: NVIDIA V100 edition",
+ * paranumal.com, 2018-02-08) = 0.88. One constant for every profile, as DT_GEMM_PEAK_CAP
+ * ([A] for A100 / H100 / H200, not measured here). */
+#define DT_HBM_EFFICIENCY 0.88
+/* FlashAttention-2 reaches "50-73% of the theoretical maximum FLOPs/s on A100" (Dao 2023,
+ * arXiv 2307.08691, abstract and §4.1, forward + backward): the flash kernel of the
+ * deepspeed / fsdp runtimes (flash-attn, SDPA) runs at the top of that range, not at the
+ * cuBLAS GEMM cap. dtrun's own flash kernel keeps DT_GEMM_PEAK_CAP. */
+#define DT_FLASH_PEAK_CAP 0.73
+/* RMSNorm in fp32 under the deepspeed / fsdp runtimes (runtime.upcast_norm; HF LlamaRMSNorm
+ * and torchtitan's RMSNorm: x.float(); x.pow(2).mean(-1); x * rsqrt(var + eps); .type_as(x);
+ * * weight): forward kernels cast (read e, write 4), pow (4 + 4), mean (read 4), mul (4 + 4),
+ * cast back (4 + e), weight mul (e + e) = 28 + 4e bytes per normalised element, 6 kernels,
+ * against the fused norm's 2e and 1 kernel the element counts price; backward (autograd
+ * through the same ops: weight mul, cast, mul with its rsqrt branch, mean, pow, the sum of
+ * the two input-gradient branches, cast) ~ 48 + 6e bytes, 10 kernels, against 4e [A, counted
+ * from the expression]. */
+#define DT_RMS_UPCAST_FWD_FIXED 28.0
+#define DT_RMS_UPCAST_FWD_PER_E 4.0
+#define DT_RMS_UPCAST_BWD_FIXED 48.0
+#define DT_RMS_UPCAST_BWD_PER_E 6.0
+#define DT_RMS_UPCAST_FWD_KERNELS 6.0
+#define DT_RMS_UPCAST_BWD_KERNELS 10.0
+/* Rotary embeddings of the eager Llama code (torchtitan apply_rotary_emb: q.float() as
+ * complex, times freqs_cis, back to the compute dtype; HF's rotate_half form moves about the
+ * same): per element of q and k, forward cast (e + 4), complex product (4 + 4), cast back
+ * (4 + e) = 16 + 2e bytes in 3 kernels, backward the same [A, counted from the expression].
+ * Not in dt_time_elementwise_elems (the engine's GPT-2 block has none). */
+#define DT_ROPE_FIXED 16.0
+#define DT_ROPE_PER_E 2.0
+#define DT_ROPE_KERNELS 3.0
 
 typedef struct {
     double peak;     /* FLOP/s of the dense peak x DT_GEMM_PEAK_CAP */
@@ -270,11 +324,20 @@ static double lin_bwd(const dt_gpu *g, const dt_linear_desc *l, double T) {   /*
     return g_gemm(g, T, (double)l->in, (double)l->out, 1.0) + g_gemm(g, (double)l->in, (double)l->out, T, 1.0);
 }
 
+/* DDP under autocast (runtime fsdp, stage 0, a master precision): every forward casts each
+ * fp32 weight to the compute dtype (read 4, write e; autocast's cache keeps one cast per
+ * forward), the cast's backward casts the weight gradient back to fp32 (read e, write 4) and
+ * AccumulateGrad adds it into .grad (read 4 + 4, write 4): per parameter per micro-step
+ * (PyTorch documentation, "Automatic Mixed Precision package - torch.amp": "CUDA Ops that can
+ * autocast to float16", linear / matmul cast their inputs). */
+#define DT_AMP_CAST_FIXED 20.0
+#define DT_AMP_CAST_PER_E 2.0
+
 static int gpu_compute_micro(const dt_plan *p, dt_time_compute *out) {
     const dt_hardware *hw = &p->cluster.hw;
     dt_gpu g;
     g.peak = hw->peak_flops[p->precision.param];
-    g.bw = hw->mem_bw;
+    g.bw = hw->mem_bw * DT_HBM_EFFICIENCY;
     g.sm = dt_hardware_sm_count(hw);
     g.e = (double)dt_dtype_size(p->precision.param);
     dt_model_desc d;
@@ -284,7 +347,8 @@ static int gpu_compute_micro(const dt_plan *p, dt_time_compute *out) {
     const double L = (double)p->model.n_layer, C = (double)p->model.hidden, F = (double)p->model.ffn,
                  V = (double)p->model.vocab;
     const dt_runtime *rt = &p->runtime;
-    const int dropout = rt->kind != DT_RUNTIME_DTRUN && rt->dropout;
+    const int hf = rt->kind != DT_RUNTIME_DTRUN;   /* deepspeed / fsdp: PyTorch eager code */
+    const int dropout = hf && rt->dropout;
 
     /* the block's linears */
     double lf = 0, lb = 0, n_bias = 0;
@@ -308,15 +372,17 @@ static int gpu_compute_micro(const dt_plan *p, dt_time_compute *out) {
     if (p->activations.attention == DT_ATTN_MATERIALIZED || (rt->kind != DT_RUNTIME_DTRUN && rt->attention == DT_KERNEL_EAGER)) {
         const double heads = b * nh, scores = heads * s * s;
         const double sm_bytes = rt->upcast_softmax ? g.e + 4.0 + 4.0 + g.e : 2.0 * g.e;   /* fp32 softmax + cast back */
-        const double passes_f = DT_EAGER_FWD_PASSES + dropout, passes_b = DT_EAGER_BWD_PASSES + dropout;
+        const double mask_f = hf && p->model.family == DT_FAMILY_GPT2 ? DT_EAGER_GPT2_MASK_PASSES : 0.0;
+        const double passes_f = DT_EAGER_FWD_PASSES + mask_f + dropout, passes_b = DT_EAGER_BWD_PASSES + dropout;
         af = g_gemm(&g, s, s, hd, heads) + g_gemm(&g, s, hd, s, heads) +                   /* QK^T, PV */
-             g_ew(&g, scores * ((passes_f - 1.0) * 2.0 * g.e + sm_bytes), passes_f);
+             g_ew(&g, scores * ((passes_f - 1.0) * 2.0 * g.e + sm_bytes + dropout * DT_DROPOUT_MASK_BYTES), passes_f);
         ab = 3.0 * g_gemm(&g, s, hd, s, heads) + g_gemm(&g, s, s, hd, heads) +            /* dV, dQ, dK; dP */
-             g_ew(&g, scores * ((passes_b - 1.0) * 2.0 * g.e + 3.0 * g.e), passes_b);
+             g_ew(&g, scores * ((passes_b - 1.0) * 2.0 * g.e + 3.0 * g.e + dropout * DT_DROPOUT_MASK_BYTES), passes_b);
     } else {
         const double tiles = b * nh * ceil(s / DT_GEMM_TILE);
         const double per_tile = 4.0 * DT_GEMM_TILE * s * hd * DT_FLASH_CAUSAL_SHARE;    /* QK^T + PV */
-        const double t_math = ceil(tiles / g.sm) * per_tile / (g.peak * DT_GEMM_PEAK_CAP / g.sm);
+        const double cap = hf ? DT_FLASH_PEAK_CAP : DT_GEMM_PEAK_CAP;
+        const double t_math = ceil(tiles / g.sm) * per_tile / (g.peak * cap / g.sm);
         const double io = g.e * T * hd * (2.0 * nh + 2.0 * nkv);                          /* q, k, v, o */
         const double t_mem = io / g.bw;
         af = (t_math > t_mem ? t_math : t_mem) + DT_GPU_LAUNCH_S;
@@ -343,16 +409,47 @@ static int gpu_compute_micro(const dt_plan *p, dt_time_compute *out) {
             ef += 3.0 * F, eb += 5.0 * F, er += 3.0 * F, kf += 1.0, kb += 1.0, kr += 1.0;
         }
     }
+    if (hf && rt->upcast_norm) {   /* fp32 RMSNorm: the 2 block norms' extra traffic and kernels */
+        const double xf = DT_RMS_UPCAST_FWD_FIXED + DT_RMS_UPCAST_FWD_PER_E * g.e - 2.0 * g.e,
+                     xb = DT_RMS_UPCAST_BWD_FIXED + DT_RMS_UPCAST_BWD_PER_E * g.e - 4.0 * g.e;
+        const double w = (double)(bd->attn.norm.width + bd->mlp.norm.width);
+        ef += w * xf / g.e, eb += w * xb / g.e, er += w * xf / g.e;
+        kf += 2.0 * (DT_RMS_UPCAST_FWD_KERNELS - 1.0), kr += 2.0 * (DT_RMS_UPCAST_FWD_KERNELS - 1.0);
+        kb += 2.0 * (DT_RMS_UPCAST_BWD_KERNELS - 1.0);
+    }
+    if (hf && p->model.family == DT_FAMILY_LLAMA) {   /* rotary embeddings on q and k */
+        const double qk = (nh + nkv) * hd, rb = DT_ROPE_FIXED + DT_ROPE_PER_E * g.e;
+        ef += qk * rb / g.e, eb += qk * rb / g.e, er += qk * rb / g.e;
+        kf += 2.0 * DT_ROPE_KERNELS, kb += 2.0 * DT_ROPE_KERNELS, kr += 2.0 * DT_ROPE_KERNELS;
+    }
     const double vbytes = rt->upcast_logits ? 4.0 : g.e;
     const double of = ew.outer_fwd - V, ob = ew.outer_bwd - 2.0 * V;   /* the logits' share apart */
     double blk_ew_f = g_ew(&g, T * ef * g.e, kf), blk_ew_b = g_ew(&g, T * eb * g.e, kb),
            blk_ew_r = g_ew(&g, T * er * g.e, kr);
-    double out_f = g_gemm(&g, T, V, C, 1.0) + g_ew(&g, T * (of * g.e + V * vbytes) + (dropout ? 3.0 * T * C * g.e : 0.0),
-                                                     DT_GPU_EW_OUT_FWD + dropout);
+    /* the loss over the B x T x V logits: the engine's element counts (V forward, 2V backward),
+     * or PyTorch's cross_entropy under the deepspeed / fsdp runtimes (log_softmax reads and
+     * writes the logits, nll_loss's backward writes a dense gradient, log_softmax's backward
+     * reads two tensors and writes one) and HF GPT-2's label shift (its contiguous copy forward,
+     * the slice's zero-filled gradient backward); Megatron's fused loss (fused_loss) keeps the
+     * engine's counts */
+    double lv_f = 1.0, lv_b = 2.0, lk_f = 0.0, lk_b = 0.0;
+    if (hf && !rt->fused_loss) {
+        lv_f = DT_CE_FWD_V, lv_b = DT_CE_BWD_V, lk_f = 1.0, lk_b = 1.0;
+        if (p->model.family == DT_FAMILY_GPT2) lv_f += DT_SHIFT_FWD_V, lv_b += DT_SHIFT_BWD_V, lk_f += 1.0, lk_b += 2.0;
+    }
+    double out_f = g_gemm(&g, T, V, C, 1.0) +
+                   g_ew(&g, T * (of * g.e + lv_f * V * vbytes) + (dropout ? 3.0 * T * C * g.e : 0.0),
+                        DT_GPU_EW_OUT_FWD + dropout + lk_f);
     double out_b = g_gemm(&g, T, C, V, 1.0) + g_gemm(&g, C, V, T, 1.0) +
-                   g_ew(&g, T * (ob * g.e + 2.0 * V * vbytes) + (dropout ? 3.0 * T * C * g.e : 0.0),
-                        DT_GPU_EW_OUT_BWD + dropout);
+                   g_ew(&g, T * (ob * g.e + lv_b * V * vbytes) + (dropout ? 3.0 * T * C * g.e : 0.0),
+                        DT_GPU_EW_OUT_BWD + dropout + lk_b);
 
+    if (rt->kind == DT_RUNTIME_FSDP && p->parallel.zero_stage == 0 && p->precision.has_master) {
+        /* DDP + autocast: the weight casts forward, the gradient casts and accumulation backward */
+        const double n = (double)dt_model_params(&p->model);
+        out_f += n * (4.0 + g.e) / g.bw;
+        out_b += n * (DT_AMP_CAST_FIXED + DT_AMP_CAST_PER_E * g.e - 4.0 - g.e) / g.bw;
+    }
     const double blk_f = lf + af + blk_ew_f, blk_b = lb + ab + blk_ew_b;
     out->fwd_s = L * blk_f + out_f;
     out->bwd_s = L * blk_b + out_b;
@@ -411,11 +508,53 @@ static int wire_grad_bytes(const dt_plan *p) {
     return p->precision.has_master ? dt_dtype_size(p->precision.master) : dt_dtype_size(p->precision.param);
 }
 
+/* Host-side cost of one DeepSpeed ZeRO-3 module fetch, on the critical path whatever the
+ * prefetch hides of the collective: the pre-forward / pre-backward hook's Python work, the
+ * partition bookkeeping and the device synchronisation of the fetch ("each all_gather calls
+ * torch.cuda.synchronize()", DeepSpeed PR #1188, which made the fetch synchronous). Derived
+ * from that PR's own measurement, not from the validation suite: a 5.1B-parameter BERT
+ * (64 layers, hidden 2560; 6 fetched linears per layer + 2 embeddings + 2 head modules = 388
+ * fetches per forward) on 8 A100 (p4d.24xlarge) ran its forward in 270 ms under ZeRO-3
+ * against 60 ms under ZeRO-2 (issue #1174): (270 - 60) ms / 388 = 0.54 ms per fetch, all of
+ * the difference counted as per-fetch cost. runtime.fetch_overhead_s > 0 replaces it. */
+#define DT_DS_FETCH_REF_MS_Z3 270.0
+#define DT_DS_FETCH_REF_MS_Z2 60.0
+#define DT_DS_FETCH_REF_FETCHES 388.0
+#define DT_DS_FETCH_HOST_S ((DT_DS_FETCH_REF_MS_Z3 - DT_DS_FETCH_REF_MS_Z2) * 1e-3 / DT_DS_FETCH_REF_FETCHES)
+static double ds_fetch_host_s(const dt_plan *p) {
+    return p->runtime.fetch_overhead_s > 0 ? p->runtime.fetch_overhead_s : DT_DS_FETCH_HOST_S;
+}
+/* Modules DeepSpeed fetches per pass: the block's (dt_model_block_fetch_sizes) in every block,
+ * the embeddings, and the lm_head (a module of its own even when tied: its pre-forward hook
+ * gathers the shared weight again). */
+static double ds_fetches_per_pass(const dt_plan *p) {
+    int64_t sizes[16];
+    int n = dt_model_block_fetch_sizes(&p->model, p->runtime.persistence_threshold, sizes, 16);
+    dt_model_desc d;
+    dt_model_describe(&p->model, &d);
+    return (double)p->model.n_layer * (double)(n > 0 ? n : 0) + (double)d.n_embed + 1.0;
+}
+
+double dt_time_ds_fetch_host_s(const dt_plan *p, double *block_fetches, double *outer_fetches) {
+    double blk = 0.0, out = 0.0, host = 0.0;
+    if (p->runtime.kind == DT_RUNTIME_DEEPSPEED && p->parallel.zero_stage == 3) {
+        int64_t sizes[16];
+        int n = dt_model_block_fetch_sizes(&p->model, p->runtime.persistence_threshold, sizes, 16);
+        blk = n > 0 ? (double)n : 0.0;
+        out = ds_fetches_per_pass(p) - (double)p->model.n_layer * blk;
+        host = ds_fetch_host_s(p);
+    }
+    if (block_fetches) *block_fetches = blk;
+    if (outer_fetches) *outer_fetches = out;
+    return host;
+}
+
 /* DeepSpeed ZeRO-3 fetches module by module (parameter_offload.py pre-forward / pre-backward
- * hooks per submodule), each an all-gather of the module's partitioned tensors plus the
- * profile's fixed fetch cost; tensors under stage3_param_persistence_threshold are never
- * fetched. dtrun and FSDP gather a whole unit (block) at once. Returns the time of one
- * pass's gathers of a block (per_block) and of the embedding and head units. */
+ * hooks per submodule), each an all-gather of the module's partitioned tensors on the
+ * communication stream (its host-side cost stalls the compute stream instead:
+ * ds_fetch_host_s); tensors under stage3_param_persistence_threshold are never fetched.
+ * dtrun and FSDP gather a whole unit (block) at once. Returns the communication time of one
+ * pass's gathers of a block. */
 #define MAX_FETCH_MODULES 16
 static double ds_block_fetch_s(const dt_plan *p, const dt_net *net, int pb) {
     int64_t sizes[MAX_FETCH_MODULES];
@@ -423,9 +562,74 @@ static double ds_block_fetch_s(const dt_plan *p, const dt_net *net, int pb) {
     int n = dt_model_block_fetch_sizes(&p->model, p->runtime.persistence_threshold, sizes, MAX_FETCH_MODULES);
     double t = 0.0;
     for (int i = 0; i < n && i < MAX_FETCH_MODULES; i++)
-        t += t_coll(net, DT_COLL_ALLGATHER, (double)(round_up(sizes[i], W) * pb)) + p->runtime.fetch_overhead_s;
+        t += t_coll(net, DT_COLL_ALLGATHER, (double)(round_up(sizes[i], W) * pb));
     return t;
 }
+
+/* DeepSpeed ZeRO-3's per-module critical path for one pass over the blocks: module j's
+ * all-gather f_j (its ring all-gather, (n - 1) alpha + bytes / busbw) is issued ahead of use
+ * only as far as DeepSpeed's prefetch allows (PartitionedParameterCoordinator.fetch_sub_module: after the current module's fetch it
+ * prefetches the next modules of the recorded trace while the elements in flight stay under
+ * stage3_prefetch_bucket_size, at least one, and only while the gathered parameters stay
+ * within stage3_max_live_parameters; docs/time-model.md "ZeRO-3 fetch"). A prefetched fetch
+ * hides behind the compute of the modules issued before it, d of them (the lookahead the
+ * bucket allows); a fetch that is not prefetched (bucket 0, or the live limit reached) waits
+ * whole. Module j's compute is the block pass's compute times its share of the block's
+ * fetched parameters (its GEMMs' share; the attention core and element-wise kernels spread
+ * the same way [A]). Returns the exposed fetch time of one block in that pass (the modules
+ * wrap around into the next block). */
+static double ds_block_fetch_exposed_s(const dt_plan *p, const dt_net *net, int pb, double block_compute_s,
+                                       int reverse) {
+    int64_t sizes[MAX_FETCH_MODULES];
+    const int64_t W = p->parallel.world_size;
+    int n = dt_model_block_fetch_sizes(&p->model, p->runtime.persistence_threshold, sizes, MAX_FETCH_MODULES);
+    if (n <= 0 || W <= 1) return 0.0;
+    if (n > MAX_FETCH_MODULES) n = MAX_FETCH_MODULES;
+    if (reverse)   /* backward visits the modules in the reverse order */
+        for (int i = 0; i < n / 2; i++) {
+            int64_t x = sizes[i];
+            sizes[i] = sizes[n - 1 - i], sizes[n - 1 - i] = x;
+        }
+    double total = 0.0;
+    for (int i = 0; i < n; i++) total += (double)sizes[i];
+    const double bucket = (double)p->parallel.prefetch_bucket_elems, live = (double)p->parallel.max_live_params;
+    double exposed = 0.0;
+    for (int j = 0; j < n; j++) {
+        const double f = t_coll(net, DT_COLL_ALLGATHER, (double)(round_up(sizes[j], W) * pb));
+        const int prev = (j + n - 1) % n;
+        int prefetched = bucket > 0 && (double)sizes[prev] + (double)sizes[j] <= live;
+        double hide = 0.0;
+        if (prefetched) {   /* lookahead: modules j-d .. j-1 compute while j's gather is in flight */
+            double in_flight = (double)sizes[j];
+            for (int d = 1; d < n; d++) {
+                const int i = (j + n - d) % n;
+                hide += block_compute_s * (double)sizes[i] / total;
+                const int i2 = (j + n - d - 1) % n;
+                in_flight += (double)sizes[i];
+                if (in_flight >= bucket || in_flight + (double)sizes[i2] > live) break;
+            }
+        }
+        exposed += f > hide ? f - hide : 0.0;
+    }
+    return exposed;
+}
+
+/* The optimizer step of the deepspeed / fsdp runtimes on a GPU. Neither runs a fused AdamW
+ * here: Hugging Face Trainer's AdamW (transformers v4.12 optimization.py AdamW.step, the
+ * client optimizer DeepSpeed wraps when its config names none, as the DeepSpeedExamples
+ * autotuning configs do) and torch.optim.AdamW's foreach path (torchtitan) run the same
+ * element-wise sequence over fp32 tensors: exp_avg mul_ (read + write 4 + 4) and add_ (read
+ * 4 + 4, write 4), exp_avg_sq mul_ (8) and addcmul_ (12), sqrt (8), add_ eps (8), the
+ * parameter's addcdiv_ (read 12, write 4) and weight decay (8) = 20 fp32 accesses = 80 bytes
+ * per parameter. Around it: clip_grad_norm_ reads the gradients for the norm and scales
+ * them (4 + 8), AMP's GradScaler unscale_ reads and writes them (8); DeepSpeed's fp16
+ * optimizers compute the norm / overflow check (4), unscale and clip in place (8), copy the
+ * 16-bit gradients into the fp32 partition and the updated fp32 parameters back to 16 bits
+ * (stage_1_and_2.py, fused_optimizer.py). */
+#define DT_ADAMW_UNFUSED_BYTES 80.0
+#define DT_CLIP_BYTES 12.0
+#define DT_UNSCALE_BYTES 8.0
+#define DT_NORM_BYTES 4.0
 
 int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
     if (check_plan(p, err)) return err->code;
@@ -448,6 +652,11 @@ int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
     const double t_sel = p->activations.selective ? cm.attn_core_s : 0.0;
     const double t_fwd = cm.fwd_s, t_bwd = cm.bwd_s + (double)L * t_sel, t_rec = cm.block_recompute_s - t_sel;
     t->compute_s = A * (t_fwd + cm.bwd_s);
+    /* DeepSpeed ZeRO-3: every module fetch's host-side cost, forward and backward, every
+     * micro-step: it stalls the compute stream (counted with compute; the hooks run whatever
+     * the world size) while the communication stream goes on (hiding compute below) */
+    const double ds3_host = ds3 ? ds_fetches_per_pass(p) * ds_fetch_host_s(p) : 0.0;
+    t->compute_s += A * 2.0 * ds3_host;
     t->recompute_base_s = A * (double)L * t_sel;
     t->per_ckpt_s = A * t_rec;
     t->recompute_per_layer_s = t->per_ckpt_s;
@@ -497,8 +706,22 @@ int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
                  * its gradients, in every micro-step */
                 double ag_first_fwd = t_coll(&net, DT_COLL_ALLGATHER, (double)(u.emb_pad * pb));
                 double ag_first_bwd = t_coll(&net, DT_COLL_ALLGATHER, (double)(last_unit_pad(&u) * pb));
-                ph[nph++] = (dt_time_phase){A, ag_first_fwd, ag, t_fwd, 0.0};
-                ph[nph++] = (dt_time_phase){A, ag_first_bwd + rs_tail, ag + rs, t_bwd, t_rec};
+                if (ds3) {
+                    /* the fetches the prefetch cannot hide, block by block (above), and the
+                     * gradients reduce-scattered in reduce_bucket_size buckets as they fill
+                     * (stage3.py): the last bucket's reduce-scatter starts after the last
+                     * gradient, with nothing left to hide behind */
+                    const double bwd_blk = cm.fwd_s > 0 ? cm.block_fwd_s * cm.bwd_s / cm.fwd_s : 0.0;
+                    ag_first_fwd += (double)L * ds_block_fetch_exposed_s(p, &net, pb, cm.block_fwd_s, 0);
+                    ag_first_bwd += (double)L * ds_block_fetch_exposed_s(p, &net, pb, bwd_blk, 1);
+                    const int64_t B = p->parallel.reduce_bucket_elems > 0 ? p->parallel.reduce_bucket_elems
+                                                                          : u.total_pad;
+                    const int64_t last_bucket = u.total_pad - (u.total_pad - 1) / B * B;
+                    const double rs_last = t_coll(&net, DT_COLL_REDUCE_SCATTER, (double)(last_bucket * gb));
+                    if (rs_last > rs_tail) rs_tail = rs_last;
+                }
+                ph[nph++] = (dt_time_phase){A, ag_first_fwd, ag, t_fwd + ds3_host, 0.0};
+                ph[nph++] = (dt_time_phase){A, ag_first_bwd + rs_tail, ag + rs, t_bwd + ds3_host, t_rec};
             }
         }
     }
@@ -529,6 +752,20 @@ int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
         /* a CPU device's AdamW is the host AdamW kernel (engine/model/optim.c) on the
          * node's cores, shared by its G ranks: the rate dtplan calibrate times */
         opt = node_shard / hw->cpu_adam_params_per_s;
+    } else if (p->runtime.kind != DT_RUNTIME_DTRUN && dt_time_gpu_shape_model(p)) {
+        /* PyTorch's AdamW as element-wise kernels over the fp32 state (docs/time-model.md
+         * "Optimizer step of the deepspeed / fsdp runtimes"), at the achievable HBM bandwidth,
+         * plus what the mixed-precision wrapper streams around it */
+        double bytes = DT_ADAMW_UNFUSED_BYTES;
+        if (fsdp) {
+            if (p->optimizer.grad_clip > 0) bytes += DT_CLIP_BYTES;            /* clip_grad_norm_ */
+            if (pr->param == DT_DTYPE_FP16) bytes += DT_UNSCALE_BYTES;                /* GradScaler.unscale_ */
+        } else {
+            bytes += DT_NORM_BYTES + DT_UNSCALE_BYTES;   /* overflow check / norm, unscale and clip */
+            if (pr->has_master)   /* 16-bit grads into the fp32 partition, updated fp32 back to 16-bit */
+                bytes += (double)dt_dtype_size(pr->grad) + 4.0 + 4.0 + (double)pb;
+        }
+        opt = shard * bytes / (hw->mem_bw * DT_HBM_EFFICIENCY);
     } else if (fsdp) {
         /* FSDP's AdamW steps the fp32 sharded params themselves: grads read twice, m and v
          * read and written, params read and written (no 16-bit copy to refresh) */
