@@ -9,7 +9,8 @@
  * parameter per token; Kaplan et al. 2020 §2.1) plus the causal attention the
  * engine performs: per layer, head and (query i, key j <= i) pair, 2*hs FLOPs
  * for q.k and 2*hs for p*v in forward, twice that in backward (12*hs in all).
- * Recompute is not counted (it is overhead, as MFU conventions treat it). */
+ * Recompute is not counted (it is overhead, as MFU conventions treat it). Also
+ * prints the process CPU time per step, steadier than wall time on a shared machine. */
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "dt_gemm_cpu.h"
 #include "dt_lm.h"
 #include "dt_memtrack.h"
 
@@ -26,11 +28,15 @@
 #define FLOPS_PER_PARAM_TOKEN 6.0   /* 2 forward + 4 backward */
 #define ATT_FLOPS_PER_PAIR_HS 12.0  /* (2 + 2) forward, (4 + 4) backward */
 
-static double now_s(void) {
+static double clock_s(clockid_t id) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
+/* CPU time of the whole process (all threads): on a shared machine a step's CPU
+ * time varies far less than its wall time, so precisions compare on it too */
+static double cpu_s(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
 
 static double gemm_ceiling_gflops(void) {
     size_t n = CEIL_DIM;
@@ -95,7 +101,9 @@ int main(int argc, char **argv) {
     }
     dt_precision_from_preset(pp, &prec);
 
+    char gemm[256];
     printf("machine: %d OpenMP threads\n", omp_get_max_threads());
+    printf("gemm: %s\n", dt_gemm_cpu_describe(gemm, sizeof gemm));
     double ceil_gf = gemm_ceiling_gflops();
     printf("GEMM ceiling: cblas_sgemm %dx%dx%d: %.1f GFLOP/s\n", CEIL_DIM, CEIL_DIM, CEIL_DIM,
            ceil_gf);
@@ -121,9 +129,9 @@ int main(int argc, char **argv) {
                    ATT_FLOPS_PER_PAIR_HS * hs * pairs * (double)(m.n_layer * m.n_head * B);
 
     float loss = 0.0f;
-    double best = 1e30, total = 0.0;
+    double best = 1e30, total = 0.0, cpu_total = 0.0;
     for (int64_t it = 0; it <= steps; it++) {   /* iteration 0 warms up */
-        double t0 = now_s();
+        double t0 = now_s(), c0 = cpu_s();
         dt_lm_zero_grad(g);
         if (dt_lm_forward(g, in, tg, &loss, &err) || dt_lm_backward(g, 1.0f, &err)) {
             fprintf(stderr, "bench_gpt2: %s\n", err.msg);
@@ -131,6 +139,7 @@ int main(int argc, char **argv) {
         }
         double t = now_s() - t0;
         if (it > 0) {
+            cpu_total += cpu_s() - c0;
             total += t;
             if (t < best) best = t;
         }
@@ -142,6 +151,8 @@ int main(int argc, char **argv) {
            attn == DT_ATTN_FLASH ? "flash" : "materialized", (long long)K);
     printf("fwd+bwd: mean %.1f ms (best %.1f ms) over %lld steps, loss %.4f\n", mean * 1e3,
            best * 1e3, (long long)steps, loss);
+    printf("fwd+bwd CPU time: mean %.1f ms per step (all %d threads)\n",
+           cpu_total / (double)steps * 1e3, omp_get_max_threads());
     printf("tokens/s: %.1f\n", (double)(B * T) / mean);
     printf("achieved: %.1f GFLOP/s (%.2f GFLOP per step)\n", gf, flops / 1e9);
     printf("ratio to GEMM ceiling: %.1f%%\n", 100.0 * gf / ceil_gf);

@@ -308,6 +308,23 @@ static void cu_convert(void *dst, dt_dtype dt, const void *src, dt_dtype st, siz
     LAUNCHED(k_convert);
 }
 
+/* dst [rows, ldd] <- src [rows, lds], the first cols of each row; one thread per element */
+__global__ void k_convert_2d(void *dst, dt_dtype dt, int64_t ldd, const void *src, dt_dtype st,
+                             int64_t lds, int64_t rows, int64_t cols) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= rows * cols) return;
+    int64_t r = i / cols, c = i % cols;
+    dt_store(dst, dt, (size_t)(r * ldd + c), dt_load(src, st, (size_t)(r * lds + c)));
+}
+
+static void cu_convert_2d(void *dst, dt_dtype dt, int64_t ldd, const void *src, dt_dtype st,
+                          int64_t lds, int64_t rows, int64_t cols) {
+    if (rows <= 0 || cols <= 0) return;
+    k_convert_2d<<<grid_for((size_t)(rows * cols)), DT_CU_THREADS, 0, cs()>>>(dst, dt, ldd, src, st,
+                                                                              lds, rows, cols);
+    LAUNCHED(k_convert_2d);
+}
+
 __global__ void k_gelu_fwd(float *out, const float *inp, int64_t n) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = dt_gelu(inp[i]);
@@ -458,12 +475,18 @@ __global__ void k_colsum(float *db, const float *dout, int64_t N, int64_t OC) {
     db[c] += acc;
 }
 
+/* out[n, :] = bias for n < N (dt_ops.h dt_op_broadcast_rows) */
+static void cu_broadcast_rows(float *out, const float *bias, int64_t N, int64_t OC) {
+    if (N <= 0 || OC <= 0) return;
+    k_bias_rows<<<grid_for((size_t)(N * OC)), DT_CU_THREADS, 0, cs()>>>(out, bias, N, OC);
+    LAUNCHED(k_bias_rows);
+}
+
 static void cu_linear_forward(float *out, const float *inp, const float *w, const float *bias,
                               int64_t N, int64_t IC, int64_t OC) {
     float beta = 0.0f;
     if (bias) {
-        k_bias_rows<<<grid_for((size_t)(N * OC)), DT_CU_THREADS, 0, cs()>>>(out, bias, N, OC);
-        LAUNCHED(k_bias_rows);
+        cu_broadcast_rows(out, bias, N, OC);
         beta = 1.0f;
     }
     cu_gemm(0, 0, N, OC, IC, 1.0f, inp, IC, w, OC, beta, out, OC);
@@ -492,8 +515,7 @@ static void cu_linear_t_forward(float *out, const float *inp, const float *w, co
     if (N <= 0 || OC <= 0) return;
     float beta = 0.0f;
     if (bias) {
-        k_bias_rows<<<grid_for((size_t)(N * OC)), DT_CU_THREADS, 0, cs()>>>(out, bias, N, OC);
-        LAUNCHED(k_bias_rows);
+        cu_broadcast_rows(out, bias, N, OC);
         beta = 1.0f;
     }
     cu_gemm(0, 1, N, OC, IC, 1.0f, inp, IC, w, IC, beta, out, OC);
@@ -1092,6 +1114,7 @@ static void fill_ops(void) {
     o.memcpy = cu_memcpy;
     o.memset0 = cu_memset0;
     o.convert = cu_convert;
+    o.convert_2d = cu_convert_2d;
     o.handoff = cu_handoff;
     o.stream_sync = cu_stream_sync;
     o.synchronize = cu_synchronize;
@@ -1100,6 +1123,7 @@ static void fill_ops(void) {
     o.linear_forward = cu_linear_forward;
     o.linear_backward = cu_linear_backward;
     o.bias_backward = cu_bias_backward;
+    o.broadcast_rows = cu_broadcast_rows;
     o.encoder_forward = cu_encoder_forward;
     o.encoder_forward_cast = cu_encoder_forward_cast;
     o.encoder_backward = cu_encoder_backward;

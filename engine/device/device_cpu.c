@@ -41,6 +41,16 @@ static int cpu_synchronize(dt_error *err) {
     return DT_OK;
 }
 
+/* dst [rows, ldd] <- src [rows, lds], the first cols of each row (dt_convert per row) */
+static void cpu_convert_2d(void *dst, dt_dtype dst_t, int64_t ldd, const void *src,
+                           dt_dtype src_t, int64_t lds, int64_t rows, int64_t cols) {
+    size_t dsz = (size_t)dt_dtype_size(dst_t), ssz = (size_t)dt_dtype_size(src_t);
+#pragma omp parallel for schedule(static) if (rows * cols >= DT_CPU_PAR_MIN)
+    for (int64_t r = 0; r < rows; r++)
+        dt_convert((char *)dst + (size_t)(r * ldd) * dsz, dst_t,
+                   (const char *)src + (size_t)(r * lds) * ssz, src_t, (size_t)cols);
+}
+
 /* bf16 A and B with an fp32 or bf16 C: the bf16 kernel chosen at start-up
  * (dt_gemm_cpu.h: oneDNN's matmul with fp32 accumulation, or widened). Every other
  * combination: the 16-bit operands widened to fp32 scratch, then one sgemm on the
@@ -201,6 +211,7 @@ static const dt_device_ops cpu_ops = {
     .memcpy = cpu_memcpy,
     .memset0 = cpu_memset0,
     .convert = dt_convert,
+    .convert_2d = cpu_convert_2d,
     .handoff = cpu_handoff,
     .stream_sync = cpu_stream_sync,
     .synchronize = cpu_synchronize,
@@ -209,6 +220,7 @@ static const dt_device_ops cpu_ops = {
     .linear_forward = dt_op_linear_forward,
     .linear_backward = dt_op_linear_backward,
     .bias_backward = dt_op_bias_backward,
+    .broadcast_rows = dt_op_broadcast_rows,
     .encoder_forward = dt_op_encoder_forward,
     .encoder_forward_cast = cpu_encoder_forward_cast,
     .encoder_backward = dt_op_encoder_backward,

@@ -21,8 +21,9 @@
  * and the engine; the module exports `const int dt_cuda_backend_abi` equal to it. */
 #define DT_CUDA_BACKEND_FILE "libdtcuda.so"
 /* 2: dt_device_ops gained meminfo (the driver's view of device memory)
- * 3: the llama-family ops (linear_t, rmsnorm, rope, swiglu, attention_gqa) */
-#define DT_CUDA_BACKEND_ABI 3
+ * 3: the llama-family ops (linear_t, rmsnorm, rope, swiglu, attention_gqa)
+ * 4: convert_2d and broadcast_rows (the 16-bit GEMM path of engine/model/lm.c) */
+#define DT_CUDA_BACKEND_ABI 4
 
 /* The address of the back-end's function `symbol` (loading the module on the
  * first call; thread-safe). NULL with err set to one line that says why the

@@ -77,6 +77,10 @@ typedef struct dt_device_ops {
     void (*memcpy)(void *dst, const void *src, size_t bytes, dt_copy_kind kind, dt_stream_id s);
     void (*memset0)(void *p, size_t bytes);
     void (*convert)(void *dst, dt_dtype dst_t, const void *src, dt_dtype src_t, size_t n);
+    /* convert_2d: a rows x cols block, row strides ldd / lds in elements (a column
+     * chunk of a row-major matrix); each element as convert. */
+    void (*convert_2d)(void *dst, dt_dtype dst_t, int64_t ldd, const void *src, dt_dtype src_t,
+                       int64_t lds, int64_t rows, int64_t cols);
     void (*handoff)(dt_stream_id from, dt_stream_id to);
     /* The host waits for one stream (e.g. before reusing a host buffer an
      * asynchronous copy reads). */
@@ -112,6 +116,7 @@ typedef struct dt_device_ops {
                             const float *inp, const float *w, int64_t N, int64_t IC, int64_t OC,
                             int accumulate_dinp);
     void (*bias_backward)(float *db, const float *dout, int64_t N, int64_t OC);
+    void (*broadcast_rows)(float *out, const float *bias, int64_t N, int64_t OC);
 
     /* ---- encoder. encoder_forward_cast: wte of dtype wte_t (rows converted on
      * the fly), wpe fp32; wpe / dwpe may be NULL (no learned positions).

@@ -78,6 +78,10 @@ void dt_op_gelu_backward(float *dinp, const float *inp, const float *dout, int64
 /* ---- residual: out = a + b ---------------------------------------------------- */
 void dt_op_residual_forward(float *out, const float *a, const float *b, int64_t n);
 
+/* ---- bias rows: out[n, :] = bias[:] for every n < N (out [N, OC], bias [OC]); the
+ * start of a linear whose GEMM then adds its product (beta = 1) ----------------- */
+void dt_op_broadcast_rows(float *out, const float *bias, int64_t N, int64_t OC);
+
 /* ---- bias gradient: db[OC] += sum_n dout[n, :] ------------------------------- */
 void dt_op_bias_backward(float *db, const float *dout, int64_t N, int64_t OC);
 

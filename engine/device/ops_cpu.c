@@ -44,13 +44,17 @@ void dt_op_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float
                         C, ldc);
 }
 
+void dt_op_broadcast_rows(float *out, const float *bias, int64_t N, int64_t OC) {
+    /* out [N, OC], bias [OC] */
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) memcpy(out + n * OC, bias, (size_t)OC * sizeof(float));
+}
+
 void dt_op_linear_forward(float *out, const float *inp, const float *w, const float *bias,
                           int64_t N, int64_t IC, int64_t OC) {
     float beta = 0.0f;
-    if (bias) {
-        /* start from the broadcast bias so the GEMM adds onto it (beta = 1) */
-#pragma omp parallel for schedule(static)
-        for (int64_t n = 0; n < N; n++) memcpy(out + n * OC, bias, (size_t)OC * sizeof(float));
+    if (bias) {   /* start from the broadcast bias so the GEMM adds onto it (beta = 1) */
+        dt_op_broadcast_rows(out, bias, N, OC);
         beta = 1.0f;
     }
     dt_op_gemm(0, 0, N, OC, IC, 1.0f, inp, IC, w, OC, beta, out, OC);

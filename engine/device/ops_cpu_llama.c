@@ -38,18 +38,12 @@
 /* ----------------------------------------------------------------------------
  * nn.Linear-layout linear layers */
 
-/* out [N, OC] rows <- bias [OC] */
-static void broadcast_rows(float *out, const float *bias, int64_t N, int64_t OC) {
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++) memcpy(out + n * OC, bias, (size_t)OC * sizeof(float));
-}
-
 void dt_op_linear_t_forward(float *out, const float *inp, const float *w, const float *bias,
                             int64_t N, int64_t IC, int64_t OC) {
     /* out [N, OC], inp [N, IC], w [OC, IC], bias [OC] or NULL */
     float beta = 0.0f;
     if (bias) {   /* start from the broadcast bias so the GEMM adds onto it */
-        broadcast_rows(out, bias, N, OC);
+        dt_op_broadcast_rows(out, bias, N, OC);
         beta = 1.0f;
     }
     /* out[N, OC] (+)= inp[N, IC] @ w[OC, IC]^T */

@@ -1,8 +1,10 @@
 /* lm.c — the decoder on a device backend (dt_device.h): parameter layout for both
  * families, storage and group binding, hooks, initialisation, the forward /
  * backward drivers (embedding, blocks, final norm, classifier, loss), activation
- * checkpointing, 16-bit storage, and the GPT-2 block. The llama-family block is
- * lm_llama.c; the object both share is lm_internal.h. See dt_lm.h for the API and
+ * checkpointing, 16-bit storage (with bf16 params and activations the linears run
+ * bf16 GEMMs on the stored tensors: lm_linear_*), and the GPT-2 block. The
+ * llama-family block is lm_llama.c; the object both share is lm_internal.h. See
+ * dt_lm.h for the API and
  * docs/engine.md for the design; docs/activations.md is the list of saved tensors
  * this file allocates (category activations).
  *
@@ -71,11 +73,26 @@ static int hook(const dt_lm *g, int (*fn)(void *, int), int group, dt_error *err
     return rc;
 }
 
-/* fp32 parameters of a group: the bound storage itself, or converted into pw */
-static float *group_params_f32(dt_lm *g, int group) {
-    if (g->pt == DT_DTYPE_FP32) return g->gparams[group];
-    g->dev->convert(g->pw, DT_DTYPE_FP32, g->gparams[group], g->pt, g->group_numel[group]);
-    return g->pw;
+/* A group's parameters for the blocks (lm_params): the bound fp32 storage; with
+ * 16-bit params the group converted into pw, or with gemm16 only its vectors
+ * (each at its own offset in pw; the matrices are read from storage). */
+static lm_params group_params(dt_lm *g, int group) {
+    lm_params p = {g->gparams[group], NULL};
+    if (g->pt == DT_DTYPE_FP32) return p;
+    p.f32 = g->pw;
+    if (!g->gemm16) {
+        g->dev->convert(g->pw, DT_DTYPE_FP32, g->gparams[group], g->pt, g->group_numel[group]);
+        return p;
+    }
+    p.w16 = g->gparams[group];
+    for (int i = 0; i < g->ntensors; i++) {
+        const dt_tensor_info *t = &g->tensors[i];
+        if (t->group != group || t->ndim != 1) continue;
+        size_t off = in_group(g, i);
+        g->dev->convert(g->pw + off, DT_DTYPE_FP32, lm_tensor_ptr(g->gparams[group], off, g->psz),
+                        g->pt, t->numel);
+    }
+    return p;
 }
 
 /* Elements of the final norm at the start of group L+1 (gpt2: weight and bias). */
@@ -106,6 +123,69 @@ static void grads_add_16(dt_lm *g, int group, size_t off, const float *acc, size
 
 static void group_grads_commit(dt_lm *g, int group) {
     if (g->gt != DT_DTYPE_FP32) grads_add_16(g, group, 0, g->gw, g->group_numel[group]);
+}
+
+/* ----------------------------------------------------------------------------
+ * linears (lm_internal.h): fp32 device ops, or bf16 x bf16 -> fp32 GEMMs */
+
+int lm_linear_forward(dt_lm *g, lm_wlayout lay, float *out, const void *inp, const float *inp32,
+                      const lm_params *P, size_t w_off, const float *bias, int64_t N, int64_t IC,
+                      int64_t OC) {
+    if (!g->gemm16) {
+        const float *w = P->f32 + w_off;
+        if (lay == LM_W_IN_OUT) g->dev->linear_forward(out, inp32, w, bias, N, IC, OC);
+        else g->dev->linear_t_forward(out, inp32, w, bias, N, IC, OC);
+        return DT_OK;
+    }
+    const int wt = lay == LM_W_OUT_IN;
+    const void *w = lm_tensor_ptr((void *)P->w16, w_off, g->psz);   /* [IC, OC] or [OC, IC] */
+    float beta = 0.0f;
+    if (bias) {   /* as the fp32 ops: the GEMM adds onto the broadcast bias */
+        g->dev->broadcast_rows(out, bias, N, OC);
+        beta = 1.0f;
+    }
+    /* out[N, OC] (+)= inp[N, IC] @ w (Conv1D) or w^T (nn.Linear) */
+    return g->dev->gemm_ex(0, wt, N, OC, IC, 1.0f, inp, g->at, IC, w, g->pt, wt ? IC : OC, beta,
+                           out, DT_DTYPE_FP32, OC);
+}
+
+int lm_linear_backward(dt_lm *g, lm_wlayout lay, float *dinp, float *dw, float *dbias,
+                       const float *dout, const void *inp, const float *inp32, const lm_params *P,
+                       size_t w_off, int64_t N, int64_t IC, int64_t OC, int accumulate_dinp) {
+    if (!g->gemm16) {
+        const float *w = P->f32 + w_off;
+        if (lay == LM_W_IN_OUT)
+            g->dev->linear_backward(dinp, dw, dbias, dout, inp32, w, N, IC, OC, accumulate_dinp);
+        else
+            g->dev->linear_t_backward(dinp, dw, dbias, dout, inp32, w, N, IC, OC, accumulate_dinp);
+        return DT_OK;
+    }
+    const int wt = lay == LM_W_OUT_IN;
+    const void *w = lm_tensor_ptr((void *)P->w16, w_off, g->psz);   /* [IC, OC] or [OC, IC] */
+    if (dbias) g->dev->bias_backward(dbias, dout, N, OC);   /* from the fp32 gradient */
+    /* rows of dout per bf16 chunk: all N unless OC > d16_cap / N (dt_lm_create
+     * guarantees one row fits); fixed by the shapes, so recompute stays bitwise */
+    int64_t rows = (int64_t)(g->d16_cap / (size_t)OC);
+    if (rows > N) rows = N;
+    int rc = DT_OK;
+    for (int64_t r0 = 0; r0 < N && !rc; r0 += rows) {
+        int64_t nr = r0 + rows <= N ? rows : N - r0;
+        const void *x = lm_tensor_ptr((void *)inp, (size_t)(r0 * IC), g->asz);   /* [nr, IC] */
+        g->dev->convert(g->d16, DT_DTYPE_BF16, dout + r0 * OC, DT_DTYPE_FP32, (size_t)(nr * OC));
+        /* dinp[nr, IC] (+)= d16[nr, OC] @ w^T (Conv1D) or w (nn.Linear) */
+        if (dinp)
+            rc = g->dev->gemm_ex(0, !wt, nr, IC, OC, 1.0f, g->d16, DT_DTYPE_BF16, OC, w, g->pt,
+                                 wt ? IC : OC, accumulate_dinp ? 1.0f : 0.0f, dinp + r0 * IC,
+                                 DT_DTYPE_FP32, IC);
+        /* dw += x^T @ d16 ([IC, OC], Conv1D) or d16^T @ x ([OC, IC], nn.Linear) */
+        if (!rc && wt)
+            rc = g->dev->gemm_ex(1, 0, OC, IC, nr, 1.0f, g->d16, DT_DTYPE_BF16, OC, x, g->at, IC,
+                                 1.0f, dw, DT_DTYPE_FP32, IC);
+        else if (!rc)
+            rc = g->dev->gemm_ex(1, 0, IC, OC, nr, 1.0f, x, g->at, IC, g->d16, DT_DTYPE_BF16, OC,
+                                 1.0f, dw, DT_DTYPE_FP32, OC);
+    }
+    return rc;
 }
 
 /* ----------------------------------------------------------------------------
@@ -243,6 +323,33 @@ static int alloc_f32_views(dt_lm *g) {
     }
     if (g->attn == DT_ATTN_MATERIALIZED) ok = ok && (w->probs = buf(g, f * g->B * g->H * g->T * g->T));
     return ok;
+}
+
+/* The widest linear output (OC): one row of its activation gradient must fit d16. */
+static int64_t widest_linear(const dt_lm *g) {
+    int64_t w = g->C > g->F ? g->C : g->F;
+    int64_t qkv = g->fam == DT_FAMILY_LLAMA ? g->QD + g->KVD : 3 * g->C;
+    int64_t mlp_in = g->fam == DT_FAMILY_LLAMA ? 2 * g->F : g->F;   /* llama: gate | up */
+    if (qkv > w) w = qkv;
+    return mlp_in > w ? mlp_in : w;
+}
+
+/* gemm16 (lm_internal.h) with bf16 params and activations: the linears' 16-bit
+ * GEMMs read the stored tensors. Its activation-gradient scratch d16 is the fp32
+ * view of the MLP's GEMM-only activation (GPT-2 gelu, llama act: [N, F] fp32,
+ * 2 N F bf16 elements), which nothing reads in backward once the linears read
+ * storage; nothing is allocated for it. fp16 keeps the widened fp32 path: the CPU
+ * has no fp16 GEMM kernel (dt_gemm_cpu.h). */
+static void set_gemm16(dt_lm *g) {
+    g->gemm16 = 0;
+    if (g->pt != DT_DTYPE_BF16 || g->at != DT_DTYPE_BF16) return;
+    float *view = g->fam == DT_FAMILY_LLAMA ? g->w32.act : g->w32.gelu;
+    /* bf16 elements in the [N, F] fp32 view */
+    size_t cap = (size_t)(g->B * g->T * g->F) * (sizeof(float) / sizeof(uint16_t));
+    if ((size_t)widest_linear(g) > cap) return;      /* not even one row: keep the fp32 path */
+    g->d16 = (uint16_t *)view;
+    g->d16_cap = cap;
+    g->gemm16 = 1;
 }
 
 /* RoPE tables [T, D/2] computed on the host, then copied to the device. */
@@ -425,6 +532,7 @@ int dt_lm_create_ex(const dt_model *m, const dt_precision *prec, int64_t B, int6
     if (ok && g->h_tok_head)
         for (int64_t v = 0; v < V; v++) g->h_tok_head[v] = -1;
     if (g->at != DT_DTYPE_FP32) ok = ok && alloc_f32_views(g);
+    if (ok) set_gemm16(g);
     if (!ok) {
         dt_lm_free(g);
         return dt_errorf(err, DT_ENOMEM,
@@ -646,56 +754,67 @@ static void block_offsets(const dt_lm *g, int l, size_t off[P_BLOCK_COUNT]) {
 }
 
 /* One block forward from x[l]. A: where its activations go. xout: x[l + 1], or
- * NULL when recomputing for backward (the block output is not needed then). */
-static void block_forward(dt_lm *g, int l, block_acts *A, void *xout, const float *P) {
+ * NULL when recomputing for backward (the block output is not needed then).
+ * DT_OK or a GEMM's error. */
+static int block_forward(dt_lm *g, int l, block_acts *A, void *xout, const lm_params *P) {
     int64_t B = g->B, T = g->T, C = g->C, H = g->H, F = g->F, N = B * T;
     block_f32 *w = &g->w32;
     size_t o[P_BLOCK_COUNT];
     block_offsets(g, l, o);
-    const float *x = lm_act_load(g, g->x[l], w->x, (size_t)(N * C));
+    const float *p = P->f32;   /* vectors (and with fp32 linears the matrices) */
+    int rc;
+    const float *x = lm_act_load(g, g->x[l], w->x, (size_t)(N * C));   /* [N, C] */
 
-    float *ln1 = lm_act_f32(g, A->ln1, w->ln1);
-    g->dev->layernorm_forward(ln1, A->ln1_mean, A->ln1_rstd, x, P + o[P_LN1W], P + o[P_LN1B], N, C,
+    float *ln1 = lm_act_f32(g, A->ln1, w->ln1);   /* [N, C] */
+    g->dev->layernorm_forward(ln1, A->ln1_mean, A->ln1_rstd, x, p + o[P_LN1W], p + o[P_LN1B], N, C,
                             g->eps);
-    lm_act_commit(g, A->ln1, ln1, (size_t)(N * C));
+    lm_act_commit_lin(g, A->ln1, ln1, (size_t)(N * C));
 
-    float *qkv = lm_act_f32(g, A->qkv, w->qkv);
-    g->dev->linear_forward(qkv, ln1, P + o[P_QKVW], P + o[P_QKVB], N, C, 3 * C);
+    float *qkv = lm_act_f32(g, A->qkv, w->qkv);   /* [N, 3C] */
+    if ((rc = lm_linear_forward(g, LM_W_IN_OUT, qkv, A->ln1, ln1, P, o[P_QKVW], p + o[P_QKVB], N, C,
+                                3 * C)))
+        return rc;
     lm_act_commit(g, A->qkv, qkv, (size_t)(N * 3 * C));
 
-    float *att = lm_act_f32(g, A->att, w->att);
+    float *att = lm_act_f32(g, A->att, w->att);   /* [N, C] */
     if (g->attn == DT_ATTN_FLASH) {
         g->dev->attention_forward_flash(att, A->lse, qkv, B, T, C, H);
     } else {
-        float *probs = lm_act_f32(g, A->probs, w->probs);
+        float *probs = lm_act_f32(g, A->probs, w->probs);   /* [B, H, T, T] */
         g->dev->attention_forward_probs(att, probs, qkv, B, T, C, H);
         lm_act_commit(g, A->probs, probs, (size_t)(B * H * T * T));
     }
-    lm_act_commit(g, A->att, att, (size_t)(N * C));
+    lm_act_commit_lin(g, A->att, att, (size_t)(N * C));
 
     float *proj = g->dC;   /* [N, C] c_proj output, not saved */
-    g->dev->linear_forward(proj, att, P + o[P_ATTPW], P + o[P_ATTPB], N, C, C);
-    float *res1 = lm_act_f32(g, A->res1, w->res1);
+    if ((rc = lm_linear_forward(g, LM_W_IN_OUT, proj, A->att, att, P, o[P_ATTPW], p + o[P_ATTPB], N,
+                                C, C)))
+        return rc;
+    float *res1 = lm_act_f32(g, A->res1, w->res1);   /* [N, C] */
     g->dev->residual_forward(res1, x, proj, N * C);
     lm_act_commit(g, A->res1, res1, (size_t)(N * C));
 
-    float *ln2 = lm_act_f32(g, A->ln2, w->ln2);
-    g->dev->layernorm_forward(ln2, A->ln2_mean, A->ln2_rstd, res1, P + o[P_LN2W], P + o[P_LN2B], N,
+    float *ln2 = lm_act_f32(g, A->ln2, w->ln2);   /* [N, C] */
+    g->dev->layernorm_forward(ln2, A->ln2_mean, A->ln2_rstd, res1, p + o[P_LN2W], p + o[P_LN2B], N,
                             C, g->eps);
-    lm_act_commit(g, A->ln2, ln2, (size_t)(N * C));
+    lm_act_commit_lin(g, A->ln2, ln2, (size_t)(N * C));
 
-    float *fch = lm_act_f32(g, A->fch, w->fch);
-    g->dev->linear_forward(fch, ln2, P + o[P_FCW], P + o[P_FCB], N, C, F);
+    float *fch = lm_act_f32(g, A->fch, w->fch);   /* [N, F] */
+    if ((rc = lm_linear_forward(g, LM_W_IN_OUT, fch, A->ln2, ln2, P, o[P_FCW], p + o[P_FCB], N, C, F)))
+        return rc;
     lm_act_commit(g, A->fch, fch, (size_t)(N * F));
-    float *gelu = lm_act_f32(g, A->gelu, w->gelu);
+    float *gelu = lm_act_f32(g, A->gelu, w->gelu);   /* [N, F] */
     g->dev->gelu_forward(gelu, fch, N * F);
-    lm_act_commit(g, A->gelu, gelu, (size_t)(N * F));
+    lm_act_commit_lin(g, A->gelu, gelu, (size_t)(N * F));
 
-    if (!xout) return;
-    g->dev->linear_forward(proj, gelu, P + o[P_FCPW], P + o[P_FCPB], N, F, C);
-    float *xo = lm_act_f32(g, xout, w->xout);
+    if (!xout) return DT_OK;
+    if ((rc = lm_linear_forward(g, LM_W_IN_OUT, proj, A->gelu, gelu, P, o[P_FCPW], p + o[P_FCPB], N,
+                                F, C)))
+        return rc;
+    float *xo = lm_act_f32(g, xout, w->xout);   /* [N, C] */
     g->dev->residual_forward(xo, res1, proj, N * C);
     lm_act_commit(g, xout, xo, (size_t)(N * C));
+    return DT_OK;
 }
 
 static block_acts *acts_of(dt_lm *g, int l) { return l < g->K ? &g->recompute : &g->blocks[l]; }
@@ -705,25 +824,40 @@ static const void *cls_params(const dt_lm *g) {
     return lm_tensor_ptr(g->gparams[g->cls_group], g->cls_off, g->psz);
 }
 
-/* logits[N, V] = lnf[N, C] @ W[V, C]^T, W the embedding (tied) or lm_head */
-static void classifier_forward(dt_lm *g, const float *lnf) {
+/* logits[N, V] = lnf[N, C] @ W[V, C]^T, W the embedding (tied) or lm_head. lnf:
+ * the saved activation, lnf32 its fp32 view (unused with gemm16). */
+static int classifier_forward(dt_lm *g, const void *lnf, const float *lnf32) {
     int64_t N = g->B * g->T, C = g->C, V = g->V;
+    if (g->gemm16)   /* one bf16 GEMM on the stored lnf and matrix */
+        return g->dev->gemm_ex(0, 1, N, V, C, 1.0f, lnf, g->at, C, cls_params(g), g->pt, C, 0.0f,
+                               g->logits, DT_DTYPE_FP32, V);
     if (g->pt == DT_DTYPE_FP32) {
-        g->dev->gemm(0, 1, N, V, C, 1.0f, lnf, C, cls_params(g), C, 0.0f, g->logits, V);
-        return;
+        g->dev->gemm(0, 1, N, V, C, 1.0f, lnf32, C, cls_params(g), C, 0.0f, g->logits, V);
+        return DT_OK;
     }
     for (int64_t v0 = 0; v0 < V; v0 += g->vchunk) {
         int64_t nv = v0 + g->vchunk <= V ? g->vchunk : V - v0;
         g->dev->convert(g->pw, DT_DTYPE_FP32, (const uint16_t *)cls_params(g) + v0 * C, g->pt,
                         (size_t)(nv * C));
-        g->dev->gemm(0, 1, N, nv, C, 1.0f, lnf, C, g->pw, C, 0.0f, g->logits + v0, V);
+        g->dev->gemm(0, 1, N, nv, C, 1.0f, lnf32, C, g->pw, C, 0.0f, g->logits + v0, V);
     }
+    return DT_OK;
 }
 
 /* One block forward, whichever the family. */
-static void any_block_forward(dt_lm *g, int l, block_acts *A, void *xout, const float *P) {
-    if (g->fam == DT_FAMILY_LLAMA) lm_llama_block_forward(g, l, A, xout, P);
-    else block_forward(g, l, A, xout, P);
+static int any_block_forward(dt_lm *g, int l, block_acts *A, void *xout, const lm_params *P) {
+    if (g->fam == DT_FAMILY_LLAMA) return lm_llama_block_forward(g, l, A, xout, P);
+    return block_forward(g, l, A, xout, P);
+}
+
+/* A GEMM's error (gemm_ex: out of scratch memory, the library failed) as one
+ * line; l: the block, or -1 for the classifier. */
+static int gemm_failed(const dt_lm *g, dt_error *err, int rc, const char *pass, int l) {
+    if (l < 0)
+        return dt_errorf(err, rc, "model: a %s GEMM of the classifier failed on the %s device",
+                         pass, g->dev->name);
+    return dt_errorf(err, rc, "model: a %s GEMM of block %d failed on the %s device", pass, l,
+                     g->dev->name);
 }
 
 /* Every token inside the vocabulary; targets may also be DT_IGNORE_INDEX. *counted
@@ -790,7 +924,9 @@ int dt_lm_forward(dt_lm *g, const int32_t *inputs, const int32_t *targets, float
 
     for (int l = 0; l < g->L; l++) {
         if ((rc = hook(g, g->hooks.before_forward, 1 + l, err, "before_forward"))) return rc;
-        any_block_forward(g, l, acts_of(g, l), g->x[l + 1], group_params_f32(g, 1 + l));
+        lm_params P = group_params(g, 1 + l);
+        if ((rc = any_block_forward(g, l, acts_of(g, l), g->x[l + 1], &P)))
+            return gemm_failed(g, err, rc, "forward", l);
         if ((rc = hook(g, g->hooks.after_forward, 1 + l, err, "after_forward"))) return rc;
     }
 
@@ -804,14 +940,15 @@ int dt_lm_forward(dt_lm *g, const int32_t *inputs, const int32_t *targets, float
         g->dev->rmsnorm_forward(lnf, g->lnf_rstd, xL, P, N, 1, C, C, g->eps);
     else
         g->dev->layernorm_forward(lnf, g->lnf_mean, g->lnf_rstd, xL, P, P + C, N, C, g->eps);
-    lm_act_commit(g, g->lnf, lnf, (size_t)(N * C));
-    if (!g->tied) classifier_forward(g, lnf);
+    lm_act_commit_lin(g, g->lnf, lnf, (size_t)(N * C));
+    if (!g->tied && (rc = classifier_forward(g, g->lnf, lnf)))
+        return gemm_failed(g, err, rc, "forward", -1);
     if ((rc = hook(g, g->hooks.after_forward, last, err, "after_forward"))) return rc;
 
     /* tied: group 0 again for the classifier; then the loss */
     if (g->tied) {
         if ((rc = hook(g, g->hooks.before_forward, 0, err, "before_forward"))) return rc;
-        classifier_forward(g, lnf);
+        if ((rc = classifier_forward(g, g->lnf, lnf))) return gemm_failed(g, err, rc, "forward", -1);
         if ((rc = hook(g, g->hooks.after_forward, 0, err, "after_forward"))) return rc;
     }
     double mean = g->dev->crossentropy_forward(g->ce_lse, g->ce_losses, g->logits,
@@ -829,72 +966,98 @@ int dt_lm_forward(dt_lm *g, const int32_t *inputs, const int32_t *targets, float
 /* ----------------------------------------------------------------------------
  * backward */
 
-/* Block l backward. On entry g->dres = dL/dx[l+1]; on exit dL/dx[l]. */
-static void block_backward(dt_lm *g, int l, const block_acts *A, const float *P, float *G) {
+/* Block l backward. On entry g->dres = dL/dx[l+1]; on exit dL/dx[l]. DT_OK or a
+ * GEMM's error. */
+static int block_backward(dt_lm *g, int l, const block_acts *A, const lm_params *P, float *G) {
     int64_t B = g->B, T = g->T, C = g->C, H = g->H, F = g->F, N = B * T;
     block_f32 *w = &g->w32;
     size_t o[P_BLOCK_COUNT];
     block_offsets(g, l, o);
-    const float *x = lm_act_load(g, g->x[l], w->x, (size_t)(N * C));
-    const float *ln1 = lm_act_load(g, A->ln1, w->ln1, (size_t)(N * C));
-    const float *qkv = lm_act_load(g, A->qkv, w->qkv, (size_t)(N * 3 * C));
-    const float *att = lm_act_load(g, A->att, w->att, (size_t)(N * C));
-    const float *res1 = lm_act_load(g, A->res1, w->res1, (size_t)(N * C));
-    const float *ln2 = lm_act_load(g, A->ln2, w->ln2, (size_t)(N * C));
-    const float *fch = lm_act_load(g, A->fch, w->fch, (size_t)(N * F));
-    const float *gelu = lm_act_load(g, A->gelu, w->gelu, (size_t)(N * F));
+    const float *p = P->f32;
+    /* fp32 views the elementwise ops read; the linears' inputs only without gemm16 */
+    const float *x = lm_act_load(g, g->x[l], w->x, (size_t)(N * C));          /* [N, C] */
+    const float *ln1 = lm_act_load_lin(g, A->ln1, w->ln1, (size_t)(N * C));   /* [N, C] */
+    const float *qkv = lm_act_load(g, A->qkv, w->qkv, (size_t)(N * 3 * C));   /* [N, 3C] */
+    const float *att = lm_act_load(g, A->att, w->att, (size_t)(N * C));       /* [N, C] */
+    const float *res1 = lm_act_load(g, A->res1, w->res1, (size_t)(N * C));    /* [N, C] */
+    const float *ln2 = lm_act_load_lin(g, A->ln2, w->ln2, (size_t)(N * C));   /* [N, C] */
+    const float *fch = lm_act_load(g, A->fch, w->fch, (size_t)(N * F));       /* [N, F] */
+    const float *gelu = lm_act_load_lin(g, A->gelu, w->gelu, (size_t)(N * F));/* [N, F] */
     float *dres = g->dres, *dC = g->dC, *dF = g->dF, *dQKV = g->dQKV;
+    int rc;
 
     /* MLP: x[l+1] = res1 + gelu @ Wp + bp */
-    g->dev->linear_backward(dF, G + o[P_FCPW], G + o[P_FCPB], dres, gelu, P + o[P_FCPW], N, F, C, 0);
+    if ((rc = lm_linear_backward(g, LM_W_IN_OUT, dF, G + o[P_FCPW], G + o[P_FCPB], dres, A->gelu,
+                                 gelu, P, o[P_FCPW], N, F, C, 0)))
+        return rc;
     g->dev->gelu_backward(dF, fch, dF, N * F);
-    g->dev->linear_backward(dC, G + o[P_FCW], G + o[P_FCB], dF, ln2, P + o[P_FCW], N, C, F, 0);
-    g->dev->layernorm_backward(dres, G + o[P_LN2W], G + o[P_LN2B], dC, res1, P + o[P_LN2W],
+    if ((rc = lm_linear_backward(g, LM_W_IN_OUT, dC, G + o[P_FCW], G + o[P_FCB], dF, A->ln2, ln2, P,
+                                 o[P_FCW], N, C, F, 0)))
+        return rc;
+    g->dev->layernorm_backward(dres, G + o[P_LN2W], G + o[P_LN2B], dC, res1, p + o[P_LN2W],
                              A->ln2_mean, A->ln2_rstd, N, C);
     /* attention: res1 = x + att @ Wap + bap */
-    g->dev->linear_backward(dC, G + o[P_ATTPW], G + o[P_ATTPB], dres, att, P + o[P_ATTPW], N, C, C,
-                          0);
+    if ((rc = lm_linear_backward(g, LM_W_IN_OUT, dC, G + o[P_ATTPW], G + o[P_ATTPB], dres, A->att,
+                                 att, P, o[P_ATTPW], N, C, C, 0)))
+        return rc;
     if (g->attn == DT_ATTN_FLASH) {
         g->dev->attention_backward_flash(dQKV, dC, qkv, att, A->lse, B, T, C, H);
     } else {
         const float *probs = lm_act_load(g, A->probs, w->probs, (size_t)(B * H * T * T));
         g->dev->attention_backward_probs(dQKV, dC, qkv, probs, B, T, C, H);
     }
-    g->dev->linear_backward(dC, G + o[P_QKVW], G + o[P_QKVB], dQKV, ln1, P + o[P_QKVW], N, C, 3 * C,
-                          0);
-    g->dev->layernorm_backward(dres, G + o[P_LN1W], G + o[P_LN1B], dC, x, P + o[P_LN1W],
+    if ((rc = lm_linear_backward(g, LM_W_IN_OUT, dC, G + o[P_QKVW], G + o[P_QKVB], dQKV, A->ln1, ln1,
+                                 P, o[P_QKVW], N, C, 3 * C, 0)))
+        return rc;
+    g->dev->layernorm_backward(dres, G + o[P_LN1W], G + o[P_LN1B], dC, x, p + o[P_LN1W],
                              A->ln1_mean, A->ln1_rstd, N, C);
+    return DT_OK;
 }
 
-/* classifier backward: dlnf[N, C] = dlogits @ wte; dwte += dlogits^T @ lnf */
-static void classifier_backward(dt_lm *g, const float *lnf, float *dlnf) {
+/* classifier backward, dlogits in g->logits: dlnf[N, C] = dlogits @ W; dW +=
+ * dlogits^T @ lnf (W [V, C]). lnf: the saved activation, lnf32 its fp32 view
+ * (unused with gemm16). DT_OK or a GEMM's error. */
+static int classifier_backward(dt_lm *g, const void *lnf, const float *lnf32, float *dlnf) {
     int64_t N = g->B * g->T, C = g->C, V = g->V;
     const int grp = g->cls_group;
     const size_t off = g->cls_off;
     if (g->pt == DT_DTYPE_FP32 && g->gt == DT_DTYPE_FP32) {
         g->dev->gemm(0, 0, N, C, V, 1.0f, g->logits, V, cls_params(g), C, 0.0f, dlnf, C);
-        g->dev->gemm(1, 0, V, C, N, 1.0f, g->logits, V, lnf, C, 1.0f, (float *)g->ggrads[grp] + off, C);
-        return;
+        g->dev->gemm(1, 0, V, C, N, 1.0f, g->logits, V, lnf32, C, 1.0f, (float *)g->ggrads[grp] + off, C);
+        return DT_OK;
     }
-    for (int64_t v0 = 0; v0 < V; v0 += g->vchunk) {
-        int64_t nv = v0 + g->vchunk <= V ? g->vchunk : V - v0;
-        const float *w;
-        if (g->pt == DT_DTYPE_FP32) {
-            w = (const float *)cls_params(g) + v0 * C;
+    /* chunks over V: gemm16 rounds each dlogits chunk [N, nv] to bf16 into d16 */
+    int64_t vchunk = g->vchunk;
+    if (g->gemm16 && (size_t)(N * vchunk) > g->d16_cap) vchunk = (int64_t)(g->d16_cap / (size_t)N);
+    int rc = DT_OK;
+    for (int64_t v0 = 0; v0 < V && !rc; v0 += vchunk) {
+        int64_t nv = v0 + vchunk <= V ? vchunk : V - v0;
+        const float dlnf_beta = v0 ? 1.0f : 0.0f;   /* the chunks' sums over V accumulate */
+        float *dw = g->gt == DT_DTYPE_FP32 ? (float *)g->ggrads[grp] + off + v0 * C : g->gw;
+        const float dw_beta = g->gt == DT_DTYPE_FP32 ? 1.0f : 0.0f;   /* gw: a fresh chunk */
+        if (g->gemm16) {
+            const void *w = lm_tensor_ptr((void *)cls_params(g), (size_t)(v0 * C), g->psz);   /* [nv, C] */
+            g->dev->convert_2d(g->d16, DT_DTYPE_BF16, nv, g->logits + v0, DT_DTYPE_FP32, V, N, nv);
+            rc = g->dev->gemm_ex(0, 0, N, C, nv, 1.0f, g->d16, DT_DTYPE_BF16, nv, w, g->pt, C,
+                                 dlnf_beta, dlnf, DT_DTYPE_FP32, C);
+            if (!rc)
+                rc = g->dev->gemm_ex(1, 0, nv, C, N, 1.0f, g->d16, DT_DTYPE_BF16, nv, lnf, g->at,
+                                     C, dw_beta, dw, DT_DTYPE_FP32, C);
         } else {
-            g->dev->convert(g->pw, DT_DTYPE_FP32, (const uint16_t *)cls_params(g) + v0 * C, g->pt,
-                            (size_t)(nv * C));
-            w = g->pw;
+            const float *w;   /* [nv, C] */
+            if (g->pt == DT_DTYPE_FP32) {
+                w = (const float *)cls_params(g) + v0 * C;
+            } else {
+                g->dev->convert(g->pw, DT_DTYPE_FP32, (const uint16_t *)cls_params(g) + v0 * C,
+                                g->pt, (size_t)(nv * C));
+                w = g->pw;
+            }
+            g->dev->gemm(0, 0, N, C, nv, 1.0f, g->logits + v0, V, w, C, dlnf_beta, dlnf, C);
+            g->dev->gemm(1, 0, nv, C, N, 1.0f, g->logits + v0, V, lnf32, C, dw_beta, dw, C);
         }
-        g->dev->gemm(0, 0, N, C, nv, 1.0f, g->logits + v0, V, w, C, v0 ? 1.0f : 0.0f, dlnf, C);
-        if (g->gt == DT_DTYPE_FP32) {
-            g->dev->gemm(1, 0, nv, C, N, 1.0f, g->logits + v0, V, lnf, C, 1.0f,
-                         (float *)g->ggrads[grp] + off + v0 * C, C);
-        } else {
-            g->dev->gemm(1, 0, nv, C, N, 1.0f, g->logits + v0, V, lnf, C, 0.0f, g->gw, C);
-            grads_add_16(g, grp, off + (size_t)(v0 * C), g->gw, (size_t)(nv * C));
-        }
+        if (!rc && g->gt != DT_DTYPE_FP32) grads_add_16(g, grp, off + (size_t)(v0 * C), g->gw, (size_t)(nv * C));
     }
+    return rc;
 }
 
 /* Final norm backward into group L+1's first elements: on entry g->dC holds
@@ -915,9 +1078,9 @@ static void final_norm_backward(dt_lm *g) {
 }
 
 /* One block backward, whichever the family. */
-static void any_block_backward(dt_lm *g, int l, const block_acts *A, const float *P, float *G) {
-    if (g->fam == DT_FAMILY_LLAMA) lm_llama_block_backward(g, l, A, P, G);
-    else block_backward(g, l, A, P, G);
+static int any_block_backward(dt_lm *g, int l, const block_acts *A, const lm_params *P, float *G) {
+    if (g->fam == DT_FAMILY_LLAMA) return lm_llama_block_backward(g, l, A, P, G);
+    return block_backward(g, l, A, P, G);
 }
 
 /* encoder backward into group 0's grads (any grad dtype) */
@@ -971,25 +1134,29 @@ int dt_lm_backward(dt_lm *g, float grad_scale, dt_error *err) {
     float dloss = g->counted > 0 ? grad_scale / (float)g->counted : 0.0f;
     g->dev->crossentropy_backward_inplace(g->logits, g->ce_lse, g->targets, dloss, N, V);
 
-    const float *lnf = lm_act_load(g, g->lnf, g->w32.ln1, (size_t)(N * C));
+    const float *lnf = lm_act_load_lin(g, g->lnf, g->w32.ln1, (size_t)(N * C));   /* [N, C] */
     int last = (int)g->L + 1;
     if (g->tied) {   /* group 0 first: the classifier is the embedding */
         if ((rc = hook(g, g->hooks.before_backward, 0, err, "before_backward"))) return rc;
-        classifier_backward(g, lnf, g->dC);
+        if ((rc = classifier_backward(g, g->lnf, lnf, g->dC)))
+            return gemm_failed(g, err, rc, "backward", -1);
         if ((rc = hook(g, g->hooks.before_backward, last, err, "before_backward"))) return rc;
     } else {         /* lm_head lives in group L+1 with the final norm */
         if ((rc = hook(g, g->hooks.before_backward, last, err, "before_backward"))) return rc;
-        classifier_backward(g, lnf, g->dC);
+        if ((rc = classifier_backward(g, g->lnf, lnf, g->dC)))
+            return gemm_failed(g, err, rc, "backward", -1);
     }
     final_norm_backward(g);
     if ((rc = hook(g, g->hooks.after_backward, last, err, "after_backward"))) return rc;
 
     for (int l = (int)g->L - 1; l >= 0; l--) {
         if ((rc = hook(g, g->hooks.before_backward, 1 + l, err, "before_backward"))) return rc;
-        const float *Pl = group_params_f32(g, 1 + l);
-        if (l < g->K) any_block_forward(g, l, &g->recompute, NULL, Pl);   /* recompute */
+        lm_params Pl = group_params(g, 1 + l);
+        if (l < g->K && (rc = any_block_forward(g, l, &g->recompute, NULL, &Pl)))   /* recompute */
+            return gemm_failed(g, err, rc, "recompute", l);
         float *Gl = group_grads_f32(g, 1 + l);
-        any_block_backward(g, l, acts_of(g, l), Pl, Gl);
+        if ((rc = any_block_backward(g, l, acts_of(g, l), &Pl, Gl)))
+            return gemm_failed(g, err, rc, "backward", l);
         group_grads_commit(g, 1 + l);
         if ((rc = hook(g, g->hooks.after_backward, 1 + l, err, "after_backward"))) return rc;
     }

@@ -54,6 +54,20 @@ typedef struct {
         *xout;
 } block_f32;
 
+/* A group's parameters as the blocks read them. f32: the fp32 view at the
+ * group's element offsets (the bound storage itself in fp32; with 16-bit
+ * params the whole group converted into pw, or, when w16 is set, only its
+ * vectors: norm weights and biases). w16: the group's 16-bit storage, which
+ * the linears' 16-bit GEMMs read directly (dt_lm.gemm16), else NULL. */
+typedef struct {
+    const float *f32;
+    const void *w16;
+} lm_params;
+
+/* Weight layout of a linear: GPT-2's Conv1D stores w [IC, OC], torch.nn.Linear
+ * (the llama family) w [OC, IC]. */
+typedef enum { LM_W_IN_OUT = 0, LM_W_OUT_IN = 1 } lm_wlayout;
+
 struct dt_lm {
     const dt_device_ops *dev;   /* where storage lives and ops run */
     dt_family fam;
@@ -106,6 +120,16 @@ struct dt_lm {
     float *pw;                /* fp32 params of the current group (16-bit params) */
     float *gw;                /* fp32 grads of the current group (16-bit grads) */
     block_f32 w32;            /* 16-bit activations only */
+    /* bf16 params and activations: every linear and the classifier run bf16 x bf16
+     * -> fp32 GEMMs (gemm_ex) on the stored tensors, the activation gradient
+     * rounded to bf16 once per linear (docs/engine.md "Precision") */
+    int gemm16;
+    /* gemm16: the bf16 activation gradient of the linear being differentiated,
+     * [rows, OC] with rows * OC <= d16_cap. It is the fp32 view of the MLP's
+     * GEMM-only activation (w32.gelu / w32.act, [N, F] fp32 = 2 N F bf16), which
+     * gemm16's backward never loads. */
+    uint16_t *d16;
+    size_t d16_cap;
     int64_t vchunk;           /* classifier rows per chunk when the matrix is converted */
     int32_t *tok_head;        /* [V] 16-bit grads: first position of each token, or -1 */
     int32_t *tok_next;        /* [N] next position with the same token, or -1 */
@@ -143,6 +167,34 @@ static inline const float *lm_act_load(const dt_lm *g, const void *act, float *v
     return view;
 }
 
+/* lm_act_commit for an activation that only linears read afterwards: with
+ * gemm16 they read the stored tensor, so the view is not rounded back. */
+static inline void lm_act_commit_lin(const dt_lm *g, void *act, float *f32, size_t n) {
+    if (g->gemm16) g->dev->convert(act, g->at, f32, DT_DTYPE_FP32, n);
+    else lm_act_commit(g, act, f32, n);
+}
+
+/* lm_act_load for an activation that only linears read: NULL with gemm16
+ * (nothing converted; the linears read the stored tensor) */
+static inline const float *lm_act_load_lin(const dt_lm *g, const void *act, float *view, size_t n) {
+    return g->gemm16 ? NULL : lm_act_load(g, act, view, n);
+}
+
+/* ---- linears (lm.c): the fp32 device ops, or with gemm16 the 16-bit GEMMs ----
+ * inp: the saved input activation (act dtype); inp32: its fp32 view (ignored,
+ * may be NULL, with gemm16); w_off: the weight's element offset in the group;
+ * bias / dbias fp32 or NULL. Shapes as dt_op_linear_* (out [N, OC], inp [N, IC]).
+ * DT_OK, or gemm_ex's error. */
+int lm_linear_forward(dt_lm *g, lm_wlayout lay, float *out, const void *inp, const float *inp32,
+                      const lm_params *P, size_t w_off, const float *bias, int64_t N, int64_t IC,
+                      int64_t OC);
+/* dinp [N, IC] = (or += with accumulate_dinp) dout @ W; dw += (fp32, W's layout);
+ * dbias [OC] += column sums of dout [N, OC] (fp32). With gemm16 dout is rounded
+ * to bf16 once (in row chunks of d16), as PyTorch autocast's bf16 backward. */
+int lm_linear_backward(dt_lm *g, lm_wlayout lay, float *dinp, float *dw, float *dbias,
+                       const float *dout, const void *inp, const float *inp32, const lm_params *P,
+                       size_t w_off, int64_t N, int64_t IC, int64_t OC, int accumulate_dinp);
+
 /* ---- the llama family (lm_llama.c) ---- */
 
 /* Appends block l's tensors (group 1 + l) to the table from tensor index *i and
@@ -155,8 +207,9 @@ void lm_llama_layout_block_acts(dt_lm *g, block_acts *ba, char *base, size_t *of
 /* cos / sin tables [T, D/2] on the host (fp32, as HF computes them) for the
  * model's rope_theta and rope_scaling. */
 void lm_llama_rope_tables(const dt_model *m, int64_t T, float *cos_t, float *sin_t);
-void lm_llama_block_forward(dt_lm *g, int l, block_acts *A, void *xout, const float *P);
-void lm_llama_block_backward(dt_lm *g, int l, const block_acts *A, const float *P, float *G);
+/* DT_OK, or a GEMM's error (lm_linear_forward / _backward) */
+int lm_llama_block_forward(dt_lm *g, int l, block_acts *A, void *xout, const lm_params *P);
+int lm_llama_block_backward(dt_lm *g, int l, const block_acts *A, const lm_params *P, float *G);
 
 /* Sets a tensor's entry (lm.c). */
 void lm_set_tensor(dt_lm *g, int i, const char *name, int group, size_t *off, int ndim, int64_t d0,

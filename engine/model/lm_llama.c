@@ -159,24 +159,28 @@ void lm_llama_rope_tables(const dt_model *m, int64_t T, float *cos_t, float *sin
  * forward */
 
 /* q | k for the attention: the projection, per-head norm (Qwen3), RoPE. */
-static void qk_forward(dt_lm *g, block_acts *A, const float *ln1, const float *P) {
+static int qk_forward(dt_lm *g, block_acts *A, const float *ln1, const lm_params *P) {
     const int64_t B = g->B, T = g->T, C = g->C, H = g->H, Hkv = g->Hkv, D = g->D, N = B * T;
     const int64_t QD = g->QD, QK = QD + g->KVD;
     const size_t *o = g->boff;
-    const float *bqk = g->qkv_bias ? P + o[LL_QB] : NULL;   /* q | k biases [QK] */
+    const float *p = P->f32;
+    const float *bqk = g->qkv_bias ? p + o[LL_QB] : NULL;   /* q | k biases [QK] */
     float *qk = lm_act_f32(g, A->qk, g->w32.qk);            /* [N, QK] */
+    int rc;
     if (g->qk_norm) {
         float *raw = lm_act_f32(g, A->qk_raw, g->w32.qk_raw);   /* [N, QK] */
-        g->dev->linear_t_forward(raw, ln1, P + o[LL_QW], bqk, N, C, QK);
+        if ((rc = lm_linear_forward(g, LM_W_OUT_IN, raw, A->ln1, ln1, P, o[LL_QW], bqk, N, C, QK)))
+            return rc;
         lm_act_commit(g, A->qk_raw, raw, (size_t)(N * QK));
-        g->dev->rmsnorm_forward(qk, A->qk_rstd, raw, P + o[LL_QN], N, H, D, QK, g->eps);
-        g->dev->rmsnorm_forward(qk + QD, A->qk_rstd + N * H, raw + QD, P + o[LL_KN], N, Hkv, D, QK,
+        g->dev->rmsnorm_forward(qk, A->qk_rstd, raw, p + o[LL_QN], N, H, D, QK, g->eps);
+        g->dev->rmsnorm_forward(qk + QD, A->qk_rstd + N * H, raw + QD, p + o[LL_KN], N, Hkv, D, QK,
                                 g->eps);
-    } else {
-        g->dev->linear_t_forward(qk, ln1, P + o[LL_QW], bqk, N, C, QK);
+    } else if ((rc = lm_linear_forward(g, LM_W_OUT_IN, qk, A->ln1, ln1, P, o[LL_QW], bqk, N, C, QK))) {
+        return rc;
     }
     g->dev->rope_forward(qk, g->rope_cos, g->rope_sin, B, T, H + Hkv, D, QK);
     lm_act_commit(g, A->qk, qk, (size_t)(N * QK));
+    return DT_OK;
 }
 
 static void attention_forward(dt_lm *g, block_acts *A, const float *qk, const float *v, float *att) {
@@ -193,67 +197,82 @@ static void attention_forward(dt_lm *g, block_acts *A, const float *qk, const fl
     }
 }
 
-void lm_llama_block_forward(dt_lm *g, int l, block_acts *A, void *xout, const float *P) {
+int lm_llama_block_forward(dt_lm *g, int l, block_acts *A, void *xout, const lm_params *P) {
     const int64_t C = g->C, F = g->F, N = g->B * g->T, QD = g->QD, KVD = g->KVD;
     block_f32 *w = &g->w32;
     const size_t *o = g->boff;
+    const float *p = P->f32;   /* vectors (and with fp32 linears the matrices) */
+    int rc;
     const float *x = lm_act_load(g, g->x[l], w->x, (size_t)(N * C));   /* [N, C] */
 
     float *ln1 = lm_act_f32(g, A->ln1, w->ln1);   /* [N, C] */
-    g->dev->rmsnorm_forward(ln1, A->ln1_rstd, x, P + o[LL_IN], N, 1, C, C, g->eps);
-    lm_act_commit(g, A->ln1, ln1, (size_t)(N * C));
+    g->dev->rmsnorm_forward(ln1, A->ln1_rstd, x, p + o[LL_IN], N, 1, C, C, g->eps);
+    lm_act_commit_lin(g, A->ln1, ln1, (size_t)(N * C));
 
-    qk_forward(g, A, ln1, P);
+    if ((rc = qk_forward(g, A, ln1, P))) return rc;
     const float *qk = lm_act_f32(g, A->qk, w->qk);   /* [N, QK], committed */
     float *v = lm_act_f32(g, A->v, w->v);             /* [N, KVD] */
-    g->dev->linear_t_forward(v, ln1, P + o[LL_VW], g->qkv_bias ? P + o[LL_VB] : NULL, N, C, KVD);
+    if ((rc = lm_linear_forward(g, LM_W_OUT_IN, v, A->ln1, ln1, P, o[LL_VW],
+                                g->qkv_bias ? p + o[LL_VB] : NULL, N, C, KVD)))
+        return rc;
     lm_act_commit(g, A->v, v, (size_t)(N * KVD));
 
     float *att = lm_act_f32(g, A->att, w->att);   /* [N, QD] */
     attention_forward(g, A, qk, v, att);
-    lm_act_commit(g, A->att, att, (size_t)(N * QD));
+    lm_act_commit_lin(g, A->att, att, (size_t)(N * QD));
 
     float *proj = g->dC;   /* [N, C] o_proj / down_proj output, not saved */
-    g->dev->linear_t_forward(proj, att, P + o[LL_OW], NULL, N, QD, C);
+    if ((rc = lm_linear_forward(g, LM_W_OUT_IN, proj, A->att, att, P, o[LL_OW], NULL, N, QD, C)))
+        return rc;
     float *res1 = lm_act_f32(g, A->res1, w->res1);   /* [N, C] */
     g->dev->residual_forward(res1, x, proj, N * C);
     lm_act_commit(g, A->res1, res1, (size_t)(N * C));
 
     float *ln2 = lm_act_f32(g, A->ln2, w->ln2);   /* [N, C] */
-    g->dev->rmsnorm_forward(ln2, A->ln2_rstd, res1, P + o[LL_POST], N, 1, C, C, g->eps);
-    lm_act_commit(g, A->ln2, ln2, (size_t)(N * C));
+    g->dev->rmsnorm_forward(ln2, A->ln2_rstd, res1, p + o[LL_POST], N, 1, C, C, g->eps);
+    lm_act_commit_lin(g, A->ln2, ln2, (size_t)(N * C));
 
     float *gu = lm_act_f32(g, A->gu, w->gu);   /* [N, 2F] gate | up */
-    g->dev->linear_t_forward(gu, ln2, P + o[LL_GW], NULL, N, C, 2 * F);
+    if ((rc = lm_linear_forward(g, LM_W_OUT_IN, gu, A->ln2, ln2, P, o[LL_GW], NULL, N, C, 2 * F)))
+        return rc;
     lm_act_commit(g, A->gu, gu, (size_t)(N * 2 * F));
     float *act = lm_act_f32(g, A->act, w->act);   /* [N, F] */
     g->dev->swiglu_forward(act, gu, N, F);
-    lm_act_commit(g, A->act, act, (size_t)(N * F));
+    lm_act_commit_lin(g, A->act, act, (size_t)(N * F));
 
-    if (!xout) return;   /* recomputing for backward: the block output is not needed */
-    g->dev->linear_t_forward(proj, act, P + o[LL_DW], NULL, N, F, C);
+    if (!xout) return DT_OK;   /* recomputing for backward: the block output is not needed */
+    if ((rc = lm_linear_forward(g, LM_W_OUT_IN, proj, A->act, act, P, o[LL_DW], NULL, N, F, C)))
+        return rc;
     float *xo = lm_act_f32(g, xout, w->xout);   /* [N, C] */
     g->dev->residual_forward(xo, res1, proj, N * C);
     lm_act_commit(g, xout, xo, (size_t)(N * C));
+    return DT_OK;
 }
 
 /* ----------------------------------------------------------------------------
  * backward: on entry g->dres = dL/dx[l+1]; on exit dL/dx[l] */
 
 /* MLP: x[l+1] = res1 + down(swiglu(gate_up(rms2(res1)))); adds its part to dres. */
-static void mlp_backward(dt_lm *g, const block_acts *A, const float *res1, const float *P, float *G) {
+static int mlp_backward(dt_lm *g, const block_acts *A, const float *res1, const lm_params *P,
+                        float *G) {
     const int64_t C = g->C, F = g->F, N = g->B * g->T;
     block_f32 *w = &g->w32;
     const size_t *o = g->boff;
-    const float *ln2 = lm_act_load(g, A->ln2, w->ln2, (size_t)(N * C));       /* [N, C] */
+    const float *ln2 = lm_act_load_lin(g, A->ln2, w->ln2, (size_t)(N * C));   /* [N, C] */
     const float *gu = lm_act_load(g, A->gu, w->gu, (size_t)(N * 2 * F));      /* [N, 2F] */
-    const float *act = lm_act_load(g, A->act, w->act, (size_t)(N * F));       /* [N, F] */
+    const float *act = lm_act_load_lin(g, A->act, w->act, (size_t)(N * F));   /* [N, F] */
     float *dact = g->dA, *dgu = g->dF, *dln2 = g->dC;   /* [N, F], [N, 2F], [N, C] */
-    g->dev->linear_t_backward(dact, G + o[LL_DW], NULL, g->dres, act, P + o[LL_DW], N, F, C, 0);
+    int rc;
+    if ((rc = lm_linear_backward(g, LM_W_OUT_IN, dact, G + o[LL_DW], NULL, g->dres, A->act, act, P,
+                                 o[LL_DW], N, F, C, 0)))
+        return rc;
     g->dev->swiglu_backward(dgu, dact, gu, N, F);
-    g->dev->linear_t_backward(dln2, G + o[LL_GW], NULL, dgu, ln2, P + o[LL_GW], N, C, 2 * F, 0);
-    g->dev->rmsnorm_backward(g->dres, G + o[LL_POST], dln2, res1, P + o[LL_POST], A->ln2_rstd, N, 1, C,
-                             C, 1);
+    if ((rc = lm_linear_backward(g, LM_W_OUT_IN, dln2, G + o[LL_GW], NULL, dgu, A->ln2, ln2, P,
+                                 o[LL_GW], N, C, 2 * F, 0)))
+        return rc;
+    g->dev->rmsnorm_backward(g->dres, G + o[LL_POST], dln2, res1, P->f32 + o[LL_POST], A->ln2_rstd,
+                             N, 1, C, C, 1);
+    return DT_OK;
 }
 
 /* d loss / d (q | k) before RoPE and norm, and d loss / d v, from d att. */
@@ -282,26 +301,34 @@ static void qkv_grads(dt_lm *g, const block_acts *A, const float *datt, const fl
                              A->qk_rstd + N * H, N, Hkv, D, QK, 0);
 }
 
-void lm_llama_block_backward(dt_lm *g, int l, const block_acts *A, const float *P, float *G) {
+int lm_llama_block_backward(dt_lm *g, int l, const block_acts *A, const lm_params *P, float *G) {
     const int64_t C = g->C, N = g->B * g->T, QD = g->QD, KVD = g->KVD, QK = QD + KVD;
     block_f32 *w = &g->w32;
     const size_t *o = g->boff;
+    const float *p = P->f32;
+    int rc;
     const float *x = lm_act_load(g, g->x[l], w->x, (size_t)(N * C));         /* [N, C] */
     const float *res1 = lm_act_load(g, A->res1, w->res1, (size_t)(N * C));   /* [N, C] */
-    mlp_backward(g, A, res1, P, G);
+    if ((rc = mlp_backward(g, A, res1, P, G))) return rc;
 
-    /* attention: res1 = x + o_proj(att) */
-    const float *att = lm_act_load(g, A->att, w->att, (size_t)(N * QD));   /* [N, QD] */
+    /* attention: res1 = x + o_proj(att). The saved att is o_proj's input; flash
+     * attention's backward also reads it (qkv_grads loads it then) */
+    const float *att = lm_act_load_lin(g, A->att, w->att, (size_t)(N * QD));   /* [N, QD] */
     float *datt = g->dA;                                   /* [N, QD] */
     float *dqk = g->dQKV, *dv = g->dQKV + N * QK;          /* [N, QK], [N, KVD] */
-    g->dev->linear_t_backward(datt, G + o[LL_OW], NULL, g->dres, att, P + o[LL_OW], N, QD, C, 0);
-    qkv_grads(g, A, datt, P, G, dqk, dv);
+    if ((rc = lm_linear_backward(g, LM_W_OUT_IN, datt, G + o[LL_OW], NULL, g->dres, A->att, att, P,
+                                 o[LL_OW], N, QD, C, 0)))
+        return rc;
+    qkv_grads(g, A, datt, p, G, dqk, dv);
 
-    const float *ln1 = lm_act_load(g, A->ln1, w->ln1, (size_t)(N * C));   /* [N, C] */
-    float *dln1 = g->dC;                                                  /* [N, C] */
-    g->dev->linear_t_backward(dln1, G + o[LL_QW], g->qkv_bias ? G + o[LL_QB] : NULL, dqk, ln1,
-                              P + o[LL_QW], N, C, QK, 0);
-    g->dev->linear_t_backward(dln1, G + o[LL_VW], g->qkv_bias ? G + o[LL_VB] : NULL, dv, ln1,
-                              P + o[LL_VW], N, C, KVD, 1);
-    g->dev->rmsnorm_backward(g->dres, G + o[LL_IN], dln1, x, P + o[LL_IN], A->ln1_rstd, N, 1, C, C, 1);
+    const float *ln1 = lm_act_load_lin(g, A->ln1, w->ln1, (size_t)(N * C));   /* [N, C] */
+    float *dln1 = g->dC;                                                      /* [N, C] */
+    if ((rc = lm_linear_backward(g, LM_W_OUT_IN, dln1, G + o[LL_QW], g->qkv_bias ? G + o[LL_QB] : NULL,
+                                 dqk, A->ln1, ln1, P, o[LL_QW], N, C, QK, 0)))
+        return rc;
+    if ((rc = lm_linear_backward(g, LM_W_OUT_IN, dln1, G + o[LL_VW], g->qkv_bias ? G + o[LL_VB] : NULL,
+                                 dv, A->ln1, ln1, P, o[LL_VW], N, C, KVD, 1)))
+        return rc;
+    g->dev->rmsnorm_backward(g->dres, G + o[LL_IN], dln1, x, p + o[LL_IN], A->ln1_rstd, N, 1, C, C, 1);
+    return DT_OK;
 }

@@ -6,7 +6,8 @@
  *   grad.<name>                every parameter's gradient (fp32)
  *   step_losses, after.<name>  three AdamW steps (decay on ndim >= 2 only)
  * also with the materialized attention, with every block checkpointed
- * (recompute), and the transformers-written bf16 sharded fixture's logits.
+ * (recompute), and the transformers-written bf16 sharded fixture's logits;
+ * mixed-bf16 (bf16 GEMMs) within its derived budget, checkpointing bitwise.
  * Tolerances (fp32 against torch's fp32, both ~1e-6 from float64 per the
  * goldens' metadata): logits 2e-5 abs, loss 1e-5 rel, gradients 1e-4 of each
  * tensor's largest, parameters after the steps 1e-4 abs (Adam normalises each
@@ -38,6 +39,21 @@
 #define PATH_MAX_LEN 1024
 #define SKIP 77
 #define GPU_TOL_SCALE 10.0
+/* bf16's unit roundoff (8 significant bits, round to nearest): the budget of
+ * docs/engine.md "Precision" counts roundings of u each, first order, no
+ * cancellation: the parameters once, the forward's saved activations on the
+ * path (x[0], per block ln1, [qk_raw], qk, v, att, res1, ln2, gu, act, x[l+1],
+ * then the final norm), the backward's activation-gradient roundings (dlogits,
+ * two linears per block on the deepest path) and the bf16 gradient store. */
+#define BF16_U 0x1p-8
+#define LLAMA_SAVED_PER_BLOCK 9   /* + 1 with q/k norm (qk_raw) */
+
+static double bf16_forward_roundings(const dt_model *m) {
+    return 1.0 + 2.0 + (double)m->n_layer * (LLAMA_SAVED_PER_BLOCK + (m->qk_norm ? 1 : 0));
+}
+static double bf16_grad_roundings(const dt_model *m) {
+    return bf16_forward_roundings(m) + (2.0 * (double)m->n_layer + 1.0) + 1.0;
+}
 
 static dt_device g_device = DT_DEVICE_CPU;   /* where the forward / gradient checks run */
 static double g_tol = 1.0;                  /* tolerance scale for that device */
@@ -259,6 +275,63 @@ static void check_ignore_index(const char *what, dt_lm *g, const golden *gd) {
     free(dmask);
 }
 
+/* mixed-bf16 (bf16 params, activations and grads; the linears' bf16 GEMMs with
+ * the activation gradient rounded to bf16): the fp32 golden within the bf16 budget
+ * (logits and loss relative to the reference's largest / itself: the forward's
+ * roundings; each gradient's max |diff| / max |ref|: all of them), and
+ * checkpointing every block gives bitwise the same loss and gradients. */
+static void check_bf16(const char *dir, const char *name, const dt_model *m, const golden *gd) {
+    const int64_t V = dt_st_find(gd->f, "logits")->shape[2];
+    const size_t nl = (size_t)(gd->B * gd->T * V);
+    dt_lm *g = load(dir, m, DT_PREC_MIXED_BF16, gd->B, gd->T, 0, DT_ATTN_FLASH);
+    dt_lm *gk = load(dir, m, DT_PREC_MIXED_BF16, gd->B, gd->T, m->n_layer, DT_ATTN_FLASH);
+    dt_error err;
+    float loss = 0, loss_k = 0;
+    CHECK(dt_lm_forward(g, gd->inputs, gd->targets, &loss, &err) == DT_OK);
+    float *logits = host_copy(g, dt_lm_logits(g), nl);
+    double lref;
+    double le = max_abs_diff(logits, gtensor(gd, "logits", nl), nl, &lref) / lref;
+    free(logits);
+    double ref = gtensor(gd, "loss", 1)[0], lo = fabs(loss - ref) / fabs(ref);
+    CHECK(dt_lm_backward(g, 1.0f, &err) == DT_OK);
+    CHECK(dt_lm_forward(gk, gd->inputs, gd->targets, &loss_k, &err) == DT_OK);
+    CHECK(dt_lm_backward(gk, 1.0f, &err) == DT_OK);
+    size_t P = dt_lm_num_params(g);
+    uint16_t *g16 = malloc(P * sizeof *g16), *gk16 = malloc(P * sizeof *gk16);
+    float *grads = malloc(P * sizeof *grads);
+    const dt_device_ops *dev = dt_lm_device_ops(g);
+    dev->handoff(DT_STREAM_COMPUTE, DT_STREAM_D2H);
+    dev->memcpy(g16, dt_lm_grads(g), P * 2, dev->host_addressable ? DT_COPY_H2H : DT_COPY_D2H, DT_STREAM_D2H);
+    dev->memcpy(gk16, dt_lm_grads(gk), P * 2, dev->host_addressable ? DT_COPY_H2H : DT_COPY_D2H, DT_STREAM_D2H);
+    dev->stream_sync(DT_STREAM_D2H);
+    dt_convert(grads, DT_DTYPE_FP32, g16, DT_DTYPE_BF16, P);
+    double worst = 0;
+    const char *worst_name = "";
+    for (int i = 0; i < dt_lm_num_tensors(g); i++) {
+        const dt_tensor_info *t = dt_lm_tensor(g, i);
+        char gname[DT_ST_NAME_MAX];
+        snprintf(gname, sizeof gname, "grad.%s", t->name);
+        double rm;
+        double e = max_abs_diff(grads + t->offset, gtensor(gd, gname, t->numel), t->numel, &rm);
+        if (e / (rm > 0 ? rm : 1) > worst) {
+            worst = e / (rm > 0 ? rm : 1);
+            worst_name = t->name;
+        }
+    }
+    int same = memcmp(&loss, &loss_k, sizeof loss) == 0 && memcmp(g16, gk16, P * 2) == 0;
+    const double ftol = bf16_forward_roundings(m) * BF16_U, gtol = bf16_grad_roundings(m) * BF16_U;
+    printf("%s (bf16): logits max |diff| / max |ref| %.3g, loss %.3g relative (budget %.3g), worst "
+           "gradient %s %.3g (budget %.3g); every block checkpointed: %s\n",
+           name, le, lo, ftol, worst_name, worst, gtol, same ? "bitwise equal" : "DIFFERENT");
+    CHECK(le < ftol && lo < ftol && worst < gtol);
+    CHECK(same);
+    free(g16);
+    free(gk16);
+    free(grads);
+    dt_lm_free(gk);
+    dt_lm_free(g);
+}
+
 static void check_case(const char *root, const char *name) {
     char dir[PATH_MAX_LEN], p[PATH_MAX_LEN + 64], what[PATH_MAX_LEN + 32];
     snprintf(dir, sizeof dir, "%s/%s", root, name);
@@ -284,6 +357,7 @@ static void check_case(const char *root, const char *name) {
     check_ignore_index(what, g, &gd);
     dt_lm_free(g);
     if (g_device == DT_DEVICE_CPU) check_steps(dir, &m, &gd);
+    check_bf16(dir, name, &m, &gd);
     dt_st_close(gd.f);
 }
 
