@@ -6,20 +6,25 @@
 # (cpu = the optimizer on the host, at stage 3 the parameters too; stage 0 has
 # no offload). Each config trains STEPS steps with a validation pass and a
 # checkpoint at the end, then resumes for one more step (the checkpoint-load
-# phase). Per config, rank and phase it prints the plan's steady-state
-# prediction for the rank beside the real peak RSS of the phase and their
-# ratio, and what the engine tracked and the runtime remainder
-# (real - tracked). Phases: start-up, forward, backward, optimizer, eval,
+# phase). Per config, rank and phase it prints the plan's prediction for the
+# rank and phase (the run report's, docs/dtrun.md "Real memory per phase")
+# beside the real peak RSS of the phase and their ratio, and what the engine
+# tracked and the runtime remainder (real - tracked). The profile is the cpu
+# profile with this machine's memory and the runtime footprint `dtrun
+# calibrate` measures here (runtime_bytes, runtime_mpi_bytes). Phases: start-up, forward, backward, optimizer, eval,
 # ckpt save, export from the first run; ckpt load from the resumed one.
 #
 # usage: bench/validate_mem.sh [BUILD_DIR] [--steps N] [--models "gpt2 gpt2-medium"]
 #                              [--worlds "1 2"] [--stages "0 1 2 3"] [--offload "none cpu"]
 #                              [--mem-factor X] [--quick] [--baseline DIR]
+#                              [--runtime-from PROFILE.json]
 #   BUILD_DIR     where dtplan and dtrun are (default build)
 #   --baseline DIR  also run every config with DIR/dtrun (an earlier build) first;
 #                 the tables then have a row per build ("before": DIR, "after":
 #                 BUILD_DIR) and OUT/compare.md puts the transient phases (start-up,
 #                 ckpt save, ckpt load, export) of the two side by side
+#   --runtime-from P  take runtime_bytes / runtime_mpi_bytes from profile P
+#                 instead of running `dtrun calibrate` (30-60 s) first
 #   --steps N     steps of the first run (default 2; the resumed run adds one)
 #   --quick       gpt2 only, stages 0 and 3, no offload (a smoke run)
 #   --mem-factor  a config is skipped, with a note, when X times its rough need
@@ -31,7 +36,7 @@
 # removed after it ran. docs/benchmarks.md has a recorded run.
 set -u
 BUILD=build STEPS=2 MODELS="gpt2 gpt2-medium" WORLDS="1 2" QUICK=0 FACTOR=1.3
-STAGES="0 1 2 3" MODES="none cpu" BASELINE=""
+STAGES="0 1 2 3" MODES="none cpu" BASELINE="" RT_FROM=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --steps) STEPS=$2; shift 2 ;;
@@ -42,12 +47,13 @@ while [ $# -gt 0 ]; do
     --mem-factor) FACTOR=$2; shift 2 ;;
     --quick) QUICK=1; MODELS=gpt2; shift ;;
     --baseline) BASELINE=$2; shift 2 ;;
-    -h | --help) sed -n '2,32p' "$0"; exit 0 ;;
+    --runtime-from) RT_FROM=$2; shift 2 ;;
+    -h | --help) sed -n '2,38p' "$0"; exit 0 ;;
     -*) echo "validate_mem.sh: unknown option '$1'" >&2; exit 2 ;;
     *) BUILD=$1; shift ;;
     esac
 done
-SRC=$(cd "$(dirname "$0")/.." && pwd)
+SRC=${DT_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}   # DT_SOURCE_DIR: the tree, for a copy of the script run elsewhere
 DTPLAN=$BUILD/dtplan DTRUN=$BUILD/dtrun
 for b in "$DTPLAN" "$DTRUN" ${BASELINE:+"$BASELINE/dtrun"}; do
     [ -x "$b" ] || { echo "validate_mem.sh: $b not built" >&2; exit 2; }
@@ -65,12 +71,20 @@ NPROC=$(nproc)
 # writes plans for models the 4 GiB default would refuse (the engine's device
 # is the host here anyway)
 MEM_KIB=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)
-python3 - "$SRC/configs/hardware/cpu.json" "$OUT/cpu-here.json" "$MEM_KIB" <<'PY'
+# the runtime footprint of a rank on this machine (docs/memory-model.md "The CPU runtime term")
+if [ -z "$RT_FROM" ]; then
+    RT_FROM=$OUT/calibrated.json
+    "$DTRUN" calibrate -o "$RT_FROM" >"$OUT/calibrate.log" 2>&1 ||
+        { echo "validate_mem.sh: dtrun calibrate failed: $(tail -1 "$OUT/calibrate.log")" >&2; exit 2; }
+fi
+python3 - "$SRC/configs/hardware/cpu.json" "$OUT/cpu-here.json" "$MEM_KIB" "$RT_FROM" <<'PY'
 import json, sys
-src, out, kib = sys.argv[1], sys.argv[2], int(sys.argv[3])
+src, out, kib, rt = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.load(open(sys.argv[4]))
 h = json.load(open(src))
 h["name"] = "cpu-here"
 h["device_mem_bytes"] = h["host_mem_bytes"] = kib * 1024
+for k in ("runtime_bytes", "runtime_mpi_bytes"):
+    if k in rt: h[k] = rt[k]
 json.dump(h, open(out, "w"), indent=2)
 PY
 [ -s "$OUT/cpu-here.json" ] || { echo "validate_mem.sh: cannot write $OUT/cpu-here.json" >&2; exit 2; }
@@ -192,13 +206,13 @@ def f(x):
     except (TypeError, ValueError): return float("nan")
 for k in keys:
     e = by[k]
-    pred = f(next(iter(e.values()))["predicted"])
+    pred = f(e["forward"]["predicted"]) if "forward" in e else float("nan")
     cells = []
-    for ph in PH:
+    for ph in PH:   # each phase against its own prediction
         if ph not in e or e[ph]["real"] in ("None", ""):
             cells.append("-"); continue
         real = f(e[ph]["real"])
-        cells.append(f"{real / MIB:.0f} ({real / pred:.2f})")
+        cells.append(f"{real / MIB:.0f} ({real / f(e[ph]['predicted']):.2f})")
     b = f"{k[5]} | " if two else ""
     print(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {k[4]} | {b}{pred / MIB:.0f} | " + " | ".join(cells) + " |")
 PY
@@ -227,7 +241,8 @@ for k in keys:
           + " | ".join(f"{cell(e, 'before', ph)} → {cell(e, 'after', ph)}" for ph in PH) + " |")
 PY
 echo
-echo "real peak RSS per phase, MiB (real / predicted); predicted = the plan's steady-state total for the rank:"
+echo "real peak RSS per phase, MiB (real / predicted); predicted = the plan's figure for the rank and phase"
+echo "(column 'predicted MiB': the forward's):"
 cat "$OUT/table.md"
 if [ -n "$BASELINE" ]; then
     echo; echo "transient phases, before ($BASELINE) -> after ($BUILD), MiB (real / predicted):"; cat "$OUT/compare.md"

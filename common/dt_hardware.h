@@ -36,10 +36,20 @@ typedef struct dt_hardware {
     double op_overhead_s;        /* fixed time per device op (kernel launch, OpenMP fork/join), s */
     double elementwise_bw;       /* bytes/s the element-wise kernels (LayerNorm, GELU, residual,
                                   * bias sums, cross-entropy) stream; 0: folded into achievable_flops */
+    /* Optional measured runtime footprint (docs/memory-model.md "The CPU runtime term",
+     * measured by dtplan calibrate; absent = 0 = the planner uses reserve_bytes): */
+    int64_t runtime_bytes;       /* resident bytes of one rank's process beyond what the engine
+                                  * allocates (code, libraries, OpenMP, OpenBLAS), no MPI */
+    int64_t runtime_mpi_bytes;   /* the same for a rank of a multi-rank (MPI) run */
     /* Optional GPU shape model (docs/time-model.md "Shape-aware GPU compute"): */
     double sm_count;             /* streaming multiprocessors (the wave quantisation's width);
                                   * > 0 on a cuda device turns the shape-aware GEMM model on */
 } dt_hardware;
+
+/* The runtime footprint of one rank (bytes) in a world of `world` ranks: runtime_mpi_bytes
+ * (world > 1) or runtime_bytes as measured, else the profile's reserve_bytes (profiles
+ * without a measurement; docs/memory-model.md "The CPU runtime term"). */
+int64_t dt_hardware_runtime_bytes(const dt_hardware *hw, int64_t world);
 
 /* Loads a profile by name (case-insensitive, built into the binary from
  * configs/hardware/) or from a JSON file path, then selects the inter-node

@@ -39,7 +39,8 @@ static const char *const k_top_keys[] = {
     "format", "name", "device", "device_mem_bytes", "reserve_bytes", "peak_flops",
     "achievable_flops", "mem_bw", "intra_busbw", "intra_alpha_s", "default_interconnect",
     "interconnects", "h2d_bw", "host_mem_bytes", "cpu_adam_params_per_s", "nvme_bw",
-    "nvme_bytes", "source", "attention_flops", "op_overhead_s", "elementwise_bw", "sm_count"};
+    "nvme_bytes", "source", "attention_flops", "op_overhead_s", "elementwise_bw", "sm_count",
+    "runtime_bytes", "runtime_mpi_bytes"};
 static const char *const k_dtype_keys[] = {"fp32", "bf16", "fp16"};
 static const char *const k_net_keys[] = {"busbw", "alpha_s"};
 
@@ -212,7 +213,11 @@ static int parse_profile(const char *text, const char *what, const char *interco
         (cJSON_GetObjectItemCaseSensitive(root, "elementwise_bw") &&
          (rc = get_num(root, "elementwise_bw", 1, what, "$", &hw->elementwise_bw, err))) ||
         (cJSON_GetObjectItemCaseSensitive(root, "sm_count") &&
-         (rc = get_num(root, "sm_count", 1, what, "$", &hw->sm_count, err))))
+         (rc = get_num(root, "sm_count", 1, what, "$", &hw->sm_count, err))) ||
+        (cJSON_GetObjectItemCaseSensitive(root, "runtime_bytes") &&
+         (rc = get_bytes(root, "runtime_bytes", what, &hw->runtime_bytes, err))) ||
+        (cJSON_GetObjectItemCaseSensitive(root, "runtime_mpi_bytes") &&
+         (rc = get_bytes(root, "runtime_mpi_bytes", what, &hw->runtime_mpi_bytes, err))))
         goto done;
     if (hw->sm_count != floor(hw->sm_count) || hw->sm_count > 1e6) {
         rc = dt_errorf(err, DT_EINVAL, "hardware profile %s: $.sm_count: expected a whole number of SMs, got %g",
@@ -327,4 +332,9 @@ double dt_hardware_sm_count(const dt_hardware *hw) {
         return v;
     }
     return 0.0;
+}
+
+int64_t dt_hardware_runtime_bytes(const dt_hardware *hw, int64_t world) {
+    const int64_t measured = world > 1 && hw->runtime_mpi_bytes > 0 ? hw->runtime_mpi_bytes : hw->runtime_bytes;
+    return measured > 0 ? measured : hw->reserve_bytes;
 }

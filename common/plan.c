@@ -246,6 +246,7 @@ static int validate_hardware(const dt_cluster *c, dt_error *err) {
         {"nvme_bw", h->nvme_bw}, {"nvme_bytes", (double)h->nvme_bytes},
         {"attention_flops", h->attention_flops}, {"op_overhead_s", h->op_overhead_s},
         {"elementwise_bw", h->elementwise_bw}, {"sm_count", h->sm_count},
+        {"runtime_bytes", (double)h->runtime_bytes}, {"runtime_mpi_bytes", (double)h->runtime_mpi_bytes},
     };
     for (int i = 0; i < N_OF(nums); i++)
         if (!finite_nonneg(nums[i].v))
@@ -684,6 +685,8 @@ static void write_cluster(cJSON *root, const dt_cluster *c) {
     if (h->op_overhead_s > 0) add_d(w, "op_overhead_s", h->op_overhead_s);
     if (h->elementwise_bw > 0) add_d(w, "elementwise_bw", h->elementwise_bw);
     if (h->sm_count > 0) add_d(w, "sm_count", h->sm_count);   /* the GPU GEMM model's wave width */
+    if (h->runtime_bytes > 0) add_i(w, "runtime_bytes", h->runtime_bytes);   /* measured runtime footprint */
+    if (h->runtime_mpi_bytes > 0) add_i(w, "runtime_mpi_bytes", h->runtime_mpi_bytes);
 }
 
 static void write_precision(cJSON *root, const dt_precision *pr) {
@@ -967,6 +970,10 @@ static void read_cluster(dt_jobj *root, dt_cluster *c, dt_error *err) {
             dt_jobj_num(&w, "elementwise_bw", DT_JNUM_NONNEG, &h->elementwise_bw, err);
         if (dt_jobj_has(&w, "sm_count"))
             dt_jobj_num(&w, "sm_count", DT_JNUM_NONNEG, &h->sm_count, err);
+        if (dt_jobj_has(&w, "runtime_bytes"))
+            dt_jobj_int(&w, "runtime_bytes", 0, INT64_MAX, &h->runtime_bytes, err);
+        if (dt_jobj_has(&w, "runtime_mpi_bytes"))
+            dt_jobj_int(&w, "runtime_mpi_bytes", 0, INT64_MAX, &h->runtime_mpi_bytes, err);
         if (dt_jobj_close(&w, err)) r.failed = w.failed;
     }
     if (dt_jobj_close(&r, err)) root->failed = r.failed;

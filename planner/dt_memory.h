@@ -38,6 +38,20 @@ const char *dt_mem_phase_name(dt_mem_phase ph);   /* "all terms", "backward star
  * backward's activation gradients, the loss's B x T x V buffers), bytes per rank. */
 int64_t dt_memory_hf_workspace(const dt_plan *p);
 
+/* dtrun on the CPU device (docs/memory-model.md "The CPU runtime term"): a rank's
+ * resident bytes beyond what the engine allocates, bytes per rank. The plan's reserve
+ * column on such plans is base + max(comm, io): the largest phase. */
+typedef struct dt_mem_runtime {
+    int64_t base;   /* code, libraries, OpenMP/OpenBLAS, MPI: the profile's runtime_mpi_bytes
+                     * (world > 1) or runtime_bytes as dtplan calibrate measured them; profiles
+                     * without them: reserve_bytes */
+    int64_t comm;   /* MPI's temporaries of the gradient collectives: backward, optimizer step */
+    int64_t io;     /* one checkpoint I/O chunk: save, load, export */
+} dt_mem_runtime;
+/* Fills out and returns 1 for a dtrun plan on the CPU device, else zeroes it and
+ * returns 0 (the reserve is the profile's reserve_bytes). n_params as dt_memory_estimate_n. */
+int dt_memory_cpu_runtime(const dt_plan *p, int64_t n_params, dt_mem_runtime *out);
+
 /* The pieces, for the solver's linearisation and the simulator (bytes per rank). */
 int64_t dt_memory_activations_per_block(const dt_plan *p, int checkpointed); /* saved by one block */
 int64_t dt_memory_activations(const dt_plan *p, int64_t ckpt_layers);        /* all blocks + head */

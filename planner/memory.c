@@ -294,6 +294,64 @@ static int64_t cpu_engine_comm_buffers(const dt_plan *p, int64_t pb, int64_t gb)
     }
 }
 
+/* ---- the CPU runtime term (docs/memory-model.md "The CPU runtime term") ----
+ * What a CPU rank's process holds beyond what the engine allocates (and tracks):
+ * the runtime itself (code, libraries, OpenMP / OpenBLAS, MPI), the MPI library's
+ * temporaries of the gradient collectives, and the checkpoint I/O chunk. */
+
+/* Bytes of one MPI library call of an all-reduce / reduce-scatter: engine/dist/dt_comm.h
+ * DT_COMM_PIECE_BYTES (tests/engine/test_runtime_term.c checks that the two agree). Open
+ * MPI's non-blocking collectives (libnbc) allocate a temporary of the whole call: an
+ * in-place all-reduce on every rank, a reduce-scatter on rank 0 (measured on Open MPI
+ * 4.1: +100 % of the call, docs/memory-model.md). */
+#define CPU_COMM_PIECE_BYTES ((int64_t)32 << 20)
+/* Bytes of the checkpoint / weights transfer buffer: engine/dist/dt_zero.h
+ * DT_IO_CHUNK_BYTES (docs/dtrun.md "Bounded checkpoint I/O"). */
+#define CPU_IO_CHUNK_BYTES ((int64_t)64 << 20)
+/* Block reduce-scatters in flight beside the embedding's with overlap_comm
+ * (engine/dist/zero.c): stage 1 has two send buckets, one of them the embedding's;
+ * stages 2/3 the embedding's own gradient buffer and two block buffers. */
+#define CPU_RS_BLOCKS_STAGE1 1
+#define CPU_RS_BLOCKS_STAGE23 2
+
+/* Rank 0's share of one reduce-scatter of `call` bytes: libnbc's temporary of the call,
+ * or of a piece and the piece's packed send blocks when the call exceeds a piece. */
+static int64_t cpu_rs_temporary(int64_t call) {
+    return call <= CPU_COMM_PIECE_BYTES ? call : 2 * CPU_COMM_PIECE_BYTES;
+}
+
+/* The MPI temporaries alive in backward / the optimizer step on the rank that holds
+ * the most (rank 0 receives every reduce-scatter's reduction first). */
+static int64_t cpu_comm_temporaries(const dt_plan *p, int64_t psi) {
+    const dt_parallel *z = &p->parallel;
+    const dt_model *m = &p->model;
+    const int64_t W = z->world_size;
+    const int64_t gb = dt_precision_grad_bytes(&p->precision);
+    if (W <= 1) return 0;   /* the "self" backend: local copies */
+    if (z->zero_stage == 0) {
+        const int64_t bucket = imin(z->reduce_bucket_elems, psi);
+        const int64_t inflight = z->overlap_comm ? ceil_div(psi, bucket) : 1;
+        return smul(inflight, imin(smul(gb, bucket), CPU_COMM_PIECE_BYTES));
+    }
+    const int64_t E = pad_to(dt_model_embedding_params(m), W);
+    const int64_t U = imax(pad_to(dt_model_block_params(m), W), pad_to(dt_model_head_params(m), W));
+    const int64_t te = cpu_rs_temporary(smul(gb, E)), tu = cpu_rs_temporary(smul(gb, U));
+    if (!z->overlap_comm) return imax(te, tu);   /* one collective at a time */
+    return sadd(te, smul(z->zero_stage == 1 ? CPU_RS_BLOCKS_STAGE1 : CPU_RS_BLOCKS_STAGE23, tu));
+}
+
+int dt_memory_cpu_runtime(const dt_plan *p, int64_t n_params, dt_mem_runtime *out) {
+    memset(out, 0, sizeof *out);
+    if (!cpu_engine_layout(p) || hf_runtime(p)) return 0;
+    const int64_t psi = n_params > 0 ? n_params : dt_model_params(&p->model);
+    out->base = dt_hardware_runtime_bytes(&p->cluster.hw, p->parallel.world_size);
+    out->comm = cpu_comm_temporaries(p, psi);
+    /* the widest transfer: the optimizer state's fp32 pieces, the weights' */
+    const int64_t shard = ceil_div(psi, p->parallel.zero_stage >= 1 ? p->parallel.world_size : 1);
+    out->io = imin(CPU_IO_CHUNK_BYTES, smul(4, imax(shard, 1)));
+    return 1;
+}
+
 /* Device temporaries alive at the peak (the start of backward), bytes per rank. */
 static int64_t buffers_bytes(const dt_plan *p, int64_t psi) {
     const dt_parallel *z = &p->parallel;
@@ -671,6 +729,8 @@ int dt_memory_phases(const dt_plan *p, int64_t n_params, dt_mem_phases *out, dt_
     memset(&host, 0, sizeof host);
     host_terms(p, ceil_div(psi, p->parallel.world_size), &host);
     int first = DT_MEM_PHASE_SUM, last = DT_MEM_PHASE_SUM;
+    dt_mem_runtime rt;
+    const int cpu_rt = dt_memory_cpu_runtime(p, psi, &rt);
     if (!hf_runtime(p)) {
         dtrun_sum(p, psi, &out->at[DT_MEM_PHASE_SUM]);
     } else {
@@ -683,7 +743,8 @@ int dt_memory_phases(const dt_plan *p, int64_t n_params, dt_mem_phases *out, dt_
     out->peak = (dt_mem_phase)first;
     for (int i = first; i <= last; i++) {
         dt_mem_breakdown *m = &out->at[i];
-        m->reserve = p->cluster.hw.reserve_bytes;
+        /* CPU ranks: the runtime term, at its largest phase (collectives or I/O) */
+        m->reserve = cpu_rt ? sadd(rt.base, imax(rt.comm, rt.io)) : p->cluster.hw.reserve_bytes;
         total_of(m);
         m->host_params = host.host_params, m->host_optimizer = host.host_optimizer;
         m->host_buffers = host.host_buffers, m->host_total = host.host_total, m->nvme = host.nvme;

@@ -611,8 +611,37 @@ static double allreduce_busbw(int *nranks) {
     return 2.0 * (n - 1.0) / n * S / best;
 }
 
+/* ---- the runtime footprint (docs/memory-model.md "The CPU runtime term") ----
+ * The resident memory of this process once it has run what a rank runs — the engine's
+ * kernels on every thread (OpenMP, OpenBLAS / oneDNN buffers), MPI initialised and
+ * through a collective — with every buffer it allocated for that freed again: VmRSS of
+ * /proc/self/status (proc(5)), a figure the kernel measured. Without MPI the part MPI_Init
+ * and the collective added (measured around them) is left out. */
+static int64_t vm_rss_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %lld kB", &kib) == 1) break;
+    if (f) fclose(f);
+    return kib >= 0 ? (int64_t)kib * 1024 : -1;
+}
+
+typedef struct {
+    int64_t before_mpi, after_mpi, after_probes;   /* VmRSS, bytes; -1: not read */
+} cal_rss;
+
+/* runtime_bytes (no MPI) and runtime_mpi_bytes (0: not measured) from the readings */
+static void runtime_of(const cal_rss *r, int mpi, int64_t *single, int64_t *with_mpi) {
+    *single = *with_mpi = 0;
+    if (r->after_probes <= 0) return;
+    const int64_t mpi_part = mpi && r->before_mpi > 0 && r->after_mpi > r->before_mpi ? r->after_mpi - r->before_mpi : 0;
+    *single = r->after_probes - mpi_part;
+    if (mpi) *with_mpi = r->after_probes;
+}
+
 static int write_profile(const char *path, const dt_hardware *base, const cal_shape *sh, const cal_rates *k,
-                         double bw, double busbw, int nranks) {
+                         double bw, double busbw, int nranks, const cal_rss *rss) {
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int64_t host = pages > 0 && psz > 0 ? (int64_t)pages * psz : base->host_mem_bytes;
@@ -675,6 +704,10 @@ static int write_profile(const char *path, const dt_hardware *base, const cal_sh
     if (k->attention_flops > 0) cJSON_AddNumberToObject(o, "attention_flops", k->attention_flops);
     if (k->op_s > 0) cJSON_AddNumberToObject(o, "op_overhead_s", k->op_s);
     if (k->elementwise_bw > 0) cJSON_AddNumberToObject(o, "elementwise_bw", k->elementwise_bw);
+    int64_t rt1, rtm;
+    runtime_of(rss, nranks > 1, &rt1, &rtm);
+    if (rt1 > 0) cJSON_AddNumberToObject(o, "runtime_bytes", (double)rt1);
+    if (rtm > 0) cJSON_AddNumberToObject(o, "runtime_mpi_bytes", (double)rtm);
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
     if (!text) return 1;
@@ -718,10 +751,11 @@ static int relaunch_under_mpirun(const char *out, const char *plan) {
 static void print_summary(const char *out, const dt_hardware *h, int nranks) {
     printf("calibrate: wrote %s (fp32 %.1f, bf16 %.1f, fp16 %.1f GFLOP/s; attention %.1f GFLOP/s; op %.2f us; "
            "element-wise %.1f GB/s; AdamW %.0f M params/s; memcpy %.1f GB/s; all-reduce busbw %.2f GB/s on %d "
-           "rank(s))\n",
+           "rank(s); runtime footprint %.1f MiB, %.1f MiB with MPI)\n",
            out, h->achievable_flops[0] / 1e9, h->achievable_flops[1] / 1e9, h->achievable_flops[2] / 1e9,
            h->attention_flops / 1e9, h->op_overhead_s * 1e6, h->elementwise_bw / 1e9, h->cpu_adam_params_per_s / 1e6,
-           h->mem_bw / 1e9, h->intra_busbw / 1e9, nranks);
+           h->mem_bw / 1e9, h->intra_busbw / 1e9, nranks, (double)h->runtime_bytes / (1 << 20),
+           (double)h->runtime_mpi_bytes / (1 << 20));
     /* the in-situ fit, as the profile's source states it (the profile may come from the mpirun child) */
     FILE *f = fopen(out, "r");
     char *text = f ? calloc(1, CAL_SOURCE_MAX) : NULL;
@@ -811,11 +845,13 @@ int dt_cmd_calibrate(const char *prog, int argc, char **argv) {
     }
     int rank = 0, nranks = 1;
     double busbw = 0;
+    cal_rss rss = {vm_rss_bytes(), -1, -1};
     if (under_mpi) {
         MPI_Init(NULL, NULL);
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
         busbw = allreduce_busbw(&nranks);
     }
+    rss.after_mpi = vm_rss_bytes();
     int rc = 0;
     if (rank == 0) {
         /* compute and memory figures, measured while the other ranks sleep */
@@ -825,7 +861,8 @@ int dt_cmd_calibrate(const char *prog, int argc, char **argv) {
             fprintf(stderr, "%s: calibrate: out of memory for the probes (shapes of %s)\n", cal_prog, shape.from);
             rc = 1;
         } else {
-            rc = write_profile(out, &base, &shape, &k, bw, busbw, nranks);
+            rss.after_probes = vm_rss_bytes();   /* every probe buffer freed */
+            rc = write_profile(out, &base, &shape, &k, bw, busbw, nranks, &rss);
         }
         dt_hardware h;
         if (!rc && dt_hardware_load(out, NULL, &h, &e) == DT_OK) print_summary(out, &h, nranks);

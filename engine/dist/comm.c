@@ -14,6 +14,9 @@
 
 #include <mpi.h>
 #include <sched.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -84,10 +87,24 @@ struct dt_comm {
 #endif
 };
 
+/* Reductions at least this large trim the heap when they complete (dt_comm_wait):
+ * glibc's initial mmap threshold (mallopt(3) M_MMAP_THRESHOLD, 128 KiB); smaller
+ * temporaries are ordinary heap chunks, reused, and not worth a trim per call. */
+#define TRIM_MIN_BYTES ((size_t)128 << 10)
+
+/* A reduction the MPI backend issues in pieces (dt_comm.h DT_COMM_PIECE_BYTES): one
+ * piece in flight per request, the next started by dt_comm_wait when it completes. */
+typedef enum { PIECE_NONE = 0, PIECE_ALLREDUCE, PIECE_REDUCE_SCATTER } piece_kind;
+
 struct dt_comm_req {
     MPI_Request mpi;
     const char *what;        /* for messages: "all-reduce", "barrier", ... */
-    void *bounce;            /* owned staging copy (in-place reduce-scatter), freed at wait */
+    void *bounce;            /* owned staging: the packed send blocks of a reduce-scatter piece
+                              * (or the whole send when it is in place), freed at wait */
+    piece_kind kind;         /* PIECE_NONE: one library call, nothing to continue */
+    const char *send;        /* reduce-scatter: world blocks of n elements */
+    char *dst;               /* all-reduce: the buffer; reduce-scatter: the receive block */
+    size_t n, next, piece;   /* elements (per block), the first not yet issued, elements per piece */
     void *avg_buf;           /* non-NULL: divide avg_count elements by world size on completion */
     size_t avg_count;
     dt_dtype t;
@@ -311,6 +328,36 @@ static int mpi_fail(int rc, const char *what, dt_error *err) {
     return dt_errorf(err, DT_ERUNTIME, "MPI %s failed: %s", what, msg);
 }
 
+/* Elements per library call of a reduction over `blocks` blocks (1 for an all-reduce,
+ * the world for a reduce-scatter): at most DT_COMM_PIECE_BYTES in all, at least one. */
+static size_t piece_elems(dt_dtype t, size_t blocks) {
+    size_t per = (size_t)DT_COMM_PIECE_BYTES / ((size_t)dt_dtype_size(t) * blocks);
+    return per > 0 ? per : 1;
+}
+
+/* Issues q's next piece: elements [next, next + piece) of the buffer (all-reduce, in
+ * place) or of every block (reduce-scatter, packed into q->bounce when it is in use). */
+static int start_piece(dt_comm *c, dt_comm_req *q, dt_error *err) {
+    const size_t esz = (size_t)dt_dtype_size(q->t), lo = q->next;
+    const size_t len = q->n - lo < q->piece ? q->n - lo : q->piece;
+    int rc;
+    q->next = lo + len;
+    if (q->kind == PIECE_ALLREDUCE) {
+        rc = MPI_Iallreduce(MPI_IN_PLACE, q->dst + lo * esz, (int)len, mpi_type(q->t), mpi_sum(c, q->t), c->world,
+                            &q->mpi);
+        return rc == MPI_SUCCESS ? DT_OK : mpi_fail(rc, "all-reduce", err);
+    }
+    const void *sb = q->send;
+    if (q->bounce) {
+        for (size_t b = 0; b < (size_t)c->size; b++)
+            memcpy((char *)q->bounce + b * len * esz, q->send + (b * q->n + lo) * esz, len * esz);
+        sb = q->bounce;
+    }
+    rc = MPI_Ireduce_scatter_block(sb, q->dst + lo * esz, (int)len, mpi_type(q->t), mpi_sum(c, q->t), c->world,
+                                   &q->mpi);
+    return rc == MPI_SUCCESS ? DT_OK : mpi_fail(rc, "reduce-scatter", err);
+}
+
 int dt_comm_iallreduce(dt_comm *c, void *buf, size_t n, dt_dtype t, dt_reduce_op op,
                        dt_comm_req **req, dt_error *err) {
 #ifdef DT_HAVE_CUDA
@@ -325,11 +372,15 @@ int dt_comm_iallreduce(dt_comm *c, void *buf, size_t n, dt_dtype t, dt_reduce_op
     count(c, DT_COLL_ALLREDUCE, n, t);
     (*req)->t = t;
     if (c->backend == DT_COMM_MPI && n > 0) {
-        rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(t), mpi_sum(c, t), c->world, &(*req)->mpi);
-        if (rc != MPI_SUCCESS) {
-            free(*req);
+        dt_comm_req *q = *req;
+        q->kind = PIECE_ALLREDUCE;
+        q->dst = buf;
+        q->n = n;
+        q->piece = piece_elems(t, 1);
+        if ((rc = start_piece(c, q, err))) {
+            free(q);
             *req = NULL;
-            return mpi_fail(rc, "all-reduce", err);
+            return rc;
         }
     }
     if (op == DT_RED_AVG) {
@@ -354,27 +405,30 @@ int dt_comm_ireduce_scatter(dt_comm *c, const void *send, void *recv, size_t n, 
     (*req)->t = t;
     size_t esz = (size_t)dt_dtype_size(t);
     if (c->backend == DT_COMM_MPI && n > 0) {
-        /* In place (recv is this rank's block of send): stage the input in a
-         * bounce buffer the request owns, since MPI_IN_PLACE semantics differ. */
-        const void *sb = send;
-        size_t total = n * (size_t)c->size * esz;
-        if ((const char *)send + (size_t)c->rank * n * esz == (const char *)recv) {
-            (*req)->bounce = malloc(total);
-            if (!(*req)->bounce) {
-                free(*req);
+        /* Pieces of every block are packed into a bounce buffer the request owns;
+         * so is the whole input when it is in place (recv is this rank's block of
+         * send), since MPI_IN_PLACE semantics differ. */
+        dt_comm_req *q = *req;
+        q->kind = PIECE_REDUCE_SCATTER;
+        q->send = send;
+        q->dst = recv;
+        q->n = n;
+        q->piece = piece_elems(t, (size_t)c->size);
+        const int in_place = (const char *)send + (size_t)c->rank * n * esz == (const char *)recv;
+        if (q->piece < n || in_place) {
+            const size_t per = q->piece < n ? q->piece : n;
+            q->bounce = malloc(per * (size_t)c->size * esz);
+            if (!q->bounce) {
+                free(q);
                 *req = NULL;
-                return dt_errorf(err, DT_ENOMEM, "out of memory for an in-place reduce-scatter");
+                return dt_errorf(err, DT_ENOMEM, "out of memory for a reduce-scatter's staging");
             }
-            memcpy((*req)->bounce, send, total);
-            sb = (*req)->bounce;
         }
-        rc = MPI_Ireduce_scatter_block(sb, recv, (int)n, mpi_type(t), mpi_sum(c, t), c->world,
-                                       &(*req)->mpi);
-        if (rc != MPI_SUCCESS) {
-            free((*req)->bounce);
-            free(*req);
+        if ((rc = start_piece(c, q, err))) {
+            free(q->bounce);
+            free(q);
             *req = NULL;
-            return mpi_fail(rc, "reduce-scatter", err);
+            return rc;
         }
     } else if (n > 0 && send != recv) {
         memmove(recv, send, n * esz);
@@ -433,6 +487,11 @@ int dt_comm_wait(dt_comm *c, dt_comm_req *req, dt_error *err) {
                 rc = mpi_fail(mrc, req->what, err);
                 break;
             }
+            if (done && req->next < req->n) {   /* the next piece of a reduction */
+                if ((rc = start_piece(c, req, err))) break;
+                done = 0;
+                continue;
+            }
             if (!done && now_s() > deadline) {
                 rc = dt_errorf(err, DT_ERUNTIME,
                                "%s on rank %d did not complete within %.0f s: another rank died or hangs "
@@ -445,7 +504,18 @@ int dt_comm_wait(dt_comm *c, dt_comm_req *req, dt_error *err) {
     }
     if (rc == DT_OK && req->avg_buf && c->size > 1) scale_avg(req->avg_buf, req->avg_count, req->t, c->size);
     free(req->bounce);
+    const size_t blocks = req->kind == PIECE_REDUCE_SCATTER ? (size_t)c->size : 1;
+    const int large = req->kind != PIECE_NONE && req->n * blocks * (size_t)dt_dtype_size(req->t) >= TRIM_MIN_BYTES;
     free(req);
+#ifdef __GLIBC__
+    /* A piece's temporaries below glibc's mmap threshold (the last, shorter piece;
+     * calls under a piece) come from the heap and, freed, stay resident until the heap
+     * is trimmed: give them back now, so the process holds them only while a call is in
+     * flight (malloc_trim(3); docs/memory-model.md "The CPU runtime term"). */
+    if (large) malloc_trim(0);
+#else
+    (void)large;
+#endif
     return rc;
 }
 

@@ -3,7 +3,8 @@
  * all-reduce, reduce-scatter, all-gather, broadcast, barrier, blocking and
  * non-blocking, with byte counters per collective. Backends: "self" (world size 1), MPI (CPU ranks), NCCL (CUDA
  * ranks, engine/cuda/). No home-made collective algorithms: each call maps to
- * one library collective.
+ * one library collective (an MPI reduction above DT_COMM_PIECE_BYTES: the same
+ * collective on consecutive pieces, one after the other).
  *
  * Counts are ELEMENTS of the given dtype. Byte counters follow dt_plan.h's
  * dt_collective convention (the full logical buffer: all-reduce count*elem,
@@ -53,6 +54,16 @@ int dt_comm_local_rank(const dt_comm *c);             /* rank among processes on
 int dt_comm_local_size(const dt_comm *c);
 double dt_comm_timeout(const dt_comm *c);
 void dt_comm_set_timeout(dt_comm *c, double timeout_s);
+
+/* Bytes of one library call of an MPI all-reduce or reduce-scatter: larger ones are
+ * issued in pieces, one after the other. Open MPI's non-blocking collectives (libnbc)
+ * allocate a temporary the size of the whole call — an in-place all-reduce on every
+ * rank, a reduce-scatter (all blocks) on rank 0 — so a 1.35 GiB gradient all-reduce
+ * cost 1.35 GiB more per rank (docs/memory-model.md "Buffers", "CPU runtime"). 32 MiB at
+ * the 2-10 GB/s of a shared-memory reduction takes 3-15 ms, far above the tens of
+ * microseconds a call costs. A reduce-scatter piece is packed into a staging buffer of
+ * the same size (pieces of each block are not contiguous). NCCL is not split. */
+#define DT_COMM_PIECE_BYTES ((size_t)32 << 20)
 
 /* Blocking collectives. In place where the signature has one buffer.
  * reduce_scatter: send holds world*recvcount elements, rank i receives block i.

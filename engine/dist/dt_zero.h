@@ -42,6 +42,15 @@ typedef struct dt_zero dt_zero;
  * chunks; docs/dtrun.md "Failure tests"). */
 size_t dt_io_chunk_bytes(void);
 
+/* What a run of plan p (CPU device) makes rank `rank` hold beyond the engine's tracked
+ * allocations, bytes: *comm, the MPI library's temporaries and the reduce-scatter
+ * staging of the gradient collectives (backward, optimizer step; dt_comm.h
+ * DT_COMM_PIECE_BYTES); *io, the largest checkpoint / weights transfer buffer
+ * (DT_IO_CHUNK_BYTES). The planner counts the same for the rank holding the most,
+ * rank 0 (planner/memory.c dt_memory_cpu_runtime; docs/memory-model.md "The CPU
+ * runtime term"); tests/engine/test_runtime_term.c checks that they agree. */
+void dt_zero_untracked_bytes(const dt_plan *p, int rank, int64_t *comm, int64_t *io);
+
 /* One optimizer-state slice owned by this rank: state elements
  * [state_begin, state_begin + count) hold flat parameters
  * [flat_begin, flat_begin + count). */

@@ -10,6 +10,7 @@
 #include "dt_device.h"
 #include "dt_dtype.h"
 #include "dt_memtrack.h"
+#include "dt_model.h"
 #include "dt_offload.h"
 #include "dt_tracer.h"
 
@@ -510,6 +511,24 @@ static int open_store(dt_zero *z, dt_offload_store *s, dt_offload where, dt_mem_
                              z->state_n, dt, err);
 }
 
+/* Stages 2/3: the full-unit gradient buffers (the embedding's, and one or two for
+ * blocks) and the reduce-scatter receives. */
+static int alloc_unit_grads(dt_zero *z, dt_error *err) {
+    size_t blk = 0;
+    for (int i = 1; i < z->nu; i++) blk = z->u[i].P > blk ? z->u[i].P : blk;
+    for (int i = 0; i < NBUF; i++) {
+        if (z->shared && i == 1) z->gbuf[1] = z->gbuf[0];
+        else if (!(z->gbuf[i] = dmem(z, DT_POOL_DEVICE, DT_MEM_BUFFERS, (i == EMB ? z->u[0].P : blk) * z->gsz)))
+            return dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the gradient buffers");
+        if (z->shared && i > 0) z->rsrecv[i] = z->rsrecv[0];
+        else if (!(z->rsrecv[i] = dmem(z, DT_POOL_DEVICE, DT_MEM_BUFFERS, z->maxS * z->gsz)))
+            return dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the reduce-scatter receive buffers");
+    }
+    return DT_OK;
+}
+
+static int release_flat(dt_zero *z, dt_error *err);
+
 int dt_zero_create(const dt_plan *p, dt_comm *c, dt_lm *g, dt_zero **out, dt_error *err) {
     *out = NULL;
     dt_zero *z = calloc(1, sizeof *z);
@@ -577,8 +596,14 @@ int dt_zero_create(const dt_plan *p, dt_comm *c, dt_lm *g, dt_zero **out, dt_err
     }
     z->state_n = z->stage == 0 ? dt_lm_num_params(g) : sb;
 
+    /* stages 2/3: the unit gradient buffers first; stage 2 then frees the model's flat
+     * gradients before anything else is allocated, so start-up never holds them and
+     * the optimizer state together (docs/dtrun.md "Real memory per phase") */
+    if (z->stage >= 2) rc = alloc_unit_grads(z, err);
+    if (!rc && z->stage == 2 && dt_lm_grads(g)) rc = release_flat(z, err);
+
     /* optimizer state: device, host (cpu) or nvme files with bounded staging */
-    if (z->has_master) rc = open_store(z, &z->st[0], z->oo, DT_MEM_OPTIMIZER, "master", DT_DTYPE_FP32, err);
+    if (!rc && z->has_master) rc = open_store(z, &z->st[0], z->oo, DT_MEM_OPTIMIZER, "master", DT_DTYPE_FP32, err);
     if (!rc) rc = open_store(z, &z->st[1], z->oo, DT_MEM_OPTIMIZER, "exp_avg", z->mdt, err);
     if (!rc) rc = open_store(z, &z->st[2], z->oo, DT_MEM_OPTIMIZER, "exp_avg_sq", z->mdt, err);
     if (!rc && z->oo == DT_OFFLOAD_NVME) {
@@ -610,20 +635,8 @@ int dt_zero_create(const dt_plan *p, dt_comm *c, dt_lm *g, dt_zero **out, dt_err
                 rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the gathered-parameter buffers");
         }
     }
-    if (!rc && z->stage >= 2) {
-        if (!(z->gshard = dmem(z, DT_POOL_DEVICE, DT_MEM_GRADS, z->state_n * z->gsz)))
-            rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the gradient shard");
-        size_t blk = 0;
-        for (int i = 1; i < z->nu; i++) blk = z->u[i].P > blk ? z->u[i].P : blk;
-        for (int i = 0; i < NBUF && !rc; i++) {
-            if (z->shared && i == 1) z->gbuf[1] = z->gbuf[0];
-            else if (!(z->gbuf[i] = dmem(z, DT_POOL_DEVICE, DT_MEM_BUFFERS, (i == EMB ? z->u[0].P : blk) * z->gsz)))
-                rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the gradient buffers");
-            if (z->shared && i > 0) z->rsrecv[i] = z->rsrecv[0];
-            else if (!rc && !(z->rsrecv[i] = dmem(z, DT_POOL_DEVICE, DT_MEM_BUFFERS, z->maxS * z->gsz)))
-                rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the reduce-scatter receive buffers");
-        }
-    }
+    if (!rc && z->stage >= 2 && !(z->gshard = dmem(z, DT_POOL_DEVICE, DT_MEM_GRADS, z->state_n * z->gsz)))
+        rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the gradient shard");
     if (!rc && z->stage == 1)
         for (int i = 0; i < 2 && !rc; i++) {
             if (z->shared && i == 1) z->gbuf[1] = z->gbuf[0];
@@ -714,6 +727,49 @@ int dt_zero_init_from_model(dt_zero *z, dt_error *err) {
         if (rc) return rc;
     }
     return release_flat(z, err);
+}
+
+/* Block reduce-scatters in flight beside the embedding's with overlap_comm: stage 1
+ * has two send buckets (gbuf[0..1]), one the embedding's; stages 2/3 the embedding's
+ * buffer (EMB) and the two block buffers. */
+#define RS_BLOCKS_STAGE1 1
+#define RS_BLOCKS_STAGE23 2
+
+/* What one reduce-scatter of `call` bytes makes rank `rank` hold: libnbc's temporary of
+ * the call (rank 0), or of a piece plus the piece's packed send blocks (every rank)
+ * when the call exceeds a piece (comm.c). */
+static int64_t rs_temporary(int64_t call, int rank) {
+    const int64_t piece = (int64_t)DT_COMM_PIECE_BYTES;
+    if (call <= piece) return rank == 0 ? call : 0;
+    return rank == 0 ? 2 * piece : piece;
+}
+
+static int64_t pad_units(int64_t n, int64_t w) { return (n + w - 1) / w * w; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+void dt_zero_untracked_bytes(const dt_plan *p, int rank, int64_t *comm, int64_t *io) {
+    const dt_parallel *q = &p->parallel;
+    const dt_model *m = &p->model;
+    const int64_t W = q->world_size, psi = dt_model_params(m);
+    const int64_t gsz = dt_dtype_size(p->precision.grad), piece = (int64_t)DT_COMM_PIECE_BYTES;
+    const int64_t shard = (psi + (q->zero_stage >= 1 ? W : 1) - 1) / (q->zero_stage >= 1 ? W : 1);
+    *io = min64((int64_t)DT_IO_CHUNK_BYTES, 4 * (shard > 0 ? shard : 1));   /* fp32 state pieces */
+    *comm = 0;
+    if (W <= 1) return;   /* the "self" backend copies */
+    if (q->zero_stage == 0) {   /* in-place all-reduces of reduce_bucket_elems, one piece each in flight */
+        const int64_t bucket = min64(q->reduce_bucket_elems, psi);
+        const int64_t inflight = q->overlap_comm ? (psi + bucket - 1) / bucket : 1;
+        *comm = inflight * min64(gsz * bucket, piece);
+        return;
+    }
+    /* reduce-scatters of the largest padded unit: libnbc's temporary on rank 0, the
+     * packed send blocks of a piece on every rank when the call exceeds a piece */
+    int64_t U = pad_units(dt_model_block_params(m), W);
+    if (pad_units(dt_model_head_params(m), W) > U) U = pad_units(dt_model_head_params(m), W);
+    const int64_t E = pad_units(dt_model_embedding_params(m), W);
+    const int64_t te = rs_temporary(gsz * E, rank), tu = rs_temporary(gsz * U, rank);
+    if (!q->overlap_comm) *comm = te > tu ? te : tu;   /* one collective at a time */
+    else *comm = te + (q->zero_stage == 1 ? RS_BLOCKS_STAGE1 : RS_BLOCKS_STAGE23) * tu;
 }
 
 /* DT_TEST_IO_CHUNK_BYTES below this is refused (the default stays): the widest

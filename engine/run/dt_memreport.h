@@ -22,8 +22,16 @@
  * alone and *device gets the device total. -1 when the plan has no prediction. */
 void dt_memreport_predicted(const dt_plan *plan, int64_t *rss, int64_t *device);
 
-/* Adds "real_memory" to a rank's run report (format in docs/dtrun.md). */
-void dt_memreport_json(cJSON *report, const dt_plan *plan, const dt_memprobe_report *pr);
+/* The prediction per phase for rank `rank` (bytes, indexed by dt_phase): on the CPU
+ * device the plan's terms plus the runtime term as it is in that phase — the measured
+ * runtime footprint, + the MPI collective temporaries in backward and the optimizer
+ * step, + one checkpoint I/O chunk in save, load and (resumed_or_init: a
+ * checkpoint or weights file is read) start-up; returns 1. Elsewhere every phase gets
+ * dt_memreport_predicted's rss figure and it returns 0. -1s without a prediction. */
+int dt_memreport_phase_predicted(const dt_plan *plan, int rank, int resumed_or_init, int64_t out[DT_PHASE_COUNT]);
+
+/* Adds "real_memory" to rank `rank`'s run report (format in docs/dtrun.md). */
+void dt_memreport_json(cJSON *report, const dt_plan *plan, int rank, const dt_memprobe_report *pr);
 
 /* Prints the real-memory table of each rank, read back from the rank reports in
  * out_dir (run-report.json, run-report-rank<r>.json), to log. */

@@ -5,8 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dt_hardware.h"
 #include "dt_json.h"
 #include "dt_memtrack.h"
+#include "dt_zero.h"
 
 #define DT_MIB (1024.0 * 1024.0)
 #define DT_RSS_SOURCE "kernel: VmHWM of /proc/self/status, reset per phase by writing 5 to /proc/self/clear_refs"
@@ -31,14 +33,37 @@ void dt_memreport_predicted(const dt_plan *plan, int64_t *rss, int64_t *device) 
     }
 }
 
+int dt_memreport_phase_predicted(const dt_plan *plan, int rank, int resumed_or_init, int64_t out[DT_PHASE_COUNT]) {
+    int64_t rss, dev;
+    dt_memreport_predicted(plan, &rss, &dev);
+    for (int p = 0; p < DT_PHASE_COUNT; p++) out[p] = rss;
+    if (rss < 0 || plan->cluster.device != DT_DEVICE_CPU || plan->runtime.kind != DT_RUNTIME_DTRUN) return 0;
+    /* the plan's reserve on the CPU is the runtime term at its largest phase: take it
+     * out and put back what each phase holds (docs/memory-model.md "The CPU runtime term") */
+    int64_t comm, io;
+    dt_zero_untracked_bytes(plan, rank, &comm, &io);
+    const int64_t base = rss - plan->prediction.memory.reserve +
+                         dt_hardware_runtime_bytes(&plan->cluster.hw, plan->parallel.world_size);
+    for (int p = 0; p < DT_PHASE_COUNT; p++) out[p] = base;
+    out[DT_PHASE_BACKWARD] += comm;
+    out[DT_PHASE_OPTIMIZER] += comm;
+    out[DT_PHASE_CKPT_SAVE] += io;
+    out[DT_PHASE_CKPT_LOAD] += io;   /* the export streams from the engine's own buffers on the CPU */
+    if (resumed_or_init) out[DT_PHASE_STARTUP] += io;
+    return 1;
+}
+
 static void num_or_null(cJSON *o, const char *k, int ok, double v) {
     if (ok && isfinite(v)) cJSON_AddNumberToObject(o, k, v);
     else cJSON_AddNullToObject(o, k);
 }
 
-void dt_memreport_json(cJSON *report, const dt_plan *plan, const dt_memprobe_report *pr) {
-    int64_t prss, pdev;
+void dt_memreport_json(cJSON *report, const dt_plan *plan, int rank, const dt_memprobe_report *pr) {
+    int64_t prss, pdev, pph[DT_PHASE_COUNT];
     dt_memreport_predicted(plan, &prss, &pdev);
+    /* start-up streams weights through the I/O chunk when it loads a checkpoint or a file */
+    const int loads = pr->ph[DT_PHASE_CKPT_LOAD].runs > 0 || plan->output.init[0];
+    const int per_phase = dt_memreport_phase_predicted(plan, rank, loads, pph);
     cJSON *rm = cJSON_AddObjectToObject(report, "real_memory");
     cJSON_AddStringToObject(rm, "probe", dt_probe_mode_name(pr->mode));
     cJSON_AddStringToObject(rm, "rss_source", pr->mode == DT_PROBE_RESET    ? DT_RSS_SOURCE
@@ -52,8 +77,18 @@ void dt_memreport_json(cJSON *report, const dt_plan *plan, const dt_memprobe_rep
     num_or_null(pj, "rss_total", prss >= 0, (double)prss);
     num_or_null(pj, "reserve", prss >= 0, (double)plan->prediction.memory.reserve);
     num_or_null(pj, "device_total", pdev >= 0, (double)pdev);
-    /* the planner predicts the steady state only; transient phases come later */
-    cJSON_AddBoolToObject(pj, "per_phase", 0);
+    /* CPU plans: per phase (the runtime term by phase); else the plan's total for all */
+    cJSON_AddBoolToObject(pj, "per_phase", per_phase);
+    if (per_phase) {
+        int64_t comm, io;
+        dt_zero_untracked_bytes(plan, rank, &comm, &io);
+        cJSON *rj = cJSON_AddObjectToObject(pj, "runtime");
+        cJSON_AddNumberToObject(rj, "base", (double)dt_hardware_runtime_bytes(&plan->cluster.hw,
+                                                                                plan->parallel.world_size));
+        cJSON_AddBoolToObject(rj, "base_measured", plan->cluster.hw.runtime_bytes > 0 || plan->cluster.hw.runtime_mpi_bytes > 0);
+        cJSON_AddNumberToObject(rj, "comm", (double)comm);
+        cJSON_AddNumberToObject(rj, "io", (double)io);
+    }
     cJSON *ph = cJSON_AddObjectToObject(rm, "phases");
     for (int p = 0; p < DT_PHASE_COUNT; p++) {
         const dt_phase_stat *s = &pr->ph[p];
@@ -67,9 +102,10 @@ void dt_memreport_json(cJSON *report, const dt_plan *plan, const dt_memprobe_rep
             num_or_null(tj, dt_mem_category_name((dt_mem_category)c), ran, (double)s->tracked[c]);
         num_or_null(tj, "total", ran, (double)s->tracked_total);
         num_or_null(o, "runtime", real, (double)(s->rss_peak - s->tracked_total));
-        num_or_null(o, "predicted_total", ran && prss >= 0, (double)prss);
-        num_or_null(o, "real_minus_predicted", real && prss >= 0, (double)(s->rss_peak - prss));
-        num_or_null(o, "diff_pct", real && prss > 0, 100.0 * (double)(s->rss_peak - prss) / (double)prss);
+        const int64_t pr_p = pph[p];
+        num_or_null(o, "predicted_total", ran && pr_p >= 0, (double)pr_p);
+        num_or_null(o, "real_minus_predicted", real && pr_p >= 0, (double)(s->rss_peak - pr_p));
+        num_or_null(o, "diff_pct", real && pr_p > 0, 100.0 * (double)(s->rss_peak - pr_p) / (double)pr_p);
         if (!pr->device) continue;
         cJSON *dj = cJSON_AddObjectToObject(o, "device");
         const int dev = ran && s->dev_used_peak >= 0;
@@ -125,7 +161,7 @@ static void print_rank(FILE *log, int rank, const cJSON *rm) {
     row(log, cJSON_IsString(mode) && !strcmp(mode->valuestring, "sample") ? "real peak RSS (kernel, sampled)"
                                                                           : "real peak RSS (kernel)",
         phases, "real_peak_rss", NULL);
-    row(log, "predicted total (plan, steady state)", phases, "predicted_total", NULL);
+    row(log, "predicted (plan, this phase)", phases, "predicted_total", NULL);
     row(log, "real - predicted", phases, "real_minus_predicted", NULL);
     fprintf(log, "  %-44s", "real vs predicted");
     for (int p = 0; p < DT_PHASE_COUNT; p++) {
@@ -184,10 +220,22 @@ static void print_header(FILE *log, const cJSON *rm) {
         fprintf(log, "; device used from the %s", DT_DEV_SOURCE);
     fprintf(log, ".\n  tracked = what the engine counted of its own allocations at its peak in the phase; "
                  DT_RUNTIME_LABEL " = real - tracked.\n");
-    if (cJSON_IsNumber(res))
-        fprintf(log, "  predicted = the plan's steady-state total for the rank (incl. its reserve of "
-                     "%.2f MiB); the planner does not predict phases yet.\n",
+    const cJSON *pp = pj ? cJSON_GetObjectItemCaseSensitive(pj, "per_phase") : NULL;
+    const cJSON *rt = pj ? cJSON_GetObjectItemCaseSensitive(pj, "runtime") : NULL;
+    if (cJSON_IsTrue(pp) && rt) {
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(rt, "base"), *c = cJSON_GetObjectItemCaseSensitive(rt, "comm");
+        const cJSON *io = cJSON_GetObjectItemCaseSensitive(rt, "io");
+        fprintf(log, "  predicted = the plan's terms + the runtime term of the phase (rank 0's figures): runtime "
+                     "%.2f MiB (%s), + MPI collective temporaries %.2f MiB in backward / optimizer, + I/O chunk "
+                     "%.2f MiB in checkpoint save / load.\n",
+                cJSON_IsNumber(b) ? b->valuedouble / DT_MIB : NAN,
+                cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(rt, "base_measured")) ? "measured by calibrate"
+                                                                                    : "the profile's reserve",
+                cJSON_IsNumber(c) ? c->valuedouble / DT_MIB : NAN, cJSON_IsNumber(io) ? io->valuedouble / DT_MIB : NAN);
+    } else if (cJSON_IsNumber(res)) {
+        fprintf(log, "  predicted = the plan's total for the rank (incl. its reserve of %.2f MiB), every phase.\n",
                 res->valuedouble / DT_MIB);
+    }
     if (cJSON_IsString(note) && note->valuestring[0]) fprintf(log, "  note: %s\n", note->valuestring);
 }
 

@@ -190,7 +190,7 @@ int dt_run_report_write(const char *path, const dt_plan *plan, const char *plan_
         cJSON_AddStringToObject(gj, "text", dt_gemm_cpu_describe(gemm_desc, sizeof gemm_desc));
     }
 
-    dt_memreport_json(r, plan, &m->probe);   /* real memory per phase: kernel and driver */
+    dt_memreport_json(r, plan, m->rank, &m->probe);   /* real memory per phase: kernel and driver */
     char *txt = dt_json_print(r);
     cJSON_Delete(r);
     if (!txt) return dt_errorf(err, DT_ENOMEM, "run report: out of memory");

@@ -170,7 +170,14 @@ static void test_totals_and_buffers(void) {
     p.cluster.hw.reserve_bytes = 12345;
     const int64_t P = dt_model_params(&p.model);
     dt_mem_breakdown m = est(&p, 0, 0, DT_OFFLOAD_NONE, DT_OFFLOAD_NONE);
-    CHECK_EQ_I64(m.reserve, 12345);
+    /* a CPU plan's reserve is the runtime term (docs/memory-model.md "The CPU runtime
+     * term"): the profile's reserve (no measured runtime) + the larger of the MPI
+     * temporaries (an all-reduce of the whole fp32-or-bf16 gradient, under a piece) and
+     * the I/O chunk (the fp32 state, under a chunk) */
+    {
+        const int64_t g = dt_precision_grad_bytes(&p.precision), io = 4 * P, comm = g * P;
+        CHECK_EQ_I64(m.reserve, 12345 + (comm > io ? comm : io));
+    }
     CHECK_EQ_I64(m.total, m.params + m.grads + m.optimizer + m.activations + m.buffers + m.reserve);
     /* buckets are bounded by the model: 5e8-element buckets shrink to Ψ */
     const int64_t B = p.batch.micro_batch, T = p.batch.seq_len, V = p.model.vocab, C = p.model.hidden;
