@@ -631,6 +631,30 @@ static double ds_block_fetch_exposed_s(const dt_plan *p, const dt_net *net, int 
 #define DT_UNSCALE_BYTES 8.0
 #define DT_NORM_BYTES 4.0
 
+/* The CPU engine's per-step streams over the parameter-sized buffers, beside AdamW (engine/dist/
+ * zero.c dt_zero_begin_step, dt_zero_reduce_scalars, dt_zero_optimizer_step; docs/time-model.md
+ * "At GPT-2 124M-774M", item 3): zeroing the gradients (the whole flat gradient at
+ * stages 0-1, dt_lm_zero_grad; the shard at 2-3), the squared gradient norm (a read of the
+ * whole gradient at stage 0, of the shard at 1-3) and, at stages 1-2, the shard staged out of
+ * the flat parameters (zero the staging shard, copy in: read + write) and every unit's
+ * all-gathered parameters copied back into the flat copy (read + write of every parameter).
+ * Bytes per rank per step; the time model streams them at the node's memory bandwidth mem_bw
+ * (dtplan calibrate: memcpy) shared by its ranks. Negligible at tiny-cpu's 120k parameters
+ * (< 0.3 % of its step), 10-20 % of the step at GPT-2 124M-355M (docs/benchmarks.md). */
+#define DT_CPU_ZERO_PASSES 1.0     /* memset: one write */
+#define DT_CPU_NORM_PASSES 1.0     /* sum of squares: one read */
+#define DT_CPU_STAGE_IN_PASSES 3.0 /* zero the staging shard (write), copy the shard in (read + write) */
+#define DT_CPU_COPY_BACK_PASSES 2.0/* gathered unit -> flat parameters: read + write */
+static double cpu_step_stream_bytes(const dt_plan *p, const dt_units_layout *u, double shard) {
+    const int stage = p->parallel.zero_stage;
+    const double gb = (double)wire_grad_bytes(p), pb = (double)dt_dtype_size(p->precision.param);
+    const double total = (double)u->total;
+    double bytes = DT_CPU_ZERO_PASSES * (stage <= 1 ? total : shard) * gb;
+    bytes += DT_CPU_NORM_PASSES * (stage == 0 ? total : shard) * gb;
+    if (stage == 1 || stage == 2) bytes += (DT_CPU_STAGE_IN_PASSES * shard + DT_CPU_COPY_BACK_PASSES * total) * pb;
+    return bytes;
+}
+
 int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
     if (check_plan(p, err)) return err->code;
     memset(t, 0, sizeof *t);
@@ -784,6 +808,8 @@ int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
         if (op == DT_OFFLOAD_NVME)
             off += (2.0 * A + 1.0) * node_shard * pb / hw->nvme_bw; /* reads + one write */
     }
+    if (hw->device == DT_DEVICE_CPU && p->runtime.kind == DT_RUNTIME_DTRUN)
+        opt += cpu_step_stream_bytes(p, &u, shard) / (hw->mem_bw * share);
     t->offload_s = off;
     t->optimizer_s = opt;
     t->base_s = t->compute_s + t->recompute_base_s + fixed + off + opt;

@@ -126,9 +126,23 @@ static const char *cal_prog = "dtrun";
  * profile's 2.8 GHz (docs/hardware.md); an estimate, used only for MFU. */
 #define CAL_PEAK_PER_CORE (2.8e9 * 2 * 16 * 2)
 
+/* The probes' clock: the calling thread's CPU time, not the wall clock. Each probe runs
+ * single-threaded on its core, so on a quiet machine the two agree; on a shared one the
+ * wall clock also counts the slices the scheduler gave other processes, and the profile
+ * came out up to 3x slow depending on the minute (docs/time-model.md "At GPT-2
+ * 124M-774M"). DT_CALIBRATE_CLOCK=wall restores the wall clock (a profile of the machine
+ * as loaded now). The all-reduce keeps MPI_Wtime (its ranks wait on each other). */
+#define CAL_CLOCK CLOCK_THREAD_CPUTIME_ID
+#define CAL_CLOCK_ENV "DT_CALIBRATE_CLOCK"
+static clockid_t cal_clk = CAL_CLOCK;
+/* called outside any parallel region (copy_bw, measure) before their timings */
+static void cal_clock_init(void) {
+    const char *c = getenv(CAL_CLOCK_ENV);
+    cal_clk = c && strcmp(c, "wall") == 0 ? CLOCK_MONOTONIC : CAL_CLOCK;
+}
 static double now_s(void) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(cal_clk, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
@@ -450,6 +464,7 @@ static int measure(const cal_shape *s, cal_rates *out) {
     int reps = CAL_MIN_REPS, bad = 0, no_engine = 0;   /* shared: every thread sees one verdict */
     if (!t) return 1;
     memset(out, 0, sizeof *out);
+    cal_clock_init();
 #pragma omp parallel num_threads(cores) shared(bad, reps)
     {
         const int me = omp_get_thread_num();
@@ -573,6 +588,7 @@ static void quiet_wait(void) {
 }
 
 static double copy_bw(void) {
+    cal_clock_init();
     char *s = malloc(CAL_COPY_BYTES), *d = malloc(CAL_COPY_BYTES);
     if (!s || !d) return 0;
     memset(s, 1, CAL_COPY_BYTES);
@@ -665,12 +681,13 @@ static int write_profile(const char *path, const dt_hardware *base, const cal_sh
     char src[1200];
     snprintf(src, sizeof src,
              "dtplan calibrate: the engine's kernels at %s (B=%lld T=%lld C=%lld H=%lld F=%lld V=%lld), one "
-             "thread per core on all %d cores at once, median of %d interleaved repeats per core: linears + "
+             "thread per core on all %d cores at once, median of %d interleaved repeats per core (%s time): linears + "
              "classifier (16-bit: weights converted first), flash attention fwd+bwd, layernorm/residual/gelu "
              "fwd+bwd, a %d-element residual add, AdamW on %lld params; memcpy %zu MiB; MPI_Allreduce 64 MiB "
              "on %d rank(s); %s; the rest from the cpu profile",
              sh->from, (long long)sh->B, (long long)sh->T, (long long)sh->C, (long long)sh->H, (long long)sh->F,
-             (long long)sh->V, k->cores, k->reps, CAL_OP_ELEMS, (long long)sh->adam_params, CAL_COPY_BYTES >> 20,
+             (long long)sh->V, k->cores, k->reps, cal_clk == CLOCK_MONOTONIC ? "wall-clock" : "thread CPU",
+             CAL_OP_ELEMS, (long long)sh->adam_params, CAL_COPY_BYTES >> 20,
              nranks, fit);
     cJSON_AddStringToObject(o, "format", "dtplan.hardware/1");
     cJSON_AddStringToObject(o, "name", "local");

@@ -149,6 +149,10 @@ if "$DTPLAN" calibrate --no-mpi -o "$T/cal.json" --plan "$SRC/configs/plans/tiny
     else
         fail "calibrate --plan: no in-situ fit on $NC cores in the source: $(grep -o '"source".*' "$T/cal.json")"
     fi
+    # the probes are timed on each thread's CPU time (load-robust; docs/time-model.md "At GPT-2 124M-774M")
+    grep -q 'interleaved repeats per core (thread CPU time)' "$T/cal.json" &&
+        ok "calibrate timed the probes on thread CPU time" ||
+        fail "calibrate: the source does not name the thread CPU clock: $(grep -o '"source".*' "$T/cal.json")"
     # the profile is usable: simulate the plan on it (through a solve on the profile)
     "$DTPLAN" solve --mem 2G --model gpt2-tiny --gpus 2 --seq 64 --hardware "$T/cal.json" -o "$T/calplan.json" \
         >"$T/out" 2>&1 && "$DTPLAN" simulate "$T/calplan.json" >"$T/out" 2>&1 &&

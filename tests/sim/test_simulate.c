@@ -179,6 +179,35 @@ int main(void) {
     CHECK(fabs(ar - expect) <= 1e-9 * expect);
     CHECK(fabs(rs - ar / 2) <= 1e-12);
     CHECK(dt_sim_workspace_bytes(&p) > 0);
+    /* a CPU device (runtime dtrun) streams the parameter-sized buffers each step beside AdamW
+     * (docs/time-model.md "At GPT-2 124M-774M"): gradient zeroing and the norm's read (stage 0:
+     * both over all psi parameters), at stage 1 also the staging shard (zero, copy in) and the
+     * copy-back of every gathered parameter; at mem_bw shared by the node's 2 ranks */
+    {
+        dt_plan c;
+        dt_error ce;
+        dt_time_breakdown t0, t1;
+        dt_error_clear(&ce);
+        base_plan(&c, "gpt2", "cpu", 1, 2);
+        c.batch.seq_len = 128;
+        const double psi = (double)dt_model_params(&c.model), bw = c.cluster.hw.mem_bw / 2.0;
+        const double adam = c.cluster.hw.cpu_adam_params_per_s;
+        const double gb = dt_dtype_size(c.precision.grad), pb = dt_dtype_size(c.precision.param);
+        CHECK(dt_time_estimate(&c, &t0, &ce) == DT_OK);
+        double want0 = 2.0 * psi / adam + (psi * gb + psi * gb) / bw;
+        CHECK(fabs(t0.optimizer_s - want0) <= 1e-9 * want0);
+        c.parallel.zero_stage = 1;
+        CHECK(dt_time_estimate(&c, &t1, &ce) == DT_OK);
+        double sh = psi / 2.0, want1 = 2.0 * sh / adam + (psi * gb + sh * gb + (3.0 * sh + 2.0 * psi) * pb) / bw;
+        CHECK(fabs(t1.optimizer_s - want1) <= 1e-4 * want1);   /* shards padded to a multiple of W */
+        printf("cpu step streams: gpt2 2 ranks z0 optimizer %.1f ms, z1 %.1f ms\n", 1e3 * want0, 1e3 * want1);
+        /* a GPU device does not take the term: its AdamW bytes only */
+        base_plan(&c, "gpt2", "H100-SXM-80GB", 1, 8);
+        CHECK(dt_time_estimate(&c, &t0, &ce) == DT_OK);
+        want0 = psi * (2.0 * dt_dtype_size(c.precision.grad) + 2.0 * dt_precision_optimizer_bytes(&c.precision) +
+                       dt_dtype_size(c.precision.param) * (c.precision.has_master ? 1.0 : 2.0)) / c.cluster.hw.mem_bw;
+        CHECK(fabs(t0.optimizer_s - want0) <= 1e-9 * want0);
+    }
     /* bad input: ckpt_layers out of range */
     dt_error e;
     dt_error_clear(&e);
