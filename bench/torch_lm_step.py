@@ -9,9 +9,15 @@ tokens; per step zero_grad, forward with the labels (the loss inside the model) 
 backward.
 --precision bf16 runs the forward under torch.autocast("cpu", dtype=torch.bfloat16)
 (parameters stay fp32: PyTorch's mixed precision). Step 0 warms up and is not
-counted. Prints the same lines bench/vs_pytorch.sh reads from bench_gpt2:
+counted. --optimizer makes each step a full training step, as bench_gpt2 --optimizer: after the
+backward, the global gradient norm clipped to 1.0 (torch.nn.utils.clip_grad_norm_) and
+torch.optim.AdamW (its default implementation: foreach; lr 6e-4, betas 0.9 / 0.95, eps
+1e-8, weight decay 0.1 on 2-D tensors only, as dtrun and bench_gpt2 apply it), timed as
+"train step"; the forward + backward inside it still as "fwd+bwd". Prints the same
+lines bench/vs_pytorch.sh reads from bench_gpt2:
 
     fwd+bwd: mean 1354.2 ms (best 1340.0 ms) over 3 steps, loss 10.9440
+    train step: mean 1600.0 ms (best 1580.0 ms) over 3 steps, AdamW 245.8 ms of it
 
 and the process's CPU time per timed step divided by the thread count
 ("cpu per thread: ... ms per step"), vs_pytorch.sh --clock cpu's figure.
@@ -27,6 +33,8 @@ import json
 from transformers import AutoConfig, AutoModelForCausalLM
 
 DROPOUT_KEYS = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "attention_dropout")
+# --optimizer: the settings bench_gpt2.c's OPT_* use (nanoGPT's GPT-2 training values)
+OPT_LR, OPT_BETAS, OPT_EPS, OPT_WEIGHT_DECAY, OPT_CLIP = 6e-4, (0.9, 0.95), 1e-8, 0.1, 1.0
 
 
 def load_config(path):
@@ -48,6 +56,8 @@ def main():
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--optimizer", action="store_true",
+                   help="full training step: clip + AdamW after the backward")
     a = p.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -63,7 +73,14 @@ def main():
     x = torch.randint(0, cfg.vocab_size, (a.batch, a.seq), generator=g)
     y = torch.randint(0, cfg.vocab_size, (a.batch, a.seq), generator=g)
 
-    times, loss, cpu0 = [], float("nan"), 0.0
+    opt = None
+    if a.optimizer:
+        params = [q for q in model.parameters() if q.requires_grad]
+        groups = [{"params": [q for q in params if q.dim() >= 2], "weight_decay": OPT_WEIGHT_DECAY},
+                  {"params": [q for q in params if q.dim() < 2], "weight_decay": 0.0}]
+        opt = torch.optim.AdamW(groups, lr=OPT_LR, betas=OPT_BETAS, eps=OPT_EPS)
+
+    times, step_times, loss, cpu0 = [], [], float("nan"), 0.0
     for it in range(a.steps + 1):   # step 0 warms up
         if it == 1:
             cpu0 = time.process_time()
@@ -72,10 +89,15 @@ def main():
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
             out = model(input_ids=x, labels=y)
         out.loss.backward()
-        t = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        if opt is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), OPT_CLIP)
+            opt.step()
+        t2 = time.perf_counter()
         loss = out.loss.item()
         if it > 0:
-            times.append(t)
+            times.append(t1 - t0)
+            step_times.append(t2 - t0)
     cpu = (time.process_time() - cpu0) / a.steps / a.threads
     mean = sum(times) / len(times)
     print(f"torch {torch.__version__}, {type(model).__name__}, "
@@ -84,6 +106,10 @@ def main():
           f"{model.config._attn_implementation}, {a.precision}")
     print(f"fwd+bwd: mean {mean * 1e3:.1f} ms (best {min(times) * 1e3:.1f} ms) over {a.steps} "
           f"steps, loss {loss:.4f}")
+    if opt is not None:
+        smean = sum(step_times) / len(step_times)
+        print(f"train step: mean {smean * 1e3:.1f} ms (best {min(step_times) * 1e3:.1f} ms) over "
+              f"{a.steps} steps, AdamW {(smean - mean) * 1e3:.1f} ms of it")
     print(f"cpu per thread: {cpu * 1e3:.1f} ms per step")
 
 

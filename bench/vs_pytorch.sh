@@ -18,16 +18,24 @@
 # divided by the thread count. It leaves out the time a process was preempted; it
 # still counts the OpenMP threads' spin-waiting (libgomp on both sides).
 #
+# --optimizer: each step a full training step (bench_gpt2 --optimizer: clip + AdamW,
+# dt_optim.h; torch_lm_step.py --optimizer: clip_grad_norm_ + torch.optim.AdamW with the
+# same settings); both rows are printed, "fwd+bwd" (inside the training step) and
+# "train step". With --clock cpu the one figure is the training step's.
+#
 # Dev time only: needs a Python with torch and transformers (--python, default
 # /tmp/hfvenv/bin/python). Results: docs/benchmarks.md "Against PyTorch".
 #
 # Usage: bench/vs_pytorch.sh [--build DIR] [--python PY] [--model NAME] [--batch B] [--seq T]
 #                            [--steps N] [--rounds R] [--threads N] [--clock wall|cpu]
+#                            [--optimizer]
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 BUILD=build PY=/tmp/hfvenv/bin/python MODEL=gpt2 B=4 T=64 STEPS=3 ROUNDS=3 THREADS=2 CLOCK=wall
+OPT=()
 while [ $# -gt 0 ]; do
   case "$1" in
+    --optimizer) OPT=(--optimizer); shift; continue ;;
     --build) BUILD=$2 ;; --python) PY=$2 ;; --model) MODEL=$2 ;; --batch) B=$2 ;; --seq) T=$2 ;;
     --steps) STEPS=$2 ;; --rounds) ROUNDS=$2 ;; --threads) THREADS=$2 ;; --clock) CLOCK=$2 ;;
     *) echo "vs_pytorch.sh: unknown option $1" >&2; exit 2 ;;
@@ -41,8 +49,12 @@ CONFIG="$HERE/../models/catalog/$MODEL.json"
 "$PY" -c 'import torch, transformers' 2>/dev/null ||
   { echo "vs_pytorch.sh: $PY lacks torch / transformers (pip install torch transformers)" >&2; exit 2; }
 
-# "fwd+bwd: mean M ms (best B ms) ..." -> "M B"
-mean_best() { sed -n 's/^fwd+bwd: mean \([0-9.]*\) ms (best \([0-9.]*\) ms).*/\1 \2/p'; }
+# "fwd+bwd: mean M ms (best B ms) ..." and, with --optimizer, "train step: mean M ms
+# (best B ms) ..." -> "M B [SM SB]" (one line)
+mean_best() {
+  sed -n -e 's/^fwd+bwd: mean \([0-9.]*\) ms (best \([0-9.]*\) ms).*/\1 \2/p' \
+         -e 's/^train step: mean \([0-9.]*\) ms (best \([0-9.]*\) ms).*/\1 \2/p' | paste -sd' '
+}
 # ours, CPU ms per step and thread: (CPU of 1 + STEPS steps - CPU of 1 step) / STEPS / THREADS
 ours_cpu() {   # env... -- bench_gpt2 args (without --steps)
   local c1 c2
@@ -55,13 +67,21 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
 
 echo "cpu: $(lscpu | sed -n 's/^Model name: *//p') ($(nproc) cpus)"
 echo "load before: $(uptime | sed 's/.*load average/load average/')"
-echo "$MODEL, B=$B T=$T, fwd+bwd, $THREADS threads each, median of $ROUNDS interleaved runs of $STEPS steps"
+WHAT=$([ ${#OPT[@]} -gt 0 ] && echo "fwd+bwd and train step (clip + AdamW)" || echo fwd+bwd)
+echo "$MODEL, B=$B T=$T, $WHAT, $THREADS threads each, median of $ROUNDS interleaved runs of $STEPS steps"
 if [ "$CLOCK" = cpu ]; then
   echo "CPU time per step and thread (ms), median of $ROUNDS interleaved rounds"
-  printf '%-9s %-18s %9s %9s %-12s\n' precision "coretype(core)" "ours cpu" "torch cpu" "ratio"
+  printf '%-9s %-10s %-18s %9s %9s %-12s\n' precision row "coretype(core)" "ours cpu" "torch cpu" "ratio"
 else
-  printf '%-9s %-18s %9s %9s %-12s %9s %9s %-12s\n' precision "coretype(core)" "ours med" "torch med" "ratio" "ours best" "torch best" "ratio"
+  printf '%-9s %-10s %-18s %9s %9s %-12s %9s %9s %-12s\n' precision row "coretype(core)" "ours med" "torch med" "ratio" "ours best" "torch best" "ratio"
 fi
+# one row: precision, label, core, then the per-run means and bests of each side
+row() {   # prec label core "ours means" "torch means" "ours bests" "torch bests"
+  local om pm obb pbb
+  om=$(printf '%s\n' $4 | median) pm=$(printf '%s\n' $5 | median)
+  obb=$(printf '%s\n' $6 | sort -g | head -1) pbb=$(printf '%s\n' $7 | sort -g | head -1)
+  printf '%-9s %-10s %-18s %9.1f %9.1f %-12s %9.1f %9.1f %-12s\n' "$1" "$2" "$3" "$om" "$pm" "$(ratio "$om" "$pm")" "$obb" "$pbb" "$(ratio "$obb" "$pbb")"
+}
 for ct in asis Haswell; do
   if [ "$ct" = asis ]; then envs=(); ctname=${OPENBLAS_CORETYPE:-unset}; else envs=(OPENBLAS_CORETYPE=Haswell); ctname=Haswell; fi
   gemm=$(env "${envs[@]}" "$BUILD/bench/bench_gemm" --describe | sed 's/^gemm: //')
@@ -71,24 +91,25 @@ for ct in asis Haswell; do
     o=() p=() ob=() pb=()
     if [ "$CLOCK" = cpu ]; then
       for r in $(seq "$ROUNDS"); do
-        o+=("$(ours_cpu env "${envs[@]}" OMP_NUM_THREADS=$THREADS "$OURS" --model "$MODEL" --precision "$ours_prec" --batch "$B" --seq "$T")")
-        p+=("$(env "${envs[@]}" OMP_NUM_THREADS=$THREADS "$PY" "$HERE/torch_lm_step.py" --config "$CONFIG" --precision $prec --batch "$B" --seq "$T" --steps "$STEPS" --threads "$THREADS" 2>/dev/null | sed -n 's/^cpu per thread: \([0-9.]*\) ms.*/\1/p')")
+        o+=("$(ours_cpu env "${envs[@]}" OMP_NUM_THREADS=$THREADS "$OURS" --model "$MODEL" --precision "$ours_prec" --batch "$B" --seq "$T" "${OPT[@]}")")
+        p+=("$(env "${envs[@]}" OMP_NUM_THREADS=$THREADS "$PY" "$HERE/torch_lm_step.py" --config "$CONFIG" --precision $prec --batch "$B" --seq "$T" --steps "$STEPS" --threads "$THREADS" "${OPT[@]}" 2>/dev/null | sed -n 's/^cpu per thread: \([0-9.]*\) ms.*/\1/p')")
       done
       om=$(printf '%s\n' "${o[@]}" | median) pm=$(printf '%s\n' "${p[@]}" | median)
-      printf '%-9s %-18s %9.1f %9.1f %-12s\n' "$prec" "$ctname($core)" "$om" "$pm" "$(ratio "$om" "$pm")"
+      label=$([ ${#OPT[@]} -gt 0 ] && echo "train step" || echo fwd+bwd)
+      printf '%-9s %-10s %-18s %9.1f %9.1f %-12s\n' "$prec" "$label" "$ctname($core)" "$om" "$pm" "$(ratio "$om" "$pm")"
       echo "          ours ($ours_prec; $(echo "$gemm" | sed 's/ (.*//')): ${o[*]} ms; torch ${p[*]} ms"
       continue
     fi
+    so=() sp=() sob=() spb=()
     for r in $(seq "$ROUNDS"); do
-      read -r m b < <(env "${envs[@]}" OMP_NUM_THREADS=$THREADS "$OURS" --model "$MODEL" --precision "$ours_prec" --batch "$B" --seq "$T" --steps "$STEPS" | mean_best)
-      o+=("$m") ob+=("$b")
-      read -r m b < <(env "${envs[@]}" OMP_NUM_THREADS=$THREADS "$PY" "$HERE/torch_lm_step.py" --config "$CONFIG" --precision $prec --batch "$B" --seq "$T" --steps "$STEPS" --threads "$THREADS" 2>/dev/null | mean_best)
-      p+=("$m") pb+=("$b")
+      read -r m b sm sb < <(env "${envs[@]}" OMP_NUM_THREADS=$THREADS "$OURS" --model "$MODEL" --precision "$ours_prec" --batch "$B" --seq "$T" --steps "$STEPS" "${OPT[@]}" | mean_best)
+      o+=("$m") ob+=("$b") so+=("${sm:-}") sob+=("${sb:-}")
+      read -r m b sm sb < <(env "${envs[@]}" OMP_NUM_THREADS=$THREADS "$PY" "$HERE/torch_lm_step.py" --config "$CONFIG" --precision $prec --batch "$B" --seq "$T" --steps "$STEPS" --threads "$THREADS" "${OPT[@]}" 2>/dev/null | mean_best)
+      p+=("$m") pb+=("$b") sp+=("${sm:-}") spb+=("${sb:-}")
     done
-    om=$(printf '%s\n' "${o[@]}" | median) pm=$(printf '%s\n' "${p[@]}" | median)
-    obb=$(printf '%s\n' "${ob[@]}" | sort -g | head -1) pbb=$(printf '%s\n' "${pb[@]}" | sort -g | head -1)
-    printf '%-9s %-18s %9.1f %9.1f %-12s %9.1f %9.1f %-12s\n' "$prec" "$ctname($core)" "$om" "$pm" "$(ratio "$om" "$pm")" "$obb" "$pbb" "$(ratio "$obb" "$pbb")"
-    echo "          ours ($ours_prec; $(echo "$gemm" | sed 's/ (.*//')): means ${o[*]} ms; torch means ${p[*]} ms"
+    row "$prec" fwd+bwd "$ctname($core)" "${o[*]}" "${p[*]}" "${ob[*]}" "${pb[*]}"
+    [ ${#OPT[@]} -gt 0 ] && row "$prec" "train step" "$ctname($core)" "${so[*]}" "${sp[*]}" "${sob[*]}" "${spb[*]}"
+    echo "          ours ($ours_prec; $(echo "$gemm" | sed 's/ (.*//')): means ${o[*]} ms${OPT:+, train steps ${so[*]} ms}; torch means ${p[*]} ms${OPT:+, train steps ${sp[*]} ms}"
   done
 done
 echo "load after: $(uptime | sed 's/.*load average/load average/')"

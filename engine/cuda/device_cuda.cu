@@ -308,6 +308,24 @@ static void cu_convert(void *dst, dt_dtype dt, const void *src, dt_dtype st, siz
     LAUNCHED(k_convert);
 }
 
+/* dst (dtype t) = x rounded, x = the stored values in fp32 (dt_op_store_round) */
+__global__ void k_store_round(void *dst, dt_dtype t, float *x, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    dt_store(dst, t, i, x[i]);
+    x[i] = dt_load(dst, t, i);
+}
+
+static void cu_store_round(void *dst, dt_dtype t, float *x, size_t n) {
+    if (!n) return;
+    if (t == DT_DTYPE_FP32) {
+        if (dst != x) CU(cudaMemcpyAsync(dst, x, n * sizeof(float), cudaMemcpyDeviceToDevice, cs()));
+        return;
+    }
+    k_store_round<<<grid_for(n), DT_CU_THREADS, 0, cs()>>>(dst, t, x, n);
+    LAUNCHED(k_store_round);
+}
+
 /* dst [rows, ldd] <- src [rows, lds], the first cols of each row; one thread per element */
 __global__ void k_convert_2d(void *dst, dt_dtype dt, int64_t ldd, const void *src, dt_dtype st,
                              int64_t lds, int64_t rows, int64_t cols) {
@@ -1115,6 +1133,7 @@ static void fill_ops(void) {
     o.memset0 = cu_memset0;
     o.convert = cu_convert;
     o.convert_2d = cu_convert_2d;
+    o.store_round = cu_store_round;
     o.handoff = cu_handoff;
     o.stream_sync = cu_stream_sync;
     o.synchronize = cu_synchronize;

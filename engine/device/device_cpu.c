@@ -212,6 +212,7 @@ static const dt_device_ops cpu_ops = {
     .memset0 = cpu_memset0,
     .convert = dt_convert,
     .convert_2d = cpu_convert_2d,
+    .store_round = dt_op_store_round,
     .handoff = cpu_handoff,
     .stream_sync = cpu_stream_sync,
     .synchronize = cpu_synchronize,

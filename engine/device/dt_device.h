@@ -81,6 +81,9 @@ typedef struct dt_device_ops {
      * chunk of a row-major matrix); each element as convert. */
     void (*convert_2d)(void *dst, dt_dtype dst_t, int64_t ldd, const void *src, dt_dtype src_t,
                        int64_t lds, int64_t rows, int64_t cols);
+    /* store_round: dst (dtype t) = x rounded, and x = those values in fp32, in one
+     * pass (dt_op_store_round; bitwise the two converts it replaces) */
+    void (*store_round)(void *dst, dt_dtype t, float *x, size_t n);
     void (*handoff)(dt_stream_id from, dt_stream_id to);
     /* The host waits for one stream (e.g. before reusing a host buffer an
      * asynchronous copy reads). */

@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dt_precision.h"   /* dt_dtype */
+
 /* ---- GEMM (row-major) -------------------------------------------------------
  * C[M,N] = alpha * op(A) op(B) + beta * C, op = transpose when trans_* != 0.
  * lda/ldb/ldc are row strides in elements. */
@@ -77,6 +79,14 @@ void dt_op_gelu_backward(float *dinp, const float *inp, const float *dout, int64
 
 /* ---- residual: out = a + b ---------------------------------------------------- */
 void dt_op_residual_forward(float *out, const float *a, const float *b, int64_t n);
+
+/* ---- store and round: dst[i] = x[i] in 16-bit dtype t (round to nearest even,
+ * as dt_convert), and x[i] = that stored value widened back to fp32, in one pass
+ * over x [n] (dst [n] of t). Bit for bit the pair dt_convert(dst, t, x, fp32, n);
+ * dt_convert(x, fp32, dst, t, n) (tests/kernels/test_ops.c), with one read of x
+ * instead of x and dst. t fp32: dst = x (a copy; x unchanged). What the model does
+ * after an op wrote a 16-bit activation's fp32 view (lm_act_commit). ---------- */
+void dt_op_store_round(void *dst, dt_dtype t, float *x, size_t n);
 
 /* ---- bias rows: out[n, :] = bias[:] for every n < N (out [N, OC], bias [OC]); the
  * start of a linear whose GEMM then adds its product (beta = 1) ----------------- */

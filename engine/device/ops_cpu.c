@@ -365,6 +365,54 @@ void dt_fp16_to_f32_n(float *dst, const dt_fp16 *src, size_t n) {
     for (size_t i = nv; i < n; i++) dst[i] = dt_fp16_to_f32(src[i]);
 }
 
+void dt_op_store_round(void *dst, dt_dtype t, float *x, size_t n) {
+    if (t == DT_DTYPE_FP32) {
+        if (dst != x) memcpy(dst, x, n * sizeof(float));
+        return;
+    }
+    uint16_t *d = dst;
+    size_t nv = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+    nv = n / 16 * 16;
+    if (t == DT_DTYPE_BF16) {
+        /* dt_bf16_from_f32's rounding, then the kept half shifted back */
+#pragma omp parallel for schedule(static) if (n >= DT_PAR_MIN)
+        for (size_t i = 0; i < nv; i += 16) {
+            __m512i u = _mm512_loadu_si512((const void *)(x + i));
+            __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+            __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+            r = _mm512_srli_epi32(r, 16);
+            __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+            __mmask16 nan = _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000));
+            __m512i qn = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+            r = _mm512_mask_mov_epi32(r, nan, qn);
+            _mm256_storeu_si256((__m256i *)(d + i), _mm512_cvtepi32_epi16(r));
+            _mm512_storeu_si512((void *)(x + i), _mm512_slli_epi32(r, 16));
+        }
+    } else {
+        /* dt_fp16_from_f32's VCVTPS2PH, then VCVTPH2PS */
+#pragma omp parallel for schedule(static) if (n >= DT_PAR_MIN)
+        for (size_t i = 0; i < nv; i += 16) {
+            __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(x + i),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            _mm256_storeu_si256((__m256i *)(d + i), h);
+            _mm512_storeu_ps(x + i, _mm512_cvtph_ps(h));
+        }
+    }
+#else
+#pragma omp parallel for schedule(static) if (n >= DT_PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        d[i] = t == DT_DTYPE_BF16 ? dt_f32_to_bf16(x[i]) : dt_f32_to_fp16(x[i]);
+        x[i] = t == DT_DTYPE_BF16 ? dt_bf16_to_f32(d[i]) : dt_fp16_to_f32(d[i]);
+    }
+    nv = n;
+#endif
+    for (size_t i = nv; i < n; i++) {
+        d[i] = t == DT_DTYPE_BF16 ? dt_f32_to_bf16(x[i]) : dt_f32_to_fp16(x[i]);
+        x[i] = t == DT_DTYPE_BF16 ? dt_bf16_to_f32(d[i]) : dt_fp16_to_f32(d[i]);
+    }
+}
+
 void dt_convert(void *dst, dt_dtype dst_t, const void *src, dt_dtype src_t, size_t n) {
     if (dst_t == src_t) {
         memcpy(dst, src, n * (size_t)dt_dtype_size(dst_t));

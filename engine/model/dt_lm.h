@@ -172,6 +172,52 @@ int dt_lm_grads_finite(const dt_lm *g);
 /* Sum of squared gradients over all groups, in double, in an order independent
  * of the thread count (global-norm clipping: norm = sqrt(sumsq) / loss scale). */
 double dt_lm_grad_sumsq(const dt_lm *g);
+/* ---- per-op profile of a pass (bench/bench_gpt2 --breakdown) ----
+ * The op kinds the model's driver times: the linears by layer kind (llama:
+ * qkv = the q | k and v projections, attn_proj = o_proj, fc = gate | up,
+ * fc_proj = down_proj; their bias broadcast / bias gradient included), the
+ * classifier GEMMs, attention, the norms (GPT-2 LayerNorm; llama RMSNorm, q/k
+ * norm included), RoPE, the activation (GELU / SwiGLU), residual adds,
+ * cross-entropy, the encoder, and every dtype conversion the driver issues
+ * (activations to / from 16-bit, a 16-bit group's parameters to fp32, a
+ * gradient rounded to bf16 for the 16-bit GEMMs, 16-bit gradient commits). */
+typedef enum {
+    DT_LM_OP_QKV = 0,
+    DT_LM_OP_ATTN_PROJ,
+    DT_LM_OP_FC,
+    DT_LM_OP_FC_PROJ,
+    DT_LM_OP_CLASSIFIER,
+    DT_LM_OP_ATTENTION,
+    DT_LM_OP_NORM,
+    DT_LM_OP_ROPE,
+    DT_LM_OP_ACT,
+    DT_LM_OP_RESIDUAL,
+    DT_LM_OP_XENT,
+    DT_LM_OP_ENCODER,
+    DT_LM_OP_CONVERT,
+    DT_LM_OP_COUNT
+} dt_lm_op;
+/* forward; backward; the forward of checkpointed blocks re-run in backward */
+typedef enum { DT_LM_PASS_FWD = 0, DT_LM_PASS_BWD = 1, DT_LM_PASS_RECOMPUTE = 2, DT_LM_PASS_COUNT } dt_lm_pass;
+/* Accumulated (never reset by the model; zero it to start over). wall: seconds
+ * of CLOCK_MONOTONIC around each op after the compute stream drained (so a
+ * device's asynchronous kernels are timed, at the cost of a sync per op);
+ * cpu: the process's CPU time over the same span (all threads); flops: the
+ * op's arithmetic (GEMMs 2·M·N·K each; attention 4·D per causal (query, key)
+ * pair and head forward, twice that backward — the convention bench_gpt2's
+ * total uses), 0 for the memory-bound ops; calls: times the op ran. */
+typedef struct dt_lm_profile {
+    double wall[DT_LM_PASS_COUNT][DT_LM_OP_COUNT];
+    double cpu[DT_LM_PASS_COUNT][DT_LM_OP_COUNT];
+    double flops[DT_LM_PASS_COUNT][DT_LM_OP_COUNT];
+    int64_t calls[DT_LM_PASS_COUNT][DT_LM_OP_COUNT];
+} dt_lm_profile;
+/* Starts (p) or stops (NULL) accumulating into p. Off by default; when off the
+ * driver pays one predictable branch per op and reads no clock. */
+void dt_lm_set_profile(dt_lm *g, dt_lm_profile *p);
+/* The op kind's name for g's family: "qkv" / "q|k|v proj", "gelu" / "swiglu", ... */
+const char *dt_lm_op_name(const dt_lm *g, dt_lm_op op);
+
 /* Bytes of the saved-activation allocation (DT_MEM_ACTIVATIONS), the quantity
  * docs/activations.md defines. */
 size_t dt_lm_activation_bytes(const dt_lm *g);

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dt_device.h"
 #include "dt_dtype.h"
@@ -80,8 +81,10 @@ static lm_params group_params(dt_lm *g, int group) {
     lm_params p = {g->gparams[group], NULL};
     if (g->pt == DT_DTYPE_FP32) return p;
     p.f32 = g->pw;
+    lm_prof_mark m = lm_prof_begin(g);
     if (!g->gemm16) {
         g->dev->convert(g->pw, DT_DTYPE_FP32, g->gparams[group], g->pt, g->group_numel[group]);
+        lm_prof_end(g, DT_LM_OP_CONVERT, m, 0.0);
         return p;
     }
     p.w16 = g->gparams[group];
@@ -92,6 +95,7 @@ static lm_params group_params(dt_lm *g, int group) {
         g->dev->convert(g->pw + off, DT_DTYPE_FP32, lm_tensor_ptr(g->gparams[group], off, g->psz),
                         g->pt, t->numel);
     }
+    lm_prof_end(g, DT_LM_OP_CONVERT, m, 0.0);
     return p;
 }
 
@@ -118,7 +122,9 @@ static float *group_grads_f32(dt_lm *g, int group) {
 
 /* 16-bit grads: grads[off .. off+n) += acc (rounded once per element) */
 static void grads_add_16(dt_lm *g, int group, size_t off, const float *acc, size_t n) {
+    lm_prof_mark m = lm_prof_begin(g);
     g->dev->accumulate_16((uint16_t *)g->ggrads[group] + off, g->gt, acc, n);
+    lm_prof_end(g, DT_LM_OP_CONVERT, m, 0.0);
 }
 
 static void group_grads_commit(dt_lm *g, int group) {
@@ -126,15 +132,55 @@ static void group_grads_commit(dt_lm *g, int group) {
 }
 
 /* ----------------------------------------------------------------------------
+ * per-op profile (dt_lm_set_profile, lm_internal.h) */
+
+static double clock_s(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+lm_prof_mark lm_prof_now(const dt_lm *g) {
+    g->dev->stream_sync(DT_STREAM_COMPUTE);   /* a no-op on the CPU */
+    lm_prof_mark m = {clock_s(CLOCK_MONOTONIC), clock_s(CLOCK_PROCESS_CPUTIME_ID)};
+    return m;
+}
+
+void lm_prof_record(const dt_lm *g, dt_lm_op op, lm_prof_mark m, double flops) {
+    lm_prof_mark e = lm_prof_now(g);
+    dt_lm_profile *p = g->prof;
+    p->wall[g->prof_pass][op] += e.wall - m.wall;
+    p->cpu[g->prof_pass][op] += e.cpu - m.cpu;
+    p->flops[g->prof_pass][op] += flops;
+    p->calls[g->prof_pass][op]++;
+}
+
+void dt_lm_set_profile(dt_lm *g, dt_lm_profile *p) { g->prof = p; }
+
+const char *dt_lm_op_name(const dt_lm *g, dt_lm_op op) {
+    static const char *const gpt2[DT_LM_OP_COUNT] = {
+        "qkv", "attn proj", "fc", "fc proj", "classifier", "attention", "layernorm",
+        "rope", "gelu", "residual", "cross-entropy", "encoder", "convert"};
+    static const char *const llama[DT_LM_OP_COUNT] = {
+        "q|k|v proj", "o_proj", "gate|up", "down_proj", "lm_head", "attention", "rmsnorm",
+        "rope", "swiglu", "residual", "cross-entropy", "embedding", "convert"};
+    if ((int)op < 0 || op >= DT_LM_OP_COUNT) return "?";
+    return g->fam == DT_FAMILY_LLAMA ? llama[op] : gpt2[op];
+}
+
+/* ----------------------------------------------------------------------------
  * linears (lm_internal.h): fp32 device ops, or bf16 x bf16 -> fp32 GEMMs */
 
-int lm_linear_forward(dt_lm *g, lm_wlayout lay, float *out, const void *inp, const float *inp32,
-                      const lm_params *P, size_t w_off, const float *bias, int64_t N, int64_t IC,
-                      int64_t OC) {
+int lm_linear_forward(dt_lm *g, dt_lm_op kind, lm_wlayout lay, float *out, const void *inp,
+                      const float *inp32, const lm_params *P, size_t w_off, const float *bias,
+                      int64_t N, int64_t IC, int64_t OC) {
+    const double flops = 2.0 * (double)N * (double)IC * (double)OC;
+    lm_prof_mark m = lm_prof_begin(g);
     if (!g->gemm16) {
         const float *w = P->f32 + w_off;
         if (lay == LM_W_IN_OUT) g->dev->linear_forward(out, inp32, w, bias, N, IC, OC);
         else g->dev->linear_t_forward(out, inp32, w, bias, N, IC, OC);
+        lm_prof_end(g, kind, m, flops);
         return DT_OK;
     }
     const int wt = lay == LM_W_OUT_IN;
@@ -145,24 +191,33 @@ int lm_linear_forward(dt_lm *g, lm_wlayout lay, float *out, const void *inp, con
         beta = 1.0f;
     }
     /* out[N, OC] (+)= inp[N, IC] @ w (Conv1D) or w^T (nn.Linear) */
-    return g->dev->gemm_ex(0, wt, N, OC, IC, 1.0f, inp, g->at, IC, w, g->pt, wt ? IC : OC, beta,
-                           out, DT_DTYPE_FP32, OC);
+    int rc = g->dev->gemm_ex(0, wt, N, OC, IC, 1.0f, inp, g->at, IC, w, g->pt, wt ? IC : OC, beta,
+                             out, DT_DTYPE_FP32, OC);
+    lm_prof_end(g, kind, m, flops);
+    return rc;
 }
 
-int lm_linear_backward(dt_lm *g, lm_wlayout lay, float *dinp, float *dw, float *dbias,
-                       const float *dout, const void *inp, const float *inp32, const lm_params *P,
-                       size_t w_off, int64_t N, int64_t IC, int64_t OC, int accumulate_dinp) {
+int lm_linear_backward(dt_lm *g, dt_lm_op kind, lm_wlayout lay, float *dinp, float *dw,
+                       float *dbias, const float *dout, const void *inp, const float *inp32,
+                       const lm_params *P, size_t w_off, int64_t N, int64_t IC, int64_t OC,
+                       int accumulate_dinp) {
+    /* dinp (when asked) and dw: one 2 N IC OC GEMM each */
+    const double gemm_flops = 2.0 * (double)N * (double)IC * (double)OC;
+    const double flops = (dinp ? 2.0 : 1.0) * gemm_flops;
+    lm_prof_mark m = lm_prof_begin(g);
     if (!g->gemm16) {
         const float *w = P->f32 + w_off;
         if (lay == LM_W_IN_OUT)
             g->dev->linear_backward(dinp, dw, dbias, dout, inp32, w, N, IC, OC, accumulate_dinp);
         else
             g->dev->linear_t_backward(dinp, dw, dbias, dout, inp32, w, N, IC, OC, accumulate_dinp);
+        lm_prof_end(g, kind, m, flops);
         return DT_OK;
     }
     const int wt = lay == LM_W_OUT_IN;
     const void *w = lm_tensor_ptr((void *)P->w16, w_off, g->psz);   /* [IC, OC] or [OC, IC] */
     if (dbias) g->dev->bias_backward(dbias, dout, N, OC);   /* from the fp32 gradient */
+    lm_prof_end(g, kind, m, 0.0);
     /* rows of dout per bf16 chunk: all N unless OC > d16_cap / N (dt_lm_create
      * guarantees one row fits); fixed by the shapes, so recompute stays bitwise */
     int64_t rows = (int64_t)(g->d16_cap / (size_t)OC);
@@ -171,7 +226,10 @@ int lm_linear_backward(dt_lm *g, lm_wlayout lay, float *dinp, float *dw, float *
     for (int64_t r0 = 0; r0 < N && !rc; r0 += rows) {
         int64_t nr = r0 + rows <= N ? rows : N - r0;
         const void *x = lm_tensor_ptr((void *)inp, (size_t)(r0 * IC), g->asz);   /* [nr, IC] */
+        m = lm_prof_begin(g);
         g->dev->convert(g->d16, DT_DTYPE_BF16, dout + r0 * OC, DT_DTYPE_FP32, (size_t)(nr * OC));
+        lm_prof_end(g, DT_LM_OP_CONVERT, m, 0.0);
+        m = lm_prof_begin(g);
         /* dinp[nr, IC] (+)= d16[nr, OC] @ w^T (Conv1D) or w (nn.Linear) */
         if (dinp)
             rc = g->dev->gemm_ex(0, !wt, nr, IC, OC, 1.0f, g->d16, DT_DTYPE_BF16, OC, w, g->pt,
@@ -184,6 +242,7 @@ int lm_linear_backward(dt_lm *g, lm_wlayout lay, float *dinp, float *dw, float *
         else if (!rc)
             rc = g->dev->gemm_ex(1, 0, IC, OC, nr, 1.0f, x, g->at, IC, g->d16, DT_DTYPE_BF16, OC,
                                  1.0f, dw, DT_DTYPE_FP32, OC);
+        lm_prof_end(g, kind, m, flops * (double)nr / (double)N);
     }
     return rc;
 }
@@ -766,53 +825,67 @@ static int block_forward(dt_lm *g, int l, block_acts *A, void *xout, const lm_pa
     const float *x = lm_act_load(g, g->x[l], w->x, (size_t)(N * C));   /* [N, C] */
 
     float *ln1 = lm_act_f32(g, A->ln1, w->ln1);   /* [N, C] */
+    lm_prof_mark m = lm_prof_begin(g);
     g->dev->layernorm_forward(ln1, A->ln1_mean, A->ln1_rstd, x, p + o[P_LN1W], p + o[P_LN1B], N, C,
                             g->eps);
+    lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
     lm_act_commit_lin(g, A->ln1, ln1, (size_t)(N * C));
 
     float *qkv = lm_act_f32(g, A->qkv, w->qkv);   /* [N, 3C] */
-    if ((rc = lm_linear_forward(g, LM_W_IN_OUT, qkv, A->ln1, ln1, P, o[P_QKVW], p + o[P_QKVB], N, C,
-                                3 * C)))
+    if ((rc = lm_linear_forward(g, DT_LM_OP_QKV, LM_W_IN_OUT, qkv, A->ln1, ln1, P, o[P_QKVW],
+                                p + o[P_QKVB], N, C, 3 * C)))
         return rc;
     lm_act_commit(g, A->qkv, qkv, (size_t)(N * 3 * C));
 
     float *att = lm_act_f32(g, A->att, w->att);   /* [N, C] */
+    float *probs = NULL;                          /* [B, H, T, T] materialized only */
+    m = lm_prof_begin(g);
     if (g->attn == DT_ATTN_FLASH) {
         g->dev->attention_forward_flash(att, A->lse, qkv, B, T, C, H);
     } else {
-        float *probs = lm_act_f32(g, A->probs, w->probs);   /* [B, H, T, T] */
+        probs = lm_act_f32(g, A->probs, w->probs);
         g->dev->attention_forward_probs(att, probs, qkv, B, T, C, H);
-        lm_act_commit(g, A->probs, probs, (size_t)(B * H * T * T));
     }
+    lm_prof_end(g, DT_LM_OP_ATTENTION, m, lm_attention_flops(g, DT_LM_PASS_FWD));
+    if (probs) lm_act_commit(g, A->probs, probs, (size_t)(B * H * T * T));
     lm_act_commit_lin(g, A->att, att, (size_t)(N * C));
 
     float *proj = g->dC;   /* [N, C] c_proj output, not saved */
-    if ((rc = lm_linear_forward(g, LM_W_IN_OUT, proj, A->att, att, P, o[P_ATTPW], p + o[P_ATTPB], N,
-                                C, C)))
+    if ((rc = lm_linear_forward(g, DT_LM_OP_ATTN_PROJ, LM_W_IN_OUT, proj, A->att, att, P,
+                                o[P_ATTPW], p + o[P_ATTPB], N, C, C)))
         return rc;
     float *res1 = lm_act_f32(g, A->res1, w->res1);   /* [N, C] */
+    m = lm_prof_begin(g);
     g->dev->residual_forward(res1, x, proj, N * C);
+    lm_prof_end(g, DT_LM_OP_RESIDUAL, m, 0.0);
     lm_act_commit(g, A->res1, res1, (size_t)(N * C));
 
     float *ln2 = lm_act_f32(g, A->ln2, w->ln2);   /* [N, C] */
+    m = lm_prof_begin(g);
     g->dev->layernorm_forward(ln2, A->ln2_mean, A->ln2_rstd, res1, p + o[P_LN2W], p + o[P_LN2B], N,
                             C, g->eps);
+    lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
     lm_act_commit_lin(g, A->ln2, ln2, (size_t)(N * C));
 
     float *fch = lm_act_f32(g, A->fch, w->fch);   /* [N, F] */
-    if ((rc = lm_linear_forward(g, LM_W_IN_OUT, fch, A->ln2, ln2, P, o[P_FCW], p + o[P_FCB], N, C, F)))
+    if ((rc = lm_linear_forward(g, DT_LM_OP_FC, LM_W_IN_OUT, fch, A->ln2, ln2, P, o[P_FCW],
+                                p + o[P_FCB], N, C, F)))
         return rc;
     lm_act_commit(g, A->fch, fch, (size_t)(N * F));
     float *gelu = lm_act_f32(g, A->gelu, w->gelu);   /* [N, F] */
+    m = lm_prof_begin(g);
     g->dev->gelu_forward(gelu, fch, N * F);
+    lm_prof_end(g, DT_LM_OP_ACT, m, 0.0);
     lm_act_commit_lin(g, A->gelu, gelu, (size_t)(N * F));
 
     if (!xout) return DT_OK;
-    if ((rc = lm_linear_forward(g, LM_W_IN_OUT, proj, A->gelu, gelu, P, o[P_FCPW], p + o[P_FCPB], N,
-                                F, C)))
+    if ((rc = lm_linear_forward(g, DT_LM_OP_FC_PROJ, LM_W_IN_OUT, proj, A->gelu, gelu, P,
+                                o[P_FCPW], p + o[P_FCPB], N, F, C)))
         return rc;
     float *xo = lm_act_f32(g, xout, w->xout);   /* [N, C] */
+    m = lm_prof_begin(g);
     g->dev->residual_forward(xo, res1, proj, N * C);
+    lm_prof_end(g, DT_LM_OP_RESIDUAL, m, 0.0);
     lm_act_commit(g, xout, xo, (size_t)(N * C));
     return DT_OK;
 }
@@ -826,7 +899,7 @@ static const void *cls_params(const dt_lm *g) {
 
 /* logits[N, V] = lnf[N, C] @ W[V, C]^T, W the embedding (tied) or lm_head. lnf:
  * the saved activation, lnf32 its fp32 view (unused with gemm16). */
-static int classifier_forward(dt_lm *g, const void *lnf, const float *lnf32) {
+static int classifier_forward_run(dt_lm *g, const void *lnf, const float *lnf32) {
     int64_t N = g->B * g->T, C = g->C, V = g->V;
     if (g->gemm16)   /* one bf16 GEMM on the stored lnf and matrix */
         return g->dev->gemm_ex(0, 1, N, V, C, 1.0f, lnf, g->at, C, cls_params(g), g->pt, C, 0.0f,
@@ -842,6 +915,14 @@ static int classifier_forward(dt_lm *g, const void *lnf, const float *lnf32) {
         g->dev->gemm(0, 1, N, nv, C, 1.0f, lnf32, C, g->pw, C, 0.0f, g->logits + v0, V);
     }
     return DT_OK;
+}
+
+/* classifier_forward_run, booked to the profile's classifier */
+static int classifier_forward(dt_lm *g, const void *lnf, const float *lnf32) {
+    lm_prof_mark m = lm_prof_begin(g);
+    int rc = classifier_forward_run(g, lnf, lnf32);
+    lm_prof_end(g, DT_LM_OP_CLASSIFIER, m, 2.0 * (double)(g->B * g->T) * (double)g->C * (double)g->V);
+    return rc;
 }
 
 /* One block forward, whichever the family. */
@@ -906,6 +987,8 @@ int dt_lm_forward(dt_lm *g, const int32_t *inputs, const int32_t *targets, float
     if ((rc = hook(g, g->hooks.before_forward, 0, err, "before_forward"))) return rc;
     float *x0 = lm_act_f32(g, g->x[0], g->w32.xout);
     const int has_wpe = g->fam == DT_FAMILY_GPT2;   /* learned positions; llama: RoPE in the blocks */
+    g->prof_pass = DT_LM_PASS_FWD;
+    lm_prof_mark m = lm_prof_begin(g);
     if (g->pt == DT_DTYPE_FP32) {
         const float *P = g->gparams[0];
         g->dev->encoder_forward(x0, g->inputs, P + in_group(g, 0), has_wpe ? P + in_group(g, 1) : NULL,
@@ -919,6 +1002,7 @@ int dt_lm_forward(dt_lm *g, const int32_t *inputs, const int32_t *targets, float
         }
         g->dev->encoder_forward_cast(x0, g->inputs, g->gparams[0], g->pt, wpe, B, T, C);
     }
+    lm_prof_end(g, DT_LM_OP_ENCODER, m, 0.0);
     lm_act_commit(g, g->x[0], x0, (size_t)(N * C));
     if ((rc = hook(g, g->hooks.after_forward, 0, err, "after_forward"))) return rc;
 
@@ -936,10 +1020,12 @@ int dt_lm_forward(dt_lm *g, const int32_t *inputs, const int32_t *targets, float
     const float *P = norm_params_f32(g);
     const float *xL = lm_act_load(g, g->x[g->L], g->w32.x, (size_t)(N * C));
     float *lnf = lm_act_f32(g, g->lnf, g->w32.ln1);
+    m = lm_prof_begin(g);
     if (g->fam == DT_FAMILY_LLAMA)
         g->dev->rmsnorm_forward(lnf, g->lnf_rstd, xL, P, N, 1, C, C, g->eps);
     else
         g->dev->layernorm_forward(lnf, g->lnf_mean, g->lnf_rstd, xL, P, P + C, N, C, g->eps);
+    lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
     lm_act_commit_lin(g, g->lnf, lnf, (size_t)(N * C));
     if (!g->tied && (rc = classifier_forward(g, g->lnf, lnf)))
         return gemm_failed(g, err, rc, "forward", -1);
@@ -951,8 +1037,10 @@ int dt_lm_forward(dt_lm *g, const int32_t *inputs, const int32_t *targets, float
         if ((rc = classifier_forward(g, g->lnf, lnf))) return gemm_failed(g, err, rc, "forward", -1);
         if ((rc = hook(g, g->hooks.after_forward, 0, err, "after_forward"))) return rc;
     }
+    m = lm_prof_begin(g);
     double mean = g->dev->crossentropy_forward(g->ce_lse, g->ce_losses, g->logits,
                                              targets ? g->targets : NULL, N, V);
+    lm_prof_end(g, DT_LM_OP_XENT, m, 0.0);
     if (targets) {
         /* the op's mean is over all N rows, ignored ones at 0: the mean over the counted */
         if (counted < N) mean = counted > 0 ? mean * (double)N / (double)counted : 0.0;
@@ -987,30 +1075,39 @@ static int block_backward(dt_lm *g, int l, const block_acts *A, const lm_params 
     int rc;
 
     /* MLP: x[l+1] = res1 + gelu @ Wp + bp */
-    if ((rc = lm_linear_backward(g, LM_W_IN_OUT, dF, G + o[P_FCPW], G + o[P_FCPB], dres, A->gelu,
-                                 gelu, P, o[P_FCPW], N, F, C, 0)))
+    if ((rc = lm_linear_backward(g, DT_LM_OP_FC_PROJ, LM_W_IN_OUT, dF, G + o[P_FCPW],
+                                 G + o[P_FCPB], dres, A->gelu, gelu, P, o[P_FCPW], N, F, C, 0)))
         return rc;
+    lm_prof_mark m = lm_prof_begin(g);
     g->dev->gelu_backward(dF, fch, dF, N * F);
-    if ((rc = lm_linear_backward(g, LM_W_IN_OUT, dC, G + o[P_FCW], G + o[P_FCB], dF, A->ln2, ln2, P,
-                                 o[P_FCW], N, C, F, 0)))
+    lm_prof_end(g, DT_LM_OP_ACT, m, 0.0);
+    if ((rc = lm_linear_backward(g, DT_LM_OP_FC, LM_W_IN_OUT, dC, G + o[P_FCW], G + o[P_FCB], dF,
+                                 A->ln2, ln2, P, o[P_FCW], N, C, F, 0)))
         return rc;
+    m = lm_prof_begin(g);
     g->dev->layernorm_backward(dres, G + o[P_LN2W], G + o[P_LN2B], dC, res1, p + o[P_LN2W],
                              A->ln2_mean, A->ln2_rstd, N, C);
+    lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
     /* attention: res1 = x + att @ Wap + bap */
-    if ((rc = lm_linear_backward(g, LM_W_IN_OUT, dC, G + o[P_ATTPW], G + o[P_ATTPB], dres, A->att,
-                                 att, P, o[P_ATTPW], N, C, C, 0)))
+    if ((rc = lm_linear_backward(g, DT_LM_OP_ATTN_PROJ, LM_W_IN_OUT, dC, G + o[P_ATTPW],
+                                 G + o[P_ATTPB], dres, A->att, att, P, o[P_ATTPW], N, C, C, 0)))
         return rc;
-    if (g->attn == DT_ATTN_FLASH) {
+    const float *probs = g->attn == DT_ATTN_FLASH
+                             ? NULL
+                             : lm_act_load(g, A->probs, w->probs, (size_t)(B * H * T * T));
+    m = lm_prof_begin(g);
+    if (g->attn == DT_ATTN_FLASH)
         g->dev->attention_backward_flash(dQKV, dC, qkv, att, A->lse, B, T, C, H);
-    } else {
-        const float *probs = lm_act_load(g, A->probs, w->probs, (size_t)(B * H * T * T));
+    else
         g->dev->attention_backward_probs(dQKV, dC, qkv, probs, B, T, C, H);
-    }
-    if ((rc = lm_linear_backward(g, LM_W_IN_OUT, dC, G + o[P_QKVW], G + o[P_QKVB], dQKV, A->ln1, ln1,
-                                 P, o[P_QKVW], N, C, 3 * C, 0)))
+    lm_prof_end(g, DT_LM_OP_ATTENTION, m, lm_attention_flops(g, DT_LM_PASS_BWD));
+    if ((rc = lm_linear_backward(g, DT_LM_OP_QKV, LM_W_IN_OUT, dC, G + o[P_QKVW], G + o[P_QKVB],
+                                 dQKV, A->ln1, ln1, P, o[P_QKVW], N, C, 3 * C, 0)))
         return rc;
+    m = lm_prof_begin(g);
     g->dev->layernorm_backward(dres, G + o[P_LN1W], G + o[P_LN1B], dC, x, p + o[P_LN1W],
                              A->ln1_mean, A->ln1_rstd, N, C);
+    lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
     return DT_OK;
 }
 
@@ -1021,9 +1118,12 @@ static int classifier_backward(dt_lm *g, const void *lnf, const float *lnf32, fl
     int64_t N = g->B * g->T, C = g->C, V = g->V;
     const int grp = g->cls_group;
     const size_t off = g->cls_off;
+    const double flops_per_v = 4.0 * (double)N * (double)C;   /* dlnf and dW: 2 N C each per vocab row */
+    lm_prof_mark m = lm_prof_begin(g);
     if (g->pt == DT_DTYPE_FP32 && g->gt == DT_DTYPE_FP32) {
         g->dev->gemm(0, 0, N, C, V, 1.0f, g->logits, V, cls_params(g), C, 0.0f, dlnf, C);
         g->dev->gemm(1, 0, V, C, N, 1.0f, g->logits, V, lnf32, C, 1.0f, (float *)g->ggrads[grp] + off, C);
+        lm_prof_end(g, DT_LM_OP_CLASSIFIER, m, flops_per_v * (double)V);
         return DT_OK;
     }
     /* chunks over V: gemm16 rounds each dlogits chunk [N, nv] to bf16 into d16 */
@@ -1035,9 +1135,13 @@ static int classifier_backward(dt_lm *g, const void *lnf, const float *lnf32, fl
         const float dlnf_beta = v0 ? 1.0f : 0.0f;   /* the chunks' sums over V accumulate */
         float *dw = g->gt == DT_DTYPE_FP32 ? (float *)g->ggrads[grp] + off + v0 * C : g->gw;
         const float dw_beta = g->gt == DT_DTYPE_FP32 ? 1.0f : 0.0f;   /* gw: a fresh chunk */
+        m = lm_prof_begin(g);   /* the chunk's weight conversion (16-bit, not gemm16) is booked with it */
         if (g->gemm16) {
             const void *w = lm_tensor_ptr((void *)cls_params(g), (size_t)(v0 * C), g->psz);   /* [nv, C] */
+            m = lm_prof_begin(g);
             g->dev->convert_2d(g->d16, DT_DTYPE_BF16, nv, g->logits + v0, DT_DTYPE_FP32, V, N, nv);
+            lm_prof_end(g, DT_LM_OP_CONVERT, m, 0.0);
+            m = lm_prof_begin(g);
             rc = g->dev->gemm_ex(0, 0, N, C, nv, 1.0f, g->d16, DT_DTYPE_BF16, nv, w, g->pt, C,
                                  dlnf_beta, dlnf, DT_DTYPE_FP32, C);
             if (!rc)
@@ -1055,6 +1159,7 @@ static int classifier_backward(dt_lm *g, const void *lnf, const float *lnf32, fl
             g->dev->gemm(0, 0, N, C, nv, 1.0f, g->logits + v0, V, w, C, dlnf_beta, dlnf, C);
             g->dev->gemm(1, 0, nv, C, N, 1.0f, g->logits + v0, V, lnf32, C, dw_beta, dw, C);
         }
+        lm_prof_end(g, DT_LM_OP_CLASSIFIER, m, flops_per_v * (double)nv);
         if (!rc && g->gt != DT_DTYPE_FP32) grads_add_16(g, grp, off + (size_t)(v0 * C), g->gw, (size_t)(nv * C));
     }
     return rc;
@@ -1070,10 +1175,12 @@ static void final_norm_backward(dt_lm *g) {
     if (g->gt != DT_DTYPE_FP32) g->dev->memset0(g->gw, norm_numel(g) * sizeof(float));
     const float *xL = lm_act_load(g, g->x[g->L], g->w32.x, (size_t)(N * C));
     g->dev->memset0(g->dres, sizeof(float) * (size_t)(N * C));
+    lm_prof_mark m = lm_prof_begin(g);
     if (g->fam == DT_FAMILY_LLAMA)
         g->dev->rmsnorm_backward(g->dres, G, g->dC, xL, P, g->lnf_rstd, N, 1, C, C, 1);
     else
         g->dev->layernorm_backward(g->dres, G, G + C, g->dC, xL, P, g->lnf_mean, g->lnf_rstd, N, C);
+    lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
     if (g->gt != DT_DTYPE_FP32) grads_add_16(g, last, 0, g->gw, norm_numel(g));
 }
 
@@ -1132,7 +1239,10 @@ int dt_lm_backward(dt_lm *g, float grad_scale, dt_error *err) {
 
     /* mean loss over N tokens, times the caller's scale (1/accum, loss scale) */
     float dloss = g->counted > 0 ? grad_scale / (float)g->counted : 0.0f;
+    g->prof_pass = DT_LM_PASS_BWD;
+    lm_prof_mark m = lm_prof_begin(g);
     g->dev->crossentropy_backward_inplace(g->logits, g->ce_lse, g->targets, dloss, N, V);
+    lm_prof_end(g, DT_LM_OP_XENT, m, 0.0);
 
     const float *lnf = lm_act_load_lin(g, g->lnf, g->w32.ln1, (size_t)(N * C));   /* [N, C] */
     int last = (int)g->L + 1;
@@ -1152,8 +1262,12 @@ int dt_lm_backward(dt_lm *g, float grad_scale, dt_error *err) {
     for (int l = (int)g->L - 1; l >= 0; l--) {
         if ((rc = hook(g, g->hooks.before_backward, 1 + l, err, "before_backward"))) return rc;
         lm_params Pl = group_params(g, 1 + l);
-        if (l < g->K && (rc = any_block_forward(g, l, &g->recompute, NULL, &Pl)))   /* recompute */
-            return gemm_failed(g, err, rc, "recompute", l);
+        if (l < g->K) {   /* recompute */
+            g->prof_pass = DT_LM_PASS_RECOMPUTE;
+            rc = any_block_forward(g, l, &g->recompute, NULL, &Pl);
+            g->prof_pass = DT_LM_PASS_BWD;
+            if (rc) return gemm_failed(g, err, rc, "recompute", l);
+        }
         float *Gl = group_grads_f32(g, 1 + l);
         if ((rc = any_block_backward(g, l, acts_of(g, l), &Pl, Gl)))
             return gemm_failed(g, err, rc, "backward", l);
@@ -1163,7 +1277,9 @@ int dt_lm_backward(dt_lm *g, float grad_scale, dt_error *err) {
 
     /* untied: group 0 is entered here for the first time in this pass */
     if (!g->tied && (rc = hook(g, g->hooks.before_backward, 0, err, "before_backward"))) return rc;
+    m = lm_prof_begin(g);
     encoder_backward(g);
+    lm_prof_end(g, DT_LM_OP_ENCODER, m, 0.0);
     if ((rc = hook(g, g->hooks.after_backward, 0, err, "after_backward"))) return rc;
     return DT_OK;
 }

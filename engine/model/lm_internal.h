@@ -137,9 +137,41 @@ struct dt_lm {
      * aliases of inputs / tok_head / tok_next */
     int32_t *h_inputs, *h_tok_head, *h_tok_next;
 
+    /* per-op profile (dt_lm_set_profile): NULL when off; prof_pass is the pass
+     * the driver is in, so an op is booked to forward, backward or recompute */
+    dt_lm_profile *prof;
+    dt_lm_pass prof_pass;
+
     int have_targets;         /* last forward had targets */
     int64_t counted;          /* its targets that carry loss (not DT_IGNORE_INDEX) */
 };
+
+/* ---- per-op profile (lm.c): around each op the driver issues ----
+ * lm_prof_begin before the op, lm_prof_end after it with the op's kind and
+ * arithmetic; both return at once (no clock read) when profiling is off. */
+typedef struct {
+    double wall, cpu;   /* s: CLOCK_MONOTONIC, CLOCK_PROCESS_CPUTIME_ID */
+} lm_prof_mark;
+/* the clocks, after the compute stream drained */
+lm_prof_mark lm_prof_now(const dt_lm *g);
+/* books now - m to op in the current pass */
+void lm_prof_record(const dt_lm *g, dt_lm_op op, lm_prof_mark m, double flops);
+
+static inline lm_prof_mark lm_prof_begin(const dt_lm *g) {
+    lm_prof_mark m = {0.0, 0.0};
+    if (g->prof) m = lm_prof_now(g);
+    return m;
+}
+static inline void lm_prof_end(const dt_lm *g, dt_lm_op op, lm_prof_mark m, double flops) {
+    if (g->prof) lm_prof_record(g, op, m, flops);
+}
+/* attention FLOPs of one block in pass `pass` (dt_lm_profile: 4·D per causal
+ * pair and query head forward, twice that backward) */
+static inline double lm_attention_flops(const dt_lm *g, dt_lm_pass pass) {
+    const double pairs = (double)g->T * (double)(g->T + 1) / 2.0;
+    const double fwd = 4.0 * (double)g->D * pairs * (double)(g->B * g->H);
+    return pass == DT_LM_PASS_BWD ? 2.0 * fwd : fwd;
+}
 
 /* ---- helpers shared by the families ---- */
 
@@ -153,25 +185,34 @@ static inline float *lm_act_f32(const dt_lm *g, void *act, float *view) {
 }
 
 /* An op wrote f32 (the view); store it in the activation's dtype and round the
- * view to exactly the stored values, so later ops see what backward will see. */
+ * view to exactly the stored values, so later ops see what backward will see
+ * (one fused pass: the device's store_round). */
 static inline void lm_act_commit(const dt_lm *g, void *act, float *f32, size_t n) {
     if (g->at == DT_DTYPE_FP32) return;
-    g->dev->convert(act, g->at, f32, DT_DTYPE_FP32, n);
-    g->dev->convert(f32, DT_DTYPE_FP32, act, g->at, n);
+    lm_prof_mark m = lm_prof_begin(g);
+    g->dev->store_round(act, g->at, f32, n);
+    lm_prof_end(g, DT_LM_OP_CONVERT, m, 0.0);
 }
 
 /* fp32 view of a saved activation for reading */
 static inline const float *lm_act_load(const dt_lm *g, const void *act, float *view, size_t n) {
     if (g->at == DT_DTYPE_FP32) return act;
+    lm_prof_mark m = lm_prof_begin(g);
     g->dev->convert(view, DT_DTYPE_FP32, act, g->at, n);
+    lm_prof_end(g, DT_LM_OP_CONVERT, m, 0.0);
     return view;
 }
 
 /* lm_act_commit for an activation that only linears read afterwards: with
  * gemm16 they read the stored tensor, so the view is not rounded back. */
 static inline void lm_act_commit_lin(const dt_lm *g, void *act, float *f32, size_t n) {
-    if (g->gemm16) g->dev->convert(act, g->at, f32, DT_DTYPE_FP32, n);
-    else lm_act_commit(g, act, f32, n);
+    if (!g->gemm16) {
+        lm_act_commit(g, act, f32, n);
+        return;
+    }
+    lm_prof_mark m = lm_prof_begin(g);
+    g->dev->convert(act, g->at, f32, DT_DTYPE_FP32, n);
+    lm_prof_end(g, DT_LM_OP_CONVERT, m, 0.0);
 }
 
 /* lm_act_load for an activation that only linears read: NULL with gemm16
@@ -183,15 +224,16 @@ static inline const float *lm_act_load_lin(const dt_lm *g, const void *act, floa
 /* ---- linears (lm.c): the fp32 device ops, or with gemm16 the 16-bit GEMMs ----
  * inp: the saved input activation (act dtype); inp32: its fp32 view (ignored,
  * may be NULL, with gemm16); w_off: the weight's element offset in the group;
- * bias / dbias fp32 or NULL. Shapes as dt_op_linear_* (out [N, OC], inp [N, IC]).
+ * bias / dbias fp32 or NULL; kind: the layer kind the profile books it to.
+ * Shapes as dt_op_linear_* (out [N, OC], inp [N, IC]).
  * DT_OK, or gemm_ex's error. */
-int lm_linear_forward(dt_lm *g, lm_wlayout lay, float *out, const void *inp, const float *inp32,
+int lm_linear_forward(dt_lm *g, dt_lm_op kind, lm_wlayout lay, float *out, const void *inp, const float *inp32,
                       const lm_params *P, size_t w_off, const float *bias, int64_t N, int64_t IC,
                       int64_t OC);
 /* dinp [N, IC] = (or += with accumulate_dinp) dout @ W; dw += (fp32, W's layout);
  * dbias [OC] += column sums of dout [N, OC] (fp32). With gemm16 dout is rounded
  * to bf16 once (in row chunks of d16), as PyTorch autocast's bf16 backward. */
-int lm_linear_backward(dt_lm *g, lm_wlayout lay, float *dinp, float *dw, float *dbias,
+int lm_linear_backward(dt_lm *g, dt_lm_op kind, lm_wlayout lay, float *dinp, float *dw, float *dbias,
                        const float *dout, const void *inp, const float *inp32, const lm_params *P,
                        size_t w_off, int64_t N, int64_t IC, int64_t OC, int accumulate_dinp);
 

@@ -169,16 +169,20 @@ static int qk_forward(dt_lm *g, block_acts *A, const float *ln1, const lm_params
     int rc;
     if (g->qk_norm) {
         float *raw = lm_act_f32(g, A->qk_raw, g->w32.qk_raw);   /* [N, QK] */
-        if ((rc = lm_linear_forward(g, LM_W_OUT_IN, raw, A->ln1, ln1, P, o[LL_QW], bqk, N, C, QK)))
+        if ((rc = lm_linear_forward(g, DT_LM_OP_QKV, LM_W_OUT_IN, raw, A->ln1, ln1, P, o[LL_QW], bqk, N, C, QK)))
             return rc;
         lm_act_commit(g, A->qk_raw, raw, (size_t)(N * QK));
+        lm_prof_mark m = lm_prof_begin(g);
         g->dev->rmsnorm_forward(qk, A->qk_rstd, raw, p + o[LL_QN], N, H, D, QK, g->eps);
         g->dev->rmsnorm_forward(qk + QD, A->qk_rstd + N * H, raw + QD, p + o[LL_KN], N, Hkv, D, QK,
                                 g->eps);
-    } else if ((rc = lm_linear_forward(g, LM_W_OUT_IN, qk, A->ln1, ln1, P, o[LL_QW], bqk, N, C, QK))) {
+        lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
+    } else if ((rc = lm_linear_forward(g, DT_LM_OP_QKV, LM_W_OUT_IN, qk, A->ln1, ln1, P, o[LL_QW], bqk, N, C, QK))) {
         return rc;
     }
+    lm_prof_mark m = lm_prof_begin(g);
     g->dev->rope_forward(qk, g->rope_cos, g->rope_sin, B, T, H + Hkv, D, QK);
+    lm_prof_end(g, DT_LM_OP_ROPE, m, 0.0);
     lm_act_commit(g, A->qk, qk, (size_t)(N * QK));
     return DT_OK;
 }
@@ -186,15 +190,18 @@ static int qk_forward(dt_lm *g, block_acts *A, const float *ln1, const lm_params
 static void attention_forward(dt_lm *g, block_acts *A, const float *qk, const float *v, float *att) {
     const int64_t B = g->B, T = g->T, H = g->H, Hkv = g->Hkv, D = g->D;
     const int64_t QK = g->QD + g->KVD;
+    float *probs = NULL;   /* [B, H, T, T] materialized only */
+    lm_prof_mark m = lm_prof_begin(g);
     if (g->attn == DT_ATTN_FLASH) {
         g->dev->attention_gqa_forward_flash(att, A->lse, qk, QK, qk + g->QD, QK, v, g->KVD, B, T, H,
                                             Hkv, D);
     } else {
-        float *probs = lm_act_f32(g, A->probs, g->w32.probs);   /* [B, H, T, T] */
+        probs = lm_act_f32(g, A->probs, g->w32.probs);
         g->dev->attention_gqa_forward_probs(att, probs, qk, QK, qk + g->QD, QK, v, g->KVD, B, T, H,
                                             Hkv, D);
-        lm_act_commit(g, A->probs, probs, (size_t)(B * H * T * T));
     }
+    lm_prof_end(g, DT_LM_OP_ATTENTION, m, lm_attention_flops(g, DT_LM_PASS_FWD));
+    if (probs) lm_act_commit(g, A->probs, probs, (size_t)(B * H * T * T));
 }
 
 int lm_llama_block_forward(dt_lm *g, int l, block_acts *A, void *xout, const lm_params *P) {
@@ -206,13 +213,15 @@ int lm_llama_block_forward(dt_lm *g, int l, block_acts *A, void *xout, const lm_
     const float *x = lm_act_load(g, g->x[l], w->x, (size_t)(N * C));   /* [N, C] */
 
     float *ln1 = lm_act_f32(g, A->ln1, w->ln1);   /* [N, C] */
+    lm_prof_mark m = lm_prof_begin(g);
     g->dev->rmsnorm_forward(ln1, A->ln1_rstd, x, p + o[LL_IN], N, 1, C, C, g->eps);
+    lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
     lm_act_commit_lin(g, A->ln1, ln1, (size_t)(N * C));
 
     if ((rc = qk_forward(g, A, ln1, P))) return rc;
     const float *qk = lm_act_f32(g, A->qk, w->qk);   /* [N, QK], committed */
     float *v = lm_act_f32(g, A->v, w->v);             /* [N, KVD] */
-    if ((rc = lm_linear_forward(g, LM_W_OUT_IN, v, A->ln1, ln1, P, o[LL_VW],
+    if ((rc = lm_linear_forward(g, DT_LM_OP_QKV, LM_W_OUT_IN, v, A->ln1, ln1, P, o[LL_VW],
                                 g->qkv_bias ? p + o[LL_VB] : NULL, N, C, KVD)))
         return rc;
     lm_act_commit(g, A->v, v, (size_t)(N * KVD));
@@ -222,29 +231,37 @@ int lm_llama_block_forward(dt_lm *g, int l, block_acts *A, void *xout, const lm_
     lm_act_commit_lin(g, A->att, att, (size_t)(N * QD));
 
     float *proj = g->dC;   /* [N, C] o_proj / down_proj output, not saved */
-    if ((rc = lm_linear_forward(g, LM_W_OUT_IN, proj, A->att, att, P, o[LL_OW], NULL, N, QD, C)))
+    if ((rc = lm_linear_forward(g, DT_LM_OP_ATTN_PROJ, LM_W_OUT_IN, proj, A->att, att, P, o[LL_OW], NULL, N, QD, C)))
         return rc;
     float *res1 = lm_act_f32(g, A->res1, w->res1);   /* [N, C] */
+    m = lm_prof_begin(g);
     g->dev->residual_forward(res1, x, proj, N * C);
+    lm_prof_end(g, DT_LM_OP_RESIDUAL, m, 0.0);
     lm_act_commit(g, A->res1, res1, (size_t)(N * C));
 
     float *ln2 = lm_act_f32(g, A->ln2, w->ln2);   /* [N, C] */
+    m = lm_prof_begin(g);
     g->dev->rmsnorm_forward(ln2, A->ln2_rstd, res1, p + o[LL_POST], N, 1, C, C, g->eps);
+    lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
     lm_act_commit_lin(g, A->ln2, ln2, (size_t)(N * C));
 
     float *gu = lm_act_f32(g, A->gu, w->gu);   /* [N, 2F] gate | up */
-    if ((rc = lm_linear_forward(g, LM_W_OUT_IN, gu, A->ln2, ln2, P, o[LL_GW], NULL, N, C, 2 * F)))
+    if ((rc = lm_linear_forward(g, DT_LM_OP_FC, LM_W_OUT_IN, gu, A->ln2, ln2, P, o[LL_GW], NULL, N, C, 2 * F)))
         return rc;
     lm_act_commit(g, A->gu, gu, (size_t)(N * 2 * F));
     float *act = lm_act_f32(g, A->act, w->act);   /* [N, F] */
+    m = lm_prof_begin(g);
     g->dev->swiglu_forward(act, gu, N, F);
+    lm_prof_end(g, DT_LM_OP_ACT, m, 0.0);
     lm_act_commit_lin(g, A->act, act, (size_t)(N * F));
 
     if (!xout) return DT_OK;   /* recomputing for backward: the block output is not needed */
-    if ((rc = lm_linear_forward(g, LM_W_OUT_IN, proj, A->act, act, P, o[LL_DW], NULL, N, F, C)))
+    if ((rc = lm_linear_forward(g, DT_LM_OP_FC_PROJ, LM_W_OUT_IN, proj, A->act, act, P, o[LL_DW], NULL, N, F, C)))
         return rc;
     float *xo = lm_act_f32(g, xout, w->xout);   /* [N, C] */
+    m = lm_prof_begin(g);
     g->dev->residual_forward(xo, res1, proj, N * C);
+    lm_prof_end(g, DT_LM_OP_RESIDUAL, m, 0.0);
     lm_act_commit(g, xout, xo, (size_t)(N * C));
     return DT_OK;
 }
@@ -263,15 +280,19 @@ static int mlp_backward(dt_lm *g, const block_acts *A, const float *res1, const 
     const float *act = lm_act_load_lin(g, A->act, w->act, (size_t)(N * F));   /* [N, F] */
     float *dact = g->dA, *dgu = g->dF, *dln2 = g->dC;   /* [N, F], [N, 2F], [N, C] */
     int rc;
-    if ((rc = lm_linear_backward(g, LM_W_OUT_IN, dact, G + o[LL_DW], NULL, g->dres, A->act, act, P,
+    if ((rc = lm_linear_backward(g, DT_LM_OP_FC_PROJ, LM_W_OUT_IN, dact, G + o[LL_DW], NULL, g->dres, A->act, act, P,
                                  o[LL_DW], N, F, C, 0)))
         return rc;
+    lm_prof_mark m = lm_prof_begin(g);
     g->dev->swiglu_backward(dgu, dact, gu, N, F);
-    if ((rc = lm_linear_backward(g, LM_W_OUT_IN, dln2, G + o[LL_GW], NULL, dgu, A->ln2, ln2, P,
+    lm_prof_end(g, DT_LM_OP_ACT, m, 0.0);
+    if ((rc = lm_linear_backward(g, DT_LM_OP_FC, LM_W_OUT_IN, dln2, G + o[LL_GW], NULL, dgu, A->ln2, ln2, P,
                                  o[LL_GW], N, C, 2 * F, 0)))
         return rc;
+    m = lm_prof_begin(g);
     g->dev->rmsnorm_backward(g->dres, G + o[LL_POST], dln2, res1, P->f32 + o[LL_POST], A->ln2_rstd,
                              N, 1, C, C, 1);
+    lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
     return DT_OK;
 }
 
@@ -284,21 +305,28 @@ static void qkv_grads(dt_lm *g, const block_acts *A, const float *datt, const fl
     const size_t *o = g->boff;
     const float *qk = lm_act_load(g, A->qk, w->qk, (size_t)(N * QK));   /* [N, QK] */
     const float *v = lm_act_load(g, A->v, w->v, (size_t)(N * KVD));     /* [N, KVD] */
-    if (g->attn == DT_ATTN_FLASH) {
-        const float *att = lm_act_load(g, A->att, w->att, (size_t)(N * QD));
+    /* flash reads the output att [N, QD], materialized the probabilities [B, H, T, T] */
+    const float *att = g->attn == DT_ATTN_FLASH ? lm_act_load(g, A->att, w->att, (size_t)(N * QD)) : NULL;
+    const float *probs =
+        g->attn == DT_ATTN_FLASH ? NULL : lm_act_load(g, A->probs, w->probs, (size_t)(B * H * T * T));
+    lm_prof_mark m = lm_prof_begin(g);
+    if (g->attn == DT_ATTN_FLASH)
         g->dev->attention_gqa_backward_flash(dqk, dqk + QD, dv, datt, qk, QK, qk + QD, QK, v, KVD, att,
                                              A->lse, B, T, H, Hkv, D);
-    } else {
-        const float *probs = lm_act_load(g, A->probs, w->probs, (size_t)(B * H * T * T));
+    else
         g->dev->attention_gqa_backward_probs(dqk, dqk + QD, dv, datt, qk, QK, qk + QD, QK, v, KVD,
                                              probs, B, T, H, Hkv, D);
-    }
+    lm_prof_end(g, DT_LM_OP_ATTENTION, m, lm_attention_flops(g, DT_LM_PASS_BWD));
+    m = lm_prof_begin(g);
     g->dev->rope_backward(dqk, g->rope_cos, g->rope_sin, B, T, H + Hkv, D, QK);
+    lm_prof_end(g, DT_LM_OP_ROPE, m, 0.0);
     if (!g->qk_norm) return;
     const float *raw = lm_act_load(g, A->qk_raw, w->qk_raw, (size_t)(N * QK));   /* [N, QK] */
+    m = lm_prof_begin(g);
     g->dev->rmsnorm_backward(dqk, G + o[LL_QN], dqk, raw, P + o[LL_QN], A->qk_rstd, N, H, D, QK, 0);
     g->dev->rmsnorm_backward(dqk + QD, G + o[LL_KN], dqk + QD, raw + QD, P + o[LL_KN],
                              A->qk_rstd + N * H, N, Hkv, D, QK, 0);
+    lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
 }
 
 int lm_llama_block_backward(dt_lm *g, int l, const block_acts *A, const lm_params *P, float *G) {
@@ -316,19 +344,21 @@ int lm_llama_block_backward(dt_lm *g, int l, const block_acts *A, const lm_param
     const float *att = lm_act_load_lin(g, A->att, w->att, (size_t)(N * QD));   /* [N, QD] */
     float *datt = g->dA;                                   /* [N, QD] */
     float *dqk = g->dQKV, *dv = g->dQKV + N * QK;          /* [N, QK], [N, KVD] */
-    if ((rc = lm_linear_backward(g, LM_W_OUT_IN, datt, G + o[LL_OW], NULL, g->dres, A->att, att, P,
+    if ((rc = lm_linear_backward(g, DT_LM_OP_ATTN_PROJ, LM_W_OUT_IN, datt, G + o[LL_OW], NULL, g->dres, A->att, att, P,
                                  o[LL_OW], N, QD, C, 0)))
         return rc;
     qkv_grads(g, A, datt, p, G, dqk, dv);
 
     const float *ln1 = lm_act_load_lin(g, A->ln1, w->ln1, (size_t)(N * C));   /* [N, C] */
     float *dln1 = g->dC;                                                      /* [N, C] */
-    if ((rc = lm_linear_backward(g, LM_W_OUT_IN, dln1, G + o[LL_QW], g->qkv_bias ? G + o[LL_QB] : NULL,
+    if ((rc = lm_linear_backward(g, DT_LM_OP_QKV, LM_W_OUT_IN, dln1, G + o[LL_QW], g->qkv_bias ? G + o[LL_QB] : NULL,
                                  dqk, A->ln1, ln1, P, o[LL_QW], N, C, QK, 0)))
         return rc;
-    if ((rc = lm_linear_backward(g, LM_W_OUT_IN, dln1, G + o[LL_VW], g->qkv_bias ? G + o[LL_VB] : NULL,
+    if ((rc = lm_linear_backward(g, DT_LM_OP_QKV, LM_W_OUT_IN, dln1, G + o[LL_VW], g->qkv_bias ? G + o[LL_VB] : NULL,
                                  dv, A->ln1, ln1, P, o[LL_VW], N, C, KVD, 1)))
         return rc;
+    lm_prof_mark m = lm_prof_begin(g);
     g->dev->rmsnorm_backward(g->dres, G + o[LL_IN], dln1, x, p + o[LL_IN], A->ln1_rstd, N, 1, C, C, 1);
+    lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
     return DT_OK;
 }

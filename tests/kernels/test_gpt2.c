@@ -310,6 +310,47 @@ static void test_checkpointing_bitwise(const golden *gd) {
         }
 }
 
+/* dt_lm_set_profile: profiling changes no result (loss and gradients bitwise, fp32
+ * and bf16, with a checkpointed block so the recompute pass is booked too), books
+ * every op kind GPT-2 runs, and its GEMM FLOPs are exactly 6 * matrix params per
+ * token (2 forward, 4 backward; the first block's recompute adds its 2) and its
+ * attention FLOPs 12 * hs per causal pair and head (+ 4 for the recompute). */
+static void test_profile(const golden *gd) {
+    dt_dtype ts[2] = {DT_DTYPE_FP32, DT_DTYPE_BF16};
+    for (int ti = 0; ti < 2; ti++) {
+        dt_lm *g0 = golden_model(gd, ts[ti], 1, DT_ATTN_FLASH), *g1 = golden_model(gd, ts[ti], 1, DT_ATTN_FLASH);
+        dt_lm_profile prof;
+        memset(&prof, 0, sizeof prof);
+        dt_lm_set_profile(g1, &prof);
+        float l0 = run(g0, gd, 1.0f), l1 = run(g1, gd, 1.0f);
+        dt_lm_set_profile(g1, NULL);
+        CHECK(memcmp(&l0, &l1, sizeof l0) == 0);
+        size_t gbytes = dt_lm_num_params(g0) * (size_t)dt_dtype_size(ts[ti]);
+        CHECK(memcmp(dt_lm_grads(g0), dt_lm_grads(g1), gbytes) == 0);
+        for (int op = 0; op < DT_LM_OP_COUNT; op++) {
+            int used = op != DT_LM_OP_ROPE && (op != DT_LM_OP_CONVERT || ts[ti] != DT_DTYPE_FP32);
+            CHECK((prof.calls[DT_LM_PASS_FWD][op] > 0) == used);
+            CHECK(strcmp(dt_lm_op_name(g1, (dt_lm_op)op), "?") != 0);
+        }
+        CHECK(prof.calls[DT_LM_PASS_RECOMPUTE][DT_LM_OP_QKV] == 1);
+        double N = (double)(gd->B * gd->T), C = (double)gd->C, F = 4.0 * C, V = (double)gd->V;
+        double block = C * 3 * C + C * C + C * F + F * C;   /* matrix params of one block */
+        /* per pass: L blocks (recompute: block 0 without c_proj of the MLP) + classifier */
+        double want = 6.0 * N * (block * (double)gd->L + C * V) + 2.0 * N * (block - F * C);
+        double got = 0, att = 0;
+        for (int ps = 0; ps < DT_LM_PASS_COUNT; ps++) {
+            for (int op = 0; op <= DT_LM_OP_CLASSIFIER; op++) got += prof.flops[ps][op];
+            att += prof.flops[ps][DT_LM_OP_ATTENTION];
+        }
+        CHECK(fabs(got - want) <= 1e-12 * want);
+        double pairs = (double)gd->T * (double)(gd->T + 1) / 2.0, hs = C / (double)gd->H;
+        double att_want = (12.0 * (double)gd->L + 4.0) * hs * pairs * (double)(gd->B * gd->H);
+        CHECK(fabs(att - att_want) <= 1e-12 * att_want);
+        dt_lm_free(g0);
+        dt_lm_free(g1);
+    }
+}
+
 /* docs/activations.md, GPT-2 family, evaluated independently here */
 static int64_t contract_bytes(int64_t L, int64_t C, int64_t H, int64_t B, int64_t T, int64_t K,
                               int a, dt_attention attn) {
@@ -655,6 +696,7 @@ int main(int argc, char **argv) {
     test_bf16_dout_bound();
     test_bf16_chunked();
     test_checkpointing_bitwise(&gd);
+    test_profile(&gd);
     test_memory_contract();
     test_hooks(&gd);
     test_bind_group(&gd);

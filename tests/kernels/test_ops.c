@@ -2,7 +2,9 @@
  * of its forward (loss = sum(out * R) for a fixed random R, accumulated in
  * double), plus forward checks against direct double-precision formulas. */
 #include <stdint.h>
+#include <string.h>
 
+#include "dt_dtype.h"
 #include "dt_ops.h"
 #include "dt_test.h"
 
@@ -313,7 +315,46 @@ static void test_misc(void) {
     CHECK(db[0] == 6.0f && db[1] == 8.0f && db[2] == 10.0f);
 }
 
+/* ---- store_round: bit for bit the two conversions it fuses (dt_convert to the
+ * 16-bit dtype, then back), for bf16 and fp16, on random values plus the special
+ * ones (RNE ties, NaN, inf, fp16 overflow and subnormals, bf16's largest finite
+ * rounding up), with a length that is not a multiple of the vector width both
+ * below and above the size where the op goes parallel ---- */
+#define SR_SMALL 1037   /* < DT_PAR_MIN (ops_cpu.c), odd: the scalar tail runs */
+#define SR_LARGE 70001  /* > 2 * DT_PAR_MIN: both threads' vector loops and a tail */
+static void test_store_round(void) {
+    const float special[] = {0.0f, -0.0f, 1.0f, 1.00390625f /* bf16 tie */, 1.01171875f,
+                             65504.0f, 65520.0f /* fp16 overflow */, 5.96e-8f, 3e-8f,
+                             1e-40f /* fp32 subnormal */, 3.3895314e38f /* bf16 max rounds up */,
+                             INFINITY, -INFINITY, NAN, -NAN, 1.0009765625f /* fp16 tie */};
+    const size_t ns = sizeof special / sizeof special[0];
+    const dt_dtype types[] = {DT_DTYPE_BF16, DT_DTYPE_FP16};
+    const size_t sizes[] = {SR_SMALL, SR_LARGE};
+    for (size_t k = 0; k < 2; k++)
+        for (size_t z = 0; z < 2; z++) {
+            size_t n = sizes[z];
+            float *x = rnd((int64_t)n, 100.0f), *ref = malloc(n * sizeof(float));
+            uint16_t *d = malloc(n * sizeof(uint16_t)), *dref = malloc(n * sizeof(uint16_t));
+            for (size_t i = 0; i < ns; i++) x[i * 7 % n] = special[i];   /* spread over the vectors */
+            x[n - 1] = special[3];                                        /* and in the tail */
+            memcpy(ref, x, n * sizeof(float));
+            dt_convert(dref, types[k], ref, DT_DTYPE_FP32, n);
+            dt_convert(ref, DT_DTYPE_FP32, dref, types[k], n);
+            dt_op_store_round(d, types[k], x, n);
+            CHECK(memcmp(d, dref, n * sizeof(uint16_t)) == 0);
+            CHECK(memcmp(x, ref, n * sizeof(float)) == 0);
+            free(x);
+            free(ref);
+            free(d);
+            free(dref);
+        }
+    float a[3] = {1.5f, -2.0f, 3.25f}, b[3] = {0, 0, 0};   /* fp32: a copy, x unchanged */
+    dt_op_store_round(b, DT_DTYPE_FP32, a, 3);
+    CHECK(b[0] == 1.5f && b[1] == -2.0f && b[2] == 3.25f && a[2] == 3.25f);
+}
+
 int main(void) {
+    test_store_round();
     test_gemm();
     test_linear();
     test_layernorm();
