@@ -27,6 +27,15 @@
  * schedule, the stack): small beside the pieces the check is about */
 #define RSS_SLACK (4 * MIB)
 
+/* 0 in a sanitized build (DT_TEST_SANITIZED=1, tests/engine/CMakeLists.txt):
+ * AddressSanitizer keeps freed blocks in its quarantine instead of reusing them, so the
+ * pieces' temporaries stay resident one after another and the peak is their sum. The
+ * sums are still checked there; the RSS bounds only in a plain build. */
+static int rss_bounds_apply(void) {
+    const char *s = getenv("DT_TEST_SANITIZED");
+    return !(s && s[0] == '1');
+}
+
 static void cpu_plan(dt_plan *p, const char *model, int64_t world) {
     dt_error e = {0};
     dt_plan_defaults(p);
@@ -170,7 +179,7 @@ static void test_mpi_pieces(dt_comm *c) {
     if (rise >= 0) {
         printf("rank %d: all-reduce of %.0f MiB raised the peak RSS by %.1f MiB\n", r,
                (double)(n * sizeof(float)) / MIB, (double)rise / MIB);
-        CHECK(rise <= (int64_t)DT_COMM_PIECE_BYTES + RSS_SLACK);
+        if (rss_bounds_apply()) CHECK(rise <= (int64_t)DT_COMM_PIECE_BYTES + RSS_SLACK);
     }
     /* reduce-scatter: world blocks of 1.5 pieces each, into a separate receive and in place */
     const size_t per = (size_t)DT_COMM_PIECE_BYTES / sizeof(float) * 3 / 2;
@@ -195,7 +204,7 @@ static void test_mpi_pieces(dt_comm *c) {
                    in_place ? "in place" : "separate receive", (double)(per * (size_t)W * sizeof(float)) / MIB,
                    (double)rise / MIB);
             /* in place or not, a piece's blocks are packed: the pieces bound it */
-            CHECK(rise <= (r == 0 ? 2 : 1) * (int64_t)DT_COMM_PIECE_BYTES + RSS_SLACK);
+            if (rss_bounds_apply()) CHECK(rise <= (r == 0 ? 2 : 1) * (int64_t)DT_COMM_PIECE_BYTES + RSS_SLACK);
         }
     }
     /* 16-bit: the same pieces through the widening user op (values exact in bf16) */
