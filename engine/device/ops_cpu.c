@@ -306,6 +306,21 @@ void dt_op_crossentropy_backward_inplace(float *logits, const float *lse, const 
 /* ----------------------------------------------------------------------------
  * bulk 16-bit conversions */
 
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+/* 16 fp32 bit patterns (u) rounded to bf16, round to nearest even, each in the low half
+ * of its 32-bit lane; the vector form of dt_f32_to_bf16 */
+static inline __m512i bf16_round16(__m512i u) {
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+    r = _mm512_srli_epi32(r, 16);
+    /* NaN inputs: keep the sign/exponent bits and set the quiet bit */
+    __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000));
+    __m512i qn = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    return _mm512_mask_mov_epi32(r, nan, qn);
+}
+#endif
+
 void dt_bf16_from_f32(dt_bf16 *dst, const float *src, size_t n) {
     size_t nv = 0;
 #if defined(__AVX512F__) && defined(__AVX512BW__)
@@ -313,14 +328,7 @@ void dt_bf16_from_f32(dt_bf16 *dst, const float *src, size_t n) {
 #pragma omp parallel for schedule(static) if (n >= DT_PAR_MIN)
     for (size_t i = 0; i < nv; i += 16) {
         __m512i u = _mm512_loadu_si512((const void *)(src + i));
-        __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-        __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-        r = _mm512_srli_epi32(r, 16);
-        /* NaN inputs: keep the sign/exponent bits and set the quiet bit */
-        __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-        __mmask16 nan = _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000));
-        __m512i qn = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-        r = _mm512_mask_mov_epi32(r, nan, qn);
+        __m512i r = bf16_round16(u);
         _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtepi32_epi16(r));
     }
 #endif
@@ -379,13 +387,7 @@ void dt_op_store_round(void *dst, dt_dtype t, float *x, size_t n) {
 #pragma omp parallel for schedule(static) if (n >= DT_PAR_MIN)
         for (size_t i = 0; i < nv; i += 16) {
             __m512i u = _mm512_loadu_si512((const void *)(x + i));
-            __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-            __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-            r = _mm512_srli_epi32(r, 16);
-            __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-            __mmask16 nan = _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000));
-            __m512i qn = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-            r = _mm512_mask_mov_epi32(r, nan, qn);
+            __m512i r = bf16_round16(u);
             _mm256_storeu_si256((__m256i *)(d + i), _mm512_cvtepi32_epi16(r));
             _mm512_storeu_si512((void *)(x + i), _mm512_slli_epi32(r, 16));
         }
