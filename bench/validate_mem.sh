@@ -4,7 +4,8 @@
 # "Real memory per phase"): GPT-2 124M and 355M (catalog gpt2, gpt2-medium),
 # fp32, seq 128, micro-batch 1, on 1 and 2 ranks, ZeRO 0-3 x offload none / cpu
 # (cpu = the optimizer on the host, at stage 3 the parameters too; stage 0 has
-# no offload). Each config trains STEPS steps with a validation pass and a
+# no offload; nvme, on request = the optimizer state in files under OUT/nvme,
+# stage 3 only). Each config trains STEPS steps with a validation pass and a
 # checkpoint at the end, then resumes for one more step (the checkpoint-load
 # phase). Per config, rank and phase it prints the plan's prediction for the
 # rank and phase (the run report's, docs/dtrun.md "Real memory per phase")
@@ -17,7 +18,7 @@
 # usage: bench/validate_mem.sh [BUILD_DIR] [--steps N] [--models "gpt2 gpt2-medium"]
 #                              [--worlds "1 2"] [--stages "0 1 2 3"] [--offload "none cpu"]
 #                              [--mem-factor X] [--quick] [--baseline DIR]
-#                              [--runtime-from PROFILE.json]
+#                              [--runtime-from PROFILE.json] [--sub-group-size N]
 #   BUILD_DIR     where dtplan and dtrun are (default build)
 #   --baseline DIR  also run every config with DIR/dtrun (an earlier build) first;
 #                 the tables then have a row per build ("before": DIR, "after":
@@ -26,6 +27,9 @@
 #   --runtime-from P  take runtime_bytes / runtime_mpi_bytes from profile P
 #                 instead of running `dtrun calibrate` (30-60 s) first
 #   --steps N     steps of the first run (default 2; the resumed run adds one)
+#   --offload M   modes among none cpu nvme (default "none cpu")
+#   --sub-group-size N  DeepSpeed's sub_group_size for the plans (dtplan solve
+#                 --sub-group-size: the NVMe optimizer's host swap buffers)
 #   --quick       gpt2 only, stages 0 and 3, no offload (a smoke run)
 #   --mem-factor  a config is skipped, with a note, when X times its rough need
 #                 (the model states of all ranks, plus the full model twice for
@@ -36,7 +40,7 @@
 # removed after it ran. docs/benchmarks.md has a recorded run.
 set -u
 BUILD=build STEPS=2 MODELS="gpt2 gpt2-medium" WORLDS="1 2" QUICK=0 FACTOR=1.3
-STAGES="0 1 2 3" MODES="none cpu" BASELINE="" RT_FROM=""
+STAGES="0 1 2 3" MODES="none cpu" BASELINE="" RT_FROM="" SUBGROUP=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --steps) STEPS=$2; shift 2 ;;
@@ -48,7 +52,8 @@ while [ $# -gt 0 ]; do
     --quick) QUICK=1; MODELS=gpt2; shift ;;
     --baseline) BASELINE=$2; shift 2 ;;
     --runtime-from) RT_FROM=$2; shift 2 ;;
-    -h | --help) sed -n '2,38p' "$0"; exit 0 ;;
+    --sub-group-size) SUBGROUP=$2; shift 2 ;;
+    -h | --help) sed -n '2,43p' "$0"; exit 0 ;;
     -*) echo "validate_mem.sh: unknown option '$1'" >&2; exit 2 ;;
     *) BUILD=$1; shift ;;
     esac
@@ -99,16 +104,19 @@ printf 'build\tmodel\tstage\toffload\tworld\trank\tphase\truns\tpredicted\treal\
 # plan MODEL STAGE OFFLOAD WORLD FILE RUNDIR
 plan() {
     local m=$1 s=$2 o=$3 w=$4 f=$5 d=$6
+    [ "$o" = nvme ] && mkdir -p "$OUT/nvme"
     "$DTPLAN" solve --mem "$MEM_LIMIT" --hardware "$OUT/cpu-here.json" --model "$m" --seq 128 \
         --precision fp32 --gpus "$w" --global-batch "$w" --data "$DATA" --steps $((STEPS + 1)) \
-        --eval-interval 2 --out "$d" -o "$f" >/dev/null 2>"$OUT/solve.err" || {
+        --eval-interval 2 --out "$d" -o "$f" ${SUBGROUP:+--sub-group-size "$SUBGROUP"} \
+        $([ "$o" = nvme ] && echo --nvme-path "$OUT/nvme") >/dev/null 2>"$OUT/solve.err" || {
         echo "  solve failed: $(tail -1 "$OUT/solve.err")"; return 1; }
-    python3 - "$f" "$s" "$o" "$w" <<'PY'
+    python3 - "$f" "$s" "$o" "$w" "$OUT/nvme" <<'PY'
 import json, sys
-f, s, o, w = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+f, s, o, w, nvme = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5]
 p = json.load(open(f))
-p["parallel"].update(zero_stage=s, offload_optimizer="cpu" if o == "cpu" else "none",
-                     offload_param="cpu" if o == "cpu" and s == 3 else "none")
+p["parallel"].update(zero_stage=s, offload_optimizer=o,
+                     offload_param="cpu" if o == "cpu" and s == 3 else "none",
+                     nvme_path=nvme if o == "nvme" else "")
 p["batch"].update(micro_batch=1, grad_accum=1, global_batch=w)
 p["activations"]["ckpt_layers"] = 0
 p["data"].update(eval_interval=2, eval_batches=1)
@@ -129,6 +137,7 @@ m = p["model"]
 n = 12 * m["n_layer"] * m["hidden"] ** 2 + (m["vocab"] + m["max_pos"]) * m["hidden"]
 st = p["parallel"]["zero_stage"]
 per = {0: 16 * n, 1: 8 * n + 8 * n / w, 2: 4 * n + 12 * n / w, 3: 16 * n / w}[st]
+if p["parallel"]["offload_optimizer"] == "nvme": per -= 8 * n / w   # m and v in files
 print(int(per * w + 2 * 4 * n))   # + the start-up's whole model per rank and the checkpoint writer
 PY
 }
@@ -139,6 +148,7 @@ for m in $MODELS; do
     for s in $STAGES; do
       for o in $MODES; do
         [ "$s" = 0 ] && [ "$o" = cpu ] && continue
+        [ "$s" != 3 ] && [ "$o" = nvme ] && continue   # DeepSpeed: NVMe optimizer offload needs stage 3
         label="$m ZeRO-$s offload $o, $w rank(s)"
         f=$OUT/plan.json d=$OUT/run
         rm -rf "$d"
@@ -180,7 +190,7 @@ for r in range(w):
 PY
           echo "$label ($bl): done in $(( $(date +%s) - t0 )) s, load $(cut -d' ' -f1 /proc/loadavg)"
         done
-        rm -rf "$d"
+        rm -rf "$d" "$OUT/nvme"
       done
     done
   done

@@ -52,6 +52,8 @@ typedef struct dt_parallel {
     int64_t allgather_bucket_elems;/* allgather_bucket_size (5e8) */
     int64_t prefetch_bucket_elems; /* stage3_prefetch_bucket_size (code default 5e7) */
     int64_t max_live_params;       /* stage3_max_live_parameters (1e9) */
+    int64_t sub_group_elems;       /* sub_group_size (1e9): elements per optimizer tile; with
+                                    * NVMe optimizer offload, the size of each host swap buffer */
     int overlap_comm;              /* overlap reduction / gathers with compute */
 } dt_parallel;
 

@@ -22,6 +22,7 @@
 #define DS_ALLGATHER_BUCKET_ELEMS 500000000LL  /* allgather_bucket_size 5e8 */
 #define DS_PREFETCH_BUCKET_ELEMS 50000000LL    /* stage3_prefetch_bucket_size, code default 5e7 */
 #define DS_MAX_LIVE_PARAMS 1000000000LL        /* stage3_max_live_parameters 1e9 */
+#define DS_SUB_GROUP_ELEMS 1000000000LL        /* sub_group_size 1e9 */
 #define DS_COS_MIN_RATIO 0.0001                /* WarmupCosineLR (deepspeed/runtime/lr_schedules.py) */
 #define DEFAULT_SEQ_LEN 1024                   /* GPT-2's context (dt_plan.h) */
 #define DEFAULT_LR 2e-4                        /* AdamW: docs/plan-format.md "optimizer" */
@@ -175,6 +176,7 @@ void dt_plan_defaults(dt_plan *p) {
     p->parallel.allgather_bucket_elems = DS_ALLGATHER_BUCKET_ELEMS;
     p->parallel.prefetch_bucket_elems = DS_PREFETCH_BUCKET_ELEMS;
     p->parallel.max_live_params = DS_MAX_LIVE_PARAMS;
+    p->parallel.sub_group_elems = DS_SUB_GROUP_ELEMS;
     p->parallel.overlap_comm = 0; /* DeepSpeed: true only for stage 3 (deepspeed/runtime/zero/config.py) */
     p->batch.micro_batch = 1;
     p->batch.grad_accum = 1;
@@ -309,6 +311,9 @@ static int validate_parallel(const dt_plan *p, dt_error *err) {
         if (sizes[i].v <= 0)
             return dt_errorf(err, DT_EINVAL, "parallel.%s = %" PRId64 " must be > 0 (elements)",
                              sizes[i].name, sizes[i].v);
+    if (q->sub_group_elems < 0)   /* 0: every unit a sub-group of its own, as DeepSpeed's 0 */
+        return dt_errorf(err, DT_EINVAL, "parallel.sub_group_elems = %" PRId64 " must be >= 0 (elements)",
+                         q->sub_group_elems);
     return DT_OK;
 }
 
@@ -781,6 +786,7 @@ static cJSON *plan_to_tree(const dt_plan *p) {
     add_i(o, "allgather_bucket_elems", q->allgather_bucket_elems);
     add_i(o, "prefetch_bucket_elems", q->prefetch_bucket_elems);
     add_i(o, "max_live_params", q->max_live_params);
+    add_i(o, "sub_group_elems", q->sub_group_elems);
     add_b(o, "overlap_comm", q->overlap_comm);
 
     o = add_obj(root, "batch");
@@ -999,6 +1005,9 @@ static void read_parallel(dt_jobj *root, dt_parallel *q, dt_error *err) {
     dt_jobj_int(&r, "allgather_bucket_elems", 1, INT64_MAX, &q->allgather_bucket_elems, err);
     dt_jobj_int(&r, "prefetch_bucket_elems", 1, INT64_MAX, &q->prefetch_bucket_elems, err);
     dt_jobj_int(&r, "max_live_params", 1, INT64_MAX, &q->max_live_params, err);
+    q->sub_group_elems = DS_SUB_GROUP_ELEMS;   /* optional: plans written before it had 1e9 */
+    if (!r.failed && dt_jobj_has(&r, "sub_group_elems"))
+        dt_jobj_int(&r, "sub_group_elems", 0, INT64_MAX, &q->sub_group_elems, err);
     dt_jobj_bool(&r, "overlap_comm", &q->overlap_comm, err);
     if (dt_jobj_close(&r, err)) root->failed = r.failed;
 }

@@ -19,10 +19,10 @@ _dtplan() {
     estimate) flags="--params --model --plan --gpus --nodes --micro-batch --grad-accum --seq --ckpt --precision
                      --param-dtype --grad-dtype --master-dtype --moment-dtype --attention --zero-stage
                      --offload-optimizer --offload-param --deepspeed --hardware --mem --units --compare --json
-                     --plot --runtime --recompute --largest-layer --help" ;;
+                     --plot --runtime --recompute --largest-layer --sub-group-size --help" ;;
     solve) flags="--mem --model --params --gpus --nodes --global-batch --seq --hardware --interconnect --host-mem
                   --nvme --precision --stages --no-offload --no-overlap --units -o --plot --data --steps --warmup
-                  --lr --schedule --out --eval-interval --save-interval --runtime --attention --help" ;;
+                  --lr --schedule --out --eval-interval --save-interval --runtime --attention --sub-group-size --nvme-path --help" ;;
     show) flags="--units --help" ;;
     export) flags="--deepspeed -o --slurm --script --master-addr --master-port --job-name --help" ;;
     simulate) flags="--detail --trace --plot --json --runtime --help" ;;

@@ -336,6 +336,8 @@ static int read_zero(const cJSON *root, dt_dsconfig *c, dt_error *err) {
     if ((rc = read_int(z, p, "stage3_max_live_parameters", "max_live_parameters", 0, INT64_MAX, &c->max_live,
                        err)))
         return rc;
+    /* ge=0; 0: every parameter a sub-group of its own (stage3.py _create_fp16_sub_groups) */
+    if ((rc = read_int(z, p, "sub_group_size", NULL, 0, INT64_MAX, &c->sub_group, err))) return rc;
     if ((rc = read_int(z, p, "stage3_param_persistence_threshold", "param_persistence_threshold", 0, INT64_MAX,
                        &c->persistence, err)))
         return rc;
@@ -351,7 +353,7 @@ static int read_zero(const cJSON *root, dt_dsconfig *c, dt_error *err) {
         "round_robin_gradients", "zero_quantized_weights", "zero_quantized_nontrainable_weights",
         "zero_quantized_gradients", "mics_hierarchical_params_gather", "memory_efficient_linear",
         "pipeline_loading_checkpoint", "override_module_apply", "log_trace_cache_warnings", NULL};
-    static const char *const zero_counts[] = {"sub_group_size", "model_persistence_threshold",
+    static const char *const zero_counts[] = {"model_persistence_threshold",
                                               "stage3_model_persistence_threshold", "zero_hpz_partition_size", NULL};
     if ((rc = check_typed(z, p, zero_bools, zero_counts, err))) return rc;
     dt_ds_state ov = DT_DS_ABSENT;
@@ -701,6 +703,7 @@ int dt_dsconfig_apply(const dt_dsconfig *c, dt_plan *p, dt_ds_notes *notes, dt_e
         note(notes, "stage3_param_persistence_threshold \"auto\" -> 10 x hidden = %lld (HF Trainer's rule; "
                     "small-parameter persistence is not modelled)", (long long)(10 * h));
     if (c->max_live.state == DT_DS_SET) z->max_live_params = c->max_live.value;
+    if (c->sub_group.state == DT_DS_SET) z->sub_group_elems = c->sub_group.value;
     int rc = dt_ds_check_offload(z->zero_stage, z->offload_optimizer, z->offload_param, err);
     if (rc) return dt_error_prefix(err, "$.zero_optimization");
 

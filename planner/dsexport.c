@@ -105,6 +105,7 @@ static cJSON *config_tree(const dt_plan *p) {
      * round trip through `dtplan estimate --deepspeed` exact for stage-3 rows */
     cJSON_AddNumberToObject(z, "stage3_prefetch_bucket_size", (double)q->prefetch_bucket_elems);
     cJSON_AddNumberToObject(z, "stage3_max_live_parameters", (double)q->max_live_params);
+    cJSON_AddNumberToObject(z, "sub_group_size", (double)q->sub_group_elems);
     if (p->runtime.kind == DT_RUNTIME_DEEPSPEED) {
         /* what the deepspeed runtime profile modelled (docs/memory-model.md "Runtime profiles") */
         cJSON_AddNumberToObject(z, "stage3_max_reuse_distance", (double)p->runtime.max_reuse_distance);

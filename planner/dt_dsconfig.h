@@ -55,6 +55,7 @@ typedef struct dt_dsconfig {
     dt_ds_int allgather_bucket;
     dt_ds_int prefetch_bucket;    /* stage3_prefetch_bucket_size */
     dt_ds_int max_live;           /* stage3_max_live_parameters */
+    dt_ds_int sub_group;          /* sub_group_size */
     dt_ds_int persistence;        /* stage3_param_persistence_threshold (runtime deepspeed) */
     dt_ds_int reuse_distance;     /* stage3_max_reuse_distance (runtime deepspeed) */
     int overlap_comm;             /* -1 absent (DeepSpeed: true iff stage 3) */

@@ -37,6 +37,10 @@ const char *dt_mem_phase_name(dt_mem_phase ph);   /* "all terms", "backward star
 /* Runtimes deepspeed / fsdp: the compute workspace of the loss backward (token ids, the
  * backward's activation gradients, the loss's B x T x V buffers), bytes per rank. */
 int64_t dt_memory_hf_workspace(const dt_plan *p);
+/* 1: the plan runs on the CPU device with an offloaded optimizer that reads the
+ * gradient shard in place (no master, or fp32 gradients): no host gradient copy, no
+ * copy time (docs/memory-model.md "Host memory and NVMe"). */
+int dt_memory_cpu_grads_in_place(const dt_plan *p);
 
 /* dtrun on the CPU device (docs/memory-model.md "The CPU runtime term"): a rank's
  * resident bytes beyond what the engine allocates, bytes per rank. The plan's reserve

@@ -22,10 +22,9 @@
 
 /* DeepSpeed code defaults the plan does not carry (deepspeed/runtime/zero/
  * offload_config.py, zero/config.py; docs/memory-model.md "Host memory and NVMe"):
- * offload_optimizer.buffer_count (NVMe swap buffers), sub_group_size (elements per
- * optimizer tile), offload_param.buffer_count and buffer_size (elements). */
+ * offload_optimizer.buffer_count (NVMe swap buffers; each holds one sub_group_size tile,
+ * the plan's parallel.sub_group_elems), offload_param.buffer_count and buffer_size (elements). */
 #define DS_OPT_SWAP_BUFFERS 4
-#define DS_SUB_GROUP_ELEMS 1000000000LL
 #define DS_PARAM_SWAP_BUFFERS 5
 #define DS_PARAM_BUFFER_ELEMS 100000000LL
 
@@ -294,6 +293,18 @@ static int64_t cpu_engine_comm_buffers(const dt_plan *p, int64_t pb, int64_t gb)
     }
 }
 
+/* One optimizer tile (ZeRO-3, elements): the plan's sub_group_size, never less than the
+ * largest unit's shard (DeepSpeed: a parameter larger than sub_group_size is a sub-group
+ * of its own, deepspeed/runtime/zero/stage3.py _create_fp16_sub_groups; the engine steps
+ * one unit at a time, engine/dist/zero.c) and never more than the rank's shard. */
+static int64_t optimizer_tile(const dt_plan *p, int64_t shard) {
+    const dt_model *m = &p->model;
+    const int64_t N = p->parallel.world_size;
+    const int64_t E = pad_to(dt_model_embedding_params(m), N);
+    const int64_t U = imax(pad_to(dt_model_block_params(m), N), pad_to(dt_model_head_params(m), N));
+    return imin(shard, imax(p->parallel.sub_group_elems, imax(E, U) / N));
+}
+
 /* ---- the CPU runtime term (docs/memory-model.md "The CPU runtime term") ----
  * What a CPU rank's process holds beyond what the engine allocates (and tracks):
  * the runtime itself (code, libraries, OpenMP / OpenBLAS, MPI), the MPI library's
@@ -424,6 +435,14 @@ static int check_plan(const dt_plan *p, dt_error *err) {
     return DT_OK;
 }
 
+/* On the CPU device an offloaded optimizer whose gradients need no upcast (no master, or
+ * fp32 gradients) reads the gradient shard where it lies: the engine keeps no host copy
+ * (engine/dist/zero.c grads_in_place). */
+int dt_memory_cpu_grads_in_place(const dt_plan *p) {
+    const dt_precision *pr = &p->precision;
+    return cpu_engine_layout(p) && (!pr->has_master || pr->grad == DT_DTYPE_FP32);
+}
+
 /* Host per node and NVMe: the n local ranks' offloaded shards and pinned staging. FSDP's
  * CPUOffload keeps no 16-bit copy on the host: its fp32 sharded parameters are the
  * optimizer's master, counted with the optimizer. */
@@ -436,7 +455,7 @@ static void host_terms(const dt_plan *p, int64_t shard, dt_mem_breakdown *out) {
     if (z->offload_optimizer == DT_OFFLOAD_CPU) out->host_optimizer = smul3(n, ob, shard);
     if (z->offload_param == DT_OFFLOAD_CPU && p->runtime.kind != DT_RUNTIME_FSDP)
         out->host_params = smul3(n, pb, shard);
-    if (z->offload_optimizer != DT_OFFLOAD_NONE) {
+    if (z->offload_optimizer != DT_OFFLOAD_NONE && !dt_memory_cpu_grads_in_place(p)) {
         /* the CPU optimizer reads an upcast gradient partition (fp32 with a master) */
         const int64_t hg = pr->has_master ? dt_dtype_size(pr->master) : gb;
         out->host_buffers = sadd(out->host_buffers, smul3(n, hg, shard));
@@ -444,7 +463,7 @@ static void host_terms(const dt_plan *p, int64_t shard, dt_mem_breakdown *out) {
     if (z->offload_optimizer == DT_OFFLOAD_NVME) {
         const int64_t w = dt_dtype_size(pr->has_master ? pr->master : pr->moment);
         out->host_buffers = sadd(out->host_buffers,
-                                 smul3(n, DS_OPT_SWAP_BUFFERS, smul(imin(DS_SUB_GROUP_ELEMS, shard), w)));
+                                 smul3(n, DS_OPT_SWAP_BUFFERS, smul(optimizer_tile(p, shard), w)));
         out->nvme = sadd(out->nvme, smul3(n, ob, shard));
     }
     if (z->offload_param == DT_OFFLOAD_NVME) {
@@ -603,7 +622,7 @@ static void ds_phases(const dt_plan *p, const hf_sizes *z, dt_mem_breakdown ph[D
     /* the fp32 copy of the gradient partition the optimizer steps on (stage_1_and_2.py
      * step: single_grad_partition; stage3.py _prepare_fp32_grad_for_sub_group, one
      * sub_group_size tile at a time) */
-    const int64_t fp32_part = z->oo != DT_OFFLOAD_NONE ? 0 : smul(z->w, z->stage == 3 ? imin(DS_SUB_GROUP_ELEMS, z->shard) : z->shard);
+    const int64_t fp32_part = z->oo != DT_OFFLOAD_NONE ? 0 : smul(z->w, z->stage == 3 ? optimizer_tile(p, z->shard) : z->shard);
     switch (z->stage) {
     case 0: /* engine.allreduce_gradients: flat buckets after backward; the step moves the 16-bit
              * gradients to the master (deepspeed/runtime/fp16/fused_optimizer.py FP16_Optimizer.step:

@@ -575,9 +575,11 @@ static int step_optimizer(plan_ctx *c, double t, int last) {
     if (step_xfer < 0) step_xfer = 0;
     if (c->oo != DT_OFFLOAD_NONE) {
         double shard = c->stage == 0 ? (double)c->total : (double)c->total_pad / (double)c->W;
-        double d2h = shard * (double)c->gb / hw->h2d_bw;
+        /* no copy where the CPU device's optimizer reads the shard in place */
+        const double d2h_bytes = dt_memory_cpu_grads_in_place(c->p) ? 0.0 : shard * (double)c->gb;
+        double d2h = d2h_bytes / hw->h2d_bw;
         if (d2h > step_xfer) d2h = step_xfer;
-        int e1 = add_event(s, DT_SIM_XFER, DT_SIM_D2H, -1, -1, "step", d2h, (int64_t)(shard * c->gb), t, last, -1);
+        int e1 = add_event(s, DT_SIM_XFER, DT_SIM_D2H, -1, -1, "step", d2h, (int64_t)d2h_bytes, t, last, -1);
         int e2 = add_event(s, DT_SIM_CPU, DT_SIM_OPTIMIZER, -1, -1, "step", c->optimizer_s, 0, 0.0, e1, -1);
         return add_event(s, DT_SIM_XFER, c->oo == DT_OFFLOAD_NVME ? DT_SIM_NVME : DT_SIM_H2D, -1, -1, "step",
                          step_xfer - d2h, (int64_t)(shard * c->pb), 0.0, e2, -1);

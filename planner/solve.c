@@ -58,6 +58,7 @@ static void plan_for(const dt_solve_request *rq, int stage, dt_offload oo, dt_of
     p->parallel.zero_stage = stage;
     p->parallel.offload_optimizer = oo;
     p->parallel.offload_param = op;
+    if (oo != DT_OFFLOAD_NVME && op != DT_OFFLOAD_NVME) p->parallel.nvme_path[0] = '\0';   /* "" if unused */
     p->batch.micro_batch = mb;
     p->batch.grad_accum = rq->base.batch.global_batch / (W * mb);
     p->activations.ckpt_layers = K;
@@ -552,6 +553,14 @@ static void describe(const dt_solve_choice *ch, char *buf, size_t n) {
              (long long)ch->ckpt_layers, ch->selective ? ", selective attention recompute" : "");
 }
 
+/* NVMe candidates need a directory for their files (the request's nvme_path): without
+ * one they are not candidates, and an infeasible answer says how to add them. */
+static const char *nvme_hint(const dt_solve_request *rq) {
+    return !rq->base.parallel.nvme_path[0] && rq->allow_offload && (rq->stage_mask & (1u << 3))
+               ? "; NVMe offload (ZeRO-Infinity) is a candidate only with --nvme-path DIR"
+               : "";
+}
+
 static int infeasible_message(const dt_solve_request *rq, const dt_solve_choice *mm, dt_error *err) {
     char cfg[256];
     describe(mm, cfg, sizeof cfg);
@@ -559,12 +568,13 @@ static int infeasible_message(const dt_solve_request *rq, const dt_solve_choice 
     if (node_host_bytes(rq, &mm->mem) > rq->host_limit_bytes || mm->mem.nvme > rq->nvme_limit_bytes)
         return dt_errorf(err, DT_EINFEASIBLE,
                          "nothing fits: even the smallest configuration (%s) needs %.2f GiB host memory per node%s "
-                         "(limit %.2f) and %.2f GiB NVMe (limit %.2f)%s",
+                         "(limit %.2f) and %.2f GiB NVMe (limit %.2f)%s%s",
                          cfg, node_host_bytes(rq, &mm->mem) / gib,
                          rq->base.cluster.device == DT_DEVICE_CPU ? " (its ranks' memory included: they share it)" : "",
                          rq->host_limit_bytes / gib, mm->mem.nvme / gib, rq->nvme_limit_bytes / gib,
                          rq->base.cluster.device == DT_DEVICE_CPU ? "; fewer ranks per node (--gpus) or --host-mem "
-                                                                    "if the machine has more" : "");
+                                                                    "if the machine has more" : "",
+                         nvme_hint(rq));
     const dt_hardware *hw = &rq->base.cluster.hw;
     if (mem_dev(&mm->mem) > hw->device_mem_bytes)   /* no --mem can help: say what can */
         return dt_errorf(err, DT_EINFEASIBLE,

@@ -767,7 +767,7 @@ int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
     dt_offload oo = stage >= 1 ? p->parallel.offload_optimizer : DT_OFFLOAD_NONE;
     dt_offload op = stage == 3 ? p->parallel.offload_param : DT_OFFLOAD_NONE;
     if (oo != DT_OFFLOAD_NONE) {
-        off += shard * gb / hw->h2d_bw;                       /* grads D2H once per step */
+        if (!dt_memory_cpu_grads_in_place(p)) off += shard * gb / hw->h2d_bw; /* grads D2H once per step */
         if (op == DT_OFFLOAD_NONE) off += shard * pb / hw->h2d_bw; /* updated params H2D */
         if (oo == DT_OFFLOAD_NVME)
             off += 2.0 * node_shard * ob / hw->nvme_bw;       /* optimizer state read + write */

@@ -110,7 +110,8 @@ static void read_buckets(dt_jobj *cfg, dt_parallel *q, dt_error *err) {
         {"reduce_bucket_size", &q->reduce_bucket_elems},
         {"allgather_bucket_size", &q->allgather_bucket_elems},
         {"stage3_prefetch_bucket_size", &q->prefetch_bucket_elems},
-        {"stage3_max_live_parameters", &q->max_live_params}};
+        {"stage3_max_live_parameters", &q->max_live_params},
+        {"sub_group_size", &q->sub_group_elems}};
     for (int i = 0; i < N_OF(b); i++)
         if (!cfg->failed && dt_jobj_has(cfg, b[i].key)) dt_jobj_int(cfg, b[i].key, 1, INT64_MAX, b[i].v, err);
 }

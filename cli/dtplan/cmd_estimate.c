@@ -44,7 +44,7 @@ typedef struct {
     const char *params, *model, *gpus, *nodes, *micro, *accum, *seq, *ckpt, *precision;
     const char *param_dtype, *grad_dtype, *master_dtype, *moment_dtype, *attention, *mem;
     const char *deepspeed, *hardware, *units, *compare, *plan, *stage, *off_opt, *off_param, *plot;
-    const char *runtime, *recompute, *largest;
+    const char *runtime, *recompute, *largest, *sub_group;
     int json;
 } est_args;
 
@@ -88,6 +88,8 @@ static void usage(FILE *f) {
             "  --zero-stage S        only rows with this stage (0..3)\n"
             "  --offload-optimizer D, --offload-param D   only rows with this offload (none|cpu|nvme)\n"
             "  --deepspeed cfg.json  stage/offload/buckets/batch/precision from a DeepSpeed config\n"
+            "  --sub-group-size N    DeepSpeed's sub_group_size (default 1e9 elements): the optimizer tile, and\n"
+            "                        the size of each of the 4 host swap buffers of NVMe optimizer offload\n"
             "  --hardware NAME|PATH  hardware profile (reserve, device memory), default %s\n"
             "  --mem LIMIT           mark rows whose per-GPU total fits, e.g. 80G (= 80 GiB), 80GB (= 80e9);\n"
             "                        a unit is required, at most the profile's device memory\n"
@@ -120,6 +122,7 @@ static int parse_args(int argc, char **argv, est_args *a) {
         {"--offload-param", offsetof(est_args, off_param)},
         {"--plot", offsetof(est_args, plot)},            {"--runtime", offsetof(est_args, runtime)},
         {"--recompute", offsetof(est_args, recompute)},   {"--largest-layer", offsetof(est_args, largest)},
+        {"--sub-group-size", offsetof(est_args, sub_group)},
     };
     memset(a, 0, sizeof *a);
     for (int i = 1; i < argc; i++) {
@@ -346,6 +349,7 @@ static int setup(const est_args *a, est_ctx *c) {
             {a->master_dtype, "--master-dtype"}, {a->moment_dtype, "--moment-dtype"},
             {a->stage, "--zero-stage"}, {a->off_opt, "--offload-optimizer"}, {a->off_param, "--offload-param"},
             {a->runtime, "--runtime"}, {a->recompute, "--recompute"}, {a->largest, "--largest-layer"},
+            {a->sub_group, "--sub-group-size"},
         };
         for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
             if (fixed[i].v)
@@ -428,6 +432,12 @@ static int setup(const est_args *a, est_ctx *c) {
             return fail_err(&e);
         }
         c->from_config = 1;
+    }
+    if (a->sub_group) {
+        if (a->deepspeed && ds.sub_group.state == DT_DS_SET)
+            return fail("--sub-group-size %s and --deepspeed %s's sub_group_size %lld: give it in one place",
+                        a->sub_group, a->deepspeed, (long long)ds.sub_group.value);
+        if (dt_parse_count(a->sub_group, "--sub-group-size", &p->parallel.sub_group_elems, &e)) return fail_err(&e);
     }
     if ((rc = apply_runtime(a, c, a->deepspeed ? &ds : NULL))) return rc;
     return apply_dtype_overrides(a, &p->precision);

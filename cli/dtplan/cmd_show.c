@@ -104,10 +104,10 @@ static void show_parallel(const dt_plan *p, fmt *f) {
     printf("             offload: optimizer %s, parameters %s%s%s%s\n", dt_offload_name(q->offload_optimizer),
            dt_offload_name(q->offload_param), q->nvme_path[0] ? " (NVMe path " : "", q->nvme_path,
            q->nvme_path[0] ? ")" : "");
-    printf("             buckets (elements): reduce %s, allgather %s, stage-3 prefetch %s, max live %s; "
-           "overlap_comm %s\n",
+    printf("             buckets (elements): reduce %s, allgather %s, stage-3 prefetch %s, max live %s, "
+           "sub-group %s; overlap_comm %s\n",
            CNT(f, q->reduce_bucket_elems), CNT(f, q->allgather_bucket_elems), CNT(f, q->prefetch_bucket_elems),
-           CNT(f, q->max_live_params), onoff(q->overlap_comm));
+           CNT(f, q->max_live_params), CNT(f, q->sub_group_elems), onoff(q->overlap_comm));
 }
 
 static void show_training(const dt_plan *p) {

@@ -42,6 +42,8 @@ static void usage(FILE *f) {
             "  --hardware NAME|PATH  profile (default %s); --interconnect 100Gb (inter-node link)\n"
             "  --host-mem SIZE       host memory per node (default: the profile's)\n"
             "  --nvme SIZE           NVMe capacity per node (default: the profile's)\n"
+            "  --nvme-path DIR       directory for NVMe swap files: NVMe offload (stage 3) is a candidate\n"
+            "                        only with it\n"
             "  --precision P         mixed-bf16 (default) | mixed-fp16 | pure-bf16 | fp32\n"
             "  --stages 0,1,2,3      stages the solver may choose (comma-separated, each once); --no-offload;\n"
             "                        --no-overlap\n"
@@ -50,6 +52,8 @@ static void usage(FILE *f) {
             "                        \"Runtime profiles\"); deepspeed / fsdp may also choose selective recompute\n"
             "  --attention A         dtrun: flash (default) | materialized; deepspeed / fsdp: sdpa (default) |\n"
             "                        flash | eager\n"
+            "  --sub-group-size N    DeepSpeed's sub_group_size, elements per optimizer tile (default 1e9); with\n"
+            "                        NVMe optimizer offload each of the 4 host swap buffers holds one tile\n"
             "  --plot FILE.png|.svg  every evaluated configuration: peak memory vs step time\n"
             "training settings carried by the plan (no effect on memory or time):\n"
             "  --data PATH           training text directory, llm.c shards, or dtrun prepare's output (its shards,\n"
@@ -281,7 +285,7 @@ static int plot_candidates(const dt_solve_request *rq, const dt_solve_result *r,
 enum {
     O_MEM, O_MODEL, O_PARAMS, O_GPUS, O_NODES, O_GBATCH, O_SEQ, O_HARDWARE, O_LINK, O_HOST, O_NVME, O_PREC,
     O_STAGES, O_OUT_PLAN, O_UNITS, O_DATA, O_STEPS, O_LR, O_WARMUP, O_SCHED, O_OUTDIR, O_EVAL, O_SAVE, O_PLOT,
-    O_RUNTIME, O_ATTENTION
+    O_RUNTIME, O_ATTENTION, O_SUB_GROUP, O_NVME_PATH
 };
 typedef struct {
     const char *name, *example;
@@ -293,10 +297,11 @@ static const solve_opt k_opts[] = {
     {"--stages", "2,3"}, {"-o", "plan.json"}, {"--units", "GiB"}, {"--data", "/usr/share/games/fortunes"},
     {"--steps", "1000"}, {"--lr", "3e-4"}, {"--warmup", "100"}, {"--schedule", "WarmupLR"}, {"--out", "run/"},
     {"--eval-interval", "50"}, {"--save-interval", "100"}, {"--plot", "candidates.png"},
-    {"--runtime", "deepspeed"}, {"--attention", "sdpa"},
+    {"--runtime", "deepspeed"}, {"--attention", "sdpa"}, {"--sub-group-size", "1e8"},
+    {"--nvme-path", "/local_nvme"},
 };
 #define N_OPTS ((int)(sizeof k_opts / sizeof k_opts[0]))
-_Static_assert(sizeof k_opts / sizeof k_opts[0] == O_ATTENTION + 1, "k_opts follows the O_ enum");
+_Static_assert(sizeof k_opts / sizeof k_opts[0] == O_NVME_PATH + 1, "k_opts follows the O_ enum");
 
 int dt_cmd_solve(int argc, char **argv) {
     const char *v[N_OPTS] = {0};   /* values, indexed like k_opts */
@@ -367,6 +372,8 @@ int dt_cmd_solve(int argc, char **argv) {
     b->cluster.gpus_per_node = n_gpus / n_nodes;
     b->parallel.world_size = n_gpus;
     b->parallel.overlap_comm = !no_overlap;
+    if (v[O_SUB_GROUP] && dt_parse_count(v[O_SUB_GROUP], "--sub-group-size", &b->parallel.sub_group_elems, &err))
+        return dt_cli_fail(2, "%s", err.msg);
     if (prec) {
         dt_precision_preset pp;
         if (dt_precision_parse_preset(prec, &pp, &err)) return dt_cli_fail(2, "%s", err.msg);
@@ -385,6 +392,12 @@ int dt_cmd_solve(int argc, char **argv) {
         (nvme && dt_parse_bytes(nvme, "--nvme", &rq.nvme_limit_bytes, &err)))
         return dt_cli_fail(2, "%s", err.msg);
     rq.allow_offload = !no_offload;
+    if (v[O_NVME_PATH]) {
+        if (strlen(v[O_NVME_PATH]) >= sizeof b->parallel.nvme_path)
+            return dt_cli_fail(2, "solve: --nvme-path: longer than %d bytes (use a shorter path)",
+                               (int)sizeof b->parallel.nvme_path - 1);
+        snprintf(b->parallel.nvme_path, sizeof b->parallel.nvme_path, "%s", v[O_NVME_PATH]);
+    }
     if (apply_training_options(b, v[O_DATA], v[O_STEPS], v[O_LR], v[O_WARMUP], v[O_SCHED], v[O_OUTDIR], v[O_EVAL],
                                v[O_SAVE], &err))
         return dt_cli_fail(2, "%s", err.msg);

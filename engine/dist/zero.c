@@ -17,10 +17,10 @@
 /* DeepSpeed code defaults for the offload staging (deepspeed/runtime/zero/
  * offload_config.py and zero/config.py; the memory model, planner/memory.c,
  * counts the same: docs/memory-model.md "Host memory and NVMe, per node"):
- * offload_optimizer buffer_count, sub_group_size (elements per optimizer tile),
- * offload_param buffer_count and buffer_size (elements). */
+ * offload_optimizer buffer_count, offload_param buffer_count and buffer_size
+ * (elements). sub_group_size (elements per optimizer tile) is the plan's
+ * parallel.sub_group_elems. */
 #define DS_OPT_SWAP_BUFFERS 4
-#define DS_SUB_GROUP_ELEMS ((size_t)1000000000)
 #define DS_PARAM_SWAP_BUFFERS 5
 #define DS_PARAM_BUFFER_ELEMS ((size_t)100000000)
 
@@ -67,7 +67,8 @@ struct dt_zero {
     dt_offload_store pstore;  /* stage 3: parameter shard [state_n] */
     void *swap[DS_OPT_SWAP_BUFFERS];   /* nvme optimizer staging (host) */
     void *pswap[DS_PARAM_SWAP_BUFFERS];/* nvme param staging (host) */
-    void *hgrad;           /* offload: upcast gradient shard (host) [state_n] */
+    void *hgrad;           /* offload: upcast gradient shard (host) [state_n]; NULL where the
+                            * optimizer reads the shard in place (grads_in_place) */
     void *gshard;          /* stages 2/3: gradient shard accumulator [state_n] */
     void *gbuf[NBUF];      /* stages 2/3: full-unit gradients; stage 1: send buckets */
     void *rsrecv[NBUF];    /* stages 2/3: reduce-scatter receive [maxS] */
@@ -137,6 +138,12 @@ static void dfree(const dt_zero *z, void *p) {
     if (p) z->dev->free(p);
 }
 static void *at(void *p, size_t i, size_t esz) { return (char *)p + i * esz; }
+
+/* Offloaded optimizer on a host-addressable device (the CPU) with gradients already
+ * in the optimizer's dtype (no master to upcast to): the host gradient partition
+ * would be a copy of the shard in the same memory, so the optimizer reads the
+ * shard in place (planner/memory.c host_terms counts the same). */
+static int grads_in_place(const dt_zero *z) { return z->hostdev && z->hgdt == z->gdt; }
 static size_t minz(size_t a, size_t b) { return a < b ? a : b; }
 
 static int bid(int u) { return u == 0 ? EMB : u % 2; }
@@ -607,15 +614,17 @@ int dt_zero_create(const dt_plan *p, dt_comm *c, dt_lm *g, dt_zero **out, dt_err
     if (!rc) rc = open_store(z, &z->st[1], z->oo, DT_MEM_OPTIMIZER, "exp_avg", z->mdt, err);
     if (!rc) rc = open_store(z, &z->st[2], z->oo, DT_MEM_OPTIMIZER, "exp_avg_sq", z->mdt, err);
     if (!rc && z->oo == DT_OFFLOAD_NVME) {
-        size_t sub = minz(DS_SUB_GROUP_ELEMS, z->state_n);
-        if (z->maxS > sub)
-            rc = dt_errorf(err, DT_EINVAL, "zero: a unit shard of %zu elements exceeds the nvme sub-group", z->maxS);
+        /* one tile: sub_group_size elements, at least the largest unit shard (the
+         * step works one unit at a time; DeepSpeed makes a parameter larger than
+         * sub_group_size a sub-group of its own), at most the rank's shard */
+        size_t sub = (size_t)p->parallel.sub_group_elems;
+        sub = minz(sub > z->maxS ? sub : z->maxS, z->state_n);
         size_t w = (size_t)dt_dtype_size(z->has_master ? DT_DTYPE_FP32 : z->mdt);
         for (int i = 0; i < DS_OPT_SWAP_BUFFERS && !rc; i++)
             if (!(z->swap[i] = dmem(z, DT_POOL_HOST, DT_MEM_BUFFERS, sub * w)))
                 rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the nvme optimizer staging");
     }
-    if (!rc && z->oo != DT_OFFLOAD_NONE &&
+    if (!rc && z->oo != DT_OFFLOAD_NONE && !grads_in_place(z) &&
         !(z->hgrad = dmem(z, DT_POOL_HOST, DT_MEM_BUFFERS, z->state_n * (size_t)dt_dtype_size(z->hgdt))))
         rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the host gradient partition");
     /* stage 3: the parameter shard, gathered units; stages 2/3: gradient shard */
@@ -985,7 +994,7 @@ int dt_zero_reduce_scalars(dt_zero *z, double *loss, double *sumsq, int *nonfini
 static const void *unit_grads(dt_zero *z, int u, size_t v) {
     const unit *un = &z->u[u];
     const void *gp = z->stage >= 2 ? at(z->gshard, un->sb, z->gsz) : at(dt_lm_grads(z->g), un->off, z->gsz);
-    if (z->oo == DT_OFFLOAD_NONE) return gp;
+    if (z->oo == DT_OFFLOAD_NONE || grads_in_place(z)) return gp;
     void *h = at(z->hgrad, un->sb, (size_t)dt_dtype_size(z->hgdt));
     double t0 = dt_tracer_now_us();
     const void *src = host_view(z, gp, v * z->gsz, z->hgdt == z->gdt ? h : z->hstage);

@@ -33,16 +33,17 @@ if [ -n "$MODEL" ]; then
     MODEL_JSON="$TMP/model-plan.json"
 fi
 
-# plan STAGE WORLD OFFLOAD_OPT OFFLOAD_PARAM OVERLAP OUT
+# plan STAGE WORLD OFFLOAD_OPT OFFLOAD_PARAM OVERLAP OUT (SUB_GROUP_ELEMS in the environment)
 plan() {
     python3 - "$SRC/configs/plans/tiny-cpu.json" "$@" "$TMP/nvme" "$MODEL_JSON" <<'PY'
-import json, sys
+import json, os, sys
 src, stage, world, oo, op, ov, out, nvme, model = sys.argv[1:]
 p = json.load(open(src))
 if model: p["model"] = json.load(open(model))["model"]
 w = int(world)
 p["parallel"].update(zero_stage=int(stage), world_size=w, offload_optimizer=oo, offload_param=op,
                      overlap_comm=ov == "true", nvme_path=nvme if "nvme" in (oo, op) else "")
+if os.environ.get("SUB_GROUP_ELEMS"): p["parallel"]["sub_group_elems"] = int(os.environ["SUB_GROUP_ELEMS"])
 p["cluster"]["gpus_per_node"] = w
 p["batch"].update(micro_batch=4, grad_accum=16 // 4 // w, global_batch=16)
 p["data"]["eval_interval"] = 0
@@ -126,6 +127,21 @@ for cfg in $CONFIGS; do
         check "$out" "$TMP/base" "$w" "$label" || FAIL=1
     done
 done
+# a sub_group_size below the largest unit's shard: the NVMe swap buffers hold one
+# unit shard each (planner and engine agree: check's host buffers within 2 %)
+if [ -z "$MODEL" ]; then
+    SUB_GROUP_ELEMS=1 plan 3 2 nvme none false "$TMP/sg.json"
+    grep -q '"sub_group_elems": 1,' "$TMP/sg.json" || { echo "FAIL: sub_group_elems not in the plan"; FAIL=1; }
+    if run 2 "$TMP/sg.json" "$TMP/sg" --max-steps $STEPS; then
+        check "$TMP/sg" "$TMP/base" 2 "stage 3 world 2 offload nvme/none sub_group_elems 1" || FAIL=1
+        python3 - "$TMP/sg/run-report.json" "$TMP/o-3-2-nvme-none/run-report.json" <<'PY' || FAIL=1
+import json, sys
+small, dflt = (json.load(open(f))["host"]["measured"]["buffers"] for f in sys.argv[1:])
+if not small < dflt: print(f"FAIL sub_group_elems 1: host buffers {small} not below the default's {dflt}"); sys.exit(1)
+print(f"ok   sub_group_elems 1: host buffers {small} < {dflt} bytes at the default")
+PY
+    else echo "FAIL stage 3 nvme sub_group_elems 1: run failed"; FAIL=1; fi
+fi
 # the stage-3 weights are streamed per gathered unit, stage 2's written from the
 # full flat parameters (dt_weights_save): the same training gives the same bytes
 for w in $WORLDS; do

@@ -248,9 +248,19 @@ static void test_accepted_forms(void) {
     /* stage 3 without overlap_comm: DeepSpeed turns it on */
     plan_for(&p, "gpt2", 1);
     CHECK(import("{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 3, "
-                 "\"stage3_max_live_parameters\": 3e8}}", &p, &e) == 0);
+                 "\"stage3_max_live_parameters\": 3e8, \"sub_group_size\": 1e8}}", &p, &e) == 0);
     CHECK(p.parallel.overlap_comm == 1);
     CHECK_EQ_I64(p.parallel.max_live_params, 300000000);
+    CHECK_EQ_I64(p.parallel.sub_group_elems, 100000000);
+    /* 0 (DeepSpeed's ge=0): every parameter its own sub-group; a fraction is refused */
+    plan_for(&p, "gpt2", 1);
+    CHECK(import("{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 3, "
+                 "\"sub_group_size\": 0}}", &p, &e) == 0);
+    CHECK_EQ_I64(p.parallel.sub_group_elems, 0);
+    plan_for(&p, "gpt2", 1);
+    CHECK(import("{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 3, "
+                 "\"sub_group_size\": 1.5}}", &p, &e) != 0);
+    CHECK(strstr(e.msg, "sub_group_size") != NULL);
 }
 
 /* DeepSpeed docs (memory.rst), t5-3b: _all_cold(total_params=2851e6,

@@ -133,6 +133,49 @@ static void test_activations_llama(void) {
     CHECK_EQ_I64(dt_memory_activations(&p, 0), 28 * block + 2 * a * BT * C + 4 * BT);
 }
 
+/* NVMe optimizer offload: 4 host swap buffers of one sub_group_size tile each (fp32 with a
+ * master), the tile never below the largest unit's shard (docs/memory-model.md) */
+static void test_nvme_sub_group(void) {
+    const int64_t P = 32000000000LL, n = 8, sg = 100000000LL, swap_bytes = 4 * 4; /* 4 buffers x fp32 */
+    dt_plan p;
+    derived_plan(&p, P, n, DT_PREC_MIXED_BF16);
+    CHECK_EQ_I64(p.parallel.sub_group_elems, 1000000000LL); /* DeepSpeed's default */
+    dt_mem_breakdown d = est(&p, P, 3, DT_OFFLOAD_NVME, DT_OFFLOAD_NONE);
+    p.parallel.sub_group_elems = sg;
+    dt_mem_breakdown s = est(&p, P, 3, DT_OFFLOAD_NVME, DT_OFFLOAD_NONE);
+    CHECK_EQ_I64(d.host_buffers - s.host_buffers, n * swap_bytes * (1000000000LL - sg));
+    CHECK_EQ_I64(d.nvme, s.nvme);
+    p.parallel.sub_group_elems = 1;
+    dt_mem_breakdown f = est(&p, P, 3, DT_OFFLOAD_NVME, DT_OFFLOAD_NONE);
+    const dt_model *m = &p.model;
+    int64_t unit = dt_model_embedding_params(m);
+    if (dt_model_block_params(m) > unit) unit = dt_model_block_params(m);
+    if (dt_model_head_params(m) > unit) unit = dt_model_head_params(m);
+    const int64_t tile = (unit + n - 1) / n;   /* the unit padded to the world, one rank's part */
+    CHECK(tile > 1 && tile < sg);
+    CHECK_EQ_I64(s.host_buffers - f.host_buffers, n * swap_bytes * (sg - tile));
+}
+
+/* dtrun's CPU device: an offloaded optimizer that needs no upcast reads the gradient shard
+ * in place (engine/dist/zero.c grads_in_place): no host gradient partition; with a
+ * master (mixed precision, 16-bit grads) the fp32 copy is still made */
+static void test_cpu_grads_in_place(void) {
+    const int64_t P = 124000000LL;
+    dt_plan p;
+    dt_error e;
+    derived_plan(&p, P, 2, DT_PREC_FP32);
+    CHECK(dt_hardware_load("cpu", NULL, &p.cluster.hw, &e) == DT_OK);
+    p.cluster.device = p.cluster.hw.device;
+    CHECK(dt_memory_cpu_grads_in_place(&p));
+    dt_mem_breakdown m = est(&p, P, 2, DT_OFFLOAD_CPU, DT_OFFLOAD_NONE);
+    CHECK_EQ_I64(m.host_buffers, 0);
+    CHECK_EQ_I64(m.host_optimizer, 2 * 8 * (P / 2));   /* m and v of both ranks' shards */
+    dt_precision_from_preset(DT_PREC_MIXED_BF16, &p.precision);
+    CHECK(!dt_memory_cpu_grads_in_place(&p));
+    m = est(&p, P, 2, DT_OFFLOAD_CPU, DT_OFFLOAD_NONE);
+    CHECK_EQ_I64(m.host_buffers, 2 * 4 * (P / 2));     /* the fp32 gradient partition */
+}
+
 static void test_precision_overrides_and_offload(void) {
     const int64_t P = 32000000000LL;
     dt_plan p;
@@ -284,6 +327,8 @@ int main(void) {
     test_activations_gpt2();
     test_activations_llama();
     test_precision_overrides_and_offload();
+    test_nvme_sub_group();
+    test_cpu_grads_in_place();
     test_totals_and_buffers();
     test_errors();
     TEST_MAIN_END();

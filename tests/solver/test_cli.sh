@@ -53,6 +53,33 @@ expect_bad "precision" --mem 80G --params 7B --precision fp8
 
 "$DTPLAN" solve --help >/dev/null || fail "--help should exit 0"
 
+# NVMe offload: a candidate only with --nvme-path; its host swap buffers follow
+# --sub-group-size. GPT-2 XL fp32 on 2 CPU ranks of a 24105 MiB node (the node's
+# memory is every rank's): only ZeRO-3 with the optimizer on NVMe fits, and only
+# with sub-groups below DeepSpeed's 1e9 (4 x 1e9-capped-at-the-shard x 4 B per rank)
+SRC=$3
+python3 - "$SRC/configs/hardware/cpu.json" "$TMP/node.json" <<'PY'
+import json, sys
+h = json.load(open(sys.argv[1]))
+h["name"] = "cpu-24g"
+h["device_mem_bytes"] = h["host_mem_bytes"] = 24105 * 2**20
+json.dump(h, open(sys.argv[2], "w"))
+PY
+XL="--mem 23G --hardware $TMP/node.json --model gpt2-xl --seq 128 --precision fp32 --gpus 2 --global-batch 2"
+expect_bad "a candidate only with --nvme-path DIR" $XL --sub-group-size 5e7
+expect_bad "nothing fits" $XL --nvme-path "$TMP/nv"
+"$DTPLAN" solve $XL --nvme-path "$TMP/nv" --sub-group-size 5e7 -o "$TMP/xl.json" >"$TMP/out" 2>&1 ||
+    fail "XL with NVMe and 5e7 sub-groups: $(cat "$TMP/out")"
+grep -q '^chosen: ZeRO-3, offload optimizer nvme' "$TMP/out" || fail "XL should offload the optimizer to NVMe: $(cat "$TMP/out")"
+for kv in '"offload_optimizer": "nvme"' "\"nvme_path\": \"$TMP/nv\"" '"sub_group_elems": 50000000'; do
+    grep -qF -- "$kv" "$TMP/xl.json" || fail "XL plan lacks $kv"
+done
+expect_bad "--sub-group-size" $XL --sub-group-size 5X
+# a plan that does not offload to NVMe carries no path
+"$DTPLAN" solve --mem 1G --model gpt2-tiny --hardware cpu --nvme-path "$TMP/nv" -o "$TMP/tiny.json" >/dev/null 2>&1 ||
+    fail "tiny solve with --nvme-path"
+grep -qF '"nvme_path": ""' "$TMP/tiny.json" || fail "a plan without NVMe offload keeps an nvme_path"
+
 # training settings travel into the plan unchanged (dtrun reads them)
 "$DTPLAN" solve --mem 1G --model gpt2-tiny --hardware cpu --seq 64 --global-batch 16 --precision fp32 \
     --data /some/text --steps 300 --warmup 20 --lr 1e-3 --schedule WarmupCosineLR --out "$TMP/run" \
