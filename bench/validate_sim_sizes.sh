@@ -89,7 +89,8 @@ mkplan() { # PROFILE MODEL W STAGE OFFLOAD MB OUT.json
       | .schedule.total_steps=100 | .output.save_interval=0 | .data.eval_interval=0
       | .cluster.hardware |= (. + ($hw[0] | {name, device_mem_bytes, reserve_bytes, peak_flops,
           achievable_flops, mem_bw, intra_busbw, intra_alpha_s, h2d_bw, host_mem_bytes,
-          cpu_adam_params_per_s, nvme_bw, nvme_bytes, attention_flops, op_overhead_s, elementwise_bw}
+          cpu_adam_params_per_s, nvme_bw, nvme_bytes, attention_flops, op_overhead_s, elementwise_bw,
+          thread_efficiency, thread_cores, intra_busbw_reduce_scatter, intra_busbw_allgather}
           | with_entries(select(.value != null))))
       | .cluster.hardware.device_mem_bytes = 17179869184
       | .prediction={"valid":false}' "$SRC/configs/plans/tiny-cpu.json" > "$7"

@@ -19,7 +19,10 @@ typedef struct dt_hardware {
     double peak_flops[3];        /* dense peak FLOP/s indexed by dt_dtype (fp32, bf16, fp16) */
     double achievable_flops[3];  /* what GEMM-heavy training reaches, same index */
     double mem_bw;               /* device memory bandwidth, bytes/s */
-    double intra_busbw;          /* intra-node collective bus bandwidth, bytes/s */
+    double intra_busbw;          /* intra-node collective bus bandwidth, bytes/s (all-reduce) */
+    double intra_busbw_rs;       /* optional: the reduce-scatter's and the all-gather's own */
+    double intra_busbw_ag;       /* intra-node busbw where they differ (measured by dtplan
+                                  * calibrate through the engine's collectives); 0: intra_busbw */
     double intra_alpha_s;        /* intra-node collective latency per step, s */
     char interconnect[32];       /* inter-node link the numbers below are for, e.g. "200Gb" */
     double inter_busbw;          /* inter-node collective bus bandwidth, bytes/s */
@@ -36,6 +39,11 @@ typedef struct dt_hardware {
     double op_overhead_s;        /* fixed time per device op (kernel launch, OpenMP fork/join), s */
     double elementwise_bw;       /* bytes/s the element-wise kernels (LayerNorm, GELU, residual,
                                   * bias sums, cross-entropy) stream; 0: folded into achievable_flops */
+    double thread_efficiency;    /* CPU: the fraction of its threads' summed single-thread rate
+                                  * a rank keeps when its OpenMP threads share every op (fork /
+                                  * join, serial parts, split GEMMs), measured with thread_cores
+                                  * threads; 0: not measured (= 1) */
+    double thread_cores;         /* the threads thread_efficiency was measured with (>= 2) */
     /* Optional measured runtime footprint (docs/memory-model.md "The CPU runtime term",
      * measured by dtplan calibrate; absent = 0 = the planner uses reserve_bytes): */
     int64_t runtime_bytes;       /* resident bytes of one rank's process beyond what the engine

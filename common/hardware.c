@@ -40,7 +40,8 @@ static const char *const k_top_keys[] = {
     "achievable_flops", "mem_bw", "intra_busbw", "intra_alpha_s", "default_interconnect",
     "interconnects", "h2d_bw", "host_mem_bytes", "cpu_adam_params_per_s", "nvme_bw",
     "nvme_bytes", "source", "attention_flops", "op_overhead_s", "elementwise_bw", "sm_count",
-    "runtime_bytes", "runtime_mpi_bytes"};
+    "runtime_bytes", "runtime_mpi_bytes", "thread_efficiency", "thread_cores", "intra_busbw_reduce_scatter",
+    "intra_busbw_allgather"};
 static const char *const k_dtype_keys[] = {"fp32", "bf16", "fp16"};
 static const char *const k_net_keys[] = {"busbw", "alpha_s"};
 
@@ -217,8 +218,25 @@ static int parse_profile(const char *text, const char *what, const char *interco
         (cJSON_GetObjectItemCaseSensitive(root, "runtime_bytes") &&
          (rc = get_bytes(root, "runtime_bytes", what, &hw->runtime_bytes, err))) ||
         (cJSON_GetObjectItemCaseSensitive(root, "runtime_mpi_bytes") &&
-         (rc = get_bytes(root, "runtime_mpi_bytes", what, &hw->runtime_mpi_bytes, err))))
+         (rc = get_bytes(root, "runtime_mpi_bytes", what, &hw->runtime_mpi_bytes, err))) ||
+        (cJSON_GetObjectItemCaseSensitive(root, "thread_efficiency") &&
+         (rc = get_num(root, "thread_efficiency", 0, what, "$", &hw->thread_efficiency, err))) ||
+        (cJSON_GetObjectItemCaseSensitive(root, "thread_cores") &&
+         (rc = get_num(root, "thread_cores", 0, what, "$", &hw->thread_cores, err))) ||
+        (cJSON_GetObjectItemCaseSensitive(root, "intra_busbw_reduce_scatter") &&
+         (rc = get_num(root, "intra_busbw_reduce_scatter", 0, what, "$", &hw->intra_busbw_rs, err))) ||
+        (cJSON_GetObjectItemCaseSensitive(root, "intra_busbw_allgather") &&
+         (rc = get_num(root, "intra_busbw_allgather", 0, what, "$", &hw->intra_busbw_ag, err))))
         goto done;
+    /* both or neither; a fraction in (0, 1] measured with a whole number >= 2 of threads */
+    if ((hw->thread_efficiency > 0) != (hw->thread_cores > 0) || hw->thread_efficiency > 1 ||
+        (hw->thread_cores > 0 && (hw->thread_cores < 2 || hw->thread_cores != floor(hw->thread_cores)))) {
+        rc = dt_errorf(err, DT_EINVAL,
+                       "hardware profile %s: thread_efficiency %g with thread_cores %g: give both, an efficiency "
+                       "in (0, 1] and a whole number of threads >= 2 (dtplan calibrate writes them)",
+                       what, hw->thread_efficiency, hw->thread_cores);
+        goto done;
+    }
     if (hw->sm_count != floor(hw->sm_count) || hw->sm_count > 1e6) {
         rc = dt_errorf(err, DT_EINVAL, "hardware profile %s: $.sm_count: expected a whole number of SMs, got %g",
                        what, hw->sm_count);

@@ -249,6 +249,8 @@ static int validate_hardware(const dt_cluster *c, dt_error *err) {
         {"attention_flops", h->attention_flops}, {"op_overhead_s", h->op_overhead_s},
         {"elementwise_bw", h->elementwise_bw}, {"sm_count", h->sm_count},
         {"runtime_bytes", (double)h->runtime_bytes}, {"runtime_mpi_bytes", (double)h->runtime_mpi_bytes},
+        {"thread_efficiency", h->thread_efficiency}, {"thread_cores", h->thread_cores},
+        {"intra_busbw_reduce_scatter", h->intra_busbw_rs}, {"intra_busbw_allgather", h->intra_busbw_ag},
     };
     for (int i = 0; i < N_OF(nums); i++)
         if (!finite_nonneg(nums[i].v))
@@ -692,6 +694,12 @@ static void write_cluster(cJSON *root, const dt_cluster *c) {
     if (h->sm_count > 0) add_d(w, "sm_count", h->sm_count);   /* the GPU GEMM model's wave width */
     if (h->runtime_bytes > 0) add_i(w, "runtime_bytes", h->runtime_bytes);   /* measured runtime footprint */
     if (h->runtime_mpi_bytes > 0) add_i(w, "runtime_mpi_bytes", h->runtime_mpi_bytes);
+    if (h->intra_busbw_rs > 0) add_d(w, "intra_busbw_reduce_scatter", h->intra_busbw_rs);   /* measured per */
+    if (h->intra_busbw_ag > 0) add_d(w, "intra_busbw_allgather", h->intra_busbw_ag);        /* collective */
+    if (h->thread_efficiency > 0) {   /* measured multi-thread efficiency of a CPU rank */
+        add_d(w, "thread_efficiency", h->thread_efficiency);
+        add_d(w, "thread_cores", h->thread_cores);
+    }
 }
 
 static void write_precision(cJSON *root, const dt_precision *pr) {
@@ -980,6 +988,14 @@ static void read_cluster(dt_jobj *root, dt_cluster *c, dt_error *err) {
             dt_jobj_int(&w, "runtime_bytes", 0, INT64_MAX, &h->runtime_bytes, err);
         if (dt_jobj_has(&w, "runtime_mpi_bytes"))
             dt_jobj_int(&w, "runtime_mpi_bytes", 0, INT64_MAX, &h->runtime_mpi_bytes, err);
+        if (dt_jobj_has(&w, "intra_busbw_reduce_scatter"))
+            dt_jobj_num(&w, "intra_busbw_reduce_scatter", DT_JNUM_NONNEG, &h->intra_busbw_rs, err);
+        if (dt_jobj_has(&w, "intra_busbw_allgather"))
+            dt_jobj_num(&w, "intra_busbw_allgather", DT_JNUM_NONNEG, &h->intra_busbw_ag, err);
+        if (dt_jobj_has(&w, "thread_efficiency"))
+            dt_jobj_num(&w, "thread_efficiency", DT_JNUM_NONNEG, &h->thread_efficiency, err);
+        if (dt_jobj_has(&w, "thread_cores"))
+            dt_jobj_num(&w, "thread_cores", DT_JNUM_NONNEG, &h->thread_cores, err);
         if (dt_jobj_close(&w, err)) r.failed = w.failed;
     }
     if (dt_jobj_close(&r, err)) root->failed = r.failed;

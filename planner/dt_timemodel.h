@@ -12,6 +12,9 @@
 int dt_time_estimate(const dt_plan *p, dt_time_breakdown *out, dt_error *err);
 /* Bytes per rank per optimizer step by collective (dt_collective convention). */
 int dt_time_comm_bytes(const dt_plan *p, int64_t out[DT_COLL_COUNT], dt_error *err);
+/* The bus bandwidth (bytes/s, nccl-tests' busbw) collective c runs at in this plan: the
+ * inter-node link's across nodes, else the profile's intra-node figure for c. */
+double dt_time_busbw(const dt_plan *p, dt_collective c);
 /* Compute time of one micro-step on one rank, seconds: the forward, the backward,
  * one block's forward, and what recomputing a checkpointed block costs (its
  * forward less the MLP down projection and the second residual add: the engine

@@ -18,11 +18,14 @@
 /* ---- probes: the time / memory models' numbers, read through their API ---- */
 
 /* All-reduce cost is affine in bytes (alpha-beta ring); reduce-scatter and
- * all-gather of the same buffer cost exactly half (docs/time-model.md). We read
+ * all-gather of the same buffer cost half at the all-reduce's busbw, their bandwidth
+ * part scaled by busbw(all-reduce) / busbw(theirs) where the profile measured them
+ * apart (dt_time_busbw; docs/time-model.md). We read
  * two points of it from the stage-0 bucket phase of a probe plan whose buckets are
  * (total-1) elements and 1 element: tail = AR(gb), comm = AR((total-1)gb) + AR(gb). */
 typedef struct {
     double c0, per_byte;   /* all-reduce(S) = c0 + per_byte * S, S > 0 */
+    double bw_ratio[DT_COLL_COUNT];   /* busbw(all-reduce) / busbw(c) */
 } sim_net;
 
 static dt_plan probe_base(const dt_plan *p) {
@@ -50,13 +53,15 @@ static int probe_net(const dt_plan *p, sim_net *net, dt_error *err) {
     double small = t.phase[0].tail_s, big = t.phase[0].comm_s - small;
     net->per_byte = (big - small) / ((double)(total - 2) * gb);
     net->c0 = small - net->per_byte * gb;
+    for (int c = 0; c < DT_COLL_COUNT; c++)
+        net->bw_ratio[c] = dt_time_busbw(p, DT_COLL_ALLREDUCE) / dt_time_busbw(p, (dt_collective)c);
     return DT_OK;
 }
 
 static double coll_s(const sim_net *net, dt_collective c, double bytes) {
     if (bytes <= 0 || (net->c0 == 0 && net->per_byte == 0)) return 0.0;
-    double ar = net->c0 + net->per_byte * bytes;
-    return c == DT_COLL_ALLREDUCE ? ar : 0.5 * ar;
+    if (c == DT_COLL_ALLREDUCE) return net->c0 + net->per_byte * bytes;
+    return 0.5 * (net->c0 + net->per_byte * bytes * net->bw_ratio[c]);
 }
 
 double dt_sim_collective_s(const dt_plan *p, dt_collective c, double bytes) {

@@ -105,16 +105,25 @@ static void layout_of(const dt_plan *p, dt_units_layout *u) {
 /* ---- alpha-beta collectives, ring algorithm (nccl-tests doc/PERFORMANCE.md; docs/time-model.md) ---- */
 typedef struct {
     int64_t n;      /* ranks */
-    double busbw;   /* bytes/s */
+    double busbw[DT_COLL_COUNT];   /* bytes/s per collective */
     double alpha;   /* s per ring step */
 } dt_net;
+
+double dt_time_busbw(const dt_plan *p, dt_collective c) {
+    const dt_hardware *hw = &p->cluster.hw;
+    if (p->cluster.nodes > 1) return hw->inter_busbw;
+    /* one node: the reduce-scatter's and the all-gather's own rates where the profile
+     * measured them (dtplan calibrate, through the engine's collectives) */
+    if (c == DT_COLL_REDUCE_SCATTER && hw->intra_busbw_rs > 0) return hw->intra_busbw_rs;
+    if (c == DT_COLL_ALLGATHER && hw->intra_busbw_ag > 0) return hw->intra_busbw_ag;
+    return hw->intra_busbw;
+}
 
 static dt_net net_of(const dt_plan *p) {
     dt_net net;
     net.n = p->parallel.world_size;
-    int inter = p->cluster.nodes > 1;
-    net.busbw = inter ? p->cluster.hw.inter_busbw : p->cluster.hw.intra_busbw;
-    net.alpha = inter ? p->cluster.hw.inter_alpha_s : p->cluster.hw.intra_alpha_s;
+    for (int c = 0; c < DT_COLL_COUNT; c++) net.busbw[c] = dt_time_busbw(p, (dt_collective)c);
+    net.alpha = p->cluster.nodes > 1 ? p->cluster.hw.inter_alpha_s : p->cluster.hw.intra_alpha_s;
     return net;
 }
 
@@ -123,9 +132,9 @@ static double t_coll(const dt_net *net, dt_collective c, double bytes) {
     if (net->n <= 1 || bytes <= 0) return 0.0;
     double n = (double)net->n;
     if (c == DT_COLL_ALLREDUCE)
-        return 2.0 * (n - 1.0) * net->alpha + 2.0 * (n - 1.0) / n * bytes / net->busbw;
+        return 2.0 * (n - 1.0) * net->alpha + 2.0 * (n - 1.0) / n * bytes / net->busbw[c];
     /* reduce-scatter, all-gather */
-    return (n - 1.0) * net->alpha + (n - 1.0) / n * bytes / net->busbw;
+    return (n - 1.0) * net->alpha + (n - 1.0) / n * bytes / net->busbw[c];
 }
 
 /* Sum over units of one collective per unit. */
@@ -170,6 +179,21 @@ static int check_plan(const dt_plan *p, dt_error *err) {
  * every core). A GPU rank owns its device. */
 static double node_share(const dt_plan *p) {
     return p->cluster.hw.device == DT_DEVICE_CPU ? 1.0 / (double)p->cluster.gpus_per_node : 1.0;
+}
+
+/* Threads of one CPU rank (docs/time-model.md "Threads of one rank"): the profile's
+ * compute rates are single-thread rates summed over the cores, but a rank's
+ * floor(cores / G) OpenMP threads share every op (fork / join, serial parts, GEMMs
+ * split into thinner pieces). dtplan calibrate measures the fraction of the summed
+ * rate one rank keeps on thread_cores threads; between 1 thread (no loss) and
+ * thread_cores it is interpolated geometrically (a constant loss per doubling). */
+static double thread_factor(const dt_plan *p) {
+    const dt_hardware *hw = &p->cluster.hw;
+    if (hw->device != DT_DEVICE_CPU || hw->thread_efficiency <= 0 || hw->thread_cores < 2) return 1.0;
+    const double t = floor(hw->thread_cores / (double)p->cluster.gpus_per_node);
+    if (t <= 1.0) return 1.0;
+    if (t >= hw->thread_cores) return hw->thread_efficiency;
+    return pow(hw->thread_efficiency, log(t) / log(hw->thread_cores));
 }
 
 /* ---- shape-aware GPU compute (docs/time-model.md "Shape-aware GPU compute", issue 17) ----
@@ -463,7 +487,7 @@ int dt_time_compute_micro(const dt_plan *p, dt_time_compute *out, dt_error *err)
     if (check_plan(p, err)) return err->code;
     if (dt_time_gpu_shape_model(p)) return gpu_compute_micro(p, out);
     const dt_hardware *hw = &p->cluster.hw;
-    const double share = node_share(p);
+    const double share = node_share(p) * thread_factor(p);
     const double R = hw->achievable_flops[p->precision.param] * share;
     const double Ra = (hw->attention_flops > 0 ? hw->attention_flops : hw->achievable_flops[p->precision.param]) *
                       share;

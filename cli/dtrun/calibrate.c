@@ -46,7 +46,14 @@
  * element-wise bytes), so the two measured times determine one factor on the
  * FLOP rates and one on elementwise_bw (a 2 x 2 solve, per core), with which
  * the composition reproduces the measured forward and backward. The op cost
- * stays the probe's. docs/time-model.md "In-situ calibration". */
+ * stays the probe's. docs/time-model.md "In-situ calibration".
+ *
+ * Threads of one rank: a rank alone on the node runs every op on all its cores'
+ * threads, which is less than the cores' summed single-thread rates (fork / join,
+ * serial parts, GEMMs split thinner). The in-situ model's forward + backward runs
+ * on one thread and on every core, interleaved, on the wall clock (the waiting a
+ * thread does is the loss, and no thread's CPU clock counts it): thread_efficiency
+ * = t(1 thread) / (cores x t(all cores)). docs/time-model.md "Threads of one rank". */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
@@ -59,6 +66,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dt_comm.h"
 #include "dt_dtrun_cli.h"
 #include "dt_dtype.h"
 #include "dt_lm.h"
@@ -96,8 +104,11 @@ static const char *cal_prog = "dtrun";
 #define CAL_LN_EPS 1e-5f
 #define CAL_COPY_BYTES ((size_t)256 << 20)
 #define CAL_COPY_REPS 5
-#define CAL_ALLREDUCE_FLOATS ((size_t)16 << 20) /* 64 MiB */
-#define CAL_ALLREDUCE_REPS 5
+/* The collectives: buffers past any last-level cache (a model's gradients are), so the
+ * shared-memory transport streams from DRAM as in a step; a call takes ~0.1-0.3 s here. */
+#define CAL_COLL_BYTES ((size_t)256 << 20)
+#define CAL_COLL_REPS 5
+#define CAL_COLL_TIMEOUT_S 600.0   /* dt_comm's deadline per call: the engine's default */
 /* Device memory of a CPU rank: a quarter of host RAM (the cpu profile's share, docs/hardware.md). */
 #define CAL_DEVICE_SHARE 4
 #define CAL_FLOPS_PER_MAC 2.0
@@ -456,7 +467,52 @@ typedef struct {
     cal_fit fit;                /* the median core's fit (for the profile's source) */
     int joint_cores;            /* cores whose fit fell back to one factor */
     int fitted;                 /* cores fitted */
+    double thread_efficiency;   /* one rank on all cores: 0 = not measured */
+    double thread_t1_s, thread_tc_s;   /* its medians: one thread, all cores (wall) */
 } cal_rates;
+
+static double wall_now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* The in-situ model's forward + backward on the wall clock, with `threads` OpenMP
+ * threads (the engine's ops and the GEMM layer read omp_get_max_threads). */
+static double fwd_bwd_wall(cal_engine *x, int threads) {
+    float loss;
+    dt_error e;
+    omp_set_num_threads(threads);
+    double t0 = wall_now_s();
+    int rc = dt_lm_forward(x->g, x->tok, x->tgt, &loss, &e) || dt_lm_backward(x->g, 1.0f, &e);
+    double t = wall_now_s() - t0;
+    dt_lm_zero_grad(x->g);
+    return rc ? -1.0 : t;
+}
+
+/* thread_efficiency = t(1 thread) / (cores x t(cores threads)), medians of `reps`
+ * interleaved pairs after one warm-up of each; 0 when it cannot run. */
+static void measure_threads(const cal_shape *s, int cores, int reps, cal_rates *out) {
+    cal_engine x;
+    memset(&x, 0, sizeof x);
+    double *t1 = calloc((size_t)reps, sizeof *t1), *tc = calloc((size_t)reps, sizeof *tc);
+    const int saved = omp_get_max_threads();
+    int ok = t1 && tc && cores >= 2 && engine_create(&x, s, 0) == 0;
+    if (ok) ok = fwd_bwd_wall(&x, 1) > 0 && fwd_bwd_wall(&x, cores) > 0;   /* warm-up: JIT, first touch */
+    for (int r = 0; r < reps && ok; r++) {
+        t1[r] = fwd_bwd_wall(&x, 1);
+        tc[r] = fwd_bwd_wall(&x, cores);
+        ok = t1[r] > 0 && tc[r] > 0;
+    }
+    omp_set_num_threads(saved);
+    if (ok) {
+        out->thread_t1_s = median(t1, reps), out->thread_tc_s = median(tc, reps);
+        double eff = out->thread_t1_s / ((double)cores * out->thread_tc_s);
+        out->thread_efficiency = eff > 1.0 ? 1.0 : eff;   /* more than linear is cache luck, not a rate */
+    }
+    engine_free(&x);
+    free(t1), free(tc);
+}
 
 static int measure(const cal_shape *s, cal_rates *out) {
     const int cores = omp_get_num_procs() > 0 ? omp_get_num_procs() : 1;
@@ -574,6 +630,7 @@ static int measure(const cal_shape *s, cal_rates *out) {
     out->cores = cores;
     out->reps = reps;
     free(t);
+    if (!no_engine) measure_threads(s, cores, reps, out);
     return 0;
 }
 
@@ -608,23 +665,53 @@ static double copy_bw(void) {
     return 2.0 * (double)CAL_COPY_BYTES / best; /* read + write */
 }
 
-/* nccl-tests busbw of an all-reduce among the ranks of MPI_COMM_WORLD. */
-static double allreduce_busbw(int *nranks) {
+/* nccl-tests busbw (bytes/s) of the engine's own collectives; 0: not measured. */
+typedef struct {
+    double allreduce, reduce_scatter, allgather;
+} cal_busbw;
+
+/* One collective k (0 all-reduce, 1 reduce-scatter, 2 all-gather) of the whole buffer
+ * through dt_comm; the slowest rank's time. */
+static double coll_once(dt_comm *c, int k, float *a, float *b, size_t N, size_t blk) {
+    dt_error e;
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    int rc = k == 0 ? dt_comm_allreduce(c, a, N, DT_DTYPE_FP32, DT_RED_SUM, &e)
+           : k == 1 ? dt_comm_reduce_scatter(c, a, b, blk, DT_DTYPE_FP32, DT_RED_SUM, &e)
+                    : dt_comm_allgather(c, b, a, blk, DT_DTYPE_FP32, &e);
+    double t = rc ? -1.0 : MPI_Wtime() - t0;
+    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return t;
+}
+
+/* The collectives among the ranks of MPI_COMM_WORLD as a ZeRO step runs them (dt_comm:
+ * non-blocking calls in DT_COMM_PIECE_BYTES pieces, the engine's MPI settings), on
+ * CAL_COLL_BYTES buffers of fp32 zeros (sums stay finite): the median of CAL_COLL_REPS
+ * after a warm-up, interleaved. Every rank takes part. */
+static void collective_busbw(int *nranks, cal_busbw *out) {
+    memset(out, 0, sizeof *out);
     MPI_Comm_size(MPI_COMM_WORLD, nranks);
-    float *buf = calloc(CAL_ALLREDUCE_FLOATS, sizeof *buf);
-    if (!buf) return 0;
-    double best = 1e30;
-    for (int r = 0; r < CAL_ALLREDUCE_REPS + 1; r++) {
-        MPI_Barrier(MPI_COMM_WORLD);
-        double t0 = MPI_Wtime();
-        MPI_Allreduce(MPI_IN_PLACE, buf, (int)CAL_ALLREDUCE_FLOATS, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        double t = MPI_Wtime() - t0;
-        MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        if (r > 0 && t < best) best = t;
+    const size_t N = CAL_COLL_BYTES / sizeof(float), blk = N / (size_t)*nranks;
+    float *a = calloc(N, sizeof *a), *b = calloc(blk, sizeof *b);
+    dt_comm *c = NULL;
+    dt_error e;
+    int ok = a && b && blk > 0 && dt_comm_init_mpi(&c, CAL_COLL_TIMEOUT_S, &e) == DT_OK;
+    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);   /* all or none */
+    double t[3][CAL_COLL_REPS];
+    for (int r = -1; r < CAL_COLL_REPS && ok; r++)
+        for (int k = 0; k < 3 && ok; k++) {
+            double s = coll_once(c, k, a, b, N, blk);
+            ok = s > 0;
+            if (r >= 0) t[k][r] = s;
+        }
+    if (ok) {
+        const double n = *nranks, S = (double)(blk * (size_t)*nranks) * sizeof(float);
+        out->allreduce = 2.0 * (n - 1.0) / n * S / median(t[0], CAL_COLL_REPS);
+        out->reduce_scatter = (n - 1.0) / n * S / median(t[1], CAL_COLL_REPS);
+        out->allgather = (n - 1.0) / n * S / median(t[2], CAL_COLL_REPS);
     }
-    free(buf);
-    double n = *nranks, S = (double)CAL_ALLREDUCE_FLOATS * sizeof(float);
-    return 2.0 * (n - 1.0) / n * S / best;
+    if (c) dt_comm_free(c);
+    free(a), free(b);
 }
 
 /* ---- the runtime footprint (docs/memory-model.md "The CPU runtime term") ----
@@ -657,7 +744,7 @@ static void runtime_of(const cal_rss *r, int mpi, int64_t *single, int64_t *with
 }
 
 static int write_profile(const char *path, const dt_hardware *base, const cal_shape *sh, const cal_rates *k,
-                         double bw, double busbw, int nranks, const cal_rss *rss) {
+                         double bw, const cal_busbw *busbw, int nranks, const cal_rss *rss) {
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int64_t host = pages > 0 && psz > 0 ? (int64_t)pages * psz : base->host_mem_bytes;
@@ -678,17 +765,23 @@ static int write_profile(const char *path, const dt_hardware *base, const cal_sh
                  k->insitu ? "in situ" : "in situ (partial)", k->fit.fwd_s * 1e3, k->fit.bwd_s * 1e3,
                  k->fitted, k->cores, k->fit.fwd_pred_s * 1e3, k->fit.bwd_pred_s * 1e3,
                  k->fit.x, k->fit.y, k->fit.joint ? " (one factor: the 2x2 solve was out of range)" : "");
-    char src[1200];
+    char thr[200] = "";
+    if (k->thread_efficiency > 0)
+        snprintf(thr, sizeof thr, "; threads of one rank: engine forward + backward %.3f ms on 1 thread, %.3f ms on %d "
+                 "(wall clock), efficiency %.3f", k->thread_t1_s * 1e3, k->thread_tc_s * 1e3, k->cores,
+                 k->thread_efficiency);
+    char src[1400];
     snprintf(src, sizeof src,
              "dtplan calibrate: the engine's kernels at %s (B=%lld T=%lld C=%lld H=%lld F=%lld V=%lld), one "
              "thread per core on all %d cores at once, median of %d interleaved repeats per core (%s time): linears + "
              "classifier (16-bit: weights converted first), flash attention fwd+bwd, layernorm/residual/gelu "
-             "fwd+bwd, a %d-element residual add, AdamW on %lld params; memcpy %zu MiB; MPI_Allreduce 64 MiB "
-             "on %d rank(s); %s; the rest from the cpu profile",
+             "fwd+bwd, a %d-element residual add, AdamW on %lld params; memcpy %zu MiB; the engine's all-reduce, "
+             "reduce-scatter and all-gather (dt_comm: non-blocking, in pieces) of %zu MiB on %d rank(s), median of %d; "
+             "%s%s; the rest from the cpu profile",
              sh->from, (long long)sh->B, (long long)sh->T, (long long)sh->C, (long long)sh->H, (long long)sh->F,
              (long long)sh->V, k->cores, k->reps, cal_clk == CLOCK_MONOTONIC ? "wall-clock" : "thread CPU",
-             CAL_OP_ELEMS, (long long)sh->adam_params, CAL_COPY_BYTES >> 20,
-             nranks, fit);
+             CAL_OP_ELEMS, (long long)sh->adam_params, CAL_COPY_BYTES >> 20, CAL_COLL_BYTES >> 20,
+             nranks, CAL_COLL_REPS, fit, thr);
     cJSON_AddStringToObject(o, "format", "dtplan.hardware/1");
     cJSON_AddStringToObject(o, "name", "local");
     cJSON_AddStringToObject(o, "source", src);
@@ -698,7 +791,9 @@ static int write_profile(const char *path, const dt_hardware *base, const cal_sh
     cJSON_AddItemToObject(o, "peak_flops", pk);
     cJSON_AddItemToObject(o, "achievable_flops", ac);
     cJSON_AddNumberToObject(o, "mem_bw", bw);
-    cJSON_AddNumberToObject(o, "intra_busbw", busbw > 0 ? busbw : base->intra_busbw);
+    cJSON_AddNumberToObject(o, "intra_busbw", busbw->allreduce > 0 ? busbw->allreduce : base->intra_busbw);
+    if (busbw->reduce_scatter > 0) cJSON_AddNumberToObject(o, "intra_busbw_reduce_scatter", busbw->reduce_scatter);
+    if (busbw->allgather > 0) cJSON_AddNumberToObject(o, "intra_busbw_allgather", busbw->allgather);
     cJSON_AddNumberToObject(o, "intra_alpha_s", base->intra_alpha_s);
     cJSON_AddStringToObject(o, "default_interconnect", base->interconnect);
     /* the network table is not measurable from one machine: the cpu profile's */
@@ -721,6 +816,10 @@ static int write_profile(const char *path, const dt_hardware *base, const cal_sh
     if (k->attention_flops > 0) cJSON_AddNumberToObject(o, "attention_flops", k->attention_flops);
     if (k->op_s > 0) cJSON_AddNumberToObject(o, "op_overhead_s", k->op_s);
     if (k->elementwise_bw > 0) cJSON_AddNumberToObject(o, "elementwise_bw", k->elementwise_bw);
+    if (k->thread_efficiency > 0) {
+        cJSON_AddNumberToObject(o, "thread_efficiency", k->thread_efficiency);
+        cJSON_AddNumberToObject(o, "thread_cores", k->cores);
+    }
     int64_t rt1, rtm;
     runtime_of(rss, nranks > 1, &rt1, &rtm);
     if (rt1 > 0) cJSON_AddNumberToObject(o, "runtime_bytes", (double)rt1);
@@ -767,11 +866,13 @@ static int relaunch_under_mpirun(const char *out, const char *plan) {
 /* Prints the one-line summary of a written profile. */
 static void print_summary(const char *out, const dt_hardware *h, int nranks) {
     printf("calibrate: wrote %s (fp32 %.1f, bf16 %.1f, fp16 %.1f GFLOP/s; attention %.1f GFLOP/s; op %.2f us; "
-           "element-wise %.1f GB/s; AdamW %.0f M params/s; memcpy %.1f GB/s; all-reduce busbw %.2f GB/s on %d "
-           "rank(s); runtime footprint %.1f MiB, %.1f MiB with MPI)\n",
+           "element-wise %.1f GB/s; AdamW %.0f M params/s; memcpy %.1f GB/s; busbw all-reduce %.2f, "
+           "reduce-scatter %.2f, all-gather %.2f GB/s on %d rank(s); runtime footprint %.1f MiB, %.1f MiB with MPI)\n",
            out, h->achievable_flops[0] / 1e9, h->achievable_flops[1] / 1e9, h->achievable_flops[2] / 1e9,
            h->attention_flops / 1e9, h->op_overhead_s * 1e6, h->elementwise_bw / 1e9, h->cpu_adam_params_per_s / 1e6,
-           h->mem_bw / 1e9, h->intra_busbw / 1e9, nranks, (double)h->runtime_bytes / (1 << 20),
+           h->mem_bw / 1e9, h->intra_busbw / 1e9, (h->intra_busbw_rs > 0 ? h->intra_busbw_rs : h->intra_busbw) / 1e9,
+           (h->intra_busbw_ag > 0 ? h->intra_busbw_ag : h->intra_busbw) / 1e9, nranks,
+           (double)h->runtime_bytes / (1 << 20),
            (double)h->runtime_mpi_bytes / (1 << 20));
     /* the in-situ fit, as the profile's source states it (the profile may come from the mpirun child) */
     FILE *f = fopen(out, "r");
@@ -797,9 +898,11 @@ int dt_cmd_calibrate(const char *prog, int argc, char **argv) {
             printf("usage: %s calibrate -o configs/hardware/local.json [--plan PLAN.json] [--no-mpi]\n"
                    "  times the CPU engine's kernels (linears, attention, element-wise, AdamW), one thread per\n"
                    "  core on every core, at GPT-2 124M's shapes or the plan's (micro-batch x sequence, hidden,\n"
-                   "  heads, ffn, vocab), plus memcpy and the MPI all-reduce bus bandwidth between 2 local\n"
-                   "  ranks; fits the FLOP and element-wise rates so the time model reproduces the engine's own\n"
-                   "  forward and backward, run in situ on every core; writes a hardware profile (docs/hardware.md)\n",
+                   "  heads, ffn, vocab), plus memcpy and the bus bandwidth of the engine's all-reduce,\n"
+                   "  reduce-scatter and all-gather between 2 local MPI ranks; fits the FLOP and element-wise\n"
+                   "  rates so the time model reproduces the engine's own forward and backward, run in situ on\n"
+                   "  every core, and measures what one rank's threads keep of them; writes a hardware profile\n"
+                   "  (docs/hardware.md)\n",
                    cal_prog);
             return 0;
         } else if (!strcmp(argv[i], "-o") && i + 1 < argc) {
@@ -849,7 +952,7 @@ int dt_cmd_calibrate(const char *prog, int argc, char **argv) {
     int under_mpi = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE");
     if (!under_mpi && !getenv("DT_CALIBRATE_CHILD"))   /* the user's process: say what the wait is */
         fprintf(stderr, "%s: calibrate: timing the engine's kernels (%s) on every core%s (10-30 s) ...\n",
-                cal_prog, shape.from, no_mpi ? "" : ", and an all-reduce between 2 MPI ranks");
+                cal_prog, shape.from, no_mpi ? "" : ", and the collectives between 2 MPI ranks");
     if (!under_mpi && !no_mpi && !getenv("DT_CALIBRATE_CHILD")) {
         if (relaunch_under_mpirun(out, plan) == 0) {
             dt_hardware h;
@@ -861,12 +964,13 @@ int dt_cmd_calibrate(const char *prog, int argc, char **argv) {
         fprintf(stderr, "%s: calibrate: mpirun -n 2 failed; measuring without MPI (intra_busbw from the cpu profile)\n", cal_prog);
     }
     int rank = 0, nranks = 1;
-    double busbw = 0;
+    cal_busbw busbw = {0, 0, 0};
     cal_rss rss = {vm_rss_bytes(), -1, -1};
     if (under_mpi) {
+        dt_comm_mpi_defaults();   /* the engine's MPI settings, before MPI reads them */
         MPI_Init(NULL, NULL);
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-        busbw = allreduce_busbw(&nranks);
+        collective_busbw(&nranks, &busbw);
     }
     rss.after_mpi = vm_rss_bytes();
     int rc = 0;
@@ -879,7 +983,7 @@ int dt_cmd_calibrate(const char *prog, int argc, char **argv) {
             rc = 1;
         } else {
             rss.after_probes = vm_rss_bytes();   /* every probe buffer freed */
-            rc = write_profile(out, &base, &shape, &k, bw, busbw, nranks, &rss);
+            rc = write_profile(out, &base, &shape, &k, bw, &busbw, nranks, &rss);
         }
         dt_hardware h;
         if (!rc && dt_hardware_load(out, NULL, &h, &e) == DT_OK) print_summary(out, &h, nranks);

@@ -33,6 +33,10 @@ typedef enum { DT_RED_SUM = 0, DT_RED_AVG = 1 } dt_reduce_op;
 int dt_comm_init_self(dt_comm **out, dt_error *err);
 /* MPI_COMM_WORLD (initialises MPI if the caller has not). timeout_s > 0. */
 int dt_comm_init_mpi(dt_comm **out, double timeout_s, dt_error *err);
+/* The MPI library settings the engine runs with (Open MPI: the ring for non-blocking
+ * all-reduces), set in the environment unless the user set them; call before MPI_Init
+ * where a program initialises MPI itself (dt_comm_init_mpi does). */
+void dt_comm_mpi_defaults(void);
 /* MPI for ranks no MPI launcher started (torchrun --no-python, dtrun --nnodes):
  * joins `world` singleton processes into one world through rank 0's
  * ompi-server, brokered over the TCP rendezvous (dt_mpijoin.h); this process

@@ -153,12 +153,40 @@ if "$DTPLAN" calibrate --no-mpi -o "$T/cal.json" --plan "$SRC/configs/plans/tiny
     grep -q 'interleaved repeats per core (thread CPU time)' "$T/cal.json" &&
         ok "calibrate timed the probes on thread CPU time" ||
         fail "calibrate: the source does not name the thread CPU clock: $(grep -o '"source".*' "$T/cal.json")"
+    # threads of one rank: measured on every core (2+), an efficiency in (0, 1] with the core count
+    if [ "$NC" -ge 2 ]; then
+        python3 - "$T/cal.json" "$NC" <<'PY' && ok "calibrate measured the threads of one rank" ||
+import json, re, sys
+h, nc = json.load(open(sys.argv[1])), int(sys.argv[2])
+e, c = h.get("thread_efficiency", 0), h.get("thread_cores", 0)
+m = re.search(r"([0-9.]+) ms on 1 thread, ([0-9.]+) ms on (\d+) \(wall clock\), efficiency ([0-9.]+)", h["source"])
+ok = 0 < e <= 1 and c == nc and m and int(m.group(3)) == nc and \
+     abs(min(1.0, float(m.group(1)) / (nc * float(m.group(2)))) - e) < 2e-3
+sys.exit(0 if ok else 1)
+PY
+            fail "calibrate: thread_efficiency / thread_cores / source wrong: $(grep -E 'thread_|ms on 1 thread' "$T/cal.json")"
+    fi
     # the profile is usable: simulate the plan on it (through a solve on the profile)
     "$DTPLAN" solve --mem 2G --model gpt2-tiny --gpus 2 --seq 64 --hardware "$T/cal.json" -o "$T/calplan.json" \
         >"$T/out" 2>&1 && "$DTPLAN" simulate "$T/calplan.json" >"$T/out" 2>&1 &&
         ok "simulate on the calibrated profile" || fail "solve/simulate on the calibrated profile: $(cat "$T/out")"
 else
     fail "calibrate --plan: $(cat "$T/out")"
+fi
+# with MPI (calibrate relaunches itself under mpirun -n 2): the engine's collectives
+# measured one by one, as a ZeRO step runs them (docs/hardware.md "Calibration")
+command -v mpirun >/dev/null || fail "mpirun missing: calibrate's collectives are not tested"
+if "$DTPLAN" calibrate -o "$T/calm.json" --plan "$SRC/configs/plans/tiny-cpu.json" >"$T/out" 2>&1; then
+    python3 - "$T/calm.json" <<'PY' && ok "calibrate measured all-reduce, reduce-scatter and all-gather: $(grep -o 'busbw all-reduce[^;]*' "$T/out")" ||
+import json, sys
+h = json.load(open(sys.argv[1]))
+ok = all(h.get(k, 0) > 0 for k in ("intra_busbw", "intra_busbw_reduce_scatter", "intra_busbw_allgather")) and \
+     "the engine's all-reduce, reduce-scatter and all-gather (dt_comm" in h["source"] and "on 2 rank(s)" in h["source"]
+sys.exit(0 if ok else 1)
+PY
+        fail "calibrate under MPI: per-collective busbw missing: $(grep -E 'busbw|source' "$T/calm.json")"
+else
+    fail "calibrate under MPI: $(cat "$T/out")"
 fi
 bad "cannot open" "$DTPLAN" calibrate --no-mpi -o "$T/cal2.json" --plan "$T/missing.json"
 bad "needs a value" "$DTPLAN" calibrate --no-mpi -o "$T/cal2.json" --plan

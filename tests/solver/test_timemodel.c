@@ -1,6 +1,7 @@
 /* test_timemodel.c — bytes communicated per stage (exact, by hand from the unit
  * layout), the alpha-beta formula, intra vs inter-node bandwidth, overlap,
  * recompute, offload and optimizer terms, MFU, and the error paths. */
+#include <math.h>
 #include <string.h>
 
 #include "dt_memory.h"
@@ -262,6 +263,52 @@ int main(void) {
     CHECK(p.cluster.hw.elementwise_bw > 0);   /* the cpu profile states it: shared too */
     CHECK(dt_time_estimate(&p, &k_t, &err) == DT_OK);
     CHECK_NEAR(k_t.optimizer_s, 4 * base_t.optimizer_s, 1e-12 + 1e-9 * base_t.optimizer_s);
+    /* threads of one rank (docs/time-model.md "Threads of one rank"): a rank on all
+     * thread_cores threads keeps thread_efficiency of the summed rate; one thread per
+     * rank loses nothing; 2 of 4 threads lose the geometric half; the optimizer's
+     * memory-bound time keeps the node's rate */
+    {
+        const double ops = p.cluster.hw.op_overhead_s * (12 * 14 + 4), eff = 0.8;
+        dt_time_compute c1, c2;
+        dt_time_breakdown e1;
+        setup(&p, "gpt2", "cpu", 1, 1);
+        dt_precision_from_preset(DT_PREC_FP32, &p.precision);
+        CHECK(dt_time_compute_micro(&p, &cm0, &err) == DT_OK);
+        p.cluster.hw.thread_efficiency = eff, p.cluster.hw.thread_cores = 2;
+        CHECK(dt_time_compute_micro(&p, &c1, &err) == DT_OK);
+        CHECK_NEAR(c1.fwd_s - ops, (cm0.fwd_s - ops) / eff, 1e-12);
+        CHECK(dt_time_estimate(&p, &e1, &err) == DT_OK);
+        CHECK_NEAR(e1.optimizer_s, base_t.optimizer_s, 1e-12 + 1e-9 * base_t.optimizer_s);
+        p.cluster.gpus_per_node = p.parallel.world_size = 2;   /* one thread per rank */
+        p.batch.global_batch *= 2;
+        CHECK(dt_time_compute_micro(&p, &c2, &err) == DT_OK);
+        CHECK_NEAR(c2.fwd_s - ops, 2 * (cm0.fwd_s - ops), 1e-12);
+        p.cluster.hw.thread_cores = 4;   /* 2 threads of 4 measured */
+        CHECK(dt_time_compute_micro(&p, &c2, &err) == DT_OK);
+        CHECK_NEAR(c2.fwd_s - ops, 2 * (cm0.fwd_s - ops) / sqrt(eff), 1e-12);
+    }
+    /* a profile's own reduce-scatter / all-gather busbw on one node (calibrate measures them
+     * through the engine's collectives): the reduce-scatter's bytes at half the rate cost
+     * (n-1)/n x bytes / busbw more; across nodes the link's busbw holds for all */
+    {
+        dt_time_breakdown a, b2;
+        int64_t by[DT_COLL_COUNT];
+        setup(&p, "gpt2", "cpu", 1, 2);
+        p.parallel.zero_stage = 2;
+        dt_precision_from_preset(DT_PREC_FP32, &p.precision);
+        const double bw = p.cluster.hw.intra_busbw;
+        CHECK(dt_time_busbw(&p, DT_COLL_REDUCE_SCATTER) == bw && dt_time_busbw(&p, DT_COLL_ALLGATHER) == bw);
+        CHECK(dt_time_estimate(&p, &a, &err) == DT_OK && dt_time_comm_bytes(&p, by, &err) == DT_OK);
+        p.cluster.hw.intra_busbw_rs = bw / 2, p.cluster.hw.intra_busbw_ag = 3 * bw;
+        CHECK(dt_time_busbw(&p, DT_COLL_REDUCE_SCATTER) == bw / 2 && dt_time_busbw(&p, DT_COLL_ALLGATHER) == 3 * bw);
+        CHECK(dt_time_busbw(&p, DT_COLL_ALLREDUCE) == bw);
+        p.cluster.hw.intra_busbw_ag = 0;
+        CHECK(dt_time_estimate(&p, &b2, &err) == DT_OK);
+        CHECK_NEAR(b2.comm_s - a.comm_s, 0.5 * (double)by[DT_COLL_REDUCE_SCATTER] / bw, 1e-9);
+        setup(&p, "gpt2", "H100-SXM-80GB", 2, 4);
+        p.cluster.hw.intra_busbw_rs = 1.0;
+        CHECK(dt_time_busbw(&p, DT_COLL_REDUCE_SCATTER) == p.cluster.hw.inter_busbw);
+    }
     setup(&p, "gpt2", "H100-SXM-80GB", 1, 4);
     dt_precision_from_preset(DT_PREC_FP32, &p.precision);
     CHECK(dt_time_compute_micro(&p, &cm1, &err) == DT_OK);
