@@ -148,13 +148,37 @@ static int openblas_sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float
     return DT_OK;
 }
 
-static int onednn_sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
-                        const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                        float *C, int64_t ldc) {
+static int onednn_sgemm_1(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                          const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                          float *C, int64_t ldc) {
     return dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C,
                       ldc) == dnnl_success
                ? DT_OK
                : DT_ERUNTIME;
+}
+
+/* oneDNN 2.6's sgemm with a transposed B and few rows does not use its threads: a
+ * linear's input gradient (128 x 768 x 3072, N,T) ran at 89 GFLOP/s on 1 thread and 105
+ * on 2, where the same shape untransposed reached 221 (bench/bench_gemm --rows 128;
+ * docs/benchmarks.md "oneDNN's transposed-B sgemm"). Such a call is cut into one column
+ * block of C per thread, each a single-threaded sgemm over the whole K (every element
+ * sums in the same order for a given thread count, so runs repeat bit for bit). */
+#define SPLIT_MIN_MACS ((int64_t)1 << 21)   /* below ~2 M multiply-adds a fork costs more */
+static int onednn_sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                        const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                        float *C, int64_t ldc) {
+    const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+    if (ta || !tb || nt < 2 || N < nt || M * N * K < SPLIT_MIN_MACS)
+        return onednn_sgemm_1(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    int bad = 0;
+#pragma omp parallel num_threads(nt) reduction(| : bad)
+    {
+        const int t = omp_get_thread_num(), n = omp_get_num_threads();
+        const int64_t n0 = N * t / n, n1 = N * (t + 1) / n;
+        if (n1 > n0)   /* op(B) = B^T: C's columns n0..n1 are B's rows n0..n1 */
+            bad |= onednn_sgemm_1(0, 1, M, n1 - n0, K, alpha, A, lda, B + n0 * ldb, ldb, beta, C + n0, ldc) != DT_OK;
+    }
+    return bad ? DT_ERUNTIME : DT_OK;
 }
 
 /* C = beta * C for an empty product (K = 0); beta = 0 writes zeros (never reads C) */
