@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dt_device.h"
 #include "dt_dtype.h"
 #include "dt_memtrack.h"
 
@@ -89,36 +90,24 @@ void dt_optim_init_master(dt_optim *o, const void *params) {
 /* The per-element update, torch.optim.AdamW's order (decay first, then Adam):
  *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
  *   p = p (1 - lr wd) - lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) */
-/* One step's scalars, passed by value into every thread (firstprivate): read through a
- * pointer the compiler could not prove apart from the arrays the loop writes, they were
- * reloaded per element and the loop stayed scalar (docs/benchmarks.md "AdamW"). */
-typedef struct {
-    float b1, b2, eps, lr, gm, bc1, bc2, shrink;
-} adamw_k;
-
-/* the update of one element: m, v in place, the new parameter returned */
-static inline float adamw_elem(const adamw_k *k, float p, float g, float *m, float *v) {
-    g = g * k->gm;
-    const float mm = k->b1 * *m + (1.0f - k->b1) * g;
-    const float vv = k->b2 * *v + (1.0f - k->b2) * g * g;
-    *m = mm;
-    *v = vv;
-    return p * k->shrink - k->lr * (mm / k->bc1) / (sqrtf(vv / k->bc2) + k->eps);
-}
+/* (dt_adamw_elem, dt_devmath.h: the device kernels compute the same.) The scalars go by
+ * value into every thread (firstprivate): read through a pointer the compiler could not
+ * prove apart from the arrays the loop writes, they were reloaded per element and the
+ * loop stayed scalar (docs/benchmarks.md "AdamW"). */
 
 /* the fp32 preset: every array fp32, no master */
 static void adamw_fp32(float *restrict p, float *restrict m, float *restrict v, const float *restrict g,
-                       long long n, adamw_k k) {
+                       long long n, dt_adamw_scalars k) {
 #pragma omp parallel for schedule(static) firstprivate(k)
-    for (long long i = 0; i < n; i++) p[i] = adamw_elem(&k, p[i], g[i], &m[i], &v[i]);
+    for (long long i = 0; i < n; i++) p[i] = dt_adamw_elem(p[i], g[i], &m[i], &v[i], &k);
 }
 
 /* mixed-bf16: fp32 master and moments, bf16 params and grads */
 static void adamw_master_bf16(float *restrict master, float *restrict m, float *restrict v, dt_bf16 *restrict params,
-                              const dt_bf16 *restrict grads, long long n, adamw_k k) {
+                              const dt_bf16 *restrict grads, long long n, dt_adamw_scalars k) {
 #pragma omp parallel for schedule(static) firstprivate(k)
     for (long long i = 0; i < n; i++) {
-        const float p = adamw_elem(&k, master[i], dt_bf16_to_f32(grads[i]), &m[i], &v[i]);
+        const float p = dt_adamw_elem(master[i], dt_bf16_to_f32(grads[i]), &m[i], &v[i], &k);
         master[i] = p;
         params[i] = dt_f32_to_bf16(p);
     }
@@ -126,14 +115,14 @@ static void adamw_master_bf16(float *restrict master, float *restrict m, float *
 
 /* other mixes with an fp32 master and moments: 16-bit or fp32 params and grads */
 static void adamw_master(float *restrict master, float *restrict m, float *restrict v, void *params, dt_dtype pdt,
-                         const void *grads, dt_dtype gdt, long long n, adamw_k k) {
+                         const void *grads, dt_dtype gdt, long long n, dt_adamw_scalars k) {
     if (pdt == DT_DTYPE_BF16 && gdt == DT_DTYPE_BF16) {
         adamw_master_bf16(master, m, v, params, grads, n, k);
         return;
     }
 #pragma omp parallel for schedule(static) firstprivate(k)
     for (long long i = 0; i < n; i++) {
-        const float p = adamw_elem(&k, master[i], ld(grads, gdt, (size_t)i), &m[i], &v[i]);
+        const float p = dt_adamw_elem(master[i], ld(grads, gdt, (size_t)i), &m[i], &v[i], &k);
         master[i] = p;
         st(params, pdt, (size_t)i, p);
     }
@@ -141,11 +130,8 @@ static void adamw_master(float *restrict master, float *restrict m, float *restr
 
 void dt_adamw_apply(const dt_adamw_arrays *a, size_t count, const dt_adamw *hp, double grad_mul,
                     int decay, int64_t t) {
-    const adamw_k k = {
-        .b1 = (float)hp->beta1, .b2 = (float)hp->beta2, .eps = (float)hp->eps, .lr = (float)hp->lr,
-        .gm = (float)grad_mul, .bc1 = (float)(1.0 - pow(hp->beta1, (double)t)),
-        .bc2 = (float)(1.0 - pow(hp->beta2, (double)t)),
-        .shrink = decay ? (float)(1.0 - hp->lr * hp->weight_decay) : 1.0f};
+    const dt_adamw_scalars k =
+        dt_adamw_make_scalars(hp->lr, hp->beta1, hp->beta2, hp->eps, hp->weight_decay, grad_mul, decay, t);
     const dt_dtype pdt = a->param_dt, gdt = a->grad_dt, mdt = a->moment_dt;
     float *master = a->master;
     void *params = a->params, *mm = a->m, *vv = a->v;
@@ -162,8 +148,8 @@ void dt_adamw_apply(const dt_adamw_arrays *a, size_t count, const dt_adamw *hp, 
 #pragma omp parallel for schedule(static) firstprivate(k)
     for (long long i = 0; i < n; i++) {   /* 16-bit moments */
         float m = ld(mm, mdt, (size_t)i), v = ld(vv, mdt, (size_t)i);
-        const float p = adamw_elem(&k, master ? master[i] : ld(params, pdt, (size_t)i), ld(grads, gdt, (size_t)i),
-                                   &m, &v);
+        const float p = dt_adamw_elem(master ? master[i] : ld(params, pdt, (size_t)i), ld(grads, gdt, (size_t)i),
+                                      &m, &v, &k);
         st(mm, mdt, (size_t)i, m);
         st(vv, mdt, (size_t)i, v);
         if (master) master[i] = p;

@@ -48,6 +48,11 @@ bad "--mem: '80' has no unit" solve $P --mem 80
 bad "--host-mem: '512' has no unit; write 512G" solve $P --mem 80G --host-mem 512
 bad "--nvme: '2' has no unit" solve $P --mem 80G --nvme 2
 bad "--mem" solve $P --mem 80X
+bad "--sub-group-size" solve $P --mem 80G --sub-group-size 5X
+bad "--sub-group-size" estimate $P --sub-group-size 0
+bad "--nvme-path: longer than 511 bytes" solve $P --mem 80G --nvme-path "$(printf 'd%.0s' $(seq 600))"
+echo '{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, "sub_group_size": 1e8}}' >"$T/sg.json"
+bad "give it in one place" estimate $P --deepspeed "$T/sg.json" --sub-group-size 5e7
 bad "--mem" estimate $P --mem 0G
 
 # ---- 2. --mem above the device's memory ----

@@ -115,6 +115,25 @@ int main(void) {
     CHECK(strstr(err.msg, "op_overhead_s") != NULL);
     CHECK(load_variant("1073741824", "5e10", ", \"attention_flops\": \"fast\"", NULL, &hw, &err) == DT_EINVAL);
     CHECK(strstr(err.msg, "attention_flops") != NULL);
+    /* calibrate's threads-of-one-rank and per-collective fields: optional, checked when present */
+    CHECK(load_variant("1073741824", "5e10", ", \"thread_efficiency\": 0.9, \"thread_cores\": 2, "
+                       "\"intra_busbw_reduce_scatter\": 4.9e8, \"intra_busbw_allgather\": 2.9e9", NULL, &hw, &err) == DT_OK);
+    CHECK_NEAR(hw.thread_efficiency, 0.9, 1e-12);
+    CHECK_NEAR(hw.thread_cores, 2, 0);
+    CHECK_NEAR(hw.intra_busbw_rs, 4.9e8, 1e-3);
+    CHECK_NEAR(hw.intra_busbw_ag, 2.9e9, 1e-3);
+    const char *bad_threads[] = {", \"thread_efficiency\": 0.9", ", \"thread_cores\": 2",
+                                 ", \"thread_efficiency\": 1.5, \"thread_cores\": 2",
+                                 ", \"thread_efficiency\": 0.9, \"thread_cores\": 1",
+                                 ", \"thread_efficiency\": 0.9, \"thread_cores\": 2.5"};
+    for (size_t i = 0; i < sizeof bad_threads / sizeof bad_threads[0]; i++) {
+        CHECK(load_variant("1073741824", "5e10", bad_threads[i], NULL, &hw, &err) == DT_EINVAL);
+        CHECK(strstr(err.msg, "thread_efficiency") && strstr(err.msg, "dtplan calibrate writes them"));
+    }
+    CHECK(load_variant("1073741824", "5e10", ", \"intra_busbw_reduce_scatter\": 0", NULL, &hw, &err) == DT_EINVAL);
+    CHECK(strstr(err.msg, "intra_busbw_reduce_scatter") != NULL);
+    CHECK(load_variant("1073741824", "5e10", ", \"intra_busbw_allgather\": -1", NULL, &hw, &err) == DT_EINVAL);
+    CHECK(strstr(err.msg, "intra_busbw_allgather") != NULL);
     CHECK(dt_hardware_load("cpu", NULL, &hw, &err) == DT_OK);
     CHECK(hw.attention_flops > 0 && hw.op_overhead_s > 0 && hw.elementwise_bw > 0); /* the cpu profile states them */
     CHECK(load_variant("1073741824", "5e10", ", \"elementwise_bw\": 3e9", NULL, &hw, &err) == DT_OK);
