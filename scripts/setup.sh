@@ -14,6 +14,7 @@ pkgs=(build-essential cmake pkg-config
       libopenmpi-dev openmpi-bin        # MPI communication for CPU ranks
       libopenblas-openmp-dev            # CPU GEMM (OpenMP build, shares the engine's thread pool)
       libdnnl-dev                       # oneDNN: bf16 GEMMs (AVX512-BF16 / AMX), fp32 sgemm (engine/device/gemm_cpu.c)
+      ocl-icd-opencl-dev                # libdnnl-dev's CMake config requires OpenCL (a Recommends, skipped by --no-install-recommends)
       fortunes-min fortunes             # real English text for the default training job
       jq                                # bench/ scripts edit plans and read run reports
       procps                            # pgrep: the launch tests check no rank process is left
