@@ -86,14 +86,18 @@ typedef struct {
     double loss, lr, norm;       /* global mean loss, learning rate, unscaled gradient norm */
     int skipped;                 /* fp16 overflow: no update */
     double secs, tps;            /* wall time and tokens/s of the step */
+    double cpu_secs;             /* this process's CPU time (user + system, all threads) in the step */
     double vloss;                /* validation loss, NAN when not evaluated */
 } step_out;
 
-static double now_s(void) {
+static double clock_s(clockid_t id) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
+/* the kernel's count of this process's CPU time, every thread's user + system */
+static double process_cpu_s(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
 
 static int check_plan(const dt_plan *p, int world, dt_error *err) {
     if (p->parallel.world_size != world)
@@ -694,9 +698,9 @@ static int write_metrics(trainer *t, const step_out *o, dt_error *err) {
     const int64_t good = dt_metrics_size(t->metrics);   /* a failed write is cut back to here */
     fprintf(t->metrics,
             "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"tokens_per_s\": %.1f, \"step_ms\": %.3f, "
-            "\"grad_norm\": %.9g, \"loss_scale\": %g, \"skipped\": %s, \"mem\": %lld",
+            "\"grad_norm\": %.9g, \"loss_scale\": %g, \"skipped\": %s, \"mem\": %lld, \"cpu_ms\": %.3f",
             (long long)t->st.step, o->loss, o->lr, o->tps, o->secs * 1e3, o->norm, t->st.scaler.cur_scale,
-            o->skipped ? "true" : "false", (long long)device_bytes_now(t->dev));
+            o->skipped ? "true" : "false", (long long)device_bytes_now(t->dev), o->cpu_secs * 1e3);
     if (!isnan(o->vloss)) fprintf(t->metrics, ", \"val_loss\": %.9g", o->vloss);
     fprintf(t->metrics, "}\n");
     metrics_path(t, mpath);
@@ -729,7 +733,7 @@ static int save_if_due(trainer *t, dt_error *err) {
 /* One pass of the step loop: train, time, validate, record, log, and checkpoint when due. */
 static int run_step(trainer *t, dt_train_result *res, dt_error *err) {
     step_out o = {0};
-    double t0 = now_s(), c0 = comm_seconds(t);
+    double t0 = now_s(), c0 = comm_seconds(t), u0 = process_cpu_s();
     int rc;
     t->msg[0] = '\0';
     dt_heartbeat_beat(t->hb, t->st.step + 1);
@@ -737,6 +741,7 @@ static int run_step(trainer *t, dt_train_result *res, dt_error *err) {
     if ((rc = train_step(t, &o.loss, &o.lr, &o.norm, &o.skipped, t->msg, err))) return rc;
     dt_memprobe_end(DT_PHASE_OPTIMIZER);
     o.secs = now_s() - t0;
+    o.cpu_secs = process_cpu_s() - u0;
     double dc = comm_seconds(t) - c0;
     record_traffic(t);
     t->st.step++;

@@ -72,9 +72,14 @@ OUT=$TMP/run
 grep -q '^dtrun: done: step 40, .* step [0-9.]* ms (predicted [0-9.]* ms)$' "$TMP/train.log" ||
   fail "the end-of-run line lacks the measured and predicted step time: $(grep 'done' "$TMP/train.log")"
 [ "$(wc -l <"$OUT/metrics.jsonl")" -eq 40 ] || fail "metrics.jsonl has $(wc -l <"$OUT/metrics.jsonl") lines, expected 40"
-for k in step loss lr tokens_per_s grad_norm loss_scale mem; do
+for k in step loss lr tokens_per_s cpu_ms grad_norm loss_scale mem; do
   grep -q "\"$k\": " "$OUT/metrics.jsonl" || fail "metrics.jsonl lacks $k"
 done
+# cpu_ms is the kernel's CPU time of the step: some, and never more than every core for the step's wall time
+sed 's/.*"step_ms": \([0-9.e+-]*\).*"cpu_ms": \([0-9.e+-]*\).*/\1 \2/' "$OUT/metrics.jsonl" |
+  awk -v n="$(nproc)" '{ if ($2 < 0 || $2 > $1 * n * 1.05 + 1) bad = bad " " NR ": " $2 " ms CPU in " $1 " ms"; sum += $2 }
+       END { if (bad != "" || sum <= 0) { print "cpu_ms out of range:" bad " (sum " sum ")"; exit 1 } }' >"$TMP/cpu.txt" ||
+  fail "$(cat "$TMP/cpu.txt")"
 first=$(head -1 "$OUT/metrics.jsonl" | sed 's/.*"loss": \([0-9.e+-]*\).*/\1/')
 last=$(tail -1 "$OUT/metrics.jsonl" | sed 's/.*"loss": \([0-9.e+-]*\).*/\1/')
 awk -v f="$first" -v l="$last" 'BEGIN { exit !(l < f - 1.0) }' || fail "loss did not fall by 1 nat: $first -> $last"
