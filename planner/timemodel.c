@@ -662,6 +662,13 @@ static double ds_block_fetch_exposed_s(const dt_plan *p, const dt_net *net, int 
  * whole gradient at stage 0, of the shard at 1-3) and, at stages 1-2, the shard staged out of
  * the flat parameters (zero the staging shard, copy in: read + write) and every unit's
  * all-gathered parameters copied back into the flat copy (read + write of every parameter).
+ * Per micro-step, beside those per step: at stage 1 the last micro-step copies the flat
+ * gradient into the reduce buffers (hook_after_backward, stage 1: read + write of every
+ * gradient); at stages 2-3 every unit's gradient buffer is zeroed before its backward
+ * (hook_before_backward: one write of every gradient) and the reduce-scattered shard is added
+ * into the gradient shard (finish_rs: read both, write one); at stage 3 every unit's shard is
+ * copied into its gather buffer before each of the two all-gathers, forward and backward
+ * (gather: read + write of the shard).
  * Bytes per rank per step; the time model streams them at the node's memory bandwidth mem_bw
  * (dtplan calibrate: memcpy) shared by its ranks. Negligible at tiny-cpu's 120k parameters
  * (< 0.3 % of its step), 10-20 % of the step at GPT-2 124M-355M (docs/benchmarks.md). */
@@ -669,6 +676,11 @@ static double ds_block_fetch_exposed_s(const dt_plan *p, const dt_net *net, int 
 #define DT_CPU_NORM_PASSES 1.0     /* sum of squares: one read */
 #define DT_CPU_STAGE_IN_PASSES 3.0 /* zero the staging shard (write), copy the shard in (read + write) */
 #define DT_CPU_COPY_BACK_PASSES 2.0/* gathered unit -> flat parameters: read + write */
+#define DT_CPU_RS_COPY_PASSES 2.0  /* stage 1: flat gradient -> reduce buffer: read + write */
+#define DT_CPU_GBUF_ZERO_PASSES 1.0/* stages 2-3: a unit's gradient buffer zeroed: one write */
+#define DT_CPU_RS_ADD_PASSES 3.0   /* stages 2-3: gshard += received shard: two reads, one write */
+#define DT_CPU_GATHERS 2.0         /* stage 3: all-gathers per unit per micro-step (forward, backward) */
+#define DT_CPU_GATHER_PASSES 2.0   /* stage 3: the shard -> the gather buffer: read + write */
 static double cpu_step_stream_bytes(const dt_plan *p, const dt_units_layout *u, double shard) {
     const int stage = p->parallel.zero_stage;
     const double gb = (double)wire_grad_bytes(p), pb = (double)dt_dtype_size(p->precision.param);
@@ -676,6 +688,10 @@ static double cpu_step_stream_bytes(const dt_plan *p, const dt_units_layout *u, 
     double bytes = DT_CPU_ZERO_PASSES * (stage <= 1 ? total : shard) * gb;
     bytes += DT_CPU_NORM_PASSES * (stage == 0 ? total : shard) * gb;
     if (stage == 1 || stage == 2) bytes += (DT_CPU_STAGE_IN_PASSES * shard + DT_CPU_COPY_BACK_PASSES * total) * pb;
+    if (stage == 1) bytes += DT_CPU_RS_COPY_PASSES * total * gb;
+    const double A = (double)p->batch.grad_accum;
+    if (stage >= 2) bytes += A * (DT_CPU_GBUF_ZERO_PASSES * total + DT_CPU_RS_ADD_PASSES * shard) * gb;
+    if (stage == 3) bytes += A * DT_CPU_GATHERS * DT_CPU_GATHER_PASSES * shard * pb;
     return bytes;
 }
 

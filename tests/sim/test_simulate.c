@@ -198,9 +198,28 @@ int main(void) {
         CHECK(fabs(t0.optimizer_s - want0) <= 1e-9 * want0);
         c.parallel.zero_stage = 1;
         CHECK(dt_time_estimate(&c, &t1, &ce) == DT_OK);
-        double sh = psi / 2.0, want1 = 2.0 * sh / adam + (psi * gb + sh * gb + (3.0 * sh + 2.0 * psi) * pb) / bw;
+        /* stage 1 also copies the flat gradient into the reduce buffers (read + write) */
+        double sh = psi / 2.0,
+               want1 = 2.0 * sh / adam + (psi * gb + sh * gb + (3.0 * sh + 2.0 * psi) * pb + 2.0 * psi * gb) / bw;
         CHECK(fabs(t1.optimizer_s - want1) <= 1e-4 * want1);   /* shards padded to a multiple of W */
-        printf("cpu step streams: gpt2 2 ranks z0 optimizer %.1f ms, z1 %.1f ms\n", 1e3 * want0, 1e3 * want1);
+        /* stages 2-3, per micro-step (3 of them): every unit's gradient buffer zeroed (a write of
+         * psi) and the received shard added into the gradient shard (two reads, a write); stage 3
+         * copies the shard into the gather buffer before each of two all-gathers (read + write) */
+        const double A = 3.0;
+        c.batch.grad_accum = 3;
+        c.batch.global_batch = 3 * c.batch.micro_batch * 2;
+        dt_time_breakdown t2, t3;
+        c.parallel.zero_stage = 2;
+        CHECK(dt_time_estimate(&c, &t2, &ce) == DT_OK);
+        double want2 = 2.0 * sh / adam +
+                       (sh * gb + sh * gb + (3.0 * sh + 2.0 * psi) * pb + A * (psi + 3.0 * sh) * gb) / bw;
+        CHECK(fabs(t2.optimizer_s - want2) <= 1e-4 * want2);
+        c.parallel.zero_stage = 3;
+        CHECK(dt_time_estimate(&c, &t3, &ce) == DT_OK);
+        double want3 = 2.0 * sh / adam + (sh * gb + sh * gb + A * (psi + 3.0 * sh) * gb + A * 4.0 * sh * pb) / bw;
+        CHECK(fabs(t3.optimizer_s - want3) <= 1e-4 * want3);
+        printf("cpu step streams: gpt2 2 ranks z0 optimizer %.1f ms, z1 %.1f ms, z2 %.1f ms, z3 %.1f ms (accum 3)\n",
+               1e3 * want0, 1e3 * want1, 1e3 * want2, 1e3 * want3);
         /* a GPU device does not take the term: its AdamW bytes only */
         base_plan(&c, "gpt2", "H100-SXM-80GB", 1, 8);
         CHECK(dt_time_estimate(&c, &t0, &ce) == DT_OK);
