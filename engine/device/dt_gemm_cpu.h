@@ -17,11 +17,14 @@
  *
  * The choice is made once per process, on first use or at dt_gemm_cpu_init: the
  * environment variable DT_GEMM forces it (dt_gemm_parse); otherwise a fixed rule
- * over what oneDNN's dispatcher reports and a start-up self-check (each candidate
+ * over what oneDNN's dispatcher reports, a start-up self-check (each candidate
  * on small integer matrices whose products and sums are exact in fp32, compared
  * bit for bit with the exact result: a kernel that computes wrong results there
- * is never chosen). No timing enters the choice, so a machine makes the same
- * choice on every run and results repeat bit for bit run to run.
+ * is never chosen) and, for bf16 on AVX512-BF16 without AMX, the ratio of the
+ * core's bf16 dot-product rate to its FMA rate (dt_isaprobe.h) against a
+ * threshold far from every measured core. No kernel is timed against another,
+ * so a machine makes the same choice on every run and results repeat bit for
+ * bit run to run.
  *
  * Determinism: each kernel, for a given shape, strides and thread count, gives
  * bitwise the same C on every call (OpenBLAS and oneDNN split K, when they do, by
@@ -59,6 +62,7 @@ typedef struct {
     char onednn_isa[DT_GEMM_NAME_MAX];      /* oneDNN's effective ISA: "avx512_core_bf16" */
     char onednn_bf16_impl[DT_GEMM_NAME_MAX];/* the matmul implementation: "brg:avx512_core_bf16" */
     char onednn_version[DT_GEMM_NAME_MAX];  /* "2.6.3" */
+    double bf16_dot_ratio;  /* dt_isa_bf16_dot_vs_fma(): 0 without AVX512-BF16 */
 } dt_gemm_choice;
 
 /* "openblas" | "onednn" | "widen" (NULL outside the enum) */
@@ -82,8 +86,8 @@ int dt_gemm_cpu_init(dt_error *err);
 const dt_gemm_choice *dt_gemm_cpu_choice(void);
 
 /* One line for run reports and benchmarks, e.g. "fp32 onednn sgemm, bf16 onednn
- * matmul brg:avx512_core_bf16 (rule; openblas core Cooperlake, onednn 2.6.3 isa
- * avx512_core_bf16)". Returns buf. */
+ * matmul brg:avx512_core_bf16 (rule; openblas Cooperlake, onednn 2.6.3
+ * avx512_core_bf16, bf16 dot 0.49x fma)". Returns buf. */
 char *dt_gemm_cpu_describe(char *buf, size_t n);
 
 /* C = alpha * op(A) op(B) + beta * C, fp32, row-major, strides in elements, on

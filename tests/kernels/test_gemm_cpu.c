@@ -23,6 +23,7 @@
 #include "dt_device.h"
 #include "dt_dtype.h"
 #include "dt_gemm_cpu.h"
+#include "dt_isaprobe.h"
 #include "dt_ops.h"
 #include "dt_test.h"
 
@@ -337,6 +338,17 @@ static void test_choice(void) {
         CHECK(strstr(desc, "fp32 openblas sgemm, bf16 widen") == desc);
     }
     CHECK(strstr(desc, c->forced ? "forced by DT_GEMM" : "(rule;") != NULL);
+    /* the bf16 rule's probe: 0 exactly where the CPU has no AVX512-BF16, a plausible
+     * ratio where it has (the instruction does 2x the FMA's FLOPs: between a tenth and
+     * 4x of them); a core below the threshold without AMX widens bf16 */
+    __builtin_cpu_init();
+    const int has_bf16 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+    printf("  bf16 dot / fma FLOP ratio %.3f (probe again: %.3f)\n", c->bf16_dot_ratio, dt_isa_bf16_dot_vs_fma());
+    if (!has_bf16) CHECK(c->bf16_dot_ratio == 0.0);
+    else CHECK(c->bf16_dot_ratio > 0.1 && c->bf16_dot_ratio < 4.0);
+    CHECK((strstr(desc, "bf16 dot ") != NULL) == (c->bf16_dot_ratio > 0));
+    if (!fb && c->bf16_dot_ratio < 1.5 && strstr(c->onednn_isa, "amx") == NULL)
+        CHECK_EQ_I64(c->bf16, DT_GEMM_WIDEN);
 
     /* the device's gemm and gemm_ex give the chosen kernel's bits */
     const dt_device_ops *dev = dt_device_cpu();
