@@ -225,25 +225,81 @@ static int f32_on(dt_gemm_kernel k, int ta, int tb, int64_t M, int64_t N, int64_
 /* ----------------------------------------------------------------------------
  * bf16: widened */
 
+/* The widened copy of op(B) is made and used this many bytes at a time: one block of
+ * C's columns per pass (each element of C still summed by one fp32 kernel call over the
+ * whole K, so the block size moves no bits). Bounded so that a product with a large
+ * matrix (the tied classifier's V x C embedding: 151936 x 1024 for Qwen3, 620 MB
+ * widened) never holds a model-sized transient the memory model does not plan
+ * (docs/engine.md "GEMM kernels"). 32 MiB holds every block linear of GPT-2 124M-1.5B
+ * and Qwen3-0.6B whole (the largest, Qwen3's gate|up, 6144 x 1024: 24 MiB), so only the
+ * classifier is cut (GPT-2's forward into 3 blocks of 10922 rows of wte); measured on
+ * Qwen3-0.6B mixed-bf16, B 1, T 64: its lm_head 936 -> 381 ms per step, the whole
+ * matrix's fresh pages no longer faulted in on every call (docs/benchmarks.md). */
+#define DT_WIDEN_B_BYTES ((size_t)32 << 20)
+
+/* dst[r * dst_ld + c] = widen(src[r * src_ld + c]), rows x cols, rows in parallel */
+static void widen_rows(float *dst, int64_t dst_ld, const uint16_t *src, int64_t src_ld, int64_t rows,
+                       int64_t cols) {
+#pragma omp parallel for schedule(static) if (rows * cols >= (int64_t)1 << 16)
+    for (int64_t r = 0; r < rows; r++)
+        dt_bf16_to_f32_n(dst + r * dst_ld, (const dt_bf16 *)(src + r * src_ld), (size_t)cols);
+}
+
+/* C's columns j0..j0+n (M rows, its dtype ct) -> fp32 rows of width n at c32, or back */
+static void c_block(float *c32, void *C, dt_dtype ct, int64_t ldc, int64_t j0, int64_t M, int64_t n,
+                    int to_c) {
+    const size_t es = (size_t)dt_dtype_size(ct);
+#pragma omp parallel for schedule(static) if (M * n >= (int64_t)1 << 16)
+    for (int64_t i = 0; i < M; i++) {
+        char *row = (char *)C + ((size_t)(i * ldc + j0)) * es;
+        if (to_c) dt_convert(row, ct, c32 + i * n, DT_DTYPE_FP32, (size_t)n);
+        else dt_convert(c32 + i * n, DT_DTYPE_FP32, row, ct, (size_t)n);
+    }
+}
+
 static int bf16_widen(dt_gemm_kernel fk, int ta, int tb, int64_t M, int64_t N, int64_t K,
                       float alpha, const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb,
                       float beta, void *C, dt_dtype ct, int64_t ldc) {
-    /* the operands' extents in memory: rows x leading dimension */
-    size_t na = (size_t)((ta ? K : M) * lda), nb = (size_t)((tb ? N : K) * ldb);
-    size_t nc = (size_t)(M * ldc);
-    float *a32 = malloc(na * sizeof(float)), *b32 = malloc(nb * sizeof(float));
-    float *c32 = ct == DT_DTYPE_FP32 ? C : malloc(nc * sizeof(float));
+    if (M < 0 || N < 0 || K < 0) return DT_EINVAL;
+    if (M == 0 || N == 0) return DT_OK;
+    /* A whole (rows x leading dimension); op(B) nb columns at a time */
+    const int64_t arows = ta ? K : M, kk = K > 0 ? K : 1;
+    int64_t nb = (int64_t)(DT_WIDEN_B_BYTES / (sizeof(float) * (size_t)kk));
+    if (nb < 1) nb = 1;
+    if (nb > N) nb = N;
+    const int one = nb == N;   /* one block: B and C keep their strides */
+    float *a32 = malloc((size_t)(arows * lda) * sizeof(float));
+    float *b32 = malloc((one ? (size_t)((tb ? N : K) * ldb) : (size_t)(nb * kk)) * sizeof(float));
+    float *c32 = ct == DT_DTYPE_FP32 ? NULL : malloc((one ? (size_t)(M * ldc) : (size_t)(M * nb)) * sizeof(float));
     int rc = DT_ENOMEM;
-    if (a32 && b32 && c32) {
-        dt_convert(a32, DT_DTYPE_FP32, A, DT_DTYPE_BF16, na);
-        dt_convert(b32, DT_DTYPE_FP32, B, DT_DTYPE_BF16, nb);
-        if (ct != DT_DTYPE_FP32) dt_convert(c32, DT_DTYPE_FP32, C, ct, nc);
-        rc = f32_on(fk, ta, tb, M, N, K, alpha, a32, lda, b32, ldb, beta, c32, ldc);
-        if (rc == DT_OK && ct != DT_DTYPE_FP32) dt_convert(C, ct, c32, DT_DTYPE_FP32, nc);
+    if (a32 && b32 && (ct == DT_DTYPE_FP32 || c32) && one) {
+        /* one block: each operand converted whole, in place of its layout (the strides kept) */
+        dt_convert(a32, DT_DTYPE_FP32, A, DT_DTYPE_BF16, (size_t)(arows * lda));
+        dt_convert(b32, DT_DTYPE_FP32, B, DT_DTYPE_BF16, (size_t)((tb ? N : K) * ldb));
+        if (c32) dt_convert(c32, DT_DTYPE_FP32, C, ct, (size_t)(M * ldc));
+        rc = f32_on(fk, ta, tb, M, N, K, alpha, a32, lda, b32, ldb, beta, c32 ? c32 : (float *)C, ldc);
+        if (rc == DT_OK && c32) dt_convert(C, ct, c32, DT_DTYPE_FP32, (size_t)(M * ldc));
+    } else if (a32 && b32 && (ct == DT_DTYPE_FP32 || c32)) {
+        rc = DT_OK;
+        dt_convert(a32, DT_DTYPE_FP32, A, DT_DTYPE_BF16, (size_t)(arows * lda));
+        for (int64_t j0 = 0; j0 < N && rc == DT_OK; j0 += nb) {
+            const int64_t n = N - j0 < nb ? N - j0 : nb;
+            /* op(B)'s columns j0..j0+n: B's columns (K x n, strided) or, transposed, B's rows (n x K) */
+            if (tb) widen_rows(b32, K, B + j0 * ldb, ldb, n, K);
+            else widen_rows(b32, n, B + j0, ldb, K, n);
+            const int64_t bld = tb ? K : n;
+            if (ct == DT_DTYPE_FP32) {
+                rc = f32_on(fk, ta, tb, M, n, K, alpha, a32, lda, b32, bld, beta, (float *)C + j0, ldc);
+            } else {
+                c_block(c32, C, ct, ldc, j0, M, n, 0);
+                rc = f32_on(fk, ta, tb, M, n, K, alpha, a32, lda, b32, bld, beta, c32, n);
+                if (rc == DT_OK) c_block(c32, C, ct, ldc, j0, M, n, 1);
+            }
+        }
     }
     free(a32);
     free(b32);
-    if (ct != DT_DTYPE_FP32) free(c32);
+    free(c32);
     return rc;
 }
 

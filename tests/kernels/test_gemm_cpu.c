@@ -261,6 +261,47 @@ static void test_exact(void) {
         }
 }
 
+/* the widen kernel makes op(B) fp32 32 MiB at a time (gemm_cpu.c DT_WIDEN_B_BYTES: 16384
+ * columns at K = 512): a product over three such blocks, the last a partial one, equals
+ * the exact integer result in every element and every transposition, into an fp32 C and,
+ * rounded once, into a bf16 C; the padding between C's rows stays untouched */
+static void test_widen_blocks(void) {
+    const int64_t M = 2, N = 40000, K = 512;
+    for (int t = 0; t < 4; t++) {
+        const int ta = t & 1, tb = t >> 1;
+        const int64_t lda = (ta ? M : K) + PAD, ldb = (tb ? K : N) + PAD, ldc = N + PAD;
+        operands o;
+        operands_make(&o, ta, tb, M, N, K, lda, ldb, ldc, 1);
+        for (int kind = 1; kind <= 2; kind++) {
+            void *C = c_reset(&o, kind);
+            CHECK_EQ_I64(run_kernel(DT_GEMM_WIDEN, kind, ta, tb, M, N, K, 1.0f, o.a16, lda, o.b16, ldb,
+                                    1.0f, C, ldc),
+                         DT_OK);
+            const dt_dtype ct = kind == 2 ? DT_DTYPE_BF16 : DT_DTYPE_FP32;
+            int bad = 0;
+            for (int64_t m = 0; m < M; m++) {
+                for (int64_t n = 0; n < N; n++) {
+                    double want = kind == 2 ? dt_bf16_to_f32(dt_f32_to_bf16(o.c0[m * ldc + n])) : o.c0[m * ldc + n];
+                    for (int64_t kk = 0; kk < K; kk++)
+                        want += a_at(o.a, ta, lda, m, kk) * (tb ? o.b[n * ldb + kk] : o.b[kk * ldb + n]);
+                    if (kind == 2) want = dt_bf16_to_f32(dt_f32_to_bf16((float)want));   /* |sums| < 2^24: exact in fp32 */
+                    if (dt_load(C, ct, (size_t)(m * ldc + n)) != want) bad++;
+                }
+                for (int64_t p = N; p < ldc; p++) {
+                    const size_t i = (size_t)(m * ldc + p);
+                    float now = kind == 2 ? dt_bf16_to_f32(o.c16[i]) : o.c[i];
+                    float was = kind == 2 ? dt_bf16_to_f32(dt_f32_to_bf16(o.c0[i])) : o.c0[i];
+                    if (memcmp(&now, &was, sizeof now)) bad++;
+                }
+            }
+            if (bad) fprintf(stderr, "widen, 3 blocks, t%d%d, kind %d: %d entries wrong\n", ta, tb, kind, bad);
+            CHECK(bad == 0);
+        }
+        operands_free(&o);
+    }
+    printf("  widen over 3 blocks of op(B) (%lldx%lldx%lld): exact\n", (long long)M, (long long)N, (long long)K);
+}
+
 /* bit for bit: twice in a row, and from every thread of a parallel region */
 static void test_determinism(void) {
     const int64_t M = 301, N = 517, K = 703;   /* large enough to split over threads */
@@ -447,6 +488,7 @@ int main(void) {
            getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(unset)",
            omp_get_max_threads());
     test_choice();
+    test_widen_blocks();
     printf("accuracy vs double\n");
     test_accuracy();
     printf("exact integers\n");
