@@ -52,6 +52,17 @@ typedef enum {
 
 #define DT_GEMM_NAME_MAX 48
 
+/* The bf16 matmul is chosen over the widened sgemm only where the core's bf16 dot
+ * product delivers at least this many times the FLOPs of its fp32 FMA
+ * (dt_isaprobe.h; the rule of dt_gemm_cpu_init): measured 0.49 on an Intel Emerald Rapids core without AMX, where
+ * oneDNN's bf16 matmul ran at ~0.5x the widened sgemm; on AMD Zen 4 the bf16 matmul
+ * ran at 1.8-2.0x the sgemm, so its ratio must be about 2 (the probe was not run
+ * there: docs/benchmarks.md "CPU GEMM kernels"). 1.5 is halfway: the
+ * bf16 kernel's own costs (B re-laid out in VNNI pairs, C converted) need a
+ * margin over 1, and neither known core is near it, so the choice does not move
+ * from run to run. */
+#define DT_GEMM_BF16_DOT_MIN_RATIO 1.5
+
 typedef struct {
     dt_gemm_kernel f32;    /* DT_GEMM_OPENBLAS | DT_GEMM_ONEDNN */
     dt_gemm_kernel bf16;   /* DT_GEMM_ONEDNN | DT_GEMM_WIDEN */

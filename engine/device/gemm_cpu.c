@@ -33,16 +33,6 @@
 /* oneDNN's dnnl_cpu_isa_t values are bit sets: an ISA includes another when it
  * has all its bits (dnnl_types.h). */
 #define DT_ISA_HAS(isa, want) (((unsigned)(isa) & (unsigned)(want)) == (unsigned)(want))
-/* The bf16 matmul is chosen over the widened sgemm only where the core's bf16 dot
- * product delivers at least this many times the FLOPs of its fp32 FMA
- * (dt_isaprobe.h): measured 0.49 on an Intel Emerald Rapids core without AMX, where
- * oneDNN's bf16 matmul ran at ~0.5x the widened sgemm; on AMD Zen 4 the bf16 matmul
- * ran at 1.8-2.0x the sgemm, so its ratio must be about 2 (the probe was not run
- * there: docs/benchmarks.md "CPU GEMM kernels"). 1.5 is halfway: the
- * bf16 kernel's own costs (B re-laid out in VNNI pairs, C converted) need a
- * margin over 1, and neither known core is near it, so the choice does not move
- * from run to run. */
-#define DT_BF16_DOT_MIN_RATIO 1.5
 /* Scratch alignment: one cache line / one AVX-512 vector. */
 #define DT_GEMM_ALIGN 64
 
@@ -685,7 +675,7 @@ static void choose(void) {
      *        avx512_core), OpenBLAS otherwise (AVX2 and older, where both run
      *        Haswell-class kernels); a kernel that failed its check is skipped.
      *  bf16: oneDNN's matmul where the CPU has AMX, or AVX512-BF16 whose dot
-     *        product delivers at least DT_BF16_DOT_MIN_RATIO x the FMA's FLOPs;
+     *        product delivers at least DT_GEMM_BF16_DOT_MIN_RATIO x the FMA's FLOPs;
      *        else widened to fp32 (the fp32 kernel's rate, the operands exact). */
     int onednn_f32_ok = !(c->bad_f32 & (1u << DT_GEMM_ONEDNN));
     int openblas_ok = !(c->bad_f32 & (1u << DT_GEMM_OPENBLAS));
@@ -697,7 +687,7 @@ static void choose(void) {
     c->bf16_dot_ratio = dt_isa_bf16_dot_vs_fma();
     int native_bf16 = DT_ISA_HAS(isa, dnnl_cpu_isa_avx512_core_amx) ||
                       (DT_ISA_HAS(isa, dnnl_cpu_isa_avx512_core_bf16) &&
-                       c->bf16_dot_ratio >= DT_BF16_DOT_MIN_RATIO);
+                       c->bf16_dot_ratio >= DT_GEMM_BF16_DOT_MIN_RATIO);
     c->bf16 = onednn_bf16_ok && native_bf16 ? DT_GEMM_ONEDNN : DT_GEMM_WIDEN;
 
     /* DT_GEMM overrides the rule (benchmarks, tests), even a kernel that failed

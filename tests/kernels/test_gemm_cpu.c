@@ -388,7 +388,7 @@ static void test_choice(void) {
     if (!has_bf16) CHECK(c->bf16_dot_ratio == 0.0);
     else CHECK(c->bf16_dot_ratio > 0.1 && c->bf16_dot_ratio < 4.0);
     CHECK((strstr(desc, "bf16 dot ") != NULL) == (c->bf16_dot_ratio > 0));
-    if (!fb && c->bf16_dot_ratio < 1.5 && strstr(c->onednn_isa, "amx") == NULL)
+    if (!fb && c->bf16_dot_ratio < DT_GEMM_BF16_DOT_MIN_RATIO && strstr(c->onednn_isa, "amx") == NULL)
         CHECK_EQ_I64(c->bf16, DT_GEMM_WIDEN);
 
     /* the device's gemm and gemm_ex give the chosen kernel's bits */
