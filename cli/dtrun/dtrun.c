@@ -22,6 +22,7 @@
 #include "dt_ckpt.h"
 #include "dt_comm.h"
 #include "dt_data.h"
+#include "dt_gemm_cpu.h"
 #include "dt_lm.h"
 #include "dt_launch.h"
 #include "dt_plan.h"
@@ -285,10 +286,24 @@ static int cmd_train(int argc, char **argv) {
     return 0;
 }
 
+/* DT_GEMM (engine/device/dt_gemm_cpu.h) is read where the first GEMM runs, which
+ * would fall back to the rule on a value it cannot parse: refuse it up front instead */
+static int check_gemm_env(void) {
+    dt_gemm_kernel f = DT_GEMM_OPENBLAS, b = DT_GEMM_WIDEN;
+    int ff, fb;
+    dt_error err;
+    dt_error_clear(&err);
+    if (dt_gemm_parse(getenv("DT_GEMM"), &f, &b, &ff, &fb, &err) == DT_OK) return 0;
+    fprintf(stderr, "dtrun: %s; unset DT_GEMM to let the rule choose (docs/engine.md \"GEMM kernels\")\n",
+            err.msg);
+    return 2;
+}
+
 int main(int argc, char **argv) {
     /* under dtrun's own spawner this process only supervises the real rank */
     int st = dt_launch_supervisor(argc, argv);
     if (st >= 0) return st;
+    if ((st = check_gemm_env())) return st;
     if (argc < 2) {
         usage(stderr);
         return 2;

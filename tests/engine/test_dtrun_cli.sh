@@ -56,6 +56,11 @@ expect_exit 1 "^dtrun: rank 1 did not connect to 127.0.0.1:30000 within 2 s" -- 
   "$DTRUN" "$TMP/two-ranks.json" --out "$TMP/x" --timeout 2
 expect_exit 2 "the plan wants world_size 2 .* but torchrun started 1 rank" -- \
   env RANK=0 WORLD_SIZE=1 "$DTRUN" "$TMP/two-ranks.json" --out "$TMP/x"
+# a DT_GEMM value the kernel layer cannot parse is refused before anything runs
+expect_exit 2 "^dtrun: DT_GEMM='bf16=foo': bad part 'bf16=foo'.*unset DT_GEMM" -- \
+  env DT_GEMM=bf16=foo "$DTRUN" "$PLAN" --out "$TMP/x"
+expect_exit 2 "^dtrun: DT_GEMM='fp32=openblas,': nothing after the last comma" -- \
+  env DT_GEMM=fp32=openblas, "$DTRUN" "$PLAN" --out "$TMP/x"
 [ -e "$TMP/x" ] && fail "a refused launch created its output directory"
 # a data path with no text
 mkdir -p "$TMP/empty"
