@@ -247,6 +247,39 @@ static void c_block(float *c32, void *C, dt_dtype ct, int64_t ldc, int64_t j0, i
     }
 }
 
+/* op(B) fits one block: B and C widened whole, their strides kept */
+static int widen_whole(dt_gemm_kernel fk, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                       const float *a32, int64_t lda, const uint16_t *B, int64_t ldb, float *b32,
+                       float beta, void *C, dt_dtype ct, float *c32, int64_t ldc) {
+    dt_convert(b32, DT_DTYPE_FP32, B, DT_DTYPE_BF16, (size_t)((tb ? N : K) * ldb));
+    if (c32) dt_convert(c32, DT_DTYPE_FP32, C, ct, (size_t)(M * ldc));
+    int rc = f32_on(fk, ta, tb, M, N, K, alpha, a32, lda, b32, ldb, beta, c32 ? c32 : (float *)C, ldc);
+    if (rc == DT_OK && c32) dt_convert(C, ct, c32, DT_DTYPE_FP32, (size_t)(M * ldc));
+    return rc;
+}
+
+/* op(B) nb columns at a time into b32 (nb x K or K x nb), C's matching columns via c32 */
+static int widen_blocks(dt_gemm_kernel fk, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                        const float *a32, int64_t lda, const uint16_t *B, int64_t ldb, float *b32,
+                        int64_t nb, float beta, void *C, dt_dtype ct, float *c32, int64_t ldc) {
+    int rc = DT_OK;
+    for (int64_t j0 = 0; j0 < N && rc == DT_OK; j0 += nb) {
+        const int64_t n = N - j0 < nb ? N - j0 : nb;
+        /* op(B)'s columns j0..j0+n: B's columns (K x n, strided) or, transposed, B's rows (n x K) */
+        if (tb) widen_rows(b32, K, B + j0 * ldb, ldb, n, K);
+        else widen_rows(b32, n, B + j0, ldb, K, n);
+        const int64_t bld = tb ? K : n;
+        if (!c32) {
+            rc = f32_on(fk, ta, tb, M, n, K, alpha, a32, lda, b32, bld, beta, (float *)C + j0, ldc);
+            continue;
+        }
+        c_block(c32, C, ct, ldc, j0, M, n, 0);
+        rc = f32_on(fk, ta, tb, M, n, K, alpha, a32, lda, b32, bld, beta, c32, n);
+        if (rc == DT_OK) c_block(c32, C, ct, ldc, j0, M, n, 1);
+    }
+    return rc;
+}
+
 static int bf16_widen(dt_gemm_kernel fk, int ta, int tb, int64_t M, int64_t N, int64_t K,
                       float alpha, const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb,
                       float beta, void *C, dt_dtype ct, int64_t ldc) {
@@ -257,35 +290,15 @@ static int bf16_widen(dt_gemm_kernel fk, int ta, int tb, int64_t M, int64_t N, i
     int64_t nb = (int64_t)(DT_WIDEN_B_BYTES / (sizeof(float) * (size_t)kk));
     if (nb < 1) nb = 1;
     if (nb > N) nb = N;
-    const int one = nb == N;   /* one block: B and C keep their strides */
+    const int one = nb == N;
     float *a32 = malloc((size_t)(arows * lda) * sizeof(float));
     float *b32 = malloc((one ? (size_t)((tb ? N : K) * ldb) : (size_t)(nb * kk)) * sizeof(float));
     float *c32 = ct == DT_DTYPE_FP32 ? NULL : malloc((one ? (size_t)(M * ldc) : (size_t)(M * nb)) * sizeof(float));
     int rc = DT_ENOMEM;
-    if (a32 && b32 && (ct == DT_DTYPE_FP32 || c32) && one) {
-        /* one block: each operand converted whole, in place of its layout (the strides kept) */
+    if (a32 && b32 && (ct == DT_DTYPE_FP32 || c32)) {
         dt_convert(a32, DT_DTYPE_FP32, A, DT_DTYPE_BF16, (size_t)(arows * lda));
-        dt_convert(b32, DT_DTYPE_FP32, B, DT_DTYPE_BF16, (size_t)((tb ? N : K) * ldb));
-        if (c32) dt_convert(c32, DT_DTYPE_FP32, C, ct, (size_t)(M * ldc));
-        rc = f32_on(fk, ta, tb, M, N, K, alpha, a32, lda, b32, ldb, beta, c32 ? c32 : (float *)C, ldc);
-        if (rc == DT_OK && c32) dt_convert(C, ct, c32, DT_DTYPE_FP32, (size_t)(M * ldc));
-    } else if (a32 && b32 && (ct == DT_DTYPE_FP32 || c32)) {
-        rc = DT_OK;
-        dt_convert(a32, DT_DTYPE_FP32, A, DT_DTYPE_BF16, (size_t)(arows * lda));
-        for (int64_t j0 = 0; j0 < N && rc == DT_OK; j0 += nb) {
-            const int64_t n = N - j0 < nb ? N - j0 : nb;
-            /* op(B)'s columns j0..j0+n: B's columns (K x n, strided) or, transposed, B's rows (n x K) */
-            if (tb) widen_rows(b32, K, B + j0 * ldb, ldb, n, K);
-            else widen_rows(b32, n, B + j0, ldb, K, n);
-            const int64_t bld = tb ? K : n;
-            if (ct == DT_DTYPE_FP32) {
-                rc = f32_on(fk, ta, tb, M, n, K, alpha, a32, lda, b32, bld, beta, (float *)C + j0, ldc);
-            } else {
-                c_block(c32, C, ct, ldc, j0, M, n, 0);
-                rc = f32_on(fk, ta, tb, M, n, K, alpha, a32, lda, b32, bld, beta, c32, n);
-                if (rc == DT_OK) c_block(c32, C, ct, ldc, j0, M, n, 1);
-            }
-        }
+        rc = one ? widen_whole(fk, ta, tb, M, N, K, alpha, a32, lda, B, ldb, b32, beta, C, ct, c32, ldc)
+                 : widen_blocks(fk, ta, tb, M, N, K, alpha, a32, lda, B, ldb, b32, nb, beta, C, ct, c32, ldc);
     }
     free(a32);
     free(b32);
