@@ -220,9 +220,9 @@ static int f32_on(dt_gemm_kernel k, int ta, int tb, int64_t M, int64_t N, int64_
  * whole K, so the block size moves no bits). Bounded so that a product with a large
  * matrix (the tied classifier's V x C embedding: 151936 x 1024 for Qwen3, 620 MB
  * widened) never holds a model-sized transient the memory model does not plan
- * (docs/engine.md "GEMM kernels"). 32 MiB holds every block linear of GPT-2 124M-1.5B
+ * (docs/engine.md "GEMM kernels"). 32 MiB holds every block linear of GPT-2 124M-774M
  * and Qwen3-0.6B whole (the largest, Qwen3's gate|up, 6144 x 1024: 24 MiB), so only the
- * classifier is cut (GPT-2's forward into 3 blocks of 10922 rows of wte); measured on
+ * classifier is cut (GPT-2's forward into 5 blocks of up to 10922 rows of wte); measured on
  * Qwen3-0.6B mixed-bf16, B 1, T 64: its lm_head 936 -> 381 ms per step, the whole
  * matrix's fresh pages no longer faulted in on every call (docs/benchmarks.md). */
 #define DT_WIDEN_B_BYTES ((size_t)32 << 20)
