@@ -52,6 +52,11 @@ typedef struct dt_hardware {
     /* Optional GPU shape model (docs/time-model.md "Shape-aware GPU compute"): */
     double sm_count;             /* streaming multiprocessors (the wave quantisation's width);
                                   * > 0 on a cuda device turns the shape-aware GEMM model on */
+    /* Optional measured GPU efficiencies (dtplan calibrate --device cuda; docs/hardware.md
+     * "Calibrating a GPU"); 0 = the cited defaults of planner/timemodel.c. On a cuda device
+     * the shape-aware model also takes op_overhead_s as its per-kernel launch cost. */
+    double gemm_peak_fraction[3];/* the best square GEMM's FLOP/s / peak_flops, per dtype, in [0, 1] */
+    double mem_bw_fraction;      /* a device-to-device copy's bytes read + written per s / mem_bw, [0, 1] */
 } dt_hardware;
 
 /* The runtime footprint of one rank (bytes) in a world of `world` ranks: runtime_mpi_bytes
@@ -64,6 +69,12 @@ int64_t dt_hardware_runtime_bytes(const dt_hardware *hw, int64_t world);
  * numbers for interconnect (NULL = the profile's default). */
 int dt_hardware_load(const char *name_or_path, const char *interconnect, dt_hardware *out,
                      dt_error *err);
+/* Parses profile JSON text (format "dtplan.hardware/1") with its default interconnect; what
+ * names it in messages. */
+int dt_hardware_parse(const char *text, const char *what, dt_hardware *out, dt_error *err);
+/* The JSON text of a profile, built-in (by name) or read from a path, as dt_hardware_load
+ * finds it (it must also load): malloc'd, free with free(); NULL with err set. */
+char *dt_hardware_text(const char *name_or_path, dt_error *err);
 /* A per-device memory limit (--mem, given as text) must not exceed the profile's
  * device memory: the error names the profile's capacity, a --mem value that fits and,
  * when the caller can take another profile (suggest_hardware), the smallest built-in

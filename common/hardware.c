@@ -41,7 +41,7 @@ static const char *const k_top_keys[] = {
     "interconnects", "h2d_bw", "host_mem_bytes", "cpu_adam_params_per_s", "nvme_bw",
     "nvme_bytes", "source", "attention_flops", "op_overhead_s", "elementwise_bw", "sm_count",
     "runtime_bytes", "runtime_mpi_bytes", "thread_efficiency", "thread_cores", "intra_busbw_reduce_scatter",
-    "intra_busbw_allgather"};
+    "intra_busbw_allgather", "gemm_peak_fraction", "mem_bw_fraction"};
 static const char *const k_dtype_keys[] = {"fp32", "bf16", "fp16"};
 static const char *const k_net_keys[] = {"busbw", "alpha_s"};
 
@@ -107,6 +107,28 @@ static int get_dtype_table(const cJSON *root, const char *key, const char *what,
     /* indexed by dt_dtype: fp32, bf16, fp16; 0 = the device has no such arithmetic */
     for (int i = 0; i < 3; i++)
         if (get_num(t, k_dtype_keys[i], 1, what, path, &out[i], err)) return err->code;
+    return DT_OK;
+}
+
+/* The optional measured GPU fractions: each in [0, 1] (0 = not measured; above 1 would mean a
+ * rate beyond the datasheet's, i.e. a profile for another device). */
+static int get_fractions(const cJSON *root, const char *what, dt_hardware *hw, dt_error *err) {
+    if (cJSON_GetObjectItemCaseSensitive(root, "gemm_peak_fraction") &&
+        get_dtype_table(root, "gemm_peak_fraction", what, hw->gemm_peak_fraction, err))
+        return err->code;
+    if (cJSON_GetObjectItemCaseSensitive(root, "mem_bw_fraction") &&
+        get_num(root, "mem_bw_fraction", 1, what, "$", &hw->mem_bw_fraction, err))
+        return err->code;
+    for (int i = 0; i < 3; i++)
+        if (hw->gemm_peak_fraction[i] > 1.0)
+            return dt_errorf(err, DT_EINVAL,
+                             "hardware profile %s: $.gemm_peak_fraction.%s: %g is above 1 (a GEMM faster than "
+                             "peak_flops.%s: the peak is another device's; recalibrate with the right --base)",
+                             what, k_dtype_keys[i], hw->gemm_peak_fraction[i], k_dtype_keys[i]);
+    if (hw->mem_bw_fraction > 1.0)
+        return dt_errorf(err, DT_EINVAL,
+                         "hardware profile %s: $.mem_bw_fraction: %g is above 1 (a copy faster than mem_bw: the "
+                         "bandwidth is another device's; recalibrate with the right --base)", what, hw->mem_bw_fraction);
     return DT_OK;
 }
 
@@ -237,6 +259,7 @@ static int parse_profile(const char *text, const char *what, const char *interco
                        what, hw->thread_efficiency, hw->thread_cores);
         goto done;
     }
+    if ((rc = get_fractions(root, what, hw, err))) goto done;
     if (hw->sm_count != floor(hw->sm_count) || hw->sm_count > 1e6) {
         rc = dt_errorf(err, DT_EINVAL, "hardware profile %s: $.sm_count: expected a whole number of SMs, got %g",
                        what, hw->sm_count);
@@ -303,6 +326,28 @@ int dt_hardware_load(const char *name_or_path, const char *interconnect, dt_hard
                  dt_hardware_files[i].name);
     return dt_errorf(err, DT_EINVAL, "--hardware: unknown hardware '%s' (built-in profiles: %s; or a .json path)",
                      name_or_path, list);
+}
+
+int dt_hardware_parse(const char *text, const char *what, dt_hardware *out, dt_error *err) {
+    return parse_profile(text, what, NULL, out, err);
+}
+
+char *dt_hardware_text(const char *name_or_path, dt_error *err) {
+    dt_hardware h;
+    if (dt_hardware_load(name_or_path, NULL, &h, err)) return NULL;
+    char *text = NULL;
+    if (looks_like_path(name_or_path)) {
+        if (dt_json_read_file(name_or_path, &text, NULL, err)) return NULL;
+        return text;
+    }
+    for (int i = 0; i < dt_hardware_files_count; i++)
+        if (str_ieq(dt_hardware_files[i].name, name_or_path)) {
+            text = strdup(dt_hardware_files[i].text);
+            if (!text) dt_errorf(err, DT_ENOMEM, "hardware profile %s: out of memory", name_or_path);
+            return text;
+        }
+    dt_errorf(err, DT_EINVAL, "--hardware: unknown hardware '%s'", name_or_path);
+    return NULL;
 }
 
 void dt_hardware_mem_text(const dt_hardware *hw, char *buf, size_t n) {

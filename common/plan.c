@@ -251,6 +251,8 @@ static int validate_hardware(const dt_cluster *c, dt_error *err) {
         {"runtime_bytes", (double)h->runtime_bytes}, {"runtime_mpi_bytes", (double)h->runtime_mpi_bytes},
         {"thread_efficiency", h->thread_efficiency}, {"thread_cores", h->thread_cores},
         {"intra_busbw_reduce_scatter", h->intra_busbw_rs}, {"intra_busbw_allgather", h->intra_busbw_ag},
+        {"gemm_peak_fraction.fp32", h->gemm_peak_fraction[0]}, {"gemm_peak_fraction.bf16", h->gemm_peak_fraction[1]},
+        {"gemm_peak_fraction.fp16", h->gemm_peak_fraction[2]}, {"mem_bw_fraction", h->mem_bw_fraction},
     };
     for (int i = 0; i < N_OF(nums); i++)
         if (!finite_nonneg(nums[i].v))
@@ -261,6 +263,12 @@ static int validate_hardware(const dt_cluster *c, dt_error *err) {
             return dt_errorf(err, DT_EINVAL,
                              "cluster.hardware.achievable_flops.%s (%g) exceeds peak_flops.%s (%g)",
                              k_dtype_keys[t], h->achievable_flops[t], k_dtype_keys[t], h->peak_flops[t]);
+    for (int t = 0; t < 3; t++)
+        if (h->gemm_peak_fraction[t] > 1.0)
+            return dt_errorf(err, DT_EINVAL, "cluster.hardware.gemm_peak_fraction.%s (%g) is above 1",
+                             k_dtype_keys[t], h->gemm_peak_fraction[t]);
+    if (h->mem_bw_fraction > 1.0)
+        return dt_errorf(err, DT_EINVAL, "cluster.hardware.mem_bw_fraction (%g) is above 1", h->mem_bw_fraction);
     if (h->reserve_bytes > h->device_mem_bytes && h->device_mem_bytes > 0)
         return dt_errorf(err, DT_EINVAL,
                          "cluster.hardware.reserve_bytes (%" PRId64 ") exceeds device_mem_bytes (%" PRId64 ")",
@@ -700,6 +708,10 @@ static void write_cluster(cJSON *root, const dt_cluster *c) {
         add_d(w, "thread_efficiency", h->thread_efficiency);
         add_d(w, "thread_cores", h->thread_cores);
     }
+    /* measured GPU efficiencies (dtplan calibrate --device cuda) */
+    if (h->gemm_peak_fraction[0] > 0 || h->gemm_peak_fraction[1] > 0 || h->gemm_peak_fraction[2] > 0)
+        write_per_dtype(w, "gemm_peak_fraction", h->gemm_peak_fraction);
+    if (h->mem_bw_fraction > 0) add_d(w, "mem_bw_fraction", h->mem_bw_fraction);
 }
 
 static void write_precision(cJSON *root, const dt_precision *pr) {
@@ -996,6 +1008,10 @@ static void read_cluster(dt_jobj *root, dt_cluster *c, dt_error *err) {
             dt_jobj_num(&w, "thread_efficiency", DT_JNUM_NONNEG, &h->thread_efficiency, err);
         if (dt_jobj_has(&w, "thread_cores"))
             dt_jobj_num(&w, "thread_cores", DT_JNUM_NONNEG, &h->thread_cores, err);
+        if (!w.failed && dt_jobj_has(&w, "gemm_peak_fraction"))
+            read_per_dtype(&w, "gemm_peak_fraction", h->gemm_peak_fraction, err);
+        if (dt_jobj_has(&w, "mem_bw_fraction"))
+            dt_jobj_num(&w, "mem_bw_fraction", DT_JNUM_NONNEG, &h->mem_bw_fraction, err);
         if (dt_jobj_close(&w, err)) r.failed = w.failed;
     }
     if (dt_jobj_close(&r, err)) root->failed = r.failed;

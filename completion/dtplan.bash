@@ -28,7 +28,7 @@ _dtplan() {
     simulate) flags="--detail --trace --plot --json --runtime --help" ;;
     compare) flags="--json --help" ;;
     report) flags="-o --plan --help" ;;
-    calibrate) flags="-o --plan --no-mpi --help" ;;
+    calibrate) flags="-o --plan --no-mpi --device --base --gpu --name --help" ;;
     validate) flags="--json --max-memory-error --max-throughput-error --keep-ranks --help" ;;
     esac
     case $prev in

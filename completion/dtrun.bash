@@ -12,7 +12,7 @@ _dtrun() {
                  --nnodes --node-rank --nproc-per-node --master-addr --master-port --help"
     case $sub in
     sample) flags="--prompt --tokens --seed --temperature --tokenizer --dump-logits --help" ;;
-    calibrate) flags="-o --plan --no-mpi --help" ;;
+    calibrate) flags="-o --plan --no-mpi --device --base --gpu --name --help" ;;
     tokenize) flags="--tokenizer --decode --no-special --help" ;;
     prepare) flags="--tokenizer --out --format --chat-template --val-fraction --seed --shard-tokens --quiet
                     --no-progress --help" ;;

@@ -297,11 +297,28 @@ static double thread_factor(const dt_plan *p) {
 #define DT_ROPE_KERNELS 3.0
 
 typedef struct {
-    double peak;     /* FLOP/s of the dense peak x DT_GEMM_PEAK_CAP */
-    double bw;       /* HBM bytes/s (mem_bw) */
+    double peak;     /* dense peak FLOP/s of the compute dtype */
+    double cap;      /* the fraction of it the best-shaped GEMM reaches: the profile's measured
+                      * gemm_peak_fraction, else DT_GEMM_PEAK_CAP */
+    double bw;       /* achievable HBM bytes/s: mem_bw x (mem_bw_fraction, else DT_HBM_EFFICIENCY) */
+    double launch;   /* s per kernel: the profile's measured op_overhead_s, else DT_GPU_LAUNCH_S */
     double sm;       /* SMs */
     double e;        /* bytes per element of the compute dtype */
 } dt_gpu;
+
+/* The profile's measured GPU figures where dtplan calibrate --device cuda wrote them, else the
+ * cited constants above (docs/hardware.md "Calibrating a GPU"). */
+static double gpu_hbm_bw(const dt_hardware *hw) {
+    return hw->mem_bw * (hw->mem_bw_fraction > 0 ? hw->mem_bw_fraction : DT_HBM_EFFICIENCY);
+}
+static void gpu_of(const dt_hardware *hw, dt_dtype t, dt_gpu *g) {
+    g->peak = hw->peak_flops[t];
+    g->cap = hw->gemm_peak_fraction[t] > 0 ? hw->gemm_peak_fraction[t] : DT_GEMM_PEAK_CAP;
+    g->bw = gpu_hbm_bw(hw);
+    g->launch = hw->op_overhead_s > 0 ? hw->op_overhead_s : DT_GPU_LAUNCH_S;
+    g->sm = dt_hardware_sm_count(hw);
+    g->e = (double)dt_dtype_size(t);
+}
 
 int dt_time_gpu_shape_model(const dt_plan *p) {
     const dt_hardware *hw = &p->cluster.hw;
@@ -322,24 +339,29 @@ static double gemm_tile(double d) {
     return t;
 }
 
-double dt_time_gemm_s(double peak_flops, double sm_count, double hbm_bw, double elem_bytes, double M,
-                      double N, double K, double batch) {
+static double gemm_s(double peak_flops, double cap, double launch, double sm_count, double hbm_bw,
+                     double elem_bytes, double M, double N, double K, double batch) {
     if (M <= 0 || N <= 0 || K <= 0 || batch <= 0) return 0.0;
     const double tm = gemm_tile(M), tn = gemm_tile(N);
     const double tiles = ceil(M / tm) * ceil(N / tn) * batch;
     const double waves = ceil(tiles / sm_count);
     /* each SM computes one tm x tn x K tile per wave at peak x cap / sm_count */
-    const double t_math = waves * 2.0 * tm * tn * K / (peak_flops * DT_GEMM_PEAK_CAP / sm_count);
+    const double t_math = waves * 2.0 * tm * tn * K / (peak_flops * cap / sm_count);
     const double t_mem = batch * elem_bytes * (M * K + K * N + M * N) / hbm_bw;
-    return (t_math > t_mem ? t_math : t_mem) + DT_GPU_LAUNCH_S;
+    return (t_math > t_mem ? t_math : t_mem) + launch;
+}
+
+double dt_time_gemm_s(double peak_flops, double sm_count, double hbm_bw, double elem_bytes, double M,
+                      double N, double K, double batch) {
+    return gemm_s(peak_flops, DT_GEMM_PEAK_CAP, DT_GPU_LAUNCH_S, sm_count, hbm_bw, elem_bytes, M, N, K, batch);
 }
 
 static double g_gemm(const dt_gpu *g, double M, double N, double K, double batch) {
-    return dt_time_gemm_s(g->peak, g->sm, g->bw, g->e, M, N, K, batch);
+    return gemm_s(g->peak, g->cap, g->launch, g->sm, g->bw, g->e, M, N, K, batch);
 }
 
 /* a memory-bound kernel set: elems read + written at bytes each, plus its launches */
-static double g_ew(const dt_gpu *g, double bytes, double kernels) { return bytes / g->bw + kernels * DT_GPU_LAUNCH_S; }
+static double g_ew(const dt_gpu *g, double bytes, double kernels) { return bytes / g->bw + kernels * g->launch; }
 
 static double lin_fwd(const dt_gpu *g, const dt_linear_desc *l, double T) {
     return g_gemm(g, T, (double)l->out, (double)l->in, 1.0);
@@ -360,10 +382,7 @@ static double lin_bwd(const dt_gpu *g, const dt_linear_desc *l, double T) {   /*
 static int gpu_compute_micro(const dt_plan *p, dt_time_compute *out) {
     const dt_hardware *hw = &p->cluster.hw;
     dt_gpu g;
-    g.peak = hw->peak_flops[p->precision.param];
-    g.bw = hw->mem_bw * DT_HBM_EFFICIENCY;
-    g.sm = dt_hardware_sm_count(hw);
-    g.e = (double)dt_dtype_size(p->precision.param);
+    gpu_of(hw, p->precision.param, &g);
     dt_model_desc d;
     dt_model_describe(&p->model, &d);
     const dt_block_desc *bd = &d.block;
@@ -405,13 +424,13 @@ static int gpu_compute_micro(const dt_plan *p, dt_time_compute *out) {
     } else {
         const double tiles = b * nh * ceil(s / DT_GEMM_TILE);
         const double per_tile = 4.0 * DT_GEMM_TILE * s * hd * DT_FLASH_CAUSAL_SHARE;    /* QK^T + PV */
-        const double cap = hf ? DT_FLASH_PEAK_CAP : DT_GEMM_PEAK_CAP;
+        const double cap = hf ? DT_FLASH_PEAK_CAP : g.cap;
         const double t_math = ceil(tiles / g.sm) * per_tile / (g.peak * cap / g.sm);
         const double io = g.e * T * hd * (2.0 * nh + 2.0 * nkv);                          /* q, k, v, o */
         const double t_mem = io / g.bw;
-        af = (t_math > t_mem ? t_math : t_mem) + DT_GPU_LAUNCH_S;
+        af = (t_math > t_mem ? t_math : t_mem) + g.launch;
         const double tb_math = DT_FLASH_BWD_OVER_FWD * t_math, tb_mem = 2.0 * t_mem;
-        ab = (tb_math > tb_mem ? tb_math : tb_mem) + DT_GPU_LAUNCH_S;
+        ab = (tb_math > tb_mem ? tb_math : tb_mem) + g.launch;
     }
 
     /* element-wise kernels, memory-bound at mem_bw: the engine's element counts per token
@@ -829,7 +848,7 @@ int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
             if (pr->has_master)   /* 16-bit grads into the fp32 partition, updated fp32 back to 16-bit */
                 bytes += (double)dt_dtype_size(pr->grad) + 4.0 + 4.0 + (double)pb;
         }
-        opt = shard * bytes / (hw->mem_bw * DT_HBM_EFFICIENCY);
+        opt = shard * bytes / gpu_hbm_bw(hw);
     } else if (fsdp) {
         /* FSDP's AdamW steps the fp32 sharded params themselves: grads read twice, m and v
          * read and written, params read and written (no 16-bit copy to refresh) */

@@ -893,17 +893,27 @@ int dt_cmd_calibrate(const char *prog, int argc, char **argv) {
     cal_prog = prog;
     const char *out = NULL, *plan = NULL;
     int no_mpi = 0;
+    for (int i = 1; i < argc; i++) {   /* --device cuda: the GPU's calibration (calibrate_gpu.c) */
+        if (strcmp(argv[i], "--device")) continue;
+        if (i + 1 < argc && !strcmp(argv[i + 1], "cuda")) return dt_cmd_calibrate_gpu(prog, argc, argv);
+        if (i + 1 >= argc || strcmp(argv[i + 1], "cpu")) {
+            fprintf(stderr, "%s: calibrate: --device '%s': expected cpu (the default) or cuda\n", cal_prog,
+                    i + 1 < argc ? argv[i + 1] : "");
+            return 2;
+        }
+    }
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: %s calibrate -o configs/hardware/local.json [--plan PLAN.json] [--no-mpi]\n"
+            printf("usage: %s calibrate -o configs/hardware/local.json [--plan PLAN.json] [--no-mpi] [--device cpu]\n"
+                   "       %s calibrate --device cuda -o PROFILE.json [--base PROFILE] [--gpu N] [--name NAME]\n"
                    "  times the CPU engine's kernels (linears, attention, element-wise, AdamW), one thread per\n"
                    "  core on every core, at GPT-2 124M's shapes or the plan's (micro-batch x sequence, hidden,\n"
                    "  heads, ffn, vocab), plus memcpy and the bus bandwidth of the engine's all-reduce,\n"
                    "  reduce-scatter and all-gather between 2 local MPI ranks; fits the FLOP and element-wise\n"
                    "  rates so the time model reproduces the engine's own forward and backward, run in situ on\n"
                    "  every core, and measures what one rank's threads keep of them; writes a hardware profile\n"
-                   "  (docs/hardware.md)\n",
-                   cal_prog);
+                   "  (docs/hardware.md); --device cuda measures a GPU instead (--device cuda --help)\n",
+                   cal_prog, cal_prog);
             return 0;
         } else if (!strcmp(argv[i], "-o") && i + 1 < argc) {
             out = argv[++i];
@@ -911,6 +921,8 @@ int dt_cmd_calibrate(const char *prog, int argc, char **argv) {
             plan = argv[++i];
         } else if (!strcmp(argv[i], "--no-mpi")) {
             no_mpi = 1;
+        } else if (!strcmp(argv[i], "--device")) {   /* cpu: checked above */
+            i++;
         } else if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--plan")) && i + 1 == argc) {
             fprintf(stderr, "%s: calibrate: %s needs a value (a file path)\n", cal_prog, argv[i]);
             return 2;

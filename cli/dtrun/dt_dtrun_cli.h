@@ -21,6 +21,8 @@ int dt_cli_parse_i64(const char *s, const char *what, int64_t min, int64_t *out)
  * prog is the program name its messages start with ("dtrun", or "dtplan" when
  * `dtplan calibrate` forwarded the call). */
 int dt_cmd_calibrate(const char *prog, int argc, char **argv);
+/* `calibrate --device cuda`: measure a GPU, write its profile (calibrate_gpu.c). */
+int dt_cmd_calibrate_gpu(const char *prog, int argc, char **argv);
 
 /* `tokenize`: text on stdin -> token ids per line, or ids -> text with --decode, through
  * a Hugging Face byte-level BPE tokenizer.json or a SentencePiece tokenizer.model

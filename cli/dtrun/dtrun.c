@@ -47,6 +47,7 @@ static void usage(FILE *f) {
             "       dtrun sample CKPT_DIR [--prompt TEXT] [--tokens N] [--seed S] [--temperature X]\n"
             "                         [--tokenizer TOKENIZER] [--dump-logits FILE]\n"
             "       dtrun calibrate -o PROFILE.json [--plan PLAN.json] [--no-mpi]\n"
+            "       dtrun calibrate --device cuda -o PROFILE.json [--base PROFILE] [--gpu N] [--name NAME]\n"
             "       dtrun tokenize --tokenizer TOKENIZER.json|.model [--decode] [--no-special]  (stdin -> ids per line)\n"
             "       dtrun prepare --tokenizer TOKENIZER --out DIR INPUT...  (text, JSONL -> token shards; see prepare --help)\n"
             "\n"

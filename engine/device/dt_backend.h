@@ -23,8 +23,9 @@
 /* 2: dt_device_ops gained meminfo (the driver's view of device memory)
  * 3: the llama-family ops (linear_t, rmsnorm, rope, swiglu, attention_gqa)
  * 4: convert_2d and broadcast_rows (the 16-bit GEMM path of engine/model/lm.c)
- * 5: store_round (a 16-bit activation stored and its fp32 view rounded in one pass) */
-#define DT_CUDA_BACKEND_ABI 5
+ * 5: store_round (a 16-bit activation stored and its fp32 view rounded in one pass)
+ * 6: dt_cuda_calibrate (dt_gpucal.h: the GPU's GEMM, copy and launch figures) */
+#define DT_CUDA_BACKEND_ABI 6
 
 /* The address of the back-end's function `symbol` (loading the module on the
  * first call; thread-safe). NULL with err set to one line that says why the

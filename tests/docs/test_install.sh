@@ -77,7 +77,7 @@ for c in estimate solve show export simulate report calibrate; do
 done
 check_flags "dtplan compare" "$CD/dtplan" "dtplan compare" "--trace" "$P/bin/dtplan" compare
 # dtrun --help also shows the usage of sample, calibrate and tokenize, whose flags complete after them
-check_flags "dtrun" "$CD/dtrun" "dtrun" "--prompt --tokens --seed --temperature --dump-logits -o --plan --no-mpi --tokenizer --decode --no-special" \
+check_flags "dtrun" "$CD/dtrun" "dtrun" "--prompt --tokens --seed --temperature --dump-logits -o --plan --no-mpi --device --base --gpu --name --tokenizer --decode --no-special" \
     "$P/bin/dtrun"
 check_flags "dtrun sample" "$CD/dtrun" "dtrun sample" "--out" "$P/bin/dtrun" sample
 check_flags "dtrun calibrate" "$CD/dtrun" "dtrun calibrate" "" "$P/bin/dtrun" calibrate

@@ -3,6 +3,7 @@
  * micro-batch, the switch (cuda + sm_count only; CPU plans untouched), plans read back
  * without sm_count, and the attention kernels. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dt_hardware.h"
@@ -104,6 +105,53 @@ int main(void) {
     CHECK_NEAR(c1.fwd_s + c1.bwd_s,
                2 * dt_model_train_flops_per_seq(&p.model, 1024) / p.cluster.hw.achievable_flops[p.precision.param],
                1e-12);
+
+    /* ---- a calibrated profile's measured figures replace the cited constants ---- */
+    {
+        dt_time_compute d, m;
+        setup(&p, "gpt2", "H100-SXM-80GB");
+        dt_precision_from_preset(DT_PREC_MIXED_BF16, &p.precision);
+        CHECK(dt_time_compute_micro(&p, &d, &err) == DT_OK);
+        /* the measured values equal to the defaults: the same step, to the bit */
+        p.cluster.hw.gemm_peak_fraction[DT_DTYPE_BF16] = CAP;
+        p.cluster.hw.mem_bw_fraction = 0.88;
+        p.cluster.hw.op_overhead_s = LAUNCH;
+        CHECK(dt_time_compute_micro(&p, &m, &err) == DT_OK);
+        CHECK(m.fwd_s == d.fwd_s && m.bwd_s == d.bwd_s && m.attn_core_s == d.attn_core_s);
+        /* a fraction of another dtype does not apply to bf16 GEMMs */
+        p.cluster.hw.gemm_peak_fraction[DT_DTYPE_FP32] = 0.1;
+        CHECK(dt_time_compute_micro(&p, &m, &err) == DT_OK);
+        CHECK(m.fwd_s == d.fwd_s);
+        /* half the GEMM efficiency: each math-bound GEMM takes twice as long (the big ones of
+         * the block at b x s = 2048 are), so the forward grows, by less than 2x */
+        p.cluster.hw.gemm_peak_fraction[DT_DTYPE_BF16] = CAP / 2;
+        CHECK(dt_time_compute_micro(&p, &m, &err) == DT_OK);
+        CHECK(m.fwd_s > 1.3 * d.fwd_s && m.fwd_s < 2.0 * d.fwd_s);
+        /* a slower copy slows the memory-bound element-wise kernels; a slower launch adds per kernel */
+        p.cluster.hw.gemm_peak_fraction[DT_DTYPE_BF16] = CAP;
+        p.cluster.hw.mem_bw_fraction = 0.44;
+        CHECK(dt_time_compute_micro(&p, &m, &err) == DT_OK);
+        CHECK(m.fwd_s > d.fwd_s && m.bwd_s > d.bwd_s);
+        p.cluster.hw.mem_bw_fraction = 0.88;
+        p.cluster.hw.op_overhead_s = 10 * LAUNCH;
+        CHECK(dt_time_compute_micro(&p, &m, &err) == DT_OK);
+        CHECK(m.fwd_s > d.fwd_s + 9 * LAUNCH * 12);   /* >= one GEMM per block of 12 */
+        /* the plan carries them: written and read back, the same step */
+        p.cluster.hw.gemm_peak_fraction[DT_DTYPE_BF16] = 0.7;
+        p.cluster.hw.mem_bw_fraction = 0.9;
+        char *js = dt_plan_to_json(&p, &err);
+        CHECK(js != NULL);
+        dt_plan q;
+        CHECK(js && dt_plan_parse(js, &q, &err) == DT_OK);
+        CHECK(q.cluster.hw.gemm_peak_fraction[DT_DTYPE_BF16] == 0.7 && q.cluster.hw.mem_bw_fraction == 0.9 &&
+              q.cluster.hw.gemm_peak_fraction[DT_DTYPE_FP32] == 0.1 && q.cluster.hw.op_overhead_s == 10 * LAUNCH);
+        CHECK(dt_time_compute_micro(&p, &d, &err) == DT_OK && dt_time_compute_micro(&q, &m, &err) == DT_OK);
+        CHECK(m.fwd_s == d.fwd_s && m.bwd_s == d.bwd_s);
+        free(js);
+        /* a plan claiming a GEMM faster than the peak is refused */
+        p.cluster.hw.gemm_peak_fraction[DT_DTYPE_BF16] = 1.2;
+        CHECK(dt_plan_validate(&p, &err) != DT_OK && strstr(err.msg, "gemm_peak_fraction.bf16"));
+    }
 
     /* ---- monotone in the micro-batch, every profile, both attention kinds ---- */
     const char *hws[] = {"V100-32GB", "A100-40GB", "A100-80GB", "H100-SXM-80GB", "H200"};

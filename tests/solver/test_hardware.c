@@ -1,6 +1,7 @@
 /* test_hardware.c — built-in profiles load and are sane; interconnect selection;
  * bad profile files are rejected with a message naming the field. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dt_hardware.h"
@@ -134,6 +135,34 @@ int main(void) {
     CHECK(strstr(err.msg, "intra_busbw_reduce_scatter") != NULL);
     CHECK(load_variant("1073741824", "5e10", ", \"intra_busbw_allgather\": -1", NULL, &hw, &err) == DT_EINVAL);
     CHECK(strstr(err.msg, "intra_busbw_allgather") != NULL);
+    /* dtplan calibrate --device cuda's measured fractions: optional, each in [0, 1], all three dtypes */
+    CHECK(load_variant("1073741824", "5e10", ", \"gemm_peak_fraction\": {\"fp32\": 0.9, \"bf16\": 0.75, "
+                       "\"fp16\": 0}, \"mem_bw_fraction\": 0.91", NULL, &hw, &err) == DT_OK);
+    CHECK(hw.gemm_peak_fraction[DT_DTYPE_FP32] == 0.9 && hw.gemm_peak_fraction[DT_DTYPE_BF16] == 0.75 &&
+          hw.gemm_peak_fraction[DT_DTYPE_FP16] == 0 && hw.mem_bw_fraction == 0.91);
+    const char *bad_frac[] = {", \"gemm_peak_fraction\": {\"fp32\": 1.2, \"bf16\": 0.7, \"fp16\": 0.7}",
+                              ", \"gemm_peak_fraction\": {\"bf16\": 0.7}",
+                              ", \"gemm_peak_fraction\": 0.8",
+                              ", \"mem_bw_fraction\": 1.5", ", \"mem_bw_fraction\": -0.1"};
+    const char *bad_frac_key[] = {"gemm_peak_fraction.fp32", "gemm_peak_fraction", "gemm_peak_fraction",
+                                  "mem_bw_fraction", "mem_bw_fraction"};
+    for (size_t i = 0; i < sizeof bad_frac / sizeof bad_frac[0]; i++) {
+        CHECK(load_variant("1073741824", "5e10", bad_frac[i], NULL, &hw, &err) == DT_EINVAL);
+        CHECK(strstr(err.msg, bad_frac_key[i]) != NULL);
+    }
+    CHECK(load_variant("1073741824", "5e10", ", \"mem_bw_fraction\": 1.5", NULL, &hw, &err) == DT_EINVAL &&
+          strstr(err.msg, "recalibrate with the right --base"));
+    /* a profile's text, built-in or from a file, parses to what loading gives */
+    {
+        char *text = dt_hardware_text("H100-SXM-80GB", &err);
+        dt_hardware a, b;
+        CHECK(text && dt_hardware_parse(text, "H100 text", &a, &err) == DT_OK);
+        CHECK(dt_hardware_load("h100-sxm-80gb", NULL, &b, &err) == DT_OK);
+        CHECK(text && a.sm_count == b.sm_count && a.peak_flops[1] == b.peak_flops[1] && !strcmp(a.name, b.name));
+        free(text);
+        CHECK(dt_hardware_text("no-such-gpu", &err) == NULL && strstr(err.msg, "no-such-gpu"));
+        CHECK(dt_hardware_parse("{\"format\": 1}", "bad text", &a, &err) == DT_EINVAL && strstr(err.msg, "bad text"));
+    }
     CHECK(dt_hardware_load("cpu", NULL, &hw, &err) == DT_OK);
     CHECK(hw.attention_flops > 0 && hw.op_overhead_s > 0 && hw.elementwise_bw > 0); /* the cpu profile states them */
     CHECK(load_variant("1073741824", "5e10", ", \"elementwise_bw\": 3e9", NULL, &hw, &err) == DT_OK);
