@@ -23,6 +23,9 @@ typedef enum {
     DT_VAL_TOKENS_PER_S_GPU,    /* tokens per second per GPU */
     DT_VAL_PEAK_BYTES,          /* peak device memory per GPU */
     DT_VAL_FITS,                /* the run fit in device memory (1) or not (0) */
+    DT_VAL_PEAK_ALLOCATED_BYTES,/* peak bytes the framework's allocator handed out per GPU
+                                 * (torch.cuda.max_memory_allocated): the device peak less the
+                                 * reserve (CUDA context, allocator caching, library workspaces) */
     DT_VAL_QUANTITY_COUNT
 } dt_val_quantity;
 

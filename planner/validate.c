@@ -14,7 +14,8 @@
 #include "dt_timemodel.h"
 
 static const char *const k_quantity_names[DT_VAL_QUANTITY_COUNT] = {"samples_per_s", "tokens_per_s_per_gpu",
-                                                                     "peak_bytes", "fits"};
+                                                                     "peak_bytes", "fits",
+                                                                     "peak_allocated_bytes"};
 static const char *const k_offload_names[] = {"none", "cpu", "nvme"};
 static const char *const k_runtime_names[] = {"dtrun", "deepspeed", "fsdp"};
 #define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -247,6 +248,7 @@ int dt_validate_case_predict(const dt_val_case *c, dt_val_result *out, dt_error 
         out->predicted = t.step_s > 0 ? t.tokens_per_s / (double)p->parallel.world_size : 0;
         break;
     case DT_VAL_PEAK_BYTES: out->predicted = (double)m.total; break;
+    case DT_VAL_PEAK_ALLOCATED_BYTES: out->predicted = (double)(m.total - m.reserve); break;
     default: out->predicted = m.total <= p->cluster.hw.device_mem_bytes; break;
     }
     out->error = c->quantity == DT_VAL_FITS ? (out->predicted != c->measured)

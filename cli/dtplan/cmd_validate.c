@@ -42,7 +42,9 @@ static int usage(FILE *f) {
     return f == stdout ? 0 : 2;
 }
 
-static int is_memory(dt_val_quantity q) { return q == DT_VAL_PEAK_BYTES || q == DT_VAL_FITS; }
+static int is_memory(dt_val_quantity q) {
+    return q == DT_VAL_PEAK_BYTES || q == DT_VAL_PEAK_ALLOCATED_BYTES || q == DT_VAL_FITS;
+}
 
 /* Adds path (a case file) or every *.json in it (a directory), sorted by name. */
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -78,6 +80,7 @@ static int add_path(const char *path, val_row *rows, int *n) {
 static void fmt_value(dt_val_quantity q, double v, char *buf, size_t n) {
     switch (q) {
     case DT_VAL_PEAK_BYTES: snprintf(buf, n, "%.2f GiB", v / GIB); break;
+    case DT_VAL_PEAK_ALLOCATED_BYTES: snprintf(buf, n, "%.2f GiB alloc", v / GIB); break;
     case DT_VAL_FITS: snprintf(buf, n, "%s", v > 0.5 ? "fits" : "OOM"); break;
     case DT_VAL_SAMPLES_PER_S: snprintf(buf, n, "%.2f samples/s", v); break;
     default: snprintf(buf, n, "%.0f tok/s/GPU", v); break;
