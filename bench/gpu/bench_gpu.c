@@ -1,17 +1,19 @@
-/* bench_gpu.c — training throughput of the CUDA engine on one GPU: tokens/s
- * and MFU for GPT-2 124M, GPT-2 350M (gpt2-medium) and a Qwen3-0.6B-shaped
- * GPT-2-family model (Qwen3-0.6B's hidden, layers, heads, ffn and vocabulary in
- * GPT-2's block), with the plan's predicted step time (dt_time_estimate on
- * the chosen hardware profile) beside the measured one.
+/* bench_gpu.c — training throughput and memory of the CUDA engine on one GPU:
+ * tokens/s and MFU for GPT-2 124M, GPT-2 350M (gpt2-medium) and Qwen3-0.6B (the
+ * Llama family: RMSNorm, RoPE, SwiGLU, grouped-query attention), with the plan's
+ * predicted step time (dt_time_estimate on the chosen hardware profile) beside
+ * the measured one, and the driver's peak device memory of the process beside
+ * the plan's predicted device total (dt_memory_estimate, reserve included).
  *
  * One timed step = forward + backward + the device AdamW update, on one
  * micro-batch (grad_accum 1, world 1, ZeRO 0). MFU uses the model's training
  * FLOPs (dt_model_train_flops_per_seq: 6 N per token plus attention) over the
- * profile's dense peak for the plan's compute dtype (bf16 for mixed-bf16).
- * The engine's GEMMs run in fp32 with fp32 accumulation (TF32 if
- * DT_CUDA_TF32=1); see docs/cuda.md for what that means for MFU.
+ * profile's dense peak for the plan's compute dtype. In the mixed presets the
+ * GEMMs take the 16-bit operands as they are (cublasGemmEx, fp32 accumulation);
+ * fp32 runs fp32 GEMMs (TF32 if DT_CUDA_TF32=1); docs/cuda.md.
  *
  * usage: bench_gpu [--hw PROFILE] [--steps N] [--batch B] [--seq T] [--model NAME]
+ *                  [--precision mixed-bf16|mixed-fp16|fp32]
  * Exits 77 without a GPU (nothing measured), 2 on bad arguments. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,28 +31,7 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* GPT-2 block with Qwen3-0.6B's sizes (models/catalog/qwen3-0.6b.json) */
-static int qwen_shaped(int64_t T, dt_model *m, dt_error *err) {
-    dt_model q;
-    int rc = dt_model_resolve("qwen3-0.6b", &q, err);
-    if (rc) return rc;
-    memset(m, 0, sizeof *m);
-    snprintf(m->name, sizeof m->name, "gpt2-qwen3-0.6b-shape");
-    m->family = DT_FAMILY_GPT2;
-    m->n_layer = q.n_layer;
-    m->hidden = q.hidden;
-    m->n_head = m->n_kv_head = q.n_head;
-    m->head_dim = q.hidden / q.n_head;
-    m->ffn = q.ffn;
-    m->vocab = q.vocab;
-    m->max_pos = T;
-    m->tied_embeddings = 1;
-    m->qkv_bias = 1;
-    m->norm_eps = 1e-5;
-    return DT_OK;
-}
-
-static int run_one(const dt_model *m, const char *hw, int64_t B, int64_t T, int steps) {
+static int run_one(const dt_model *m, const char *hw, dt_precision_preset prec, int64_t B, int64_t T, int steps) {
     dt_error err = {0};
     dt_plan p;
     dt_plan_defaults(&p);
@@ -64,11 +45,13 @@ static int run_one(const dt_model *m, const char *hw, int64_t B, int64_t T, int 
     p.batch.micro_batch = p.batch.global_batch = B;
     p.batch.grad_accum = 1;
     p.batch.seq_len = T;
-    dt_precision_from_preset(DT_PREC_MIXED_BF16, &p.precision);
+    dt_precision_from_preset(prec, &p.precision);
     p.activations.attention = DT_ATTN_FLASH;
     dt_time_breakdown tb;
-    double pred = 0;
+    dt_mem_breakdown mb;
+    double pred = 0, pred_mem = 0;
     if (dt_time_estimate(&p, &tb, &err) == 0) pred = tb.step_s;
+    if (dt_memory_estimate(&p, &mb, &err) == 0) pred_mem = (double)mb.total;
 
     dt_lm *g = NULL;
     if (dt_lm_create_on(m, &p.precision, B, T, 0, DT_ATTN_FLASH, DT_DEVICE_CUDA, 0, &g, &err)) {
@@ -77,15 +60,15 @@ static int run_one(const dt_model *m, const char *hw, int64_t B, int64_t T, int 
     }
     const dt_device_ops *d = dt_lm_device_ops(g);
     size_t P = dt_lm_num_params(g);
-    float *master = d->alloc(DT_POOL_DEVICE, DT_MEM_OPTIMIZER, P * 4);
+    float *master = p.precision.has_master ? d->alloc(DT_POOL_DEVICE, DT_MEM_OPTIMIZER, P * 4) : NULL;
     void *mo = d->alloc(DT_POOL_DEVICE, DT_MEM_OPTIMIZER, P * 4);
     void *vo = d->alloc(DT_POOL_DEVICE, DT_MEM_OPTIMIZER, P * 4);
-    if (!master || !mo || !vo) {
+    if ((p.precision.has_master && !master) || !mo || !vo) {
         fprintf(stderr, "bench_gpu: %s: out of GPU memory for the optimizer state\n", m->name);
         return 1;
     }
     dt_lm_init_random(g, 1);
-    d->convert(master, DT_DTYPE_FP32, dt_lm_params(g), p.precision.param, P);
+    if (master) d->convert(master, DT_DTYPE_FP32, dt_lm_params(g), p.precision.param, P);
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)(B * T));
     for (int64_t i = 0; i < B * T; i++) tok[i] = (int32_t)((i * 2654435761u) % (uint64_t)m->vocab);
     float loss = 0;
@@ -108,12 +91,15 @@ static int run_one(const dt_model *m, const char *hw, int64_t B, int64_t T, int 
         return 1;
     }
     double flops = dt_model_train_flops_per_seq(m, T) * (double)B;
-    double peak = p.cluster.hw.peak_flops[DT_DTYPE_BF16];
-    printf("%-24s %6.1fM  B=%-3lld T=%-5lld step %8.1f ms  predicted %8.1f ms  %9.0f tok/s  "
-           "MFU %5.1f%% (bf16 peak)  loss %.3f\n",
-           m->name, (double)P / 1e6, (long long)B, (long long)T, step * 1e3, pred * 1e3,
-           (double)(B * T) / step, 100.0 * flops / step / peak, loss);
-    d->free(master);
+    double peak = p.cluster.hw.peak_flops[p.precision.param];
+    dt_device_meminfo mi = {0};
+    double used = d->meminfo && d->meminfo(&mi, 0) == DT_OK && mi.applicable ? (double)(mi.peak_used - mi.used_at_bind) : 0;
+    printf("%-12s %-10s %6.1fM  B=%-3lld T=%-5lld step %8.1f ms  predicted %8.1f ms  %9.0f tok/s  "
+           "MFU %5.1f%% (%s peak)  memory %6.2f GiB (driver: peak used - used at bind)  predicted %6.2f GiB  loss %.3f\n",
+           m->name, dt_precision_preset_name(prec), (double)P / 1e6, (long long)B, (long long)T, step * 1e3,
+           pred * 1e3, (double)(B * T) / step, 100.0 * flops / step / peak, dt_dtype_name(p.precision.param),
+           used / 1073741824.0, pred_mem / 1073741824.0, loss);
+    if (master) d->free(master);
     d->free(mo);
     d->free(vo);
     free(tok);
@@ -123,6 +109,7 @@ static int run_one(const dt_model *m, const char *hw, int64_t B, int64_t T, int 
 
 int main(int argc, char **argv) {
     const char *hw = "H100-SXM-80GB", *only = NULL;
+    dt_precision_preset prec = DT_PREC_MIXED_BF16;
     int steps = 10;
     int64_t B = 8, T = 1024;
     for (int i = 1; i < argc; i++) {
@@ -131,8 +118,14 @@ int main(int argc, char **argv) {
         else if (i + 1 < argc && !strcmp(argv[i], "--batch")) B = atoll(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--seq")) T = atoll(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--model")) only = argv[++i];
-        else {
-            fprintf(stderr, "bench_gpu: unknown argument '%s' (--hw --steps --batch --seq --model)\n",
+        else if (i + 1 < argc && !strcmp(argv[i], "--precision")) {
+            dt_error perr = {0};
+            if (dt_precision_parse_preset(argv[++i], &prec, &perr)) {
+                fprintf(stderr, "bench_gpu: %s\n", perr.msg);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "bench_gpu: unknown argument '%s' (--hw --steps --batch --seq --model --precision)\n",
                     argv[i]);
             return 2;
         }
@@ -141,18 +134,21 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_gpu: --steps, --batch and --seq must be >= 1\n");
         return 2;
     }
+    const char *names[] = {"gpt2", "gpt2-medium", "qwen3-0.6b"};
+    if (only && strcmp(only, names[0]) && strcmp(only, names[1]) && strcmp(only, names[2])) {
+        fprintf(stderr, "bench_gpu: --model %s: choose gpt2, gpt2-medium or qwen3-0.6b\n", only);
+        return 2;
+    }
     if (dt_device_cuda_count() == 0) {
         printf("bench_gpu: no CUDA GPU visible: nothing measured\n");
         return 77;
     }
-    const char *names[] = {"gpt2", "gpt2-medium", "qwen3-0.6b-shape"};
     int rc = 0;
     for (int k = 0; k < 3; k++) {
         if (only && strcmp(only, names[k])) continue;
         dt_model m;
         dt_error err = {0};
-        int mrc = k < 2 ? dt_model_resolve(names[k], &m, &err) : qwen_shaped(T, &m, &err);
-        if (mrc) {
+        if (dt_model_resolve(names[k], &m, &err)) {
             fprintf(stderr, "bench_gpu: %s\n", err.msg);
             return 2;
         }
@@ -161,7 +157,7 @@ int main(int argc, char **argv) {
                     m.name, (long long)m.max_pos);
             return 2;
         }
-        rc |= run_one(&m, hw, B, T, steps);
+        rc |= run_one(&m, hw, prec, B, T, steps);
     }
     return rc;
 }
