@@ -152,6 +152,13 @@ typedef struct dt_output {
     char init[DT_PATH_MAX];    /* "" = random init from seed; or .safetensors / llm.c .bin */
 } dt_output;
 
+/* The cuBLAS workspace the CUDA engine hands to cuBLAS (cublasSetWorkspace) when it binds a
+ * GPU, allocated and tracked as `buffers`, so the plan counts it instead of leaving it to
+ * the reserve: 32 MiB, the size the cuBLAS Library User Guide recommends for Hopper
+ * ("cublasSetWorkspace()": 32 MiB for Hopper, 4 MiB for other architectures), used on
+ * every GPU so one plan fits any of them. */
+#define DT_CUDA_GEMM_WORKSPACE_BYTES ((int64_t)32 << 20)
+
 typedef struct dt_mem_breakdown {
     /* per rank, device pool, bytes */
     int64_t params, grads, optimizer, activations, buffers, reserve, total;

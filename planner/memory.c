@@ -255,8 +255,9 @@ static int64_t compute_buffers(const dt_plan *p) {
         return bytes;
     }
     /* the residual gradient in and out, and the widest in-linear gradient (q/k/v or
-     * gate/up, from the family description) */
-    return sadd(bytes, smul3(a, BT, 2 * C + dt_model_block_widest_in(m)));
+     * gate/up, from the family description); on a GPU the engine's cuBLAS workspace */
+    bytes = sadd(bytes, smul3(a, BT, 2 * C + dt_model_block_widest_in(m)));
+    return p->cluster.device == DT_DEVICE_CUDA ? sadd(bytes, DT_CUDA_GEMM_WORKSPACE_BYTES) : bytes;
 }
 
 /* Units are padded to a multiple of the world size (docs/time-model.md "Units"). */

@@ -44,6 +44,7 @@ extern "C" {
 #include "dt_cuda.h"
 #include "dt_device.h"
 #include "dt_devmath.h"
+#include "dt_plan.h"   /* DT_CUDA_GEMM_WORKSPACE_BYTES */
 #include "dt_dtype.h"
 }
 #include "dt_cuda_internal.h"   /* DT_CU_THREADS, DT_CU_WARP, warp_sum / warp_max */
@@ -1221,6 +1222,14 @@ extern "C" int dt_device_cuda_get(int ordinal, const dt_device_ops **out, dt_err
     if (bs != CUBLAS_STATUS_SUCCESS)
         return dt_errorf(err, DT_ERUNTIME, "cuda: cublasCreate failed: %s", cublasGetStatusString(bs));
     cublasSetStream(g_blas, g_stream[DT_STREAM_COMPUTE]);
+    /* cuBLAS's workspace from the tracked allocator (buffers), so the run's memory report
+     * and the plan count it (DT_CUDA_GEMM_WORKSPACE_BYTES, dt_plan.h) */
+    void *ws = cu_alloc(DT_POOL_DEVICE, DT_MEM_BUFFERS, (size_t)DT_CUDA_GEMM_WORKSPACE_BYTES);
+    if (!ws)
+        return dt_errorf(err, DT_ENOMEM, "cuda: cannot allocate the %lld MiB cuBLAS workspace",
+                         (long long)(DT_CUDA_GEMM_WORKSPACE_BYTES >> 20));
+    if ((bs = cublasSetWorkspace(g_blas, ws, (size_t)DT_CUDA_GEMM_WORKSPACE_BYTES)) != CUBLAS_STATUS_SUCCESS)
+        return dt_errorf(err, DT_ERUNTIME, "cuda: cublasSetWorkspace failed: %s", cublasGetStatusString(bs));
     const char *tf32 = getenv("DT_CUDA_TF32");
     g_compute = tf32 && strcmp(tf32, "1") == 0 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     if (cudaMalloc(&g_flag_dev, sizeof(int)) != cudaSuccess ||

@@ -267,7 +267,11 @@ static void test_totals_and_buffers(void) {
     /* a GPU backend: no fp32 working copies, 16-bit gradient scratch, and
      * DeepSpeed's flat buckets, bounded by the model (5e8-element buckets shrink to Ψ) */
     p.cluster.device = DT_DEVICE_CUDA;
-    const int64_t gfixed = 4 * B * T * V + 4 * B * T + 8 * B * T + 2 * B * T * (2 * C + (F > 3 * C ? F : 3 * C));
+    /* logits, losses, ids, the residual gradient in and out and the widest in-linear gradient
+     * (bf16), and the CUDA engine's cuBLAS workspace (32 MiB, common/dt_plan.h) */
+    CHECK_EQ_I64(DT_CUDA_GEMM_WORKSPACE_BYTES, 32 << 20);
+    const int64_t gfixed = 4 * B * T * V + 4 * B * T + 8 * B * T + 2 * B * T * (2 * C + (F > 3 * C ? F : 3 * C)) +
+                           DT_CUDA_GEMM_WORKSPACE_BYTES;
     m = est(&p, 0, 0, DT_OFFLOAD_NONE, DT_OFFLOAD_NONE);
     CHECK_EQ_I64(m.buffers, gfixed); /* a world of one communicates nothing: no buckets */
     p.cluster.gpus_per_node = 2;
