@@ -103,10 +103,7 @@ static void cpu_encoder_forward_cast(float *out, const int32_t *tokens, const vo
 }
 
 static void cpu_accumulate_16(void *dst, dt_dtype t, const float *acc, size_t n) {
-    uint16_t *d = dst;
-    int bf = t == DT_DTYPE_BF16;
-#pragma omp parallel for schedule(static) if (n >= DT_CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++) d[i] = dt_add_16(d[i], acc[i], bf);
+    dt_op_accumulate_16(dst, t, acc, n);
 }
 
 static void cpu_add(void *dst, const void *src, dt_dtype t, size_t n) {

@@ -88,6 +88,13 @@ void dt_op_residual_forward(float *out, const float *a, const float *b, int64_t 
  * after an op wrote a 16-bit activation's fp32 view (lm_act_commit). ---------- */
 void dt_op_store_round(void *dst, dt_dtype t, float *x, size_t n);
 
+/* ---- 16-bit accumulate: dst[i] = round(dst[i] + acc[i]) in dtype t (bf16 or fp16),
+ * one rounding per element: bit for bit dt_convert to fp32, an fp32 add and dt_convert
+ * back (tests/kernels/test_ops.c), so dt_add_16 (dt_devmath.h) for every finite or
+ * infinite value; AVX-512 where the compiler targets it. What the model does with a
+ * group's fp32 gradients into 16-bit gradient storage. ----------------------------- */
+void dt_op_accumulate_16(uint16_t *dst, dt_dtype t, const float *acc, size_t n);
+
 /* ---- bias rows: out[n, :] = bias[:] for every n < N (out [N, OC], bias [OC]); the
  * start of a linear whose GEMM then adds its product (beta = 1) ----------------- */
 void dt_op_broadcast_rows(float *out, const float *bias, int64_t N, int64_t OC);

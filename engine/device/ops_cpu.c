@@ -415,6 +415,38 @@ void dt_op_store_round(void *dst, dt_dtype t, float *x, size_t n) {
     }
 }
 
+void dt_op_accumulate_16(uint16_t *dst, dt_dtype t, const float *acc, size_t n) {
+    const int bf = t == DT_DTYPE_BF16;
+    size_t nv = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+    nv = n / 16 * 16;
+    if (bf) {
+        /* widen (a shift), add, dt_bf16_from_f32's rounding */
+#pragma omp parallel for schedule(static) if (n >= DT_PAR_MIN)
+        for (size_t i = 0; i < nv; i += 16) {
+            __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(dst + i)));
+            __m512 v = _mm512_add_ps(_mm512_castsi512_ps(_mm512_slli_epi32(h, 16)), _mm512_loadu_ps(acc + i));
+            __m512i r = bf16_round16(_mm512_castps_si512(v));
+            _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtepi32_epi16(r));
+        }
+    } else {
+        /* VCVTPH2PS, add, VCVTPS2PH (round to nearest even, as dt_fp16_from_f32) */
+#pragma omp parallel for schedule(static) if (n >= DT_PAR_MIN)
+        for (size_t i = 0; i < nv; i += 16) {
+            __m512 v = _mm512_add_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dst + i))),
+                                     _mm512_loadu_ps(acc + i));
+            _mm256_storeu_si256((__m256i *)(dst + i),
+                                _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        }
+    }
+#else
+#pragma omp parallel for schedule(static) if (n >= DT_PAR_MIN)
+    for (size_t i = 0; i < n; i++) dst[i] = dt_add_16(dst[i], acc[i], bf);
+    nv = n;
+#endif
+    for (size_t i = nv; i < n; i++) dst[i] = dt_add_16(dst[i], acc[i], bf);
+}
+
 void dt_convert(void *dst, dt_dtype dst_t, const void *src, dt_dtype src_t, size_t n) {
     if (dst_t == src_t) {
         memcpy(dst, src, n * (size_t)dt_dtype_size(dst_t));

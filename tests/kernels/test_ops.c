@@ -1,9 +1,11 @@
 /* test_ops.c — every device op's backward against central finite differences
  * of its forward (loss = sum(out * R) for a fixed random R, accumulated in
  * double), plus forward checks against direct double-precision formulas. */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "dt_devmath.h"
 #include "dt_dtype.h"
 #include "dt_ops.h"
 #include "dt_test.h"
@@ -353,8 +355,49 @@ static void test_store_round(void) {
     CHECK(b[0] == 1.5f && b[1] == -2.0f && b[2] == 3.25f && a[2] == 3.25f);
 }
 
+/* ---- accumulate_16: bit for bit widen (dt_convert), fp32 add, round (dt_convert), and
+ * dt_add_16 wherever the sum is not NaN (fp16 NaN payloads follow VCVTPS2PH as dt_convert
+ * does), at the two sizes of store_round and on the same special values ---- */
+static void test_accumulate_16(void) {
+    const float special[] = {0.0f, -0.0f, 1.0f, 1.00390625f, 65504.0f, 65520.0f, 5.96e-8f, 1e-40f,
+                             3.3895314e38f, INFINITY, -INFINITY, NAN, 1.0009765625f, -1.0f};
+    const size_t ns = sizeof special / sizeof special[0];
+    const dt_dtype types[] = {DT_DTYPE_BF16, DT_DTYPE_FP16};
+    const size_t sizes[] = {SR_SMALL, SR_LARGE};
+    for (size_t k = 0; k < 2; k++)
+        for (size_t z = 0; z < 2; z++) {
+            size_t n = sizes[z];
+            float *start = rnd((int64_t)n, 50.0f), *acc = rnd((int64_t)n, 50.0f), *w = malloc(n * sizeof(float));
+            uint16_t *d = malloc(n * sizeof(uint16_t)), *dref = malloc(n * sizeof(uint16_t));
+            for (size_t i = 0; i < ns; i++) {   /* specials as the sum's operands, both sides */
+                acc[i * 11 % n] = special[i];
+                start[(i * 13 + 5) % n] = special[i];
+            }
+            acc[n - 1] = special[3];
+            dt_convert(d, types[k], start, DT_DTYPE_FP32, n);
+            memcpy(dref, d, n * sizeof(uint16_t));
+            uint16_t *scalar = malloc(n * sizeof(uint16_t));
+            for (size_t i = 0; i < n; i++) scalar[i] = dt_add_16(d[i], acc[i], types[k] == DT_DTYPE_BF16);
+            dt_convert(w, DT_DTYPE_FP32, dref, types[k], n);
+            for (size_t i = 0; i < n; i++) w[i] += acc[i];
+            dt_convert(dref, types[k], w, DT_DTYPE_FP32, n);
+            dt_op_accumulate_16(d, types[k], acc, n);
+            CHECK(memcmp(d, dref, n * sizeof(uint16_t)) == 0);
+            size_t differ = 0;
+            for (size_t i = 0; i < n; i++) differ += !isnan(w[i]) && d[i] != scalar[i];
+            CHECK(differ == 0);
+            free(start);
+            free(acc);
+            free(w);
+            free(d);
+            free(dref);
+            free(scalar);
+        }
+}
+
 int main(void) {
     test_store_round();
+    test_accumulate_16();
     test_gemm();
     test_linear();
     test_layernorm();
