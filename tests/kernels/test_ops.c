@@ -324,32 +324,39 @@ static void test_misc(void) {
  * below and above the size where the op goes parallel ---- */
 #define SR_SMALL 1037   /* < DT_PAR_MIN (ops_cpu.c), odd: the scalar tail runs */
 #define SR_LARGE 70001  /* > 2 * DT_PAR_MIN: both threads' vector loops and a tail */
-static void test_store_round(void) {
-    const float special[] = {0.0f, -0.0f, 1.0f, 1.00390625f /* bf16 tie */, 1.01171875f,
-                             65504.0f, 65520.0f /* fp16 overflow */, 5.96e-8f, 3e-8f,
-                             1e-40f /* fp32 subnormal */, 3.3895314e38f /* bf16 max rounds up */,
-                             INFINITY, -INFINITY, NAN, -NAN, 1.0009765625f /* fp16 tie */};
-    const size_t ns = sizeof special / sizeof special[0];
+static const float k_special16[] = {0.0f, -0.0f, 1.0f, 1.00390625f /* bf16 tie */, 1.01171875f,
+                                    65504.0f, 65520.0f /* fp16 overflow */, 5.96e-8f, 3e-8f,
+                                    1e-40f /* fp32 subnormal */, 3.3895314e38f /* bf16 max rounds up */,
+                                    INFINITY, -INFINITY, NAN, -NAN, 1.0009765625f /* fp16 tie */};
+#define N_SPECIAL16 (sizeof k_special16 / sizeof k_special16[0])
+
+/* fn for bf16 and fp16, each at SR_SMALL and SR_LARGE elements */
+static void each_16bit_case(void (*fn)(dt_dtype t, size_t n)) {
     const dt_dtype types[] = {DT_DTYPE_BF16, DT_DTYPE_FP16};
     const size_t sizes[] = {SR_SMALL, SR_LARGE};
     for (size_t k = 0; k < 2; k++)
-        for (size_t z = 0; z < 2; z++) {
-            size_t n = sizes[z];
-            float *x = rnd((int64_t)n, 100.0f), *ref = malloc(n * sizeof(float));
-            uint16_t *d = malloc(n * sizeof(uint16_t)), *dref = malloc(n * sizeof(uint16_t));
-            for (size_t i = 0; i < ns; i++) x[i * 7 % n] = special[i];   /* spread over the vectors */
-            x[n - 1] = special[3];                                        /* and in the tail */
-            memcpy(ref, x, n * sizeof(float));
-            dt_convert(dref, types[k], ref, DT_DTYPE_FP32, n);
-            dt_convert(ref, DT_DTYPE_FP32, dref, types[k], n);
-            dt_op_store_round(d, types[k], x, n);
-            CHECK(memcmp(d, dref, n * sizeof(uint16_t)) == 0);
-            CHECK(memcmp(x, ref, n * sizeof(float)) == 0);
-            free(x);
-            free(ref);
-            free(d);
-            free(dref);
-        }
+        for (size_t z = 0; z < 2; z++) fn(types[k], sizes[z]);
+}
+
+static void store_round_case(dt_dtype t, size_t n) {
+    float *x = rnd((int64_t)n, 100.0f), *ref = malloc(n * sizeof(float));
+    uint16_t *d = malloc(n * sizeof(uint16_t)), *dref = malloc(n * sizeof(uint16_t));
+    for (size_t i = 0; i < N_SPECIAL16; i++) x[i * 7 % n] = k_special16[i];   /* spread over the vectors */
+    x[n - 1] = k_special16[3];                                                 /* and in the tail */
+    memcpy(ref, x, n * sizeof(float));
+    dt_convert(dref, t, ref, DT_DTYPE_FP32, n);
+    dt_convert(ref, DT_DTYPE_FP32, dref, t, n);
+    dt_op_store_round(d, t, x, n);
+    CHECK(memcmp(d, dref, n * sizeof(uint16_t)) == 0);
+    CHECK(memcmp(x, ref, n * sizeof(float)) == 0);
+    free(x);
+    free(ref);
+    free(d);
+    free(dref);
+}
+
+static void test_store_round(void) {
+    each_16bit_case(store_round_case);
     float a[3] = {1.5f, -2.0f, 3.25f}, b[3] = {0, 0, 0};   /* fp32: a copy, x unchanged */
     dt_op_store_round(b, DT_DTYPE_FP32, a, 3);
     CHECK(b[0] == 1.5f && b[1] == -2.0f && b[2] == 3.25f && a[2] == 3.25f);
@@ -357,43 +364,36 @@ static void test_store_round(void) {
 
 /* ---- accumulate_16: bit for bit widen (dt_convert), fp32 add, round (dt_convert), and
  * dt_add_16 wherever the sum is not NaN (fp16 NaN payloads follow VCVTPS2PH as dt_convert
- * does), at the two sizes of store_round and on the same special values ---- */
-static void test_accumulate_16(void) {
-    const float special[] = {0.0f, -0.0f, 1.0f, 1.00390625f, 65504.0f, 65520.0f, 5.96e-8f, 1e-40f,
-                             3.3895314e38f, INFINITY, -INFINITY, NAN, 1.0009765625f, -1.0f};
-    const size_t ns = sizeof special / sizeof special[0];
-    const dt_dtype types[] = {DT_DTYPE_BF16, DT_DTYPE_FP16};
-    const size_t sizes[] = {SR_SMALL, SR_LARGE};
-    for (size_t k = 0; k < 2; k++)
-        for (size_t z = 0; z < 2; z++) {
-            size_t n = sizes[z];
-            float *start = rnd((int64_t)n, 50.0f), *acc = rnd((int64_t)n, 50.0f), *w = malloc(n * sizeof(float));
-            uint16_t *d = malloc(n * sizeof(uint16_t)), *dref = malloc(n * sizeof(uint16_t));
-            for (size_t i = 0; i < ns; i++) {   /* specials as the sum's operands, both sides */
-                acc[i * 11 % n] = special[i];
-                start[(i * 13 + 5) % n] = special[i];
-            }
-            acc[n - 1] = special[3];
-            dt_convert(d, types[k], start, DT_DTYPE_FP32, n);
-            memcpy(dref, d, n * sizeof(uint16_t));
-            uint16_t *scalar = malloc(n * sizeof(uint16_t));
-            for (size_t i = 0; i < n; i++) scalar[i] = dt_add_16(d[i], acc[i], types[k] == DT_DTYPE_BF16);
-            dt_convert(w, DT_DTYPE_FP32, dref, types[k], n);
-            for (size_t i = 0; i < n; i++) w[i] += acc[i];
-            dt_convert(dref, types[k], w, DT_DTYPE_FP32, n);
-            dt_op_accumulate_16(d, types[k], acc, n);
-            CHECK(memcmp(d, dref, n * sizeof(uint16_t)) == 0);
-            size_t differ = 0;
-            for (size_t i = 0; i < n; i++) differ += !isnan(w[i]) && d[i] != scalar[i];
-            CHECK(differ == 0);
-            free(start);
-            free(acc);
-            free(w);
-            free(d);
-            free(dref);
-            free(scalar);
-        }
+ * does), at the sizes of store_round, with its special values on both operands ---- */
+static void accumulate_case(dt_dtype t, size_t n) {
+    float *start = rnd((int64_t)n, 50.0f), *acc = rnd((int64_t)n, 50.0f), *w = malloc(n * sizeof(float));
+    uint16_t *d = malloc(n * sizeof(uint16_t)), *dref = malloc(n * sizeof(uint16_t));
+    uint16_t *scalar = malloc(n * sizeof(uint16_t));
+    for (size_t i = 0; i < N_SPECIAL16; i++) {
+        acc[i * 11 % n] = k_special16[i];
+        start[(i * 13 + 5) % n] = k_special16[i];
+    }
+    acc[n - 1] = k_special16[3];
+    dt_convert(d, t, start, DT_DTYPE_FP32, n);
+    memcpy(dref, d, n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) scalar[i] = dt_add_16(d[i], acc[i], t == DT_DTYPE_BF16);
+    dt_convert(w, DT_DTYPE_FP32, dref, t, n);
+    for (size_t i = 0; i < n; i++) w[i] += acc[i];
+    dt_convert(dref, t, w, DT_DTYPE_FP32, n);
+    dt_op_accumulate_16(d, t, acc, n);
+    CHECK(memcmp(d, dref, n * sizeof(uint16_t)) == 0);
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++) differ += !isnan(w[i]) && d[i] != scalar[i];
+    CHECK(differ == 0);
+    free(start);
+    free(acc);
+    free(w);
+    free(d);
+    free(dref);
+    free(scalar);
 }
+
+static void test_accumulate_16(void) { each_16bit_case(accumulate_case); }
 
 int main(void) {
     test_store_round();
