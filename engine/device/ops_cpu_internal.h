@@ -13,8 +13,15 @@
  * the parallel unit and rows are summed in order inside a band, so column sums
  * do not depend on the thread count. */
 #define DT_COL_BAND 64
-/* Key tile of the flash attention forward (keys per online-softmax update). */
-#define DT_ATT_TILE 64
+/* The attention kernels work on blocks of DT_ATT_ROWS query rows against tiles of
+ * DT_ATT_KEYS keys: a block's queries (and output gradients) are transposed to [D][rows],
+ * so one vector holds a score for each row of the block, every key's score vector is a
+ * chain of D fused multiply-adds with the key's elements broadcast, and the softmax's
+ * max, exp and sums run down the vectors (one lane per row: no horizontal reductions).
+ * 16 = one AVX-512 vector of fp32; a tile's 16 score vectors are independent chains. The
+ * key tile is also the online softmax's update step. */
+#define DT_ATT_ROWS 16
+#define DT_ATT_KEYS 16
 
 /* a[n] . b[n] in fp32 (vectorised reduction; fixed order for a given build) */
 static inline float dt_cpu_dot(const float *a, const float *b, int64_t n) {

@@ -185,6 +185,22 @@ static void check_grads(const char *what, dt_lm *g, const golden *gd) {
 }
 
 /* three AdamW steps on the same batch, decay on matrices only */
+/* A parameter whose gradient is zero in exact arithmetic: the key projection's bias adds
+ * q_i . b to every score of query row i, and softmax ignores a constant per row, so
+ * dL/db_k = 0; what both implementations compute for it is rounding noise (the golden's
+ * generator counts its elements among the ill-conditioned ones), and AdamW normalises that
+ * noise into full-size steps of either sign. */
+static int zero_gradient_param(const char *name) { return strstr(name, "self_attn.k_proj.bias") != NULL; }
+
+/* How far two AdamW runs can drift apart on such a parameter in `steps` steps: each step
+ * moves a parameter by at most lr (1 - beta1) / sqrt(1 - beta2) when 1 - beta1 >
+ * sqrt(1 - beta2), else by lr (Kingma & Ba 2015, "Adam", section 2.1), in either direction,
+ * in each run. */
+static double adamw_noise_bound(const dt_adamw *hp, int steps) {
+    double r = (1.0 - hp->beta1) / sqrt(1.0 - hp->beta2);
+    return 2.0 * steps * hp->lr * (r > 1.0 ? r : 1.0);
+}
+
 static void check_steps(const char *dir, const dt_model *m, const golden *gd) {
     dt_lm *g = load_on(DT_DEVICE_CPU, dir, m, DT_PREC_FP32, gd->B, gd->T, 0, DT_ATTN_FLASH);
     dt_precision pr;
@@ -211,17 +227,21 @@ static void check_steps(const char *dir, const dt_model *m, const golden *gd) {
             dt_optim_update(o, dt_lm_params(g), dt_lm_grads(g), ti->offset, ti->numel, &hp, 1.0, ti->ndim >= 2, t);
         }
     }
-    double worst = 0;
+    double worst = 0, worst_noise = 0;
+    const double noise_tol = adamw_noise_bound(&hp, STEPS);
     for (int i = 0; i < dt_lm_num_tensors(g); i++) {
         const dt_tensor_info *t = dt_lm_tensor(g, i);
         char name[DT_ST_NAME_MAX];
         snprintf(name, sizeof name, "after.%s", t->name);
         double e = max_abs_diff((const float *)dt_lm_params(g) + t->offset, gtensor(gd, name, t->numel), t->numel,
                                 NULL);
-        if (e > worst) worst = e;
+        if (zero_gradient_param(t->name)) worst_noise = e > worst_noise ? e : worst_noise;
+        else if (e > worst) worst = e;
     }
-    printf("%s: after %d AdamW steps, worst |param - reference| %.3g\n", dir, STEPS, worst);
+    printf("%s: after %d AdamW steps, worst |param - reference| %.3g (key biases, zero gradient in exact "
+           "arithmetic: %.3g, bound %.3g)\n", dir, STEPS, worst, worst_noise, noise_tol);
     CHECK(worst < AFTER_TOL);
+    CHECK(worst_noise <= noise_tol);
     dt_optim_free(o);
     dt_lm_free(g);
 }

@@ -42,9 +42,9 @@
 #define RMS_EPS 1e-6f
 /* RoPE base (Su et al. 2021, RoFormer; HF LlamaConfig rope_theta default) */
 #define ROPE_THETA 10000.0
-/* the attention key tile of engine/device/ops_cpu_internal.h (DT_ATT_TILE):
- * T is chosen to span several tiles */
-#define ATT_TILE 64
+/* the attention's query block and key tile of engine/device/ops_cpu_internal.h
+ * (DT_ATT_ROWS = DT_ATT_KEYS = 16): T is chosen to span several, the last one partial */
+#define ATT_TILE 16
 /* a value no op writes: elements outside what an op addresses must keep it */
 #define SENTINEL 12345.0f
 /* thread counts of the determinism checks */
@@ -774,7 +774,7 @@ static void gqa_check_threads(const gqa_cfg *g, const char *name) {
 static void test_gqa_is_mha(void) {
     gqa_cfg g = {.B = 2, .T = 70, .Hq = 2, .Hkv = 2, .D = 8, .packed = 1};
     int64_t C = g.Hq * g.D, rows = g.B * g.T, nlse = g.B * g.Hq * g.T, nprobs = nlse * g.T;
-    CHECK(g.T > ATT_TILE);   /* two key tiles */
+    CHECK(g.T > ATT_TILE);   /* several blocks and key tiles, the last partial */
     qkv_bufs x = qkv_alloc(&g, 1, 1.5f);
     float *R = rnd(rows * C, 1);
     for (int flash = 0; flash < 2; flash++) {
