@@ -71,6 +71,7 @@
 #include "dt_dtype.h"
 #include "dt_lm.h"
 #include "dt_hardware.h"
+#include "dt_json.h"
 #include "dt_ops.h"
 #include "dt_optim.h"
 #include "dt_plan.h"
@@ -772,7 +773,7 @@ static int write_profile(const char *path, const dt_hardware *base, const cal_sh
                  k->thread_efficiency);
     char src[1400];
     snprintf(src, sizeof src,
-             "dtplan calibrate: the engine's kernels at %s (B=%lld T=%lld C=%lld H=%lld F=%lld V=%lld), one "
+             DT_CALIBRATE_SOURCE_PREFIX ": the engine's kernels at %s (B=%lld T=%lld C=%lld H=%lld F=%lld V=%lld), one "
              "thread per core on all %d cores at once, median of %d interleaved repeats per core (%s time): linears + "
              "classifier (16-bit: weights converted first), flash attention fwd+bwd, layernorm/residual/gelu "
              "fwd+bwd, a %d-element residual add, AdamW on %lld params; memcpy %zu MiB; the engine's all-reduce, "
@@ -827,15 +828,11 @@ static int write_profile(const char *path, const dt_hardware *base, const cal_sh
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
     if (!text) return 1;
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    int ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
-    if (f) ok = (fclose(f) == 0) && ok;
+    dt_error we = {0};
+    int wrc = dt_json_write_file_atomic(path, text, &we);   /* temporary, fsync, rename */
     free(text);
-    if (!ok || rename(tmp, path) != 0) {
-        fprintf(stderr, "%s: calibrate: cannot write '%s'\n", cal_prog, path);
-        remove(tmp);
+    if (wrc) {
+        fprintf(stderr, "%s: calibrate: cannot write '%s': %s\n", cal_prog, path, we.msg);
         return 1;
     }
     dt_hardware check;
@@ -940,15 +937,10 @@ int dt_cmd_calibrate(const char *prog, int argc, char **argv) {
         fprintf(stderr, "%s: calibrate: -o or --plan path too long\n", cal_prog);
         return 2;
     }
-    /* the profile's folder must take a file: said now, not after the 10-30 s of measuring */
-    char dir[4096];
-    const char *slash = strrchr(out, '/');
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - out + (slash == out)) : 1, slash ? out : ".");
-    if (access(dir, W_OK | X_OK) != 0) {
-        fprintf(stderr, "%s: calibrate: -o %s: cannot write into '%s' (%s); give a path in a writable folder\n",
-                cal_prog, out, dir, strerror(errno));
-        return 2;
-    }
+    /* -o: a new file in a writable folder or an earlier calibration, said now, not after
+     * the 10-30 s of measuring; a user's file is never replaced */
+    int orc = dt_calibrate_check_out(cal_prog, out);
+    if (orc) return orc;
     dt_hardware base;
     dt_error e;
     cal_shape shape;

@@ -20,9 +20,6 @@
 #include "dt_json.h"
 #include "dt_precision.h"
 
-/* The word a profile's source starts with when calibrate wrote it: such a file may be
- * replaced by a new calibration; any other file at -o is the user's and is left alone. */
-#define CALG_SOURCE_PREFIX "dtplan calibrate"
 
 typedef struct {
     const char *out, *base, *name;
@@ -88,40 +85,6 @@ static int calg_parse(const char *prog, int argc, char **argv, calg_args *a) {
     return 0;
 }
 
-/* -o may name a new file or a profile an earlier calibrate wrote; nothing else is replaced. */
-static int calg_check_out(const char *prog, const char *out) {
-    struct stat st;
-    if (stat(out, &st) != 0) {
-        if (errno == ENOENT) {   /* its folder must take a file: said now, not after the measuring */
-            char dir[4096];
-            const char *slash = strrchr(out, '/');
-            snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - out + (slash == out)) : 1, slash ? out : ".");
-            if (access(dir, W_OK | X_OK) == 0) return 0;
-            fprintf(stderr, "%s: calibrate: -o %s: cannot write into '%s' (%s); give a path in a writable folder\n",
-                    prog, out, dir, strerror(errno));
-            return 2;
-        }
-        fprintf(stderr, "%s: calibrate: -o %s: %s\n", prog, out, strerror(errno));
-        return 2;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        fprintf(stderr, "%s: calibrate: -o %s is not a regular file; give a path for a new .json file\n", prog, out);
-        return 2;
-    }
-    char *text = NULL;
-    dt_error e = {0};
-    cJSON *root = NULL;
-    int ours = dt_json_read_file(out, &text, NULL, &e) == DT_OK && dt_json_parse(text, out, &root, &e) == DT_OK;
-    const cJSON *src = ours ? cJSON_GetObjectItemCaseSensitive(root, "source") : NULL;
-    ours = cJSON_IsString(src) && !strncmp(src->valuestring, CALG_SOURCE_PREFIX, strlen(CALG_SOURCE_PREFIX));
-    cJSON_Delete(root);
-    free(text);
-    if (ours) return 0;
-    fprintf(stderr, "%s: calibrate: -o %s exists and is not a profile calibrate wrote; give a new path (or move the "
-                    "file away)\n", prog, out);
-    return 2;
-}
-
 static void set_num(cJSON *o, const char *key, double v) {
     cJSON_DeleteItemFromObjectCaseSensitive(o, key);
     cJSON_AddNumberToObject(o, key, v);
@@ -147,7 +110,7 @@ static char *calg_profile(const calg_args *a, const char *base_name, const dt_ha
     struct tm tmv;
     strftime(day, sizeof day, "%Y-%m-%d", gmtime_r(&now, &tmv));
     snprintf(src, sizeof src,
-             CALG_SOURCE_PREFIX " --device cuda on GPU %d '%s' (%d SMs, %.1f GiB), %s: cuBLAS GEMMs with fp32 "
+             DT_CALIBRATE_SOURCE_PREFIX " --device cuda on GPU %d '%s' (%d SMs, %.1f GiB), %s: cuBLAS GEMMs with fp32 "
              "accumulation, best square size's median of %d (fp32 N=%lld, bf16 N=%lld, fp16 N=%lld); a %lld MiB "
              "device-to-device copy; empty kernels back to back; the rest is profile %s's",
              m->ordinal, m->gpu_name, m->sm_count, (double)m->total_mem_bytes / 1073741824.0, day, m->reps,
@@ -192,7 +155,7 @@ int dt_cmd_calibrate_gpu(const char *prog, int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return calg_usage(prog, stdout);
     int rc = calg_parse(prog, argc, argv, &a);
-    if (rc || (rc = calg_check_out(prog, a.out))) return rc;
+    if (rc || (rc = dt_calibrate_check_out(prog, a.out))) return rc;
     dt_error e = {0};
     dt_hardware base;
     if (a.base && dt_hardware_load(a.base, NULL, &base, &e)) return calg_fail(prog, &e);

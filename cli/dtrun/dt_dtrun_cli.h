@@ -21,6 +21,13 @@ int dt_cli_parse_i64(const char *s, const char *what, int64_t min, int64_t *out)
  * prog is the program name its messages start with ("dtrun", or "dtplan" when
  * `dtplan calibrate` forwarded the call). */
 int dt_cmd_calibrate(const char *prog, int argc, char **argv);
+/* The words a hardware profile's "source" starts with when calibrate wrote it: such a file
+ * may be replaced by a new calibration; any other file at -o is the user's. */
+#define DT_CALIBRATE_SOURCE_PREFIX "dtplan calibrate"
+/* calibrate's -o before any measuring: a new path in a folder that takes files, or a
+ * profile an earlier calibrate wrote (cli_util.c). 0, or 2 after one line on stderr
+ * ("PROG: calibrate: ...") naming the path and what to do. */
+int dt_calibrate_check_out(const char *prog, const char *out);
 /* `calibrate --device cuda`: measure a GPU, write its profile (calibrate_gpu.c). */
 int dt_cmd_calibrate_gpu(const char *prog, int argc, char **argv);
 

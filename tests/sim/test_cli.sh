@@ -191,6 +191,21 @@ fi
 bad "cannot open" "$DTPLAN" calibrate --no-mpi -o "$T/cal2.json" --plan "$T/missing.json"
 bad "needs a value" "$DTPLAN" calibrate --no-mpi -o "$T/cal2.json" --plan
 [ ! -e "$T/cal2.json" ] && ok "calibrate wrote nothing on bad input" || fail "calibrate wrote $T/cal2.json on bad input"
+# -o: a user's file is never replaced (refused before any measuring), a FIFO neither; an
+# earlier calibration may be (the MPI run above wrote calm.json: recalibrate into it)
+printf '{"my": "profile"}\n' >"$T/mine.json"
+bad "exists and is not a profile calibrate wrote" "$DTPLAN" calibrate --no-mpi -o "$T/mine.json"
+[ "$(cat "$T/mine.json")" = '{"my": "profile"}' ] && ok "calibrate left the user's file at -o as it was" ||
+    fail "calibrate changed the user's file at -o: $(cat "$T/mine.json")"
+mkfifo "$T/fifo.json"
+bad "not a regular file" "$DTPLAN" calibrate --no-mpi -o "$T/fifo.json"
+if "$DTPLAN" calibrate --no-mpi -o "$T/calm.json" --plan "$SRC/configs/plans/tiny-cpu.json" >"$T/out" 2>&1 &&
+    ! grep -q "on 2 rank(s)" "$T/calm.json"; then
+    ok "calibrate replaced its own earlier profile"
+else
+    fail "recalibrating into calibrate's own profile: $(cat "$T/out")"
+fi
+ls "$T" | grep -q '\.tmp' && fail "calibrate left a temporary file: $(ls "$T")" || ok "no temporary file left"
 
 [ $FAILS -eq 0 ] && echo "all passed" || echo "$FAILS failure(s)"
 [ $FAILS -eq 0 ]
