@@ -29,6 +29,24 @@ typedef struct dt_time_compute {
                            * recompute repeats (runtimes deepspeed / fsdp) */
 } dt_time_compute;
 int dt_time_compute_micro(const dt_plan *p, dt_time_compute *out, dt_error *err);
+/* The shape-aware GPU model's defaults, used where a profile carries no measured value
+ * (gemm_peak_fraction, mem_bw_fraction, op_overhead_s: dtplan calibrate --device cuda). */
+/* The fraction of dense peak the best-shaped cuBLAS GEMM reaches: 0.80 = H100 SXM's
+ * measured maximum achievable matmul FLOPS, 792.1 of 989 TFLOP/s bf16 (80.1 %; A100 SXM
+ * 267.9 of 312, 85.9 %): Stas Bekman, ml-engineering, compute/accelerator/README.md,
+ * "Maximum Achievable Matmul FLOPS comparison table" (mamf-finder.py, CUDA 12.1). One
+ * constant for every profile; not fitted to the validation suite. */
+#define DT_GEMM_PEAK_CAP 0.80
+/* Fixed cost per GPU kernel: 3.8 us per kernel launched back to back from a stream
+ * (NVIDIA technical blog "Getting Started with CUDA Graphs", A. Gray, 2019: a 2.9 us kernel
+ * takes 3.8 us per launch without synchronisation between launches). */
+#define DT_GPU_LAUNCH_S 3.8e-6
+/* Achievable fraction of the datasheet HBM bandwidth for streaming kernels: on a V100
+ * "Theoretical device memory bandwidth of 900GB/s. Using cudaMemcpy we measure achievable
+ * memory bandwidth of 790GB/s" (T. Warburton, "Rough-n-Ready Roofline: NVIDIA V100 edition",
+ * paranumal.com, 2018-02-08) = 0.88. One constant for every profile, as DT_GEMM_PEAK_CAP
+ * ([A] for A100 / H100 / H200, not measured here). */
+#define DT_HBM_EFFICIENCY 0.88
 /* GPU plans whose profile states sm_count (dt_hardware_sm_count > 0) and a peak for the
  * compute dtype are timed per GEMM on its shape instead of at the flat achievable_flops
  * (docs/time-model.md "Shape-aware GPU compute"); CPU plans never are. */

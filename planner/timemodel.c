@@ -207,16 +207,6 @@ static double thread_factor(const dt_plan *p) {
  * a whole one. Arithmetic intensity (§2): a GEMM reading A and B and writing C moves
  * bytes = e (MK + KN + MN); below the GPU's FLOP:byte ratio it is memory-bound. */
 #define DT_GEMM_TILE 128.0
-/* The fraction of dense peak the best-shaped cuBLAS GEMM reaches: 0.80 = H100 SXM's
- * measured maximum achievable matmul FLOPS, 792.1 of 989 TFLOP/s bf16 (80.1 %; A100 SXM
- * 267.9 of 312, 85.9 %): Stas Bekman, ml-engineering, compute/accelerator/README.md,
- * "Maximum Achievable Matmul FLOPS comparison table" (mamf-finder.py, CUDA 12.1). One
- * constant for every profile; not fitted to the validation suite. */
-#define DT_GEMM_PEAK_CAP 0.80
-/* Fixed cost per GPU kernel: 3.8 us per kernel launched back to back from a stream
- * (NVIDIA technical blog "Getting Started with CUDA Graphs", A. Gray, 2019: a 2.9 us kernel
- * takes 3.8 us per launch without synchronisation between launches). */
-#define DT_GPU_LAUNCH_S 3.8e-6
 /* FlashAttention-2 (Dao 2023, arXiv 2307.08691): one thread block per (sequence, head,
  * DT_GEMM_TILE queries); causal masking skips the blocks above the diagonal (half the
  * square's work, §3.1); the backward runs 5 matmuls against the forward's 2 (it recomputes
@@ -262,12 +252,6 @@ static double thread_factor(const dt_plan *p) {
 #define DT_CE_BWD_V 4.0
 #define DT_SHIFT_FWD_V 2.0
 #define DT_SHIFT_BWD_V 3.0
-/* Achievable fraction of the datasheet HBM bandwidth for streaming kernels: on a V100
- * "Theoretical device memory bandwidth of 900GB/s. Using cudaMemcpy we measure achievable
- * memory bandwidth of 790GB/s" (T. Warburton, "Rough-n-Ready Roofline: NVIDIA V100 edition",
- * paranumal.com, 2018-02-08) = 0.88. One constant for every profile, as DT_GEMM_PEAK_CAP
- * ([A] for A100 / H100 / H200, not measured here). */
-#define DT_HBM_EFFICIENCY 0.88
 /* FlashAttention-2 reaches "50-73% of the theoretical maximum FLOPs/s on A100" (Dao 2023,
  * arXiv 2307.08691, abstract and §4.1, forward + backward): the flash kernel of the
  * deepspeed / fsdp runtimes (flash-attn, SDPA) runs at the top of that range, not at the

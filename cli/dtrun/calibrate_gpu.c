@@ -19,6 +19,7 @@
 #include "dt_hardware.h"
 #include "dt_json.h"
 #include "dt_precision.h"
+#include "dt_timemodel.h"   /* the defaults the measured fields replace */
 
 
 typedef struct {
@@ -116,9 +117,8 @@ static char *calg_profile(const calg_args *a, const char *base_name, const dt_ha
              m->ordinal, m->gpu_name, m->sm_count, (double)m->total_mem_bytes / 1073741824.0, day, m->reps,
              (long long)m->gemm_n[0], (long long)m->gemm_n[1], (long long)m->gemm_n[2],
              (long long)(m->copy_bytes >> 20), base->name);
-    static const char *const dn[3] = {"fp32", "bf16", "fp16"};
     cJSON *gf = cJSON_CreateObject();
-    for (int t = 0; t < 3; t++) cJSON_AddNumberToObject(gf, dn[t], frac[t]);
+    for (int t = 0; t < 3; t++) cJSON_AddNumberToObject(gf, dt_dtype_name((dt_dtype)t), frac[t]);
     set_str(o, "name", name);
     set_str(o, "source", src);
     set_num(o, "device_mem_bytes", (double)m->total_mem_bytes);
@@ -135,18 +135,19 @@ static char *calg_profile(const calg_args *a, const char *base_name, const dt_ha
 
 static void calg_report(const char *prog, const char *out, const char *base_name, const dt_hardware *base,
                         const dt_gpucal *m, const double frac[3], double bw_frac) {
-    static const char *const dn[3] = {"fp32", "bf16", "fp16"};
     printf("%s: calibrate: GPU %d '%s', %d SMs, %.1f GiB; base profile %s\n", prog, m->ordinal, m->gpu_name,
            m->sm_count, (double)m->total_mem_bytes / 1073741824.0, base_name);
     for (int t = 0; t < 3; t++) {
-        if (m->gemm_flops[t] <= 0) printf("%s: calibrate: GEMM %s: not available on this GPU\n", prog, dn[t]);
+        const char *dn = dt_dtype_name((dt_dtype)t);
+        if (m->gemm_flops[t] <= 0) printf("%s: calibrate: GEMM %s: not available on this GPU\n", prog, dn);
         else
             printf("%s: calibrate: GEMM %s %.1f TFLOP/s at N=%lld = %.3f of the peak %.1f (time model default %.2f)\n",
-                   prog, dn[t], m->gemm_flops[t] / 1e12, (long long)m->gemm_n[t], frac[t], base->peak_flops[t] / 1e12,
-                   0.80);
+                   prog, dn, m->gemm_flops[t] / 1e12, (long long)m->gemm_n[t], frac[t], base->peak_flops[t] / 1e12,
+                   DT_GEMM_PEAK_CAP);
     }
-    printf("%s: calibrate: copy %.0f GB/s = %.3f of %.0f GB/s (default 0.88); kernel launch %.2f us (default 3.80)\n",
-           prog, m->copy_bw / 1e9, bw_frac, base->mem_bw / 1e9, m->launch_s * 1e6);
+    printf("%s: calibrate: copy %.0f GB/s = %.3f of %.0f GB/s (default %.2f); kernel launch %.2f us (default %.2f)\n",
+           prog, m->copy_bw / 1e9, bw_frac, base->mem_bw / 1e9, DT_HBM_EFFICIENCY, m->launch_s * 1e6,
+           DT_GPU_LAUNCH_S * 1e6);
     printf("%s: calibrate: wrote %s\n", prog, out);
 }
 

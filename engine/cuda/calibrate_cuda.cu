@@ -91,7 +91,7 @@ static double gemm_rate(cal_ctx *c, int t, int64_t N, dt_error *err) {
     const unsigned blocks = (unsigned)((2 * n + DT_CU_THREADS - 1) / DT_CU_THREADS);
     k_cal_fill<<<blocks, DT_CU_THREADS, 0, c->s>>>(A, t, 2 * n, CAL_FILL_SEED);
     const float one = 1.0f, zero = 0.0f;
-    double rate = 0.0, times[CAL_REPS];
+    double warm = 0.0, times[CAL_REPS];   /* warm: the untimed first repeat */
     cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
     for (int r = -1; r < CAL_REPS && st == CUBLAS_STATUS_SUCCESS; r++) {   /* r = -1: warm-up */
         cudaEventRecord(c->e0, c->s);
@@ -100,7 +100,7 @@ static double gemm_rate(cal_ctx *c, int t, int64_t N, dt_error *err) {
                               (int)N, B, cal_type(t), (int)N, &zero, C, cal_type(t), (int)N, CUBLAS_COMPUTE_32F,
                               CUBLAS_GEMM_DEFAULT);
         cudaEventRecord(c->e1, c->s);
-        if (st == CUBLAS_STATUS_SUCCESS && elapsed(c, r >= 0 ? &times[r] : &rate)) {
+        if (st == CUBLAS_STATUS_SUCCESS && elapsed(c, r >= 0 ? &times[r] : &warm)) {
             dt_errorf(err, DT_ERUNTIME, "cuda: calibrate: timing %s GEMMs (N=%lld) failed: %s",
                       dt_dtype_name((dt_dtype)t), (long long)N, cudaGetErrorString(cudaGetLastError()));
             cudaFree(buf);

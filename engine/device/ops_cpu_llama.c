@@ -313,6 +313,8 @@ static void att_forward_block(float *out, float *lse_h, const float *q, const fl
         const int64_t j1 = j0 + DT_ATT_KEYS < j_end ? j0 + DT_ATT_KEYS : j_end;
         att_dots(sc, qt, kh, S->sk, j0, j1, D);
         for (int64_t r = 0; r < DT_ATT_ROWS; r++) mnew[r] = m[r];
+        /* rows past nr stay live (their zero queries give finite scores, so no lane's max is
+         * -inf); they are never stored */
         for (int64_t jj = 0; jj < DT_ATT_KEYS; jj++) {
 #pragma omp simd
             for (int64_t r = 0; r < DT_ATT_ROWS; r++) {
