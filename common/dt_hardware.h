@@ -64,6 +64,11 @@ typedef struct dt_hardware {
  * without a measurement; docs/memory-model.md "The CPU runtime term"). */
 int64_t dt_hardware_runtime_bytes(const dt_hardware *hw, int64_t world);
 
+/* 1 when the profile holds figures `dtplan calibrate` measured on a machine (CPU: the
+ * threads' efficiency or the runtime footprint; cuda: a GEMM peak or bandwidth fraction),
+ * 0 for a datasheet or built-in profile that measured nothing of the machine it plans. */
+int dt_hardware_is_measured(const dt_hardware *hw);
+
 /* Loads a profile by name (case-insensitive, built into the binary from
  * configs/hardware/) or from a JSON file path, then selects the inter-node
  * numbers for interconnect (NULL = the profile's default). */

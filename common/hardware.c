@@ -401,3 +401,10 @@ int64_t dt_hardware_runtime_bytes(const dt_hardware *hw, int64_t world) {
     const int64_t measured = world > 1 && hw->runtime_mpi_bytes > 0 ? hw->runtime_mpi_bytes : hw->runtime_bytes;
     return measured > 0 ? measured : hw->reserve_bytes;
 }
+
+int dt_hardware_is_measured(const dt_hardware *hw) {
+    if (hw->device == DT_DEVICE_CPU) return hw->thread_efficiency > 0 || hw->runtime_bytes > 0;
+    for (int t = 0; t < 3; t++)
+        if (hw->gemm_peak_fraction[t] > 0) return 1;
+    return hw->mem_bw_fraction > 0;
+}

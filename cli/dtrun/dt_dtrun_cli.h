@@ -24,6 +24,10 @@ int dt_cmd_calibrate(const char *prog, int argc, char **argv);
 /* The words a hardware profile's "source" starts with when calibrate wrote it: such a file
  * may be replaced by a new calibration; any other file at -o is the user's. */
 #define DT_CALIBRATE_SOURCE_PREFIX "dtplan calibrate"
+/* A run whose measured step is further than this fraction from the plan's prediction, on a
+ * profile that measured nothing of the machine, is told how to calibrate: the simulator's
+ * target on a calibrated profile (bench/validate_sim.sh, docs/benchmarks.md). */
+#define DT_PREDICTION_HINT_FRACTION 0.15
 /* calibrate's -o before any measuring: a new path in a folder that takes files, or a
  * profile an earlier calibrate wrote (cli_util.c). 0, or 2 after one line on stderr
  * ("PROG: calibrate: ...") naming the path and what to do. */

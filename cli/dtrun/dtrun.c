@@ -146,6 +146,24 @@ static int set_init(dt_plan *plan, const char *path, dt_error *err) {
     return DT_OK;
 }
 
+/* After a run on a profile that measured nothing of this machine (the built-in `cpu`, a
+ * GPU datasheet) whose step missed the prediction by more than DT_PREDICTION_HINT_FRACTION:
+ * one line saying how to make the plan predict this machine. */
+static void hint_calibrate(const dt_plan *plan, double measured_s) {
+    const dt_hardware *hw = &plan->cluster.hw;
+    const double predicted_s = plan->prediction.time.step_s;
+    if (dt_hardware_is_measured(hw) || predicted_s <= 0 || measured_s <= 0) return;
+    const double off = measured_s / predicted_s - 1.0;
+    if (fabs(off) <= DT_PREDICTION_HINT_FRACTION) return;
+    const int cuda = plan->cluster.device == DT_DEVICE_CUDA;
+    fprintf(stderr,
+            "dtrun: the step was %.0f%% %s the prediction of profile '%s', which holds no measurement of "
+            "this machine: `dtplan calibrate%s -o %s` measures it, and `dtplan solve --hardware %s ...` "
+            "plans with it (docs/hardware.md)\n",
+            fabs(off) * 100.0, off < 0 ? "below" : "above", hw->name, cuda ? " --device cuda" : "",
+            cuda ? "gpu.json" : "local.json", cuda ? "gpu.json" : "local.json");
+}
+
 static int cmd_train(int argc, char **argv) {
     const char *plan_path = NULL, *init_path = NULL;
     dt_train_opts o;
@@ -284,6 +302,7 @@ static int cmd_train(int argc, char **argv) {
         fprintf(stderr, "dtrun: done: step %lld, loss %.4f -> %.4f%s, %.0f tokens/s, step %.1f ms (predicted %.1f ms)\n",
                 (long long)r.steps, r.first_loss, r.last_loss, r.skipped ? " (some fp16 steps skipped)" : "",
                 r.tokens_per_s, r.step_time_s * 1e3, plan.prediction.time.step_s * 1e3);
+    if (o.log && !r.finished) hint_calibrate(&plan, r.step_time_s);
     return 0;
 }
 

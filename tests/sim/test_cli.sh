@@ -93,6 +93,33 @@ bad "--plot: '$T/c.gif' must end in .png or .svg" "$DTPLAN" solve --params 32B -
 # ---- report on a real run ----
 "$DTRUN" "$SRC/configs/plans/tiny-cpu.json" --out "$T/run" --max-steps 12 --no-progress --quiet >/dev/null 2>&1 ||
     fail "dtrun tiny-cpu"
+# the same plan with its log: its profile (the built-in cpu) measured nothing of this machine,
+# so a step further than 15 % from the prediction comes with one line on how to calibrate
+"$DTRUN" "$SRC/configs/plans/tiny-cpu.json" --out "$T/runh" --max-steps 12 --no-progress >/dev/null 2>"$T/err" ||
+    fail "dtrun tiny-cpu (logged): $(cat "$T/err")"
+python3 - "$T/err" <<'PY' && ok "dtrun hints at calibrate exactly when an unmeasured profile missed the step by > 15 %" ||
+import re, sys
+text = open(sys.argv[1]).read()
+m = re.search(r"step ([0-9.]+) ms \(predicted ([0-9.]+) ms\)", text)
+assert m, "no done line: " + text
+off = float(m.group(1)) / float(m.group(2)) - 1
+h = re.search(r"the step was ([0-9]+)% (below|above) the prediction of profile 'cpu', which holds no measurement", text)
+if abs(off) > 0.16:
+    assert h and "dtplan calibrate -o local.json" in text, "no hint at %+.0f %%: %s" % (off * 100, text)
+    assert abs(int(h.group(1)) - abs(off) * 100) < 2 and h.group(2) == ("below" if off < 0 else "above"), text
+elif abs(off) < 0.14:
+    assert not h, "hint at %+.0f %%: %s" % (off * 100, text)
+PY
+    fail "dtrun's calibrate hint: $(cat "$T/err")"
+# deterministic: a copy of the built-in profile 100x slower predicts ~100x the step
+sed -e 's/"name": "cpu"/"name": "slowcpu"/' -e 's/"fp32": 1.2e11/"fp32": 1.2e9/' -e 's/"attention_flops": 2e10/"attention_flops": 2e8/' \
+    -e 's/"elementwise_bw": 1.1e10/"elementwise_bw": 1.1e8/' "$SRC/configs/hardware/cpu.json" >"$T/slowcpu.json"
+"$DTPLAN" solve --mem 1G --model gpt2-tiny --seq 64 --precision fp32 --steps 12 --hardware "$T/slowcpu.json" \
+    --out "$T/runs" -o "$T/slowplan.json" >"$T/out" 2>&1 || fail "solve on slowcpu: $(cat "$T/out")"
+"$DTRUN" "$T/slowplan.json" --no-progress >/dev/null 2>"$T/err" || fail "dtrun on slowcpu: $(cat "$T/err")"
+grep -q "dtrun: the step was 9[0-9]% below the prediction of profile 'slowcpu', which holds no measurement of this machine: \`dtplan calibrate -o local.json\`" "$T/err" &&
+    ok "a run 100x faster than its unmeasured profile predicts says how to calibrate" ||
+    fail "no calibrate hint for a far-off unmeasured profile: $(cat "$T/err")"
 "$DTPLAN" report "$T/run" >"$T/report.out" || fail "report: $(cat "$T/report.out")"
 for f in loss throughput memory steptime; do is_png "$T/run/report/$f.png"; done
 md="$T/run/report/report.md"
@@ -170,6 +197,12 @@ PY
     "$DTPLAN" solve --mem 2G --model gpt2-tiny --gpus 2 --seq 64 --hardware "$T/cal.json" -o "$T/calplan.json" \
         >"$T/out" 2>&1 && "$DTPLAN" simulate "$T/calplan.json" >"$T/out" 2>&1 &&
         ok "simulate on the calibrated profile" || fail "solve/simulate on the calibrated profile: $(cat "$T/out")"
+    # a run on a measured profile never gets the calibrate hint, however far off the step
+    "$DTPLAN" solve --mem 2G --model gpt2-tiny --seq 64 --steps 12 --hardware "$T/cal.json" \
+        --out "$T/runc" -o "$T/calplan1.json" >"$T/out" 2>&1 || fail "solve on the calibrated profile: $(cat "$T/out")"
+    "$DTRUN" "$T/calplan1.json" --no-progress >/dev/null 2>"$T/err" || fail "dtrun on the calibrated profile: $(cat "$T/err")"
+    grep -q 'dtrun: done:' "$T/err" && ! grep -q 'holds no measurement' "$T/err" &&
+        ok "no calibrate hint on a calibrated profile" || fail "calibrated profile's run: $(cat "$T/err")"
 else
     fail "calibrate --plan: $(cat "$T/out")"
 fi

@@ -167,5 +167,20 @@ int main(void) {
     CHECK(hw.attention_flops > 0 && hw.op_overhead_s > 0 && hw.elementwise_bw > 0); /* the cpu profile states them */
     CHECK(load_variant("1073741824", "5e10", ", \"elementwise_bw\": 3e9", NULL, &hw, &err) == DT_OK);
     CHECK_NEAR(hw.elementwise_bw, 3e9, 1e-12);
+    /* a profile is "measured" only by the fields dtplan calibrate writes */
+    CHECK(dt_hardware_load("cpu", NULL, &hw, &err) == DT_OK && !dt_hardware_is_measured(&hw));
+    CHECK(load_variant("1073741824", "5e10", ", \"thread_efficiency\": 0.8, \"thread_cores\": 2", NULL, &hw,
+                       &err) == DT_OK && dt_hardware_is_measured(&hw));
+    CHECK(load_variant("1073741824", "5e10", ", \"runtime_bytes\": 41943040", NULL, &hw, &err) == DT_OK &&
+          dt_hardware_is_measured(&hw));
+    CHECK(load_variant("1073741824", "5e10", ", \"mem_bw_fraction\": 0.9", NULL, &hw, &err) == DT_OK &&
+          !dt_hardware_is_measured(&hw));   /* a GPU's fraction says nothing of a CPU */
+    CHECK(dt_hardware_load("H100-SXM-80GB", NULL, &hw, &err) == DT_OK && !dt_hardware_is_measured(&hw));
+    hw.gemm_peak_fraction[DT_DTYPE_BF16] = 0.7;
+    CHECK(dt_hardware_is_measured(&hw));
+    hw.gemm_peak_fraction[DT_DTYPE_BF16] = 0, hw.mem_bw_fraction = 0.9;
+    CHECK(dt_hardware_is_measured(&hw));
+    hw.mem_bw_fraction = 0, hw.runtime_bytes = 1 << 20;
+    CHECK(!dt_hardware_is_measured(&hw));   /* a CPU field says nothing of a GPU */
     TEST_MAIN_END();
 }
