@@ -106,6 +106,35 @@ static void print_config(const dt_solve_choice *c, int64_t L) {
     if (c->selective) printf(", selective attention recompute");
 }
 
+/* A GPU request the dtrun runtime cannot fit may fit as DeepSpeed runs it: DeepSpeed keeps
+ * an offloaded optimizer's gradients in host memory, dtrun's engine keeps its gradient
+ * partition on the device (docs/memory-model.md "Runtime profiles"). Writes into buf what
+ * fits under --runtime deepspeed, for users who will run that ("" when nothing does or
+ * the request is not a dtrun GPU one); the infeasible line ends with it. */
+static void deepspeed_runtime_hint(const dt_solve_request *rq, char *buf, size_t n) {
+    buf[0] = '\0';
+    if (rq->base.runtime.kind != DT_RUNTIME_DTRUN || rq->base.cluster.device != DT_DEVICE_CUDA) return;
+    dt_solve_request *alt = malloc(sizeof *alt);
+    dt_solve_result *r = malloc(sizeof *r);
+    dt_error err;
+    if (alt && r) {
+        *alt = *rq;
+        dt_plan_set_runtime(&alt->base, DT_RUNTIME_DEEPSPEED);
+        if (dt_solve(alt, r, &err) == DT_OK) {
+            const dt_solve_choice *c = &r->best;
+            snprintf(buf, n,
+                     "; as DeepSpeed runs it (--runtime deepspeed: an offloaded optimizer's gradients stay in host "
+                     "memory) it fits: %s, offload optimizer %s, param %s, micro-batch %lld x accumulation %lld, "
+                     "%.2f GiB per GPU",
+                     stage_name(c->zero_stage), dt_offload_name(c->offload_optimizer),
+                     dt_offload_name(c->offload_param), (long long)c->micro_batch, (long long)c->grad_accum,
+                     (double)c->mem.total / 1073741824.0);
+        }
+    }
+    free(alt);
+    free(r);
+}
+
 static void print_result(const dt_solve_request *rq, const dt_solve_result *r, dt_units u,
                          double solve_ms) {
     const dt_plan *p = &r->plan;
@@ -446,7 +475,9 @@ int dt_cmd_solve(int argc, char **argv) {
     double ms = ms_since(&t0);
     if (rc) {
         free(r);
-        fprintf(stderr, "dtplan: %s\n", err.msg);
+        char hint[320] = "";
+        if (rc == DT_EINFEASIBLE) deepspeed_runtime_hint(&rq, hint, sizeof hint);
+        fprintf(stderr, "dtplan: %s%s\n", err.msg, hint);
         return rc == DT_EINVAL || rc == DT_EINFEASIBLE ? 2 : 1;
     }
     print_result(&rq, r, u, ms);

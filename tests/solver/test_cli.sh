@@ -36,6 +36,14 @@ grep -q '^chosen: ' "$TMP/out" || fail "gpt2 solve printed no choice"
 
 # infeasible: the smallest memory that fits, exit 2
 expect_bad "smallest memory that fits" --mem 4G --params 70B --gpus 2 --no-offload
+grep -q 'as DeepSpeed runs it' "$TMP/err" && fail "a DeepSpeed hint where DeepSpeed cannot fit either: $(cat "$TMP/err")"
+# 70B on one 80G GPU: dtrun's engine keeps the gradient partition on the device, DeepSpeed's
+# optimizer offload keeps gradients on the host: the one line says what fits under deepspeed
+expect_bad "; as DeepSpeed runs it (--runtime deepspeed: an offloaded optimizer's gradients stay in host memory) it fits: ZeRO-3, offload optimizer cpu" \
+    --mem 80G --params 70B --gpus 1 -o "$TMP/p70.json"
+[ -e "$TMP/p70.json" ] && fail "an infeasible solve wrote its plan"
+"$DTPLAN" solve --mem 80G --params 70B --gpus 1 --runtime deepspeed >"$TMP/out" 2>&1 &&
+    grep -q '^chosen: ZeRO-3, offload optimizer cpu' "$TMP/out" || fail "the hinted deepspeed solve: $(cat "$TMP/out")"
 # bad inputs
 expect_bad "--mem is required" --params 7B
 expect_bad "--mem" --mem 80X --params 7B
