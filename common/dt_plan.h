@@ -102,6 +102,15 @@ typedef struct dt_runtime {
     double fetch_overhead_s;       /* ZeRO-3: fixed cost per fetched module beyond the collective, s */
     int64_t max_reuse_distance;    /* stage3_max_reuse_distance, elements */
     int64_t persistence_threshold; /* stage3_param_persistence_threshold, elements */
+    /* DeepSpeed only (1 / 0 elsewhere; docs/memory-model.md "DeepSpeed configs"): */
+    double offload_ratio;          /* offload_optimizer.ratio: with stage 3 and a CPU-offloaded
+                                    * optimizer, the optimizer sub-groups from index
+                                    * int((1 - ratio) x count) on live on the host, the first ones
+                                    * stay on the GPU (stage3.py subgroup_to_device); 1 = all on the host */
+    int64_t hpz_partition;         /* zero_hpz_partition_size (ZeRO++ hpZ): a secondary partition of
+                                    * the 16-bit parameters over groups of this many ranks; 1 = off */
+    int quantized_weights;         /* zero_quantized_weights (ZeRO++ qwZ): int8 forward all-gathers */
+    int quantized_gradients;       /* zero_quantized_gradients (ZeRO++ qgZ): int4 gradient reduce-scatter */
 } dt_runtime;
 
 typedef struct dt_optimizer {

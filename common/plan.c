@@ -119,6 +119,8 @@ void dt_runtime_defaults(dt_runtime_kind kind, const dt_model *m, dt_runtime *ou
     out->largest_layer = DT_LARGEST_MODULE;
     out->max_reuse_distance = DS_MAX_REUSE_DISTANCE;
     out->persistence_threshold = DS_PERSISTENCE_THRESHOLD;
+    out->offload_ratio = 1.0;
+    out->hpz_partition = 1;
     const int llama = m && m->family == DT_FAMILY_LLAMA;
     out->attention = DT_KERNEL_SDPA;
     out->dropout = !llama;
@@ -428,16 +430,53 @@ static int validate_precision(const dt_precision *pr, dt_error *err) {
     return DT_OK;
 }
 
+/* DeepSpeed's partial optimizer offload and ZeRO++ (deepspeed runtime only): the rules
+ * DeepSpeed itself enforces (runtime/zero/config.py "Partial offloading only supported for
+ * ZeRO Stage 3."; utils/groups.py _create_zero_param_parallel_group: the world divides into
+ * hpZ groups) and the ones the model needs (a ratio means nothing without a CPU-offloaded
+ * optimizer). */
+static int validate_zeropp(const dt_plan *p, dt_error *err) {
+    const dt_runtime *r = &p->runtime;
+    const dt_parallel *q = &p->parallel;
+    if (!(r->offload_ratio >= 0 && r->offload_ratio <= 1))
+        return dt_errorf(err, DT_EINVAL, "runtime.offload_ratio = %g must be in [0, 1]", r->offload_ratio);
+    if (r->hpz_partition < 1)
+        return dt_errorf(err, DT_EINVAL, "runtime.hpz_partition_size = %lld must be >= 1 (1 = hpZ off)",
+                         (long long)r->hpz_partition);
+    const int partial = r->offload_ratio < 1.0, zeropp = r->hpz_partition > 1 || r->quantized_weights ||
+                                                          r->quantized_gradients;
+    if ((partial || zeropp) && r->kind != DT_RUNTIME_DEEPSPEED)
+        return dt_errorf(err, DT_EINVAL,
+                         "runtime.offload_ratio / hpz_partition_size / quantized_*: DeepSpeed's options, not %s's "
+                         "(set runtime.kind to deepspeed or drop them)", k_runtime_names[r->kind]);
+    if (partial && (q->zero_stage != 3 || q->offload_optimizer != DT_OFFLOAD_CPU))
+        return dt_errorf(err, DT_EINVAL,
+                         "runtime.offload_ratio = %g: partial offloading needs ZeRO stage 3 with offload_optimizer "
+                         "cpu (this plan: stage %d, offload_optimizer %s)",
+                         r->offload_ratio, q->zero_stage, dt_offload_name(q->offload_optimizer));
+    if (zeropp && q->zero_stage != 3)
+        return dt_errorf(err, DT_EINVAL, "runtime.hpz_partition_size / quantized_*: ZeRO++ is a stage-3 option "
+                                         "(this plan: stage %d)", q->zero_stage);
+    if (r->hpz_partition > 1 && q->world_size % r->hpz_partition)
+        return dt_errorf(err, DT_EINVAL,
+                         "runtime.hpz_partition_size = %lld does not divide the world size %lld (use the GPUs per "
+                         "node, %lld)", (long long)r->hpz_partition, (long long)q->world_size,
+                         (long long)p->cluster.gpus_per_node);
+    return DT_OK;
+}
+
 /* The runtime section: a dtrun plan carries none (its fields stay at the defaults);
  * deepspeed / fsdp plans run on GPUs, with what their frameworks support. */
 static int validate_runtime(const dt_plan *p, dt_error *err) {
     const dt_runtime *r = &p->runtime;
+    int rc;
     if ((int)r->kind < 0 || (int)r->kind >= N_OF(k_runtime_names))
         return dt_errorf(err, DT_EINVAL, "runtime.kind: not dtrun, deepspeed or fsdp");
     if (r->kind == DT_RUNTIME_DTRUN) {
         if (r->attention || r->dropout || r->upcast_logits || r->fused_loss || r->upcast_norm || r->upcast_softmax ||
             r->unfused_act ||
-            r->largest_layer || r->fetch_overhead_s != 0 || r->max_reuse_distance || r->persistence_threshold)
+            r->largest_layer || r->fetch_overhead_s != 0 || r->max_reuse_distance || r->persistence_threshold ||
+            r->offload_ratio != 0 || r->hpz_partition || r->quantized_weights || r->quantized_gradients)
             return dt_errorf(err, DT_EINVAL,
                              "runtime: a dtrun plan has no runtime choices (delete the runtime section, or set "
                              "runtime.kind to deepspeed or fsdp)");
@@ -465,6 +504,7 @@ static int validate_runtime(const dt_plan *p, dt_error *err) {
     if (!finite_nonneg(r->fetch_overhead_s) || r->max_reuse_distance < 0 || r->persistence_threshold < 0)
         return dt_errorf(err, DT_EINVAL,
                          "runtime.fetch_overhead_s, max_reuse_distance and persistence_threshold must be >= 0");
+    if ((rc = validate_zeropp(p, err))) return rc;
     if (r->kind == DT_RUNTIME_FSDP) {
         const dt_parallel *q = &p->parallel;
         if (q->zero_stage == 1)
@@ -786,6 +826,11 @@ static void write_runtime(cJSON *root, const dt_runtime *r) {
     add_d(o, "fetch_overhead_s", r->fetch_overhead_s);
     add_i(o, "max_reuse_distance", r->max_reuse_distance);
     add_i(o, "persistence_threshold", r->persistence_threshold);
+    /* optional keys, written only when set (plans without them read as DeepSpeed's defaults) */
+    if (r->offload_ratio != 1.0) add_d(o, "offload_ratio", r->offload_ratio);
+    if (r->hpz_partition > 1) add_i(o, "hpz_partition_size", r->hpz_partition);
+    if (r->quantized_weights) add_b(o, "quantized_weights", 1);
+    if (r->quantized_gradients) add_b(o, "quantized_gradients", 1);
 }
 
 static cJSON *plan_to_tree(const dt_plan *p) {
@@ -1120,6 +1165,13 @@ static void read_runtime(dt_jobj *root, dt_plan *p, dt_error *err) {
     dt_jobj_num(&r, "fetch_overhead_s", DT_JNUM_NONNEG, &rt->fetch_overhead_s, err);
     dt_jobj_int(&r, "max_reuse_distance", 0, INT64_MAX, &rt->max_reuse_distance, err);
     dt_jobj_int(&r, "persistence_threshold", 0, INT64_MAX, &rt->persistence_threshold, err);
+    if (rt->kind != DT_RUNTIME_DTRUN) rt->offload_ratio = 1.0, rt->hpz_partition = 1;   /* absent: DeepSpeed's */
+    if (dt_jobj_has(&r, "offload_ratio")) dt_jobj_num(&r, "offload_ratio", DT_JNUM_UNIT, &rt->offload_ratio, err);
+    if (dt_jobj_has(&r, "hpz_partition_size"))
+        dt_jobj_int(&r, "hpz_partition_size", 1, MAX_RANKS, &rt->hpz_partition, err);
+    if (dt_jobj_has(&r, "quantized_weights")) dt_jobj_bool(&r, "quantized_weights", &rt->quantized_weights, err);
+    if (dt_jobj_has(&r, "quantized_gradients"))
+        dt_jobj_bool(&r, "quantized_gradients", &rt->quantized_gradients, err);
     if (!r.failed && rt->kind == DT_RUNTIME_DTRUN)
         r.failed = dt_errorf(err, DT_EINVAL,
                              "$.runtime.kind: \"dtrun\" plans carry no runtime section (delete it, or name "

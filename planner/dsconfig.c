@@ -356,6 +356,11 @@ static int read_zero(const cJSON *root, dt_dsconfig *c, dt_error *err) {
     static const char *const zero_counts[] = {"model_persistence_threshold",
                                               "stage3_model_persistence_threshold", "zero_hpz_partition_size", NULL};
     if ((rc = check_typed(z, p, zero_bools, zero_counts, err))) return rc;
+    dt_ds_int hpz = {0};
+    if ((rc = read_int(z, p, "zero_hpz_partition_size", NULL, 0, INT64_MAX, &hpz, err))) return rc;
+    if (hpz.state == DT_DS_SET && hpz.value > 1) c->hpz = hpz.value;
+    if ((rc = read_bool(z, p, "zero_quantized_weights", NULL, &c->quantized_weights, err))) return rc;
+    if ((rc = read_bool(z, p, "zero_quantized_gradients", NULL, &c->quantized_gradients, err))) return rc;
     dt_ds_state ov = DT_DS_ABSENT;
     int on = 0;
     if ((rc = read_bool(z, p, "overlap_comm", &ov, &on, err))) return rc;
@@ -376,6 +381,7 @@ static int read_zero(const cJSON *root, dt_dsconfig *c, dt_error *err) {
     }
     double ratio = 1.0;
     if ((rc = read_offload(z, p, "offload_optimizer", 0, &c->offload_optimizer, c, &ratio, err))) return rc;
+    c->offload_ratio = ratio;
     if ((rc = read_offload(z, p, "offload_param", 1, &c->offload_param, c, NULL, err))) return rc;
     if (ratio < 1.0 && c->zero_stage != 3)
         return dt_errorf(err, DT_EINVAL,
@@ -526,6 +532,8 @@ static int read_scheduler(const cJSON *root, dt_dsconfig *c, dt_error *err) {
 int dt_dsconfig_parse(const char *json, const char *what, dt_dsconfig *c, dt_error *err) {
     memset(c, 0, sizeof *c);
     c->overlap_comm = -1;
+    c->offload_ratio = 1.0;
+    c->hpz = 1;
     c->initial_scale_power = DS_INITIAL_SCALE_POWER;
     c->loss_scale_window = DS_LOSS_SCALE_WINDOW;
     c->hysteresis = DS_HYSTERESIS;
@@ -565,9 +573,39 @@ int dt_dsconfig_load(const char *path, dt_dsconfig *out, dt_error *err) {
     return rc;
 }
 
-void dt_dsconfig_apply_runtime(const dt_dsconfig *c, dt_plan *p, dt_ds_notes *notes) {
+/* DeepSpeed's partial offload and ZeRO++ onto the deepspeed runtime (validate_zeropp in
+ * common/plan.c holds the rules): what DeepSpeed would ignore is noted, what it would
+ * refuse is an error. */
+static int apply_zeropp(const dt_dsconfig *c, dt_plan *p, dt_ds_notes *notes, dt_error *err) {
     dt_runtime *r = &p->runtime;
-    if (r->kind != DT_RUNTIME_DEEPSPEED) return;
+    const dt_parallel *q = &p->parallel;
+    if (c->offload_ratio < 1.0) {
+        if (q->offload_optimizer == DT_OFFLOAD_CPU) r->offload_ratio = c->offload_ratio;
+        else
+            note(notes, "offload_optimizer.ratio %g: DeepSpeed's partial offload moves sub-groups between the GPU "
+                        "and CPU memory; with offload_optimizer %s it has no effect", c->offload_ratio,
+                 dt_offload_name(q->offload_optimizer));
+    }
+    const int zeropp = c->hpz > 1 || c->quantized_weights || c->quantized_gradients;
+    if (zeropp && q->zero_stage != 3) {
+        note(notes, "zero_hpz_partition_size / zero_quantized_weights / zero_quantized_gradients: ZeRO++ acts on "
+                    "stage 3 only; ignored at stage %d", q->zero_stage);
+        return DT_OK;
+    }
+    if (c->hpz > 1 && q->world_size % c->hpz)
+        return dt_errorf(err, DT_EINVAL,
+                         "$.zero_optimization.zero_hpz_partition_size %lld does not divide the world size %lld "
+                         "(DeepSpeed's hpZ groups are world / size ranks; use the GPUs per node, %lld)",
+                         (long long)c->hpz, (long long)q->world_size, (long long)p->cluster.gpus_per_node);
+    r->hpz_partition = c->hpz;
+    r->quantized_weights = c->quantized_weights;
+    r->quantized_gradients = c->quantized_gradients;
+    return DT_OK;
+}
+
+int dt_dsconfig_apply_runtime(const dt_dsconfig *c, dt_plan *p, dt_ds_notes *notes, dt_error *err) {
+    dt_runtime *r = &p->runtime;
+    if (r->kind != DT_RUNTIME_DEEPSPEED) return DT_OK;
     const int64_t h = p->model.hidden;
     if (c->persistence.state == DT_DS_SET) r->persistence_threshold = c->persistence.value;
     if (c->persistence.state == DT_DS_AUTO) {
@@ -579,6 +617,7 @@ void dt_dsconfig_apply_runtime(const dt_dsconfig *c, dt_plan *p, dt_ds_notes *no
     if (c->reuse_distance.state == DT_DS_AUTO)
         note(notes, "stage3_max_reuse_distance \"auto\" -> DeepSpeed's default %lld",
              (long long)r->max_reuse_distance);
+    return apply_zeropp(c, p, notes, err);
 }
 
 int dt_ds_check_offload(int stage, dt_offload opt, dt_offload param, dt_error *err) {
@@ -702,6 +741,12 @@ int dt_dsconfig_apply(const dt_dsconfig *c, dt_plan *p, dt_ds_notes *notes, dt_e
     if (c->persistence.state == DT_DS_AUTO && c->zero_stage == 3 && p->runtime.kind == DT_RUNTIME_DTRUN)
         note(notes, "stage3_param_persistence_threshold \"auto\" -> 10 x hidden = %lld (HF Trainer's rule; "
                     "small-parameter persistence is not modelled)", (long long)(10 * h));
+    if (p->runtime.kind == DT_RUNTIME_DTRUN && c->offload_ratio < 1.0)
+        note(notes, "offload_optimizer.ratio %g: DeepSpeed's partial offload; dtrun's engine offloads the whole "
+                    "optimizer partition (--runtime deepspeed models the ratio)", c->offload_ratio);
+    if (p->runtime.kind == DT_RUNTIME_DTRUN && (c->hpz > 1 || c->quantized_weights || c->quantized_gradients))
+        note(notes, "zero_hpz_partition_size / zero_quantized_weights / zero_quantized_gradients: ZeRO++; dtrun's "
+                    "engine has none of it (--runtime deepspeed models them)");
     if (c->max_live.state == DT_DS_SET) z->max_live_params = c->max_live.value;
     if (c->sub_group.state == DT_DS_SET) z->sub_group_elems = c->sub_group.value;
     int rc = dt_ds_check_offload(z->zero_stage, z->offload_optimizer, z->offload_param, err);

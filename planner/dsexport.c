@@ -71,9 +71,10 @@ static int begin(const dt_plan *p, strbuf *b, dt_error *err) {
 
 /* ---------------------------------------------------------------- config */
 
-static void add_offload(cJSON *zero, const char *key, dt_offload o, const char *nvme_path) {
+static void add_offload(cJSON *zero, const char *key, dt_offload o, const char *nvme_path, double ratio) {
     if (o == DT_OFFLOAD_NONE) return; /* DeepSpeed's default device "none" */
     cJSON *x = cJSON_AddObjectToObject(zero, key);
+    if (ratio < 1.0) cJSON_AddNumberToObject(x, "ratio", ratio);   /* partial offload (deepspeed runtime) */
     cJSON_AddStringToObject(x, "device", dt_offload_name(o));
     if (o == DT_OFFLOAD_NVME) cJSON_AddStringToObject(x, "nvme_path", nvme_path);
     /* page-locked host buffers: what the users' configs/deepspeed/zero3.json sets and
@@ -94,8 +95,9 @@ static cJSON *config_tree(const dt_plan *p) {
     const dt_parallel *q = &p->parallel;
     cJSON *z = cJSON_AddObjectToObject(root, "zero_optimization");
     cJSON_AddNumberToObject(z, "stage", q->zero_stage);
-    add_offload(z, "offload_optimizer", q->offload_optimizer, q->nvme_path);
-    add_offload(z, "offload_param", q->offload_param, q->nvme_path);
+    const double ratio = p->runtime.kind == DT_RUNTIME_DEEPSPEED ? p->runtime.offload_ratio : 1.0;
+    add_offload(z, "offload_optimizer", q->offload_optimizer, q->nvme_path, ratio);
+    add_offload(z, "offload_param", q->offload_param, q->nvme_path, 1.0);
     cJSON_AddBoolToObject(z, "overlap_comm", q->overlap_comm);
     cJSON_AddBoolToObject(z, "contiguous_gradients", 1);
     cJSON_AddBoolToObject(z, "reduce_scatter", 1);
@@ -110,6 +112,11 @@ static cJSON *config_tree(const dt_plan *p) {
         /* what the deepspeed runtime profile modelled (docs/memory-model.md "Runtime profiles") */
         cJSON_AddNumberToObject(z, "stage3_max_reuse_distance", (double)p->runtime.max_reuse_distance);
         cJSON_AddNumberToObject(z, "stage3_param_persistence_threshold", (double)p->runtime.persistence_threshold);
+        /* ZeRO++ as the plan modelled it (written only when on: DeepSpeed's defaults are off) */
+        if (p->runtime.hpz_partition > 1)
+            cJSON_AddNumberToObject(z, "zero_hpz_partition_size", (double)p->runtime.hpz_partition);
+        if (p->runtime.quantized_weights) cJSON_AddBoolToObject(z, "zero_quantized_weights", 1);
+        if (p->runtime.quantized_gradients) cJSON_AddBoolToObject(z, "zero_quantized_gradients", 1);
     }
 
     const dt_precision *pr = &p->precision;

@@ -60,6 +60,16 @@ double dt_time_gemm_s(double peak_flops, double sm_count, double hbm_bw, double 
  * "ZeRO-3 under DeepSpeed"), and the modules fetched per pass in one block and outside the
  * blocks (embeddings + lm_head). Returns 0 (and 0 counts) for every other plan. */
 double dt_time_ds_fetch_host_s(const dt_plan *p, double *block_fetches, double *outer_fetches);
+/* ZeRO++ on the wire (runtime deepspeed, stage 3; docs/time-model.md "ZeRO++ and partial
+ * offload"): bytes per element of the forward parameter all-gathers (qwZ: INT8) and of the
+ * gradient reduce-scatter (qgZ: INT4), and the ranks of the backward all-gathers' group
+ * (hpZ: runtime.hpz_partition; the world otherwise). Without ZeRO++: the parameter and
+ * gradient widths and the world size. */
+typedef struct dt_time_zeropp {
+    double fwd_gather_bytes, grad_bytes;
+    int64_t bwd_gather_ranks;
+} dt_time_zeropp;
+void dt_time_zeropp_wire(const dt_plan *p, dt_time_zeropp *out);
 /* Activation elements the engine's element-wise kernels (LayerNorm, GELU,
  * residual adds, cross-entropy, encoder) read + write per token, by pass, for
  * hidden C, ffn F and vocab V; bytes_per_elem = 4 (they work on fp32). The time

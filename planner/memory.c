@@ -444,22 +444,45 @@ int dt_memory_cpu_grads_in_place(const dt_plan *p) {
     return cpu_engine_layout(p) && (!pr->has_master || pr->grad == DT_DTYPE_FP32);
 }
 
+int64_t dt_memory_ds_gpu_opt_elems(const dt_plan *p, int64_t shard) {
+    const dt_runtime *r = &p->runtime;
+    if (r->kind != DT_RUNTIME_DEEPSPEED || p->parallel.zero_stage != 3 ||
+        p->parallel.offload_optimizer != DT_OFFLOAD_CPU || r->offload_ratio >= 1.0 || shard <= 0)
+        return 0;
+    const int64_t sub = p->parallel.sub_group_elems > 0 ? p->parallel.sub_group_elems : shard;
+    const int64_t count = ceil_div(shard, sub);
+    const int64_t on_gpu = (int64_t)((1.0 - r->offload_ratio) * (double)count);   /* Python's int(): truncation */
+    return imin(smul(on_gpu, sub), shard);
+}
+
+int64_t dt_memory_ds_hpz_elems(const dt_plan *p, int64_t psi) {
+    const dt_runtime *r = &p->runtime;
+    if (r->kind != DT_RUNTIME_DEEPSPEED || p->parallel.zero_stage != 3 || r->hpz_partition <= 1) return 0;
+    const int64_t persist = imin(dt_model_small_tensor_params(&p->model, r->persistence_threshold), psi);
+    return ceil_div(psi - persist, r->hpz_partition);
+}
+
 /* Host per node and NVMe: the n local ranks' offloaded shards and pinned staging. FSDP's
  * CPUOffload keeps no 16-bit copy on the host: its fp32 sharded parameters are the
  * optimizer's master, counted with the optimizer. */
-static void host_terms(const dt_plan *p, int64_t shard, dt_mem_breakdown *out) {
+static void host_terms(const dt_plan *p, int64_t psi, int64_t shard, dt_mem_breakdown *out) {
     const dt_parallel *z = &p->parallel;
     const dt_precision *pr = &p->precision;
     const int64_t n = p->cluster.gpus_per_node;
     const int64_t pb = dt_precision_param_bytes(pr), gb = dt_precision_grad_bytes(pr);
     const int64_t ob = dt_precision_optimizer_bytes(pr);
-    if (z->offload_optimizer == DT_OFFLOAD_CPU) out->host_optimizer = smul3(n, ob, shard);
-    if (z->offload_param == DT_OFFLOAD_CPU && p->runtime.kind != DT_RUNTIME_FSDP)
+    /* partial offload keeps the first sub-groups' states and fp32 gradients on the GPU */
+    const int64_t host_shard = shard - dt_memory_ds_gpu_opt_elems(p, shard);
+    if (z->offload_optimizer == DT_OFFLOAD_CPU) out->host_optimizer = smul3(n, ob, host_shard);
+    if (z->offload_param == DT_OFFLOAD_CPU && p->runtime.kind != DT_RUNTIME_FSDP) {
         out->host_params = smul3(n, pb, shard);
+        /* hpZ's secondary partition lives where the primary does (the remote device) */
+        out->host_params = sadd(out->host_params, smul3(n, pb, dt_memory_ds_hpz_elems(p, psi)));
+    }
     if (z->offload_optimizer != DT_OFFLOAD_NONE && !dt_memory_cpu_grads_in_place(p)) {
         /* the CPU optimizer reads an upcast gradient partition (fp32 with a master) */
         const int64_t hg = pr->has_master ? dt_dtype_size(pr->master) : gb;
-        out->host_buffers = sadd(out->host_buffers, smul3(n, hg, shard));
+        out->host_buffers = sadd(out->host_buffers, smul3(n, hg, host_shard));
     }
     if (z->offload_optimizer == DT_OFFLOAD_NVME) {
         const int64_t w = dt_dtype_size(pr->has_master ? pr->master : pr->moment);
@@ -600,8 +623,13 @@ static void ds_phases(const dt_plan *p, const hf_sizes *z, dt_mem_breakdown ph[D
         const int64_t persist = imin(dt_model_small_tensor_params(m, p->runtime.persistence_threshold), z->psi);
         params = z->op != DT_OFFLOAD_NONE ? smul(z->pb, persist)
                                           : smul(z->pb, sadd(ceil_div(z->psi - persist, z->W), persist));
+        if (z->op == DT_OFFLOAD_NONE) params = sadd(params, smul(z->pb, dt_memory_ds_hpz_elems(p, z->psi)));
     }
-    const int64_t opt = z->oo != DT_OFFLOAD_NONE ? 0 : smul(z->ob, z->stage >= 1 ? z->shard : z->psi);
+    /* partial offload (stage3.py subgroup_to_device): the GPU's sub-groups keep their fp32
+     * master, moments and fp32 gradient on the device from initialisation */
+    const int64_t gpu_opt = dt_memory_ds_gpu_opt_elems(p, z->shard);
+    const int64_t opt = z->oo != DT_OFFLOAD_NONE ? smul(z->ob, gpu_opt)
+                                                 : smul(z->ob, z->stage >= 1 ? z->shard : z->psi);
     /* gradients: with offload_optimizer the reduced partition goes to pinned host memory
      * (self.device = cpu: stage_1_and_2.py single_partition_of_fp32_groups[i].grad,
      * stage3.py grad_partitions_flat_buffer); without, it stays on the device. Stage 1
@@ -609,7 +637,7 @@ static void ds_phases(const dt_plan *p, const hf_sizes *z, dt_mem_breakdown ph[D
      * the boundary (reduce_ready_partitions_and_remove_grads: "if self.partition_gradients
      * or self.is_gradient_accumulation_boundary"); stage 2 reduces every micro-step; stage
      * 3's partition buffer exists from initialisation. */
-    const int64_t part = z->oo != DT_OFFLOAD_NONE ? 0 : smul(z->gb, z->shard);
+    const int64_t part = z->oo != DT_OFFLOAD_NONE ? smul(z->w, gpu_opt) : smul(z->gb, z->shard);
     const int64_t full = smul(z->gb, z->psi), accum = z->A > 1;
     int64_t g_start = 0, g_end = part;
     switch (z->stage) {
@@ -747,7 +775,7 @@ int dt_memory_phases(const dt_plan *p, int64_t n_params, dt_mem_phases *out, dt_
     const int64_t psi = n_params > 0 ? n_params : dt_model_params(&p->model);
     dt_mem_breakdown host;
     memset(&host, 0, sizeof host);
-    host_terms(p, ceil_div(psi, p->parallel.world_size), &host);
+    host_terms(p, psi, ceil_div(psi, p->parallel.world_size), &host);
     int first = DT_MEM_PHASE_SUM, last = DT_MEM_PHASE_SUM;
     dt_mem_runtime rt;
     const int cpu_rt = dt_memory_cpu_runtime(p, psi, &rt);

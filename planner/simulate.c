@@ -203,6 +203,9 @@ typedef struct {
     double host_emb, host_blk, host_head; /* DeepSpeed ZeRO-3: host cost of a segment's module fetches
                                            * per pass (dt_time_ds_fetch_host_s), else 0 */
     double offload_s, optimizer_s; /* the time model's offload total and optimizer step (s) */
+    sim_net bnet;              /* the backward all-gathers' network: ZeRO++ hpZ's group, else net */
+    double fwd_wire, rs_wire;  /* bytes per element on the wire: forward gathers, reduce-scatters
+                                * (ZeRO++ qwZ / qgZ: dt_time_zeropp_wire), else pb / gb */
     double per_gather_xfer;    /* parameter-offload copies issued so far (s) */
     int64_t grads_start, grads_growth, grads_added; /* runtimes deepspeed / fsdp: gradients at the backward's start, and
                                         * what the backward adds (dt_memory_phases), spread over the units */
@@ -226,16 +229,21 @@ static int sim_oom(dt_error *err) { return dt_errorf(err, DT_ENOMEM, "simulate: 
 
 /* A collective on the comm stream after dep, not before `when`. Without
  * overlap_comm the compute stream waits for it (it is issued in line). */
-static int comm_event(plan_ctx *c, dt_sim_kind k, dt_collective coll, int m, int u, const char *phase,
-                      int64_t bytes, double when, int dep) {
+static int comm_event_on(plan_ctx *c, const sim_net *net, dt_sim_kind k, dt_collective coll, int m, int u,
+                         const char *phase, int64_t bytes, double when, int dep) {
     sim *s = c->s;
     if (!c->overlap && s->free_at[DT_SIM_COMPUTE] > when) when = s->free_at[DT_SIM_COMPUTE];
-    int e = add_event(s, DT_SIM_COMM, k, m, u, phase, coll_s(&c->net, coll, (double)bytes), bytes, when, dep, -1);
+    int e = add_event(s, DT_SIM_COMM, k, m, u, phase, coll_s(net, coll, (double)bytes), bytes, when, dep, -1);
     if (e >= 0 && !c->overlap) {
         s->free_at[DT_SIM_COMPUTE] = s->r->events[e].t1_s;
         s->last_ev[DT_SIM_COMPUTE] = e;
     }
     return e;
+}
+
+static int comm_event(plan_ctx *c, dt_sim_kind k, dt_collective coll, int m, int u, const char *phase,
+                      int64_t bytes, double when, int dep) {
+    return comm_event_on(c, &c->net, k, coll, m, u, phase, bytes, when, dep);
 }
 
 /* Stage 3: gather unit u (if not yet gathered in this pass) at time `when`. With
@@ -257,8 +265,11 @@ static void gather_unit(plan_ctx *c, int *g, int u, double when, int m, const ch
         s->free_at[DT_SIM_COMPUTE] = s->r->events[dep].t1_s;
         s->last_ev[DT_SIM_COMPUTE] = dep;
     }
-    int64_t bytes = c->pad[u] * c->pb;
-    g[u] = comm_event(c, DT_SIM_ALLGATHER, DT_COLL_ALLGATHER, m, u, phase, bytes, when, dep);
+    int64_t bytes = c->pad[u] * c->pb;   /* gathered: the 16-bit unit; on the wire: ZeRO++'s widths */
+    const int bwd = !strcmp(phase, "backward");
+    const int64_t wire = bwd ? bytes : (int64_t)((double)c->pad[u] * c->fwd_wire);
+    g[u] = comm_event_on(c, bwd ? &c->bnet : &c->net, DT_SIM_ALLGATHER, DT_COLL_ALLGATHER, m, u, phase, wire, when,
+                         dep);
     if (g[u] >= 0) mem_alloc(s, s->r->events[g[u]].t0_s, DT_SIMMEM_GATHERED, bytes);
 }
 
@@ -325,6 +336,20 @@ static void ctx_init(plan_ctx *c, sim *s, const dt_plan *p) {
     c->stage3 = c->stage == 3 && c->W > 1;
 }
 
+/* ZeRO++ (dt_time_zeropp_wire): the wire widths, and hpZ's backward-gather network probed
+ * on a plan of the group's ranks (within a node when the node's GPUs divide into groups, as
+ * the time model's hpz_net has it; else the plan's own network). */
+static int ctx_zeropp(plan_ctx *c, dt_error *err) {
+    dt_time_zeropp z;
+    dt_time_zeropp_wire(c->p, &z);
+    c->fwd_wire = z.fwd_gather_bytes, c->rs_wire = z.grad_bytes;
+    c->bnet = c->net;
+    if (z.bwd_gather_ranks == c->W || c->G % z.bwd_gather_ranks) return DT_OK;
+    dt_plan q = *c->p;
+    q.cluster.nodes = 1, q.cluster.gpus_per_node = z.bwd_gather_ranks, q.parallel.world_size = z.bwd_gather_ranks;
+    return probe_net(&q, &c->bnet, err);
+}
+
 /* The time and memory models' numbers, read through their APIs: the memory
  * breakdown (*mb), the network, the step-end offload and optimizer times, the
  * workspace, and one micro-step's compute split into segments. */
@@ -335,6 +360,7 @@ static int ctx_read_models(plan_ctx *c, dt_mem_breakdown *mb, dt_error *err) {
         return err->code;
     c->offload_s = terms.offload_s;
     c->optimizer_s = terms.optimizer_s;
+    if (ctx_zeropp(c, err)) return err->code;
     /* one micro-step's forward, backward, block forward and block recompute on
      * p's own ranks per node (the time model's dt_time_compute_micro) */
     dt_time_compute cm;
@@ -508,7 +534,8 @@ static int reduce_scatter_unit(plan_ctx *c, int m, int u, int e, double t0, doub
     sim *s = c->s;
     int64_t bytes = c->pad[u] * c->gb;
     if (c->stage == 3) mem_alloc(s, t0, DT_SIMMEM_UNIT_GRADS, bytes);
-    int red = comm_event(c, DT_SIM_REDUCE_SCATTER, DT_COLL_REDUCE_SCATTER, m, u, "backward", bytes, t1, e);
+    const int64_t wire = (int64_t)((double)c->pad[u] * c->rs_wire);
+    int red = comm_event(c, DT_SIM_REDUCE_SCATTER, DT_COLL_REDUCE_SCATTER, m, u, "backward", wire, t1, e);
     if (red < 0) return red;
     const dt_sim_event *ev = &s->r->events[red];
     int cat = c->stage == 3 ? DT_SIMMEM_UNIT_GRADS : DT_SIMMEM_BUCKETS;

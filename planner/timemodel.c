@@ -127,6 +127,23 @@ static dt_net net_of(const dt_plan *p) {
     return net;
 }
 
+/* ZeRO++ hpZ: the backward all-gathers of DeepSpeed ZeRO-3 run within groups of
+ * runtime.hpz_partition consecutive ranks (utils/groups.py _create_zero_param_parallel_group),
+ * on the intra-node links when a group lies within a node. Otherwise the plan's network. */
+static dt_net hpz_net(const dt_plan *p) {
+    dt_net net = net_of(p);
+    const int64_t h = p->runtime.hpz_partition, G = p->cluster.gpus_per_node;
+    if (p->runtime.kind != DT_RUNTIME_DEEPSPEED || h <= 1) return net;
+    net.n = h;
+    if (G % h == 0) {
+        const dt_hardware *hw = &p->cluster.hw;
+        for (int c = 0; c < DT_COLL_COUNT; c++) net.busbw[c] = hw->intra_busbw;
+        if (hw->intra_busbw_ag > 0) net.busbw[DT_COLL_ALLGATHER] = hw->intra_busbw_ag;
+        net.alpha = hw->intra_alpha_s;
+    }
+    return net;
+}
+
 /* bytes = the full logical buffer (dt_collective convention). */
 static double t_coll(const dt_net *net, dt_collective c, double bytes) {
     if (net->n <= 1 || bytes <= 0) return 0.0;
@@ -139,10 +156,10 @@ static double t_coll(const dt_net *net, dt_collective c, double bytes) {
 
 /* Sum over units of one collective per unit. */
 static double t_units(const dt_net *net, const dt_units_layout *u, int64_t L, dt_collective c,
-                      int elem_bytes) {
-    double t = t_coll(net, c, (double)(u->emb_pad * elem_bytes)) +
-               (double)L * t_coll(net, c, (double)(u->block_pad * elem_bytes));
-    if (u->head > 0) t += t_coll(net, c, (double)(u->head_pad * elem_bytes));
+                      double elem_bytes) {
+    double t = t_coll(net, c, (double)u->emb_pad * elem_bytes) +
+               (double)L * t_coll(net, c, (double)u->block_pad * elem_bytes);
+    if (u->head > 0) t += t_coll(net, c, (double)u->head_pad * elem_bytes);
     return t;
 }
 
@@ -527,12 +544,30 @@ int dt_time_compute_micro(const dt_plan *p, dt_time_compute *out, dt_error *err)
     return DT_OK;
 }
 
+/* ZeRO++ (Wang et al. 2023, "ZeRO++: Extremely Efficient Collective Communication for Giant
+ * Model Training", arXiv:2306.10209, §3; DeepSpeed zero_quantized_weights /
+ * zero_quantized_gradients): qwZ all-gathers the forward's weights block-quantized to INT8,
+ * qgZ reduce-scatters the gradients quantized to INT4 (by all-to-alls, node then world;
+ * priced here as a reduce-scatter of the INT4 bytes). Bytes per element on the wire; the
+ * per-block scales and the (de)quantisation kernels are not counted. */
+#define DT_ZEROPP_QW_BYTES 1.0
+#define DT_ZEROPP_QG_BYTES 0.5
+
 /* Bytes per gradient element on the wire: FSDP reduces in fp32 (MixedPrecisionPolicy
  * reduce_dtype, torchtitan's; DDP under autocast all-reduces the fp32 gradients), everyone
  * else in the gradient dtype. */
 static int wire_grad_bytes(const dt_plan *p) {
     if (p->runtime.kind != DT_RUNTIME_FSDP) return dt_dtype_size(p->precision.grad);
     return p->precision.has_master ? dt_dtype_size(p->precision.master) : dt_dtype_size(p->precision.param);
+}
+
+void dt_time_zeropp_wire(const dt_plan *p, dt_time_zeropp *out) {
+    const dt_runtime *r = &p->runtime;
+    const int ds3 = r->kind == DT_RUNTIME_DEEPSPEED && p->parallel.zero_stage == 3;
+    out->fwd_gather_bytes =
+        ds3 && r->quantized_weights ? DT_ZEROPP_QW_BYTES : (double)dt_dtype_size(p->precision.param);
+    out->grad_bytes = ds3 && r->quantized_gradients ? DT_ZEROPP_QG_BYTES : (double)wire_grad_bytes(p);
+    out->bwd_gather_ranks = ds3 && r->hpz_partition > 1 ? r->hpz_partition : p->parallel.world_size;
 }
 
 /* Host-side cost of one DeepSpeed ZeRO-3 module fetch, on the critical path whatever the
@@ -583,13 +618,13 @@ double dt_time_ds_fetch_host_s(const dt_plan *p, double *block_fetches, double *
  * dtrun and FSDP gather a whole unit (block) at once. Returns the communication time of one
  * pass's gathers of a block. */
 #define MAX_FETCH_MODULES 16
-static double ds_block_fetch_s(const dt_plan *p, const dt_net *net, int pb) {
+static double ds_block_fetch_s(const dt_plan *p, const dt_net *net, double pb) {
     int64_t sizes[MAX_FETCH_MODULES];
     const int64_t W = p->parallel.world_size;
     int n = dt_model_block_fetch_sizes(&p->model, p->runtime.persistence_threshold, sizes, MAX_FETCH_MODULES);
     double t = 0.0;
     for (int i = 0; i < n && i < MAX_FETCH_MODULES; i++)
-        t += t_coll(net, DT_COLL_ALLGATHER, (double)(round_up(sizes[i], W) * pb));
+        t += t_coll(net, DT_COLL_ALLGATHER, (double)round_up(sizes[i], W) * pb);
     return t;
 }
 
@@ -605,7 +640,7 @@ static double ds_block_fetch_s(const dt_plan *p, const dt_net *net, int pb) {
  * fetched parameters (its GEMMs' share; the attention core and element-wise kernels spread
  * the same way [A]). Returns the exposed fetch time of one block in that pass (the modules
  * wrap around into the next block). */
-static double ds_block_fetch_exposed_s(const dt_plan *p, const dt_net *net, int pb, double block_compute_s,
+static double ds_block_fetch_exposed_s(const dt_plan *p, const dt_net *net, double pb, double block_compute_s,
                                        int reverse) {
     int64_t sizes[MAX_FETCH_MODULES];
     const int64_t W = p->parallel.world_size;
@@ -622,7 +657,7 @@ static double ds_block_fetch_exposed_s(const dt_plan *p, const dt_net *net, int 
     const double bucket = (double)p->parallel.prefetch_bucket_elems, live = (double)p->parallel.max_live_params;
     double exposed = 0.0;
     for (int j = 0; j < n; j++) {
-        const double f = t_coll(net, DT_COLL_ALLGATHER, (double)(round_up(sizes[j], W) * pb));
+        const double f = t_coll(net, DT_COLL_ALLGATHER, (double)round_up(sizes[j], W) * pb);
         const int prev = (j + n - 1) % n;
         int prefetched = bucket > 0 && (double)sizes[prev] + (double)sizes[j] <= live;
         double hide = 0.0;
@@ -698,6 +733,56 @@ static double cpu_step_stream_bytes(const dt_plan *p, const dt_units_layout *u, 
     return bytes;
 }
 
+/* The optimizer step on the rank's device over `shard` elements, s. */
+static double device_optimizer_s(const dt_plan *p, double shard) {
+    const dt_hardware *hw = &p->cluster.hw;
+    const dt_precision *pr = &p->precision;
+    const int pb = dt_dtype_size(pr->param), gb = wire_grad_bytes(p), ob = dt_precision_optimizer_bytes(pr);
+    const double share = node_share(p);
+    if (hw->device == DT_DEVICE_CPU) {
+        /* a CPU device's AdamW is the host AdamW kernel (engine/model/optim.c) on the
+         * node's cores, shared by its G ranks: the rate dtplan calibrate times */
+        return shard * (double)p->cluster.gpus_per_node / hw->cpu_adam_params_per_s;
+    }
+    if (p->runtime.kind != DT_RUNTIME_DTRUN && dt_time_gpu_shape_model(p)) {
+        /* PyTorch's AdamW as element-wise kernels over the fp32 state (docs/time-model.md
+         * "Optimizer step of the deepspeed / fsdp runtimes"), at the achievable HBM bandwidth,
+         * plus what the mixed-precision wrapper streams around it */
+        double bytes = DT_ADAMW_UNFUSED_BYTES;
+        if (p->runtime.kind == DT_RUNTIME_FSDP) {
+            if (p->optimizer.grad_clip > 0) bytes += DT_CLIP_BYTES;            /* clip_grad_norm_ */
+            if (pr->param == DT_DTYPE_FP16) bytes += DT_UNSCALE_BYTES;                /* GradScaler.unscale_ */
+        } else {
+            bytes += DT_NORM_BYTES + DT_UNSCALE_BYTES;   /* overflow check / norm, unscale and clip */
+            if (pr->has_master)   /* 16-bit grads into the fp32 partition, updated fp32 back to 16-bit */
+                bytes += (double)dt_dtype_size(pr->grad) + 4.0 + 4.0 + (double)pb;
+        }
+        return shard * bytes / gpu_hbm_bw(hw);
+    }
+    if (p->runtime.kind == DT_RUNTIME_FSDP) {
+        /* FSDP's AdamW steps the fp32 sharded params themselves: grads read twice, m and v
+         * read and written, params read and written (no 16-bit copy to refresh) */
+        const double w = (double)gb, moments = (double)ob - (pr->has_master ? w : 0.0);
+        return shard * (2.0 * w + 2.0 * moments + 2.0 * w) / (hw->mem_bw * share);
+    }
+    /* device AdamW is memory-bound: grads read twice (norm, update), optimizer
+     * state read and written, params written (and read when there is no master) */
+    const double bytes = 2.0 * gb + 2.0 * ob + (double)pb * (pr->has_master ? 1.0 : 2.0);
+    return shard * bytes / (hw->mem_bw * share);
+}
+
+/* One pass's parameter all-gathers over every unit at elem_bytes per element; DeepSpeed
+ * ZeRO-3 (ds3) gathers a block module by module (ds_block_fetch_s), the embedding and
+ * head units whole. */
+static double stage_gathers_s(const dt_plan *p, const dt_net *net, const dt_units_layout *u, double elem_bytes,
+                              int ds3) {
+    double ag = t_units(net, u, p->model.n_layer, DT_COLL_ALLGATHER, elem_bytes);
+    if (ds3)
+        ag += (double)p->model.n_layer * (ds_block_fetch_s(p, net, elem_bytes) -
+                                          t_coll(net, DT_COLL_ALLGATHER, (double)u->block_pad * elem_bytes));
+    return ag;
+}
+
 int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
     if (check_plan(p, err)) return err->code;
     memset(t, 0, sizeof *t);
@@ -709,7 +794,7 @@ int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
     const int pb = dt_dtype_size(pr->param), gb = wire_grad_bytes(p);
     const int ob = dt_precision_optimizer_bytes(pr);
     const double share = node_share(p);
-    const int fsdp = p->runtime.kind == DT_RUNTIME_FSDP, ds3 = p->runtime.kind == DT_RUNTIME_DEEPSPEED && stage == 3;
+    const int ds3 = p->runtime.kind == DT_RUNTIME_DEEPSPEED && stage == 3;
 
     /* ---- compute, per micro-step ---- */
     dt_time_compute cm;
@@ -754,12 +839,16 @@ int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
             ph[nph++] = (dt_time_phase){1.0, t_coll(&net, DT_COLL_ALLREDUCE, (double)(last * gb)), c,
                                         t_bwd, t_rec};
         } else {
-            double rs = t_units(&net, &u, L, DT_COLL_REDUCE_SCATTER, gb);
-            double rs_tail = t_coll(&net, DT_COLL_REDUCE_SCATTER, (double)(u.emb_pad * gb));
-            double ag = t_units(&net, &u, L, DT_COLL_ALLGATHER, pb);
-            if (ds3) /* module by module: the block's gathers, the embedding and head units as before */
-                ag += (double)L * (ds_block_fetch_s(p, &net, pb) -
-                                   t_coll(&net, DT_COLL_ALLGATHER, (double)(u.block_pad * pb)));
+            /* ZeRO++ under DeepSpeed ZeRO-3 (zeropp_wire): qwZ's forward gathers in int8, hpZ's
+             * backward gathers within the hpZ group, qgZ's gradients in int4 */
+            dt_time_zeropp zpp;
+            dt_time_zeropp_wire(p, &zpp);
+            const dt_net bnet = ds3 ? hpz_net(p) : net;
+            const double pf = zpp.fwd_gather_bytes, gr = zpp.grad_bytes;
+            double rs = t_units(&net, &u, L, DT_COLL_REDUCE_SCATTER, gr);
+            double rs_tail = t_coll(&net, DT_COLL_REDUCE_SCATTER, (double)u.emb_pad * gr);
+            double ag = stage_gathers_s(p, &net, &u, pb, ds3), ag_f = stage_gathers_s(p, &net, &u, pf, ds3),
+                   ag_b = stage_gathers_s(p, &bnet, &u, pb, ds3);
             if (stage == 1 || stage == 2) {
                 /* stage 1: reduce-scatter per unit in the last micro-step's backward;
                  * stage 2: in every micro-step's backward. Updated params all-gathered
@@ -771,24 +860,24 @@ int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
                 /* stage 3: forward gathers every unit (prefetching the next while the
                  * current computes); backward gathers every unit again and reduce-scatters
                  * its gradients, in every micro-step */
-                double ag_first_fwd = t_coll(&net, DT_COLL_ALLGATHER, (double)(u.emb_pad * pb));
-                double ag_first_bwd = t_coll(&net, DT_COLL_ALLGATHER, (double)(last_unit_pad(&u) * pb));
+                double ag_first_fwd = t_coll(&net, DT_COLL_ALLGATHER, (double)u.emb_pad * pf);
+                double ag_first_bwd = t_coll(&bnet, DT_COLL_ALLGATHER, (double)last_unit_pad(&u) * pb);
                 if (ds3) {
                     /* the fetches the prefetch cannot hide, block by block (above), and the
                      * gradients reduce-scattered in reduce_bucket_size buckets as they fill
                      * (stage3.py): the last bucket's reduce-scatter starts after the last
                      * gradient, with nothing left to hide behind */
                     const double bwd_blk = cm.fwd_s > 0 ? cm.block_fwd_s * cm.bwd_s / cm.fwd_s : 0.0;
-                    ag_first_fwd += (double)L * ds_block_fetch_exposed_s(p, &net, pb, cm.block_fwd_s, 0);
-                    ag_first_bwd += (double)L * ds_block_fetch_exposed_s(p, &net, pb, bwd_blk, 1);
+                    ag_first_fwd += (double)L * ds_block_fetch_exposed_s(p, &net, pf, cm.block_fwd_s, 0);
+                    ag_first_bwd += (double)L * ds_block_fetch_exposed_s(p, &bnet, pb, bwd_blk, 1);
                     const int64_t B = p->parallel.reduce_bucket_elems > 0 ? p->parallel.reduce_bucket_elems
                                                                           : u.total_pad;
                     const int64_t last_bucket = u.total_pad - (u.total_pad - 1) / B * B;
-                    const double rs_last = t_coll(&net, DT_COLL_REDUCE_SCATTER, (double)(last_bucket * gb));
+                    const double rs_last = t_coll(&net, DT_COLL_REDUCE_SCATTER, (double)last_bucket * gr);
                     if (rs_last > rs_tail) rs_tail = rs_last;
                 }
-                ph[nph++] = (dt_time_phase){A, ag_first_fwd, ag, t_fwd + ds3_host, 0.0};
-                ph[nph++] = (dt_time_phase){A, ag_first_bwd + rs_tail, ag + rs, t_bwd + ds3_host, t_rec};
+                ph[nph++] = (dt_time_phase){A, ag_first_fwd, ag_f, t_fwd + ds3_host, 0.0};
+                ph[nph++] = (dt_time_phase){A, ag_first_bwd + rs_tail, ag_b + rs, t_bwd + ds3_host, t_rec};
             }
         }
     }
@@ -810,39 +899,17 @@ int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
     dt_offload oo = stage >= 1 ? p->parallel.offload_optimizer : DT_OFFLOAD_NONE;
     dt_offload op = stage == 3 ? p->parallel.offload_param : DT_OFFLOAD_NONE;
     if (oo != DT_OFFLOAD_NONE) {
-        if (!dt_memory_cpu_grads_in_place(p)) off += shard * gb / hw->h2d_bw; /* grads D2H once per step */
-        if (op == DT_OFFLOAD_NONE) off += shard * pb / hw->h2d_bw; /* updated params H2D */
+        /* DeepSpeed's partial offload steps its GPU sub-groups on the GPU, one after the
+         * other with the CPU's (stage3.py step: the sub-group loop) */
+        const double gpu = (double)dt_memory_ds_gpu_opt_elems(p, (int64_t)ceil(shard));
+        const double host = (shard - gpu) / shard;   /* share of the shard on the host */
+        if (!dt_memory_cpu_grads_in_place(p)) off += host * shard * gb / hw->h2d_bw; /* grads D2H once per step */
+        if (op == DT_OFFLOAD_NONE) off += host * shard * pb / hw->h2d_bw; /* updated params H2D */
         if (oo == DT_OFFLOAD_NVME)
             off += 2.0 * node_shard * ob / hw->nvme_bw;       /* optimizer state read + write */
-        opt = node_shard / hw->cpu_adam_params_per_s;
-    } else if (hw->device == DT_DEVICE_CPU) {
-        /* a CPU device's AdamW is the host AdamW kernel (engine/model/optim.c) on the
-         * node's cores, shared by its G ranks: the rate dtplan calibrate times */
-        opt = node_shard / hw->cpu_adam_params_per_s;
-    } else if (p->runtime.kind != DT_RUNTIME_DTRUN && dt_time_gpu_shape_model(p)) {
-        /* PyTorch's AdamW as element-wise kernels over the fp32 state (docs/time-model.md
-         * "Optimizer step of the deepspeed / fsdp runtimes"), at the achievable HBM bandwidth,
-         * plus what the mixed-precision wrapper streams around it */
-        double bytes = DT_ADAMW_UNFUSED_BYTES;
-        if (fsdp) {
-            if (p->optimizer.grad_clip > 0) bytes += DT_CLIP_BYTES;            /* clip_grad_norm_ */
-            if (pr->param == DT_DTYPE_FP16) bytes += DT_UNSCALE_BYTES;                /* GradScaler.unscale_ */
-        } else {
-            bytes += DT_NORM_BYTES + DT_UNSCALE_BYTES;   /* overflow check / norm, unscale and clip */
-            if (pr->has_master)   /* 16-bit grads into the fp32 partition, updated fp32 back to 16-bit */
-                bytes += (double)dt_dtype_size(pr->grad) + 4.0 + 4.0 + (double)pb;
-        }
-        opt = shard * bytes / gpu_hbm_bw(hw);
-    } else if (fsdp) {
-        /* FSDP's AdamW steps the fp32 sharded params themselves: grads read twice, m and v
-         * read and written, params read and written (no 16-bit copy to refresh) */
-        const double w = (double)gb, moments = (double)ob - (pr->has_master ? w : 0.0);
-        opt = shard * (2.0 * w + 2.0 * moments + 2.0 * w) / (hw->mem_bw * share);
+        opt = host * node_shard / hw->cpu_adam_params_per_s + (gpu > 0 ? device_optimizer_s(p, gpu) : 0.0);
     } else {
-        /* device AdamW is memory-bound: grads read twice (norm, update), optimizer
-         * state read and written, params written (and read when there is no master) */
-        double bytes = 2.0 * gb + 2.0 * ob + (double)pb * (pr->has_master ? 1.0 : 2.0);
-        opt = shard * bytes / (hw->mem_bw * share);
+        opt = device_optimizer_s(p, shard);
     }
     if (op != DT_OFFLOAD_NONE) {
         /* each gather (forward and backward, every micro-step) first brings the

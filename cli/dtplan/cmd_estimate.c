@@ -268,7 +268,11 @@ static int apply_runtime(const est_args *a, est_ctx *c, const dt_dsconfig *ds) {
                     "H100-SXM-80GB, or --runtime dtrun)", a->runtime, p->cluster.hw.name);
     if (kind != DT_RUNTIME_DTRUN) {
         dt_plan_set_runtime(p, kind);
-        if (ds && kind == DT_RUNTIME_DEEPSPEED) dt_dsconfig_apply_runtime(ds, p, &c->notes);
+        dt_error e = {0};
+        if (ds && kind == DT_RUNTIME_DEEPSPEED && dt_dsconfig_apply_runtime(ds, p, &c->notes, &e)) {
+            dt_error_prefix(&e, "--deepspeed %s", a->deepspeed);
+            return fail_err(&e);
+        }
     }
     if (a->deepspeed && kind == DT_RUNTIME_FSDP)
         return fail("--runtime fsdp with --deepspeed %s: a DeepSpeed config describes a DeepSpeed run (use --runtime "

@@ -146,6 +146,13 @@ static void show_training(const dt_plan *p) {
                    "fetch overhead %g s per module\n",
                    dt_largest_layer_name(r->largest_layer), (long long)r->max_reuse_distance,
                    (long long)r->persistence_threshold, r->fetch_overhead_s);
+        if (r->offload_ratio < 1.0)
+            printf("             partial optimizer offload: ratio %g (the first sub-groups stay on the GPU)\n",
+                   r->offload_ratio);
+        if (r->hpz_partition > 1 || r->quantized_weights || r->quantized_gradients)
+            printf("             ZeRO++: hpZ %s, qwZ (int8 weight gathers) %s, qgZ (int4 gradients) %s\n",
+                   r->hpz_partition > 1 ? "on" : "off", r->quantized_weights ? "on" : "off",
+                   r->quantized_gradients ? "on" : "off");
     }
     const dt_optimizer *o = &p->optimizer;
     printf("optimizer    AdamW lr %g, betas (%g, %g), eps %g, weight decay %g, grad clip %s",

@@ -589,6 +589,33 @@ static void test_runtime_section(void) {
                       "dtrun's engine recomputes whole blocks only");
     expect_mut_accept(dtrun, "activations.selective_recompute", "false", &q);
     CHECK(q.runtime.kind == DT_RUNTIME_DTRUN && !q.activations.selective);
+    /* DeepSpeed's partial offload and ZeRO++: optional keys, written only when set, read back */
+    CHECK(!strstr(t0, "offload_ratio") && !strstr(t0, "hpz_partition_size") && !strstr(t0, "quantized_"));
+    p.parallel.zero_stage = 3;
+    p.parallel.offload_optimizer = DT_OFFLOAD_CPU;
+    p.runtime.offload_ratio = 0.25, p.runtime.hpz_partition = 2;
+    p.runtime.quantized_weights = p.runtime.quantized_gradients = 1;
+    char *z0 = dt_plan_to_json(&p, &err);
+    CHECK(z0 && strstr(z0, "\"offload_ratio\": 0.25") && strstr(z0, "\"hpz_partition_size\": 2") &&
+          strstr(z0, "\"quantized_weights\": true") && strstr(z0, "\"quantized_gradients\": true"));
+    if (z0) {
+        CHECK_EQ_I64(dt_plan_parse(z0, &q, &err), 0);
+        CHECK(q.runtime.offload_ratio == 0.25 && q.runtime.hpz_partition == 2 && q.runtime.quantized_weights &&
+              q.runtime.quantized_gradients);
+        expect_mut_reject(z0, "runtime.offload_ratio", "1.5", "$.runtime.offload_ratio");
+        expect_mut_reject(z0, "runtime.hpz_partition_size", "0", "$.runtime.hpz_partition_size");
+        expect_mut_reject(z0, "runtime.hpz_partition_size", "3", "does not divide the world size 2");
+        expect_mut_reject(z0, "runtime.quantized_weights", "1", "$.runtime.quantized_weights");
+        expect_mut_reject(z0, "parallel.offload_optimizer", "\"none\"", "partial offloading needs ZeRO stage 3");
+        expect_mut_reject(z0, "parallel.zero_stage", "2", "partial offloading needs ZeRO stage 3");
+        char *full = mutate(z0, "runtime.offload_ratio", "1");
+        expect_mut_reject(full, "parallel.zero_stage", "2", "ZeRO++ is a stage-3 option");
+        free(full);
+        /* a plan without the keys reads as DeepSpeed's defaults */
+        expect_mut_accept(t0, "runtime.max_reuse_distance", "7", &q);
+        CHECK(q.runtime.offload_ratio == 1.0 && q.runtime.hpz_partition == 1 && !q.runtime.quantized_weights);
+    }
+    free(z0);
     free(t0);
     free(t1);
     free(dtrun);

@@ -319,11 +319,11 @@ static void test_runtime_keys(void) {
     plan_for(&p, "gpt2", 1);
     CHECK(dt_dsconfig_parse(cfg, "cfg.json", &c, &e) == DT_OK);
     CHECK(dt_dsconfig_apply(&c, &p, NULL, &e) == DT_OK);
-    dt_dsconfig_apply_runtime(&c, &p, NULL);   /* dtrun: nothing to set */
+    CHECK(dt_dsconfig_apply_runtime(&c, &p, NULL, &e) == DT_OK);   /* dtrun: nothing to set */
     CHECK_EQ_I64(p.runtime.max_reuse_distance, 0);
     dt_plan_set_runtime(&p, DT_RUNTIME_DEEPSPEED);
     dt_ds_notes notes = {0};
-    dt_dsconfig_apply_runtime(&c, &p, &notes);
+    CHECK(dt_dsconfig_apply_runtime(&c, &p, &notes, &e) == DT_OK);
     CHECK_EQ_I64(p.runtime.max_reuse_distance, 200000000);
     CHECK_EQ_I64(p.runtime.persistence_threshold, 10 * 768);
     CHECK(notes.n == 1 && strstr(notes.line[0], "10 x hidden = 7680") != NULL);
@@ -336,8 +336,72 @@ static void test_runtime_keys(void) {
                  1, "given twice");
 }
 
+/* DeepSpeed's offload_optimizer.ratio and ZeRO++'s keys reach the deepspeed runtime; the
+ * dtrun runtime and configurations where DeepSpeed ignores them say so in a note; an hpZ
+ * size that does not divide the world is refused as DeepSpeed refuses it. */
+static int apply_both(const char *cfg, dt_plan *p, int64_t gpus, dt_runtime_kind kind, dt_ds_notes *notes,
+                      dt_error *e) {
+    dt_dsconfig c;
+    plan_for(p, "gpt2", gpus);
+    CHECK(dt_hardware_load("H100-SXM-80GB", NULL, &p->cluster.hw, e) == DT_OK);
+    p->cluster.device = p->cluster.hw.device;
+    p->runtime.kind = kind;   /* as dtplan estimate has it when the config is applied */
+    memset(notes, 0, sizeof *notes);
+    int rc = dt_dsconfig_parse(cfg, "cfg.json", &c, e);
+    if (!rc) rc = dt_dsconfig_apply(&c, p, notes, e);
+    if (!rc && kind != DT_RUNTIME_DTRUN) {
+        dt_plan_set_runtime(p, kind);
+        rc = dt_dsconfig_apply_runtime(&c, p, notes, e);
+    }
+    if (rc) fprintf(stderr, "(%s: %s)\n", cfg, e->msg);
+    return rc;
+}
+
+static int has_note(const dt_ds_notes *n, const char *needle) {
+    for (int i = 0; i < n->n; i++)
+        if (strstr(n->line[i], needle)) return 1;
+    return 0;
+}
+
+static void test_zeropp_keys(void) {
+    dt_plan p;
+    dt_error e = {0};
+    dt_ds_notes notes;
+    const char *cfg = "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 3, "
+                      "\"offload_optimizer\": {\"device\": \"cpu\", \"ratio\": 0.3}, \"zero_hpz_partition_size\": 8, "
+                      "\"zero_quantized_weights\": true, \"zero_quantized_gradients\": true}}";
+    CHECK(apply_both(cfg, &p, 16, DT_RUNTIME_DEEPSPEED, &notes, &e) == DT_OK);
+    CHECK(p.runtime.offload_ratio == 0.3 && p.runtime.hpz_partition == 8);
+    CHECK(p.runtime.quantized_weights == 1 && p.runtime.quantized_gradients == 1);
+    if (dt_plan_validate(&p, &e)) fprintf(stderr, "validate: %s\n", e.msg);
+    CHECK(dt_plan_validate(&p, &e) == DT_OK);
+    /* dtrun: the plan keeps none of it, the notes say why */
+    CHECK(apply_both(cfg, &p, 16, DT_RUNTIME_DTRUN, &notes, &e) == DT_OK);
+    CHECK(p.runtime.offload_ratio == 0 && p.runtime.hpz_partition == 0 && !p.runtime.quantized_weights);
+    CHECK(has_note(&notes, "offload_optimizer.ratio 0.3: DeepSpeed's partial offload; dtrun's engine"));
+    CHECK(has_note(&notes, "ZeRO++; dtrun's engine has none of it"));
+    /* ZeRO++ at stage 2 and a ratio without a CPU-offloaded optimizer: DeepSpeed ignores them */
+    CHECK(apply_both("{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 2, \"zero_hpz_partition_size\": 8}}", &p, 16,
+                     DT_RUNTIME_DEEPSPEED, &notes, &e) == DT_OK);
+    CHECK(p.runtime.hpz_partition == 1 && has_note(&notes, "ignored at stage 2"));
+    CHECK(apply_both("{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"none\", "
+                     "\"ratio\": 0.5}}}", &p, 16, DT_RUNTIME_DEEPSPEED, &notes, &e) == DT_OK);
+    CHECK(p.runtime.offload_ratio == 1.0 && has_note(&notes, "with offload_optimizer none it has no effect"));
+    /* refused as DeepSpeed refuses them */
+    CHECK(apply_both("{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 3, \"zero_hpz_partition_size\": 3}}", &p, 16,
+                     DT_RUNTIME_DEEPSPEED, &notes, &e) == DT_EINVAL);
+    CHECK(strstr(e.msg, "zero_hpz_partition_size 3 does not divide the world size 16") != NULL);
+    expect_error("{\"zero_optimization\": {\"stage\": 3, \"zero_quantized_weights\": 1}}", 1,
+                 "zero_quantized_weights");
+    expect_error("{\"zero_optimization\": {\"stage\": 3, \"zero_hpz_partition_size\": -2}}", 1,
+                 "zero_hpz_partition_size");
+    expect_error("{\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\", "
+                 "\"ratio\": 0.5}}}", 1, "Partial offloading only supported for ZeRO Stage 3.");
+}
+
 int main(void) {
     test_runtime_keys();
+    test_zeropp_keys();
     test_seed_configs();
     test_batch_inference();
     test_rejections();

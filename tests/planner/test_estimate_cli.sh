@@ -125,6 +125,23 @@ bad '\$\.zero_optimization\.bucket: unknown key' --params 1B --deepspeed "$TMP/u
 printf '{"train_micro_batch_size_per_gpu": 1, "train_micro_batch_size_per_gpu": 2}' >"$TMP/dup.json"
 bad 'duplicate key' --params 1B --deepspeed "$TMP/dup.json"
 bad 'cannot open' --params 1B --deepspeed "$TMP/missing.json"
+# partial offload and ZeRO++: modelled under --runtime deepspeed, noted under dtrun, refused as
+# DeepSpeed refuses them (docs/memory-model.md "Partial offload and ZeRO++")
+LAST="zero++"
+printf '{"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}, "zero_optimization": {"stage": 3, "sub_group_size": 1e8, "offload_optimizer": {"device": "cpu", "ratio": 0.3}, "zero_hpz_partition_size": 8, "zero_quantized_weights": true}}' >"$TMP/zpp.json"
+ok --model llama-2-7b --gpus 16 --nodes 2 --deepspeed "$TMP/zpp.json" --runtime deepspeed
+# Llama-2-7B / 16: 3 of 5 sub-groups of 1e8 on the GPU (3.35 GiB of optimizer, 1.12 GiB of fp32
+# gradients), hpZ's secondary partition on top of the 0.78 GiB primary
+has '^  3   cpu/none   \|     2\.35     1\.12      3\.35 \|'
+has '\| +14\.44 +0\.00 \| backward start'
+ok --model llama-2-7b --gpus 16 --nodes 2 --deepspeed "$TMP/zpp.json"
+has "note       offload_optimizer.ratio 0.3: DeepSpeed's partial offload; dtrun's engine offloads the whole"
+has "note       zero_hpz_partition_size / zero_quantized_weights / zero_quantized_gradients: ZeRO\+\+; dtrun's"
+printf '{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 3}}' >"$TMP/hpz3.json"
+bad 'zero_hpz_partition_size 3 does not divide the world size 16' --model llama-2-7b --gpus 16 --nodes 2 \
+    --deepspeed "$TMP/hpz3.json" --runtime deepspeed
+printf '{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, "zero_quantized_gradients": 1}}' >"$TMP/qg.json"
+bad 'zero_quantized_gradients' --model llama-2-7b --gpus 16 --nodes 2 --deepspeed "$TMP/qg.json"
 
 # --- --plan: re-evaluate a committed plan ---
 LAST="plan"

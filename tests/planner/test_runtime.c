@@ -4,6 +4,9 @@
  * the phase-wise peak, ZeRO-3 reuse distance and persistence, FSDP's states, selective
  * recompute in the memory and time models, the solver's selective choice (MILP == brute
  * force), and the simulator's peak against the closed form. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "dt_memory.h"
 #include "dt_model.h"
 #include "dt_simulate.h"
@@ -290,6 +293,124 @@ static void test_names(void) {
     CHECK(strstr(e.msg, "flash or materialized") != NULL);
 }
 
+/* DeepSpeed's partial offload (offload_optimizer.ratio): sub-groups of sub_group_size
+ * elements, the first int((1 - ratio) x count) on the GPU with their fp32 master, moments and
+ * fp32 gradient; one sub-group truncates to none. ZeRO++ hpZ: a secondary 16-bit partition
+ * of the partitioned tensors over the hpZ group. The optimizer step and transfers split
+ * between the CPU and the GPU; qwZ, qgZ and hpZ shrink what the step communicates. */
+static void test_partial_offload_and_zeropp(void) {
+    dt_plan p;
+    dt_error e = {0};
+    dt_mem_phases full, part;
+    hf_plan(&p, "qwen3-0.6b", 8, DT_RUNTIME_DEEPSPEED);
+    p.parallel.zero_stage = 3;
+    p.parallel.offload_optimizer = DT_OFFLOAD_CPU;
+    const int64_t psi = dt_model_params(&p.model), shard = (psi + 7) / 8;
+    p.parallel.sub_group_elems = 10000000;   /* 1e7: the shard (~75M) is 8 sub-groups */
+    const int64_t count = (shard + 9999999) / 10000000, on_gpu = (int64_t)(0.7 * (double)count) * 10000000;
+    CHECK(dt_memory_phases(&p, 0, &full, &e) == DT_OK);
+    p.runtime.offload_ratio = 0.3;
+    CHECK(dt_plan_validate(&p, &e) == DT_OK);
+    CHECK_EQ_I64(dt_memory_ds_gpu_opt_elems(&p, shard), on_gpu);
+    CHECK(dt_memory_phases(&p, 0, &part, &e) == DT_OK);
+    for (int i = DT_MEM_PHASE_BWD_START; i < DT_MEM_PHASE_COUNT; i++) {
+        CHECK_EQ_I64(part.at[i].optimizer - full.at[i].optimizer, 12 * on_gpu);   /* master, m, v */
+        CHECK_EQ_I64(part.at[i].grads - full.at[i].grads, 4 * on_gpu);            /* the fp32 gradient */
+        CHECK_EQ_I64(full.at[i].host_optimizer - part.at[i].host_optimizer, 8 * 12 * on_gpu);
+        CHECK_EQ_I64(full.at[i].host_buffers - part.at[i].host_buffers, 8 * 4 * on_gpu);
+    }
+    p.parallel.sub_group_elems = 1000000000;   /* one sub-group: int(0.7 x 1) = 0 stay on the GPU */
+    CHECK_EQ_I64(dt_memory_ds_gpu_opt_elems(&p, shard), 0);
+    /* time: the GPU's share steps at HBM speed instead of the CPU's AdamW, and skips the PCIe copies */
+    p.parallel.sub_group_elems = 10000000;
+    dt_time_terms tf, tp;
+    p.runtime.offload_ratio = 1.0;
+    CHECK(dt_time_terms_build(&p, &tf, &e) == DT_OK);
+    p.runtime.offload_ratio = 0.3;
+    CHECK(dt_time_terms_build(&p, &tp, &e) == DT_OK);
+    const double host = (double)(shard - on_gpu) / (double)shard;
+    CHECK_NEAR(tp.offload_s, tf.offload_s * host, 1e-12);
+    CHECK(tp.optimizer_s < tf.optimizer_s && tp.optimizer_s > tf.optimizer_s * host);
+    /* a ratio needs stage 3 with the optimizer on the CPU, and the deepspeed runtime */
+    p.parallel.offload_optimizer = DT_OFFLOAD_NONE;
+    CHECK(dt_plan_validate(&p, &e) == DT_EINVAL && strstr(e.msg, "partial offloading needs ZeRO stage 3"));
+    p.runtime.offload_ratio = 1.0;
+
+    /* hpZ: + the secondary partition, 2 bytes per partitioned element / 8 */
+    dt_mem_breakdown a, b;
+    CHECK(dt_memory_estimate(&p, &a, &e) == DT_OK);
+    p.runtime.hpz_partition = 8;
+    CHECK(dt_plan_validate(&p, &e) == DT_OK);
+    CHECK(dt_memory_estimate(&p, &b, &e) == DT_OK);
+    const int64_t persist = dt_model_small_tensor_params(&p.model, p.runtime.persistence_threshold);
+    CHECK_EQ_I64(b.params - a.params, 2 * ((psi - persist + 7) / 8));
+    p.runtime.hpz_partition = 3;
+    CHECK(dt_plan_validate(&p, &e) == DT_EINVAL && strstr(e.msg, "does not divide the world size 8"));
+
+    /* communication on 2 nodes x 8: hpZ's backward gathers stay in the node, qwZ halves the
+     * forward gathers, qgZ quarters the reduce-scatter; each alone lowers the step's comm */
+    hf_plan(&p, "qwen3-0.6b", 16, DT_RUNTIME_DEEPSPEED);
+    p.cluster.nodes = 2, p.cluster.gpus_per_node = 8;
+    p.parallel.zero_stage = 3;
+    CHECK(dt_hardware_load("H100-SXM-80GB", "100Gb", &p.cluster.hw, &e) == DT_OK);
+    dt_time_terms t0, t1;
+    CHECK(dt_time_terms_build(&p, &t0, &e) == DT_OK);
+    int64_t *hpz = &p.runtime.hpz_partition;
+    int *qw = &p.runtime.quantized_weights, *qg = &p.runtime.quantized_gradients;
+    for (int k = 0; k < 3; k++) {
+        *hpz = k == 0 ? 8 : 1, *qw = k == 1, *qg = k == 2;
+        CHECK(dt_plan_validate(&p, &e) == DT_OK);
+        CHECK(dt_time_terms_build(&p, &t1, &e) == DT_OK);
+        CHECK(t1.comm_total_s < t0.comm_total_s);
+        CHECK_NEAR(t1.compute_s, t0.compute_s, 1e-15);
+    }
+    /* ZeRO++ is DeepSpeed's and stage 3's */
+    p.parallel.zero_stage = 2;
+    CHECK(dt_plan_validate(&p, &e) == DT_EINVAL && strstr(e.msg, "ZeRO++ is a stage-3 option"));
+}
+
+/* The simulator follows ZeRO++: qwZ's forward all-gathers carry half the bytes, qgZ's
+ * reduce-scatters a quarter, hpZ's backward all-gathers run on the node's links (2 x 8
+ * H100 over 100 Gb): less time than across the nodes. */
+static void sim_comm(const dt_plan *p, const char *phase, dt_sim_kind kind, int64_t *bytes, double *busy) {
+    dt_sim_result r;
+    dt_error e = {0};
+    *bytes = 0, *busy = 0.0;
+    CHECK(dt_simulate(p, &r, &e) == DT_OK);
+    if (e.code) return;
+    for (int i = 0; i < r.n_events; i++) {
+        const dt_sim_event *ev = &r.events[i];
+        if (ev->kind != kind || strcmp(ev->phase, phase)) continue;
+        *bytes += ev->bytes, *busy += ev->t1_s - ev->t0_s;
+    }
+    dt_sim_free(&r);
+}
+
+static void test_simulator_zeropp(void) {
+    dt_plan p;
+    dt_error e = {0};
+    hf_plan(&p, "qwen3-0.6b", 16, DT_RUNTIME_DEEPSPEED);
+    p.cluster.nodes = 2, p.cluster.gpus_per_node = 8;
+    CHECK(dt_hardware_load("H100-SXM-80GB", "100Gb", &p.cluster.hw, &e) == DT_OK);
+    p.parallel.zero_stage = 3;
+    p.batch.micro_batch = 2, p.batch.seq_len = 1024, p.batch.global_batch = 32;
+    int64_t f0, f1, b0, b1, r0, r1;
+    double tf0, tf1, tb0, tb1, tr0, tr1;
+    sim_comm(&p, "forward", DT_SIM_ALLGATHER, &f0, &tf0);
+    sim_comm(&p, "backward", DT_SIM_ALLGATHER, &b0, &tb0);
+    sim_comm(&p, "backward", DT_SIM_REDUCE_SCATTER, &r0, &tr0);
+    CHECK(f0 > 0 && b0 > 0 && r0 > 0);
+    p.runtime.quantized_weights = 1;
+    sim_comm(&p, "forward", DT_SIM_ALLGATHER, &f1, &tf1);
+    CHECK(llabs(2 * f1 - f0) <= 64 && tf1 < tf0);   /* int8 instead of bf16 (per-unit rounding) */
+    p.runtime.quantized_weights = 0, p.runtime.quantized_gradients = 1;
+    sim_comm(&p, "backward", DT_SIM_REDUCE_SCATTER, &r1, &tr1);
+    CHECK(llabs(4 * r1 - r0) <= 64 && tr1 < tr0);   /* int4 instead of bf16 */
+    p.runtime.quantized_gradients = 0, p.runtime.hpz_partition = 8;
+    sim_comm(&p, "backward", DT_SIM_ALLGATHER, &b1, &tb1);
+    CHECK(b1 == b0 && tb1 < tb0);                   /* the same bytes, within the node */
+}
+
 int main(void) {
     test_names();
     test_gpt2_hf_block();
@@ -301,5 +422,7 @@ int main(void) {
     test_selective_time();
     test_solver_selective();
     test_simulator_peak();
+    test_partial_offload_and_zeropp();
+    test_simulator_zeropp();
     TEST_MAIN_END();
 }
