@@ -626,7 +626,8 @@ static void ds_phases(const dt_plan *p, const hf_sizes *z, dt_mem_breakdown ph[D
         if (z->op == DT_OFFLOAD_NONE) params = sadd(params, smul(z->pb, dt_memory_ds_hpz_elems(p, z->psi)));
     }
     /* partial offload (stage3.py subgroup_to_device): the GPU's sub-groups keep their fp32
-     * master, moments and fp32 gradient on the device from initialisation */
+     * master, moments and fp32 gradient on the device from initialisation
+     * (initialize_optimizer_states: the sub-group's gradient buffer .to(subgroup_to_device[i])) */
     const int64_t gpu_opt = dt_memory_ds_gpu_opt_elems(p, z->shard);
     const int64_t opt = z->oo != DT_OFFLOAD_NONE ? smul(z->ob, gpu_opt)
                                                  : smul(z->ob, z->stage >= 1 ? z->shard : z->psi);
