@@ -529,6 +529,100 @@ static int read_scheduler(const cJSON *root, dt_dsconfig *c, dt_error *err) {
     return DT_OK;
 }
 
+/* ------------------------------------------------------------ keys read, not modelled */
+
+/* Keys DeepSpeed acts on that change memory or time in ways the planner does not model:
+ * when a config sets one away from DeepSpeed's default, a note names it and what the
+ * prediction assumes instead (nothing a user wrote is dropped without a word). */
+typedef enum { WHEN_TRUE, WHEN_FALSE, WHEN_SET, WHEN_POSITIVE } unmodelled_when;
+typedef struct {
+    const char *section;   /* "" = top level, else a top-level object or zero_optimization's child */
+    const char *key;
+    unmodelled_when when;
+    const char *assumed;   /* what the prediction does instead */
+} unmodelled_key;
+
+static const unmodelled_key k_unmodelled[] = {
+    {"zero_optimization", "reduce_scatter", WHEN_FALSE,
+     "gradients are all-reduced (twice a reduce-scatter's bytes); the prediction reduce-scatters them"},
+    {"zero_optimization", "contiguous_gradients", WHEN_FALSE,
+     "no contiguous gradient buffer; the prediction keeps DeepSpeed's default reduce bucket"},
+    {"zero_optimization", "mics_shard_size", WHEN_POSITIVE,
+     "MiCS shards the states within groups of this many ranks; the prediction shards over the world"},
+    {"", "mics_shard_size", WHEN_POSITIVE,
+     "MiCS shards the states within groups of this many ranks; the prediction shards over the world"},
+    {"zero_optimization", "stage3_use_all_reduce_for_fetch_params", WHEN_TRUE,
+     "parameters are fetched by all-reduce (twice an all-gather's bytes); the prediction all-gathers"},
+    {"zero_optimization", "use_all_reduce_for_fetch_params", WHEN_TRUE,
+     "parameters are fetched by all-reduce (twice an all-gather's bytes); the prediction all-gathers"},
+    {"zero_optimization", "zero_quantized_nontrainable_weights", WHEN_TRUE,
+     "frozen weights kept quantized; the prediction trains every weight in 16 bits"},
+    {"zero_optimization", "zeropp_loco_param", WHEN_SET, "qgZ's LoCo error feedback buffers are not counted"},
+    {"offload_optimizer", "pipeline_read", WHEN_TRUE, "NVMe reads overlapped with the step; the prediction serialises them"},
+    {"offload_optimizer", "pipeline_write", WHEN_TRUE, "NVMe writes overlapped with the step; the prediction serialises them"},
+    {"", "communication_data_type", WHEN_SET,
+     "gradients are reduced in this dtype; the prediction reduces them in the gradient dtype"},
+    {"data_types", "grad_accum_dtype", WHEN_SET,
+     "gradients accumulate in this dtype; the prediction accumulates them in the gradient dtype"},
+    {"fp16", "fp16_master_weights_and_grads", WHEN_TRUE, "fp16 master weights and gradients; the prediction keeps fp32 ones"},
+    {"activation_checkpointing", "partition_activations", WHEN_TRUE,
+     "applies to models checkpointed through deepspeed.checkpointing only; the prediction keeps whole activations"},
+    {"activation_checkpointing", "cpu_checkpointing", WHEN_TRUE,
+     "applies to models checkpointed through deepspeed.checkpointing only; the prediction keeps them on the GPU"},
+};
+
+/* The object holding a table entry's key (top level, a top-level object, or an object inside
+ * zero_optimization) and its JSON path ("$", "$.fp16", "$.zero_optimization.offload_optimizer"). */
+static const cJSON *section_of(const cJSON *root, const char *section, char *path, size_t n) {
+    snprintf(path, n, "$");
+    if (!section[0]) return root;
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(root, section);
+    if (s) {
+        snprintf(path, n, "$.%s", section);
+    } else {
+        const cJSON *z = cJSON_GetObjectItemCaseSensitive(root, "zero_optimization");
+        s = z ? cJSON_GetObjectItemCaseSensitive(z, section) : NULL;
+        snprintf(path, n, "$.zero_optimization.%s", section);
+    }
+    return cJSON_IsObject(s) ? s : NULL;
+}
+
+static int unmodelled_applies(const cJSON *v, unmodelled_when when) {
+    switch (when) {
+    case WHEN_TRUE: return cJSON_IsTrue(v);
+    case WHEN_FALSE: return cJSON_IsFalse(v);
+    case WHEN_POSITIVE: return cJSON_IsNumber(v) && v->valuedouble > 0;
+    default: return v && !cJSON_IsNull(v) && !is_auto(v);
+    }
+}
+
+static void note_unmodelled(const cJSON *root, dt_ds_notes *notes) {
+    for (size_t i = 0; i < sizeof k_unmodelled / sizeof k_unmodelled[0]; i++) {
+        const unmodelled_key *k = &k_unmodelled[i];
+        char path[64];
+        const cJSON *sec = section_of(root, k->section, path, sizeof path);
+        const cJSON *v = sec ? cJSON_GetObjectItemCaseSensitive(sec, k->key) : NULL;
+        if (!v || !unmodelled_applies(v, k->when)) continue;
+        char val[48];
+        if (cJSON_IsString(v)) snprintf(val, sizeof val, "\"%.40s\"", v->valuestring);
+        else if (cJSON_IsNumber(v)) snprintf(val, sizeof val, "%g", v->valuedouble);
+        else snprintf(val, sizeof val, "%s", cJSON_IsTrue(v) ? "true" : cJSON_IsFalse(v) ? "false" : "set");
+        note(notes, "%s.%s %s: not modelled: %s", path, k->key, val, k->assumed);
+    }
+    /* the profiles' host <-> device bandwidth is pinned memory's: DeepSpeed's default is pageable */
+    const cJSON *z = cJSON_GetObjectItemCaseSensitive(root, "zero_optimization");
+    static const char *const off[] = {"offload_optimizer", "offload_param"};
+    for (int i = 0; i < 2 && z; i++) {
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(z, off[i]);
+        const cJSON *d = o ? cJSON_GetObjectItemCaseSensitive(o, "device") : NULL;
+        if (!cJSON_IsString(d) || !strcmp(d->valuestring, "none") ||
+            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "pin_memory")))
+            continue;
+        note(notes, "$.zero_optimization.%s.pin_memory off (DeepSpeed's default): pageable host buffers copy "
+                    "slower than the profile's pinned h2d_bw the prediction uses", off[i]);
+    }
+}
+
 int dt_dsconfig_parse(const char *json, const char *what, dt_dsconfig *c, dt_error *err) {
     memset(c, 0, sizeof *c);
     c->overlap_comm = -1;
@@ -559,6 +653,7 @@ int dt_dsconfig_parse(const char *json, const char *what, dt_dsconfig *c, dt_err
     if (!rc) rc = read_precision(root, c, err);
     if (!rc) rc = read_optimizer(root, c, err);
     if (!rc) rc = read_scheduler(root, c, err);
+    if (!rc) note_unmodelled(root, &c->notes);
     cJSON_Delete(root);
     if (rc) return dt_error_prefix(err, "%s", what);
     return DT_OK;

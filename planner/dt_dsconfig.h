@@ -18,7 +18,7 @@
 
 /* ------------------------------------------------------------------ config */
 
-#define DT_DS_MAX_NOTES 16
+#define DT_DS_MAX_NOTES 32
 #define DT_DS_NOTE_MAX 200
 
 /* Lines worth telling the user (ignored keys, how each "auto" was resolved). */

@@ -399,9 +399,42 @@ static void test_zeropp_keys(void) {
                  "\"ratio\": 0.5}}}", 1, "Partial offloading only supported for ZeRO Stage 3.");
 }
 
+/* Keys DeepSpeed acts on that the planner does not model: a note each when set away from
+ * DeepSpeed's default, none at the default (nothing the user wrote is dropped silently). */
+static void test_unmodelled_notes(void) {
+    dt_dsconfig c;
+    dt_error e = {0};
+    const char *cfg =
+        "{\"train_micro_batch_size_per_gpu\": 1, \"communication_data_type\": \"fp32\", "
+        "\"data_types\": {\"grad_accum_dtype\": \"fp32\"}, \"activation_checkpointing\": {\"cpu_checkpointing\": true}, "
+        "\"zero_optimization\": {\"stage\": 3, \"reduce_scatter\": false, \"mics_shard_size\": 8, "
+        "\"stage3_use_all_reduce_for_fetch_params\": true, \"offload_optimizer\": {\"device\": \"cpu\"}}}";
+    CHECK(dt_dsconfig_parse(cfg, "cfg.json", &c, &e) == DT_OK);
+    static const char *const want[] = {
+        "$.zero_optimization.reduce_scatter false: not modelled: gradients are all-reduced",
+        "$.zero_optimization.mics_shard_size 8: not modelled: MiCS",
+        "$.zero_optimization.stage3_use_all_reduce_for_fetch_params true: not modelled",
+        "$.communication_data_type \"fp32\": not modelled",
+        "$.data_types.grad_accum_dtype \"fp32\": not modelled",
+        "$.activation_checkpointing.cpu_checkpointing true: not modelled",
+        "$.zero_optimization.offload_optimizer.pin_memory off (DeepSpeed's default)"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        if (!has_note(&c.notes, want[i])) fprintf(stderr, "missing note: %s\n", want[i]);
+        CHECK(has_note(&c.notes, want[i]));
+    }
+    CHECK_EQ_I64(c.notes.n, (int64_t)(sizeof want / sizeof want[0]));
+    /* DeepSpeed's defaults written out, and a pinned offload: no note */
+    CHECK(dt_dsconfig_parse("{\"train_micro_batch_size_per_gpu\": 1, \"communication_data_type\": null, "
+                            "\"zero_optimization\": {\"stage\": 3, \"reduce_scatter\": true, \"mics_shard_size\": -1, "
+                            "\"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}}}",
+                            "cfg.json", &c, &e) == DT_OK);
+    CHECK_EQ_I64(c.notes.n, 0);
+}
+
 int main(void) {
     test_runtime_keys();
     test_zeropp_keys();
+    test_unmodelled_notes();
     test_seed_configs();
     test_batch_inference();
     test_rejections();
