@@ -553,6 +553,11 @@ static void print_header(const est_ctx *c) {
                    ", fetch overhead %g s per module\n",
                    r->largest_layer == DT_LARGEST_MODULE ? "the largest module" : "a block's largest matrix",
                    r->max_reuse_distance, r->persistence_threshold, r->fetch_overhead_s);
+        if (r->offload_ratio < 1.0 || r->hpz_partition > 1 || r->quantized_weights || r->quantized_gradients)
+            printf("zero-3     offload_optimizer.ratio %g; ZeRO++: hpZ group %" PRId64 ", qwZ %s, qgZ %s "
+                   "(docs/memory-model.md \"Partial offload and ZeRO++\")\n",
+                   r->offload_ratio, r->hpz_partition, r->quantized_weights ? "on" : "off",
+                   r->quantized_gradients ? "on" : "off");
     }
     if (c->from_config && p->parallel.zero_stage > 0)
         printf("buckets    reduce %" PRId64 ", allgather %" PRId64 ", stage-3 prefetch %" PRId64 " elements; overlap_comm %s\n",
@@ -628,11 +633,15 @@ static void print_json(const est_ctx *c, const est_row *rows, int n) {
         const dt_runtime *r = &p->runtime;
         printf("  \"runtime\": {\"kind\": \"%s\", \"attention\": \"%s\", \"selective_recompute\": %s, \"dropout\": %s, "
                "\"upcast_logits\": %s, \"upcast_norm\": %s, \"upcast_softmax\": %s, \"unfused_act\": %s, "
-               "\"largest_layer\": \"%s\", \"max_reuse_distance\": %" PRId64 ", \"persistence_threshold\": %" PRId64 "},\n",
+               "\"largest_layer\": \"%s\", \"max_reuse_distance\": %" PRId64 ", \"persistence_threshold\": %" PRId64
+               ", \"offload_ratio\": %g, \"hpz_partition_size\": %" PRId64
+               ", \"quantized_weights\": %s, \"quantized_gradients\": %s},\n",
                dt_runtime_name(r->kind), dt_attn_kernel_name(r->attention), p->activations.selective ? "true" : "false",
                r->dropout ? "true" : "false", r->upcast_logits ? "true" : "false", r->upcast_norm ? "true" : "false",
                r->upcast_softmax ? "true" : "false", r->unfused_act ? "true" : "false",
-               dt_largest_layer_name(r->largest_layer), r->max_reuse_distance, r->persistence_threshold);
+               dt_largest_layer_name(r->largest_layer), r->max_reuse_distance, r->persistence_threshold,
+               r->offload_ratio, r->hpz_partition, r->quantized_weights ? "true" : "false",
+               r->quantized_gradients ? "true" : "false");
     }
     if (c->mem_limit) printf("  \"mem_limit\": %" PRId64 ",\n", c->mem_limit);
     printf("  \"rows\": [\n");

@@ -134,6 +134,9 @@ ok --model llama-2-7b --gpus 16 --nodes 2 --deepspeed "$TMP/zpp.json" --runtime 
 # gradients), hpZ's secondary partition on top of the 0.78 GiB primary
 has '^  3   cpu/none   \|     2\.35     1\.12      3\.35 \|'
 has '\| +14\.44 +0\.00 \| backward start'
+has '^zero-3     offload_optimizer.ratio 0.3; ZeRO\+\+: hpZ group 8, qwZ on, qgZ off'
+ok --model llama-2-7b --gpus 16 --nodes 2 --deepspeed "$TMP/zpp.json" --runtime deepspeed --json
+has '"offload_ratio": 0.3, "hpz_partition_size": 8, "quantized_weights": true, "quantized_gradients": false'
 ok --model llama-2-7b --gpus 16 --nodes 2 --deepspeed "$TMP/zpp.json"
 has "note       offload_optimizer.ratio 0.3: DeepSpeed's partial offload; dtrun's engine offloads the whole"
 has "note       zero_hpz_partition_size / zero_quantized_weights / zero_quantized_gradients: ZeRO\+\+; dtrun's"
