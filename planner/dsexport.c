@@ -74,12 +74,12 @@ static int begin(const dt_plan *p, strbuf *b, dt_error *err) {
 static void add_offload(cJSON *zero, const char *key, dt_offload o, const char *nvme_path, double ratio) {
     if (o == DT_OFFLOAD_NONE) return; /* DeepSpeed's default device "none" */
     cJSON *x = cJSON_AddObjectToObject(zero, key);
-    if (ratio < 1.0) cJSON_AddNumberToObject(x, "ratio", ratio);   /* partial offload (deepspeed runtime) */
     cJSON_AddStringToObject(x, "device", dt_offload_name(o));
     if (o == DT_OFFLOAD_NVME) cJSON_AddStringToObject(x, "nvme_path", nvme_path);
     /* page-locked host buffers: what the users' configs/deepspeed/zero3.json sets and
      * what makes the host<->device bandwidth in the hardware profile (pinned) apply */
     cJSON_AddBoolToObject(x, "pin_memory", 1);
+    if (ratio < 1.0) cJSON_AddNumberToObject(x, "ratio", ratio);   /* partial offload (deepspeed runtime) */
 }
 
 static cJSON *config_tree(const dt_plan *p) {
