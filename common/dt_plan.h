@@ -111,6 +111,10 @@ typedef struct dt_runtime {
                                     * the 16-bit parameters over groups of this many ranks; 1 = off */
     int quantized_weights;         /* zero_quantized_weights (ZeRO++ qwZ): int8 forward all-gathers */
     int quantized_gradients;       /* zero_quantized_gradients (ZeRO++ qgZ): int4 gradient reduce-scatter */
+    int grads_allreduce;           /* zero_optimization.reduce_scatter false: stages 1-2 all-reduce the
+                                    * gradients (stage_1_and_2.py average_tensor) */
+    int comm_dtype_set;            /* communication_data_type given: the gradients cross the network */
+    dt_dtype comm_dtype;           /* in this dtype (DeepSpeed casts each bucket before reducing) */
 } dt_runtime;
 
 typedef struct dt_optimizer {

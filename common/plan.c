@@ -445,10 +445,13 @@ static int validate_zeropp(const dt_plan *p, dt_error *err) {
                          (long long)r->hpz_partition);
     const int partial = r->offload_ratio < 1.0, zeropp = r->hpz_partition > 1 || r->quantized_weights ||
                                                           r->quantized_gradients;
-    if ((partial || zeropp) && r->kind != DT_RUNTIME_DEEPSPEED)
+    if ((partial || zeropp || r->grads_allreduce || r->comm_dtype_set) && r->kind != DT_RUNTIME_DEEPSPEED)
         return dt_errorf(err, DT_EINVAL,
-                         "runtime.offload_ratio / hpz_partition_size / quantized_*: DeepSpeed's options, not %s's "
-                         "(set runtime.kind to deepspeed or drop them)", k_runtime_names[r->kind]);
+                         "runtime.offload_ratio / hpz_partition_size / quantized_* / reduce_scatter / "
+                         "communication_data_type: DeepSpeed's options, not %s's (set runtime.kind to deepspeed or "
+                         "drop them)", k_runtime_names[r->kind]);
+    if (r->comm_dtype_set && ((int)r->comm_dtype < 0 || r->comm_dtype > DT_DTYPE_FP16))
+        return dt_errorf(err, DT_EINVAL, "runtime.communication_data_type: not fp32, bf16 or fp16");
     if (partial && (q->zero_stage != 3 || q->offload_optimizer != DT_OFFLOAD_CPU))
         return dt_errorf(err, DT_EINVAL,
                          "runtime.offload_ratio = %g: partial offloading needs ZeRO stage 3 with offload_optimizer "
@@ -476,7 +479,8 @@ static int validate_runtime(const dt_plan *p, dt_error *err) {
         if (r->attention || r->dropout || r->upcast_logits || r->fused_loss || r->upcast_norm || r->upcast_softmax ||
             r->unfused_act ||
             r->largest_layer || r->fetch_overhead_s != 0 || r->max_reuse_distance || r->persistence_threshold ||
-            r->offload_ratio != 0 || r->hpz_partition || r->quantized_weights || r->quantized_gradients)
+            r->offload_ratio != 0 || r->hpz_partition || r->quantized_weights || r->quantized_gradients ||
+            r->grads_allreduce || r->comm_dtype_set)
             return dt_errorf(err, DT_EINVAL,
                              "runtime: a dtrun plan has no runtime choices (delete the runtime section, or set "
                              "runtime.kind to deepspeed or fsdp)");
@@ -831,6 +835,8 @@ static void write_runtime(cJSON *root, const dt_runtime *r) {
     if (r->hpz_partition > 1) add_i(o, "hpz_partition_size", r->hpz_partition);
     if (r->quantized_weights) add_b(o, "quantized_weights", 1);
     if (r->quantized_gradients) add_b(o, "quantized_gradients", 1);
+    if (r->grads_allreduce) add_b(o, "reduce_scatter", 0);
+    if (r->comm_dtype_set) add_s(o, "communication_data_type", dt_dtype_name(r->comm_dtype));
 }
 
 static cJSON *plan_to_tree(const dt_plan *p) {
@@ -1172,6 +1178,15 @@ static void read_runtime(dt_jobj *root, dt_plan *p, dt_error *err) {
     if (dt_jobj_has(&r, "quantized_weights")) dt_jobj_bool(&r, "quantized_weights", &rt->quantized_weights, err);
     if (dt_jobj_has(&r, "quantized_gradients"))
         dt_jobj_bool(&r, "quantized_gradients", &rt->quantized_gradients, err);
+    if (dt_jobj_has(&r, "reduce_scatter")) {
+        int rs = 1;
+        if (!dt_jobj_bool(&r, "reduce_scatter", &rs, err)) rt->grads_allreduce = !rs;
+    }
+    if (dt_jobj_has(&r, "communication_data_type")) {
+        static const char *const k_dtypes[] = {"fp32", "bf16", "fp16"};
+        if (!dt_jobj_enum(&r, "communication_data_type", k_dtypes, N_OF(k_dtypes), &v, err))
+            rt->comm_dtype = (dt_dtype)v, rt->comm_dtype_set = 1;
+    }
     if (!r.failed && rt->kind == DT_RUNTIME_DTRUN)
         r.failed = dt_errorf(err, DT_EINVAL,
                              "$.runtime.kind: \"dtrun\" plans carry no runtime section (delete it, or name "

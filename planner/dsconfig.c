@@ -17,6 +17,7 @@
 #include "dt_dsconfig.h"
 
 #include <math.h>
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -361,6 +362,9 @@ static int read_zero(const cJSON *root, dt_dsconfig *c, dt_error *err) {
     if (hpz.state == DT_DS_SET && hpz.value > 1) c->hpz = hpz.value;
     if ((rc = read_bool(z, p, "zero_quantized_weights", NULL, &c->quantized_weights, err))) return rc;
     if ((rc = read_bool(z, p, "zero_quantized_gradients", NULL, &c->quantized_gradients, err))) return rc;
+    int rs = 1;
+    if ((rc = read_bool(z, p, "reduce_scatter", NULL, &rs, err))) return rc;
+    c->reduce_scatter_off = !rs;
     dt_ds_state ov = DT_DS_ABSENT;
     int on = 0;
     if ((rc = read_bool(z, p, "overlap_comm", &ov, &on, err))) return rc;
@@ -392,6 +396,24 @@ static int read_zero(const cJSON *root, dt_dsconfig *c, dt_error *err) {
         if (rc) return dt_error_prefix(err, "%s", p);
     }
     return DT_OK;
+}
+
+/* communication_data_type: null, or "fp32" / "fp16" / "bf16" in any case (DeepSpeed's
+ * get_communication_data_type, runtime/config.py, and its error's words) */
+static int read_comm_dtype(const cJSON *root, dt_dsconfig *c, dt_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "communication_data_type");
+    if (!v || cJSON_IsNull(v)) return DT_OK;
+    char low[8] = "";
+    if (cJSON_IsString(v) && strlen(v->valuestring) < sizeof low)
+        for (size_t i = 0; i <= strlen(v->valuestring); i++) low[i] = (char)tolower((unsigned char)v->valuestring[i]);
+    if (!strcmp(low, "fp32") || !strcmp(low, "fp16") || !strcmp(low, "bf16")) {
+        c->comm_dtype = !strcmp(low, "fp32") ? DT_DTYPE_FP32 : !strcmp(low, "fp16") ? DT_DTYPE_FP16 : DT_DTYPE_BF16;
+        c->comm_dtype_set = 1;
+        return DT_OK;
+    }
+    return dt_errorf(err, DT_EINVAL,
+                     "$.communication_data_type: Invalid communication_data_type. Supported data types: ['fp16', "
+                     "'bf16', 'fp32']. Got: %.40s", cJSON_IsString(v) ? v->valuestring : "a non-string");
 }
 
 static int read_precision(const cJSON *root, dt_dsconfig *c, dt_error *err) {
@@ -543,8 +565,6 @@ typedef struct {
 } unmodelled_key;
 
 static const unmodelled_key k_unmodelled[] = {
-    {"zero_optimization", "reduce_scatter", WHEN_FALSE,
-     "gradients are all-reduced (twice a reduce-scatter's bytes); the prediction reduce-scatters them"},
     {"zero_optimization", "contiguous_gradients", WHEN_FALSE,
      "no contiguous gradient buffer; the prediction keeps DeepSpeed's default reduce bucket"},
     {"zero_optimization", "mics_shard_size", WHEN_POSITIVE,
@@ -560,8 +580,6 @@ static const unmodelled_key k_unmodelled[] = {
     {"zero_optimization", "zeropp_loco_param", WHEN_SET, "qgZ's LoCo error feedback buffers are not counted"},
     {"offload_optimizer", "pipeline_read", WHEN_TRUE, "NVMe reads overlapped with the step; the prediction serialises them"},
     {"offload_optimizer", "pipeline_write", WHEN_TRUE, "NVMe writes overlapped with the step; the prediction serialises them"},
-    {"", "communication_data_type", WHEN_SET,
-     "gradients are reduced in this dtype; the prediction reduces them in the gradient dtype"},
     {"data_types", "grad_accum_dtype", WHEN_SET,
      "gradients accumulate in this dtype; the prediction accumulates them in the gradient dtype"},
     {"fp16", "fp16_master_weights_and_grads", WHEN_TRUE, "fp16 master weights and gradients; the prediction keeps fp32 ones"},
@@ -650,6 +668,7 @@ int dt_dsconfig_parse(const char *json, const char *what, dt_dsconfig *c, dt_err
         rc = read_int(root, "$", "gradient_accumulation_steps", NULL, INT64_MIN, INT64_MAX, &c->grad_accum, err);
     if (!rc) rc = read_num(root, "$", "gradient_clipping", DS_NONNEG, &c->grad_clip, err);
     if (!rc) rc = read_zero(root, c, err);
+    if (!rc) rc = read_comm_dtype(root, c, err);
     if (!rc) rc = read_precision(root, c, err);
     if (!rc) rc = read_optimizer(root, c, err);
     if (!rc) rc = read_scheduler(root, c, err);
@@ -701,6 +720,12 @@ static int apply_zeropp(const dt_dsconfig *c, dt_plan *p, dt_ds_notes *notes, dt
 int dt_dsconfig_apply_runtime(const dt_dsconfig *c, dt_plan *p, dt_ds_notes *notes, dt_error *err) {
     dt_runtime *r = &p->runtime;
     if (r->kind != DT_RUNTIME_DEEPSPEED) return DT_OK;
+    /* the gradients' collectives as DeepSpeed runs them: all-reduced where reduce_scatter is
+     * off (stages 1-2; stage 3 always reduce-scatters), cast to communication_data_type */
+    if (c->reduce_scatter_off && (p->parallel.zero_stage == 1 || p->parallel.zero_stage == 2)) r->grads_allreduce = 1;
+    else if (c->reduce_scatter_off)
+        note(notes, "zero_optimization.reduce_scatter false: no effect at stage %d", p->parallel.zero_stage);
+    r->comm_dtype_set = c->comm_dtype_set, r->comm_dtype = c->comm_dtype;
     const int64_t h = p->model.hidden;
     if (c->persistence.state == DT_DS_SET) r->persistence_threshold = c->persistence.value;
     if (c->persistence.state == DT_DS_AUTO) {
@@ -836,6 +861,9 @@ int dt_dsconfig_apply(const dt_dsconfig *c, dt_plan *p, dt_ds_notes *notes, dt_e
     if (c->persistence.state == DT_DS_AUTO && c->zero_stage == 3 && p->runtime.kind == DT_RUNTIME_DTRUN)
         note(notes, "stage3_param_persistence_threshold \"auto\" -> 10 x hidden = %lld (HF Trainer's rule; "
                     "small-parameter persistence is not modelled)", (long long)(10 * h));
+    if (p->runtime.kind == DT_RUNTIME_DTRUN && (c->reduce_scatter_off || c->comm_dtype_set))
+        note(notes, "reduce_scatter / communication_data_type: how DeepSpeed reduces gradients; dtrun's engine "
+                    "reduce-scatters in the gradient dtype (--runtime deepspeed models them)");
     if (p->runtime.kind == DT_RUNTIME_DTRUN && c->offload_ratio < 1.0)
         note(notes, "offload_optimizer.ratio %g: DeepSpeed's partial offload; dtrun's engine offloads the whole "
                     "optimizer partition (--runtime deepspeed models the ratio)", c->offload_ratio);

@@ -91,6 +91,8 @@ static cJSON *config_tree(const dt_plan *p) {
     /* DeepSpeed's code default is 0 (off), so always write the plan's value
      * (GRADIENT_CLIPPING_DEFAULT, deepspeed/runtime/constants.py) */
     cJSON_AddNumberToObject(root, "gradient_clipping", p->optimizer.grad_clip);
+    if (p->runtime.kind == DT_RUNTIME_DEEPSPEED && p->runtime.comm_dtype_set)
+        cJSON_AddStringToObject(root, "communication_data_type", dt_dtype_name(p->runtime.comm_dtype));
 
     const dt_parallel *q = &p->parallel;
     cJSON *z = cJSON_AddObjectToObject(root, "zero_optimization");
@@ -100,7 +102,7 @@ static cJSON *config_tree(const dt_plan *p) {
     add_offload(z, "offload_param", q->offload_param, q->nvme_path, 1.0);
     cJSON_AddBoolToObject(z, "overlap_comm", q->overlap_comm);
     cJSON_AddBoolToObject(z, "contiguous_gradients", 1);
-    cJSON_AddBoolToObject(z, "reduce_scatter", 1);
+    cJSON_AddBoolToObject(z, "reduce_scatter", !(p->runtime.kind == DT_RUNTIME_DEEPSPEED && p->runtime.grads_allreduce));
     cJSON_AddNumberToObject(z, "reduce_bucket_size", (double)q->reduce_bucket_elems);
     cJSON_AddNumberToObject(z, "allgather_bucket_size", (double)q->allgather_bucket_elems);
     /* the stage-3 keys are accepted at every stage; writing them keeps the

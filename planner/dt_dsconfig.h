@@ -63,6 +63,9 @@ typedef struct dt_dsconfig {
     int64_t hpz;                  /* zero_hpz_partition_size (1 when absent) */
     int quantized_weights;        /* zero_quantized_weights */
     int quantized_gradients;      /* zero_quantized_gradients */
+    int reduce_scatter_off;       /* zero_optimization.reduce_scatter false */
+    int comm_dtype_set;           /* communication_data_type given (not null) */
+    dt_dtype comm_dtype;
     /* precision */
     dt_ds_state fp16, bf16;       /* enabled flags: SET means the value in *_on */
     int fp16_on, bf16_on;
@@ -104,8 +107,9 @@ int dt_dsconfig_apply(const dt_dsconfig *c, dt_plan *p, dt_ds_notes *notes, dt_e
 /* For a plan whose runtime is deepspeed (dt_plan_set_runtime first): the keys only that
  * profile models, stage3_max_reuse_distance and stage3_param_persistence_threshold
  * ("auto": HF Trainer's 10 x hidden for the threshold, DeepSpeed's default for the
- * distance), offload_optimizer.ratio and ZeRO++'s zero_hpz_partition_size,
- * zero_quantized_weights and zero_quantized_gradients (stage 3; DT_EINVAL where DeepSpeed
+ * distance), reduce_scatter, communication_data_type, offload_optimizer.ratio and ZeRO++'s
+ * zero_hpz_partition_size, zero_quantized_weights and zero_quantized_gradients (stage 3;
+ * DT_EINVAL where DeepSpeed
  * would refuse them: an hpZ group size that does not divide the world); each "auto" and
  * each key DeepSpeed would ignore is noted. */
 int dt_dsconfig_apply_runtime(const dt_dsconfig *c, dt_plan *p, dt_ds_notes *notes, dt_error *err);

@@ -60,13 +60,16 @@ double dt_time_gemm_s(double peak_flops, double sm_count, double hbm_bw, double 
  * "ZeRO-3 under DeepSpeed"), and the modules fetched per pass in one block and outside the
  * blocks (embeddings + lm_head). Returns 0 (and 0 counts) for every other plan. */
 double dt_time_ds_fetch_host_s(const dt_plan *p, double *block_fetches, double *outer_fetches);
-/* ZeRO++ on the wire (runtime deepspeed, stage 3; docs/time-model.md "ZeRO++ and partial
- * offload"): bytes per element of the forward parameter all-gathers (qwZ: INT8) and of the
- * gradient reduce-scatter (qgZ: INT4), and the ranks of the backward all-gathers' group
- * (hpZ: runtime.hpz_partition; the world otherwise). Without ZeRO++: the parameter and
- * gradient widths and the world size. */
+/* What crosses the network as DeepSpeed's config has it (runtime deepspeed; docs/time-model.md
+ * "ZeRO++ and partial offload", "The gradients' collective"): bytes per element of the forward
+ * parameter all-gathers (qwZ: INT8) and of the gradient collectives (qgZ: INT4, else
+ * communication_data_type's width), the gradients' collective at stages 1-2 (all-reduce when
+ * reduce_scatter is off), and the ranks of the backward all-gathers' group (hpZ:
+ * runtime.hpz_partition). Otherwise: the parameter and gradient widths, a reduce-scatter, the
+ * world size. */
 typedef struct dt_time_zeropp {
     double fwd_gather_bytes, grad_bytes;
+    dt_collective grad_coll;
     int64_t bwd_gather_ranks;
 } dt_time_zeropp;
 void dt_time_zeropp_wire(const dt_plan *p, dt_time_zeropp *out);

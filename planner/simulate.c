@@ -204,8 +204,11 @@ typedef struct {
                                            * per pass (dt_time_ds_fetch_host_s), else 0 */
     double offload_s, optimizer_s; /* the time model's offload total and optimizer step (s) */
     sim_net bnet;              /* the backward all-gathers' network: ZeRO++ hpZ's group, else net */
-    double fwd_wire, rs_wire;  /* bytes per element on the wire: forward gathers, reduce-scatters
-                                * (ZeRO++ qwZ / qgZ: dt_time_zeropp_wire), else pb / gb */
+    double fwd_wire, rs_wire;  /* bytes per element on the wire: forward gathers, gradient
+                                * collectives (dt_time_zeropp_wire: ZeRO++ qwZ / qgZ, DeepSpeed's
+                                * communication_data_type), else pb / gb */
+    dt_collective grad_coll;   /* stages 1-3's gradient collective (an all-reduce where DeepSpeed's
+                                * reduce_scatter is off) */
     double per_gather_xfer;    /* parameter-offload copies issued so far (s) */
     int64_t grads_start, grads_growth, grads_added; /* runtimes deepspeed / fsdp: gradients at the backward's start, and
                                         * what the backward adds (dt_memory_phases), spread over the units */
@@ -342,7 +345,7 @@ static void ctx_init(plan_ctx *c, sim *s, const dt_plan *p) {
 static int ctx_zeropp(plan_ctx *c, dt_error *err) {
     dt_time_zeropp z;
     dt_time_zeropp_wire(c->p, &z);
-    c->fwd_wire = z.fwd_gather_bytes, c->rs_wire = z.grad_bytes;
+    c->fwd_wire = z.fwd_gather_bytes, c->rs_wire = z.grad_bytes, c->grad_coll = z.grad_coll;
     c->bnet = c->net;
     if (z.bwd_gather_ranks == c->W || c->G % z.bwd_gather_ranks) return DT_OK;
     dt_plan q = *c->p;
@@ -521,7 +524,8 @@ static int reduce_buckets(plan_ctx *c, int m, int u, int sg, int e, double t1, i
     while (*bucket_fill >= B || (sg == 0 && *bucket_fill > 0)) {
         int64_t n = *bucket_fill >= B ? B : *bucket_fill;
         *bucket_fill -= n;
-        last_red = comm_event(c, DT_SIM_ALLREDUCE, DT_COLL_ALLREDUCE, m, u, "backward", n * c->gb, t1, e);
+        last_red = comm_event(c, DT_SIM_ALLREDUCE, DT_COLL_ALLREDUCE, m, u, "backward",
+                              (int64_t)((double)n * c->rs_wire), t1, e);
         if (last_red < 0) break;
     }
     return last_red;
@@ -535,7 +539,8 @@ static int reduce_scatter_unit(plan_ctx *c, int m, int u, int e, double t0, doub
     int64_t bytes = c->pad[u] * c->gb;
     if (c->stage == 3) mem_alloc(s, t0, DT_SIMMEM_UNIT_GRADS, bytes);
     const int64_t wire = (int64_t)((double)c->pad[u] * c->rs_wire);
-    int red = comm_event(c, DT_SIM_REDUCE_SCATTER, DT_COLL_REDUCE_SCATTER, m, u, "backward", wire, t1, e);
+    int red = comm_event(c, c->grad_coll == DT_COLL_ALLREDUCE ? DT_SIM_ALLREDUCE : DT_SIM_REDUCE_SCATTER,
+                         c->grad_coll, m, u, "backward", wire, t1, e);
     if (red < 0) return red;
     const dt_sim_event *ev = &s->r->events[red];
     int cat = c->stage == 3 ? DT_SIMMEM_UNIT_GRADS : DT_SIMMEM_BUCKETS;

@@ -561,12 +561,32 @@ static int wire_grad_bytes(const dt_plan *p) {
     return p->precision.has_master ? dt_dtype_size(p->precision.master) : dt_dtype_size(p->precision.param);
 }
 
+/* Bytes per gradient element in the gradient collectives: DeepSpeed's
+ * communication_data_type where the plan states it (each bucket is cast before it is
+ * reduced), else wire_grad_bytes. */
+static int comm_grad_bytes(const dt_plan *p) {
+    const dt_runtime *r = &p->runtime;
+    if (r->kind == DT_RUNTIME_DEEPSPEED && r->comm_dtype_set) return dt_dtype_size(r->comm_dtype);
+    return wire_grad_bytes(p);
+}
+
+/* DeepSpeed stages 1-2 with reduce_scatter off all-reduce each gradient bucket
+ * (stage_1_and_2.py average_tensor: gradient_reduction_w_predivide) instead of reducing it
+ * to its owners; stage 3 reduce-scatters whatever the key says. */
+static dt_collective grad_collective(const dt_plan *p) {
+    const int stage = p->parallel.zero_stage;
+    return p->runtime.kind == DT_RUNTIME_DEEPSPEED && p->runtime.grads_allreduce && (stage == 1 || stage == 2)
+               ? DT_COLL_ALLREDUCE
+               : DT_COLL_REDUCE_SCATTER;
+}
+
 void dt_time_zeropp_wire(const dt_plan *p, dt_time_zeropp *out) {
     const dt_runtime *r = &p->runtime;
     const int ds3 = r->kind == DT_RUNTIME_DEEPSPEED && p->parallel.zero_stage == 3;
     out->fwd_gather_bytes =
         ds3 && r->quantized_weights ? DT_ZEROPP_QW_BYTES : (double)dt_dtype_size(p->precision.param);
-    out->grad_bytes = ds3 && r->quantized_gradients ? DT_ZEROPP_QG_BYTES : (double)wire_grad_bytes(p);
+    out->grad_bytes = ds3 && r->quantized_gradients ? DT_ZEROPP_QG_BYTES : (double)comm_grad_bytes(p);
+    out->grad_coll = grad_collective(p);
     out->bwd_gather_ranks = ds3 && r->hpz_partition > 1 ? r->hpz_partition : p->parallel.world_size;
 }
 
@@ -834,9 +854,10 @@ int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
              * order, during the last micro-step's backward */
             int64_t B = p->parallel.reduce_bucket_elems;
             int64_t nb = (u.total + B - 1) / B, last = u.total - (nb - 1) * B;
-            double c = (double)(nb - 1) * t_coll(&net, DT_COLL_ALLREDUCE, (double)(B * gb)) +
-                       t_coll(&net, DT_COLL_ALLREDUCE, (double)(last * gb));
-            ph[nph++] = (dt_time_phase){1.0, t_coll(&net, DT_COLL_ALLREDUCE, (double)(last * gb)), c,
+            const int64_t gw = comm_grad_bytes(p);
+            double c = (double)(nb - 1) * t_coll(&net, DT_COLL_ALLREDUCE, (double)(B * gw)) +
+                       t_coll(&net, DT_COLL_ALLREDUCE, (double)(last * gw));
+            ph[nph++] = (dt_time_phase){1.0, t_coll(&net, DT_COLL_ALLREDUCE, (double)(last * gw)), c,
                                         t_bwd, t_rec};
         } else {
             /* ZeRO++ under DeepSpeed ZeRO-3 (zeropp_wire): qwZ's forward gathers in int8, hpZ's
@@ -845,8 +866,9 @@ int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
             dt_time_zeropp_wire(p, &zpp);
             const dt_net bnet = ds3 ? hpz_net(p) : net;
             const double pf = zpp.fwd_gather_bytes, gr = zpp.grad_bytes;
-            double rs = t_units(&net, &u, L, DT_COLL_REDUCE_SCATTER, gr);
-            double rs_tail = t_coll(&net, DT_COLL_REDUCE_SCATTER, (double)u.emb_pad * gr);
+            const dt_collective gc = grad_collective(p);   /* all-reduce where DeepSpeed's reduce_scatter is off */
+            double rs = t_units(&net, &u, L, gc, gr);
+            double rs_tail = t_coll(&net, gc, (double)u.emb_pad * gr);
             double ag = stage_gathers_s(p, &net, &u, pb, ds3), ag_f = stage_gathers_s(p, &net, &u, pf, ds3),
                    ag_b = stage_gathers_s(p, &bnet, &u, pb, ds3);
             if (stage == 1 || stage == 2) {
@@ -974,24 +996,26 @@ static int comm_bytes(const dt_plan *p, int64_t out[DT_COLL_COUNT], dt_error *er
     layout_of(p, &u);
     const int stage = p->parallel.zero_stage;
     const int64_t A = p->batch.grad_accum;
-    const int64_t pb = dt_dtype_size(p->precision.param), gb = wire_grad_bytes(p);
+    dt_time_zeropp z;
+    dt_time_zeropp_wire(p, &z);
+    const int64_t pb = dt_dtype_size(p->precision.param), gb = comm_grad_bytes(p);
+    /* ZeRO++'s fractional widths (INT4 gradients): bytes rounded to whole bytes */
+    const int64_t pf = (int64_t)((double)u.total_pad * z.fwd_gather_bytes),
+                  gr = (int64_t)((double)u.total_pad * z.grad_bytes);
+    const dt_collective gc = grad_collective(p);
     switch (stage) {
     case 0:
         out[DT_COLL_ALLREDUCE] = u.total * gb + DT_SCALAR_BYTES * DT_LOSS_SCALARS;
         break;
     case 1:
-        out[DT_COLL_REDUCE_SCATTER] = u.total_pad * gb;
-        out[DT_COLL_ALLGATHER] = u.total_pad * pb;
-        out[DT_COLL_ALLREDUCE] = DT_SCALAR_BYTES * DT_LOSS_NORM_SCALARS;
-        break;
     case 2:
-        out[DT_COLL_REDUCE_SCATTER] = A * u.total_pad * gb;
+        out[gc] += (stage == 1 ? 1 : A) * u.total_pad * gb;
         out[DT_COLL_ALLGATHER] = u.total_pad * pb;
-        out[DT_COLL_ALLREDUCE] = DT_SCALAR_BYTES * DT_LOSS_NORM_SCALARS;
+        out[DT_COLL_ALLREDUCE] += DT_SCALAR_BYTES * DT_LOSS_NORM_SCALARS;
         break;
     default:
-        out[DT_COLL_ALLGATHER] = 2 * A * u.total_pad * pb;
-        out[DT_COLL_REDUCE_SCATTER] = A * u.total_pad * gb;
+        out[DT_COLL_ALLGATHER] = A * (pf + u.total_pad * pb);   /* forward (qwZ: INT8) and backward gathers */
+        out[DT_COLL_REDUCE_SCATTER] = A * gr;
         out[DT_COLL_ALLREDUCE] = DT_SCALAR_BYTES * DT_LOSS_NORM_SCALARS;
         break;
     }

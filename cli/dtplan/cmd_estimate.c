@@ -553,6 +553,9 @@ static void print_header(const est_ctx *c) {
                    ", fetch overhead %g s per module\n",
                    r->largest_layer == DT_LARGEST_MODULE ? "the largest module" : "a block's largest matrix",
                    r->max_reuse_distance, r->persistence_threshold, r->fetch_overhead_s);
+        if (r->grads_allreduce || r->comm_dtype_set)
+            printf("gradients  %s%s%s\n", r->grads_allreduce ? "all-reduced (reduce_scatter false)" : "reduce-scattered",
+                   r->comm_dtype_set ? ", communicated in " : "", r->comm_dtype_set ? dt_dtype_name(r->comm_dtype) : "");
         if (r->offload_ratio < 1.0 || r->hpz_partition > 1 || r->quantized_weights || r->quantized_gradients)
             printf("zero-3     offload_optimizer.ratio %g; ZeRO++: hpZ group %" PRId64 ", qwZ %s, qgZ %s "
                    "(docs/memory-model.md \"Partial offload and ZeRO++\")\n",
@@ -635,13 +638,16 @@ static void print_json(const est_ctx *c, const est_row *rows, int n) {
                "\"upcast_logits\": %s, \"upcast_norm\": %s, \"upcast_softmax\": %s, \"unfused_act\": %s, "
                "\"largest_layer\": \"%s\", \"max_reuse_distance\": %" PRId64 ", \"persistence_threshold\": %" PRId64
                ", \"offload_ratio\": %g, \"hpz_partition_size\": %" PRId64
-               ", \"quantized_weights\": %s, \"quantized_gradients\": %s},\n",
+               ", \"quantized_weights\": %s, \"quantized_gradients\": %s, \"reduce_scatter\": %s"
+               ", \"communication_data_type\": %s%s%s},\n",
                dt_runtime_name(r->kind), dt_attn_kernel_name(r->attention), p->activations.selective ? "true" : "false",
                r->dropout ? "true" : "false", r->upcast_logits ? "true" : "false", r->upcast_norm ? "true" : "false",
                r->upcast_softmax ? "true" : "false", r->unfused_act ? "true" : "false",
                dt_largest_layer_name(r->largest_layer), r->max_reuse_distance, r->persistence_threshold,
                r->offload_ratio, r->hpz_partition, r->quantized_weights ? "true" : "false",
-               r->quantized_gradients ? "true" : "false");
+               r->quantized_gradients ? "true" : "false", r->grads_allreduce ? "false" : "true",
+               r->comm_dtype_set ? "\"" : "", r->comm_dtype_set ? dt_dtype_name(r->comm_dtype) : "null",
+               r->comm_dtype_set ? "\"" : "");
     }
     if (c->mem_limit) printf("  \"mem_limit\": %" PRId64 ",\n", c->mem_limit);
     printf("  \"rows\": [\n");

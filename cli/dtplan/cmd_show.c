@@ -149,6 +149,9 @@ static void show_training(const dt_plan *p) {
         if (r->offload_ratio < 1.0)
             printf("             partial optimizer offload: ratio %g (the first sub-groups stay on the GPU)\n",
                    r->offload_ratio);
+        if (r->grads_allreduce || r->comm_dtype_set)
+            printf("             gradients: %s%s%s\n", r->grads_allreduce ? "all-reduced (reduce_scatter false)" : "reduce-scattered",
+                   r->comm_dtype_set ? ", communicated in " : "", r->comm_dtype_set ? dt_dtype_name(r->comm_dtype) : "");
         if (r->hpz_partition > 1 || r->quantized_weights || r->quantized_gradients)
             printf("             ZeRO++: hpZ %s, qwZ (int8 weight gathers) %s, qgZ (int4 gradients) %s\n",
                    r->hpz_partition > 1 ? "on" : "off", r->quantized_weights ? "on" : "off",

@@ -59,13 +59,14 @@ import json, sys
 p = json.load(open(sys.argv[1]))
 p["parallel"]["offload_optimizer"] = "cpu"
 p["parallel"]["sub_group_elems"] = 10000000
-p["runtime"].update(offload_ratio=0.5, hpz_partition_size=4, quantized_weights=True)
+p["runtime"].update(offload_ratio=0.5, hpz_partition_size=4, quantized_weights=True, communication_data_type="fp32")
 p["prediction"] = {"valid": False}
 json.dump(p, open(sys.argv[2], "w"), indent=2)
 PY
 "$DTPLAN" export --deepspeed "$T/zpp.json" -o "$T/zpp.ds.json" >/dev/null 2>&1 || bad "export the ZeRO++ plan"
 grep -q '"ratio": 0.5' "$T/zpp.ds.json" && grep -q '"zero_hpz_partition_size": 4' "$T/zpp.ds.json" &&
-    grep -q '"zero_quantized_weights": true' "$T/zpp.ds.json" || bad "export lost ratio / hpZ / qwZ: $(cat "$T/zpp.ds.json")"
+    grep -q '"zero_quantized_weights": true' "$T/zpp.ds.json" && grep -q '"communication_data_type": "fp32"' "$T/zpp.ds.json" ||
+    bad "export lost ratio / hpZ / qwZ / the comm dtype: $(cat "$T/zpp.ds.json")"
 check "$T/zpp.json" qwen3-0.6b 8 1 2048 "$(grep -o '"ckpt_layers": [0-9]*' "$T/rt.json" | grep -o '[0-9]*$')" H100-SXM-80GB \
     --runtime deepspeed --attention eager \
     $(grep -q '"selective_recompute": true' "$T/rt.json" && echo --recompute selective)

@@ -595,6 +595,7 @@ static void test_runtime_section(void) {
     p.parallel.offload_optimizer = DT_OFFLOAD_CPU;
     p.runtime.offload_ratio = 0.25, p.runtime.hpz_partition = 2;
     p.runtime.quantized_weights = p.runtime.quantized_gradients = 1;
+    p.runtime.comm_dtype_set = 1, p.runtime.comm_dtype = DT_DTYPE_FP32;
     char *z0 = dt_plan_to_json(&p, &err);
     CHECK(z0 && strstr(z0, "\"offload_ratio\": 0.25") && strstr(z0, "\"hpz_partition_size\": 2") &&
           strstr(z0, "\"quantized_weights\": true") && strstr(z0, "\"quantized_gradients\": true"));
@@ -602,6 +603,11 @@ static void test_runtime_section(void) {
         CHECK_EQ_I64(dt_plan_parse(z0, &q, &err), 0);
         CHECK(q.runtime.offload_ratio == 0.25 && q.runtime.hpz_partition == 2 && q.runtime.quantized_weights &&
               q.runtime.quantized_gradients);
+        CHECK(strstr(z0, "\"communication_data_type\": \"fp32\"") && q.runtime.comm_dtype_set &&
+              q.runtime.comm_dtype == DT_DTYPE_FP32);
+        expect_mut_reject(z0, "runtime.communication_data_type", "\"int8\"", "$.runtime.communication_data_type");
+        expect_mut_accept(z0, "runtime.reduce_scatter", "false", &q);
+        CHECK(q.runtime.grads_allreduce == 1);
         expect_mut_reject(z0, "runtime.offload_ratio", "1.5", "$.runtime.offload_ratio");
         expect_mut_reject(z0, "runtime.hpz_partition_size", "0", "$.runtime.hpz_partition_size");
         expect_mut_reject(z0, "runtime.hpz_partition_size", "3", "does not divide the world size 2");

@@ -397,6 +397,20 @@ static void test_zeropp_keys(void) {
                  "zero_hpz_partition_size");
     expect_error("{\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\", "
                  "\"ratio\": 0.5}}}", 1, "Partial offloading only supported for ZeRO Stage 3.");
+    /* the gradients' collective and dtype: modelled at stages 1-2 (all-reduce) and at every stage (dtype) */
+    CHECK(apply_both("{\"train_micro_batch_size_per_gpu\": 1, \"communication_data_type\": \"FP32\", "
+                     "\"zero_optimization\": {\"stage\": 2, \"reduce_scatter\": false}}", &p, 16,
+                     DT_RUNTIME_DEEPSPEED, &notes, &e) == DT_OK);
+    CHECK(p.runtime.grads_allreduce == 1 && p.runtime.comm_dtype_set && p.runtime.comm_dtype == DT_DTYPE_FP32);
+    CHECK(dt_plan_validate(&p, &e) == DT_OK);
+    CHECK(apply_both("{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 3, "
+                     "\"reduce_scatter\": false}}", &p, 16, DT_RUNTIME_DEEPSPEED, &notes, &e) == DT_OK);
+    CHECK(p.runtime.grads_allreduce == 0 && has_note(&notes, "reduce_scatter false: no effect at stage 3"));
+    CHECK(apply_both("{\"train_micro_batch_size_per_gpu\": 1, \"communication_data_type\": \"bf16\"}", &p, 16,
+                     DT_RUNTIME_DTRUN, &notes, &e) == DT_OK);
+    CHECK(!p.runtime.comm_dtype_set && has_note(&notes, "dtrun's engine reduce-scatters in the gradient dtype"));
+    expect_error("{\"train_micro_batch_size_per_gpu\": 1, \"communication_data_type\": \"int8\"}", 1,
+                 "Invalid communication_data_type. Supported data types: ['fp16', 'bf16', 'fp32']. Got: int8");
 }
 
 /* Keys DeepSpeed acts on that the planner does not model: a note each when set away from
@@ -411,10 +425,8 @@ static void test_unmodelled_notes(void) {
         "\"stage3_use_all_reduce_for_fetch_params\": true, \"offload_optimizer\": {\"device\": \"cpu\"}}}";
     CHECK(dt_dsconfig_parse(cfg, "cfg.json", &c, &e) == DT_OK);
     static const char *const want[] = {
-        "$.zero_optimization.reduce_scatter false: not modelled: gradients are all-reduced",
         "$.zero_optimization.mics_shard_size 8: not modelled: MiCS",
         "$.zero_optimization.stage3_use_all_reduce_for_fetch_params true: not modelled",
-        "$.communication_data_type \"fp32\": not modelled",
         "$.data_types.grad_accum_dtype \"fp32\": not modelled",
         "$.activation_checkpointing.cpu_checkpointing true: not modelled",
         "$.zero_optimization.offload_optimizer.pin_memory off (DeepSpeed's default)"};
@@ -422,7 +434,8 @@ static void test_unmodelled_notes(void) {
         if (!has_note(&c.notes, want[i])) fprintf(stderr, "missing note: %s\n", want[i]);
         CHECK(has_note(&c.notes, want[i]));
     }
-    CHECK_EQ_I64(c.notes.n, (int64_t)(sizeof want / sizeof want[0]));
+    CHECK_EQ_I64(c.notes.n, (int64_t)(sizeof want / sizeof want[0]));   /* reduce_scatter, the comm dtype: modelled */
+    CHECK(c.reduce_scatter_off && c.comm_dtype_set && c.comm_dtype == DT_DTYPE_FP32);
     /* DeepSpeed's defaults written out, and a pinned offload: no note */
     CHECK(dt_dsconfig_parse("{\"train_micro_batch_size_per_gpu\": 1, \"communication_data_type\": null, "
                             "\"zero_optimization\": {\"stage\": 3, \"reduce_scatter\": true, \"mics_shard_size\": -1, "

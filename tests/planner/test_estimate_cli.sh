@@ -136,7 +136,13 @@ has '^  3   cpu/none   \|     2\.35     1\.12      3\.35 \|'
 has '\| +14\.44 +0\.00 \| backward start'
 has '^zero-3     offload_optimizer.ratio 0.3; ZeRO\+\+: hpZ group 8, qwZ on, qgZ off'
 ok --model llama-2-7b --gpus 16 --nodes 2 --deepspeed "$TMP/zpp.json" --runtime deepspeed --json
-has '"offload_ratio": 0.3, "hpz_partition_size": 8, "quantized_weights": true, "quantized_gradients": false'
+has '"offload_ratio": 0.3, "hpz_partition_size": 8, "quantized_weights": true, "quantized_gradients": false, "reduce_scatter": true, "communication_data_type": null'
+printf '{"train_micro_batch_size_per_gpu": 1, "communication_data_type": "fp32", "zero_optimization": {"stage": 2, "reduce_scatter": false}}' >"$TMP/comm.json"
+ok --model llama-2-7b --gpus 16 --nodes 2 --deepspeed "$TMP/comm.json" --runtime deepspeed
+has '^gradients  all-reduced \(reduce_scatter false\), communicated in fp32'
+printf '{"train_micro_batch_size_per_gpu": 1, "communication_data_type": "int8"}' >"$TMP/int8.json"
+bad "Invalid communication_data_type. Supported data types: \['fp16', 'bf16', 'fp32'\]. Got: int8" --params 1B \
+    --deepspeed "$TMP/int8.json"
 ok --model llama-2-7b --gpus 16 --nodes 2 --deepspeed "$TMP/zpp.json"
 has "note       offload_optimizer.ratio 0.3: DeepSpeed's partial offload; dtrun's engine offloads the whole"
 has "note       zero_hpz_partition_size / zero_quantized_weights / zero_quantized_gradients: ZeRO\+\+; dtrun's"

@@ -411,6 +411,41 @@ static void test_simulator_zeropp(void) {
     CHECK(b1 == b0 && tb1 < tb0);                   /* the same bytes, within the node */
 }
 
+/* DeepSpeed's gradient collective as its config has it: communication_data_type casts the
+ * buckets (fp32: twice bf16's bytes), reduce_scatter false all-reduces them at stages 1-2
+ * (twice the ring traffic); the bytes per step and the simulator follow. */
+static void test_grad_collective(void) {
+    dt_plan p;
+    dt_error e = {0};
+    hf_plan(&p, "qwen3-0.6b", 16, DT_RUNTIME_DEEPSPEED);
+    p.cluster.nodes = 2, p.cluster.gpus_per_node = 8;
+    CHECK(dt_hardware_load("H100-SXM-80GB", "100Gb", &p.cluster.hw, &e) == DT_OK);
+    p.parallel.zero_stage = 2;
+    int64_t b0[DT_COLL_COUNT], b1[DT_COLL_COUNT];
+    dt_time_terms t0, t1;
+    CHECK(dt_time_terms_build(&p, &t0, &e) == DT_OK && dt_time_comm_bytes(&p, b0, &e) == DT_OK);
+    p.runtime.comm_dtype_set = 1, p.runtime.comm_dtype = DT_DTYPE_FP32;
+    CHECK(dt_plan_validate(&p, &e) == DT_OK);
+    CHECK(dt_time_terms_build(&p, &t1, &e) == DT_OK && dt_time_comm_bytes(&p, b1, &e) == DT_OK);
+    CHECK_EQ_I64(b1[DT_COLL_REDUCE_SCATTER], 2 * b0[DT_COLL_REDUCE_SCATTER]);
+    CHECK(t1.comm_total_s > t0.comm_total_s);
+    p.runtime.comm_dtype_set = 0, p.runtime.grads_allreduce = 1;
+    CHECK(dt_plan_validate(&p, &e) == DT_OK);
+    CHECK(dt_time_terms_build(&p, &t1, &e) == DT_OK && dt_time_comm_bytes(&p, b1, &e) == DT_OK);
+    CHECK_EQ_I64(b1[DT_COLL_REDUCE_SCATTER], 0);
+    CHECK_EQ_I64(b1[DT_COLL_ALLREDUCE] - b0[DT_COLL_ALLREDUCE], b0[DT_COLL_REDUCE_SCATTER]);
+    CHECK(t1.comm_total_s > t0.comm_total_s);
+    int64_t bytes;
+    double busy;
+    sim_comm(&p, "backward", DT_SIM_ALLREDUCE, &bytes, &busy);
+    CHECK(bytes == b0[DT_COLL_REDUCE_SCATTER] && busy > 0);   /* the simulator all-reduces them too */
+    /* stage 3 reduce-scatters whatever the key says; fsdp has no such key */
+    p.parallel.zero_stage = 3;
+    CHECK(dt_time_comm_bytes(&p, b1, &e) == DT_OK && b1[DT_COLL_REDUCE_SCATTER] > 0);
+    p.runtime.kind = DT_RUNTIME_FSDP;
+    CHECK(dt_plan_validate(&p, &e) == DT_EINVAL && strstr(e.msg, "DeepSpeed's options, not fsdp's"));
+}
+
 int main(void) {
     test_names();
     test_gpt2_hf_block();
@@ -424,5 +459,6 @@ int main(void) {
     test_simulator_peak();
     test_partial_offload_and_zeropp();
     test_simulator_zeropp();
+    test_grad_collective();
     TEST_MAIN_END();
 }
