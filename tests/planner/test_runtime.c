@@ -293,6 +293,15 @@ static void test_names(void) {
     CHECK(strstr(e.msg, "flash or materialized") != NULL);
 }
 
+/* Qwen3-0.6B under DeepSpeed on 2 nodes x 8 H100 joined by one 100 Gb NIC each: the
+ * network the ZeRO++ and gradient-collective tests price. */
+static void two_node_plan(dt_plan *p) {
+    dt_error e = {0};
+    hf_plan(p, "qwen3-0.6b", 16, DT_RUNTIME_DEEPSPEED);
+    p->cluster.nodes = 2, p->cluster.gpus_per_node = 8;
+    CHECK(dt_hardware_load("H100-SXM-80GB", "100Gb", &p->cluster.hw, &e) == DT_OK);
+}
+
 /* DeepSpeed's partial offload (offload_optimizer.ratio): sub-groups of sub_group_size
  * elements, the first int((1 - ratio) x count) on the GPU with their fp32 master, moments and
  * fp32 gradient; one sub-group truncates to none. ZeRO++ hpZ: a secondary 16-bit partition
@@ -349,10 +358,8 @@ static void test_partial_offload_and_zeropp(void) {
 
     /* communication on 2 nodes x 8: hpZ's backward gathers stay in the node, qwZ halves the
      * forward gathers, qgZ quarters the reduce-scatter; each alone lowers the step's comm */
-    hf_plan(&p, "qwen3-0.6b", 16, DT_RUNTIME_DEEPSPEED);
-    p.cluster.nodes = 2, p.cluster.gpus_per_node = 8;
+    two_node_plan(&p);
     p.parallel.zero_stage = 3;
-    CHECK(dt_hardware_load("H100-SXM-80GB", "100Gb", &p.cluster.hw, &e) == DT_OK);
     dt_time_terms t0, t1;
     CHECK(dt_time_terms_build(&p, &t0, &e) == DT_OK);
     int64_t *hpz = &p.runtime.hpz_partition;
@@ -388,10 +395,7 @@ static void sim_comm(const dt_plan *p, const char *phase, dt_sim_kind kind, int6
 
 static void test_simulator_zeropp(void) {
     dt_plan p;
-    dt_error e = {0};
-    hf_plan(&p, "qwen3-0.6b", 16, DT_RUNTIME_DEEPSPEED);
-    p.cluster.nodes = 2, p.cluster.gpus_per_node = 8;
-    CHECK(dt_hardware_load("H100-SXM-80GB", "100Gb", &p.cluster.hw, &e) == DT_OK);
+    two_node_plan(&p);
     p.parallel.zero_stage = 3;
     p.batch.micro_batch = 2, p.batch.seq_len = 1024, p.batch.global_batch = 32;
     int64_t f0, f1, b0, b1, r0, r1;
@@ -417,9 +421,7 @@ static void test_simulator_zeropp(void) {
 static void test_grad_collective(void) {
     dt_plan p;
     dt_error e = {0};
-    hf_plan(&p, "qwen3-0.6b", 16, DT_RUNTIME_DEEPSPEED);
-    p.cluster.nodes = 2, p.cluster.gpus_per_node = 8;
-    CHECK(dt_hardware_load("H100-SXM-80GB", "100Gb", &p.cluster.hw, &e) == DT_OK);
+    two_node_plan(&p);
     p.parallel.zero_stage = 2;
     int64_t b0[DT_COLL_COUNT], b1[DT_COLL_COUNT];
     dt_time_terms t0, t1;
