@@ -14,6 +14,7 @@
 #include "dt_memory.h"
 #include "dt_plan.h"
 #include "dt_report_charts.h"
+#include "dt_timemodel.h"
 #include "dt_units.h"
 
 /* Defaults (docs/memory-model.md "Defaults"): the users' runbooks'
@@ -87,7 +88,9 @@ static void usage(FILE *f) {
             "                        transient gradient and --compare deepspeed take as the largest layer\n"
             "  --zero-stage S        only rows with this stage (0..3)\n"
             "  --offload-optimizer D, --offload-param D   only rows with this offload (none|cpu|nvme)\n"
-            "  --deepspeed cfg.json  stage/offload/buckets/batch/precision from a DeepSpeed config\n"
+            "  --deepspeed cfg.json  stage/offload/buckets/batch/precision from a DeepSpeed config (with\n"
+            "                        --runtime deepspeed also ZeRO++, the offload ratio and the gradients'\n"
+            "                        collective); one row, and its predicted step\n"
             "  --sub-group-size N    DeepSpeed's sub_group_size (default 1e9 elements): the optimizer tile, and\n"
             "                        the size of each of the 4 host swap buffers of NVMe optimizer offload\n"
             "  --hardware NAME|PATH  hardware profile (reserve, device memory), default %s\n"
@@ -603,6 +606,19 @@ static void print_table(const est_ctx *c, const est_row *rows, int n) {
                "loss's fp32 buffers; backward end: gradients complete; optimizer step), its terms as they are then.\n");
 }
 
+/* One configuration (a DeepSpeed config or a plan): its predicted step as well, so what the
+ * config's keys change in time (buckets, overlap, ZeRO++, the gradients' collective) shows
+ * next to the memory. Nothing when the time model cannot price the plan. */
+static void print_config_time(const est_ctx *c) {
+    dt_time_breakdown t;
+    dt_error e = {0};
+    if (dt_time_estimate(&c->plan, &t, &e)) return;
+    printf("time       step %.4g s = compute %.4g + recompute %.4g + exposed comm %.4g (of %.4g) + offload %.4g + "
+           "optimizer %.4g; %.0f tokens/s, MFU %.1f%% (docs/time-model.md; dtplan simulate draws the step)\n",
+           t.step_s, t.compute_s, t.recompute_s, t.comm_exposed_s, t.comm_s, t.offload_s, t.optimizer_s,
+           t.tokens_per_s, 100.0 * t.mfu);
+}
+
 static void json_str(const char *s) {
     putchar('"');
     for (; *s; s++) {
@@ -789,6 +805,7 @@ int dt_cmd_estimate(int argc, char **argv) {
             } else {
                 print_header(c);
                 print_table(c, rows, n);
+                if (c->from_config) print_config_time(c);
                 if (a.plan) print_plan_staleness(c, &rows[0]);
                 if (a.compare) print_compare(c, rows, n);
             }

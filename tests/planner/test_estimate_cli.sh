@@ -135,6 +135,14 @@ ok --model llama-2-7b --gpus 16 --nodes 2 --deepspeed "$TMP/zpp.json" --runtime 
 has '^  3   cpu/none   \|     2\.35     1\.12      3\.35 \|'
 has '\| +14\.44 +0\.00 \| backward start'
 has '^zero-3     offload_optimizer.ratio 0.3; ZeRO\+\+: hpZ group 8, qwZ on, qgZ off'
+# one configuration: its predicted step too; hpZ + qwZ + partial offload shorten it
+has '^time       step [0-9.e+-]+ s = compute '
+step_zpp=$(sed -n 's/^time       step \([0-9.e+-]*\) s.*/\1/p' "$TMP/out")
+printf '{"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}, "zero_optimization": {"stage": 3, "sub_group_size": 1e8, "offload_optimizer": {"device": "cpu"}}}' >"$TMP/z3off.json"
+ok --model llama-2-7b --gpus 16 --nodes 2 --deepspeed "$TMP/z3off.json" --runtime deepspeed
+step_plain=$(sed -n 's/^time       step \([0-9.e+-]*\) s.*/\1/p' "$TMP/out")
+awk -v a="$step_zpp" -v b="$step_plain" 'BEGIN { exit !(a > 0 && b > 0 && a < b) }' ||
+    fail "ZeRO++ + partial offload step ($step_zpp s) not below the plain offload's ($step_plain s)"
 ok --model llama-2-7b --gpus 16 --nodes 2 --deepspeed "$TMP/zpp.json" --runtime deepspeed --json
 has '"offload_ratio": 0.3, "hpz_partition_size": 8, "quantized_weights": true, "quantized_gradients": false, "reduce_scatter": true, "communication_data_type": null'
 printf '{"train_micro_batch_size_per_gpu": 1, "communication_data_type": "fp32", "zero_optimization": {"stage": 2, "reduce_scatter": false}}' >"$TMP/comm.json"
