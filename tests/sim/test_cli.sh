@@ -111,14 +111,15 @@ elif abs(off) < 0.14:
     assert not h, "hint at %+.0f %%: %s" % (off * 100, text)
 PY
     fail "dtrun's calibrate hint: $(cat "$T/err")"
-# deterministic: a copy of the built-in profile 100x slower predicts ~100x the step
-sed -e 's/"name": "cpu"/"name": "slowcpu"/' -e 's/"fp32": 1.2e11/"fp32": 1.2e9/' -e 's/"attention_flops": 2e10/"attention_flops": 2e8/' \
-    -e 's/"elementwise_bw": 1.1e10/"elementwise_bw": 1.1e8/' "$SRC/configs/hardware/cpu.json" >"$T/slowcpu.json"
+# deterministic: a copy of the built-in profile 1000x slower predicts ~1000x the step (still
+# far above it under the sanitizers, which slow the run ~25x)
+sed -e 's/"name": "cpu"/"name": "slowcpu"/' -e 's/"fp32": 1.2e11/"fp32": 1.2e8/' -e 's/"attention_flops": 2e10/"attention_flops": 2e7/' \
+    -e 's/"elementwise_bw": 1.1e10/"elementwise_bw": 1.1e7/' "$SRC/configs/hardware/cpu.json" >"$T/slowcpu.json"
 "$DTPLAN" solve --mem 1G --model gpt2-tiny --seq 64 --precision fp32 --steps 12 --hardware "$T/slowcpu.json" \
     --out "$T/runs" -o "$T/slowplan.json" >"$T/out" 2>&1 || fail "solve on slowcpu: $(cat "$T/out")"
 "$DTRUN" "$T/slowplan.json" --no-progress >/dev/null 2>"$T/err" || fail "dtrun on slowcpu: $(cat "$T/err")"
-grep -q "dtrun: the step was 9[0-9]% below the prediction of profile 'slowcpu', which holds no measurement of this machine: \`dtplan calibrate -o local.json\`" "$T/err" &&
-    ok "a run 100x faster than its unmeasured profile predicts says how to calibrate" ||
+grep -q "dtrun: the step was [0-9]*% below the prediction of profile 'slowcpu', which holds no measurement of this machine: \`dtplan calibrate -o local.json\`" "$T/err" &&
+    ok "a run far faster than its unmeasured profile predicts says how to calibrate" ||
     fail "no calibrate hint for a far-off unmeasured profile: $(cat "$T/err")"
 "$DTPLAN" report "$T/run" >"$T/report.out" || fail "report: $(cat "$T/report.out")"
 for f in loss throughput memory steptime; do is_png "$T/run/report/$f.png"; done
