@@ -430,12 +430,13 @@ static int validate_precision(const dt_precision *pr, dt_error *err) {
     return DT_OK;
 }
 
-/* DeepSpeed's partial optimizer offload and ZeRO++ (deepspeed runtime only): the rules
+/* DeepSpeed's partial optimizer offload, ZeRO++ and the gradients' collective (reduce_scatter,
+ * communication_data_type; deepspeed runtime only): the rules
  * DeepSpeed itself enforces (runtime/zero/config.py "Partial offloading only supported for
  * ZeRO Stage 3."; utils/groups.py _create_zero_param_parallel_group: the world divides into
  * hpZ groups) and the ones the model needs (a ratio means nothing without a CPU-offloaded
  * optimizer). */
-static int validate_zeropp(const dt_plan *p, dt_error *err) {
+static int validate_deepspeed_keys(const dt_plan *p, dt_error *err) {
     const dt_runtime *r = &p->runtime;
     const dt_parallel *q = &p->parallel;
     if (!(r->offload_ratio >= 0 && r->offload_ratio <= 1))
@@ -508,7 +509,7 @@ static int validate_runtime(const dt_plan *p, dt_error *err) {
     if (!finite_nonneg(r->fetch_overhead_s) || r->max_reuse_distance < 0 || r->persistence_threshold < 0)
         return dt_errorf(err, DT_EINVAL,
                          "runtime.fetch_overhead_s, max_reuse_distance and persistence_threshold must be >= 0");
-    if ((rc = validate_zeropp(p, err))) return rc;
+    if ((rc = validate_deepspeed_keys(p, err))) return rc;
     if (r->kind == DT_RUNTIME_FSDP) {
         const dt_parallel *q = &p->parallel;
         if (q->zero_stage == 1)

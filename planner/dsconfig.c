@@ -687,7 +687,7 @@ int dt_dsconfig_load(const char *path, dt_dsconfig *out, dt_error *err) {
     return rc;
 }
 
-/* DeepSpeed's partial offload and ZeRO++ onto the deepspeed runtime (validate_zeropp in
+/* DeepSpeed's partial offload and ZeRO++ onto the deepspeed runtime (validate_deepspeed_keys in
  * common/plan.c holds the rules): what DeepSpeed would ignore is noted, what it would
  * refuse is an error. */
 static int apply_zeropp(const dt_dsconfig *c, dt_plan *p, dt_ds_notes *notes, dt_error *err) {
