@@ -207,10 +207,10 @@ int dt_cmd_simulate(int argc, char **argv) {
     dt_mem_breakdown mb;
     if (dt_time_estimate(&p, &tb, &e) || dt_memory_estimate(&p, &mb, &e)) return dt_cli_fail(2, "%s", e.msg);
     dt_sim_result r;
-    if (dt_simulate(&p, &r, &e)) return dt_cli_fail(e.code == DT_EINVAL ? 2 : 1, "%s", e.msg);
+    if (dt_simulate(&p, &r, &e)) return dt_cli_fail_err(e.code, &e);
 
     int rc = 0;
-    if (trace && write_trace(&p, &r, trace, &e)) rc = dt_cli_fail(e.code == DT_EINVAL || e.code == DT_EIO ? 2 : 1, "%s", e.msg);
+    if (trace && write_trace(&p, &r, trace, &e)) rc = dt_cli_fail_err(e.code, &e);
     if (!rc && plot && write_plot(&p, &r, plot, &e)) rc = dt_cli_fail(2, "%s", e.msg);
     if (rc) { dt_sim_free(&r); return rc; }
 

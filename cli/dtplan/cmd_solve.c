@@ -477,8 +477,7 @@ int dt_cmd_solve(int argc, char **argv) {
         free(r);
         char hint[320] = "";
         if (rc == DT_EINFEASIBLE) deepspeed_runtime_hint(&rq, hint, sizeof hint);
-        fprintf(stderr, "dtplan: %s%s\n", err.msg, hint);
-        return rc == DT_EINVAL || rc == DT_EINFEASIBLE ? 2 : 1;
+        return dt_cli_fail(dt_cli_exit_code(rc), "%s%s", err.msg, hint);
     }
     print_result(&rq, r, u, ms);
     if (outp) {

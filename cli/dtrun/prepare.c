@@ -1,5 +1,5 @@
 /* prepare.c — `dtrun prepare` (docs/data.md): text files, folders and JSONL into token
- * shards v2 with a train/validation split, through engine/run/dt_prepare.h. This file
+ * shards v2 with a train/validation split, through engine/data/dt_prepare.h. This file
  * reads the arguments, shows progress on a terminal and prints the summary; the engine
  * prints nothing. */
 #include <errno.h>
@@ -190,7 +190,7 @@ int dt_cmd_prepare(int argc, char **argv) {
     free(inputs);
     if (rc) {
         fprintf(stderr, "dtrun prepare: %s\n", err.msg);
-        return rc == DT_EINVAL ? 2 : 1;
+        return dt_cli_exit_code(rc);
     }
     if (!quiet) {
         char t0[32], t1[32];

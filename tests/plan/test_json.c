@@ -328,12 +328,12 @@ static void test_reader_bounds(void) {
     snprintf(path, sizeof path, "%s/fifo.json", dir);
     CHECK(mkfifo(path, 0600) == 0);
     CHECK_EQ_I64(dt_json_read_file(path, &text, NULL, &err), DT_EINVAL);
-    CHECK(strstr(err.msg, "is a FIFO (named pipe), not a regular file") != NULL);
+    CHECK(strstr(err.msg, "is a FIFO, not a regular file") != NULL);
     CHECK(strstr(err.msg, path) != NULL);
     unlink(path);
     /* a device: never read, so /dev/zero cannot fill memory */
     CHECK_EQ_I64(dt_json_read_file("/dev/zero", &text, NULL, &err), DT_EINVAL);
-    CHECK_STR(err.msg, "'/dev/zero' is a character device, not a regular file: give the path of a file");
+    CHECK_STR(err.msg, "/dev/zero: is a character device, not a regular file: give the path of a file");
     CHECK(text == NULL);
     /* larger than the limit: refused from its size, without reading (a sparse file) */
     snprintf(path, sizeof path, "%s/huge.json", dir);

@@ -21,11 +21,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dt_ckpt.h"          /* dt_mkdirs */
 #include "dt_data.h"          /* dt_rng_next */
 #include "dt_json.h"
 #include "dt_prepdoc.h"
-#include "dt_safetensors.h"   /* dt_open_regular, dt_fsync_dir, dt_file_kind */
+#include "dt_file.h"
 #include "dt_sha256.h"
 #include "dt_tokenizer.h"
 
@@ -332,7 +331,7 @@ static int index_text(prep *p, uint32_t fi, const char *path, int named, int *bi
     *binary = 0;
     int fd;
     uint64_t size = 0;
-    if (dt_open_regular(path, "text file", &fd, &size, err)) return err->code;
+    if (dt_file_open_regular(path, "text file", &fd, &size, err)) return err->code;
     if (size == 0) {
         close(fd);
         p->skipped_docs++;
@@ -397,7 +396,7 @@ static int index_line(prep *p, uint32_t fi, const char *path, const char *line, 
 static int index_jsonl(prep *p, uint32_t fi, const char *path, dt_error *err) {
     int fd;
     uint64_t size = 0;
-    if (dt_open_regular(path, "JSONL file", &fd, &size, err)) return err->code;
+    if (dt_file_open_regular(path, "JSONL file", &fd, &size, err)) return err->code;
     char *line = NULL;
     size_t len = 0, cap = 0;
     uint64_t pos = 0, line_off = 0, lineno = 1;
@@ -533,7 +532,7 @@ static int item_fd(prep *p, uint32_t file, int *fd, dt_error *err) {
         if (p->fds[i].fd >= 0 && p->fds[i].file == file) return *fd = p->fds[i].fd, DT_OK;
     uint64_t size;
     int nfd;
-    if (dt_open_regular(p->files[file], "input file", &nfd, &size, err)) return err->code;
+    if (dt_file_open_regular(p->files[file], "input file", &nfd, &size, err)) return err->code;
     int k = p->fd_next;
     p->fd_next = (p->fd_next + 1) % FD_CACHE;
     if (p->fds[k].fd >= 0) close(p->fds[k].fd);

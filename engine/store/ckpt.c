@@ -41,21 +41,6 @@ static const dt_tensor_info *find_tensor(const dt_lm *g, const char *name) {
     return NULL;
 }
 
-int dt_mkdirs(const char *dir, dt_error *err) {
-    char buf[DT_PATH_MAX * 2];
-    snprintf(buf, sizeof buf, "%s", dir);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return dt_errorf(err, DT_EIO, "%s: cannot create directory: %s", buf, strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return dt_errorf(err, DT_EIO, "%s: cannot create directory: %s", buf, strerror(errno));
-    return DT_OK;
-}
-
 static char *pelem(void *base, dt_dtype dt, size_t off) {
     return (char *)base + off * (size_t)dt_dtype_size(dt);
 }
@@ -256,7 +241,7 @@ static int llmc_open(const dt_lm *g, const dt_model *m, const char *path, llmc_s
     *out_s = NULL;
     int fd;
     uint64_t fsize = 0;
-    if (dt_open_regular(path, "llm.c checkpoint", &fd, &fsize, err)) return err->code;
+    if (dt_file_open_regular(path, "llm.c checkpoint", &fd, &fsize, err)) return err->code;
     int32_t h[DT_LLMC_HEADER_INTS];
     if (pread(fd, h, sizeof h, 0) != (ssize_t)sizeof h) {
         close(fd);
@@ -411,7 +396,7 @@ static int wsrc_open(const dt_lm *g, const dt_model *m, dt_dtype pdt, const char
     }
     int fd;
     uint64_t fsize = 0;
-    if (dt_open_regular(path, "weights file (.safetensors or llm.c .bin)", &fd, &fsize, err)) return err->code;
+    if (dt_file_open_regular(path, "weights file (.safetensors or llm.c .bin)", &fd, &fsize, err)) return err->code;
     int32_t magic = 0;
     int got = read(fd, &magic, sizeof magic) == (ssize_t)sizeof magic;
     close(fd);
