@@ -6,6 +6,7 @@
  * query / kv heads, d head dim, V vocab, L blocks, K checkpointed blocks,
  * a activation bytes. shard = ceil(Ψ / N) (partitions padded to equal size). */
 #include "dt_memory.h"
+#include "dt_consts.h"
 #include "dt_model.h"
 
 #include <stdint.h>
@@ -20,13 +21,6 @@
 #define TOKEN_ID_BYTES 4
 #define LOSS_BYTES 4
 
-/* DeepSpeed code defaults the plan does not carry (deepspeed/runtime/zero/
- * offload_config.py, zero/config.py; docs/memory-model.md "Host memory and NVMe"):
- * offload_optimizer.buffer_count (NVMe swap buffers; each holds one sub_group_size tile,
- * the plan's parallel.sub_group_elems), offload_param.buffer_count and buffer_size (elements). */
-#define DS_OPT_SWAP_BUFFERS 4
-#define DS_PARAM_SWAP_BUFFERS 5
-#define DS_PARAM_BUFFER_ELEMS 100000000LL
 
 /* Anything above 2^60 bytes (an exabyte) per rank is a nonsensical request; the
  * arithmetic below saturates there instead of overflowing. */
@@ -487,12 +481,12 @@ static void host_terms(const dt_plan *p, int64_t psi, int64_t shard, dt_mem_brea
     if (z->offload_optimizer == DT_OFFLOAD_NVME) {
         const int64_t w = dt_dtype_size(pr->has_master ? pr->master : pr->moment);
         out->host_buffers = sadd(out->host_buffers,
-                                 smul3(n, DS_OPT_SWAP_BUFFERS, smul(optimizer_tile(p, shard), w)));
+                                 smul3(n, DT_DS_OPT_SWAP_BUFFERS, smul(optimizer_tile(p, shard), w)));
         out->nvme = sadd(out->nvme, smul3(n, ob, shard));
     }
     if (z->offload_param == DT_OFFLOAD_NVME) {
         out->host_buffers = sadd(out->host_buffers,
-                                 smul3(n, DS_PARAM_SWAP_BUFFERS, smul(imin(DS_PARAM_BUFFER_ELEMS, shard), pb)));
+                                 smul3(n, DT_DS_PARAM_SWAP_BUFFERS, smul(imin(DT_DS_PARAM_BUFFER_ELEMS, shard), pb)));
         out->nvme = sadd(out->nvme, smul3(n, pb, shard));
     }
     out->host_total = sadd(sadd(out->host_params, out->host_optimizer), out->host_buffers);

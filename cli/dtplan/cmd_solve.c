@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "dt_cli.h"
+#include "dt_clock.h"
 #include "dt_model.h"
 #include "dt_memory.h"
 #include "dt_report_charts.h"
@@ -84,12 +85,6 @@ static int parse_stages(const char *s, unsigned *mask, dt_error *err) {
         if (!comma) return DT_OK;
         p = comma + 1;
     }
-}
-
-static double ms_since(const struct timespec *t0) {
-    struct timespec t1;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    return (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) * 1e-6;
 }
 
 static const char *stage_name(int s) {
@@ -469,10 +464,9 @@ int dt_cmd_solve(int argc, char **argv) {
 
     dt_solve_result *r = malloc(sizeof *r);
     if (!r) return dt_cli_fail(1, "solve: out of memory");
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = dt_clock_s();
     int rc = dt_solve(&rq, r, &err);
-    double ms = ms_since(&t0);
+    double ms = 1e3 * (dt_clock_s() - t0);
     if (rc) {
         free(r);
         char hint[320] = "";

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dt_clock.h"
 #include "dt_data.h"          /* dt_rng_next */
 #include "dt_json.h"
 #include "dt_prepdoc.h"
@@ -72,7 +73,7 @@ typedef struct {
     uint64_t bytes, skipped_files, skipped_docs;
     char *buf;             /* PIECE_BYTES / READ_BLOCK scratch */
     size_t piece;          /* PIECE_BYTES, SPM_PIECE_BYTES for a SentencePiece model */
-    struct timespec t0;
+    double t0;   /* dt_clock_s() at the start of the phase */
     dt_prep_progress prog;
     /* pass 2 */
     dt_shard_writer *w[2];
@@ -96,15 +97,11 @@ static int join(char *out, size_t n, const char *a, const char *b) {
     return 0;
 }
 
-static double since(const struct timespec *t0) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)(t.tv_sec - t0->tv_sec) + 1e-9 * (double)(t.tv_nsec - t0->tv_nsec);
-}
+static double since(double t0) { return dt_clock_s() - t0; }
 
 static void report(prep *p) {
     if (!p->o->progress) return;
-    p->prog.seconds = since(&p->t0);
+    p->prog.seconds = since(p->t0);
     p->o->progress(&p->prog, p->o->progress_arg);
 }
 
@@ -607,7 +604,7 @@ static int run_batches(prep *p, const uint64_t *perm, uint64_t n_val, dt_error *
     const int nt = p->o->threads > 0 ? p->o->threads : omp_get_max_threads();
     uint64_t pos = 0, item = p->doc_first[perm[0]];
     int rc = DT_OK;
-    clock_gettime(CLOCK_MONOTONIC, &p->t0);
+    p->t0 = dt_clock_s();
     p->prog = (dt_prep_progress){.phase = 1, .bytes_total = p->bytes};
     while (pos < N && !rc) {
         /* the next items in the permuted order, up to BATCH_BYTES / BATCH_ITEMS */
@@ -832,7 +829,7 @@ static int run(prep *p, int *created, dt_error *err) {
     /* pass 1: the index */
     if (!(p->buf = malloc(PIECE_BYTES > READ_BLOCK ? PIECE_BYTES : READ_BLOCK)))
         return dt_errorf(err, DT_ENOMEM, "out of memory");
-    clock_gettime(CLOCK_MONOTONIC, &p->t0);
+    p->t0 = dt_clock_s();
     for (int i = 0; i < o->n_inputs && !rc; i++) rc = add_path(p, o->inputs[i], 0, 1, err);
     if (rc) return rc;
     if (p->n_docs == 0)
@@ -896,8 +893,7 @@ int dt_prepare(const dt_prep_opts *o, dt_prep_result *res, dt_error *err) {
     memset(res, 0, sizeof *res);
     int rc = check_opts(o, err);
     if (rc) return rc;
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = dt_clock_s();
     prep *p = calloc(1, sizeof *p);
     if (!p) return dt_errorf(err, DT_ENOMEM, "out of memory");
     p->o = o;
@@ -920,6 +916,6 @@ int dt_prepare(const dt_prep_opts *o, dt_prep_result *res, dt_error *err) {
     free(p->doc_first);
     free(p->buf);
     free(p);
-    res->seconds = since(&t0);
+    res->seconds = since(t0);
     return rc;
 }

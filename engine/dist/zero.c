@@ -1,5 +1,6 @@
 /* zero.c — see dt_zero.h and docs/zero.md. */
 #include "dt_zero.h"
+#include "dt_consts.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -13,16 +14,7 @@
 #include "dt_model.h"
 #include "dt_offload.h"
 #include "dt_tracer.h"
-
-/* DeepSpeed code defaults for the offload staging (deepspeed/runtime/zero/
- * offload_config.py and zero/config.py; the memory model, planner/memory.c,
- * counts the same: docs/memory-model.md "Host memory and NVMe, per node"):
- * offload_optimizer buffer_count, offload_param buffer_count and buffer_size
- * (elements). sub_group_size (elements per optimizer tile) is the plan's
- * parallel.sub_group_elems. */
-#define DS_OPT_SWAP_BUFFERS 4
-#define DS_PARAM_SWAP_BUFFERS 5
-#define DS_PARAM_BUFFER_ELEMS ((size_t)100000000)
+#include "dt_clock.h"
 
 #define EMB 2          /* buffer id of unit 0; blocks alternate ids 0 and 1 */
 #define NBUF 3
@@ -65,8 +57,8 @@ struct dt_zero {
     int has_master;
     dt_offload_store st[3];   /* master (fp32), m, v: [state_n] */
     dt_offload_store pstore;  /* stage 3: parameter shard [state_n] */
-    void *swap[DS_OPT_SWAP_BUFFERS];   /* nvme optimizer staging (host) */
-    void *pswap[DS_PARAM_SWAP_BUFFERS];/* nvme param staging (host) */
+    void *swap[DT_DS_OPT_SWAP_BUFFERS];   /* nvme optimizer staging (host) */
+    void *pswap[DT_DS_PARAM_SWAP_BUFFERS];/* nvme param staging (host) */
     void *hgrad;           /* offload: upcast gradient shard (host) [state_n]; NULL where the
                             * optimizer reads the shard in place (grads_in_place) */
     void *gshard;          /* stages 2/3: gradient shard accumulator [state_n] */
@@ -97,14 +89,8 @@ struct dt_zero {
     double tr_t0;
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* times a communication call into z->comm_s */
-#define TIMED(z, call) ({ double t0_ = now_s(); int rc_ = (call); (z)->comm_s += now_s() - t0_; rc_; })
+#define TIMED(z, call) ({ double t0_ = dt_clock_s(); int rc_ = (call); (z)->comm_s += dt_clock_s() - t0_; rc_; })
 /* the same, and a --trace span of the blocking collective on the comm stream */
 #define TRACED(z, kind, unit, bytes, call)                                                         \
     ({                                                                                             \
@@ -475,8 +461,8 @@ void dt_zero_free(dt_zero *z) {
     dt_lm_set_hooks(z->g, NULL);
     for (int i = 0; i < 3; i++) dt_store_close(&z->st[i]);
     dt_store_close(&z->pstore);
-    for (int i = 0; i < DS_OPT_SWAP_BUFFERS; i++) dfree(z, z->swap[i]);
-    for (int i = 0; i < DS_PARAM_SWAP_BUFFERS; i++) dfree(z, z->pswap[i]);
+    for (int i = 0; i < DT_DS_OPT_SWAP_BUFFERS; i++) dfree(z, z->swap[i]);
+    for (int i = 0; i < DT_DS_PARAM_SWAP_BUFFERS; i++) dfree(z, z->pswap[i]);
     dfree(z, z->hgrad);
     dfree(z, z->gshard);
     for (int i = 0; i < NBUF; i++) {
@@ -620,7 +606,7 @@ int dt_zero_create(const dt_plan *p, dt_comm *c, dt_lm *g, dt_zero **out, dt_err
         size_t sub = (size_t)p->parallel.sub_group_elems;
         sub = minz(sub > z->maxS ? sub : z->maxS, z->state_n);
         size_t w = (size_t)dt_dtype_size(z->has_master ? DT_DTYPE_FP32 : z->mdt);
-        for (int i = 0; i < DS_OPT_SWAP_BUFFERS && !rc; i++)
+        for (int i = 0; i < DT_DS_OPT_SWAP_BUFFERS && !rc; i++)
             if (!(z->swap[i] = dmem(z, DT_POOL_HOST, DT_MEM_BUFFERS, sub * w)))
                 rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the nvme optimizer staging");
     }
@@ -630,10 +616,10 @@ int dt_zero_create(const dt_plan *p, dt_comm *c, dt_lm *g, dt_zero **out, dt_err
     /* stage 3: the parameter shard, gathered units; stages 2/3: gradient shard */
     if (!rc && z->stage == 3) {
         rc = open_store(z, &z->pstore, z->op, DT_MEM_PARAMS, "params", z->pdt, err);
-        size_t pbn = z->op == DT_OFFLOAD_NVME ? minz(DS_PARAM_BUFFER_ELEMS, z->state_n) : 0;
+        size_t pbn = z->op == DT_OFFLOAD_NVME ? minz(((size_t)DT_DS_PARAM_BUFFER_ELEMS), z->state_n) : 0;
         if (!rc && z->maxS > (pbn ? pbn : z->maxS))
             rc = dt_errorf(err, DT_EINVAL, "zero: a unit shard exceeds the nvme parameter buffer");
-        for (int i = 0; i < DS_PARAM_SWAP_BUFFERS && !rc && pbn; i++)
+        for (int i = 0; i < DT_DS_PARAM_SWAP_BUFFERS && !rc && pbn; i++)
             if (!(z->pswap[i] = dmem(z, DT_POOL_HOST, DT_MEM_BUFFERS, pbn * z->psz)))
                 rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the nvme parameter staging");
         size_t blk = 0;

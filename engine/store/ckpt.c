@@ -1,5 +1,6 @@
 /* ckpt.c — see dt_ckpt.h. */
 #include "dt_ckpt.h"
+#include "dt_consts.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -28,7 +29,6 @@
 #define DT_LLMC_V_FP32 3
 #define DT_LLMC_V_BF16 5
 #define DT_LLMC_HEADER_INTS 256
-#define DT_GPT2_FFN_MULT 4           /* GPT-2's MLP width is 4C */
 #define DT_CKPT_STEP_DIGITS 8
 
 /* ---- small helpers ---- */
