@@ -6,7 +6,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config
       libglpk-dev glpk-utils            # MILP solver (dtplan solve)
       libplot-dev plotutils             # charts (PNG/SVG)
-      zlib1g-dev                        # chart tests decode the PNGs they check
+      libpng-dev                        # chart tests decode the PNGs they check
       libcjson-dev                      # plan / config JSON
       nettle-dev                        # SHA-256: tokenizer fingerprints (common/hash/)
       libisal-dev                       # CRC-32C: checkpoint sums (Intel ISA-L, common/hash/)
