@@ -8,6 +8,7 @@ pkgs=(build-essential cmake pkg-config
       libplot-dev plotutils             # charts (PNG/SVG)
       libpng-dev                        # chart tests decode the PNGs they check
       libcjson-dev                      # plan / config JSON
+      libjansson-dev                    # tests: the reference parser the strict JSON check is held against
       nettle-dev                        # SHA-256: tokenizer fingerprints (common/hash/)
       libisal-dev                       # CRC-32C: checkpoint sums (Intel ISA-L, common/hash/)
       libpcre2-dev                      # tokenizer.json pre-tokenizer regexes (dtrun tokenize)
