@@ -1,7 +1,7 @@
 /* dt_file.h — the file helpers every room uses: regular files only (a FIFO would
  * block, a device never ends, a directory is no file), atomic writes (a temporary
- * in the same directory, fsync, rename, fsync the directory), directories, and a
- * file's size + CRC-32C (dt_crc32c.h) that checkpoints record.
+ * in the same directory, fsync, rename, fsync the directory) and directories. A
+ * file's size + CRC-32C, which checkpoints record, is common/hash/dt_filesum.h.
  *
  * Wording, one for every program: "PATH: cannot open: REASON" and "PATH: is a FIFO,
  * not a regular file: give the path of a WHAT". Codes: an input the user can fix (a
@@ -33,27 +33,13 @@ int dt_file_open_regular(const char *path, const char *what, int *fd, uint64_t *
  * too: the NUL only helps text readers). */
 int dt_file_read(const char *path, const char *what, uint64_t max_bytes, char **out, size_t *len, dt_error *err);
 
-/* What a checkpoint records per file: its size and CRC-32C. */
-typedef struct dt_file_sum {
-    uint64_t bytes;
-    uint32_t crc32c;
-} dt_file_sum;
-
-/* The size and CRC-32C of a regular file's bytes. */
-int dt_file_sum_compute(const char *path, const char *what, dt_file_sum *sum, dt_error *err);
-
-/* Extends crc (a CRC-32C) over bytes [from, to) of the open file fd (path names it in
- * messages); DT_EIO when the file is shorter than to. */
-int dt_file_crc32c_range(int fd, uint64_t from, uint64_t to, uint32_t *crc, const char *path, dt_error *err);
-
 /* Writes n chunks (ptr[i], len[i]) to path atomically: path.tmp, every write checked,
  * fsync, rename, fsync the directory; on failure path.tmp is removed and path is
- * untouched. sum (may be NULL): the written file's size and CRC-32C. */
+ * untouched. (With the file's CRC-32C: dt_filesum.h.) */
 int dt_file_write_chunks_atomic(const char *path, const void *const *ptr, const size_t *len, int n,
-                                dt_file_sum *sum, dt_error *err);
+                                dt_error *err);
 /* The same for one buffer. */
 int dt_write_file_atomic(const char *path, const void *data, size_t len, dt_error *err);
-int dt_write_file_atomic_sum(const char *path, const void *data, size_t len, dt_file_sum *sum, dt_error *err);
 
 /* fsyncs a directory (so a rename inside it is durable). */
 int dt_fsync_dir(const char *dir, dt_error *err);

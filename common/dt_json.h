@@ -15,6 +15,10 @@
  *     others with the shortest of %.15g / %.16g / %.17g that reads back exactly), so that
  *     write -> read -> write gives identical text.
  *
+ * Why the check and the printer are ours and not jansson's (which would replace both
+ * cJSON and the check): docs/architecture.md "Libraries". The check is held against
+ * jansson's parser on a JSONTestSuite-style table (tests/plan/test_json.c).
+ *
  * Usage (one reader per JSON object):
  *   dt_jobj r;
  *   if (dt_jobj_open(&r, root, "$", "batch", err)) return err->code;   // required object

@@ -10,10 +10,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dt_crc32c.h"
-
-#define DT_SUM_CHUNK ((size_t)1 << 20)   /* bytes read at a time when summing a file */
-
 static int fsync_fd_path(const char *path, int flags) {
     int fd = open(path, flags);
     if (fd < 0) return -1;
@@ -122,55 +118,17 @@ int dt_file_read(const char *path, const char *what, uint64_t max_bytes, char **
     return DT_OK;
 }
 
-/* CRC-32C of bytes [from, to) of an open file, extending crc. */
-int dt_file_crc32c_range(int fd, uint64_t from, uint64_t to, uint32_t *crc, const char *path, dt_error *err) {
-    unsigned char *buf = malloc(DT_SUM_CHUNK);
-    if (!buf) return dt_errorf(err, DT_ENOMEM, "%s: out of memory for the checksum", path);
-    int rc = DT_OK;
-    while (from < to && !rc) {
-        size_t want = to - from < DT_SUM_CHUNK ? (size_t)(to - from) : DT_SUM_CHUNK;
-        ssize_t k = pread(fd, buf, want, (off_t)from);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0)
-            rc = dt_errorf(err, DT_EIO, "%s: cannot read: %s", path,
-                           k < 0 ? strerror(errno) : "the file is shorter than it was");
-        else {
-            *crc = dt_crc32c(*crc, buf, (size_t)k);
-            from += (uint64_t)k;
-        }
-    }
-    free(buf);
-    return rc;
-}
-
-int dt_file_sum_compute(const char *path, const char *what, dt_file_sum *sum, dt_error *err) {
-    int fd;
-    uint64_t size = 0;
-    if (dt_file_open_regular(path, what, &fd, &size, err)) return err->code;
-    uint32_t crc = 0;
-    int rc = dt_file_crc32c_range(fd, 0, size, &crc, path, err);
-    close(fd);
-    sum->bytes = size;
-    sum->crc32c = crc;
-    return rc;
-}
-
 /* Streams chunks to path.tmp, fsyncs, renames; every write checked. chunks:
- * (ptr, len) pairs. sum (may be NULL): the file's size and CRC-32C. */
+ * (ptr, len) pairs. */
 int dt_file_write_chunks_atomic(const char *path, const void *const *ptr, const size_t *len, int n,
-                                dt_file_sum *sum, dt_error *err) {
+                                dt_error *err) {
     char tmp[2048], dir[2048];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
     if (!f) return dt_errorf(err, DT_EIO, "%s: cannot create: %s", tmp, strerror(errno));
     int ok = 1;
-    uint32_t crc = 0;
-    uint64_t bytes = 0;
-    for (int i = 0; i < n && ok; i++) {
+    for (int i = 0; i < n && ok; i++)
         if (len[i] && fwrite(ptr[i], 1, len[i], f) != len[i]) ok = 0;
-        if (sum && len[i]) crc = dt_crc32c(crc, ptr[i], len[i]);
-        bytes += len[i];
-    }
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     int e = errno;
     if (fclose(f) != 0 && ok) {
@@ -185,20 +143,12 @@ int dt_file_write_chunks_atomic(const char *path, const void *const *ptr, const 
         unlink(tmp);
         return dt_errorf(err, DT_EIO, "%s: cannot write: %s", path, strerror(e));
     }
-    if (sum) {
-        sum->bytes = bytes;
-        sum->crc32c = crc;
-    }
     dt_file_parent_dir(path, dir, sizeof dir);
     return dt_fsync_dir(dir, err);
 }
 
-int dt_write_file_atomic_sum(const char *path, const void *data, size_t len, dt_file_sum *sum, dt_error *err) {
-    return dt_file_write_chunks_atomic(path, &data, &len, 1, sum, err);
-}
-
 int dt_write_file_atomic(const char *path, const void *data, size_t len, dt_error *err) {
-    return dt_file_write_chunks_atomic(path, &data, &len, 1, NULL, err);
+    return dt_file_write_chunks_atomic(path, &data, &len, 1, err);
 }
 
 

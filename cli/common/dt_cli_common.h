@@ -23,4 +23,13 @@ int dt_cli_fail(int status, const char *fmt, ...) __attribute__((format(printf, 
  * err->code; a caller that knows better passes its own). */
 int dt_cli_fail_err(int code, const dt_error *err);
 
+/* GNU getopt_long's "--name=value" for every option of every command: rewrites
+ * *argv so that each "--name=value" (name of letters, digits, '-' and '_', before
+ * the first '=') becomes the two arguments "--name" "value", which every command's
+ * parser reads as it reads the spaced form. Nothing after a bare "--" is touched.
+ * A value that itself looks like "--x=y" is given as "--opt=--x=y". main calls it
+ * once, before dispatching; the new argv lives until exit. Returns 0, or 1 when out
+ * of memory (argv untouched). */
+int dt_cli_split_equals(int *argc, char ***argv);
+
 #endif

@@ -75,6 +75,7 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
     dt_cli_set_prog("dtplan");
+    if (dt_cli_split_equals(&argc, &argv)) return dt_cli_fail(1, "out of memory reading the command line");
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

@@ -325,6 +325,7 @@ int main(int argc, char **argv) {
     int st = dt_launch_supervisor(argc, argv);
     if (st >= 0) return st;
     if ((st = check_gemm_env())) return st;
+    if (dt_cli_split_equals(&argc, &argv)) return dt_cli_fail(1, "out of memory reading the command line");
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -18,6 +18,7 @@
 
 #include "dt_error.h"
 #include "dt_file.h"
+#include "dt_filesum.h"
 #include "dt_precision.h"
 
 #define DT_ST_MAX_DIMS 8

@@ -429,7 +429,7 @@ int dt_st_write_sum(dt_st_writer *w, const char *path, dt_file_sum *sum, dt_erro
         ptr[i + 1] = w->e[i].data;
         len[i + 1] = (size_t)(w->e[i].t.end - w->e[i].t.begin);
     }
-    rc = dt_file_write_chunks_atomic(path, ptr, len, nc, sum, err);
+    rc = dt_file_write_chunks_atomic_sum(path, ptr, len, nc, sum, err);
     free(ptr);
     free(len);
     free(hdr);
