@@ -228,8 +228,9 @@ char *dt_dsexport_notes(const dt_plan *p, dt_error *err) {
         sb_printf(&b, "note: the plan materialises attention scores; pick the matching attention "
                       "implementation in the model code (DeepSpeed's config has no switch)\n");
     if (p->cluster.device == DT_DEVICE_CPU)
-        sb_printf(&b, "note: the plan runs on CPU ranks; DeepSpeed itself needs an accelerator "
-                      "(dtrun runs the plan on CPU as is)\n");
+        sb_printf(&b, "note: the plan runs on CPU ranks; DeepSpeed runs them on its CPU accelerator over gloo "
+                      "(selected when no GPU is present, DS_ACCELERATOR=cpu otherwise; fp16 only where the CPU has "
+                      "AVX512-FP16 or AMX-FP16; bench/validate_ds_export.sh)\n");
     return sb_close(&b, err);
 }
 
