@@ -39,6 +39,7 @@ typedef struct {
     dt_offload opt, param;
     dt_mem_breakdown m;
     dt_mem_phase phase;   /* the phase of the peak (DT_MEM_PHASE_SUM for dtrun) */
+    int64_t phase_total[DT_MEM_PHASE_COUNT];   /* each phase's total, bytes per rank */
 } est_row;
 
 typedef struct {
@@ -260,9 +261,12 @@ static int check_mismatch(const est_args *a, const dt_dsconfig *ds, const dt_pla
 static int apply_runtime(const est_args *a, est_ctx *c, const dt_dsconfig *ds) {
     dt_plan *p = &c->plan;
     const dt_runtime_kind kind = p->runtime.kind;   /* parsed in setup */
-    if (kind != DT_RUNTIME_DTRUN && p->cluster.device != DT_DEVICE_CUDA)
-        return fail("--runtime %s describes GPU runs; hardware %s is a CPU profile (use a GPU --hardware such as "
-                    "H100-SXM-80GB, or --runtime dtrun)", a->runtime, p->cluster.hw.name);
+    if (kind != DT_RUNTIME_DTRUN && p->cluster.device != DT_DEVICE_CUDA &&
+        dt_hardware_hf_runtime_bytes(&p->cluster.hw, kind == DT_RUNTIME_DEEPSPEED, -1) <= 0)
+        return fail("--runtime %s on CPU ranks needs the CPU profile's measured %s; hardware %s has none (bench/"
+                    "validate_runtimes.sh measures it; or use a GPU --hardware such as H100-SXM-80GB, or --runtime "
+                    "dtrun)", a->runtime, kind == DT_RUNTIME_DEEPSPEED ? "deepspeed_runtime_bytes" : "torch_runtime_bytes",
+                    p->cluster.hw.name);
     if (kind != DT_RUNTIME_DTRUN) {
         dt_plan_set_runtime(p, kind);
         dt_error e = {0};
@@ -453,6 +457,7 @@ static int row_memory(const dt_plan *p, int64_t n_params, est_row *r) {
     if (dt_memory_phases(p, n_params, &ph, &e)) return dt_cli_fail_err(e.code, &e);
     r->m = ph.at[ph.peak];
     r->phase = ph.peak;
+    for (int i = 0; i < DT_MEM_PHASE_COUNT; i++) r->phase_total[i] = ph.at[i].total;
     return 0;
 }
 
@@ -521,11 +526,22 @@ static void print_header(const est_ctx *c) {
                m->n_layer, m->hidden, m->n_head, m->n_kv_head, m->head_dim, m->ffn, m->vocab);
         printf("params     %" PRId64 " (%s)\n", c->n_params, dt_format_count(c->n_params, cnt, sizeof cnt));
     }
-    printf("cluster    %" PRId64 " node%s x %" PRId64 " %s%s = %" PRId64 " data-parallel rank%s; hardware %s (%s per %s, reserve %s)\n",
+    /* Hugging Face runs on CPU ranks: the reserve is the runtime's measured footprint, per stage */
+    char reserve[160];
+    if (dt_memory_hf_on_cpu(p)) {
+        int at = snprintf(reserve, sizeof reserve, "runtime footprint (measured) ");
+        for (int s = 0; s < DT_HW_STAGES && at > 0 && (size_t)at < sizeof reserve; s++)
+            at += snprintf(reserve + at, sizeof reserve - (size_t)at, "%s%s", s ? " / " : "",
+                           dt_format_bytes(dt_hardware_hf_runtime_bytes(&p->cluster.hw, p->runtime.kind ==
+                                                                        DT_RUNTIME_DEEPSPEED, s), c->units, b2, sizeof b2));
+        if (at > 0 && (size_t)at < sizeof reserve) snprintf(reserve + at, sizeof reserve - (size_t)at, " at ZeRO 0/1/2/3");
+    } else {
+        snprintf(reserve, sizeof reserve, "reserve %s", dt_format_bytes(p->cluster.hw.reserve_bytes, c->units, b2, sizeof b2));
+    }
+    printf("cluster    %" PRId64 " node%s x %" PRId64 " %s%s = %" PRId64 " data-parallel rank%s; hardware %s (%s per %s, %s)\n",
            p->cluster.nodes, p->cluster.nodes > 1 ? "s" : "", p->cluster.gpus_per_node, dt_chart_rank_word(),
            p->cluster.gpus_per_node > 1 ? "s" : "", p->parallel.world_size, p->parallel.world_size > 1 ? "s" : "", p->cluster.hw.name,
-           dt_format_bytes(p->cluster.hw.device_mem_bytes, c->units, b1, sizeof b1), dt_chart_rank_word(),
-           dt_format_bytes(p->cluster.hw.reserve_bytes, c->units, b2, sizeof b2));
+           dt_format_bytes(p->cluster.hw.device_mem_bytes, c->units, b1, sizeof b1), dt_chart_rank_word(), reserve);
     printf("batch      micro-batch %" PRId64 ", sequence %" PRId64 ", checkpointed layers %" PRId64 " of %" PRId64
            ", %s attention\n",
            p->batch.micro_batch, p->batch.seq_len, p->activations.ckpt_layers, m->n_layer,
@@ -672,7 +688,13 @@ static void print_json(const est_ctx *c, const est_row *rows, int n) {
                ", \"total\": %" PRId64 "},\n     \"nvme\": %" PRId64,
                b->host_params, b->host_optimizer, b->host_buffers, b->host_total, b->nvme);
         if (c->mem_limit) printf(", \"fits\": %s", b->total <= c->mem_limit ? "true" : "false");
-        if (p->runtime.kind != DT_RUNTIME_DTRUN) printf(", \"peak_phase\": \"%s\"", dt_mem_phase_name(rows[i].phase));
+        if (p->runtime.kind != DT_RUNTIME_DTRUN) {
+            printf(", \"peak_phase\": \"%s\",\n     \"phase_totals\": {", dt_mem_phase_name(rows[i].phase));
+            for (int k = DT_MEM_PHASE_BWD_START; k < DT_MEM_PHASE_COUNT; k++)
+                printf("%s\"%s\": %" PRId64, k > DT_MEM_PHASE_BWD_START ? ", " : "", dt_mem_phase_name((dt_mem_phase)k),
+                       rows[i].phase_total[k]);
+            printf("}");
+        }
         printf("}%s\n", i + 1 < n ? "," : "");
     }
     printf("  ]\n}\n");

@@ -384,10 +384,13 @@ int dt_cmd_solve(int argc, char **argv) {
     if (v[O_RUNTIME]) {
         dt_runtime_kind kind;
         if (dt_runtime_parse(v[O_RUNTIME], &kind, &err)) return dt_cli_fail(2, "%s", err.msg);
-        if (kind != DT_RUNTIME_DTRUN && b->cluster.device != DT_DEVICE_CUDA)
-            return dt_cli_fail(2, "solve: --runtime %s describes GPU runs; hardware %s is a CPU profile (use a GPU "
-                                  "--hardware such as %s, or --runtime dtrun)",
-                               v[O_RUNTIME], b->cluster.hw.name, DT_SOLVE_DEFAULT_HARDWARE);
+        if (kind != DT_RUNTIME_DTRUN && b->cluster.device != DT_DEVICE_CUDA &&
+            dt_hardware_hf_runtime_bytes(&b->cluster.hw, kind == DT_RUNTIME_DEEPSPEED, -1) <= 0)
+            return dt_cli_fail(2, "solve: --runtime %s on CPU ranks needs the CPU profile's measured %s; hardware %s "
+                                  "has none (bench/validate_runtimes.sh measures it; or use a GPU --hardware such as "
+                                  "%s, or --runtime dtrun)",
+                               v[O_RUNTIME], kind == DT_RUNTIME_DEEPSPEED ? "deepspeed_runtime_bytes" : "torch_runtime_bytes",
+                               b->cluster.hw.name, DT_SOLVE_DEFAULT_HARDWARE);
         dt_plan_set_runtime(b, kind);
     }
     if (v[O_ATTENTION] && dt_plan_set_attention(b, v[O_ATTENTION], "--attention", &err))

@@ -72,6 +72,8 @@ struct dt_zero {
     float *dscal;          /* device [2]: the step's scalar all-reduce (W > 1) */
     int shared;            /* no overlap: ids 0/1 alias one buffer, rsrecv one receive */
     int had_flat_params, had_flat_grads;   /* the model's flat buffers existed at creation (restored at free) */
+    void *test_copy;       /* DT_TEST_EXTRA_MODEL_COPY: an untracked whole-model copy (the memory test's
+                            * negative control), held until dt_zero_free */
     pend rs[NBUF], ag[NBUF];
     int held[NBUF];        /* stage 3: unit whose gathered params pbuf[i] holds, -1 none */
     int emb_fwd_after;     /* stage 3: after_forward(0) calls seen in this forward */
@@ -465,6 +467,7 @@ void dt_zero_free(dt_zero *z) {
     for (int i = 0; i < DT_DS_PARAM_SWAP_BUFFERS; i++) dfree(z, z->pswap[i]);
     dfree(z, z->hgrad);
     dfree(z, z->gshard);
+    free(z->test_copy);
     for (int i = 0; i < NBUF; i++) {
         /* aliases (z->shared) are freed once, through id 0 */
         if (!z->shared || i != 1) dfree(z, z->gbuf[i]);
@@ -887,9 +890,24 @@ static int read_init(void *ctx, size_t lo, size_t n, void *dst, dt_error *err) {
     return DT_OK;
 }
 
+/* The memory test's negative control (tests/engine/test_real_memory.sh): with
+ * DT_TEST_EXTRA_MODEL_COPY=1 the seeded init also materialises the whole model in host
+ * memory the engine does not track — what a partitioned init that builds the full model
+ * first would hold — and keeps it for the run; the test's upper bound must catch it. */
+static int test_extra_copy(dt_zero *z, const init_src *s, dt_error *err) {
+    const char *env = getenv("DT_TEST_EXTRA_MODEL_COPY");
+    if (!env || strcmp(env, "1")) return DT_OK;
+    const size_t n = dt_lm_num_params(z->g);
+    free(z->test_copy);
+    if (!(z->test_copy = malloc(n * z->psz)))
+        return dt_errorf(err, DT_ENOMEM, "zero: DT_TEST_EXTRA_MODEL_COPY: cannot allocate %zu bytes", n * z->psz);
+    return read_init((void *)s, 0, n, z->test_copy, err);   /* written: resident */
+}
+
 int dt_zero_init_random(dt_zero *z, uint64_t seed, dt_error *err) {
     init_src s = {z->g, seed, z->pdt};
-    return dt_zero_load_params(z, read_init, &s, err);
+    int rc = test_extra_copy(z, &s, err);
+    return rc ? rc : dt_zero_load_params(z, read_init, &s, err);
 }
 
 void dt_zero_begin_step(dt_zero *z) {

@@ -203,8 +203,8 @@ bad "-o needs a value" report "$T" -o ""
 bad "--runtime 'megatron': unknown runtime (use dtrun, deepspeed or fsdp" estimate $P --runtime megatron
 bad "--runtime 'bogus': unknown runtime" solve $P --mem 80G --runtime bogus
 bad "--runtime 'DeepSpeed': unknown runtime" simulate "$plan" --runtime DeepSpeed
-bad "--runtime deepspeed describes GPU runs; hardware cpu is a CPU profile" estimate $P --runtime deepspeed --hardware cpu
-bad "--runtime fsdp describes GPU runs" solve $P --mem 1G --runtime fsdp --hardware cpu
+bad "--runtime deepspeed on CPU ranks needs the CPU profile's measured deepspeed_runtime_bytes; hardware cpu has none" estimate $P --runtime deepspeed --hardware cpu
+bad "--runtime fsdp on CPU ranks needs the CPU profile's measured torch_runtime_bytes" solve $P --mem 1G --runtime fsdp --hardware cpu
 bad "--runtime deepspeed cannot run" simulate "$plan" --runtime deepspeed
 bad "--attention 'sdpa': expected flash or materialized" estimate $P --attention sdpa
 bad "--attention 'paged': expected sdpa, flash or eager" estimate $P --runtime deepspeed --attention paged
