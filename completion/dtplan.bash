@@ -25,7 +25,7 @@ _dtplan() {
                   --lr --schedule --out --eval-interval --save-interval --runtime --attention --sub-group-size --nvme-path
                   --layouts --no-layouts --help" ;;
     show) flags="--units --help" ;;
-    export) flags="--deepspeed -o --slurm --script --master-addr --master-port --job-name --help" ;;
+    export) flags="--deepspeed --megatron -o --slurm --script --master-addr --master-port --job-name --help" ;;
     simulate) flags="--detail --trace --plot --json --runtime --help" ;;
     compare) flags="--json --help" ;;
     report) flags="-o --plan --help" ;;

@@ -193,8 +193,8 @@ char *dt_dsexport_config(const dt_plan *p, dt_error *err) {
         dt_layout l = dt_layout_of(p);
         dt_errorf(err, DT_EINVAL,
                   "export --deepspeed: the plan's layout (TP %lld x CP %lld x PP %lld) is not a DeepSpeed config "
-                  "setting (Megatron-LM / torchtitan launch arguments carry it); export a plan without a layout "
-                  "(dtplan solve --no-layouts)",
+                  "setting; dtplan export --megatron writes Megatron-LM's arguments for it, or re-plan without a "
+                  "layout (dtplan solve --no-layouts)",
                   (long long)l.tp, (long long)l.cp, (long long)l.pp);
         return NULL;
     }

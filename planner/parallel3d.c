@@ -131,10 +131,12 @@ static int64_t stage_params(const dt_plan *p, int64_t s, int64_t layers) {
 
 /* ------------------------------------------------------------ memory */
 
+/* ZeRO over dp on the rank's TP x PP shard (ZeRO §5); a layout has no offload
+ * (dt_layout_validate), so nothing lives on the host. */
 static void model_states(const dt_plan *p, int64_t psi, dt_mem_breakdown *out) {
     const dt_parallel *z = &p->parallel;
     const dt_precision *pr = &p->precision;
-    const int64_t d = dt_layout_dp(p), shard = sdiv(psi, d), G = p->cluster.gpus_per_node;
+    const int64_t d = dt_layout_dp(p), shard = sdiv(psi, d);
     const int64_t pb = dt_precision_param_bytes(pr), gb = dt_precision_grad_bytes(pr);
     const int64_t ob = dt_precision_optimizer_bytes(pr);
     const int st = z->zero_stage;
@@ -142,9 +144,6 @@ static void model_states(const dt_plan *p, int64_t psi, dt_mem_breakdown *out) {
     out->params = pb * p_elems;
     out->grads = gb * (st >= 2 ? shard : psi);
     out->optimizer = ob * o_elems;
-    if (z->offload_param != DT_OFFLOAD_NONE) out->host_params = G * out->params, out->params = 0;
-    if (z->offload_optimizer != DT_OFFLOAD_NONE) out->host_optimizer = G * out->optimizer, out->optimizer = 0;
-    out->host_total = out->host_params + out->host_optimizer;
 }
 
 /* The stage's communication buffers: pipeline receive buffers, SP's all-gathered layer

@@ -8,7 +8,7 @@ set -u
 . "$(dirname "$0")/../lib.sh"
 dt_need python3
 DTPLAN=$1 SRC=$3 T=$(mktemp -d) fails=0
-trap 'rm -rf "$T"' EXIT
+trap '[ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 ok() { echo "ok: $*"; }
 
@@ -66,6 +66,10 @@ b = json.loads(json.dumps(p)); b["runtime"]["kind"] = "deepspeed"; b["parallel"]
 json.dump(b, open(d + "/bad_ds_zero3.json", "w"), indent=2)
 b["parallel"]["zero_stage"] = 2
 json.dump(b, open(d + "/bad_ds_zero2.json", "w"), indent=2)
+b = json.loads(json.dumps(p)); b["runtime"]["kind"] = "deepspeed"; b["parallel"]["zero_stage"] = 1
+json.dump(b, open(d + "/mg.json", "w"), indent=2)
+b = json.loads(json.dumps(p)); b["parallel"].update(zero_stage=3, offload_optimizer="cpu", offload_param="cpu")
+json.dump(b, open(d + "/bad_offload.json", "w"), indent=2)
 b = json.loads(json.dumps(p)); b.pop("runtime")
 json.dump(b, open(d + "/bad_dtrun.json", "w"), indent=2)
 PY
@@ -82,6 +86,22 @@ PY
 "$DTPLAN" export --deepspeed "$T/l1.json" >"$T/out" 2>"$T/err"
 [ $? -eq 2 ] && grep -q "is not a DeepSpeed config setting" "$T/err" && ok "export --deepspeed refuses a layout" ||
     fail "export of a layout: $(cat "$T/err")"
+
+# Megatron-LM's arguments for a layout plan (ZeRO-1 = its distributed optimizer); ZeRO-2 refused
+"$DTPLAN" export --megatron "$T/mg.json" --slurm "$T/mg.slurm" >"$T/mg.out" 2>"$T/err" || fail "export --megatron: $(cat "$T/err")"
+for a in "--tensor-model-parallel-size 8" "--pipeline-model-parallel-size 4" "--sequence-parallel" \
+    "--use-distributed-optimizer" "--micro-batch-size 1" "--global-batch-size 16" "--num-layers 80" \
+    "--group-query-attention" "--num-query-groups 8" "--swiglu" "--normalization RMSNorm" \
+    "--untie-embeddings-and-output-weights" "pretrain_gpt.py"; do
+    grep -qF -- "$a" "$T/mg.out" || fail "export --megatron lacks '$a'"
+    grep -qF -- "$a" "$T/mg.slurm" || fail "the Megatron sbatch script lacks '$a'"
+done
+grep -q "^torchrun --nnodes 8 --nproc_per_node 8 --node_rank \$NODE_RANK" "$T/mg.out" && ok "export --megatron" ||
+    fail "export --megatron: $(cat "$T/mg.out")"
+bash -n "$T/mg.slurm" && ok "the Megatron sbatch script parses" || fail "mg.slurm: bash -n"
+"$DTPLAN" export --megatron "$T/l1.json" >"$T/out" 2>"$T/err"
+[ $? -eq 2 ] && grep -q "ZeRO stage 2: Megatron-LM shards only the optimizer states" "$T/err" &&
+    ok "export --megatron refuses ZeRO-2" || fail "export --megatron of ZeRO-2: $(cat "$T/err")"
 
 # bad input: one line naming the rule, exit 2
 badplan() {
@@ -104,6 +124,7 @@ badplan half_split "give both first_stage_layers and last_stage_layers"
 badplan ds_zero3 "ZeRO stage 3 with DeepSpeed's pipeline engine"
 badplan ds_zero2 "ZeRO stage 2 with DeepSpeed's pipeline engine"
 badplan dtrun "dtrun runs data parallelism (ZeRO) only"
+badplan offload "with offload (optimizer cpu, parameters cpu): not described"
 
 # an uneven split (Megatron's --decoder-first/last-pipeline-num-layers): 18 + 2 x 22 + 18
 python3 - "$T/l1.json" "$T/u.json" <<'PY' || fail "writing the uneven plan"
