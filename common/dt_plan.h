@@ -117,6 +117,21 @@ typedef struct dt_runtime {
     dt_dtype comm_dtype;           /* in this dtype (DeepSpeed casts each bucket before reducing) */
 } dt_runtime;
 
+/* ---- the layout beyond data parallelism (docs/parallelism.md) ----
+ * Tensor (tp, with or without sequence parallelism), context (cp) and pipeline (pp, with v
+ * virtual stages per rank) parallelism; the data-parallel size is what is left:
+ * dp = world_size / (tp x cp x pp), and ZeRO shards over it. Ranks are ordered TP innermost,
+ * then CP, DP, PP (Megatron-LM's default order tp-cp-ep-dp-pp, parallel_state.py). An all-zero
+ * struct means tp = cp = pp = v = 1 (no layout): such plans carry no "layout" section. */
+typedef enum { DT_PP_1F1B = 0, DT_PP_INTERLEAVED = 1 } dt_pp_schedule;
+typedef struct dt_layout {
+    int64_t tp, cp, pp;        /* degrees, 1 = off (0 read as 1) */
+    int64_t vpp;               /* model chunks per pipeline rank (interleaved schedule), 1 = off */
+    int sp;                    /* sequence parallelism over the TP group (Korthikanti et al. 2022) */
+    dt_pp_schedule schedule;   /* 1F1B, or interleaved 1F1B when vpp > 1 */
+    int64_t first_stage_layers, last_stage_layers;   /* uneven split; 0 = L / pp on every stage */
+} dt_layout;
+
 typedef struct dt_optimizer {
     double lr;                 /* peak learning rate */
     double beta1, beta2, eps;
@@ -208,6 +223,7 @@ typedef struct dt_plan {
     dt_precision precision;
     dt_activations activations;
     dt_runtime runtime;
+    dt_layout layout;
     dt_optimizer optimizer;
     dt_schedule schedule;
     dt_data data;

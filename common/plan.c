@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "dt_json.h"
+#include "dt_layout.h"
 
 /* ---- defaults (dt_plan.h; DeepSpeed's code defaults: docs/plan-format.md "parallel") ---- */
 #define DS_REDUCE_BUCKET_ELEMS 500000000LL     /* zero_optimization.reduce_bucket_size 5e8 */
@@ -343,7 +344,7 @@ static int validate_batch(const dt_plan *p, dt_error *err) {
         return dt_errorf(err, DT_EINVAL,
                          "Gradient accumulation steps: %" PRId64 " has to be greater than 0",
                          b->grad_accum);
-    int64_t world = p->parallel.world_size;
+    int64_t world = dt_layout_dp(p);   /* the data-parallel size: world_size without a layout */
     if (b->micro_batch > INT64_MAX / b->grad_accum / (world > 0 ? world : 1) ||
         b->global_batch != b->micro_batch * b->grad_accum * world)
         return dt_errorf(err, DT_EINVAL,
@@ -649,6 +650,7 @@ int dt_plan_validate(const dt_plan *p, dt_error *err) {
         return dt_errorf(err, DT_EINVAL, "cluster.device: not cpu or cuda");
     if ((rc = validate_hardware(c, err))) return rc;
     if ((rc = validate_parallel(p, err))) return rc;
+    if ((rc = dt_layout_validate(p, err))) return rc;   /* first: the batch divides by its dp */
     if ((rc = validate_batch(p, err))) return rc;
     if ((rc = validate_precision(&p->precision, err))) return rc;
     if (p->activations.ckpt_layers < 0 || p->activations.ckpt_layers > p->model.n_layer)
@@ -886,6 +888,7 @@ static cJSON *plan_to_tree(const dt_plan *p) {
     add_s(o, "attention", k_attention_names[p->activations.attention]);
     if (p->activations.selective) add_b(o, "selective_recompute", 1);
     write_runtime(root, &p->runtime);
+    dt_layout_write(root, p);
 
     const dt_optimizer *op = &p->optimizer;
     o = add_obj(root, "optimizer");
@@ -1237,6 +1240,7 @@ static void read_training(dt_jobj *root, dt_plan *p, dt_error *err) {
     }
     if (root->failed) return;
     read_runtime(root, p, err);
+    if (!root->failed) dt_layout_read(root, p, err);
     if (root->failed) return;
     dt_optimizer *o = &p->optimizer;
     if (!dt_jobj_open(&r, root, "optimizer", err)) {

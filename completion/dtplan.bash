@@ -22,9 +22,10 @@ _dtplan() {
                      --plot --runtime --recompute --largest-layer --sub-group-size --help" ;;
     solve) flags="--mem --model --params --gpus --nodes --global-batch --seq --hardware --interconnect --host-mem
                   --nvme --precision --stages --no-offload --no-overlap --units -o --plot --data --steps --warmup
-                  --lr --schedule --out --eval-interval --save-interval --runtime --attention --sub-group-size --nvme-path --help" ;;
+                  --lr --schedule --out --eval-interval --save-interval --runtime --attention --sub-group-size --nvme-path
+                  --layouts --no-layouts --help" ;;
     show) flags="--units --help" ;;
-    export) flags="--deepspeed -o --slurm --script --master-addr --master-port --job-name --help" ;;
+    export) flags="--deepspeed --megatron -o --slurm --script --master-addr --master-port --job-name --help" ;;
     simulate) flags="--detail --trace --plot --json --runtime --help" ;;
     compare) flags="--json --help" ;;
     report) flags="-o --plan --help" ;;

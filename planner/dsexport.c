@@ -4,6 +4,7 @@
  * (torch/distributed/run.py) as the users' runbooks do (docs/plan-format.md,
  * "DeepSpeed export"). */
 #include "dt_dsexport.h"
+#include "dt_layout.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -196,6 +197,15 @@ static cJSON *config_tree(const dt_plan *p) {
 
 char *dt_dsexport_config(const dt_plan *p, dt_error *err) {
     if (check_plan(p, err)) return NULL;
+    if (dt_layout_active(p)) {   /* a ds_config.json holds no TP / CP / PP degrees */
+        dt_layout l = dt_layout_of(p);
+        dt_errorf(err, DT_EINVAL,
+                  "export --deepspeed: the plan's layout (TP %lld x CP %lld x PP %lld) is not a DeepSpeed config "
+                  "setting; dtplan export --megatron writes Megatron-LM's arguments for it, or re-plan without a "
+                  "layout (dtplan solve --no-layouts)",
+                  (long long)l.tp, (long long)l.cp, (long long)l.pp);
+        return NULL;
+    }
     cJSON *root = config_tree(p);
     char *text = root ? dt_json_print(root) : NULL;
     cJSON_Delete(root);

@@ -56,6 +56,9 @@ typedef struct dt_solve_request {
     int64_t nvme_limit_bytes;  /* per node */
     unsigned stage_mask;       /* bit s set: ZeRO stage s may be chosen */
     int allow_offload;         /* 0: offload_optimizer = offload_param = none */
+    int layouts;               /* 1: tp, cp, pp and v are decision variables too (docs/parallelism.md
+                                * "Solving"); 0: data parallelism only */
+    dt_runtime_kind layout_runtime; /* the runtime a layout's plan is for (base's when it runs them) */
 } dt_solve_request;
 
 typedef struct dt_solve_choice {
@@ -65,6 +68,9 @@ typedef struct dt_solve_choice {
     dt_offload offload_optimizer, offload_param;
     int64_t micro_batch, grad_accum, ckpt_layers;
     int selective;             /* selective attention recompute (runtimes deepspeed / fsdp) */
+    dt_layout layout;          /* TP / CP / PP (all zero: DP x ZeRO only) */
+    dt_runtime_kind runtime;   /* the runtime its plan is for */
+    dt_time_breakdown time;    /* dt_time_estimate of the choice (step_s == time.step_s) */
     double step_s;
     dt_mem_breakdown mem;      /* dt_memory_estimate of the choice */
 } dt_solve_choice;
@@ -76,6 +82,9 @@ typedef struct dt_solve_result {
      * device memory when none of that stage fits */
     dt_solve_choice per_stage[4];
     dt_solve_choice min_memory; /* the least device memory over every candidate (infeasible report) */
+    /* with rq->layouts: the fastest fitting choice without a layout and with one (valid = 0:
+     * no such candidate; fits = 0: none fits, the least-memory one) */
+    dt_solve_choice best_dp, best_layout;
     int n_candidates;          /* (stage, offloads, micro-batch) choices considered */
     int n_columns, n_rows;     /* MILP size (0 for the enumerator) */
     int milp_solves;           /* glp_intopt calls, including tie-break and cut rounds */

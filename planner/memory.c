@@ -6,6 +6,9 @@
  * query / kv heads, d head dim, V vocab, L blocks, K checkpointed blocks,
  * a activation bytes. shard = ceil(Ψ / N) (partitions padded to equal size). */
 #include "dt_memory.h"
+
+#include "dt_layout.h"
+#include "dt_parallel3d.h"
 #include "dt_consts.h"
 #include "dt_model.h"
 
@@ -776,6 +779,11 @@ int dt_memory_phases(const dt_plan *p, int64_t n_params, dt_mem_phases *out, dt_
     memset(out, 0, sizeof *out);
     int rc = check_plan(p, err);
     if (rc) return rc;
+    if (dt_layout_active(p)) {   /* TP / CP / PP: the binding pipeline stage (planner/parallel3d.c) */
+        out->peak = DT_MEM_PHASE_SUM;
+        if ((rc = dt_p3_memory(p, n_params, NULL, &out->at[DT_MEM_PHASE_SUM], err))) return rc;
+        return saturated(p, &out->at[DT_MEM_PHASE_SUM], err);
+    }
     const int64_t psi = n_params > 0 ? n_params : dt_model_params(&p->model);
     dt_mem_breakdown host;
     memset(&host, 0, sizeof host);

@@ -18,6 +18,8 @@
 
 #include "dt_memory.h"
 #include "dt_timemodel.h"
+#include "dt_layout.h"
+#include "dt_parallel3d.h"
 
 /* Memory rows are written in GiB so coefficients stay near 1..1e3 (docs/solver.md "Numerics"). */
 #define DT_SOLVE_MEM_SCALE (1.0 / 1073741824.0)
@@ -36,6 +38,7 @@ typedef struct {
     int64_t ddev, dhost, dnvme; /* bytes per extra checkpointed layer */
     dt_time_terms tt;
     int cand;                   /* index of the (stage, offload, mb) candidate */
+    dt_layout lay;              /* TP / CP / PP (all zero: none) */
 } dt_choice_run;
 
 typedef struct {
@@ -46,15 +49,25 @@ typedef struct {
     int64_t L;
     /* lazy cuts from exact verification: k_j >= kmin[j] * x_j (kmin > hi bans j) */
     int64_t *kmin;
+    int lay_filter;             /* -1 every run; 0 runs without a layout; 1 runs with one */
 } dt_ctx;
+
+static int run_layout(const dt_choice_run *r) { return r->lay.tp > 1 || r->lay.cp > 1 || r->lay.pp > 1; }
+/* The run takes part in a solve over the stages in mask (and the ctx's layout filter). */
+static int run_in(const dt_ctx *c, const dt_choice_run *r, unsigned mask) {
+    return ((mask >> r->stage) & 1u) && (c->lay_filter < 0 || run_layout(r) == c->lay_filter);
+}
 
 static int64_t mem_dev(const dt_mem_breakdown *m) { return m->total; }
 
-static void plan_for(const dt_solve_request *rq, int stage, dt_offload oo, dt_offload op, int sel, int64_t mb,
-                     int64_t K, dt_plan *p) {
+static void plan_for(const dt_solve_request *rq, const dt_layout *lay, int stage, dt_offload oo, dt_offload op,
+                     int sel, int64_t mb, int64_t K, dt_plan *p) {
     *p = rq->base;
     int64_t W = p->cluster.nodes * p->cluster.gpus_per_node;
     p->parallel.world_size = W;
+    p->layout = *lay;   /* a layout's plan is for the runtime that runs it (dt_solve_request.layout_runtime) */
+    if (dt_layout_active(p) && p->runtime.kind != rq->layout_runtime) dt_plan_set_runtime(p, rq->layout_runtime);
+    W = dt_layout_dp(p);
     p->parallel.zero_stage = stage;
     p->parallel.offload_optimizer = oo;
     p->parallel.offload_param = op;
@@ -99,7 +112,8 @@ int dt_solve_check(const dt_solve_request *rq, dt_error *err) {
     if (b->cluster.nodes < 1 || b->cluster.gpus_per_node < 1)
         return dt_errorf(err, DT_EINVAL, "nodes and gpus per node must be >= 1");
     int64_t W = b->cluster.nodes * b->cluster.gpus_per_node;
-    if (b->batch.global_batch < 1 || b->batch.global_batch % W)
+    /* with layouts the data-parallel size is world / (tp x cp x pp): each candidate checks its own */
+    if (b->batch.global_batch < 1 || (b->batch.global_batch % W && !rq->layouts))
         return dt_errorf(err, DT_EINVAL,
                          "--global-batch %lld is not a multiple of the world size %lld (--gpus): every rank takes "
                          "the same number of sequences per step; e.g. --global-batch %lld",
@@ -138,36 +152,55 @@ static int push_run(dt_ctx *c, const dt_choice_run *r, dt_error *err) {
 static const dt_offload k_offloads[3] = {DT_OFFLOAD_NONE, DT_OFFLOAD_CPU, DT_OFFLOAD_NVME};
 
 /* Calls fn(stage, oo, op, sel, mb) for every candidate of the request (validated plans only). */
-typedef int (*dt_cand_fn)(void *ud, int stage, dt_offload oo, dt_offload op, int sel, int64_t mb,
-                          dt_error *err);
+typedef int (*dt_cand_fn)(void *ud, const dt_layout *lay, int stage, dt_offload oo, dt_offload op, int sel,
+                          int64_t mb, dt_error *err);
+/* The layouts of the request: none unless rq->layouts (then dt_p3_layout_candidates). */
+static int request_layouts(const dt_solve_request *rq, dt_layout *out) {
+    if (!rq->layouts) {
+        memset(&out[0], 0, sizeof out[0]);
+        return 1;
+    }
+    return dt_p3_layout_candidates(&rq->base, rq->layout_runtime, out, DT_P3_MAX_LAYOUTS);
+}
+
 static int for_each_candidate(const dt_solve_request *rq, dt_cand_fn fn, void *ud, int *n_out,
                               dt_error *err) {
     int64_t W = rq->base.cluster.nodes * rq->base.cluster.gpus_per_node;
-    int64_t per_rank = rq->base.batch.global_batch / W;
-    int n = 0;
+    dt_layout *lays = malloc(DT_P3_MAX_LAYOUTS * sizeof *lays);
+    if (!lays) return dt_errorf(err, DT_ENOMEM, "solver: out of memory");
+    const int n_lay = request_layouts(rq, lays);
+    int n = 0, rc = DT_OK;
     dt_error first;
     dt_error_clear(&first);
-    for (int s = 0; s < 4; s++) {
-        if (!(rq->stage_mask & (1u << s))) continue;
-        int n_oo = (s >= 1 && rq->allow_offload) ? 3 : 1;
-        int n_op = (s == 3 && rq->allow_offload) ? 3 : 1;
-        for (int a = 0; a < n_oo; a++)
-            for (int o = 0; o < n_op; o++)
-                for (int sel = 0; sel < n_selective(rq); sel++)
-                    for (int64_t mb = 1; mb <= per_rank; mb++) {
-                        if (per_rank % mb) continue;
-                        dt_plan p;
-                        dt_error e;
-                        dt_error_clear(&e);
-                        plan_for(rq, s, k_offloads[a], k_offloads[o], sel, mb, 0, &p);
-                        if (dt_plan_validate(&p, &e)) {
-                            if (!first.code) first = e;
-                            continue;
+    for (int li = 0; li < n_lay && !rc; li++) {
+        const dt_layout *lay = &lays[li];
+        const int64_t model = (lay->tp ? lay->tp : 1) * (lay->cp ? lay->cp : 1) * (lay->pp ? lay->pp : 1);
+        if (rq->base.batch.global_batch % (W / model)) continue;
+        const int64_t per_rank = rq->base.batch.global_batch / (W / model);
+        for (int s = 0; s < 4 && !rc; s++) {
+            if (!(rq->stage_mask & (1u << s))) continue;
+            int n_oo = (s >= 1 && rq->allow_offload) ? 3 : 1;
+            int n_op = (s == 3 && rq->allow_offload) ? 3 : 1;
+            for (int a = 0; a < n_oo && !rc; a++)
+                for (int o = 0; o < n_op && !rc; o++)
+                    for (int sel = 0; sel < n_selective(rq) && !rc; sel++)
+                        for (int64_t mb = 1; mb <= per_rank && !rc; mb++) {
+                            if (per_rank % mb) continue;
+                            dt_plan p;
+                            dt_error e;
+                            dt_error_clear(&e);
+                            plan_for(rq, lay, s, k_offloads[a], k_offloads[o], sel, mb, 0, &p);
+                            if (dt_plan_validate(&p, &e)) {
+                                if (!first.code) first = e;
+                                continue;
+                            }
+                            n++;
+                            rc = fn(ud, lay, s, k_offloads[a], k_offloads[o], sel, mb, err);
                         }
-                        n++;
-                        if (fn(ud, s, k_offloads[a], k_offloads[o], sel, mb, err)) return err->code;
-                    }
+        }
     }
+    free(lays);
+    if (rc) return err->code;
     *n_out = n;
     if (n == 0) {
         if (first.code) return dt_errorf(err, DT_EINVAL, "no valid configuration: %s", first.msg);
@@ -176,18 +209,43 @@ static int for_each_candidate(const dt_solve_request *rq, dt_cand_fn fn, void *u
     return DT_OK;
 }
 
+/* Checkpointed layers a candidate is weighed at: every K = 0..L without a layout; with
+ * one, none or all (Megatron-LM's --recompute-granularity full --recompute-method uniform
+ * over every layer of every stage; selective is its own candidate). */
+static int k_weighed(const dt_layout *lay, int64_t K, int64_t L) {
+    int active = (lay->tp > 1) || (lay->cp > 1) || (lay->pp > 1);
+    return !active || K == 0 || K == L;
+}
+
 /* ---- building the runs: exact memory at every K, split into affine pieces ---- */
-static int add_candidate_runs(void *ud, int stage, dt_offload oo, dt_offload op, int sel, int64_t mb,
-                              dt_error *err) {
+/* A layout candidate: one run of a single point at K = 0 and one at K = L (k_weighed). */
+static int add_point_runs(dt_ctx *c, dt_choice_run *r, dt_plan *p, dt_error *err) {
+    const int64_t ks[2] = {0, c->L};
+    for (int i = 0; i < 2; i++) {
+        dt_mem_breakdown m;
+        p->activations.ckpt_layers = ks[i];
+        if (dt_memory_estimate(p, &m, err)) return err->code;
+        r->lo = r->hi = ks[i];
+        r->dev0 = mem_dev(&m), r->host0 = node_host_bytes(c->rq, &m), r->nvme0 = m.nvme;
+        r->ddev = r->dhost = r->dnvme = 0;
+        if (push_run(c, r, err)) return err->code;
+    }
+    return DT_OK;
+}
+
+static int add_candidate_runs(void *ud, const dt_layout *lay, int stage, dt_offload oo, dt_offload op, int sel,
+                              int64_t mb, dt_error *err) {
     dt_ctx *c = ud;
     const int64_t L = c->L;
     dt_plan p;
-    plan_for(c->rq, stage, oo, op, sel, mb, 0, &p);
+    plan_for(c->rq, lay, stage, oo, op, sel, mb, 0, &p);
     dt_choice_run r;
     memset(&r, 0, sizeof r);
     r.stage = stage, r.oo = oo, r.op = op, r.sel = sel, r.mb = mb, r.accum = p.batch.grad_accum;
+    r.lay = *lay;
     r.cand = c->n_cand++;
     if (dt_time_terms_build(&p, &r.tt, err)) return err->code;
+    if (!k_weighed(lay, 1, L)) return add_point_runs(c, &r, &p, err);
     int64_t prev[3] = {0, 0, 0}, d[3] = {0, 0, 0};
     for (int64_t K = 0; K <= L; K++) {
         dt_mem_breakdown m;
@@ -259,7 +317,7 @@ static int layout_build(const dt_ctx *c, unsigned stage_mask, dt_milp_layout *ly
     if (!ly->col0) return dt_errorf(err, DT_ENOMEM, "solver: out of memory");
     int nz_est = 8;
     for (int j = 0; j < c->n_runs; j++) {
-        if (!((stage_mask >> c->runs[j].stage) & 1u) || c->kmin[j] > c->runs[j].hi) continue;
+        if (!run_in(c, &c->runs[j], stage_mask) || c->kmin[j] > c->runs[j].hi) continue;
         ly->col0[j] = ly->n_cols + 1;
         ly->n_cols += 2 + c->runs[j].tt.n_phases;
         nz_est += 12 + 6 * c->runs[j].tt.n_phases; /* upper bound of the nz_add calls for run j */
@@ -502,18 +560,20 @@ static int milp_solve(dt_ctx *c, unsigned stage_mask, int *pick, int64_t *pick_k
     return rc;
 }
 
-static void fill_choice(const dt_solve_request *rq, int stage, dt_offload oo, dt_offload op, int sel, int64_t mb,
-                        int64_t K, dt_solve_choice *ch, dt_plan *plan_out) {
+static void fill_choice(const dt_solve_request *rq, const dt_layout *lay, int stage, dt_offload oo, dt_offload op,
+                        int sel, int64_t mb, int64_t K, dt_solve_choice *ch, dt_plan *plan_out) {
     dt_plan p;
     dt_error e;
-    plan_for(rq, stage, oo, op, sel, mb, K, &p);
+    plan_for(rq, lay, stage, oo, op, sel, mb, K, &p);
     memset(ch, 0, sizeof *ch);
     ch->valid = 1;
+    ch->layout = *lay;
     ch->zero_stage = stage, ch->offload_optimizer = oo, ch->offload_param = op, ch->selective = sel;
     ch->micro_batch = mb, ch->grad_accum = p.batch.grad_accum, ch->ckpt_layers = K;
     dt_time_breakdown t;
+    ch->runtime = p.runtime.kind;
     if (dt_memory_estimate(&p, &ch->mem, &e) == DT_OK && dt_time_estimate(&p, &t, &e) == DT_OK) {
-        ch->step_s = t.step_s;
+        ch->step_s = t.step_s, ch->time = t;
         ch->fits = fits(rq, &ch->mem);
     }
     if (plan_out) *plan_out = p;
@@ -521,7 +581,7 @@ static void fill_choice(const dt_solve_request *rq, int stage, dt_offload oo, dt
 
 static void fill_from_run(const dt_ctx *c, int j, int64_t K, dt_solve_choice *ch, dt_plan *p) {
     const dt_choice_run *r = &c->runs[j];
-    fill_choice(c->rq, r->stage, r->oo, r->op, r->sel, r->mb, K, ch, p);
+    fill_choice(c->rq, &r->lay, r->stage, r->oo, r->op, r->sel, r->mb, K, ch, p);
 }
 
 /* Smallest device memory over the runs of the stages in mask that fit host and NVMe
@@ -532,7 +592,7 @@ static int min_memory_run(const dt_ctx *c, unsigned mask, int64_t *K_out) {
     for (int pass = 0; pass < 2 && best < 0; pass++)
         for (int j = 0; j < c->n_runs; j++) {
             const dt_choice_run *r = &c->runs[j];
-            if (!((mask >> r->stage) & 1u)) continue;
+            if (!run_in(c, r, mask)) continue;
             /* memory is affine on the run: its minimum is at an end */
             int64_t K = run_dev(r, r->hi) < run_dev(r, r->lo) ? r->hi : r->lo;
             if (pass == 0 && (run_host(r, K) > c->rq->host_limit_bytes ||
@@ -610,10 +670,38 @@ static int solve_verified(dt_ctx *c, unsigned mask, dt_solve_result *out, int *p
     return dt_errorf(err, DT_EINTERNAL, "solver: exact verification did not converge");
 }
 
+/* The fastest fitting choice without a layout (DP x ZeRO) and with one, each solved on its
+ * own, or the least-memory one of the side where nothing fits (dt_solve_result.best_dp,
+ * best_layout). Returns DT_OK or a solver error. */
+static int solve_by_layout(dt_ctx *c, dt_solve_result *out, dt_error *err) {
+    dt_solve_choice *side[2] = {&out->best_dp, &out->best_layout};
+    int rc = DT_OK;
+    for (int f = 0; f < 2 && rc == DT_OK; f++) {
+        int any = 0;
+        for (int j = 0; j < c->n_runs && !any; j++) any = run_layout(&c->runs[j]) == f;
+        if (!any) continue;
+        c->lay_filter = f;
+        int pick;
+        int64_t K;
+        int src = solve_verified(c, c->rq->stage_mask, out, &pick, &K, err);
+        if (src == DT_OK) {
+            fill_from_run(c, pick, K, side[f], NULL);
+        } else if (src == DT_EINFEASIBLE) {
+            int j = min_memory_run(c, c->rq->stage_mask, &K);
+            if (j >= 0) fill_from_run(c, j, K, side[f], NULL);
+        } else {
+            rc = src;
+        }
+    }
+    c->lay_filter = -1;
+    return rc;
+}
+
 static int ctx_build(dt_ctx *c, const dt_solve_request *rq, dt_solve_result *out, dt_error *err) {
     memset(c, 0, sizeof *c);
     c->rq = rq;
     c->L = rq->base.model.n_layer;
+    c->lay_filter = -1;
     if (for_each_candidate(rq, add_candidate_runs, c, &out->n_candidates, err)) return err->code;
     c->kmin = calloc((size_t)c->n_runs, sizeof *c->kmin);
     if (!c->kmin) return dt_errorf(err, DT_ENOMEM, "solver: out of memory");
@@ -657,6 +745,10 @@ int dt_solve(const dt_solve_request *rq, dt_solve_result *out, dt_error *err) {
             rc = srcp;
         }
     }
+    if (rq->layouts && (rc == DT_OK || rc == DT_EINFEASIBLE)) {
+        int lrc = solve_by_layout(&c, out, err);
+        if (lrc) rc = lrc;
+    }
     out->n_rows = main_rows, out->n_columns = main_cols;
     if (rc == DT_EINFEASIBLE) {
         int j = min_memory_run(&c, rq->stage_mask, &K);
@@ -699,21 +791,24 @@ static int better_tied(const dt_solve_choice *a, const dt_solve_choice *b, doubl
     return !b->valid || !b->fits || mem_dev(&a->mem) < mem_dev(&b->mem);
 }
 
-static int enum_candidate(void *ud, int stage, dt_offload oo, dt_offload op, int sel, int64_t mb, dt_error *err) {
+static int enum_candidate(void *ud, const dt_layout *lay, int stage, dt_offload oo, dt_offload op, int sel,
+                          int64_t mb, dt_error *err) {
     dt_enum_ctx *e = ud;
     dt_solve_result *o = e->out;
     for (int64_t K = 0; K <= e->L; K++) {
+        if (!k_weighed(lay, K, e->L)) continue;
         dt_solve_choice ch;
         dt_plan p;
-        plan_for(e->rq, stage, oo, op, sel, mb, K, &p);
+        plan_for(e->rq, lay, stage, oo, op, sel, mb, K, &p);
         memset(&ch, 0, sizeof ch);
+        ch.layout = *lay;
         dt_time_breakdown t;
         if (dt_memory_estimate(&p, &ch.mem, err) || dt_time_estimate(&p, &t, err)) return err->code;
         ch.valid = 1;
         ch.fits = fits(e->rq, &ch.mem);
         ch.zero_stage = stage, ch.offload_optimizer = oo, ch.offload_param = op, ch.selective = sel;
         ch.micro_batch = mb, ch.grad_accum = p.batch.grad_accum, ch.ckpt_layers = K;
-        ch.step_s = t.step_s;
+        ch.step_s = t.step_s, ch.time = t, ch.runtime = p.runtime.kind;
         if (e->pass == 0) {
             if (ch.fits) {
                 if (e->tmin[stage] < 0 || ch.step_s < e->tmin[stage]) e->tmin[stage] = ch.step_s;
@@ -738,8 +833,8 @@ int dt_solve_enumerate(const dt_solve_request *rq, dt_solve_result *out, dt_erro
         if (for_each_candidate(rq, enum_candidate, &e, &out->n_candidates, err)) return err->code;
     if (!out->best.valid) return infeasible_message(rq, &out->min_memory, err);
     const dt_solve_choice *b = &out->best;
-    plan_for(rq, b->zero_stage, b->offload_optimizer, b->offload_param, b->selective, b->micro_batch, b->ckpt_layers,
-             &out->plan);
+    plan_for(rq, &b->layout, b->zero_stage, b->offload_optimizer, b->offload_param, b->selective, b->micro_batch,
+             b->ckpt_layers, &out->plan);
     return dt_predict(&out->plan, err);
 }
 
@@ -751,11 +846,13 @@ typedef struct {
     int64_t L;
 } dt_visit_ctx;
 
-static int visit_candidate(void *ud, int stage, dt_offload oo, dt_offload op, int sel, int64_t mb, dt_error *err) {
+static int visit_candidate(void *ud, const dt_layout *lay, int stage, dt_offload oo, dt_offload op, int sel,
+                           int64_t mb, dt_error *err) {
     dt_visit_ctx *v = ud;
     for (int64_t K = 0; K <= v->L; K++) {
+        if (!k_weighed(lay, K, v->L)) continue;
         dt_solve_choice ch;
-        fill_choice(v->rq, stage, oo, op, sel, mb, K, &ch, NULL);
+        fill_choice(v->rq, lay, stage, oo, op, sel, mb, K, &ch, NULL);
         if (ch.step_s > 0 && v->fn(v->ud, &ch, err)) return err->code;
     }
     return DT_OK;

@@ -13,6 +13,8 @@
 
 #include "dt_memory.h"
 #include "dt_solve.h"
+#include "dt_layout.h"
+#include "dt_parallel3d.h"
 
 /* Backward costs twice the forward (weight- and input-gradient GEMMs), so the
  * forward is 1/3 of the training FLOPs (Kaplan et al. 2020, Narayanan et al. 2021). */
@@ -805,6 +807,10 @@ static double stage_gathers_s(const dt_plan *p, const dt_net *net, const dt_unit
 
 int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
     if (check_plan(p, err)) return err->code;
+    if (dt_layout_active(p)) {   /* TP / CP / PP (planner/parallel3d.c) */
+        dt_p3_time parts;
+        return dt_p3_time_terms(p, t, &parts, err);
+    }
     memset(t, 0, sizeof *t);
     const dt_hardware *hw = &p->cluster.hw;
     const dt_precision *pr = &p->precision;
@@ -991,6 +997,7 @@ int dt_time_comm_bytes(const dt_plan *p, int64_t out[DT_COLL_COUNT], dt_error *e
 static int comm_bytes(const dt_plan *p, int64_t out[DT_COLL_COUNT], dt_error *err) {
     memset(out, 0, sizeof(int64_t) * DT_COLL_COUNT);
     if (check_plan(p, err)) return err->code;
+    if (dt_layout_active(p)) return dt_p3_comm_bytes(p, out, err);
     if (p->parallel.world_size <= 1) return DT_OK;
     dt_units_layout u;
     layout_of(p, &u);

@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "dt_cli.h"
+#include "dt_layout.h"
+#include "dt_parallel3d.h"
 #include "dt_model.h"
 #include "dt_dsconfig.h"
 #include "dt_memory.h"
@@ -538,10 +540,14 @@ static void print_header(const est_ctx *c) {
     } else {
         snprintf(reserve, sizeof reserve, "reserve %s", dt_format_bytes(p->cluster.hw.reserve_bytes, c->units, b2, sizeof b2));
     }
-    printf("cluster    %" PRId64 " node%s x %" PRId64 " %s%s = %" PRId64 " data-parallel rank%s; hardware %s (%s per %s, %s)\n",
+    printf("cluster    %" PRId64 " node%s x %" PRId64 " %s%s = %" PRId64 " %srank%s; hardware %s (%s per %s, %s)\n",
            p->cluster.nodes, p->cluster.nodes > 1 ? "s" : "", p->cluster.gpus_per_node, dt_chart_rank_word(),
-           p->cluster.gpus_per_node > 1 ? "s" : "", p->parallel.world_size, p->parallel.world_size > 1 ? "s" : "", p->cluster.hw.name,
+           p->cluster.gpus_per_node > 1 ? "s" : "", p->parallel.world_size, dt_layout_active(p) ? "" : "data-parallel ",
+           p->parallel.world_size > 1 ? "s" : "", p->cluster.hw.name,
            dt_format_bytes(p->cluster.hw.device_mem_bytes, c->units, b1, sizeof b1), dt_chart_rank_word(), reserve);
+    char lay[320];
+    dt_p3_describe(p, lay, sizeof lay);
+    if (lay[0]) printf("layout     %s; memory of the largest pipeline stage\n", lay);
     printf("batch      micro-batch %" PRId64 ", sequence %" PRId64 ", checkpointed layers %" PRId64 " of %" PRId64
            ", %s attention\n",
            p->batch.micro_batch, p->batch.seq_len, p->activations.ckpt_layers, m->n_layer,

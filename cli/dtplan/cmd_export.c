@@ -7,12 +7,14 @@
 
 #include "dt_cli.h"
 #include "dt_dsexport.h"
+#include "dt_mgexport.h"
 #include "dt_json.h"
 #include "dt_plan.h"
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: dtplan export --deepspeed PLAN.json [-o ds_config.json] [--slurm launch.slurm]\n"
+            "       dtplan export --megatron PLAN.json [--slurm launch.slurm]\n"
             "                     [--script train.py] [--master-addr A] [--master-port P] [--job-name N]\n"
             "\n"
             "Writes the DeepSpeed config equivalent to the plan (zero_optimization, bf16/fp16,\n"
@@ -21,7 +23,10 @@ static void usage(FILE *f) {
             "  -o FILE          write the config to FILE (atomically); the launch lines go to stdout.\n"
             "                   Without -o the config goes to stdout and the launch lines to stderr.\n"
             "  --slurm FILE     also write an sbatch script (one torchrun per node)\n"
-            "  --script S       training script in the torchrun line (default train.py)\n"
+            "  --megatron       instead: Megatron-LM's torchrun line (pretrain_gpt.py and its arguments: the\n"
+            "                   layout, model, batch, precision, recompute, optimizer, schedule); ZeRO 0-1 only\n"
+            "  --script S       training script in the torchrun line (default train.py; pretrain_gpt.py for\n"
+            "                   --megatron)\n"
             "  --master-addr A  (default $MASTER_ADDR)   --master-port P (default %d)\n"
             "\n"
             "example: dtplan export --deepspeed plan.json -o ds_config.json --slurm launch.slurm\n",
@@ -30,9 +35,27 @@ static void usage(FILE *f) {
 
 static int fail(const char *msg) { return dt_cli_fail(2, "%s", msg); }
 
+/* --megatron: the torchrun line with pretrain_gpt.py's arguments on stdout; --slurm FILE also
+ * writes the sbatch script (atomically). */
+static int export_megatron(const dt_plan *p, const dt_dsexport_opts *o, const char *slurm) {
+    dt_error err = {0};
+    char *launch = dt_mgexport_launch(p, o, &err);
+    char *sbatch = launch && slurm ? dt_mgexport_sbatch(p, o, &err) : NULL;
+    int rc = 0;
+    if (!launch || (slurm && !sbatch)) rc = dt_cli_fail_err(err.code, &err);
+    else if (slurm && dt_json_write_file_atomic(slurm, sbatch, &err)) rc = dt_cli_fail_err(err.code, &err);
+    else {
+        if (slurm) printf("wrote %s (sbatch script)\n", slurm);
+        fputs(launch, stdout);
+    }
+    free(launch);
+    free(sbatch);
+    return rc;
+}
+
 int dt_cmd_export(int argc, char **argv) {
     const char *plan_path = NULL, *out = NULL, *slurm = NULL;
-    int deepspeed = 0;
+    int deepspeed = 0, megatron = 0;
     dt_dsexport_opts o;
     dt_dsexport_opts_default(&o);
     char msg[DT_ERROR_MSG_MAX + 64];
@@ -44,6 +67,8 @@ int dt_cmd_export(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--deepspeed")) {
             deepspeed = 1;
+        } else if (!strcmp(a, "--megatron")) {
+            megatron = 1;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output") || !strcmp(a, "--slurm") ||
                    !strcmp(a, "--script") || !strcmp(a, "--master-addr") ||
                    !strcmp(a, "--master-port") || !strcmp(a, "--job-name")) {
@@ -81,8 +106,11 @@ int dt_cmd_export(int argc, char **argv) {
             plan_path = a;
         }
     }
-    if (!deepspeed)
-        return fail("export: say what to export: --deepspeed (the only target so far)");
+    if (deepspeed == megatron)
+        return fail("export: say what to export: --deepspeed or --megatron (one of them)");
+    if (megatron && out)
+        return fail("export: --megatron prints the launch line; -o is --deepspeed's config file (use --slurm FILE "
+                    "for a script)");
     if (!plan_path) return fail("export: no plan given (usage: dtplan export --deepspeed plan.json)");
 
     dt_plan p;
@@ -90,6 +118,7 @@ int dt_cmd_export(int argc, char **argv) {
     if (dt_plan_load(plan_path, &p, &err)) return fail(err.msg);
     o.plan_path = plan_path;
     if (out) o.config_path = out;
+    if (megatron) return export_megatron(&p, &o, slurm);
 
     char *config = dt_dsexport_config(&p, &err);
     char *notes = config ? dt_dsexport_notes(&p, &err) : NULL;

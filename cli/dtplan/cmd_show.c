@@ -6,7 +6,9 @@
 
 #include "dt_cli.h"
 #include "dt_consts.h"
+#include "dt_layout.h"
 #include "dt_model.h"
+#include "dt_parallel3d.h"
 #include "dt_plan.h"
 #include "dt_units.h"
 
@@ -98,8 +100,9 @@ static void show_parallel(const dt_plan *p, fmt *f) {
     static const char *const what[] = {"DDP: everything replicated", "optimizer states partitioned",
                                        "optimizer states + gradients partitioned",
                                        "optimizer states + gradients + parameters partitioned"};
-    printf("parallel     ZeRO stage %d (%s) over world size %lld\n", q->zero_stage,
-           q->zero_stage >= 0 && q->zero_stage <= 3 ? what[q->zero_stage] : "?", (long long)q->world_size);
+    printf("parallel     ZeRO stage %d (%s) over %s %lld\n", q->zero_stage,
+           q->zero_stage >= 0 && q->zero_stage <= 3 ? what[q->zero_stage] : "?",
+           dt_layout_active(p) ? "the data-parallel group of" : "world size", (long long)dt_layout_dp(p));
     printf("             offload: optimizer %s, parameters %s%s%s%s\n", dt_offload_name(q->offload_optimizer),
            dt_offload_name(q->offload_param), q->nvme_path[0] ? " (NVMe path " : "", q->nvme_path,
            q->nvme_path[0] ? ")" : "");
@@ -107,14 +110,17 @@ static void show_parallel(const dt_plan *p, fmt *f) {
            "sub-group %s; overlap_comm %s\n",
            CNT(f, q->reduce_bucket_elems), CNT(f, q->allgather_bucket_elems), CNT(f, q->prefetch_bucket_elems),
            CNT(f, q->max_live_params), CNT(f, q->sub_group_elems), onoff(q->overlap_comm));
+    char lay[320];
+    dt_p3_describe(p, lay, sizeof lay);
+    if (lay[0]) printf("layout       %s; ZeRO over the DP group\n", lay);
 }
 
 static void show_training(const dt_plan *p) {
     const dt_batch *b = &p->batch;
-    printf("batch        global %lld sequences = micro %lld x accumulation %lld x world %lld; "
+    printf("batch        global %lld sequences = micro %lld x accumulation %lld x %s %lld; "
            "seq %lld -> %lld tokens per step\n",
            (long long)b->global_batch, (long long)b->micro_batch, (long long)b->grad_accum,
-           (long long)p->parallel.world_size, (long long)b->seq_len, (long long)(b->global_batch * b->seq_len));
+           dt_layout_active(p) ? "data-parallel" : "world", (long long)dt_layout_dp(p), (long long)b->seq_len, (long long)(b->global_batch * b->seq_len));
     const dt_precision *pr = &p->precision;
     printf("precision    %s: params %s, grads %s, master %s, moments %s, activations %s "
            "(%d / %d / %d bytes per param: param / grad / optimizer)\n",

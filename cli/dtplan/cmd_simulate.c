@@ -9,6 +9,8 @@
 #include "dt_cli.h"
 #include "dt_consts.h"
 #include "dt_json.h"
+#include "dt_layout.h"
+#include "dt_parallel3d.h"
 #include "dt_memory.h"
 #include "dt_report_charts.h"
 #include "dt_simulate.h"
@@ -165,6 +167,57 @@ static const char *closed_form_cat(int c) {
     }
 }
 
+/* Columns of the per-stage schedule drawing. */
+#define PIPE_COLUMNS 100
+
+/* A layout plan: the pipeline schedule stage by stage (dt_p3_pipeline), drawn as one line
+ * per stage (F forward, B backward, '.' idle), against the time model's step. */
+static int simulate_layout(const dt_plan *p, int json) {
+    dt_error e;
+    dt_error_clear(&e);
+    dt_time_breakdown tb;
+    if (dt_time_estimate(p, &tb, &e)) return dt_cli_fail(2, "%s", e.msg);
+    char lay[320];
+    dt_p3_describe(p, lay, sizeof lay);
+    if (p->layout.pp <= 1) {
+        if (json) printf("{\n  \"model_step_s\": %.9g,\n  \"pipeline\": false\n}\n", tb.step_s);
+        else printf("layout %s: no pipeline to schedule; the step is the time model's %.3f ms\n", lay,
+                    tb.step_s * DT_MS_PER_S);
+        return 0;
+    }
+    dt_p3_pipe pp;
+    if (dt_p3_pipeline(p, &pp, &e)) return dt_cli_fail_err(e.code, &e);
+    const int per = pp.n_pass / (int)p->layout.pp;
+    if (json) {
+        printf("{\n  \"pipeline_s\": %.9g,\n  \"model_step_s\": %.9g,\n  \"stage0_bubble\": %.9g,\n  \"passes\": %d\n}\n",
+               pp.step_s, tb.step_s, pp.bubble_frac, pp.n_pass);
+        dt_p3_pipe_free(&pp);
+        return 0;
+    }
+    printf("simulated pipeline of %s: %s\n", p->model.name, lay);
+    const double bub = (double)(p->layout.pp - 1) / (double)(p->layout.vpp > 0 ? p->layout.vpp : 1) /
+                       (double)p->batch.grad_accum;
+    printf("micro-batches %lld per step; %d passes; forward+backward passes end at %.3f ms; stage 0 idle %.1f %% "
+           "of it (the bubble (p-1)/(v m) = %.1f %% of the ideal time is %.1f %% of the step)\n",
+           (long long)p->batch.grad_accum, pp.n_pass, pp.step_s * DT_MS_PER_S, 100.0 * pp.bubble_frac, 100.0 * bub,
+           100.0 * bub / (1.0 + bub));
+    printf("time model step %.3f ms (the passes + exposed DP / p2p communication + optimizer)\n", tb.step_s * DT_MS_PER_S);
+    printf("schedule, one column = %.3f ms (F forward, B backward, . idle):\n", pp.step_s * DT_MS_PER_S / PIPE_COLUMNS);
+    for (int s = 0; s < (int)p->layout.pp; s++) {
+        char row[PIPE_COLUMNS + 1];
+        memset(row, '.', PIPE_COLUMNS);
+        row[PIPE_COLUMNS] = '\0';
+        for (int k = 0; k < per; k++) {
+            const dt_p3_pass *ps = &pp.pass[s * per + k];
+            int c0 = (int)(ps->t0_s / pp.step_s * PIPE_COLUMNS), c1 = (int)(ps->t1_s / pp.step_s * PIPE_COLUMNS);
+            for (int c = c0; c <= c1 && c < PIPE_COLUMNS; c++) row[c] = ps->backward ? 'B' : 'F';
+        }
+        printf("  stage %3d |%s|\n", s, row);
+    }
+    dt_p3_pipe_free(&pp);
+    return 0;
+}
+
 int dt_cmd_simulate(int argc, char **argv) {
     const char *plan_path = NULL, *trace = NULL, *plot = NULL, *runtime = NULL;
     int json = 0, detail = 0;
@@ -200,6 +253,7 @@ int dt_cmd_simulate(int argc, char **argv) {
         if (dt_plan_validate(&p, &e))
             return dt_cli_fail(2, "simulate: --runtime %s cannot run %s: %s", runtime, plan_path, e.msg);
     }
+    if (dt_layout_active(&p)) return simulate_layout(&p, json);
     dt_chart_set_device(p.cluster.device);
     dt_time_breakdown tb;
     dt_mem_breakdown mb;

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "dt_cli.h"
+#include "dt_parallel3d.h"
 #include "dt_clock.h"
 #include "dt_model.h"
 #include "dt_memory.h"
@@ -55,6 +56,9 @@ static void usage(FILE *f) {
             "                        flash | eager\n"
             "  --sub-group-size N    DeepSpeed's sub_group_size, elements per optimizer tile (default 1e9); with\n"
             "                        NVMe optimizer offload each of the 4 host swap buffers holds one tile\n"
+            "  --layouts             weigh tensor / context / pipeline layouts (tp, cp, pp, virtual stages) next\n"
+            "                        to DP x ZeRO: the default on GPUs over several nodes; --no-layouts turns it\n"
+            "                        off (docs/parallelism.md)\n"
             "  --plot FILE.png|.svg  every evaluated configuration: peak memory vs step time\n"
             "training settings carried by the plan (no effect on memory or time):\n"
             "  --data PATH           training text directory, llm.c shards, or dtrun prepare's output (its shards,\n"
@@ -99,6 +103,52 @@ static void print_config(const dt_solve_choice *c, int64_t L) {
            dt_offload_name(c->offload_param), (long long)c->micro_batch, (long long)c->grad_accum,
            (long long)c->ckpt_layers, (long long)L);
     if (c->selective) printf(", selective attention recompute");
+    const dt_layout *l = &c->layout;
+    if (l->tp > 1 || l->cp > 1 || l->pp > 1)
+        printf(", layout TP %lld%s x CP %lld x PP %lld%s (runtime %s)", (long long)l->tp, l->sp ? " + SP" : "",
+               (long long)l->cp, (long long)l->pp, l->vpp > 1 ? " interleaved" : "", dt_runtime_name(c->runtime));
+    if (l->vpp > 1) printf(", %lld chunks per rank", (long long)l->vpp);
+}
+
+/* One side of the layout verdict: the choice, its step and what it is made of, or what it needs. */
+static void print_side(const char *label, const dt_solve_choice *c, const dt_solve_request *rq, dt_units u) {
+    char b[2][48];
+    if (!c->valid) {
+        printf("  %-15s no valid configuration\n", label);
+        return;
+    }
+    printf("  %-15s ", label);
+    print_config(c, rq->base.model.n_layer);
+    if (c->fits)
+        printf("\n                  step %.4g s = compute %.4g + recompute %.4g + exposed comm %.4g + optimizer %.4g; "
+               "%s per GPU\n",
+               c->time.step_s, c->time.compute_s, c->time.recompute_s, c->time.comm_exposed_s, c->time.optimizer_s,
+               dt_format_bytes(c->mem.total, u, b[0], 48));
+    else
+        printf("\n                  does not fit: needs %s per GPU at least (limit %s)\n",
+               dt_format_bytes(c->mem.total, u, b[0], 48), dt_format_bytes(rq->mem_limit_bytes, u, b[1], 48));
+}
+
+/* Layouts (TP / CP / PP) weighed against DP x ZeRO alone: both sides and why one won. */
+static void print_layout_verdict(const dt_solve_request *rq, const dt_solve_result *r, dt_units u) {
+    if (!rq->layouts) return;
+    const dt_solve_choice *d = &r->best_dp, *l = &r->best_layout;
+    printf("layouts weighed against DP x ZeRO (layouts planned for runtime %s):\n", dt_runtime_name(rq->layout_runtime));
+    print_side("DP x ZeRO:", d, rq, u);
+    print_side("with a layout:", l, rq, u);
+    const int dl = r->best.layout.tp > 1 || r->best.layout.cp > 1 || r->best.layout.pp > 1;
+    const dt_solve_choice *won = dl ? l : d, *lost = dl ? d : l;
+    printf("  why: ");
+    if (!lost->valid)
+        printf("%s is the only kind of candidate here\n", dl ? "a layout" : "DP x ZeRO");
+    else if (!lost->fits)
+        printf("%s fits and %s does not\n", dl ? "the layout" : "DP x ZeRO", dl ? "DP x ZeRO" : "any layout");
+    else
+        printf("%s is faster: the other step takes %.1f%% longer (exposed communication %.4g s vs %.4g s, compute + "
+               "recompute %.4g s vs %.4g s)\n",
+               dl ? "the layout" : "DP x ZeRO", 100.0 * (lost->step_s / won->step_s - 1.0), won->time.comm_exposed_s,
+               lost->time.comm_exposed_s, won->time.compute_s + won->time.recompute_s,
+               lost->time.compute_s + lost->time.recompute_s);
 }
 
 /* A GPU request the dtrun runtime cannot fit may fit as DeepSpeed runs it: DeepSpeed keeps
@@ -140,6 +190,9 @@ static void print_result(const dt_solve_request *rq, const dt_solve_result *r, d
     const char *dev = p->cluster.device == DT_DEVICE_CPU ? "rank" : "GPU";
     printf("chosen: ");
     print_config(&r->best, L);
+    char lay[320];
+    dt_p3_describe(p, lay, sizeof lay);
+    if (lay[0]) printf("\n  layout: %s", lay);
     printf("\n  per %s: params %s, grads %s, optimizer %s, activations %s, buffers %s, reserve %s\n", dev,
            dt_format_bytes(m->params, u, b[0], 48), dt_format_bytes(m->grads, u, b[1], 48),
            dt_format_bytes(m->optimizer, u, b[2], 48), dt_format_bytes(m->activations, u, b[3], 48),
@@ -198,6 +251,7 @@ static void print_result(const dt_solve_request *rq, const dt_solve_result *r, d
         print_config(c, L);
         printf("\n");
     }
+    print_layout_verdict(rq, r, u);
     printf("solver: %d candidates, MILP %d columns x %d rows, %d GLPK solves, %.1f ms\n", r->n_candidates,
            r->n_columns, r->n_rows, r->milp_solves, solve_ms);
 }
@@ -329,7 +383,7 @@ _Static_assert(sizeof k_opts / sizeof k_opts[0] == O_NVME_PATH + 1, "k_opts foll
 
 int dt_cmd_solve(int argc, char **argv) {
     const char *v[N_OPTS] = {0};   /* values, indexed like k_opts */
-    int no_offload = 0, no_overlap = 0;
+    int no_offload = 0, no_overlap = 0, no_layouts = 0, layouts = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -338,6 +392,8 @@ int dt_cmd_solve(int argc, char **argv) {
         }
         if (!strcmp(a, "--no-offload")) { no_offload = 1; continue; }
         if (!strcmp(a, "--no-overlap")) { no_overlap = 1; continue; }
+        if (!strcmp(a, "--no-layouts")) { no_layouts = 1; continue; }
+        if (!strcmp(a, "--layouts")) { layouts = 1; continue; }
         int k = -1;
         for (int j = 0; j < N_OPTS; j++)
             if (!strcmp(a, k_opts[j].name)) k = j;
@@ -419,6 +475,16 @@ int dt_cmd_solve(int argc, char **argv) {
         (nvme && dt_parse_bytes(nvme, "--nvme", &rq.nvme_limit_bytes, &err)))
         return dt_cli_fail(2, "%s", err.msg);
     rq.allow_offload = !no_offload;
+    /* GPU requests over several nodes weigh TP / CP / PP layouts next to DP x ZeRO (--layouts
+     * on one node too): under the request's runtime when it runs them (deepspeed, fsdp), else
+     * under fsdp (torchtitan's FSDP2 x TP x CP x PP; dtrun runs data parallelism only) */
+    if (layouts && no_layouts) return dt_cli_fail(2, "solve: --layouts and --no-layouts contradict each other");
+    if (layouts && b->cluster.device != DT_DEVICE_CUDA)
+        return dt_cli_fail(2, "solve: --layouts: hardware %s is a CPU profile; tensor / pipeline layouts are planned "
+                              "for GPUs (use a GPU --hardware such as %s)",
+                           b->cluster.hw.name, DT_SOLVE_DEFAULT_HARDWARE);
+    rq.layouts = layouts || (!no_layouts && b->cluster.device == DT_DEVICE_CUDA && n_nodes > 1);
+    rq.layout_runtime = b->runtime.kind == DT_RUNTIME_DTRUN ? DT_RUNTIME_FSDP : b->runtime.kind;
     if (v[O_NVME_PATH]) {
         if (strlen(v[O_NVME_PATH]) >= sizeof b->parallel.nvme_path)
             return dt_cli_fail(2, "solve: --nvme-path: longer than %d bytes (use a shorter path)",

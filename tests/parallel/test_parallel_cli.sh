@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Issue 36: layouts (TP / SP / CP / PP) in plans and in dtplan. A plan without a layout is
+# read and written as before; a layout round-trips; every bad layout is one line, exit 2;
+# solve weighs layouts against DP x ZeRO and says why it picked one; show and simulate say
+# the layout and draw the pipeline.
+# usage: test_parallel_cli.sh DTPLAN DTRUN SOURCE_DIR
+set -u
+. "$(dirname "$0")/../lib.sh"
+dt_need python3
+DTPLAN=$1 SRC=$3 T=$(mktemp -d) fails=0
+trap '[ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+ok() { echo "ok: $*"; }
+
+# the acceptance request of issue 36: 70B on 8 nodes x 8 GPUs
+"$DTPLAN" solve --mem 80G --model llama-2-70b --gpus 64 --nodes 8 --global-batch 512 -o "$T/p.json" >"$T/out" 2>&1 ||
+    fail "solve 70B on 64 GPUs: $(cat "$T/out")"
+grep -q "^layouts weighed against DP x ZeRO" "$T/out" && grep -q "^  DP x ZeRO: " "$T/out" &&
+    grep -q "^  with a layout: " "$T/out" && grep -q "^  why: " "$T/out" &&
+    ok "solve weighs layouts against DP x ZeRO and says why" || fail "no verdict: $(cat "$T/out")"
+grep -q '"layout": {' "$T/p.json" && ok "the chosen plan records its layout" || fail "plan has no layout section"
+"$DTPLAN" show "$T/p.json" >"$T/show" 2>&1 && grep -q "^layout       TP [0-9]* .* x PP [0-9]* .* x DP [0-9]* = 64 ranks" "$T/show" &&
+    ok "show prints the layout" || fail "show: $(cat "$T/show")"
+grep -q "^batch .* x data-parallel [0-9]*;" "$T/show" || fail "show's batch line lacks the data-parallel size"
+# --no-layouts: DP x ZeRO only, as before issue 36; one node: layouts only with --layouts
+"$DTPLAN" solve --mem 80G --model llama-2-70b --gpus 64 --nodes 8 --global-batch 512 --no-layouts -o "$T/dp.json" \
+    >"$T/out2" 2>&1 || fail "solve --no-layouts: $(cat "$T/out2")"
+grep -q '"layout"' "$T/dp.json" && fail "--no-layouts plan has a layout"
+grep -q "layouts weighed" "$T/out2" && fail "--no-layouts still weighs layouts"
+"$DTPLAN" solve --mem 80G --model llama-2-13b --gpus 8 >"$T/out3" 2>&1 || fail "solve one node: $(cat "$T/out3")"
+grep -q "layouts weighed" "$T/out3" && fail "one node weighs layouts without --layouts"
+"$DTPLAN" solve --mem 80G --model llama-2-13b --gpus 8 --layouts --runtime deepspeed >"$T/out4" 2>&1 &&
+    grep -q "layouts planned for runtime deepspeed" "$T/out4" && ok "--layouts on one node, runtime deepspeed" ||
+    fail "--layouts --runtime deepspeed: $(cat "$T/out4")"
+
+# a hand-made layout: TP 8 x PP 4 x DP 2 under fsdp (torchtitan), 1F1B and interleaved
+python3 - "$T/p.json" "$T" <<'PY' || fail "writing the layout plans"
+import json, sys
+p = json.load(open(sys.argv[1])); d = sys.argv[2]
+p.pop("prediction", None)
+p["runtime"]["kind"] = "fsdp"
+p["parallel"]["zero_stage"] = 2
+p["parallel"]["offload_optimizer"] = p["parallel"]["offload_param"] = "none"
+p["activations"]["ckpt_layers"] = 0
+p["batch"].update(micro_batch=1, grad_accum=8, global_batch=16)
+p["layout"] = {"tp": 8, "cp": 1, "pp": 4}
+json.dump(p, open(d + "/l1.json", "w"), indent=2)
+q = dict(p); q["layout"] = {"tp": 8, "cp": 1, "pp": 4, "virtual_stages": 2}
+json.dump(q, open(d + "/l2.json", "w"), indent=2)
+def bad(name, **kw):
+    b = json.loads(json.dumps(p))
+    for k, v in kw.items():
+        sec, key = k.split("__")
+        if v is None: b[sec].pop(key)
+        else: b[sec][key] = v
+    json.dump(b, open(d + "/bad_" + name + ".json", "w"), indent=2)
+bad("tp_heads", layout__tp=3)
+bad("pp_layers", layout__pp=96)
+bad("too_big", layout__pp=16)
+bad("pp_split", layout__tp=2, layout__pp=32)
+bad("cp_seq", layout__cp=3, layout__tp=1, layout__pp=1)
+bad("unknown", layout__dp=2)
+bad("all_one", layout__tp=1, layout__pp=1)
+bad("half_split", layout__first_stage_layers=18)
+b = json.loads(json.dumps(p)); b["runtime"]["kind"] = "deepspeed"; b["parallel"]["zero_stage"] = 3
+json.dump(b, open(d + "/bad_ds_zero3.json", "w"), indent=2)
+b["parallel"]["zero_stage"] = 2
+json.dump(b, open(d + "/bad_ds_zero2.json", "w"), indent=2)
+b = json.loads(json.dumps(p)); b["runtime"]["kind"] = "deepspeed"; b["parallel"]["zero_stage"] = 1
+json.dump(b, open(d + "/mg.json", "w"), indent=2)
+b = json.loads(json.dumps(p)); b["parallel"].update(zero_stage=3, offload_optimizer="cpu", offload_param="cpu")
+json.dump(b, open(d + "/bad_offload.json", "w"), indent=2)
+b = json.loads(json.dumps(p)); b.pop("runtime")
+json.dump(b, open(d + "/bad_dtrun.json", "w"), indent=2)
+PY
+"$DTPLAN" show "$T/l1.json" >/dev/null 2>"$T/err" && ok "a layout plan loads" || fail "l1: $(cat "$T/err")"
+# round trip: write (estimate --plan does not write; solve's plan was written by dt_plan_save) and re-read
+"$DTPLAN" simulate "$T/l1.json" >"$T/sim" 2>&1 && grep -q "^  stage   3 |" "$T/sim" &&
+    grep -q "stage 0 idle .* of it (the bubble (p-1)/(v m) = 37.5 %" "$T/sim" &&
+    ok "simulate draws the 1F1B pipeline per stage" || fail "simulate 1F1B: $(cat "$T/sim")"
+"$DTPLAN" simulate "$T/l2.json" >"$T/sim2" 2>&1 && grep -q "interleaved, 2 model chunks per rank" "$T/sim2" &&
+    grep -q "bubble (p-1)/(v m) = 18.8 %" "$T/sim2" && ok "simulate draws the interleaved pipeline" ||
+    fail "simulate interleaved: $(cat "$T/sim2")"
+"$DTPLAN" estimate --plan "$T/l1.json" >"$T/est" 2>&1 && grep -q "^time " "$T/est" && ok "estimate --plan on a layout" ||
+    fail "estimate --plan: $(cat "$T/est")"
+"$DTPLAN" export --deepspeed "$T/l1.json" >"$T/out" 2>"$T/err"
+[ $? -eq 2 ] && grep -q "is not a DeepSpeed config setting" "$T/err" && ok "export --deepspeed refuses a layout" ||
+    fail "export of a layout: $(cat "$T/err")"
+
+# Megatron-LM's arguments for a layout plan (ZeRO-1 = its distributed optimizer); ZeRO-2 refused
+"$DTPLAN" export --megatron "$T/mg.json" --slurm "$T/mg.slurm" >"$T/mg.out" 2>"$T/err" || fail "export --megatron: $(cat "$T/err")"
+for a in "--tensor-model-parallel-size 8" "--pipeline-model-parallel-size 4" "--sequence-parallel" \
+    "--use-distributed-optimizer" "--micro-batch-size 1" "--global-batch-size 16" "--num-layers 80" \
+    "--group-query-attention" "--num-query-groups 8" "--swiglu" "--normalization RMSNorm" \
+    "--untie-embeddings-and-output-weights" "pretrain_gpt.py"; do
+    grep -qF -- "$a" "$T/mg.out" || fail "export --megatron lacks '$a'"
+    grep -qF -- "$a" "$T/mg.slurm" || fail "the Megatron sbatch script lacks '$a'"
+done
+grep -q "^torchrun --nnodes 8 --nproc_per_node 8 --node_rank \$NODE_RANK" "$T/mg.out" && ok "export --megatron" ||
+    fail "export --megatron: $(cat "$T/mg.out")"
+bash -n "$T/mg.slurm" && ok "the Megatron sbatch script parses" || fail "mg.slurm: bash -n"
+"$DTPLAN" export --megatron "$T/l1.json" >"$T/out" 2>"$T/err"
+[ $? -eq 2 ] && grep -q "ZeRO stage 2: Megatron-LM shards only the optimizer states" "$T/err" &&
+    ok "export --megatron refuses ZeRO-2" || fail "export --megatron of ZeRO-2: $(cat "$T/err")"
+
+# bad input: one line naming the rule, exit 2
+badplan() {
+    local name=$1 want=$2
+    "$DTPLAN" show "$T/bad_$name.json" >"$T/out" 2>"$T/err"
+    local rc=$?
+    [ $rc -eq 2 ] || { fail "$name: exit $rc (want 2): $(cat "$T/err")"; return; }
+    [ "$(wc -l <"$T/err")" -eq 1 ] || fail "$name: not one line: $(cat "$T/err")"
+    [ -s "$T/out" ] && fail "$name: wrote to stdout"
+    grep -qF -- "$want" "$T/err" && ok "$name: $(cat "$T/err")" || fail "$name: '$(cat "$T/err")' lacks '$want'"
+}
+badplan tp_heads "layout.tp 3 does not divide the model's 64 attention heads and 8 KV heads"
+badplan pp_layers "layout.pp 96 is larger than the model's 80 layers"
+badplan too_big "layout tp 8 x cp 1 x pp 16 = 128 ranks is larger than the cluster's 64"
+badplan pp_split "layout.pp 32 does not divide the model's 80 layers"
+badplan cp_seq "layout.cp 3 does not divide batch.seq_len 1024"
+badplan unknown "dp"
+badplan all_one "tp, cp and pp are all 1"
+badplan half_split "give both first_stage_layers and last_stage_layers"
+badplan ds_zero3 "ZeRO stage 3 with DeepSpeed's pipeline engine"
+badplan ds_zero2 "ZeRO stage 2 with DeepSpeed's pipeline engine"
+badplan dtrun "dtrun runs data parallelism (ZeRO) only"
+badplan offload "with offload (optimizer cpu, parameters cpu): not described"
+
+# an uneven split (Megatron's --decoder-first/last-pipeline-num-layers): 18 + 2 x 22 + 18
+python3 - "$T/l1.json" "$T/u.json" <<'PY' || fail "writing the uneven plan"
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["layout"].update(first_stage_layers=18, last_stage_layers=18)
+json.dump(p, open(sys.argv[2], "w"), indent=2)
+PY
+"$DTPLAN" show "$T/u.json" >"$T/show" 2>&1 && grep -q "18 / 22 / 18 layers on first / middle / last stages" "$T/show" &&
+    ok "an uneven split" || fail "uneven split: $(cat "$T/show")"
+"$DTPLAN" solve --mem 2G --model gpt2 --gpus 4 --layouts --hardware cpu >"$T/out" 2>"$T/err"
+[ $? -eq 2 ] && grep -q "is a CPU profile" "$T/err" && ok "--layouts on CPU ranks is refused" ||
+    fail "--layouts on cpu: $(cat "$T/err")"
+
+echo "$fails failed"
+[ $fails -eq 0 ]
