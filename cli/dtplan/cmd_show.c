@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "dt_cli.h"
+#include "dt_cli_ft.h"
 #include "dt_model.h"
 #include "dt_plan.h"
 #include "dt_units.h"
@@ -274,6 +275,8 @@ int dt_cmd_show(int argc, char **argv) {
     show_parallel(&p, &f);
     show_training(&p);
     show_io(&p);
+    dt_ft_print_summary(&p, "finetune     ");
     show_prediction(&p, &f);
+    dt_ft_print_terms(&p, f.u);   /* a fine-tuning plan: every term its method changes */
     return 0;
 }
