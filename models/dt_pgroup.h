@@ -72,14 +72,26 @@ void dt_pgroups_module_state(const dt_pgroups *s, const char *module, int64_t la
 /* What one block in the backward keeps for it, relative to dt_model_block_saved (full
  * fine-tuning), per token (docs/finetune.md "Activations"):
  *   dropped: elements not kept (a linear's input kept only for its weight gradient when
- *     the weight is frozen and not adapted; a frozen norm's output no linear keeps; the
- *     first block's input when no gradient flows into it);
+ *     the weight is frozen and not adapted; a norm's output no trained norm weight and no
+ *     linear keeps);
  *   lora_rank: x A^T of each adapted linear (r elements, kept by lora_B);
  *   lora_dropout_in: with dropout > 0, each adapted linear's dropout(x) (its input width),
- *     as many one-byte masks.
+ *     and as many mask elements;
+ *   first_norm: when no gradient flows into the block, the width of its first norm's input
+ *     (the residual), which only the input gradient needs; first_norm_trained: that norm's
+ *     weight is trained (its weight gradient still reads the normalised input);
+ *   frozen_rms: elements of the RMSNorms with a frozen weight (Hugging Face's
+ *     weight * normalised(x) keeps normalised(x) only for the weight's gradient);
+ *   masks_unkept: dropout inputs that need no gradient (the first block's attention
+ *     input under a frozen norm): dropout keeps its mask only for the input's gradient.
  * attn_keeps_out: the attention kernel keeps its output itself (flash / sdpa: their
  * backward reads it), so o_proj's input stays. grad_in: a gradient flows into the block. */
-typedef struct dt_ft_saved { int64_t dropped, lora_rank, lora_dropout_in; } dt_ft_saved;
+typedef struct dt_ft_saved {
+    int64_t dropped, lora_rank, lora_dropout_in;
+    int64_t first_norm, frozen_rms;
+    int first_norm_trained;
+    int64_t masks_unkept;   /* of lora_dropout_in: inputs needing no gradient, whose dropout keeps no mask */
+} dt_ft_saved;
 void dt_pgroups_block_saved(const dt_model *m, const dt_pgroups *s, const dt_finetune *ft, int64_t layer,
                             int attn_keeps_out, int grad_in, dt_ft_saved *out);
 /* The lm_head's input (the final norm's output) is kept only when the head or the final

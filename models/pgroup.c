@@ -421,8 +421,21 @@ void dt_pgroups_block_saved(const dt_model *m, const dt_pgroups *s, const dt_fin
     const int64_t r = dt_ft_is_lora(ft) ? ft->lora_rank : 0;
     sublayer_ft_saved(s, &d.block.attn, layer, dropout, attn_keeps_out, r, out);
     sublayer_ft_saved(s, &d.block.mlp, layer, dropout, 0, r, out);
-    /* no gradient into the block: its first norm's input (the residual) is not kept */
-    if (!grad_in) out->dropped += d.block.attn.norm.width * d.block.attn.norm.rows;
+    /* no gradient into the block: its first norm's input (the residual) only serves it */
+    int tr, ad;
+    if (!grad_in) {
+        out->first_norm = d.block.attn.norm.width * d.block.attn.norm.rows;
+        dt_pgroups_module_state(s, d.block.attn.norm.name, layer, &out->first_norm_trained, &ad);
+        for (int i = 0; dropout && !out->first_norm_trained && i < d.block.attn.n_in; i++) {
+            dt_pgroups_module_state(s, d.block.attn.in[i].name, layer, &tr, &ad);
+            if (ad && !tr) out->masks_unkept += d.block.attn.in[i].in;
+        }
+    }
+    const dt_norm_desc *norms[2] = {&d.block.attn.norm, &d.block.mlp.norm};
+    for (int k = 0; k < 2; k++) {
+        dt_pgroups_module_state(s, norms[k]->name, layer, &tr, &ad);
+        if (norms[k]->kind == DT_NORM_RMSNORM && !tr) out->frozen_rms += norms[k]->width * norms[k]->rows;
+    }
 }
 
 int64_t dt_pgroups_head_dropped(const dt_model *m, const dt_pgroups *s) {

@@ -9,8 +9,12 @@
 #include <stdio.h>
 #include <string.h>
 
-/* torch's native_dropout keeps a bool mask: one byte per element (aten Dropout.cpp). */
+/* torch's native_dropout keeps a bool mask: one byte per element (aten Dropout.cpp; the fused
+ * kernel the GPU runtimes take; on a CPU torch keeps the mask in the input's dtype). */
 #define FT_MASK_BYTES 1
+/* fp32 copies and statistics (RMSNorm's upcast input, its reciprocal RMS per row). */
+#define FT_FP32_BYTES 4
+#define FT_STAT_BYTES 4
 /* LoRA's kernels per adapted linear (peft tuners/lora/layer.py Linear.forward:
  * result + lora_B(lora_A(dropout(x))) * scaling): forward A, B, the scaled add; backward
  * through the add and the scale, B's two GEMMs (dX, dW), A's two; dropout adds one kernel
@@ -98,10 +102,19 @@ static block_bytes ft_block(const dt_plan *p, const dt_ftplan *ft, int64_t layer
     const int keeps_out = p->activations.attention != DT_ATTN_MATERIALIZED;   /* flash / sdpa keep their output */
     dt_pgroups_block_saved(&p->model, &ft->g, &p->finetune, layer, keeps_out, grad_in, &s);
     const int64_t a = act_bytes(p), BT = tokens(p);
+    const int hf = hf_runtime(p), upcast = hf && p->runtime.upcast_norm && p->model.family == DT_FAMILY_LLAMA;
     block_bytes b;
     b.dropped = a * BT * s.dropped;
+    /* Hugging Face's RMSNorm (hidden.to(fp32) ... weight * normalised.to(dtype)): a frozen
+     * weight's product keeps only the weight, not the normalised tensor */
+    if (hf && p->model.family == DT_FAMILY_LLAMA) b.dropped += a * BT * s.frozen_rms;
+    /* no gradient into the block: the first norm keeps nothing for its input gradient (the
+     * fp32 upcast copy and the reciprocal RMS under HF; the input and statistics otherwise,
+     * unless a trained weight still reads them) */
+    if (s.first_norm && upcast) b.dropped += BT * (FT_FP32_BYTES * s.first_norm + FT_STAT_BYTES);
+    else if (s.first_norm && !s.first_norm_trained) b.dropped += BT * (a * s.first_norm + FT_STAT_BYTES);
     b.lora = a * BT * s.lora_rank;
-    b.dropout = (a + FT_MASK_BYTES) * BT * s.lora_dropout_in;
+    b.dropout = (a + FT_MASK_BYTES) * BT * s.lora_dropout_in - FT_MASK_BYTES * BT * s.masks_unkept;
     b.kept = dt_memory_activations_per_block(p, 0) - b.dropped + b.lora + b.dropout;
     return b;
 }
