@@ -20,6 +20,8 @@ import transformers
 import peft
 from peft import LoraConfig, get_peft_model
 
+from golden_text import write_lines
+
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 CONFIG = os.path.join(ROOT, "tests", "planner", "golden", "llama-ft-probe.json")
 OUT = os.path.join(ROOT, "tests", "planner", "golden", "ft_activations.txt")
@@ -93,10 +95,7 @@ def main():
             model = model.to(torch.bfloat16)   # DeepSpeed bf16: engine.module.bfloat16()
         per = saved_per_layer(model, cfg["vocab_size"])
         lines.append("%s %s %s %d %g %d %s" % (name, method, targets, r, p, n, " ".join(str(b) for b in per)))
-    tmp = OUT + ".tmp"
-    with open(tmp, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    os.replace(tmp, OUT)
+    write_lines(OUT, lines)
 
 
 if __name__ == "__main__":

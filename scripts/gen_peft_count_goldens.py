@@ -18,6 +18,8 @@ import transformers
 import peft
 from peft import LoraConfig, get_peft_model
 
+from golden_text import write_lines
+
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 OUT = os.path.join(ROOT, "tests", "models", "golden", "peft_counts.txt")
 
@@ -58,11 +60,7 @@ def main():
         trainable, total = pm.get_nb_trainable_parameters()
         lines.append("%s %d %s %s %d %d" % (name, r, targets, save or "-", trainable, total))
         print(lines[-1], file=sys.stderr)
-    os.makedirs(os.path.dirname(OUT), exist_ok=True)
-    tmp = OUT + ".tmp"
-    with open(tmp, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    os.replace(tmp, OUT)
+    write_lines(OUT, lines)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ import torch
 import bitsandbytes
 import bitsandbytes.functional as F
 
+from golden_text import write_lines
+
 OUT = os.path.join(os.path.dirname(__file__), "..", "tests", "kernels", "golden", "quant4.txt")
 
 # (name, quant_type, dtype, rows, cols, blocksize, double_quant, seed, scale_log2, zero_first_block)
@@ -101,12 +103,8 @@ def main():
             lines.append("nested_code " + bits(st.state2.code))
         lines.append("dequant_head " + bits(back.reshape(-1)[:DEQUANT_SHOWN]))
         lines.append("dequant_fnv1a " + fnv1a(back))
-    text = "\n".join(lines) + "\n"
-    tmp = OUT + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, OUT)
-    print("wrote %s (%d cases, %d bytes)" % (OUT, len(CASES), len(text)), file=sys.stderr)
+    write_lines(OUT, lines)
+    print("wrote %s (%d cases)" % (OUT, len(CASES)), file=sys.stderr)
 
 
 if __name__ == "__main__":
