@@ -191,9 +191,35 @@ static void saved_rules(void) {
     CHECK_EQ_I64(dt_pgroups_block_lora_macs(&g, 0), 8 * (2 * (64 + 64) + 2 * (64 + 32) + 3 * (64 + m.ffn)));
 }
 
+/* QLoRA's frozen base against the bytes transformers + bitsandbytes hold after loading
+ * the probe model in 4 bits (parameters and QuantState tensors; qlora_bytes.txt). */
+static void qlora_golden(const char *golden, const char *config) {
+    FILE *f = fopen(golden, "r");
+    CHECK(f != NULL);
+    if (!f) return;
+    dt_model m = model(config);
+    char line[256], qt[8];
+    int dq, cases = 0;
+    long long bytes;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#' || sscanf(line, "%7s %d %lld", qt, &dq, &bytes) != 3) continue;
+        dt_finetune ft;
+        dt_pgroups g;
+        dt_error e = {0};
+        dt_finetune_defaults(DT_FT_QLORA, &ft);
+        ft.double_quant = dq;
+        CHECK(dt_storage_parse(qt, &ft.quant, &e) == DT_OK);
+        CHECK(dt_model_pgroups(&m, &ft, DT_DTYPE_BF16, DT_ROLE_POLICY, &g, &e) == DT_OK);
+        CHECK_EQ_I64(dt_pgroups_bytes(&g, DT_TRAIN_FROZEN), bytes);
+        cases++;
+    }
+    fclose(f);
+    CHECK(cases == 4);
+}
+
 int main(int argc, char **argv) {
-    CHECK(argc == 2);
-    if (argc == 2) peft_golden(argv[1]);
+    CHECK(argc == 4);
+    if (argc == 4) peft_golden(argv[1]), qlora_golden(argv[2], argv[3]);
     full_counts();
     freeze();
     lora_refusals();
