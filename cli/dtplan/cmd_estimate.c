@@ -696,6 +696,7 @@ static void print_json(const est_ctx *c, const est_row *rows, int n) {
                r->comm_dtype_set ? "\"" : "", r->comm_dtype_set ? dt_dtype_name(r->comm_dtype) : "null",
                r->comm_dtype_set ? "\"" : "");
     }
+    dt_ft_print_json(p);
     if (c->mem_limit) printf("  \"mem_limit\": %" PRId64 ",\n", c->mem_limit);
     printf("  \"rows\": [\n");
     for (int i = 0; i < n; i++) {

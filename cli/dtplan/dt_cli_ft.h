@@ -34,6 +34,9 @@ void dt_ft_print_summary(const dt_plan *p, const char *label);
 /* Every term the method changes, for plan p as priced (memory of its stage and offload,
  * time of its step), in units u (dtplan estimate / show). */
 void dt_ft_print_terms(const dt_plan *p, dt_units u);
+/* '  "finetune": {...},' for estimate --json: the method and its group sums (elements, bytes);
+ * nothing for full. */
+void dt_ft_print_json(const dt_plan *p);
 /* The settings as PEFT, bitsandbytes / transformers and LLaMA-Factory spell them (export). */
 void dt_ft_print_framework(const dt_finetune *ft, FILE *f);
 

@@ -287,6 +287,16 @@ void dt_ft_print_terms(const dt_plan *p, dt_units u) {
     print_time(p, &ft);
 }
 
+void dt_ft_print_json(const dt_plan *p) {
+    dt_ftplan ft;
+    dt_error e = {0};
+    if (p->finetune.method == DT_FT_FULL || dt_ftplan_of(p, &ft, &e)) return;
+    printf("  \"finetune\": {\"method\": \"%s\", \"trained\": %" PRId64 ", \"adapter\": %" PRId64 ", \"frozen\": %" PRId64
+           ", \"frozen_bytes\": %" PRId64 ", \"quantized\": %" PRId64 ", \"first_backward_block\": %" PRId64 "},\n",
+           dt_ft_method_name(p->finetune.method), ft.trained, ft.adapter, ft.frozen, ft.frozen_bytes,
+           dt_pgroups_quantized_elems(&ft.g), ft.first_layer);
+}
+
 void dt_ft_print_framework(const dt_finetune *ft, FILE *f) {
     if (ft->method == DT_FT_FULL) return;
     char targets[DT_FT_MAX_NAMES * DT_FT_NAME_MAX + 32] = "";

@@ -26,6 +26,11 @@ has "finetune: lora r 8 alpha 16 dropout 0 on all: 20.19M trainable" solve lora
 has "chosen: " solve lora
 grep -qE "per GPU total [0-9.]+ GiB of 24.00 GiB" "$T/out" || fail "solve lora: no total: $(cat "$T/out")"
 
+# --json carries the method and its group sums (frozen bytes: 6.98B NF4 + DQ, 1.05B bf16)
+ok estimate --model llama-3.1-8b --finetune qlora --zero-stage 0 --json
+grep -qE '"finetune": \{"method": "qlora", "trained": 0, "adapter": 20971520, "frozen": 8030261248, "frozen_bytes": 5702540160' \
+    "$T/out" || fail "estimate --json: $(grep finetune "$T/out")"
+
 # the method changes what it should, against full fine-tuning of the same model
 "$DTPLAN" estimate --model llama-2-7b --zero-stage 0 --json >"$T/full.json" || fail "estimate full"
 "$DTPLAN" estimate --model llama-2-7b --zero-stage 0 --json --finetune lora --lora-target q_proj,v_proj \
