@@ -6,6 +6,7 @@
 
 #include "dt_cli.h"
 #include "dt_cli_ft.h"
+#include "dt_ftplan.h"
 #include "dt_model.h"
 #include "dt_plan.h"
 #include "dt_units.h"
@@ -268,6 +269,11 @@ int dt_cmd_show(int argc, char **argv) {
     if (dt_plan_load(path, &p, &err)) {
         fprintf(stderr, "dtplan: %s\n", err.msg);
         return 2; /* a plan that cannot be read is bad input, whatever the reason */
+    }
+    dt_ftplan ft;   /* the method's settings against the model (common/ cannot check them) */
+    if (dt_ftplan_active(&p) && dt_ftplan_of(&p, &ft, &err)) {
+        fprintf(stderr, "dtplan: %s: %s\n", path, err.msg);
+        return 2;
     }
     printf("plan         %s (%s)\n", path, DT_PLAN_FORMAT);
     show_model(&p, &f);

@@ -103,6 +103,11 @@ bad "--double-quant 'yes'" estimate --model gpt2 --finetune qlora --double-quant
 bad "--finetune given twice" estimate --model gpt2 --finetune lora --finetune qlora
 bad "fine-tuning options cannot be combined" estimate --plan "$T/q.json" --finetune lora
 
+# a plan whose method the model cannot take (hand-edited): show and estimate --plan refuse it
+sed 's/"all"/"c_attn"/' "$T/q.json" >"$T/bad.json"
+bad "--lora-target c_attn" show "$T/bad.json"
+bad "--lora-target c_attn" estimate --plan "$T/bad.json"
+
 # dtrun trains every parameter only: a fine-tuning plan is refused, nothing started
 "$DTRUN" "$T/q.json" >"$T/out" 2>"$T/err"
 rc=$?
