@@ -308,9 +308,15 @@ void dt_ft_print_framework(const dt_finetune *ft, FILE *f) {
         fprintf(f, "  LLaMA-Factory: finetuning_type: freeze, freeze_trainable_layers: %lld\n", (long long)ft->trainable_layers);
         return;
     }
-    fprintf(f, "  PEFT: LoraConfig(r=%lld, lora_alpha=%g, lora_dropout=%g, target_modules=%s%s%s, use_rslora=%s)\n",
+    char save[DT_FT_MAX_NAMES * DT_FT_NAME_MAX + 32] = "None";
+    used = 0;
+    for (int i = 0; i < ft->modules_to_save.n; i++)
+        used += (size_t)snprintf(save + used, sizeof save - used, "%s\"%s\"%s", i ? ", " : "[", ft->modules_to_save.name[i],
+                                 i + 1 == ft->modules_to_save.n ? "]" : "");
+    fprintf(f, "  PEFT: LoraConfig(r=%lld, lora_alpha=%g, lora_dropout=%g, target_modules=%s%s%s, use_rslora=%s, "
+               "modules_to_save=%s)\n",
             (long long)ft->lora_rank, ft->lora_alpha, ft->lora_dropout, ft->lora_target_all ? "\"all-linear\"" : "[",
-            ft->lora_target_all ? "" : targets, ft->lora_target_all ? "" : "]", ft->use_rslora ? "True" : "False");
+            ft->lora_target_all ? "" : targets, ft->lora_target_all ? "" : "]", ft->use_rslora ? "True" : "False", save);
     if (ft->method == DT_FT_QLORA && ft->quant != DT_STORAGE_INT8)
         fprintf(f, "  transformers: BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"%s\", "
                    "bnb_4bit_use_double_quant=%s, bnb_4bit_compute_dtype=torch.%s)\n",
@@ -318,9 +324,12 @@ void dt_ft_print_framework(const dt_finetune *ft, FILE *f) {
                 ft->compute_dtype == DT_DTYPE_BF16 ? "bfloat16" : ft->compute_dtype == DT_DTYPE_FP16 ? "float16" : "float32");
     if (ft->method == DT_FT_QLORA && ft->quant == DT_STORAGE_INT8)
         fprintf(f, "  transformers: BitsAndBytesConfig(load_in_8bit=True)\n");
-    fprintf(f, "  LLaMA-Factory: finetuning_type: lora, lora_rank: %lld, lora_alpha: %g, lora_dropout: %g, lora_target: %s%s",
-            (long long)ft->lora_rank, ft->lora_alpha, ft->lora_dropout, ft->lora_target_all ? "all" : "", "");
+    fprintf(f, "  LLaMA-Factory: finetuning_type: lora, lora_rank: %lld, lora_alpha: %g, lora_dropout: %g, lora_target: %s",
+            (long long)ft->lora_rank, ft->lora_alpha, ft->lora_dropout, ft->lora_target_all ? "all" : "");
     for (int i = 0; !ft->lora_target_all && i < ft->lora_target.n; i++) fprintf(f, "%s%s", i ? "," : "", ft->lora_target.name[i]);
+    if (ft->use_rslora) fprintf(f, ", use_rslora: true");
+    for (int i = 0; i < ft->modules_to_save.n; i++)   /* LLaMA-Factory's name for PEFT's modules_to_save */
+        fprintf(f, "%s%s", i ? "," : ", additional_target: ", ft->modules_to_save.name[i]);
     if (ft->method == DT_FT_QLORA)
         fprintf(f, ", quantization_bit: %d, quantization_type: %s, double_quantization: %s",
                 ft->quant == DT_STORAGE_INT8 ? 8 : 4, dt_storage_name(ft->quant), ft->double_quant ? "true" : "false");
