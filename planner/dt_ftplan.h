@@ -54,9 +54,10 @@ int64_t dt_ftplan_activations(const dt_plan *p, const dt_ftplan *ft, int64_t ckp
  * dequantisation transient (the host's frozen partitions are dt_ft_terms.frozen_host). */
 void dt_ftplan_add_memory(const dt_plan *p, const dt_ftplan *ft, dt_mem_breakdown *m);
 
-/* Compute of one micro-step under the method (docs/finetune.md "Time"): backward only down
- * to the first trainable block, weight-gradient GEMMs only for trained linears, LoRA's GEMMs
- * and their launches, the dequantisation traffic of quantised weights. */
+/* Compute of one micro-step under the method (docs/finetune.md "Time"): the full model's
+ * backward less the blocks below the first trainable one, the frozen linears' weight-gradient
+ * GEMMs (on their shapes where the GPU model times GEMMs by shape) and a frozen lm_head's;
+ * plus LoRA's GEMMs and their launches and the dequantisation traffic of quantised weights. */
 void dt_ftplan_adjust_compute(const dt_plan *p, const dt_ftplan *ft, dt_time_compute *c);
 
 /* Stored bytes of every parameter (frozen as stored, trained and adapter in the precision's

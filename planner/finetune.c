@@ -220,11 +220,14 @@ void dt_ftplan_add_memory(const dt_plan *p, const dt_ftplan *ft, dt_mem_breakdow
 
 /* ---- time ---- */
 
-typedef struct { double bwd_full, bwd_ft, lora_macs, lora_linears, quant_elems; } ft_work;
+typedef struct {
+    double bwd_full, bwd_ft, lora_macs, lora_linears, quant_elems;
+    int head_trained;
+} ft_work;
 
 /* FLOPs of the backward, full fine-tuning vs the method, and LoRA's work, per sequence token. */
 static ft_work ft_work_of(const dt_plan *p, const dt_ftplan *ft) {
-    ft_work w = {0, 0, 0, 0, 0};
+    ft_work w = {0, 0, 0, 0, 0, 0};
     const dt_model *m = &p->model;
     const int64_t L = m->n_layer, T = p->batch.seq_len;
     dt_block_flops bf;
@@ -249,8 +252,8 @@ static ft_work ft_work_of(const dt_plan *p, const dt_ftplan *ft) {
     }
     /* the head: its input gradient when backward goes on into the blocks, its weight gradient
      * when lm_head (or the tied embedding) is trained */
-    const int head_trained = dt_pgroups_head_dropped(m, &ft->g) == 0;
-    w.bwd_ft += FLOPS_PER_MAC * head * ((ft->first_layer < L ? 1.0 : 0.0) + (head_trained ? 1.0 : 0.0));
+    w.head_trained = dt_pgroups_head_dropped(m, &ft->g) == 0;
+    w.bwd_ft += FLOPS_PER_MAC * head * ((ft->first_layer < L ? 1.0 : 0.0) + (w.head_trained ? 1.0 : 0.0));
     w.quant_elems = (double)dt_pgroups_quantized_elems(&ft->g);
     return w;
 }
@@ -278,6 +281,30 @@ double dt_ftplan_flops_ratio(const dt_plan *p) {
     return fwd + w.bwd_full > 0 ? (fwd + w.bwd_ft + lora) / (fwd + w.bwd_full) : 1.0;
 }
 
+/* One GEMM [M x K] . [K x N]: on its shape where the GPU model times GEMMs by shape
+ * (dt_time_gemm_s), else its FLOPs at the device's achievable rate R. */
+static double gemm_time(const dt_plan *p, double R, double M, double N, double K) {
+    const dt_hardware *hw = &p->cluster.hw;
+    if (!dt_time_gpu_shape_model(p)) return FLOPS_PER_MAC * M * N * K / R;
+    const double bw = hw->mem_bw * (hw->mem_bw_fraction > 0 ? hw->mem_bw_fraction : DT_HBM_EFFICIENCY);
+    return dt_time_gemm_s(hw->peak_flops[p->precision.param], dt_hardware_sm_count(hw), bw,
+                          (double)dt_dtype_size(p->precision.param), M, N, K, 1.0);
+}
+
+/* The weight-gradient GEMMs (dW = X^T dY: [in x T] . [T x out]) of the frozen linears in the
+ * blocks backward reaches, per micro-step. */
+static double frozen_dw_s(const dt_plan *p, const dt_ftplan *ft, double R, double BT) {
+    double t = 0;
+    for (int i = 0; i < ft->g.n; i++) {
+        const dt_pgroup *g = &ft->g.g[i];
+        if (!g->in_block || !g->linear || g->train != DT_TRAIN_FROZEN || strcmp(g->tensor, "weight")) continue;
+        const int64_t lo = g->first_layer > ft->first_layer ? g->first_layer : ft->first_layer;
+        const int64_t n = g->first_layer + g->n_layers - lo;
+        if (n > 0) t += (double)n * gemm_time(p, R, (double)g->cols, (double)g->rows, BT);
+    }
+    return t;
+}
+
 void dt_ftplan_adjust_compute(const dt_plan *p, const dt_ftplan *ft, dt_time_compute *c) {
     const dt_hardware *hw = &p->cluster.hw;
     const ft_work w = ft_work_of(p, ft);
@@ -287,9 +314,20 @@ void dt_ftplan_adjust_compute(const dt_plan *p, const dt_ftplan *ft, dt_time_com
     const double R = hw->achievable_flops[p->precision.param] * share, bw = hw->mem_bw * share;
     const double launch = hw->op_overhead_s > 0 ? hw->op_overhead_s
                                                  : (hw->device == DT_DEVICE_CUDA ? FT_GPU_LAUNCH_S : 0.0);
-    /* backward down to j0 only, weight gradients only where trained: the model's backward
-     * scaled by the FLOP ratio */
-    if (w.bwd_full > 0) c->bwd_s *= w.bwd_ft / w.bwd_full;
+    /* what the backward leaves out, from the full model's: the whole backward of the blocks
+     * below j0 (one block's share of the blocks' backward each: the backward less the
+     * lm_head's two GEMMs), the weight-gradient GEMMs of frozen linears in the blocks it
+     * reaches, the lm_head's dW when the head is frozen (and its dX when no block is reached),
+     * GEMMs at the device's achievable rate */
+    if (R > 0 && L > 0) {
+        const dt_model *m = &p->model;
+        const double head_gemm = gemm_time(p, R, BT, (double)m->vocab, (double)m->hidden);
+        double blocks_bwd = c->bwd_s - GEMMS_PER_TRAINED_BWD * head_gemm;
+        if (blocks_bwd < 0) blocks_bwd = 0;
+        double removed = (double)ft->first_layer * blocks_bwd / L + frozen_dw_s(p, ft, R, BT);
+        if (!w.head_trained) removed += head_gemm * (ft->first_layer < p->model.n_layer ? 1.0 : 2.0);
+        c->bwd_s = c->bwd_s > removed ? c->bwd_s - removed : 0.0;
+    }
     /* LoRA: skinny GEMMs, at the roofline of FLOPs and the bytes of x, A, B and their outputs */
     const double e = (double)act_bytes(p), r = (double)p->finetune.lora_rank;
     const double drop = p->finetune.lora_dropout > 0 ? 1.0 : 0.0;
