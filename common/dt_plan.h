@@ -14,6 +14,7 @@
 #include "dt_hardware.h"
 #include "dt_arch.h"
 #include "dt_precision.h"
+#include "dt_finetune.h"
 
 #define DT_PLAN_FORMAT "dtplan.plan/1"
 #define DT_PATH_MAX 512
@@ -229,6 +230,7 @@ typedef struct dt_plan {
     dt_data data;
     dt_output output;
     dt_prediction prediction;
+    dt_finetune finetune;      /* the method (dt_finetune.h); zero = full fine-tuning */
 } dt_plan;
 
 /* Defaults for everything but the model: 1 node x 1 rank, cpu profile, stage 0,

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dt_finetune_json.h"
 #include "dt_json.h"
 #include "dt_layout.h"
 
@@ -664,6 +665,7 @@ int dt_plan_validate(const dt_plan *p, dt_error *err) {
     if ((rc = validate_runtime(p, err))) return rc;
     if ((rc = validate_training(p, err))) return rc;
     if ((rc = validate_io(p, err))) return rc;
+    if ((rc = dt_finetune_check(&p->finetune, "finetune", err))) return rc;   /* the model's checks: dt_model_pgroups */
     return validate_prediction(&p->prediction, err);
 }
 
@@ -932,6 +934,7 @@ static cJSON *plan_to_tree(const dt_plan *p) {
     add_s(o, "init", p->output.init);
 
     write_prediction(root, &p->prediction);
+    dt_finetune_write_json(root, &p->finetune);   /* optional: absent = full fine-tuning */
     return root;
 }
 
@@ -1390,6 +1393,7 @@ static int plan_parse_named(const char *json, const char *what, dt_plan *out, dt
     if (!root.failed) read_training(&root, &p, err);
     if (!root.failed) read_io(&root, &p, err);
     if (!root.failed) read_prediction(&root, &p.prediction, err);
+    if (!root.failed) dt_finetune_read_json(&root, &p.finetune, err);
     if (!root.failed) dt_jobj_close(&root, err);
     cJSON_Delete(tree);
     if (root.failed) return root.failed;

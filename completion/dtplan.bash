@@ -1,7 +1,11 @@
 # bash completion for dtplan (installed as share/bash-completion/completions/dtplan).
 # The flags are those of `dtplan COMMAND --help`; tests/docs/test_install.sh checks each one.
 _dtplan_models="gpt2 gpt2-medium gpt2-large gpt2-xl gpt2-tiny gpt2-small-test llama-tiny qwen3-0.6b
-qwen2.5-32b qwen3-32b llama-2-7b llama-2-13b llama-2-70b llama-3.1-8b"
+qwen2.5-7b qwen2.5-32b qwen3-32b llama-2-7b llama-2-13b llama-2-70b llama-3.1-8b"
+# the fine-tuning options of estimate, solve and simulate (cli/dtplan/ftopts.c)
+_dtplan_ft="--finetune --trainable-layers --trainable-modules --lora-rank --lora-alpha --lora-dropout --lora-target
+--modules-to-save --use-rslora --adapter-dtype --quant --double-quant --compute-dtype --quant-block --quant-skip
+--prepare-kbit"
 _dtplan() {
     local cur prev cmd i
     cur=${COMP_WORDS[COMP_CWORD]}
@@ -19,14 +23,14 @@ _dtplan() {
     estimate) flags="--params --model --plan --gpus --nodes --micro-batch --grad-accum --seq --ckpt --precision
                      --param-dtype --grad-dtype --master-dtype --moment-dtype --attention --zero-stage
                      --offload-optimizer --offload-param --deepspeed --hardware --mem --units --compare --json
-                     --plot --runtime --recompute --largest-layer --sub-group-size --help" ;;
+                     --plot --runtime --recompute --largest-layer --sub-group-size --help $_dtplan_ft" ;;
     solve) flags="--mem --model --params --gpus --nodes --global-batch --seq --hardware --interconnect --host-mem
                   --nvme --precision --stages --no-offload --no-overlap --units -o --plot --data --steps --warmup
                   --lr --schedule --out --eval-interval --save-interval --runtime --attention --sub-group-size --nvme-path
-                  --layouts --no-layouts --help" ;;
+                  --layouts --no-layouts --help $_dtplan_ft" ;;
     show) flags="--units --help" ;;
     export) flags="--deepspeed --megatron -o --slurm --script --master-addr --master-port --job-name --help" ;;
-    simulate) flags="--detail --trace --plot --json --runtime --help" ;;
+    simulate) flags="--detail --trace --plot --json --runtime --help $_dtplan_ft" ;;
     compare) flags="--json --help" ;;
     report) flags="-o --plan --help" ;;
     calibrate) flags="-o --plan --no-mpi --device --base --gpu --name --help" ;;
@@ -45,6 +49,11 @@ _dtplan() {
     --units) COMPREPLY=($(compgen -W "GiB GB" -- "$cur")); return ;;
     --compare) COMPREPLY=($(compgen -W "deepspeed" -- "$cur")); return ;;
     --runtime) COMPREPLY=($(compgen -W "dtrun deepspeed fsdp" -- "$cur")); return ;;
+    --finetune) COMPREPLY=($(compgen -W "full freeze lora qlora" -- "$cur")); return ;;
+    --quant) COMPREPLY=($(compgen -W "nf4 fp4 int8" -- "$cur")); return ;;
+    --double-quant) COMPREPLY=($(compgen -W "on off" -- "$cur")); return ;;
+    --compute-dtype|--adapter-dtype) COMPREPLY=($(compgen -W "bf16 fp16 fp32" -- "$cur")); return ;;
+    --lora-target) COMPREPLY=($(compgen -W "all q_proj k_proj v_proj o_proj gate_proj up_proj down_proj c_attn c_proj c_fc" -- "$cur")); return ;;
     --attention) COMPREPLY=($(compgen -W "flash materialized sdpa eager" -- "$cur")); return ;;
     --recompute) COMPREPLY=($(compgen -W "selective none" -- "$cur")); return ;;
     --largest-layer) COMPREPLY=($(compgen -W "module block_matrix" -- "$cur")); return ;;

@@ -74,5 +74,6 @@ int dt_memory_hf_on_cpu(const dt_plan *p);
 /* The pieces, for the solver's linearisation and the simulator (bytes per rank). */
 int64_t dt_memory_activations_per_block(const dt_plan *p, int checkpointed); /* saved by one block */
 int64_t dt_memory_activations(const dt_plan *p, int64_t ckpt_layers);        /* all blocks + head */
+int64_t dt_memory_head_activations(const dt_plan *p);   /* the head's (final norm, lm_head input), full fine-tuning */
 
 #endif

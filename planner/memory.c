@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "dt_dsconfig.h"
+#include "dt_ftplan.h"
 
 /* fp32 statistics (LayerNorm mean/rstd, RMSNorm rstd, softmax log-sum-exp) and
  * fp32 logits, int32 token ids: docs/activations.md. */
@@ -172,7 +173,13 @@ static int64_t recompute_area(const dt_plan *p) {
     return block_full(p) - dt_memory_activations_per_block(p, 1);
 }
 
+int64_t dt_memory_head_activations(const dt_plan *p) { return hf_runtime(p) ? hf_head_saved(p) : head_saved(p); }
+
 int64_t dt_memory_activations(const dt_plan *p, int64_t ckpt_layers) {
+    dt_ftplan ft;
+    dt_error ignored;
+    if (dt_ftplan_active(p) && !dt_ftplan_of(p, &ft, &ignored))   /* fine-tuning: planner/finetune.c */
+        return dt_ftplan_activations(p, &ft, ckpt_layers);
     const int64_t L = p->model.n_layer;
     int64_t K = ckpt_layers < 0 ? 0 : (ckpt_layers > L ? L : ckpt_layers);
     const int64_t full = block_full(p), kept = dt_memory_activations_per_block(p, 1);
@@ -780,14 +787,26 @@ int dt_memory_phases(const dt_plan *p, int64_t n_params, dt_mem_phases *out, dt_
     int rc = check_plan(p, err);
     if (rc) return rc;
     if (dt_layout_active(p)) {   /* TP / CP / PP: the binding pipeline stage (planner/parallel3d.c) */
+        if (p->finetune.method != DT_FT_FULL)
+            return dt_errorf(err, DT_EINVAL, "a layout (TP / CP / PP) with finetune.method %s is not modelled yet: "
+                             "plan the method without a layout (dtplan solve --no-layouts), or full fine-tuning",
+                             dt_ft_method_name(p->finetune.method));
         out->peak = DT_MEM_PHASE_SUM;
         if ((rc = dt_p3_memory(p, n_params, NULL, &out->at[DT_MEM_PHASE_SUM], err))) return rc;
         return saturated(p, &out->at[DT_MEM_PHASE_SUM], err);
     }
-    const int64_t psi = n_params > 0 ? n_params : dt_model_params(&p->model);
+    int64_t psi = n_params > 0 ? n_params : dt_model_params(&p->model);
+    /* fine-tuning (planner/finetune.c): the state terms below count the parameters with a
+     * gradient and optimizer state; the frozen base and the adapters' dtype are added after */
+    dt_ftplan ft;
+    dt_ft_terms ftt;
+    const int fine = dt_ftplan_active(p);
+    if (fine && ((rc = dt_ftplan_of(p, &ft, err)) || (rc = dt_ftplan_terms(p, &ft, &ftt)))) return rc;
+    if (fine) psi = ft.trained + ft.adapter;
     dt_mem_breakdown host;
     memset(&host, 0, sizeof host);
     host_terms(p, psi, ceil_div(psi, p->parallel.world_size), &host);
+    if (fine) host.host_params = sadd(host.host_params, ftt.frozen_host), host.host_total = sadd(host.host_total, ftt.frozen_host);
     int first = DT_MEM_PHASE_SUM, last = DT_MEM_PHASE_SUM;
     dt_mem_runtime rt;
     const int cpu_rt = dt_memory_cpu_runtime(p, psi, &rt);
@@ -808,6 +827,7 @@ int dt_memory_phases(const dt_plan *p, int64_t n_params, dt_mem_phases *out, dt_
         if (dt_memory_hf_on_cpu(p))
             m->reserve = dt_hardware_hf_runtime_bytes(&p->cluster.hw, p->runtime.kind == DT_RUNTIME_DEEPSPEED,
                                                       p->parallel.zero_stage);
+        if (fine) dt_ftplan_add_memory(p, &ft, m);
         total_of(m);
         m->host_params = host.host_params, m->host_optimizer = host.host_optimizer;
         m->host_buffers = host.host_buffers, m->host_total = host.host_total, m->nvme = host.nvme;

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "dt_memory.h"
+#include "dt_ftplan.h"
 #include "dt_solve.h"
 #include "dt_timemodel.h"
 
@@ -198,6 +199,9 @@ typedef struct {
     int64_t total, total_pad;  /* their sums */
     int *gf, *gbk;             /* [n_units] this micro-step's forward / backward gather event, -1 */
     int64_t act_full, act_kept, act_head; /* activations of a block, a checkpointed block, the head */
+    int fine;                  /* a fine-tuning plan (planner/finetune.c): gradients, the optimizer step
+                                * and the updated parameters are the trained state only, sf of the units */
+    double sf;
     int64_t ws;                /* workspace (logits, losses, ids, backward scratch) */
     double t_block, t_recompute, head_fwd, bwd_ratio;
     double host_emb, host_blk, host_head; /* DeepSpeed ZeRO-3: host cost of a segment's module fetches
@@ -317,6 +321,9 @@ static void sim_init(sim *s, const dt_plan *p, dt_sim_result *r) {
 }
 
 /* The step's shape from the plan: stage, world, offload, units and segments. */
+/* Bytes of the trained state of x bytes of parameters (x itself for full fine-tuning). */
+static int64_t trained_part(const plan_ctx *c, int64_t x) { return c->fine ? (int64_t)((double)x * c->sf) : x; }
+
 static void ctx_init(plan_ctx *c, sim *s, const dt_plan *p) {
     memset(c, 0, sizeof *c);
     c->s = s;
@@ -414,6 +421,14 @@ static int ctx_size_units(plan_ctx *c, dt_error *err) {
     c->act_full = dt_memory_activations_per_block(p, 0);
     c->act_kept = dt_memory_activations_per_block(p, 1);
     c->act_head = dt_memory_activations(p, 0) - c->L * c->act_full;
+    c->fine = dt_ftplan_active(p);
+    c->sf = c->fine && c->total > 0 ? (double)dt_ftplan_state_elems(p) / (double)c->total : 1.0;
+    if (c->fine && c->L > 0) {
+        /* blocks keep what the method's autograd keeps (dt_ftplan_activations), spread evenly */
+        c->act_head = dt_memory_head_activations(p);
+        c->act_full = (dt_memory_activations(p, 0) - c->act_head) / c->L;
+        c->act_kept = c->act_full < c->act_kept ? c->act_full : c->act_kept;
+    }
     return DT_OK;
 }
 
@@ -536,9 +551,9 @@ static int reduce_buckets(plan_ctx *c, int m, int u, int sg, int e, double t1, i
  * bucket (stages 1-2) that lives while the collective runs. Returns the event. */
 static int reduce_scatter_unit(plan_ctx *c, int m, int u, int e, double t0, double t1) {
     sim *s = c->s;
-    int64_t bytes = c->pad[u] * c->gb;
+    int64_t bytes = trained_part(c, c->pad[u] * c->gb);
     if (c->stage == 3) mem_alloc(s, t0, DT_SIMMEM_UNIT_GRADS, bytes);
-    const int64_t wire = (int64_t)((double)c->pad[u] * c->rs_wire);
+    const int64_t wire = trained_part(c, (int64_t)((double)c->pad[u] * c->rs_wire));
     int red = comm_event(c, c->grad_coll == DT_COLL_ALLREDUCE ? DT_SIM_ALLREDUCE : DT_SIM_REDUCE_SCATTER,
                          c->grad_coll, m, u, "backward", wire, t1, e);
     if (red < 0) return red;
@@ -611,7 +626,7 @@ static int step_optimizer(plan_ctx *c, double t, int last) {
     double step_xfer = c->offload_s - c->per_gather_xfer;
     if (step_xfer < 0) step_xfer = 0;
     if (c->oo != DT_OFFLOAD_NONE) {
-        double shard = c->stage == 0 ? (double)c->total : (double)c->total_pad / (double)c->W;
+        double shard = c->sf * (c->stage == 0 ? (double)c->total : (double)c->total_pad / (double)c->W);
         /* no copy where the CPU device's optimizer reads the shard in place */
         const double d2h_bytes = dt_memory_cpu_grads_in_place(c->p) ? 0.0 : shard * (double)c->gb;
         double d2h = d2h_bytes / hw->h2d_bw;
@@ -632,7 +647,7 @@ static int step_optimizer(plan_ctx *c, double t, int last) {
 static int step_param_allgather(plan_ctx *c, int last) {
     sim *s = c->s;
     for (int u = 0; u < c->n_units && last >= 0; u++) {
-        int64_t bytes = c->pad[u] * c->pb;
+        int64_t bytes = trained_part(c, c->pad[u] * c->pb);
         double t0 = s->r->events[last].t1_s;
         mem_alloc(s, t0, DT_SIMMEM_BUCKETS, bytes);
         last = add_event(s, DT_SIM_COMM, DT_SIM_ALLGATHER, -1, u, "step",

@@ -6,6 +6,7 @@
  * (micro-steps per optimizer step), b micro-batch, s sequence length, L blocks,
  * K checkpointed blocks, pb/gb bytes per param/grad element. */
 #include "dt_timemodel.h"
+#include "dt_ftplan.h"
 #include "dt_model.h"
 
 #include <math.h>
@@ -505,9 +506,26 @@ static int gpu_compute_micro(const dt_plan *p, dt_time_compute *out) {
     return DT_OK;
 }
 
+/* Fine-tuning (planner/finetune.c, docs/finetune.md "Time"): the compute of the method on
+ * top of the full model's. Full plans pass through untouched. */
+static int finetune_compute(const dt_plan *p, dt_time_compute *out, int rc, dt_error *err) {
+    dt_ftplan ft;
+    if (rc || !dt_ftplan_active(p)) return rc;
+    if ((rc = dt_ftplan_of(p, &ft, err))) return rc;
+    dt_ftplan_adjust_compute(p, &ft, out);
+    return DT_OK;
+}
+
+/* The share of the parameters that carries gradients and optimizer state: 1 for full
+ * fine-tuning (every product below is then exact and unchanged). */
+static double state_fraction(const dt_plan *p, const dt_units_layout *u) {
+    const int64_t n = dt_ftplan_state_elems(p);
+    return dt_ftplan_active(p) && u->total > 0 ? (double)n / (double)u->total : 1.0;
+}
+
 int dt_time_compute_micro(const dt_plan *p, dt_time_compute *out, dt_error *err) {
     if (check_plan(p, err)) return err->code;
-    if (dt_time_gpu_shape_model(p)) return gpu_compute_micro(p, out);
+    if (dt_time_gpu_shape_model(p)) return finetune_compute(p, out, gpu_compute_micro(p, out), err);
     const dt_hardware *hw = &p->cluster.hw;
     const double share = node_share(p) * thread_factor(p);
     const double R = hw->achievable_flops[p->precision.param] * share;
@@ -543,7 +561,7 @@ int dt_time_compute_micro(const dt_plan *p, dt_time_compute *out, dt_error *err)
         out->block_fwd_s += ew.block_fwd * per_elem;
         out->block_recompute_s += ew.block_recompute * per_elem;
     }
-    return DT_OK;
+    return finetune_compute(p, out, DT_OK, err);
 }
 
 /* ZeRO++ (Wang et al. 2023, "ZeRO++: Extremely Efficient Collective Communication for Giant
@@ -844,6 +862,7 @@ int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
     layout_of(p, &u);
     const dt_net net = net_of(p);
     const int overlap = p->parallel.overlap_comm != 0;
+    const double sf = state_fraction(p, &u);   /* fine-tuning: only trained state is reduced and stepped */
     double fixed = 0.0;   /* comm that is always exposed */
     dt_time_phase ph[DT_TT_MAX_PHASES];
     int nph = 0;
@@ -858,8 +877,8 @@ int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
         if (stage == 0) {
             /* gradient all-reduce in buckets of reduce_bucket_elems, formed in backward
              * order, during the last micro-step's backward */
-            int64_t B = p->parallel.reduce_bucket_elems;
-            int64_t nb = (u.total + B - 1) / B, last = u.total - (nb - 1) * B;
+            int64_t B = p->parallel.reduce_bucket_elems, total = dt_ftplan_active(p) ? dt_ftplan_state_elems(p) : u.total;
+            int64_t nb = (total + B - 1) / B, last = total - (nb - 1) * B;
             const int64_t gw = comm_grad_bytes(p);
             double c = (double)(nb - 1) * t_coll(&net, DT_COLL_ALLREDUCE, (double)(B * gw)) +
                        t_coll(&net, DT_COLL_ALLREDUCE, (double)(last * gw));
@@ -873,9 +892,10 @@ int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
             const dt_net bnet = ds3 ? hpz_net(p) : net;
             const double pf = zpp.fwd_gather_bytes, gr = zpp.grad_bytes;
             const dt_collective gc = grad_collective(p);   /* all-reduce where DeepSpeed's reduce_scatter is off */
-            double rs = t_units(&net, &u, L, gc, gr);
-            double rs_tail = t_coll(&net, gc, (double)u.emb_pad * gr);
-            double ag = stage_gathers_s(p, &net, &u, pb, ds3), ag_f = stage_gathers_s(p, &net, &u, pf, ds3),
+            double rs = sf * t_units(&net, &u, L, gc, gr);
+            double rs_tail = sf * t_coll(&net, gc, (double)u.emb_pad * gr);
+            double ag = (stage == 3 ? 1.0 : sf) * stage_gathers_s(p, &net, &u, pb, ds3),
+                   ag_f = stage_gathers_s(p, &net, &u, pf, ds3),
                    ag_b = stage_gathers_s(p, &bnet, &u, pb, ds3);
             if (stage == 1 || stage == 2) {
                 /* stage 1: reduce-scatter per unit in the last micro-step's backward;
@@ -921,7 +941,7 @@ int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
     t->comm_fixed_exposed_s = fixed;
 
     /* ---- offload transfers and the optimizer step (synchronous, exposed) ---- */
-    const double shard = stage == 0 ? (double)u.total : (double)u.total_pad / (double)W;
+    const double shard = sf * (stage == 0 ? (double)u.total : (double)u.total_pad / (double)W);
     const double node_shard = shard * (double)G;   /* what one node's CPU / NVMe serves */
     double off = 0.0, opt;
     dt_offload oo = stage >= 1 ? p->parallel.offload_optimizer : DT_OFFLOAD_NONE;
@@ -941,10 +961,17 @@ int dt_time_terms_build(const dt_plan *p, dt_time_terms *t, dt_error *err) {
     }
     if (op != DT_OFFLOAD_NONE) {
         /* each gather (forward and backward, every micro-step) first brings the
-         * rank's shard of the unit to the device */
-        off += 2.0 * A * shard * pb / hw->h2d_bw;
-        if (op == DT_OFFLOAD_NVME)
-            off += (2.0 * A + 1.0) * node_shard * pb / hw->nvme_bw; /* reads + one write */
+         * rank's shard of the unit to the device; fine-tuning: the frozen partitions as
+         * stored too, only the trained ones are written back */
+        if (!dt_ftplan_active(p)) {
+            off += 2.0 * A * shard * pb / hw->h2d_bw;
+            if (op == DT_OFFLOAD_NVME)
+                off += (2.0 * A + 1.0) * node_shard * pb / hw->nvme_bw; /* reads + one write */
+        } else {
+            const double fetched = (double)dt_ftplan_param_bytes(p) / (double)W;
+            off += 2.0 * A * fetched / hw->h2d_bw;
+            if (op == DT_OFFLOAD_NVME) off += (2.0 * A * fetched * (double)G + node_shard * pb) / hw->nvme_bw;
+        }
     }
     if (hw->device == DT_DEVICE_CPU && p->runtime.kind == DT_RUNTIME_DTRUN)
         opt += cpu_step_stream_bytes(p, &u, shard) / (hw->mem_bw * share);
@@ -982,6 +1009,7 @@ int dt_time_estimate(const dt_plan *p, dt_time_breakdown *out, dt_error *err) {
     double tokens = (double)p->batch.global_batch * (double)p->batch.seq_len;
     double model_flops = (double)p->batch.global_batch *
                          dt_model_train_flops_per_seq(&p->model, p->batch.seq_len);
+    if (dt_ftplan_active(p)) model_flops *= dt_ftplan_flops_ratio(p);   /* the method's own FLOPs */
     double peak = p->cluster.hw.peak_flops[p->precision.param] * (double)p->parallel.world_size;
     out->tokens_per_s = out->step_s > 0 ? tokens / out->step_s : 0.0;
     out->mfu = out->step_s > 0 && peak > 0 ? model_flops / (out->step_s * peak) : 0.0;
@@ -1007,17 +1035,21 @@ static int comm_bytes(const dt_plan *p, int64_t out[DT_COLL_COUNT], dt_error *er
     dt_time_zeropp_wire(p, &z);
     const int64_t pb = dt_dtype_size(p->precision.param), gb = comm_grad_bytes(p);
     /* ZeRO++'s fractional widths (INT4 gradients): bytes rounded to whole bytes */
+    /* fine-tuning: gradients and the updated parameters of the trained state only; ZeRO-3
+     * gathers every parameter, frozen ones too */
+    const int64_t st = dt_ftplan_active(p) ? dt_ftplan_state_elems(p) : u.total;
+    const int64_t st_pad = dt_ftplan_active(p) ? round_up(st, p->parallel.world_size) : u.total_pad;
     const int64_t pf = (int64_t)((double)u.total_pad * z.fwd_gather_bytes),
-                  gr = (int64_t)((double)u.total_pad * z.grad_bytes);
+                  gr = (int64_t)((double)st_pad * z.grad_bytes);
     const dt_collective gc = grad_collective(p);
     switch (stage) {
     case 0:
-        out[DT_COLL_ALLREDUCE] = u.total * gb + DT_SCALAR_BYTES * DT_LOSS_SCALARS;
+        out[DT_COLL_ALLREDUCE] = st * gb + DT_SCALAR_BYTES * DT_LOSS_SCALARS;
         break;
     case 1:
     case 2:
-        out[gc] += (stage == 1 ? 1 : A) * u.total_pad * gb;
-        out[DT_COLL_ALLGATHER] = u.total_pad * pb;
+        out[gc] += (stage == 1 ? 1 : A) * st_pad * gb;
+        out[DT_COLL_ALLGATHER] = st_pad * pb;
         out[DT_COLL_ALLREDUCE] += DT_SCALAR_BYTES * DT_LOSS_NORM_SCALARS;
         break;
     default:

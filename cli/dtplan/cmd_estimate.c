@@ -14,6 +14,7 @@
 #include "dt_model.h"
 #include "dt_dsconfig.h"
 #include "dt_memory.h"
+#include "dt_cli_ft.h"
 #include "dt_plan.h"
 #include "dt_report_charts.h"
 #include "dt_timemodel.h"
@@ -50,6 +51,7 @@ typedef struct {
     const char *deepspeed, *hardware, *units, *compare, *plan, *stage, *off_opt, *off_param, *plot;
     const char *runtime, *recompute, *largest, *sub_group;
     int json;
+    dt_ft_args ft;   /* --finetune and its settings (cli/dtplan/ftopts.c) */
 } est_args;
 
 /* one "dtplan: ..." line on stderr, exit 2 */
@@ -98,6 +100,7 @@ static void usage(FILE *f) {
             "  --compare deepspeed   also print DeepSpeed's estimate_zero2/zero3 numbers\n"
             "  --plot FILE.png|.svg  stacked bars per row (params ... reserve), --mem as a dashed line\n",
             EST_DEFAULT_MICRO, EST_DEFAULT_SEQ, EST_DEFAULT_HARDWARE);
+    dt_ft_usage(f);
 }
 
 /* ------------------------------------------------------------ arguments */
@@ -147,6 +150,11 @@ static int parse_args(int argc, char **argv, est_args *a) {
             const char **slot = (const char **)((char *)a + opts[k].off);
             if (*slot) return fail("%s given twice", opts[k].name);
             *slot = val;
+        }
+        if (!found) {
+            const int t = dt_ft_args_take(&a->ft, argc, argv, &i, "estimate");
+            if (t == 2) return 2;
+            if (t) continue;
         }
         if (!found) return fail("estimate: unknown option '%s' (see dtplan estimate --help)", arg);
     }
@@ -362,6 +370,9 @@ static int setup(const est_args *a, est_ctx *c) {
             if (fixed[i].v)
                 return fail("--plan fixes the configuration; %s cannot be combined with it (edit the plan, or "
                             "drop --plan)", fixed[i].name);
+        if (a->ft.given)
+            return fail("--plan fixes the configuration, its fine-tuning method too; the fine-tuning options cannot "
+                        "be combined with it (drop --plan and give the model, or re-plan: dtplan solve --finetune lora)");
         if (dt_plan_load(a->plan, &c->plan, &e)) {
             dt_error_prefix(&e, "--plan");
             return dt_cli_fail_err(e.code, &e);
@@ -447,7 +458,8 @@ static int setup(const est_args *a, est_ctx *c) {
         if (dt_parse_count(a->sub_group, "--sub-group-size", &p->parallel.sub_group_elems, &e)) return dt_cli_fail_err(e.code, &e);
     }
     if ((rc = apply_runtime(a, c, a->deepspeed ? &ds : NULL))) return rc;
-    return apply_dtype_overrides(a, &p->precision);
+    if ((rc = apply_dtype_overrides(a, &p->precision))) return rc;
+    return dt_ft_args_apply(&a->ft, p);   /* the method, checked against the model */
 }
 
 /* ------------------------------------------------------------ rows */
@@ -585,6 +597,7 @@ static void print_header(const est_ctx *c) {
         printf("buckets    reduce %" PRId64 ", allgather %" PRId64 ", stage-3 prefetch %" PRId64 " elements; overlap_comm %s\n",
                p->parallel.reduce_bucket_elems, p->parallel.allgather_bucket_elems,
                p->parallel.prefetch_bucket_elems, p->parallel.overlap_comm ? "on" : "off");
+    dt_ft_print_summary(p, "finetune   ");
     printf("units      %s; device columns per %s, host and NVMe per node\n",
            c->units == DT_UNITS_GB ? "GB = 10^9 bytes" : "GiB = 2^30 bytes", dt_chart_rank_word());
     for (int i = 0; i < c->notes.n; i++) printf("note       %s\n", c->notes.line[i]);
@@ -620,6 +633,24 @@ static void print_table(const est_ctx *c, const est_row *rows, int n) {
     if (phased)
         printf("each row is the phase of the step with the most device memory (backward start: every activation and the "
                "loss's fp32 buffers; backward end: gradients complete; optimizer step), its terms as they are then.\n");
+}
+
+/* A fine-tuning method: every term it changes, for the configuration (a DeepSpeed config or
+ * a plan), else the first row that fits --mem (the first row without --mem). */
+static void print_finetune_terms(const est_ctx *c, const est_row *rows, int n) {
+    if (c->plan.finetune.method == DT_FT_FULL || n < 1) return;
+    dt_plan p = c->plan;
+    if (!c->from_config) {
+        int k = 0;
+        while (c->mem_limit && k + 1 < n && rows[k].m.total > c->mem_limit) k++;
+        p.parallel.zero_stage = rows[k].zero_stage;
+        p.parallel.offload_optimizer = rows[k].opt;
+        p.parallel.offload_param = rows[k].param;
+        p.parallel.overlap_comm = rows[k].zero_stage == 3;
+        if (p.parallel.offload_optimizer == DT_OFFLOAD_NVME || p.parallel.offload_param == DT_OFFLOAD_NVME)
+            snprintf(p.parallel.nvme_path, sizeof p.parallel.nvme_path, "%s", EST_NVME_EXAMPLE);
+    }
+    dt_ft_print_terms(&p, c->units);
 }
 
 /* One configuration (a DeepSpeed config or a plan): its predicted step as well, so what the
@@ -681,6 +712,7 @@ static void print_json(const est_ctx *c, const est_row *rows, int n) {
                r->comm_dtype_set ? "\"" : "", r->comm_dtype_set ? dt_dtype_name(r->comm_dtype) : "null",
                r->comm_dtype_set ? "\"" : "");
     }
+    dt_ft_print_json(p);
     if (c->mem_limit) printf("  \"mem_limit\": %" PRId64 ",\n", c->mem_limit);
     printf("  \"rows\": [\n");
     for (int i = 0; i < n; i++) {
@@ -828,6 +860,7 @@ int dt_cmd_estimate(int argc, char **argv) {
                 print_header(c);
                 print_table(c, rows, n);
                 if (c->from_config) print_config_time(c);
+                print_finetune_terms(c, rows, n);
                 if (a.plan) print_plan_staleness(c, &rows[0]);
                 if (a.compare) print_compare(c, rows, n);
             }

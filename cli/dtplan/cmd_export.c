@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "dt_cli.h"
+#include "dt_cli_ft.h"
 #include "dt_dsexport.h"
 #include "dt_mgexport.h"
 #include "dt_json.h"
@@ -137,6 +138,7 @@ int dt_cmd_export(int argc, char **argv) {
         else fprintf(stdout, "wrote %s (DeepSpeed config for %s)\n", out, plan_path);
         if (slurm) fprintf(lines, "wrote %s (sbatch script)\n", slurm);
         fputs(notes, lines);
+        dt_ft_print_framework(&p.finetune, lines);   /* a fine-tuning plan: PEFT / bitsandbytes / LLaMA-Factory */
         fputs(launch, lines);
     }
     free(config);

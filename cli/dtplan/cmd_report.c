@@ -12,6 +12,7 @@
 
 #include "dt_cli.h"
 #include "dt_consts.h"
+#include "dt_ftplan.h"
 #include "dt_json.h"
 #include "dt_report_charts.h"
 #include "dt_timemodel.h"
@@ -208,7 +209,13 @@ static void predict_time(rp_run *r, const char *plan_path, char *note, size_t n)
         return;
     }
     r->pred_step_s = t.step_s, r->pred_tps = t.tokens_per_s;
-    snprintf(note, n, "predicted step time recomputed from %s with the time model", pp);
+    char ft[256] = "";
+    if (p.finetune.method != DT_FT_FULL) {   /* a fine-tuning plan: the method its prediction prices */
+        char d[224];
+        dt_ftplan_describe(&p.finetune, d, sizeof d);
+        snprintf(ft, sizeof ft, " (fine-tuning: %s)", d);
+    }
+    snprintf(note, n, "predicted step time recomputed from %s with the time model%s", pp, ft);
 }
 
 /* ---- output ---- */

@@ -7,6 +7,8 @@
 #include "dt_cli.h"
 #include "dt_consts.h"
 #include "dt_layout.h"
+#include "dt_cli_ft.h"
+#include "dt_ftplan.h"
 #include "dt_model.h"
 #include "dt_parallel3d.h"
 #include "dt_plan.h"
@@ -273,12 +275,19 @@ int dt_cmd_show(int argc, char **argv) {
         fprintf(stderr, "dtplan: %s\n", err.msg);
         return 2; /* a plan that cannot be read is bad input, whatever the reason */
     }
+    dt_ftplan ft;   /* the method's settings against the model (common/ cannot check them) */
+    if (dt_ftplan_active(&p) && dt_ftplan_of(&p, &ft, &err)) {
+        fprintf(stderr, "dtplan: %s: %s\n", path, err.msg);
+        return 2;
+    }
     printf("plan         %s (%s)\n", path, DT_PLAN_FORMAT);
     show_model(&p, &f);
     show_cluster(&p, &f);
     show_parallel(&p, &f);
     show_training(&p);
     show_io(&p);
+    dt_ft_print_summary(&p, "finetune     ");
     show_prediction(&p, &f);
+    dt_ft_print_terms(&p, f.u);   /* a fine-tuning plan: every term its method changes */
     return 0;
 }

@@ -8,6 +8,7 @@
 
 #include "dt_cli.h"
 #include "dt_consts.h"
+#include "dt_cli_ft.h"
 #include "dt_json.h"
 #include "dt_layout.h"
 #include "dt_parallel3d.h"
@@ -30,7 +31,10 @@ static int usage(FILE *f) {
             "                 contributors by phase and kind)\n"
             "  --json         machine-readable summary on stdout\n"
             "  --runtime R    simulate the plan as run by dtrun | deepspeed | fsdp (default: the plan's own;\n"
-            "                 another runtime takes its defaults, docs/memory-model.md \"Runtime profiles\")\n");
+            "                 another runtime takes its defaults, docs/memory-model.md \"Runtime profiles\")\n"
+            "  --finetune M and its settings: simulate the plan under another fine-tuning method (below;\n"
+            "                 default: the plan's own)\n");
+    if (f == stdout) dt_ft_usage(f);
     return f == stdout ? 0 : 2;
 }
 
@@ -220,9 +224,15 @@ static int simulate_layout(const dt_plan *p, int json) {
 
 int dt_cmd_simulate(int argc, char **argv) {
     const char *plan_path = NULL, *trace = NULL, *plot = NULL, *runtime = NULL;
-    int json = 0, detail = 0;
+    int json = 0, detail = 0, t = 0;
+    dt_ft_args fta;
+    memset(&fta, 0, sizeof fta);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout);
+        if ((t = dt_ft_args_take(&fta, argc, argv, &i, "simulate"))) {
+            if (t == 2) return 2;
+            continue;
+        }
         if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--detail")) detail = 1;
         else if (!strcmp(argv[i], "--runtime")) {
@@ -254,6 +264,10 @@ int dt_cmd_simulate(int argc, char **argv) {
             return dt_cli_fail(2, "simulate: --runtime %s cannot run %s: %s", runtime, plan_path, e.msg);
     }
     if (dt_layout_active(&p)) return simulate_layout(&p, json);
+    if (fta.given) {   /* the plan under another method, priced afresh */
+        if (dt_ft_args_apply(&fta, &p)) return 2;
+        p.prediction.valid = 0;
+    }
     dt_chart_set_device(p.cluster.device);
     dt_time_breakdown tb;
     dt_mem_breakdown mb;
@@ -297,6 +311,7 @@ int dt_cmd_simulate(int argc, char **argv) {
            "%d events\n",
            p.model.name, p.parallel.zero_stage, (long long)p.parallel.world_size, (long long)p.batch.micro_batch,
            (long long)p.batch.grad_accum, (long long)p.activations.ckpt_layers, r.n_events);
+    dt_ft_print_summary(&p, "finetune        ");
     if (p.runtime.kind != DT_RUNTIME_DTRUN)
         printf("runtime         %s, %s attention%s (the closed form's memory is its largest phase)\n",
                dt_runtime_name(p.runtime.kind), dt_attn_kernel_name(p.runtime.attention),

@@ -11,6 +11,7 @@
 #include "dt_cli.h"
 #include "dt_parallel3d.h"
 #include "dt_clock.h"
+#include "dt_cli_ft.h"
 #include "dt_model.h"
 #include "dt_memory.h"
 #include "dt_report_charts.h"
@@ -67,6 +68,8 @@ static void usage(FILE *f) {
             "  --schedule S          constant | WarmupLR (default) | WarmupDecayLR | WarmupCosineLR\n"
             "  --out DIR             dtrun output directory; --eval-interval N; --save-interval N\n",
             DT_SOLVE_DEFAULT_PER_DEVICE, DT_SOLVE_DEFAULT_ACCUM, DT_SOLVE_DEFAULT_HARDWARE);
+    dt_ft_usage(f);
+    fprintf(f, "solve keeps the method; when nothing fits, its line names the first of lora, qlora that would\n");
 }
 
 /* "2,3": each item one stage 0..3, once, no empty items (no "1," or ",2" or "2,,3"). */
@@ -381,9 +384,47 @@ static const solve_opt k_opts[] = {
 #define N_OPTS ((int)(sizeof k_opts / sizeof k_opts[0]))
 _Static_assert(sizeof k_opts / sizeof k_opts[0] == O_NVME_PATH + 1, "k_opts follows the O_ enum");
 
+/* Nothing fits the user's method: the first cheaper method that would (docs/finetune.md
+ * "solve"): full or freeze -> lora -> qlora, each with its defaults (rank 8 on every linear;
+ * nf4 with double quantisation), and the command that plans it. "" when none does. */
+static void cheaper_method_hint(const dt_solve_request *rq, int argc, char **argv, char *buf, size_t n) {
+    static const dt_ft_method order[] = {DT_FT_LORA, DT_FT_QLORA};
+    buf[0] = '\0';
+    dt_solve_request *alt = malloc(sizeof *alt);
+    dt_solve_result *r = malloc(sizeof *r);
+    dt_error err;
+    for (size_t i = 0; alt && r && i < sizeof order / sizeof order[0]; i++) {
+        if (order[i] <= rq->base.finetune.method) continue;
+        *alt = *rq;
+        dt_finetune_defaults(order[i], &alt->base.finetune);
+        if (dt_solve(alt, r, &err) != DT_OK) continue;
+        const dt_solve_choice *c = &r->best;
+        size_t k = (size_t)snprintf(buf, n, "; --finetune %s fits at micro-batch %lld x accumulation %lld (%s, %.2f GiB "
+                                    "per GPU, %.3g s/step): dtplan solve", dt_ft_method_name(order[i]),
+                                    (long long)c->micro_batch, (long long)c->grad_accum, stage_name(c->zero_stage),
+                                    (double)c->mem.total / 1073741824.0, c->step_s);
+        for (int a = 1; a < argc && k < n; a++) {   /* the user's command without its fine-tuning options */
+            dt_ft_args skip;
+            memset(&skip, 0, sizeof skip);
+            int j = a;
+            if (dt_ft_args_take(&skip, argc, argv, &j, "solve") == 1) {
+                a = j;
+                continue;
+            }
+            k += (size_t)snprintf(buf + k, n - k, " %s", argv[a]);
+        }
+        if (k < n) snprintf(buf + k, n - k, " --finetune %s", dt_ft_method_name(order[i]));
+        break;
+    }
+    free(alt);
+    free(r);
+}
+
 int dt_cmd_solve(int argc, char **argv) {
     const char *v[N_OPTS] = {0};   /* values, indexed like k_opts */
     int no_offload = 0, no_overlap = 0, no_layouts = 0, layouts = 0;
+    dt_ft_args fta;
+    memset(&fta, 0, sizeof fta);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -397,6 +438,11 @@ int dt_cmd_solve(int argc, char **argv) {
         int k = -1;
         for (int j = 0; j < N_OPTS; j++)
             if (!strcmp(a, k_opts[j].name)) k = j;
+        if (k < 0) {
+            const int t = dt_ft_args_take(&fta, argc, argv, &i, "solve");
+            if (t == 2) return 2;
+            if (t) continue;
+        }
         if (k < 0) return dt_cli_fail(2, "solve: unknown option '%s' (see dtplan solve --help)", a);
         if (i + 1 >= argc)
             return dt_cli_fail(2, "solve: %s needs a value (e.g. %s %s)", a, a, k_opts[k].example);
@@ -483,7 +529,12 @@ int dt_cmd_solve(int argc, char **argv) {
         return dt_cli_fail(2, "solve: --layouts: hardware %s is a CPU profile; tensor / pipeline layouts are planned "
                               "for GPUs (use a GPU --hardware such as %s)",
                            b->cluster.hw.name, DT_SOLVE_DEFAULT_HARDWARE);
-    rq.layouts = layouts || (!no_layouts && b->cluster.device == DT_DEVICE_CUDA && n_nodes > 1);
+    /* the fine-tuning methods are not modelled with a layout (planner/memory.c refuses the pair) */
+    const int fine = fta.v[FT_METHOD] && strcmp(fta.v[FT_METHOD], "full") != 0;
+    if (layouts && fine)
+        return dt_cli_fail(2, "solve: --layouts with --finetune %s: layouts are modelled for full fine-tuning only "
+                              "(drop --layouts: the method is planned with DP x ZeRO)", fta.v[FT_METHOD]);
+    rq.layouts = layouts || (!no_layouts && !fine && b->cluster.device == DT_DEVICE_CUDA && n_nodes > 1);
     rq.layout_runtime = b->runtime.kind == DT_RUNTIME_DTRUN ? DT_RUNTIME_FSDP : b->runtime.kind;
     if (v[O_NVME_PATH]) {
         if (strlen(v[O_NVME_PATH]) >= sizeof b->parallel.nvme_path)
@@ -494,6 +545,7 @@ int dt_cmd_solve(int argc, char **argv) {
     if (apply_training_options(b, v[O_DATA], v[O_STEPS], v[O_LR], v[O_WARMUP], v[O_SCHED], v[O_OUTDIR], v[O_EVAL],
                                v[O_SAVE], &err))
         return dt_cli_fail(2, "%s", err.msg);
+    if (dt_ft_args_apply(&fta, b)) return 2;   /* the method, checked against the model; solve keeps it */
     char data_note[1024];
     if (dt_solve_apply_prepared(b, v[O_DATA], data_note, sizeof data_note, &err))
         return dt_cli_fail(2, "solve: %s", err.msg);
@@ -527,6 +579,10 @@ int dt_cmd_solve(int argc, char **argv) {
         printf("runtime: %s (Hugging Face model code, %s attention); device memory is the step's largest phase\n",
                dt_runtime_name(b->runtime.kind), dt_attn_kernel_name(b->runtime.attention));
     if (data_note[0]) printf("%s\n", data_note);
+    dt_ft_print_summary(b, "finetune: ");
+    if (b->finetune.method != DT_FT_FULL && b->runtime.kind == DT_RUNTIME_DTRUN)
+        printf("note: this dtrun cannot train a %s plan yet (its engine half of issue 32 is pending); to run the "
+               "method with PEFT + DeepSpeed, plan it with --runtime deepspeed\n", dt_ft_method_name(b->finetune.method));
     printf("limit: %s per %s (reserve %s included)\n", dt_format_bytes(rq.mem_limit_bytes, u, sbuf, sizeof sbuf),
            dt_chart_rank_word(),
            dt_format_bytes(b->cluster.hw.reserve_bytes, u, pbuf, sizeof pbuf));
@@ -538,9 +594,10 @@ int dt_cmd_solve(int argc, char **argv) {
     double ms = 1e3 * (dt_clock_s() - t0);
     if (rc) {
         free(r);
-        char hint[320] = "";
+        char hint[320] = "", ft_hint[2048] = "";
         if (rc == DT_EINFEASIBLE) deepspeed_runtime_hint(&rq, hint, sizeof hint);
-        return dt_cli_fail(dt_cli_exit_code(rc), "%s%s", err.msg, hint);
+        if (rc == DT_EINFEASIBLE) cheaper_method_hint(&rq, argc, argv, ft_hint, sizeof ft_hint);
+        return dt_cli_fail(dt_cli_exit_code(rc), "%s%s%s", err.msg, hint, ft_hint);
     }
     print_result(&rq, r, u, ms);
     if (outp) {

@@ -224,6 +224,11 @@ static int cmd_train(int argc, char **argv) {
                        dt_runtime_name(plan.runtime.kind),
                        plan.runtime.kind == DT_RUNTIME_DEEPSPEED ? "deepspeed (dtplan export writes its config)"
                                                                  : "torchrun and PyTorch FSDP");
+    if (!rc && plan.finetune.method != DT_FT_FULL)   /* the engine's half of issue 32 is not in this build */
+        rc = dt_errorf(&err, DT_EINVAL,
+                       "%s plans a %s fine-tune (finetune.method); this dtrun trains every parameter only: run the "
+                       "method with PEFT and DeepSpeed (whose config dtplan export writes), or plan full fine-tuning "
+                       "with: dtplan solve --finetune full", plan_path, dt_ft_method_name(plan.finetune.method));
     if (rc) return dt_cli_fail_err(DT_EINVAL, &err);
     const int world = (int)plan.parallel.world_size, gpn = (int)plan.cluster.gpus_per_node;
     const int nodes = (int)plan.cluster.nodes, is_cuda = plan.cluster.device == DT_DEVICE_CUDA;

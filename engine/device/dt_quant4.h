@@ -1,0 +1,39 @@
+/* dt_quant4.h — bitsandbytes' blockwise quantisation on the host: the NF4 / FP4
+ * weights QLoRA trains over (functional.py quantize_4bit / dequantize_4bit) and the
+ * 8-bit double quantisation of their absmax (quantize_blockwise with the dynamic map),
+ * bit for bit as bitsandbytes' CPU back-end computes them (tests/kernels/test_quant4.c
+ * against scripts/gen_quant_goldens.py's goldens). Formats, block sizes and byte counts:
+ * common/dt_quant.h. Every size is in elements; no function allocates. */
+#ifndef DT_QUANT4_H
+#define DT_QUANT4_H
+
+#include <stdint.h>
+
+#include "dt_quant.h"
+
+/* The 16 values of fmt's code book (DT_STORAGE_NF4 or DT_STORAGE_FP4) in code order, as
+ * bitsandbytes' get_4bit_type returns them (FP4: the e2m1 values divided by their
+ * largest, 12). */
+void dt_quant4_code(dt_storage fmt, float code[DT_QUANT_4BIT_CODES]);
+/* The 8-bit signed dynamic map (create_dynamic_map(signed=True), 256 sorted values). */
+void dt_quant_dynamic_map(float map[DT_QUANT_DYNAMIC_CODES]);
+/* Blocks of `block` elements covering n (the last may be partial). */
+int64_t dt_quant_blocks(int64_t n, int64_t block);
+
+/* x [n] (the weight's values in fp32; a bf16 / fp16 weight converted exactly) ->
+ * packed [(n + 1) / 2] (two codes a byte, the first in the high nibble), absmax
+ * [dt_quant_blocks(n, block)] fp32. */
+void dt_quant4_quantize(const float *x, int64_t n, dt_storage fmt, int64_t block, uint8_t *packed, float *absmax);
+/* packed, absmax -> out [n] fp32 (code x absmax, the code as bitsandbytes' kernels hold it:
+ * FP4's code 8 is -0.0; the caller rounds to its dtype). */
+void dt_quant4_dequantize(const uint8_t *packed, const float *absmax, int64_t n, dt_storage fmt, int64_t block,
+                          float *out);
+
+/* Double quantisation of nb fp32 absmax values (compress_statistics): offset = their mean,
+ * qabsmax [nb] the 8-bit codes of absmax - offset in blocks of DT_QUANT_NESTED_BLOCK,
+ * nested_absmax [dt_quant_blocks(nb, DT_QUANT_NESTED_BLOCK)] fp32. */
+void dt_quant4_double(const float *absmax, int64_t nb, uint8_t *qabsmax, float *nested_absmax, float *offset);
+/* The inverse: absmax [nb] = map[qabsmax] x nested_absmax + offset. */
+void dt_quant4_undouble(const uint8_t *qabsmax, const float *nested_absmax, float offset, int64_t nb, float *absmax);
+
+#endif
