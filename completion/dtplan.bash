@@ -1,7 +1,10 @@
 # bash completion for dtplan (installed as share/bash-completion/completions/dtplan).
 # The flags are those of `dtplan COMMAND --help`; tests/docs/test_install.sh checks each one.
-_dtplan_models="gpt2 gpt2-medium gpt2-large gpt2-xl gpt2-tiny gpt2-small-test llama-tiny qwen3-0.6b
-qwen2.5-32b qwen3-32b llama-2-7b llama-2-13b llama-2-70b llama-3.1-8b"
+_dtplan_models="gpt2 gpt2-medium gpt2-large gpt2-xl gpt2-tiny gpt2-small-test llama-tiny qwen3-tiny
+qwen2.5-0.5b qwen2.5-1.5b qwen2.5-3b qwen2.5-7b qwen2.5-14b qwen2.5-32b qwen2.5-72b
+qwen3-0.6b qwen3-1.7b qwen3-4b qwen3-8b qwen3-14b qwen3-32b
+llama-2-7b llama-2-13b llama-2-70b llama-3.1-8b llama-3.1-70b llama-3.1-405b
+llama-3.2-1b llama-3.2-3b llama-3.3-70b-instruct mistral-7b-v0.3"
 _dtplan() {
     local cur prev cmd i
     cur=${COMP_WORDS[COMP_CWORD]}

@@ -8,6 +8,7 @@ pkgs=(build-essential cmake pkg-config
       libplot-dev plotutils             # charts (PNG/SVG)
       zlib1g-dev                        # chart tests decode the PNGs they check
       libcjson-dev                      # plan / config JSON
+      libyaml-dev                       # training configs: LLaMA-Factory / HF Trainer / runbook YAML (dtplan --config)
       libpcre2-dev                      # tokenizer.json pre-tokenizer regexes (dtrun tokenize)
       libicu-dev                        # tokenizer.json's NFC normalizer (Qwen2)
       libsentencepiece-dev              # SentencePiece tokenizer.model (Llama-2, Mistral)
