@@ -782,6 +782,29 @@ static int plot_rows(const est_ctx *c, const est_row *rows, int n, const char *p
     return rc;
 }
 
+int dt_estimate_plan(int argc, char **argv, dt_plan *out) {
+    est_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc) return rc < 0 ? 0 : rc;
+    est_ctx *c = calloc(1, sizeof *c);
+    if (!c) return fail("out of memory");
+    rc = setup(&a, c);
+    if (!rc && !c->from_config) {
+        if (c->stage_filter < 0 || c->opt_filter < 0 || c->param_filter < 0)
+            rc = fail("one configuration is needed: --deepspeed FILE, or --zero-stage with --offload-optimizer and "
+                      "--offload-param");
+        c->plan.parallel.zero_stage = c->stage_filter;
+        c->plan.parallel.offload_optimizer = (dt_offload)c->opt_filter;
+        c->plan.parallel.offload_param = (dt_offload)c->param_filter;
+        c->plan.parallel.overlap_comm = c->stage_filter == 3;   /* DeepSpeed's default per stage */
+    }
+    dt_error e = {0};
+    if (!rc && dt_plan_validate(&c->plan, &e)) rc = fail_err(&e);
+    if (!rc) *out = c->plan;
+    free(c);
+    return rc;
+}
+
 int dt_cmd_estimate(int argc, char **argv) {
     est_args a;
     int rc = parse_args(argc, argv, &a);

@@ -167,41 +167,73 @@ static const char *closed_form_cat(int c) {
     }
 }
 
-int dt_cmd_simulate(int argc, char **argv) {
-    const char *plan_path = NULL, *trace = NULL, *plot = NULL, *runtime = NULL;
-    int json = 0, detail = 0;
+/* simulate's own options; a plan path only when plan_path is non-NULL. */
+typedef struct {
+    const char *plan_path, *trace, *plot, *runtime;
+    int json, detail;
+} sim_opts;
+
+static int parse_sim_opts(int argc, char **argv, int want_path, sim_opts *o) {
+    memset(o, 0, sizeof *o);
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout);
-        if (!strcmp(argv[i], "--json")) json = 1;
-        else if (!strcmp(argv[i], "--detail")) detail = 1;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout), -1;
+        if (!strcmp(argv[i], "--json")) o->json = 1;
+        else if (!strcmp(argv[i], "--detail")) o->detail = 1;
         else if (!strcmp(argv[i], "--runtime")) {
-            if (!(runtime = dt_cli_value(argc, argv, &i, "simulate"))) return 2;
+            if (!(o->runtime = dt_cli_value(argc, argv, &i, "simulate"))) return 2;
         } else if (!strcmp(argv[i], "--trace") || !strcmp(argv[i], "--plot")) {
             int is_trace = !strcmp(argv[i], "--trace");
             const char *v = dt_cli_value(argc, argv, &i, "simulate");
             if (!v) return 2;
-            *(is_trace ? &trace : &plot) = v;
+            *(is_trace ? &o->trace : &o->plot) = v;
         } else if (argv[i][0] == '-') return dt_cli_fail(2, "simulate: unknown option '%s' (see dtplan simulate --help)", argv[i]);
-        else if (plan_path) return dt_cli_fail(2, "simulate: one plan only ('%s' and '%s')", plan_path, argv[i]);
-        else plan_path = argv[i];
+        else if (!want_path) return dt_cli_fail(2, "simulate: with --config, no plan file ('%s')", argv[i]);
+        else if (o->plan_path) return dt_cli_fail(2, "simulate: one plan only ('%s' and '%s')", o->plan_path, argv[i]);
+        else o->plan_path = argv[i];
     }
-    if (!plan_path) return dt_cli_fail(2, "simulate: no plan given (usage: dtplan simulate PLAN.json)");
+    if (want_path && !o->plan_path) return dt_cli_fail(2, "simulate: no plan given (usage: dtplan simulate PLAN.json)");
     dt_error e;
     dt_error_clear(&e);
-    if (plot && dt_cli_check_plot_name("--plot", plot, "timeline.png", &e)) return dt_cli_fail(2, "%s", e.msg);
+    if (o->plot && dt_cli_check_plot_name("--plot", o->plot, "timeline.png", &e)) return dt_cli_fail(2, "%s", e.msg);
+    return 0;
+}
 
+static int simulate_run(dt_plan p, const sim_opts *o);
+
+int dt_cmd_simulate(int argc, char **argv) {
+    sim_opts o;
+    int rc = parse_sim_opts(argc, argv, 1, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+    dt_error e;
+    dt_error_clear(&e);
     dt_runtime_kind kind = DT_RUNTIME_DTRUN;
-    if (runtime && dt_runtime_parse(runtime, &kind, &e)) return dt_cli_fail(2, "simulate: %s", e.msg);
+    if (o.runtime && dt_runtime_parse(o.runtime, &kind, &e)) return dt_cli_fail(2, "simulate: %s", e.msg);
     dt_plan p;
-    if (dt_plan_load(plan_path, &p, &e)) return dt_cli_fail(2, "%s", e.msg);
-    if (runtime && kind != p.runtime.kind) {
+    if (dt_plan_load(o.plan_path, &p, &e)) return dt_cli_fail(2, "%s", e.msg);
+    if (o.runtime && kind != p.runtime.kind) {
         /* the plan under another runtime, with that runtime's defaults */
         dt_plan_set_runtime(&p, kind);
         p.activations.selective = 0;
         p.prediction.valid = 0;
         if (dt_plan_validate(&p, &e))
-            return dt_cli_fail(2, "simulate: --runtime %s cannot run %s: %s", runtime, plan_path, e.msg);
+            return dt_cli_fail(2, "simulate: --runtime %s cannot run %s: %s", o.runtime, o.plan_path, e.msg);
     }
+    return simulate_run(p, &o);
+}
+
+int dt_simulate_plan(dt_plan *p, int argc, char **argv) {
+    sim_opts o;
+    int rc = parse_sim_opts(argc, argv, 0, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+    if (o.runtime) return dt_cli_fail(2, "simulate: with --config, --runtime is the plan's (give it before the config's)");
+    return simulate_run(*p, &o);
+}
+
+static int simulate_run(dt_plan p, const sim_opts *o) {
+    const char *trace = o->trace, *plot = o->plot;
+    const int json = o->json, detail = o->detail;
+    dt_error e;
+    dt_error_clear(&e);
     dt_chart_set_device(p.cluster.device);
     dt_time_breakdown tb;
     dt_mem_breakdown mb;
