@@ -22,13 +22,15 @@ _dtplan() {
     estimate) flags="--params --model --plan --gpus --nodes --micro-batch --grad-accum --seq --ckpt --precision
                      --param-dtype --grad-dtype --master-dtype --moment-dtype --attention --zero-stage
                      --offload-optimizer --offload-param --deepspeed --hardware --mem --units --compare --json
-                     --plot --runtime --recompute --largest-layer --sub-group-size --help" ;;
+                     --plot --runtime --recompute --largest-layer --sub-group-size --config --config-format --help" ;;
     solve) flags="--mem --model --params --gpus --nodes --global-batch --seq --hardware --interconnect --host-mem
                   --nvme --precision --stages --no-offload --no-overlap --units -o --plot --data --steps --warmup
-                  --lr --schedule --out --eval-interval --save-interval --runtime --attention --sub-group-size --nvme-path --help" ;;
+                  --lr --schedule --out --eval-interval --save-interval --runtime --attention --sub-group-size --nvme-path
+                  --config --config-format --lr-scaling --help" ;;
     show) flags="--units --help" ;;
-    export) flags="--deepspeed -o --slurm --script --master-addr --master-port --job-name --help" ;;
-    simulate) flags="--detail --trace --plot --json --runtime --help" ;;
+    export) flags="--deepspeed --llamafactory --hf-trainer --runbook --config -o --slurm --script --master-addr
+                   --master-port --job-name --help" ;;
+    simulate) flags="--detail --trace --plot --json --runtime --config --config-format --help" ;;
     compare) flags="--json --help" ;;
     report) flags="-o --plan --help" ;;
     calibrate) flags="-o --plan --no-mpi --device --base --gpu --name --help" ;;

@@ -99,7 +99,11 @@ static void usage(FILE *f) {
             "  --units GB|GiB        display unit (default GiB); JSON is always bytes\n"
             "  --json                JSON instead of the table\n"
             "  --compare deepspeed   also print DeepSpeed's estimate_zero2/zero3 numbers\n"
-            "  --plot FILE.png|.svg  stacked bars per row (params ... reserve), --mem as a dashed line\n",
+            "  --plot FILE.png|.svg  stacked bars per row (params ... reserve), --mem as a dashed line\n"
+            "  --config FILE         a LLaMA-Factory / HF TrainingArguments / runbook YAML (or JSON): its model,\n"
+            "                        batch, sequence, precision, checkpointing and DeepSpeed file as the options\n"
+            "                        above (the command line's win); every key reported (docs/configs.md)\n"
+            "  --config-format F     llamafactory | hf | runbook (default: detected)\n",
             EST_DEFAULT_MICRO, EST_DEFAULT_SEQ, EST_DEFAULT_HARDWARE);
 }
 

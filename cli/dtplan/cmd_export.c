@@ -9,6 +9,8 @@
 #include "dt_dsexport.h"
 #include "dt_json.h"
 #include "dt_plan.h"
+#include "dt_userexport.h"
+#include <sys/stat.h>
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -24,7 +26,15 @@ static void usage(FILE *f) {
             "  --script S       training script in the torchrun line (default train.py)\n"
             "  --master-addr A  (default $MASTER_ADDR)   --master-port P (default %d)\n"
             "\n"
-            "example: dtplan export --deepspeed plan.json -o ds_config.json --slurm launch.slurm\n",
+            "example: dtplan export --deepspeed plan.json -o ds_config.json --slurm launch.slurm\n"
+            "\n"
+            "       dtplan export (--llamafactory | --hf-trainer | --runbook) PLAN.json -o FILE.yaml [--config MINE.yaml]\n"
+            "Writes the plan as a LLaMA-Factory training YAML, Hugging Face TrainingArguments YAML or the\n"
+            "runbook's training: block, the DeepSpeed JSON it names beside it (FILE_ds_config.json, when\n"
+            "the plan uses ZeRO or offload) and prints the llamafactory-cli / torchrun / SLURM lines.\n"
+            "  --config MINE     start from the user's own file: only the keys whose value changes are\n"
+            "                    rewritten, in place; comments and everything else stay (docs/configs.md)\n"
+            "  Neither FILE nor the DeepSpeed JSON may exist already (dtplan replaces no file it did not write).\n",
             DT_DEFAULT_MASTER_PORT);
 }
 
@@ -33,9 +43,67 @@ static int fail(const char *msg) {
     return 2;
 }
 
+/* --llamafactory / --hf-trainer / --runbook: the config, its DeepSpeed JSON, the launch lines. */
+static int export_user(const dt_plan *p, const char *plan_path, dt_ucfg_format fmt, const char *out,
+                       const char *mine, const dt_dsexport_opts *o) {
+    char msg[DT_ERROR_MSG_MAX + 256];
+    struct stat st;
+    if (!out) return fail("export: -o FILE is required for --llamafactory / --hf-trainer / --runbook");
+    char ds[DT_PATH_MAX + 32] = "";
+    if (dt_userexport_needs_deepspeed(p)) {
+        const char *dot = strrchr(out, '.'), *slash = strrchr(out, '/');
+        int stem = dot && (!slash || dot > slash) ? (int)(dot - out) : (int)strlen(out);
+        snprintf(ds, sizeof ds, "%.*s_ds_config.json", stem, out);
+    }
+    const char *paths[2] = {out, ds};
+    for (int i = 0; i < 2; i++)
+        if (paths[i][0] && stat(paths[i], &st) == 0) {
+            snprintf(msg, sizeof msg, "export: '%s' exists; dtplan replaces no file it did not write (choose another "
+                     "-o, or move it away)", paths[i]);
+            return fail(msg);
+        }
+    dt_error err = {0};
+    char *orig = NULL;
+    size_t len = 0;
+    if (mine && dt_read_file(mine, 4u << 20, &orig, &len, &err)) {
+        snprintf(msg, sizeof msg, "export: --config: %s", err.msg);
+        return fail(msg);
+    }
+    char notes[512];
+    char *text = dt_userexport(p, fmt, ds[0] ? ds : NULL, orig, len, notes, sizeof notes, &err);
+    char *dsj = text && ds[0] ? dt_dsexport_config(p, &err) : NULL;
+    int rc = 0;
+    if (!text || (ds[0] && !dsj)) rc = err.code == DT_ENOMEM ? 1 : 2;
+    else if (ds[0] && dt_json_write_file_atomic(ds, dsj, &err)) rc = 2;
+    else if (dt_json_write_file_atomic(out, text, &err)) rc = 2;
+    if (rc) fprintf(stderr, "dtplan: %s\n", err.msg);
+    else {
+        const int64_t nodes = p->cluster.nodes, per = p->cluster.gpus_per_node;
+        printf("wrote %s (%s config for %s)%s%s%s\n", out, dt_ucfg_format_name(fmt), plan_path, ds[0] ? " and " : "",
+               ds, ds[0] ? " (DeepSpeed config it names)" : "");
+        fputs(notes, stdout);
+        if (fmt == DT_UCFG_LLAMAFACTORY)
+            printf("launch (each node): FORCE_TORCHRUN=1 NNODES=%lld NPROC_PER_NODE=%lld NODE_RANK=$NODE_RANK "
+                   "MASTER_ADDR=%s MASTER_PORT=%d llamafactory-cli train %s\n",
+                   (long long)nodes, (long long)per, o->master_addr, o->master_port, out);
+        else
+            printf("launch (each node): torchrun --nnodes %lld --nproc_per_node %lld --node_rank $NODE_RANK "
+                   "--master_addr %s --master_port %d %s %s\n",
+                   (long long)nodes, (long long)per, o->master_addr, o->master_port, o->script, out);
+        printf("slurm: srun --nodes %lld --ntasks-per-node 1 bash -c 'NODE_RANK=$SLURM_NODEID <the launch line>' "
+               "(one launcher per node; dtplan export --deepspeed --slurm writes a full sbatch script)\n",
+               (long long)nodes);
+    }
+    free(orig);
+    free(text);
+    free(dsj);
+    return rc;
+}
+
 int dt_cmd_export(int argc, char **argv) {
-    const char *plan_path = NULL, *out = NULL, *slurm = NULL;
+    const char *plan_path = NULL, *out = NULL, *slurm = NULL, *mine = NULL;
     int deepspeed = 0;
+    dt_ucfg_format fmt = DT_UCFG_AUTO;
     dt_dsexport_opts o;
     dt_dsexport_opts_default(&o);
     char msg[DT_ERROR_MSG_MAX + 64];
@@ -47,9 +115,13 @@ int dt_cmd_export(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--deepspeed")) {
             deepspeed = 1;
+        } else if (!strcmp(a, "--llamafactory") || !strcmp(a, "--hf-trainer") || !strcmp(a, "--runbook")) {
+            dt_ucfg_format f = a[2] == 'l' ? DT_UCFG_LLAMAFACTORY : a[2] == 'h' ? DT_UCFG_HF : DT_UCFG_RUNBOOK;
+            if (fmt != DT_UCFG_AUTO && fmt != f) return fail("export: one target at a time");
+            fmt = f;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output") || !strcmp(a, "--slurm") ||
                    !strcmp(a, "--script") || !strcmp(a, "--master-addr") ||
-                   !strcmp(a, "--master-port") || !strcmp(a, "--job-name")) {
+                   !strcmp(a, "--master-port") || !strcmp(a, "--job-name") || !strcmp(a, "--config")) {
             if (!has_val) {
                 snprintf(msg, sizeof msg, "export: %s needs a value (see dtplan export --help)", a);
                 return fail(msg);
@@ -64,6 +136,7 @@ int dt_cmd_export(int argc, char **argv) {
             else if (!strcmp(a, "--script")) o.script = v;
             else if (!strcmp(a, "--master-addr")) o.master_addr = v;
             else if (!strcmp(a, "--job-name")) o.job_name = v;
+            else if (!strcmp(a, "--config")) mine = v;
             else {
                 char *end = NULL;
                 errno = 0;
@@ -84,13 +157,16 @@ int dt_cmd_export(int argc, char **argv) {
             plan_path = a;
         }
     }
-    if (!deepspeed)
-        return fail("export: say what to export: --deepspeed (the only target so far)");
+    if (!deepspeed && fmt == DT_UCFG_AUTO)
+        return fail("export: say what to export: --deepspeed, --llamafactory, --hf-trainer or --runbook");
+    if (deepspeed && fmt != DT_UCFG_AUTO) return fail("export: one target at a time");
     if (!plan_path) return fail("export: no plan given (usage: dtplan export --deepspeed plan.json)");
+    if (mine && deepspeed) return fail("export: --config applies to --llamafactory, --hf-trainer and --runbook");
 
     dt_plan p;
     dt_error err = {0};
     if (dt_plan_load(plan_path, &p, &err)) return fail(err.msg);
+    if (fmt != DT_UCFG_AUTO) return export_user(&p, plan_path, fmt, out, mine, &o);
     o.plan_path = plan_path;
     if (out) o.config_path = out;
 

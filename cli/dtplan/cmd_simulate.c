@@ -30,7 +30,10 @@ static int usage(FILE *f) {
             "                 contributors by phase and kind)\n"
             "  --json         machine-readable summary on stdout\n"
             "  --runtime R    simulate the plan as run by dtrun | deepspeed | fsdp (default: the plan's own;\n"
-            "                 another runtime takes its defaults, docs/memory-model.md \"Runtime profiles\")\n");
+            "                 another runtime takes its defaults, docs/memory-model.md \"Runtime profiles\")\n"
+            "       dtplan simulate --config FILE.yaml [estimate's options] [--detail] [--trace F] [--plot F] [--json]\n"
+            "  --config FILE  simulate the configuration a LLaMA-Factory / HF TrainingArguments / runbook config\n"
+            "                 runs (as dtplan estimate --config builds it); --config-format F as estimate's\n");
     return f == stdout ? 0 : 2;
 }
 
