@@ -82,6 +82,9 @@ static int export_user(const dt_plan *p, const char *plan_path, dt_ucfg_format f
         printf("wrote %s (%s config for %s)%s%s%s\n", out, dt_ucfg_format_name(fmt), plan_path, ds[0] ? " and " : "",
                ds, ds[0] ? " (DeepSpeed config it names)" : "");
         fputs(notes, stdout);
+        if (fmt == DT_UCFG_LLAMAFACTORY && !mine)
+            printf("note: LLaMA-Factory needs dataset: and template: to train; the plan names no LLaMA-Factory dataset: add "
+                   "yours (or export with --config YOUR.yaml)\n");
         if (fmt == DT_UCFG_LLAMAFACTORY)
             printf("launch (each node): FORCE_TORCHRUN=1 NNODES=%lld NPROC_PER_NODE=%lld NODE_RANK=$NODE_RANK "
                    "MASTER_ADDR=%s MASTER_PORT=%d llamafactory-cli train %s\n",
