@@ -56,6 +56,14 @@ ok lf_solve_same "$DTPLAN" solve --config lf_qwen25_full_ds3.yaml --gpus 8 --mem
 grep -q '"lr": 1e-05' "$T/p3.json" || bad "an unchanged global batch keeps the config's lr"
 grep -q "learning rate:" "$T/lf_solve_same.out" && bad "no scaling line when the global batch is the config's"
 
+# a ZeRO-2 example (Qwen3-8B, fa2): an estimate and a plan
+ok lf2_est "$DTPLAN" estimate --config lf_qwen3_8b_full_ds2.yaml --gpus 8
+has lf2_est "  2   none/none"
+has lf2_est "micro-batch 2, sequence 4096, checkpointed layers 36 of 36, flash attention"
+ok lf2_solve "$DTPLAN" solve --config lf_qwen3_8b_full_ds2.yaml --gpus 8 --mem 80G -o "$T/p2b.json"
+has lf2_solve "config as written        ZeRO-2, offload none/none, global batch 64 = micro-batch 2 x accumulation 4 x 8 GPUs, 36/36"
+[ -s "$T/p2b.json" ] || bad "no plan from the ZeRO-2 example"
+
 # simulate the config's configuration
 ok lf_sim "$DTPLAN" simulate --config lf_qwen25_full_ds3.yaml --gpus 8 --json
 grep -q '"step_s"' "$T/lf_sim.out" || bad "simulate --config: no JSON summary"
