@@ -65,6 +65,7 @@ typedef struct dt_usercfg {
     double lr;                       /* learning_rate, 0 absent */
     double weight_decay, adam_beta1, adam_beta2, adam_eps, max_grad_norm;   /* -1 absent */
     int64_t max_steps;               /* > 0 only */
+    double epochs;                   /* num_train_epochs / epochs, 0 absent */
     int64_t warmup_steps;            /* -1 absent */
     double warmup_ratio;             /* -1 absent */
     int schedule;                    /* dt_sched_kind, -1 absent */

@@ -177,7 +177,8 @@ typedef enum {
     F_REFUSE,        /* refused when set to anything but false / null / 0 / "" */
     F_MODEL, F_MICRO, F_ACCUM, F_TOTAL_BATCH, F_SEQ, F_BF16, F_FP16, F_PURE_BF16, F_MIXED, F_USE_MIXED,
     F_GC, F_NO_GC, F_FLASH, F_DEEPSPEED, F_STRATEGY, F_LR, F_WD, F_B1, F_B2, F_EPS, F_CLIP, F_MAX_STEPS,
-    F_WARMUP_STEPS, F_WARMUP_RATIO, F_SCHED, F_SAVE_STEPS, F_STAGE, F_FT_TYPE, F_QBIT, F_OPTIM, F_DATALOADER
+    F_WARMUP_STEPS, F_WARMUP_RATIO, F_SCHED, F_SAVE_STEPS, F_STAGE, F_FT_TYPE, F_QBIT, F_OPTIM, F_DATALOADER,
+    F_EPOCHS
 } kfield;
 
 typedef struct {
@@ -218,7 +219,7 @@ static const key_rule k_hf[] = {
     {"lr_scheduler_type", T_STR, F_SCHED, NULL},
     {"save_steps", T_NUM, F_SAVE_STEPS, NULL},
     {"optim", T_STR, F_OPTIM, NULL},
-    {"num_train_epochs", T_NUM, F_NONE, "epochs become steps only with the dataset's size: give max_steps or --steps"},
+    {"num_train_epochs", T_NUM, F_EPOCHS, NULL},
     {"output_dir", T_STR, F_NONE, NE_LOG},
     {"overwrite_output_dir", T_BOOL, F_NONE, NE_LOG},
     {"do_train", T_BOOL, F_NONE, "the prediction is of training steps"},
@@ -438,8 +439,8 @@ static const key_rule k_runbook[] = {
     {"find_unused_parameters", T_BOOL, F_NONE, "every parameter is used in these models"},
     {"num_workers", T_INT, F_NONE, NE_DATA},
     {"pin_memory", T_BOOL, F_NONE, NE_DATA},
-    {"epochs", T_NUM, F_NONE, "epochs become steps only with the dataset's size: give --steps"},
-    {"num_epochs", T_NUM, F_NONE, "epochs become steps only with the dataset's size: give --steps"},
+    {"epochs", T_NUM, F_EPOCHS, NULL},
+    {"num_epochs", T_NUM, F_EPOCHS, NULL},
 };
 
 static const key_rule *find_rule(const key_rule *t, size_t n, const char *key) {
@@ -702,6 +703,12 @@ static int apply_rule(reader *r, const key_rule *k, const char *key, int line, y
         return note_key(r, key, DT_UKEY_USED, line, "%d-bit base weights", (int)v->i);
     case F_OPTIM: return read_optim(r, key, line, v->s, err);
     case F_DATALOADER: return read_dataloader(r, key, line, node, err);
+    case F_EPOCHS:
+        if (!(num_of(v) > 0) || !isfinite(num_of(v)))
+            return dt_errorf(err, DT_EINVAL, "%s:%d: '%s' must be a positive number", r->file, line, key);
+        c->epochs = num_of(v);
+        return note_key(r, key, DT_UKEY_USED, line,
+                        "the plan's steps, from --data's token count (a dtrun prepare output); no effect on a step");
     }
     return DT_OK;
 }

@@ -3,6 +3,7 @@
  * where the command line does not give it; what every key did is printed first. solve
  * then shows the config's own configuration (and the runbook's distributed_strategy:
  * auto rule) next to its choice, and the learning rate for a changed global batch. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,6 +86,30 @@ static int config_stage(const dt_usercfg *c, const dt_model *m) {
     return 0;
 }
 
+/* num_train_epochs as optimizer steps: epochs x the training tokens of --data (a dtrun
+ * prepare output) / (global batch x sequence), rounded up; 0 when either is unknown. */
+static int64_t epoch_steps(const dt_usercfg *c, int argc, char **argv, int64_t global, FILE *rep) {
+    const char *data = find_opt(argc, argv, "--data"), *seq_s = find_opt(argc, argv, "--seq");
+    int64_t seq = seq_s ? atoll(seq_s) : c->seq_len;
+    if (!(c->epochs > 0) || !data || global <= 0 || seq <= 0) {
+        if (c->epochs > 0)
+            fprintf(rep, "  num_train_epochs %g: steps need the data's size: give --data (a dtrun prepare output) or "
+                         "--steps\n", c->epochs);
+        return 0;
+    }
+    int64_t tokens = dt_prepared_train_tokens(data);
+    if (tokens <= 0) {
+        fprintf(rep, "  num_train_epochs %g: --data %s is not a dtrun prepare output; give --steps\n", c->epochs, data);
+        return 0;
+    }
+    double per_step = (double)global * (double)seq;
+    int64_t steps = (int64_t)ceil(c->epochs * (double)tokens / per_step);
+    if (steps < 1) steps = 1;
+    fprintf(rep, "  num_train_epochs %g x %lld training tokens (%s) / (global batch %lld x %lld tokens) = %lld steps\n",
+            c->epochs, (long long)tokens, data, (long long)global, (long long)seq, (long long)steps);
+    return steps;
+}
+
 int dt_cli_config_expand(const char *cmd, int argc, char **argv, int *out_argc, char ***out_argv) {
     const char *path = find_opt(argc, argv, "--config"), *fmt_s = find_opt(argc, argv, "--config-format");
     const char *scaling = find_opt(argc, argv, "--lr-scaling");
@@ -163,9 +188,10 @@ int dt_cli_config_expand(const char *cmd, int argc, char **argv, int *out_argc, 
         if (g_cfg.cfg_global)
             snprintf(v, sizeof v, "%lld", (long long)g_cfg.cfg_global), rc |= push_opt(&n, argc, argv, rep, "--global-batch", v);
         if (c->lr > 0) snprintf(v, sizeof v, "%g", c->lr), rc |= push_opt(&n, argc, argv, rep, "--lr", v);
-        if (c->max_steps) snprintf(v, sizeof v, "%lld", (long long)c->max_steps), rc |= push_opt(&n, argc, argv, rep, "--steps", v);
+        int64_t steps = c->max_steps ? c->max_steps : epoch_steps(c, argc, argv, g_cfg.cfg_global, rep);
+        if (steps) snprintf(v, sizeof v, "%lld", (long long)steps), rc |= push_opt(&n, argc, argv, rep, "--steps", v);
         int64_t warm = c->warmup_steps >= 0 ? c->warmup_steps
-                       : c->warmup_ratio >= 0 && c->max_steps ? (int64_t)(c->warmup_ratio * (double)c->max_steps + 0.5) : -1;
+                       : c->warmup_ratio >= 0 && steps ? (int64_t)(c->warmup_ratio * (double)steps + 0.5) : -1;
         if (warm >= 0) snprintf(v, sizeof v, "%lld", (long long)warm), rc |= push_opt(&n, argc, argv, rep, "--warmup", v);
         if (c->schedule >= 0) {
             static const char *const names[] = {"constant", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"};

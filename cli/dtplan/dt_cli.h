@@ -47,6 +47,9 @@ int dt_estimate_plan(int argc, char **argv, dt_plan *out);
 /* simulate a loaded plan with simulate's own options (--trace, --plot, --json, --detail). */
 int dt_simulate_plan(dt_plan *p, int argc, char **argv);
 
+/* The training tokens of `dtrun prepare`'s output at data (its prepare.json's
+ * splits.train.tokens); -1 when data is not such an output. */
+int64_t dt_prepared_train_tokens(const char *data);
 int dt_solve_apply_prepared(dt_plan *b, const char *data, char *note, size_t note_len, dt_error *err);
 
 #endif

@@ -64,6 +64,21 @@ ok lf2_solve "$DTPLAN" solve --config lf_qwen3_8b_full_ds2.yaml --gpus 8 --mem 8
 has lf2_solve "config as written        ZeRO-2, offload none/none, global batch 64 = micro-batch 2 x accumulation 4 x 8 GPUs, 36/36"
 [ -s "$T/p2b.json" ] || bad "no plan from the ZeRO-2 example"
 
+# num_train_epochs becomes steps with --data's token count (a dtrun prepare output)
+mkdir -p "$T/prep/train"
+cat >"$T/prep/prepare.json" <<JSON
+{"format": "dtrun-prepare", "tokenizer": {"vocab_size": 151643, "path": "tokenizer.json",
+ "fingerprint": "$(printf '0%.0s' $(seq 64))"}, "splits": {"train": {"tokens": 3276800}, "val": {"tokens": 0}}}
+JSON
+ok lf_epochs "$DTPLAN" solve --config lf_qwen25_full_ds3.yaml --gpus 8 --mem 80G --data "$T/prep" -o "$T/pe.json"
+# 3 epochs x 3276800 tokens / (16 sequences x 2048 tokens) = 300 steps; warmup_ratio 0.1 -> 30
+has lf_epochs "num_train_epochs 3 x 3276800 training tokens"
+has lf_epochs "= 300 steps"
+grep -q '"total_steps": 300' "$T/pe.json" || bad "the plan does not take the epochs' steps: $(grep total_steps "$T/pe.json")"
+grep -q '"warmup_steps": 30' "$T/pe.json" || bad "warmup_ratio not applied to the epochs' steps"
+ok lf_noepochs "$DTPLAN" solve --config lf_qwen25_full_ds3.yaml --gpus 8 --mem 80G
+has lf_noepochs "num_train_epochs 3: steps need the data's size: give --data"
+
 # simulate the config's configuration
 ok lf_sim "$DTPLAN" simulate --config lf_qwen25_full_ds3.yaml --gpus 8 --json
 grep -q '"step_s"' "$T/lf_sim.out" || bad "simulate --config: no JSON summary"
