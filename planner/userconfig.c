@@ -541,7 +541,7 @@ static int read_deepspeed(reader *r, const char *key, int line, yaml_node_t *nod
     if (strlen(found) >= sizeof c->deepspeed)
         return dt_errorf(err, DT_EINVAL, "%s:%d: %s: path longer than %d bytes", r->file, line, key,
                          (int)sizeof c->deepspeed - 1);
-    snprintf(c->deepspeed, sizeof c->deepspeed, "%s", found);
+    memcpy(c->deepspeed, found, strlen(found) + 1);   /* fits: checked above */
     return note_key(r, key, DT_UKEY_USED, line, "DeepSpeed config %s (read as --deepspeed)", found);
 }
 
