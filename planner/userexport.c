@@ -155,6 +155,7 @@ static void plan_keys(const dt_plan *p, dt_ucfg_format fmt, const char *ds, xlis
 /* ------------------------------------------------------------ in-place editing */
 
 typedef struct {
+    int seq;          /* the order edits were made: equal offsets keep it */
     size_t at;        /* byte offset in the original */
     size_t del;       /* bytes replaced */
     char *text;       /* inserted (malloc'd) */
@@ -163,6 +164,7 @@ typedef struct {
 typedef struct {
     xedit e[MAX_XKEYS];
     int n;
+    int flow_inserts;   /* keys added to a JSON (flow) mapping so far: each after the first takes a comma */
 } xedits;
 
 static yaml_node_t *map_get(yaml_document_t *d, yaml_node_t *map, const char *key, yaml_node_t **key_node) {
@@ -220,12 +222,13 @@ static char *render(const xkey *k, int json) {
  * its first key's column. JSON (flow) mappings: before the closing brace. */
 static size_t insert_point(yaml_document_t *d, yaml_node_t *map, const char *text, size_t len, int *indent) {
     *indent = 0;
+    yaml_node_pair_t *first = map->data.mapping.pairs.start, *last = map->data.mapping.pairs.top - 1;
     if (map->data.mapping.style == YAML_FLOW_MAPPING_STYLE) {
-        size_t at = map->end_mark.index;
+        if (first <= last) return yaml_document_get_node(d, last->value)->end_mark.index;
+        size_t at = map->end_mark.index;   /* {}: before the closing brace */
         while (at > 0 && text[at - 1] != '}') at--;
         return at ? at - 1 : 0;
     }
-    yaml_node_pair_t *first = map->data.mapping.pairs.start, *last = map->data.mapping.pairs.top - 1;
     if (first > last) return len;
     *indent = (int)yaml_document_get_node(d, first->key)->start_mark.column;
     size_t at = yaml_document_get_node(d, last->value)->end_mark.index;
@@ -256,7 +259,8 @@ static int plan_edit(yaml_document_t *d, yaml_node_t *root, const xkey *k, const
     if (ed->n >= MAX_XKEYS) return dt_errorf(err, DT_EINTERNAL, "export: too many edits");
     char *val = render(k, json);
     if (!val) return dt_errorf(err, DT_ENOMEM, "export: out of memory");
-    xedit *e = &ed->e[ed->n++];
+    xedit *e = &ed->e[ed->n];
+    e->seq = ed->n++;
     if (v) {
         e->at = v->start_mark.index;
         e->del = v->end_mark.index - v->start_mark.index;
@@ -282,7 +286,8 @@ static int plan_edit(yaml_document_t *d, yaml_node_t *root, const xkey *k, const
     e->text = malloc(need);
     if (!e->text) return free(val), dt_errorf(err, DT_ENOMEM, "export: out of memory");
     if (map->data.mapping.style == YAML_FLOW_MAPPING_STYLE)
-        snprintf(e->text, need, ",\n  \"%s\": %s\n", key, val);
+        snprintf(e->text, need, "%s\n  \"%s\": %s",
+                 map->data.mapping.pairs.start < map->data.mapping.pairs.top || ed->flow_inserts++ ? "," : "", key, val);
     else
         snprintf(e->text, need, "%s%*s%s: %s\n", e->at == len && len && text[len - 1] != '\n' ? "\n" : "", indent, "",
                  key, val);
@@ -292,7 +297,8 @@ static int plan_edit(yaml_document_t *d, yaml_node_t *root, const xkey *k, const
 
 static int cmp_edit(const void *a, const void *b) {
     const xedit *x = a, *y = b;
-    return x->at < y->at ? -1 : x->at > y->at;
+    if (x->at != y->at) return x->at < y->at ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
 static char *apply_edits(const char *text, size_t len, xedits *ed, dt_error *err) {

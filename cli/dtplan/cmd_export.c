@@ -62,6 +62,12 @@ static int export_user(const dt_plan *p, const char *plan_path, dt_ucfg_format f
                      "-o, or move it away)", paths[i]);
             return fail(msg);
         }
+    size_t ol = strlen(out);
+    if (!mine && ol > 5 && !strcmp(out + ol - 5, ".json")) {
+        snprintf(msg, sizeof msg, "export: '%s': a new config is written as YAML (TrainingArguments reads it with "
+                 "parse_yaml_file); name it .yaml, or start from your JSON with --config", out);
+        return fail(msg);
+    }
     dt_error err = {0};
     char *orig = NULL;
     size_t len = 0;

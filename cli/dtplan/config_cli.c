@@ -163,6 +163,9 @@ int dt_cli_config_expand(const char *cmd, int argc, char **argv, int *out_argc, 
     g_cfg.lr_given = find_opt(argc, argv, "--lr") != NULL;
 
     print_report(rep, c);
+    if (c->model[0] && (cli_model || cli_params))
+        fprintf(rep, "  model_name_or_path %s from the config: the command line's %s %s wins\n", c->model,
+                cli_model ? "--model" : "--params", cli_model ? cli_model : cli_params);
     int n = 0;
     if (push(&n, "%s", cmd)) return 2;
     /* the command line first, without --config / --config-format / --lr-scaling */

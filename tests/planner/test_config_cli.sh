@@ -88,6 +88,9 @@ ok hf_est "$DTPLAN" estimate --config hf_training_args.json --model qwen2.5-0.5b
 has hf_est "config hf_training_args.json (hf): 12 keys"
 has hf_est "micro-batch 4, sequence 1024, checkpointed layers 24 of 24"
 has hf_est "  0   none/none"
+ok lf_model "$DTPLAN" estimate --config lf_qwen25_full_ds3.yaml --gpus 8 --model qwen2.5-3b
+has lf_model "model_name_or_path Qwen/Qwen2.5-7B from the config: the command line's --model qwen2.5-3b wins"
+has lf_model "model      qwen2.5-3b"
 refuse hf_nomodel "names no model" "$DTPLAN" estimate --config hf_training_args.json
 
 # the runbook: total batch over the GPUs, the auto rule next to solve's choice

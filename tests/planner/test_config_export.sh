@@ -65,6 +65,14 @@ grep -q "^learning_rate: 1.0e-5$" mine4.yaml || bad "an unchanged value was rewr
 "$DTPLAN" export --llamafactory p1.json >ex.out 2>ex.err; [ $? -eq 2 ] && grep -q "\-o FILE is required" ex.err || bad "no -o: $(cat ex.err)"
 "$DTPLAN" export --llamafactory --runbook p1.json -o x.yaml >ex.out 2>ex.err; [ $? -eq 2 ] || bad "two targets accepted"
 [ -e x.yaml ] && bad "x.yaml written after a refusal"
+"$DTPLAN" export --hf-trainer p1.json -o new.json >ex.out 2>ex.err; [ $? -eq 2 ] && grep -q "name it .yaml" ex.err || bad "a new .json accepted: $(cat ex.err)"
+# a TrainingArguments JSON edited in place stays JSON (a new key goes before the closing brace)
+"$DTPLAN" export --hf-trainer p1.json -o args.json --config "$C/hf_training_args.json" >hj.log 2>&1 || bad "export JSON: $(cat hj.log)"
+jq -e '.per_device_train_batch_size > 0 and has("deepspeed")' args.json >/dev/null \
+    || bad "the edited JSON is not JSON with the plan's keys: $(cat args.json)"
+printf '{}' >empty.json
+"$DTPLAN" export --hf-trainer p1.json -o empty2.json --config empty.json >he.log 2>&1 || bad "export {}: $(cat he.log)"
+jq -e '.per_device_train_batch_size > 0' empty2.json >/dev/null || bad "keys added to {} are not JSON: $(cat empty2.json)"
 
 [ $fails -eq 0 ] && echo "config_export: all checks passed"
 exit $((fails > 0))
