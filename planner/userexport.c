@@ -110,7 +110,7 @@ static void plan_keys(const dt_plan *p, dt_ucfg_format fmt, const char *ds, xlis
         add_int(l, K("batch_size"), p->batch.micro_batch * p->parallel.world_size);
         add_int(l, K("accumulation_steps"), p->batch.grad_accum);
         add_bool(l, K("use_mixed_precision"), bf16 || fp16);
-        if (bf16 || fp16) add_str(l, K("mixed_precision"), fp16 ? "fp16" : "bf16");
+        if (bf16 || fp16) add_str(l, K("mixed_precision"), fp16 ? "fp16" : "bf16")->dflt = "bf16";   /* the reader's */
         add_str(l, K("distributed_strategy"), ds && *ds ? "deepspeed" : "ddp");
     } else {
         if (fmt == DT_UCFG_LLAMAFACTORY) {
