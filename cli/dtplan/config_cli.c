@@ -118,7 +118,15 @@ int dt_cli_config_expand(const char *cmd, int argc, char **argv, int *out_argc, 
     dt_error err;
     dt_error_clear(&err);
     dt_ucfg_format fmt = DT_UCFG_AUTO;
-    if (!path) return dt_cli_fail(2, "%s: --config needs a file (e.g. --config train.yaml)", cmd);
+    if (!path)
+        return dt_cli_fail(2, "%s: %s needs --config FILE (e.g. --config train.yaml)", cmd,
+                           scaling ? "--lr-scaling" : fmt_s ? "--config-format" : "--config");
+    static const char *const once[] = {"--config", "--config-format", "--lr-scaling"};
+    for (size_t k = 0; k < sizeof once / sizeof once[0]; k++) {
+        int seen = 0;
+        for (int i = 1; i < argc; i++) seen += !strcmp(argv[i], once[k]);
+        if (seen > 1) return dt_cli_fail(2, "%s: %s given twice", cmd, once[k]);
+    }
     if (fmt_s && dt_ucfg_format_parse(fmt_s, &fmt, &err)) return dt_cli_fail(2, "%s", err.msg);
     g_cfg.scaling = DT_LR_SCALE_NONE;
     if (scaling && strcmp(cmd, "solve")) return dt_cli_fail(2, "%s: --lr-scaling applies to solve", cmd);

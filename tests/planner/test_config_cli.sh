@@ -108,6 +108,8 @@ ok rb_ddp "$DTPLAN" estimate --config runbook_ddp.yaml --gpus 2
 has rb_ddp "  0   none/none"
 has rb_ddp "micro-batch 8"
 ok rb_fmt "$DTPLAN" estimate --config runbook_ddp.yaml --config-format runbook --gpus 2
+refuse twice "--config given twice" "$DTPLAN" estimate --config runbook_ddp.yaml --config runbook_vlm.yaml
+refuse scaling_alone "--lr-scaling needs --config FILE" "$DTPLAN" solve --mem 80G --model gpt2 --lr-scaling sqrt
 refuse fmt_bad "--config-format 'yaml': expected llamafactory, hf or runbook" \
     "$DTPLAN" estimate --config runbook_ddp.yaml --config-format yaml
 
