@@ -93,13 +93,14 @@ static int64_t epoch_steps(const dt_usercfg *c, int argc, char **argv, int64_t g
     int64_t seq = seq_s ? atoll(seq_s) : c->seq_len;
     if (!(c->epochs > 0) || !data || global <= 0 || seq <= 0) {
         if (c->epochs > 0)
-            fprintf(rep, "  num_train_epochs %g: steps need the data's size: give --data (a dtrun prepare output) or "
-                         "--steps\n", c->epochs);
+            fprintf(rep, "  num_train_epochs %g: give --steps, or --data naming a prepare output (its token count "
+                         "sets the steps)\n", c->epochs);
         return 0;
     }
     int64_t tokens = dt_prepared_train_tokens(data);
     if (tokens <= 0) {
-        fprintf(rep, "  num_train_epochs %g: --data %s is not a dtrun prepare output; give --steps\n", c->epochs, data);
+        fprintf(rep, "  num_train_epochs %g: --data %s has no prepare.json to count tokens in; give --steps\n", c->epochs,
+                data);
         return 0;
     }
     double per_step = (double)global * (double)seq;

@@ -77,7 +77,7 @@ has lf_epochs "= 300 steps"
 grep -q '"total_steps": 300' "$T/pe.json" || bad "the plan does not take the epochs' steps: $(grep total_steps "$T/pe.json")"
 grep -q '"warmup_steps": 30' "$T/pe.json" || bad "warmup_ratio not applied to the epochs' steps"
 ok lf_noepochs "$DTPLAN" solve --config lf_qwen25_full_ds3.yaml --gpus 8 --mem 80G
-has lf_noepochs "num_train_epochs 3: steps need the data's size: give --data"
+has lf_noepochs "num_train_epochs 3: give --steps, or --data naming a prepare output"
 
 # simulate the config's configuration
 ok lf_sim "$DTPLAN" simulate --config lf_qwen25_full_ds3.yaml --gpus 8 --json
