@@ -24,7 +24,8 @@ typedef struct {
     char text[DT_PATH_MAX];        /* as YAML writes it */
     double num;
     int only_if_absent;            /* defaults a file needs; never overwrite the user's */
-    int model;                     /* the model: equal when the user's name resolves to it */
+    int model;                     /* the model: equal when the user's name resolves to model_name */
+    char model_name[64];
     const char *dflt;              /* a user's file without the key means this: not added */
     const char *alt;               /* a user's file with this key instead says it its way (epochs) */
 } xkey;
@@ -107,6 +108,7 @@ static void plan_keys(const dt_plan *p, dt_ucfg_format fmt, const char *ds, xlis
     if (fmt == DT_UCFG_RUNBOOK) {
         xkey *mk = add_str(l, "model", NULL, p->model.name);
         mk->only_if_absent = mk->model = 1;
+        snprintf(mk->model_name, sizeof mk->model_name, "%s", p->model.name);
         add_int(l, K("batch_size"), p->batch.micro_batch * p->parallel.world_size);
         add_int(l, K("accumulation_steps"), p->batch.grad_accum);
         add_bool(l, K("use_mixed_precision"), bf16 || fp16);
@@ -114,7 +116,16 @@ static void plan_keys(const dt_plan *p, dt_ucfg_format fmt, const char *ds, xlis
         add_str(l, K("distributed_strategy"), ds && *ds ? "deepspeed" : "ddp");
     } else {
         if (fmt == DT_UCFG_LLAMAFACTORY) {
-            add_str(l, "model_name_or_path", NULL, p->model.name)->model = 1;
+            /* the hub id LLaMA-Factory downloads (the catalog's _name_or_path), else the plan's name */
+            char hub[DT_PATH_MAX];
+            int is_hub = dt_model_catalog_hub_id(p->model.name, hub, sizeof hub);
+            xkey *mk = add_str(l, "model_name_or_path", NULL, is_hub ? hub : p->model.name);
+            mk->model = 1;
+            snprintf(mk->model_name, sizeof mk->model_name, "%s", p->model.name);
+            if (!is_hub && notes && used < n)
+                used += (size_t)snprintf(notes + used, n - used,
+                                         "note: %s is not a catalog model: point model_name_or_path at its directory\n",
+                                         p->model.name);
             add_str(l, "stage", NULL, "sft")->only_if_absent = 1;
             add_bool(l, "do_train", NULL, 1)->only_if_absent = 1;
             add_str(l, "finetuning_type", NULL, "full");
@@ -186,7 +197,7 @@ static int same_value(const yaml_node_t *v, const xkey *k) {
         dt_model m;
         char resolved[DT_PATH_MAX];
         dt_error e;
-        return dt_usercfg_model(s, &m, resolved, sizeof resolved, &e) == DT_OK && !strcmp(m.name, k->text);
+        return dt_usercfg_model(s, &m, resolved, sizeof resolved, &e) == DT_OK && !strcmp(m.name, k->model_name);
     }
     if (k->kind == X_STR) return !strcmp(s, k->text);
     if (k->kind == X_NULL) return !*s || !strcmp(s, "null") || !strcmp(s, "~");

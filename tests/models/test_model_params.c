@@ -135,6 +135,13 @@ int main(void) {
     CHECK_EQ_I64(dt_model_resolve("Llama-3.2-1B", &m, &err), DT_OK);
     CHECK(m.tied_embeddings == 1 && m.head_dim == 64 && m.rope_scaling.type == DT_ROPE_LLAMA3);
     CHECK_NEAR(m.rope_scaling.factor, 32.0, 1e-12);
+    char hub[64];
+    CHECK(dt_model_catalog_hub_id("QWEN2.5-7B", hub, sizeof hub) == 1);
+    CHECK_STR(hub, "Qwen/Qwen2.5-7B");
+    CHECK(dt_model_catalog_hub_id("llama-3.3-70b-instruct", hub, sizeof hub) == 1);
+    CHECK_STR(hub, "meta-llama/Llama-3.3-70B-Instruct");
+    CHECK(dt_model_catalog_hub_id("gpt5", hub, sizeof hub) == 0);
+    CHECK(dt_model_catalog_hub_id("qwen2.5-7b", hub, 4) == 0);   /* does not fit */
     CHECK_EQ_I64(dt_model_resolve("Mistral-7B-v0.3", &m, &err), DT_OK);
     CHECK(m.vocab == 32768 && m.n_kv_head == 8 && !m.qkv_bias);
     CHECK_EQ_I64(dt_model_resolve("gpt2-tiny", &m, &err), DT_OK);

@@ -31,6 +31,7 @@ roundtrip p1.json --llamafactory lf.yaml --gpus 8
 roundtrip p1.json --hf-trainer hf.yaml --gpus 8 --model qwen2.5-7b --seq 2048 --attention sdpa
 roundtrip p1.json --runbook rb.yaml --gpus 8 --seq 2048 --attention sdpa
 grep -q "^per_device_train_batch_size: " lf.yaml || bad "lf.yaml has no batch key"
+grep -q "^model_name_or_path: Qwen/Qwen2.5-7B$" lf.yaml || bad "lf.yaml does not name the hub id: $(grep model_name lf.yaml)"
 grep -q "llamafactory-cli train lf.yaml" lf.yaml.log || bad "no llamafactory-cli launch line: $(cat lf.yaml.log)"
 grep -q "torchrun --nnodes 1 --nproc_per_node 8" hf.yaml.log || bad "no torchrun line for --hf-trainer"
 
