@@ -25,6 +25,8 @@
 #define DT_RUNBOOK_ZERO2_UPTO 7000000000LL
 /* LLaMA-Factory DataArguments.cutoff_len default (src/llamafactory/hparams/data_args.py). */
 #define DT_LF_DEFAULT_CUTOFF 2048
+/* Step counts beyond this are not runs (dtplan solve's own bound on --steps). */
+#define DT_UCFG_MAX_STEPS 1099511627776.0
 /* Files larger than this are not training configs. */
 #define DT_UCFG_MAX_BYTES (4u << 20)
 
@@ -687,9 +689,15 @@ static int apply_rule(reader *r, const key_rule *k, const char *key, int line, y
         c->warmup_ratio = num_of(v);
         return note_key(r, key, DT_UKEY_USED, line, "the plan's warmup (no effect on memory or time)");
     case F_SCHED: return read_schedule(r, key, line, v->s, err);
-    case F_SAVE_STEPS:
-        if (num_of(v) >= 1) c->save_steps = (int64_t)num_of(v);
+    case F_SAVE_STEPS: {
+        double x = num_of(v);
+        if (!(x >= 0 && x <= DT_UCFG_MAX_STEPS))
+            return dt_errorf(err, DT_EINVAL, "%s:%d: '%s' must be a number of steps in 0..%.0f (or a fraction below 1)",
+                             r->file, line, key, DT_UCFG_MAX_STEPS);
+        if (x < 1) return note_key(r, key, DT_UKEY_NO_EFFECT, line, "a fraction of the run's steps: not carried by the plan");
+        c->save_steps = (int64_t)x;
         return note_key(r, key, DT_UKEY_USED, line, "the plan's save interval (no effect on a step)");
+    }
     case F_STAGE:
         snprintf(c->stage, sizeof c->stage, "%s", v->s);
         return note_key(r, key, DT_UKEY_USED, line, "causal-LM training (%s)", v->s);

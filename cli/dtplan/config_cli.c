@@ -19,6 +19,7 @@
 
 #define CFG_MAX_ARGS 96
 #define GIB 1073741824.0
+#define CFG_MAX_STEPS 1099511627776.0   /* dtplan solve's bound on --steps (2^40) */
 
 /* What solve's hook needs after the command ran. */
 static struct {
@@ -103,9 +104,12 @@ static int64_t epoch_steps(const dt_usercfg *c, int argc, char **argv, int64_t g
                 data);
         return 0;
     }
-    double per_step = (double)global * (double)seq;
-    int64_t steps = (int64_t)ceil(c->epochs * (double)tokens / per_step);
-    if (steps < 1) steps = 1;
+    double per_step = (double)global * (double)seq, x = ceil(c->epochs * (double)tokens / per_step);
+    if (!(x <= CFG_MAX_STEPS)) {
+        fprintf(rep, "  num_train_epochs %g: %.3g steps is beyond any run; give --steps\n", c->epochs, x);
+        return 0;
+    }
+    int64_t steps = x < 1 ? 1 : (int64_t)x;
     fprintf(rep, "  num_train_epochs %g x %lld training tokens (%s) / (global batch %lld x %lld tokens) = %lld steps\n",
             c->epochs, (long long)tokens, data, (long long)global, (long long)seq, (long long)steps);
     return steps;
