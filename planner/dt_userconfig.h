@@ -73,6 +73,7 @@ typedef struct dt_usercfg {
     char stage[16];                  /* LLaMA-Factory stage ("" absent: sft) */
     char finetuning_type[16];        /* "" absent: LLaMA-Factory's default is lora */
     int quantization_bit;            /* 0 absent */
+    int methods_refused;             /* 1: every key read, only dt_usercfg_check_methods refused */
     int n_keys;
     dt_ukey keys[DT_UCFG_MAX_KEYS];
 } dt_usercfg;

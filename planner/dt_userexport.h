@@ -18,10 +18,11 @@
 
 /* fmt: llamafactory, hf or runbook. ds_path: the DeepSpeed JSON to name ("" or NULL when
  * the plan runs without DeepSpeed: stage 0, no offload). original/len: the user's file
- * (NULL: a new file). notes (may be NULL) receives "note: ..." lines for what the
+ * (NULL: a new file), named original_path in messages; it must read as a config of that
+ * format (dt_usercfg_parse; methods not modelled yet excepted). notes (may be NULL) receives "note: ..." lines for what the
  * format cannot say (partial checkpointing, selective recompute), n bytes. */
 char *dt_userexport(const dt_plan *p, dt_ucfg_format fmt, const char *ds_path, const char *original, size_t len,
-                    char *notes, size_t n, dt_error *err);
+                    const char *original_path, char *notes, size_t n, dt_error *err);
 
 /* Whether the plan needs a DeepSpeed JSON beside the config (ZeRO stage > 0 or offload). */
 int dt_userexport_needs_deepspeed(const dt_plan *p);

@@ -856,7 +856,9 @@ static int finish(reader *r, dt_error *err, int bf16, int fp16, int pure) {
         return dt_errorf(err, DT_EINVAL,
                          "%s: training.batch_size (the total over the GPUs) and a per-GPU batch size are both given; "
                          "keep one", r->file);
-    return dt_usercfg_check_methods(c, err);
+    int rc = dt_usercfg_check_methods(c, err);
+    c->methods_refused = rc != DT_OK;
+    return rc;
 }
 
 static int read_root(reader *r, yaml_node_t *root, dt_error *err) {

@@ -173,10 +173,23 @@ typedef struct {
 } xedit;
 
 typedef struct {
-    xedit e[MAX_XKEYS];
+    xedit e[MAX_XKEYS + 1];   /* + the newline a file without a final one gets before appended keys */
     int n;
+    int eof_newline;          /* that newline is already an edit */
     int flow_inserts;   /* keys added to a JSON (flow) mapping so far: each after the first takes a comma */
 } xedits;
+
+/* libyaml's mark.index counts characters (a CR LF as two), not bytes: the byte offset of
+ * character idx of UTF-8 text (what yaml_parser_load accepted), after a UTF-8 BOM, which
+ * its reader consumes without counting. */
+static size_t byte_at(const char *text, size_t len, size_t idx) {
+    size_t i = len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3) ? 3 : 0;
+    for (size_t n = 0; i < len; i++) {
+        if (((unsigned char)text[i] & 0xC0) == 0x80) continue;   /* a continuation byte */
+        if (n++ == idx) return i;
+    }
+    return len;
+}
 
 static yaml_node_t *map_get(yaml_document_t *d, yaml_node_t *map, const char *key, yaml_node_t **key_node) {
     if (!map || map->type != YAML_MAPPING_NODE) return NULL;
@@ -235,14 +248,14 @@ static size_t insert_point(yaml_document_t *d, yaml_node_t *map, const char *tex
     *indent = 0;
     yaml_node_pair_t *first = map->data.mapping.pairs.start, *last = map->data.mapping.pairs.top - 1;
     if (map->data.mapping.style == YAML_FLOW_MAPPING_STYLE) {
-        if (first <= last) return yaml_document_get_node(d, last->value)->end_mark.index;
-        size_t at = map->end_mark.index;   /* {}: before the closing brace */
+        if (first <= last) return byte_at(text, len, (yaml_document_get_node(d, last->value)->end_mark).index);
+        size_t at = byte_at(text, len, (map->end_mark).index);   /* {}: before the closing brace */
         while (at > 0 && text[at - 1] != '}') at--;
         return at ? at - 1 : 0;
     }
-    if (first > last) return len;
+    if (first > last || map == yaml_document_get_root_node(d)) return len;   /* top level: appended */
     *indent = (int)yaml_document_get_node(d, first->key)->start_mark.column;
-    size_t at = yaml_document_get_node(d, last->value)->end_mark.index;
+    size_t at = byte_at(text, len, (yaml_document_get_node(d, last->value)->end_mark).index);
     while (at < len && text[at] != '\n') at++;
     return at < len ? at + 1 : len;
 }
@@ -273,17 +286,26 @@ static int plan_edit(yaml_document_t *d, yaml_node_t *root, const xkey *k, const
     xedit *e = &ed->e[ed->n];
     e->seq = ed->n++;
     if (v) {
-        e->at = v->start_mark.index;
-        e->del = v->end_mark.index - v->start_mark.index;
+        e->at = byte_at(text, len, (v->start_mark).index);
+        e->del = byte_at(text, len, (v->end_mark).index) - e->at;
         if (v->type != YAML_SCALAR_NODE && v->start_mark.line != kn->start_mark.line) {
             /* a block value on the following lines: replace from after "key:" */
-            e->at = kn->end_mark.index;
+            e->at = byte_at(text, len, (kn->end_mark).index);
             while (e->at < len && text[e->at] != ':') e->at++;
             e->at++;
-            e->del = v->end_mark.index - e->at;
+            e->del = byte_at(text, len, (v->end_mark).index) - e->at;
             char *sp = malloc(strlen(val) + 3);
             if (!sp) return free(val), dt_errorf(err, DT_ENOMEM, "export: out of memory");
             sprintf(sp, " %s\n", val);
+            free(val);
+            val = sp;
+        }
+        if (e->del == 0 && v->type == YAML_SCALAR_NODE) {   /* "key:" or a flow "key" with an empty (null) value */
+            int colon = 0;
+            for (size_t i = kn ? byte_at(text, len, (kn->end_mark).index) : e->at; i < e->at && i < len; i++) colon |= text[i] == ':';
+            char *sp = malloc(strlen(val) + 3);
+            if (!sp) return free(val), dt_errorf(err, DT_ENOMEM, "export: out of memory");
+            sprintf(sp, "%s %s", colon ? "" : ":", val);
             free(val);
             val = sp;
         }
@@ -292,7 +314,17 @@ static int plan_edit(yaml_document_t *d, yaml_node_t *root, const xkey *k, const
     }
     int indent;
     e->at = insert_point(d, map, text, len, &indent);
+    /* at one offset: value replacements (seq < MAX_XKEYS), then the final newline, then new keys
+     * of a nested block (training: may end the file), then new top-level keys */
+    const int block = map->data.mapping.style != YAML_FLOW_MAPPING_STYLE;
+    e->seq += (block && map == root ? 2 : 1) * (MAX_XKEYS + 1);
     e->del = 0;
+    if (block && e->at == len && len && text[len - 1] != '\n' && !ed->eof_newline) {
+        xedit *nl = &ed->e[ed->n++];
+        *nl = (xedit){MAX_XKEYS, len, 0, strdup("\n")};
+        if (!nl->text) return dt_errorf(err, DT_ENOMEM, "export: out of memory");
+        ed->eof_newline = 1;
+    }
     size_t need = strlen(key) + strlen(val) + (size_t)indent + 16;
     e->text = malloc(need);
     if (!e->text) return free(val), dt_errorf(err, DT_ENOMEM, "export: out of memory");
@@ -300,8 +332,7 @@ static int plan_edit(yaml_document_t *d, yaml_node_t *root, const xkey *k, const
         snprintf(e->text, need, "%s\n  \"%s\": %s",
                  map->data.mapping.pairs.start < map->data.mapping.pairs.top || ed->flow_inserts++ ? "," : "", key, val);
     else
-        snprintf(e->text, need, "%s%*s%s: %s\n", e->at == len && len && text[len - 1] != '\n' ? "\n" : "", indent, "",
-                 key, val);
+        snprintf(e->text, need, "%*s%s: %s\n", indent, "", key, val);
     free(val);
     return DT_OK;
 }
@@ -360,13 +391,21 @@ static char *edit_original(const xlist *l, const char *text, size_t len, dt_erro
 }
 
 char *dt_userexport(const dt_plan *p, dt_ucfg_format fmt, const char *ds_path, const char *original, size_t len,
-                    char *notes, size_t n, dt_error *err) {
+                    const char *original_path, char *notes, size_t n, dt_error *err) {
     if (fmt != DT_UCFG_LLAMAFACTORY && fmt != DT_UCFG_HF && fmt != DT_UCFG_RUNBOOK)
         return dt_errorf(err, DT_EINVAL, "export: a format is needed (llamafactory, hf or runbook)"), NULL;
     if (dt_plan_validate(p, err)) return NULL;
     xlist l = {.n = 0};
     plan_keys(p, fmt, ds_path, &l, notes, n);
     if (original) {
+        /* the user's file must read as a config of that format first (no repeated or unknown
+         * keys, no syntax error): what the edit starts from is then well defined */
+        dt_usercfg *uc = malloc(sizeof *uc);
+        if (!uc) return dt_errorf(err, DT_ENOMEM, "export: out of memory"), NULL;
+        int rc = dt_usercfg_parse(original, len, original_path ? original_path : "--config", fmt, uc, err);
+        int methods_only = uc->methods_refused;   /* a LoRA file may still take a full plan */
+        free(uc);
+        if (rc && !methods_only) return NULL;
         return edit_original(&l, original, len, err);
     }
     /* a new file, in the order LLaMA-Factory's examples use; the runbook's keys under training: */

@@ -76,7 +76,7 @@ static int export_user(const dt_plan *p, const char *plan_path, dt_ucfg_format f
         return fail(msg);
     }
     char notes[512];
-    char *text = dt_userexport(p, fmt, ds[0] ? ds : NULL, orig, len, notes, sizeof notes, &err);
+    char *text = dt_userexport(p, fmt, ds[0] ? ds : NULL, orig, len, mine, notes, sizeof notes, &err);
     char *dsj = text && ds[0] ? dt_dsexport_config(p, &err) : NULL;
     int rc = 0;
     if (!text || (ds[0] && !dsj)) rc = err.code == DT_ENOMEM ? 1 : 2;

@@ -60,6 +60,13 @@ grep -q "^### train$" mine4.yaml || bad "comment lost"
 grep -q "^learning_rate: 1.0e-5$" mine4.yaml || bad "an unchanged value was rewritten: $(grep learning_rate mine4.yaml)"
 "$DTPLAN" estimate --config mine4.yaml --gpus 8 >/dev/null 2>mine4.err || bad "the edited file does not read back: $(cat mine4.err)"
 
+# a runbook with Chinese comments (libyaml counts characters, the edit bytes): values edited, comments kept
+"$DTPLAN" export --runbook p1.json -o zh.yaml --config "$C/runbook_zh.yaml" >zh.log 2>&1 || bad "export zh: $(cat zh.log)"
+grep -q "^  batch_size: 16  # 总batch size，会自动分配到各GPU$" zh.yaml || bad "zh: batch_size not edited in place: $(cat zh.yaml)"
+grep -q "^  accumulation_steps: 1  # 累积4步$" zh.yaml || bad "zh: accumulation_steps not edited in place: $(cat zh.yaml)"
+grep -q "^# 分布式训练配置（VLM 运行手册）$" zh.yaml || bad "zh: the first comment changed"
+"$DTPLAN" estimate --config zh.yaml --gpus 8 >/dev/null 2>zh.err || bad "zh.yaml does not read back: $(cat zh.err)"
+
 # never replaces a file it did not write; bad target combinations: one line, exit 2
 "$DTPLAN" export --llamafactory p1.json -o mine.yaml >ex.out 2>ex.err; rc=$?
 [ $rc -eq 2 ] && grep -q "'mine.yaml' exists; dtplan replaces no file it did not write" ex.err || bad "overwrote mine.yaml ($rc): $(cat ex.err)"
