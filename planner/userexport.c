@@ -242,6 +242,23 @@ static char *render(const xkey *k, int json) {
     return out;
 }
 
+/* The node a block collection's content ends with: its last pair's value or last item,
+ * down to a scalar or a flow collection (a block collection's own end mark is the next
+ * token, which may be a line of the enclosing mapping). */
+static yaml_node_t *last_leaf(yaml_document_t *d, yaml_node_t *n) {
+    for (int depth = 0; n && depth < 64; depth++) {
+        if (n->type == YAML_MAPPING_NODE && n->data.mapping.style != YAML_FLOW_MAPPING_STYLE &&
+            n->data.mapping.pairs.top > n->data.mapping.pairs.start)
+            n = yaml_document_get_node(d, (n->data.mapping.pairs.top - 1)->value);
+        else if (n->type == YAML_SEQUENCE_NODE && n->data.sequence.style != YAML_FLOW_SEQUENCE_STYLE &&
+                 n->data.sequence.items.top > n->data.sequence.items.start)
+            n = yaml_document_get_node(d, *(n->data.sequence.items.top - 1));
+        else
+            break;
+    }
+    return n;
+}
+
 /* Where a new key of mapping map goes: after the line its last value ends on; indent =
  * its first key's column. JSON (flow) mappings: before the closing brace. */
 static size_t insert_point(yaml_document_t *d, yaml_node_t *map, const char *text, size_t len, int *indent) {
@@ -255,7 +272,9 @@ static size_t insert_point(yaml_document_t *d, yaml_node_t *map, const char *tex
     }
     if (first > last || map == yaml_document_get_root_node(d)) return len;   /* top level: appended */
     *indent = (int)yaml_document_get_node(d, first->key)->start_mark.column;
-    size_t at = byte_at(text, len, (yaml_document_get_node(d, last->value)->end_mark).index);
+    yaml_node_t *leaf = last_leaf(d, yaml_document_get_node(d, last->value));
+    size_t at = leaf ? byte_at(text, len, leaf->end_mark.index) : len;
+    if (at > 0 && text[at - 1] == '\n') return at;   /* a block scalar ends with its line */
     while (at < len && text[at] != '\n') at++;
     return at < len ? at + 1 : len;
 }
