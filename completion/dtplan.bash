@@ -1,7 +1,10 @@
 # bash completion for dtplan (installed as share/bash-completion/completions/dtplan).
 # The flags are those of `dtplan COMMAND --help`; tests/docs/test_install.sh checks each one.
-_dtplan_models="gpt2 gpt2-medium gpt2-large gpt2-xl gpt2-tiny gpt2-small-test llama-tiny qwen3-0.6b
-qwen2.5-7b qwen2.5-32b qwen3-32b llama-2-7b llama-2-13b llama-2-70b llama-3.1-8b"
+_dtplan_models="gpt2 gpt2-medium gpt2-large gpt2-xl gpt2-tiny gpt2-small-test llama-tiny qwen3-tiny
+qwen2.5-0.5b qwen2.5-1.5b qwen2.5-3b qwen2.5-7b qwen2.5-14b qwen2.5-32b qwen2.5-72b
+qwen3-0.6b qwen3-1.7b qwen3-4b qwen3-8b qwen3-14b qwen3-32b
+llama-2-7b llama-2-13b llama-2-70b llama-3.1-8b llama-3.1-70b llama-3.1-405b
+llama-3.2-1b llama-3.2-3b llama-3.3-70b-instruct mistral-7b-v0.3"
 # the fine-tuning options of estimate, solve and simulate (cli/dtplan/ftopts.c)
 _dtplan_ft="--finetune --trainable-layers --trainable-modules --lora-rank --lora-alpha --lora-dropout --lora-target
 --modules-to-save --use-rslora --adapter-dtype --quant --double-quant --compute-dtype --quant-block --quant-skip
@@ -23,14 +26,15 @@ _dtplan() {
     estimate) flags="--params --model --plan --gpus --nodes --micro-batch --grad-accum --seq --ckpt --precision
                      --param-dtype --grad-dtype --master-dtype --moment-dtype --attention --zero-stage
                      --offload-optimizer --offload-param --deepspeed --hardware --mem --units --compare --json
-                     --plot --runtime --recompute --largest-layer --sub-group-size --help $_dtplan_ft" ;;
+                     --plot --runtime --recompute --largest-layer --sub-group-size --config --config-format --help $_dtplan_ft" ;;
     solve) flags="--mem --model --params --gpus --nodes --global-batch --seq --hardware --interconnect --host-mem
                   --nvme --precision --stages --no-offload --no-overlap --units -o --plot --data --steps --warmup
                   --lr --schedule --out --eval-interval --save-interval --runtime --attention --sub-group-size --nvme-path
-                  --layouts --no-layouts --help $_dtplan_ft" ;;
+                  --layouts --no-layouts --config --config-format --lr-scaling --help $_dtplan_ft" ;;
     show) flags="--units --help" ;;
-    export) flags="--deepspeed --megatron -o --slurm --script --master-addr --master-port --job-name --help" ;;
-    simulate) flags="--detail --trace --plot --json --runtime --help $_dtplan_ft" ;;
+    export) flags="--deepspeed --megatron --llamafactory --hf-trainer --runbook --config -o --slurm --script --master-addr
+                   --master-port --job-name --help" ;;
+    simulate) flags="--detail --trace --plot --json --runtime --config --config-format --help $_dtplan_ft" ;;
     compare) flags="--json --help" ;;
     report) flags="-o --plan --help" ;;
     calibrate) flags="-o --plan --no-mpi --device --base --gpu --name --help" ;;

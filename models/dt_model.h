@@ -14,6 +14,7 @@
 #ifndef DT_MODEL_H
 #define DT_MODEL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "dt_arch.h"   /* dt_model, dt_family: the description a plan carries */
@@ -33,6 +34,10 @@ int dt_model_for_params(int64_t n_params, dt_model *out, dt_error *err);
 /* Catalog: number of entries and the i-th canonical name (for listings/tests). */
 int dt_model_catalog_count(void);
 const char *dt_model_catalog_name(int i);
+/* The Hugging Face hub id a catalog model's config.json comes from (its "_name_or_path",
+ * e.g. "Qwen/Qwen2.5-7B" for "qwen2.5-7b", any case) into out (n bytes); 0 when name is not
+ * a catalog model or the id does not fit. */
+int dt_model_catalog_hub_id(const char *name, char *out, size_t n);
 
 /* ---- The family description: one source for counts, FLOPs and saved activations ----
  *

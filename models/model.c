@@ -451,6 +451,21 @@ static void name_from_path(const char *path, char *name, size_t n) {
     snprintf(name, n, "%.*s", (int)len, base);
 }
 
+int dt_model_catalog_hub_id(const char *name, char *out, size_t n) {
+    int found = 0;
+    for (int i = 0; name && i < dt_model_catalog_count() && !found; i++) {
+        if (!str_ieq(dt_model_catalog_name(i), name)) continue;
+        cJSON *root = cJSON_Parse(dt_catalog_files[i].text);
+        const cJSON *np = cJSON_GetObjectItemCaseSensitive(root, "_name_or_path");
+        if (cJSON_IsString(np) && strlen(np->valuestring) < n) {
+            snprintf(out, n, "%s", np->valuestring);
+            found = 1;
+        }
+        cJSON_Delete(root);
+    }
+    return found;
+}
+
 static int is_config_path(const char *s) {
     size_t len = strlen(s);
     return strchr(s, '/') != NULL || (len >= 5 && str_ieq(s + len - 5, ".json"));

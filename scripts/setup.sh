@@ -11,6 +11,7 @@ pkgs=(build-essential cmake pkg-config
       libjansson-dev                    # tests: the reference parser the strict JSON check is held against
       nettle-dev                        # SHA-256: tokenizer fingerprints (common/hash/)
       libisal-dev                       # CRC-32C: checkpoint sums (Intel ISA-L, common/hash/)
+      libyaml-dev                       # training configs: LLaMA-Factory / HF Trainer / runbook YAML (dtplan --config)
       libpcre2-dev                      # tokenizer.json pre-tokenizer regexes (dtrun tokenize)
       libicu-dev                        # tokenizer.json's NFC normalizer (Qwen2)
       libsentencepiece-dev              # SentencePiece tokenizer.model (Llama-2, Mistral)

@@ -98,7 +98,11 @@ static void usage(FILE *f) {
             "  --units GB|GiB        display unit (default GiB); JSON is always bytes\n"
             "  --json                JSON instead of the table\n"
             "  --compare deepspeed   also print DeepSpeed's estimate_zero2/zero3 numbers\n"
-            "  --plot FILE.png|.svg  stacked bars per row (params ... reserve), --mem as a dashed line\n",
+            "  --plot FILE.png|.svg  stacked bars per row (params ... reserve), --mem as a dashed line\n"
+            "  --config FILE         a LLaMA-Factory / HF TrainingArguments / runbook YAML (or JSON): its model,\n"
+            "                        batch, sequence, precision, checkpointing and DeepSpeed file as the options\n"
+            "                        above (the command line's win); every key reported (docs/configs.md)\n"
+            "  --config-format F     llamafactory | hf | runbook (default: detected)\n",
             EST_DEFAULT_MICRO, EST_DEFAULT_SEQ, EST_DEFAULT_HARDWARE);
     dt_ft_usage(f);
 }
@@ -833,6 +837,29 @@ static int plot_rows(const est_ctx *c, const est_row *rows, int n, const char *p
     int rc = dt_chart_memory_rows(path, title, n, labels, m, c->mem_limit, c->units, &e) ? dt_cli_fail_err(e.code, &e) : 0;
     if (!rc) printf("plot: %s\n", path);
     free(lab), free(labels), free(m);
+    return rc;
+}
+
+int dt_estimate_plan(int argc, char **argv, dt_plan *out) {
+    est_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc) return rc < 0 ? 0 : rc;
+    est_ctx *c = calloc(1, sizeof *c);
+    if (!c) return fail("out of memory");
+    rc = setup(&a, c);
+    if (!rc && !c->from_config) {
+        if (c->stage_filter < 0 || c->opt_filter < 0 || c->param_filter < 0)
+            rc = fail("one configuration is needed: --deepspeed FILE, or --zero-stage with --offload-optimizer and "
+                      "--offload-param");
+        c->plan.parallel.zero_stage = c->stage_filter;
+        c->plan.parallel.offload_optimizer = (dt_offload)c->opt_filter;
+        c->plan.parallel.offload_param = (dt_offload)c->param_filter;
+        c->plan.parallel.overlap_comm = c->stage_filter == 3;   /* DeepSpeed's default per stage */
+    }
+    dt_error e = {0};
+    if (!rc && dt_plan_validate(&c->plan, &e)) rc = dt_cli_fail_err(e.code, &e);
+    if (!rc) *out = c->plan;
+    free(c);
     return rc;
 }
 

@@ -11,6 +11,8 @@
 #include "dt_mgexport.h"
 #include "dt_json.h"
 #include "dt_plan.h"
+#include "dt_userexport.h"
+#include <sys/stat.h>
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -30,7 +32,15 @@ static void usage(FILE *f) {
             "                   --megatron)\n"
             "  --master-addr A  (default $MASTER_ADDR)   --master-port P (default %d)\n"
             "\n"
-            "example: dtplan export --deepspeed plan.json -o ds_config.json --slurm launch.slurm\n",
+            "example: dtplan export --deepspeed plan.json -o ds_config.json --slurm launch.slurm\n"
+            "\n"
+            "       dtplan export (--llamafactory | --hf-trainer | --runbook) PLAN.json -o FILE.yaml [--config MINE.yaml]\n"
+            "Writes the plan as a LLaMA-Factory training YAML, Hugging Face TrainingArguments YAML or the\n"
+            "runbook's training: block, the DeepSpeed JSON it names beside it (FILE_ds_config.json, when\n"
+            "the plan uses ZeRO or offload) and prints the llamafactory-cli / torchrun / SLURM lines.\n"
+            "  --config MINE     start from the user's own file: only the keys whose value changes are\n"
+            "                    rewritten, in place; comments and everything else stay (docs/configs.md)\n"
+            "  Neither FILE nor the DeepSpeed JSON may exist already (dtplan replaces no file it did not write).\n",
             DT_DEFAULT_MASTER_PORT);
 }
 
@@ -54,9 +64,76 @@ static int export_megatron(const dt_plan *p, const dt_dsexport_opts *o, const ch
     return rc;
 }
 
+/* --llamafactory / --hf-trainer / --runbook: the config, its DeepSpeed JSON, the launch lines. */
+static int export_user(const dt_plan *p, const char *plan_path, dt_ucfg_format fmt, const char *out,
+                       const char *mine, const dt_dsexport_opts *o) {
+    char msg[DT_ERROR_MSG_MAX + 256];
+    struct stat st;
+    if (!out) return fail("export: -o FILE is required for --llamafactory / --hf-trainer / --runbook");
+    char ds[DT_PATH_MAX + 32] = "";
+    if (dt_userexport_needs_deepspeed(p)) {
+        const char *dot = strrchr(out, '.'), *slash = strrchr(out, '/');
+        int stem = dot && (!slash || dot > slash) ? (int)(dot - out) : (int)strlen(out);
+        snprintf(ds, sizeof ds, "%.*s_ds_config.json", stem, out);
+    }
+    const char *paths[2] = {out, ds};
+    for (int i = 0; i < 2; i++)
+        if (paths[i][0] && stat(paths[i], &st) == 0) {
+            snprintf(msg, sizeof msg, "export: '%s' exists; dtplan replaces no file it did not write (choose another "
+                     "-o, or move it away)", paths[i]);
+            return fail(msg);
+        }
+    size_t ol = strlen(out);
+    if (!mine && ol > 5 && !strcmp(out + ol - 5, ".json")) {
+        snprintf(msg, sizeof msg, "export: '%s': a new config is written as YAML (TrainingArguments reads it with "
+                 "parse_yaml_file); name it .yaml, or start from your JSON with --config", out);
+        return fail(msg);
+    }
+    dt_error err = {0};
+    char *orig = NULL;
+    size_t len = 0;
+    if (mine && dt_read_file(mine, 4u << 20, &orig, &len, &err)) {
+        snprintf(msg, sizeof msg, "export: --config: %s", err.msg);
+        return fail(msg);
+    }
+    char notes[512];
+    char *text = dt_userexport(p, fmt, ds[0] ? ds : NULL, orig, len, mine, notes, sizeof notes, &err);
+    char *dsj = text && ds[0] ? dt_dsexport_config(p, &err) : NULL;
+    int rc = 0;
+    if (!text || (ds[0] && !dsj)) rc = err.code == DT_ENOMEM ? 1 : 2;
+    else if (ds[0] && dt_json_write_file_atomic(ds, dsj, &err)) rc = 2;
+    else if (dt_json_write_file_atomic(out, text, &err)) rc = 2;
+    if (rc) fprintf(stderr, "dtplan: %s\n", err.msg);
+    else {
+        const int64_t nodes = p->cluster.nodes, per = p->cluster.gpus_per_node;
+        printf("wrote %s (%s config for %s)%s%s%s\n", out, dt_ucfg_format_name(fmt), plan_path, ds[0] ? " and " : "",
+               ds, ds[0] ? " (DeepSpeed config it names)" : "");
+        fputs(notes, stdout);
+        if (fmt == DT_UCFG_LLAMAFACTORY && !mine)
+            printf("note: LLaMA-Factory needs dataset: and template: to train; the plan names no LLaMA-Factory dataset: add "
+                   "yours (or export with --config YOUR.yaml)\n");
+        if (fmt == DT_UCFG_LLAMAFACTORY)
+            printf("launch (each node): FORCE_TORCHRUN=1 NNODES=%lld NPROC_PER_NODE=%lld NODE_RANK=$NODE_RANK "
+                   "MASTER_ADDR=%s MASTER_PORT=%d llamafactory-cli train %s\n",
+                   (long long)nodes, (long long)per, o->master_addr, o->master_port, out);
+        else
+            printf("launch (each node): torchrun --nnodes %lld --nproc_per_node %lld --node_rank $NODE_RANK "
+                   "--master_addr %s --master_port %d %s %s\n",
+                   (long long)nodes, (long long)per, o->master_addr, o->master_port, o->script, out);
+        printf("slurm: srun --nodes %lld --ntasks-per-node 1 bash -c 'NODE_RANK=$SLURM_NODEID <the launch line>' "
+               "(one launcher per node; dtplan export --deepspeed --slurm writes a full sbatch script)\n",
+               (long long)nodes);
+    }
+    free(orig);
+    free(text);
+    free(dsj);
+    return rc;
+}
+
 int dt_cmd_export(int argc, char **argv) {
-    const char *plan_path = NULL, *out = NULL, *slurm = NULL;
+    const char *plan_path = NULL, *out = NULL, *slurm = NULL, *mine = NULL;
     int deepspeed = 0, megatron = 0;
+    dt_ucfg_format fmt = DT_UCFG_AUTO;
     dt_dsexport_opts o;
     dt_dsexport_opts_default(&o);
     char msg[DT_ERROR_MSG_MAX + 64];
@@ -70,9 +147,13 @@ int dt_cmd_export(int argc, char **argv) {
             deepspeed = 1;
         } else if (!strcmp(a, "--megatron")) {
             megatron = 1;
+        } else if (!strcmp(a, "--llamafactory") || !strcmp(a, "--hf-trainer") || !strcmp(a, "--runbook")) {
+            dt_ucfg_format f = a[2] == 'l' ? DT_UCFG_LLAMAFACTORY : a[2] == 'h' ? DT_UCFG_HF : DT_UCFG_RUNBOOK;
+            if (fmt != DT_UCFG_AUTO && fmt != f) return fail("export: one target at a time");
+            fmt = f;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output") || !strcmp(a, "--slurm") ||
                    !strcmp(a, "--script") || !strcmp(a, "--master-addr") ||
-                   !strcmp(a, "--master-port") || !strcmp(a, "--job-name")) {
+                   !strcmp(a, "--master-port") || !strcmp(a, "--job-name") || !strcmp(a, "--config")) {
             if (!has_val) {
                 snprintf(msg, sizeof msg, "export: %s needs a value (see dtplan export --help)", a);
                 return fail(msg);
@@ -87,6 +168,7 @@ int dt_cmd_export(int argc, char **argv) {
             else if (!strcmp(a, "--script")) o.script = v;
             else if (!strcmp(a, "--master-addr")) o.master_addr = v;
             else if (!strcmp(a, "--job-name")) o.job_name = v;
+            else if (!strcmp(a, "--config")) mine = v;
             else {
                 char *end = NULL;
                 errno = 0;
@@ -107,16 +189,19 @@ int dt_cmd_export(int argc, char **argv) {
             plan_path = a;
         }
     }
-    if (deepspeed == megatron)
-        return fail("export: say what to export: --deepspeed or --megatron (one of them)");
+    if (deepspeed + megatron + (fmt != DT_UCFG_AUTO) == 0)
+        return fail("export: say what to export: --deepspeed, --megatron, --llamafactory, --hf-trainer or --runbook");
+    if (deepspeed + megatron + (fmt != DT_UCFG_AUTO) > 1) return fail("export: one target at a time");
     if (megatron && out)
         return fail("export: --megatron prints the launch line; -o is --deepspeed's config file (use --slurm FILE "
                     "for a script)");
     if (!plan_path) return fail("export: no plan given (usage: dtplan export --deepspeed plan.json)");
+    if (mine && (deepspeed || megatron)) return fail("export: --config applies to --llamafactory, --hf-trainer and --runbook");
 
     dt_plan p;
     dt_error err = {0};
     if (dt_plan_load(plan_path, &p, &err)) return fail(err.msg);
+    if (fmt != DT_UCFG_AUTO) return export_user(&p, plan_path, fmt, out, mine, &o);
     o.plan_path = plan_path;
     if (out) o.config_path = out;
     if (megatron) return export_megatron(&p, &o, slurm);

@@ -7,12 +7,12 @@
 #include <string.h>
 
 #include "dt_cli.h"
-#include "dt_consts.h"
 #include "dt_cli_ft.h"
+#include "dt_consts.h"
 #include "dt_json.h"
 #include "dt_layout.h"
-#include "dt_parallel3d.h"
 #include "dt_memory.h"
+#include "dt_parallel3d.h"
 #include "dt_report_charts.h"
 #include "dt_simulate.h"
 #include "dt_timemodel.h"
@@ -32,6 +32,9 @@ static int usage(FILE *f) {
             "  --json         machine-readable summary on stdout\n"
             "  --runtime R    simulate the plan as run by dtrun | deepspeed | fsdp (default: the plan's own;\n"
             "                 another runtime takes its defaults, docs/memory-model.md \"Runtime profiles\")\n"
+            "       dtplan simulate --config FILE.yaml [estimate's options] [--detail] [--trace F] [--plot F] [--json]\n"
+            "  --config FILE  simulate the configuration a LLaMA-Factory / HF TrainingArguments / runbook config\n"
+            "                 runs (as dtplan estimate --config builds it); --config-format F as estimate's\n"
             "  --finetune M and its settings: simulate the plan under another fine-tuning method (below;\n"
             "                 default: the plan's own)\n");
     if (f == stdout) dt_ft_usage(f);
@@ -222,50 +225,80 @@ static int simulate_layout(const dt_plan *p, int json) {
     return 0;
 }
 
-int dt_cmd_simulate(int argc, char **argv) {
-    const char *plan_path = NULL, *trace = NULL, *plot = NULL, *runtime = NULL;
-    int json = 0, detail = 0, t = 0;
-    dt_ft_args fta;
-    memset(&fta, 0, sizeof fta);
+/* simulate's own options; a plan path only when plan_path is non-NULL. */
+typedef struct {
+    const char *plan_path, *trace, *plot, *runtime;
+    int json, detail;
+    dt_ft_args fta;   /* --finetune and its settings: the plan under another method */
+} sim_opts;
+
+static int parse_sim_opts(int argc, char **argv, int want_path, sim_opts *o) {
+    memset(o, 0, sizeof *o);
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout);
-        if ((t = dt_ft_args_take(&fta, argc, argv, &i, "simulate"))) {
-            if (t == 2) return 2;
-            continue;
-        }
-        if (!strcmp(argv[i], "--json")) json = 1;
-        else if (!strcmp(argv[i], "--detail")) detail = 1;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout), -1;
+        const int ft = dt_ft_args_take(&o->fta, argc, argv, &i, "simulate");
+        if (ft == 2) return 2;
+        if (ft) continue;
+        if (!strcmp(argv[i], "--json")) o->json = 1;
+        else if (!strcmp(argv[i], "--detail")) o->detail = 1;
         else if (!strcmp(argv[i], "--runtime")) {
-            if (!(runtime = dt_cli_value(argc, argv, &i, "simulate"))) return 2;
+            if (!(o->runtime = dt_cli_value(argc, argv, &i, "simulate"))) return 2;
         } else if (!strcmp(argv[i], "--trace") || !strcmp(argv[i], "--plot")) {
             int is_trace = !strcmp(argv[i], "--trace");
             const char *v = dt_cli_value(argc, argv, &i, "simulate");
             if (!v) return 2;
-            *(is_trace ? &trace : &plot) = v;
+            *(is_trace ? &o->trace : &o->plot) = v;
         } else if (argv[i][0] == '-') return dt_cli_fail(2, "simulate: unknown option '%s' (see dtplan simulate --help)", argv[i]);
-        else if (plan_path) return dt_cli_fail(2, "simulate: one plan only ('%s' and '%s')", plan_path, argv[i]);
-        else plan_path = argv[i];
+        else if (!want_path) return dt_cli_fail(2, "simulate: with --config, no plan file ('%s')", argv[i]);
+        else if (o->plan_path) return dt_cli_fail(2, "simulate: one plan only ('%s' and '%s')", o->plan_path, argv[i]);
+        else o->plan_path = argv[i];
     }
-    if (!plan_path) return dt_cli_fail(2, "simulate: no plan given (usage: dtplan simulate PLAN.json)");
+    if (want_path && !o->plan_path) return dt_cli_fail(2, "simulate: no plan given (usage: dtplan simulate PLAN.json)");
     dt_error e;
     dt_error_clear(&e);
-    if (plot && dt_cli_check_plot_name("--plot", plot, "timeline.png", &e)) return dt_cli_fail(2, "%s", e.msg);
+    if (o->plot && dt_cli_check_plot_name("--plot", o->plot, "timeline.png", &e)) return dt_cli_fail(2, "%s", e.msg);
+    return 0;
+}
 
+static int simulate_run(dt_plan p, const sim_opts *o);
+
+int dt_cmd_simulate(int argc, char **argv) {
+    sim_opts o;
+    int rc = parse_sim_opts(argc, argv, 1, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+    dt_error e;
+    dt_error_clear(&e);
     dt_runtime_kind kind = DT_RUNTIME_DTRUN;
-    if (runtime && dt_runtime_parse(runtime, &kind, &e)) return dt_cli_fail(2, "simulate: %s", e.msg);
+    if (o.runtime && dt_runtime_parse(o.runtime, &kind, &e)) return dt_cli_fail(2, "simulate: %s", e.msg);
     dt_plan p;
-    if (dt_plan_load(plan_path, &p, &e)) return dt_cli_fail(2, "%s", e.msg);
-    if (runtime && kind != p.runtime.kind) {
+    if (dt_plan_load(o.plan_path, &p, &e)) return dt_cli_fail(2, "%s", e.msg);
+    if (o.runtime && kind != p.runtime.kind) {
         /* the plan under another runtime, with that runtime's defaults */
         dt_plan_set_runtime(&p, kind);
         p.activations.selective = 0;
         p.prediction.valid = 0;
         if (dt_plan_validate(&p, &e))
-            return dt_cli_fail(2, "simulate: --runtime %s cannot run %s: %s", runtime, plan_path, e.msg);
+            return dt_cli_fail(2, "simulate: --runtime %s cannot run %s: %s", o.runtime, o.plan_path, e.msg);
     }
+    return simulate_run(p, &o);
+}
+
+int dt_simulate_plan(dt_plan *p, int argc, char **argv) {
+    sim_opts o;
+    int rc = parse_sim_opts(argc, argv, 0, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+    if (o.runtime) return dt_cli_fail(2, "simulate: with --config, --runtime is the plan's (give it before the config's)");
+    return simulate_run(*p, &o);
+}
+
+static int simulate_run(dt_plan p, const sim_opts *o) {
+    const char *trace = o->trace, *plot = o->plot;
+    const int json = o->json, detail = o->detail;
+    dt_error e;
+    dt_error_clear(&e);
     if (dt_layout_active(&p)) return simulate_layout(&p, json);
-    if (fta.given) {   /* the plan under another method, priced afresh */
-        if (dt_ft_args_apply(&fta, &p)) return 2;
+    if (o->fta.given) {   /* the plan under another method, priced afresh */
+        if (dt_ft_args_apply(&o->fta, &p)) return 2;
         p.prediction.valid = 0;
     }
     dt_chart_set_device(p.cluster.device);

@@ -66,7 +66,14 @@ static void usage(FILE *f) {
             "                        vocabulary checked) (default /usr/share/games/fortunes)\n"
             "  --steps N             optimizer steps; --warmup N; --lr X (peak, default 2e-4)\n"
             "  --schedule S          constant | WarmupLR (default) | WarmupDecayLR | WarmupCosineLR\n"
-            "  --out DIR             dtrun output directory; --eval-interval N; --save-interval N\n",
+            "  --out DIR             dtrun output directory; --eval-interval N; --save-interval N\n"
+            "training configs (docs/configs.md):\n"
+            "  --config FILE         a LLaMA-Factory / HF TrainingArguments / runbook YAML (or JSON): its model,\n"
+            "                        batch, sequence, precision and schedule as the options above (the command\n"
+            "                        line's win); its own configuration is shown next to solve's choice\n"
+            "  --config-format F     llamafactory | hf | runbook (default: detected)\n"
+            "  --lr-scaling S        linear | sqrt | none (default): the learning rate the plan keeps when its\n"
+            "                        global batch differs from the config's\n",
             DT_SOLVE_DEFAULT_PER_DEVICE, DT_SOLVE_DEFAULT_ACCUM, DT_SOLVE_DEFAULT_HARDWARE);
     dt_ft_usage(f);
     fprintf(f, "solve keeps the method; when nothing fits, its line names the first of lora, qlora that would\n");
@@ -600,6 +607,7 @@ int dt_cmd_solve(int argc, char **argv) {
         return dt_cli_fail(dt_cli_exit_code(rc), "%s%s%s", err.msg, hint, ft_hint);
     }
     print_result(&rq, r, u, ms);
+    dt_cli_config_after_solve(&r->plan);
     if (outp) {
         if (dt_plan_save(outp, &r->plan, &err)) {
             free(r);

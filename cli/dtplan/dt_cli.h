@@ -30,6 +30,24 @@ int dt_cmd_validate(int argc, char **argv);
  * the plan reads its shards (data.format llmc, train/ and val/), the tokenizer's
  * vocabulary must fit the model's (DT_EINVAL otherwise), and note (a line to print,
  * "" when data is not such a directory) says what the plan's steps read. */
+/* --config FILE (config_cli.c; docs/configs.md): argv with the config's settings as the
+ * command's own options (the command line's win), after printing what each key did
+ * (stdout; stderr with --json). Returns an exit status (0: *out_argc / *out_argv hold the
+ * expanded arguments, valid until the next call). cmd: estimate, solve or simulate. */
+int dt_cli_config_expand(const char *cmd, int argc, char **argv, int *out_argc, char ***out_argv);
+/* solve, before it writes the plan: the config's own configuration (and the runbook's
+ * distributed_strategy: auto rule) next to solve's choice, and --lr-scaling applied to
+ * plan->optimizer.lr when the global batch changed. Nothing without --config. */
+void dt_cli_config_after_solve(dt_plan *plan);
+/* estimate's plan for one configuration (a --deepspeed file, or --zero-stage with both
+ * offload filters): parses estimate's options; returns an exit status. */
+int dt_estimate_plan(int argc, char **argv, dt_plan *out);
+/* simulate a loaded plan with simulate's own options (--trace, --plot, --json, --detail). */
+int dt_simulate_plan(dt_plan *p, int argc, char **argv);
+
+/* The training tokens of `dtrun prepare`'s output at data (its prepare.json's
+ * splits.train.tokens); -1 when data is not such an output. */
+int64_t dt_prepared_train_tokens(const char *data);
 int dt_solve_apply_prepared(dt_plan *b, const char *data, char *note, size_t note_len, dt_error *err);
 
 #endif

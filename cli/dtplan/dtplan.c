@@ -73,6 +73,47 @@ static void usage(FILE *f) {
     fprintf(f, "\nexample: dtplan estimate --params 32B --gpus 8\n");
 }
 
+/* simulate --config: the config's one configuration built as estimate builds it, then
+ * simulated; simulate's own options go to the simulation, the rest to the plan. */
+static int simulate_config(int argc, char **argv) {
+    char *est[256], *sim[16];
+    int ne = 0, ns = 0;
+    if (argc > 256) return dt_cli_fail(2, "simulate: too many arguments");
+    est[ne++] = "estimate";
+    sim[ns++] = "simulate";
+    for (int i = 1; i < argc; i++) {
+        int own = !strcmp(argv[i], "--trace") || !strcmp(argv[i], "--plot");
+        if ((own || !strcmp(argv[i], "--json") || !strcmp(argv[i], "--detail")) && ns + 2 < 16) {
+            sim[ns++] = argv[i];
+            if (own && i + 1 < argc) sim[ns++] = argv[++i];
+        } else {
+            est[ne++] = argv[i];
+        }
+    }
+    dt_plan p;
+    int rc = dt_estimate_plan(ne, est, &p);
+    return rc ? rc : dt_simulate_plan(&p, ns, sim);
+}
+
+/* --config FILE for estimate / solve / simulate (config_cli.c). */
+static int run_with_config(const dt_subcommand *c, int argc, char **argv) {
+    int n;
+    char **args;
+    int rc = dt_cli_config_expand(c->name, argc, argv, &n, &args);
+    if (rc) return rc;
+    return !strcmp(c->name, "simulate") ? simulate_config(n, args) : c->fn(n, args);
+}
+
+static int wants_config(const char *cmd, int argc, char **argv) {
+    if (strcmp(cmd, "estimate") && strcmp(cmd, "solve") && strcmp(cmd, "simulate")) return 0;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 0;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--config") || !strcmp(argv[i], "--config-format") || !strcmp(argv[i], "--lr-scaling"))
+            return 1;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     dt_cli_set_prog("dtplan");
     if (dt_cli_split_equals(&argc, &argv)) return dt_cli_fail(1, "out of memory reading the command line");
@@ -81,7 +122,9 @@ int main(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
-        if (!strcmp(argv[1], k_commands[i].name)) return k_commands[i].fn(argc - 1, argv + 1);
+        if (!strcmp(argv[1], k_commands[i].name))
+            return wants_config(argv[1], argc - 1, argv + 1) ? run_with_config(&k_commands[i], argc - 1, argv + 1)
+                                                             : k_commands[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "dtplan: unknown command '%s' (try: dtplan --help)\n", argv[1]);
     return 2;
 }

@@ -72,6 +72,21 @@ static int set_tokenizer(dt_data *d, const cJSON *tok, const char *what, dt_erro
     return DT_OK;
 }
 
+int64_t dt_prepared_train_tokens(const char *data) {
+    char dir[PREPARED_PATH_MAX], p[PREPARED_PATH_MAX + 32];
+    prepare_dir(data, dir, sizeof dir);
+    if (!dir[0]) return -1;
+    snprintf(p, sizeof p, "%s/" PREPARE_FILE, dir);
+    char *txt = NULL;
+    dt_error e;
+    if (dt_json_read_file(p, &txt, NULL, &e)) return -1;
+    cJSON *root = cJSON_Parse(txt);
+    free(txt);
+    int64_t t = root ? split_tokens(root, "train", "tokens") : -1;
+    cJSON_Delete(root);
+    return t;
+}
+
 int dt_solve_apply_prepared(dt_plan *b, const char *data, char *note, size_t note_len, dt_error *err) {
     char dir[PREPARED_PATH_MAX], p[PREPARED_PATH_MAX + 32], *txt = NULL;
     note[0] = '\0';

@@ -14,6 +14,8 @@ typedef struct {
     const char *name;
     int64_t params;        /* exact published / architecture count */
     int64_t largest;       /* DeepSpeed model_to_params' largest module; 0 = not tabulated */
+    double published_b;    /* the publisher's rounded figure in billions (docs/models.md "Catalog"); 0 = none */
+    double unit_b;         /* its last digit's unit: the exact count must round to the figure */
 } expect_t;
 
 /* The tiny models' counts are computed by hand from the formulas of docs/models.md,
@@ -28,22 +30,37 @@ typedef struct {
  *                per layer 64·128 + 2·64·64 + 128·64 + 2·32 + 3·64·128 + 2·64 = 49,344;
  *                total 2·49344 + 64 + 256·64 = 115,136 */
 static const expect_t expected[] = {
-    {"gpt2", 124439808, 38597376},               /* 50257·768 */
-    {"gpt2-medium", 354823168, 51463168},        /* 50257·1024 */
-    {"gpt2-large", 774030080, 64328960},
-    {"gpt2-xl", 1557611200, 80411200},
-    {"qwen3-0.6b", 596049920, 155582464},
-    {"qwen2.5-32b", 32763876352, 778567680},
-    {"qwen2.5-7b", 7615616512, 544997376},       /* 152064·3584; the card's 7.61B */
-    {"qwen3-32b", 32762123264, 777912320},
-    {"llama-2-7b", 6738415616, 131072000},
-    {"llama-2-13b", 13015864320, 163840000},
-    {"llama-2-70b", 68976648192, 262144000},
-    {"llama-3.1-8b", 8030261248, 525336576},     /* 128256·4096 */
-    {"gpt2-tiny", 120576, 16640},                /* c_fc 64·256+256 > wte 256·64 */
-    {"gpt2-small-test", 842496, 66048},         /* c_fc 128·512+512 = 66048 > wte 32768 */
-    {"llama-tiny", 125248, 16384},
-    {"qwen3-tiny", 115136, 16384},               /* the tied embedding */
+    {"gpt2", 124439808, 38597376, 0, 0},               /* 50257·768 */
+    {"gpt2-medium", 354823168, 51463168, 0, 0},        /* 50257·1024 */
+    {"gpt2-large", 774030080, 64328960, 0, 0},
+    {"gpt2-xl", 1557611200, 80411200, 0, 0},
+    {"qwen3-0.6b", 596049920, 155582464, 0.6, 0.1},    /* model card: 0.6B */
+    {"qwen3-1.7b", 1720574976, 311164928, 1.7, 0.1},   /* model card: 1.7B (non-embedding 1.4B) */
+    {"qwen3-4b", 4022468096, 388956160, 4.02, 0.01},   /* hub: 4.02B */
+    {"qwen3-8b", 8190735360, 622329856, 8.2, 0.1},     /* model card: 8.2B */
+    {"qwen3-14b", 14768307200, 777912320, 14.8, 0.1},  /* model card: 14.8B */
+    {"qwen3-32b", 32762123264, 777912320, 32.8, 0.1},  /* model card: 32.8B */
+    {"qwen2.5-0.5b", 494032768, 136134656, 0.494, 0.001},   /* hub: 494M (card 0.49B) */
+    {"qwen2.5-1.5b", 1543714304, 233373696, 1.54, 0.01},
+    {"qwen2.5-3b", 3085938688, 311164928, 3.09, 0.01},
+    {"qwen2.5-7b", 7615616512, 544997376, 7.62, 0.01},      /* hub: 7.62B (card 7.61B) */
+    {"qwen2.5-14b", 14770033664, 778567680, 14.8, 0.1},
+    {"qwen2.5-32b", 32763876352, 778567680, 32.8, 0.1},     /* hub: 32.8B (card 32.5B) */
+    {"qwen2.5-72b", 72706203648, 1245708288, 72.7, 0.1},
+    {"llama-2-7b", 6738415616, 131072000, 6.74, 0.01},
+    {"llama-2-13b", 13015864320, 163840000, 13.0, 0.1},
+    {"llama-2-70b", 68976648192, 262144000, 69.0, 0.1},
+    {"llama-3.1-8b", 8030261248, 525336576, 8.03, 0.01},    /* 128256·4096 */
+    {"llama-3.1-70b", 70553706496, 1050673152, 70.6, 0.1},
+    {"llama-3.1-405b", 405853388800, 2101346304, 406, 1},
+    {"llama-3.2-1b", 1235814400, 262668288, 1.24, 0.01},    /* model card: 1.23B */
+    {"llama-3.2-3b", 3212749824, 394002432, 3.21, 0.01},
+    {"llama-3.3-70b-instruct", 70553706496, 1050673152, 70.6, 0.1},
+    {"mistral-7b-v0.3", 7248023552, 134217728, 7.25, 0.01},
+    {"gpt2-tiny", 120576, 16640, 0, 0},                /* c_fc 64·256+256 > wte 256·64 */
+    {"gpt2-small-test", 842496, 66048, 0, 0},         /* c_fc 128·512+512 = 66048 > wte 32768 */
+    {"llama-tiny", 125248, 16384, 0, 0},
+    {"qwen3-tiny", 115136, 16384, 0, 0},               /* the tied embedding */
 };
 
 int main(void) {
@@ -79,6 +96,14 @@ int main(void) {
         if (dt_model_params(&m) != expected[j].params) fprintf(stderr, "model %s\n", m.name);
         CHECK_EQ_I64(dt_model_params(&m), expected[j].params);
         if (expected[j].largest) CHECK_EQ_I64(dt_model_largest_module_params(&m), expected[j].largest);
+        /* the exact count rounds to the publisher's figure (half a unit of its last digit) */
+        if (expected[j].published_b > 0) {
+            double off = fabs((double)dt_model_params(&m) / 1e9 - expected[j].published_b);
+            if (off > expected[j].unit_b / 2 + 1e-12)
+                fprintf(stderr, "%s: %.4fB does not round to the published %gB\n", m.name,
+                        (double)dt_model_params(&m) / 1e9, expected[j].published_b);
+            CHECK(off <= expected[j].unit_b / 2 + 1e-12);
+        }
         CHECK_EQ_I64(dt_model_embedding_params(&m) + m.n_layer * dt_model_block_params(&m) +
                          dt_model_head_params(&m),
                      dt_model_params(&m));
@@ -104,6 +129,21 @@ int main(void) {
     CHECK_EQ_I64(m.max_pos, 1024);
     CHECK_NEAR(m.norm_eps, 1e-5, 1e-12);
     CHECK_STR(dt_family_name(m.family), "gpt2");
+    /* the names users type: Qwen2.5 / Llama-3.x / Mistral, any case */
+    CHECK_EQ_I64(dt_model_resolve("qwen2.5-7b", &m, &err), DT_OK);
+    CHECK(m.qkv_bias == 1 && m.n_kv_head == 4 && m.vocab == 152064);
+    CHECK_EQ_I64(dt_model_resolve("Llama-3.2-1B", &m, &err), DT_OK);
+    CHECK(m.tied_embeddings == 1 && m.head_dim == 64 && m.rope_scaling.type == DT_ROPE_LLAMA3);
+    CHECK_NEAR(m.rope_scaling.factor, 32.0, 1e-12);
+    char hub[64];
+    CHECK(dt_model_catalog_hub_id("QWEN2.5-7B", hub, sizeof hub) == 1);
+    CHECK_STR(hub, "Qwen/Qwen2.5-7B");
+    CHECK(dt_model_catalog_hub_id("llama-3.3-70b-instruct", hub, sizeof hub) == 1);
+    CHECK_STR(hub, "meta-llama/Llama-3.3-70B-Instruct");
+    CHECK(dt_model_catalog_hub_id("gpt5", hub, sizeof hub) == 0);
+    CHECK(dt_model_catalog_hub_id("qwen2.5-7b", hub, 4) == 0);   /* does not fit */
+    CHECK_EQ_I64(dt_model_resolve("Mistral-7B-v0.3", &m, &err), DT_OK);
+    CHECK(m.vocab == 32768 && m.n_kv_head == 8 && !m.qkv_bias);
     CHECK_EQ_I64(dt_model_resolve("gpt2-tiny", &m, &err), DT_OK);
     CHECK(m.n_layer == 2 && m.hidden == 64 && m.n_head == 4 && m.vocab == 256 && m.max_pos == 64);
     CHECK_EQ_I64(dt_model_resolve("llama-tiny", &m, &err), DT_OK);

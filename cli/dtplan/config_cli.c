@@ -1,0 +1,303 @@
+/* config_cli.c — `--config FILE` for estimate / solve / simulate (docs/configs.md): the
+ * config (planner/userconfig.c) becomes the options the command already has, each only
+ * where the command line does not give it; what every key did is printed first. solve
+ * then shows the config's own configuration (and the runbook's distributed_strategy:
+ * auto rule) next to its choice, and the learning rate for a changed global batch. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dt_cli.h"
+#include "dt_dsconfig.h"
+#include "dt_memory.h"
+#include "dt_model.h"
+#include "dt_timemodel.h"
+#include "dt_units.h"
+#include "dt_userconfig.h"
+
+#define CFG_MAX_ARGS 96
+#define GIB 1073741824.0
+#define CFG_MAX_STEPS 1099511627776.0   /* dtplan solve's bound on --steps (2^40) */
+
+/* What solve's hook needs after the command ran. */
+static struct {
+    int active;
+    dt_usercfg cfg;
+    int64_t gpus;
+    int64_t cfg_global;       /* the config's global batch (0 unknown) */
+    int cfg_stage;            /* the stage the config runs without a DeepSpeed file */
+    dt_lr_scaling scaling;
+    char lr_given;            /* --lr on the command line */
+} g_cfg;
+
+static char g_args[CFG_MAX_ARGS][DT_PATH_MAX];
+static char *g_argv[CFG_MAX_ARGS + 1];
+
+static const char *find_opt(int argc, char **argv, const char *name) {
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], name)) return argv[i + 1];
+    return NULL;
+}
+
+static int has_flag(int argc, char **argv, const char *name) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], name)) return 1;
+    return 0;
+}
+
+static int push(int *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int push(int *n, const char *fmt, ...) {
+    if (*n >= CFG_MAX_ARGS) return dt_cli_fail(2, "--config: too many options");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_args[*n], sizeof g_args[*n], fmt, ap);
+    va_end(ap);
+    g_argv[*n] = g_args[*n];
+    ++*n;
+    return 0;
+}
+
+/* name value, unless the command line already gives name (it wins; the report says so). */
+static int push_opt(int *n, int argc, char **argv, FILE *rep, const char *name, const char *value) {
+    if (find_opt(argc, argv, name)) {
+        fprintf(rep, "  %s %s from the config: the command line's %s %s wins\n", name, value, name,
+                find_opt(argc, argv, name));
+        return 0;
+    }
+    return push(n, "%s", name) || push(n, "%s", value);
+}
+
+static void print_report(FILE *f, const dt_usercfg *c) {
+    int used = 0;
+    for (int i = 0; i < c->n_keys; i++) used += c->keys[i].use == DT_UKEY_USED;
+    fprintf(f, "config %s (%s): %d keys, %d used, %d without effect on the prediction\n", c->path,
+            dt_ucfg_format_name(c->format), c->n_keys, used, c->n_keys - used);
+    for (int i = 0; i < c->n_keys; i++)
+        fprintf(f, "  %-32s line %-4d %-9s %s\n", c->keys[i].key, c->keys[i].line,
+                c->keys[i].use == DT_UKEY_USED ? "used" : "no effect", c->keys[i].why);
+}
+
+/* The config's stage when it names no DeepSpeed file: the runbook's explicit strategy or
+ * its auto rule, else DDP (stage 0: the Trainer without DeepSpeed). */
+static int config_stage(const dt_usercfg *c, const dt_model *m) {
+    if (c->strategy_stage >= 0) return c->strategy_stage;
+    if (c->strategy_auto) return dt_runbook_auto_stage(dt_model_params(m));
+    return 0;
+}
+
+/* num_train_epochs as optimizer steps: epochs x the training tokens of --data (a dtrun
+ * prepare output) / (global batch x sequence), rounded up; 0 when either is unknown. */
+static int64_t epoch_steps(const dt_usercfg *c, int argc, char **argv, int64_t global, FILE *rep) {
+    const char *data = find_opt(argc, argv, "--data"), *seq_s = find_opt(argc, argv, "--seq");
+    int64_t seq = seq_s ? atoll(seq_s) : c->seq_len;
+    if (!(c->epochs > 0) || !data || global <= 0 || seq <= 0) {
+        if (c->epochs > 0)
+            fprintf(rep, "  num_train_epochs %g: give --steps, or --data naming a prepare output (its token count "
+                         "sets the steps)\n", c->epochs);
+        return 0;
+    }
+    int64_t tokens = dt_prepared_train_tokens(data);
+    if (tokens <= 0) {
+        fprintf(rep, "  num_train_epochs %g: --data %s has no prepare.json to count tokens in; give --steps\n", c->epochs,
+                data);
+        return 0;
+    }
+    double per_step = (double)global * (double)seq, x = ceil(c->epochs * (double)tokens / per_step);
+    if (!(x <= CFG_MAX_STEPS)) {
+        fprintf(rep, "  num_train_epochs %g: %.3g steps is beyond any run; give --steps\n", c->epochs, x);
+        return 0;
+    }
+    int64_t steps = x < 1 ? 1 : (int64_t)x;
+    fprintf(rep, "  num_train_epochs %g x %lld training tokens (%s) / (global batch %lld x %lld tokens) = %lld steps\n",
+            c->epochs, (long long)tokens, data, (long long)global, (long long)seq, (long long)steps);
+    return steps;
+}
+
+int dt_cli_config_expand(const char *cmd, int argc, char **argv, int *out_argc, char ***out_argv) {
+    const char *path = find_opt(argc, argv, "--config"), *fmt_s = find_opt(argc, argv, "--config-format");
+    const char *scaling = find_opt(argc, argv, "--lr-scaling");
+    int json = has_flag(argc, argv, "--json");
+    FILE *rep = json ? stderr : stdout;
+    dt_error err;
+    dt_error_clear(&err);
+    dt_ucfg_format fmt = DT_UCFG_AUTO;
+    if (!path)
+        return dt_cli_fail(2, "%s: %s needs --config FILE (e.g. --config train.yaml)", cmd,
+                           scaling ? "--lr-scaling" : fmt_s ? "--config-format" : "--config");
+    static const char *const once[] = {"--config", "--config-format", "--lr-scaling"};
+    for (size_t k = 0; k < sizeof once / sizeof once[0]; k++) {
+        int seen = 0;
+        for (int i = 1; i < argc; i++) seen += !strcmp(argv[i], once[k]);
+        if (seen > 1) return dt_cli_fail(2, "%s: %s given twice", cmd, once[k]);
+    }
+    if (fmt_s && dt_ucfg_format_parse(fmt_s, &fmt, &err)) return dt_cli_fail(2, "%s", err.msg);
+    g_cfg.scaling = DT_LR_SCALE_NONE;
+    if (scaling && strcmp(cmd, "solve")) return dt_cli_fail(2, "%s: --lr-scaling applies to solve", cmd);
+    if (scaling && dt_lr_scaling_parse(scaling, &g_cfg.scaling, &err)) return dt_cli_fail(2, "%s", err.msg);
+    dt_usercfg *c = &g_cfg.cfg;
+    if (dt_usercfg_load(path, fmt, c, &err)) return dt_cli_fail(2, "%s", err.msg);
+
+    /* the model: the command line's, else the config's */
+    dt_model m;
+    char model[DT_PATH_MAX] = "";
+    const char *cli_model = find_opt(argc, argv, "--model"), *cli_params = find_opt(argc, argv, "--params");
+    if (!cli_model && !cli_params) {
+        if (!c->model[0])
+            return dt_cli_fail(2, "%s: %s names no model (model_name_or_path); give --model NAME|config.json", cmd,
+                               path);
+        if (dt_usercfg_model(c->model, &m, model, sizeof model, &err)) return dt_cli_fail(2, "%s: %s", path, err.msg);
+        if (!strchr(model, '/')) snprintf(model, sizeof model, "%s", m.name);   /* the catalog's own name */
+    } else if (cli_model && dt_model_resolve(cli_model, &m, &err)) {
+        return dt_cli_fail(2, "%s", err.msg);
+    } else if (cli_params) {
+        int64_t n;
+        if (dt_parse_count(cli_params, "--params", &n, &err) || dt_model_for_params(n, &m, &err))
+            return dt_cli_fail(2, "%s", err.msg);
+    }
+    int64_t gpus = 1;
+    const char *g = find_opt(argc, argv, "--gpus");
+    if (g && dt_parse_int(g, "--gpus", 1, INT64_C(1) << 20, 8, &gpus, &err)) return dt_cli_fail(2, "%s", err.msg);
+    int64_t micro = c->micro_batch;
+    if (c->total_batch) {
+        if (c->total_batch % gpus)
+            return dt_cli_fail(2, "%s: training.batch_size %lld (the total over the GPUs) does not divide by --gpus "
+                                  "%lld; make it a multiple of the GPU count (e.g. %lld)",
+                               path, (long long)c->total_batch, (long long)gpus,
+                               (long long)(gpus * (c->total_batch / gpus + 1)));
+        micro = c->total_batch / gpus;
+    }
+    int64_t accum = c->grad_accum ? c->grad_accum : 1;
+    g_cfg.active = 1;
+    g_cfg.gpus = gpus;
+    g_cfg.cfg_global = micro ? micro * accum * gpus : 0;
+    g_cfg.cfg_stage = config_stage(c, &m);
+    g_cfg.lr_given = find_opt(argc, argv, "--lr") != NULL;
+
+    print_report(rep, c);
+    if (c->model[0] && (cli_model || cli_params))
+        fprintf(rep, "  model_name_or_path %s from the config: the command line's %s %s wins\n", c->model,
+                cli_model ? "--model" : "--params", cli_model ? cli_model : cli_params);
+    int n = 0;
+    if (push(&n, "%s", cmd)) return 2;
+    /* the command line first, without --config / --config-format / --lr-scaling */
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--config") || !strcmp(argv[i], "--config-format") || !strcmp(argv[i], "--lr-scaling")) {
+            i++;
+            continue;
+        }
+        if (push(&n, "%s", argv[i])) return 2;
+    }
+    char v[64];
+    int rc = 0;
+    if (model[0]) rc |= push_opt(&n, argc, argv, rep, "--model", model);
+    if (c->seq_len) snprintf(v, sizeof v, "%lld", (long long)c->seq_len), rc |= push_opt(&n, argc, argv, rep, "--seq", v);
+    if (c->precision >= 0)
+        rc |= push_opt(&n, argc, argv, rep, "--precision", dt_precision_preset_name((dt_precision_preset)c->precision));
+    /* the Trainer / DeepSpeed / torch DDP run PyTorch model code: the deepspeed runtime profile
+     * (docs/memory-model.md "Runtime profiles"), stage 0 being DDP */
+    rc |= push_opt(&n, argc, argv, rep, "--runtime", "deepspeed");
+    if (c->attention[0])
+        rc |= push_opt(&n, argc, argv, rep, "--attention", c->attention);
+    if (!strcmp(cmd, "solve")) {
+        if (g_cfg.cfg_global)
+            snprintf(v, sizeof v, "%lld", (long long)g_cfg.cfg_global), rc |= push_opt(&n, argc, argv, rep, "--global-batch", v);
+        if (c->lr > 0) snprintf(v, sizeof v, "%g", c->lr), rc |= push_opt(&n, argc, argv, rep, "--lr", v);
+        int64_t steps = c->max_steps ? c->max_steps : epoch_steps(c, argc, argv, g_cfg.cfg_global, rep);
+        if (steps) snprintf(v, sizeof v, "%lld", (long long)steps), rc |= push_opt(&n, argc, argv, rep, "--steps", v);
+        int64_t warm = c->warmup_steps >= 0 ? c->warmup_steps
+                       : c->warmup_ratio >= 0 && steps ? (int64_t)(c->warmup_ratio * (double)steps + 0.5) : -1;
+        if (warm >= 0) snprintf(v, sizeof v, "%lld", (long long)warm), rc |= push_opt(&n, argc, argv, rep, "--warmup", v);
+        if (c->schedule >= 0) {
+            static const char *const names[] = {"constant", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"};
+            rc |= push_opt(&n, argc, argv, rep, "--schedule", names[c->schedule]);
+        }
+        if (c->save_steps) snprintf(v, sizeof v, "%lld", (long long)c->save_steps), rc |= push_opt(&n, argc, argv, rep, "--save-interval", v);
+    } else {
+        if (micro) snprintf(v, sizeof v, "%lld", (long long)micro), rc |= push_opt(&n, argc, argv, rep, "--micro-batch", v);
+        if (c->grad_accum) snprintf(v, sizeof v, "%lld", (long long)c->grad_accum), rc |= push_opt(&n, argc, argv, rep, "--grad-accum", v);
+        if (c->ckpt >= 0) rc |= push_opt(&n, argc, argv, rep, "--ckpt", c->ckpt ? "full" : "none");
+        if (c->deepspeed[0]) {
+            rc |= push_opt(&n, argc, argv, rep, "--deepspeed", c->deepspeed);
+        } else if (!find_opt(argc, argv, "--deepspeed")) {
+            snprintf(v, sizeof v, "%d", g_cfg.cfg_stage);
+            rc |= push_opt(&n, argc, argv, rep, "--zero-stage", v);
+            rc |= push_opt(&n, argc, argv, rep, "--offload-optimizer", "none");
+            rc |= push_opt(&n, argc, argv, rep, "--offload-param", "none");
+        }
+    }
+    if (rc) return 2;
+    if (c->strategy_auto)
+        fprintf(rep, "distributed_strategy: auto: %s has %.2fB parameters -> %s (the runbook's rule: < 1B DDP, 1-7B "
+                     "ZeRO-2, > 7B ZeRO-3)%s\n",
+                m.name, (double)dt_model_params(&m) / 1e9, g_cfg.cfg_stage ? (g_cfg.cfg_stage == 2 ? "ZeRO-2" : "ZeRO-3") : "DDP",
+                strcmp(cmd, "solve") ? "" : "; solve's own choice follows, then both side by side");
+    fprintf(rep, "as options: dtplan");
+    for (int i = 0; i < n; i++) fprintf(rep, " %s", g_args[i]);
+    fprintf(rep, "\n\n");
+    g_argv[n] = NULL;
+    *out_argc = n;
+    *out_argv = g_argv;
+    return 0;
+}
+
+/* The config's own configuration on the solved plan's cluster: its stage (DeepSpeed file,
+ * runbook strategy or DDP), micro-batch, accumulation and checkpointing. */
+static int config_plan(const dt_plan *solved, dt_plan *p, dt_error *err) {
+    const dt_usercfg *c = &g_cfg.cfg;
+    *p = *solved;
+    p->prediction.valid = 0;
+    int64_t micro = c->total_batch ? c->total_batch / g_cfg.gpus : c->micro_batch ? c->micro_batch : 1;
+    p->batch.micro_batch = micro;
+    p->batch.grad_accum = c->grad_accum ? c->grad_accum : 1;
+    p->batch.global_batch = micro * p->batch.grad_accum * p->parallel.world_size;
+    p->activations.ckpt_layers = c->ckpt > 0 ? p->model.n_layer : 0;
+    p->activations.selective = 0;
+    p->parallel.offload_optimizer = p->parallel.offload_param = DT_OFFLOAD_NONE;
+    p->parallel.zero_stage = g_cfg.cfg_stage;
+    p->parallel.overlap_comm = g_cfg.cfg_stage == 3;
+    if (c->deepspeed[0]) {
+        dt_dsconfig ds;
+        if (dt_dsconfig_load(c->deepspeed, &ds, err) || dt_dsconfig_apply(&ds, p, NULL, err)) return err->code;
+        if (p->runtime.kind == DT_RUNTIME_DEEPSPEED && dt_dsconfig_apply_runtime(&ds, p, NULL, err)) return err->code;
+    }
+    return dt_plan_validate(p, err);
+}
+
+static void print_side(const char *label, const dt_plan *p) {
+    dt_mem_breakdown mb;
+    dt_time_breakdown tb;
+    dt_error e;
+    if (dt_memory_estimate(p, &mb, &e) || dt_time_estimate(p, &tb, &e)) {
+        printf("  %-24s cannot be evaluated: %s\n", label, e.msg);
+        return;
+    }
+    printf("  %-24s ZeRO-%d, offload %s/%s, global batch %lld = micro-batch %lld x accumulation %lld x %lld GPUs, "
+           "%lld/%lld layers checkpointed: %.2f GiB per GPU, step %.4g s\n",
+           label, p->parallel.zero_stage, dt_offload_name(p->parallel.offload_optimizer),
+           dt_offload_name(p->parallel.offload_param), (long long)p->batch.global_batch, (long long)p->batch.micro_batch,
+           (long long)p->batch.grad_accum, (long long)p->parallel.world_size,
+           (long long)p->activations.ckpt_layers, (long long)p->model.n_layer, (double)mb.total / GIB, tb.step_s);
+}
+
+void dt_cli_config_after_solve(dt_plan *plan) {
+    if (!g_cfg.active) return;
+    const dt_usercfg *c = &g_cfg.cfg;
+    dt_plan own;
+    dt_error e;
+    printf("the config's own configuration next to solve's:\n");
+    if (config_plan(plan, &own, &e)) printf("  %-24s cannot be evaluated: %s\n", "config", e.msg);
+    else print_side(c->strategy_auto ? "runbook rule (auto)" : "config as written", &own);
+    print_side("solve's choice", plan);
+    /* the learning rate under a changed global batch (the runbook's two rules) */
+    if (c->lr > 0 && g_cfg.cfg_global && plan->batch.global_batch != g_cfg.cfg_global && !g_cfg.lr_given) {
+        double lin = dt_lr_scaled(c->lr, g_cfg.cfg_global, plan->batch.global_batch, DT_LR_SCALE_LINEAR);
+        double sq = dt_lr_scaled(c->lr, g_cfg.cfg_global, plan->batch.global_batch, DT_LR_SCALE_SQRT);
+        plan->optimizer.lr = dt_lr_scaled(c->lr, g_cfg.cfg_global, plan->batch.global_batch, g_cfg.scaling);
+        printf("learning rate: global batch %lld (the config's %lld): linear scaling %g, square-root %g; the plan "
+               "keeps %g (--lr-scaling %s)\n",
+               (long long)plan->batch.global_batch, (long long)g_cfg.cfg_global, lin, sq, plan->optimizer.lr,
+               dt_lr_scaling_name(g_cfg.scaling));
+    }
+}

@@ -1,0 +1,142 @@
+/* The training-config reader (planner/userconfig.c, docs/configs.md): PyYAML's scalar
+ * typing, format detection, what each key sets, the one place that refuses methods not
+ * modelled yet, bad input as one line, the runbook's auto rule and the LR rules. */
+#include <math.h>
+#include <string.h>
+
+#include "dt_test.h"
+#include "dt_userconfig.h"
+
+static dt_usercfg c;   /* large: static */
+
+static int parse(const char *text, dt_ucfg_format fmt, dt_error *err) {
+    dt_error_clear(err);
+    return dt_usercfg_parse(text, strlen(text), "t.yaml", fmt, &c, err);
+}
+
+static const dt_ukey *key(const char *name) {
+    for (int i = 0; i < c.n_keys; i++)
+        if (!strcmp(c.keys[i].key, name)) return &c.keys[i];
+    return NULL;
+}
+
+int main(void) {
+    dt_error err;
+
+    /* LLaMA-Factory: detected, keys used / without effect, defaults (checkpointing on,
+     * cutoff 2048, sdpa), lines */
+    CHECK_EQ_I64(parse("model_name_or_path: qwen2.5-7b\nstage: sft\nfinetuning_type: full\n"
+                       "per_device_train_batch_size: 4\ngradient_accumulation_steps: 8\nbf16: yes\n"
+                       "learning_rate: 2.0e-5\ntemplate: qwen\nlogging_steps: 10\n",
+                       DT_UCFG_AUTO, &err), DT_OK);
+    CHECK(c.format == DT_UCFG_LLAMAFACTORY);
+    CHECK_EQ_I64(c.micro_batch, 4);
+    CHECK_EQ_I64(c.grad_accum, 8);
+    CHECK_EQ_I64(c.precision, DT_PREC_MIXED_BF16);   /* yes is true in YAML 1.1 */
+    CHECK_EQ_I64(c.ckpt, 1);
+    CHECK_EQ_I64(c.seq_len, 2048);
+    CHECK_STR(c.attention, "sdpa");
+    CHECK_NEAR(c.lr, 2e-5, 1e-12);
+    CHECK_EQ_I64(c.n_keys, 9);
+    CHECK(key("template") && key("template")->use == DT_UKEY_NO_EFFECT && key("template")->line == 8);
+    CHECK(key("per_device_train_batch_size")->use == DT_UKEY_USED);
+
+    /* PyYAML's floats need a dot and a signed exponent: 1e-5 is a string */
+    CHECK_EQ_I64(parse("finetuning_type: full\nlearning_rate: 1e-5\n", DT_UCFG_AUTO, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "t.yaml:2: 'learning_rate' must be a number, not a string '1e-5'") != NULL);
+    CHECK(strstr(err.msg, "1.0e-5") != NULL);
+    CHECK_EQ_I64(parse("finetuning_type: full\nlearning_rate: 1.0e5\n", DT_UCFG_AUTO, &err), DT_EINVAL);
+    /* ... while JSON's grammar is JSON's */
+    CHECK_EQ_I64(parse("{\"learning_rate\": 1e-5, \"per_device_train_batch_size\": 2}", DT_UCFG_AUTO, &err), DT_OK);
+    CHECK(c.format == DT_UCFG_HF);
+    CHECK_NEAR(c.lr, 1e-5, 1e-12);
+    CHECK_EQ_I64(c.precision, DT_PREC_FP32);   /* neither bf16 nor fp16: the Trainer trains in fp32 */
+    CHECK_EQ_I64(c.ckpt, -1);
+    /* quoted numbers are strings */
+    CHECK_EQ_I64(parse("per_device_train_batch_size: \"4\"\n", DT_UCFG_HF, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "must be a whole number") != NULL);
+
+    /* the methods not modelled yet: refused by name, LLaMA-Factory's lora default included */
+    CHECK_EQ_I64(parse("stage: sft\nlora_rank: 8\n", DT_UCFG_AUTO, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "finetuning_type: lora (LLaMA-Factory's default when the key is absent) is not modelled yet"));
+    CHECK_EQ_I64(parse("finetuning_type: freeze\n", DT_UCFG_AUTO, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "finetuning_type: freeze is not modelled yet") != NULL);
+    CHECK_EQ_I64(parse("finetuning_type: full\nquantization_bit: 8\n", DT_UCFG_AUTO, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "quantization_bit: 8 is not modelled yet") != NULL);
+    CHECK_EQ_I64(parse("finetuning_type: full\nstage: kto\n", DT_UCFG_AUTO, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "stage: kto is not modelled yet") != NULL);
+    CHECK_EQ_I64(parse("finetuning_type: full\nstage: pt\nlora_rank: 8\n", DT_UCFG_AUTO, &err), DT_OK);
+    CHECK(key("lora_rank")->use == DT_UKEY_NO_EFFECT);   /* a lora key with finetuning_type full */
+    c.quantization_bit = 4;
+    CHECK_EQ_I64(dt_usercfg_check_methods(&c, &err), DT_EINVAL);
+
+    /* contradictions, unknown and repeated keys, refused features */
+    CHECK_EQ_I64(parse("bf16: true\nfp16: true\n", DT_UCFG_HF, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "bf16: true and fp16: true contradict") != NULL);
+    CHECK_EQ_I64(parse("bf16: true\nfp16: false\n", DT_UCFG_HF, &err), DT_OK);
+    CHECK_EQ_I64(parse("per_device_train_batchsize: 2\n", DT_UCFG_HF, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "t.yaml:1: unknown key 'per_device_train_batchsize'") != NULL);
+    CHECK_EQ_I64(parse("seed: 1\nseed: 2\n", DT_UCFG_HF, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "t.yaml:2: 'seed' is given twice (also line 1)") != NULL);
+    CHECK_EQ_I64(parse("torch_compile: true\n", DT_UCFG_HF, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "torch.compile") != NULL);
+    CHECK_EQ_I64(parse("torch_compile: false\n", DT_UCFG_HF, &err), DT_OK);
+    CHECK_EQ_I64(parse("optim: adamw_bnb_8bit\n", DT_UCFG_HF, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "adamw_bnb_8bit") != NULL);
+    CHECK_EQ_I64(parse("lr_scheduler_type: polynomial\n", DT_UCFG_HF, &err), DT_EINVAL);
+    CHECK_EQ_I64(parse("deepspeed: /nonexistent/ds.json\n", DT_UCFG_HF, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "'/nonexistent/ds.json' does not exist") != NULL);
+
+    /* syntax errors: file:line:column; not a mapping; empty */
+    CHECK_EQ_I64(parse("a: 1\nb: [1, 2\nc: 3\n", DT_UCFG_HF, &err), DT_EINVAL);
+    CHECK(strncmp(err.msg, "t.yaml:", 7) == 0 && strstr(err.msg, "YAML syntax error") != NULL);
+    CHECK_EQ_I64(parse("- 1\n- 2\n", DT_UCFG_HF, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "must be a mapping") != NULL);
+    CHECK_EQ_I64(parse("", DT_UCFG_AUTO, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "empty") != NULL);
+    CHECK(strchr(err.msg, '\n') == NULL);
+
+    /* the runbook: training: block, total batch, nested dataloader, strategy, sections */
+    CHECK_EQ_I64(parse("model: qwen2.5-7b\ntraining:\n  batch_size: 32\n  accumulation_steps: 4\n"
+                       "  use_mixed_precision: true\n  distributed_strategy: auto\ndata:\n  x: 1\n",
+                       DT_UCFG_AUTO, &err), DT_OK);
+    CHECK(c.format == DT_UCFG_RUNBOOK);
+    CHECK_STR(c.model, "qwen2.5-7b");
+    CHECK_EQ_I64(c.total_batch, 32);
+    CHECK_EQ_I64(c.grad_accum, 4);
+    CHECK(c.strategy_auto == 1 && c.precision == DT_PREC_MIXED_BF16);
+    CHECK(key("data") && key("data")->use == DT_UKEY_NO_EFFECT);
+    CHECK(key("training.batch_size") && key("training.batch_size")->line == 3);
+    CHECK_EQ_I64(parse("training:\n  distributed_strategy: zero2\n  mixed_precision: fp16\n  dataloader:\n"
+                       "    batch_size: 8\n    num_workers: 4\n", DT_UCFG_AUTO, &err), DT_OK);
+    CHECK_EQ_I64(c.strategy_stage, 2);
+    CHECK_EQ_I64(c.micro_batch, 8);
+    CHECK_EQ_I64(c.precision, DT_PREC_MIXED_FP16);
+    CHECK(key("training.dataloader.num_workers") != NULL);
+    CHECK_EQ_I64(parse("training:\n  distributed_strategy: fsdp\n", DT_UCFG_AUTO, &err), DT_EINVAL);
+    CHECK_EQ_I64(parse("training:\n  batch_size: 32\n  dataloader:\n    batch_size: 8\n", DT_UCFG_AUTO, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "keep one") != NULL);
+    /* a forced format */
+    CHECK_EQ_I64(parse("training:\n  batch_size: 2\n", DT_UCFG_HF, &err), DT_EINVAL);   /* not a TrainingArguments key */
+    dt_ucfg_format f;
+    CHECK_EQ_I64(dt_ucfg_format_parse("runbook", &f, &err), DT_OK);
+    CHECK(f == DT_UCFG_RUNBOOK);
+    CHECK_EQ_I64(dt_ucfg_format_parse("yaml", &f, &err), DT_EINVAL);
+
+    /* the runbook's auto rule: < 1B DDP, 1-7B ZeRO-2, > 7B ZeRO-3 */
+    CHECK_EQ_I64(dt_runbook_auto_stage(494032768), 0);
+    CHECK_EQ_I64(dt_runbook_auto_stage(1000000000), 2);
+    CHECK_EQ_I64(dt_runbook_auto_stage(6738415616), 2);
+    CHECK_EQ_I64(dt_runbook_auto_stage(7000000000), 2);
+    CHECK_EQ_I64(dt_runbook_auto_stage(7615616512), 3);
+
+    /* the two learning-rate rules */
+    CHECK_NEAR(dt_lr_scaled(1e-4, 64, 256, DT_LR_SCALE_LINEAR), 4e-4, 1e-12);
+    CHECK_NEAR(dt_lr_scaled(1e-4, 64, 256, DT_LR_SCALE_SQRT), 2e-4, 1e-12);
+    CHECK_NEAR(dt_lr_scaled(1e-4, 64, 256, DT_LR_SCALE_NONE), 1e-4, 1e-12);
+    dt_lr_scaling s;
+    CHECK_EQ_I64(dt_lr_scaling_parse("sqrt", &s, &err), DT_OK);
+    CHECK(s == DT_LR_SCALE_SQRT);
+    CHECK_EQ_I64(dt_lr_scaling_parse("log", &s, &err), DT_EINVAL);
+    TEST_MAIN_END();
+}
