@@ -76,6 +76,21 @@ static void test_terms(void) {
     CHECK(ph.at[ph.peak].host_total > 0);
 }
 
+/* DeepSpeed ZeRO-1/2 clone an fp32 partition even for an fp32 model (stage_1_and_2.py
+ * single_partition_of_fp32_groups), ZeRO-3 shares it (stage3.py _create_fp32_partitions) */
+static void test_fp32_partition_clone(void) {
+    for (int stage = 1; stage <= 3; stage++) {
+        dt_plan p;
+        hf_plan(&p, "cpu", DT_RUNTIME_DEEPSPEED, stage, DT_OFFLOAD_NONE, DT_OFFLOAD_NONE);
+        dt_precision_from_preset(DT_PREC_FP32, &p.precision);
+        dt_mem_phases ph;
+        phases(&p, &ph);
+        const int64_t shard = (dt_model_params(&p.model) + 1) / 2;
+        const int64_t per_elem = stage == 3 ? 8 : 8 + 4;   /* m, v (+ the fp32 clone) */
+        CHECK_EQ_I64(ph.at[DT_MEM_PHASE_STEP].optimizer, per_elem * shard);
+    }
+}
+
 static void test_refused_without_footprint(void) {
     dt_plan p;
     dt_error e = {0};
@@ -134,6 +149,7 @@ static void test_profile_and_plan_formats(void) {
 
 int main(void) {
     test_terms();
+    test_fp32_partition_clone();
     test_refused_without_footprint();
     test_profile_and_plan_formats();
     TEST_MAIN_END();
