@@ -483,6 +483,15 @@ static void host_terms(const dt_plan *p, int64_t psi, int64_t shard, dt_mem_brea
     /* partial offload keeps the first sub-groups' states and fp32 gradients on the GPU */
     const int64_t host_shard = shard - dt_memory_ds_gpu_opt_elems(p, shard);
     if (z->offload_optimizer == DT_OFFLOAD_CPU) out->host_optimizer = smul3(n, ob, host_shard);
+    if (p->runtime.kind == DT_RUNTIME_DEEPSPEED && z->offload_optimizer == DT_OFFLOAD_CPU &&
+        (z->zero_stage == 1 || z->zero_stage == 2)) {
+        /* stage_1_and_2.py DeepSpeedZeroOptimizer.__init__ with cpu_offload: the fp32 clone of
+         * the partition is made whatever the model's dtype (single_partition_of_fp32_groups;
+         * counted above only with a master), and a partition-sized buffer of the model's dtype
+         * stages the updated weights back (param_buffer_of_bit16_for_cpu_offload_groups) */
+        if (!pr->has_master) out->host_optimizer = sadd(out->host_optimizer, smul3(n, FP32_BYTES, host_shard));
+        out->host_buffers = sadd(out->host_buffers, smul3(n, pb, host_shard));
+    }
     if (z->offload_param == DT_OFFLOAD_CPU && p->runtime.kind != DT_RUNTIME_FSDP) {
         out->host_params = smul3(n, pb, shard);
         /* hpZ's secondary partition lives where the primary does (the remote device) */

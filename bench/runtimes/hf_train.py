@@ -136,6 +136,12 @@ def main():
     cfg.use_cache = False
     build = lambda: transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
     if args.zero_init:
+        # zero.Init patches torch.Tensor.__new__ (partition_parameters.py
+        # get_new_tensor_fn_for_dtype); transformers 5 imports the model's module lazily, which
+        # imports torch._dynamo, whose polyfill registration then refuses the patched __new__
+        # ("TypeError: Signature mismatch ... tensor_pynew", torch 2.15, DeepSpeed 0.19.8).
+        # Importing torch._dynamo first, as a user's script that touches it would, avoids it.
+        import torch._dynamo  # noqa: F401
         with ds.zero.Init(config_dict_or_path=ds_cfg, dtype=torch.bfloat16 if bf16 else torch.float32):
             model = build()
     else:

@@ -89,6 +89,19 @@ static void test_fp32_partition_clone(void) {
         const int64_t per_elem = stage == 3 ? 8 : 8 + 4;   /* m, v (+ the fp32 clone) */
         CHECK_EQ_I64(ph.at[DT_MEM_PHASE_STEP].optimizer, per_elem * shard);
     }
+    /* with optimizer offload the clone is on the host, beside a staging buffer of the model's
+     * dtype (stage_1_and_2.py param_buffer_of_bit16_for_cpu_offload_groups) */
+    dt_plan p, q;
+    hf_plan(&p, "cpu", DT_RUNTIME_DEEPSPEED, 2, DT_OFFLOAD_CPU, DT_OFFLOAD_NONE);
+    dt_precision_from_preset(DT_PREC_FP32, &p.precision);
+    q = p;
+    q.parallel.zero_stage = 3;   /* stage 3: neither */
+    dt_mem_phases a, b;
+    phases(&p, &a);
+    phases(&q, &b);
+    const int64_t shard = (dt_model_params(&p.model) + 1) / 2, n = p.cluster.gpus_per_node;
+    CHECK_EQ_I64(a.at[a.peak].host_optimizer, n * (8 + 4) * shard);
+    CHECK_EQ_I64(a.at[a.peak].host_buffers - b.at[b.peak].host_buffers, n * 4 * shard);
 }
 
 static void test_refused_without_footprint(void) {
