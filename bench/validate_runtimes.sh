@@ -104,7 +104,9 @@ while read -r name model rt stage off prec bk ck zi; do
     rm -rf "$OUT/ckpt/$name"
     if [ $rc -ne 0 ]; then
         fails=$((fails + 1))
-        echo "$name: FAILED (rc $rc): $(grep -E 'Error|error' "$OUT/$name.log" | tail -1 | cut -c1-200)"
+        # the Python exception a rank raised ("[rank0]: TypeError: ...")
+        echo "$name: FAILED (rc $rc): $(grep -E '^(\[rank[0-9]+\]: )?[A-Za-z_.]*(Error|Exception): ' "$OUT/$name.log" |
+            grep -v ChildFailedError | head -1 | sed 's/^\[rank[0-9]*\]: //' | cut -c1-200)"
         continue
     fi
     printf '%s %s %s %s %s %s %s %s %s %s\n' "$name" "$model" "$rt" "$stage" "$off" "$prec" "$bk" "$ck" "$zi" "$l" >>"$OUT/runs.tsv"
