@@ -177,7 +177,7 @@ def main():
     vocab = cfg.vocab_size
     for s in range(args.steps):
         ids = torch.randint(0, vocab, (micro, args.seq), generator=gen)
-        t_start = time.perf_counter()
+        t_start, c_start = time.perf_counter(), time.process_time()
         probe.begin("forward", s)
         if autocast:
             with autocast():
@@ -200,7 +200,10 @@ def main():
         else:
             opt.step()
             opt.zero_grad(set_to_none=True)
-        probe.end(step_seconds=round(time.perf_counter() - t_start, 6))   # forward + backward + step
+        # forward + backward + step: wall time, and the process's CPU time (every thread; what a
+        # loaded machine does not inflate)
+        probe.end(step_seconds=round(time.perf_counter() - t_start, 6),
+                  step_cpu_seconds=round(time.process_time() - c_start, 6))
 
     if args.save:
         probe.begin("save")
