@@ -21,7 +21,12 @@
 # (the CPU profile's deepspeed_runtime_bytes / torch_runtime_bytes).
 #
 # usage: bench/validate_runtimes.sh [--models "gpt2-s qwen3-s"] [--steps N] [--only REGEX] [--quick]
+#                                   [--fixed-mmap-threshold]
 #   --quick   stages 0-3 fp32, DDP and FSDP2 fp32 only
+#   --fixed-mmap-threshold  every run with MALLOC_MMAP_THRESHOLD_=131072: glibc's threshold fixed
+#             at its 128 KiB start, so freed tensors above it go back to the kernel instead of
+#             staying in the heap (docs/validation.md: separates the allocator's retention from
+#             what the libraries hold)
 # Writes OUT/rows.jsonl (every rank, phase and step, as measured), OUT/runs.tsv (one line per
 # configuration: its settings and the load average before it), OUT/cfg/*.json (the DeepSpeed
 # configs, for `dtplan estimate --deepspeed`), OUT/models/*.json, OUT/footprint.csv and
@@ -36,7 +41,8 @@ while [ $# -gt 0 ]; do
     --steps) STEPS=$2; shift 2 ;;
     --only) ONLY=$2; shift 2 ;;
     --quick) QUICK=1; shift ;;
-    -h | --help) sed -n '2,32p' "$0"; exit 0 ;;
+    --fixed-mmap-threshold) export MALLOC_MMAP_THRESHOLD_=131072; shift ;;   # malloc(3) M_MMAP_THRESHOLD
+    -h | --help) sed -n '2,35p' "$0"; exit 0 ;;
     -*) echo "validate_runtimes.sh: unknown option '$1'" >&2; exit 2 ;;
     *) echo "validate_runtimes.sh: unexpected argument '$1'" >&2; exit 2 ;;
     esac
@@ -55,7 +61,7 @@ load() { cut -d' ' -f1 /proc/loadavg; }
 VERS=$("$PY" -c 'import torch, transformers, deepspeed; print("torch", torch.__version__, "transformers", transformers.__version__, "deepspeed", deepspeed.__version__)' 2>/dev/null | tail -1)
 echo "validate_runtimes: $(date -u +%FT%TZ), $NCPU CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')),"\
      "$(awk '/^MemTotal:/ {printf "%d MiB", $2 / 1024}' /proc/meminfo), load $(cut -d' ' -f1-3 /proc/loadavg), $VERS,"\
-     "$OMP_NUM_THREADS thread(s) per rank, out $OUT"
+     "$OMP_NUM_THREADS thread(s) per rank, glibc mmap threshold ${MALLOC_MMAP_THRESHOLD_:-dynamic}, out $OUT"
 
 "$PY" "$SRC/bench/runtimes/matrix.py" configs "$OUT" "$MODELS" $QUICK >"$OUT/matrix.txt" || exit 2
 
