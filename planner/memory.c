@@ -487,6 +487,15 @@ static void host_terms(const dt_plan *p, int64_t psi, int64_t shard, dt_mem_brea
     /* partial offload keeps the first sub-groups' states and fp32 gradients on the GPU */
     const int64_t host_shard = shard - dt_memory_ds_gpu_opt_elems(p, shard);
     if (z->offload_optimizer == DT_OFFLOAD_CPU) out->host_optimizer = smul3(n, ob, host_shard);
+    if (p->runtime.kind == DT_RUNTIME_DEEPSPEED && z->offload_optimizer == DT_OFFLOAD_CPU &&
+        (z->zero_stage == 1 || z->zero_stage == 2)) {
+        /* stage_1_and_2.py DeepSpeedZeroOptimizer.__init__ with cpu_offload: the fp32 clone of
+         * the partition is made whatever the model's dtype (single_partition_of_fp32_groups;
+         * counted above only with a master), and a partition-sized buffer of the model's dtype
+         * stages the updated weights back (param_buffer_of_bit16_for_cpu_offload_groups) */
+        if (!pr->has_master) out->host_optimizer = sadd(out->host_optimizer, smul3(n, FP32_BYTES, host_shard));
+        out->host_buffers = sadd(out->host_buffers, smul3(n, pb, host_shard));
+    }
     if (z->offload_param == DT_OFFLOAD_CPU && p->runtime.kind != DT_RUNTIME_FSDP) {
         out->host_params = smul3(n, pb, shard);
         /* hpZ's secondary partition lives where the primary does (the remote device) */
@@ -642,8 +651,15 @@ static void ds_phases(const dt_plan *p, const hf_sizes *z, dt_mem_breakdown ph[D
      * master, moments and fp32 gradient on the device from initialisation
      * (initialize_optimizer_states: the sub-group's gradient buffer .to(subgroup_to_device[i])) */
     const int64_t gpu_opt = dt_memory_ds_gpu_opt_elems(p, z->shard);
-    const int64_t opt = z->oo != DT_OFFLOAD_NONE ? smul(z->ob, gpu_opt)
-                                                 : smul(z->ob, z->stage >= 1 ? z->shard : z->psi);
+    int64_t opt = z->oo != DT_OFFLOAD_NONE ? smul(z->ob, gpu_opt)
+                                           : smul(z->ob, z->stage >= 1 ? z->shard : z->psi);
+    /* ZeRO-1/2 clone the partition the optimizer steps on into fp32 also when the model is
+     * fp32 (no master in the precision): stage_1_and_2.py DeepSpeedZeroOptimizer.__init__,
+     * single_partition_of_fp32_groups = the partition .detach().clone().to(
+     * master_weights_and_grads_dtype); ZeRO-3 shares the flat partition when the dtypes
+     * match (stage3.py _create_fp32_partitions). Measured on CPU ranks (issue 34). */
+    if ((z->stage == 1 || z->stage == 2) && !p->precision.has_master && z->oo == DT_OFFLOAD_NONE)
+        opt = sadd(opt, smul(FP32_BYTES, z->shard));
     /* gradients: with offload_optimizer the reduced partition goes to pinned host memory
      * (self.device = cpu: stage_1_and_2.py single_partition_of_fp32_groups[i].grad,
      * stage3.py grad_partitions_flat_buffer); without, it stays on the device. Stage 1

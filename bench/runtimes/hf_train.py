@@ -136,6 +136,12 @@ def main():
     cfg.use_cache = False
     build = lambda: transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
     if args.zero_init:
+        # zero.Init patches torch.Tensor.__new__ (partition_parameters.py
+        # get_new_tensor_fn_for_dtype); transformers 5 imports the model's module lazily, which
+        # imports torch._dynamo, whose polyfill registration then refuses the patched __new__
+        # ("TypeError: Signature mismatch ... tensor_pynew", torch 2.15, DeepSpeed 0.19.8).
+        # Importing torch._dynamo first, as a user's script that touches it would, avoids it.
+        import torch._dynamo  # noqa: F401
         with ds.zero.Init(config_dict_or_path=ds_cfg, dtype=torch.bfloat16 if bf16 else torch.float32):
             model = build()
     else:
@@ -171,7 +177,7 @@ def main():
     vocab = cfg.vocab_size
     for s in range(args.steps):
         ids = torch.randint(0, vocab, (micro, args.seq), generator=gen)
-        t_start = time.perf_counter()
+        t_start, c_start = time.perf_counter(), time.process_time()
         probe.begin("forward", s)
         if autocast:
             with autocast():
@@ -194,7 +200,10 @@ def main():
         else:
             opt.step()
             opt.zero_grad(set_to_none=True)
-        probe.end(step_seconds=round(time.perf_counter() - t_start, 6))   # forward + backward + step
+        # forward + backward + step: wall time, and the process's CPU time (every thread; what a
+        # loaded machine does not inflate)
+        probe.end(step_seconds=round(time.perf_counter() - t_start, 6),
+                  step_cpu_seconds=round(time.process_time() - c_start, 6))
 
     if args.save:
         probe.begin("save")

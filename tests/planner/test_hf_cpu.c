@@ -76,6 +76,34 @@ static void test_terms(void) {
     CHECK(ph.at[ph.peak].host_total > 0);
 }
 
+/* DeepSpeed ZeRO-1/2 clone an fp32 partition even for an fp32 model (stage_1_and_2.py
+ * single_partition_of_fp32_groups), ZeRO-3 shares it (stage3.py _create_fp32_partitions) */
+static void test_fp32_partition_clone(void) {
+    for (int stage = 1; stage <= 3; stage++) {
+        dt_plan p;
+        hf_plan(&p, "cpu", DT_RUNTIME_DEEPSPEED, stage, DT_OFFLOAD_NONE, DT_OFFLOAD_NONE);
+        dt_precision_from_preset(DT_PREC_FP32, &p.precision);
+        dt_mem_phases ph;
+        phases(&p, &ph);
+        const int64_t shard = (dt_model_params(&p.model) + 1) / 2;
+        const int64_t per_elem = stage == 3 ? 8 : 8 + 4;   /* m, v (+ the fp32 clone) */
+        CHECK_EQ_I64(ph.at[DT_MEM_PHASE_STEP].optimizer, per_elem * shard);
+    }
+    /* with optimizer offload the clone is on the host, beside a staging buffer of the model's
+     * dtype (stage_1_and_2.py param_buffer_of_bit16_for_cpu_offload_groups) */
+    dt_plan p, q;
+    hf_plan(&p, "cpu", DT_RUNTIME_DEEPSPEED, 2, DT_OFFLOAD_CPU, DT_OFFLOAD_NONE);
+    dt_precision_from_preset(DT_PREC_FP32, &p.precision);
+    q = p;
+    q.parallel.zero_stage = 3;   /* stage 3: neither */
+    dt_mem_phases a, b;
+    phases(&p, &a);
+    phases(&q, &b);
+    const int64_t shard = (dt_model_params(&p.model) + 1) / 2, n = p.cluster.gpus_per_node;
+    CHECK_EQ_I64(a.at[a.peak].host_optimizer, n * (8 + 4) * shard);
+    CHECK_EQ_I64(a.at[a.peak].host_buffers - b.at[b.peak].host_buffers, n * 4 * shard);
+}
+
 static void test_refused_without_footprint(void) {
     dt_plan p;
     dt_error e = {0};
@@ -134,6 +162,7 @@ static void test_profile_and_plan_formats(void) {
 
 int main(void) {
     test_terms();
+    test_fp32_partition_clone();
     test_refused_without_footprint();
     test_profile_and_plan_formats();
     TEST_MAIN_END();
