@@ -212,7 +212,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_gpt2: %s\n", err.msg);
         return 2;
     }
-    dt_lm_init_random(g, 1337);
+    if (dt_lm_init_random(g, 1337, &err)) {
+        fprintf(stderr, "bench_gpt2: %s\n", err.msg);
+        return 2;
+    }
     dt_optim *opt = NULL;
     if (optimizer) {
         if (dt_optim_create(&prec, dt_lm_num_params(g), &opt, &err)) {

@@ -1,7 +1,23 @@
-/* lm_internal.h — the model object shared by lm.c (layout, storage, hooks,
- * init, the forward / backward drivers, the GPT-2 block) and lm_llama.c (the
- * llama-family block: Llama, Qwen2, Qwen3). Not a public header: everything
- * outside engine/model/ uses dt_lm.h.
+/* lm_internal.h — the model object and the block interface of engine/model/.
+ *
+ * Files, each standing on its own (tests/arch/test_circles.py: none reaches into
+ * another that reaches back):
+ *   lm.c        the driver: creation, storage and group binding, hooks, the forward /
+ *               backward passes (embedding, blocks, final norm, classifier, loss),
+ *               activation checkpointing; it dispatches every family-specific step
+ *               through the family table (lm_family, below) and nothing else;
+ *   lm_gpt2.c   the GPT-2 family (lm_family_gpt2): its tensors, saved activations,
+ *               block forward / backward, final LayerNorm;
+ *   lm_llama.c  the llama family (lm_family_llama: Llama, Qwen2, Qwen3), the same;
+ *   lm_layer.c  what the families build with: the tensor table (lm_layout_add, each
+ *               tensor's flags and init rule declared there), the linears (fp32 ops
+ *               or the 16-bit GEMMs), the per-op profile clock;
+ *   lm_init.c   initialisation from each tensor's declared init rule.
+ * A new block family (a vision tower's block) is one more lm_family in its own
+ * file plus its row in lm.c's family table; a new kind of linear (a LoRA adapter)
+ * is a layer kind beside lm_linear_* used by the blocks that have it, its tensors
+ * declared with their own flags (docs/architecture.md "Where to add things").
+ * Not a public header: everything outside engine/model/ uses dt_lm.h.
  *
  * Dimension letters: B batch, T time, C channels (hidden), H query heads,
  * Hkv key/value heads, D head width, QD = H*D, KVD = Hkv*D, QK = QD + KVD,
@@ -17,7 +33,6 @@
 #include "dt_lm.h"
 
 #define DT_TENSOR_NAME_MAX 64
-#define DT_LM_MAX_BLOCK_TENSORS 16
 /* The widest attention head the device kernels take: the CUDA flash kernel keeps
  * one head's q / k / v rows in shared memory (docs/cuda.md "Attention"). */
 #define DT_LM_MAX_HEAD_DIM 256
@@ -68,9 +83,12 @@ typedef struct {
  * (the llama family) w [OC, IC]. */
 typedef enum { LM_W_IN_OUT = 0, LM_W_OUT_IN = 1 } lm_wlayout;
 
+typedef struct lm_family lm_family;
+
 struct dt_lm {
     const dt_device_ops *dev;   /* where storage lives and ops run */
     dt_family fam;
+    const lm_family *family;    /* the family's layout, blocks and final norm (lm.c's table) */
     int64_t B, T, C, H, Hkv, D, QD, KVD, F, V, L, maxT, K;
     int qk_norm, qkv_bias, tied;   /* llama family options (gpt2: 0, 1, 1) */
     float eps;
@@ -86,9 +104,10 @@ struct dt_lm {
     size_t *group_off, *group_numel;
     size_t nparams;
     size_t max_group_numel;   /* largest group that is converted whole (blocks, final norm, wpe) */
-    /* element offset of each per-block tensor kind inside a block's group (the
-     * same for every block; SIZE_MAX: the family / options have no such tensor) */
-    size_t boff[DT_LM_MAX_BLOCK_TENSORS];
+    /* [family->block_kinds]: element offset of each per-block tensor kind inside a
+     * block's group (the same for every block; SIZE_MAX: the family / options have
+     * no such tensor). Allocated for the family: no cap on a block's tensors. */
+    size_t *boff;
     int cls_group;            /* the group holding the classifier matrix [V, C]: 0 tied, L+1 untied */
     size_t cls_off;           /* its element offset inside that group */
     size_t norm_off;          /* the final norm's weight inside group L+1 */
@@ -221,40 +240,119 @@ static inline const float *lm_act_load_lin(const dt_lm *g, const void *act, floa
     return g->gemm16 ? NULL : lm_act_load(g, act, view, n);
 }
 
-/* ---- linears (lm.c): the fp32 device ops, or with gemm16 the 16-bit GEMMs ----
- * inp: the saved input activation (act dtype); inp32: its fp32 view (ignored,
- * may be NULL, with gemm16); w_off: the weight's element offset in the group;
- * bias / dbias fp32 or NULL; kind: the layer kind the profile books it to.
- * Shapes as dt_op_linear_* (out [N, OC], inp [N, IC]).
- * DT_OK, or gemm_ex's error. */
-int lm_linear_forward(dt_lm *g, dt_lm_op kind, lm_wlayout lay, float *out, const void *inp, const float *inp32,
-                      const lm_params *P, size_t w_off, const float *bias, int64_t N, int64_t IC,
-                      int64_t OC);
-/* dinp [N, IC] = (or += with accumulate_dinp) dout @ W; dw += (fp32, W's layout);
- * dbias [OC] += column sums of dout [N, OC] (fp32). With gemm16 dout is rounded
- * to bf16 once (in row chunks of d16), as PyTorch autocast's bf16 backward. */
-int lm_linear_backward(dt_lm *g, dt_lm_op kind, lm_wlayout lay, float *dinp, float *dw, float *dbias,
-                       const float *dout, const void *inp, const float *inp32, const lm_params *P,
-                       size_t w_off, int64_t N, int64_t IC, int64_t OC, int accumulate_dinp);
+/* ---- linears (lm_layer.c): the fp32 device ops, or with gemm16 the 16-bit GEMMs ----
+ * One linear layer of a block: its weight (and bias) inside the block's group and
+ * its shape. This is where another kind of linear plugs in: a LoRA linear
+ * (y = x Wᵀ + s·dropout(x) Aᵀ Bᵀ) is this description plus its adapter tensors'
+ * offsets, rank and scale, run by the same two calls. */
+typedef struct {
+    dt_lm_op kind;      /* the layer kind the profile books it to */
+    lm_wlayout lay;     /* Conv1D [IC, OC] or nn.Linear [OC, IC] */
+    size_t w_off;       /* the weight's element offset in the group */
+    size_t b_off;       /* the bias's [OC], or SIZE_MAX: no bias */
+    int64_t IC, OC;     /* input and output features */
+} lm_linear;
 
-/* ---- the llama family (lm_llama.c) ---- */
+/* out [N, OC] = inp [N, IC] @ W (+ bias). inp: the saved input activation (act
+ * dtype); inp32: its fp32 view (ignored, may be NULL, with gemm16); P: the
+ * group's parameters. DT_OK, or gemm_ex's error. */
+int lm_linear_forward(dt_lm *g, const lm_linear *lin, const lm_params *P, float *out, const void *inp,
+                      const float *inp32, int64_t N);
+/* A residual branch's last linear and its add: act = resid + inp @ W (+ bias) over
+ * [N, C], the projection through g->dC (not saved), the sum stored into act (a
+ * saved activation, act dtype) as lm_act_commit does; *out: its fp32 view (view
+ * itself, or act in fp32). inp / inp32 as lm_linear_forward. DT_OK or the GEMM's error. */
+int lm_linear_residual(dt_lm *g, const lm_linear *lin, const lm_params *P, const void *inp, const float *inp32,
+                       const float *resid, void *act, float *view, float **out);
+/* How a backward writes the input gradient: dinp = (LM_DINP_SET) or += (LM_DINP_ADD). */
+typedef enum { LM_DINP_SET = 0, LM_DINP_ADD = 1 } lm_dinp_mode;
+/* dinp [N, IC] = (or += ) dout [N, OC] @ W (dinp NULL: skipped); the weight's
+ * gradient += into G (fp32, the group's layout, W's layout), the bias's += column
+ * sums of dout. With gemm16 dout is rounded to bf16 once (in row chunks of d16), as
+ * PyTorch autocast's bf16 backward. */
+int lm_linear_backward(dt_lm *g, const lm_linear *lin, const lm_params *P, float *G, float *dinp,
+                       lm_dinp_mode mode, const float *dout, const void *inp, const float *inp32, int64_t N);
 
-/* Appends block l's tensors (group 1 + l) to the table from tensor index *i and
- * element offset *off; on the first block also fills g->boff. */
-void lm_llama_block_layout(dt_lm *g, int l, int *i, size_t *off);
-/* Number of tensors per block for g's options. */
-int lm_llama_block_tensors(const dt_lm *g);
-/* Lays out one block's saved activations from *off (base NULL: measure only). */
-void lm_llama_layout_block_acts(dt_lm *g, block_acts *ba, char *base, size_t *off);
-/* cos / sin tables [T, D/2] on the host (fp32, as HF computes them) for the
- * model's rope_theta and rope_scaling. */
-void lm_llama_rope_tables(const dt_model *m, int64_t T, float *cos_t, float *sin_t);
-/* DT_OK, or a GEMM's error (lm_linear_forward / _backward) */
-int lm_llama_block_forward(dt_lm *g, int l, block_acts *A, void *xout, const lm_params *P);
-int lm_llama_block_backward(dt_lm *g, int l, const block_acts *A, const lm_params *P, float *G);
+/* ---- the tensor table (lm_layer.c) ----
+ * A family declares each tensor once, when the layout is built: its name, shape,
+ * flags (DT_TENSOR_TRAINABLE, DT_TENSOR_DECAY: dt_lm.h) and init rule. Nothing
+ * downstream (the optimizer, ZeRO, checkpoints, the init) infers them from a
+ * tensor's rank or name. */
+typedef struct {
+    const char *name;     /* Hugging Face name after dt_lm_hf_prefix (copied) */
+    int ndim;             /* 1 or 2 */
+    int64_t d0, d1;       /* shape [d0] or [d0, d1] */
+    unsigned flags;       /* DT_TENSOR_* */
+    dt_init_rule init;
+} lm_tensor_decl;
 
-/* Sets a tensor's entry (lm.c). */
-void lm_set_tensor(dt_lm *g, int i, const char *name, int group, size_t *off, int ndim, int64_t d0,
-                   int64_t d1);
+/* Where the next tensor goes: table index and element offset in the flat buffer. */
+typedef struct {
+    int i;
+    size_t off;
+} lm_layout;
+
+/* Appends tensor d to group `group` at lo, advancing it. The table must have room
+ * (dt_lm_create counts the tensors first with the family's table_size). */
+void lm_layout_add(dt_lm *g, lm_layout *lo, int group, const lm_tensor_decl *d);
+
+/* The widest head the device kernels take (DT_LM_MAX_HEAD_DIM): DT_EINVAL with one
+ * line when D exceeds it. For the families' check. */
+int lm_check_head_dim(int64_t D, dt_error *err);
+
+/* Reserves bytes at *off of the activation allocation: its address when base is
+ * given, NULL when only measuring. */
+void *lm_take(char *base, size_t *off, size_t bytes);
+
+/* ---- the block interface: one table per family, dispatched by lm.c ----
+ * Every function receives the model with its dimensions and options set
+ * (configure ran first). Blocks: on entry to backward g->dres = dL/dx[l+1], on exit
+ * dL/dx[l]; a block reads its parameters through P and the offsets g->boff of its
+ * tensor kinds, and accumulates fp32 gradients into G (the group's layout). */
+struct lm_family {
+    const char *hf_prefix;                    /* dt_lm_hf_prefix */
+    const char *op_names[DT_LM_OP_COUNT];     /* dt_lm_op_name */
+    int has_wpe;      /* 1: learned positions, tensor 1 of group 0 (the encoder adds them) */
+    int block_kinds;  /* entries of g->boff: the block's tensor kinds, present or not */
+    /* the family's checks of a model description: one line naming what this
+     * engine cannot run (DT_EINVAL), after dt_model_validate */
+    int (*check)(const dt_model *m, dt_error *err);
+    /* g->D, qk_norm, qkv_bias, tied from the description */
+    void (*configure)(dt_lm *g, const dt_model *m);
+    /* tensors of the whole model (sizes the table) */
+    int (*table_size)(const dt_lm *g);
+    /* group 0 (embeddings), block l's group 1 + l (filling g->boff on the first),
+     * group L + 1 (final norm, an untied head: sets g->norm_off, cls_group, cls_off) */
+    void (*layout_embed)(dt_lm *g, lm_layout *lo);
+    void (*layout_block)(dt_lm *g, int l, lm_layout *lo);
+    void (*layout_head)(dt_lm *g, lm_layout *lo);
+    /* saved activations of one block, and the final norm's statistics (after lnf),
+     * from *off (base NULL: measure only); docs/activations.md lists them */
+    void (*layout_block_acts)(dt_lm *g, block_acts *ba, char *base, size_t *off);
+    void (*layout_norm_stats)(dt_lm *g, char *base, size_t *off);
+    /* the family's scratch (dQKV, dF, dA, RoPE tables) and, with 16-bit activations,
+     * its fp32 activation views; 1 on success, 0 when an allocation failed (what
+     * was allocated is freed by dt_lm_free) */
+    int (*alloc_scratch)(dt_lm *g, const dt_model *m);
+    int (*alloc_views)(dt_lm *g);
+    /* the widest linear output (OC) and the fp32 view gemm16 borrows (the MLP's
+     * GEMM-only activation: docs/engine.md "Precision") */
+    int64_t (*widest_linear)(const dt_lm *g);
+    float *(*gemm16_view)(dt_lm *g);
+    /* elements of the final norm at the start of group L + 1 */
+    size_t (*norm_numel)(const dt_lm *g);
+    /* block l forward from x[l] into A (xout: x[l + 1], or NULL when recomputing) and
+     * backward; DT_OK or a GEMM's error */
+    int (*block_forward)(dt_lm *g, int l, block_acts *A, void *xout, const lm_params *P);
+    int (*block_backward)(dt_lm *g, int l, const block_acts *A, const lm_params *P, float *G);
+    /* the final norm: out [N, C] from x [N, C] (P: its fp32 parameters) into g->lnf's
+     * statistics; backward: dres (=) from dout with G its fp32 gradient (+=) */
+    void (*norm_forward)(dt_lm *g, float *out, const float *x, const float *P);
+    void (*norm_backward)(dt_lm *g, const float *dout, const float *x, const float *P, float *G);
+};
+
+/* The families (lm_gpt2.c, lm_llama.c); lm.c picks one by dt_family. */
+extern const lm_family lm_family_gpt2;
+extern const lm_family lm_family_llama;
 
 #endif

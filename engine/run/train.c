@@ -579,13 +579,18 @@ static int build_model(trainer *t, int64_t *resumed, dt_error *err) {
     *resumed = -1;
     /* ZeRO-3: no rank ever holds the whole model (dt_zero_load_params) */
     unsigned flags = partitioned_init(t) ? DT_LM_NO_FLAT : 0;
-    int rc = dt_lm_create_ex(&plan->model, &plan->precision, B, T, plan->activations.ckpt_layers,
-                             plan->activations.attention, plan->cluster.device, dt_comm_local_rank(t->comm),
-                             flags, &t->g, err);
+    const dt_lm_options lo = {.B = B, .T = T, .ckpt_layers = plan->activations.ckpt_layers,
+                              .attn = plan->activations.attention, .device = plan->cluster.device,
+                              .ordinal = dt_comm_local_rank(t->comm), .flags = flags};
+    int rc = dt_lm_create_opts(&plan->model, &plan->precision, &lo, &t->g, err);
     if (!rc) rc = dt_zero_create(plan, t->comm, t->g, &t->z, err);
     if (!rc) rc = setup_data(t, err);
-    t->inputs = malloc((size_t)(B * T) * sizeof(int32_t));
-    t->targets = malloc((size_t)(B * T) * sizeof(int32_t));
+    if (!rc) {   /* one micro-batch's token ids [B, T] */
+        t->inputs = malloc((size_t)(B * T) * sizeof(int32_t));
+        t->targets = malloc((size_t)(B * T) * sizeof(int32_t));
+        if (!t->inputs || !t->targets)
+            rc = dt_errorf(err, DT_ENOMEM, "train: out of memory for a micro-batch's %lld tokens", (long long)(B * T));
+    }
     if (!rc) rc = init_weights(t, resumed, err);
     return rc;
 }
