@@ -356,13 +356,11 @@ static void test_fault(const trainer *t) {
         for (;;) pause();
 }
 
-/* A collective failed (timeout, or MPI/NCCL reporting a lost peer): append the
- * heartbeat diagnosis naming the rank that died or hangs. This rank re-beats
- * first and waits DT_DIAG_GRACE_S so the healthy peers do the same. */
+/* A collective failed (DT_ECOMM: a timeout, or MPI/NCCL reporting a lost peer):
+ * append the heartbeat diagnosis naming the rank that died or hangs. This rank
+ * re-beats first and waits DT_DIAG_GRACE_S so the healthy peers do the same. */
 static void name_culprit(trainer *t, dt_error *err) {
-    if (!t->hb || t->world < 2) return;
-    if (!strstr(err->msg, "did not complete within") && !strstr(err->msg, "MPI ") && !strstr(err->msg, "NCCL "))
-        return;
+    if (!t->hb || t->world < 2 || err->code != DT_ECOMM) return;
     const double timeout = dt_comm_timeout(t->comm);
     dt_heartbeat_beat(t->hb, t->st.step + 1);
     double grace = fmin(DT_DIAG_GRACE_S, timeout / 4);
