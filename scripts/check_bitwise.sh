@@ -5,7 +5,7 @@
 # BUILD_A/dtrun and BUILD_B/dtrun and compares, byte for byte,
 #   - every step's loss, grad_norm and lr as metrics.jsonl prints them,
 #   - the sha256 of every file of every checkpoint directory (model.safetensors, the
-#     optimizer shards, the Hugging Face export's config.json / generation_config.json,
+#     optimizer shards, the Hugging Face export (config.json beside model.safetensors),
 #     the plan; state.json without its random run_id),
 #   - the run report's tracked memory (every "tracked" figure of run-report.json),
 # for GPT-2 tiny and the llama family (Qwen3: q/k norm, untied lm_head, checkpointed

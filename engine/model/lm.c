@@ -88,7 +88,7 @@ static lm_params group_params(dt_lm *g, int group) {
 }
 
 /* Elements of the final norm at the start of group L+1 (gpt2: weight and bias). */
-static size_t norm_numel(const dt_lm *g) { return g->family->norm_numel(g); }
+static size_t norm_numel(const dt_lm *g) { return g->norm_numel; }
 
 /* fp32 parameters of the final norm (the start of group L+1; an untied lm_head
  * after it is converted in row chunks by the classifier) */
@@ -130,25 +130,26 @@ const char *dt_lm_op_name(const dt_lm *g, dt_lm_op op) {
 /* ----------------------------------------------------------------------------
  * create / free */
 
-/* The tensor table, group by group, as the family declares it. */
-static void build_layout(dt_lm *g) {
-    const lm_family *f = g->family;
+/* The tensor table, group by group, from models/' description d of the family
+ * (lm_layer.c), and the offsets of the block's tensor kinds. */
+static int build_layout(dt_lm *g, const dt_model_desc *d, dt_error *err) {
     lm_layout lo = {0, 0};
     g->group_off[0] = lo.off;
-    f->layout_embed(g, &lo);
+    lm_layout_embed(g, d, &lo);
     g->group_numel[0] = lo.off - g->group_off[0];
     for (int l = 0; l < g->L; l++) {
         int grp = 1 + l;
         g->group_off[grp] = lo.off;
-        f->layout_block(g, l, &lo);
+        lm_layout_block(g, d, l, &lo);
         g->group_numel[grp] = lo.off - g->group_off[grp];
     }
     int last = (int)g->L + 1;
     g->group_off[last] = lo.off;
-    f->layout_head(g, &lo);
+    lm_layout_head(g, d, &lo);
     g->group_numel[last] = lo.off - g->group_off[last];
     g->nparams = lo.off;
     g->ntensors = lo.i;
+    return lm_layout_kinds(g, err);
 }
 
 /* Lays out (or, with base == NULL, just measures) the saved activations. */
@@ -288,7 +289,9 @@ int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_o
     configure(g, m, prec, o);
 
     g->ngroups = (int)g->L + 2;
-    g->ntensors = g->family->table_size(g);
+    dt_model_desc desc;   /* the family's modules, as models/ counts them */
+    dt_model_describe(m, &desc);
+    g->ntensors = lm_layout_count(&desc, g->L, g->tied);
     g->tensors = calloc((size_t)g->ntensors, sizeof *g->tensors);
     g->names = calloc((size_t)g->ntensors, sizeof *g->names);
     g->group_off = calloc((size_t)g->ngroups, sizeof(size_t));
@@ -303,7 +306,10 @@ int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_o
         dt_lm_free(g);
         return dt_errorf(err, DT_ENOMEM, "model: out of memory for the layout tables");
     }
-    build_layout(g);
+    if ((rc = build_layout(g, &desc, err))) {
+        dt_lm_free(g);
+        return rc;
+    }
 
     int64_t N = B * T, C = g->C, V = g->V;
     const int flat = !(o->flags & DT_LM_NO_FLAT);

@@ -1,6 +1,7 @@
-/* lm_gpt2.c — the GPT-2 family of dt_lm (lm_family_gpt2): its tensors (declared
- * with their flags and init rules), saved activations, block forward and backward
- * and final LayerNorm, as Hugging Face transformers' GPT2Block computes them
+/* lm_gpt2.c — the GPT-2 family of dt_lm (lm_family_gpt2): how it names and stores
+ * the modules models/ describes (Conv1D weights, GPT-2's init), the tensors its block
+ * reads, its saved activations, block forward and backward and final LayerNorm, as
+ * Hugging Face transformers' GPT2Block computes them
  * (docs/engine.md):
  *
  *   h   = x + c_proj(attn(c_attn(ln_1(x))))
@@ -25,22 +26,14 @@ enum {
     P_FCPB, P_BLOCK_COUNT
 };
 
-/* How a block tensor starts: a LayerNorm weight 1, a bias 0, a weight N(0, 0.02),
- * a residual projection (c_proj) N(0, 0.02 / sqrt(2L)). */
-typedef enum { G2_NORM, G2_BIAS, G2_WEIGHT, G2_RESIDUAL } g2_role;
-
-typedef struct {
-    const char *suffix;   /* after "h.<l>." */
-    g2_role role;
-} g2_tensor;
-
-static const g2_tensor g2_tensors[P_BLOCK_COUNT] = {
-    [P_LN1W] = {"ln_1.weight", G2_NORM},          [P_LN1B] = {"ln_1.bias", G2_BIAS},
-    [P_QKVW] = {"attn.c_attn.weight", G2_WEIGHT}, [P_QKVB] = {"attn.c_attn.bias", G2_BIAS},
-    [P_ATTPW] = {"attn.c_proj.weight", G2_RESIDUAL}, [P_ATTPB] = {"attn.c_proj.bias", G2_BIAS},
-    [P_LN2W] = {"ln_2.weight", G2_NORM},          [P_LN2B] = {"ln_2.bias", G2_BIAS},
-    [P_FCW] = {"mlp.c_fc.weight", G2_WEIGHT},     [P_FCB] = {"mlp.c_fc.bias", G2_BIAS},
-    [P_FCPW] = {"mlp.c_proj.weight", G2_RESIDUAL}, [P_FCPB] = {"mlp.c_proj.bias", G2_BIAS},
+/* what the block reads, by name within the block (models/' module names; g->boff) */
+static const char *const g2_kinds[P_BLOCK_COUNT] = {
+    [P_LN1W] = "ln_1.weight",          [P_LN1B] = "ln_1.bias",
+    [P_QKVW] = "attn.c_attn.weight",   [P_QKVB] = "attn.c_attn.bias",
+    [P_ATTPW] = "attn.c_proj.weight",  [P_ATTPB] = "attn.c_proj.bias",
+    [P_LN2W] = "ln_2.weight",          [P_LN2B] = "ln_2.bias",
+    [P_FCW] = "mlp.c_fc.weight",       [P_FCB] = "mlp.c_fc.bias",
+    [P_FCPW] = "mlp.c_proj.weight",    [P_FCPB] = "mlp.c_proj.bias",
 };
 
 /* ----------------------------------------------------------------------------
@@ -59,63 +52,6 @@ static void gpt2_configure(dt_lm *g, const dt_model *m) {
     g->qk_norm = 0;
     g->qkv_bias = 1;
     g->tied = 1;
-}
-
-/* ----------------------------------------------------------------------------
- * tensors */
-
-/* wte, wpe; L blocks; ln_f weight and bias */
-static int gpt2_table_size(const dt_lm *g) { return 2 + (int)g->L * P_BLOCK_COUNT + 2; }
-
-/* a matrix N(0, std): trained, decayed */
-static lm_tensor_decl g2_matrix(const char *name, int64_t d0, int64_t d1, double std) {
-    lm_tensor_decl d = {name, 2, d0, d1, DT_TENSOR_TRAINABLE | DT_TENSOR_DECAY, {DT_INIT_NORMAL, std}};
-    return d;
-}
-
-/* a vector starting at 0 or 1: trained, not decayed */
-static lm_tensor_decl g2_vector(const char *name, int64_t n, dt_init_kind init) {
-    lm_tensor_decl d = {name, 1, n, 0, DT_TENSOR_TRAINABLE, {init, 0.0}};
-    return d;
-}
-
-static void gpt2_layout_embed(dt_lm *g, lm_layout *lo) {
-    lm_tensor_decl wte = g2_matrix("wte.weight", g->V, g->C, DT_GPT2_INIT_STD);
-    lm_tensor_decl wpe = g2_matrix("wpe.weight", g->maxT, g->C, DT_GPT2_INIT_STD);
-    lm_layout_add(g, lo, 0, &wte);
-    lm_layout_add(g, lo, 0, &wpe);
-}
-
-static void gpt2_layout_block(dt_lm *g, int l, lm_layout *lo) {
-    const int64_t C = g->C, F = g->F;
-    const int grp = 1 + l;
-    const size_t base = lo->off;
-    /* shapes [in, out] as HF Conv1D */
-    const int64_t shp[P_BLOCK_COUNT][2] = {{C, 0}, {C, 0}, {C, 3 * C}, {3 * C, 0}, {C, C}, {C, 0},
-                                           {C, 0}, {C, 0}, {C, F},     {F, 0},     {F, C}, {C, 0}};
-    const double residual_std = DT_GPT2_INIT_STD / sqrt(2.0 * (double)g->L);
-    for (int k = 0; k < P_BLOCK_COUNT; k++) {
-        char name[DT_TENSOR_NAME_MAX];
-        snprintf(name, sizeof name, "h.%d.%s", l, g2_tensors[k].suffix);
-        if (l == 0) g->boff[k] = lo->off - base;
-        const g2_role r = g2_tensors[k].role;
-        lm_tensor_decl d = r == G2_NORM   ? g2_vector(name, shp[k][0], DT_INIT_ONE)
-                           : r == G2_BIAS ? g2_vector(name, shp[k][0], DT_INIT_ZERO)
-                                          : g2_matrix(name, shp[k][0], shp[k][1],
-                                                      r == G2_RESIDUAL ? residual_std : DT_GPT2_INIT_STD);
-        lm_layout_add(g, lo, grp, &d);
-    }
-}
-
-static void gpt2_layout_head(dt_lm *g, lm_layout *lo) {
-    const int last = (int)g->L + 1;
-    lm_tensor_decl w = g2_vector("ln_f.weight", g->C, DT_INIT_ONE);
-    lm_tensor_decl b = g2_vector("ln_f.bias", g->C, DT_INIT_ZERO);
-    lm_layout_add(g, lo, last, &w);
-    lm_layout_add(g, lo, last, &b);
-    g->norm_off = 0;
-    g->cls_group = 0;   /* tied: the classifier is wte */
-    g->cls_off = 0;
 }
 
 /* ----------------------------------------------------------------------------
@@ -172,8 +108,6 @@ static int64_t gpt2_widest_linear(const dt_lm *g) {
 }
 
 static float *gpt2_gemm16_view(dt_lm *g) { return g->w32.gelu; }
-
-static size_t gpt2_norm_numel(const dt_lm *g) { return (size_t)(2 * g->C); }
 
 /* ----------------------------------------------------------------------------
  * the block */
@@ -323,24 +257,26 @@ static void gpt2_norm_backward(dt_lm *g, const float *dout, const float *x, cons
 }
 
 const lm_family lm_family_gpt2 = {
+    .name = "gpt2",
     .hf_prefix = "transformer.",
     .op_names = {"qkv", "attn proj", "fc", "fc proj", "classifier", "attention", "layernorm", "rope",
                  "gelu", "residual", "cross-entropy", "encoder", "convert"},
     .has_wpe = 1,
+    .model_prefix = "",
+    .block_prefix = "h.%d.",
+    .weight_layout = LM_W_IN_OUT,
+    .init_std = DT_GPT2_INIT_STD,
+    .scale_out_init = 1,
     .block_kinds = P_BLOCK_COUNT,
+    .kind_names = g2_kinds,
     .check = gpt2_check,
     .configure = gpt2_configure,
-    .table_size = gpt2_table_size,
-    .layout_embed = gpt2_layout_embed,
-    .layout_block = gpt2_layout_block,
-    .layout_head = gpt2_layout_head,
     .layout_block_acts = gpt2_layout_block_acts,
     .layout_norm_stats = gpt2_layout_norm_stats,
     .alloc_scratch = gpt2_alloc_scratch,
     .alloc_views = gpt2_alloc_views,
     .widest_linear = gpt2_widest_linear,
     .gemm16_view = gpt2_gemm16_view,
-    .norm_numel = gpt2_norm_numel,
     .block_forward = gpt2_block_forward,
     .block_backward = gpt2_block_backward,
     .norm_forward = gpt2_norm_forward,

@@ -9,12 +9,13 @@
  *   lm_gpt2.c   the GPT-2 family (lm_family_gpt2): its tensors, saved activations,
  *               block forward / backward, final LayerNorm;
  *   lm_llama.c  the llama family (lm_family_llama: Llama, Qwen2, Qwen3), the same;
- *   lm_layer.c  what the families build with: the tensor table (lm_layout_add, each
- *               tensor's flags and init rule declared there), the linears (fp32 ops
- *               or the 16-bit GEMMs), the per-op profile clock;
+ *   lm_layer.c  what the families build with: the tensor table, built from models/'
+ *               description of the family's modules (dt_model_describe, the rows of
+ *               models/family.c) with each tensor's flags and init rule declared
+ *               there, the linears (fp32 ops or the 16-bit GEMMs), the profile clock;
  *   lm_init.c   initialisation from each tensor's declared init rule.
- * A new block family (a vision tower's block) is one more lm_family in its own
- * file plus its row in lm.c's family table; a new kind of linear (a LoRA adapter)
+ * A new block family (a vision tower's block) is its row in models/family.c, one
+ * more lm_family in its own file and its entry in lm.c's family table; a new kind of linear (a LoRA adapter)
  * is a layer kind beside lm_linear_* used by the blocks that have it, its tensors
  * declared with their own flags (docs/architecture.md "Where to add things").
  * Not a public header: everything outside engine/model/ uses dt_lm.h.
@@ -31,6 +32,7 @@
 #include "dt_device.h"
 #include "dt_dtype.h"
 #include "dt_lm.h"
+#include "dt_model.h"
 
 #define DT_TENSOR_NAME_MAX 64
 /* The widest attention head the device kernels take: the CUDA flash kernel keeps
@@ -111,6 +113,7 @@ struct dt_lm {
     int cls_group;            /* the group holding the classifier matrix [V, C]: 0 tied, L+1 untied */
     size_t cls_off;           /* its element offset inside that group */
     size_t norm_off;          /* the final norm's weight inside group L+1 */
+    size_t norm_numel;        /* the final norm's elements there (weight, and bias) */
 
     /* storage */
     void *params, *grads;            /* flat, DT_MEM_PARAMS / DT_MEM_GRADS */
@@ -274,10 +277,16 @@ int lm_linear_backward(dt_lm *g, const lm_linear *lin, const lm_params *P, float
                        lm_dinp_mode mode, const float *dout, const void *inp, const float *inp32, int64_t N);
 
 /* ---- the tensor table (lm_layer.c) ----
- * A family declares each tensor once, when the layout is built: its name, shape,
- * flags (DT_TENSOR_TRAINABLE, DT_TENSOR_DECAY: dt_lm.h) and init rule. Nothing
- * downstream (the optimizer, ZeRO, checkpoints, the init) infers them from a
- * tensor's rank or name. */
+ * Built from models/' description of the family (dt_model_describe: the modules of
+ * Hugging Face's block, k_family_rows in models/family.c) with the family's naming and
+ * storage rules (lm_family), so the engine and the planner count the same tensors.
+ * Each tensor is declared once, when the layout is built: its name, shape, flags
+ * (DT_TENSOR_TRAINABLE, DT_TENSOR_DECAY: dt_lm.h) and init rule. Nothing downstream
+ * (the optimizer, ZeRO, checkpoints, the init) infers them from a tensor's rank or
+ * name. Order, per sublayer (attention, MLP): the norm (weight, LayerNorm's bias), the
+ * in-linears' weights, their biases, the in-norms (Qwen3's q/k norm), the out-linear's
+ * weight and bias — Hugging Face's order for both families, and q | k | v (gate | up)
+ * adjacent so one GEMM covers them. */
 typedef struct {
     const char *name;     /* Hugging Face name after dt_lm_hf_prefix (copied) */
     int ndim;             /* 1 or 2 */
@@ -293,8 +302,20 @@ typedef struct {
 } lm_layout;
 
 /* Appends tensor d to group `group` at lo, advancing it. The table must have room
- * (dt_lm_create counts the tensors first with the family's table_size). */
+ * (lm_layout_count). */
 void lm_layout_add(dt_lm *g, lm_layout *lo, int group, const lm_tensor_decl *d);
+/* Tensors of the whole model described by d (L blocks; tied: no lm_head tensor). */
+int lm_layout_count(const dt_model_desc *d, int64_t L, int tied);
+/* Group 0 (the embeddings), block l's group 1 + l, group L + 1 (the final norm and,
+ * untied, lm_head: sets g->norm_off, norm_numel, cls_group, cls_off), by d and
+ * g->family's rules. */
+void lm_layout_embed(dt_lm *g, const dt_model_desc *d, lm_layout *lo);
+void lm_layout_block(dt_lm *g, const dt_model_desc *d, int l, lm_layout *lo);
+void lm_layout_head(dt_lm *g, const dt_model_desc *d, lm_layout *lo);
+/* g->boff from block 0's tensors by the family's kind names (SIZE_MAX: the model has
+ * no such tensor). DT_EINVAL naming the tensor when block 0 has one the family's
+ * block does not use (a description this engine's block cannot run). */
+int lm_layout_kinds(dt_lm *g, dt_error *err);
 
 /* The widest head the device kernels take (DT_LM_MAX_HEAD_DIM): DT_EINVAL with one
  * line when D exceeds it. For the families' check. */
@@ -310,22 +331,25 @@ void *lm_take(char *base, size_t *off, size_t bytes);
  * dL/dx[l]; a block reads its parameters through P and the offsets g->boff of its
  * tensor kinds, and accumulates fp32 gradients into G (the group's layout). */
 struct lm_family {
+    const char *name;                         /* "gpt2", "llama" (for messages) */
     const char *hf_prefix;                    /* dt_lm_hf_prefix */
     const char *op_names[DT_LM_OP_COUNT];     /* dt_lm_op_name */
     int has_wpe;      /* 1: learned positions, tensor 1 of group 0 (the encoder adds them) */
-    int block_kinds;  /* entries of g->boff: the block's tensor kinds, present or not */
+    /* how the family names and stores the modules of models/' description */
+    const char *model_prefix;   /* before the embeddings and the final norm: "" | "model." */
+    const char *block_prefix;   /* before a block's modules, %d its index: "h.%d." | "model.layers.%d." */
+    lm_wlayout weight_layout;   /* Conv1D [in, out] | nn.Linear [out, in] */
+    double init_std;            /* embeddings and linears N(0, init_std) (HF initializer_range) */
+    int scale_out_init;         /* 1: a sublayer's out linear N(0, init_std / sqrt(2L)) (GPT-2) */
+    /* the block's tensor kinds its forward / backward read, by name within the block
+     * ([block_kinds]; g->boff[k] is kind k's offset, SIZE_MAX when the model has none) */
+    int block_kinds;
+    const char *const *kind_names;
     /* the family's checks of a model description: one line naming what this
      * engine cannot run (DT_EINVAL), after dt_model_validate */
     int (*check)(const dt_model *m, dt_error *err);
     /* g->D, qk_norm, qkv_bias, tied from the description */
     void (*configure)(dt_lm *g, const dt_model *m);
-    /* tensors of the whole model (sizes the table) */
-    int (*table_size)(const dt_lm *g);
-    /* group 0 (embeddings), block l's group 1 + l (filling g->boff on the first),
-     * group L + 1 (final norm, an untied head: sets g->norm_off, cls_group, cls_off) */
-    void (*layout_embed)(dt_lm *g, lm_layout *lo);
-    void (*layout_block)(dt_lm *g, int l, lm_layout *lo);
-    void (*layout_head)(dt_lm *g, lm_layout *lo);
     /* saved activations of one block, and the final norm's statistics (after lnf),
      * from *off (base NULL: measure only); docs/activations.md lists them */
     void (*layout_block_acts)(dt_lm *g, block_acts *ba, char *base, size_t *off);
@@ -339,8 +363,6 @@ struct lm_family {
      * GEMM-only activation: docs/engine.md "Precision") */
     int64_t (*widest_linear)(const dt_lm *g);
     float *(*gemm16_view)(dt_lm *g);
-    /* elements of the final norm at the start of group L + 1 */
-    size_t (*norm_numel)(const dt_lm *g);
     /* block l forward from x[l] into A (xout: x[l + 1], or NULL when recomputing) and
      * backward; DT_OK or a GEMM's error */
     int (*block_forward)(dt_lm *g, int l, block_acts *A, void *xout, const lm_params *P);

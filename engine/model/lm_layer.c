@@ -4,7 +4,9 @@
  * activations bf16 x bf16 -> fp32 GEMMs on the stored tensors: docs/engine.md
  * "Precision") and the per-op profile's clock. It calls no family and not the
  * driver (lm.c), so the families and the driver stand on it, not on each other. */
+#include <math.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #include "dt_device.h"
@@ -34,6 +36,133 @@ int lm_check_head_dim(int64_t D, dt_error *err) {
     if (D > DT_LM_MAX_HEAD_DIM)
         return dt_errorf(err, DT_EINVAL, "model: head size %lld exceeds the supported %d", (long long)D,
                          DT_LM_MAX_HEAD_DIM);
+    return DT_OK;
+}
+
+/* ---- the layout from models/' description ---- */
+
+/* a matrix [d0, d1], N(0, std): trained, decayed */
+static void add_matrix(dt_lm *g, lm_layout *lo, int group, const char *name, int64_t d0, int64_t d1, double std) {
+    const lm_tensor_decl d = {name, 2, d0, d1, DT_TENSOR_TRAINABLE | DT_TENSOR_DECAY, {DT_INIT_NORMAL, std}};
+    lm_layout_add(g, lo, group, &d);
+}
+
+/* a vector [n] starting at 0 (biases) or 1 (norm weights): trained, not decayed */
+static void add_vector(dt_lm *g, lm_layout *lo, int group, const char *name, int64_t n, dt_init_kind init) {
+    const lm_tensor_decl d = {name, 1, n, 0, DT_TENSOR_TRAINABLE, {init, 0.0}};
+    lm_layout_add(g, lo, group, &d);
+}
+
+static void add_norm(dt_lm *g, lm_layout *lo, int group, const char *prefix, const dt_norm_desc *n) {
+    char name[DT_TENSOR_NAME_MAX];
+    snprintf(name, sizeof name, "%s%s.weight", prefix, n->name);
+    add_vector(g, lo, group, name, n->width, DT_INIT_ONE);
+    if (n->kind != DT_NORM_LAYERNORM) return;
+    snprintf(name, sizeof name, "%s%s.bias", prefix, n->name);
+    add_vector(g, lo, group, name, n->width, DT_INIT_ZERO);
+}
+
+/* a linear's weight in the family's layout */
+static void add_weight(dt_lm *g, lm_layout *lo, int group, const char *prefix, const dt_linear_desc *li,
+                       double std) {
+    char name[DT_TENSOR_NAME_MAX];
+    snprintf(name, sizeof name, "%s%s.weight", prefix, li->name);
+    const int in_out = g->family->weight_layout == LM_W_IN_OUT;
+    add_matrix(g, lo, group, name, in_out ? li->in : li->out, in_out ? li->out : li->in, std);
+}
+
+static void add_bias(dt_lm *g, lm_layout *lo, int group, const char *prefix, const dt_linear_desc *li) {
+    if (!li->bias) return;
+    char name[DT_TENSOR_NAME_MAX];
+    snprintf(name, sizeof name, "%s%s.bias", prefix, li->name);
+    add_vector(g, lo, group, name, li->out, DT_INIT_ZERO);
+}
+
+/* norm; in-linears' weights, their biases; in-norms; out weight and bias */
+static void add_sublayer(dt_lm *g, lm_layout *lo, int group, const char *prefix, const dt_sublayer_desc *s,
+                         double out_std) {
+    const double std = g->family->init_std;
+    add_norm(g, lo, group, prefix, &s->norm);
+    for (int i = 0; i < s->n_in; i++) add_weight(g, lo, group, prefix, &s->in[i], std);
+    for (int i = 0; i < s->n_in; i++) add_bias(g, lo, group, prefix, &s->in[i]);
+    for (int i = 0; i < s->n_in_norm; i++) add_norm(g, lo, group, prefix, &s->in_norm[i]);
+    add_weight(g, lo, group, prefix, &s->out, out_std);
+    add_bias(g, lo, group, prefix, &s->out);
+}
+
+static int norm_tensors(const dt_norm_desc *n) { return n->kind == DT_NORM_LAYERNORM ? 2 : 1; }
+
+static int sublayer_tensors(const dt_sublayer_desc *s) {
+    int n = norm_tensors(&s->norm) + 1 + (s->out.bias != 0);
+    for (int i = 0; i < s->n_in; i++) n += 1 + (s->in[i].bias != 0);
+    for (int i = 0; i < s->n_in_norm; i++) n += norm_tensors(&s->in_norm[i]);
+    return n;
+}
+
+int lm_layout_count(const dt_model_desc *d, int64_t L, int tied) {
+    const int block = sublayer_tensors(&d->block.attn) + sublayer_tensors(&d->block.mlp);
+    return d->n_embed + (int)L * block + norm_tensors(&d->final_norm) + !tied;
+}
+
+void lm_layout_embed(dt_lm *g, const dt_model_desc *d, lm_layout *lo) {
+    for (int i = 0; i < d->n_embed; i++) {
+        char name[DT_TENSOR_NAME_MAX];
+        snprintf(name, sizeof name, "%s%s.weight", g->family->model_prefix, d->embed[i].name);
+        add_matrix(g, lo, 0, name, d->embed[i].rows, d->embed[i].width, g->family->init_std);
+    }
+}
+
+void lm_layout_block(dt_lm *g, const dt_model_desc *d, int l, lm_layout *lo) {
+    const lm_family *f = g->family;
+    char prefix[DT_TENSOR_NAME_MAX];
+    snprintf(prefix, sizeof prefix, f->block_prefix, l);
+    /* GPT-2 (Radford et al. 2019 §2.3): the residual branches' last linears scaled by 1/sqrt(2L) */
+    const double out_std = f->scale_out_init ? f->init_std / sqrt(2.0 * (double)g->L) : f->init_std;
+    add_sublayer(g, lo, 1 + l, prefix, &d->block.attn, out_std);
+    add_sublayer(g, lo, 1 + l, prefix, &d->block.mlp, out_std);
+}
+
+void lm_layout_head(dt_lm *g, const dt_model_desc *d, lm_layout *lo) {
+    const int last = (int)g->L + 1;
+    const size_t base = lo->off;
+    add_norm(g, lo, last, g->family->model_prefix, &d->final_norm);
+    g->norm_off = 0;
+    g->norm_numel = lo->off - base;
+    /* the classifier matrix [V, C]: the embedding (tied) or lm_head after the norm */
+    g->cls_group = g->tied ? 0 : last;
+    g->cls_off = g->tied ? 0 : g->norm_numel;
+    if (!g->tied) {
+        char name[DT_TENSOR_NAME_MAX];
+        snprintf(name, sizeof name, "%s.weight", d->lm_head.name);
+        add_matrix(g, lo, last, name, d->lm_head.out, d->lm_head.in, g->family->init_std);
+    }
+}
+
+int lm_layout_kinds(dt_lm *g, dt_error *err) {
+    const lm_family *f = g->family;
+    char prefix[DT_TENSOR_NAME_MAX], name[DT_TENSOR_NAME_MAX * 2];
+    snprintf(prefix, sizeof prefix, f->block_prefix, 0);
+    int used = 0, in_block = 0;
+    for (int i = 0; i < g->ntensors; i++) in_block += g->tensors[i].group == 1;
+    for (int k = 0; k < f->block_kinds; k++) {
+        g->boff[k] = SIZE_MAX;
+        snprintf(name, sizeof name, "%s%s", prefix, f->kind_names[k]);
+        for (int i = 0; i < g->ntensors; i++)
+            if (g->tensors[i].group == 1 && strcmp(g->tensors[i].name, name) == 0) {
+                g->boff[k] = g->tensors[i].offset - g->group_off[1];
+                used++;
+            }
+    }
+    if (used == in_block || g->L == 0) return DT_OK;
+    for (int i = 0; i < g->ntensors; i++) {
+        const dt_tensor_info *t = &g->tensors[i];
+        int known = 0;
+        for (int k = 0; k < f->block_kinds && t->group == 1; k++)
+            known |= g->boff[k] == t->offset - g->group_off[1];
+        if (t->group == 1 && !known)
+            return dt_errorf(err, DT_EINVAL, "model: the block has a tensor %s the engine's %s block does not use",
+                             t->name, f->name);
+    }
     return DT_OK;
 }
 

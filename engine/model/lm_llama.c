@@ -1,6 +1,7 @@
 /* lm_llama.c — the llama family (Llama, Qwen2, Qwen3) of dt_lm (lm_family_llama):
- * its tensors (declared with their flags and init rules), saved activations, RoPE
- * tables, block forward and backward and final RMSNorm, as
+ * how it names and stores the modules models/ describes (nn.Linear weights), the
+ * tensors its block reads, saved activations, RoPE tables, block forward and
+ * backward and final RMSNorm, as
  * Hugging Face transformers' LlamaDecoderLayer / Qwen2DecoderLayer /
  * Qwen3DecoderLayer compute them (docs/engine.md "The llama family"):
  *
@@ -20,7 +21,7 @@
 
 #include "lm_internal.h"
 
-/* per-block tensors in layout order (the llama-family entries of g->boff) */
+/* the block's tensor kinds (the llama-family entries of g->boff), in layout order */
 enum {
     LL_IN, LL_QW, LL_KW, LL_VW, LL_QB, LL_KB, LL_VB, LL_QN, LL_KN, LL_OW, LL_POST, LL_GW, LL_UW,
     LL_DW, LL_COUNT
@@ -30,47 +31,23 @@ enum {
  * linear and the embedding, RMSNorm weights 1, biases 0 (LlamaPreTrainedModel._init_weights). */
 #define DT_LLAMA_INIT_STD 0.02
 
-typedef struct {
-    const char *suffix;   /* after "model.layers.<l>." */
-    int ndim;
-    dt_init_kind init;    /* vectors: 1 for norm weights, 0 for biases; matrices N(0, 0.02) */
-} ll_tensor;
-
-static const ll_tensor ll_tensors[LL_COUNT] = {
-    [LL_IN] = {"input_layernorm.weight", 1, DT_INIT_ONE},
-    [LL_QW] = {"self_attn.q_proj.weight", 2, DT_INIT_NORMAL},
-    [LL_KW] = {"self_attn.k_proj.weight", 2, DT_INIT_NORMAL},
-    [LL_VW] = {"self_attn.v_proj.weight", 2, DT_INIT_NORMAL},
-    [LL_QB] = {"self_attn.q_proj.bias", 1, DT_INIT_ZERO},
-    [LL_KB] = {"self_attn.k_proj.bias", 1, DT_INIT_ZERO},
-    [LL_VB] = {"self_attn.v_proj.bias", 1, DT_INIT_ZERO},
-    [LL_QN] = {"self_attn.q_norm.weight", 1, DT_INIT_ONE},
-    [LL_KN] = {"self_attn.k_norm.weight", 1, DT_INIT_ONE},
-    [LL_OW] = {"self_attn.o_proj.weight", 2, DT_INIT_NORMAL},
-    [LL_POST] = {"post_attention_layernorm.weight", 1, DT_INIT_ONE},
-    [LL_GW] = {"mlp.gate_proj.weight", 2, DT_INIT_NORMAL},
-    [LL_UW] = {"mlp.up_proj.weight", 2, DT_INIT_NORMAL},
-    [LL_DW] = {"mlp.down_proj.weight", 2, DT_INIT_NORMAL},
+/* what the block reads, by name within the block (models/' module names; g->boff) */
+static const char *const ll_kinds[LL_COUNT] = {
+    [LL_IN] = "input_layernorm.weight",
+    [LL_QW] = "self_attn.q_proj.weight",
+    [LL_KW] = "self_attn.k_proj.weight",
+    [LL_VW] = "self_attn.v_proj.weight",
+    [LL_QB] = "self_attn.q_proj.bias",
+    [LL_KB] = "self_attn.k_proj.bias",
+    [LL_VB] = "self_attn.v_proj.bias",
+    [LL_QN] = "self_attn.q_norm.weight",
+    [LL_KN] = "self_attn.k_norm.weight",
+    [LL_OW] = "self_attn.o_proj.weight",
+    [LL_POST] = "post_attention_layernorm.weight",
+    [LL_GW] = "mlp.gate_proj.weight",
+    [LL_UW] = "mlp.up_proj.weight",
+    [LL_DW] = "mlp.down_proj.weight",
 };
-
-static int ll_present(const dt_lm *g, int k) {
-    if (k == LL_QB || k == LL_KB || k == LL_VB) return g->qkv_bias;
-    if (k == LL_QN || k == LL_KN) return g->qk_norm;
-    return 1;
-}
-
-/* shape [d0, d1] of tensor kind k (d1 = 0 for vectors) */
-static void ll_shape(const dt_lm *g, int k, int64_t *d0, int64_t *d1) {
-    const int64_t C = g->C, F = g->F, QD = g->QD, KVD = g->KVD, D = g->D;
-    const int64_t shp[LL_COUNT][2] = {
-        [LL_IN] = {C, 0},   [LL_QW] = {QD, C},  [LL_KW] = {KVD, C}, [LL_VW] = {KVD, C},
-        [LL_QB] = {QD, 0},  [LL_KB] = {KVD, 0}, [LL_VB] = {KVD, 0}, [LL_QN] = {D, 0},
-        [LL_KN] = {D, 0},   [LL_OW] = {C, QD},  [LL_POST] = {C, 0}, [LL_GW] = {F, C},
-        [LL_UW] = {F, C},   [LL_DW] = {C, F},
-    };
-    *d0 = shp[k][0];
-    *d1 = shp[k][1];
-}
 
 /* ----------------------------------------------------------------------------
  * the model description */
@@ -93,64 +70,6 @@ static void llama_configure(dt_lm *g, const dt_model *m) {
     g->qk_norm = m->qk_norm;
     g->qkv_bias = m->qkv_bias;
     g->tied = m->tied_embeddings;
-}
-
-/* ----------------------------------------------------------------------------
- * tensors: every matrix N(0, 0.02), trained and decayed; norm weights 1 and
- * biases 0, trained, not decayed */
-
-static lm_tensor_decl ll_matrix(const char *name, int64_t d0, int64_t d1) {
-    lm_tensor_decl d = {name, 2, d0, d1, DT_TENSOR_TRAINABLE | DT_TENSOR_DECAY, {DT_INIT_NORMAL, DT_LLAMA_INIT_STD}};
-    return d;
-}
-
-static lm_tensor_decl ll_vector(const char *name, int64_t n, dt_init_kind init) {
-    lm_tensor_decl d = {name, 1, n, 0, DT_TENSOR_TRAINABLE, {init, 0.0}};
-    return d;
-}
-
-/* embed_tokens; L blocks; the final norm and an untied lm_head */
-static int llama_table_size(const dt_lm *g) {
-    int per_block = 0;
-    for (int k = 0; k < LL_COUNT; k++) per_block += ll_present(g, k);
-    return 1 + (int)g->L * per_block + 1 + !g->tied;
-}
-
-static void llama_layout_embed(dt_lm *g, lm_layout *lo) {
-    lm_tensor_decl d = ll_matrix("model.embed_tokens.weight", g->V, g->C);
-    lm_layout_add(g, lo, 0, &d);
-}
-
-static void llama_layout_block(dt_lm *g, int l, lm_layout *lo) {
-    const size_t base = lo->off;
-    for (int k = 0; k < LL_COUNT; k++) {
-        if (!ll_present(g, k)) {
-            if (l == 0) g->boff[k] = SIZE_MAX;
-            continue;
-        }
-        char name[DT_TENSOR_NAME_MAX];
-        int64_t d0, d1;
-        ll_shape(g, k, &d0, &d1);
-        snprintf(name, sizeof name, "model.layers.%d.%s", l, ll_tensors[k].suffix);
-        if (l == 0) g->boff[k] = lo->off - base;
-        lm_tensor_decl d = ll_tensors[k].ndim == 2 ? ll_matrix(name, d0, d1)
-                                                   : ll_vector(name, d0, ll_tensors[k].init);
-        lm_layout_add(g, lo, 1 + l, &d);
-    }
-}
-
-static void llama_layout_head(dt_lm *g, lm_layout *lo) {
-    const int last = (int)g->L + 1;
-    lm_tensor_decl norm = ll_vector("model.norm.weight", g->C, DT_INIT_ONE);
-    lm_layout_add(g, lo, last, &norm);
-    if (!g->tied) {
-        lm_tensor_decl head = ll_matrix("lm_head.weight", g->V, g->C);
-        lm_layout_add(g, lo, last, &head);
-    }
-    g->norm_off = 0;
-    /* the classifier matrix [V, C]: the embedding (tied) or lm_head after the norm */
-    g->cls_group = g->tied ? 0 : last;
-    g->cls_off = g->tied ? 0 : (size_t)g->C;
 }
 
 /* ----------------------------------------------------------------------------
@@ -275,8 +194,6 @@ static int64_t llama_widest_linear(const dt_lm *g) {
 }
 
 static float *llama_gemm16_view(dt_lm *g) { return g->w32.act; }
-
-static size_t llama_norm_numel(const dt_lm *g) { return (size_t)g->C; }
 
 /* ----------------------------------------------------------------------------
  * the block's linears (nn.Linear layout); a bias where the model has one */
@@ -504,24 +421,26 @@ static void llama_norm_backward(dt_lm *g, const float *dout, const float *x, con
 }
 
 const lm_family lm_family_llama = {
+    .name = "llama",
     .hf_prefix = "",
     .op_names = {"q|k|v proj", "o_proj", "gate|up", "down_proj", "lm_head", "attention", "rmsnorm",
                  "rope", "swiglu", "residual", "cross-entropy", "embedding", "convert"},
     .has_wpe = 0,
+    .model_prefix = "model.",
+    .block_prefix = "model.layers.%d.",
+    .weight_layout = LM_W_OUT_IN,
+    .init_std = DT_LLAMA_INIT_STD,
+    .scale_out_init = 0,
     .block_kinds = LL_COUNT,
+    .kind_names = ll_kinds,
     .check = llama_check,
     .configure = llama_configure,
-    .table_size = llama_table_size,
-    .layout_embed = llama_layout_embed,
-    .layout_block = llama_layout_block,
-    .layout_head = llama_layout_head,
     .layout_block_acts = llama_layout_block_acts,
     .layout_norm_stats = llama_layout_norm_stats,
     .alloc_scratch = llama_alloc_scratch,
     .alloc_views = llama_alloc_views,
     .widest_linear = llama_widest_linear,
     .gemm16_view = llama_gemm16_view,
-    .norm_numel = llama_norm_numel,
     .block_forward = llama_block_forward,
     .block_backward = llama_block_backward,
     .norm_forward = llama_norm_forward,

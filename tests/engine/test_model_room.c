@@ -1,7 +1,7 @@
 /* test_model_room.c — the model room's contracts (docs/engine.md "The model room"):
- *   - each family's tensor table, as the engine lays it out, has the sizes models/
- *     computes from its block description (models/family.c k_family_rows): the
- *     embedding group, every block group, its linears' weights, the head group —
+ *   - each family's tensor table, which the engine lays out from models/' block
+ *     description (models/family.c k_family_rows), has the sizes models/ counts with:
+ *     the embedding group, every block group, its linears' weights, the head group —
  *     for GPT-2, Qwen3 (q/k norm, untied head), Qwen2 (q/k/v bias, tied) and Llama;
  *   - every tensor carries the flags and init rule its family declared: trainable,
  *     weight decay on exactly the matrices, biases 0, norm weights 1, matrices
