@@ -160,7 +160,7 @@ static size_t layout_acts(dt_lm *g, char *base) {
     int64_t nblocks = g->L - g->K + (g->K > 0 ? 1 : 0);
     for (int64_t s = 0; s < nblocks; s++) {
         /* saved blocks K..L-1 first, then the shared recompute area */
-        block_acts *ba = s < g->L - g->K ? &g->blocks[g->K + s] : &g->recompute;
+        void *ba = s < g->L - g->K ? g->blocks + (size_t)(g->K + s) * g->family->acts_size : g->recompute;
         g->family->layout_block_acts(g, ba, base, &off);
     }
     g->lnf = lm_take(base, &off, a * N * C);
@@ -299,10 +299,12 @@ int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_o
     g->gparams = calloc((size_t)g->ngroups, sizeof(void *));
     g->ggrads = calloc((size_t)g->ngroups, sizeof(void *));
     g->x = calloc((size_t)g->L + 1, sizeof(void *));
-    g->blocks = calloc((size_t)g->L, sizeof(block_acts));
+    g->blocks = calloc((size_t)g->L, g->family->acts_size);
+    g->recompute = calloc(1, g->family->acts_size);
+    g->fviews = calloc(1, g->family->views_size);
     g->boff = calloc((size_t)g->family->block_kinds, sizeof(size_t));
     if (!g->tensors || !g->names || !g->group_off || !g->group_numel || !g->gparams ||
-        !g->ggrads || !g->x || !g->blocks || !g->boff) {
+        !g->ggrads || !g->x || (g->L && !g->blocks) || !g->recompute || !g->fviews || !g->boff) {
         dt_lm_free(g);
         return dt_errorf(err, DT_ENOMEM, "model: out of memory for the layout tables");
     }
@@ -386,13 +388,16 @@ void dt_lm_free(dt_lm *g) {
     dev->free(g->params);
     dev->free(g->grads);
     dev->free(g->act_mem);
-    void *bufs[] = {g->logits, g->ce_lse,   g->ce_losses, g->inputs,   g->targets,
-                    g->dres,   g->dC,       g->dQKV,      g->dF,       g->pw,
-                    g->gw,     g->w32.x,    g->w32.ln1,   g->w32.qkv,  g->w32.probs,
-                    g->w32.att, g->w32.res1, g->w32.ln2,  g->w32.fch,  g->w32.gelu,
-                    g->w32.xout, g->tok_head, g->tok_next, g->dA, g->rope_cos, g->rope_sin,
-                    g->w32.qk_raw, g->w32.qk, g->w32.v, g->w32.gu, g->w32.act};
+    void *bufs[] = {g->logits,   g->ce_lse,   g->ce_losses, g->inputs,    g->targets,  g->dres,
+                    g->dC,       g->dQKV,     g->dF,        g->pw,        g->gw,       g->w32.x,
+                    g->w32.ln1,  g->w32.probs, g->w32.att,  g->w32.res1,  g->w32.ln2,  g->w32.xout,
+                    g->tok_head, g->tok_next, g->dA,        g->rope_cos,  g->rope_sin};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dev->free(bufs[i]);
+    /* the family's views: a struct of float pointers (lm_family.views_size) */
+    float **fv = g->fviews;
+    for (size_t i = 0; fv && i < g->family->views_size / sizeof(float *); i++) dev->free(fv[i]);
+    free(g->fviews);
+    free(g->recompute);
     free(g->tensors);
     free(g->names);
     free(g->group_off);
@@ -487,7 +492,10 @@ void *dt_lm_group_grads(dt_lm *g, int group) {
 /* ----------------------------------------------------------------------------
  * forward */
 
-static block_acts *acts_of(dt_lm *g, int l) { return l < g->K ? &g->recompute : &g->blocks[l]; }
+/* block l's saved activations: its record, or the shared recompute area */
+static void *acts_of(dt_lm *g, int l) {
+    return l < g->K ? g->recompute : g->blocks + (size_t)l * g->family->acts_size;
+}
 
 /* The classifier matrix [V, C] (the embedding, or lm_head) in param dtype. */
 static const void *cls_params(const dt_lm *g) {
@@ -523,7 +531,7 @@ static int classifier_forward(dt_lm *g, const void *lnf, const float *lnf32) {
 }
 
 /* One block forward, whichever the family. */
-static int any_block_forward(dt_lm *g, int l, block_acts *A, void *xout, const lm_params *P) {
+static int any_block_forward(dt_lm *g, int l, void *A, void *xout, const lm_params *P) {
     return g->family->block_forward(g, l, A, xout, P);
 }
 
@@ -718,7 +726,7 @@ static void final_norm_backward(dt_lm *g) {
 }
 
 /* One block backward, whichever the family. */
-static int any_block_backward(dt_lm *g, int l, const block_acts *A, const lm_params *P, float *G) {
+static int any_block_backward(dt_lm *g, int l, const void *A, const lm_params *P, float *G) {
     return g->family->block_backward(g, l, A, P, G);
 }
 
@@ -796,7 +804,7 @@ int dt_lm_backward(dt_lm *g, float grad_scale, dt_error *err) {
         lm_params Pl = group_params(g, 1 + l);
         if (l < g->K) {   /* recompute */
             g->prof_pass = DT_LM_PASS_RECOMPUTE;
-            rc = any_block_forward(g, l, &g->recompute, NULL, &Pl);
+            rc = any_block_forward(g, l, g->recompute, NULL, &Pl);
             g->prof_pass = DT_LM_PASS_BWD;
             if (rc) return gemm_failed(g, err, rc, "recompute", l);
         }

@@ -57,7 +57,30 @@ static void gpt2_configure(dt_lm *g, const dt_model *m) {
 /* ----------------------------------------------------------------------------
  * saved activations and scratch */
 
-static void gpt2_layout_block_acts(dt_lm *g, block_acts *ba, char *base, size_t *off) {
+/* One block's saved activations (docs/activations.md, GPT-2): pointers into the
+ * activations allocation, act dtype unless float *. */
+typedef struct {
+    void *ln1;                   /* [N, C] ln_1 output */
+    float *ln1_mean, *ln1_rstd;  /* [N] */
+    void *qkv;                   /* [N, 3C] packed q | k | v */
+    float *lse;                  /* [B, H, T] (flash) or NULL */
+    void *probs;                 /* [B, H, T, T] (materialized) or NULL */
+    void *att;                   /* [N, C] attention output = c_proj input */
+    void *res1;                  /* [N, C] residual after attention */
+    void *ln2;                   /* [N, C] */
+    float *ln2_mean, *ln2_rstd;  /* [N] */
+    void *fch;                   /* [N, F] c_fc output */
+    void *gelu;                  /* [N, F] GELU output = mlp.c_proj input */
+} gpt2_acts;
+
+/* fp32 views of the family's own activations (16-bit activation dtypes; else NULL) */
+typedef struct {
+    float *qkv, *fch, *gelu;     /* [N, 3C], [N, F], [N, F] */
+} gpt2_views;
+_Static_assert(sizeof(gpt2_views) % sizeof(float *) == 0, "dt_lm_free frees a views struct as float pointers");
+
+static void gpt2_layout_block_acts(dt_lm *g, void *acts, char *base, size_t *off) {
+    gpt2_acts *ba = acts;
     int64_t B = g->B, T = g->T, C = g->C, H = g->H, F = g->F, N = B * T;
     size_t a = (size_t)g->asz, f = sizeof(float);
     ba->ln1 = lm_take(base, off, a * N * C);
@@ -97,7 +120,7 @@ static int gpt2_alloc_scratch(dt_lm *g, const dt_model *m) {
 static int gpt2_alloc_views(dt_lm *g) {
     const int64_t N = g->B * g->T;
     const size_t f = sizeof(float);
-    block_f32 *w = &g->w32;
+    gpt2_views *w = g->fviews;
     return (w->qkv = g2_buf(g, f * N * 3 * g->C)) && (w->fch = g2_buf(g, f * N * g->F)) &&
            (w->gelu = g2_buf(g, f * N * g->F));
 }
@@ -107,7 +130,7 @@ static int64_t gpt2_widest_linear(const dt_lm *g) {
     return 3 * g->C > w ? 3 * g->C : w;
 }
 
-static float *gpt2_gemm16_view(dt_lm *g) { return g->w32.gelu; }
+static float *gpt2_gemm16_view(dt_lm *g) { return ((gpt2_views *)g->fviews)->gelu; }
 
 /* ----------------------------------------------------------------------------
  * the block */
@@ -132,7 +155,9 @@ static gpt2_linears gpt2_linears_of(const dt_lm *g) {
 /* One block forward from x[l]. A: where its activations go. xout: x[l + 1], or
  * NULL when recomputing for backward (the block output is not needed then).
  * DT_OK or a GEMM's error. */
-static int gpt2_block_forward(dt_lm *g, int l, block_acts *A, void *xout, const lm_params *P) {
+static int gpt2_block_forward(dt_lm *g, int l, void *acts, void *xout, const lm_params *P) {
+    gpt2_acts *A = acts;
+    const gpt2_views *fv = g->fviews;
     int64_t B = g->B, T = g->T, C = g->C, H = g->H, F = g->F, N = B * T;
     block_f32 *w = &g->w32;
     const size_t *o = g->boff;
@@ -148,7 +173,7 @@ static int gpt2_block_forward(dt_lm *g, int l, block_acts *A, void *xout, const 
     lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
     lm_act_commit_lin(g, A->ln1, ln1, (size_t)(N * C));
 
-    float *qkv = lm_act_f32(g, A->qkv, w->qkv);   /* [N, 3C] */
+    float *qkv = lm_act_f32(g, A->qkv, fv->qkv);   /* [N, 3C] */
     if ((rc = lm_linear_forward(g, &lin.qkv, P, qkv, A->ln1, ln1, N)))
         return rc;
     lm_act_commit(g, A->qkv, qkv, (size_t)(N * 3 * C));
@@ -176,11 +201,11 @@ static int gpt2_block_forward(dt_lm *g, int l, block_acts *A, void *xout, const 
     lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
     lm_act_commit_lin(g, A->ln2, ln2, (size_t)(N * C));
 
-    float *fch = lm_act_f32(g, A->fch, w->fch);   /* [N, F] */
+    float *fch = lm_act_f32(g, A->fch, fv->fch);   /* [N, F] */
     if ((rc = lm_linear_forward(g, &lin.fc, P, fch, A->ln2, ln2, N)))
         return rc;
     lm_act_commit(g, A->fch, fch, (size_t)(N * F));
-    float *gelu = lm_act_f32(g, A->gelu, w->gelu);   /* [N, F] */
+    float *gelu = lm_act_f32(g, A->gelu, fv->gelu);   /* [N, F] */
     m = lm_prof_begin(g);
     g->dev->gelu_forward(gelu, fch, N * F);
     lm_prof_end(g, DT_LM_OP_ACT, m, 0.0);
@@ -193,7 +218,9 @@ static int gpt2_block_forward(dt_lm *g, int l, block_acts *A, void *xout, const 
 
 /* Block l backward. On entry g->dres = dL/dx[l+1]; on exit dL/dx[l]. DT_OK or a
  * GEMM's error. */
-static int gpt2_block_backward(dt_lm *g, int l, const block_acts *A, const lm_params *P, float *G) {
+static int gpt2_block_backward(dt_lm *g, int l, const void *acts, const lm_params *P, float *G) {
+    const gpt2_acts *A = acts;
+    const gpt2_views *fv = g->fviews;
     int64_t B = g->B, T = g->T, C = g->C, H = g->H, F = g->F, N = B * T;
     block_f32 *w = &g->w32;
     const size_t *o = g->boff;
@@ -202,12 +229,12 @@ static int gpt2_block_backward(dt_lm *g, int l, const block_acts *A, const lm_pa
     /* fp32 views the elementwise ops read; the linears' inputs only without gemm16 */
     const float *x = lm_act_load(g, g->x[l], w->x, (size_t)(N * C));          /* [N, C] */
     const float *ln1 = lm_act_load_lin(g, A->ln1, w->ln1, (size_t)(N * C));   /* [N, C] */
-    const float *qkv = lm_act_load(g, A->qkv, w->qkv, (size_t)(N * 3 * C));   /* [N, 3C] */
+    const float *qkv = lm_act_load(g, A->qkv, fv->qkv, (size_t)(N * 3 * C));   /* [N, 3C] */
     const float *att = lm_act_load(g, A->att, w->att, (size_t)(N * C));       /* [N, C] */
     const float *res1 = lm_act_load(g, A->res1, w->res1, (size_t)(N * C));    /* [N, C] */
     const float *ln2 = lm_act_load_lin(g, A->ln2, w->ln2, (size_t)(N * C));   /* [N, C] */
-    const float *fch = lm_act_load(g, A->fch, w->fch, (size_t)(N * F));       /* [N, F] */
-    const float *gelu = lm_act_load_lin(g, A->gelu, w->gelu, (size_t)(N * F));/* [N, F] */
+    const float *fch = lm_act_load(g, A->fch, fv->fch, (size_t)(N * F));       /* [N, F] */
+    const float *gelu = lm_act_load_lin(g, A->gelu, fv->gelu, (size_t)(N * F));/* [N, F] */
     float *dres = g->dres, *dC = g->dC, *dF = g->dF, *dQKV = g->dQKV;
     int rc;
 
@@ -269,6 +296,8 @@ const lm_family lm_family_gpt2 = {
     .scale_out_init = 1,
     .block_kinds = P_BLOCK_COUNT,
     .kind_names = g2_kinds,
+    .acts_size = sizeof(gpt2_acts),
+    .views_size = sizeof(gpt2_views),
     .check = gpt2_check,
     .configure = gpt2_configure,
     .layout_block_acts = gpt2_layout_block_acts,

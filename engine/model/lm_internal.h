@@ -39,36 +39,18 @@
  * one head's q / k / v rows in shared memory (docs/cuda.md "Attention"). */
 #define DT_LM_MAX_HEAD_DIM 256
 
-/* One block's saved activations (docs/activations.md). Pointers into the
- * activations allocation, act dtype unless float*; a family uses its own
- * fields and leaves the others NULL. */
-typedef struct {
-    void *ln1;        /* [N, C]  first norm's output */
-    float *ln1_mean;  /* [N]     gpt2 */
-    float *ln1_rstd;  /* [N] */
-    void *qkv;        /* [N, 3C] gpt2: packed q | k | v */
-    void *qk_raw;     /* [N, QK] llama with q/k norm: the projection before the norm */
-    float *qk_rstd;   /* [N, H] then [N, Hkv]: q / k norm statistics (q/k norm only) */
-    void *qk;         /* [N, QK] llama: q | k after norm and RoPE (what attention reads) */
-    void *v;          /* [N, KVD] llama */
-    float *lse;       /* [B, H, T] (flash) or NULL */
-    void *probs;      /* [B, H, T, T] (materialized) or NULL */
-    void *att;        /* [N, QD] attention output = output projection input */
-    void *res1;       /* [N, C]  residual after attention */
-    void *ln2;        /* [N, C] */
-    float *ln2_mean;  /* [N]     gpt2 */
-    float *ln2_rstd;  /* [N] */
-    void *fch;        /* [N, F]  gpt2: c_fc output */
-    void *gelu;       /* [N, F]  gpt2: GELU output = c_proj input */
-    void *gu;         /* [N, 2F] llama: gate | up projection output */
-    void *act;        /* [N, F]  llama: silu(gate) * up = down_proj input */
-} block_acts;
+/* A block's saved activations (docs/activations.md) are its family's own struct
+ * (gpt2_acts, llama_acts), which its layout_block_acts points into the activations
+ * allocation; the driver keeps them as opaque records of family->acts_size bytes. */
 
-/* fp32 views of one block's activations, used only when the activation dtype is
- * 16-bit (buffers). Same shapes as block_acts plus the block input x. */
+/* fp32 views of the activations every pre-norm block has, used only when the
+ * activation dtype is 16-bit (buffers, [N, ...] as the activation): the block input x,
+ * the first norm's output (also the final norm's), the attention output, the residual
+ * after attention, the second norm's output, the materialized probabilities, the block
+ * output. A family keeps the views of its own activations in its own struct
+ * (g->fviews, family->views_size bytes of float pointers, all NULL in fp32). */
 typedef struct {
-    float *x, *ln1, *qkv, *qk_raw, *qk, *v, *probs, *att, *res1, *ln2, *fch, *gelu, *gu, *act,
-        *xout;
+    float *x, *ln1, *att, *res1, *ln2, *probs, *xout;
 } block_f32;
 
 /* A group's parameters as the blocks read them. f32: the fp32 view at the
@@ -124,8 +106,8 @@ struct dt_lm {
     void *act_mem;
     size_t act_bytes;
     void **x;                 /* [L + 1] residual stream: x[l] block l input, x[L] final norm input */
-    block_acts *blocks;       /* [L]; checkpointed blocks have all-NULL entries */
-    block_acts recompute;     /* shared area when K > 0 */
+    char *blocks;             /* [L] records of family->acts_size; checkpointed blocks all-NULL */
+    void *recompute;          /* one record: the shared area when K > 0 */
     void *lnf;                /* [N, C] */
     float *lnf_mean, *lnf_rstd;
 
@@ -142,6 +124,7 @@ struct dt_lm {
     float *pw;                /* fp32 params of the current group (16-bit params) */
     float *gw;                /* fp32 grads of the current group (16-bit grads) */
     block_f32 w32;            /* 16-bit activations only */
+    void *fviews;             /* the family's own fp32 views (family->views_size bytes) */
     /* bf16 params and activations: every linear and the classifier run bf16 x bf16
      * -> fp32 GEMMs (gemm_ex) on the stored tensors, the activation gradient
      * rounded to bf16 once per linear (docs/engine.md "Precision") */
@@ -350,9 +333,12 @@ struct lm_family {
     int (*check)(const dt_model *m, dt_error *err);
     /* g->D, qk_norm, qkv_bias, tied from the description */
     void (*configure)(dt_lm *g, const dt_model *m);
-    /* saved activations of one block, and the final norm's statistics (after lnf),
-     * from *off (base NULL: measure only); docs/activations.md lists them */
-    void (*layout_block_acts)(dt_lm *g, block_acts *ba, char *base, size_t *off);
+    /* a block's saved activations: the family's record (acts_size bytes) laid out from
+     * *off (base NULL: measure only), and the final norm's statistics (after lnf);
+     * docs/activations.md lists them. views_size: the family's fp32 views struct,
+     * float pointers only (dt_lm_free frees each) */
+    size_t acts_size, views_size;
+    void (*layout_block_acts)(dt_lm *g, void *acts, char *base, size_t *off);
     void (*layout_norm_stats)(dt_lm *g, char *base, size_t *off);
     /* the family's scratch (dQKV, dF, dA, RoPE tables) and, with 16-bit activations,
      * its fp32 activation views; 1 on success, 0 when an allocation failed (what
@@ -365,8 +351,8 @@ struct lm_family {
     float *(*gemm16_view)(dt_lm *g);
     /* block l forward from x[l] into A (xout: x[l + 1], or NULL when recomputing) and
      * backward; DT_OK or a GEMM's error */
-    int (*block_forward)(dt_lm *g, int l, block_acts *A, void *xout, const lm_params *P);
-    int (*block_backward)(dt_lm *g, int l, const block_acts *A, const lm_params *P, float *G);
+    int (*block_forward)(dt_lm *g, int l, void *acts, void *xout, const lm_params *P);
+    int (*block_backward)(dt_lm *g, int l, const void *acts, const lm_params *P, float *G);
     /* the final norm: out [N, C] from x [N, C] (P: its fp32 parameters) into g->lnf's
      * statistics; backward: dres (=) from dout with G its fp32 gradient (+=) */
     void (*norm_forward)(dt_lm *g, float *out, const float *x, const float *P);

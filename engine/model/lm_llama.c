@@ -75,8 +75,34 @@ static void llama_configure(dt_lm *g, const dt_model *m) {
 /* ----------------------------------------------------------------------------
  * saved activations and scratch */
 
+/* One block's saved activations (docs/activations.md, the llama family): pointers
+ * into the activations allocation, act dtype unless float *. */
+typedef struct {
+    void *ln1;          /* [N, C] input_layernorm output */
+    float *ln1_rstd;    /* [N] */
+    void *qk_raw;       /* [N, QK] q/k norm only: the projection before the norm */
+    float *qk_rstd;     /* [N, H] then [N, Hkv]: q / k norm statistics (q/k norm only) */
+    void *qk;           /* [N, QK] q | k after norm and RoPE (what attention reads) */
+    void *v;            /* [N, KVD] */
+    float *lse;         /* [B, H, T] (flash) or NULL */
+    void *probs;        /* [B, H, T, T] (materialized) or NULL */
+    void *att;          /* [N, QD] attention output = o_proj input */
+    void *res1;         /* [N, C] residual after attention */
+    void *ln2;          /* [N, C] */
+    float *ln2_rstd;    /* [N] */
+    void *gu;           /* [N, 2F] gate | up projection output */
+    void *act;          /* [N, F] silu(gate) * up = down_proj input */
+} llama_acts;
+
+/* fp32 views of the family's own activations (16-bit activation dtypes; else NULL) */
+typedef struct {
+    float *qk_raw, *qk, *v, *gu, *act;
+} llama_views;
+_Static_assert(sizeof(llama_views) % sizeof(float *) == 0, "dt_lm_free frees a views struct as float pointers");
+
 /* The saved tensors of docs/activations.md's llama table, in this order. */
-static void llama_layout_block_acts(dt_lm *g, block_acts *ba, char *base, size_t *off) {
+static void llama_layout_block_acts(dt_lm *g, void *acts, char *base, size_t *off) {
+    llama_acts *ba = acts;
     const int64_t B = g->B, T = g->T, C = g->C, H = g->H, F = g->F, N = B * T;
     const int64_t QK = g->QD + g->KVD;
     const size_t a = (size_t)g->asz, f = sizeof(float);
@@ -179,7 +205,7 @@ static int llama_alloc_scratch(dt_lm *g, const dt_model *m) {
 static int llama_alloc_views(dt_lm *g) {
     const int64_t N = g->B * g->T, F = g->F, QK = g->QD + g->KVD;
     const size_t f = sizeof(float);
-    block_f32 *w = &g->w32;
+    llama_views *w = g->fviews;
     int ok = (w->qk = ll_buf(g, f * N * QK)) && (w->v = ll_buf(g, f * N * g->KVD)) &&
              (w->gu = ll_buf(g, f * N * 2 * F)) && (w->act = ll_buf(g, f * N * F));
     if (g->qk_norm) ok = ok && (w->qk_raw = ll_buf(g, f * N * QK));
@@ -193,7 +219,7 @@ static int64_t llama_widest_linear(const dt_lm *g) {
     return mlp_in > w ? mlp_in : w;
 }
 
-static float *llama_gemm16_view(dt_lm *g) { return g->w32.act; }
+static float *llama_gemm16_view(dt_lm *g) { return ((llama_views *)g->fviews)->act; }
 
 /* ----------------------------------------------------------------------------
  * the block's linears (nn.Linear layout); a bias where the model has one */
@@ -220,16 +246,17 @@ static llama_linears llama_linears_of(const dt_lm *g) {
  * forward */
 
 /* q | k for the attention: the projection, per-head norm (Qwen3), RoPE. */
-static int qk_forward(dt_lm *g, block_acts *A, const float *ln1, const lm_params *P) {
+static int qk_forward(dt_lm *g, llama_acts *A, const float *ln1, const lm_params *P) {
+    const llama_views *fv = g->fviews;
     const int64_t B = g->B, T = g->T, H = g->H, Hkv = g->Hkv, D = g->D, N = B * T;
     const int64_t QD = g->QD, QK = QD + g->KVD;
     const size_t *o = g->boff;
     const float *p = P->f32;
     const llama_linears lin = llama_linears_of(g);
-    float *qk = lm_act_f32(g, A->qk, g->w32.qk);            /* [N, QK] */
+    float *qk = lm_act_f32(g, A->qk, fv->qk);            /* [N, QK] */
     int rc;
     if (g->qk_norm) {
-        float *raw = lm_act_f32(g, A->qk_raw, g->w32.qk_raw);   /* [N, QK] */
+        float *raw = lm_act_f32(g, A->qk_raw, fv->qk_raw);   /* [N, QK] */
         if ((rc = lm_linear_forward(g, &lin.qk, P, raw, A->ln1, ln1, N)))
             return rc;
         lm_act_commit(g, A->qk_raw, raw, (size_t)(N * QK));
@@ -248,7 +275,7 @@ static int qk_forward(dt_lm *g, block_acts *A, const float *ln1, const lm_params
     return DT_OK;
 }
 
-static void attention_forward(dt_lm *g, block_acts *A, const float *qk, const float *v, float *att) {
+static void attention_forward(dt_lm *g, llama_acts *A, const float *qk, const float *v, float *att) {
     const int64_t B = g->B, T = g->T, H = g->H, Hkv = g->Hkv, D = g->D;
     const int64_t QK = g->QD + g->KVD;
     float *probs = NULL;   /* [B, H, T, T] materialized only */
@@ -265,7 +292,9 @@ static void attention_forward(dt_lm *g, block_acts *A, const float *qk, const fl
     if (probs) lm_act_commit(g, A->probs, probs, (size_t)(B * H * T * T));
 }
 
-static int llama_block_forward(dt_lm *g, int l, block_acts *A, void *xout, const lm_params *P) {
+static int llama_block_forward(dt_lm *g, int l, void *acts, void *xout, const lm_params *P) {
+    llama_acts *A = acts;
+    const llama_views *fv = g->fviews;
     const int64_t C = g->C, F = g->F, N = g->B * g->T, QD = g->QD, KVD = g->KVD;
     block_f32 *w = &g->w32;
     const size_t *o = g->boff;
@@ -281,8 +310,8 @@ static int llama_block_forward(dt_lm *g, int l, block_acts *A, void *xout, const
     lm_act_commit_lin(g, A->ln1, ln1, (size_t)(N * C));
 
     if ((rc = qk_forward(g, A, ln1, P))) return rc;
-    const float *qk = lm_act_f32(g, A->qk, w->qk);   /* [N, QK], committed */
-    float *v = lm_act_f32(g, A->v, w->v);             /* [N, KVD] */
+    const float *qk = lm_act_f32(g, A->qk, fv->qk);   /* [N, QK], committed */
+    float *v = lm_act_f32(g, A->v, fv->v);             /* [N, KVD] */
     if ((rc = lm_linear_forward(g, &lin.v, P, v, A->ln1, ln1, N)))
         return rc;
     lm_act_commit(g, A->v, v, (size_t)(N * KVD));
@@ -300,11 +329,11 @@ static int llama_block_forward(dt_lm *g, int l, block_acts *A, void *xout, const
     lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
     lm_act_commit_lin(g, A->ln2, ln2, (size_t)(N * C));
 
-    float *gu = lm_act_f32(g, A->gu, w->gu);   /* [N, 2F] gate | up */
+    float *gu = lm_act_f32(g, A->gu, fv->gu);   /* [N, 2F] gate | up */
     if ((rc = lm_linear_forward(g, &lin.gate_up, P, gu, A->ln2, ln2, N)))
         return rc;
     lm_act_commit(g, A->gu, gu, (size_t)(N * 2 * F));
-    float *act = lm_act_f32(g, A->act, w->act);   /* [N, F] */
+    float *act = lm_act_f32(g, A->act, fv->act);   /* [N, F] */
     m = lm_prof_begin(g);
     g->dev->swiglu_forward(act, gu, N, F);
     lm_prof_end(g, DT_LM_OP_ACT, m, 0.0);
@@ -319,14 +348,15 @@ static int llama_block_forward(dt_lm *g, int l, block_acts *A, void *xout, const
  * backward: on entry g->dres = dL/dx[l+1]; on exit dL/dx[l] */
 
 /* MLP: x[l+1] = res1 + down(swiglu(gate_up(rms2(res1)))); adds its part to dres. */
-static int mlp_backward(dt_lm *g, const block_acts *A, const float *res1, const lm_params *P,
+static int mlp_backward(dt_lm *g, const llama_acts *A, const float *res1, const lm_params *P,
                         float *G) {
+    const llama_views *fv = g->fviews;
     const int64_t C = g->C, F = g->F, N = g->B * g->T;
     block_f32 *w = &g->w32;
     const size_t *o = g->boff;
     const float *ln2 = lm_act_load_lin(g, A->ln2, w->ln2, (size_t)(N * C));   /* [N, C] */
-    const float *gu = lm_act_load(g, A->gu, w->gu, (size_t)(N * 2 * F));      /* [N, 2F] */
-    const float *act = lm_act_load_lin(g, A->act, w->act, (size_t)(N * F));   /* [N, F] */
+    const float *gu = lm_act_load(g, A->gu, fv->gu, (size_t)(N * 2 * F));      /* [N, 2F] */
+    const float *act = lm_act_load_lin(g, A->act, fv->act, (size_t)(N * F));   /* [N, F] */
     float *dact = g->dA, *dgu = g->dF, *dln2 = g->dC;   /* [N, F], [N, 2F], [N, C] */
     const llama_linears lin = llama_linears_of(g);
     int rc;
@@ -345,14 +375,15 @@ static int mlp_backward(dt_lm *g, const block_acts *A, const float *res1, const 
 }
 
 /* d loss / d (q | k) before RoPE and norm, and d loss / d v, from d att. */
-static void qkv_grads(dt_lm *g, const block_acts *A, const float *datt, const float *P, float *G,
+static void qkv_grads(dt_lm *g, const llama_acts *A, const float *datt, const float *P, float *G,
                       float *dqk, float *dv) {
+    const llama_views *fv = g->fviews;
     const int64_t B = g->B, T = g->T, H = g->H, Hkv = g->Hkv, D = g->D, N = B * T;
     const int64_t QD = g->QD, KVD = g->KVD, QK = QD + KVD;
     block_f32 *w = &g->w32;
     const size_t *o = g->boff;
-    const float *qk = lm_act_load(g, A->qk, w->qk, (size_t)(N * QK));   /* [N, QK] */
-    const float *v = lm_act_load(g, A->v, w->v, (size_t)(N * KVD));     /* [N, KVD] */
+    const float *qk = lm_act_load(g, A->qk, fv->qk, (size_t)(N * QK));   /* [N, QK] */
+    const float *v = lm_act_load(g, A->v, fv->v, (size_t)(N * KVD));     /* [N, KVD] */
     /* flash reads the output att [N, QD], materialized the probabilities [B, H, T, T] */
     const float *att = g->attn == DT_ATTN_FLASH ? lm_act_load(g, A->att, w->att, (size_t)(N * QD)) : NULL;
     const float *probs =
@@ -369,7 +400,7 @@ static void qkv_grads(dt_lm *g, const block_acts *A, const float *datt, const fl
     g->dev->rope_backward(dqk, g->rope_cos, g->rope_sin, B, T, H + Hkv, D, QK);
     lm_prof_end(g, DT_LM_OP_ROPE, m, 0.0);
     if (!g->qk_norm) return;
-    const float *raw = lm_act_load(g, A->qk_raw, w->qk_raw, (size_t)(N * QK));   /* [N, QK] */
+    const float *raw = lm_act_load(g, A->qk_raw, fv->qk_raw, (size_t)(N * QK));   /* [N, QK] */
     m = lm_prof_begin(g);
     g->dev->rmsnorm_backward(dqk, G + o[LL_QN], dqk, raw, P + o[LL_QN], A->qk_rstd, N, H, D, QK, 0);
     g->dev->rmsnorm_backward(dqk + QD, G + o[LL_KN], dqk + QD, raw + QD, P + o[LL_KN],
@@ -377,7 +408,8 @@ static void qkv_grads(dt_lm *g, const block_acts *A, const float *datt, const fl
     lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
 }
 
-static int llama_block_backward(dt_lm *g, int l, const block_acts *A, const lm_params *P, float *G) {
+static int llama_block_backward(dt_lm *g, int l, const void *acts, const lm_params *P, float *G) {
+    const llama_acts *A = acts;
     const int64_t C = g->C, N = g->B * g->T, QD = g->QD, KVD = g->KVD, QK = QD + KVD;
     block_f32 *w = &g->w32;
     const size_t *o = g->boff;
@@ -433,6 +465,8 @@ const lm_family lm_family_llama = {
     .scale_out_init = 0,
     .block_kinds = LL_COUNT,
     .kind_names = ll_kinds,
+    .acts_size = sizeof(llama_acts),
+    .views_size = sizeof(llama_views),
     .check = llama_check,
     .configure = llama_configure,
     .layout_block_acts = llama_layout_block_acts,
