@@ -7,14 +7,9 @@
 #include "dt_dsconfig.h"
 #include "dt_model.h"
 #include "dt_memory.h"
+#include "dt_clock.h"
 
 #define REPS 20000
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int main(void) {
     dt_plan p;
@@ -30,7 +25,7 @@ int main(void) {
     p.parallel.world_size = 8;
     int64_t sink = 0;
     int rows = 0;
-    double t0 = now_s();
+    double t0 = dt_clock_s();
     for (int r = 0; r < REPS; r++) {
         rows = 0;
         for (int stage = 0; stage <= 3; stage++)
@@ -49,7 +44,7 @@ int main(void) {
                     rows++;
                 }
     }
-    double dt = (now_s() - t0) / REPS;
+    double dt = (dt_clock_s() - t0) / REPS;
     printf("estimate, 32B / 8 GPUs, %d rows: %.3f us per table (%.2e ms; target < 10 ms) [checksum %lld]\n",
            rows, dt * 1e6, dt * 1e3, (long long)(sink % 1000));
     return 0;

@@ -27,6 +27,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "dt_clock.h"
 #include "dt_gemm_cpu.h"
 #include "dt_lm.h"
 #include "dt_memtrack.h"
@@ -47,15 +48,9 @@
 #define OPT_WEIGHT_DECAY 0.1
 #define OPT_CLIP 1.0
 
-static double clock_s(clockid_t id) {
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
 /* CPU time of the whole process (all threads): on a shared machine a step's CPU
  * time varies far less than its wall time, so precisions compare on it too */
-static double cpu_s(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
+static double cpu_s(void) { return dt_clock_of(CLOCK_PROCESS_CPUTIME_ID); }
 
 static double gemm_ceiling_gflops(void) {
     size_t n = CEIL_DIM;
@@ -69,10 +64,10 @@ static double gemm_ceiling_gflops(void) {
     }
     double best = 1e30;
     for (int r = 0; r < CEIL_REPS + 1; r++) {   /* the first call warms up */
-        double t0 = now_s();
+        double t0 = dt_clock_s();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0f, a,
                     (int)n, b, (int)n, 0.0f, c, (int)n);
-        double t = now_s() - t0;
+        double t = dt_clock_s() - t0;
         if (r > 0 && t < best) best = t;
     }
     free(a);
@@ -245,15 +240,15 @@ int main(int argc, char **argv) {
     double step_best = 1e30, step_total = 0.0, step_cpu_total = 0.0, opt_wall = 0.0, opt_cpu = 0.0;
     for (int64_t it = 0; it <= steps; it++) {   /* iteration 0 warms up */
         if (it == 1 && breakdown) dt_lm_set_profile(g, &prof);
-        double t0 = now_s(), c0 = cpu_s();
+        double t0 = dt_clock_s(), c0 = cpu_s();
         dt_lm_zero_grad(g);
         if (dt_lm_forward(g, in, tg, &loss, &err) || dt_lm_backward(g, 1.0f, &err)) {
             fprintf(stderr, "bench_gpt2: %s\n", err.msg);
             return 1;
         }
-        double t1 = now_s(), c1 = cpu_s();
+        double t1 = dt_clock_s(), c1 = cpu_s();
         if (opt) optimizer_step(g, opt, it + 1);
-        double t2 = now_s(), c2 = cpu_s();
+        double t2 = dt_clock_s(), c2 = cpu_s();
         if (it > 0) {
             cpu_total += c1 - c0;
             total += t1 - t0;

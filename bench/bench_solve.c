@@ -9,14 +9,9 @@
 
 #include "dt_solve.h"
 #include "dt_model.h"
+#include "dt_clock.h"
 
 #define REPS 21
-
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
 
 static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -47,12 +42,12 @@ int main(void) {
     dt_solve_result *r = malloc(sizeof *r);
     double ms[REPS];
     for (int i = 0; i < REPS; i++) {
-        double t0 = now_ms();
+        double t0 = (1e3 * dt_clock_s());
         if (dt_solve(&rq, r, &err)) {
             fprintf(stderr, "bench_solve: %s\n", err.msg);
             return 1;
         }
-        ms[i] = now_ms() - t0;
+        ms[i] = (1e3 * dt_clock_s()) - t0;
     }
     qsort(ms, REPS, sizeof ms[0], cmp);
     printf("bench_solve: 32B (%s) / 8 x H100-SXM-80GB / 80 GiB: stage %d, micro %lld x accum %lld, ckpt %lld, "

@@ -11,6 +11,8 @@
 
 typedef enum { DT_DEVICE_CPU = 0, DT_DEVICE_CUDA = 1 } dt_device;
 
+#define DT_HW_STAGES 4   /* ZeRO stages 0..3 */
+
 typedef struct dt_hardware {
     char name[64];               /* profile name, e.g. "H100-SXM-80GB", "cpu", "local" */
     dt_device device;
@@ -49,6 +51,17 @@ typedef struct dt_hardware {
     int64_t runtime_bytes;       /* resident bytes of one rank's process beyond what the engine
                                   * allocates (code, libraries, OpenMP, OpenBLAS), no MPI */
     int64_t runtime_mpi_bytes;   /* the same for a rank of a multi-rank (MPI) run */
+    /* Optional measured footprint of a rank of a Hugging Face run on this CPU (runtime
+     * deepspeed / fsdp on a cpu device; docs/memory-model.md "Hugging Face runs on CPU
+     * ranks"; measured by bench/validate_runtimes.sh): VmRSS after Python has imported torch
+     * and transformers, joined the gloo process group and run a 64 MiB all-reduce, every
+     * tensor freed, then a tiny model (bench/runtimes/matrix.py "calib", 0.18 M parameters)
+     * trained two steps under the runtime at that stage: its peak. Per ZeRO stage, since
+     * each stage loads its own machinery (JSON: one number for every stage, or 4). 0: not
+     * measured (such a plan is refused). */
+    int64_t torch_runtime_bytes[DT_HW_STAGES];     /* runtime fsdp: [0] DDP, [2] SHARD_GRAD_OP,
+                                                     * [3] FULL_SHARD (FSDP2); [1] unused */
+    int64_t deepspeed_runtime_bytes[DT_HW_STAGES]; /* runtime deepspeed, ZeRO stage 0..3 */
     /* Optional GPU shape model (docs/time-model.md "Shape-aware GPU compute"): */
     double sm_count;             /* streaming multiprocessors (the wave quantisation's width);
                                   * > 0 on a cuda device turns the shape-aware GEMM model on */
@@ -63,6 +76,12 @@ typedef struct dt_hardware {
  * (world > 1) or runtime_bytes as measured, else the profile's reserve_bytes (profiles
  * without a measurement; docs/memory-model.md "The CPU runtime term"). */
 int64_t dt_hardware_runtime_bytes(const dt_hardware *hw, int64_t world);
+
+/* The measured footprint of a rank of a Hugging Face run on a CPU profile at ZeRO stage
+ * `stage` (bytes): deepspeed_runtime_bytes when deepspeed is nonzero, else
+ * torch_runtime_bytes; 0 when the profile has no such measurement. Stage -1: the
+ * largest over the stages (0: nothing measured). */
+int64_t dt_hardware_hf_runtime_bytes(const dt_hardware *hw, int deepspeed, int stage);
 
 /* 1 when the profile holds figures `dtplan calibrate` measured on a machine (CPU: the
  * threads' efficiency or the runtime footprint; cuda: a GEMM peak or bandwidth fraction),

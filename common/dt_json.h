@@ -15,6 +15,10 @@
  *     others with the shortest of %.15g / %.16g / %.17g that reads back exactly), so that
  *     write -> read -> write gives identical text.
  *
+ * Why the check and the printer are ours and not jansson's (which would replace both
+ * cJSON and the check): docs/architecture.md "Libraries". The check is held against
+ * jansson's parser on a JSONTestSuite-style table (tests/plan/test_json.c).
+ *
  * Usage (one reader per JSON object):
  *   dt_jobj r;
  *   if (dt_jobj_open(&r, root, "$", "batch", err)) return err->code;   // required object
@@ -56,13 +60,8 @@
  * reason), DT_EINVAL when it is not a regular file, is larger than max_bytes, or
  * holds a NUL byte (not text). */
 int dt_read_file(const char *path, size_t max_bytes, char **out, size_t *len, dt_error *err);
-/* Its first step, for readers that stream a file themselves: opens path read-only
- * without blocking on a FIFO and refuses anything but a regular file ("'p' is a FIFO
- * (named pipe), not a regular file: ...", DT_EINVAL; DT_EIO when it cannot be
- * opened). *fd_out (close it) and *size_out (may be NULL) on success. */
-int dt_file_open_regular(const char *path, int *fd_out, uint64_t *size_out, dt_error *err);
-/* "a directory", "a FIFO (named pipe)", "a character device", ... for st_mode. */
-const char *dt_file_type_name(unsigned mode);
+/* Its first step, for readers that stream a file themselves: dt_file_open_regular
+ * (dt_file.h). */
 /* dt_json_read_file = dt_read_file with DT_READ_MAX_JSON. */
 int dt_json_read_file(const char *path, char **out, size_t *len, dt_error *err);
 

@@ -40,7 +40,7 @@ static const char *const k_top_keys[] = {
     "achievable_flops", "mem_bw", "intra_busbw", "intra_alpha_s", "default_interconnect",
     "interconnects", "h2d_bw", "host_mem_bytes", "cpu_adam_params_per_s", "nvme_bw",
     "nvme_bytes", "source", "attention_flops", "op_overhead_s", "elementwise_bw", "sm_count",
-    "runtime_bytes", "runtime_mpi_bytes", "thread_efficiency", "thread_cores", "intra_busbw_reduce_scatter",
+    "runtime_bytes", "runtime_mpi_bytes", "torch_runtime_bytes", "deepspeed_runtime_bytes", "thread_efficiency", "thread_cores", "intra_busbw_reduce_scatter",
     "intra_busbw_allgather", "gemm_peak_fraction", "mem_bw_fraction"};
 static const char *const k_dtype_keys[] = {"fp32", "bf16", "fp16"};
 static const char *const k_net_keys[] = {"busbw", "alpha_s"};
@@ -79,6 +79,27 @@ static int get_bytes(const cJSON *obj, const char *key, const char *what, int64_
         return dt_errorf(err, DT_EINVAL, "hardware profile %s: $.%s: expected an integer byte count",
                          what, key);
     *out = (int64_t)d;
+    return DT_OK;
+}
+
+/* absent: zeros; one byte count: every stage; an array: one per ZeRO stage 0..3 */
+static int get_stage_bytes(const cJSON *obj, const char *key, const char *what, int64_t out[DT_HW_STAGES],
+                           dt_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v) return DT_OK;
+    const int one = cJSON_IsNumber(v);
+    if (!one && (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != DT_HW_STAGES))
+        return dt_errorf(err, DT_EINVAL, "hardware profile %s: $.%s: expected a byte count or %d of them (ZeRO "
+                         "stages 0..3)", what, key, DT_HW_STAGES);
+    for (int s = 0; s < DT_HW_STAGES; s++) {
+        const cJSON *e = one ? v : cJSON_GetArrayItem(v, s);
+        const double d = cJSON_IsNumber(e) ? e->valuedouble : -1;
+        /* 2^62: keeps later byte sums far from int64 overflow */
+        if (!isfinite(d) || d < 0 || d != floor(d) || d > 4611686018427387904.0)
+            return dt_errorf(err, DT_EINVAL, "hardware profile %s: $.%s[%d]: expected an integer byte count", what,
+                             key, s);
+        out[s] = (int64_t)d;
+    }
     return DT_OK;
 }
 
@@ -241,6 +262,8 @@ static int parse_profile(const char *text, const char *what, const char *interco
          (rc = get_bytes(root, "runtime_bytes", what, &hw->runtime_bytes, err))) ||
         (cJSON_GetObjectItemCaseSensitive(root, "runtime_mpi_bytes") &&
          (rc = get_bytes(root, "runtime_mpi_bytes", what, &hw->runtime_mpi_bytes, err))) ||
+        (rc = get_stage_bytes(root, "torch_runtime_bytes", what, hw->torch_runtime_bytes, err)) ||
+        (rc = get_stage_bytes(root, "deepspeed_runtime_bytes", what, hw->deepspeed_runtime_bytes, err)) ||
         (cJSON_GetObjectItemCaseSensitive(root, "thread_efficiency") &&
          (rc = get_num(root, "thread_efficiency", 0, what, "$", &hw->thread_efficiency, err))) ||
         (cJSON_GetObjectItemCaseSensitive(root, "thread_cores") &&
@@ -400,6 +423,14 @@ double dt_hardware_sm_count(const dt_hardware *hw) {
 int64_t dt_hardware_runtime_bytes(const dt_hardware *hw, int64_t world) {
     const int64_t measured = world > 1 && hw->runtime_mpi_bytes > 0 ? hw->runtime_mpi_bytes : hw->runtime_bytes;
     return measured > 0 ? measured : hw->reserve_bytes;
+}
+
+int64_t dt_hardware_hf_runtime_bytes(const dt_hardware *hw, int deepspeed, int stage) {
+    const int64_t *v = deepspeed ? hw->deepspeed_runtime_bytes : hw->torch_runtime_bytes;
+    if (stage >= 0) return stage < DT_HW_STAGES ? v[stage] : 0;
+    int64_t most = 0;
+    for (int s = 0; s < DT_HW_STAGES; s++) most = v[s] > most ? v[s] : most;
+    return most;
 }
 
 int dt_hardware_is_measured(const dt_hardware *hw) {

@@ -1,6 +1,8 @@
 /* json_util.c — see dt_json.h */
 #include "dt_json.h"
 
+#include "dt_file.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -13,37 +15,6 @@
 #include <unistd.h>
 
 /* ---------------------------------------------------------------- files */
-
-const char *dt_file_type_name(unsigned mode) {
-    if (S_ISDIR(mode)) return "a directory";
-    if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-    if (S_ISCHR(mode)) return "a character device";
-    if (S_ISBLK(mode)) return "a block device";
-    if (S_ISSOCK(mode)) return "a socket";
-    return "not a regular file";
-}
-
-int dt_file_open_regular(const char *path, int *fd_out, uint64_t *size_out, dt_error *err) {
-    *fd_out = -1;
-    if (!path || !*path) return dt_errorf(err, DT_EINVAL, "empty file name");
-    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-    if (fd < 0) return dt_errorf(err, DT_EIO, "cannot open '%s': %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return dt_errorf(err, DT_EIO, "cannot stat '%s': %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return dt_errorf(err, DT_EINVAL, "'%s' is %s, not a regular file: give the path of a file", path,
-                         dt_file_type_name(st.st_mode));
-    }
-    *fd_out = fd;
-    if (size_out) *size_out = st.st_size > 0 ? (uint64_t)st.st_size : 0;
-    return DT_OK;
-}
 
 static void size_text(size_t bytes, char *buf, size_t n) {
     if (bytes % ((size_t)1 << 20) == 0) snprintf(buf, n, "%zu MiB", bytes >> 20);
@@ -61,7 +32,7 @@ int dt_read_file(const char *path, size_t max_bytes, char **out, size_t *len, dt
     *out = NULL;
     int fd;
     uint64_t size;
-    int rc = dt_file_open_regular(path, &fd, &size, err);
+    int rc = dt_file_open_regular(path, "file", &fd, &size, err);
     if (rc) return rc;
     if (size > (uint64_t)max_bytes) {
         close(fd);

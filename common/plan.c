@@ -502,10 +502,13 @@ static int validate_runtime(const dt_plan *p, dt_error *err) {
                          "materialized probabilities, sdpa and flash do not): set activations.attention to \"%s\"",
                          k_kernel_names[r->attention], k_attention_names[p->activations.attention],
                          k_attention_names[storage]);
-    if (p->cluster.device != DT_DEVICE_CUDA)
+    /* on CPU ranks (issue 34): only with the runtime's footprint measured on the machine */
+    if (p->cluster.device != DT_DEVICE_CUDA &&
+        dt_hardware_hf_runtime_bytes(&p->cluster.hw, r->kind == DT_RUNTIME_DEEPSPEED, p->parallel.zero_stage) <= 0)
         return dt_errorf(err, DT_EINVAL,
-                         "runtime.kind = %s describes GPU runs but cluster.device is cpu (use runtime dtrun, or a "
-                         "GPU hardware profile such as H100-SXM-80GB)", kind);
+                         "runtime.kind = %s on CPU ranks needs the hardware profile's measured %s (bench/"
+                         "validate_runtimes.sh measures it), or use runtime dtrun or a GPU hardware profile", kind,
+                         r->kind == DT_RUNTIME_DEEPSPEED ? "deepspeed_runtime_bytes" : "torch_runtime_bytes");
     if (!finite_nonneg(r->fetch_overhead_s) || r->max_reuse_distance < 0 || r->persistence_threshold < 0)
         return dt_errorf(err, DT_EINVAL,
                          "runtime.fetch_overhead_s, max_reuse_distance and persistence_threshold must be >= 0");
@@ -673,6 +676,13 @@ static void add_i(cJSON *o, const char *k, int64_t v) { cJSON_AddNumberToObject(
 static void add_d(cJSON *o, const char *k, double v) { cJSON_AddNumberToObject(o, k, v); }
 static void add_b(cJSON *o, const char *k, int v) { cJSON_AddBoolToObject(o, k, v != 0); }
 static void add_s(cJSON *o, const char *k, const char *v) { cJSON_AddStringToObject(o, k, v); }
+/* a per-ZeRO-stage byte count of the hardware profile, written when measured */
+static void add_stage_bytes(cJSON *o, const char *k, const int64_t v[DT_HW_STAGES]) {
+    double d[DT_HW_STAGES];
+    int any = 0;
+    for (int s = 0; s < DT_HW_STAGES; s++) d[s] = (double)v[s], any |= v[s] > 0;
+    if (any) cJSON_AddItemToObject(o, k, cJSON_CreateDoubleArray(d, DT_HW_STAGES));
+}
 
 /* "rope_scaling": only when the type is not the default (plans before it existed, and
  * every gpt2 / unscaled llama plan, have none); HF's keys, only the type's parameters. */
@@ -747,6 +757,8 @@ static void write_cluster(cJSON *root, const dt_cluster *c) {
     if (h->sm_count > 0) add_d(w, "sm_count", h->sm_count);   /* the GPU GEMM model's wave width */
     if (h->runtime_bytes > 0) add_i(w, "runtime_bytes", h->runtime_bytes);   /* measured runtime footprint */
     if (h->runtime_mpi_bytes > 0) add_i(w, "runtime_mpi_bytes", h->runtime_mpi_bytes);
+    add_stage_bytes(w, "torch_runtime_bytes", h->torch_runtime_bytes);          /* HF runs on CPU ranks */
+    add_stage_bytes(w, "deepspeed_runtime_bytes", h->deepspeed_runtime_bytes);
     if (h->intra_busbw_rs > 0) add_d(w, "intra_busbw_reduce_scatter", h->intra_busbw_rs);   /* measured per */
     if (h->intra_busbw_ag > 0) add_d(w, "intra_busbw_allgather", h->intra_busbw_ag);        /* collective */
     if (h->thread_efficiency > 0) {   /* measured multi-thread efficiency of a CPU rank */
@@ -1011,6 +1023,21 @@ static void read_per_dtype(dt_jobj *parent, const char *key, double v[3], dt_err
     if (dt_jobj_close(&r, err)) parent->failed = r.failed;
 }
 
+/* an optional array of DT_HW_STAGES byte counts (add_stage_bytes) */
+static void read_stage_bytes(dt_jobj *r, const char *key, int64_t out[DT_HW_STAGES], dt_error *err) {
+    if (r->failed || !dt_jobj_has(r, key)) return;
+    const cJSON *v = dt_jobj_item(r, key, err);
+    int ok = cJSON_IsArray(v) && cJSON_GetArraySize(v) == DT_HW_STAGES;
+    for (int s = 0; ok && s < DT_HW_STAGES; s++) {
+        const cJSON *e = cJSON_GetArrayItem(v, s);
+        ok = cJSON_IsNumber(e) && e->valuedouble >= 0 && e->valuedouble == floor(e->valuedouble) &&
+             e->valuedouble < 4611686018427387904.0;
+        if (ok) out[s] = (int64_t)e->valuedouble;
+    }
+    if (!ok) r->failed = dt_errorf(err, DT_EINVAL, "%s.%s: expected %d byte counts (ZeRO stages 0..3)", r->path, key,
+                                   DT_HW_STAGES);
+}
+
 static void read_cluster(dt_jobj *root, dt_cluster *c, dt_error *err) {
     dt_jobj r, w;
     int dev = 0;
@@ -1052,6 +1079,8 @@ static void read_cluster(dt_jobj *root, dt_cluster *c, dt_error *err) {
             dt_jobj_int(&w, "runtime_bytes", 0, INT64_MAX, &h->runtime_bytes, err);
         if (dt_jobj_has(&w, "runtime_mpi_bytes"))
             dt_jobj_int(&w, "runtime_mpi_bytes", 0, INT64_MAX, &h->runtime_mpi_bytes, err);
+        read_stage_bytes(&w, "torch_runtime_bytes", h->torch_runtime_bytes, err);
+        read_stage_bytes(&w, "deepspeed_runtime_bytes", h->deepspeed_runtime_bytes, err);
         if (dt_jobj_has(&w, "intra_busbw_reduce_scatter"))
             dt_jobj_num(&w, "intra_busbw_reduce_scatter", DT_JNUM_NONNEG, &h->intra_busbw_rs, err);
         if (dt_jobj_has(&w, "intra_busbw_allgather"))

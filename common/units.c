@@ -1,5 +1,6 @@
 /* units.c — counts and byte sizes as users type them; see dt_units.h for the rules. */
 #include "dt_units.h"
+#include "dt_consts.h"
 
 #include <ctype.h>
 #include <limits.h>
@@ -9,8 +10,6 @@
 #include <string.h>
 #include <strings.h>
 
-#define DT_KIB 1024.0
-#define DT_GIB (1024.0 * 1024.0 * 1024.0)
 #define DT_GB 1e9
 /* Largest value that still converts to int64 exactly-enough: 2^63 is out of range. */
 #define DT_INT64_LIMIT 9223372036854775807.0

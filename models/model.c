@@ -5,6 +5,7 @@
  * Notation (docs/models.md): L layers, h hidden, a = n_head, k = n_kv_head,
  * d = head_dim, f = ffn, V = vocab, P = max_pos. Counts are elements. */
 #include "dt_model.h"
+#include "dt_consts.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -24,8 +25,6 @@ extern const dt_embedded_file dt_catalog_files[];
 extern const int dt_catalog_files_count;
 
 
-/* GPT-2's MLP width when n_inner is null: 4·h (HF GPT2MLP, inner_dim = n_inner or 4 * n_embd). */
-#define DT_GPT2_FFN_MULT 4
 /* HF defaults when a llama-family config omits a key (LlamaConfig defaults). */
 #define DT_LLAMA_DEFAULT_RMS_EPS    1e-6
 #define DT_LLAMA_DEFAULT_ROPE_THETA 10000.0

@@ -513,6 +513,17 @@ static int read_optimizer(const cJSON *root, dt_dsconfig *c, dt_error *err) {
     return DT_OK;
 }
 
+/* WarmupDecayLR / WarmupCosineLR take total_num_steps as a required argument (no default
+ * in deepspeed/runtime/lr_schedules.py): without it DeepSpeed's _scheduler_from_config
+ * fails with a TypeError */
+static int check_total_given(const dt_dsconfig *c, const char *params_path, dt_error *err) {
+    if (c->total_num_steps.state != DT_DS_ABSENT ||
+        (strcmp(c->scheduler_type, "WarmupDecayLR") && strcmp(c->scheduler_type, "WarmupCosineLR")))
+        return DT_OK;
+    return dt_errorf(err, DT_EINVAL, "%s.total_num_steps: required by %s (DeepSpeed has no default); set the "
+                     "run's optimizer steps or \"auto\"", params_path, c->scheduler_type);
+}
+
 static int read_scheduler(const cJSON *root, dt_dsconfig *c, dt_error *err) {
     const cJSON *s, *pp;
     char p[DT_JSON_PATH_MAX], q[DT_JSON_PATH_MAX];
@@ -525,15 +536,18 @@ static int read_scheduler(const cJSON *root, dt_dsconfig *c, dt_error *err) {
         note(&c->notes, "%s.type \"%s\": not modelled by dtplan (WarmupLR used for the plan)", p,
              c->scheduler_type);
     if ((rc = read_object(s, p, "params", &pp, q, err))) return rc;
-    if (!pp) return DT_OK;
+    if (!pp) return check_total_given(c, q, err);
     if ((rc = read_num(pp, q, "warmup_min_lr", DS_NONNEG, &c->warmup_min_lr, err))) return rc;
     if ((rc = read_num(pp, q, "warmup_max_lr", DS_POS, &c->warmup_max_lr, err))) return rc;   /* the plan's lr */
-    if ((rc = read_num(pp, q, "warmup_num_steps", DS_STEPS, &c->warmup_num_steps, err))) return rc;
+    /* WarmupLR / WarmupDecayLR / WarmupCosineLR.__init__ (deepspeed/runtime/lr_schedules.py,
+     * 0.19.8): "warmup_num_steps must be a positive integer" — 0 stops deepspeed.initialize */
     ds_range total = DS_STEPS;
     total.lo = 1;
+    if ((rc = read_num(pp, q, "warmup_num_steps", total, &c->warmup_num_steps, err))) return rc;
     if ((rc = read_num(pp, q, "total_num_steps", total, &c->total_num_steps, err))) return rc;
     if ((rc = read_num(pp, q, "cos_min_ratio", DS_UNIT, &c->cos_min_ratio, err))) return rc;
     if ((rc = read_num(pp, q, "warmup_min_ratio", DS_UNIT, &c->warmup_min_ratio, err))) return rc;
+    if ((rc = check_total_given(c, q, err))) return rc;
     if (c->warmup_min_lr.state == DT_DS_SET && c->warmup_max_lr.state == DT_DS_SET &&
         c->warmup_min_lr.value > c->warmup_max_lr.value)
         return dt_errorf(err, DT_EINVAL, "%s.warmup_min_lr %g exceeds warmup_max_lr %g: the warmup would lower the lr",

@@ -15,6 +15,13 @@
 #define DS_DEFAULT_SCRIPT "train.py"
 #define DS_DEFAULT_CONFIG "ds_config.json"
 #define DS_DEFAULT_JOB "dtplan"
+/* WarmupLR / WarmupDecayLR / WarmupCosineLR (deepspeed/runtime/lr_schedules.py, 0.19.8,
+ * each __init__) raise "warmup_num_steps must be a positive integer, got 0" for W <= 0,
+ * then run with max(2, W) (the log warmup divides by ln W), as dtrun does
+ * (engine/model/optim.c DT_MIN_WARMUP_STEPS). A plan's W of 0 is exported as 1: the
+ * smallest value DeepSpeed accepts, run exactly as 0 would be, and never above the
+ * plan's total_steps (>= 1), so the file still imports into a valid plan. */
+#define DS_MIN_WARMUP_STEPS 1
 
 void dt_dsexport_opts_default(dt_dsexport_opts *o) {
     o->config_path = DS_DEFAULT_CONFIG;
@@ -155,6 +162,7 @@ static cJSON *config_tree(const dt_plan *p) {
     cJSON_AddNumberToObject(op, "weight_decay", o->weight_decay);
 
     const dt_schedule *s = &p->schedule;
+    const double warmup = (double)(s->warmup_steps > DS_MIN_WARMUP_STEPS ? s->warmup_steps : DS_MIN_WARMUP_STEPS);
     const char *warmup_type = s->warmup_linear ? "linear" : "log";
     if (s->kind != DT_SCHED_CONSTANT) {
         cJSON *sch = cJSON_AddObjectToObject(root, "scheduler");
@@ -168,7 +176,7 @@ static cJSON *config_tree(const dt_plan *p) {
                 cJSON_AddNumberToObject(sp, "total_num_steps", (double)s->total_steps);
             cJSON_AddNumberToObject(sp, "warmup_min_lr", s->warmup_min_lr);
             cJSON_AddNumberToObject(sp, "warmup_max_lr", o->lr);
-            cJSON_AddNumberToObject(sp, "warmup_num_steps", (double)s->warmup_steps);
+            cJSON_AddNumberToObject(sp, "warmup_num_steps", warmup);
             cJSON_AddStringToObject(sp, "warmup_type", warmup_type);
             break;
         default: /* WarmupCosineLR: multiplies the optimizer's lr (deepspeed/runtime/lr_schedules.py) */
@@ -176,7 +184,7 @@ static cJSON *config_tree(const dt_plan *p) {
             sp = cJSON_AddObjectToObject(sch, "params");
             cJSON_AddNumberToObject(sp, "total_num_steps", (double)s->total_steps);
             cJSON_AddNumberToObject(sp, "warmup_min_ratio", s->warmup_min_lr);
-            cJSON_AddNumberToObject(sp, "warmup_num_steps", (double)s->warmup_steps);
+            cJSON_AddNumberToObject(sp, "warmup_num_steps", warmup);
             cJSON_AddNumberToObject(sp, "cos_min_ratio", s->cos_min_ratio);
             cJSON_AddStringToObject(sp, "warmup_type", warmup_type);
             break;
@@ -220,8 +228,9 @@ char *dt_dsexport_notes(const dt_plan *p, dt_error *err) {
         sb_printf(&b, "note: the plan materialises attention scores; pick the matching attention "
                       "implementation in the model code (DeepSpeed's config has no switch)\n");
     if (p->cluster.device == DT_DEVICE_CPU)
-        sb_printf(&b, "note: the plan runs on CPU ranks; DeepSpeed itself needs an accelerator "
-                      "(dtrun runs the plan on CPU as is)\n");
+        sb_printf(&b, "note: the plan runs on CPU ranks; DeepSpeed runs them on its CPU accelerator over gloo "
+                      "(selected when no GPU is present, DS_ACCELERATOR=cpu otherwise; fp16 only where the CPU has "
+                      "AVX512-FP16 or AMX-FP16; bench/validate_ds_export.sh)\n");
     return sb_close(&b, err);
 }
 

@@ -13,9 +13,10 @@
 #define DT_DSEXPORT_H
 
 #include "dt_error.h"
+#include "dt_consts.h"
 #include "dt_plan.h"
 
-#define DT_DEFAULT_MASTER_PORT 29500  /* torchrun's --master-port default (torch/distributed/run.py) */
+#define DT_DEFAULT_MASTER_PORT DT_TORCHRUN_DEFAULT_PORT
 
 typedef struct dt_dsexport_opts {
     const char *config_path;  /* DeepSpeed config file named in the launch lines */

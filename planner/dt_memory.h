@@ -65,6 +65,12 @@ typedef struct dt_mem_runtime {
  * returns 0 (the reserve is the profile's reserve_bytes). n_params as dt_memory_estimate_n. */
 int dt_memory_cpu_runtime(const dt_plan *p, int64_t n_params, dt_mem_runtime *out);
 
+/* 1 for a Hugging Face run (runtime deepspeed / fsdp) on CPU ranks: its total is the rank
+ * process's peak, with the profile's measured torch / DeepSpeed footprint as the reserve
+ * and the rank's share of the host-side offload terms included (docs/memory-model.md
+ * "Hugging Face runs on CPU ranks"). */
+int dt_memory_hf_on_cpu(const dt_plan *p);
+
 /* The pieces, for the solver's linearisation and the simulator (bytes per rank). */
 int64_t dt_memory_activations_per_block(const dt_plan *p, int checkpointed); /* saved by one block */
 int64_t dt_memory_activations(const dt_plan *p, int64_t ckpt_layers);        /* all blocks + head */

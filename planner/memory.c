@@ -6,6 +6,7 @@
  * query / kv heads, d head dim, V vocab, L blocks, K checkpointed blocks,
  * a activation bytes. shard = ceil(Ψ / N) (partitions padded to equal size). */
 #include "dt_memory.h"
+#include "dt_consts.h"
 #include "dt_model.h"
 
 #include <stdint.h>
@@ -20,13 +21,6 @@
 #define TOKEN_ID_BYTES 4
 #define LOSS_BYTES 4
 
-/* DeepSpeed code defaults the plan does not carry (deepspeed/runtime/zero/
- * offload_config.py, zero/config.py; docs/memory-model.md "Host memory and NVMe"):
- * offload_optimizer.buffer_count (NVMe swap buffers; each holds one sub_group_size tile,
- * the plan's parallel.sub_group_elems), offload_param.buffer_count and buffer_size (elements). */
-#define DS_OPT_SWAP_BUFFERS 4
-#define DS_PARAM_SWAP_BUFFERS 5
-#define DS_PARAM_BUFFER_ELEMS 100000000LL
 
 /* Anything above 2^60 bytes (an exabyte) per rank is a nonsensical request; the
  * arithmetic below saturates there instead of overflowing. */
@@ -196,7 +190,16 @@ static int64_t gather_unit(const dt_model *m) {
  * implements the gpt2 family: its allocations are mirrored as it makes them (the
  * engine's layout, docs/engine.md "Memory", not the family description). Other
  * devices and families get DeepSpeed's and the description's terms. */
-static int cpu_engine_layout(const dt_plan *p) { return p->cluster.device == DT_DEVICE_CPU; }
+static int cpu_engine_layout(const dt_plan *p) { return p->cluster.device == DT_DEVICE_CPU && !hf_runtime(p); }
+
+/* A Hugging Face run (runtime deepspeed / fsdp) on CPU ranks (issue 34): DeepSpeed's CPU
+ * accelerator and PyTorch on gloo allocate the same partitions, buckets, gradient buffers,
+ * optimizer states and activations as on GPUs, so every term is the GPU code's; the
+ * reserve is the process's own measured footprint (the profile's deepspeed_runtime_bytes /
+ * torch_runtime_bytes), and what DeepSpeed "offloads" to the host stays in the same
+ * process: the rank's share of the host terms is in its total (docs/memory-model.md
+ * "Hugging Face runs on CPU ranks"). */
+int dt_memory_hf_on_cpu(const dt_plan *p) { return p->cluster.device == DT_DEVICE_CPU && hf_runtime(p); }
 
 /* fp32 elements per token of the CPU engine's backward scratch (engine/model/lm.c
  * create): gpt2 dres, dC [C] each, dQKV [3C], dF [F]; llama dres, dC [C] each,
@@ -487,12 +490,12 @@ static void host_terms(const dt_plan *p, int64_t psi, int64_t shard, dt_mem_brea
     if (z->offload_optimizer == DT_OFFLOAD_NVME) {
         const int64_t w = dt_dtype_size(pr->has_master ? pr->master : pr->moment);
         out->host_buffers = sadd(out->host_buffers,
-                                 smul3(n, DS_OPT_SWAP_BUFFERS, smul(optimizer_tile(p, shard), w)));
+                                 smul3(n, DT_DS_OPT_SWAP_BUFFERS, smul(optimizer_tile(p, shard), w)));
         out->nvme = sadd(out->nvme, smul3(n, ob, shard));
     }
     if (z->offload_param == DT_OFFLOAD_NVME) {
         out->host_buffers = sadd(out->host_buffers,
-                                 smul3(n, DS_PARAM_SWAP_BUFFERS, smul(imin(DS_PARAM_BUFFER_ELEMS, shard), pb)));
+                                 smul3(n, DT_DS_PARAM_SWAP_BUFFERS, smul(imin(DT_DS_PARAM_BUFFER_ELEMS, shard), pb)));
         out->nvme = sadd(out->nvme, smul3(n, pb, shard));
     }
     out->host_total = sadd(sadd(out->host_params, out->host_optimizer), out->host_buffers);
@@ -794,9 +797,14 @@ int dt_memory_phases(const dt_plan *p, int64_t n_params, dt_mem_phases *out, dt_
         dt_mem_breakdown *m = &out->at[i];
         /* CPU ranks: the runtime term, at its largest phase (collectives or I/O) */
         m->reserve = cpu_rt ? sadd(rt.base, imax(rt.comm, rt.io)) : p->cluster.hw.reserve_bytes;
+        if (dt_memory_hf_on_cpu(p))
+            m->reserve = dt_hardware_hf_runtime_bytes(&p->cluster.hw, p->runtime.kind == DT_RUNTIME_DEEPSPEED,
+                                                      p->parallel.zero_stage);
         total_of(m);
         m->host_params = host.host_params, m->host_optimizer = host.host_optimizer;
         m->host_buffers = host.host_buffers, m->host_total = host.host_total, m->nvme = host.nvme;
+        if (dt_memory_hf_on_cpu(p))   /* the offloaded states live in the rank's own process */
+            m->total = sadd(m->total, ceil_div(host.host_total, p->cluster.gpus_per_node));
         if ((rc = saturated(p, m, err))) return rc;
         if (m->total > out->at[out->peak].total) out->peak = (dt_mem_phase)i;
     }

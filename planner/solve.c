@@ -80,6 +80,8 @@ static int n_selective(const dt_solve_request *rq) {
 int64_t dt_solve_node_host_bytes(const dt_plan *p, const dt_mem_breakdown *m) {
     if (p->cluster.device != DT_DEVICE_CPU) return m->host_total;
     int64_t ranks = p->cluster.gpus_per_node, dev = mem_dev(m);
+    if (dt_memory_hf_on_cpu(p))   /* a rank's total already holds its share of the host terms */
+        return dev > INT64_MAX / (ranks > 0 ? ranks : 1) ? INT64_MAX : ranks * dev;
     return dev > INT64_MAX / 2 / (ranks > 0 ? ranks : 1) ? INT64_MAX : m->host_total + ranks * dev;
 }
 

@@ -2,13 +2,13 @@
  * memory per option, solver candidates, loss / throughput / step-time curves,
  * predicted vs measured, and the simulated step timeline. */
 #include "dt_report_charts.h"
+#include "dt_consts.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define MS_PER_S 1000.0
 
 /* Memory categories, one colour each, the same in every chart. */
 enum { CAT_PARAMS, CAT_GRADS, CAT_OPTIMIZER, CAT_ACTIVATIONS, CAT_BUFFERS, CAT_RESERVE, CAT_COUNT };
@@ -263,7 +263,7 @@ int dt_chart_time_compare(const char *path, const char *title,
     for (int k = 0; k < 2; k++) {
         const double s[N] = {t[k]->compute_s, t[k]->recompute_s, t[k]->comm_exposed_s,
                              t[k]->offload_s, t[k]->optimizer_s, t[k]->step_s};
-        for (int i = 0; i < N; i++) v[i * 2 + k] = s[i] * MS_PER_S;
+        for (int i = 0; i < N; i++) v[i * 2 + k] = s[i] * DT_MS_PER_S;
     }
     dt_chart_opts o = {title ? title : "Step time: predicted vs measured", "phase",
                        "time per optimizer step (ms)", 0, 0};
@@ -324,14 +324,14 @@ int dt_chart_step_timeline(const char *path, const char *title, int n_events,
     }
     for (int i = 0; i < n_events; i++)
         iv[i] = (dt_chart_interval){row_of[events[i].stream], kind_of[events[i].kind],
-                                    events[i].t0_s * MS_PER_S, events[i].t1_s * MS_PER_S};
+                                    events[i].t0_s * DT_MS_PER_S, events[i].t1_s * DT_MS_PER_S};
     for (int i = 0; i < n_mem; i++) {
         if (mem[i].bytes < 0) {
             rc = dt_errorf(err, DT_EINVAL, "timeline chart '%s': memory sample %d is %lld bytes (negative)",
                            path ? path : "", i, (long long)mem[i].bytes);
             goto out;
         }
-        mt[i] = mem[i].t_s * MS_PER_S;
+        mt[i] = mem[i].t_s * DT_MS_PER_S;
     }
     int64_t mmax = limit_bytes;
     for (int i = 0; i < n_mem; i++) mmax = mem[i].bytes > mmax ? mem[i].bytes : mmax;

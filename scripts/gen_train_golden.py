@@ -51,7 +51,7 @@ The clip values are below the gradient norm in some steps and above it in others
 here: at least 3 steps of each kind, else the script fails).
 
 What dtrun does per optimizer step and how it is reproduced here (sources read):
- * Windows (engine/run/data.c, dt_corpus_windows / dt_split_windows / make_perm /
+ * Windows (engine/data/data.c, dt_corpus_windows / dt_split_windows / make_perm /
    dt_loader_next_masked / read_window; engine/run/train.c setup_data): the text is one token
    stream of n bytes; it holds W = (n - 1) // T windows (n > T), window w = tokens
    [w T, w T + T] (inputs w T .. w T + T - 1, targets shifted by one). Without data.valid the
@@ -297,7 +297,7 @@ def permutation(count, seed, epoch):
 
 
 class Loader:
-    """The training loader of engine/run/data.c for one rank of world 1, text corpus."""
+    """The training loader of engine/data/data.c for one rank of world 1, text corpus."""
 
     def __init__(self, tokens, plan):
         self.tok = tokens

@@ -6,8 +6,11 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config
       libglpk-dev glpk-utils            # MILP solver (dtplan solve)
       libplot-dev plotutils             # charts (PNG/SVG)
-      zlib1g-dev                        # chart tests decode the PNGs they check
+      libpng-dev                        # chart tests decode the PNGs they check
       libcjson-dev                      # plan / config JSON
+      libjansson-dev                    # tests: the reference parser the strict JSON check is held against
+      nettle-dev                        # SHA-256: tokenizer fingerprints (common/hash/)
+      libisal-dev                       # CRC-32C: checkpoint sums (Intel ISA-L, common/hash/)
       libpcre2-dev                      # tokenizer.json pre-tokenizer regexes (dtrun tokenize)
       libicu-dev                        # tokenizer.json's NFC normalizer (Qwen2)
       libsentencepiece-dev              # SentencePiece tokenizer.model (Llama-2, Mistral)

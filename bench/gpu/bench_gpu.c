@@ -24,12 +24,7 @@
 #include "dt_lm.h"
 #include "dt_memory.h"
 #include "dt_timemodel.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "dt_clock.h"
 
 static int run_one(const dt_model *m, const char *hw, dt_precision_preset prec, int64_t B, int64_t T, int steps) {
     dt_error err = {0};
@@ -79,7 +74,7 @@ static int run_one(const dt_model *m, const char *hw, dt_precision_preset prec, 
     for (int s = 0; s <= steps; s++) {   /* step 0 warms up (cuBLAS heuristics, allocations) */
         if (s == 1) {   /* the warm-up step's errors are reported, not cleared */
             if (d->synchronize(&err)) break;
-            t0 = now_s();
+            t0 = dt_clock_s();
         }
         dt_lm_zero_grad(g);
         if (dt_lm_forward(g, tok, tok, &loss, &err) || dt_lm_backward(g, 1.0f, &err)) break;
@@ -88,7 +83,7 @@ static int run_one(const dt_model *m, const char *hw, dt_precision_preset prec, 
                  dt_lm_grads(g), p.precision.grad, P, &sc);
     }
     int rc = d->synchronize(&err);
-    double step = (now_s() - t0) / steps;
+    double step = (dt_clock_s() - t0) / steps;
     if (err.code || rc) {
         fprintf(stderr, "bench_gpu: %s: %s\n", m->name, err.msg);
         return 1;

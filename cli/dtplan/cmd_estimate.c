@@ -39,6 +39,7 @@ typedef struct {
     dt_offload opt, param;
     dt_mem_breakdown m;
     dt_mem_phase phase;   /* the phase of the peak (DT_MEM_PHASE_SUM for dtrun) */
+    int64_t phase_total[DT_MEM_PHASE_COUNT];   /* each phase's total, bytes per rank */
 } est_row;
 
 typedef struct {
@@ -51,12 +52,6 @@ typedef struct {
 
 /* one "dtplan: ..." line on stderr, exit 2 */
 #define fail(...) dt_cli_fail(2, __VA_ARGS__)
-
-static int fail_err(const dt_error *e) {
-    fprintf(stderr, "dtplan: %s\n", e->msg);
-    /* bad arguments and unreadable input files are the user's to fix: exit 2 */
-    return e->code == DT_EINVAL || e->code == DT_EINFEASIBLE || e->code == DT_EIO ? 2 : 1;
-}
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -159,7 +154,7 @@ static int parse_args(int argc, char **argv, est_args *a) {
 /* positive integer option in [1, max]; example: a value that works */
 static int int_opt(const char *s, const char *what, int64_t max, int64_t example, int64_t *out) {
     dt_error e = {0};
-    return dt_parse_int(s, what, 1, max, example, out, &e) ? fail_err(&e) : 0;
+    return dt_parse_int(s, what, 1, max, example, out, &e) ? dt_cli_fail_err(e.code, &e) : 0;
 }
 
 static int dtype_opt(const char *s, const char *what, dt_dtype *out) {
@@ -185,7 +180,7 @@ typedef struct {
 static int resolve_precision(const est_args *a, dt_precision *pr) {
     dt_error e = {0};
     dt_precision_preset preset = DT_PREC_MIXED_BF16;
-    if (a->precision && dt_precision_parse_preset(a->precision, &preset, &e)) return fail_err(&e);
+    if (a->precision && dt_precision_parse_preset(a->precision, &preset, &e)) return dt_cli_fail_err(e.code, &e);
     dt_precision_from_preset(preset, pr);
     return 0;
 }
@@ -215,12 +210,12 @@ static int resolve_model(const est_args *a, est_ctx *c) {
     if (!a->params && !a->model)
         return fail("estimate: give --params COUNT (e.g. --params 32B) or --model NAME (e.g. --model qwen3-0.6b)");
     if (a->model) {
-        if (dt_model_resolve(a->model, &c->plan.model, &e)) return fail_err(&e);
+        if (dt_model_resolve(a->model, &c->plan.model, &e)) return dt_cli_fail_err(e.code, &e);
         c->n_params = dt_model_params(&c->plan.model);
         return 0;
     }
-    if (dt_parse_count(a->params, "--params", &c->n_params, &e)) return fail_err(&e);
-    if (dt_model_for_params(c->n_params, &c->plan.model, &e)) return fail_err(&e);
+    if (dt_parse_count(a->params, "--params", &c->n_params, &e)) return dt_cli_fail_err(e.code, &e);
+    if (dt_model_for_params(c->n_params, &c->plan.model, &e)) return dt_cli_fail_err(e.code, &e);
     return 0;
 }
 
@@ -266,22 +261,25 @@ static int check_mismatch(const est_args *a, const dt_dsconfig *ds, const dt_pla
 static int apply_runtime(const est_args *a, est_ctx *c, const dt_dsconfig *ds) {
     dt_plan *p = &c->plan;
     const dt_runtime_kind kind = p->runtime.kind;   /* parsed in setup */
-    if (kind != DT_RUNTIME_DTRUN && p->cluster.device != DT_DEVICE_CUDA)
-        return fail("--runtime %s describes GPU runs; hardware %s is a CPU profile (use a GPU --hardware such as "
-                    "H100-SXM-80GB, or --runtime dtrun)", a->runtime, p->cluster.hw.name);
+    if (kind != DT_RUNTIME_DTRUN && p->cluster.device != DT_DEVICE_CUDA &&
+        dt_hardware_hf_runtime_bytes(&p->cluster.hw, kind == DT_RUNTIME_DEEPSPEED, -1) <= 0)
+        return fail("--runtime %s on CPU ranks needs the CPU profile's measured %s; hardware %s has none (bench/"
+                    "validate_runtimes.sh measures it; or use a GPU --hardware such as H100-SXM-80GB, or --runtime "
+                    "dtrun)", a->runtime, kind == DT_RUNTIME_DEEPSPEED ? "deepspeed_runtime_bytes" : "torch_runtime_bytes",
+                    p->cluster.hw.name);
     if (kind != DT_RUNTIME_DTRUN) {
         dt_plan_set_runtime(p, kind);
         dt_error e = {0};
         if (ds && kind == DT_RUNTIME_DEEPSPEED && dt_dsconfig_apply_runtime(ds, p, &c->notes, &e)) {
             dt_error_prefix(&e, "--deepspeed %s", a->deepspeed);
-            return fail_err(&e);
+            return dt_cli_fail_err(e.code, &e);
         }
     }
     if (a->deepspeed && kind == DT_RUNTIME_FSDP)
         return fail("--runtime fsdp with --deepspeed %s: a DeepSpeed config describes a DeepSpeed run (use --runtime "
                     "deepspeed, or drop --deepspeed)", a->deepspeed);
     dt_error e = {0};
-    if (a->attention && dt_plan_set_attention(p, a->attention, "--attention", &e)) return fail_err(&e);
+    if (a->attention && dt_plan_set_attention(p, a->attention, "--attention", &e)) return dt_cli_fail_err(e.code, &e);
     if (a->recompute) {
         if (strcmp(a->recompute, "selective") && strcmp(a->recompute, "none"))
             return fail("--recompute '%s': expected selective or none (whole blocks: --ckpt)", a->recompute);
@@ -309,7 +307,7 @@ static int check_mem(const est_args *a, const est_ctx *c) {
     /* with --plan the profile is the plan's: --hardware cannot be given then */
     if (c->mem_limit &&
         dt_hardware_check_mem_limit(&c->plan.cluster.hw, c->mem_limit, "--mem", a->mem, !a->plan, &e))
-        return fail_err(&e);
+        return dt_cli_fail_err(e.code, &e);
     return 0;
 }
 
@@ -317,9 +315,9 @@ static int setup(const est_args *a, est_ctx *c) {
     dt_error e = {0};
     memset(c, 0, sizeof *c);
     c->stage_filter = c->opt_filter = c->param_filter = -1;
-    if (a->units && dt_parse_units(a->units, &c->units, &e)) return fail_err(&e);
-    if (a->plot && dt_cli_check_plot_name("--plot", a->plot, "mem.png", &e)) return fail_err(&e);
-    if (a->mem && dt_parse_bytes(a->mem, "--mem", &c->mem_limit, &e)) return fail_err(&e);
+    if (a->units && dt_parse_units(a->units, &c->units, &e)) return dt_cli_fail_err(e.code, &e);
+    if (a->plot && dt_cli_check_plot_name("--plot", a->plot, "mem.png", &e)) return dt_cli_fail_err(e.code, &e);
+    if (a->mem && dt_parse_bytes(a->mem, "--mem", &c->mem_limit, &e)) return dt_cli_fail_err(e.code, &e);
     if (a->compare && strcmp(a->compare, "deepspeed"))
         return fail("--compare '%s': the only estimator to compare with is 'deepspeed'", a->compare);
     if (a->stage) {
@@ -343,7 +341,7 @@ static int setup(const est_args *a, est_ctx *c) {
         int st = c->stage_filter >= 0 ? c->stage_filter : 3;
         dt_offload oo = c->opt_filter >= 0 ? (dt_offload)c->opt_filter : DT_OFFLOAD_NONE;
         dt_offload op = c->param_filter >= 0 ? (dt_offload)c->param_filter : DT_OFFLOAD_NONE;
-        if (dt_ds_check_offload(st, oo, op, &e)) return fail_err(&e);
+        if (dt_ds_check_offload(st, oo, op, &e)) return dt_cli_fail_err(e.code, &e);
     }
 
     if (a->plan) {
@@ -364,7 +362,7 @@ static int setup(const est_args *a, est_ctx *c) {
                             "drop --plan)", fixed[i].name);
         if (dt_plan_load(a->plan, &c->plan, &e)) {
             dt_error_prefix(&e, "--plan");
-            return fail_err(&e);
+            return dt_cli_fail_err(e.code, &e);
         }
         c->n_params = c->plan.model.requested_params > 0 ? c->plan.model.requested_params
                                                           : dt_model_params(&c->plan.model);
@@ -377,7 +375,7 @@ static int setup(const est_args *a, est_ctx *c) {
     int rc = resolve_model(a, c);
     if (rc) return rc;
     /* the kind first: the DeepSpeed config's notes depend on what the runtime models */
-    if (a->runtime && dt_runtime_parse(a->runtime, &p->runtime.kind, &e)) return fail_err(&e);
+    if (a->runtime && dt_runtime_parse(a->runtime, &p->runtime.kind, &e)) return dt_cli_fail_err(e.code, &e);
 
     int64_t gpus = 1, nodes = 1;
     if (a->gpus && int_opt(a->gpus, "--gpus", EST_MAX_GPUS, 8, &gpus)) return 2;
@@ -390,7 +388,7 @@ static int setup(const est_args *a, est_ctx *c) {
     p->parallel.world_size = gpus;
 
     const char *hw = a->hardware ? a->hardware : EST_DEFAULT_HARDWARE;
-    if (dt_hardware_load(hw, NULL, &p->cluster.hw, &e)) return fail_err(&e);
+    if (dt_hardware_load(hw, NULL, &p->cluster.hw, &e)) return dt_cli_fail_err(e.code, &e);
     p->cluster.device = p->cluster.hw.device;
     if ((rc = check_mem(a, c))) return rc;
 
@@ -430,13 +428,13 @@ static int setup(const est_args *a, est_ctx *c) {
     if (a->deepspeed) {
         if (dt_dsconfig_load(a->deepspeed, &ds, &e)) {
             dt_error_prefix(&e, "--deepspeed");
-            return fail_err(&e);
+            return dt_cli_fail_err(e.code, &e);
         }
         if ((rc = check_mismatch(a, &ds, p))) return rc;
         c->notes = ds.notes;
         if (dt_dsconfig_apply(&ds, p, &c->notes, &e)) {
             dt_error_prefix(&e, "--deepspeed %s", a->deepspeed);
-            return fail_err(&e);
+            return dt_cli_fail_err(e.code, &e);
         }
         c->from_config = 1;
     }
@@ -444,7 +442,7 @@ static int setup(const est_args *a, est_ctx *c) {
         if (a->deepspeed && ds.sub_group.state == DT_DS_SET)
             return fail("--sub-group-size %s and --deepspeed %s's sub_group_size %lld: give it in one place",
                         a->sub_group, a->deepspeed, (long long)ds.sub_group.value);
-        if (dt_parse_count(a->sub_group, "--sub-group-size", &p->parallel.sub_group_elems, &e)) return fail_err(&e);
+        if (dt_parse_count(a->sub_group, "--sub-group-size", &p->parallel.sub_group_elems, &e)) return dt_cli_fail_err(e.code, &e);
     }
     if ((rc = apply_runtime(a, c, a->deepspeed ? &ds : NULL))) return rc;
     return apply_dtype_overrides(a, &p->precision);
@@ -456,9 +454,10 @@ static int setup(const est_args *a, est_ctx *c) {
 static int row_memory(const dt_plan *p, int64_t n_params, est_row *r) {
     dt_error e = {0};
     dt_mem_phases ph;
-    if (dt_memory_phases(p, n_params, &ph, &e)) return fail_err(&e);
+    if (dt_memory_phases(p, n_params, &ph, &e)) return dt_cli_fail_err(e.code, &e);
     r->m = ph.at[ph.peak];
     r->phase = ph.peak;
+    for (int i = 0; i < DT_MEM_PHASE_COUNT; i++) r->phase_total[i] = ph.at[i].total;
     return 0;
 }
 
@@ -527,11 +526,22 @@ static void print_header(const est_ctx *c) {
                m->n_layer, m->hidden, m->n_head, m->n_kv_head, m->head_dim, m->ffn, m->vocab);
         printf("params     %" PRId64 " (%s)\n", c->n_params, dt_format_count(c->n_params, cnt, sizeof cnt));
     }
-    printf("cluster    %" PRId64 " node%s x %" PRId64 " %s%s = %" PRId64 " data-parallel rank%s; hardware %s (%s per %s, reserve %s)\n",
+    /* Hugging Face runs on CPU ranks: the reserve is the runtime's measured footprint, per stage */
+    char reserve[160];
+    if (dt_memory_hf_on_cpu(p)) {
+        int at = snprintf(reserve, sizeof reserve, "runtime footprint (measured) ");
+        for (int s = 0; s < DT_HW_STAGES && at > 0 && (size_t)at < sizeof reserve; s++)
+            at += snprintf(reserve + at, sizeof reserve - (size_t)at, "%s%s", s ? " / " : "",
+                           dt_format_bytes(dt_hardware_hf_runtime_bytes(&p->cluster.hw, p->runtime.kind ==
+                                                                        DT_RUNTIME_DEEPSPEED, s), c->units, b2, sizeof b2));
+        if (at > 0 && (size_t)at < sizeof reserve) snprintf(reserve + at, sizeof reserve - (size_t)at, " at ZeRO 0/1/2/3");
+    } else {
+        snprintf(reserve, sizeof reserve, "reserve %s", dt_format_bytes(p->cluster.hw.reserve_bytes, c->units, b2, sizeof b2));
+    }
+    printf("cluster    %" PRId64 " node%s x %" PRId64 " %s%s = %" PRId64 " data-parallel rank%s; hardware %s (%s per %s, %s)\n",
            p->cluster.nodes, p->cluster.nodes > 1 ? "s" : "", p->cluster.gpus_per_node, dt_chart_rank_word(),
            p->cluster.gpus_per_node > 1 ? "s" : "", p->parallel.world_size, p->parallel.world_size > 1 ? "s" : "", p->cluster.hw.name,
-           dt_format_bytes(p->cluster.hw.device_mem_bytes, c->units, b1, sizeof b1), dt_chart_rank_word(),
-           dt_format_bytes(p->cluster.hw.reserve_bytes, c->units, b2, sizeof b2));
+           dt_format_bytes(p->cluster.hw.device_mem_bytes, c->units, b1, sizeof b1), dt_chart_rank_word(), reserve);
     printf("batch      micro-batch %" PRId64 ", sequence %" PRId64 ", checkpointed layers %" PRId64 " of %" PRId64
            ", %s attention\n",
            p->batch.micro_batch, p->batch.seq_len, p->activations.ckpt_layers, m->n_layer,
@@ -678,7 +688,13 @@ static void print_json(const est_ctx *c, const est_row *rows, int n) {
                ", \"total\": %" PRId64 "},\n     \"nvme\": %" PRId64,
                b->host_params, b->host_optimizer, b->host_buffers, b->host_total, b->nvme);
         if (c->mem_limit) printf(", \"fits\": %s", b->total <= c->mem_limit ? "true" : "false");
-        if (p->runtime.kind != DT_RUNTIME_DTRUN) printf(", \"peak_phase\": \"%s\"", dt_mem_phase_name(rows[i].phase));
+        if (p->runtime.kind != DT_RUNTIME_DTRUN) {
+            printf(", \"peak_phase\": \"%s\",\n     \"phase_totals\": {", dt_mem_phase_name(rows[i].phase));
+            for (int k = DT_MEM_PHASE_BWD_START; k < DT_MEM_PHASE_COUNT; k++)
+                printf("%s\"%s\": %" PRId64, k > DT_MEM_PHASE_BWD_START ? ", " : "", dt_mem_phase_name((dt_mem_phase)k),
+                       rows[i].phase_total[k]);
+            printf("}");
+        }
         printf("}%s\n", i + 1 < n ? "," : "");
     }
     printf("  ]\n}\n");
@@ -776,7 +792,7 @@ static int plot_rows(const est_ctx *c, const est_row *rows, int n, const char *p
              dt_format_count(c->n_params, cnt, sizeof cnt), (long long)c->plan.parallel.world_size,
              dt_chart_rank_word(), dt_chart_rank_word());
     dt_error e = {0};
-    int rc = dt_chart_memory_rows(path, title, n, labels, m, c->mem_limit, c->units, &e) ? fail_err(&e) : 0;
+    int rc = dt_chart_memory_rows(path, title, n, labels, m, c->mem_limit, c->units, &e) ? dt_cli_fail_err(e.code, &e) : 0;
     if (!rc) printf("plot: %s\n", path);
     free(lab), free(labels), free(m);
     return rc;

@@ -28,10 +28,7 @@ static void usage(FILE *f) {
             DT_DEFAULT_MASTER_PORT);
 }
 
-static int fail(const char *msg) {
-    fprintf(stderr, "dtplan: %s\n", msg);
-    return 2;
-}
+static int fail(const char *msg) { return dt_cli_fail(2, "%s", msg); }
 
 int dt_cmd_export(int argc, char **argv) {
     const char *plan_path = NULL, *out = NULL, *slurm = NULL;
@@ -100,14 +97,11 @@ int dt_cmd_export(int argc, char **argv) {
     char *sbatch = launch && slurm ? dt_dsexport_sbatch(&p, &o, &err) : NULL;
     int rc = 0;
     if (!launch || (slurm && !sbatch)) {
-        rc = err.code == DT_EINVAL ? 2 : 1;
-        fprintf(stderr, "dtplan: %s\n", err.msg);
+        rc = dt_cli_fail_err(err.code, &err);
     } else if (out && dt_json_write_file_atomic(out, config, &err)) {
-        rc = err.code == DT_EINVAL ? 2 : 1;
-        fprintf(stderr, "dtplan: %s\n", err.msg);
+        rc = dt_cli_fail_err(err.code, &err);
     } else if (slurm && dt_json_write_file_atomic(slurm, sbatch, &err)) {
-        rc = err.code == DT_EINVAL ? 2 : 1;
-        fprintf(stderr, "dtplan: %s\n", err.msg);
+        rc = dt_cli_fail_err(err.code, &err);
     } else {
         FILE *lines = out ? stdout : stderr;
         if (!out) fputs(config, stdout);

@@ -11,12 +11,11 @@
 #include <sys/stat.h>
 
 #include "dt_cli.h"
+#include "dt_consts.h"
 #include "dt_json.h"
 #include "dt_report_charts.h"
 #include "dt_timemodel.h"
 
-#define MIB (1024.0 * 1024.0)
-#define MS_PER_S 1e3
 #define RP_PATH_MAX 4096
 #define RP_N_CATS 6   /* params, grads, optimizer, activations, buffers, total (run-report.json) */
 
@@ -94,7 +93,7 @@ static int read_metrics(const char *path, rp_metrics *m, dt_error *err) {
                                "%s:%d: a metrics line needs numeric step, loss, tokens_per_s and step_ms (docs/dtrun.md)",
                                path, line);
             else {
-                m->step[m->n] = step, m->loss[m->n] = loss, m->tps[m->n] = tps, m->step_s[m->n] = ms / MS_PER_S;
+                m->step[m->n] = step, m->loss[m->n] = loss, m->tps[m->n] = tps, m->step_s[m->n] = ms / DT_MS_PER_S;
                 m->n++;
                 if (num_field(o, "val_loss", &v)) m->vstep[m->n_valid] = step, m->vloss[m->n_valid++] = v;
             }
@@ -252,9 +251,9 @@ static int write_markdown(const char *path, const char *run_dir, const rp_run *r
     for (int c = 0; c < RP_N_CATS; c++) {
         char what[48];
         snprintf(what, sizeof what, "%s%s", k_cats[c], c == RP_N_CATS - 1 ? " (without reserve)" : "");
-        md_row(f, what, r->have_pred ? r->pred[c] / MIB : 0, r->meas[c] / MIB, "MiB");
+        md_row(f, what, r->have_pred ? r->pred[c] / DT_MIB : 0, r->meas[c] / DT_MIB, "MiB");
     }
-    md_row(f, "step time", r->pred_step_s * MS_PER_S, r->meas_step_s * MS_PER_S, "ms");
+    md_row(f, "step time", r->pred_step_s * DT_MS_PER_S, r->meas_step_s * DT_MS_PER_S, "ms");
     md_row(f, "throughput", r->pred_tps, r->meas_tps, "tokens/s");
     fprintf(f, "\nDifference = 100 x (tracked or measured - predicted) / predicted. Tracked memory is the engine's "
                "own count of its allocations, peak per category (not what the OS sees: the next table); the "
@@ -267,8 +266,8 @@ static int write_markdown(const char *path, const char *run_dir, const rp_run *r
                    "|---|---:|---:|---:|---:|---:|\n");
         for (int i = 0; i < r->n_phases; i++)
             fprintf(f, "| %s | %.0f | %.1f | %.1f | %.1f | %.1f |\n", r->phase[i].name, r->phase[i].runs,
-                    r->phase[i].real / MIB, r->phase[i].tracked / MIB, r->phase[i].runtime / MIB,
-                    r->phase[i].predicted / MIB);
+                    r->phase[i].real / DT_MIB, r->phase[i].tracked / DT_MIB, r->phase[i].runtime / DT_MIB,
+                    r->phase[i].predicted / DT_MIB);
         fprintf(f, "\n");
     }
     fprintf(f, "## Loss\n\n![training and validation loss](loss.png)\n\n");

@@ -5,12 +5,11 @@
 #include <string.h>
 
 #include "dt_cli.h"
+#include "dt_consts.h"
 #include "dt_model.h"
 #include "dt_plan.h"
 #include "dt_units.h"
 
-#define MS_PER_S 1e3
-#define US_PER_S 1e6
 #define GB_PER_BYTE 1e-9    /* bandwidths: decimal GB/s */
 #define TERA 1e-12          /* FLOP/s -> TFLOP/s */
 #define PERCENT 100.0
@@ -87,9 +86,9 @@ static void show_cluster(const dt_plan *p, fmt *f) {
            h->achievable_flops[0] * TERA, h->achievable_flops[1] * TERA, h->achievable_flops[2] * TERA);
     printf("  links      memory %.1f GB/s; intra-node bus %.1f GB/s (latency %.1f us); inter-node%s%s%s "
            "%.1f GB/s (%.1f us)\n",
-           h->mem_bw * GB_PER_BYTE, h->intra_busbw * GB_PER_BYTE, h->intra_alpha_s * US_PER_S,
+           h->mem_bw * GB_PER_BYTE, h->intra_busbw * GB_PER_BYTE, h->intra_alpha_s * DT_US_PER_S,
            h->interconnect[0] ? " (" : "", h->interconnect, h->interconnect[0] ? ")" : "",
-           h->inter_busbw * GB_PER_BYTE, h->inter_alpha_s * US_PER_S);
+           h->inter_busbw * GB_PER_BYTE, h->inter_alpha_s * DT_US_PER_S);
     printf("             host<->device %.1f GB/s, NVMe %.1f GB/s, CPU AdamW %s params/s per node\n",
            h->h2d_bw * GB_PER_BYTE, h->nvme_bw * GB_PER_BYTE, CNT(f, (int64_t)h->cpu_adam_params_per_s));
 }
@@ -222,9 +221,9 @@ static void show_prediction(const dt_plan *p, fmt *f) {
     const dt_time_breakdown *t = &pr->time;
     printf("             step %.2f ms: compute %.2f + recompute %.2f + exposed comm %.2f (of %.2f) + offload %.2f "
            "+ optimizer %.2f ms\n",
-           t->step_s * MS_PER_S, t->compute_s * MS_PER_S, t->recompute_s * MS_PER_S,
-           t->comm_exposed_s * MS_PER_S, t->comm_s * MS_PER_S, t->offload_s * MS_PER_S,
-           t->optimizer_s * MS_PER_S);
+           t->step_s * DT_MS_PER_S, t->compute_s * DT_MS_PER_S, t->recompute_s * DT_MS_PER_S,
+           t->comm_exposed_s * DT_MS_PER_S, t->comm_s * DT_MS_PER_S, t->offload_s * DT_MS_PER_S,
+           t->optimizer_s * DT_MS_PER_S);
     printf("             %.0f tokens/s, MFU %.1f%%\n", t->tokens_per_s, t->mfu * PERCENT);
     printf("             communicated per rank per step:");
     for (int c = 0; c < DT_COLL_COUNT; c++)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "dt_cli.h"
+#include "dt_consts.h"
 #include "dt_json.h"
 #include "dt_memory.h"
 #include "dt_report_charts.h"
@@ -14,9 +15,6 @@
 #include "dt_timemodel.h"
 #include "dt_trace.h"
 
-#define US_PER_S 1e6
-#define MS_PER_S 1e3
-#define MIB (1024.0 * 1024.0)
 
 static int usage(FILE *f) {
     fprintf(f,
@@ -53,7 +51,7 @@ static int write_trace(const dt_plan *p, const dt_sim_result *r, const char *pat
         const dt_sim_event *e = &r->events[i];
         char ub[32];
         dt_trace_span sp = {dt_sim_kind_name(e->kind), dt_sim_stream_name(e->stream), 0, (int)e->stream,
-                            e->t0_s * US_PER_S, (e->t1_s - e->t0_s) * US_PER_S,
+                            e->t0_s * DT_US_PER_S, (e->t1_s - e->t0_s) * DT_US_PER_S,
                             unit_label(p, e->unit, ub, sizeof ub), e->micro,
                             e->bytes > 0 ? e->bytes : -1};
         rc = dt_trace_add_span(t, &sp, err);
@@ -62,8 +60,8 @@ static int write_trace(const dt_plan *p, const dt_sim_result *r, const char *pat
     for (int c = 0; c < DT_SIMMEM_COUNT; c++) keys[c] = dt_sim_mem_name(c);
     for (int i = 0; i < r->n_mem && !rc; i++) {
         double v[DT_SIMMEM_COUNT];
-        for (int c = 0; c < DT_SIMMEM_COUNT; c++) v[c] = (double)r->mem[i].bytes[c] / MIB;
-        rc = dt_trace_add_counter(t, "device memory (MiB)", 0, r->mem[i].t_s * US_PER_S, DT_SIMMEM_COUNT, keys, v,
+        for (int c = 0; c < DT_SIMMEM_COUNT; c++) v[c] = (double)r->mem[i].bytes[c] / DT_MIB;
+        rc = dt_trace_add_counter(t, "device memory (MiB)", 0, r->mem[i].t_s * DT_US_PER_S, DT_SIMMEM_COUNT, keys, v,
                                   err);
     }
     if (!rc) rc = dt_trace_write(t, path, err);
@@ -120,7 +118,7 @@ static void print_critical_summary(const dt_sim_result *r) {
         }
         g[k].n++, g[k].s += d;
     }
-    printf("critical path   %12.3f ms in %d segments (%d events); largest contributors:\n", total * MS_PER_S, segs,
+    printf("critical path   %12.3f ms in %d segments (%d events); largest contributors:\n", total * DT_MS_PER_S, segs,
            r->n_critical);
     for (int t = 0; t < DT_SIM_TOP && t < ng; t++) {
         int best = t;
@@ -131,7 +129,7 @@ static void print_critical_summary(const dt_sim_result *r) {
             g[t] = g[best], g[best] = tmp;
         }
         printf("  %-9s %-15s x%-4d %12.3f ms  %5.1f %%\n", g[t].phase, dt_sim_kind_name((dt_sim_kind)g[t].kind),
-               g[t].n, g[t].s * MS_PER_S, total > 0 ? 100.0 * g[t].s / total : 0.0);
+               g[t].n, g[t].s * DT_MS_PER_S, total > 0 ? 100.0 * g[t].s / total : 0.0);
     }
     if (ng > DT_SIM_TOP) printf("  (%d more; --detail prints every segment)\n", ng - DT_SIM_TOP);
     else printf("  (--detail prints every segment)\n");
@@ -150,7 +148,7 @@ static void print_critical(const dt_sim_result *r) {
             j++;
         }
         printf("  %-9s %-15s x%-4d %12.3f ms  (from %.3f ms)\n", e->phase, dt_sim_kind_name(e->kind), j - i,
-               dur * MS_PER_S, e->t0_s * MS_PER_S);
+               dur * DT_MS_PER_S, e->t0_s * DT_MS_PER_S);
         i = j;
     }
 }
@@ -207,10 +205,10 @@ int dt_cmd_simulate(int argc, char **argv) {
     dt_mem_breakdown mb;
     if (dt_time_estimate(&p, &tb, &e) || dt_memory_estimate(&p, &mb, &e)) return dt_cli_fail(2, "%s", e.msg);
     dt_sim_result r;
-    if (dt_simulate(&p, &r, &e)) return dt_cli_fail(e.code == DT_EINVAL ? 2 : 1, "%s", e.msg);
+    if (dt_simulate(&p, &r, &e)) return dt_cli_fail_err(e.code, &e);
 
     int rc = 0;
-    if (trace && write_trace(&p, &r, trace, &e)) rc = dt_cli_fail(e.code == DT_EINVAL || e.code == DT_EIO ? 2 : 1, "%s", e.msg);
+    if (trace && write_trace(&p, &r, trace, &e)) rc = dt_cli_fail_err(e.code, &e);
     if (!rc && plot && write_plot(&p, &r, plot, &e)) rc = dt_cli_fail(2, "%s", e.msg);
     if (rc) { dt_sim_free(&r); return rc; }
 
@@ -249,30 +247,30 @@ int dt_cmd_simulate(int argc, char **argv) {
         printf("runtime         %s, %s attention%s (the closed form's memory is its largest phase)\n",
                dt_runtime_name(p.runtime.kind), dt_attn_kernel_name(p.runtime.attention),
                p.activations.selective ? ", selective recompute" : "");
-    printf("step time       %12.3f ms   (time model %.3f ms, %+.2f %%)\n", r.step_s * MS_PER_S, tb.step_s * MS_PER_S,
+    printf("step time       %12.3f ms   (time model %.3f ms, %+.2f %%)\n", r.step_s * DT_MS_PER_S, tb.step_s * DT_MS_PER_S,
            dt_pct);
-    printf("compute busy    %12.3f ms\n", r.compute_busy_s * MS_PER_S);
+    printf("compute busy    %12.3f ms\n", r.compute_busy_s * DT_MS_PER_S);
     printf("communication   %12.3f ms   exposed %.3f ms = %.1f %% of the step (time model exposed %.3f ms)\n",
-           r.comm_s * MS_PER_S, r.comm_exposed_s * MS_PER_S, exposed_pct, tb.comm_exposed_s * MS_PER_S);
+           r.comm_s * DT_MS_PER_S, r.comm_exposed_s * DT_MS_PER_S, exposed_pct, tb.comm_exposed_s * DT_MS_PER_S);
     if (detail) print_critical(&r);
     else print_critical_summary(&r);
-    printf("peak device memory %.1f MiB at %.3f ms (closed form %.1f MiB, %+.1f MiB)\n", (double)pk->total / MIB,
-           pk->t_s * MS_PER_S, (double)mb.total / MIB, (double)dm / MIB);
+    printf("peak device memory %.1f MiB at %.3f ms (closed form %.1f MiB, %+.1f MiB)\n", (double)pk->total / DT_MIB,
+           pk->t_s * DT_MS_PER_S, (double)mb.total / DT_MIB, (double)dm / DT_MIB);
     printf("live at the peak:\n");
     for (int c = 0; c < DT_SIMMEM_COUNT; c++)
-        if (pk->bytes[c]) printf("  %-12s %12.1f MiB  (closed form: %s)\n", dt_sim_mem_name(c), (double)pk->bytes[c] / MIB,
+        if (pk->bytes[c]) printf("  %-12s %12.1f MiB  (closed form: %s)\n", dt_sim_mem_name(c), (double)pk->bytes[c] / DT_MIB,
                                  closed_form_cat(c));
     int64_t sim_buf = pk->bytes[DT_SIMMEM_GATHERED] + pk->bytes[DT_SIMMEM_UNIT_GRADS] + pk->bytes[DT_SIMMEM_BUCKETS] +
                       pk->bytes[DT_SIMMEM_WORKSPACE];
     if (dm > 0)
         printf("the simulated peak exceeds the closed form: a transient it misses (buffers %.1f MiB simulated vs "
                "%.1f MiB closed form, activations %.1f vs %.1f MiB)\n",
-               (double)sim_buf / MIB, (double)mb.buffers / MIB, (double)pk->bytes[DT_SIMMEM_ACTIVATIONS] / MIB,
-               (double)mb.activations / MIB);
+               (double)sim_buf / DT_MIB, (double)mb.buffers / DT_MIB, (double)pk->bytes[DT_SIMMEM_ACTIVATIONS] / DT_MIB,
+               (double)mb.activations / DT_MIB);
     else if (dm < 0)
         printf("the closed form is an upper bound: it holds every buffer allowance at once (buffers %.1f MiB "
                "simulated at the peak vs %.1f MiB closed form)\n",
-               (double)sim_buf / MIB, (double)mb.buffers / MIB);
+               (double)sim_buf / DT_MIB, (double)mb.buffers / DT_MIB);
     if (trace) printf("trace: %s\n", trace);
     if (plot) printf("plot: %s\n", plot);
     dt_sim_free(&r);

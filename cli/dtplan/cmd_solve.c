@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "dt_cli.h"
+#include "dt_clock.h"
 #include "dt_model.h"
 #include "dt_memory.h"
 #include "dt_report_charts.h"
@@ -84,12 +85,6 @@ static int parse_stages(const char *s, unsigned *mask, dt_error *err) {
         if (!comma) return DT_OK;
         p = comma + 1;
     }
-}
-
-static double ms_since(const struct timespec *t0) {
-    struct timespec t1;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    return (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) * 1e-6;
 }
 
 static const char *stage_name(int s) {
@@ -389,10 +384,13 @@ int dt_cmd_solve(int argc, char **argv) {
     if (v[O_RUNTIME]) {
         dt_runtime_kind kind;
         if (dt_runtime_parse(v[O_RUNTIME], &kind, &err)) return dt_cli_fail(2, "%s", err.msg);
-        if (kind != DT_RUNTIME_DTRUN && b->cluster.device != DT_DEVICE_CUDA)
-            return dt_cli_fail(2, "solve: --runtime %s describes GPU runs; hardware %s is a CPU profile (use a GPU "
-                                  "--hardware such as %s, or --runtime dtrun)",
-                               v[O_RUNTIME], b->cluster.hw.name, DT_SOLVE_DEFAULT_HARDWARE);
+        if (kind != DT_RUNTIME_DTRUN && b->cluster.device != DT_DEVICE_CUDA &&
+            dt_hardware_hf_runtime_bytes(&b->cluster.hw, kind == DT_RUNTIME_DEEPSPEED, -1) <= 0)
+            return dt_cli_fail(2, "solve: --runtime %s on CPU ranks needs the CPU profile's measured %s; hardware %s "
+                                  "has none (bench/validate_runtimes.sh measures it; or use a GPU --hardware such as "
+                                  "%s, or --runtime dtrun)",
+                               v[O_RUNTIME], kind == DT_RUNTIME_DEEPSPEED ? "deepspeed_runtime_bytes" : "torch_runtime_bytes",
+                               b->cluster.hw.name, DT_SOLVE_DEFAULT_HARDWARE);
         dt_plan_set_runtime(b, kind);
     }
     if (v[O_ATTENTION] && dt_plan_set_attention(b, v[O_ATTENTION], "--attention", &err))
@@ -469,16 +467,14 @@ int dt_cmd_solve(int argc, char **argv) {
 
     dt_solve_result *r = malloc(sizeof *r);
     if (!r) return dt_cli_fail(1, "solve: out of memory");
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = dt_clock_s();
     int rc = dt_solve(&rq, r, &err);
-    double ms = ms_since(&t0);
+    double ms = 1e3 * (dt_clock_s() - t0);
     if (rc) {
         free(r);
         char hint[320] = "";
         if (rc == DT_EINFEASIBLE) deepspeed_runtime_hint(&rq, hint, sizeof hint);
-        fprintf(stderr, "dtplan: %s%s\n", err.msg, hint);
-        return rc == DT_EINVAL || rc == DT_EINFEASIBLE ? 2 : 1;
+        return dt_cli_fail(dt_cli_exit_code(rc), "%s%s", err.msg, hint);
     }
     print_result(&rq, r, u, ms);
     if (outp) {

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "dt_cli.h"
+#include "dt_consts.h"
 #include "dt_validate.h"
 
 /* The goals issue 17 sets ("memory within 10 % and throughput within 25 % on every case"). */
@@ -20,7 +21,6 @@
 #define VAL_GOAL_THROUGHPUT 0.25
 #define VAL_MAX_CASES 256
 #define VAL_PATH_MAX 1024
-#define GIB (1024.0 * 1024.0 * 1024.0)
 
 typedef struct {
     char path[VAL_PATH_MAX];
@@ -79,8 +79,8 @@ static int add_path(const char *path, val_row *rows, int *n) {
 
 static void fmt_value(dt_val_quantity q, double v, char *buf, size_t n) {
     switch (q) {
-    case DT_VAL_PEAK_BYTES: snprintf(buf, n, "%.2f GiB", v / GIB); break;
-    case DT_VAL_PEAK_ALLOCATED_BYTES: snprintf(buf, n, "%.2f GiB alloc", v / GIB); break;
+    case DT_VAL_PEAK_BYTES: snprintf(buf, n, "%.2f GiB", v / DT_GIB); break;
+    case DT_VAL_PEAK_ALLOCATED_BYTES: snprintf(buf, n, "%.2f GiB alloc", v / DT_GIB); break;
     case DT_VAL_FITS: snprintf(buf, n, "%s", v > 0.5 ? "fits" : "OOM"); break;
     case DT_VAL_SAMPLES_PER_S: snprintf(buf, n, "%.2f samples/s", v); break;
     default: snprintf(buf, n, "%.0f tok/s/GPU", v); break;
@@ -117,7 +117,7 @@ static void print_row(const val_row *w) {
     const dt_val_case *c = &w->c;
     fmt_value(c->quantity, c->measured, m, sizeof m);
     if (c->quantity == DT_VAL_FITS) {
-        snprintf(p, sizeof p, "%s %.1f GiB", w->r.predicted > 0.5 ? "fits" : "OOM", (double)w->r.peak_bytes / GIB);
+        snprintf(p, sizeof p, "%s %.1f GiB", w->r.predicted > 0.5 ? "fits" : "OOM", (double)w->r.peak_bytes / DT_GIB);
         snprintf(e, sizeof e, "%s", w->r.error > 0.5 ? "disagree" : "agree");
     } else {
         fmt_value(c->quantity, w->r.predicted, p, sizeof p);

@@ -5,6 +5,7 @@
 #ifndef DT_CLI_H
 #define DT_CLI_H
 
+#include "dt_cli_common.h"   /* dt_cli_fail, dt_cli_fail_err, dt_cli_exit_code */
 #include "dt_error.h"
 #include "dt_plan.h"
 
@@ -14,9 +15,6 @@ int dt_cmd_show(int argc, char **argv);
 int dt_cmd_export(int argc, char **argv);
 int dt_cmd_calibrate(int argc, char **argv);
 
-/* Prints "dtplan: <message>" (one line) to stderr and returns code, so a
- * subcommand can write: return dt_cli_fail(2, "--mem: ..."). */
-int dt_cli_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The value of the option argv[*i] (advancing *i), or NULL after printing
  * "<cmd>: <option> needs a value (see dtplan <cmd> --help)" when it is missing or empty. */
 const char *dt_cli_value(int argc, char **argv, int *i, const char *cmd);

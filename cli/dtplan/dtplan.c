@@ -9,16 +9,6 @@
 
 #include "dt_cli.h"
 
-int dt_cli_fail(int code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "dtplan: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    return code;
-}
-
 const char *dt_cli_value(int argc, char **argv, int *i, const char *cmd) {
     const char *opt = argv[*i];
     if (*i + 1 >= argc || !argv[*i + 1][0]) {
@@ -84,6 +74,8 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    dt_cli_set_prog("dtplan");
+    if (dt_cli_split_equals(&argc, &argv)) return dt_cli_fail(1, "out of memory reading the command line");
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

@@ -76,6 +76,7 @@
 #include "dt_optim.h"
 #include "dt_plan.h"
 #include "dt_timemodel.h"
+#include "dt_clock.h"
 
 /* The name the user invoked ("dtplan" when dtplan calibrate forwarded here, else
  * "dtrun"): the prefix of every message. */
@@ -472,21 +473,15 @@ typedef struct {
     double thread_t1_s, thread_tc_s;   /* its medians: one thread, all cores (wall) */
 } cal_rates;
 
-static double wall_now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* The in-situ model's forward + backward on the wall clock, with `threads` OpenMP
  * threads (the engine's ops and the GEMM layer read omp_get_max_threads). */
 static double fwd_bwd_wall(cal_engine *x, int threads) {
     float loss;
     dt_error e;
     omp_set_num_threads(threads);
-    double t0 = wall_now_s();
+    double t0 = dt_clock_s();
     int rc = dt_lm_forward(x->g, x->tok, x->tgt, &loss, &e) || dt_lm_backward(x->g, 1.0f, &e);
-    double t = wall_now_s() - t0;
+    double t = dt_clock_s() - t0;
     dt_lm_zero_grad(x->g);
     return rc ? -1.0 : t;
 }

@@ -12,13 +12,6 @@
 #include "dt_dtrun_cli.h"
 #include "dt_json.h"
 
-int dt_cli_exit_code(int rc) { return rc == DT_EINVAL || rc == DT_EINFEASIBLE ? 2 : 1; }
-
-int dt_cli_fail(int rc, const dt_error *err) {
-    fprintf(stderr, "dtrun: %s\n", err->msg);
-    return dt_cli_exit_code(rc);
-}
-
 int dt_cli_parse_i64(const char *s, const char *what, int64_t min, int64_t *out) {
     char *end;
     errno = 0;

@@ -7,14 +7,12 @@
 
 #include <stdint.h>
 
+#include "dt_cli_common.h"
 #include "dt_error.h"
 
-/* Shared by the subcommands (cli_util.c): the exit status of an error code (2 for bad
- * input or an infeasible request, 1 otherwise); dt_cli_fail prints "dtrun: MESSAGE" on
- * stderr and returns that status; dt_cli_parse_i64 reads a decimal integer >= min for the
- * flag `what`, or prints one line naming the flag and returns 2. */
-int dt_cli_exit_code(int rc);
-int dt_cli_fail(int rc, const dt_error *err);
+/* Shared by the subcommands (cli_util.c): dt_cli_parse_i64 reads a decimal integer >= min
+ * for the flag `what`, or prints one line naming the flag and returns 2. Failures print
+ * through dt_cli_common.h. */
 int dt_cli_parse_i64(const char *s, const char *what, int64_t min, int64_t *out);
 
 /* `calibrate`: measure this machine, write a hardware profile (calibrate.c).

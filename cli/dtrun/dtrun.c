@@ -176,7 +176,7 @@ static int cmd_train(int argc, char **argv) {
     /* torchrun-style launch flags first: they leave argv, the rest is dtrun's */
     dt_launch_flags lf;
     dt_launch_flags_init(&lf);
-    if (dt_launch_flags_parse(&lf, &argc, argv, &err)) return dt_cli_fail(DT_EINVAL, &err);
+    if (dt_launch_flags_parse(&lf, &argc, argv, &err)) return dt_cli_fail_err(DT_EINVAL, &err);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has_val = i + 1 < argc;
@@ -224,17 +224,17 @@ static int cmd_train(int argc, char **argv) {
                        dt_runtime_name(plan.runtime.kind),
                        plan.runtime.kind == DT_RUNTIME_DEEPSPEED ? "deepspeed (dtplan export writes its config)"
                                                                  : "torchrun and PyTorch FSDP");
-    if (rc) return dt_cli_fail(DT_EINVAL, &err);
+    if (rc) return dt_cli_fail_err(DT_EINVAL, &err);
     const int world = (int)plan.parallel.world_size, gpn = (int)plan.cluster.gpus_per_node;
     const int nodes = (int)plan.cluster.nodes, is_cuda = plan.cluster.device == DT_DEVICE_CUDA;
     /* where this process stands: a lone agent, or a rank of mpirun/srun/torchrun */
     dt_launch_info li;
-    if (dt_launch_discover(&lf, &li, &err)) return dt_cli_fail(DT_EINVAL, &err);
+    if (dt_launch_discover(&lf, &li, &err)) return dt_cli_fail_err(DT_EINVAL, &err);
     if (dt_launch_must_spawn(&li, world)) {   /* `dtrun plan.json` with world > 1: start the ranks */
         /* a refused output directory: one line here, before any rank starts (the ranks check again) */
         const char *out = o.out_dir ? o.out_dir : plan.output.dir;
         if (dt_rundir_check(out, o.resume ? DT_OUT_RESUME : o.overwrite ? DT_OUT_OVERWRITE : DT_OUT_NEW, &err))
-            return dt_cli_fail(DT_EINVAL, &err);
+            return dt_cli_fail_err(DT_EINVAL, &err);
         /* no usable GPU: one line here, not one per rank */
         const dt_device_ops *dev = NULL;
         if (is_cuda && dt_device_cuda_count() == 0 && dt_device_get(DT_DEVICE_CUDA, 0, &dev, &err) != DT_OK) {
@@ -252,7 +252,7 @@ static int cmd_train(int argc, char **argv) {
     rc = open_comm(&li, is_cuda, timeout_s, &comm, &rdzv, &err);
     if (rc) {
         dt_rendezvous_close(rdzv);
-        return dt_cli_fail(rc, &err);
+        return dt_cli_fail_err(rc, &err);
     }
     const int rank = dt_comm_rank(comm);
     /* a hand-edited plan: recompute the prediction; warn when the stored one is stale */
@@ -261,7 +261,7 @@ static int cmd_train(int argc, char **argv) {
     if ((rc = dt_plan_refresh_prediction(&plan, &stale, what, sizeof what, &err))) {
         dt_comm_free(comm);
         dt_rendezvous_close(rdzv);
-        return dt_cli_fail(DT_EINVAL, &err);
+        return dt_cli_fail_err(DT_EINVAL, &err);
     }
     if (stale && rank == 0)
         fprintf(stderr,
@@ -320,10 +320,12 @@ static int check_gemm_env(void) {
 }
 
 int main(int argc, char **argv) {
+    dt_cli_set_prog("dtrun");
     /* under dtrun's own spawner this process only supervises the real rank */
     int st = dt_launch_supervisor(argc, argv);
     if (st >= 0) return st;
     if ((st = check_gemm_env())) return st;
+    if (dt_cli_split_equals(&argc, &argv)) return dt_cli_fail(1, "out of memory reading the command line");
     if (argc < 2) {
         usage(stderr);
         return 2;

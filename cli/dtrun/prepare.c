@@ -1,5 +1,5 @@
 /* prepare.c — `dtrun prepare` (docs/data.md): text files, folders and JSONL into token
- * shards v2 with a train/validation split, through engine/run/dt_prepare.h. This file
+ * shards v2 with a train/validation split, through engine/data/dt_prepare.h. This file
  * reads the arguments, shows progress on a terminal and prints the summary; the engine
  * prints nothing. */
 #include <errno.h>
@@ -12,12 +12,12 @@
 #include <unistd.h>
 
 #include "dt_dtrun_cli.h"
+#include "dt_consts.h"
 #include "dt_error.h"
 #include "dt_prepare.h"
 
 /* a progress line at most this often (seconds) */
 #define PROGRESS_INTERVAL_S 0.25
-#define MIB (1024.0 * 1024.0)
 
 static volatile sig_atomic_t g_stop;
 
@@ -66,7 +66,7 @@ static void on_progress(const dt_prep_progress *p, void *arg) {
     char tok[32], rate[32], docs[32];
     human((double)p->docs, docs, sizeof docs);
     if (p->phase == 0) {
-        fprintf(stderr, "\rprepare: indexing %.1f MiB, %s documents\033[K", (double)p->bytes_done / MIB, docs);
+        fprintf(stderr, "\rprepare: indexing %.1f MiB, %s documents\033[K", (double)p->bytes_done / DT_MIB, docs);
     } else {
         double tps = p->seconds > 0 ? (double)p->tokens / p->seconds : 0;
         double bps = p->seconds > 0 ? (double)p->bytes_done / p->seconds : 0;
@@ -74,7 +74,7 @@ static void on_progress(const dt_prep_progress *p, void *arg) {
         human((double)p->tokens, tok, sizeof tok);
         human(tps, rate, sizeof rate);
         fprintf(stderr, "\rprepare: %.1f/%.1f MiB, %s tokens, %s tok/s, ETA %dm%02ds\033[K",
-                (double)p->bytes_done / MIB, (double)p->bytes_total / MIB, tok, rate, (int)(eta / 60),
+                (double)p->bytes_done / DT_MIB, (double)p->bytes_total / DT_MIB, tok, rate, (int)(eta / 60),
                 (int)fmod(eta, 60));
     }
     s->printed = 1;
@@ -190,7 +190,7 @@ int dt_cmd_prepare(int argc, char **argv) {
     free(inputs);
     if (rc) {
         fprintf(stderr, "dtrun prepare: %s\n", err.msg);
-        return rc == DT_EINVAL ? 2 : 1;
+        return dt_cli_exit_code(rc);
     }
     if (!quiet) {
         char t0[32], t1[32];
@@ -200,7 +200,7 @@ int dt_cmd_prepare(int argc, char **argv) {
                "in %d shard(s); uint%u tokens, vocab %lld, tokenizer %.16s; %llu file(s), %.1f MiB in %.1f s",
                o.out, (unsigned long long)r.docs[0], t0, r.shards[0], (unsigned long long)r.docs[1], t1, r.shards[1],
                8 * r.token_bytes, (long long)r.vocab, r.fingerprint, (unsigned long long)r.files,
-               (double)r.bytes / MIB, r.seconds);
+               (double)r.bytes / DT_MIB, r.seconds);
         if (r.skipped_files)
             printf("; skipped %llu file(s) (binary, symlinks, not .jsonl)", (unsigned long long)r.skipped_files);
         if (r.skipped_docs)

@@ -1,7 +1,7 @@
 /* sample.c — `dtrun sample`: text generated from a checkpoint (a Hugging Face model
  * directory: a ckpt-NNNNNNNN, a run's --out, or save_pretrained output). Tokens are
  * bytes (the byte tokenizer the default data uses), or, with --tokenizer, the model's
- * own tokenizer (tokenizer.json or tokenizer.model, engine/run/dt_tokenizer.h): the
+ * own tokenizer (tokenizer.json or tokenizer.model, engine/data/dt_tokenizer.h): the
  * prompt is encoded with it and the generated ids decoded with it. */
 #include <errno.h>
 #include <math.h>
@@ -204,10 +204,10 @@ int dt_cmd_sample(int argc, char **argv) {
     dt_model m;
     snprintf(p, sizeof p, "%s/config.json", ckpt);
     if (!rc) rc = dt_model_resolve(p, &m, &err);
-    if (rc) return dt_cli_fail(rc, &err);
+    if (rc) return dt_cli_fail_err(rc, &err);
     dt_tokenizer *tok = NULL;
     /* a tokenizer that cannot be read is bad input, like the plan or a flag */
-    if (o.tokenizer && dt_tok_load(o.tokenizer, &tok, &err)) return dt_cli_fail(DT_EINVAL, &err);
+    if (o.tokenizer && dt_tok_load(o.tokenizer, &tok, &err)) return dt_cli_fail_err(DT_EINVAL, &err);
     /* the ids to sample from: the tokenizer's, or the 256 bytes */
     int64_t V = tok ? dt_tok_vocab_size(tok) : DT_BYTE_VOCAB;
     if (V > m.vocab) {
@@ -233,5 +233,5 @@ int dt_cmd_sample(int argc, char **argv) {
     free(out);
     dt_lm_free(g);
     dt_tok_free(tok);
-    return rc ? dt_cli_fail(rc, &err) : 0;
+    return rc ? dt_cli_fail_err(rc, &err) : 0;
 }

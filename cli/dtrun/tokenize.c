@@ -24,10 +24,10 @@ static void tok_usage(FILE *f) {
             "(<s>, </s>) from text.\n");
 }
 
-/* bad input, and a tokenizer file that cannot be read, exit 2 */
+/* bad input, a tokenizer file that cannot be read included, exits 2 (dt_cli_exit_code) */
 static int tok_fail(int rc, const dt_error *err) {
     fprintf(stderr, "dtrun tokenize: %s\n", err->msg);
-    return rc == DT_EINVAL || rc == DT_EIO ? 2 : 1;
+    return dt_cli_exit_code(rc);
 }
 
 static int decode_line(const dt_tokenizer *t, char *line, size_t lineno, dt_error *err) {

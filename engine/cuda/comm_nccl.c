@@ -18,6 +18,7 @@
 
 #include "dt_cuda.h"
 #include "dt_device.h"
+#include "dt_clock.h"
 
 struct dt_nccl {
     ncclComm_t comm;
@@ -28,12 +29,6 @@ struct dt_nccl {
 };
 
 _Static_assert(DT_NCCL_ID_BYTES == NCCL_UNIQUE_ID_BYTES, "NCCL unique id size changed");
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static ncclDataType_t nccl_type(dt_dtype t) {
     return t == DT_DTYPE_FP32 ? ncclFloat32 : t == DT_DTYPE_BF16 ? ncclBfloat16 : ncclFloat16;
@@ -51,9 +46,9 @@ static int nccl_fail(dt_nccl *n, ncclResult_t r, const char *what, dt_error *err
 /* A non-blocking communicator's call may return ncclInProgress: poll until it
  * settles, aborting at the deadline. */
 static int settle(dt_nccl *n, ncclResult_t r, const char *what, dt_error *err) {
-    double deadline = now_s() + n->timeout_s;
+    double deadline = dt_clock_s() + n->timeout_s;
     while (r == ncclInProgress) {
-        if (now_s() > deadline) {
+        if (dt_clock_s() > deadline) {
             ncclCommAbort(n->comm);
             n->dead = 1;
             return dt_errorf(err, DT_ECOMM,
@@ -133,8 +128,8 @@ void dt_nccl_free(dt_nccl *n) {
     if (!n) return;
     if (!n->dead) {
         ncclResult_t r = ncclCommFinalize(n->comm);
-        double deadline = now_s() + n->timeout_s;
-        while (r == ncclInProgress && now_s() <= deadline) {
+        double deadline = dt_clock_s() + n->timeout_s;
+        while (r == ncclInProgress && dt_clock_s() <= deadline) {
             sched_yield();
             if (ncclCommGetAsyncError(n->comm, &r) != ncclSuccess) r = ncclInternalError;
         }
@@ -216,7 +211,7 @@ int dt_nccl_wait(dt_nccl *n, const char *what, int rank, double timeout_s, dt_er
     if (n->dead)
         return dt_errorf(err, DT_ECOMM, "NCCL %s on rank %d: the communicator was aborted",
                          what, rank);
-    double deadline = now_s() + timeout_s;
+    double deadline = dt_clock_s() + timeout_s;
     for (;;) {
         cudaError_t ce = cudaEventQuery(n->done);
         if (ce == cudaSuccess) break;
@@ -232,7 +227,7 @@ int dt_nccl_wait(dt_nccl *n, const char *what, int rank, double timeout_s, dt_er
             dt_nccl_abort(n);
             return rc;
         }
-        if (now_s() > deadline) {
+        if (dt_clock_s() > deadline) {
             dt_nccl_abort(n);
             return dt_errorf(err, DT_ECOMM,
                              "%s on rank %d did not complete within %.0f s: another rank died or "

@@ -1,5 +1,7 @@
 /* memprobe.c — see dt_memprobe.h. */
 #include "dt_memprobe.h"
+#include "dt_consts.h"
+#include "dt_clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -9,7 +11,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define DT_KIB 1024
 #define DT_STATUS_MAX 8192   /* /proc/self/status is about 1.5 KiB */
 
 /* what one open run of a phase has seen so far */
@@ -37,17 +38,11 @@ static struct {
     dt_phase_stat st[DT_PHASE_COUNT];
 } g = {.status_fd = -1, .clear_fd = -1, .mode = DT_PROBE_NONE};
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* "Key:   123 kB" of the status text, in bytes; -1 when absent */
 static int64_t status_kb(const char *txt, const char *key) {
     const char *p = strstr(txt, key);
     if (!p) return -1;
-    return (int64_t)strtoll(p + strlen(key), NULL, 10) * DT_KIB;
+    return (int64_t)strtoll(p + strlen(key), NULL, 10) * (int64_t)DT_KIB;
 }
 
 /* VmRSS and VmHWM now, bytes; 0 on success */
@@ -170,7 +165,7 @@ void dt_memprobe_begin(dt_phase p) {
     memset(r, 0, sizeof *r);
     r->rss = g.mode == DT_PROBE_SAMPLE ? rss : -1;
     r->dev_used = -1;
-    r->t0 = now_s();
+    r->t0 = dt_clock_s();
     r->from_exec = from_start;
     g.stack[g.depth++] = p;
 }
@@ -178,7 +173,7 @@ void dt_memprobe_begin(dt_phase p) {
 void dt_memprobe_end(dt_phase p) {
     if (g.off || (int)p < 0 || p >= DT_PHASE_COUNT || !is_open(p)) return;
     sample(0);
-    const double t = now_s();
+    const double t = dt_clock_s();
     while (g.depth > 0) {
         dt_phase q = g.stack[--g.depth];
         run_acc *r = &g.run[q];

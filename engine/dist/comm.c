@@ -28,6 +28,7 @@
 #include "dt_backend.h"
 #include "dt_device.h"
 #include "dt_nccl.h"
+#include "dt_clock.h"
 #endif
 
 #ifdef DT_HAVE_CUDA
@@ -110,12 +111,6 @@ struct dt_comm_req {
     dt_dtype t;
     int nccl;                /* enqueued on the NCCL communicator */
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void count(dt_comm *c, dt_collective coll, size_t elems, dt_dtype t) {
     c->bytes[coll] += (int64_t)elems * dt_dtype_size(t);
@@ -492,7 +487,7 @@ int dt_comm_wait(dt_comm *c, dt_comm_req *req, dt_error *err) {
     }
 #endif
     if (req->mpi != MPI_REQUEST_NULL) {
-        double deadline = now_s() + c->timeout_s;
+        double deadline = dt_clock_s() + c->timeout_s;
         int done = 0;
         while (!done) {
             int mrc = MPI_Test(&req->mpi, &done, MPI_STATUS_IGNORE);
@@ -505,7 +500,7 @@ int dt_comm_wait(dt_comm *c, dt_comm_req *req, dt_error *err) {
                 done = 0;
                 continue;
             }
-            if (!done && now_s() > deadline) {
+            if (!done && dt_clock_s() > deadline) {
                 rc = dt_errorf(err, DT_ECOMM,
                                "%s on rank %d did not complete within %.0f s: another rank died or hangs "
                                "(raise the limit with --timeout if steps are legitimately slow)",

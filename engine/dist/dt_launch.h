@@ -36,10 +36,11 @@
 #include <stdio.h>
 
 #include "dt_error.h"
+#include "dt_consts.h"
 
 #define DT_LAUNCH_ADDR_MAX 256
-#define DT_LAUNCH_DEFAULT_ADDR "127.0.0.1"  /* torchrun's --master-addr default */
-#define DT_LAUNCH_DEFAULT_PORT 29500        /* torchrun's static --master-port default */
+#define DT_LAUNCH_DEFAULT_ADDR DT_TORCHRUN_DEFAULT_ADDR
+#define DT_LAUNCH_DEFAULT_PORT DT_TORCHRUN_DEFAULT_PORT
 
 /* Environment markers set by the spawner for the processes it starts. */
 #define DT_LAUNCH_ENV_SUPERVISE "DT_LAUNCH_SUPERVISE"  /* = status dir: become a rank supervisor */

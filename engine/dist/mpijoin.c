@@ -1,6 +1,7 @@
 /* mpijoin.c — an MPI world from singletons and a TCP rendezvous (dt_mpijoin.h). */
 #define _GNU_SOURCE
 #include "dt_mpijoin.h"
+#include "dt_clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -28,12 +29,6 @@ struct dt_mpijoin {
     int rank;
     double deadline, timeout_s;
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---- ompi-server (rank 0) ------------------------------------------------ */
 
@@ -88,7 +83,7 @@ static int start_server(dt_mpijoin *j, char *uri, size_t cap, dt_error *err) {
             if (n + 1 >= cap)
                 return dt_errorf(err, DT_ERUNTIME, "%s reported a URI longer than %zu bytes", prog, cap);
         }
-        if (now_s() > j->deadline)
+        if (dt_clock_s() > j->deadline)
             return dt_errorf(err, DT_ERUNTIME, "%s did not report its URI within %.0f s", prog, j->timeout_s);
         struct timespec ts = {0, DT_MPIJOIN_WATCH_NS};
         nanosleep(&ts, NULL);
@@ -98,10 +93,10 @@ static int start_server(dt_mpijoin *j, char *uri, size_t cap, dt_error *err) {
 static void stop_server(dt_mpijoin *j) {
     if (j->server > 0) {
         kill(j->server, SIGTERM);
-        double until = now_s() + DT_MPIJOIN_STOP_GRACE_S;
+        double until = dt_clock_s() + DT_MPIJOIN_STOP_GRACE_S;
         int st;
         while (waitpid(j->server, &st, WNOHANG) == 0) {
-            if (now_s() > until) {
+            if (dt_clock_s() > until) {
                 kill(j->server, SIGKILL);
                 waitpid(j->server, &st, 0);
                 break;
@@ -125,7 +120,7 @@ static void stop_server(dt_mpijoin *j) {
 static void *watch(void *arg) {
     dt_mpijoin *j = arg;
     while (!atomic_load(&j->joined)) {
-        if (now_s() > j->deadline) {
+        if (dt_clock_s() > j->deadline) {
             fprintf(stderr,
                     "dtrun: rank %d: the MPI world did not form within %.0f s (a rank died, or cannot reach "
                     "rank 0's ompi-server); stopping\n",
@@ -171,7 +166,7 @@ int dt_mpijoin_init(dt_rdzv *rdzv, int rank, int world_size, double timeout_s, M
     if (!j) return dt_errorf(err, DT_ENOMEM, "out of memory (MPI join)");
     j->rank = rank;
     j->timeout_s = timeout_s;
-    j->deadline = now_s() + timeout_s;
+    j->deadline = dt_clock_s() + timeout_s;
     /* Open MPI refuses root unless told; dtrun's own mpirun launch passes
      * --allow-run-as-root the same way (launch.c). */
     if (geteuid() == 0) {

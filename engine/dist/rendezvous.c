@@ -5,6 +5,7 @@
  * non-blocking; every read/write loops on poll() with the call's deadline. */
 #define _GNU_SOURCE
 #include "dt_rendezvous.h"
+#include "dt_clock.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -45,14 +46,8 @@ struct dt_rdzv {
     int broken;
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int ms_left(double deadline) {
-    double left = deadline - now_s();
+    double left = deadline - dt_clock_s();
     return left <= 0 ? 0 : (int)(left * 1000.0) + 1;
 }
 
@@ -304,7 +299,7 @@ int dt_rendezvous_open(dt_rdzv **out, const char *addr, int port, int rank, int 
     r->port = port;
     r->fd = -1;
     snprintf(r->addr, sizeof r->addr, "%s", addr ? addr : "127.0.0.1");
-    const double deadline = now_s() + timeout_s;
+    const double deadline = dt_clock_s() + timeout_s;
     if (world == 1) { *out = r; return DT_OK; }
     if (rank == 0) {
         r->peer = malloc((size_t)world * sizeof *r->peer);
@@ -336,7 +331,7 @@ static int usable(dt_rdzv *r, size_t bytes, dt_error *err) {
 
 int dt_rendezvous_broadcast(dt_rdzv *r, void *buf, size_t bytes, dt_error *err) {
     if (usable(r, bytes, err)) return err->code;
-    const double deadline = now_s() + r->timeout_s;
+    const double deadline = dt_clock_s() + r->timeout_s;
     if (r->world == 1) return DT_OK;
     if (r->rank != 0) return recv_msg(r, r->fd, 0, K_BCAST, buf, bytes, deadline, err);
     for (int i = 1; i < r->world; i++)
@@ -386,7 +381,7 @@ static int gather_at_root(dt_rdzv *r, uint32_t kind, char *all, size_t bytes, do
 
 int dt_rendezvous_allgather(dt_rdzv *r, const void *mine, void *all, size_t bytes, dt_error *err) {
     if (usable(r, bytes * (size_t)r->world, err)) return err->code;
-    const double deadline = now_s() + r->timeout_s;
+    const double deadline = dt_clock_s() + r->timeout_s;
     char *a = all;
     memmove(a + (size_t)r->rank * bytes, mine, bytes);
     if (r->world == 1) return DT_OK;
@@ -403,7 +398,7 @@ int dt_rendezvous_allgather(dt_rdzv *r, const void *mine, void *all, size_t byte
 
 int dt_rendezvous_barrier(dt_rdzv *r, dt_error *err) {
     if (usable(r, 0, err)) return err->code;
-    const double deadline = now_s() + r->timeout_s;
+    const double deadline = dt_clock_s() + r->timeout_s;
     if (r->world == 1) return DT_OK;
     if (r->rank != 0) {
         if (send_msg(r, r->fd, 0, K_BARRIER, NULL, 0, deadline, err)) return err->code;

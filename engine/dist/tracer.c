@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "dt_trace.h"
+#include "dt_clock.h"
 
 #define DT_TRACER_PATH_MAX 4200
 #define DT_TRACER_FIRST_CAP 1024   /* spans; doubles as needed */
@@ -32,12 +33,6 @@ static struct {
     int oom;   /* a span could not be stored: reported by dt_tracer_finish */
 } g_tr;
 
-static double mono_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int dt_tracer_start(int rank, int64_t n_layer, dt_error *err) {
     dt_tracer_stop();
     g_tr.r = malloc(DT_TRACER_FIRST_CAP * sizeof *g_tr.r);
@@ -45,16 +40,16 @@ int dt_tracer_start(int rank, int64_t n_layer, dt_error *err) {
     g_tr.cap = DT_TRACER_FIRST_CAP;
     g_tr.rank = rank;
     g_tr.n_layer = n_layer;
-    g_tr.origin_s = mono_s();
+    g_tr.origin_s = dt_clock_s();
     dt_tracer_enabled = 1;
     return DT_OK;
 }
 
 void dt_tracer_set_origin(void) {
-    if (dt_tracer_enabled) g_tr.origin_s = mono_s();
+    if (dt_tracer_enabled) g_tr.origin_s = dt_clock_s();
 }
 
-double dt_tracer_now_us(void) { return dt_tracer_enabled ? (mono_s() - g_tr.origin_s) * 1e6 : 0.0; }
+double dt_tracer_now_us(void) { return dt_tracer_enabled ? (dt_clock_s() - g_tr.origin_s) * 1e6 : 0.0; }
 
 void dt_tracer_set_micro(int micro) { g_tr.micro = micro; }
 

@@ -1,5 +1,6 @@
 /* zero.c — see dt_zero.h and docs/zero.md. */
 #include "dt_zero.h"
+#include "dt_consts.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -13,16 +14,7 @@
 #include "dt_model.h"
 #include "dt_offload.h"
 #include "dt_tracer.h"
-
-/* DeepSpeed code defaults for the offload staging (deepspeed/runtime/zero/
- * offload_config.py and zero/config.py; the memory model, planner/memory.c,
- * counts the same: docs/memory-model.md "Host memory and NVMe, per node"):
- * offload_optimizer buffer_count, offload_param buffer_count and buffer_size
- * (elements). sub_group_size (elements per optimizer tile) is the plan's
- * parallel.sub_group_elems. */
-#define DS_OPT_SWAP_BUFFERS 4
-#define DS_PARAM_SWAP_BUFFERS 5
-#define DS_PARAM_BUFFER_ELEMS ((size_t)100000000)
+#include "dt_clock.h"
 
 #define EMB 2          /* buffer id of unit 0; blocks alternate ids 0 and 1 */
 #define NBUF 3
@@ -65,8 +57,8 @@ struct dt_zero {
     int has_master;
     dt_offload_store st[3];   /* master (fp32), m, v: [state_n] */
     dt_offload_store pstore;  /* stage 3: parameter shard [state_n] */
-    void *swap[DS_OPT_SWAP_BUFFERS];   /* nvme optimizer staging (host) */
-    void *pswap[DS_PARAM_SWAP_BUFFERS];/* nvme param staging (host) */
+    void *swap[DT_DS_OPT_SWAP_BUFFERS];   /* nvme optimizer staging (host) */
+    void *pswap[DT_DS_PARAM_SWAP_BUFFERS];/* nvme param staging (host) */
     void *hgrad;           /* offload: upcast gradient shard (host) [state_n]; NULL where the
                             * optimizer reads the shard in place (grads_in_place) */
     void *gshard;          /* stages 2/3: gradient shard accumulator [state_n] */
@@ -80,6 +72,8 @@ struct dt_zero {
     float *dscal;          /* device [2]: the step's scalar all-reduce (W > 1) */
     int shared;            /* no overlap: ids 0/1 alias one buffer, rsrecv one receive */
     int had_flat_params, had_flat_grads;   /* the model's flat buffers existed at creation (restored at free) */
+    void *test_copy;       /* DT_TEST_EXTRA_MODEL_COPY: an untracked whole-model copy (the memory test's
+                            * negative control), held until dt_zero_free */
     pend rs[NBUF], ag[NBUF];
     int held[NBUF];        /* stage 3: unit whose gathered params pbuf[i] holds, -1 none */
     int emb_fwd_after;     /* stage 3: after_forward(0) calls seen in this forward */
@@ -97,14 +91,8 @@ struct dt_zero {
     double tr_t0;
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* times a communication call into z->comm_s */
-#define TIMED(z, call) ({ double t0_ = now_s(); int rc_ = (call); (z)->comm_s += now_s() - t0_; rc_; })
+#define TIMED(z, call) ({ double t0_ = dt_clock_s(); int rc_ = (call); (z)->comm_s += dt_clock_s() - t0_; rc_; })
 /* the same, and a --trace span of the blocking collective on the comm stream */
 #define TRACED(z, kind, unit, bytes, call)                                                         \
     ({                                                                                             \
@@ -475,10 +463,11 @@ void dt_zero_free(dt_zero *z) {
     dt_lm_set_hooks(z->g, NULL);
     for (int i = 0; i < 3; i++) dt_store_close(&z->st[i]);
     dt_store_close(&z->pstore);
-    for (int i = 0; i < DS_OPT_SWAP_BUFFERS; i++) dfree(z, z->swap[i]);
-    for (int i = 0; i < DS_PARAM_SWAP_BUFFERS; i++) dfree(z, z->pswap[i]);
+    for (int i = 0; i < DT_DS_OPT_SWAP_BUFFERS; i++) dfree(z, z->swap[i]);
+    for (int i = 0; i < DT_DS_PARAM_SWAP_BUFFERS; i++) dfree(z, z->pswap[i]);
     dfree(z, z->hgrad);
     dfree(z, z->gshard);
+    free(z->test_copy);
     for (int i = 0; i < NBUF; i++) {
         /* aliases (z->shared) are freed once, through id 0 */
         if (!z->shared || i != 1) dfree(z, z->gbuf[i]);
@@ -620,7 +609,7 @@ int dt_zero_create(const dt_plan *p, dt_comm *c, dt_lm *g, dt_zero **out, dt_err
         size_t sub = (size_t)p->parallel.sub_group_elems;
         sub = minz(sub > z->maxS ? sub : z->maxS, z->state_n);
         size_t w = (size_t)dt_dtype_size(z->has_master ? DT_DTYPE_FP32 : z->mdt);
-        for (int i = 0; i < DS_OPT_SWAP_BUFFERS && !rc; i++)
+        for (int i = 0; i < DT_DS_OPT_SWAP_BUFFERS && !rc; i++)
             if (!(z->swap[i] = dmem(z, DT_POOL_HOST, DT_MEM_BUFFERS, sub * w)))
                 rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the nvme optimizer staging");
     }
@@ -630,10 +619,10 @@ int dt_zero_create(const dt_plan *p, dt_comm *c, dt_lm *g, dt_zero **out, dt_err
     /* stage 3: the parameter shard, gathered units; stages 2/3: gradient shard */
     if (!rc && z->stage == 3) {
         rc = open_store(z, &z->pstore, z->op, DT_MEM_PARAMS, "params", z->pdt, err);
-        size_t pbn = z->op == DT_OFFLOAD_NVME ? minz(DS_PARAM_BUFFER_ELEMS, z->state_n) : 0;
+        size_t pbn = z->op == DT_OFFLOAD_NVME ? minz(((size_t)DT_DS_PARAM_BUFFER_ELEMS), z->state_n) : 0;
         if (!rc && z->maxS > (pbn ? pbn : z->maxS))
             rc = dt_errorf(err, DT_EINVAL, "zero: a unit shard exceeds the nvme parameter buffer");
-        for (int i = 0; i < DS_PARAM_SWAP_BUFFERS && !rc && pbn; i++)
+        for (int i = 0; i < DT_DS_PARAM_SWAP_BUFFERS && !rc && pbn; i++)
             if (!(z->pswap[i] = dmem(z, DT_POOL_HOST, DT_MEM_BUFFERS, pbn * z->psz)))
                 rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the nvme parameter staging");
         size_t blk = 0;
@@ -901,9 +890,24 @@ static int read_init(void *ctx, size_t lo, size_t n, void *dst, dt_error *err) {
     return DT_OK;
 }
 
+/* The memory test's negative control (tests/engine/test_real_memory.sh): with
+ * DT_TEST_EXTRA_MODEL_COPY=1 the seeded init also materialises the whole model in host
+ * memory the engine does not track — what a partitioned init that builds the full model
+ * first would hold — and keeps it for the run; the test's upper bound must catch it. */
+static int test_extra_copy(dt_zero *z, const init_src *s, dt_error *err) {
+    const char *env = getenv("DT_TEST_EXTRA_MODEL_COPY");
+    if (!env || strcmp(env, "1")) return DT_OK;
+    const size_t n = dt_lm_num_params(z->g);
+    free(z->test_copy);
+    if (!(z->test_copy = malloc(n * z->psz)))
+        return dt_errorf(err, DT_ENOMEM, "zero: DT_TEST_EXTRA_MODEL_COPY: cannot allocate %zu bytes", n * z->psz);
+    return read_init((void *)s, 0, n, z->test_copy, err);   /* written: resident */
+}
+
 int dt_zero_init_random(dt_zero *z, uint64_t seed, dt_error *err) {
     init_src s = {z->g, seed, z->pdt};
-    return dt_zero_load_params(z, read_init, &s, err);
+    int rc = test_extra_copy(z, &s, err);
+    return rc ? rc : dt_zero_load_params(z, read_init, &s, err);
 }
 
 void dt_zero_begin_step(dt_zero *z) {

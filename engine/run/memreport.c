@@ -1,5 +1,6 @@
 /* memreport.c — see dt_memreport.h. */
 #include "dt_memreport.h"
+#include "dt_consts.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -10,7 +11,6 @@
 #include "dt_memtrack.h"
 #include "dt_zero.h"
 
-#define DT_MIB (1024.0 * 1024.0)
 #define DT_RSS_SOURCE "kernel: VmHWM of /proc/self/status, reset per phase by writing 5 to /proc/self/clear_refs"
 #define DT_RSS_SAMPLED "kernel: VmRSS of /proc/self/status sampled at each phase's begin and end (start-up: VmHWM)"
 #define DT_DEV_SOURCE "driver: cudaMemGetInfo total - free, highest value after each device allocation and at phase boundaries"

@@ -9,14 +9,13 @@
 #include <cjson/cJSON.h>
 
 #include "dt_gemm_cpu.h"
+#include "dt_consts.h"
 #include "dt_json.h"
 #include "dt_memreport.h"
 #include "dt_memtrack.h"
 #include "dt_train.h"
 
 #define DT_REPORT_FORMAT "dtrun.report/1"
-#define DT_KIB 1024   /* getrusage reports ru_maxrss in KiB on Linux */
-#define DT_MIB (1024.0 * 1024.0)
 
 void dt_run_measure_memory(dt_run_measure *m) {
     for (int c = 0; c < DT_MEM_CAT_COUNT; c++) m->peak[c] = dt_mem_peak(DT_POOL_DEVICE, (dt_mem_category)c);
@@ -24,7 +23,8 @@ void dt_run_measure_memory(dt_run_measure *m) {
     for (int c = 0; c < DT_MEM_CAT_COUNT; c++) m->host_peak[c] = dt_mem_peak(DT_POOL_HOST, (dt_mem_category)c);
     m->host_peak_total = dt_mem_peak_total(DT_POOL_HOST);
     struct rusage ru;
-    m->peak_rss_bytes = getrusage(RUSAGE_SELF, &ru) == 0 ? (int64_t)ru.ru_maxrss * DT_KIB : 0;
+    /* getrusage reports ru_maxrss in KiB on Linux */
+    m->peak_rss_bytes = getrusage(RUSAGE_SELF, &ru) == 0 ? (int64_t)ru.ru_maxrss * (int64_t)DT_KIB : 0;
     /* the memory probe's per-phase resets restart ru_maxrss; it keeps the whole run's peak */
     int64_t probe_peak = dt_memprobe_process_peak();
     if (probe_peak > m->peak_rss_bytes) m->peak_rss_bytes = probe_peak;

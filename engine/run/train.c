@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "dt_ckpt.h"
+#include "dt_clock.h"
 #include "dt_data.h"
 #include "dt_device.h"
 #include "dt_lm.h"
@@ -90,14 +91,8 @@ typedef struct {
     double vloss;                /* validation loss, NAN when not evaluated */
 } step_out;
 
-static double clock_s(clockid_t id) {
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
 /* the kernel's count of this process's CPU time, every thread's user + system */
-static double process_cpu_s(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
+static double process_cpu_s(void) { return dt_clock_of(CLOCK_PROCESS_CPUTIME_ID); }
 
 static int check_plan(const dt_plan *p, int world, dt_error *err) {
     if (p->parallel.world_size != world)
@@ -583,11 +578,12 @@ static int build_model(trainer *t, int64_t *resumed, dt_error *err) {
     int rc = dt_lm_create_opts(&plan->model, &plan->precision, &lo, &t->g, err);
     if (!rc) rc = dt_zero_create(plan, t->comm, t->g, &t->z, err);
     if (!rc) rc = setup_data(t, err);
-    if (!rc) {   /* one micro-batch's token ids [B, T] */
-        t->inputs = malloc((size_t)(B * T) * sizeof(int32_t));
-        t->targets = malloc((size_t)(B * T) * sizeof(int32_t));
+    if (!rc) {
+        t->inputs = malloc((size_t)(B * T) * sizeof(int32_t));    /* [B, T] */
+        t->targets = malloc((size_t)(B * T) * sizeof(int32_t));   /* [B, T] */
         if (!t->inputs || !t->targets)
-            rc = dt_errorf(err, DT_ENOMEM, "train: out of memory for a micro-batch's %lld tokens", (long long)(B * T));
+            rc = dt_errorf(err, DT_ENOMEM, "out of memory for a micro-batch's %lld x %lld input and target tokens",
+                           (long long)B, (long long)T);
     }
     if (!rc) rc = init_weights(t, resumed, err);
     return rc;
@@ -736,14 +732,14 @@ static int save_if_due(trainer *t, dt_error *err) {
 /* One pass of the step loop: train, time, validate, record, log, and checkpoint when due. */
 static int run_step(trainer *t, dt_train_result *res, dt_error *err) {
     step_out o = {0};
-    double t0 = now_s(), c0 = comm_seconds(t), u0 = process_cpu_s();
+    double t0 = dt_clock_s(), c0 = comm_seconds(t), u0 = process_cpu_s();
     int rc;
     t->msg[0] = '\0';
     dt_heartbeat_beat(t->hb, t->st.step + 1);
     dt_comm_reset_counters(t->comm);
     if ((rc = train_step(t, &o.loss, &o.lr, &o.norm, &o.skipped, t->msg, err))) return rc;
     dt_memprobe_end(DT_PHASE_OPTIMIZER);
-    o.secs = now_s() - t0;
+    o.secs = dt_clock_s() - t0;
     o.cpu_secs = process_cpu_s() - u0;
     double dc = comm_seconds(t) - c0;
     record_traffic(t);

@@ -19,8 +19,8 @@ forbid() {   # forbid PROGRAM REGEX WHY
     else echo "ok: $(basename "$1") needs none of $2"; fi
 }
 [ -n "$(needed "$DTPLAN")" ] || { echo "FAIL: readelf shows no NEEDED entries for $DTPLAN"; exit 1; }
-forbid "$DTPLAN" '^lib(mpi|open-rte|open-pal|openblas|gomp|dnnl|cudart|cublas|cublasLt|nccl)\.' \
-    "dtplan plans; it links no engine, MPI or CUDA"
+forbid "$DTPLAN" '^lib(mpi|open-rte|open-pal|openblas|gomp|dnnl|cudart|cublas|cublasLt|nccl|nettle|isal)\.' \
+    "dtplan plans; it links no engine, MPI, CUDA or hashing library"
 forbid "$DTRUN" '^lib(plot|cudart|cublas|cublasLt|nccl)\.' \
     "dtrun draws nothing and loads CUDA only for a CUDA plan"
 MOD="$(dirname "$DTRUN")/libdtcuda.so"

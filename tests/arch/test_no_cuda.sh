@@ -8,7 +8,8 @@
 set -u
 DTRUN=$2
 SRC=$3
-command -v python3 >/dev/null || { echo "FAIL: python3 is missing (scripts/setup.sh installs it)"; exit 1; }
+. "$(dirname "$0")/../lib.sh"
+dt_need python3
 TMP=$(mktemp -d /tmp/dt_test_nocuda_XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 fails=0

@@ -9,8 +9,8 @@ set -u
 DTRUN=$2
 SRC=$3
 BOUND=1e-4
-command -v python3 >/dev/null || { echo "FAIL: python3 missing (scripts/setup.sh installs it)"; exit 1; }
-command -v mpirun >/dev/null || { echo "FAIL: mpirun missing (scripts/setup.sh installs it)"; exit 1; }
+. "$(dirname "$0")/../lib.sh"
+dt_need python3 mpirun
 export OMP_NUM_THREADS=1
 TMP=$(mktemp -d /tmp/dt_test_bf16_XXXXXX)
 trap 'rm -rf "$TMP"' EXIT

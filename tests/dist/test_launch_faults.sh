@@ -17,9 +17,8 @@
 set -u
 DTRUN=$2
 SRC=$3
-command -v python3 >/dev/null || { echo "FAIL: python3 missing (scripts/setup.sh installs it)"; exit 1; }
-command -v mpirun >/dev/null || { echo "FAIL: mpirun missing (scripts/setup.sh installs it)"; exit 1; }
-command -v pgrep >/dev/null || { echo "FAIL: pgrep missing (scripts/setup.sh installs it)"; exit 1; }
+. "$(dirname "$0")/../lib.sh"
+dt_need python3 mpirun pgrep
 export OMP_NUM_THREADS=1
 TMP=$(mktemp -d /tmp/dt_test_faults_XXXXXX)
 trap 'rm -rf "$TMP"' EXIT

@@ -15,9 +15,8 @@
 set -u
 DTRUN=$2
 SRC=$3
-command -v python3 >/dev/null || { echo "FAIL: python3 missing (scripts/setup.sh installs it)"; exit 1; }
-command -v ompi-server >/dev/null || { echo "FAIL: ompi-server (openmpi-bin) missing (scripts/setup.sh installs it)"; exit 1; }
-command -v pgrep >/dev/null || { echo "FAIL: pgrep missing (scripts/setup.sh installs it)"; exit 1; }
+. "$(dirname "$0")/../lib.sh"
+dt_need python3 pgrep ompi-server
 export OMP_NUM_THREADS=1
 TMP=$(mktemp -d /tmp/dt_test_multinode_XXXXXX)
 trap 'pkill -KILL -f "$TMP" 2>/dev/null; rm -rf "$TMP"' EXIT

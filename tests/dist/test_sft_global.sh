@@ -13,9 +13,8 @@ set -u
 DTPLAN=$1
 DTRUN=$2
 SRC=$3
-command -v jq >/dev/null || { echo "FAIL: jq missing (scripts/setup.sh installs it)"; exit 1; }
-command -v python3 >/dev/null || { echo "FAIL: python3 missing (scripts/setup.sh installs it)"; exit 1; }
-command -v mpirun >/dev/null || { echo "FAIL: mpirun missing (scripts/setup.sh installs it)"; exit 1; }
+. "$(dirname "$0")/../lib.sh"
+dt_need jq python3 mpirun
 export OMP_NUM_THREADS=1
 TMP=$(mktemp -d /tmp/dt_test_sft_global_XXXXXX)
 trap 'rm -rf "$TMP"' EXIT

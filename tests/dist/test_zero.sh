@@ -15,8 +15,8 @@ DTPLAN=$1
 DTRUN=$2
 SRC=$3
 MODEL=${4:-}
-command -v python3 >/dev/null || { echo "FAIL: python3 missing (scripts/setup.sh installs it)"; exit 1; }
-command -v mpirun >/dev/null || { echo "FAIL: mpirun missing (scripts/setup.sh installs it)"; exit 1; }
+. "$(dirname "$0")/../lib.sh"
+dt_need python3 mpirun
 export OMP_NUM_THREADS=1
 TMP=$(mktemp -d /tmp/dt_test_zero_XXXXXX)
 trap 'rm -rf "$TMP"' EXIT

@@ -21,6 +21,7 @@
 #include "dt_plan.h"
 #include "dt_rundir.h"
 #include "dt_test.h"
+#include "dt_test_plan.h"
 #include "dt_train.h"
 
 static char dir[256];
@@ -40,15 +41,7 @@ static void make_text(void) {
 }
 
 static dt_plan base_plan(dt_precision_preset preset) {
-    dt_plan p;
-    dt_error err;
-    char path[1024];
-    const char *src = getenv("DT_SOURCE_DIR");
-    snprintf(path, sizeof path, "%s/configs/plans/tiny-cpu.json", src ? src : ".");
-    if (dt_plan_load(path, &p, &err)) {
-        fprintf(stderr, "cannot load %s: %s\n", path, err.msg);
-        exit(1);
-    }
+    dt_plan p = dt_test_tiny_plan();
     dt_precision_from_preset(preset, &p.precision);
     p.batch.micro_batch = 2;
     p.batch.grad_accum = 2;

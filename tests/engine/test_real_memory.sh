@@ -11,13 +11,16 @@
 # in save / load and a resumed start-up; none above the plan's total);
 # the compatibility keys ("measured") beside the
 # new "tracked"; and the end-of-run text must show each rank's table with the
-# runtime line. Usage: test_real_memory.sh DTPLAN DTRUN SOURCE_DIR
+# runtime line. Then the upper bound (issue 34): a 12.6 M-parameter run's real peak at most
+# 5 % above the prediction in every phase, with the clear_refs reset in use, and a negative
+# control holding one extra model copy that must fail it (see below).
+# Usage: test_real_memory.sh DTPLAN DTRUN SOURCE_DIR
 set -u
 DTRUN=$2
 SRC=$3
-command -v python3 >/dev/null || { echo "FAIL: python3 missing (scripts/setup.sh installs it)"; exit 1; }
-command -v mpirun >/dev/null || { echo "FAIL: mpirun missing (scripts/setup.sh installs it)"; exit 1; }
-[ -d /usr/share/games/fortunes ] || { echo "FAIL: /usr/share/games/fortunes missing (fortunes-min)"; exit 1; }
+. "$(dirname "$0")/../lib.sh"
+dt_need python3 mpirun
+dt_need_fortunes
 export OMP_NUM_THREADS=1
 TMP=$(mktemp -d /tmp/dt_test_realmem_XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
@@ -66,8 +69,10 @@ for r in range(world):
     rm = rep.get("real_memory")
     if not rm:
         bad.append(f"rank {r}: no real_memory section"); continue
-    if rm["probe"] not in ("reset", "sample"):
-        bad.append(f"rank {r}: probe mode {rm['probe']} ({rm['note']})")
+    # phase peaks need the VmHWM reset: the sampling fallback's lower bounds prove nothing
+    # against an upper bound (issue 34 item 6)
+    if rm["probe"] != "reset":
+        bad.append(f"rank {r}: probe mode {rm['probe']}, not the /proc/self/clear_refs reset ({rm['note']})")
     pred = rm["predicted"]["rss_total"]
     if not pred or pred <= 0:
         bad.append(f"rank {r}: no predicted total ({rm['predicted']})")
@@ -122,5 +127,68 @@ print(f"ok: {label}: " + ", ".join(f"{p} {rm0[p]['real_peak_rss'] / MIB:.1f}" fo
 PY
   done
 done
+# ---- the upper bound (issue 34 item 6): a rank's real peak in every phase at most the plan's
+# prediction for the phase + MEM_TOLERANCE (issue 34's memory goal, docs/dtrun.md "Real memory
+# per phase"). The runtime term is this machine's: the remainder real - tracked of a rank of a
+# 0.12 M-parameter run in its forward phase (no collective, no I/O; the larger rank), put into
+# the plan as runtime_mpi_bytes, as `dtrun calibrate` would. The bounded run is a 12.6 M-parameter
+# GPT-2 (4 x 512) on 2 ranks under ZeRO-3, where one fp32 model copy (48 MiB) is a quarter of a
+# rank's peak; with DT_TEST_EXTRA_MODEL_COPY=1 the engine's seeded partitioned init also
+# materialises the whole model (engine/dist/zero.c), and that run must fail the bound.
+MEM_TOLERANCE=0.05
+cal=$TMP/run-cal
+plan 3 2 "$TMP/plan-cal.json"
+if ! "$DTRUN" "$TMP/plan-cal.json" --out "$cal" --max-steps 2 --no-progress >"$TMP/log-cal" 2>&1; then
+  echo "FAIL: bound: the calibration run exited non-zero: $(tail -3 "$TMP/log-cal")"; exit 1
+fi
+python3 - "$TMP/plan-cal.json" "$cal" "$TMP/plan-bound.json" <<'PY' || { echo "FAIL: bound: cannot write its plan"; exit 1; }
+import json, sys
+src, cal, out = sys.argv[1:]
+base = max(json.load(open(cal + ("/run-report.json" if r == 0 else "/run-report-rank%05d.json" % r)))
+           ["real_memory"]["phases"]["forward"]["runtime"] for r in range(2))
+p = json.load(open(src))
+p["model"].update(name="gpt2-bound", hidden=512, n_layer=4, n_head=8, n_kv_head=8, head_dim=64, ffn=2048)
+p["cluster"]["hardware"]["runtime_mpi_bytes"] = base
+json.dump(p, open(out, "w"), indent=2)
+print(f"bound: runtime term measured here {base / 2**20:.1f} MiB (runtime_mpi_bytes)")
+PY
+# check_bound RUN LABEL: 0 when every rank's every phase is within the bound
+check_bound() {
+  python3 - "$1" "$MEM_TOLERANCE" "$2" <<'PY'
+import json, sys
+out, tol, label = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+MIB = 1 << 20
+bad, worst = [], -1.0
+for r in range(2):
+    rm = json.load(open(out + ("/run-report.json" if r == 0 else "/run-report-rank%05d.json" % r)))["real_memory"]
+    if rm["probe"] != "reset":
+        bad.append(f"rank {r}: probe mode {rm['probe']}, not the clear_refs reset")
+    for ph, e in rm["phases"].items():
+        if e["runs"] < 1:
+            continue
+        real, want = e["real_peak_rss"], e["predicted_total"]
+        worst = max(worst, real / want - 1)
+        if real > want * (1 + tol):
+            bad.append(f"rank {r} {ph}: real {real / MIB:.1f} MiB > predicted {want / MIB:.1f} MiB + {tol:.0%}")
+print(f"{label}: largest real / predicted - 1 = {worst:+.1%}")
+if bad:
+    print(f"{label}: over the bound:\n  " + "\n  ".join(bad))
+    sys.exit(1)
+PY
+}
+if ! "$DTRUN" "$TMP/plan-bound.json" --out "$TMP/run-bound" --max-steps 2 --no-progress >"$TMP/log-bound" 2>&1; then
+  echo "FAIL: bound: the bounded run exited non-zero: $(tail -3 "$TMP/log-bound")"; fails=$((fails + 1))
+elif ! check_bound "$TMP/run-bound" "bound (12.6 M, ZeRO-3, 2 ranks)"; then
+  echo "FAIL: bound: a rank's real peak exceeds the prediction by more than $MEM_TOLERANCE"; fails=$((fails + 1))
+fi
+# the negative control: one extra model copy must fail the bound
+if ! DT_TEST_EXTRA_MODEL_COPY=1 "$DTRUN" "$TMP/plan-bound.json" --out "$TMP/run-copy" --max-steps 2 --no-progress \
+     >"$TMP/log-copy" 2>&1; then
+  echo "FAIL: bound: the negative control's run exited non-zero: $(tail -3 "$TMP/log-copy")"; fails=$((fails + 1))
+elif check_bound "$TMP/run-copy" "negative control (+1 model copy)"; then
+  echo "FAIL: bound: one extra model copy stayed within the bound: the bound cannot fail"; fails=$((fails + 1))
+else
+  echo "ok: the negative control (+1 model copy) fails the bound"
+fi
 [ "$fails" -eq 0 ] || { echo "$fails configuration(s) failed"; exit 1; }
 echo "all configurations passed"

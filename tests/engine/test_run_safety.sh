@@ -22,8 +22,9 @@
 set -u
 DTRUN=$2
 SRC=$3
-command -v python3 >/dev/null || { echo "FAIL: python3 missing"; exit 1; }
-[ -d /usr/share/games/fortunes ] || { echo "FAIL: /usr/share/games/fortunes missing (scripts/setup.sh installs it)"; exit 1; }
+. "$(dirname "$0")/../lib.sh"
+dt_need python3
+dt_need_fortunes
 export OMP_NUM_THREADS=1   # the same thread count in every run: bitwise comparisons
 TMP=$(mktemp -d /tmp/dt_test_safety_XXXXXX)
 MNT=$TMP/full

@@ -15,7 +15,8 @@ set -u
 DTPLAN=$1
 DTRUN=$2
 SRC=$3
-command -v jq >/dev/null || { echo "FAIL: jq missing (scripts/setup.sh installs it)"; exit 1; }
+. "$(dirname "$0")/../lib.sh"
+dt_need jq
 TMP=$(mktemp -d /tmp/dt_test_tokck_XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }

@@ -28,6 +28,7 @@
 #include "dt_plan.h"
 #include "dt_safetensors.h"
 #include "dt_test.h"
+#include "dt_test_plan.h"
 #include "dt_zero.h"
 
 /* bytes per transfer chunk in this test: 1024 fp32 elements, far below a unit of the tiny model */
@@ -39,15 +40,7 @@ static char dir[256];
 static dt_comm *comm;
 
 static dt_plan base_plan(dt_precision_preset preset, int stage, dt_offload off) {
-    dt_plan p;
-    dt_error err;
-    char path[1024];
-    const char *src = getenv("DT_SOURCE_DIR");
-    snprintf(path, sizeof path, "%s/configs/plans/tiny-cpu.json", src ? src : ".");
-    if (dt_plan_load(path, &p, &err)) {
-        fprintf(stderr, "cannot load %s: %s\n", path, err.msg);
-        exit(1);
-    }
+    dt_plan p = dt_test_tiny_plan();
     dt_precision_from_preset(preset, &p.precision);
     p.parallel.world_size = dt_comm_size(comm);
     p.parallel.zero_stage = stage;

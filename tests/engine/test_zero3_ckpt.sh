@@ -16,9 +16,9 @@
 set -u
 DTRUN=$2
 SRC=$3
-command -v python3 >/dev/null || { echo "FAIL: python3 missing (scripts/setup.sh installs it)"; exit 1; }
-command -v mpirun >/dev/null || { echo "FAIL: mpirun missing (scripts/setup.sh installs it)"; exit 1; }
-[ -d /usr/share/games/fortunes ] || { echo "FAIL: /usr/share/games/fortunes missing (fortunes-min)"; exit 1; }
+. "$(dirname "$0")/../lib.sh"
+dt_need python3 mpirun
+dt_need_fortunes
 export OMP_NUM_THREADS=1
 TMP=$(mktemp -d /tmp/dt_test_z3ckpt_XXXXXX)
 trap 'rm -rf "$TMP"' EXIT

@@ -35,7 +35,8 @@ SRC=$3
 for tool in python3 mpirun timeout; do
     command -v $tool >/dev/null || { echo "FAIL: $tool missing (scripts/setup.sh installs it)"; exit 1; }
 done
-[ -d /usr/share/games/fortunes ] || { echo "FAIL: /usr/share/games/fortunes missing (fortunes-min)"; exit 1; }
+. "$(dirname "$0")/../lib.sh"
+dt_need_fortunes
 # the headroom was measured with one OpenMP thread (OpenBLAS's buffers follow the thread count)
 export OMP_NUM_THREADS=1
 HEADROOM_MIB=448

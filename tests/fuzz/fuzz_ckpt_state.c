@@ -1,4 +1,4 @@
-/* Fuzz target: a checkpoint's state.json reader (engine/run/ckpt.c
+/* Fuzz target: a checkpoint's state.json reader (engine/store/ckpt.c
  * dt_ckpt_state_read), for a fp16 and a bf16 plan of GPT-2 tiny's size. */
 #include "dt_fuzz.h"
 

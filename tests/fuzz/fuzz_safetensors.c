@@ -1,4 +1,4 @@
-/* Fuzz target: the safetensors reader (engine/run/safetensors.c): header,
+/* Fuzz target: the safetensors reader (engine/store/safetensors.c): header,
  * offsets, dtypes, and reading every tensor it accepted. */
 #include "dt_fuzz.h"
 

@@ -1,4 +1,4 @@
-/* Fuzz target: the token-shard reader (engine/run/data.c: llm.c shards and dtrun's v2
+/* Fuzz target: the token-shard reader (engine/data/data.c: llm.c shards and dtrun's v2
  * shards, dt_shard.h), then a loader over what it accepted, with the loss mask. A v2
  * input gets its two CRC-32C sums made right before it is read, so mutations reach the
  * header's fields and the tokens instead of stopping at the checksum (whose refusal the

@@ -1,4 +1,4 @@
-/* Fuzz target: the tokenizer (engine/run/tokenizer.c). First byte even: the rest
+/* Fuzz target: the tokenizer (engine/data/tokenizer.c). First byte even: the rest
  * is a tokenizer.json to load (then a fixed text is encoded and decoded with it).
  * Odd: the rest is text, encoded with the committed qwen2-mini tokenizer and
  * decoded back, which must give the same bytes (byte-level BPE is lossless) when the

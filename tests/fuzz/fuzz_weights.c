@@ -1,4 +1,4 @@
-/* Fuzz target: loading initial weights from a file (engine/run/ckpt.c
+/* Fuzz target: loading initial weights from a file (engine/store/ckpt.c
  * dt_weights_load): safetensors or an llm.c .bin checkpoint, into GPT-2 tiny. */
 #include "dt_fuzz.h"
 

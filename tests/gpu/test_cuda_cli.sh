@@ -7,7 +7,8 @@
 set -u
 DTRUN=$2
 SRC=$3
-command -v python3 >/dev/null || { echo "FAIL: python3 missing (scripts/setup.sh installs it)"; exit 1; }
+. "$(dirname "$0")/../lib.sh"
+dt_need python3
 TMP=$(mktemp -d /tmp/dt_test_cudacli_XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 python3 "$SRC/tests/gpu/make_cuda_plan.py" "$SRC/configs/plans/tiny-cpu.json" "$TMP/cuda.json" ||

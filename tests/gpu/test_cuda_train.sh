@@ -18,7 +18,8 @@
 set -u
 DTRUN=$2
 SRC=$3
-command -v python3 >/dev/null || { echo "FAIL: python3 missing (scripts/setup.sh installs it)"; exit 1; }
+. "$(dirname "$0")/../lib.sh"
+dt_need python3
 export OMP_NUM_THREADS=2
 TMP=$(mktemp -d /tmp/dt_test_cuda_XXXXXX)
 trap 'rm -rf "$TMP"' EXIT

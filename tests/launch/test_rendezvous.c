@@ -13,16 +13,11 @@
 
 #include "dt_rendezvous.h"
 #include "dt_test.h"
+#include "dt_clock.h"
 
 #define BLOB_BYTES 128     /* an ncclUniqueId */
 #define RECORD_BYTES 64    /* a host-name record */
 #define OK_TIMEOUT_S 20.0  /* generous: the machine is shared */
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* A port nobody listens on right now: bind port 0 and read it back. */
 static int free_port(void) {
@@ -89,17 +84,17 @@ static void test_never_connects(void) {
     int port = free_port();
     dt_error err = {0};
     dt_rdzv *r;
-    double t0 = now_s();
+    double t0 = dt_clock_s();
     CHECK_EQ_I64(dt_rendezvous_open(&r, "127.0.0.1", port, 0, 4, 1.0, &err), DT_ERUNTIME);
-    double took = now_s() - t0;
+    double took = dt_clock_s() - t0;
     char want[128];
     snprintf(want, sizeof want, "ranks 1, 2, 3 did not connect to 127.0.0.1:%d within 1 s", port);
     CHECK(strstr(err.msg, want) != NULL);
     CHECK(took >= 0.9 && took < 3.0);
     /* the other side: no rank 0 listening */
-    t0 = now_s();
+    t0 = dt_clock_s();
     CHECK_EQ_I64(dt_rendezvous_open(&r, "127.0.0.1", port, 2, 4, 0.5, &err), DT_ERUNTIME);
-    took = now_s() - t0;
+    took = dt_clock_s() - t0;
     CHECK(strstr(err.msg, "rank 2 could not connect to rank 0 at 127.0.0.1") != NULL);
     CHECK(strstr(err.msg, "Connection refused") != NULL);
     CHECK(took >= 0.4 && took < 2.5);
@@ -131,10 +126,10 @@ static void test_bad_rank(int mode) {
     unsigned char blob[BLOB_BYTES];
     for (int i = 0; i < BLOB_BYTES; i++) blob[i] = (unsigned char)(i * 7 + 3);   /* what run_rank expects */
     CHECK_EQ_I64(dt_rendezvous_broadcast(r, blob, sizeof blob, &err), DT_OK);
-    double t0 = now_s();
+    double t0 = dt_clock_s();
     char mine[RECORD_BYTES] = "root", all[3 * RECORD_BYTES];
     int rc = dt_rendezvous_allgather(r, mine, all, RECORD_BYTES, &err);
-    double took = now_s() - t0;
+    double took = dt_clock_s() - t0;
     CHECK_EQ_I64(rc, DT_ERUNTIME);
     fprintf(stderr, "  (mode %d: %s, %.2f s)\n", mode, err.msg, took);
     if (mode == 0) {

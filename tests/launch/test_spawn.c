@@ -14,18 +14,13 @@
 
 #include "dt_launch.h"
 #include "dt_test.h"
+#include "dt_clock.h"
 
 #define WORLD 2
 #define MAX_WAIT_S 25.0   /* the teardown must finish well within this */
 
 static const char *helper;
 static char piddir[64];
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int read_pid(int rank) {
     char path[128];
@@ -53,8 +48,8 @@ static void check_no_orphans(const char *mode) {
         int pid = read_pid(r);
         CHECK(pid > 0);
         if (pid <= 0) continue;
-        double until = now_s() + 2.0;   /* a SIGKILLed process needs a moment to be reaped */
-        while (kill(pid, 0) == 0 && now_s() < until) usleep(20000);
+        double until = dt_clock_s() + 2.0;   /* a SIGKILLed process needs a moment to be reaped */
+        while (kill(pid, 0) == 0 && dt_clock_s() < until) usleep(20000);
         int alive = kill(pid, 0) == 0;
         if (alive) fprintf(stderr, "%s: rank %d (pid %d) survived\n", mode, r, pid);
         CHECK(!alive);
@@ -70,10 +65,10 @@ static dt_spawn_result run_spawner(const dt_launch_info *direct, const char *mod
     FILE *lf = tmpfile();
     dt_spawn_result res;
     dt_error err = {0};
-    double t0 = now_s();
+    double t0 = dt_clock_s();
     int rc = direct ? dt_launch_spawn_direct(direct, argv, lf, &res, &err)
                     : dt_launch_spawn_mpirun(WORLD, argv, lf, &res, &err);
-    *took = now_s() - t0;
+    *took = dt_clock_s() - t0;
     CHECK_EQ_I64(rc, DT_OK);
     rewind(lf);
     size_t n = fread(log, 1, cap - 1, lf);
@@ -247,14 +242,14 @@ int main(int argc, char **argv) {
         fclose(lf);
         _exit(rc ? 100 : r2.status);
     }
-    double t0 = now_s();
-    while ((read_pid(0) <= 0 || read_pid(1) <= 0) && now_s() - t0 < MAX_WAIT_S) usleep(20000);
+    double t0 = dt_clock_s();
+    while ((read_pid(0) <= 0 || read_pid(1) <= 0) && dt_clock_s() - t0 < MAX_WAIT_S) usleep(20000);
     CHECK(read_pid(0) > 0 && read_pid(1) > 0);
     kill(launcher, SIGTERM);
     int st = 0;
-    t0 = now_s();
-    while (waitpid(launcher, &st, WNOHANG) == 0 && now_s() - t0 < MAX_WAIT_S) usleep(20000);
-    took = now_s() - t0;
+    t0 = dt_clock_s();
+    while (waitpid(launcher, &st, WNOHANG) == 0 && dt_clock_s() - t0 < MAX_WAIT_S) usleep(20000);
+    took = dt_clock_s() - t0;
     FILE *tf = fopen(tlog_path, "r");
     if (tf) {
         size_t tn = fread(tlog, 1, sizeof tlog - 1, tf);

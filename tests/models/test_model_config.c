@@ -172,7 +172,7 @@ int main(void) {
     CHECK_EQ_I64(dt_model_resolve("/nonexistent/dir/config.json", &a, &err), DT_EINVAL);
     CHECK(strstr(err.msg, "/nonexistent/dir/config.json") != NULL);
     CHECK_EQ_I64(dt_model_resolve("nope.json", &a, &err), DT_EINVAL);
-    CHECK(strstr(err.msg, "--model: cannot open") != NULL);
+    CHECK(strstr(err.msg, "--model: nope.json: cannot open") != NULL);
 
     /* bad configs: the key is named */
     expect_error("{", "invalid JSON");

@@ -74,17 +74,17 @@ mkfifo "$T/fifo.json"
 mkdir "$T/dir.json"
 truncate -s 65M "$T/huge.json"
 for f in "$T/fifo.json" /dev/zero "$T/dir.json"; do
-    bad "--plan: '$f' is " estimate --plan "$f"
-    bad "--deepspeed: '$f' is " estimate $P --deepspeed "$f"
-    bad "--model: '$f' is " estimate --model "$f"
-    bad "--hardware: '$f' is " solve $P --mem 80G --hardware "$f"
-    bad "'$f' is " show "$f"
-    bad "'$f' is " export --deepspeed "$f"
-    bad "'$f' is " simulate "$f"
-    bad "'$f' is " compare "$f" "$f"
+    bad "--plan: $f: is " estimate --plan "$f"
+    bad "--deepspeed: $f: is " estimate $P --deepspeed "$f"
+    bad "--model: $f: is " estimate --model "$f"
+    bad "--hardware: $f: is " solve $P --mem 80G --hardware "$f"
+    bad "$f: is " show "$f"
+    bad "$f: is " export --deepspeed "$f"
+    bad "$f: is " simulate "$f"
+    bad "$f: is " compare "$f" "$f"
 done
-bad "'/dev/zero' is a character device, not a regular file" show /dev/zero
-bad "is a FIFO (named pipe), not a regular file" estimate --plan "$T/fifo.json"
+bad "/dev/zero: is a character device, not a regular file" show /dev/zero
+bad "is a FIFO, not a regular file" estimate --plan "$T/fifo.json"
 bad "is a directory, not a regular file" show "$T/dir.json"
 bad "'$T/huge.json' is larger than the 64 MiB this input may have" estimate --plan "$T/huge.json"
 bad "is larger than the 64 MiB" estimate $P --deepspeed "$T/huge.json"
@@ -203,8 +203,8 @@ bad "-o needs a value" report "$T" -o ""
 bad "--runtime 'megatron': unknown runtime (use dtrun, deepspeed or fsdp" estimate $P --runtime megatron
 bad "--runtime 'bogus': unknown runtime" solve $P --mem 80G --runtime bogus
 bad "--runtime 'DeepSpeed': unknown runtime" simulate "$plan" --runtime DeepSpeed
-bad "--runtime deepspeed describes GPU runs; hardware cpu is a CPU profile" estimate $P --runtime deepspeed --hardware cpu
-bad "--runtime fsdp describes GPU runs" solve $P --mem 1G --runtime fsdp --hardware cpu
+bad "--runtime deepspeed on CPU ranks needs the CPU profile's measured deepspeed_runtime_bytes; hardware cpu has none" estimate $P --runtime deepspeed --hardware cpu
+bad "--runtime fsdp on CPU ranks needs the CPU profile's measured torch_runtime_bytes" solve $P --mem 1G --runtime fsdp --hardware cpu
 bad "--runtime deepspeed cannot run" simulate "$plan" --runtime deepspeed
 bad "--attention 'sdpa': expected flash or materialized" estimate $P --attention sdpa
 bad "--attention 'paged': expected sdpa, flash or eager" estimate $P --runtime deepspeed --attention paged

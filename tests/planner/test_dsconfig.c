@@ -192,7 +192,7 @@ static void test_ranges(void) {
         {"{\"train_micro_batch_size_per_gpu\": 1, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_max_lr\": 0}}}",
          "$.scheduler.params.warmup_max_lr: expected a number > 0"},
         {"{\"train_micro_batch_size_per_gpu\": 1, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": 2.5}}}",
-         "$.scheduler.params.warmup_num_steps: expected an integer >= 0"},
+         "$.scheduler.params.warmup_num_steps: expected an integer >= 1"},
         {"{\"train_micro_batch_size_per_gpu\": 1, \"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {\"total_num_steps\": 0}}}",
          "$.scheduler.params.total_num_steps: expected an integer >= 1"},
         {"{\"train_micro_batch_size_per_gpu\": 1, \"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": "

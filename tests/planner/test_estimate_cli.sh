@@ -233,6 +233,20 @@ LAST="dtrun stays the default"
 ok --model gpt2 --gpus 8
 grep -q 'peak at\|^runtime ' "$TMP/out" && fail "the dtrun table grew a runtime line or a phase column"
 
+# issue 34: --runtime deepspeed / fsdp on CPU ranks with a profile holding the measured footprint
+sed -e 's/"name": "cpu"/"name": "cpu-hf"/' \
+    -e 's/"reserve_bytes": 268435456,/"reserve_bytes": 268435456, "deepspeed_runtime_bytes": [800000000, 850000000, 851000000, 860000000], "torch_runtime_bytes": 700000000,/' \
+    "$SRC/configs/hardware/cpu.json" >"$TMP/cpu-hf.json"
+LAST="deepspeed on CPU ranks"
+ok --model gpt2 --gpus 2 --runtime deepspeed --hardware "$TMP/cpu-hf.json" --zero-stage 2 --json
+has '"reserve": 851000000,'
+has '"phase_totals": \{"backward start": [0-9]+, "backward end": [0-9]+, "optimizer step": [0-9]+\}'
+ok --model gpt2 --gpus 2 --runtime deepspeed --hardware "$TMP/cpu-hf.json" --zero-stage 3
+has 'runtime footprint \(measured\) 0.75 GiB / 0.79 GiB / 0.79 GiB / 0.80 GiB at ZeRO 0/1/2/3'
+LAST="fsdp on CPU ranks"
+ok --model gpt2 --gpus 2 --runtime fsdp --hardware "$TMP/cpu-hf.json" --zero-stage 0 --json
+has '"reserve": 700000000,'
+
 "$DTPLAN" estimate --help >"$TMP/out" 2>&1 || fail "--help exits non-zero"
 grep -q -- '--deepspeed' "$TMP/out" || fail "--help lacks --deepspeed"
 

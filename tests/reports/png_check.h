@@ -1,25 +1,24 @@
-/* png_check.h — reads back a PNG (any colour type / bit depth, non-interlaced)
- * or an SVG written by the chart library and measures it: size, pixels that
- * differ from the background, distinct colours, SVG drawing elements. */
+/* png_check.h — reads back a PNG (through libpng's simplified API, any colour type
+ * and bit depth) or an SVG written by the chart library and measures it: size,
+ * pixels that differ from the background, distinct colours, SVG drawing elements. */
 #ifndef PNG_CHECK_H
 #define PNG_CHECK_H
 
+#include <png.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
-typedef struct png_info {
+typedef struct chart_png {
     int ok;                /* 1: parsed and decoded */
     char why[128];         /* when !ok */
     uint32_t width, height;
-    int depth, color_type;
     double ink;            /* fraction of pixels != background (the top-left pixel) */
     int colors;            /* distinct RGB colours (capped at COLOR_SET) */
     uint32_t bg;           /* background 0xRRGGBB */
     uint32_t *rgb;         /* [height][width] decoded pixels (caller frees) */
-} png_info;
+} chart_png;
 
 #define COLOR_SET 4096
 
@@ -36,98 +35,8 @@ static unsigned char *slurp(const char *path, size_t *len) {
     return b;
 }
 
-static uint32_t be32(const unsigned char *p) {
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-static int paeth(int a, int b, int c) {
-    int p = a + b - c, pa = abs(p - a), pb = abs(p - b), pc = abs(p - c);
-    return pa <= pb && pa <= pc ? a : pb <= pc ? b : c;
-}
-
-/* Decodes the PNG in memory (b, n) into out. */
-static void png_decode(const unsigned char *b, size_t n, png_info *out) {
-    static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-    memset(out, 0, sizeof *out);
-    if (n < 33 || memcmp(b, sig, 8) != 0 || memcmp(b + 12, "IHDR", 4) != 0) {
-        snprintf(out->why, sizeof out->why, "no PNG signature / IHDR");
-        return;
-    }
-    out->width = be32(b + 16);
-    out->height = be32(b + 20);
-    out->depth = b[24];
-    out->color_type = b[25];
-    if (b[28] != 0) { snprintf(out->why, sizeof out->why, "interlaced"); return; }
-    int ch = out->color_type == 0 ? 1 : out->color_type == 2 ? 3 : out->color_type == 3 ? 1
-           : out->color_type == 4 ? 2 : out->color_type == 6 ? 4 : 0;
-    if (!ch) { snprintf(out->why, sizeof out->why, "colour type %d", out->color_type); return; }
-    uint32_t pal[256] = {0};
-    unsigned char *idat = NULL;
-    size_t idat_n = 0;
-    for (size_t p = 8; p + 12 <= n;) {
-        uint32_t len = be32(b + p);
-        const unsigned char *type = b + p + 4, *data = b + p + 8;
-        if (p + 12 + len > n) break;
-        if (!memcmp(type, "PLTE", 4))
-            for (uint32_t i = 0; i < len / 3 && i < 256; i++)
-                pal[i] = (uint32_t)data[3 * i] << 16 | data[3 * i + 1] << 8 | data[3 * i + 2];
-        if (!memcmp(type, "IDAT", 4)) {
-            idat = realloc(idat, idat_n + len);
-            memcpy(idat + idat_n, data, len);
-            idat_n += len;
-        }
-        p += 12 + len;
-    }
-    size_t bits = (size_t)ch * out->depth;
-    size_t stride = (out->width * bits + 7) / 8, bpp = bits >= 8 ? bits / 8 : 1;
-    uLongf raw_n = (uLongf)((stride + 1) * out->height);
-    unsigned char *raw = malloc(raw_n);
-    if (!idat || uncompress(raw, &raw_n, idat, (uLong)idat_n) != Z_OK ||
-        raw_n != (stride + 1) * out->height) {
-        snprintf(out->why, sizeof out->why, "IDAT does not inflate to %zu bytes",
-                 (stride + 1) * out->height);
-        free(idat);
-        free(raw);
-        return;
-    }
-    free(idat);
-    /* unfilter in place: row y at raw + y*(stride+1) + 1 */
-    for (uint32_t y = 0; y < out->height; y++) {
-        unsigned char *row = raw + y * (stride + 1), *cur = row + 1;
-        unsigned char *prev = y ? raw + (y - 1) * (stride + 1) + 1 : NULL;
-        for (size_t i = 0; i < stride; i++) {
-            int a = i >= bpp ? cur[i - bpp] : 0, up = prev ? prev[i] : 0,
-                c = (prev && i >= bpp) ? prev[i - bpp] : 0;
-            switch (row[0]) {
-            case 1: cur[i] += a; break;
-            case 2: cur[i] += up; break;
-            case 3: cur[i] += (a + up) / 2; break;
-            case 4: cur[i] += paeth(a, up, c); break;
-            }
-        }
-    }
-    out->rgb = malloc((size_t)out->width * out->height * sizeof *out->rgb);
-    for (uint32_t y = 0; y < out->height; y++) {
-        const unsigned char *cur = raw + y * (stride + 1) + 1;
-        for (uint32_t x = 0; x < out->width; x++) {
-            uint32_t s[4];
-            for (int k = 0; k < ch; k++) {
-                size_t bit = ((size_t)x * ch + k) * out->depth;
-                if (out->depth == 16) s[k] = cur[bit / 8];   /* high byte */
-                else if (out->depth == 8) s[k] = cur[bit / 8];
-                else s[k] = (cur[bit / 8] >> (8 - out->depth - bit % 8)) & ((1u << out->depth) - 1);
-            }
-            uint32_t rgb;
-            if (out->color_type == 3) rgb = pal[s[0] & 255];
-            else if (out->color_type == 0 || out->color_type == 4) {
-                uint32_t g = out->depth < 8 ? s[0] * 255 / ((1u << out->depth) - 1) : s[0];
-                rgb = g << 16 | g << 8 | g;
-            } else rgb = s[0] << 16 | s[1] << 8 | s[2];
-            out->rgb[(size_t)y * out->width + x] = rgb;
-        }
-    }
-    free(raw);
-    /* ink and distinct colours */
+/* The fraction of pixels unlike the top-left one, and the distinct colours. */
+static void png_measure(chart_png *out) {
     uint32_t *set = calloc(COLOR_SET * 2, sizeof *set);
     size_t diff = 0, total = (size_t)out->width * out->height;
     out->bg = out->rgb[0];
@@ -142,10 +51,39 @@ static void png_decode(const unsigned char *b, size_t n, png_info *out) {
     }
     free(set);
     out->ink = total ? (double)diff / total : 0;
+}
+
+/* Decodes the PNG in memory (b, n) into out: libpng converts any colour type, bit
+ * depth, palette or interlace to 8-bit RGB (alpha composited on nothing: dropped). */
+static void png_decode(const unsigned char *b, size_t n, chart_png *out) {
+    memset(out, 0, sizeof *out);
+    png_image im;
+    memset(&im, 0, sizeof im);
+    im.version = PNG_IMAGE_VERSION;
+    if (!png_image_begin_read_from_memory(&im, b, n)) {
+        snprintf(out->why, sizeof out->why, "libpng: %s", im.message);
+        return;
+    }
+    im.format = PNG_FORMAT_RGB;
+    size_t total = (size_t)im.width * im.height;
+    unsigned char *px = malloc(PNG_IMAGE_SIZE(im));
+    if (!px || !png_image_finish_read(&im, NULL, px, 0, NULL)) {
+        snprintf(out->why, sizeof out->why, "libpng: %s", px ? im.message : "out of memory");
+        png_image_free(&im);
+        free(px);
+        return;
+    }
+    out->width = im.width;
+    out->height = im.height;
+    out->rgb = malloc(total * sizeof *out->rgb);
+    for (size_t i = 0; i < total; i++)
+        out->rgb[i] = (uint32_t)px[3 * i] << 16 | (uint32_t)px[3 * i + 1] << 8 | px[3 * i + 2];
+    free(px);
+    png_measure(out);
     out->ok = 1;
 }
 
-static int png_read(const char *path, png_info *out) {
+static int png_read(const char *path, chart_png *out) {
     size_t n = 0;
     unsigned char *b = slurp(path, &n);
     if (!b) {
@@ -158,7 +96,7 @@ static int png_read(const char *path, png_info *out) {
     return out->ok;
 }
 
-static int png_has_color(const png_info *p, uint32_t rgb) {
+static int png_has_color(const chart_png *p, uint32_t rgb) {
     size_t total = (size_t)p->width * p->height;
     for (size_t i = 0; i < total; i++)
         if (p->rgb[i] == rgb) return 1;

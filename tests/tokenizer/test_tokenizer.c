@@ -3,8 +3,9 @@
  * each corpus case, encode == the ids the library gave and decode(encode(x)) == x (the
  * NFC of x for Qwen2's NFC normalizer); NFC on decomposed text; fingerprints (and SHA-256's
  * FIPS 180-4 vectors); then the error paths (malformed files, unsupported kinds, bad ids,
- * bad UTF-8).
- * Usage: test_tokenizer DATA_DIR */
+ * bad UTF-8). With "released": the released tokenizers of data/released/ against
+ * tiktoken / tokenizers / sentencepiece (scripts/gen_released_tokenizer_goldens.py).
+ * Usage: test_tokenizer DATA_DIR [released] */
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -82,28 +83,27 @@ static int normalized_roundtrip(const dt_tokenizer *t, const char *x, size_t n, 
     return same;
 }
 
-static void check_goldens(const char *name, const char *ext) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s%s", data_dir, name, ext);
+/* Each case of corpus_file encodes to its line of ids_file; decode(encode(x)) gives x
+ * back -- or, with decoded_file (a SentencePiece normalizer that changes text), that
+ * file's line; for Qwen2's NFC, text whose NFC has the same ids. All relative to data_dir. */
+static void compare_corpus(const dt_tokenizer *t, const char *name, const char *corpus_file, const char *ids_file,
+                           const char *decoded_file) {
+    size_t clen, ilen, dlen = 0, cpos = 0, ipos = 0, dpos = 0, cn, in, dn = 0;
+    char *corpus = slurp(corpus_file, &clen);
+    char *golden = slurp(ids_file, &ilen);
+    char *decoded = decoded_file ? slurp(decoded_file, &dlen) : NULL;
+    const char *cl, *il, *dl = NULL;
+    int cases = 0, rc;
     dt_error err = {0};
-    dt_tokenizer *t = NULL;
-    int rc = dt_tok_load(path, &t, &err);
-    CHECK_EQ_I64(rc, 0);
-    if (rc) {
-        fprintf(stderr, "%s\n", err.msg);
-        return;
-    }
-    size_t clen, ilen, cpos = 0, ipos = 0, cn, in;
-    char *corpus = slurp("corpus.txt", &clen);
-    snprintf(path, sizeof path, "%s.ids", name);
-    char *golden = slurp(path, &ilen);
-    const char *cl, *il;
-    int cases = 0;
-    char *buf = malloc(clen + 1);
+    char *buf = malloc(clen + 1), *dbuf = malloc(dlen + 1);
     while ((cl = next_line(corpus, clen, &cpos, &cn))) {
         il = next_line(golden, ilen, &ipos, &in);
         CHECK(il != NULL);
-        if (!il) break;
+        if (decoded) {
+            dl = next_line(decoded, dlen, &dpos, &dn);
+            CHECK(dl != NULL);
+        }
+        if (!il || (decoded && !dl)) break;
         cases++;
         size_t n = unescape(cl, cn, buf);
         int32_t *ids;
@@ -130,9 +130,12 @@ static void check_goldens(const char *name, const char *ext) {
         rc = dt_tok_decode(t, ids, nids, &text, &tlen, &err);
         CHECK_EQ_I64(rc, 0);
         if (!rc) {
-            if ((tlen != n || memcmp(text, buf, n)) &&
+            const char *back = buf;
+            size_t bn = n;
+            if (decoded) back = dbuf, bn = unescape(dl, dn, dbuf);
+            if ((tlen != bn || memcmp(text, back, bn)) &&
                 !(!strcmp(name, "qwen2-mini") && normalized_roundtrip(t, buf, n, text, tlen, ids, nids))) {
-                fprintf(stderr, "%s case %d: decode(encode(x)) != x: '%s'\n", name, cases, text);
+                fprintf(stderr, "%s case %d: decode(encode(x)) is '%s', not '%.*s'\n", name, cases, text, (int)bn, back);
                 dt_test_failures++;
             }
             free(text);
@@ -143,8 +146,25 @@ static void check_goldens(const char *name, const char *ext) {
     }
     CHECK(cases >= 30);
     free(buf);
+    free(dbuf);
     free(corpus);
     free(golden);
+    free(decoded);
+}
+
+static void check_goldens(const char *name, const char *ext) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s%s", data_dir, name, ext);
+    dt_error err = {0};
+    dt_tokenizer *t = NULL;
+    int rc = dt_tok_load(path, &t, &err);
+    CHECK_EQ_I64(rc, 0);
+    if (rc) {
+        fprintf(stderr, "%s\n", err.msg);
+        return;
+    }
+    snprintf(path, sizeof path, "%s.ids", name);
+    compare_corpus(t, name, "corpus.txt", path, NULL);
 
     /* special tokens and sizes */
     int32_t *ids;
@@ -322,7 +342,7 @@ static void load_bad(const char *json, int code, const char *want1, const char *
 static void check_errors(void) {
     dt_error err = {0};
     dt_tokenizer *t = NULL;
-    CHECK_EQ_I64(dt_tok_load("/nonexistent/tokenizer.json", &t, &err), DT_EIO);
+    CHECK_EQ_I64(dt_tok_load("/nonexistent/tokenizer.json", &t, &err), DT_EINVAL);
     CHECK(strstr(err.msg, "/nonexistent/tokenizer.json") != NULL);
     CHECK_EQ_I64(dt_tok_load("/", &t, &err), DT_EINVAL);
     /* neither JSON nor a SentencePiece model: one line naming both */
@@ -392,12 +412,34 @@ static void check_errors(void) {
     }
 }
 
+/* A released tokenizer (tests/tokenizer/data/released/, scripts/gen_released_tokenizer_goldens.py)
+ * against the ids of tiktoken and `tokenizers` (byte-level BPE) or sentencepiece;
+ * vocab: its size; eot: its end-of-text id. */
+static void check_released(const char *name, const char *ext, int32_t vocab, int32_t eot) {
+    char path[1024], ids[256], decoded[256];
+    snprintf(path, sizeof path, "released/%s%s", name, ext);
+    dt_tokenizer *t = load_data(path);
+    snprintf(ids, sizeof ids, "released/%s.ids", name);
+    snprintf(decoded, sizeof decoded, "released/%s.decoded", name);
+    compare_corpus(t, name, "released/released-corpus.txt", ids, strcmp(ext, ".model") ? NULL : decoded);
+    CHECK_EQ_I64(dt_tok_vocab_size(t), vocab);
+    CHECK_EQ_I64(dt_tok_eot_id(t), eot);
+    dt_tok_free(t);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: test_tokenizer DATA_DIR\n");
+        fprintf(stderr, "usage: test_tokenizer DATA_DIR [released]\n");
         return 2;
     }
     data_dir = argv[1];
+    if (argc > 2 && !strcmp(argv[2], "released")) {
+        check_released("gpt2", ".json", 50257, 50256);
+        check_released("whisper-llama3", ".json", 50258, 50257);
+        check_released("botchan-bpe", ".model", 1000, 2);
+        check_released("kyoto-unigram", ".model", 8000, 2);
+        TEST_MAIN_END();
+    }
     check_goldens("gpt2-mini", ".json");
     check_goldens("qwen2-mini", ".json");
     check_goldens("llama3-mini", ".json");

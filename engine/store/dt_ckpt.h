@@ -78,9 +78,6 @@ int dt_hf_config_write(const dt_model *m, const char *path, dt_error *err);
 
 /* ---- checkpoints ---- */
 
-/* mkdir -p: creates dir and its missing parents. */
-int dt_mkdirs(const char *dir, dt_error *err);
-
 /* Newest complete checkpoint under out_dir: *step = -1 and DT_OK when none. */
 int dt_ckpt_latest(const char *out_dir, char *path, size_t path_len, int64_t *step, dt_error *err);
 /* Removes a checkpoint directory's dtrun files (state.json first), then the

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "dt_crc32c.h"
-#include "dt_safetensors.h"   /* dt_fsync_dir */
+#include "dt_file.h"
 
 /* header field offsets (dt_shard.h's table) */
 enum {

@@ -1,5 +1,5 @@
 /* dt_shard.h — dtrun token shards, version 2 (docs/data.md "Token shards v2"): what
- * `dtrun prepare` writes and engine/run/data.c reads beside llm.c's uint16 shards.
+ * `dtrun prepare` writes and engine/data/data.c reads beside llm.c's uint16 shards.
  *
  * One file: a 1024-byte header (the size of llm.c's, 256 int32), the tokens, then the
  * loss mask when the header says there is one. All integers little-endian.

@@ -16,7 +16,6 @@
 #define DT_ST_LEN_BYTES 8   /* the u64 header length prefix */
 #define DT_ST_ALIGN 8       /* writers pad the header to this (reference writer) */
 #define DT_ST_MAX_EXACT ((uint64_t)1 << 53)   /* JSON numbers are doubles: larger ones are not exact */
-#define DT_SUM_CHUNK ((size_t)1 << 20)        /* bytes read at a time when summing a file */
 
 struct dt_st_file {
     char path[1024];
@@ -198,7 +197,7 @@ int dt_st_open(const char *path, dt_st_file **out, dt_error *err) {
     *out = NULL;
     int fd;
     uint64_t fsize = 0;
-    if (dt_open_regular(path, "safetensors file", &fd, &fsize, err)) return err->code;
+    if (dt_file_open_regular(path, "safetensors file", &fd, &fsize, err)) return err->code;
     dt_st_file *f = calloc(1, sizeof *f);
     if (!f) {
         close(fd);
@@ -358,141 +357,6 @@ int dt_st_writer_meta(dt_st_writer *w, const char *key, const char *value, dt_er
     return DT_OK;
 }
 
-static int fsync_fd_path(const char *path, int flags) {
-    int fd = open(path, flags);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
-int dt_fsync_dir(const char *dir, dt_error *err) {
-    if (fsync_fd_path(dir, O_RDONLY | O_DIRECTORY) != 0)
-        return dt_errorf(err, DT_EIO, "%s: cannot fsync directory: %s", dir, strerror(errno));
-    return DT_OK;
-}
-
-static void parent_dir(const char *path, char *out, size_t n) {
-    snprintf(out, n, "%s", path);
-    char *slash = strrchr(out, '/');
-    if (!slash) snprintf(out, n, ".");
-    else if (slash == out) out[1] = '\0';
-    else *slash = '\0';
-}
-
-const char *dt_file_kind(unsigned mode) {
-    mode_t m = (mode_t)mode;
-    if (S_ISREG(m)) return "a regular file";
-    if (S_ISFIFO(m)) return "a FIFO";
-    if (S_ISDIR(m)) return "a directory";
-    if (S_ISCHR(m)) return "a character device";
-    if (S_ISBLK(m)) return "a block device";
-    if (S_ISSOCK(m)) return "a socket";
-    return "a special file";
-}
-
-int dt_open_regular(const char *path, const char *what, int *fd_out, uint64_t *size, dt_error *err) {
-    *fd_out = -1;
-    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-    if (fd < 0) return dt_errorf(err, DT_EINVAL, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return dt_errorf(err, DT_EIO, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return dt_errorf(err, DT_EINVAL, "%s: is %s, not a regular file: give the path of a %s", path,
-                         dt_file_kind(st.st_mode), what);
-    }
-    int fl = fcntl(fd, F_GETFL);   /* reads of a regular file never block; keep the flags plain */
-    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-    *fd_out = fd;
-    *size = (uint64_t)st.st_size;
-    return DT_OK;
-}
-
-/* CRC-32C of bytes [from, to) of an open file, extending crc. */
-static int sum_range(int fd, uint64_t from, uint64_t to, uint32_t *crc, const char *path, dt_error *err) {
-    unsigned char *buf = malloc(DT_SUM_CHUNK);
-    if (!buf) return dt_errorf(err, DT_ENOMEM, "%s: out of memory for the checksum", path);
-    int rc = DT_OK;
-    while (from < to && !rc) {
-        size_t want = to - from < DT_SUM_CHUNK ? (size_t)(to - from) : DT_SUM_CHUNK;
-        ssize_t k = pread(fd, buf, want, (off_t)from);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0)
-            rc = dt_errorf(err, DT_EIO, "%s: cannot read: %s", path,
-                           k < 0 ? strerror(errno) : "the file is shorter than it was");
-        else {
-            *crc = dt_crc32c(*crc, buf, (size_t)k);
-            from += (uint64_t)k;
-        }
-    }
-    free(buf);
-    return rc;
-}
-
-int dt_file_sum_compute(const char *path, const char *what, dt_file_sum *sum, dt_error *err) {
-    int fd;
-    uint64_t size = 0;
-    if (dt_open_regular(path, what, &fd, &size, err)) return err->code;
-    uint32_t crc = 0;
-    int rc = sum_range(fd, 0, size, &crc, path, err);
-    close(fd);
-    sum->bytes = size;
-    sum->crc32c = crc;
-    return rc;
-}
-
-/* Streams chunks to path.tmp, fsyncs, renames; every write checked. chunks:
- * (ptr, len) pairs. sum (may be NULL): the file's size and CRC-32C. */
-static int write_chunks_atomic(const char *path, const void *const *ptr, const size_t *len, int n,
-                               dt_file_sum *sum, dt_error *err) {
-    char tmp[2048], dir[2048];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return dt_errorf(err, DT_EIO, "%s: cannot create: %s", tmp, strerror(errno));
-    int ok = 1;
-    uint32_t crc = 0;
-    uint64_t bytes = 0;
-    for (int i = 0; i < n && ok; i++) {
-        if (len[i] && fwrite(ptr[i], 1, len[i], f) != len[i]) ok = 0;
-        if (sum && len[i]) crc = dt_crc32c(crc, ptr[i], len[i]);
-        bytes += len[i];
-    }
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int e = errno;
-    if (fclose(f) != 0 && ok) {
-        ok = 0;
-        e = errno;
-    }
-    if (ok && rename(tmp, path) != 0) {
-        ok = 0;
-        e = errno;
-    }
-    if (!ok) {
-        unlink(tmp);
-        return dt_errorf(err, DT_EIO, "%s: cannot write: %s", path, strerror(e));
-    }
-    if (sum) {
-        sum->bytes = bytes;
-        sum->crc32c = crc;
-    }
-    parent_dir(path, dir, sizeof dir);
-    return dt_fsync_dir(dir, err);
-}
-
-int dt_write_file_atomic_sum(const char *path, const void *data, size_t len, dt_file_sum *sum, dt_error *err) {
-    return write_chunks_atomic(path, &data, &len, 1, sum, err);
-}
-
-int dt_write_file_atomic(const char *path, const void *data, size_t len, dt_error *err) {
-    return write_chunks_atomic(path, &data, &len, 1, NULL, err);
-}
-
 static int by_align_desc(const void *a, const void *b) {
     const dt_st_entry *x = a, *y = b;
     int bx = dt_st_dtype_bytes(x->t.dtype), by = dt_st_dtype_bytes(y->t.dtype);
@@ -565,7 +429,7 @@ int dt_st_write_sum(dt_st_writer *w, const char *path, dt_file_sum *sum, dt_erro
         ptr[i + 1] = w->e[i].data;
         len[i + 1] = (size_t)(w->e[i].t.end - w->e[i].t.begin);
     }
-    rc = write_chunks_atomic(path, ptr, len, nc, sum, err);
+    rc = dt_file_write_chunks_atomic_sum(path, ptr, len, nc, sum, err);
     free(ptr);
     free(len);
     free(hdr);
@@ -671,7 +535,7 @@ int dt_st_stream_close_sum(dt_st_stream *s, dt_file_sum *sum, dt_error *err) {
         rc = dt_errorf(err, DT_EINVAL, "%s: %llu of %llu tensor bytes were written", s->path,
                        (unsigned long long)s->written, (unsigned long long)s->total);
     else if (sum)
-        rc = sum_range(s->fd, s->crc_to, s->data_at + s->total, &s->crc, s->tmp, err);
+        rc = dt_file_crc32c_range(s->fd, s->crc_to, s->data_at + s->total, &s->crc, s->tmp, err);
     if (!rc) {
         int bad = fsync(s->fd) != 0, e = errno;
         if (close(s->fd) != 0 && !bad) {
@@ -694,7 +558,7 @@ int dt_st_stream_close_sum(dt_st_stream *s, dt_file_sum *sum, dt_error *err) {
         sum->crc32c = s->crc;
     }
     char dir[2048];
-    parent_dir(s->path, dir, sizeof dir);
+    dt_file_parent_dir(s->path, dir, sizeof dir);
     free(s->done);
     free(s);
     return dt_fsync_dir(dir, err);

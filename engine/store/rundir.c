@@ -185,7 +185,7 @@ int dt_metrics_truncate(const char *path, int64_t step, dt_error *err) {
     uint64_t size = 0;
     struct stat st;
     if (stat(path, &st) != 0 && errno == ENOENT) return DT_OK;
-    if (dt_open_regular(path, "metrics file", &fd, &size, err)) return err->code;
+    if (dt_file_open_regular(path, "metrics file", &fd, &size, err)) return err->code;
     FILE *in = fdopen(fd, "rb");
     if (!in) {
         close(fd);

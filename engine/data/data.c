@@ -1,6 +1,6 @@
 /* data.c — see dt_data.h. */
 #include "dt_data.h"
-#include "dt_safetensors.h"   /* dt_write_file_atomic, dt_open_regular */
+#include "dt_file.h"
 #include "dt_sha256.h"        /* dt_sha256_hex: fingerprints in messages */
 #include "dt_shard.h"
 
@@ -145,38 +145,6 @@ static int list_dir(const char *dir, const char *suffix, char ***names_out, int 
     return DT_OK;
 }
 
-/* A regular file's bytes (never a FIFO or device: dt_open_regular). */
-static int read_all(const char *path, uint8_t **out, size_t *len, dt_error *err) {
-    int fd;
-    uint64_t sz = 0;
-    if (dt_open_regular(path, "data file", &fd, &sz, err)) return err->code;
-    if (sz > (uint64_t)SIZE_MAX / 2) {
-        close(fd);
-        return dt_errorf(err, DT_EINVAL, "%s: %llu bytes is too large to read as text", path, (unsigned long long)sz);
-    }
-    uint8_t *buf = malloc(sz > 0 ? (size_t)sz : 1);
-    if (!buf) {
-        close(fd);
-        return dt_errorf(err, DT_ENOMEM, "%s: out of memory for %llu bytes of text", path, (unsigned long long)sz);
-    }
-    size_t got = 0;
-    while (got < (size_t)sz) {
-        ssize_t k = read(fd, buf + got, (size_t)sz - got);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        got += (size_t)k;
-    }
-    int e = errno;
-    close(fd);
-    if (got != (size_t)sz) {
-        free(buf);
-        return dt_errorf(err, DT_EIO, "%s: cannot read: %s", path, got < (size_t)sz ? strerror(e) : "short read");
-    }
-    *out = buf;
-    *len = (size_t)sz;
-    return DT_OK;
-}
-
 static int open_text(dt_corpus *c, const char *path, int is_dir, int64_t vocab, dt_error *err) {
     char **names = NULL;
     int n = 0;
@@ -186,9 +154,10 @@ static int open_text(dt_corpus *c, const char *path, int is_dir, int64_t vocab, 
     size_t total = 0;
     int used = 0, rc = DT_OK;
     for (int i = 0; i < n && rc == DT_OK; i++) {
-        uint8_t *buf = NULL;
+        char *text = NULL;
         size_t len = 0;
-        if ((rc = read_all(names[i], &buf, &len, err))) break;
+        if ((rc = dt_file_read(names[i], "data file", (uint64_t)SIZE_MAX / 2, &text, &len, err))) break;
+        uint8_t *buf = (uint8_t *)text;
         if (memchr(buf, 0, len)) {           /* binary (e.g. fortune's strfile .dat index) */
             free(buf);
             if (!is_dir)
@@ -309,7 +278,7 @@ static int open_shard(dt_corpus *c, dt_source *s, const char *path, const dt_cor
     const int64_t vocab = o->vocab;
     int fd;
     uint64_t fsize = 0;
-    if (dt_open_regular(path, "token shard", &fd, &fsize, err)) return err->code;
+    if (dt_file_open_regular(path, "token shard", &fd, &fsize, err)) return err->code;
     size_t size = (size_t)fsize;
     if (size < DT_SHARD_HEADER_BYTES) {
         close(fd);

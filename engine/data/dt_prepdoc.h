@@ -1,6 +1,6 @@
 /* dt_prepdoc.h — one document of `dtrun prepare` (dt_prepare.h): the check of a JSONL
  * line's shape (pass 1) and a document's token ids and loss mask (pass 2). Internal to
- * engine/run; separate so a test or fuzzer can drive it without files.
+ * engine/data; separate so a test or fuzzer can drive it without files.
  *
  * Documents (docs/data.md "Input formats"):
  *   text   the bytes as they are (UTF-8), encoded without special tokens;

@@ -17,6 +17,8 @@
 #include <stdint.h>
 
 #include "dt_error.h"
+#include "dt_file.h"
+#include "dt_filesum.h"
 #include "dt_precision.h"
 
 #define DT_ST_MAX_DIMS 8
@@ -73,32 +75,10 @@ int dt_st_stream_put(dt_st_stream *s, const char *name, uint64_t off, const void
 int dt_st_stream_close(dt_st_stream *s, dt_error *err);
 void dt_st_stream_abort(dt_st_stream *s);
 
-/* Writes len bytes to path atomically: path.tmp, fsync, rename, fsync the directory. */
-int dt_write_file_atomic(const char *path, const void *data, size_t len, dt_error *err);
-
-/* ---- regular files and their sums (checkpoint verification, docs/dtrun.md) ---- */
-
-/* What a checkpoint records per file: its size and CRC-32C (dt_crc32c.h). */
-typedef struct dt_file_sum {
-    uint64_t bytes;
-    uint32_t crc32c;
-} dt_file_sum;
-
-/* Opens path read-only without blocking and refuses anything but a regular file
- * (a FIFO would block, a device never ends, a directory is no file): DT_EINVAL,
- * "PATH: is a FIFO, not a regular file: give the path of a <what>". *size: bytes. */
-int dt_open_regular(const char *path, const char *what, int *fd, uint64_t *size, dt_error *err);
-/* "a FIFO", "a directory", "a character device", ... for a stat st_mode. */
-const char *dt_file_kind(unsigned mode);
-/* The size and CRC-32C of a regular file's bytes. */
-int dt_file_sum_compute(const char *path, const char *what, dt_file_sum *sum, dt_error *err);
-/* dt_st_write / dt_st_stream_close / dt_write_file_atomic that also return the
- * written file's sum (computed from the bytes as they are written; the stream
- * reads back the tensors put out of file order). sum may be NULL. */
+/* dt_st_write / dt_st_stream_close that also return the written file's sum
+ * (dt_file.h; computed from the bytes as they are written; the stream reads back
+ * the tensors put out of file order). sum may be NULL. */
 int dt_st_write_sum(dt_st_writer *w, const char *path, dt_file_sum *sum, dt_error *err);
 int dt_st_stream_close_sum(dt_st_stream *s, dt_file_sum *sum, dt_error *err);
-int dt_write_file_atomic_sum(const char *path, const void *data, size_t len, dt_file_sum *sum, dt_error *err);
-/* fsyncs a directory (so a rename inside it is durable). */
-int dt_fsync_dir(const char *dir, dt_error *err);
 
 #endif

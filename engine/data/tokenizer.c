@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dt_file.h"
 #include "dt_json.h"
 #include "dt_sha256.h"
 #include "dt_spm.h"
@@ -621,43 +622,8 @@ int dt_tok_load_text(const char *text, size_t len, const char *what, dt_tokenize
     return DT_OK;
 }
 
-/* A tokenizer file's bytes: a regular file (never a FIFO or device) of at most
- * DT_READ_MAX_JSON bytes (Llama-2's tokenizer.model is 0.5 MB, a 150k-vocabulary
- * tokenizer.json 7-11 MB). */
-static int read_tokenizer_file(const char *path, char **out, size_t *len, dt_error *err) {
-    int fd;
-    uint64_t size = 0;
-    *out = NULL;
-    if (dt_file_open_regular(path, &fd, &size, err)) return err->code;
-    if (size > DT_READ_MAX_JSON) {
-        close(fd);
-        return dt_errorf(err, DT_EINVAL, "%s: %llu bytes, more than the %zu MiB a tokenizer file may have", path,
-                         (unsigned long long)size, DT_READ_MAX_JSON >> 20);
-    }
-    char *buf = malloc((size_t)size + 1);
-    if (!buf) {
-        close(fd);
-        return dt_errorf(err, DT_ENOMEM, "%s: out of memory for %llu bytes", path, (unsigned long long)size);
-    }
-    size_t got = 0;
-    while (got < (size_t)size) {
-        ssize_t k = read(fd, buf + got, (size_t)size - got);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        got += (size_t)k;
-    }
-    int e = errno;
-    close(fd);
-    if (got != (size_t)size) {
-        free(buf);
-        return dt_errorf(err, DT_EIO, "%s: cannot read: %s", path, got < (size_t)size ? strerror(e) : "short read");
-    }
-    buf[got] = '\0';
-    *out = buf;
-    *len = got;
-    return DT_OK;
-}
-
+/* A tokenizer file is at most DT_READ_MAX_JSON bytes (Llama-2's tokenizer.model is
+ * 0.5 MB, a 150k-vocabulary tokenizer.json 7-11 MB). */
 /* A tokenizer.json is a JSON object: its first byte after white space is '{'. A
  * SentencePiece model is a serialized protobuf ModelProto, whose first byte is a field
  * tag (0x0A for field 1, the pieces), never '{'. */
@@ -688,7 +654,7 @@ int dt_tok_load(const char *path, dt_tokenizer **out, dt_error *err) {
     char *text = NULL;
     size_t len = 0;
     *out = NULL;
-    int rc = read_tokenizer_file(path, &text, &len, err);
+    int rc = dt_file_read(path, "tokenizer file", DT_READ_MAX_JSON, &text, &len, err);
     if (rc) return rc;
     if (looks_like_json(text, len)) rc = dt_tok_load_text(text, len, path, out, err);
     else rc = load_spm(text, len, path, out, err);

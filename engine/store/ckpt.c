@@ -1,5 +1,6 @@
 /* ckpt.c — see dt_ckpt.h. */
 #include "dt_ckpt.h"
+#include "dt_consts.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -28,7 +29,6 @@
 #define DT_LLMC_V_FP32 3
 #define DT_LLMC_V_BF16 5
 #define DT_LLMC_HEADER_INTS 256
-#define DT_GPT2_FFN_MULT 4           /* GPT-2's MLP width is 4C */
 #define DT_CKPT_STEP_DIGITS 8
 
 /* ---- small helpers ---- */
@@ -39,21 +39,6 @@ static const dt_tensor_info *find_tensor(const dt_lm *g, const char *name) {
         if (strcmp(t->name, name) == 0) return t;
     }
     return NULL;
-}
-
-int dt_mkdirs(const char *dir, dt_error *err) {
-    char buf[DT_PATH_MAX * 2];
-    snprintf(buf, sizeof buf, "%s", dir);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return dt_errorf(err, DT_EIO, "%s: cannot create directory: %s", buf, strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return dt_errorf(err, DT_EIO, "%s: cannot create directory: %s", buf, strerror(errno));
-    return DT_OK;
 }
 
 static char *pelem(void *base, dt_dtype dt, size_t off) {
@@ -256,7 +241,7 @@ static int llmc_open(const dt_lm *g, const dt_model *m, const char *path, llmc_s
     *out_s = NULL;
     int fd;
     uint64_t fsize = 0;
-    if (dt_open_regular(path, "llm.c checkpoint", &fd, &fsize, err)) return err->code;
+    if (dt_file_open_regular(path, "llm.c checkpoint", &fd, &fsize, err)) return err->code;
     int32_t h[DT_LLMC_HEADER_INTS];
     if (pread(fd, h, sizeof h, 0) != (ssize_t)sizeof h) {
         close(fd);
@@ -411,7 +396,7 @@ static int wsrc_open(const dt_lm *g, const dt_model *m, dt_dtype pdt, const char
     }
     int fd;
     uint64_t fsize = 0;
-    if (dt_open_regular(path, "weights file (.safetensors or llm.c .bin)", &fd, &fsize, err)) return err->code;
+    if (dt_file_open_regular(path, "weights file (.safetensors or llm.c .bin)", &fd, &fsize, err)) return err->code;
     int32_t magic = 0;
     int got = read(fd, &magic, sizeof magic) == (ssize_t)sizeof magic;
     close(fd);

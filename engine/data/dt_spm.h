@@ -1,6 +1,6 @@
 /* dt_spm.h — SentencePiece models (Llama-2's, Mistral's, Gemma's tokenizer.model) through
  * Debian's libsentencepiece (a C++ library; tokenizer_spm.cc is the extern "C" shim).
- * Internal to engine/run: the public interface is dt_tokenizer.h, which dispatches here
+ * Internal to engine/data: the public interface is dt_tokenizer.h, which dispatches here
  * when a tokenizer file is not JSON (docs/tokenizers.md "SentencePiece").
  *
  * Encoding is SentencePieceProcessor::Encode (the model's own normalizer, dummy prefix,

@@ -21,11 +21,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dt_ckpt.h"          /* dt_mkdirs */
+#include "dt_clock.h"
 #include "dt_data.h"          /* dt_rng_next */
 #include "dt_json.h"
 #include "dt_prepdoc.h"
-#include "dt_safetensors.h"   /* dt_open_regular, dt_fsync_dir, dt_file_kind */
+#include "dt_file.h"
 #include "dt_sha256.h"
 #include "dt_tokenizer.h"
 
@@ -73,7 +73,7 @@ typedef struct {
     uint64_t bytes, skipped_files, skipped_docs;
     char *buf;             /* PIECE_BYTES / READ_BLOCK scratch */
     size_t piece;          /* PIECE_BYTES, SPM_PIECE_BYTES for a SentencePiece model */
-    struct timespec t0;
+    double t0;   /* dt_clock_s() at the start of the phase */
     dt_prep_progress prog;
     /* pass 2 */
     dt_shard_writer *w[2];
@@ -97,15 +97,11 @@ static int join(char *out, size_t n, const char *a, const char *b) {
     return 0;
 }
 
-static double since(const struct timespec *t0) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)(t.tv_sec - t0->tv_sec) + 1e-9 * (double)(t.tv_nsec - t0->tv_nsec);
-}
+static double since(double t0) { return dt_clock_s() - t0; }
 
 static void report(prep *p) {
     if (!p->o->progress) return;
-    p->prog.seconds = since(&p->t0);
+    p->prog.seconds = since(p->t0);
     p->o->progress(&p->prog, p->o->progress_arg);
 }
 
@@ -332,7 +328,7 @@ static int index_text(prep *p, uint32_t fi, const char *path, int named, int *bi
     *binary = 0;
     int fd;
     uint64_t size = 0;
-    if (dt_open_regular(path, "text file", &fd, &size, err)) return err->code;
+    if (dt_file_open_regular(path, "text file", &fd, &size, err)) return err->code;
     if (size == 0) {
         close(fd);
         p->skipped_docs++;
@@ -397,7 +393,7 @@ static int index_line(prep *p, uint32_t fi, const char *path, const char *line, 
 static int index_jsonl(prep *p, uint32_t fi, const char *path, dt_error *err) {
     int fd;
     uint64_t size = 0;
-    if (dt_open_regular(path, "JSONL file", &fd, &size, err)) return err->code;
+    if (dt_file_open_regular(path, "JSONL file", &fd, &size, err)) return err->code;
     char *line = NULL;
     size_t len = 0, cap = 0;
     uint64_t pos = 0, line_off = 0, lineno = 1;
@@ -533,7 +529,7 @@ static int item_fd(prep *p, uint32_t file, int *fd, dt_error *err) {
         if (p->fds[i].fd >= 0 && p->fds[i].file == file) return *fd = p->fds[i].fd, DT_OK;
     uint64_t size;
     int nfd;
-    if (dt_open_regular(p->files[file], "input file", &nfd, &size, err)) return err->code;
+    if (dt_file_open_regular(p->files[file], "input file", &nfd, &size, err)) return err->code;
     int k = p->fd_next;
     p->fd_next = (p->fd_next + 1) % FD_CACHE;
     if (p->fds[k].fd >= 0) close(p->fds[k].fd);
@@ -608,7 +604,7 @@ static int run_batches(prep *p, const uint64_t *perm, uint64_t n_val, dt_error *
     const int nt = p->o->threads > 0 ? p->o->threads : omp_get_max_threads();
     uint64_t pos = 0, item = p->doc_first[perm[0]];
     int rc = DT_OK;
-    clock_gettime(CLOCK_MONOTONIC, &p->t0);
+    p->t0 = dt_clock_s();
     p->prog = (dt_prep_progress){.phase = 1, .bytes_total = p->bytes};
     while (pos < N && !rc) {
         /* the next items in the permuted order, up to BATCH_BYTES / BATCH_ITEMS */
@@ -833,7 +829,7 @@ static int run(prep *p, int *created, dt_error *err) {
     /* pass 1: the index */
     if (!(p->buf = malloc(PIECE_BYTES > READ_BLOCK ? PIECE_BYTES : READ_BLOCK)))
         return dt_errorf(err, DT_ENOMEM, "out of memory");
-    clock_gettime(CLOCK_MONOTONIC, &p->t0);
+    p->t0 = dt_clock_s();
     for (int i = 0; i < o->n_inputs && !rc; i++) rc = add_path(p, o->inputs[i], 0, 1, err);
     if (rc) return rc;
     if (p->n_docs == 0)
@@ -897,8 +893,7 @@ int dt_prepare(const dt_prep_opts *o, dt_prep_result *res, dt_error *err) {
     memset(res, 0, sizeof *res);
     int rc = check_opts(o, err);
     if (rc) return rc;
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = dt_clock_s();
     prep *p = calloc(1, sizeof *p);
     if (!p) return dt_errorf(err, DT_ENOMEM, "out of memory");
     p->o = o;
@@ -921,6 +916,6 @@ int dt_prepare(const dt_prep_opts *o, dt_prep_result *res, dt_error *err) {
     free(p->doc_first);
     free(p->buf);
     free(p);
-    res->seconds = since(&t0);
+    res->seconds = since(t0);
     return rc;
 }
