@@ -37,17 +37,10 @@ OBJECT_DEF = re.compile(r"^(?!static\b|typedef\b|extern\b|return\b|struct\b|enum
 OBJECT_DECL = re.compile(r"^extern\s+(?!\"C\")[\w\s\*]*?\b([A-Za-z_]\w*)\s*(?:\[[^\]]*\])?\s*;")
 WORD = re.compile(r"\b[A-Za-z_]\w*\b")
 
-# Circles known and owned elsewhere: room -> why it stands and who removes it. A
-# known room's circle is reported as known and does not fail; a circle anywhere
+# Circles known and owned elsewhere: room -> (its files, why it stands and who removes
+# it). A known room's circle is reported as known and does not fail; a circle anywhere
 # else does, and so does one of a known room that grew beyond the files named.
-KNOWN = {
-    "cli/dtplan": ({"cli/dtplan/dtplan.c", "cli/dtplan/cmd_compare.c", "cli/dtplan/cmd_estimate.c",
-                    "cli/dtplan/cmd_report.c", "cli/dtplan/cmd_simulate.c", "cli/dtplan/cmd_solve.c",
-                    "cli/dtplan/cmd_validate.c"},
-                   "dtplan.c dispatches to the commands and defines the helpers they call (dt_cli_fail, "
-                   "dt_cli_value, dt_cli_check_plot_name); issue 30 item 5 moves the CLI helpers into a "
-                   "file of their own, which ends it: then delete this entry"),
-}
+KNOWN = {}   # none today (cli/dtplan's was ended by cli/dtplan/cli_args.c)
 
 
 def blank(text):
