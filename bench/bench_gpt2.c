@@ -84,15 +84,15 @@ static int usage(const char *msg) {
 }
 
 /* One optimizer step as dtrun's single rank takes it: the global gradient norm,
- * DeepSpeed's clip divisor (loss scale 1), AdamW per tensor (decay on 2-D
- * tensors only). t: the 1-based step. */
+ * DeepSpeed's clip divisor (loss scale 1), AdamW per tensor (decay where the model
+ * declared it: DT_TENSOR_DECAY, the matrices). t: the 1-based step. */
 static void optimizer_step(dt_lm *g, dt_optim *o, int64_t t) {
     const dt_adamw hp = {OPT_LR, OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_WEIGHT_DECAY};
     double div = dt_clip_divisor(sqrt(dt_lm_grad_sumsq(g)), 1.0, OPT_CLIP);
     for (int i = 0; i < dt_lm_num_tensors(g); i++) {
         const dt_tensor_info *ti = dt_lm_tensor(g, i);
         dt_optim_update(o, dt_lm_params(g), dt_lm_grads(g), ti->offset, ti->numel, &hp, 1.0 / div,
-                        ti->ndim >= 2, t);
+                        (ti->flags & DT_TENSOR_DECAY) != 0, t);
     }
 }
 
@@ -207,7 +207,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_gpt2: %s\n", err.msg);
         return 2;
     }
-    dt_lm_init_random(g, 1337);
+    if (dt_lm_init_random(g, 1337, &err)) {
+        fprintf(stderr, "bench_gpt2: %s\n", err.msg);
+        return 2;
+    }
     dt_optim *opt = NULL;
     if (optimizer) {
         if (dt_optim_create(&prec, dt_lm_num_params(g), &opt, &err)) {

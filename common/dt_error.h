@@ -16,7 +16,10 @@ enum {
     DT_EIO = 4,      /* file system / OS failure */
     DT_ENOMEM = 5,   /* allocation failed */
     DT_ERUNTIME = 6, /* failure while running (communication, dead rank, numerics) */
-    DT_EINTERNAL = 7 /* a bug: an invariant did not hold */
+    DT_EINTERNAL = 7, /* a bug: an invariant did not hold */
+    DT_ECOMM = 8     /* a collective failed or did not complete (MPI, NCCL, a timeout): another
+                      * rank died or hangs; callers that diagnose peers test for this code,
+                      * never for words of the message. CLI exit code 1, as DT_ERUNTIME */
 };
 
 #define DT_ERROR_MSG_MAX 1024

@@ -62,7 +62,10 @@ static int run_one(const dt_model *m, const char *hw, dt_precision_preset prec, 
         fprintf(stderr, "bench_gpu: %s: out of GPU memory for the optimizer state\n", m->name);
         return 1;
     }
-    dt_lm_init_random(g, 1);
+    if (dt_lm_init_random(g, 1, &err)) {
+        fprintf(stderr, "bench_gpu: %s: %s\n", m->name, err.msg);
+        return 1;
+    }
     if (master) d->convert(master, DT_DTYPE_FP32, dt_lm_params(g), p.precision.param, P);
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)(B * T));
     for (int64_t i = 0; i < B * T; i++) tok[i] = (int32_t)((i * 2654435761u) % (uint64_t)m->vocab);

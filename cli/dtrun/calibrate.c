@@ -362,7 +362,7 @@ static int engine_create(cal_engine *x, const cal_shape *s, int salt) {
     dt_error e;
     dt_precision_from_preset(DT_PREC_FP32, &fp32);
     if (dt_lm_create(&m, &fp32, s->B, s->T, 0, s->attn, &x->g, &e)) return 1;
-    dt_lm_init_random(x->g, CAL_INSITU_SEED);
+    if (dt_lm_init_random(x->g, CAL_INSITU_SEED, &e)) return 1;
     x->tok = malloc(n * sizeof *x->tok), x->tgt = malloc(n * sizeof *x->tgt);
     if (!x->tok || !x->tgt) return 1;
     for (size_t i = 0; i < n; i++) {   /* any valid tokens: the kernels' work does not depend on them */

@@ -246,7 +246,7 @@ static int cmd_train(int argc, char **argv) {
             fprintf(stderr, "dtrun: %s\n", err.msg);
             return 1;
         }
-        return dt_launch_spawn_local(&li, world, gpn, is_cuda, argc, argv, stderr, &err);
+        return dt_launch_spawn_local(&li, world, gpn, argc, argv, stderr, &err);
     }
     if (dt_launch_check_world(&li, world, gpn, nodes, &err)) {
         if (li.rank == 0) fprintf(stderr, "dtrun: %s\n", err.msg);   /* one line, not one per rank */

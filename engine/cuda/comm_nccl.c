@@ -38,7 +38,7 @@ static cudaStream_t comm_stream(void) { return (cudaStream_t)dt_cuda_stream(DT_S
 
 static int nccl_fail(dt_nccl *n, ncclResult_t r, const char *what, dt_error *err) {
     const char *last = n && n->comm ? ncclGetLastError(n->comm) : NULL;
-    return dt_errorf(err, DT_ERUNTIME, "NCCL %s on rank %d failed: %s%s%s", what,
+    return dt_errorf(err, DT_ECOMM, "NCCL %s on rank %d failed: %s%s%s", what,
                      n ? n->rank : -1, ncclGetErrorString(r), last && *last ? ": " : "",
                      last ? last : "");
 }
@@ -51,7 +51,7 @@ static int settle(dt_nccl *n, ncclResult_t r, const char *what, dt_error *err) {
         if (dt_clock_s() > deadline) {
             ncclCommAbort(n->comm);
             n->dead = 1;
-            return dt_errorf(err, DT_ERUNTIME,
+            return dt_errorf(err, DT_ECOMM,
                              "NCCL %s on rank %d did not start within %.0f s: another rank died, "
                              "hangs or cannot reach this one (NCCL_DEBUG=INFO shows why)",
                              what, n->rank, n->timeout_s);
@@ -151,7 +151,7 @@ void dt_nccl_abort(dt_nccl *n) {
 
 static int begin(dt_nccl *n, const char *what, dt_error *err) {
     if (n->dead)
-        return dt_errorf(err, DT_ERUNTIME,
+        return dt_errorf(err, DT_ECOMM,
                          "NCCL %s on rank %d: the communicator was aborted after an earlier error",
                          what, n->rank);
     const dt_device_ops *dev = NULL;
@@ -209,7 +209,7 @@ int dt_nccl_barrier(dt_nccl *n, dt_error *err) {
 
 int dt_nccl_wait(dt_nccl *n, const char *what, int rank, double timeout_s, dt_error *err) {
     if (n->dead)
-        return dt_errorf(err, DT_ERUNTIME, "NCCL %s on rank %d: the communicator was aborted",
+        return dt_errorf(err, DT_ECOMM, "NCCL %s on rank %d: the communicator was aborted",
                          what, rank);
     double deadline = dt_clock_s() + timeout_s;
     for (;;) {
@@ -217,7 +217,7 @@ int dt_nccl_wait(dt_nccl *n, const char *what, int rank, double timeout_s, dt_er
         if (ce == cudaSuccess) break;
         if (ce != cudaErrorNotReady) {
             dt_nccl_abort(n);
-            return dt_errorf(err, DT_ERUNTIME, "NCCL %s on rank %d: CUDA error %s", what, rank,
+            return dt_errorf(err, DT_ECOMM, "NCCL %s on rank %d: CUDA error %s", what, rank,
                              cudaGetErrorString(ce));
         }
         ncclResult_t async = ncclSuccess;
@@ -229,7 +229,7 @@ int dt_nccl_wait(dt_nccl *n, const char *what, int rank, double timeout_s, dt_er
         }
         if (dt_clock_s() > deadline) {
             dt_nccl_abort(n);
-            return dt_errorf(err, DT_ERUNTIME,
+            return dt_errorf(err, DT_ECOMM,
                              "%s on rank %d did not complete within %.0f s: another rank died or "
                              "hangs (the NCCL communicator was aborted; raise the limit with "
                              "--timeout if steps are legitimately slow)",

@@ -208,12 +208,6 @@ static void cu_free(void *p) {
     free(b);
 }
 
-/* for kernels_llama.cu (dt_cuda_internal.h) */
-cudaStream_t dt_cu_compute_stream(void) { return cs(); }
-void *dt_cu_alloc(dt_mem_pool pool, dt_mem_category cat, size_t bytes) {
-    return cu_alloc(pool, cat, bytes);
-}
-void dt_cu_free(void *p) { cu_free(p); }
 
 static int64_t cu_mem_current(dt_mem_pool pool, dt_mem_category cat) {
     pthread_mutex_lock(&g_lock);
@@ -1168,7 +1162,8 @@ static void fill_ops(void) {
     /* the llama family: linear_t here (cuBLAS), the rest in kernels_llama.cu */
     o.linear_t_forward = cu_linear_t_forward;
     o.linear_t_backward = cu_linear_t_backward;
-    dt_cu_llama_fill_ops(&o);
+    const dt_cu_host host = {cs, cu_alloc, cu_free};   /* for kernels_llama.cu */
+    dt_cu_llama_fill_ops(&o, &host);
     g_ops = o;
 }
 

@@ -1,7 +1,10 @@
 /* dt_cuda_internal.h — what the CUDA back-end's translation units share
  * (device_cuda.cu: allocator, streams, cuBLAS, the GPT-2 kernels;
- * kernels_llama.cu: the llama-family kernels). nvcc only (C++ and device
- * code); nothing outside engine/cuda/ includes it. */
+ * kernels_llama.cu: the llama-family kernels), so neither reaches into the
+ * other: device_cuda.cu calls kernels_llama.cu's entry points and hands it the
+ * host services it needs (dt_cu_host); kernels_llama.cu calls nothing of
+ * device_cuda.cu. nvcc only (C++ and device code); nothing outside engine/cuda/
+ * includes it. */
 #ifndef DT_CUDA_INTERNAL_H
 #define DT_CUDA_INTERNAL_H
 
@@ -21,13 +24,14 @@ extern "C" {
 /* every lane of a warp takes part in a shuffle */
 #define DT_CU_FULL_MASK 0xffffffffu
 
-/* ---- host helpers of device_cuda.cu ---- */
-
-/* the compute stream of the bound GPU (every op is queued on it) */
-cudaStream_t dt_cu_compute_stream(void);
-/* the tracked allocator (the device's alloc / free entries): zero-filled, NULL on failure */
-void *dt_cu_alloc(dt_mem_pool pool, dt_mem_category cat, size_t bytes);
-void dt_cu_free(void *p);
+/* ---- the host services device_cuda.cu hands to kernels_llama.cu ---- */
+typedef struct {
+    /* the compute stream of the bound GPU (every op is queued on it) */
+    cudaStream_t (*compute_stream)(void);
+    /* the tracked allocator (the device's alloc / free entries): zero-filled, NULL on failure */
+    void *(*alloc)(dt_mem_pool pool, dt_mem_category cat, size_t bytes);
+    void (*free)(void *p);
+} dt_cu_host;
 
 /* Records a failed launch of `kernel` (cudaGetLastError: a bad launch
  * configuration, too much shared memory) through the first-error path that
@@ -54,8 +58,9 @@ static __device__ __forceinline__ float warp_max(float v) {
 
 /* Fills the llama-family entries of the CUDA table that kernels_llama.cu
  * implements (rmsnorm, rope, swiglu, attention_gqa); linear_t lives in
- * device_cuda.cu beside the GPT-2 linear (cuBLAS). */
-void dt_cu_llama_fill_ops(dt_device_ops *o);
+ * device_cuda.cu beside the GPT-2 linear (cuBLAS). host: the stream and
+ * allocator its kernels and scratch use (copied; set before any op runs). */
+void dt_cu_llama_fill_ops(dt_device_ops *o, const dt_cu_host *host);
 
 /* db[c] += sum_n x[n, c] over x [N, C] (row stride C), deterministic: fixed
  * row chunks summed per block, then the chunks added in order per column (no

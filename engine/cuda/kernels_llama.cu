@@ -26,7 +26,9 @@ extern "C" {
 }
 #include "dt_cuda_internal.h"
 
-static cudaStream_t cs(void) { return dt_cu_compute_stream(); }
+/* the host services of the device this file is part of (dt_cu_llama_fill_ops) */
+static dt_cu_host g_host;
+static cudaStream_t cs(void) { return g_host.compute_stream(); }
 static unsigned ll_grid(int64_t n) { return (unsigned)((n + DT_CU_THREADS - 1) / DT_CU_THREADS); }
 /* blocks of DT_CU_THREADS for one warp per row */
 static unsigned ll_warp_rows_grid(int64_t rows) {
@@ -53,8 +55,8 @@ static const char *const g_scr_name[LL_SCRATCH_COUNT] = {
 
 static float *ll_scratch(ll_scratch_slot s, int64_t n) {
     if (n > g_scr_cap[s]) {
-        dt_cu_free(g_scr[s]);
-        g_scr[s] = (float *)dt_cu_alloc(DT_POOL_DEVICE, DT_MEM_BUFFERS, (size_t)n * sizeof(float));
+        g_host.free(g_scr[s]);
+        g_scr[s] = (float *)g_host.alloc(DT_POOL_DEVICE, DT_MEM_BUFFERS, (size_t)n * sizeof(float));
         g_scr_cap[s] = g_scr[s] ? n : 0;
         if (!g_scr[s]) dt_cuda_note_error(g_scr_name[s], "out of device memory");
     }
@@ -801,7 +803,8 @@ static void cu_gqa_bwd_probs(float *dq, float *dk, float *dv, const float *dout,
 /* ---------------------------------------------------------------------------
  * the table entries */
 
-void dt_cu_llama_fill_ops(dt_device_ops *o) {
+void dt_cu_llama_fill_ops(dt_device_ops *o, const dt_cu_host *host) {
+    g_host = *host;
     o->rmsnorm_forward = cu_rmsnorm_forward;
     o->rmsnorm_backward = cu_rmsnorm_backward;
     o->rope_forward = cu_rope_forward;

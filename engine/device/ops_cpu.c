@@ -1,15 +1,15 @@
 /* ops_cpu.c — the CPU device backend: dt_ops.h with the CPU GEMM kernel chosen at
  * start-up (dt_gemm_cpu.h: oneDNN or OpenBLAS sgemm) for every matrix product and
  * OpenMP loops for everything else (per-element math
- * from dt_devmath.h, shared with the CUDA kernels), plus the bulk
- * 16-bit conversions of dt_dtype.h (AVX-512 when the compiler targets it).
+ * from dt_devmath.h, shared with the CUDA kernels). The bulk 16-bit conversions
+ * are convert_cpu.c, attention (GPT-2's and the llama family's) attention_cpu.c.
  *
  * Determinism: every reduction has a fixed order that does not depend on the
  * number of threads (parallel loops split over independent outputs: rows for
  * row-wise ops, column bands for column sums), so a recomputed block gives
  * bitwise the same numbers as the original forward. The llama family's ops
- * (nn.Linear layout, RMSNorm, RoPE, SwiGLU, grouped-query attention) live in
- * ops_cpu_llama.c under the same rules. */
+ * (nn.Linear layout, RMSNorm, RoPE, SwiGLU) live in ops_cpu_llama.c under the
+ * same rules; it calls this file's GEMM and bias ops, this file calls none of its. */
 #include "dt_ops.h"
 
 #include <math.h>
@@ -20,14 +20,8 @@
 #include "dt_gemm_cpu.h"
 #include "ops_cpu_internal.h"
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-
-/* DT_COL_BAND (column band): ops_cpu_internal.h, shared with ops_cpu_llama.c. */
-/* Arrays shorter than this are converted on one thread (thread start-up would
- * cost more than the work). */
-#define DT_PAR_MIN 32768
+/* DT_COL_BAND (column band), DT_PAR_MIN: ops_cpu_internal.h, shared with the other
+ * CPU op files. */
 
 /* ----------------------------------------------------------------------------
  * GEMM */
@@ -196,37 +190,6 @@ void dt_op_layernorm_backward(float *dinp, float *dw, float *db, const float *do
 }
 
 /* ----------------------------------------------------------------------------
- * attention: GPT-2's packed multi-head attention is grouped-query attention with
- * Hq = Hkv = H, D = C / H and q, k, v the three thirds of each qkv row
- * (ops_cpu_llama.c holds the one implementation). */
-
-void dt_op_attention_forward_flash(float *out, float *lse, const float *qkv, int64_t B,
-                                   int64_t T, int64_t C, int64_t H) {
-    dt_op_attention_gqa_forward_flash(out, lse, qkv, 3 * C, qkv + C, 3 * C, qkv + 2 * C, 3 * C, B, T,
-                                      H, H, C / H);
-}
-
-void dt_op_attention_backward_flash(float *dqkv, const float *dout, const float *qkv,
-                                    const float *out, const float *lse, int64_t B, int64_t T,
-                                    int64_t C, int64_t H) {
-    dt_op_attention_gqa_backward_flash(dqkv, dqkv + C, dqkv + 2 * C, dout, qkv, 3 * C, qkv + C, 3 * C,
-                                       qkv + 2 * C, 3 * C, out, lse, B, T, H, H, C / H);
-}
-
-void dt_op_attention_forward_probs(float *out, float *probs, const float *qkv, int64_t B,
-                                   int64_t T, int64_t C, int64_t H) {
-    dt_op_attention_gqa_forward_probs(out, probs, qkv, 3 * C, qkv + C, 3 * C, qkv + 2 * C, 3 * C, B, T,
-                                      H, H, C / H);
-}
-
-void dt_op_attention_backward_probs(float *dqkv, const float *dout, const float *qkv,
-                                    const float *probs, int64_t B, int64_t T, int64_t C,
-                                    int64_t H) {
-    dt_op_attention_gqa_backward_probs(dqkv, dqkv + C, dqkv + 2 * C, dout, qkv, 3 * C, qkv + C, 3 * C,
-                                       qkv + 2 * C, 3 * C, probs, B, T, H, H, C / H);
-}
-
-/* ----------------------------------------------------------------------------
  * GELU (tanh approximation). sqrt(2/pi) and 0.044715: Hendrycks & Gimpel 2016,
  * eq. for the tanh approximation; GPT-2's gelu_new. */
 
@@ -301,180 +264,4 @@ void dt_op_crossentropy_backward_inplace(float *logits, const float *lse, const 
         for (int64_t v = 0; v < V; v++) z[v] = dt_ce_dlogit(z[v], l, dloss);
         z[targets[n]] -= dloss;
     }
-}
-
-/* ----------------------------------------------------------------------------
- * bulk 16-bit conversions */
-
-#if defined(__AVX512F__) && defined(__AVX512BW__)
-/* 16 fp32 bit patterns (u) rounded to bf16, round to nearest even, each in the low half
- * of its 32-bit lane; the vector form of dt_f32_to_bf16 */
-static inline __m512i bf16_round16(__m512i u) {
-    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-    r = _mm512_srli_epi32(r, 16);
-    /* NaN inputs: keep the sign/exponent bits and set the quiet bit */
-    __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000));
-    __m512i qn = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-    return _mm512_mask_mov_epi32(r, nan, qn);
-}
-#endif
-
-void dt_bf16_from_f32(dt_bf16 *dst, const float *src, size_t n) {
-    size_t nv = 0;
-#if defined(__AVX512F__) && defined(__AVX512BW__)
-    nv = n / 16 * 16;
-#pragma omp parallel for schedule(static) if (n >= DT_PAR_MIN)
-    for (size_t i = 0; i < nv; i += 16) {
-        __m512i u = _mm512_loadu_si512((const void *)(src + i));
-        __m512i r = bf16_round16(u);
-        _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtepi32_epi16(r));
-    }
-#endif
-    for (size_t i = nv; i < n; i++) dst[i] = dt_f32_to_bf16(src[i]);
-}
-
-void dt_bf16_to_f32_n(float *dst, const dt_bf16 *src, size_t n) {
-    size_t nv = 0;
-#if defined(__AVX512F__)
-    nv = n / 16 * 16;
-#pragma omp parallel for schedule(static) if (n >= DT_PAR_MIN)
-    for (size_t i = 0; i < nv; i += 16) {
-        __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + i)));
-        _mm512_storeu_si512((void *)(dst + i), _mm512_slli_epi32(h, 16));
-    }
-#endif
-    for (size_t i = nv; i < n; i++) dst[i] = dt_bf16_to_f32(src[i]);
-}
-
-void dt_fp16_from_f32(dt_fp16 *dst, const float *src, size_t n) {
-    size_t nv = 0;
-#if defined(__AVX512F__)
-    nv = n / 16 * 16;
-#pragma omp parallel for schedule(static) if (n >= DT_PAR_MIN)
-    for (size_t i = 0; i < nv; i += 16) {
-        __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(src + i),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        _mm256_storeu_si256((__m256i *)(dst + i), h);
-    }
-#endif
-    for (size_t i = nv; i < n; i++) dst[i] = dt_f32_to_fp16(src[i]);
-}
-
-void dt_fp16_to_f32_n(float *dst, const dt_fp16 *src, size_t n) {
-    size_t nv = 0;
-#if defined(__AVX512F__)
-    nv = n / 16 * 16;
-#pragma omp parallel for schedule(static) if (n >= DT_PAR_MIN)
-    for (size_t i = 0; i < nv; i += 16)
-        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
-#endif
-    for (size_t i = nv; i < n; i++) dst[i] = dt_fp16_to_f32(src[i]);
-}
-
-void dt_op_store_round(void *dst, dt_dtype t, float *x, size_t n) {
-    if (t == DT_DTYPE_FP32) {
-        if (dst != x) memcpy(dst, x, n * sizeof(float));
-        return;
-    }
-    uint16_t *d = dst;
-    size_t nv = 0;
-#if defined(__AVX512F__) && defined(__AVX512BW__)
-    nv = n / 16 * 16;
-    if (t == DT_DTYPE_BF16) {
-        /* dt_bf16_from_f32's rounding, then the kept half shifted back */
-#pragma omp parallel for schedule(static) if (n >= DT_PAR_MIN)
-        for (size_t i = 0; i < nv; i += 16) {
-            __m512i u = _mm512_loadu_si512((const void *)(x + i));
-            __m512i r = bf16_round16(u);
-            _mm256_storeu_si256((__m256i *)(d + i), _mm512_cvtepi32_epi16(r));
-            _mm512_storeu_si512((void *)(x + i), _mm512_slli_epi32(r, 16));
-        }
-    } else {
-        /* dt_fp16_from_f32's VCVTPS2PH, then VCVTPH2PS */
-#pragma omp parallel for schedule(static) if (n >= DT_PAR_MIN)
-        for (size_t i = 0; i < nv; i += 16) {
-            __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(x + i),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            _mm256_storeu_si256((__m256i *)(d + i), h);
-            _mm512_storeu_ps(x + i, _mm512_cvtph_ps(h));
-        }
-    }
-#else
-#pragma omp parallel for schedule(static) if (n >= DT_PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
-        d[i] = t == DT_DTYPE_BF16 ? dt_f32_to_bf16(x[i]) : dt_f32_to_fp16(x[i]);
-        x[i] = t == DT_DTYPE_BF16 ? dt_bf16_to_f32(d[i]) : dt_fp16_to_f32(d[i]);
-    }
-    nv = n;
-#endif
-    for (size_t i = nv; i < n; i++) {
-        d[i] = t == DT_DTYPE_BF16 ? dt_f32_to_bf16(x[i]) : dt_f32_to_fp16(x[i]);
-        x[i] = t == DT_DTYPE_BF16 ? dt_bf16_to_f32(d[i]) : dt_fp16_to_f32(d[i]);
-    }
-}
-
-void dt_op_accumulate_16(uint16_t *dst, dt_dtype t, const float *acc, size_t n) {
-    const int bf = t == DT_DTYPE_BF16;
-    size_t nv = 0;
-#if defined(__AVX512F__) && defined(__AVX512BW__)
-    nv = n / 16 * 16;
-    if (bf) {
-        /* widen (a shift), add, dt_bf16_from_f32's rounding */
-#pragma omp parallel for schedule(static) if (n >= DT_PAR_MIN)
-        for (size_t i = 0; i < nv; i += 16) {
-            __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(dst + i)));
-            __m512 v = _mm512_add_ps(_mm512_castsi512_ps(_mm512_slli_epi32(h, 16)), _mm512_loadu_ps(acc + i));
-            __m512i r = bf16_round16(_mm512_castps_si512(v));
-            _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtepi32_epi16(r));
-        }
-    } else {
-        /* VCVTPH2PS, add, VCVTPS2PH (round to nearest even, as dt_fp16_from_f32) */
-#pragma omp parallel for schedule(static) if (n >= DT_PAR_MIN)
-        for (size_t i = 0; i < nv; i += 16) {
-            __m512 v = _mm512_add_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dst + i))),
-                                     _mm512_loadu_ps(acc + i));
-            _mm256_storeu_si256((__m256i *)(dst + i),
-                                _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        }
-    }
-#else
-#pragma omp parallel for schedule(static) if (n >= DT_PAR_MIN)
-    for (size_t i = 0; i < n; i++) dst[i] = dt_add_16(dst[i], acc[i], bf);
-    nv = n;
-#endif
-    for (size_t i = nv; i < n; i++) dst[i] = dt_add_16(dst[i], acc[i], bf);
-}
-
-void dt_convert(void *dst, dt_dtype dst_t, const void *src, dt_dtype src_t, size_t n) {
-    if (dst_t == src_t) {
-        memcpy(dst, src, n * (size_t)dt_dtype_size(dst_t));
-        return;
-    }
-    if (src_t == DT_DTYPE_FP32) {
-        if (dst_t == DT_DTYPE_BF16) dt_bf16_from_f32(dst, src, n);
-        else dt_fp16_from_f32(dst, src, n);
-        return;
-    }
-    if (dst_t == DT_DTYPE_FP32) {
-        if (src_t == DT_DTYPE_BF16) dt_bf16_to_f32_n(dst, src, n);
-        else dt_fp16_to_f32_n(dst, src, n);
-        return;
-    }
-    /* bf16 <-> fp16: through fp32, element by element */
-    const uint16_t *s = src;
-    uint16_t *d = dst;
-    for (size_t i = 0; i < n; i++) {
-        float f = src_t == DT_DTYPE_BF16 ? dt_bf16_to_f32(s[i]) : dt_fp16_to_f32(s[i]);
-        d[i] = dst_t == DT_DTYPE_BF16 ? dt_f32_to_bf16(f) : dt_f32_to_fp16(f);
-    }
-}
-
-void dt_round_f32(float *x, dt_dtype t, size_t n) {
-    if (t == DT_DTYPE_FP32) return;
-#pragma omp parallel for schedule(static) if (n >= DT_PAR_MIN)
-    for (size_t i = 0; i < n; i++)
-        x[i] = t == DT_DTYPE_BF16 ? dt_bf16_to_f32(dt_f32_to_bf16(x[i]))
-                                  : dt_fp16_to_f32(dt_f32_to_fp16(x[i]));
 }

@@ -1,8 +1,10 @@
-/* ops_cpu_internal.h — what the CPU op files share (ops_cpu.c: the GPT-2 ops;
- * ops_cpu_llama.c: the llama family), so both tile and reduce the same way:
- * the column band of the deterministic column sums, the key tile of the flash
- * attention, and the dot product the attention kernels use. Internal to
- * engine/device/; not part of the device interface. */
+/* ops_cpu_internal.h — what the CPU kernel files share (ops_cpu.c: the GPT-2 ops;
+ * ops_cpu_llama.c: the llama family's; attention_cpu.c: attention; convert_cpu.c:
+ * 16-bit conversions), so they tile and reduce the same way without reaching into
+ * each other: the column band of the deterministic column sums, the key tile of
+ * the flash attention, the dot product the attention kernels use, and the size
+ * below which a loop runs on one thread. Internal to engine/device/; not part of
+ * the device interface. */
 #ifndef DT_OPS_CPU_INTERNAL_H
 #define DT_OPS_CPU_INTERNAL_H
 
@@ -22,6 +24,10 @@
  * key tile is also the online softmax's update step. */
 #define DT_ATT_ROWS 16
 #define DT_ATT_KEYS 16
+
+/* Arrays shorter than this are converted (and scaled, checked) on one thread
+ * (thread start-up would cost more than the work). */
+#define DT_PAR_MIN 32768
 
 /* a[n] . b[n] in fp32 (vectorised reduction; fixed order for a given build) */
 static inline float dt_cpu_dot(const float *a, const float *b, int64_t n) {

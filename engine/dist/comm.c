@@ -333,7 +333,7 @@ static int mpi_fail(int rc, const char *what, dt_error *err) {
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, msg, &len);
-    return dt_errorf(err, DT_ERUNTIME, "MPI %s failed: %s", what, msg);
+    return dt_errorf(err, DT_ECOMM, "MPI %s failed: %s", what, msg);
 }
 
 /* Elements per library call of a reduction over `blocks` blocks (1 for an all-reduce,
@@ -501,7 +501,7 @@ int dt_comm_wait(dt_comm *c, dt_comm_req *req, dt_error *err) {
                 continue;
             }
             if (!done && dt_clock_s() > deadline) {
-                rc = dt_errorf(err, DT_ERUNTIME,
+                rc = dt_errorf(err, DT_ECOMM,
                                "%s on rank %d did not complete within %.0f s: another rank died or hangs "
                                "(raise the limit with --timeout if steps are legitimately slow)",
                                req->what, c->rank, c->timeout_s);

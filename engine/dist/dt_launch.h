@@ -22,7 +22,7 @@
  *   ... parse the rest, load the plan ...
  *   dt_launch_info li; dt_launch_discover(&lf, &li, &err);
  *   if (dt_launch_must_spawn(&li, world))
- *       return dt_launch_spawn_local(&li, world, gpus_per_node, is_cuda,
+ *       return dt_launch_spawn_local(&li, world, gpus_per_node,
  *                                    argc, argv, stderr, &err);   // main's exit status
  *   dt_launch_check_world(&li, world, gpus_per_node, nodes, &err);
  *   ... comm backend per dt_launch_backend(&li, is_cuda, ...) ...
@@ -156,8 +156,8 @@ int dt_launch_spawn_direct(const dt_launch_info *li, char *const argv[], FILE *l
  * dt_launch_spawn_direct on every node; the ranks meet at
  * master_addr:master_port + DT_RENDEZVOUS_PORT_OFFSET. argv is dtrun's own argv
  * with the launch flags already stripped. */
-int dt_launch_spawn_local(dt_launch_info *li, int world_size, int gpus_per_node, int is_cuda,
-                          int argc, char **argv, FILE *log, dt_error *err);
+int dt_launch_spawn_local(dt_launch_info *li, int world_size, int gpus_per_node, int argc, char **argv,
+                          FILE *log, dt_error *err);
 
 /* Call first in main. Returns -1 when this process should carry on normally;
  * otherwise this process was started as a rank supervisor (DT_LAUNCH_SUPERVISE

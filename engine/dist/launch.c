@@ -841,8 +841,8 @@ int dt_launch_spawn_direct(const dt_launch_info *li, char *const argv[], FILE *l
     return DT_OK;
 }
 
-int dt_launch_spawn_local(dt_launch_info *li, int world_size, int gpus_per_node, int is_cuda, int argc,
-                          char **argv, FILE *log, dt_error *err) {
+int dt_launch_spawn_local(dt_launch_info *li, int world_size, int gpus_per_node, int argc, char **argv,
+                          FILE *log, dt_error *err) {
     int nodes = li->nnodes > 0 ? li->nnodes : 1;
     if (dt_launch_check_world(li, world_size, gpus_per_node, nodes, err)) {
         if (log) fprintf(log, "dtrun: %s\n", err->msg);

@@ -1076,10 +1076,11 @@ int dt_zero_optimizer_step(dt_zero *z, const dt_adamw *hp, double grad_mul, int6
             if ((k > 0 || z->has_master) && !(st[k] = dt_store_get(&z->st[k], un->sb, un->S, z->swap[k], err)))
                 return err->code;
         trace_nvme(z, i, msz, tx, &xfer_us);   /* optimizer state read from NVMe */
-        /* one call per tensor piece: weight decay is per tensor (2-D weights only) */
+        /* one call per tensor piece: trainability and weight decay are per tensor,
+         * as the model declared them (dt_tensor_info.flags) */
         for (int ti = 0; ti < dt_lm_num_tensors(z->g); ti++) {
             const dt_tensor_info *tt = dt_lm_tensor(z->g, ti);
-            if (tt->group != i) continue;
+            if (tt->group != i || !(tt->flags & DT_TENSOR_TRAINABLE)) continue;
             size_t a = tt->offset > un->off + lo ? tt->offset : un->off + lo;
             size_t e = minz(tt->offset + tt->numel, un->off + lo + v);
             if (a >= e) continue;
@@ -1089,7 +1090,7 @@ int dt_zero_optimizer_step(dt_zero *z, const dt_adamw *hp, double grad_mul, int6
                 .m = at(st[1], j, msz), .v = at(st[2], j, msz),
                 .params = at(wp, j, z->psz), .grads = (const char *)grads + j * hsz,
                 .param_dt = z->pdt, .grad_dt = z->oo ? z->hgdt : z->gdt, .moment_dt = z->mdt};
-            const int decay = tt->ndim >= 2;
+            const int decay = (tt->flags & DT_TENSOR_DECAY) != 0;
             if (on_host) {
                 dt_adamw_apply(&arr, e - a, hp, grad_mul, decay, t);
             } else {

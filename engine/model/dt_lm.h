@@ -41,6 +41,24 @@
 
 typedef struct dt_lm dt_lm;
 
+/* Per-tensor flags, declared by the family when the layout is built (never
+ * inferred downstream from a tensor's rank or name):
+ *   DT_TENSOR_TRAINABLE: the optimizer updates it (a frozen weight has it clear:
+ *                        ZeRO's step leaves its values and moments as they are);
+ *   DT_TENSOR_DECAY:     AdamW's weight decay applies (matrices: embeddings,
+ *                        linears, the classifier; not norms or biases, as
+ *                        DeepSpeed / HF Trainer group them). */
+#define DT_TENSOR_TRAINABLE 1u
+#define DT_TENSOR_DECAY 2u
+
+/* How a tensor starts (dt_lm_init_random): a constant 0 (biases) or 1 (norm
+ * weights), or N(0, std²). */
+typedef enum { DT_INIT_ZERO = 0, DT_INIT_ONE = 1, DT_INIT_NORMAL = 2 } dt_init_kind;
+typedef struct {
+    dt_init_kind kind;
+    double std;           /* DT_INIT_NORMAL only */
+} dt_init_rule;
+
 typedef struct dt_tensor_info {
     const char *name;     /* Hugging Face name after dt_lm_hf_prefix: gpt2 "h.3.attn.c_attn.weight",
                            * llama "model.layers.3.self_attn.q_proj.weight", "lm_head.weight" */
@@ -49,6 +67,8 @@ typedef struct dt_tensor_info {
     size_t numel;
     int ndim;             /* 1 or 2 */
     int64_t shape[2];
+    unsigned flags;       /* DT_TENSOR_TRAINABLE | DT_TENSOR_DECAY */
+    dt_init_rule init;
 } dt_tensor_info;
 
 /* Called by the model around each parameter group; any may be NULL. A non-zero
@@ -76,14 +96,22 @@ int dt_lm_create(const dt_model *m, const dt_precision *prec, int64_t B, int64_t
 int dt_lm_create_on(const dt_model *m, const dt_precision *prec, int64_t B, int64_t T,
                       int64_t ckpt_layers, dt_attention attn, dt_device device, int ordinal,
                       dt_lm **out, dt_error *err);
-/* Creation flags for dt_lm_create_ex. DT_LM_NO_FLAT: the flat parameter and
+/* Creation flags (dt_lm_options.flags). DT_LM_NO_FLAT: the flat parameter and
  * gradient buffers are not allocated (as after dt_lm_release_flat); every group
  * must be bound (dt_lm_bind_group) before a pass, as a ZeRO-3 engine does, so the
  * process never holds the whole model (dt_zero_init_random). */
 #define DT_LM_NO_FLAT 1u
-int dt_lm_create_ex(const dt_model *m, const dt_precision *prec, int64_t B, int64_t T,
-                    int64_t ckpt_layers, dt_attention attn, dt_device device, int ordinal,
-                    unsigned flags, dt_lm **out, dt_error *err);
+/* Everything dt_lm_create_opts takes besides the model and precision. */
+typedef struct dt_lm_options {
+    int64_t B, T;               /* micro-batch, sequence length (<= max_pos) */
+    int64_t ckpt_layers;        /* the first ckpt_layers blocks are recomputed in backward */
+    dt_attention attn;
+    dt_device device;           /* DT_DEVICE_CPU or DT_DEVICE_CUDA */
+    int ordinal;                /* the GPU (LOCAL_RANK); 0 on the CPU */
+    unsigned flags;             /* DT_LM_NO_FLAT */
+} dt_lm_options;
+int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_options *o, dt_lm **out,
+                      dt_error *err);
 dt_device dt_lm_device(const dt_lm *g);
 /* The device's operation table (copies, allocation, sync) for callers that
  * move data in and out of the model's storage. */
@@ -141,12 +169,15 @@ int dt_lm_release_flat(dt_lm *g, int params, int grads, dt_error *err);
  * bindings. A buffer that was never released is left as it is. */
 int dt_lm_restore_flat(dt_lm *g, int params, int grads, dt_mem_category cat, dt_error *err);
 
-/* Init from seed, as Hugging Face initialises each family: gpt2 N(0, 0.02),
- * residual projections (c_proj) N(0, 0.02/sqrt(2L)), biases 0, LayerNorm
- * weights 1; llama N(0, 0.02) for every matrix, biases 0, RMSNorm weights 1.
- * Each element's value depends only on (seed, its flat index), so a slice can
- * be drawn alone and equals the same elements of the whole. */
-void dt_lm_init_random(dt_lm *g, uint64_t seed);
+/* Init from seed by each tensor's declared rule (dt_tensor_info.init), as Hugging
+ * Face initialises each family: gpt2 N(0, 0.02), residual projections (c_proj)
+ * N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weights 1; llama N(0, 0.02) for every
+ * matrix, biases 0, RMSNorm weights 1. Each element's value depends only on
+ * (seed, its flat index), so a slice can be drawn alone and equals the same
+ * elements of the whole. DT_EINVAL when there is no flat parameter buffer
+ * (DT_LM_NO_FLAT, released: draw slices with dt_lm_init_slice), DT_ENOMEM when
+ * the host staging copy (a device that is not host-addressable) cannot be had. */
+int dt_lm_init_random(dt_lm *g, uint64_t seed, dt_error *err);
 /* The initial values of flat elements [lo, lo + n) (clipped to the model),
  * stored as dtype dt into HOST memory dst[0 .. n). */
 void dt_lm_init_slice(const dt_lm *g, uint64_t seed, size_t lo, size_t n, void *dst, dt_dtype dt);

@@ -1,7 +1,24 @@
-/* lm_internal.h — the model object shared by lm.c (layout, storage, hooks,
- * init, the forward / backward drivers, the GPT-2 block) and lm_llama.c (the
- * llama-family block: Llama, Qwen2, Qwen3). Not a public header: everything
- * outside engine/model/ uses dt_lm.h.
+/* lm_internal.h — the model object and the block interface of engine/model/.
+ *
+ * Files, each standing on its own (tests/arch/test_circles.py: none reaches into
+ * another that reaches back):
+ *   lm.c        the driver: creation, storage and group binding, hooks, the forward /
+ *               backward passes (embedding, blocks, final norm, classifier, loss),
+ *               activation checkpointing; it dispatches every family-specific step
+ *               through the family table (lm_family, below) and nothing else;
+ *   lm_gpt2.c   the GPT-2 family (lm_family_gpt2): its tensors, saved activations,
+ *               block forward / backward, final LayerNorm;
+ *   lm_llama.c  the llama family (lm_family_llama: Llama, Qwen2, Qwen3), the same;
+ *   lm_layer.c  what the families build with: the tensor table, built from models/'
+ *               description of the family's modules (dt_model_describe, the rows of
+ *               models/family.c) with each tensor's flags and init rule declared
+ *               there, the linears (fp32 ops or the 16-bit GEMMs), the profile clock;
+ *   lm_init.c   initialisation from each tensor's declared init rule.
+ * A new block family (a vision tower's block) is its row in models/family.c, one
+ * more lm_family in its own file and its entry in lm.c's family table; a new kind of linear (a LoRA adapter)
+ * is a layer kind beside lm_linear_* used by the blocks that have it, its tensors
+ * declared with their own flags (docs/architecture.md "Where to add things").
+ * Not a public header: everything outside engine/model/ uses dt_lm.h.
  *
  * Dimension letters: B batch, T time, C channels (hidden), H query heads,
  * Hkv key/value heads, D head width, QD = H*D, KVD = Hkv*D, QK = QD + KVD,
@@ -15,43 +32,25 @@
 #include "dt_device.h"
 #include "dt_dtype.h"
 #include "dt_lm.h"
+#include "dt_model.h"
 
 #define DT_TENSOR_NAME_MAX 64
-#define DT_LM_MAX_BLOCK_TENSORS 16
 /* The widest attention head the device kernels take: the CUDA flash kernel keeps
  * one head's q / k / v rows in shared memory (docs/cuda.md "Attention"). */
 #define DT_LM_MAX_HEAD_DIM 256
 
-/* One block's saved activations (docs/activations.md). Pointers into the
- * activations allocation, act dtype unless float*; a family uses its own
- * fields and leaves the others NULL. */
-typedef struct {
-    void *ln1;        /* [N, C]  first norm's output */
-    float *ln1_mean;  /* [N]     gpt2 */
-    float *ln1_rstd;  /* [N] */
-    void *qkv;        /* [N, 3C] gpt2: packed q | k | v */
-    void *qk_raw;     /* [N, QK] llama with q/k norm: the projection before the norm */
-    float *qk_rstd;   /* [N, H] then [N, Hkv]: q / k norm statistics (q/k norm only) */
-    void *qk;         /* [N, QK] llama: q | k after norm and RoPE (what attention reads) */
-    void *v;          /* [N, KVD] llama */
-    float *lse;       /* [B, H, T] (flash) or NULL */
-    void *probs;      /* [B, H, T, T] (materialized) or NULL */
-    void *att;        /* [N, QD] attention output = output projection input */
-    void *res1;       /* [N, C]  residual after attention */
-    void *ln2;        /* [N, C] */
-    float *ln2_mean;  /* [N]     gpt2 */
-    float *ln2_rstd;  /* [N] */
-    void *fch;        /* [N, F]  gpt2: c_fc output */
-    void *gelu;       /* [N, F]  gpt2: GELU output = c_proj input */
-    void *gu;         /* [N, 2F] llama: gate | up projection output */
-    void *act;        /* [N, F]  llama: silu(gate) * up = down_proj input */
-} block_acts;
+/* A block's saved activations (docs/activations.md) are its family's own struct
+ * (gpt2_acts, llama_acts), which its layout_block_acts points into the activations
+ * allocation; the driver keeps them as opaque records of family->acts_size bytes. */
 
-/* fp32 views of one block's activations, used only when the activation dtype is
- * 16-bit (buffers). Same shapes as block_acts plus the block input x. */
+/* fp32 views of the activations every pre-norm block has, used only when the
+ * activation dtype is 16-bit (buffers, [N, ...] as the activation): the block input x,
+ * the first norm's output (also the final norm's), the attention output, the residual
+ * after attention, the second norm's output, the materialized probabilities, the block
+ * output. A family keeps the views of its own activations in its own struct
+ * (g->fviews, family->views_size bytes of float pointers, all NULL in fp32). */
 typedef struct {
-    float *x, *ln1, *qkv, *qk_raw, *qk, *v, *probs, *att, *res1, *ln2, *fch, *gelu, *gu, *act,
-        *xout;
+    float *x, *ln1, *att, *res1, *ln2, *probs, *xout;
 } block_f32;
 
 /* A group's parameters as the blocks read them. f32: the fp32 view at the
@@ -68,9 +67,12 @@ typedef struct {
  * (the llama family) w [OC, IC]. */
 typedef enum { LM_W_IN_OUT = 0, LM_W_OUT_IN = 1 } lm_wlayout;
 
+typedef struct lm_family lm_family;
+
 struct dt_lm {
     const dt_device_ops *dev;   /* where storage lives and ops run */
     dt_family fam;
+    const lm_family *family;    /* the family's layout, blocks and final norm (lm.c's table) */
     int64_t B, T, C, H, Hkv, D, QD, KVD, F, V, L, maxT, K;
     int qk_norm, qkv_bias, tied;   /* llama family options (gpt2: 0, 1, 1) */
     float eps;
@@ -86,12 +88,14 @@ struct dt_lm {
     size_t *group_off, *group_numel;
     size_t nparams;
     size_t max_group_numel;   /* largest group that is converted whole (blocks, final norm, wpe) */
-    /* element offset of each per-block tensor kind inside a block's group (the
-     * same for every block; SIZE_MAX: the family / options have no such tensor) */
-    size_t boff[DT_LM_MAX_BLOCK_TENSORS];
+    /* [family->block_kinds]: element offset of each per-block tensor kind inside a
+     * block's group (the same for every block; SIZE_MAX: the family / options have
+     * no such tensor). Allocated for the family: no cap on a block's tensors. */
+    size_t *boff;
     int cls_group;            /* the group holding the classifier matrix [V, C]: 0 tied, L+1 untied */
     size_t cls_off;           /* its element offset inside that group */
     size_t norm_off;          /* the final norm's weight inside group L+1 */
+    size_t norm_numel;        /* the final norm's elements there (weight, and bias) */
 
     /* storage */
     void *params, *grads;            /* flat, DT_MEM_PARAMS / DT_MEM_GRADS */
@@ -102,8 +106,8 @@ struct dt_lm {
     void *act_mem;
     size_t act_bytes;
     void **x;                 /* [L + 1] residual stream: x[l] block l input, x[L] final norm input */
-    block_acts *blocks;       /* [L]; checkpointed blocks have all-NULL entries */
-    block_acts recompute;     /* shared area when K > 0 */
+    char *blocks;             /* [L] records of family->acts_size; checkpointed blocks all-NULL */
+    void *recompute;          /* one record: the shared area when K > 0 */
     void *lnf;                /* [N, C] */
     float *lnf_mean, *lnf_rstd;
 
@@ -120,6 +124,7 @@ struct dt_lm {
     float *pw;                /* fp32 params of the current group (16-bit params) */
     float *gw;                /* fp32 grads of the current group (16-bit grads) */
     block_f32 w32;            /* 16-bit activations only */
+    void *fviews;             /* the family's own fp32 views (family->views_size bytes) */
     /* bf16 params and activations: every linear and the classifier run bf16 x bf16
      * -> fp32 GEMMs (gemm_ex) on the stored tensors, the activation gradient
      * rounded to bf16 once per linear (docs/engine.md "Precision") */
@@ -221,40 +226,141 @@ static inline const float *lm_act_load_lin(const dt_lm *g, const void *act, floa
     return g->gemm16 ? NULL : lm_act_load(g, act, view, n);
 }
 
-/* ---- linears (lm.c): the fp32 device ops, or with gemm16 the 16-bit GEMMs ----
- * inp: the saved input activation (act dtype); inp32: its fp32 view (ignored,
- * may be NULL, with gemm16); w_off: the weight's element offset in the group;
- * bias / dbias fp32 or NULL; kind: the layer kind the profile books it to.
- * Shapes as dt_op_linear_* (out [N, OC], inp [N, IC]).
- * DT_OK, or gemm_ex's error. */
-int lm_linear_forward(dt_lm *g, dt_lm_op kind, lm_wlayout lay, float *out, const void *inp, const float *inp32,
-                      const lm_params *P, size_t w_off, const float *bias, int64_t N, int64_t IC,
-                      int64_t OC);
-/* dinp [N, IC] = (or += with accumulate_dinp) dout @ W; dw += (fp32, W's layout);
- * dbias [OC] += column sums of dout [N, OC] (fp32). With gemm16 dout is rounded
- * to bf16 once (in row chunks of d16), as PyTorch autocast's bf16 backward. */
-int lm_linear_backward(dt_lm *g, dt_lm_op kind, lm_wlayout lay, float *dinp, float *dw, float *dbias,
-                       const float *dout, const void *inp, const float *inp32, const lm_params *P,
-                       size_t w_off, int64_t N, int64_t IC, int64_t OC, int accumulate_dinp);
+/* ---- linears (lm_layer.c): the fp32 device ops, or with gemm16 the 16-bit GEMMs ----
+ * One linear layer of a block: its weight (and bias) inside the block's group and
+ * its shape. This is where another kind of linear plugs in: a LoRA linear
+ * (y = x Wᵀ + s·dropout(x) Aᵀ Bᵀ) is this description plus its adapter tensors'
+ * offsets, rank and scale, run by the same two calls. */
+typedef struct {
+    dt_lm_op kind;      /* the layer kind the profile books it to */
+    lm_wlayout lay;     /* Conv1D [IC, OC] or nn.Linear [OC, IC] */
+    size_t w_off;       /* the weight's element offset in the group */
+    size_t b_off;       /* the bias's [OC], or SIZE_MAX: no bias */
+    int64_t IC, OC;     /* input and output features */
+} lm_linear;
 
-/* ---- the llama family (lm_llama.c) ---- */
+/* out [N, OC] = inp [N, IC] @ W (+ bias). inp: the saved input activation (act
+ * dtype); inp32: its fp32 view (ignored, may be NULL, with gemm16); P: the
+ * group's parameters. DT_OK, or gemm_ex's error. */
+int lm_linear_forward(dt_lm *g, const lm_linear *lin, const lm_params *P, float *out, const void *inp,
+                      const float *inp32, int64_t N);
+/* A residual branch's last linear and its add: act = resid + inp @ W (+ bias) over
+ * [N, C], the projection through g->dC (not saved), the sum stored into act (a
+ * saved activation, act dtype) as lm_act_commit does; *out: its fp32 view (view
+ * itself, or act in fp32). inp / inp32 as lm_linear_forward. DT_OK or the GEMM's error. */
+int lm_linear_residual(dt_lm *g, const lm_linear *lin, const lm_params *P, const void *inp, const float *inp32,
+                       const float *resid, void *act, float *view, float **out);
+/* How a backward writes the input gradient: dinp = (LM_DINP_SET) or += (LM_DINP_ADD). */
+typedef enum { LM_DINP_SET = 0, LM_DINP_ADD = 1 } lm_dinp_mode;
+/* dinp [N, IC] = (or += ) dout [N, OC] @ W (dinp NULL: skipped); the weight's
+ * gradient += into G (fp32, the group's layout, W's layout), the bias's += column
+ * sums of dout. With gemm16 dout is rounded to bf16 once (in row chunks of d16), as
+ * PyTorch autocast's bf16 backward. */
+int lm_linear_backward(dt_lm *g, const lm_linear *lin, const lm_params *P, float *G, float *dinp,
+                       lm_dinp_mode mode, const float *dout, const void *inp, const float *inp32, int64_t N);
 
-/* Appends block l's tensors (group 1 + l) to the table from tensor index *i and
- * element offset *off; on the first block also fills g->boff. */
-void lm_llama_block_layout(dt_lm *g, int l, int *i, size_t *off);
-/* Number of tensors per block for g's options. */
-int lm_llama_block_tensors(const dt_lm *g);
-/* Lays out one block's saved activations from *off (base NULL: measure only). */
-void lm_llama_layout_block_acts(dt_lm *g, block_acts *ba, char *base, size_t *off);
-/* cos / sin tables [T, D/2] on the host (fp32, as HF computes them) for the
- * model's rope_theta and rope_scaling. */
-void lm_llama_rope_tables(const dt_model *m, int64_t T, float *cos_t, float *sin_t);
-/* DT_OK, or a GEMM's error (lm_linear_forward / _backward) */
-int lm_llama_block_forward(dt_lm *g, int l, block_acts *A, void *xout, const lm_params *P);
-int lm_llama_block_backward(dt_lm *g, int l, const block_acts *A, const lm_params *P, float *G);
+/* ---- the tensor table (lm_layer.c) ----
+ * Built from models/' description of the family (dt_model_describe: the modules of
+ * Hugging Face's block, k_family_rows in models/family.c) with the family's naming and
+ * storage rules (lm_family), so the engine and the planner count the same tensors.
+ * Each tensor is declared once, when the layout is built: its name, shape, flags
+ * (DT_TENSOR_TRAINABLE, DT_TENSOR_DECAY: dt_lm.h) and init rule. Nothing downstream
+ * (the optimizer, ZeRO, checkpoints, the init) infers them from a tensor's rank or
+ * name. Order, per sublayer (attention, MLP): the norm (weight, LayerNorm's bias), the
+ * in-linears' weights, their biases, the in-norms (Qwen3's q/k norm), the out-linear's
+ * weight and bias — Hugging Face's order for both families, and q | k | v (gate | up)
+ * adjacent so one GEMM covers them. */
+typedef struct {
+    const char *name;     /* Hugging Face name after dt_lm_hf_prefix (copied) */
+    int ndim;             /* 1 or 2 */
+    int64_t d0, d1;       /* shape [d0] or [d0, d1] */
+    unsigned flags;       /* DT_TENSOR_* */
+    dt_init_rule init;
+} lm_tensor_decl;
 
-/* Sets a tensor's entry (lm.c). */
-void lm_set_tensor(dt_lm *g, int i, const char *name, int group, size_t *off, int ndim, int64_t d0,
-                   int64_t d1);
+/* Where the next tensor goes: table index and element offset in the flat buffer. */
+typedef struct {
+    int i;
+    size_t off;
+} lm_layout;
+
+/* Appends tensor d to group `group` at lo, advancing it. The table must have room
+ * (lm_layout_count). */
+void lm_layout_add(dt_lm *g, lm_layout *lo, int group, const lm_tensor_decl *d);
+/* Tensors of the whole model described by d (L blocks; tied: no lm_head tensor). */
+int lm_layout_count(const dt_model_desc *d, int64_t L, int tied);
+/* Group 0 (the embeddings), block l's group 1 + l, group L + 1 (the final norm and,
+ * untied, lm_head: sets g->norm_off, norm_numel, cls_group, cls_off), by d and
+ * g->family's rules. */
+void lm_layout_embed(dt_lm *g, const dt_model_desc *d, lm_layout *lo);
+void lm_layout_block(dt_lm *g, const dt_model_desc *d, int l, lm_layout *lo);
+void lm_layout_head(dt_lm *g, const dt_model_desc *d, lm_layout *lo);
+/* g->boff from block 0's tensors by the family's kind names (SIZE_MAX: the model has
+ * no such tensor). DT_EINVAL naming the tensor when block 0 has one the family's
+ * block does not use (a description this engine's block cannot run). */
+int lm_layout_kinds(dt_lm *g, dt_error *err);
+
+/* The widest head the device kernels take (DT_LM_MAX_HEAD_DIM): DT_EINVAL with one
+ * line when D exceeds it. For the families' check. */
+int lm_check_head_dim(int64_t D, dt_error *err);
+
+/* Reserves bytes at *off of the activation allocation: its address when base is
+ * given, NULL when only measuring. */
+void *lm_take(char *base, size_t *off, size_t bytes);
+
+/* ---- the block interface: one table per family, dispatched by lm.c ----
+ * Every function receives the model with its dimensions and options set
+ * (configure ran first). Blocks: on entry to backward g->dres = dL/dx[l+1], on exit
+ * dL/dx[l]; a block reads its parameters through P and the offsets g->boff of its
+ * tensor kinds, and accumulates fp32 gradients into G (the group's layout). */
+struct lm_family {
+    const char *name;                         /* "gpt2", "llama" (for messages) */
+    const char *hf_prefix;                    /* dt_lm_hf_prefix */
+    const char *op_names[DT_LM_OP_COUNT];     /* dt_lm_op_name */
+    int has_wpe;      /* 1: learned positions, tensor 1 of group 0 (the encoder adds them) */
+    /* how the family names and stores the modules of models/' description */
+    const char *model_prefix;   /* before the embeddings and the final norm: "" | "model." */
+    const char *block_prefix;   /* before a block's modules, %d its index: "h.%d." | "model.layers.%d." */
+    lm_wlayout weight_layout;   /* Conv1D [in, out] | nn.Linear [out, in] */
+    double init_std;            /* embeddings and linears N(0, init_std) (HF initializer_range) */
+    int scale_out_init;         /* 1: a sublayer's out linear N(0, init_std / sqrt(2L)) (GPT-2) */
+    /* the block's tensor kinds its forward / backward read, by name within the block
+     * ([block_kinds]; g->boff[k] is kind k's offset, SIZE_MAX when the model has none) */
+    int block_kinds;
+    const char *const *kind_names;
+    /* the family's checks of a model description: one line naming what this
+     * engine cannot run (DT_EINVAL), after dt_model_validate */
+    int (*check)(const dt_model *m, dt_error *err);
+    /* g->D, qk_norm, qkv_bias, tied from the description */
+    void (*configure)(dt_lm *g, const dt_model *m);
+    /* a block's saved activations: the family's record (acts_size bytes) laid out from
+     * *off (base NULL: measure only), and the final norm's statistics (after lnf);
+     * docs/activations.md lists them. views_size: the family's fp32 views struct,
+     * float pointers only (dt_lm_free frees each) */
+    size_t acts_size, views_size;
+    void (*layout_block_acts)(dt_lm *g, void *acts, char *base, size_t *off);
+    void (*layout_norm_stats)(dt_lm *g, char *base, size_t *off);
+    /* the family's scratch (dQKV, dF, dA, RoPE tables) and, with 16-bit activations,
+     * its fp32 activation views; 1 on success, 0 when an allocation failed (what
+     * was allocated is freed by dt_lm_free) */
+    int (*alloc_scratch)(dt_lm *g, const dt_model *m);
+    int (*alloc_views)(dt_lm *g);
+    /* the widest linear output (OC) and the fp32 view gemm16 borrows (the MLP's
+     * GEMM-only activation: docs/engine.md "Precision") */
+    int64_t (*widest_linear)(const dt_lm *g);
+    float *(*gemm16_view)(dt_lm *g);
+    /* block l forward from x[l] into A (xout: x[l + 1], or NULL when recomputing) and
+     * backward; DT_OK or a GEMM's error */
+    int (*block_forward)(dt_lm *g, int l, void *acts, void *xout, const lm_params *P);
+    int (*block_backward)(dt_lm *g, int l, const void *acts, const lm_params *P, float *G);
+    /* the final norm: out [N, C] from x [N, C] (P: its fp32 parameters) into g->lnf's
+     * statistics; backward: dres (=) from dout with G its fp32 gradient (+=) */
+    void (*norm_forward)(dt_lm *g, float *out, const float *x, const float *P);
+    void (*norm_backward)(dt_lm *g, const float *dout, const float *x, const float *P, float *G);
+};
+
+/* The families (lm_gpt2.c, lm_llama.c); lm.c picks one by dt_family. */
+extern const lm_family lm_family_gpt2;
+extern const lm_family lm_family_llama;
 
 #endif

@@ -1,5 +1,7 @@
-/* lm_llama.c — the llama-family block (Llama, Qwen2, Qwen3) of dt_lm: its
- * tensor layout, saved activations, RoPE tables, forward and backward, as
+/* lm_llama.c — the llama family (Llama, Qwen2, Qwen3) of dt_lm (lm_family_llama):
+ * how it names and stores the modules models/ describes (nn.Linear weights), the
+ * tensors its block reads, saved activations, RoPE tables, block forward and
+ * backward and final RMSNorm, as
  * Hugging Face transformers' LlamaDecoderLayer / Qwen2DecoderLayer /
  * Qwen3DecoderLayer compute them (docs/engine.md "The llama family"):
  *
@@ -15,100 +17,115 @@
  * KVD = Hkv D, QK = QD + KVD, N = B T. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "lm_internal.h"
 
-/* per-block tensors in layout order (the llama-family entries of g->boff) */
+/* the block's tensor kinds (the llama-family entries of g->boff), in layout order */
 enum {
     LL_IN, LL_QW, LL_KW, LL_VW, LL_QB, LL_KB, LL_VB, LL_QN, LL_KN, LL_OW, LL_POST, LL_GW, LL_UW,
     LL_DW, LL_COUNT
 };
 
-typedef struct {
-    const char *suffix;   /* after "model.layers.<l>." */
-    int ndim;
-} ll_tensor;
+/* HF LlamaConfig.initializer_range (also Qwen2 / Qwen3): N(0, 0.02) for every
+ * linear and the embedding, RMSNorm weights 1, biases 0 (LlamaPreTrainedModel._init_weights). */
+#define DT_LLAMA_INIT_STD 0.02
 
-static const ll_tensor ll_tensors[LL_COUNT] = {
-    [LL_IN] = {"input_layernorm.weight", 1},       [LL_QW] = {"self_attn.q_proj.weight", 2},
-    [LL_KW] = {"self_attn.k_proj.weight", 2},      [LL_VW] = {"self_attn.v_proj.weight", 2},
-    [LL_QB] = {"self_attn.q_proj.bias", 1},        [LL_KB] = {"self_attn.k_proj.bias", 1},
-    [LL_VB] = {"self_attn.v_proj.bias", 1},        [LL_QN] = {"self_attn.q_norm.weight", 1},
-    [LL_KN] = {"self_attn.k_norm.weight", 1},      [LL_OW] = {"self_attn.o_proj.weight", 2},
-    [LL_POST] = {"post_attention_layernorm.weight", 1}, [LL_GW] = {"mlp.gate_proj.weight", 2},
-    [LL_UW] = {"mlp.up_proj.weight", 2},           [LL_DW] = {"mlp.down_proj.weight", 2},
+/* what the block reads, by name within the block (models/' module names; g->boff) */
+static const char *const ll_kinds[LL_COUNT] = {
+    [LL_IN] = "input_layernorm.weight",
+    [LL_QW] = "self_attn.q_proj.weight",
+    [LL_KW] = "self_attn.k_proj.weight",
+    [LL_VW] = "self_attn.v_proj.weight",
+    [LL_QB] = "self_attn.q_proj.bias",
+    [LL_KB] = "self_attn.k_proj.bias",
+    [LL_VB] = "self_attn.v_proj.bias",
+    [LL_QN] = "self_attn.q_norm.weight",
+    [LL_KN] = "self_attn.k_norm.weight",
+    [LL_OW] = "self_attn.o_proj.weight",
+    [LL_POST] = "post_attention_layernorm.weight",
+    [LL_GW] = "mlp.gate_proj.weight",
+    [LL_UW] = "mlp.up_proj.weight",
+    [LL_DW] = "mlp.down_proj.weight",
 };
 
-_Static_assert(LL_COUNT <= DT_LM_MAX_BLOCK_TENSORS, "g->boff holds every llama block tensor");
+/* ----------------------------------------------------------------------------
+ * the model description */
 
-static int ll_present(const dt_lm *g, int k) {
-    if (k == LL_QB || k == LL_KB || k == LL_VB) return g->qkv_bias;
-    if (k == LL_QN || k == LL_KN) return g->qk_norm;
-    return 1;
+static int llama_check(const dt_model *m, dt_error *err) {
+    int rc = lm_check_head_dim(m->head_dim, err);
+    if (rc) return rc;
+    if (m->head_dim % 2 != 0)
+        return dt_errorf(err, DT_EINVAL, "model: model '%s' has an odd head_dim %lld; RoPE rotates pairs",
+                         m->name, (long long)m->head_dim);
+    if (m->qk_norm && m->qkv_bias)
+        return dt_errorf(err, DT_EINVAL,
+                         "model: model '%s' has both q/k/v bias and q/k norm, which no supported "
+                         "model_type combines (qwen2: bias; qwen3: norm)", m->name);
+    return DT_OK;
 }
 
-/* shape [d0, d1] of tensor kind k (d1 = 0 for vectors) */
-static void ll_shape(const dt_lm *g, int k, int64_t *d0, int64_t *d1) {
-    const int64_t C = g->C, F = g->F, QD = g->QD, KVD = g->KVD, D = g->D;
-    const int64_t shp[LL_COUNT][2] = {
-        [LL_IN] = {C, 0},   [LL_QW] = {QD, C},  [LL_KW] = {KVD, C}, [LL_VW] = {KVD, C},
-        [LL_QB] = {QD, 0},  [LL_KB] = {KVD, 0}, [LL_VB] = {KVD, 0}, [LL_QN] = {D, 0},
-        [LL_KN] = {D, 0},   [LL_OW] = {C, QD},  [LL_POST] = {C, 0}, [LL_GW] = {F, C},
-        [LL_UW] = {F, C},   [LL_DW] = {C, F},
-    };
-    *d0 = shp[k][0];
-    *d1 = shp[k][1];
+static void llama_configure(dt_lm *g, const dt_model *m) {
+    g->D = m->head_dim;
+    g->qk_norm = m->qk_norm;
+    g->qkv_bias = m->qkv_bias;
+    g->tied = m->tied_embeddings;
 }
 
-int lm_llama_block_tensors(const dt_lm *g) {
-    int n = 0;
-    for (int k = 0; k < LL_COUNT; k++) n += ll_present(g, k);
-    return n;
-}
+/* ----------------------------------------------------------------------------
+ * saved activations and scratch */
 
-void lm_llama_block_layout(dt_lm *g, int l, int *i, size_t *off) {
-    const size_t base = *off;
-    for (int k = 0; k < LL_COUNT; k++) {
-        if (!ll_present(g, k)) {
-            if (l == 0) g->boff[k] = SIZE_MAX;
-            continue;
-        }
-        char name[DT_TENSOR_NAME_MAX];
-        int64_t d0, d1;
-        ll_shape(g, k, &d0, &d1);
-        snprintf(name, sizeof name, "model.layers.%d.%s", l, ll_tensors[k].suffix);
-        if (l == 0) g->boff[k] = *off - base;
-        lm_set_tensor(g, (*i)++, name, 1 + l, off, ll_tensors[k].ndim, d0, d1);
-    }
-}
+/* One block's saved activations (docs/activations.md, the llama family): pointers
+ * into the activations allocation, act dtype unless float *. */
+typedef struct {
+    void *ln1;          /* [N, C] input_layernorm output */
+    float *ln1_rstd;    /* [N] */
+    void *qk_raw;       /* [N, QK] q/k norm only: the projection before the norm */
+    float *qk_rstd;     /* [N, H] then [N, Hkv]: q / k norm statistics (q/k norm only) */
+    void *qk;           /* [N, QK] q | k after norm and RoPE (what attention reads) */
+    void *v;            /* [N, KVD] */
+    float *lse;         /* [B, H, T] (flash) or NULL */
+    void *probs;        /* [B, H, T, T] (materialized) or NULL */
+    void *att;          /* [N, QD] attention output = o_proj input */
+    void *res1;         /* [N, C] residual after attention */
+    void *ln2;          /* [N, C] */
+    float *ln2_rstd;    /* [N] */
+    void *gu;           /* [N, 2F] gate | up projection output */
+    void *act;          /* [N, F] silu(gate) * up = down_proj input */
+} llama_acts;
 
-static void *take(char *base, size_t *off, size_t bytes) {
-    void *p = base ? base + *off : NULL;
-    *off += bytes;
-    return p;
-}
+/* fp32 views of the family's own activations (16-bit activation dtypes; else NULL) */
+typedef struct {
+    float *qk_raw, *qk, *v, *gu, *act;
+} llama_views;
+_Static_assert(sizeof(llama_views) % sizeof(float *) == 0, "dt_lm_free frees a views struct as float pointers");
 
 /* The saved tensors of docs/activations.md's llama table, in this order. */
-void lm_llama_layout_block_acts(dt_lm *g, block_acts *ba, char *base, size_t *off) {
+static void llama_layout_block_acts(dt_lm *g, void *acts, char *base, size_t *off) {
+    llama_acts *ba = acts;
     const int64_t B = g->B, T = g->T, C = g->C, H = g->H, F = g->F, N = B * T;
     const int64_t QK = g->QD + g->KVD;
     const size_t a = (size_t)g->asz, f = sizeof(float);
-    ba->ln1 = take(base, off, a * N * C);
-    ba->ln1_rstd = take(base, off, f * N);
+    ba->ln1 = lm_take(base, off, a * N * C);
+    ba->ln1_rstd = lm_take(base, off, f * N);
     if (g->qk_norm) {
-        ba->qk_raw = take(base, off, a * N * QK);
-        ba->qk_rstd = take(base, off, f * N * (H + g->Hkv));
+        ba->qk_raw = lm_take(base, off, a * N * QK);
+        ba->qk_rstd = lm_take(base, off, f * N * (H + g->Hkv));
     }
-    ba->qk = take(base, off, a * N * QK);
-    ba->v = take(base, off, a * N * g->KVD);
-    if (g->attn == DT_ATTN_FLASH) ba->lse = take(base, off, f * B * H * T);
-    else ba->probs = take(base, off, a * B * H * T * T);
-    ba->att = take(base, off, a * N * g->QD);
-    ba->res1 = take(base, off, a * N * C);
-    ba->ln2 = take(base, off, a * N * C);
-    ba->ln2_rstd = take(base, off, f * N);
-    ba->gu = take(base, off, a * N * 2 * F);
-    ba->act = take(base, off, a * N * F);
+    ba->qk = lm_take(base, off, a * N * QK);
+    ba->v = lm_take(base, off, a * N * g->KVD);
+    if (g->attn == DT_ATTN_FLASH) ba->lse = lm_take(base, off, f * B * H * T);
+    else ba->probs = lm_take(base, off, a * B * H * T * T);
+    ba->att = lm_take(base, off, a * N * g->QD);
+    ba->res1 = lm_take(base, off, a * N * C);
+    ba->ln2 = lm_take(base, off, a * N * C);
+    ba->ln2_rstd = lm_take(base, off, f * N);
+    ba->gu = lm_take(base, off, a * N * 2 * F);
+    ba->act = lm_take(base, off, a * N * F);
+}
+
+static void llama_layout_norm_stats(dt_lm *g, char *base, size_t *off) {
+    g->lnf_rstd = lm_take(base, off, sizeof(float) * g->B * g->T);
 }
 
 /* ----------------------------------------------------------------------------
@@ -133,7 +150,7 @@ static void rope_llama3(const dt_rope_scaling *rs, float *inv, int64_t half) {
     }
 }
 
-void lm_llama_rope_tables(const dt_model *m, int64_t T, float *cos_t, float *sin_t) {
+static void llama_rope_tables(const dt_model *m, int64_t T, float *cos_t, float *sin_t) {
     const int64_t D = m->head_dim, half = D / 2;
     float inv[DT_LM_MAX_HEAD_DIM / 2];
     for (int64_t i = 0; i < half; i++)
@@ -155,21 +172,92 @@ void lm_llama_rope_tables(const dt_model *m, int64_t T, float *cos_t, float *sin
         }
 }
 
+/* RoPE tables [T, D/2] computed on the host, then copied to the device. 1 on
+ * success, 0 when the host copy cannot be allocated. */
+static int upload_rope(dt_lm *g, const dt_model *m) {
+    size_t n = (size_t)(g->T * (g->D / 2));
+    float *h = malloc(2 * n * sizeof(float));
+    if (!h) return 0;
+    llama_rope_tables(m, g->T, h, h + n);
+    g->dev->memcpy(g->rope_cos, h, n * sizeof(float), DT_COPY_H2D, DT_STREAM_H2D);
+    g->dev->memcpy(g->rope_sin, h + n, n * sizeof(float), DT_COPY_H2D, DT_STREAM_H2D);
+    g->dev->handoff(DT_STREAM_H2D, DT_STREAM_COMPUTE);
+    g->dev->stream_sync(DT_STREAM_H2D);
+    free(h);
+    return 1;
+}
+
+static float *ll_buf(const dt_lm *g, size_t bytes) {
+    return g->dev->alloc(DT_POOL_DEVICE, DT_MEM_BUFFERS, bytes);
+}
+
+static int llama_alloc_scratch(dt_lm *g, const dt_model *m) {
+    const int64_t N = g->B * g->T, F = g->F, QK = g->QD + g->KVD, half = g->D / 2;
+    g->dQKV = ll_buf(g, sizeof(float) * N * (QK + g->KVD));
+    g->dF = ll_buf(g, sizeof(float) * N * 2 * F);
+    g->dA = ll_buf(g, sizeof(float) * N * (g->QD > F ? g->QD : F));
+    g->rope_cos = ll_buf(g, sizeof(float) * g->T * half);
+    g->rope_sin = ll_buf(g, sizeof(float) * g->T * half);
+    return g->dQKV && g->dF && g->dA && g->rope_cos && g->rope_sin && upload_rope(g, m);
+}
+
+/* fp32 views of the family's own activations (16-bit activation dtypes) */
+static int llama_alloc_views(dt_lm *g) {
+    const int64_t N = g->B * g->T, F = g->F, QK = g->QD + g->KVD;
+    const size_t f = sizeof(float);
+    llama_views *w = g->fviews;
+    int ok = (w->qk = ll_buf(g, f * N * QK)) && (w->v = ll_buf(g, f * N * g->KVD)) &&
+             (w->gu = ll_buf(g, f * N * 2 * F)) && (w->act = ll_buf(g, f * N * F));
+    if (g->qk_norm) ok = ok && (w->qk_raw = ll_buf(g, f * N * QK));
+    return ok;
+}
+
+static int64_t llama_widest_linear(const dt_lm *g) {
+    int64_t w = g->C > g->F ? g->C : g->F;
+    const int64_t qkv = g->QD + g->KVD, mlp_in = 2 * g->F;   /* gate | up */
+    if (qkv > w) w = qkv;
+    return mlp_in > w ? mlp_in : w;
+}
+
+static float *llama_gemm16_view(dt_lm *g) { return ((llama_views *)g->fviews)->act; }
+
+/* ----------------------------------------------------------------------------
+ * the block's linears (nn.Linear layout); a bias where the model has one */
+
+typedef struct {
+    lm_linear qk, v, o, gate_up, down;
+} llama_linears;
+
+static llama_linears llama_linears_of(const dt_lm *g) {
+    const size_t *o = g->boff;
+    const int64_t C = g->C, F = g->F, QD = g->QD, KVD = g->KVD;
+    /* q | k rows are one [QK, C] matrix (q_proj, k_proj adjacent), their biases one [QK] */
+    llama_linears s = {
+        .qk = {DT_LM_OP_QKV, LM_W_OUT_IN, o[LL_QW], o[LL_QB], C, QD + KVD},
+        .v = {DT_LM_OP_QKV, LM_W_OUT_IN, o[LL_VW], o[LL_VB], C, KVD},
+        .o = {DT_LM_OP_ATTN_PROJ, LM_W_OUT_IN, o[LL_OW], SIZE_MAX, QD, C},
+        .gate_up = {DT_LM_OP_FC, LM_W_OUT_IN, o[LL_GW], SIZE_MAX, C, 2 * F},
+        .down = {DT_LM_OP_FC_PROJ, LM_W_OUT_IN, o[LL_DW], SIZE_MAX, F, C},
+    };
+    return s;
+}
+
 /* ----------------------------------------------------------------------------
  * forward */
 
 /* q | k for the attention: the projection, per-head norm (Qwen3), RoPE. */
-static int qk_forward(dt_lm *g, block_acts *A, const float *ln1, const lm_params *P) {
-    const int64_t B = g->B, T = g->T, C = g->C, H = g->H, Hkv = g->Hkv, D = g->D, N = B * T;
+static int qk_forward(dt_lm *g, llama_acts *A, const float *ln1, const lm_params *P) {
+    const llama_views *fv = g->fviews;
+    const int64_t B = g->B, T = g->T, H = g->H, Hkv = g->Hkv, D = g->D, N = B * T;
     const int64_t QD = g->QD, QK = QD + g->KVD;
     const size_t *o = g->boff;
     const float *p = P->f32;
-    const float *bqk = g->qkv_bias ? p + o[LL_QB] : NULL;   /* q | k biases [QK] */
-    float *qk = lm_act_f32(g, A->qk, g->w32.qk);            /* [N, QK] */
+    const llama_linears lin = llama_linears_of(g);
+    float *qk = lm_act_f32(g, A->qk, fv->qk);            /* [N, QK] */
     int rc;
     if (g->qk_norm) {
-        float *raw = lm_act_f32(g, A->qk_raw, g->w32.qk_raw);   /* [N, QK] */
-        if ((rc = lm_linear_forward(g, DT_LM_OP_QKV, LM_W_OUT_IN, raw, A->ln1, ln1, P, o[LL_QW], bqk, N, C, QK)))
+        float *raw = lm_act_f32(g, A->qk_raw, fv->qk_raw);   /* [N, QK] */
+        if ((rc = lm_linear_forward(g, &lin.qk, P, raw, A->ln1, ln1, N)))
             return rc;
         lm_act_commit(g, A->qk_raw, raw, (size_t)(N * QK));
         lm_prof_mark m = lm_prof_begin(g);
@@ -177,7 +265,7 @@ static int qk_forward(dt_lm *g, block_acts *A, const float *ln1, const lm_params
         g->dev->rmsnorm_forward(qk + QD, A->qk_rstd + N * H, raw + QD, p + o[LL_KN], N, Hkv, D, QK,
                                 g->eps);
         lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
-    } else if ((rc = lm_linear_forward(g, DT_LM_OP_QKV, LM_W_OUT_IN, qk, A->ln1, ln1, P, o[LL_QW], bqk, N, C, QK))) {
+    } else if ((rc = lm_linear_forward(g, &lin.qk, P, qk, A->ln1, ln1, N))) {
         return rc;
     }
     lm_prof_mark m = lm_prof_begin(g);
@@ -187,7 +275,7 @@ static int qk_forward(dt_lm *g, block_acts *A, const float *ln1, const lm_params
     return DT_OK;
 }
 
-static void attention_forward(dt_lm *g, block_acts *A, const float *qk, const float *v, float *att) {
+static void attention_forward(dt_lm *g, llama_acts *A, const float *qk, const float *v, float *att) {
     const int64_t B = g->B, T = g->T, H = g->H, Hkv = g->Hkv, D = g->D;
     const int64_t QK = g->QD + g->KVD;
     float *probs = NULL;   /* [B, H, T, T] materialized only */
@@ -204,11 +292,14 @@ static void attention_forward(dt_lm *g, block_acts *A, const float *qk, const fl
     if (probs) lm_act_commit(g, A->probs, probs, (size_t)(B * H * T * T));
 }
 
-int lm_llama_block_forward(dt_lm *g, int l, block_acts *A, void *xout, const lm_params *P) {
+static int llama_block_forward(dt_lm *g, int l, void *acts, void *xout, const lm_params *P) {
+    llama_acts *A = acts;
+    const llama_views *fv = g->fviews;
     const int64_t C = g->C, F = g->F, N = g->B * g->T, QD = g->QD, KVD = g->KVD;
     block_f32 *w = &g->w32;
     const size_t *o = g->boff;
     const float *p = P->f32;   /* vectors (and with fp32 linears the matrices) */
+    const llama_linears lin = llama_linears_of(g);
     int rc;
     const float *x = lm_act_load(g, g->x[l], w->x, (size_t)(N * C));   /* [N, C] */
 
@@ -219,10 +310,9 @@ int lm_llama_block_forward(dt_lm *g, int l, block_acts *A, void *xout, const lm_
     lm_act_commit_lin(g, A->ln1, ln1, (size_t)(N * C));
 
     if ((rc = qk_forward(g, A, ln1, P))) return rc;
-    const float *qk = lm_act_f32(g, A->qk, w->qk);   /* [N, QK], committed */
-    float *v = lm_act_f32(g, A->v, w->v);             /* [N, KVD] */
-    if ((rc = lm_linear_forward(g, DT_LM_OP_QKV, LM_W_OUT_IN, v, A->ln1, ln1, P, o[LL_VW],
-                                g->qkv_bias ? p + o[LL_VB] : NULL, N, C, KVD)))
+    const float *qk = lm_act_f32(g, A->qk, fv->qk);   /* [N, QK], committed */
+    float *v = lm_act_f32(g, A->v, fv->v);             /* [N, KVD] */
+    if ((rc = lm_linear_forward(g, &lin.v, P, v, A->ln1, ln1, N)))
         return rc;
     lm_act_commit(g, A->v, v, (size_t)(N * KVD));
 
@@ -230,14 +320,8 @@ int lm_llama_block_forward(dt_lm *g, int l, block_acts *A, void *xout, const lm_
     attention_forward(g, A, qk, v, att);
     lm_act_commit_lin(g, A->att, att, (size_t)(N * QD));
 
-    float *proj = g->dC;   /* [N, C] o_proj / down_proj output, not saved */
-    if ((rc = lm_linear_forward(g, DT_LM_OP_ATTN_PROJ, LM_W_OUT_IN, proj, A->att, att, P, o[LL_OW], NULL, N, QD, C)))
-        return rc;
-    float *res1 = lm_act_f32(g, A->res1, w->res1);   /* [N, C] */
-    m = lm_prof_begin(g);
-    g->dev->residual_forward(res1, x, proj, N * C);
-    lm_prof_end(g, DT_LM_OP_RESIDUAL, m, 0.0);
-    lm_act_commit(g, A->res1, res1, (size_t)(N * C));
+    float *res1;   /* [N, C] x + o_proj(att) */
+    if ((rc = lm_linear_residual(g, &lin.o, P, A->att, att, x, A->res1, w->res1, &res1))) return rc;
 
     float *ln2 = lm_act_f32(g, A->ln2, w->ln2);   /* [N, C] */
     m = lm_prof_begin(g);
@@ -245,49 +329,43 @@ int lm_llama_block_forward(dt_lm *g, int l, block_acts *A, void *xout, const lm_
     lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
     lm_act_commit_lin(g, A->ln2, ln2, (size_t)(N * C));
 
-    float *gu = lm_act_f32(g, A->gu, w->gu);   /* [N, 2F] gate | up */
-    if ((rc = lm_linear_forward(g, DT_LM_OP_FC, LM_W_OUT_IN, gu, A->ln2, ln2, P, o[LL_GW], NULL, N, C, 2 * F)))
+    float *gu = lm_act_f32(g, A->gu, fv->gu);   /* [N, 2F] gate | up */
+    if ((rc = lm_linear_forward(g, &lin.gate_up, P, gu, A->ln2, ln2, N)))
         return rc;
     lm_act_commit(g, A->gu, gu, (size_t)(N * 2 * F));
-    float *act = lm_act_f32(g, A->act, w->act);   /* [N, F] */
+    float *act = lm_act_f32(g, A->act, fv->act);   /* [N, F] */
     m = lm_prof_begin(g);
     g->dev->swiglu_forward(act, gu, N, F);
     lm_prof_end(g, DT_LM_OP_ACT, m, 0.0);
     lm_act_commit_lin(g, A->act, act, (size_t)(N * F));
 
     if (!xout) return DT_OK;   /* recomputing for backward: the block output is not needed */
-    if ((rc = lm_linear_forward(g, DT_LM_OP_FC_PROJ, LM_W_OUT_IN, proj, A->act, act, P, o[LL_DW], NULL, N, F, C)))
-        return rc;
-    float *xo = lm_act_f32(g, xout, w->xout);   /* [N, C] */
-    m = lm_prof_begin(g);
-    g->dev->residual_forward(xo, res1, proj, N * C);
-    lm_prof_end(g, DT_LM_OP_RESIDUAL, m, 0.0);
-    lm_act_commit(g, xout, xo, (size_t)(N * C));
-    return DT_OK;
+    float *xo;   /* [N, C] res1 + down_proj(act) */
+    return lm_linear_residual(g, &lin.down, P, A->act, act, res1, xout, w->xout, &xo);
 }
 
 /* ----------------------------------------------------------------------------
  * backward: on entry g->dres = dL/dx[l+1]; on exit dL/dx[l] */
 
 /* MLP: x[l+1] = res1 + down(swiglu(gate_up(rms2(res1)))); adds its part to dres. */
-static int mlp_backward(dt_lm *g, const block_acts *A, const float *res1, const lm_params *P,
+static int mlp_backward(dt_lm *g, const llama_acts *A, const float *res1, const lm_params *P,
                         float *G) {
+    const llama_views *fv = g->fviews;
     const int64_t C = g->C, F = g->F, N = g->B * g->T;
     block_f32 *w = &g->w32;
     const size_t *o = g->boff;
     const float *ln2 = lm_act_load_lin(g, A->ln2, w->ln2, (size_t)(N * C));   /* [N, C] */
-    const float *gu = lm_act_load(g, A->gu, w->gu, (size_t)(N * 2 * F));      /* [N, 2F] */
-    const float *act = lm_act_load_lin(g, A->act, w->act, (size_t)(N * F));   /* [N, F] */
+    const float *gu = lm_act_load(g, A->gu, fv->gu, (size_t)(N * 2 * F));      /* [N, 2F] */
+    const float *act = lm_act_load_lin(g, A->act, fv->act, (size_t)(N * F));   /* [N, F] */
     float *dact = g->dA, *dgu = g->dF, *dln2 = g->dC;   /* [N, F], [N, 2F], [N, C] */
+    const llama_linears lin = llama_linears_of(g);
     int rc;
-    if ((rc = lm_linear_backward(g, DT_LM_OP_FC_PROJ, LM_W_OUT_IN, dact, G + o[LL_DW], NULL, g->dres, A->act, act, P,
-                                 o[LL_DW], N, F, C, 0)))
+    if ((rc = lm_linear_backward(g, &lin.down, P, G, dact, LM_DINP_SET, g->dres, A->act, act, N)))
         return rc;
     lm_prof_mark m = lm_prof_begin(g);
     g->dev->swiglu_backward(dgu, dact, gu, N, F);
     lm_prof_end(g, DT_LM_OP_ACT, m, 0.0);
-    if ((rc = lm_linear_backward(g, DT_LM_OP_FC, LM_W_OUT_IN, dln2, G + o[LL_GW], NULL, dgu, A->ln2, ln2, P,
-                                 o[LL_GW], N, C, 2 * F, 0)))
+    if ((rc = lm_linear_backward(g, &lin.gate_up, P, G, dln2, LM_DINP_SET, dgu, A->ln2, ln2, N)))
         return rc;
     m = lm_prof_begin(g);
     g->dev->rmsnorm_backward(g->dres, G + o[LL_POST], dln2, res1, P->f32 + o[LL_POST], A->ln2_rstd,
@@ -297,14 +375,15 @@ static int mlp_backward(dt_lm *g, const block_acts *A, const float *res1, const 
 }
 
 /* d loss / d (q | k) before RoPE and norm, and d loss / d v, from d att. */
-static void qkv_grads(dt_lm *g, const block_acts *A, const float *datt, const float *P, float *G,
+static void qkv_grads(dt_lm *g, const llama_acts *A, const float *datt, const float *P, float *G,
                       float *dqk, float *dv) {
+    const llama_views *fv = g->fviews;
     const int64_t B = g->B, T = g->T, H = g->H, Hkv = g->Hkv, D = g->D, N = B * T;
     const int64_t QD = g->QD, KVD = g->KVD, QK = QD + KVD;
     block_f32 *w = &g->w32;
     const size_t *o = g->boff;
-    const float *qk = lm_act_load(g, A->qk, w->qk, (size_t)(N * QK));   /* [N, QK] */
-    const float *v = lm_act_load(g, A->v, w->v, (size_t)(N * KVD));     /* [N, KVD] */
+    const float *qk = lm_act_load(g, A->qk, fv->qk, (size_t)(N * QK));   /* [N, QK] */
+    const float *v = lm_act_load(g, A->v, fv->v, (size_t)(N * KVD));     /* [N, KVD] */
     /* flash reads the output att [N, QD], materialized the probabilities [B, H, T, T] */
     const float *att = g->attn == DT_ATTN_FLASH ? lm_act_load(g, A->att, w->att, (size_t)(N * QD)) : NULL;
     const float *probs =
@@ -321,7 +400,7 @@ static void qkv_grads(dt_lm *g, const block_acts *A, const float *datt, const fl
     g->dev->rope_backward(dqk, g->rope_cos, g->rope_sin, B, T, H + Hkv, D, QK);
     lm_prof_end(g, DT_LM_OP_ROPE, m, 0.0);
     if (!g->qk_norm) return;
-    const float *raw = lm_act_load(g, A->qk_raw, w->qk_raw, (size_t)(N * QK));   /* [N, QK] */
+    const float *raw = lm_act_load(g, A->qk_raw, fv->qk_raw, (size_t)(N * QK));   /* [N, QK] */
     m = lm_prof_begin(g);
     g->dev->rmsnorm_backward(dqk, G + o[LL_QN], dqk, raw, P + o[LL_QN], A->qk_rstd, N, H, D, QK, 0);
     g->dev->rmsnorm_backward(dqk + QD, G + o[LL_KN], dqk + QD, raw + QD, P + o[LL_KN],
@@ -329,11 +408,13 @@ static void qkv_grads(dt_lm *g, const block_acts *A, const float *datt, const fl
     lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
 }
 
-int lm_llama_block_backward(dt_lm *g, int l, const block_acts *A, const lm_params *P, float *G) {
+static int llama_block_backward(dt_lm *g, int l, const void *acts, const lm_params *P, float *G) {
+    const llama_acts *A = acts;
     const int64_t C = g->C, N = g->B * g->T, QD = g->QD, KVD = g->KVD, QK = QD + KVD;
     block_f32 *w = &g->w32;
     const size_t *o = g->boff;
     const float *p = P->f32;
+    const llama_linears lin = llama_linears_of(g);
     int rc;
     const float *x = lm_act_load(g, g->x[l], w->x, (size_t)(N * C));         /* [N, C] */
     const float *res1 = lm_act_load(g, A->res1, w->res1, (size_t)(N * C));   /* [N, C] */
@@ -344,21 +425,58 @@ int lm_llama_block_backward(dt_lm *g, int l, const block_acts *A, const lm_param
     const float *att = lm_act_load_lin(g, A->att, w->att, (size_t)(N * QD));   /* [N, QD] */
     float *datt = g->dA;                                   /* [N, QD] */
     float *dqk = g->dQKV, *dv = g->dQKV + N * QK;          /* [N, QK], [N, KVD] */
-    if ((rc = lm_linear_backward(g, DT_LM_OP_ATTN_PROJ, LM_W_OUT_IN, datt, G + o[LL_OW], NULL, g->dres, A->att, att, P,
-                                 o[LL_OW], N, QD, C, 0)))
+    if ((rc = lm_linear_backward(g, &lin.o, P, G, datt, LM_DINP_SET, g->dres, A->att, att, N)))
         return rc;
     qkv_grads(g, A, datt, p, G, dqk, dv);
 
     const float *ln1 = lm_act_load_lin(g, A->ln1, w->ln1, (size_t)(N * C));   /* [N, C] */
     float *dln1 = g->dC;                                                      /* [N, C] */
-    if ((rc = lm_linear_backward(g, DT_LM_OP_QKV, LM_W_OUT_IN, dln1, G + o[LL_QW], g->qkv_bias ? G + o[LL_QB] : NULL,
-                                 dqk, A->ln1, ln1, P, o[LL_QW], N, C, QK, 0)))
+    if ((rc = lm_linear_backward(g, &lin.qk, P, G, dln1, LM_DINP_SET, dqk, A->ln1, ln1, N)))
         return rc;
-    if ((rc = lm_linear_backward(g, DT_LM_OP_QKV, LM_W_OUT_IN, dln1, G + o[LL_VW], g->qkv_bias ? G + o[LL_VB] : NULL,
-                                 dv, A->ln1, ln1, P, o[LL_VW], N, C, KVD, 1)))
+    if ((rc = lm_linear_backward(g, &lin.v, P, G, dln1, LM_DINP_ADD, dv, A->ln1, ln1, N)))
         return rc;
     lm_prof_mark m = lm_prof_begin(g);
     g->dev->rmsnorm_backward(g->dres, G + o[LL_IN], dln1, x, p + o[LL_IN], A->ln1_rstd, N, 1, C, C, 1);
     lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
     return DT_OK;
 }
+
+/* ----------------------------------------------------------------------------
+ * the final RMSNorm (model.norm.weight at the start of group L + 1) */
+
+static void llama_norm_forward(dt_lm *g, float *out, const float *x, const float *P) {
+    g->dev->rmsnorm_forward(out, g->lnf_rstd, x, P, g->B * g->T, 1, g->C, g->C, g->eps);
+}
+
+static void llama_norm_backward(dt_lm *g, const float *dout, const float *x, const float *P, float *G) {
+    g->dev->rmsnorm_backward(g->dres, G, dout, x, P, g->lnf_rstd, g->B * g->T, 1, g->C, g->C, 1);
+}
+
+const lm_family lm_family_llama = {
+    .name = "llama",
+    .hf_prefix = "",
+    .op_names = {"q|k|v proj", "o_proj", "gate|up", "down_proj", "lm_head", "attention", "rmsnorm",
+                 "rope", "swiglu", "residual", "cross-entropy", "embedding", "convert"},
+    .has_wpe = 0,
+    .model_prefix = "model.",
+    .block_prefix = "model.layers.%d.",
+    .weight_layout = LM_W_OUT_IN,
+    .init_std = DT_LLAMA_INIT_STD,
+    .scale_out_init = 0,
+    .block_kinds = LL_COUNT,
+    .kind_names = ll_kinds,
+    .acts_size = sizeof(llama_acts),
+    .views_size = sizeof(llama_views),
+    .check = llama_check,
+    .configure = llama_configure,
+    .layout_block_acts = llama_layout_block_acts,
+    .layout_norm_stats = llama_layout_norm_stats,
+    .alloc_scratch = llama_alloc_scratch,
+    .alloc_views = llama_alloc_views,
+    .widest_linear = llama_widest_linear,
+    .gemm16_view = llama_gemm16_view,
+    .block_forward = llama_block_forward,
+    .block_backward = llama_block_backward,
+    .norm_forward = llama_norm_forward,
+    .norm_backward = llama_norm_backward,
+};

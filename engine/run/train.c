@@ -351,13 +351,11 @@ static void test_fault(const trainer *t) {
         for (;;) pause();
 }
 
-/* A collective failed (timeout, or MPI/NCCL reporting a lost peer): append the
- * heartbeat diagnosis naming the rank that died or hangs. This rank re-beats
- * first and waits DT_DIAG_GRACE_S so the healthy peers do the same. */
+/* A collective failed (DT_ECOMM: a timeout, or MPI/NCCL reporting a lost peer):
+ * append the heartbeat diagnosis naming the rank that died or hangs. This rank
+ * re-beats first and waits DT_DIAG_GRACE_S so the healthy peers do the same. */
 static void name_culprit(trainer *t, dt_error *err) {
-    if (!t->hb || t->world < 2) return;
-    if (!strstr(err->msg, "did not complete within") && !strstr(err->msg, "MPI ") && !strstr(err->msg, "NCCL "))
-        return;
+    if (!t->hb || t->world < 2 || err->code != DT_ECOMM) return;
     const double timeout = dt_comm_timeout(t->comm);
     dt_heartbeat_beat(t->hb, t->st.step + 1);
     double grace = fmin(DT_DIAG_GRACE_S, timeout / 4);
@@ -574,9 +572,10 @@ static int build_model(trainer *t, int64_t *resumed, dt_error *err) {
     *resumed = -1;
     /* ZeRO-3: no rank ever holds the whole model (dt_zero_load_params) */
     unsigned flags = partitioned_init(t) ? DT_LM_NO_FLAT : 0;
-    int rc = dt_lm_create_ex(&plan->model, &plan->precision, B, T, plan->activations.ckpt_layers,
-                             plan->activations.attention, plan->cluster.device, dt_comm_local_rank(t->comm),
-                             flags, &t->g, err);
+    const dt_lm_options lo = {.B = B, .T = T, .ckpt_layers = plan->activations.ckpt_layers,
+                              .attn = plan->activations.attention, .device = plan->cluster.device,
+                              .ordinal = dt_comm_local_rank(t->comm), .flags = flags};
+    int rc = dt_lm_create_opts(&plan->model, &plan->precision, &lo, &t->g, err);
     if (!rc) rc = dt_zero_create(plan, t->comm, t->g, &t->z, err);
     if (!rc) rc = setup_data(t, err);
     if (!rc) {

@@ -53,7 +53,9 @@ static dt_plan base_plan(dt_precision_preset preset, int stage, dt_offload off) 
 static dt_lm *model(const dt_plan *p, unsigned flags) {
     dt_lm *g = NULL;
     dt_error err;
-    if (dt_lm_create_ex(&p->model, &p->precision, 1, 8, 0, DT_ATTN_FLASH, DT_DEVICE_CPU, 0, flags, &g, &err)) {
+    const dt_lm_options o = {.B = 1, .T = 8, .ckpt_layers = 0, .attn = DT_ATTN_FLASH, .device = DT_DEVICE_CPU,
+                             .ordinal = 0, .flags = flags};
+    if (dt_lm_create_opts(&p->model, &p->precision, &o, &g, &err)) {
         fprintf(stderr, "model: %s\n", err.msg);
         exit(1);
     }
@@ -262,8 +264,8 @@ int main(void) {
     /* the weights every source holds: a's seeded init, and a bf16 copy */
     dt_plan pf = base_plan(DT_PREC_FP32, 0, DT_OFFLOAD_NONE), pb = base_plan(DT_PREC_MIXED_BF16, 0, DT_OFFLOAD_NONE);
     dt_lm *a = model(&pf, 0), *b = model(&pb, 0);
-    dt_lm_init_random(a, 7);
-    dt_lm_init_random(b, 7);
+    CHECK(dt_lm_init_random(a, 7, NULL) == DT_OK);
+    CHECK(dt_lm_init_random(b, 7, NULL) == DT_OK);
     char f32[512], bf[512], hf[512], l3[512], l5[512];
     snprintf(f32, sizeof f32, "%s/w32.safetensors", dir);
     snprintf(bf, sizeof bf, "%s/wbf16.safetensors", dir);

@@ -279,8 +279,8 @@ static void test_gpt2_step(void) {
             fprintf(stderr, "create: %s\n", err.msg);
             return;
         }
-        dt_lm_init_random(gc, 7);
-        dt_lm_init_random(gg, 7);
+        CHECK(dt_lm_init_random(gc, 7, NULL) == DT_OK);
+        CHECK(dt_lm_init_random(gg, 7, NULL) == DT_OK);
         size_t P = dt_lm_num_params(gc);
         float lc = 0, lg = 0;
         dt_lm_zero_grad(gc);

@@ -229,7 +229,7 @@ static void test_bf16_chunked(void) {
     CHECK(dt_lm_create(&m, &p16, B, T, L, DT_ATTN_FLASH, &gk, &err) == DT_OK);
     if (!g32 || !g16 || !gk) return;
     size_t P = dt_lm_num_params(g32);
-    dt_lm_init_random(g32, 11);
+    CHECK(dt_lm_init_random(g32, 11, NULL) == DT_OK);
     dt_convert(dt_lm_params(g16), DT_DTYPE_BF16, dt_lm_params(g32), DT_DTYPE_FP32, P);
     dt_convert(dt_lm_params(g32), DT_DTYPE_FP32, dt_lm_params(g16), DT_DTYPE_BF16, P);
     memcpy(dt_lm_params(gk), dt_lm_params(g16), P * 2);
@@ -544,11 +544,11 @@ static void test_init(void) {
     dt_error err = {0};
     CHECK(dt_lm_create(&m, &p, 1, 8, 0, DT_ATTN_FLASH, &g, &err) == 0);
     CHECK(dt_lm_create(&m, &p, 1, 8, 0, DT_ATTN_FLASH, &g2, &err) == 0);
-    dt_lm_init_random(g, 7);
-    dt_lm_init_random(g2, 7);
+    CHECK(dt_lm_init_random(g, 7, NULL) == DT_OK);
+    CHECK(dt_lm_init_random(g2, 7, NULL) == DT_OK);
     size_t P = dt_lm_num_params(g);
     CHECK(memcmp(dt_lm_params(g), dt_lm_params(g2), P * 4) == 0);
-    dt_lm_init_random(g2, 8);
+    CHECK(dt_lm_init_random(g2, 8, NULL) == DT_OK);
     CHECK(memcmp(dt_lm_params(g), dt_lm_params(g2), P * 4) != 0);
     const float *w = dt_lm_params(g);
     for (int i = 0; i < dt_lm_num_tensors(g); i++) {
@@ -623,7 +623,7 @@ static void test_catalog_and_learning(void) {
     CHECK(dt_lm_create(&m, &p, B, T, 1, DT_ATTN_FLASH, &g, &err) == 0);
     if (!g) return;
     CHECK_EQ_I64(dt_lm_num_params(g), dt_model_params(&m));
-    dt_lm_init_random(g, 3);
+    CHECK(dt_lm_init_random(g, 3, NULL) == DT_OK);
     int32_t in[64], tg[64];
     for (int i = 0; i < B * T; i++) {   /* a repeating pattern: learnable */
         in[i] = (i * 7) % 13 + 'a';

@@ -206,7 +206,7 @@ static void test_flags(void) {
     CHECK_EQ_I64(li.world, 16);
     CHECK_EQ_I64(li.rank, 8);
     /* a node of a multi-node job whose layout disagrees with the plan: exit 2 before spawning */
-    CHECK_EQ_I64(dt_launch_spawn_local(&li, 16, 4, 0, 1, argv, NULL, &err), 2);
+    CHECK_EQ_I64(dt_launch_spawn_local(&li, 16, 4, 1, argv, NULL, &err), 2);
     CHECK(strstr(err.msg, "the plan wants") != NULL);
 
     /* bad values */

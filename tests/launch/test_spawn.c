@@ -151,7 +151,7 @@ static void test_spawn_local(const char *self) {
         CHECK_EQ_I64(dt_launch_must_spawn(&li, WORLD), 1);
         char *av[] = {(char *)self, "--as-rank", piddir, (char *)modes[m], NULL};
         FILE *lf = tmpfile();
-        int status = dt_launch_spawn_local(&li, WORLD, WORLD, 0, 4, av, lf, &err);
+        int status = dt_launch_spawn_local(&li, WORLD, WORLD, 4, av, lf, &err);
         char log[512] = "";
         rewind(lf);
         size_t n = fread(log, 1, sizeof log - 1, lf);
@@ -171,7 +171,7 @@ static void test_spawn_local(const char *self) {
     f.given = 1;
     CHECK_EQ_I64(dt_launch_discover(&f, &li, &err), DT_OK);
     char *av[] = {(char *)self, NULL};
-    CHECK_EQ_I64(dt_launch_spawn_local(&li, 2, 2, 0, 1, av, NULL, &err), 2);
+    CHECK_EQ_I64(dt_launch_spawn_local(&li, 2, 2, 1, av, NULL, &err), 2);
     CHECK(strstr(err.msg, "the plan wants world_size 2") && strstr(err.msg, "dtrun's launch flags give 3"));
 }
 
