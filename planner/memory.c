@@ -13,6 +13,7 @@
 
 #include "dt_dsconfig.h"
 #include "dt_ftplan.h"
+#include "dt_objplan.h"
 
 /* fp32 statistics (LayerNorm mean/rstd, RMSNorm rstd, softmax log-sum-exp) and
  * fp32 logits, int32 token ids: docs/activations.md. */
@@ -778,6 +779,14 @@ static void total_of(dt_mem_breakdown *m) {
 
 int dt_memory_phases(const dt_plan *p, int64_t n_params, dt_mem_phases *out, dt_error *err) {
     memset(out, 0, sizeof *out);
+    /* objectives (planner/objective.c): the policy's shape under pairs / a score head, the
+     * other models' persistent terms per phase, the generation phase after */
+    const dt_plan *orig = p;
+    dt_plan shaped;
+    dt_obj_terms ot;
+    const int obj = dt_objplan_active(p);
+    if (obj && dt_objplan_shape(orig, &n_params, &shaped)) p = &shaped;
+    if (obj) dt_objplan_terms(orig, &ot);
     int rc = check_plan(p, err);
     if (rc) return rc;
     int64_t psi = n_params > 0 ? n_params : dt_model_params(&p->model);
@@ -810,12 +819,14 @@ int dt_memory_phases(const dt_plan *p, int64_t n_params, dt_mem_phases *out, dt_
         /* CPU ranks: the runtime term, at its largest phase (collectives or I/O) */
         m->reserve = cpu_rt ? sadd(rt.base, imax(rt.comm, rt.io)) : p->cluster.hw.reserve_bytes;
         if (fine) dt_ftplan_add_memory(p, &ft, m);
+        if (obj) dt_objplan_add_phase(&ot, m);
         total_of(m);
         m->host_params = host.host_params, m->host_optimizer = host.host_optimizer;
         m->host_buffers = host.host_buffers, m->host_total = host.host_total, m->nvme = host.nvme;
         if ((rc = saturated(p, m, err))) return rc;
         if (m->total > out->at[out->peak].total) out->peak = (dt_mem_phase)i;
     }
+    if (obj) dt_objplan_generation(orig, &ot, out, 1);
     return DT_OK;
 }
 

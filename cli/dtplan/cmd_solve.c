@@ -10,6 +10,7 @@
 
 #include "dt_cli.h"
 #include "dt_cli_ft.h"
+#include "dt_cli_obj.h"
 #include "dt_model.h"
 #include "dt_memory.h"
 #include "dt_report_charts.h"
@@ -64,6 +65,7 @@ static void usage(FILE *f) {
             "  --out DIR             dtrun output directory; --eval-interval N; --save-interval N\n",
             DT_SOLVE_DEFAULT_PER_DEVICE, DT_SOLVE_DEFAULT_ACCUM, DT_SOLVE_DEFAULT_HARDWARE);
     dt_ft_usage(f);
+    dt_obj_usage(f);
     fprintf(f, "solve keeps the method; when nothing fits, its line names the first of lora, qlora that would\n");
 }
 
@@ -376,6 +378,8 @@ int dt_cmd_solve(int argc, char **argv) {
     int no_offload = 0, no_overlap = 0;
     dt_ft_args fta;
     memset(&fta, 0, sizeof fta);
+    dt_obj_args oba;
+    memset(&oba, 0, sizeof oba);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -391,6 +395,9 @@ int dt_cmd_solve(int argc, char **argv) {
             const int t = dt_ft_args_take(&fta, argc, argv, &i, "solve");
             if (t == 2) return 2;
             if (t) continue;
+            const int o = dt_obj_args_take(&oba, argc, argv, &i, "solve");
+            if (o == 2) return 2;
+            if (o) continue;
         }
         if (k < 0) return dt_cli_fail(2, "solve: unknown option '%s' (see dtplan solve --help)", a);
         if (i + 1 >= argc)
@@ -477,6 +484,7 @@ int dt_cmd_solve(int argc, char **argv) {
                                v[O_SAVE], &err))
         return dt_cli_fail(2, "%s", err.msg);
     if (dt_ft_args_apply(&fta, b)) return 2;   /* the method, checked against the model; solve keeps it */
+    if (dt_obj_args_apply(&oba, b)) return 2;  /* the objective, checked against the batch; solve keeps it */
     char data_note[1024];
     if (dt_solve_apply_prepared(b, v[O_DATA], data_note, sizeof data_note, &err))
         return dt_cli_fail(2, "solve: %s", err.msg);
@@ -511,6 +519,7 @@ int dt_cmd_solve(int argc, char **argv) {
                dt_runtime_name(b->runtime.kind), dt_attn_kernel_name(b->runtime.attention));
     if (data_note[0]) printf("%s\n", data_note);
     dt_ft_print_summary(b, "finetune: ");
+    dt_obj_print_summary(b, "objective: ");
     if (b->finetune.method != DT_FT_FULL && b->runtime.kind == DT_RUNTIME_DTRUN)
         printf("note: this dtrun cannot train a %s plan yet (its engine half of issue 32 is pending); to run the "
                "method with PEFT + DeepSpeed, plan it with --runtime deepspeed\n", dt_ft_method_name(b->finetune.method));
