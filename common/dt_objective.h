@@ -60,7 +60,7 @@ int dt_obj_parse(const char *s, dt_obj_kind *out, dt_error *err);
 /* The objective a plan runs: kind, or for DT_OBJ_AUTO sft when the data is masked, else pt. */
 dt_obj_kind dt_obj_effective(const dt_objective *o, int loss_mask);
 /* Defaults for kind k: grpo G 8, completion 512, beta 0; ppo 1 generation, completion 512,
- * beta 0.05 (DeepSpeed-Chat's init_kl_coef... see docs/objectives.md); the rest zero. */
+ * beta 0.05 (TRL PPOConfig kl_coef); the rest zero. */
 void dt_objective_defaults(dt_obj_kind k, dt_objective *out);
 /* 1: pairs (rm, dpo) — two sequences per example in one batch. */
 int dt_obj_pairs(dt_obj_kind k);

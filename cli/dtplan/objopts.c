@@ -175,6 +175,7 @@ void dt_obj_print_terms(const dt_plan *p, dt_units u) {
         row("generation", "phase", t.gen_total, u, t.gen_total >= m->total ? "the step's peak: its excess over training is in buffers" : "below the training peak");
     }
     if (dt_objplan_time(p, &t, &e)) return;
+    if (dt_objplan_step_s(&t) <= 0) return;   /* rm: one model, no phase of its own */
     printf("  time per step: reference/reward/critic forwards %.4g s, critic training %.4g s, prefill %.4g s, "
            "decode %.4g s", t.ref_fwd_s, t.critic_s, t.prefill_s, t.decode_s);
     if (dt_obj_generates(k))

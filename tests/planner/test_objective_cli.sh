@@ -32,6 +32,16 @@ done
 # KV cache = 2 L kv d bytes x seq x sequences = 2*28*4*128*2*1024*8 = 469762048 B
 "$DTPLAN" estimate $M --objective grpo --micro-batch 8 --zero-stage 3 --json | grep -q '"kv_cache_bytes": 469762048' || fail "grpo KV cache"
 "$DTPLAN" estimate $M --objective grpo --micro-batch 8 | grep -q '^  reference' && fail "grpo beta 0 kept a reference"
+# decode, memory-bound: per token (N pb + KV per token x (P + C/2) x S) / (mem_bw x 0.88), C tokens;
+# N = 7615616512 (Qwen2.5-7B), P = C = 512, S = 8, mem_bw from the H100 profile
+SRC="$3"
+bw=$(sed -n 's/.*"mem_bw": *\([0-9.e+]*\).*/\1/p' "$SRC/configs/hardware/H100-SXM-80GB.json")
+dec=$("$DTPLAN" estimate $M --objective grpo --micro-batch 8 --json | sed -n 's/.*"decode_s": \([0-9.e+-]*\).*/\1/p')
+awk -v bw="$bw" -v d="$dec" 'BEGIN { w = 7615616512 * 2; kv = 57344 * (512 + 256) * 8;
+    e = 512 * (w + kv) / (bw * 0.88); r = d / e - 1; exit !(r < 1e-4 && r > -1e-4) }' || fail "decode time $dec s, bw $bw"
+# a separate generation engine holds F x device memory and the KV cache inside it
+"$DTPLAN" estimate $M --objective ppo --gen-mem-fraction 0.5 --json | grep -q '"gen_engine_bytes": 42949672960, "ref_fwd_s"' ||
+    fail "gen-mem-fraction 0.5 of 80 GiB"
 out=$("$DTPLAN" estimate $M --objective ppo --zero-stage 3) || fail "ppo failed"
 for r in "actor       weights" "critic      optimizer" "reward      weights" "reference   weights"; do
     echo "$out" | grep -q "^  $r" || fail "ppo: no '$r' row"
