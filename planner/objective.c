@@ -110,7 +110,8 @@ static void memory_terms(const dt_plan *p, dt_obj_kind k, dt_obj_terms *t) {
         /* TRL unwrap_model_for_generation gathers every parameter under ZeRO-3
          * (ds3_gather_for_generation, default True; DeepSpeed-Chat's hybrid engine likewise) */
         const int64_t full = n * (int64_t)dt_dtype_size(p->precision.param);
-        t->gathered = full - frozen_copy(p, n);
+        /* the rank's own partition is on the device unless offload_param keeps it on the host */
+        t->gathered = p->parallel.offload_param != DT_OFFLOAD_NONE ? full : full - frozen_copy(p, n);
     }
 }
 

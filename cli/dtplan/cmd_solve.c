@@ -373,6 +373,25 @@ static void cheaper_method_hint(const dt_solve_request *rq, int argc, char **arg
     free(r);
 }
 
+/* grpo / ppo without --gen-batch: when nothing fits with the rank's whole rollout decoded at
+ * once, the largest generation micro-batch (a power of two, GEN_BATCH_MAX down to 1) with which
+ * a plan fits: fewer sequences in flight shrink the KV cache and the sampler's logits at the
+ * price of more decoding rounds (docs/objectives.md "solve and simulate"). Returns dt_solve's
+ * code; *picked the micro-batch chosen (0: none tried). */
+#define GEN_BATCH_MAX 64
+static int solve_generation_batch(dt_solve_request *rq, dt_solve_result *r, int rc, int64_t *picked, dt_error *err) {
+    *picked = 0;
+    dt_objective *o = &rq->base.objective;
+    if (rc != DT_EINFEASIBLE || !dt_obj_generates(o->kind) || o->gen_batch) return rc;
+    for (int64_t s = GEN_BATCH_MAX; s >= 1; s /= 2) {
+        o->gen_batch = s;
+        dt_error e = {0};
+        if (dt_solve(rq, r, &e) == DT_OK) return *picked = s, DT_OK;
+    }
+    o->gen_batch = 0;
+    return rc == DT_OK ? DT_OK : err->code;
+}
+
 int dt_cmd_solve(int argc, char **argv) {
     const char *v[N_OPTS] = {0};   /* values, indexed like k_opts */
     int no_offload = 0, no_overlap = 0;
@@ -532,6 +551,8 @@ int dt_cmd_solve(int argc, char **argv) {
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int rc = dt_solve(&rq, r, &err);
+    int64_t gen_batch = 0;
+    rc = solve_generation_batch(&rq, r, rc, &gen_batch, &err);
     double ms = ms_since(&t0);
     if (rc) {
         free(r);
@@ -542,6 +563,9 @@ int dt_cmd_solve(int argc, char **argv) {
         return rc == DT_EINVAL || rc == DT_EINFEASIBLE ? 2 : 1;
     }
     print_result(&rq, r, u, ms);
+    if (gen_batch)
+        printf("generation: %lld sequences decoded at once per GPU (the whole rollout does not fit; the plan's "
+               "objective.gen_batch)\n", (long long)gen_batch);
     if (outp) {
         if (dt_plan_save(outp, &r->plan, &err)) {
             free(r);

@@ -73,6 +73,15 @@ grep -q '"kind": "dpo"' "$T/dpo.json" || fail "plan lacks objective.kind"
 "$DTPLAN" export --deepspeed "$T/dpo.json" -o "$T/ds.json" 2>&1 | grep -q 'TRL DPOConfig' || fail "export: no TRL line"
 "$DTPLAN" solve --mem 80G $M --objective grpo --num-generations 4 --global-batch 16 -o "$T/grpo.json" >/dev/null || fail "solve grpo"
 "$DTPLAN" simulate "$T/grpo.json" | grep -q 'generation [0-9.]* ms (prefill' || fail "simulate grpo: no generation phase"
+# the whole rollout (64 completions of 8192 tokens per GPU: 28 GiB of KV cache) does not fit in 30 GiB:
+# solve picks the largest generation micro-batch that does, and the plan carries it
+"$DTPLAN" solve --mem 30G $M --objective grpo --seq 8192 --max-completion-length 4096 --global-batch 512 \
+    -o "$T/gen.json" >"$T/gen.txt" || fail "solve grpo at 30G"
+grep -q '^generation: [0-9]* sequences decoded at once' "$T/gen.txt" || fail "solve did not pick a generation micro-batch"
+gb=$(sed -n 's/.*"gen_batch": \([0-9]*\).*/\1/p' "$T/gen.json")
+[ "$gb" -ge 1 ] && [ "$gb" -lt 64 ] || fail "plan gen_batch '$gb'"
+"$DTPLAN" solve --mem 30G $M --objective grpo --seq 8192 --max-completion-length 4096 --global-batch 512 --gen-batch 64 \
+    >/dev/null 2>&1 && fail "an explicit --gen-batch 64 was overridden to fit"
 # a plan without the section has none after a round trip; a hand-edited section is strict
 "$DTPLAN" solve --mem 80G $M -o "$T/sft.json" >/dev/null || fail "solve without objective"
 grep -q '"objective"' "$T/sft.json" && fail "a default plan carries an objective section"
