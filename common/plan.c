@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "dt_finetune_json.h"
+#include "dt_objective_json.h"
 #include "dt_json.h"
 #include "dt_layout.h"
 
@@ -666,6 +667,7 @@ int dt_plan_validate(const dt_plan *p, dt_error *err) {
     if ((rc = validate_training(p, err))) return rc;
     if ((rc = validate_io(p, err))) return rc;
     if ((rc = dt_finetune_check(&p->finetune, "finetune", err))) return rc;   /* the model's checks: dt_model_pgroups */
+    if ((rc = dt_objective_check(&p->objective, p->batch.seq_len, p->batch.global_batch, "objective", err))) return rc;
     return validate_prediction(&p->prediction, err);
 }
 
@@ -935,6 +937,7 @@ static cJSON *plan_to_tree(const dt_plan *p) {
 
     write_prediction(root, &p->prediction);
     dt_finetune_write_json(root, &p->finetune);   /* optional: absent = full fine-tuning */
+    dt_objective_write_json(root, &p->objective);   /* optional: absent = pt, or sft for masked data */
     return root;
 }
 
@@ -1394,6 +1397,7 @@ static int plan_parse_named(const char *json, const char *what, dt_plan *out, dt
     if (!root.failed) read_io(&root, &p, err);
     if (!root.failed) read_prediction(&root, &p.prediction, err);
     if (!root.failed) dt_finetune_read_json(&root, &p.finetune, err);
+    if (!root.failed) dt_objective_read_json(&root, &p.objective, err);
     if (!root.failed) dt_jobj_close(&root, err);
     cJSON_Delete(tree);
     if (root.failed) return root.failed;
