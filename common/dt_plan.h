@@ -23,6 +23,8 @@
 #define DT_PLAN_FINGERPRINT_HEX 64
 
 typedef enum { DT_OFFLOAD_NONE = 0, DT_OFFLOAD_CPU = 1, DT_OFFLOAD_NVME = 2 } dt_offload;
+#define DT_OFFLOAD_KINDS 3
+extern const char *const dt_offload_names[DT_OFFLOAD_KINDS];   /* "none", "cpu", "nvme" (offload.c) */
 typedef enum { DT_ATTN_FLASH = 0, DT_ATTN_MATERIALIZED = 1 } dt_attention;
 
 /* Collectives, for byte counters. The byte count of one call is the size of the

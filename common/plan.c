@@ -53,7 +53,6 @@
 #define DS_MAX_REUSE_DISTANCE 1000000000LL
 #define DS_PERSISTENCE_THRESHOLD 100000LL
 
-static const char *const k_offload_names[] = {"none", "cpu", "nvme"};
 static const char *const k_attention_names[] = {"flash", "materialized"};
 static const char *const k_runtime_names[] = {"dtrun", "deepspeed", "fsdp"};
 static const char *const k_kernel_names[] = {"flash", "sdpa", "eager"};
@@ -68,20 +67,6 @@ static const char *const k_format_names[] = {"text", "llmc"};
 static const char *const k_tokenizer_names[] = {"byte", "gpt2"};
 static const char *const k_dtype_keys[] = {"fp32", "bf16", "fp16"}; /* peak_flops[] index */
 #define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
-
-const char *dt_offload_name(dt_offload o) {
-    return (o >= 0 && (int)o < N_OF(k_offload_names)) ? k_offload_names[o] : "?";
-}
-
-int dt_offload_parse(const char *s, dt_offload *out, dt_error *err) {
-    for (int i = 0; s && i < N_OF(k_offload_names); i++)
-        if (!strcmp(s, k_offload_names[i])) {
-            *out = (dt_offload)i;
-            return DT_OK;
-        }
-    return dt_errorf(err, DT_EINVAL, "unknown offload device '%s' (use none, cpu or nvme)",
-                     s ? s : "");
-}
 
 const char *dt_runtime_name(dt_runtime_kind k) {
     return ((int)k >= 0 && (int)k < N_OF(k_runtime_names)) ? k_runtime_names[k] : "?";
@@ -1118,8 +1103,8 @@ static void read_parallel(dt_jobj *root, dt_parallel *q, dt_error *err) {
         r.failed = dt_errorf(err, DT_EINVAL, "$.parallel.zero_stage: Maximum supported ZeRO stage is 3 (got %lld)",
                              (long long)stage);
     q->zero_stage = (int)(stage > 3 ? 3 : stage);
-    dt_jobj_enum(&r, "offload_optimizer", k_offload_names, N_OF(k_offload_names), &oo, err);
-    dt_jobj_enum(&r, "offload_param", k_offload_names, N_OF(k_offload_names), &op, err);
+    dt_jobj_enum(&r, "offload_optimizer", dt_offload_names, N_OF(dt_offload_names), &oo, err);
+    dt_jobj_enum(&r, "offload_param", dt_offload_names, N_OF(dt_offload_names), &op, err);
     q->offload_optimizer = (dt_offload)oo;
     q->offload_param = (dt_offload)op;
     dt_jobj_str(&r, "nvme_path", 1, q->nvme_path, sizeof q->nvme_path, err);
