@@ -176,6 +176,15 @@ if bad:
     sys.exit(1)
 PY
 }
+# A sanitized build (DT_TEST_SANITIZED=1, tests/engine/CMakeLists.txt) holds AddressSanitizer's
+# shadow memory, redzones and quarantine in every rank's RSS, which no plan predicts: there the
+# bounded runs must complete with the reset in use, and the bound itself is checked in the
+# Release build (as engine_zero3_memlimit does).
+SANITIZED=${DT_TEST_SANITIZED:-0}
+if [ "$SANITIZED" = 1 ]; then
+  echo "sanitized build: the bounded runs must complete; the 5 % bound and its negative control run in the Release build"
+  check_bound() { return 0; }
+fi
 if ! "$DTRUN" "$TMP/plan-bound.json" --out "$TMP/run-bound" --max-steps 2 --no-progress >"$TMP/log-bound" 2>&1; then
   echo "FAIL: bound: the bounded run exited non-zero: $(tail -3 "$TMP/log-bound")"; fails=$((fails + 1))
 elif ! check_bound "$TMP/run-bound" "bound (12.6 M, ZeRO-3, 2 ranks)"; then
@@ -185,6 +194,8 @@ fi
 if ! DT_TEST_EXTRA_MODEL_COPY=1 "$DTRUN" "$TMP/plan-bound.json" --out "$TMP/run-copy" --max-steps 2 --no-progress \
      >"$TMP/log-copy" 2>&1; then
   echo "FAIL: bound: the negative control's run exited non-zero: $(tail -3 "$TMP/log-copy")"; fails=$((fails + 1))
+elif [ "$SANITIZED" = 1 ]; then
+  echo "ok: the negative control's run completed (its bound is checked in the Release build)"
 elif check_bound "$TMP/run-copy" "negative control (+1 model copy)"; then
   echo "FAIL: bound: one extra model copy stayed within the bound: the bound cannot fail"; fails=$((fails + 1))
 else
