@@ -96,7 +96,7 @@ static int export_user(const dt_plan *p, const char *plan_path, dt_ucfg_format f
         snprintf(msg, sizeof msg, "export: --config: %s", err.msg);
         return fail(msg);
     }
-    char notes[512];
+    char notes[2048];
     char *text = dt_userexport(p, fmt, ds[0] ? ds : NULL, orig, len, mine, notes, sizeof notes, &err);
     char *dsj = text && ds[0] ? dt_dsexport_config(p, &err) : NULL;
     int rc = 0;
@@ -109,6 +109,7 @@ static int export_user(const dt_plan *p, const char *plan_path, dt_ucfg_format f
         printf("wrote %s (%s config for %s)%s%s%s\n", out, dt_ucfg_format_name(fmt), plan_path, ds[0] ? " and " : "",
                ds, ds[0] ? " (DeepSpeed config it names)" : "");
         fputs(notes, stdout);
+        dt_ft_print_framework(&p->finetune, stdout);   /* the method as PEFT / bitsandbytes / LLaMA-Factory spell it */
         if (fmt == DT_UCFG_LLAMAFACTORY && !mine)
             printf("note: LLaMA-Factory needs dataset: and template: to train; the plan names no LLaMA-Factory dataset: add "
                    "yours (or export with --config YOUR.yaml)\n");
