@@ -101,6 +101,8 @@ ftround frz frz_in.yaml
 grep -q '^freeze_trainable_layers: -3$' frz.yaml || bad "frz: $(cat frz.yaml)"
 grep -qE '^freeze_extra_modules: "?embed_tokens,lm_head"?$' frz.yaml || bad "freeze: extra modules not split out: $(grep freeze_ frz.yaml)"
 grep -q '^freeze_trainable_modules: mlp$' frz.yaml || bad "freeze: block modules: $(grep freeze_ frz.yaml)"
+grep -q "LLaMA-Factory: finetuning_type: freeze, freeze_trainable_layers: -3, freeze_trainable_modules: mlp, freeze_extra_modules: embed_tokens,lm_head" frz.log \
+    || bad "freeze: the printed LLaMA-Factory keys: $(cat frz.log)"
 ftround lora "$C/lf_qwen25_lora.yaml" --lora-rank 16 --lora-alpha 24 --lora-dropout 0.1 --lora-target q_proj,v_proj \
     --modules-to-save lm_head --use-rslora
 grep -qE '^lora_target: "?q_proj,v_proj"?$' lora.yaml && grep -q '^additional_target: lm_head$' lora.yaml \
