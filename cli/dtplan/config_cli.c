@@ -276,6 +276,15 @@ int dt_cli_config_expand(const char *cmd, int argc, char **argv, int *out_argc, 
     dt_finetune ft;
     config_method(c, &m, &ft);
     if (!find_opt(argc, argv, "--finetune") && ft.method != DT_FT_FULL && check_method(c, &m, &ft)) return 2;
+    if (!find_opt(argc, argv, "--finetune") && ft.method == DT_FT_QLORA && ft.quant == DT_STORAGE_INT8 && c->deepspeed[0]) {
+        /* model_utils/quantization.py: under ZeRO-3 only a 4-bit base loads ("Only 4-bit quantized model can
+         * use fsdp+qlora") */
+        dt_dsconfig ds;
+        if (dt_dsconfig_load(c->deepspeed, &ds, &err) == DT_OK && ds.zero_stage == 3)
+            return dt_cli_fail(2, "%s:%d: quantization_bit: 8 with DeepSpeed ZeRO-3 (%s): LLaMA-Factory loads only a "
+                                  "4-bit base under ZeRO-3; use quantization_bit: 4 or a ZeRO-2 config", path,
+                               key_line(c, "quantization_bit"), c->deepspeed_written);
+    }
     print_report(rep, c);
     if (c->model[0] && (cli_model || cli_params))
         fprintf(rep, "  model_name_or_path %s from the config: the command line's %s %s wins\n", c->model,

@@ -204,6 +204,11 @@ refuse qbit3 "q3.yaml:9: quantization_bit: 3: bitsandbytes quantises the base to
     "$DTPLAN" estimate --config "$T/q3.yaml"
 sed -e 's/^quantization_bit: 4/quantization_bit: 4\nquantization_method: hqq/' lf_qwen25_qlora.yaml >"$T/hqq.yaml"
 refuse hqq "hqq.yaml:10: quantization_method: 'hqq' is not modelled \(HQQ" "$DTPLAN" estimate --config "$T/hqq.yaml"
+sed -e 's/^quantization_bit: 4/quantization_bit: 8/' "$SRC/configs/training/llama3.1-8b_qlora_sft_ds3.yaml" >"$T/q8z3.yaml"
+cd "$SRC" || exit 1
+refuse q8z3 "q8z3.yaml:7: quantization_bit: 8 with DeepSpeed ZeRO-3 \(configs/training/ds_z3_config.json\): LLaMA-Factory loads only a 4-bit base" \
+    "$DTPLAN" estimate --config "$T/q8z3.yaml"
+cd "$C" || exit 1
 sed -e 's/^finetuning_type: lora/finetuning_type: full/' lf_qwen25_qlora.yaml >"$T/q4.yaml"
 refuse qbit "quantization_bit: 4 with finetuning_type full: a quantised base trains only adapters" \
     "$DTPLAN" estimate --config "$T/q4.yaml"
