@@ -52,6 +52,9 @@ typedef struct dt_pgroups {
 int dt_model_pgroups(const dt_model *m, const dt_finetune *ft, dt_dtype load_dtype, dt_model_role role,
                      dt_pgroups *out, dt_error *err);
 
+/* 1 when name is a module of m outside its blocks (embed_tokens, norm, lm_head; wte, wpe,
+ * ln_f; lm_head of a tied model included), as --trainable-modules names them. */
+int dt_model_outer_module(const dt_model *m, const char *name);
 int64_t dt_pgroup_elems(const dt_pgroup *g);                           /* n_layers x rows x cols */
 int64_t dt_pgroup_bytes(const dt_pgroups *s, const dt_pgroup *g);      /* stored, quantisation state included */
 /* Sums over the groups whose trainability is t (elements / stored bytes). */

@@ -87,6 +87,14 @@ static int is_outer(const dt_model_desc *d, const tensor_list *outer, const char
     return 0;
 }
 
+int dt_model_outer_module(const dt_model *m, const char *name) {
+    dt_model_desc d;
+    tensor_list outer;
+    dt_model_describe(m, &d);
+    outer_tensors(&d, &outer);
+    return is_outer(&d, &outer, name);
+}
+
 static int in_list(const dt_model_desc *d, const dt_ft_names *l, const char *module) {
     for (int i = 0; i < l->n; i++)
         if (!strcmp(outer_alias(d, l->name[i]), module)) return 1;

@@ -20,6 +20,7 @@
 
 #include "dt_arch.h"
 #include "dt_error.h"
+#include "dt_finetune.h"
 #include "dt_plan.h"
 
 typedef enum {
@@ -72,7 +73,12 @@ typedef struct dt_usercfg {
     int64_t save_steps;              /* 0 absent */
     char stage[16];                  /* LLaMA-Factory stage ("" absent: sft) */
     char finetuning_type[16];        /* "" absent: LLaMA-Factory's default is lora */
-    int quantization_bit;            /* 0 absent */
+    int quantization_bit;            /* 4 | 8, 0 absent */
+    dt_finetune finetune;            /* the method LLaMA-Factory runs for finetuning_type and its keys
+                                      * (docs/configs.md "Fine-tuning keys"); zeroed (full) for hf / runbook */
+    int lora_alpha_given;            /* lora_alpha set (not null / 0): else it follows the rank (2 x r) */
+    int freeze_block_names;          /* freeze: finetune.trainable_modules' first names, from
+                                      * freeze_trainable_modules; the rest from freeze_extra_modules */
     int methods_refused;             /* 1: every key read, only dt_usercfg_check_methods refused */
     int n_keys;
     dt_ukey keys[DT_UCFG_MAX_KEYS];
@@ -90,9 +96,11 @@ int dt_usercfg_parse(const char *text, size_t len, const char *path, dt_ucfg_for
                      dt_error *err);
 int dt_usercfg_load(const char *path, dt_ucfg_format fmt, dt_usercfg *out, dt_error *err);
 
-/* The one place that refuses the methods the planner does not model yet (LoRA / QLoRA /
- * freeze, quantization_bit, stages other than sft / pt): DT_EINVAL naming the key and
- * what is missing; DT_OK for full-parameter sft / pt. dt_usercfg_parse calls it. */
+/* The one place that refuses the stages and methods the planner does not model yet (stages
+ * other than sft / pt, finetuning_type oft) and quantization_bit without LoRA: DT_EINVAL
+ * naming the key and what is missing; DT_OK for full / freeze / lora sft / pt.
+ * dt_usercfg_parse calls it, then builds c->finetune (refusing DoRA, PiSSA, LoRA+ and
+ * non-bitsandbytes quantization by name, with file:line). */
 int dt_usercfg_check_methods(const dt_usercfg *c, dt_error *err);
 
 /* model_name_or_path as LLaMA-Factory / transformers take it, resolved into m: a local

@@ -179,8 +179,9 @@ typedef enum {
     F_REFUSE,        /* refused when set to anything but false / null / 0 / "" */
     F_MODEL, F_MICRO, F_ACCUM, F_TOTAL_BATCH, F_SEQ, F_BF16, F_FP16, F_PURE_BF16, F_MIXED, F_USE_MIXED,
     F_GC, F_NO_GC, F_FLASH, F_DEEPSPEED, F_STRATEGY, F_LR, F_WD, F_B1, F_B2, F_EPS, F_CLIP, F_MAX_STEPS,
-    F_WARMUP_STEPS, F_WARMUP_RATIO, F_SCHED, F_SAVE_STEPS, F_STAGE, F_FT_TYPE, F_QBIT, F_OPTIM, F_DATALOADER,
-    F_EPOCHS
+    F_WARMUP_STEPS, F_WARMUP_RATIO, F_SCHED, F_SAVE_STEPS, F_STAGE, F_FT_TYPE, F_OPTIM, F_DATALOADER,
+    F_EPOCHS,
+    F_FTKEY          /* a fine-tuning key: read now, its meaning set once finetuning_type is known */
 } kfield;
 
 typedef struct {
@@ -193,11 +194,8 @@ typedef struct {
 #define NE_LOG "logging, saving or reporting: no effect on a step's memory or time"
 #define NE_DATA "data preparation on the host, before and between steps"
 #define NE_EVAL "evaluation and prediction run outside the training step"
-#define NE_LORA "used only with finetuning_type lora (this config trains all parameters)"
-#define NE_FREEZE "used only with finetuning_type freeze"
 #define NE_PREF "used only by stages rm, ppo, dpo and kto"
 #define NE_GEN "generation settings (predict / chat), not training"
-#define NE_QUANT "used only with quantization_bit"
 #define NE_HUB "where files come from or go to"
 
 /* Hugging Face TrainingArguments (transformers 4.4x training_args.py) and
@@ -314,7 +312,7 @@ static const key_rule k_lf[] = {
     {"model_name_or_path", T_STR, F_MODEL, NULL},
     {"stage", T_STR, F_STAGE, NULL},
     {"finetuning_type", T_STR, F_FT_TYPE, NULL},
-    {"quantization_bit", T_INT, F_QBIT, NULL},
+    {"quantization_bit", T_INT, F_FTKEY, NULL},
     {"cutoff_len", T_INT, F_SEQ, NULL},
     {"pure_bf16", T_BOOL, F_PURE_BF16, NULL},
     {"flash_attn", T_STR, F_FLASH, NULL},
@@ -373,34 +371,36 @@ static const key_rule k_lf[] = {
     {"use_unsloth_gc", T_BOOL, F_REFUSE, "Unsloth's offloaded checkpointing is not modelled"},
     {"enable_liger_kernel", T_BOOL, F_REFUSE, "Liger's fused kernels (fused linear cross-entropy) change activation "
                                               "memory; not modelled"},
-    {"adapter_name_or_path", T_ANY, F_REFUSE, "adapters (LoRA) are not modelled yet (the --finetune work in "
-                                              "progress)"},
+    {"adapter_name_or_path", T_ANY, F_REFUSE, "a saved adapter's rank and targets live in its adapter_config.json, "
+                                              "which is not read; remove it and give its lora_rank / lora_target "
+                                              "(the same memory and time as a new adapter of that shape)"},
     {"use_galore", T_BOOL, F_REFUSE, "GaLore's projected optimizer states are not modelled: dtplan plans AdamW"},
     {"use_apollo", T_BOOL, F_REFUSE, "APOLLO's optimizer states are not modelled: dtplan plans AdamW"},
     {"use_badam", T_BOOL, F_REFUSE, "BAdam's block-wise updates are not modelled: dtplan plans AdamW"},
     {"use_adam_mini", T_BOOL, F_REFUSE, "Adam-mini's shared moments are not modelled: dtplan plans AdamW"},
     {"use_muon", T_BOOL, F_REFUSE, "the Muon optimizer is not modelled: dtplan plans AdamW"},
     {"use_llama_pro", T_BOOL, F_REFUSE, "LLaMA Pro's expanded blocks are not modelled"},
-    {"lora_rank", T_INT, F_NONE, NE_LORA},
-    {"lora_alpha", T_ANY, F_NONE, NE_LORA},
-    {"lora_dropout", T_NUM, F_NONE, NE_LORA},
-    {"lora_target", T_ANY, F_NONE, NE_LORA},
-    {"additional_target", T_ANY, F_NONE, NE_LORA},
-    {"loraplus_lr_ratio", T_ANY, F_NONE, NE_LORA},
-    {"loraplus_lr_embedding", T_NUM, F_NONE, NE_LORA},
-    {"use_rslora", T_BOOL, F_NONE, NE_LORA},
-    {"use_dora", T_BOOL, F_NONE, NE_LORA},
-    {"pissa_init", T_BOOL, F_NONE, NE_LORA},
-    {"pissa_iter", T_INT, F_NONE, NE_LORA},
-    {"pissa_convert", T_BOOL, F_NONE, NE_LORA},
-    {"create_new_adapter", T_BOOL, F_NONE, NE_LORA},
-    {"freeze_trainable_layers", T_INT, F_NONE, NE_FREEZE},
-    {"freeze_trainable_modules", T_ANY, F_NONE, NE_FREEZE},
-    {"freeze_extra_modules", T_ANY, F_NONE, NE_FREEZE},
-    {"quantization_method", T_STR, F_NONE, NE_QUANT},
-    {"quantization_type", T_STR, F_NONE, NE_QUANT},
-    {"double_quantization", T_BOOL, F_NONE, NE_QUANT},
-    {"quantization_device_map", T_ANY, F_NONE, NE_QUANT},
+    {"lora_rank", T_INT, F_FTKEY, NULL},
+    {"lora_alpha", T_NUM, F_FTKEY, NULL},
+    {"lora_dropout", T_NUM, F_FTKEY, NULL},
+    {"lora_target", T_ANY, F_FTKEY, NULL},
+    {"additional_target", T_ANY, F_FTKEY, NULL},
+    {"use_rslora", T_BOOL, F_FTKEY, NULL},
+    {"use_dora", T_BOOL, F_FTKEY, NULL},
+    {"pissa_init", T_BOOL, F_FTKEY, NULL},
+    {"loraplus_lr_ratio", T_NUM, F_FTKEY, NULL},
+    {"freeze_trainable_layers", T_INT, F_FTKEY, NULL},
+    {"freeze_trainable_modules", T_ANY, F_FTKEY, NULL},
+    {"freeze_extra_modules", T_ANY, F_FTKEY, NULL},
+    {"quantization_method", T_STR, F_FTKEY, NULL},
+    {"quantization_type", T_STR, F_FTKEY, NULL},
+    {"double_quantization", T_BOOL, F_FTKEY, NULL},
+    {"loraplus_lr_embedding", T_NUM, F_NONE, "read only with loraplus_lr_ratio (refused)"},
+    {"pissa_iter", T_INT, F_NONE, "read only with pissa_init (refused)"},
+    {"pissa_convert", T_BOOL, F_NONE, "converts a saved PiSSA adapter after training"},
+    {"create_new_adapter", T_BOOL, F_NONE, "read only with adapter_name_or_path (refused)"},
+    {"quantization_device_map", T_ANY, F_REFUSE, "LLaMA-Factory refuses a device map for quantised models in "
+                                                 "training (inference only)"},
     {"pref_beta", T_NUM, F_NONE, NE_PREF},
     {"pref_ftx", T_NUM, F_NONE, NE_PREF},
     {"pref_loss", T_STR, F_NONE, NE_PREF},
@@ -454,6 +454,28 @@ static const key_rule *find_rule(const key_rule *t, size_t n, const char *key) {
 
 /* ------------------------------------------------------------ reading */
 
+/* LLaMA-Factory's fine-tuning keys (hparams/finetuning_args.py FreezeArguments,
+ * LoraArguments; hparams/model_args.py QuantizationArguments): what each means depends on
+ * finetuning_type, which may come later in the file. */
+enum { K_RANK, K_ALPHA, K_DROPOUT, K_TARGET, K_ADD, K_RSLORA, K_DORA, K_PISSA, K_LORAPLUS, K_LAYERS, K_MODULES,
+       K_EXTRA, K_QBIT, K_QMETHOD, K_QTYPE, K_DQ, K_N };
+static const char *const k_ftkeys[K_N] = {
+    "lora_rank", "lora_alpha", "lora_dropout", "lora_target", "additional_target", "use_rslora", "use_dora",
+    "pissa_init", "loraplus_lr_ratio", "freeze_trainable_layers", "freeze_trainable_modules", "freeze_extra_modules",
+    "quantization_bit", "quantization_method", "quantization_type", "double_quantization"};
+
+static int ftkey_index(const char *key) {
+    for (int i = 0; i < K_N; i++)
+        if (!strcmp(k_ftkeys[i], key)) return i;
+    return 0;   /* unreachable: the table's F_FTKEY keys are k_ftkeys' */
+}
+
+typedef struct {
+    int set, line, idx;   /* idx: its entry in dt_usercfg.keys */
+    value v;
+    yaml_node_t *node;
+} ft_key;
+
 typedef struct {
     yaml_document_t *doc;
     dt_usercfg *c;
@@ -461,6 +483,7 @@ typedef struct {
     const char *file;     /* for messages */
     char dir[DT_PATH_MAX];
     int bf16, fp16, pure; /* the precision keys as set (contradictions are checked at the end) */
+    ft_key ft[K_N];       /* the fine-tuning keys as read (finish_method gives them their meaning) */
 } reader;
 
 static int note_key(reader *r, const char *key, dt_ukey_use use, int line, const char *fmt, ...)
@@ -704,11 +727,11 @@ static int apply_rule(reader *r, const key_rule *k, const char *key, int line, y
     case F_FT_TYPE:
         snprintf(c->finetuning_type, sizeof c->finetuning_type, "%s", v->s);
         return note_key(r, key, DT_UKEY_USED, line, "%s", !strcmp(v->s, "full") ? "all parameters train" : v->s);
-    case F_QBIT:
-        if (v->t != V_INT || v->i < 0)
-            return dt_errorf(err, DT_EINVAL, "%s:%d: '%s' must be 4 or 8, not '%s'", r->file, line, key, v->s);
-        c->quantization_bit = (int)v->i;
-        return note_key(r, key, DT_UKEY_USED, line, "%d-bit base weights", (int)v->i);
+    case F_FTKEY: {
+        int i = ftkey_index(k->key);
+        r->ft[i] = (ft_key){1, line, c->n_keys, *v, node};
+        return note_key(r, key, DT_UKEY_USED, line, "fine-tuning");   /* what it set: finish_method */
+    }
     case F_OPTIM: return read_optim(r, key, line, v->s, err);
     case F_DATALOADER: return read_dataloader(r, key, line, node, err);
     case F_EPOCHS:
@@ -764,6 +787,13 @@ static int read_map(reader *r, yaml_node_t *map, const char *prefix, const key_r
         }
         const key_rule *rule = NULL;
         for (int t = 0; t < n_tables && !rule; t++) rule = find_rule(tables[t], sizes[t], k);
+        if (!rule && r->c->format != DT_UCFG_LLAMAFACTORY && find_rule(k_lf, N_OF(k_lf), k) &&
+            find_rule(k_lf, N_OF(k_lf), k)->field == F_FTKEY)
+            return dt_errorf(err, DT_EINVAL,
+                             "%s:%d: '%s' is LLaMA-Factory's; %s has no fine-tuning keys (PEFT's LoraConfig and "
+                             "BitsAndBytesConfig are separate objects): give the method as options (--finetune lora "
+                             "--lora-rank 8 ...), or read the file with --config-format llamafactory",
+                             r->file, line, full, r->c->format == DT_UCFG_HF ? "TrainingArguments" : "the runbook");
         if (!rule)
             return dt_errorf(err, DT_EINVAL,
                              "%s:%d: unknown key '%s' for a %s config (its own parser refuses unknown keys too); "
@@ -816,21 +846,217 @@ int dt_usercfg_check_methods(const dt_usercfg *c, dt_error *err) {
                          !strcmp(c->stage, "rm") ? "a value head and paired sequences"
                          : !strcmp(c->stage, "ppo") ? "policy, reference, reward and value models"
                                                     : "a reference model and chosen / rejected pairs");
-    if (!strcmp(ft, "lora") || !strcmp(ft, "freeze") || !strcmp(ft, "oft"))
+    if (!strcmp(ft, "oft"))
         return dt_errorf(err, DT_EINVAL,
-                         "%s: finetuning_type: %s%s is not modelled yet (frozen base weights, %s; the planner's "
-                         "--finetune work is in progress); plan full-parameter training with finetuning_type: full",
-                         c->path, ft, c->finetuning_type[0] ? "" : " (LLaMA-Factory's default when the key is absent)",
-                         !strcmp(ft, "freeze") ? "gradients and optimizer states only for the trainable layers"
-                                               : "adapter parameters, gradients and optimizer states");
-    if (strcmp(ft, "full"))
+                         "%s: finetuning_type: oft is not modelled yet (OFT's orthogonal block adapters); dtplan plans "
+                         "full, freeze, lora and, with quantization_bit, qlora", c->path);
+    if (strcmp(ft, "full") && strcmp(ft, "freeze") && strcmp(ft, "lora"))
         return dt_errorf(err, DT_EINVAL, "%s: finetuning_type '%s' is not one of full, freeze, lora, oft", c->path, ft);
-    if (c->quantization_bit)
+    if (c->quantization_bit && strcmp(ft, "lora"))
         return dt_errorf(err, DT_EINVAL,
-                         "%s: quantization_bit: %d is not modelled yet (%d-bit frozen base weights: QLoRA, with the "
-                         "planner's --finetune work in progress); remove it to plan 16-bit training",
-                         c->path, c->quantization_bit, c->quantization_bit);
+                         "%s: quantization_bit: %d with finetuning_type %s: a quantised base trains only adapters "
+                         "(LLaMA-Factory refuses it too); use finetuning_type: lora (QLoRA) or remove quantization_bit",
+                         c->path, c->quantization_bit, ft);
     return DT_OK;
+}
+
+/* ---- the fine-tuning method (dt_finetune.h) from LLaMA-Factory's keys ---- */
+
+static int ft_fail(const reader *r, int k, dt_error *err, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int ft_fail(const reader *r, int k, dt_error *err, const char *fmt, ...) {
+    char why[DT_ERROR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    return dt_errorf(err, DT_EINVAL, "%s:%d: %s: %s", r->file, r->ft[k].line, k_ftkeys[k], why);
+}
+
+/* What key k did, in the report (its entry was made when it was read). */
+static void ft_note(reader *r, int k, dt_ukey_use use, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void ft_note(reader *r, int k, dt_ukey_use use, const char *fmt, ...) {
+    if (!r->ft[k].set || r->ft[k].idx >= r->c->n_keys) return;
+    dt_ukey *u = &r->c->keys[r->ft[k].idx];
+    u->use = use;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(u->why, sizeof u->why, fmt, ap);
+    va_end(ap);
+}
+
+/* 1 when key k is set to something other than false / null / 0. */
+static int ft_on(const reader *r, int k) {
+    const value *v = &r->ft[k].v;
+    return r->ft[k].set && !((v->t == V_BOOL && !v->b) || (v->t == V_INT && v->i == 0) || v->t == V_NULL);
+}
+
+/* A module list as LLaMA-Factory takes it: "a, b" (split_arg) or a YAML list of names. */
+static int ft_names(const reader *r, int k, dt_ft_names *out, dt_error *err) {
+    char list[DT_FT_MAX_NAMES * DT_FT_NAME_MAX + DT_FT_MAX_NAMES] = "";
+    const yaml_node_t *n = r->ft[k].node;
+    if (n->type == YAML_SCALAR_NODE) {
+        snprintf(list, sizeof list, "%s", (const char *)n->data.scalar.value);
+    } else if (n->type == YAML_SEQUENCE_NODE) {
+        size_t used = 0;
+        for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
+            yaml_node_t *item = yaml_document_get_node(r->doc, *it);
+            if (!item || item->type != YAML_SCALAR_NODE)
+                return ft_fail(r, k, err, "a list of module names holds only names (e.g. q_proj,v_proj)");
+            used += (size_t)snprintf(list + used, used < sizeof list ? sizeof list - used : 0, "%s%s", used ? "," : "",
+                                     (const char *)item->data.scalar.value);
+        }
+    } else {
+        return ft_fail(r, k, err, "module names as \"a,b\" or a list (e.g. q_proj,v_proj)");
+    }
+    dt_error e;
+    if (dt_ft_names_parse(list, k_ftkeys[k], out, &e)) return dt_errorf(err, DT_EINVAL, "%s:%d: %s", r->file, r->ft[k].line, e.msg);
+    return DT_OK;
+}
+
+/* quantization_bit / _method / _type / double_quantization (bitsandbytes through
+ * LLaMA-Factory's model_utils/quantization.py: BitsAndBytesConfig(load_in_4bit,
+ * bnb_4bit_quant_type, bnb_4bit_use_double_quant, bnb_4bit_compute_dtype = the
+ * training dtype: bf16 / fp16, else None = fp32) or load_in_8bit). */
+static int ft_quant(reader *r, dt_finetune *ft, dt_error *err) {
+    const int bits = r->c->quantization_bit;
+    if (r->ft[K_QMETHOD].set) {
+        const char *m = r->ft[K_QMETHOD].v.s;
+        if (strcmp(m, "bnb") && strcmp(m, "bitsandbytes"))
+            return ft_fail(r, K_QMETHOD, err, "'%s' is not modelled (%s); dtplan models bitsandbytes' on-the-fly 4 / "
+                                              "8-bit base: quantization_method: bnb", m,
+                           !strcmp(m, "hqq") ? "HQQ's 1-8-bit half-quadratic storage"
+                           : !strcmp(m, "eetq") ? "EETQ's 8-bit kernels" : "not an on-the-fly method LLaMA-Factory names");
+        ft_note(r, K_QMETHOD, DT_UKEY_USED, "bitsandbytes quantises the base");
+    }
+    if (bits == 8) {
+        ft->quant = DT_STORAGE_INT8;
+        ft_note(r, K_QTYPE, DT_UKEY_NO_EFFECT, "4-bit only (this base is 8-bit)");
+        ft_note(r, K_DQ, DT_UKEY_NO_EFFECT, "4-bit only (this base is 8-bit)");
+    } else {
+        if (r->ft[K_QTYPE].set) {
+            dt_error e;
+            if (dt_storage_parse(r->ft[K_QTYPE].v.s, &ft->quant, &e) ||
+                (ft->quant != DT_STORAGE_NF4 && ft->quant != DT_STORAGE_FP4))
+                return ft_fail(r, K_QTYPE, err, "'%s': expected nf4 or fp4 (bnb_4bit_quant_type)", r->ft[K_QTYPE].v.s);
+            ft_note(r, K_QTYPE, DT_UKEY_USED, "%s base weights", r->ft[K_QTYPE].v.s);
+        }
+        if (r->ft[K_DQ].set) {
+            ft->double_quant = r->ft[K_DQ].v.b;
+            ft_note(r, K_DQ, DT_UKEY_USED, "absmax %s", ft->double_quant ? "double-quantised (per 256)" : "fp32 per 64");
+        }
+    }
+    ft->compute_dtype = r->bf16 || r->pure ? DT_DTYPE_BF16 : r->fp16 ? DT_DTYPE_FP16 : DT_DTYPE_FP32;
+    ft_note(r, K_QBIT, DT_UKEY_USED, "QLoRA: %d-bit base (%s), dequantised to %s per use", bits,
+            dt_storage_name(ft->quant), dt_dtype_name(ft->compute_dtype));
+    return DT_OK;
+}
+
+static int ft_lora(reader *r, dt_finetune *ft, dt_error *err) {
+    static const struct { int k; const char *why; } refused[] = {
+        {K_DORA, "DoRA's magnitude vectors and weight-norm pass are not modelled yet; plan plain LoRA (use_dora: false)"},
+        {K_PISSA, "PiSSA's SVD initialisation (it rewrites the base weights) is not modelled yet; plan LoRA's own init "
+                  "(pissa_init: false)"},
+        {K_LORAPLUS, "LoRA+ trains lora_B at its own learning rate; a plan carries one learning rate (remove "
+                     "loraplus_lr_ratio)"},
+    };
+    for (size_t i = 0; i < N_OF(refused); i++)
+        if (ft_on(r, refused[i].k)) return ft_fail(r, refused[i].k, err, "%s", refused[i].why);
+    if (r->ft[K_RANK].set) {
+        if (r->ft[K_RANK].v.i < 1)
+            return ft_fail(r, K_RANK, err, "%lld: a LoRA rank is at least 1 (e.g. lora_rank: 8)", (long long)r->ft[K_RANK].v.i);
+        ft->lora_rank = r->ft[K_RANK].v.i;
+        ft_note(r, K_RANK, DT_UKEY_USED, "LoRA rank %lld", (long long)ft->lora_rank);
+    }
+    /* LoraArguments.__post_init__: lora_alpha = lora_alpha or lora_rank * 2 */
+    ft->lora_alpha = 2.0 * (double)ft->lora_rank;
+    if (ft_on(r, K_ALPHA)) {
+        double a = num_of(&r->ft[K_ALPHA].v);
+        if (!(a > 0) || !isfinite(a)) return ft_fail(r, K_ALPHA, err, "%s: a positive number (e.g. lora_alpha: 16)", r->ft[K_ALPHA].v.s);
+        ft->lora_alpha = a;
+        r->c->lora_alpha_given = 1;
+    }
+    ft_note(r, K_ALPHA, DT_UKEY_USED, "scale alpha / r (no effect on memory or time)");
+    if (r->ft[K_DROPOUT].set) {
+        ft->lora_dropout = num_of(&r->ft[K_DROPOUT].v);
+        if (!(ft->lora_dropout >= 0 && ft->lora_dropout < 1))
+            return ft_fail(r, K_DROPOUT, err, "%s: a probability in [0, 1) (e.g. lora_dropout: 0.05)", r->ft[K_DROPOUT].v.s);
+        ft_note(r, K_DROPOUT, DT_UKEY_USED, "%s", ft->lora_dropout > 0 ? "dropout(x) and its mask kept per adapted linear"
+                                                                       : "no dropout");
+    }
+    if (r->ft[K_TARGET].set) {
+        dt_ft_names t;
+        if (ft_names(r, K_TARGET, &t, err)) return err->code;
+        ft->lora_target_all = t.n == 1 && !strcmp(t.name[0], "all");   /* only exactly [all] (adapter.py) */
+        if (!ft->lora_target_all) ft->lora_target = t;
+        ft_note(r, K_TARGET, DT_UKEY_USED, "adapters on %s", ft->lora_target_all ? "every linear of the blocks" : "the named linears");
+    }
+    if (r->ft[K_ADD].set) {
+        if (ft_names(r, K_ADD, &ft->modules_to_save, err)) return err->code;
+        ft_note(r, K_ADD, DT_UKEY_USED, "PEFT modules_to_save: trained whole");
+    }
+    ft->use_rslora = r->ft[K_RSLORA].set && r->ft[K_RSLORA].v.b;
+    ft_note(r, K_RSLORA, DT_UKEY_USED, "scale alpha / %s (no effect on memory or time)", ft->use_rslora ? "sqrt(r)" : "r");
+    /* adapter.py init_adapter: trainable parameters are cast to fp32 unless pure_bf16 */
+    ft->adapter_dtype = r->pure ? DT_DTYPE_BF16 : DT_DTYPE_FP32;
+    return ft->method == DT_FT_QLORA ? ft_quant(r, ft, err) : DT_OK;
+}
+
+static int ft_freeze(reader *r, dt_finetune *ft, dt_error *err) {
+    if (r->ft[K_LAYERS].set) {
+        if (r->ft[K_LAYERS].v.i == 0)
+            return ft_fail(r, K_LAYERS, err, "0 trains no block (LLaMA-Factory then trains only freeze_extra_modules), "
+                                             "which is not modelled; give N > 0 (the last N blocks) or -N (the first N)");
+        ft->trainable_layers = r->ft[K_LAYERS].v.i;
+        ft_note(r, K_LAYERS, DT_UKEY_USED, "the %s %lld blocks trained", ft->trainable_layers > 0 ? "last" : "first",
+                (long long)llabs(ft->trainable_layers));
+    }
+    dt_ft_names mods = {0}, extra = {0};
+    if (r->ft[K_MODULES].set) {
+        if (ft_names(r, K_MODULES, &mods, err)) return err->code;
+        if (dt_ft_names_has(&mods, "all")) mods.n = 0;   /* "all": every module of those blocks */
+        ft_note(r, K_MODULES, DT_UKEY_USED, "%s of those blocks trained", mods.n ? "the named modules" : "every module");
+    }
+    if (r->ft[K_EXTRA].set) {
+        if (ft_names(r, K_EXTRA, &extra, err)) return err->code;
+        if (mods.n + extra.n > DT_FT_MAX_NAMES)
+            return ft_fail(r, K_EXTRA, err, "more than %d module names with freeze_trainable_modules", DT_FT_MAX_NAMES);
+        for (int i = 0; i < extra.n; i++) memcpy(mods.name[mods.n++], extra.name[i], DT_FT_NAME_MAX);
+        ft_note(r, K_EXTRA, DT_UKEY_USED, "trained whole, outside the blocks");
+    }
+    ft->trainable_modules = mods;
+    r->c->freeze_block_names = mods.n - extra.n;
+    return DT_OK;
+}
+
+/* The method LLaMA-Factory runs for these keys into c->finetune; every fine-tuning key
+ * noted as used, without effect for this method, or refused. */
+static int finish_method(reader *r, dt_error *err) {
+    dt_usercfg *c = r->c;
+    if (r->ft[K_QBIT].set) {
+        const int64_t bits = r->ft[K_QBIT].v.i;
+        if (bits != 4 && bits != 8)
+            return ft_fail(r, K_QBIT, err, "%lld: bitsandbytes quantises the base to 4 or 8 bits (quantization_bit: 4 "
+                                           "for QLoRA)", (long long)bits);
+        c->quantization_bit = (int)bits;
+    }
+    int rc = dt_usercfg_check_methods(c, err);
+    if (rc) return rc;
+    const char *type = c->finetuning_type[0] ? c->finetuning_type : c->format == DT_UCFG_LLAMAFACTORY ? "lora" : "full";
+    const int lora = !strcmp(type, "lora"), freeze = !strcmp(type, "freeze");
+    static const int lora_only[] = {K_RSLORA, K_DORA, K_PISSA, K_LORAPLUS};
+    for (size_t i = 0; !lora && i < N_OF(lora_only); i++)   /* FinetuningArguments.__post_init__ refuses these */
+        if (ft_on(r, lora_only[i]))
+            return ft_fail(r, lora_only[i], err, "only valid with finetuning_type: lora (LLaMA-Factory refuses it with %s)",
+                           type);
+    for (int k = 0; k < K_N; k++) {   /* the method's keys are noted again below */
+        const char *only = k <= K_LORAPLUS ? "lora" : k <= K_EXTRA ? "freeze" : "lora with quantization_bit";
+        ft_note(r, k, DT_UKEY_NO_EFFECT, "used only with finetuning_type %s (this config: %s%s)", only, type,
+                c->finetuning_type[0] ? "" : ", LLaMA-Factory's default");
+    }
+    dt_finetune *ft = &c->finetune;
+    dt_finetune_defaults(lora ? (c->quantization_bit ? DT_FT_QLORA : DT_FT_LORA) : freeze ? DT_FT_FREEZE : DT_FT_FULL, ft);
+    if ((lora && ft_lora(r, ft, err)) || (freeze && ft_freeze(r, ft, err))) return err->code;
+    return dt_finetune_check(ft, c->path, err);
 }
 
 /* After every key: contradictions and the formats' defaults. */
@@ -856,7 +1082,7 @@ static int finish(reader *r, dt_error *err, int bf16, int fp16, int pure) {
         return dt_errorf(err, DT_EINVAL,
                          "%s: training.batch_size (the total over the GPUs) and a per-GPU batch size are both given; "
                          "keep one", r->file);
-    int rc = dt_usercfg_check_methods(c, err);
+    int rc = finish_method(r, err);
     c->methods_refused = rc != DT_OK;
     return rc;
 }
@@ -911,7 +1137,11 @@ int dt_usercfg_parse(const char *text, size_t len, const char *path, dt_ucfg_for
     out->warmup_ratio = -1;
     if (!path) path = "config";
     snprintf(out->path, sizeof out->path, "%s", path);
-    reader r = {NULL, out, 0, path, ".", 0, 0, 0};
+    reader r;
+    memset(&r, 0, sizeof r);
+    r.c = out;
+    r.file = path;
+    r.dir[0] = '.';
     const char *slash = strrchr(path, '/');
     if (slash) snprintf(r.dir, sizeof r.dir, "%.*s", (int)(slash - path), path);
     size_t i = 0;

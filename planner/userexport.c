@@ -13,6 +13,7 @@
 #include <yaml.h>
 
 #include "dt_model.h"
+#include "dt_pgroup.h"
 
 #define KEY_DEPTH 3
 
@@ -30,7 +31,7 @@ typedef struct {
     const char *alt;               /* a user's file with this key instead says it its way (epochs) */
 } xkey;
 
-#define MAX_XKEYS 32
+#define MAX_XKEYS 48
 typedef struct {
     xkey k[MAX_XKEYS];
     int n;
@@ -88,6 +89,93 @@ static const char *hf_schedule(dt_sched_kind k) {
     return n[k];
 }
 
+static void names_text(const dt_ft_names *l, int from, int to, char *out, size_t n) {
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = from; i < to && used < n; i++) used += (size_t)snprintf(out + used, n - used, "%s%s", used ? "," : "", l->name[i]);
+}
+
+static size_t note(char *notes, size_t n, size_t used, const char *what) {
+    if (used < n) used += (size_t)snprintf(notes + used, n - used, "note: %s\n", what);
+    return used;
+}
+
+/* The plan's fine-tuning method as LLaMA-Factory's keys (hparams/finetuning_args.py,
+ * model_args.py; their meaning: userconfig.c finish_method); dflt: what an absent key
+ * means there, so a user's file without it is left so. What LLaMA-Factory has no key for
+ * goes to notes. */
+static void method_keys(const dt_plan *p, xlist *l, char *notes, size_t n) {
+    const dt_finetune *ft = &p->finetune;
+    const int lora = dt_ft_is_lora(ft);
+    size_t used = 0;
+    char v[DT_PATH_MAX];
+    notes[0] = '\0';
+    add_str(l, "finetuning_type", NULL, lora ? "lora" : ft->method == DT_FT_FREEZE ? "freeze" : "full")->dflt = "lora";
+    if (ft->method == DT_FT_FREEZE) {
+        add_int(l, "freeze_trainable_layers", NULL, ft->trainable_layers);
+        l->k[l->n - 1].dflt = "2";
+        char outer[DT_PATH_MAX] = "";
+        size_t ou = 0;
+        dt_ft_names block = {0};
+        for (int i = 0; i < ft->trainable_modules.n; i++) {   /* LLaMA-Factory's two lists: in and outside the blocks */
+            const char *name = ft->trainable_modules.name[i];
+            if (dt_model_outer_module(&p->model, name)) ou += (size_t)snprintf(outer + ou, sizeof outer - ou, "%s%s", ou ? "," : "", name);
+            else if (strcmp(name, "all")) memcpy(block.name[block.n++], name, DT_FT_NAME_MAX);
+        }
+        names_text(&block, 0, block.n, v, sizeof v);
+        add_str(l, "freeze_trainable_modules", NULL, block.n ? v : "all")->dflt = "all";
+        add_str(l, "freeze_extra_modules", NULL, ou ? outer : NULL)->dflt = "null";
+    }
+    if (lora) {
+        add_int(l, "lora_rank", NULL, ft->lora_rank);
+        l->k[l->n - 1].dflt = "8";
+        char two_r[32];
+        snprintf(two_r, sizeof two_r, "%lld", (long long)(2 * ft->lora_rank));
+        if (ft->lora_alpha == floor(ft->lora_alpha) && fabs(ft->lora_alpha) < 1e15) add_int(l, "lora_alpha", NULL, (int64_t)ft->lora_alpha);
+        else add_num(l, "lora_alpha", NULL, ft->lora_alpha);
+        l->k[l->n - 1].dflt = strcmp(l->k[l->n - 1].text, two_r) ? NULL : l->k[l->n - 1].text;   /* None: 2 x rank */
+        add_num(l, "lora_dropout", NULL, ft->lora_dropout);
+        l->k[l->n - 1].dflt = "0.0";
+        names_text(&ft->lora_target, 0, ft->lora_target.n, v, sizeof v);
+        add_str(l, "lora_target", NULL, ft->lora_target_all ? "all" : v)->dflt = "all";
+        names_text(&ft->modules_to_save, 0, ft->modules_to_save.n, v, sizeof v);
+        add_str(l, "additional_target", NULL, ft->modules_to_save.n ? v : NULL)->dflt = "null";
+        add_bool(l, "use_rslora", NULL, ft->use_rslora)->dflt = "false";
+        const int pure = p->precision.preset == DT_PREC_PURE_BF16;
+        if (ft->adapter_dtype != (pure ? DT_DTYPE_BF16 : DT_DTYPE_FP32))
+            used = note(notes, n, used, pure ? "LLaMA-Factory keeps the adapters in bf16 under pure_bf16; the plan's "
+                                               "adapter dtype has no key there"
+                                             : "LLaMA-Factory casts the adapters to fp32 (bf16 only with pure_bf16); the "
+                                               "plan's adapter dtype has no key there");
+    }
+    if (ft->method == DT_FT_QLORA) {
+        add_int(l, "quantization_bit", NULL, ft->quant == DT_STORAGE_INT8 ? 8 : 4);
+        xkey *qm = add_str(l, "quantization_method", NULL, "bnb");
+        qm->dflt = "bnb";
+        qm->only_if_absent = 1;   /* "bitsandbytes" in older LLaMA-Factory: the user's spelling stays */
+        if (ft->quant != DT_STORAGE_INT8) {
+            add_str(l, "quantization_type", NULL, dt_storage_name(ft->quant))->dflt = "nf4";
+            add_bool(l, "double_quantization", NULL, ft->double_quant)->dflt = "true";
+        }
+        const dt_precision_preset pr = p->precision.preset;
+        const dt_dtype lf_compute = pr == DT_PREC_MIXED_BF16 || pr == DT_PREC_PURE_BF16 ? DT_DTYPE_BF16
+                                    : pr == DT_PREC_MIXED_FP16 ? DT_DTYPE_FP16 : DT_DTYPE_FP32;
+        if (ft->compute_dtype != lf_compute)
+            used = note(notes, n, used, "LLaMA-Factory dequantises to the training dtype (bf16 / fp16, else fp32); the "
+                                        "plan's other compute dtype has no key there");
+        if (ft->quant_block != DT_QUANT_BLOCK) used = note(notes, n, used, "bitsandbytes' block size through "
+                                                                          "LLaMA-Factory is 64; the plan's has no key");
+        if (ft->quant_skip.n != 1 || strcmp(ft->quant_skip.name[0], "lm_head"))
+            used = note(notes, n, used, "LLaMA-Factory keeps only transformers' default (lm_head) 16-bit; the plan's "
+                                        "--quant-skip has no key");
+        if (ft->upcast_unquantized)
+            used = note(notes, n, used, "LLaMA-Factory does not call prepare_model_for_kbit_training; --prepare-kbit has "
+                                        "no key (upcast_layernorm upcasts the norms only)");
+    } else {
+        add_str(l, "quantization_bit", NULL, NULL)->dflt = "null";   /* a user's 4-bit file planned without it */
+    }
+}
+
 /* The keys of one format, from the plan. */
 static void plan_keys(const dt_plan *p, dt_ucfg_format fmt, const char *ds, xlist *l, char *notes, size_t n) {
     const char *t = fmt == DT_UCFG_RUNBOOK ? "training" : NULL;
@@ -105,6 +193,11 @@ static void plan_keys(const dt_plan *p, dt_ucfg_format fmt, const char *ds, xlis
     if (p->activations.selective && notes && used < n)
         used += (size_t)snprintf(notes + used, n - used,
                                  "note: the plan's selective attention recompute has no config key\n");
+    if (fmt != DT_UCFG_LLAMAFACTORY && p->finetune.method != DT_FT_FULL && notes && used < n)
+        used += (size_t)snprintf(notes + used, n - used,
+                                 "note: %s has no fine-tuning keys (PEFT's LoraConfig and BitsAndBytesConfig are separate "
+                                 "objects, below): read it back with the plan's --finetune options\n",
+                                 fmt == DT_UCFG_HF ? "TrainingArguments" : "the runbook's training: block");
     if (fmt == DT_UCFG_RUNBOOK) {
         xkey *mk = add_str(l, "model", NULL, p->model.name);
         mk->only_if_absent = mk->model = 1;
@@ -128,7 +221,9 @@ static void plan_keys(const dt_plan *p, dt_ucfg_format fmt, const char *ds, xlis
                                          p->model.name);
             add_str(l, "stage", NULL, "sft")->only_if_absent = 1;
             add_bool(l, "do_train", NULL, 1)->only_if_absent = 1;
-            add_str(l, "finetuning_type", NULL, "full");
+            char ft_notes[1024];
+            method_keys(p, l, ft_notes, sizeof ft_notes);
+            if (notes && used < n) used += (size_t)snprintf(notes + used, n - used, "%s", ft_notes);
             add_int(l, "cutoff_len", NULL, p->batch.seq_len);
         }
         add_str(l, "output_dir", NULL, p->output.dir[0] ? p->output.dir : "saves")->only_if_absent = 1;

@@ -75,5 +75,51 @@ print(f"{sys.argv[1]}: accepted by LLaMA-Factory {llamafactory.__version__} get_
 PY
     then :; else echo "FAIL: $f"; fails=$((fails + 1)); fi
 done
+# fine-tuning plans (freeze, LoRA, QLoRA) exported as new files: LLaMA-Factory's own parser reads
+# back the plan's method (its FinetuningArguments / ModelArguments after __post_init__)
+cp "$SRC/configs/training/qwen2.5-7b_lora_sft_ds2.yaml" "$SRC/configs/training/qwen2.5-7b_qlora_sft_ds2.yaml" .
+cp "$SRC/configs/training/ds_z2_config.json" configs/training/
+"$D" solve --config qwen2.5-7b_lora_sft_ds2.yaml --gpus 8 --mem 80G --finetune freeze --trainable-layers -3 \
+    --trainable-modules mlp,embed_tokens -o ft_freeze.json >/dev/null
+"$D" solve --config qwen2.5-7b_lora_sft_ds2.yaml --gpus 8 --mem 80G --lora-alpha 24 --lora-target q_proj,v_proj \
+    --modules-to-save lm_head --use-rslora -o ft_lora.json >/dev/null
+"$D" solve --config qwen2.5-7b_qlora_sft_ds2.yaml --gpus 8 --mem 80G --quant fp4 --double-quant off -o ft_qlora.json >/dev/null
+want_freeze="freeze freeze_trainable_layers=-3 freeze_trainable_modules=['mlp'] freeze_extra_modules=['embed_tokens']"
+want_lora="lora lora_rank=16 lora_alpha=24 lora_dropout=0.05 lora_target=['q_proj', 'v_proj'] additional_target=['lm_head'] use_rslora=True quantization_bit=None"
+want_qlora="lora lora_rank=8 lora_alpha=16 lora_target=['all'] quantization_bit=4 quantization_method=bnb quantization_type=fp4 double_quantization=False compute_dtype=torch.bfloat16"
+for m in freeze lora qlora; do
+    "$D" export --llamafactory ft_$m.json -o lf_ft_$m.yaml >/dev/null
+    want_var=want_$m
+    if DISABLE_VERSION_CHECK=1 RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29517 \
+        "$LF_PYTHON" - lf_ft_$m.yaml "${!want_var}" <<'PY'
+import sys, yaml
+import llamafactory
+from llamafactory.hparams import get_train_args
+cfg = yaml.safe_load(open(sys.argv[1]))
+cfg["use_cpu"] = True
+cfg.setdefault("dataset", "identity")
+cfg.setdefault("template", "qwen")
+m, d, t, f, _ = get_train_args(cfg)
+have = {"freeze_trainable_layers": f.freeze_trainable_layers, "freeze_trainable_modules": f.freeze_trainable_modules,
+        "freeze_extra_modules": f.freeze_extra_modules, "lora_rank": f.lora_rank, "lora_alpha": f.lora_alpha,
+        "lora_dropout": f.lora_dropout, "lora_target": f.lora_target, "additional_target": f.additional_target,
+        "use_rslora": f.use_rslora, "quantization_bit": m.quantization_bit,
+        "quantization_method": m.quantization_method, "quantization_type": m.quantization_type,
+        "double_quantization": m.double_quantization, "compute_dtype": m.compute_dtype}
+want = sys.argv[2].split(" ", 1)
+bad = [] if f.finetuning_type == want[0] else [f"finetuning_type={f.finetuning_type}"]
+for item in want[1].replace(", ", ",").split(" "):
+    k, v = item.split("=", 1)
+    got = str(have[k]).replace(", ", ",")
+    if got != v.replace(", ", ","):
+        bad.append(f"{k}={have[k]} (want {v})")
+print(f"{sys.argv[1]}: LLaMA-Factory {llamafactory.__version__} reads finetuning_type={f.finetuning_type} "
+      + " ".join(f"{k}={have[k]}" for k in (i.split("=")[0] for i in want[1].replace(', ', ',').split(" "))))
+if bad:
+    print("  differs from the plan: " + "; ".join(bad))
+sys.exit(1 if bad else 0)
+PY
+    then :; else echo "FAIL: lf_ft_$m.yaml"; fails=$((fails + 1)); fi
+done
 [ $fails -eq 0 ] && echo "check_configs_real_tools: all accepted" || echo "check_configs_real_tools: $fails rejected"
 exit $fails

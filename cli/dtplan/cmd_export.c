@@ -97,7 +97,7 @@ static int export_user(const dt_plan *p, const char *plan_path, dt_ucfg_format f
         snprintf(msg, sizeof msg, "export: --config: %s", err.msg);
         return fail(msg);
     }
-    char notes[512];
+    char notes[2048];
     char *text = dt_userexport(p, fmt, ds[0] ? ds : NULL, orig, len, mine, notes, sizeof notes, &err);
     char *dsj = text && ds[0] ? dt_dsexport_config(p, &err) : NULL;
     int rc = 0;
@@ -110,6 +110,7 @@ static int export_user(const dt_plan *p, const char *plan_path, dt_ucfg_format f
         printf("wrote %s (%s config for %s)%s%s%s\n", out, dt_ucfg_format_name(fmt), plan_path, ds[0] ? " and " : "",
                ds, ds[0] ? " (DeepSpeed config it names)" : "");
         fputs(notes, stdout);
+        dt_ft_print_framework(&p->finetune, &p->model, stdout);   /* the method as PEFT / bitsandbytes / LLaMA-Factory spell it */
         if (fmt == DT_UCFG_LLAMAFACTORY && !mine)
             printf("note: LLaMA-Factory needs dataset: and template: to train; the plan names no LLaMA-Factory dataset: add "
                    "yours (or export with --config YOUR.yaml)\n");
@@ -224,8 +225,8 @@ int dt_cmd_export(int argc, char **argv) {
         else fprintf(stdout, "wrote %s (DeepSpeed config for %s)\n", out, plan_path);
         if (slurm) fprintf(lines, "wrote %s (sbatch script)\n", slurm);
         fputs(notes, lines);
-        dt_ft_print_framework(&p.finetune, lines);   /* a fine-tuning plan: PEFT / bitsandbytes / LLaMA-Factory */
-        dt_obj_print_framework(&p, lines);           /* an objective: TRL / LLaMA-Factory names */
+        dt_ft_print_framework(&p.finetune, &p.model, lines);   /* a fine-tuning plan: PEFT / bitsandbytes / LLaMA-Factory */
+        dt_obj_print_framework(&p, lines);                      /* an objective: TRL / LLaMA-Factory names */
         fputs(launch, lines);
     }
     free(config);

@@ -13,6 +13,7 @@
 #include "dt_dsconfig.h"
 #include "dt_memory.h"
 #include "dt_model.h"
+#include "dt_pgroup.h"
 #include "dt_timemodel.h"
 #include "dt_units.h"
 #include "dt_userconfig.h"
@@ -115,6 +116,103 @@ static int64_t epoch_steps(const dt_usercfg *c, int argc, char **argv, int64_t g
     return steps;
 }
 
+/* The config key an option of dt_model_pgroups' messages stands for (its line in the file). */
+static int key_line(const dt_usercfg *c, const char *key) {
+    for (int i = 0; i < c->n_keys; i++)
+        if (!strcmp(c->keys[i].key, key)) return c->keys[i].line;
+    return 0;
+}
+
+/* The config's method checked against model m (a LoRA target or module the family lacks, a
+ * rank above a targeted linear's width): one line naming FILE:LINE and the key. */
+static int check_method(const dt_usercfg *c, const dt_model *m, const dt_finetune *ft) {
+    static const struct { const char *opt, *key; } map[] = {
+        {"--lora-target", "lora_target"}, {"--lora-rank", "lora_rank"}, {"--modules-to-save", "additional_target"},
+        {"--trainable-layers", "freeze_trainable_layers"}, {"--trainable-modules", "freeze_trainable_modules"},
+    };
+    dt_pgroups *g = malloc(sizeof *g);
+    dt_error e;
+    dt_error_clear(&e);
+    if (!g) return dt_cli_fail(1, "--config: out of memory");
+    int rc = dt_model_pgroups(m, ft, DT_DTYPE_BF16, DT_ROLE_POLICY, g, &e);
+    free(g);
+    if (!rc) return 0;
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
+        size_t n = strlen(map[i].opt);
+        if (strncmp(e.msg, map[i].opt, n) || e.msg[n] != ' ') continue;
+        const char *key = map[i].key, *rest = e.msg + n + 1;
+        /* freeze_extra_modules' names reach dt_model_pgroups inside --trainable-modules */
+        for (int k = c->freeze_block_names; !strcmp(key, "freeze_trainable_modules") && k < ft->trainable_modules.n; k++) {
+            size_t len = strlen(ft->trainable_modules.name[k]);
+            if (!strncmp(rest, ft->trainable_modules.name[k], len) && rest[len] == ':') key = "freeze_extra_modules";
+        }
+        return dt_cli_fail(2, "%s:%d: %s %s", c->path, key_line(c, key), key, rest);
+    }
+    return dt_cli_fail(2, "%s: %s", c->path, e.msg);
+}
+
+/* x as the shortest of %.15g / %.17g that reads back as x (0.05, not 0.050000000000000003). */
+static void exact(double x, char *out, size_t n) {
+    snprintf(out, n, "%.15g", x);
+    if (strtod(out, NULL) != x) snprintf(out, n, "%.17g", x);
+}
+
+static void names_text(const dt_ft_names *l, char *out, size_t n) {
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; i < l->n && used < n; i++) used += (size_t)snprintf(out + used, n - used, "%s%s", i ? "," : "", l->name[i]);
+}
+
+/* The config's fine-tuning method as the --finetune options (ftopts.c) stand for it, each
+ * only where the command line does not give it; --finetune on the command line replaces the
+ * config's method whole. */
+static void config_method(const dt_usercfg *c, const dt_model *m, dt_finetune *ft) {
+    *ft = c->finetune;
+    /* _setup_freeze_tuning: range(max(0, L - N), L) or range(min(-N, L)): |N| > L trains every block */
+    if (ft->method == DT_FT_FREEZE && llabs(ft->trainable_layers) > m->n_layer)
+        ft->trainable_layers = ft->trainable_layers > 0 ? m->n_layer : -m->n_layer;
+}
+
+static int push_finetune(int *n, int argc, char **argv, FILE *rep, const dt_usercfg *c, const dt_model *m) {
+    dt_finetune ft;
+    config_method(c, m, &ft);
+    if (find_opt(argc, argv, "--finetune")) {
+        fprintf(rep, "  finetuning_type %s from the config: the command line's --finetune %s wins (with its own "
+                     "settings)\n", dt_ft_method_name(ft.method), find_opt(argc, argv, "--finetune"));
+        return 0;
+    }
+    if (ft.method == DT_FT_FULL) return 0;
+    if (ft.trainable_layers != c->finetune.trainable_layers)
+        fprintf(rep, "  freeze_trainable_layers %lld: %s has %lld blocks; LLaMA-Factory trains all of them\n",
+                (long long)c->finetune.trainable_layers, m->name, (long long)m->n_layer);
+    char v[DT_PATH_MAX];
+    int rc = push_opt(n, argc, argv, rep, "--finetune", dt_ft_method_name(ft.method));
+    if (ft.method == DT_FT_FREEZE) {
+        snprintf(v, sizeof v, "%lld", (long long)ft.trainable_layers), rc |= push_opt(n, argc, argv, rep, "--trainable-layers", v);
+        if (ft.trainable_modules.n)
+            names_text(&ft.trainable_modules, v, sizeof v), rc |= push_opt(n, argc, argv, rep, "--trainable-modules", v);
+        return rc;
+    }
+    snprintf(v, sizeof v, "%lld", (long long)ft.lora_rank), rc |= push_opt(n, argc, argv, rep, "--lora-rank", v);
+    if (c->lora_alpha_given)   /* else LLaMA-Factory's 2 x rank, of a --lora-rank on the command line too */
+        exact(ft.lora_alpha, v, sizeof v), rc |= push_opt(n, argc, argv, rep, "--lora-alpha", v);
+    exact(ft.lora_dropout, v, sizeof v), rc |= push_opt(n, argc, argv, rep, "--lora-dropout", v);
+    if (ft.lora_target_all) snprintf(v, sizeof v, "all");
+    else names_text(&ft.lora_target, v, sizeof v);
+    rc |= push_opt(n, argc, argv, rep, "--lora-target", v);
+    if (ft.modules_to_save.n)
+        names_text(&ft.modules_to_save, v, sizeof v), rc |= push_opt(n, argc, argv, rep, "--modules-to-save", v);
+    if (ft.use_rslora && !has_flag(argc, argv, "--use-rslora")) rc |= push(n, "--use-rslora");
+    if (ft.adapter_dtype != DT_DTYPE_FP32)   /* pure_bf16: LLaMA-Factory leaves the adapters in bf16 */
+        rc |= push_opt(n, argc, argv, rep, "--adapter-dtype", dt_dtype_name(ft.adapter_dtype));
+    if (ft.method == DT_FT_QLORA) {
+        rc |= push_opt(n, argc, argv, rep, "--quant", dt_storage_name(ft.quant));
+        if (ft.quant != DT_STORAGE_INT8) rc |= push_opt(n, argc, argv, rep, "--double-quant", ft.double_quant ? "on" : "off");
+        rc |= push_opt(n, argc, argv, rep, "--compute-dtype", dt_dtype_name(ft.compute_dtype));
+    }
+    return rc;
+}
+
 int dt_cli_config_expand(const char *cmd, int argc, char **argv, int *out_argc, char ***out_argv) {
     const char *path = find_opt(argc, argv, "--config"), *fmt_s = find_opt(argc, argv, "--config-format");
     const char *scaling = find_opt(argc, argv, "--lr-scaling");
@@ -175,6 +273,18 @@ int dt_cli_config_expand(const char *cmd, int argc, char **argv, int *out_argc, 
     g_cfg.cfg_stage = config_stage(c, &m);
     g_cfg.lr_given = find_opt(argc, argv, "--lr") != NULL;
 
+    dt_finetune ft;
+    config_method(c, &m, &ft);
+    if (!find_opt(argc, argv, "--finetune") && ft.method != DT_FT_FULL && check_method(c, &m, &ft)) return 2;
+    if (!find_opt(argc, argv, "--finetune") && ft.method == DT_FT_QLORA && ft.quant == DT_STORAGE_INT8 && c->deepspeed[0]) {
+        /* model_utils/quantization.py: under ZeRO-3 only a 4-bit base loads ("Only 4-bit quantized model can
+         * use fsdp+qlora") */
+        dt_dsconfig ds;
+        if (dt_dsconfig_load(c->deepspeed, &ds, &err) == DT_OK && ds.zero_stage == 3)
+            return dt_cli_fail(2, "%s:%d: quantization_bit: 8 with DeepSpeed ZeRO-3 (%s): LLaMA-Factory loads only a "
+                                  "4-bit base under ZeRO-3; use quantization_bit: 4 or a ZeRO-2 config", path,
+                               key_line(c, "quantization_bit"), c->deepspeed_written);
+    }
     print_report(rep, c);
     if (c->model[0] && (cli_model || cli_params))
         fprintf(rep, "  model_name_or_path %s from the config: the command line's %s %s wins\n", c->model,
@@ -200,6 +310,7 @@ int dt_cli_config_expand(const char *cmd, int argc, char **argv, int *out_argc, 
     rc |= push_opt(&n, argc, argv, rep, "--runtime", "deepspeed");
     if (c->attention[0])
         rc |= push_opt(&n, argc, argv, rep, "--attention", c->attention);
+    if (rc || push_finetune(&n, argc, argv, rep, c, &m)) return 2;
     if (!strcmp(cmd, "solve")) {
         if (g_cfg.cfg_global)
             snprintf(v, sizeof v, "%lld", (long long)g_cfg.cfg_global), rc |= push_opt(&n, argc, argv, rep, "--global-batch", v);

@@ -37,7 +37,8 @@ void dt_ft_print_terms(const dt_plan *p, dt_units u);
 /* '  "finetune": {...},' for estimate --json: the method and its group sums (elements, bytes);
  * nothing for full. */
 void dt_ft_print_json(const dt_plan *p);
-/* The settings as PEFT, bitsandbytes / transformers and LLaMA-Factory spell them (export). */
-void dt_ft_print_framework(const dt_finetune *ft, FILE *f);
+/* The settings as PEFT, bitsandbytes / transformers and LLaMA-Factory spell them (export);
+ * m splits freeze's modules into LLaMA-Factory's block and extra lists. */
+void dt_ft_print_framework(const dt_finetune *ft, const dt_model *m, FILE *f);
 
 #endif

@@ -10,6 +10,7 @@
 #include "dt_ftplan.h"
 #include "dt_memory.h"
 #include "dt_model.h"
+#include "dt_pgroup.h"
 #include "dt_timemodel.h"
 
 #define GIB 1073741824.0
@@ -297,7 +298,7 @@ void dt_ft_print_json(const dt_plan *p) {
            dt_pgroups_quantized_elems(&ft.g), ft.first_layer);
 }
 
-void dt_ft_print_framework(const dt_finetune *ft, FILE *f) {
+void dt_ft_print_framework(const dt_finetune *ft, const dt_model *m, FILE *f) {
     if (ft->method == DT_FT_FULL) return;
     char targets[DT_FT_MAX_NAMES * DT_FT_NAME_MAX + 32] = "";
     size_t used = 0;
@@ -305,7 +306,17 @@ void dt_ft_print_framework(const dt_finetune *ft, FILE *f) {
         used += (size_t)snprintf(targets + used, sizeof targets - used, "%s\"%s\"", i ? ", " : "", ft->lora_target.name[i]);
     fprintf(f, "fine-tuning (%s) as the Hugging Face tools spell it:\n", dt_ft_method_name(ft->method));
     if (ft->method == DT_FT_FREEZE) {
-        fprintf(f, "  LLaMA-Factory: finetuning_type: freeze, freeze_trainable_layers: %lld\n", (long long)ft->trainable_layers);
+        fprintf(f, "  LLaMA-Factory: finetuning_type: freeze, freeze_trainable_layers: %lld", (long long)ft->trainable_layers);
+        /* its two lists: modules of the trained blocks, and modules outside the blocks (adapter.py) */
+        for (int outer = 0; outer < 2; outer++) {
+            int n = 0;
+            for (int i = 0; i < ft->trainable_modules.n; i++)
+                if (dt_model_outer_module(m, ft->trainable_modules.name[i]) == outer)
+                    fprintf(f, "%s%s", n++ ? "," : outer ? ", freeze_extra_modules: " : ", freeze_trainable_modules: ",
+                            ft->trainable_modules.name[i]);
+            if (!outer && !n) fprintf(f, ", freeze_trainable_modules: all");
+        }
+        fprintf(f, "\n");
         return;
     }
     char save[DT_FT_MAX_NAMES * DT_FT_NAME_MAX + 32] = "None";

@@ -32,9 +32,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     char *s = dt_fuzz_text(data, size);
     static const dt_ucfg_format fmts[] = {DT_UCFG_LLAMAFACTORY, DT_UCFG_HF, DT_UCFG_RUNBOOK};
-    for (size_t i = 0; s && i < sizeof fmts / sizeof fmts[0]; i++) {
+    /* the plan as it is (full) and under freeze / QLoRA: the fine-tuning keys' edits too */
+    static const dt_ft_method methods[] = {DT_FT_FULL, DT_FT_FREEZE, DT_FT_QLORA};
+    for (size_t i = 0; s && i < sizeof fmts / sizeof fmts[0] * 3; i++) {
         char notes[256];
-        char *out = dt_userexport(&plan, fmts[i], "ds.json", s, strlen(s), "fuzz.yaml", notes, sizeof notes, &err);
+        dt_plan p = plan;
+        if (methods[i / 3] != DT_FT_FULL) dt_finetune_defaults(methods[i / 3], &p.finetune);
+        char *out = dt_userexport(&p, fmts[i % 3], "ds.json", s, strlen(s), "fuzz.yaml", notes, sizeof notes, &err);
         if (out && !parses(out)) {
             fprintf(stderr, "fuzz_userexport: the edited text does not parse:\n%s\n", out);
             abort();

@@ -113,13 +113,113 @@ refuse scaling_alone "--lr-scaling needs --config FILE" "$DTPLAN" solve --mem 80
 refuse fmt_bad "--config-format 'yaml': expected llamafactory, hf or runbook" \
     "$DTPLAN" estimate --config runbook_ddp.yaml --config-format yaml
 
-# methods not modelled yet: refused by name
-refuse lora "finetuning_type: lora is not modelled yet" "$DTPLAN" estimate --config lf_qwen25_lora.yaml
-refuse qlora "finetuning_type: lora is not modelled yet" "$DTPLAN" estimate --config lf_qwen25_qlora.yaml
-sed -e 's/finetuning_type: lora/finetuning_type: full/' lf_qwen25_qlora.yaml >"$T/q4.yaml"
-refuse qbit "quantization_bit: 4 is not modelled yet" "$DTPLAN" estimate --config "$T/q4.yaml"
+# fine-tuning keys (docs/configs.md "Fine-tuning keys"): LLaMA-Factory's full / LoRA / QLoRA SFT examples
+# under configs/training (ZeRO-2 and -3) give the estimate of the --finetune options they stand for, byte for
+# byte, and a plan that keeps the method. Their deepspeed: paths are relative to the checkout, as the Trainer
+# opens them from the working directory.
+TR=configs/training
+COMMON="--gpus 8 --seq 2048 --precision mixed-bf16 --runtime deepspeed --attention sdpa --micro-batch 1 --ckpt full"
+ftsame() {   # name config flags...: estimate --json --config == estimate --json flags; solve keeps the method
+    local n=$1 cfg=$2; shift 2
+    cd "$SRC" || exit 1
+    ok "$n.cfg" "$DTPLAN" estimate --json --config "$cfg" --gpus 8
+    # shellcheck disable=SC2086
+    ok "$n.flags" "$DTPLAN" estimate --json $COMMON "$@"
+    cmp -s "$T/$n.cfg.out" "$T/$n.flags.out" || bad "$n: --config differs from its options: $(diff "$T/$n.cfg.out" "$T/$n.flags.out" | head -5)"
+    ok "$n.solve" "$DTPLAN" solve --config "$cfg" --gpus 8 --mem 24G -o "$T/$n.plan.json"
+    cd "$C" || exit 1
+    local m; m=$(sed -n 's/^  *"method": "\(.*\)",*$/\1/p' "$T/$n.plan.json" | head -1)
+    if grep -q '"finetune": {"method": "' "$T/$n.cfg.out"; then
+        grep -q "\"method\": \"$m\"" "$T/$n.cfg.out" && [ -n "$m" ] || bad "$n: the solved plan's method '$m' is not the config's"
+    else
+        [ -z "$m" ] || [ "$m" = full ] || bad "$n: a full fine-tune solved as '$m'"
+    fi
+}
+ftsame lora3 $TR/llama3.1-8b_lora_sft_ds3.yaml --model llama-3.1-8b --grad-accum 2 --finetune lora --lora-target all \
+    --deepspeed $TR/ds_z3_config.json
+ftsame lora2 $TR/qwen2.5-7b_lora_sft_ds2.yaml --model qwen2.5-7b --grad-accum 2 --finetune lora --lora-rank 16 \
+    --lora-dropout 0.05 --deepspeed $TR/ds_z2_config.json
+ftsame qlora2 $TR/qwen2.5-7b_qlora_sft_ds2.yaml --model qwen2.5-7b --grad-accum 8 --finetune qlora --quant nf4 \
+    --double-quant on --compute-dtype bf16 --deepspeed $TR/ds_z2_config.json
+ftsame qlora3 $TR/llama3.1-8b_qlora_sft_ds3.yaml --model llama-3.1-8b --grad-accum 8 --finetune qlora \
+    --deepspeed $TR/ds_z3_config.json
+ftsame full3 $TR/qwen2.5-7b_full_sft_ds3.yaml --model qwen2.5-7b --grad-accum 2 --deepspeed $TR/ds_z3_config.json
+grep -q '"finetune"' "$T/full3.cfg.out" && bad "a full fine-tune printed a fine-tuning section"
+cd "$SRC" || exit 1
+ok lora2_txt "$DTPLAN" estimate --config $TR/qwen2.5-7b_lora_sft_ds2.yaml --gpus 8
+has lora2_txt "lora_rank                        line 13   used      LoRA rank 16"
+has lora2_txt "lora_dropout                     line 14   used      dropout(x) and its mask kept per adapted linear"
+has lora2_txt "finetune   lora r 16 alpha 32 dropout 0.05 on all"
+ok qlora_txt "$DTPLAN" estimate --config $TR/qwen2.5-7b_qlora_sft_ds2.yaml --gpus 8
+cd "$C" || exit 1
+has qlora_txt "quantization_bit                 line 7    used      QLoRA: 4-bit base (nf4), dequantised to bf16 per use"
+has qlora_txt "quantization_method              line 8    used      bitsandbytes quantises the base"
+# LLaMA-Factory's default finetuning_type is lora (r 8, alpha 16, all linears)
 grep -v finetuning_type lf_qwen25_lora.yaml >"$T/default_ft.yaml"
-refuse default_ft "finetuning_type: lora \(LLaMA-Factory's default" "$DTPLAN" estimate --config "$T/default_ft.yaml"
+ok default_ft "$DTPLAN" estimate --config "$T/default_ft.yaml" --gpus 8
+has default_ft "finetune   lora r 8 alpha 16 dropout 0 on all"
+# freeze: the last / first N blocks, block modules and freeze_extra_modules, as --trainable-modules
+mkf() { sed -e 's/^finetuning_type: lora$/finetuning_type: freeze/' -e '/^lora_/d' lf_qwen25_lora.yaml >"$T/$1.yaml"; printf '%s\n' "${@:2}" >>"$T/$1.yaml"; }
+mkf frz "freeze_trainable_layers: -3" "freeze_trainable_modules: mlp, self_attn" "freeze_extra_modules: [embed_tokens, lm_head]"
+ok frz_cfg "$DTPLAN" estimate --json --config "$T/frz.yaml" --gpus 8
+# shellcheck disable=SC2086
+ok frz_flags "$DTPLAN" estimate --json $COMMON --model qwen2.5-7b --grad-accum 2 --zero-stage 0 --finetune freeze \
+    --trainable-layers -3 --trainable-modules mlp,self_attn,embed_tokens,lm_head
+cmp -s "$T/frz_cfg.out" "$T/frz_flags.out" || bad "freeze: --config differs from its options: $(diff "$T/frz_cfg.out" "$T/frz_flags.out" | head -5)"
+mkf frz99 "freeze_trainable_layers: 99"
+ok frz99 "$DTPLAN" estimate --config "$T/frz99.yaml" --gpus 8
+has frz99 "freeze_trainable_layers 99: qwen2.5-7b has 28 blocks; LLaMA-Factory trains all of them"
+has frz99 "--finetune freeze --trainable-layers 28"
+# pure_bf16 keeps LoRA's adapters in bf16 (LLaMA-Factory casts trainable parameters to fp32 otherwise)
+sed -e 's/^bf16: true/pure_bf16: true/' lf_qwen25_lora.yaml >"$T/pure.yaml"
+ok pure "$DTPLAN" estimate --config "$T/pure.yaml" --gpus 8
+has pure "--finetune lora --lora-rank 8 --lora-dropout 0 --lora-target all --adapter-dtype bf16"
+# the command line's --finetune replaces the config's method
+ok ft_cli "$DTPLAN" estimate --config lf_qwen25_lora.yaml --gpus 8 --finetune full
+has ft_cli "finetuning_type lora from the config: the command line's --finetune full wins"
+grep -q "^finetune " "$T/ft_cli.out" && bad "--finetune full on the command line still planned lora"
+ok ft_cli_rank "$DTPLAN" estimate --config lf_qwen25_lora.yaml --gpus 8 --lora-rank 32
+has ft_cli_rank "--lora-rank 8 from the config: the command line's --lora-rank 32 wins"
+has ft_cli_rank "finetune   lora r 32"
+# a lora key with finetuning_type full is without effect, as LLaMA-Factory ignores it
+sed -e 's/^finetuning_type: lora/finetuning_type: full/' lf_qwen25_lora.yaml >"$T/full_keys.yaml"
+ok full_keys "$DTPLAN" estimate --config "$T/full_keys.yaml" --gpus 8
+has full_keys "lora_rank                        line 9    no effect used only with finetuning_type lora (this config: full)"
+
+# what is not modelled yet, or not LLaMA-Factory's: refused by name with file:line
+# lrefuse NAME SED PATTERN: the LoRA example edited by SED is refused with one line matching PATTERN
+lrefuse() { sed -e "$2" lf_qwen25_lora.yaml >"$T/$1.yaml"; refuse "$1" "$3" "$DTPLAN" estimate --config "$T/$1.yaml"; }
+lrefuse rank0 's/^lora_rank: 8/lora_rank: 0/' "rank0.yaml:9: lora_rank: 0: a LoRA rank is at least 1"
+lrefuse target 's/^lora_target: all/lora_target: q_proj,c_attn/' \
+    "target.yaml:10: lora_target c_attn: qwen2.5-7b \(llama family\) has no linear 'c_attn'"
+lrefuse dora 's/^lora_rank: 8/lora_rank: 8\nuse_dora: true/' "dora.yaml:10: use_dora: DoRA's magnitude vectors"
+lrefuse pissa 's/^lora_rank: 8/lora_rank: 8\npissa_init: true/' "pissa.yaml:10: pissa_init: PiSSA's SVD initialisation"
+lrefuse loraplus 's/^lora_rank: 8/lora_rank: 8\nloraplus_lr_ratio: 16.0/' \
+    "loraplus.yaml:10: loraplus_lr_ratio: LoRA\+ trains lora_B at its own learning rate"
+lrefuse oft 's/^finetuning_type: lora/finetuning_type: oft/' "finetuning_type: oft is not modelled yet"
+lrefuse adapter 's/^lora_rank: 8/lora_rank: 8\nadapter_name_or_path: saves\/lora/' \
+    "adapter.yaml:10: adapter_name_or_path: a saved adapter's rank and targets live in its adapter_config.json"
+sed -e 's/^quantization_bit: 4/quantization_bit: 3/' lf_qwen25_qlora.yaml >"$T/q3.yaml"
+refuse qbit3 "q3.yaml:9: quantization_bit: 3: bitsandbytes quantises the base to 4 or 8 bits" \
+    "$DTPLAN" estimate --config "$T/q3.yaml"
+sed -e 's/^quantization_bit: 4/quantization_bit: 4\nquantization_method: hqq/' lf_qwen25_qlora.yaml >"$T/hqq.yaml"
+refuse hqq "hqq.yaml:10: quantization_method: 'hqq' is not modelled \(HQQ" "$DTPLAN" estimate --config "$T/hqq.yaml"
+sed -e 's/^quantization_bit: 4/quantization_bit: 8/' "$SRC/configs/training/llama3.1-8b_qlora_sft_ds3.yaml" >"$T/q8z3.yaml"
+cd "$SRC" || exit 1
+refuse q8z3 "q8z3.yaml:7: quantization_bit: 8 with DeepSpeed ZeRO-3 \(configs/training/ds_z3_config.json\): LLaMA-Factory loads only a 4-bit base" \
+    "$DTPLAN" estimate --config "$T/q8z3.yaml"
+cd "$C" || exit 1
+sed -e 's/^finetuning_type: lora/finetuning_type: full/' lf_qwen25_qlora.yaml >"$T/q4.yaml"
+refuse qbit "quantization_bit: 4 with finetuning_type full: a quantised base trains only adapters" \
+    "$DTPLAN" estimate --config "$T/q4.yaml"
+mkf frz0 "freeze_trainable_layers: 0"
+refuse frz0 "frz0.yaml:[0-9]+: freeze_trainable_layers: 0 trains no block" "$DTPLAN" estimate --config "$T/frz0.yaml"
+mkf frzx "freeze_extra_modules: lm_headx"
+refuse frzx "frzx.yaml:[0-9]+: freeze_extra_modules lm_headx: qwen2.5-7b .* has no module 'lm_headx'" \
+    "$DTPLAN" estimate --config "$T/frzx.yaml"
+printf 'per_device_train_batch_size: 2\nlora_rank: 8\n' >"$T/hf_lora.yaml"
+refuse hf_lora "hf_lora.yaml:2: 'lora_rank' is LLaMA-Factory's; TrainingArguments has no fine-tuning keys \(PEFT's LoraConfig" \
+    "$DTPLAN" estimate --config "$T/hf_lora.yaml" --config-format hf --model gpt2
 sed -e 's/stage: sft/stage: dpo/' -e '/^deepspeed/d' lf_qwen25_full_ds3.yaml >"$T/dpo.yaml"
 refuse dpo "stage: dpo is not modelled yet" "$DTPLAN" estimate --config "$T/dpo.yaml"
 

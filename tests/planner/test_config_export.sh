@@ -82,5 +82,67 @@ printf '{}' >empty.json
 "$DTPLAN" export --hf-trainer p1.json -o empty2.json --config empty.json >he.log 2>&1 || bad "export {}: $(cat he.log)"
 jq -e '.per_device_train_batch_size > 0' empty2.json >/dev/null || bad "keys added to {} are not JSON: $(cat empty2.json)"
 
+# fine-tuning plans (freeze, LoRA, QLoRA) round-trip through LLaMA-Factory's keys: the estimate of the
+# exported file is the plan's, byte for byte
+printf '%s\n' "finetuning_type: freeze" "freeze_trainable_layers: -3" "freeze_trainable_modules: mlp" \
+    "freeze_extra_modules: embed_tokens,lm_head" >frz_keys.yaml
+grep -v "^finetuning_type" "$C/lf_qwen25_lora.yaml" | grep -v "^lora_" >frz_in.yaml
+cat frz_keys.yaml >>frz_in.yaml
+ftround() {   # name config estimate-args...
+    local n=$1 cfg=$2; shift 2
+    "$DTPLAN" solve --config "$cfg" --gpus 8 --mem 80G "$@" -o "$n.json" >"$n.mk" 2>&1 || { bad "plan $n: $(tail -1 "$n.mk")"; return; }
+    "$DTPLAN" export --llamafactory "$n.json" -o "$n.yaml" >"$n.log" 2>&1 || { bad "export $n: $(cat "$n.log")"; return; }
+    "$DTPLAN" estimate --json --plan "$n.json" >"$n.want" 2>&1
+    "$DTPLAN" estimate --json --config "$n.yaml" --gpus 8 >"$n.got" 2>"$n.err" || { bad "read back $n: $(tail -1 "$n.err")"; return; }
+    grep -q '"finetune": {"method": "' "$n.want" || bad "$n: the plan is not a fine-tuning plan"
+    cmp -s "$n.want" "$n.got" || bad "$n: round trip differs: $(diff "$n.want" "$n.got" | head -6)"
+}
+ftround frz frz_in.yaml
+grep -q '^freeze_trainable_layers: -3$' frz.yaml || bad "frz: $(cat frz.yaml)"
+grep -qE '^freeze_extra_modules: "?embed_tokens,lm_head"?$' frz.yaml || bad "freeze: extra modules not split out: $(grep freeze_ frz.yaml)"
+grep -q '^freeze_trainable_modules: mlp$' frz.yaml || bad "freeze: block modules: $(grep freeze_ frz.yaml)"
+grep -q "LLaMA-Factory: finetuning_type: freeze, freeze_trainable_layers: -3, freeze_trainable_modules: mlp, freeze_extra_modules: embed_tokens,lm_head" frz.log \
+    || bad "freeze: the printed LLaMA-Factory keys: $(cat frz.log)"
+ftround lora "$C/lf_qwen25_lora.yaml" --lora-rank 16 --lora-alpha 24 --lora-dropout 0.1 --lora-target q_proj,v_proj \
+    --modules-to-save lm_head --use-rslora
+grep -qE '^lora_target: "?q_proj,v_proj"?$' lora.yaml && grep -q '^additional_target: lm_head$' lora.yaml \
+    && grep -q '^lora_alpha: 24$' lora.yaml && grep -q '^use_rslora: true$' lora.yaml || bad "lora keys: $(grep lora lora.yaml)"
+ftround qlora "$C/lf_qwen25_qlora.yaml" --quant fp4 --double-quant off
+grep -q '^quantization_bit: 4$' qlora.yaml && grep -q '^quantization_type: fp4$' qlora.yaml \
+    && grep -q '^double_quantization: false$' qlora.yaml || bad "qlora keys: $(grep quantiz qlora.yaml)"
+ftround q8 "$C/lf_qwen25_qlora.yaml" --quant int8
+grep -q '^quantization_bit: 8$' q8.yaml || bad "8-bit: $(grep quantiz q8.yaml)"
+grep -q "PEFT: LoraConfig(r=16" lora.log || bad "no PEFT line: $(cat lora.log)"
+# what LLaMA-Factory has no key for is said, not dropped
+"$DTPLAN" solve --config "$C/lf_qwen25_qlora.yaml" --gpus 8 --mem 80G --quant-block 128 -o qb.json >/dev/null 2>&1 || bad "plan qb"
+"$DTPLAN" export --llamafactory qb.json -o qb.yaml >qb.log 2>&1 || bad "export qb"
+grep -q "note: bitsandbytes' block size through LLaMA-Factory is 64" qb.log || bad "no note on the block size: $(cat qb.log)"
+# TrainingArguments and the runbook have no fine-tuning keys: said, and the options read them back
+"$DTPLAN" export --hf-trainer lora.json -o lora_hf.yaml >lh.log 2>&1 || bad "export lora hf: $(cat lh.log)"
+grep -q "note: TrainingArguments has no fine-tuning keys (PEFT's LoraConfig" lh.log || bad "hf: no note: $(cat lh.log)"
+grep -qE "^(lora_|finetuning_type|quantization)" lora_hf.yaml && bad "LoRA keys written into TrainingArguments: $(cat lora_hf.yaml)"
+"$DTPLAN" estimate --json --config lora_hf.yaml --gpus 8 --model qwen2.5-7b --seq 2048 --attention sdpa --finetune lora \
+    --lora-rank 16 --lora-alpha 24 --lora-dropout 0.1 --lora-target q_proj,v_proj --modules-to-save lm_head --use-rslora \
+    >lh.got 2>lh.err || bad "hf read back: $(tail -1 lh.err)"
+cmp -s lora.want lh.got || bad "hf + options round trip differs: $(diff lora.want lh.got | head -4)"
+"$DTPLAN" export --runbook lora.json -o lora_rb.yaml >lr.log 2>&1 || bad "export lora runbook"
+grep -q "note: the runbook's training: block has no fine-tuning keys" lr.log || bad "runbook: no note: $(cat lr.log)"
+# the user's own file: a qlora plan of rank 16 edits lora_rank (its lora_alpha follows the rank, as
+# LLaMA-Factory's default does: not added) and what solve changed; comments and all else kept
+cp "$C/lf_qwen25_qlora.yaml" mineq.yaml
+"$DTPLAN" solve --config mineq.yaml --gpus 8 --mem 80G --lora-rank 16 -o q16.json >/dev/null 2>&1 || bad "plan q16"
+"$DTPLAN" export --llamafactory q16.json -o mineq2.yaml --config mineq.yaml >mq.log 2>&1 || bad "export mine qlora: $(cat mq.log)"
+diff mineq.yaml mineq2.yaml >mq.diff
+grep -q '^> lora_rank: 16$' mq.diff || bad "qlora --config: lora_rank not written: $(cat mq.diff)"
+grep -E '^[<>]' mq.diff | grep -vE '^[<>] (lora_rank|deepspeed|per_device_train_batch_size|gradient_accumulation_steps|disable_gradient_checkpointing): ' \
+    && bad "qlora --config changed other lines: $(cat mq.diff)"
+"$DTPLAN" estimate --json --plan q16.json >q16.want 2>&1
+"$DTPLAN" estimate --json --config mineq2.yaml --gpus 8 >q16.got 2>q16.err || bad "mineq2 read back: $(tail -1 q16.err)"
+cmp -s q16.want q16.got || bad "qlora --config round trip differs: $(diff q16.want q16.got | head -4)"
+# ... and a full plan on a LoRA file says so in the file (finetuning_type full, quantization_bit null)
+"$DTPLAN" export --llamafactory p1.json -o mineq3.yaml --config mineq.yaml >mq3.log 2>&1 || bad "export full on qlora: $(cat mq3.log)"
+grep -q '^finetuning_type: full$' mineq3.yaml && grep -q '^quantization_bit: null$' mineq3.yaml || bad "full on a qlora file: $(cat mineq3.yaml)"
+"$DTPLAN" estimate --config mineq3.yaml --gpus 8 >/dev/null 2>mq3.err || bad "full-on-qlora file does not read back: $(cat mq3.err)"
+
 [ $fails -eq 0 ] && echo "config_export: all checks passed"
 exit $((fails > 0))

@@ -56,19 +56,80 @@ int main(void) {
     CHECK_EQ_I64(parse("per_device_train_batch_size: \"4\"\n", DT_UCFG_HF, &err), DT_EINVAL);
     CHECK(strstr(err.msg, "must be a whole number") != NULL);
 
-    /* the methods not modelled yet: refused by name, LLaMA-Factory's lora default included */
-    CHECK_EQ_I64(parse("stage: sft\nlora_rank: 8\n", DT_UCFG_AUTO, &err), DT_EINVAL);
-    CHECK(strstr(err.msg, "finetuning_type: lora (LLaMA-Factory's default when the key is absent) is not modelled yet"));
-    CHECK_EQ_I64(parse("finetuning_type: freeze\n", DT_UCFG_AUTO, &err), DT_EINVAL);
-    CHECK(strstr(err.msg, "finetuning_type: freeze is not modelled yet") != NULL);
+    /* fine-tuning keys as LLaMA-Factory reads them (finetuning_args.py, model_args.py, adapter.py):
+     * finetuning_type's default is lora; lora_alpha None or 0 is 2 x rank; lora_target all */
+    CHECK_EQ_I64(parse("stage: sft\nlora_rank: 16\n", DT_UCFG_AUTO, &err), DT_OK);
+    CHECK_EQ_I64(c.finetune.method, DT_FT_LORA);
+    CHECK_EQ_I64(c.finetune.lora_rank, 16);
+    CHECK_NEAR(c.finetune.lora_alpha, 32.0, 0);
+    CHECK(c.finetune.lora_target_all && !c.lora_alpha_given);
+    CHECK_EQ_I64(c.finetune.adapter_dtype, DT_DTYPE_FP32);   /* trainable parameters cast to fp32 */
+    CHECK(key("lora_rank")->use == DT_UKEY_USED);
+    CHECK_EQ_I64(parse("finetuning_type: lora\nlora_rank: 4\nlora_alpha: 0\nlora_dropout: 0.1\n"
+                       "lora_target: [q_proj, v_proj]\nadditional_target: lm_head, embed_tokens\nuse_rslora: true\n"
+                       "pure_bf16: true\n", DT_UCFG_AUTO, &err), DT_OK);
+    CHECK_NEAR(c.finetune.lora_alpha, 8.0, 0);
+    CHECK_NEAR(c.finetune.lora_dropout, 0.1, 0);
+    CHECK(!c.finetune.lora_target_all && c.finetune.lora_target.n == 2);
+    CHECK_STR(c.finetune.lora_target.name[1], "v_proj");
+    CHECK(c.finetune.modules_to_save.n == 2 && !strcmp(c.finetune.modules_to_save.name[1], "embed_tokens"));
+    CHECK(c.finetune.use_rslora);
+    CHECK_EQ_I64(c.finetune.adapter_dtype, DT_DTYPE_BF16);   /* pure_bf16: left in half precision */
+    /* QLoRA: quantization_bit 4 / 8 with bitsandbytes; type, double quantisation, compute dtype */
+    CHECK_EQ_I64(parse("finetuning_type: lora\nquantization_bit: 4\nquantization_type: fp4\n"
+                       "double_quantization: false\nfp16: true\nquantization_method: bitsandbytes\n", DT_UCFG_AUTO, &err), DT_OK);
+    CHECK_EQ_I64(c.finetune.method, DT_FT_QLORA);
+    CHECK_EQ_I64(c.finetune.quant, DT_STORAGE_FP4);
+    CHECK(!c.finetune.double_quant);
+    CHECK_EQ_I64(c.finetune.compute_dtype, DT_DTYPE_FP16);
+    CHECK_EQ_I64(parse("finetuning_type: lora\nquantization_bit: 8\nquantization_type: fp4\n", DT_UCFG_AUTO, &err), DT_OK);
+    CHECK_EQ_I64(c.finetune.quant, DT_STORAGE_INT8);
+    CHECK_EQ_I64(c.finetune.compute_dtype, DT_DTYPE_FP32);   /* neither bf16 nor fp16: bnb's float32 */
+    CHECK(key("quantization_type")->use == DT_UKEY_NO_EFFECT);
+    /* freeze: layers, block modules (all = every one) and the extra modules after them */
+    CHECK_EQ_I64(parse("finetuning_type: freeze\nfreeze_trainable_layers: -4\nfreeze_trainable_modules: mlp,self_attn\n"
+                       "freeze_extra_modules: [embed_tokens]\nlora_rank: 64\n", DT_UCFG_AUTO, &err), DT_OK);
+    CHECK_EQ_I64(c.finetune.method, DT_FT_FREEZE);
+    CHECK_EQ_I64(c.finetune.trainable_layers, -4);
+    CHECK_EQ_I64(c.finetune.trainable_modules.n, 3);
+    CHECK_EQ_I64(c.freeze_block_names, 2);
+    CHECK_STR(c.finetune.trainable_modules.name[2], "embed_tokens");
+    CHECK(key("lora_rank")->use == DT_UKEY_NO_EFFECT && strstr(key("lora_rank")->why, "(this config: freeze)"));
+    CHECK_EQ_I64(parse("finetuning_type: freeze\nfreeze_trainable_modules: all\n", DT_UCFG_AUTO, &err), DT_OK);
+    CHECK_EQ_I64(c.finetune.trainable_modules.n, 0);
+    CHECK_EQ_I64(c.finetune.trainable_layers, DT_FT_DEFAULT_TRAINABLE_LAYERS);
+    /* bad values and what is not modelled: FILE:LINE and the key */
+    CHECK_EQ_I64(parse("finetuning_type: lora\nlora_rank: 0\n", DT_UCFG_AUTO, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "t.yaml:2: lora_rank: 0: a LoRA rank is at least 1") != NULL);
+    CHECK_EQ_I64(parse("finetuning_type: lora\nquantization_bit: 3\n", DT_UCFG_AUTO, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "t.yaml:2: quantization_bit: 3: bitsandbytes quantises the base to 4 or 8 bits") != NULL);
+    CHECK_EQ_I64(parse("finetuning_type: lora\nquantization_bit: 4\nquantization_method: eetq\n", DT_UCFG_AUTO, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "t.yaml:3: quantization_method: 'eetq' is not modelled") != NULL);
+    CHECK_EQ_I64(parse("finetuning_type: lora\nquantization_bit: 4\nquantization_type: int4\n", DT_UCFG_AUTO, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "t.yaml:3: quantization_type: 'int4': expected nf4 or fp4") != NULL);
+    CHECK_EQ_I64(parse("finetuning_type: lora\nlora_dropout: 1.0\n", DT_UCFG_AUTO, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "t.yaml:2: lora_dropout") != NULL);
+    CHECK_EQ_I64(parse("use_dora: true\n", DT_UCFG_AUTO, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "t.yaml:1: use_dora: DoRA") != NULL);
+    CHECK_EQ_I64(parse("finetuning_type: full\nuse_rslora: true\n", DT_UCFG_AUTO, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "t.yaml:2: use_rslora: only valid with finetuning_type: lora") != NULL);
+    CHECK_EQ_I64(parse("finetuning_type: lora\nuse_dora: false\npissa_init: false\n", DT_UCFG_AUTO, &err), DT_OK);
+    CHECK_EQ_I64(parse("finetuning_type: freeze\nfreeze_trainable_layers: 0\n", DT_UCFG_AUTO, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "t.yaml:2: freeze_trainable_layers: 0 trains no block") != NULL);
+    CHECK_EQ_I64(parse("finetuning_type: oft\n", DT_UCFG_AUTO, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "finetuning_type: oft is not modelled yet") != NULL);
     CHECK_EQ_I64(parse("finetuning_type: full\nquantization_bit: 8\n", DT_UCFG_AUTO, &err), DT_EINVAL);
-    CHECK(strstr(err.msg, "quantization_bit: 8 is not modelled yet") != NULL);
+    CHECK(strstr(err.msg, "quantization_bit: 8 with finetuning_type full") != NULL);
     CHECK_EQ_I64(parse("finetuning_type: full\nstage: kto\n", DT_UCFG_AUTO, &err), DT_EINVAL);
     CHECK(strstr(err.msg, "stage: kto is not modelled yet") != NULL);
     CHECK_EQ_I64(parse("finetuning_type: full\nstage: pt\nlora_rank: 8\n", DT_UCFG_AUTO, &err), DT_OK);
     CHECK(key("lora_rank")->use == DT_UKEY_NO_EFFECT);   /* a lora key with finetuning_type full */
+    CHECK_EQ_I64(c.finetune.method, DT_FT_FULL);
     c.quantization_bit = 4;
     CHECK_EQ_I64(dt_usercfg_check_methods(&c, &err), DT_EINVAL);
+    /* TrainingArguments has no LoRA keys (PEFT's LoraConfig is separate): named, not "unknown" */
+    CHECK_EQ_I64(parse("per_device_train_batch_size: 2\nlora_target: all\n", DT_UCFG_HF, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "t.yaml:2: 'lora_target' is LLaMA-Factory's; TrainingArguments has no fine-tuning keys") != NULL);
 
     /* contradictions, unknown and repeated keys, refused features */
     CHECK_EQ_I64(parse("bf16: true\nfp16: true\n", DT_UCFG_HF, &err), DT_EINVAL);
