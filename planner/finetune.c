@@ -3,7 +3,7 @@
  * "Fine-tuning". Notation: B micro-batch, T sequence, a activation bytes, e compute
  * bytes, N ranks, r LoRA rank, L blocks, j0 the first block backward reaches. */
 #include "dt_ftplan.h"
-#include "dt_memory.h"
+#include "dt_activations.h"
 #include "dt_model.h"
 
 #include <stdio.h>
