@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 
+#include "dt_gemmtime.h"
 #include "dt_plan.h"
 
 int dt_time_estimate(const dt_plan *p, dt_time_breakdown *out, dt_error *err);
@@ -29,32 +30,6 @@ typedef struct dt_time_compute {
                            * recompute repeats (runtimes deepspeed / fsdp) */
 } dt_time_compute;
 int dt_time_compute_micro(const dt_plan *p, dt_time_compute *out, dt_error *err);
-/* The shape-aware GPU model's defaults, used where a profile carries no measured value
- * (gemm_peak_fraction, mem_bw_fraction, op_overhead_s: dtplan calibrate --device cuda). */
-/* The fraction of dense peak the best-shaped cuBLAS GEMM reaches: 0.80 = H100 SXM's
- * measured maximum achievable matmul FLOPS, 792.1 of 989 TFLOP/s bf16 (80.1 %; A100 SXM
- * 267.9 of 312, 85.9 %): Stas Bekman, ml-engineering, compute/accelerator/README.md,
- * "Maximum Achievable Matmul FLOPS comparison table" (mamf-finder.py, CUDA 12.1). One
- * constant for every profile; not fitted to the validation suite. */
-#define DT_GEMM_PEAK_CAP 0.80
-/* Fixed cost per GPU kernel: 3.8 us per kernel launched back to back from a stream
- * (NVIDIA technical blog "Getting Started with CUDA Graphs", A. Gray, 2019: a 2.9 us kernel
- * takes 3.8 us per launch without synchronisation between launches). */
-#define DT_GPU_LAUNCH_S 3.8e-6
-/* Achievable fraction of the datasheet HBM bandwidth for streaming kernels: on a V100
- * "Theoretical device memory bandwidth of 900GB/s. Using cudaMemcpy we measure achievable
- * memory bandwidth of 790GB/s" (T. Warburton, "Rough-n-Ready Roofline: NVIDIA V100 edition",
- * paranumal.com, 2018-02-08) = 0.88. One constant for every profile, as DT_GEMM_PEAK_CAP
- * ([A] for A100 / H100 / H200, not measured here). */
-#define DT_HBM_EFFICIENCY 0.88
-/* GPU plans whose profile states sm_count (dt_hardware_sm_count > 0) and a peak for the
- * compute dtype are timed per GEMM on its shape instead of at the flat achievable_flops
- * (docs/time-model.md "Shape-aware GPU compute"); CPU plans never are. */
-int dt_time_gpu_shape_model(const dt_plan *p);
-/* One GEMM (batch x [M x K] . [K x N]) on a GPU: max(FLOPs / (peak x cap x tile and wave
- * efficiency), bytes moved / hbm_bw) + the launch overhead, seconds. */
-double dt_time_gemm_s(double peak_flops, double sm_count, double hbm_bw, double elem_bytes, double M,
-                      double N, double K, double batch);
 /* DeepSpeed ZeRO-3 (runtime deepspeed, stage 3): the host-side cost of one module fetch, s
  * (runtime.fetch_overhead_s when > 0, else the cited DT_DS_FETCH_HOST_S; docs/time-model.md
  * "ZeRO-3 under DeepSpeed"), and the modules fetched per pass in one block and outside the

@@ -216,17 +216,6 @@ static double thread_factor(const dt_plan *p) {
     return pow(hw->thread_efficiency, log(t) / log(hw->thread_cores));
 }
 
-/* ---- shape-aware GPU compute (docs/time-model.md "Shape-aware GPU compute", issue 17) ----
- * Every GEMM of a block is timed on its own shape:
- *   t = max(FLOPs / (peak x DT_GEMM_PEAK_CAP x tile eff x wave eff), bytes / mem_bw) + launch
- * Tile and wave quantisation as NVIDIA's "Matrix Multiplication Background User's Guide"
- * (docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication, §3.1
- * "Tile Quantization", §3.2 "Wave Quantization"): the output is cut into DT_GEMM_TILE x
- * DT_GEMM_TILE tiles (§2.3: 128x128 is a typical cuBLAS tensor-core tile on V100 / A100),
- * one thread block per tile, and the tiles run in waves of sm_count; a partial wave costs
- * a whole one. Arithmetic intensity (§2): a GEMM reading A and B and writing C moves
- * bytes = e (MK + KN + MN); below the GPU's FLOP:byte ratio it is memory-bound. */
-#define DT_GEMM_TILE 128.0
 /* FlashAttention-2 (Dao 2023, arXiv 2307.08691): one thread block per (sequence, head,
  * DT_GEMM_TILE queries); causal masking skips the blocks above the diagonal (half the
  * square's work, §3.1); the backward runs 5 matmuls against the forward's 2 (it recomputes
@@ -300,78 +289,15 @@ static double thread_factor(const dt_plan *p) {
 #define DT_ROPE_PER_E 2.0
 #define DT_ROPE_KERNELS 3.0
 
-typedef struct {
-    double peak;     /* dense peak FLOP/s of the compute dtype */
-    double cap;      /* the fraction of it the best-shaped GEMM reaches: the profile's measured
-                      * gemm_peak_fraction, else DT_GEMM_PEAK_CAP */
-    double bw;       /* achievable HBM bytes/s: mem_bw x (mem_bw_fraction, else DT_HBM_EFFICIENCY) */
-    double launch;   /* s per kernel: the profile's measured op_overhead_s, else DT_GPU_LAUNCH_S */
-    double sm;       /* SMs */
-    double e;        /* bytes per element of the compute dtype */
-} dt_gpu;
-
-/* The profile's measured GPU figures where dtplan calibrate --device cuda wrote them, else the
- * cited constants above (docs/hardware.md "Calibrating a GPU"). */
-static double gpu_hbm_bw(const dt_hardware *hw) {
-    return hw->mem_bw * (hw->mem_bw_fraction > 0 ? hw->mem_bw_fraction : DT_HBM_EFFICIENCY);
-}
-static void gpu_of(const dt_hardware *hw, dt_dtype t, dt_gpu *g) {
-    g->peak = hw->peak_flops[t];
-    g->cap = hw->gemm_peak_fraction[t] > 0 ? hw->gemm_peak_fraction[t] : DT_GEMM_PEAK_CAP;
-    g->bw = gpu_hbm_bw(hw);
-    g->launch = hw->op_overhead_s > 0 ? hw->op_overhead_s : DT_GPU_LAUNCH_S;
-    g->sm = dt_hardware_sm_count(hw);
-    g->e = (double)dt_dtype_size(t);
-}
-
-int dt_time_gpu_shape_model(const dt_plan *p) {
-    const dt_hardware *hw = &p->cluster.hw;
-    return hw->device == DT_DEVICE_CUDA && dt_hardware_sm_count(hw) > 0 && hw->mem_bw > 0 &&
-           hw->peak_flops[p->precision.param] > 0;
-}
-
-/* The tile side along a dimension of d: DT_GEMM_TILE, or for a dimension below it the
- * smallest power of two >= d, at least DT_GEMM_TILE_MIN: cuBLAS picks narrower tiles for
- * skinny GEMMs (the guide's §2.3 lists 64-wide tiles; below that [A], down to the
- * tensor-core MMA's 16 rows, mma.m16n8k16 in the PTX ISA), so an 8-row GEMM is not priced
- * as a padded 128-row one. */
-#define DT_GEMM_TILE_MIN 16.0
-static double gemm_tile(double d) {
-    if (d >= DT_GEMM_TILE) return DT_GEMM_TILE;
-    double t = DT_GEMM_TILE_MIN;
-    while (t < d) t *= 2.0;
-    return t;
-}
-
-static double gemm_s(double peak_flops, double cap, double launch, double sm_count, double hbm_bw,
-                     double elem_bytes, double M, double N, double K, double batch) {
-    if (M <= 0 || N <= 0 || K <= 0 || batch <= 0) return 0.0;
-    const double tm = gemm_tile(M), tn = gemm_tile(N);
-    const double tiles = ceil(M / tm) * ceil(N / tn) * batch;
-    const double waves = ceil(tiles / sm_count);
-    /* each SM computes one tm x tn x K tile per wave at peak x cap / sm_count */
-    const double t_math = waves * 2.0 * tm * tn * K / (peak_flops * cap / sm_count);
-    const double t_mem = batch * elem_bytes * (M * K + K * N + M * N) / hbm_bw;
-    return (t_math > t_mem ? t_math : t_mem) + launch;
-}
-
-double dt_time_gemm_s(double peak_flops, double sm_count, double hbm_bw, double elem_bytes, double M,
-                      double N, double K, double batch) {
-    return gemm_s(peak_flops, DT_GEMM_PEAK_CAP, DT_GPU_LAUNCH_S, sm_count, hbm_bw, elem_bytes, M, N, K, batch);
-}
-
-static double g_gemm(const dt_gpu *g, double M, double N, double K, double batch) {
-    return gemm_s(g->peak, g->cap, g->launch, g->sm, g->bw, g->e, M, N, K, batch);
-}
 
 /* a memory-bound kernel set: elems read + written at bytes each, plus its launches */
-static double g_ew(const dt_gpu *g, double bytes, double kernels) { return bytes / g->bw + kernels * g->launch; }
+static double g_ew(const dt_time_gpu *g, double bytes, double kernels) { return bytes / g->bw + kernels * g->launch; }
 
-static double lin_fwd(const dt_gpu *g, const dt_linear_desc *l, double T) {
-    return g_gemm(g, T, (double)l->out, (double)l->in, 1.0);
+static double lin_fwd(const dt_time_gpu *g, const dt_linear_desc *l, double T) {
+    return dt_time_gpu_gemm_s(g, T, (double)l->out, (double)l->in, 1.0);
 }
-static double lin_bwd(const dt_gpu *g, const dt_linear_desc *l, double T) {   /* dX = dY W^T, dW = X^T dY */
-    return g_gemm(g, T, (double)l->in, (double)l->out, 1.0) + g_gemm(g, (double)l->in, (double)l->out, T, 1.0);
+static double lin_bwd(const dt_time_gpu *g, const dt_linear_desc *l, double T) {   /* dX = dY W^T, dW = X^T dY */
+    return dt_time_gpu_gemm_s(g, T, (double)l->in, (double)l->out, 1.0) + dt_time_gpu_gemm_s(g, (double)l->in, (double)l->out, T, 1.0);
 }
 
 /* DDP under autocast (runtime fsdp, stage 0, a master precision): every forward casts each
@@ -385,8 +311,8 @@ static double lin_bwd(const dt_gpu *g, const dt_linear_desc *l, double T) {   /*
 
 static int gpu_compute_micro(const dt_plan *p, dt_time_compute *out) {
     const dt_hardware *hw = &p->cluster.hw;
-    dt_gpu g;
-    gpu_of(hw, p->precision.param, &g);
+    dt_time_gpu g;
+    dt_time_gpu_of(hw, p->precision.param, &g);
     dt_model_desc d;
     dt_model_describe(&p->model, &d);
     const dt_block_desc *bd = &d.block;
@@ -421,9 +347,9 @@ static int gpu_compute_micro(const dt_plan *p, dt_time_compute *out) {
         const double sm_bytes = rt->upcast_softmax ? g.e + 4.0 + 4.0 + g.e : 2.0 * g.e;   /* fp32 softmax + cast back */
         const double mask_f = hf && p->model.family == DT_FAMILY_GPT2 ? DT_EAGER_GPT2_MASK_PASSES : 0.0;
         const double passes_f = DT_EAGER_FWD_PASSES + mask_f + dropout, passes_b = DT_EAGER_BWD_PASSES + dropout;
-        af = g_gemm(&g, s, s, hd, heads) + g_gemm(&g, s, hd, s, heads) +                   /* QK^T, PV */
+        af = dt_time_gpu_gemm_s(&g, s, s, hd, heads) + dt_time_gpu_gemm_s(&g, s, hd, s, heads) +                   /* QK^T, PV */
              g_ew(&g, scores * ((passes_f - 1.0) * 2.0 * g.e + sm_bytes + dropout * DT_DROPOUT_MASK_BYTES), passes_f);
-        ab = 3.0 * g_gemm(&g, s, hd, s, heads) + g_gemm(&g, s, s, hd, heads) +            /* dV, dQ, dK; dP */
+        ab = 3.0 * dt_time_gpu_gemm_s(&g, s, hd, s, heads) + dt_time_gpu_gemm_s(&g, s, s, hd, heads) +            /* dV, dQ, dK; dP */
              g_ew(&g, scores * ((passes_b - 1.0) * 2.0 * g.e + 3.0 * g.e + dropout * DT_DROPOUT_MASK_BYTES), passes_b);
     } else {
         const double tiles = b * nh * ceil(s / DT_GEMM_TILE);
@@ -484,10 +410,10 @@ static int gpu_compute_micro(const dt_plan *p, dt_time_compute *out) {
         lv_f = DT_CE_FWD_V, lv_b = DT_CE_BWD_V, lk_f = 1.0, lk_b = 1.0;
         if (p->model.family == DT_FAMILY_GPT2) lv_f += DT_SHIFT_FWD_V, lv_b += DT_SHIFT_BWD_V, lk_f += 1.0, lk_b += 2.0;
     }
-    double out_f = g_gemm(&g, T, V, C, 1.0) +
+    double out_f = dt_time_gpu_gemm_s(&g, T, V, C, 1.0) +
                    g_ew(&g, T * (of * g.e + lv_f * V * vbytes) + (dropout ? 3.0 * T * C * g.e : 0.0),
                         DT_GPU_EW_OUT_FWD + dropout + lk_f);
-    double out_b = g_gemm(&g, T, C, V, 1.0) + g_gemm(&g, C, V, T, 1.0) +
+    double out_b = dt_time_gpu_gemm_s(&g, T, C, V, 1.0) + dt_time_gpu_gemm_s(&g, C, V, T, 1.0) +
                    g_ew(&g, T * (ob * g.e + lv_b * V * vbytes) + (dropout ? 3.0 * T * C * g.e : 0.0),
                         DT_GPU_EW_OUT_BWD + dropout + lk_b);
 
@@ -797,7 +723,7 @@ static double device_optimizer_s(const dt_plan *p, double shard) {
             if (pr->has_master)   /* 16-bit grads into the fp32 partition, updated fp32 back to 16-bit */
                 bytes += (double)dt_dtype_size(pr->grad) + 4.0 + 4.0 + (double)pb;
         }
-        return shard * bytes / gpu_hbm_bw(hw);
+        return shard * bytes / dt_time_gpu_hbm_bw(hw);
     }
     if (p->runtime.kind == DT_RUNTIME_FSDP) {
         /* FSDP's AdamW steps the fp32 sharded params themselves: grads read twice, m and v
