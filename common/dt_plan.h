@@ -15,6 +15,7 @@
 #include "dt_arch.h"
 #include "dt_precision.h"
 #include "dt_finetune.h"
+#include "dt_objective.h"
 
 #define DT_PLAN_FORMAT "dtplan.plan/1"
 #define DT_PATH_MAX 512
@@ -22,6 +23,8 @@
 #define DT_PLAN_FINGERPRINT_HEX 64
 
 typedef enum { DT_OFFLOAD_NONE = 0, DT_OFFLOAD_CPU = 1, DT_OFFLOAD_NVME = 2 } dt_offload;
+#define DT_OFFLOAD_KINDS 3
+extern const char *const dt_offload_names[DT_OFFLOAD_KINDS];   /* "none", "cpu", "nvme" (offload.c) */
 typedef enum { DT_ATTN_FLASH = 0, DT_ATTN_MATERIALIZED = 1 } dt_attention;
 
 /* Collectives, for byte counters. The byte count of one call is the size of the
@@ -231,6 +234,7 @@ typedef struct dt_plan {
     dt_output output;
     dt_prediction prediction;
     dt_finetune finetune;      /* the method (dt_finetune.h); zero = full fine-tuning */
+    dt_objective objective;    /* the objective (dt_objective.h); zero = pt, or sft for masked data */
 } dt_plan;
 
 /* Defaults for everything but the model: 1 node x 1 rank, cpu profile, stage 0,

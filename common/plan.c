@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "dt_finetune_json.h"
+#include "dt_objective_json.h"
 #include "dt_json.h"
 #include "dt_layout.h"
 
@@ -52,7 +53,6 @@
 #define DS_MAX_REUSE_DISTANCE 1000000000LL
 #define DS_PERSISTENCE_THRESHOLD 100000LL
 
-static const char *const k_offload_names[] = {"none", "cpu", "nvme"};
 static const char *const k_attention_names[] = {"flash", "materialized"};
 static const char *const k_runtime_names[] = {"dtrun", "deepspeed", "fsdp"};
 static const char *const k_kernel_names[] = {"flash", "sdpa", "eager"};
@@ -67,20 +67,6 @@ static const char *const k_format_names[] = {"text", "llmc"};
 static const char *const k_tokenizer_names[] = {"byte", "gpt2"};
 static const char *const k_dtype_keys[] = {"fp32", "bf16", "fp16"}; /* peak_flops[] index */
 #define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
-
-const char *dt_offload_name(dt_offload o) {
-    return (o >= 0 && (int)o < N_OF(k_offload_names)) ? k_offload_names[o] : "?";
-}
-
-int dt_offload_parse(const char *s, dt_offload *out, dt_error *err) {
-    for (int i = 0; s && i < N_OF(k_offload_names); i++)
-        if (!strcmp(s, k_offload_names[i])) {
-            *out = (dt_offload)i;
-            return DT_OK;
-        }
-    return dt_errorf(err, DT_EINVAL, "unknown offload device '%s' (use none, cpu or nvme)",
-                     s ? s : "");
-}
 
 const char *dt_runtime_name(dt_runtime_kind k) {
     return ((int)k >= 0 && (int)k < N_OF(k_runtime_names)) ? k_runtime_names[k] : "?";
@@ -666,6 +652,7 @@ int dt_plan_validate(const dt_plan *p, dt_error *err) {
     if ((rc = validate_training(p, err))) return rc;
     if ((rc = validate_io(p, err))) return rc;
     if ((rc = dt_finetune_check(&p->finetune, "finetune", err))) return rc;   /* the model's checks: dt_model_pgroups */
+    if ((rc = dt_objective_check(&p->objective, p->batch.seq_len, p->batch.global_batch, "objective", err))) return rc;
     return validate_prediction(&p->prediction, err);
 }
 
@@ -935,6 +922,7 @@ static cJSON *plan_to_tree(const dt_plan *p) {
 
     write_prediction(root, &p->prediction);
     dt_finetune_write_json(root, &p->finetune);   /* optional: absent = full fine-tuning */
+    dt_objective_write_json(root, &p->objective);   /* optional: absent = pt, or sft for masked data */
     return root;
 }
 
@@ -1115,8 +1103,8 @@ static void read_parallel(dt_jobj *root, dt_parallel *q, dt_error *err) {
         r.failed = dt_errorf(err, DT_EINVAL, "$.parallel.zero_stage: Maximum supported ZeRO stage is 3 (got %lld)",
                              (long long)stage);
     q->zero_stage = (int)(stage > 3 ? 3 : stage);
-    dt_jobj_enum(&r, "offload_optimizer", k_offload_names, N_OF(k_offload_names), &oo, err);
-    dt_jobj_enum(&r, "offload_param", k_offload_names, N_OF(k_offload_names), &op, err);
+    dt_jobj_enum(&r, "offload_optimizer", dt_offload_names, N_OF(dt_offload_names), &oo, err);
+    dt_jobj_enum(&r, "offload_param", dt_offload_names, N_OF(dt_offload_names), &op, err);
     q->offload_optimizer = (dt_offload)oo;
     q->offload_param = (dt_offload)op;
     dt_jobj_str(&r, "nvme_path", 1, q->nvme_path, sizeof q->nvme_path, err);
@@ -1394,6 +1382,7 @@ static int plan_parse_named(const char *json, const char *what, dt_plan *out, dt
     if (!root.failed) read_io(&root, &p, err);
     if (!root.failed) read_prediction(&root, &p.prediction, err);
     if (!root.failed) dt_finetune_read_json(&root, &p.finetune, err);
+    if (!root.failed) dt_objective_read_json(&root, &p.objective, err);
     if (!root.failed) dt_jobj_close(&root, err);
     cJSON_Delete(tree);
     if (root.failed) return root.failed;

@@ -9,6 +9,9 @@ llama-3.2-1b llama-3.2-3b llama-3.3-70b-instruct mistral-7b-v0.3"
 _dtplan_ft="--finetune --trainable-layers --trainable-modules --lora-rank --lora-alpha --lora-dropout --lora-target
 --modules-to-save --use-rslora --adapter-dtype --quant --double-quant --compute-dtype --quant-block --quant-skip
 --prepare-kbit"
+# the objective options of estimate, solve and simulate (cli/dtplan/objopts.c)
+_dtplan_obj="--objective --precompute-ref --num-generations --max-completion-length --kl-coef --gen-batch --placement
+--gen-mem-fraction"
 _dtplan() {
     local cur prev cmd i
     cur=${COMP_WORDS[COMP_CWORD]}
@@ -26,15 +29,15 @@ _dtplan() {
     estimate) flags="--params --model --plan --gpus --nodes --micro-batch --grad-accum --seq --ckpt --precision
                      --param-dtype --grad-dtype --master-dtype --moment-dtype --attention --zero-stage
                      --offload-optimizer --offload-param --deepspeed --hardware --mem --units --compare --json
-                     --plot --runtime --recompute --largest-layer --sub-group-size --config --config-format --help $_dtplan_ft" ;;
+                     --plot --runtime --recompute --largest-layer --sub-group-size --config --config-format --help $_dtplan_ft $_dtplan_obj" ;;
     solve) flags="--mem --model --params --gpus --nodes --global-batch --seq --hardware --interconnect --host-mem
                   --nvme --precision --stages --no-offload --no-overlap --units -o --plot --data --steps --warmup
                   --lr --schedule --out --eval-interval --save-interval --runtime --attention --sub-group-size --nvme-path
-                  --layouts --no-layouts --config --config-format --lr-scaling --help $_dtplan_ft" ;;
+                  --layouts --no-layouts --config --config-format --lr-scaling --help $_dtplan_ft $_dtplan_obj" ;;
     show) flags="--units --help" ;;
     export) flags="--deepspeed --megatron --llamafactory --hf-trainer --runbook --config -o --slurm --script --master-addr
                    --master-port --job-name --help" ;;
-    simulate) flags="--detail --trace --plot --json --runtime --config --config-format --help $_dtplan_ft" ;;
+    simulate) flags="--detail --trace --plot --json --runtime --config --config-format --help $_dtplan_ft $_dtplan_obj" ;;
     compare) flags="--json --help" ;;
     report) flags="-o --plan --help" ;;
     calibrate) flags="-o --plan --no-mpi --device --base --gpu --name --help" ;;
@@ -54,6 +57,8 @@ _dtplan() {
     --compare) COMPREPLY=($(compgen -W "deepspeed" -- "$cur")); return ;;
     --runtime) COMPREPLY=($(compgen -W "dtrun deepspeed fsdp" -- "$cur")); return ;;
     --finetune) COMPREPLY=($(compgen -W "full freeze lora qlora" -- "$cur")); return ;;
+    --objective) COMPREPLY=($(compgen -W "pt sft rm dpo grpo ppo" -- "$cur")); return ;;
+    --placement) COMPREPLY=($(compgen -W "colocated split" -- "$cur")); return ;;
     --quant) COMPREPLY=($(compgen -W "nf4 fp4 int8" -- "$cur")); return ;;
     --double-quant) COMPREPLY=($(compgen -W "on off" -- "$cur")); return ;;
     --compute-dtype|--adapter-dtype) COMPREPLY=($(compgen -W "bf16 fp16 fp32" -- "$cur")); return ;;

@@ -17,6 +17,7 @@
 
 #include "dt_dsconfig.h"
 #include "dt_ftplan.h"
+#include "dt_objplan.h"
 #include "memory_internal.h"
 
 /* fp32 logits and losses, int32 token ids: docs/activations.md. */
@@ -624,6 +625,14 @@ static void total_of(dt_mem_breakdown *m) {
 
 int dt_memory_phases(const dt_plan *p, int64_t n_params, dt_mem_phases *out, dt_error *err) {
     memset(out, 0, sizeof *out);
+    /* objectives (planner/objective.c): the policy's shape under pairs / a score head, the
+     * other models' persistent terms per phase, the generation phase after */
+    const dt_plan *orig = p;
+    dt_plan shaped;
+    dt_obj_terms ot;
+    const int obj = dt_objplan_active(p);
+    if (obj && dt_objplan_shape(orig, &n_params, &shaped)) p = &shaped;
+    if (obj) dt_objplan_terms(orig, &ot);
     int rc = check_plan(p, err);
     if (rc) return rc;
     if (dt_layout_active(p)) {   /* TP / CP / PP: the binding pipeline stage (planner/parallel3d.c) */
@@ -668,6 +677,7 @@ int dt_memory_phases(const dt_plan *p, int64_t n_params, dt_mem_phases *out, dt_
             m->reserve = dt_hardware_hf_runtime_bytes(&p->cluster.hw, p->runtime.kind == DT_RUNTIME_DEEPSPEED,
                                                       p->parallel.zero_stage);
         if (fine) dt_ftplan_add_memory(p, &ft, m);
+        if (obj) dt_objplan_add_phase(&ot, m);
         total_of(m);
         m->host_params = host.host_params, m->host_optimizer = host.host_optimizer;
         m->host_buffers = host.host_buffers, m->host_total = host.host_total, m->nvme = host.nvme;
@@ -676,6 +686,7 @@ int dt_memory_phases(const dt_plan *p, int64_t n_params, dt_mem_phases *out, dt_
         if ((rc = saturated(p, m, err))) return rc;
         if (m->total > out->at[out->peak].total) out->peak = (dt_mem_phase)i;
     }
+    if (obj) dt_objplan_generation(orig, &ot, out, 1);
     return DT_OK;
 }
 

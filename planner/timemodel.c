@@ -9,6 +9,7 @@
 #include "dt_layout.h"
 #include "dt_memory.h"
 #include "dt_model.h"
+#include "dt_objplan.h"
 #include "dt_parallel3d.h"
 #include "dt_solve.h"
 
@@ -39,6 +40,13 @@ void dt_time_terms_eval(const dt_time_terms *t, int64_t K, dt_time_breakdown *ou
 }
 
 int dt_time_estimate(const dt_plan *p, dt_time_breakdown *out, dt_error *err) {
+    /* objectives (planner/objective.c): the policy's step at its shape (pairs: 2 x micro),
+     * then the reference / critic forwards and the generation */
+    dt_obj_terms ot;
+    dt_plan shaped;
+    int64_t np = 0;
+    const dt_plan *orig = p;
+    if (dt_objplan_active(p) && dt_objplan_shape(orig, &np, &shaped)) p = &shaped;
     dt_time_terms t;
     if (dt_time_terms_build(p, &t, err)) return err->code;
     int64_t K = p->activations.ckpt_layers;
@@ -46,6 +54,11 @@ int dt_time_estimate(const dt_plan *p, dt_time_breakdown *out, dt_error *err) {
         return dt_errorf(err, DT_EINVAL, "time model: ckpt_layers %lld is not in 0..%lld", (long long)K,
                          (long long)p->model.n_layer);
     dt_time_terms_eval(&t, K, out);
+    if (dt_objplan_active(orig)) {
+        dt_objplan_terms(orig, &ot);
+        if (dt_objplan_time(orig, &ot, err)) return err->code;
+        out->step_s += dt_objplan_step_s(&ot);
+    }
     double tokens = (double)p->batch.global_batch * (double)p->batch.seq_len;
     double model_flops = (double)p->batch.global_batch *
                          dt_model_train_flops_per_seq(&p->model, p->batch.seq_len);

@@ -15,6 +15,8 @@
 #include "dt_dsconfig.h"
 #include "dt_memory.h"
 #include "dt_cli_ft.h"
+#include "dt_cli_obj.h"
+#include "dt_objplan.h"
 #include "dt_plan.h"
 #include "dt_report_charts.h"
 #include "dt_timemodel.h"
@@ -52,6 +54,7 @@ typedef struct {
     const char *runtime, *recompute, *largest, *sub_group;
     int json;
     dt_ft_args ft;   /* --finetune and its settings (cli/dtplan/ftopts.c) */
+    dt_obj_args obj; /* --objective and its settings (cli/dtplan/objopts.c) */
 } est_args;
 
 /* one "dtplan: ..." line on stderr, exit 2 */
@@ -105,6 +108,7 @@ static void usage(FILE *f) {
             "  --config-format F     llamafactory | hf | runbook (default: detected)\n",
             EST_DEFAULT_MICRO, EST_DEFAULT_SEQ, EST_DEFAULT_HARDWARE);
     dt_ft_usage(f);
+    dt_obj_usage(f);
 }
 
 /* ------------------------------------------------------------ arguments */
@@ -159,6 +163,9 @@ static int parse_args(int argc, char **argv, est_args *a) {
             const int t = dt_ft_args_take(&a->ft, argc, argv, &i, "estimate");
             if (t == 2) return 2;
             if (t) continue;
+            const int o = dt_obj_args_take(&a->obj, argc, argv, &i, "estimate");
+            if (o == 2) return 2;
+            if (o) continue;
         }
         if (!found) return fail("estimate: unknown option '%s' (see dtplan estimate --help)", arg);
     }
@@ -463,7 +470,8 @@ static int setup(const est_args *a, est_ctx *c) {
     }
     if ((rc = apply_runtime(a, c, a->deepspeed ? &ds : NULL))) return rc;
     if ((rc = apply_dtype_overrides(a, &p->precision))) return rc;
-    return dt_ft_args_apply(&a->ft, p);   /* the method, checked against the model */
+    if ((rc = dt_ft_args_apply(&a->ft, p))) return rc;   /* the method, checked against the model */
+    return dt_obj_args_apply(&a->obj, p);   /* the objective, checked against the batch */
 }
 
 /* ------------------------------------------------------------ rows */
@@ -602,6 +610,7 @@ static void print_header(const est_ctx *c) {
                p->parallel.reduce_bucket_elems, p->parallel.allgather_bucket_elems,
                p->parallel.prefetch_bucket_elems, p->parallel.overlap_comm ? "on" : "off");
     dt_ft_print_summary(p, "finetune   ");
+    dt_obj_print_summary(p, "objective  ");
     printf("units      %s; device columns per %s, host and NVMe per node\n",
            c->units == DT_UNITS_GB ? "GB = 10^9 bytes" : "GiB = 2^30 bytes", dt_chart_rank_word());
     for (int i = 0; i < c->notes.n; i++) printf("note       %s\n", c->notes.line[i]);
@@ -642,7 +651,7 @@ static void print_table(const est_ctx *c, const est_row *rows, int n) {
 /* A fine-tuning method: every term it changes, for the configuration (a DeepSpeed config or
  * a plan), else the first row that fits --mem (the first row without --mem). */
 static void print_finetune_terms(const est_ctx *c, const est_row *rows, int n) {
-    if (c->plan.finetune.method == DT_FT_FULL || n < 1) return;
+    if ((c->plan.finetune.method == DT_FT_FULL && !dt_objplan_active(&c->plan)) || n < 1) return;
     dt_plan p = c->plan;
     if (!c->from_config) {
         int k = 0;
@@ -655,6 +664,7 @@ static void print_finetune_terms(const est_ctx *c, const est_row *rows, int n) {
             snprintf(p.parallel.nvme_path, sizeof p.parallel.nvme_path, "%s", EST_NVME_EXAMPLE);
     }
     dt_ft_print_terms(&p, c->units);
+    dt_obj_print_terms(&p, c->units);   /* an objective: every model's rows, the generation phase */
 }
 
 /* One configuration (a DeepSpeed config or a plan): its predicted step as well, so what the
@@ -717,6 +727,7 @@ static void print_json(const est_ctx *c, const est_row *rows, int n) {
                r->comm_dtype_set ? "\"" : "");
     }
     dt_ft_print_json(p);
+    dt_obj_print_json(p);
     if (c->mem_limit) printf("  \"mem_limit\": %" PRId64 ",\n", c->mem_limit);
     printf("  \"rows\": [\n");
     for (int i = 0; i < n; i++) {

@@ -7,6 +7,7 @@
 
 #include "dt_cli.h"
 #include "dt_cli_ft.h"
+#include "dt_cli_obj.h"
 #include "dt_dsexport.h"
 #include "dt_mgexport.h"
 #include "dt_json.h"
@@ -224,6 +225,7 @@ int dt_cmd_export(int argc, char **argv) {
         if (slurm) fprintf(lines, "wrote %s (sbatch script)\n", slurm);
         fputs(notes, lines);
         dt_ft_print_framework(&p.finetune, lines);   /* a fine-tuning plan: PEFT / bitsandbytes / LLaMA-Factory */
+        dt_obj_print_framework(&p, lines);           /* an objective: TRL / LLaMA-Factory names */
         fputs(launch, lines);
     }
     free(config);

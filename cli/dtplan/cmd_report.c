@@ -13,6 +13,7 @@
 #include "dt_cli.h"
 #include "dt_consts.h"
 #include "dt_ftplan.h"
+#include "dt_objplan.h"
 #include "dt_json.h"
 #include "dt_report_charts.h"
 #include "dt_timemodel.h"
@@ -215,7 +216,13 @@ static void predict_time(rp_run *r, const char *plan_path, char *note, size_t n)
         dt_ftplan_describe(&p.finetune, d, sizeof d);
         snprintf(ft, sizeof ft, " (fine-tuning: %s)", d);
     }
-    snprintf(note, n, "predicted step time recomputed from %s with the time model%s", pp, ft);
+    char ob[288] = "";
+    if (dt_objplan_active(&p)) {   /* an objective: its models and generation are in the prediction */
+        char d[256];
+        dt_objplan_describe(&p, d, sizeof d);
+        snprintf(ob, sizeof ob, " (objective %s)", d);
+    }
+    snprintf(note, n, "predicted step time recomputed from %s with the time model%s%s", pp, ft, ob);
 }
 
 /* ---- output ---- */

@@ -8,6 +8,7 @@
 #include "dt_consts.h"
 #include "dt_layout.h"
 #include "dt_cli_ft.h"
+#include "dt_cli_obj.h"
 #include "dt_ftplan.h"
 #include "dt_model.h"
 #include "dt_parallel3d.h"
@@ -287,7 +288,9 @@ int dt_cmd_show(int argc, char **argv) {
     show_training(&p);
     show_io(&p);
     dt_ft_print_summary(&p, "finetune     ");
+    dt_obj_print_summary(&p, "objective    ");
     show_prediction(&p, &f);
     dt_ft_print_terms(&p, f.u);   /* a fine-tuning plan: every term its method changes */
+    dt_obj_print_terms(&p, f.u);  /* an objective: every model's rows, the generation phase */
     return 0;
 }

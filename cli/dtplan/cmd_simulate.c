@@ -8,10 +8,12 @@
 
 #include "dt_cli.h"
 #include "dt_cli_ft.h"
+#include "dt_cli_obj.h"
 #include "dt_consts.h"
 #include "dt_json.h"
 #include "dt_layout.h"
 #include "dt_memory.h"
+#include "dt_objplan.h"
 #include "dt_parallel3d.h"
 #include "dt_report_charts.h"
 #include "dt_simulate.h"
@@ -36,8 +38,10 @@ static int usage(FILE *f) {
             "  --config FILE  simulate the configuration a LLaMA-Factory / HF TrainingArguments / runbook config\n"
             "                 runs (as dtplan estimate --config builds it); --config-format F as estimate's\n"
             "  --finetune M and its settings: simulate the plan under another fine-tuning method (below;\n"
-            "                 default: the plan's own)\n");
-    if (f == stdout) dt_ft_usage(f);
+            "                 default: the plan's own)\n"
+            "  --objective O and its settings: simulate the plan under another objective (below; default:\n"
+            "                 the plan's own); generation and the other models' forwards are phases of the step\n");
+    if (f == stdout) dt_ft_usage(f), dt_obj_usage(f);
     return f == stdout ? 0 : 2;
 }
 
@@ -230,13 +234,15 @@ typedef struct {
     const char *plan_path, *trace, *plot, *runtime;
     int json, detail;
     dt_ft_args fta;   /* --finetune and its settings: the plan under another method */
+    dt_obj_args oba;  /* --objective and its settings: the plan under another objective */
 } sim_opts;
 
 static int parse_sim_opts(int argc, char **argv, int want_path, sim_opts *o) {
     memset(o, 0, sizeof *o);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(stdout), -1;
-        const int ft = dt_ft_args_take(&o->fta, argc, argv, &i, "simulate");
+        int ft = dt_ft_args_take(&o->fta, argc, argv, &i, "simulate");
+        if (!ft) ft = dt_obj_args_take(&o->oba, argc, argv, &i, "simulate");
         if (ft == 2) return 2;
         if (ft) continue;
         if (!strcmp(argv[i], "--json")) o->json = 1;
@@ -301,12 +307,27 @@ static int simulate_run(dt_plan p, const sim_opts *o) {
         if (dt_ft_args_apply(&o->fta, &p)) return 2;
         p.prediction.valid = 0;
     }
+    if (o->oba.given) {   /* the plan under another objective, priced afresh */
+        if (dt_obj_args_apply(&o->oba, &p)) return 2;
+        p.prediction.valid = 0;
+    }
+    /* an objective: the simulator replays the policy's training at its shape (pairs: 2 x
+     * micro-batch); generation and the other models' forwards are phases before it */
+    dt_obj_terms ot;
+    dt_plan shaped = p;
+    int64_t np = 0;
+    dt_objplan_terms(&p, &ot);
+    if (dt_objplan_active(&p)) {
+        dt_objplan_shape(&p, &np, &shaped);
+        if (dt_objplan_time(&p, &ot, &e)) return dt_cli_fail(2, "%s", e.msg);
+    }
+    const double obj_s = dt_objplan_step_s(&ot);
     dt_chart_set_device(p.cluster.device);
     dt_time_breakdown tb;
     dt_mem_breakdown mb;
     if (dt_time_estimate(&p, &tb, &e) || dt_memory_estimate(&p, &mb, &e)) return dt_cli_fail(2, "%s", e.msg);
     dt_sim_result r;
-    if (dt_simulate(&p, &r, &e)) return dt_cli_fail_err(e.code, &e);
+    if (dt_simulate(&shaped, &r, &e)) return dt_cli_fail_err(e.code, &e);
 
     int rc = 0;
     if (trace && write_trace(&p, &r, trace, &e)) rc = dt_cli_fail_err(e.code, &e);
@@ -314,6 +335,7 @@ static int simulate_run(dt_plan p, const sim_opts *o) {
     if (rc) { dt_sim_free(&r); return rc; }
 
     const dt_sim_mem_sample *pk = &r.mem[r.peak_index];
+    r.step_s += obj_s;   /* the objective's phases run before the simulated training (0 for pt / sft) */
     const double dt_pct = tb.step_s > 0 ? 100.0 * (r.step_s - tb.step_s) / tb.step_s : 0.0;
     const int64_t dm = pk->total - mb.total;
     const double exposed_pct = r.step_s > 0 ? 100.0 * r.comm_exposed_s / r.step_s : 0.0;
@@ -333,6 +355,14 @@ static int simulate_run(dt_plan p, const sim_opts *o) {
         cJSON *cats = cJSON_AddObjectToObject(o, "peak_categories");
         for (int c = 0; c < DT_SIMMEM_COUNT; c++) cJSON_AddNumberToObject(cats, dt_sim_mem_name(c), (double)pk->bytes[c]);
         cJSON_AddNumberToObject(o, "events", r.n_events);
+        if (dt_objplan_active(&p)) {
+            cJSON *ph = cJSON_AddObjectToObject(o, "objective_phases_s");
+            cJSON_AddNumberToObject(ph, "prefill", ot.prefill_s);
+            cJSON_AddNumberToObject(ph, "decode", ot.decode_s);
+            cJSON_AddNumberToObject(ph, "reference_forwards", ot.ref_fwd_s);
+            cJSON_AddNumberToObject(ph, "critic", ot.critic_s);
+            cJSON_AddNumberToObject(ph, "training", r.step_s - obj_s);
+        }
         char *txt = dt_json_print(o);
         cJSON_Delete(o);
         if (txt) printf("%s\n", txt);
@@ -345,6 +375,12 @@ static int simulate_run(dt_plan p, const sim_opts *o) {
            p.model.name, p.parallel.zero_stage, (long long)p.parallel.world_size, (long long)p.batch.micro_batch,
            (long long)p.batch.grad_accum, (long long)p.activations.ckpt_layers, r.n_events);
     dt_ft_print_summary(&p, "finetune        ");
+    dt_obj_print_summary(&p, "objective       ");
+    if (dt_objplan_active(&p))
+        printf("phases          generation %.3f ms (prefill %.3f + decode %.3f), reference/reward/critic forwards "
+               "%.3f ms, critic training %.3f ms, then the policy's training %.3f ms (simulated below)\n",
+               (ot.prefill_s + ot.decode_s) * DT_MS_PER_S, ot.prefill_s * DT_MS_PER_S, ot.decode_s * DT_MS_PER_S,
+               ot.ref_fwd_s * DT_MS_PER_S, ot.critic_s * DT_MS_PER_S, (r.step_s - obj_s) * DT_MS_PER_S);
     if (p.runtime.kind != DT_RUNTIME_DTRUN)
         printf("runtime         %s, %s attention%s (the closed form's memory is its largest phase)\n",
                dt_runtime_name(p.runtime.kind), dt_attn_kernel_name(p.runtime.attention),

@@ -12,6 +12,7 @@
 #include "dt_parallel3d.h"
 #include "dt_clock.h"
 #include "dt_cli_ft.h"
+#include "dt_cli_obj.h"
 #include "dt_model.h"
 #include "dt_memory.h"
 #include "dt_report_charts.h"
@@ -76,6 +77,7 @@ static void usage(FILE *f) {
             "                        global batch differs from the config's\n",
             DT_SOLVE_DEFAULT_PER_DEVICE, DT_SOLVE_DEFAULT_ACCUM, DT_SOLVE_DEFAULT_HARDWARE);
     dt_ft_usage(f);
+    dt_obj_usage(f);
     fprintf(f, "solve keeps the method; when nothing fits, its line names the first of lora, qlora that would\n");
 }
 
@@ -427,11 +429,32 @@ static void cheaper_method_hint(const dt_solve_request *rq, int argc, char **arg
     free(r);
 }
 
+/* grpo / ppo without --gen-batch: when nothing fits with the rank's whole rollout decoded at
+ * once, the largest generation micro-batch (a power of two, GEN_BATCH_MAX down to 1) with which
+ * a plan fits: fewer sequences in flight shrink the KV cache and the sampler's logits at the
+ * price of more decoding rounds (docs/objectives.md "solve and simulate"). Returns dt_solve's
+ * code; *picked the micro-batch chosen (0: none tried). */
+#define GEN_BATCH_MAX 64
+static int solve_generation_batch(dt_solve_request *rq, dt_solve_result *r, int rc, int64_t *picked, dt_error *err) {
+    *picked = 0;
+    dt_objective *o = &rq->base.objective;
+    if (rc != DT_EINFEASIBLE || !dt_obj_generates(o->kind) || o->gen_batch) return rc;
+    for (int64_t s = GEN_BATCH_MAX; s >= 1; s /= 2) {
+        o->gen_batch = s;
+        dt_error e = {0};
+        if (dt_solve(rq, r, &e) == DT_OK) return *picked = s, DT_OK;
+    }
+    o->gen_batch = 0;
+    return rc == DT_OK ? DT_OK : err->code;
+}
+
 int dt_cmd_solve(int argc, char **argv) {
     const char *v[N_OPTS] = {0};   /* values, indexed like k_opts */
     int no_offload = 0, no_overlap = 0, no_layouts = 0, layouts = 0;
     dt_ft_args fta;
     memset(&fta, 0, sizeof fta);
+    dt_obj_args oba;
+    memset(&oba, 0, sizeof oba);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -449,6 +472,9 @@ int dt_cmd_solve(int argc, char **argv) {
             const int t = dt_ft_args_take(&fta, argc, argv, &i, "solve");
             if (t == 2) return 2;
             if (t) continue;
+            const int o = dt_obj_args_take(&oba, argc, argv, &i, "solve");
+            if (o == 2) return 2;
+            if (o) continue;
         }
         if (k < 0) return dt_cli_fail(2, "solve: unknown option '%s' (see dtplan solve --help)", a);
         if (i + 1 >= argc)
@@ -553,6 +579,7 @@ int dt_cmd_solve(int argc, char **argv) {
                                v[O_SAVE], &err))
         return dt_cli_fail(2, "%s", err.msg);
     if (dt_ft_args_apply(&fta, b)) return 2;   /* the method, checked against the model; solve keeps it */
+    if (dt_obj_args_apply(&oba, b)) return 2;  /* the objective, checked against the batch; solve keeps it */
     char data_note[1024];
     if (dt_solve_apply_prepared(b, v[O_DATA], data_note, sizeof data_note, &err))
         return dt_cli_fail(2, "solve: %s", err.msg);
@@ -587,6 +614,7 @@ int dt_cmd_solve(int argc, char **argv) {
                dt_runtime_name(b->runtime.kind), dt_attn_kernel_name(b->runtime.attention));
     if (data_note[0]) printf("%s\n", data_note);
     dt_ft_print_summary(b, "finetune: ");
+    dt_obj_print_summary(b, "objective: ");
     if (b->finetune.method != DT_FT_FULL && b->runtime.kind == DT_RUNTIME_DTRUN)
         printf("note: this dtrun cannot train a %s plan yet (its engine half of issue 32 is pending); to run the "
                "method with PEFT + DeepSpeed, plan it with --runtime deepspeed\n", dt_ft_method_name(b->finetune.method));
@@ -598,6 +626,8 @@ int dt_cmd_solve(int argc, char **argv) {
     if (!r) return dt_cli_fail(1, "solve: out of memory");
     double t0 = dt_clock_s();
     int rc = dt_solve(&rq, r, &err);
+    int64_t gen_batch = 0;
+    rc = solve_generation_batch(&rq, r, rc, &gen_batch, &err);
     double ms = 1e3 * (dt_clock_s() - t0);
     if (rc) {
         free(r);
@@ -608,6 +638,9 @@ int dt_cmd_solve(int argc, char **argv) {
     }
     print_result(&rq, r, u, ms);
     dt_cli_config_after_solve(&r->plan);
+    if (gen_batch)
+        printf("generation: %lld sequences decoded at once per GPU (the whole rollout does not fit; the plan's "
+               "objective.gen_batch)\n", (long long)gen_batch);
     if (outp) {
         if (dt_plan_save(outp, &r->plan, &err)) {
             free(r);

@@ -229,6 +229,11 @@ static int cmd_train(int argc, char **argv) {
                        "%s plans a %s fine-tune (finetune.method); this dtrun trains every parameter only: run the "
                        "method with PEFT and DeepSpeed (whose config dtplan export writes), or plan full fine-tuning "
                        "with: dtplan solve --finetune full", plan_path, dt_ft_method_name(plan.finetune.method));
+    if (!rc && plan.objective.kind >= DT_OBJ_RM)   /* the engine's half of issue 33 is not in this build */
+        rc = dt_errorf(&err, DT_EINVAL,
+                       "%s plans a %s run (objective.kind); this dtrun trains pt / sft only: run it with TRL or "
+                       "LLaMA-Factory on DeepSpeed (dtplan export writes the config), or plan sft with: dtplan solve "
+                       "--objective sft", plan_path, dt_obj_name(plan.objective.kind));
     if (rc) return dt_cli_fail_err(DT_EINVAL, &err);
     const int world = (int)plan.parallel.world_size, gpn = (int)plan.cluster.gpus_per_node;
     const int nodes = (int)plan.cluster.nodes, is_cuda = plan.cluster.device == DT_DEVICE_CUDA;

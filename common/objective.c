@@ -1,0 +1,109 @@
+/* objective.c — the objective a plan carries: names, defaults, model-free checks and its
+ * plan.json section (dt_objective.h, dt_objective_json.h; docs/objectives.md). */
+#include "dt_objective.h"
+#include "dt_objective_json.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+static const char *const k_names[DT_OBJ_COUNT] = {"auto", "pt", "sft", "rm", "dpo", "grpo", "ppo"};
+static const char *const k_place[2] = {"colocated", "split"};
+/* TRL PPOConfig kl_coef (trl experimental/ppo/ppo_config.py: 0.05). */
+#define PPO_DEFAULT_KL 0.05
+
+const char *dt_obj_name(dt_obj_kind k) { return (int)k >= 0 && k < DT_OBJ_COUNT ? k_names[k] : "?"; }
+
+int dt_obj_parse(const char *s, dt_obj_kind *out, dt_error *err) {
+    for (int i = 1; i < DT_OBJ_COUNT; i++)
+        if (!strcmp(s, k_names[i])) return *out = (dt_obj_kind)i, DT_OK;
+    return dt_errorf(err, DT_EINVAL, "--objective '%s': unknown objective (pt, sft, rm, dpo, grpo or ppo)", s);
+}
+
+dt_obj_kind dt_obj_effective(const dt_objective *o, int loss_mask) {
+    if (o->kind != DT_OBJ_AUTO) return o->kind;
+    return loss_mask ? DT_OBJ_SFT : DT_OBJ_PT;
+}
+
+void dt_objective_defaults(dt_obj_kind k, dt_objective *out) {
+    memset(out, 0, sizeof *out);
+    out->kind = k;
+    if (k == DT_OBJ_GRPO) out->num_generations = DT_OBJ_DEFAULT_GENERATIONS;
+    if (k == DT_OBJ_PPO) out->num_generations = 1, out->kl_coef = PPO_DEFAULT_KL;
+    if (dt_obj_generates(k)) out->completion_len = DT_OBJ_DEFAULT_COMPLETION;
+}
+
+int dt_obj_pairs(dt_obj_kind k) { return k == DT_OBJ_RM || k == DT_OBJ_DPO; }
+int dt_obj_generates(dt_obj_kind k) { return k == DT_OBJ_GRPO || k == DT_OBJ_PPO; }
+
+int dt_objective_check(const dt_objective *o, int64_t seq_len, int64_t rollout_batch, const char *where,
+                       dt_error *err) {
+    const char *name = dt_obj_name(o->kind);
+    if ((int)o->kind < 0 || o->kind >= DT_OBJ_COUNT) return dt_errorf(err, DT_EINVAL, "%s: unknown objective", where);
+    if (o->precompute_ref && o->kind != DT_OBJ_DPO)
+        return dt_errorf(err, DT_EINVAL, "%s: precompute-ref is a dpo setting; %s computes its reference log-probs "
+                         "inside the step (drop it, or use --objective dpo)", where, name);
+    const int gen = dt_obj_generates(o->kind);
+    if (!gen && (o->num_generations || o->completion_len || o->gen_batch || o->kl_coef != 0.0))
+        return dt_errorf(err, DT_EINVAL, "%s: num-generations, max-completion-length, kl-coef and gen-batch are "
+                         "grpo / ppo settings, not %s's (drop them, or use --objective grpo)", where, name);
+    if (o->kind != DT_OBJ_PPO && (o->placement != DT_PLACE_COLOCATED || o->gen_mem_fraction != 0.0))
+        return dt_errorf(err, DT_EINVAL, "%s: placement and gen-mem-fraction are ppo settings, not %s's (drop "
+                         "them, or use --objective ppo)", where, name);
+    if (!gen) return DT_OK;
+    if (o->num_generations < 1 || (o->kind == DT_OBJ_PPO && o->num_generations != 1))
+        return dt_errorf(err, DT_EINVAL, "%s: num-generations %" PRId64 ": %s", where, o->num_generations,
+                         o->kind == DT_OBJ_PPO ? "ppo samples one completion per prompt (drop it)" : "must be >= 1 (TRL's default is 8)");
+    if (o->completion_len < 1 || o->completion_len >= seq_len)
+        return dt_errorf(err, DT_EINVAL, "%s: max-completion-length %" PRId64 " must be 1 .. seq_len - 1 = %" PRId64
+                         " (the prompt is seq_len minus the completion; raise --seq or lower it)",
+                         where, o->completion_len, seq_len - 1);
+    if (!(o->kl_coef >= 0.0) || o->gen_batch < 0 || !(o->gen_mem_fraction >= 0.0 && o->gen_mem_fraction < 1.0))
+        return dt_errorf(err, DT_EINVAL, "%s: kl-coef must be >= 0, gen-batch >= 0 and gen-mem-fraction in [0, 1)", where);
+    if (rollout_batch > 0 && rollout_batch % o->num_generations)
+        return dt_errorf(err, DT_EINVAL, "%s: num-generations %" PRId64 " does not divide the global batch %" PRId64
+                         " (micro x ranks x accumulation; TRL: generation_batch_size must be divisible by "
+                         "num_generations) — pick a batch that is a multiple of it", where, o->num_generations,
+                         rollout_batch);
+    return DT_OK;
+}
+
+void dt_objective_write_json(cJSON *root, const dt_objective *o) {
+    if (o->kind == DT_OBJ_AUTO) return;   /* absent: pt / sft from the data, as every older plan */
+    cJSON *j = cJSON_AddObjectToObject(root, "objective");
+    if (!j) return;
+    cJSON_AddStringToObject(j, "kind", k_names[o->kind]);
+    if (o->kind == DT_OBJ_DPO) cJSON_AddBoolToObject(j, "precompute_ref", o->precompute_ref != 0);
+    if (!dt_obj_generates(o->kind)) return;
+    cJSON_AddNumberToObject(j, "num_generations", (double)o->num_generations);
+    cJSON_AddNumberToObject(j, "max_completion_length", (double)o->completion_len);
+    cJSON_AddNumberToObject(j, "kl_coef", o->kl_coef);
+    cJSON_AddNumberToObject(j, "gen_batch", (double)o->gen_batch);
+    if (o->kind != DT_OBJ_PPO) return;
+    cJSON_AddStringToObject(j, "placement", k_place[o->placement]);
+    cJSON_AddNumberToObject(j, "gen_mem_fraction", o->gen_mem_fraction);
+}
+
+void dt_objective_read_json(dt_jobj *root, dt_objective *o, dt_error *err) {
+    memset(o, 0, sizeof *o);
+    if (root->failed || !dt_jobj_has(root, "objective")) return;   /* absent: auto */
+    dt_jobj j;
+    int v = 0;
+    if (dt_jobj_open(&j, root, "objective", err)) return;
+    if (!dt_jobj_enum(&j, "kind", k_names, DT_OBJ_COUNT, &v, err)) o->kind = (dt_obj_kind)v;
+    if (!j.failed && o->kind == DT_OBJ_AUTO)
+        j.failed = dt_errorf(err, DT_EINVAL, "$.objective.kind: \"auto\" plans carry no objective section (delete "
+                             "it, or name pt, sft, rm, dpo, grpo or ppo)");
+    if (!j.failed && o->kind == DT_OBJ_DPO) dt_jobj_bool(&j, "precompute_ref", &o->precompute_ref, err);
+    if (!j.failed && dt_obj_generates(o->kind)) {
+        dt_jobj_int(&j, "num_generations", 1, INT32_MAX, &o->num_generations, err);
+        dt_jobj_int(&j, "max_completion_length", 1, INT32_MAX, &o->completion_len, err);
+        dt_jobj_num(&j, "kl_coef", DT_JNUM_NONNEG, &o->kl_coef, err);
+        dt_jobj_int(&j, "gen_batch", 0, INT32_MAX, &o->gen_batch, err);
+    }
+    if (!j.failed && o->kind == DT_OBJ_PPO) {
+        if (!dt_jobj_enum(&j, "placement", k_place, 2, &v, err)) o->placement = (dt_placement)v;
+        dt_jobj_num(&j, "gen_mem_fraction", DT_JNUM_UNIT_OPEN, &o->gen_mem_fraction, err);
+    }
+    if (!j.failed && dt_objective_check(o, INT32_MAX, 0, "$.objective", err)) j.failed = err->code;
+    if (dt_jobj_close(&j, err)) root->failed = j.failed;
+}
