@@ -66,7 +66,7 @@ typedef struct dt_hardware {
     double sm_count;             /* streaming multiprocessors (the wave quantisation's width);
                                   * > 0 on a cuda device turns the shape-aware GEMM model on */
     /* Optional measured GPU efficiencies (dtplan calibrate --device cuda; docs/hardware.md
-     * "Calibrating a GPU"); 0 = the cited defaults of planner/timemodel.c. On a cuda device
+     * "Calibrating a GPU"); 0 = the cited defaults of planner/dt_gemmtime.h. On a cuda device
      * the shape-aware model also takes op_overhead_s as its per-kernel launch cost. */
     double gemm_peak_fraction[3];/* the best square GEMM's FLOP/s / peak_flops, per dtype, in [0, 1] */
     double mem_bw_fraction;      /* a device-to-device copy's bytes read + written per s / mem_bw, [0, 1] */

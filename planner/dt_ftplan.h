@@ -1,14 +1,16 @@
 /* dt_ftplan.h — what a plan's fine-tuning method (plan.finetune, common/dt_finetune.h)
  * does to memory and time: the parameter groups (models/dt_pgroup.h) turned into bytes
  * per rank and seconds per micro-step. Every term and its source: docs/finetune.md and
- * docs/memory-model.md "Fine-tuning". memory.c and timemodel.c call these for plans whose
- * method is not full; full plans never reach them (their predictions are unchanged). */
+ * docs/memory-model.md "Fine-tuning". memory.c and timeterms.c call these for plans whose
+ * method is not full; full plans never reach them (their predictions are unchanged). The
+ * method's arithmetic stands on dt_activations.h (a block's and the head's activations)
+ * and dt_gemmtime.h (a GEMM on its shape); nothing here calls back into either caller. */
 #ifndef DT_FTPLAN_H
 #define DT_FTPLAN_H
 
 #include "dt_pgroup.h"
 #include "dt_plan.h"
-#include "dt_timemodel.h"
+#include "dt_timeterms.h"
 
 typedef struct dt_ftplan {
     dt_pgroups g;

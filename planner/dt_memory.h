@@ -1,9 +1,13 @@
 /* dt_memory.h — the memory model: bytes per rank (device), per node (host) and
  * on NVMe for a plan's model, ZeRO stage, offload, precision, batch and
- * checkpointing. Formulas and sources: docs/memory-model.md. */
+ * checkpointing. Formulas and sources: docs/memory-model.md. The estimate (memory.c)
+ * dispatches a plan with a layout to planner/parallel3d.c and a fine-tuning method to
+ * planner/finetune.c; both stand on the pieces of dt_activations.h and dt_placement.h. */
 #ifndef DT_MEMORY_H
 #define DT_MEMORY_H
 
+#include "dt_activations.h"
+#include "dt_placement.h"
 #include "dt_plan.h"
 
 /* Fills out from p (model, cluster, parallel, batch, precision, activations).
@@ -37,20 +41,6 @@ const char *dt_mem_phase_name(dt_mem_phase ph);   /* "all terms", "backward star
 /* Runtimes deepspeed / fsdp: the compute workspace of the loss backward (token ids, the
  * backward's activation gradients, the loss's B x T x V buffers), bytes per rank. */
 int64_t dt_memory_hf_workspace(const dt_plan *p);
-/* 1: the plan runs on the CPU device with an offloaded optimizer that reads the
- * gradient shard in place (no master, or fp32 gradients): no host gradient copy, no
- * copy time (docs/memory-model.md "Host memory and NVMe"). */
-int dt_memory_cpu_grads_in_place(const dt_plan *p);
-/* DeepSpeed's partial optimizer offload (runtime.offload_ratio < 1, stage 3, optimizer on
- * the CPU): elements of a rank's optimizer shard that stay on the GPU. stage3.py splits the
- * shard into sub-groups of sub_group_size elements and keeps sub-group i on the GPU while
- * i < int((1 - ratio) x count) (subgroup_to_device); 0 otherwise. */
-int64_t dt_memory_ds_gpu_opt_elems(const dt_plan *p, int64_t shard);
-/* ZeRO++ hpZ (runtime.hpz_partition > 1): elements of the secondary partition of the 16-bit
- * parameters a rank holds, its share of every partitioned tensor over its hpZ group
- * (partition_parameters.py _partition_param_sec: tensor_size // group size); 0 when off. */
-int64_t dt_memory_ds_hpz_elems(const dt_plan *p, int64_t psi);
-
 /* dtrun on the CPU device (docs/memory-model.md "The CPU runtime term"): a rank's
  * resident bytes beyond what the engine allocates, bytes per rank. The plan's reserve
  * column on such plans is base + max(comm, io): the largest phase. */
@@ -71,9 +61,8 @@ int dt_memory_cpu_runtime(const dt_plan *p, int64_t n_params, dt_mem_runtime *ou
  * "Hugging Face runs on CPU ranks"). */
 int dt_memory_hf_on_cpu(const dt_plan *p);
 
-/* The pieces, for the solver's linearisation and the simulator (bytes per rank). */
-int64_t dt_memory_activations_per_block(const dt_plan *p, int checkpointed); /* saved by one block */
-int64_t dt_memory_activations(const dt_plan *p, int64_t ckpt_layers);        /* all blocks + head */
-int64_t dt_memory_head_activations(const dt_plan *p);   /* the head's (final norm, lm_head input), full fine-tuning */
+/* Activations kept for backward, all blocks + head, bytes per rank: full fine-tuning's
+ * (dt_activations.h) or, for another method, dt_ftplan_activations. */
+int64_t dt_memory_activations(const dt_plan *p, int64_t ckpt_layers);
 
 #endif

@@ -1,88 +1,20 @@
 /* dt_timemodel.h — predicted step time and bytes communicated for a plan, on
  * the plan's hardware numbers (alpha-beta collectives, achievable FLOP/s).
  * It describes what dtrun does: when it reduces, gathers and overlaps.
- * Formulas and sources: docs/time-model.md. */
+ * Formulas and sources: docs/time-model.md. The estimate (timemodel.c) dispatches a plan
+ * with a layout to planner/parallel3d.c and every other plan to the terms of
+ * dt_timeterms.h; fine-tuning's compute is in those terms (planner/finetune.c). */
 #ifndef DT_TIMEMODEL_H
 #define DT_TIMEMODEL_H
 
 #include <stddef.h>
 
 #include "dt_plan.h"
+#include "dt_timeterms.h"
 
 int dt_time_estimate(const dt_plan *p, dt_time_breakdown *out, dt_error *err);
 /* Bytes per rank per optimizer step by collective (dt_collective convention). */
 int dt_time_comm_bytes(const dt_plan *p, int64_t out[DT_COLL_COUNT], dt_error *err);
-/* The bus bandwidth (bytes/s, nccl-tests' busbw) collective c runs at in this plan: the
- * inter-node link's across nodes, else the profile's intra-node figure for c. */
-double dt_time_busbw(const dt_plan *p, dt_collective c);
-/* Compute time of one micro-step on one rank, seconds: the forward, the backward,
- * one block's forward, and what recomputing a checkpointed block costs (its
- * forward less the MLP down projection and the second residual add: the engine
- * stops there, engine/model/lm.c). GEMM FLOPs at achievable_flops, attention FLOPs
- * at attention_flops, a fixed op_overhead_s per engine op, element-wise bytes at
- * elementwise_bw, and on a CPU device the node's cores shared by its
- * gpus_per_node ranks (docs/time-model.md). Under runtimes deepspeed / fsdp a
- * checkpointed block is recomputed whole (torch.utils.checkpoint reruns its forward). */
-typedef struct dt_time_compute {
-    double fwd_s, bwd_s, block_fwd_s, block_recompute_s;
-    double attn_core_s;   /* one block's attention core (QK^T, softmax, PV): what selective
-                           * recompute repeats (runtimes deepspeed / fsdp) */
-} dt_time_compute;
-int dt_time_compute_micro(const dt_plan *p, dt_time_compute *out, dt_error *err);
-/* The shape-aware GPU model's defaults, used where a profile carries no measured value
- * (gemm_peak_fraction, mem_bw_fraction, op_overhead_s: dtplan calibrate --device cuda). */
-/* The fraction of dense peak the best-shaped cuBLAS GEMM reaches: 0.80 = H100 SXM's
- * measured maximum achievable matmul FLOPS, 792.1 of 989 TFLOP/s bf16 (80.1 %; A100 SXM
- * 267.9 of 312, 85.9 %): Stas Bekman, ml-engineering, compute/accelerator/README.md,
- * "Maximum Achievable Matmul FLOPS comparison table" (mamf-finder.py, CUDA 12.1). One
- * constant for every profile; not fitted to the validation suite. */
-#define DT_GEMM_PEAK_CAP 0.80
-/* Fixed cost per GPU kernel: 3.8 us per kernel launched back to back from a stream
- * (NVIDIA technical blog "Getting Started with CUDA Graphs", A. Gray, 2019: a 2.9 us kernel
- * takes 3.8 us per launch without synchronisation between launches). */
-#define DT_GPU_LAUNCH_S 3.8e-6
-/* Achievable fraction of the datasheet HBM bandwidth for streaming kernels: on a V100
- * "Theoretical device memory bandwidth of 900GB/s. Using cudaMemcpy we measure achievable
- * memory bandwidth of 790GB/s" (T. Warburton, "Rough-n-Ready Roofline: NVIDIA V100 edition",
- * paranumal.com, 2018-02-08) = 0.88. One constant for every profile, as DT_GEMM_PEAK_CAP
- * ([A] for A100 / H100 / H200, not measured here). */
-#define DT_HBM_EFFICIENCY 0.88
-/* GPU plans whose profile states sm_count (dt_hardware_sm_count > 0) and a peak for the
- * compute dtype are timed per GEMM on its shape instead of at the flat achievable_flops
- * (docs/time-model.md "Shape-aware GPU compute"); CPU plans never are. */
-int dt_time_gpu_shape_model(const dt_plan *p);
-/* One GEMM (batch x [M x K] . [K x N]) on a GPU: max(FLOPs / (peak x cap x tile and wave
- * efficiency), bytes moved / hbm_bw) + the launch overhead, seconds. */
-double dt_time_gemm_s(double peak_flops, double sm_count, double hbm_bw, double elem_bytes, double M,
-                      double N, double K, double batch);
-/* DeepSpeed ZeRO-3 (runtime deepspeed, stage 3): the host-side cost of one module fetch, s
- * (runtime.fetch_overhead_s when > 0, else the cited DT_DS_FETCH_HOST_S; docs/time-model.md
- * "ZeRO-3 under DeepSpeed"), and the modules fetched per pass in one block and outside the
- * blocks (embeddings + lm_head). Returns 0 (and 0 counts) for every other plan. */
-double dt_time_ds_fetch_host_s(const dt_plan *p, double *block_fetches, double *outer_fetches);
-/* What crosses the network as DeepSpeed's config has it (runtime deepspeed; docs/time-model.md
- * "ZeRO++ and partial offload", "The gradients' collective"): bytes per element of the forward
- * parameter all-gathers (qwZ: INT8) and of the gradient collectives (qgZ: INT4, else
- * communication_data_type's width), the gradients' collective at stages 1-2 (all-reduce when
- * reduce_scatter is off), and the ranks of the backward all-gathers' group (hpZ:
- * runtime.hpz_partition). Otherwise: the parameter and gradient widths, a reduce-scatter, the
- * world size. */
-typedef struct dt_time_zeropp {
-    double fwd_gather_bytes, grad_bytes;
-    dt_collective grad_coll;
-    int64_t bwd_gather_ranks;
-} dt_time_zeropp;
-void dt_time_zeropp_wire(const dt_plan *p, dt_time_zeropp *out);
-/* Activation elements the engine's element-wise kernels (LayerNorm, GELU,
- * residual adds, cross-entropy, encoder) read + write per token, by pass, for
- * hidden C, ffn F and vocab V; bytes_per_elem = 4 (they work on fp32). The time
- * model prices them at elementwise_bw and dtplan calibrate divides the same
- * counts by its probe's time, so both use one definition (docs/time-model.md). */
-typedef struct dt_time_ew_elems {
-    double block_fwd, block_recompute, block_bwd, outer_fwd, outer_bwd;   /* elements per token */
-    double bytes_per_elem;
-} dt_time_ew_elems;
-void dt_time_elementwise_elems(int64_t C, int64_t F, int64_t V, dt_time_ew_elems *out);
 /* Fills p->prediction (memory, time, comm bytes) and sets valid = 1. */
 int dt_predict(dt_plan *p, dt_error *err);
 /* Recomputes plan->prediction from the plan's settings (dt_predict). *stale = 1

@@ -3,7 +3,7 @@
  * "Fine-tuning". Notation: B micro-batch, T sequence, a activation bytes, e compute
  * bytes, N ranks, r LoRA rank, L blocks, j0 the first block backward reaches. */
 #include "dt_ftplan.h"
-#include "dt_memory.h"
+#include "dt_activations.h"
 #include "dt_model.h"
 
 #include <stdio.h>
@@ -35,7 +35,7 @@
  * the compute-dtype copy written. */
 #define DEQUANT_READ_4BIT 0.5
 #define DEQUANT_READ_INT8 1.0
-/* The fixed cost of one GPU kernel where the profile states none: dt_timemodel.h's. */
+/* The fixed cost of one GPU kernel where the profile states none: dt_gemmtime.h's. */
 #define FT_GPU_LAUNCH_S DT_GPU_LAUNCH_S
 
 int dt_ftplan_active(const dt_plan *p) { return p->finetune.method != DT_FT_FULL; }
@@ -286,8 +286,7 @@ double dt_ftplan_flops_ratio(const dt_plan *p) {
 static double gemm_time(const dt_plan *p, double R, double M, double N, double K) {
     const dt_hardware *hw = &p->cluster.hw;
     if (!dt_time_gpu_shape_model(p)) return FLOPS_PER_MAC * M * N * K / R;
-    const double bw = hw->mem_bw * (hw->mem_bw_fraction > 0 ? hw->mem_bw_fraction : DT_HBM_EFFICIENCY);
-    return dt_time_gemm_s(hw->peak_flops[p->precision.param], dt_hardware_sm_count(hw), bw,
+    return dt_time_gemm_s(hw->peak_flops[p->precision.param], dt_hardware_sm_count(hw), dt_time_gpu_hbm_bw(hw),
                           (double)dt_dtype_size(p->precision.param), M, N, K, 1.0);
 }
 

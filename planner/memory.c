@@ -18,163 +18,19 @@
 #include "dt_dsconfig.h"
 #include "dt_ftplan.h"
 #include "dt_objplan.h"
+#include "memory_internal.h"
 
-/* fp32 statistics (LayerNorm mean/rstd, RMSNorm rstd, softmax log-sum-exp) and
- * fp32 logits, int32 token ids: docs/activations.md. */
-#define STAT_BYTES 4
+/* fp32 logits and losses, int32 token ids: docs/activations.md. */
 #define LOGIT_BYTES 4
 #define TOKEN_ID_BYTES 4
 #define LOSS_BYTES 4
-
-
-/* Anything above 2^60 bytes (an exabyte) per rank is a nonsensical request; the
- * arithmetic below saturates there instead of overflowing. */
-#define MEM_SATURATE ((int64_t)1 << 60)
-
-static int64_t smul(int64_t a, int64_t b) {
-    if (a <= 0 || b <= 0) return 0;
-    if (a > MEM_SATURATE / b) return MEM_SATURATE;
-    return a * b;
-}
-static int64_t smul3(int64_t a, int64_t b, int64_t c) { return smul(smul(a, b), c); }
-static int64_t sadd(int64_t a, int64_t b) {
-    int64_t s = a + b;
-    return s > MEM_SATURATE ? MEM_SATURATE : s;
-}
-static int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
-static int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
-static int64_t ceil_div(int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : a; }
-
-static int64_t act_bytes(const dt_plan *p) { return dt_dtype_size(p->precision.activation); }
-
-/* Attention bytes kept for backward in one block: flash keeps the fp32
- * log-sum-exp (B·H·T), materialized keeps the probabilities (B·H·T·T), with H the
- * query heads (dt_saved.attn_rows). */
-static int64_t attention_saved(const dt_plan *p, int64_t H) {
-    const int64_t B = p->batch.micro_batch, T = p->batch.seq_len;
-    if (p->activations.attention == DT_ATTN_MATERIALIZED) return smul(smul3(act_bytes(p), B, H), smul(T, T));
-    return smul3(STAT_BYTES, smul(B, H), T);
-}
-
-/* Per-token elements and statistics of dt_model_block_saved / dt_model_head_saved as
- * bytes for the plan's B·T tokens (docs/activations.md). */
-static int64_t saved_bytes(const dt_plan *p, const dt_saved *s) {
-    const int64_t BT = smul(p->batch.micro_batch, p->batch.seq_len);
-    return sadd(smul3(act_bytes(p), BT, s->elems), smul3(s->stats, STAT_BYTES, BT));
-}
-
-/* One full (not checkpointed) block: what the family description says its modules
- * keep (models/family.c), plus the attention kernel's own state. */
-static int64_t full_block(const dt_plan *p) {
-    dt_saved s;
-    dt_model_block_saved(&p->model, &s);
-    return sadd(saved_bytes(p, &s), attention_saved(p, s.attn_rows));
-}
-
-/* Head: the final norm's input (the last residual) and statistics, and the lm_head's
- * input (the final norm's output). */
-static int64_t head_saved(const dt_plan *p) {
-    dt_saved s;
-    dt_model_head_saved(&p->model, &s);
-    return saved_bytes(p, &s);
-}
-
-/* ---- runtimes deepspeed / fsdp: Hugging Face Transformers' model code ----
- * (docs/memory-model.md "Runtime profiles"; every term below is what HF's modules keep
- * beyond the family description's "every op keeps its inputs"). */
-static int hf_runtime(const dt_plan *p) { return p->runtime.kind != DT_RUNTIME_DTRUN; }
-
-/* torch's native_dropout keeps a bool mask, one byte per element (aten/src/ATen/native/
- * Dropout.cpp); Korthikanti et al. 2022 §4.1 count the same 1 byte. */
-#define DROPOUT_MASK_BYTES 1
-/* An fp32 copy: RMSNorm's hidden_states.to(torch.float32), the fp32 softmax, fp32 logits. */
-#define FP32_BYTES 4
-
-/* The eager kernel keeps, per element of the B·H·T² scores (HF eager_attention_forward,
- * modeling_llama.py / modeling_gpt2.py): softmax's result (fp32 with upcast_softmax, else
- * the activation dtype); the PV matmul's input in the activation dtype when it is another
- * tensor (the cast of an fp32 softmax, or dropout's output); dropout's mask. That is
- * Korthikanti et al.'s 5as²b (2 + 1 + 2 bytes) for fp16 with dropout and no upcast.
- * Selective recompute (§5) keeps none of it (q, k, v are kept anyway); sdpa / flash keep
- * the fp32 log-sum-exp (B·H·T), as dtrun's flash attention does. */
-static int64_t hf_attention_saved(const dt_plan *p, int64_t H, int selective) {
-    const dt_runtime *rt = &p->runtime;
-    const int64_t B = p->batch.micro_batch, T = p->batch.seq_len, a = act_bytes(p);
-    if (rt->attention != DT_KERNEL_EAGER) return smul3(STAT_BYTES, smul(B, H), T);
-    if (selective) return 0;
-    int64_t per = rt->upcast_softmax ? FP32_BYTES : a;
-    if (rt->dropout) per += DROPOUT_MASK_BYTES;
-    if (rt->dropout || rt->upcast_softmax) per += a;
-    return smul(smul3(per, B, H), smul(T, T));
-}
-
-/* Elements normalised by the RMSNorms of one block (HF LlamaRMSNorm upcasts its input to
- * fp32 and keeps that copy plus the normalised product before the weight: 4 + a bytes in
- * place of the a-byte input the description counts, +4 bytes per element). */
-static int64_t block_rms_width(const dt_model_desc *d) {
-    const dt_sublayer_desc *subs[2] = {&d->block.attn, &d->block.mlp};
-    int64_t w = 0;
-    for (int k = 0; k < 2; k++) {
-        if (subs[k]->norm.kind == DT_NORM_RMSNORM) w += subs[k]->norm.width * subs[k]->norm.rows;
-        for (int i = 0; i < subs[k]->n_in_norm; i++)
-            if (subs[k]->in_norm[i].kind == DT_NORM_RMSNORM) w += subs[k]->in_norm[i].width * subs[k]->in_norm[i].rows;
-    }
-    return w;
-}
-
-/* Bytes per token one block keeps beyond the description and the attention kernel:
- * dropout masks on the residual branches, fp32 RMSNorm inputs, the unfused activation's
- * intermediates. */
-static int64_t hf_block_extra_per_token(const dt_plan *p) {
-    const dt_runtime *rt = &p->runtime;
-    dt_model_desc d;
-    dt_model_describe(&p->model, &d);
-    int64_t bytes = 0;
-    if (rt->dropout) bytes += DROPOUT_MASK_BYTES * d.block.resid_dropouts * p->model.hidden;
-    if (rt->upcast_norm) bytes += FP32_BYTES * block_rms_width(&d);
-    if (rt->unfused_act) bytes += act_bytes(p) * dt_model_block_act_unfused(&p->model);
-    return bytes;
-}
-
-static int64_t hf_full_block(const dt_plan *p, int selective) {
-    dt_saved s;
-    dt_model_block_saved(&p->model, &s);
-    const int64_t BT = smul(p->batch.micro_batch, p->batch.seq_len);
-    return sadd(sadd(saved_bytes(p, &s), hf_attention_saved(p, s.attn_rows, selective)),
-                smul(BT, hf_block_extra_per_token(p)));
-}
-
-/* Head: the description's, the embedding dropout's mask, the final RMSNorm's fp32 input. */
-static int64_t hf_head_saved(const dt_plan *p) {
-    dt_model_desc d;
-    dt_model_describe(&p->model, &d);
-    const int64_t BT = smul(p->batch.micro_batch, p->batch.seq_len);
-    int64_t per = 0;
-    if (p->runtime.dropout) per += DROPOUT_MASK_BYTES * d.embed_dropout * p->model.hidden;
-    if (p->runtime.upcast_norm && d.final_norm.kind == DT_NORM_RMSNORM)
-        per += FP32_BYTES * d.final_norm.width * d.final_norm.rows;
-    return sadd(head_saved(p), smul(BT, per));
-}
-
-/* What one block keeps, by runtime: a checkpointed block only its input x. */
-static int64_t block_full(const dt_plan *p) {
-    return hf_runtime(p) ? hf_full_block(p, p->activations.selective) : full_block(p);
-}
-
-int64_t dt_memory_activations_per_block(const dt_plan *p, int checkpointed) {
-    if (checkpointed) /* a checkpointed block keeps only its input x */
-        return smul3(act_bytes(p), smul(p->batch.micro_batch, p->batch.seq_len), p->model.hidden);
-    return block_full(p);
-}
 
 /* The recompute area of a checkpointed block: a full block less its input (recomputed
  * whole: dtrun's engine and torch.utils.checkpoint alike; with selective recompute the
  * attention core is recomputed inside it too). */
 static int64_t recompute_area(const dt_plan *p) {
-    return block_full(p) - dt_memory_activations_per_block(p, 1);
+    return dt_memory_activations_per_block(p, 0) - dt_memory_activations_per_block(p, 1);
 }
-
-int64_t dt_memory_head_activations(const dt_plan *p) { return hf_runtime(p) ? hf_head_saved(p) : head_saved(p); }
 
 int64_t dt_memory_activations(const dt_plan *p, int64_t ckpt_layers) {
     dt_ftplan ft;
@@ -183,11 +39,11 @@ int64_t dt_memory_activations(const dt_plan *p, int64_t ckpt_layers) {
         return dt_ftplan_activations(p, &ft, ckpt_layers);
     const int64_t L = p->model.n_layer;
     int64_t K = ckpt_layers < 0 ? 0 : (ckpt_layers > L ? L : ckpt_layers);
-    const int64_t full = block_full(p), kept = dt_memory_activations_per_block(p, 1);
+    const int64_t full = dt_memory_activations_per_block(p, 0), kept = dt_memory_activations_per_block(p, 1);
     int64_t total = smul(L - K, full);
     total = sadd(total, smul(K, kept));
     if (K > 0) total = sadd(total, recompute_area(p)); /* the one shared recompute area */
-    return sadd(total, hf_runtime(p) ? hf_head_saved(p) : head_saved(p));
+    return sadd(total, dt_memory_head_activations(p));
 }
 
 /* Largest unit the stage-3 engine gathers at once: one transformer block, or the
@@ -196,12 +52,6 @@ static int64_t gather_unit(const dt_model *m) {
     return imax(dt_model_block_params(m),
                 imax(dt_model_embedding_params(m), dt_model_head_params(m)));
 }
-
-/* The CPU device runs the engine's own model code (engine/model/lm.c), which
- * implements the gpt2 family: its allocations are mirrored as it makes them (the
- * engine's layout, docs/engine.md "Memory", not the family description). Other
- * devices and families get DeepSpeed's and the description's terms. */
-static int cpu_engine_layout(const dt_plan *p) { return p->cluster.device == DT_DEVICE_CPU && !hf_runtime(p); }
 
 /* A Hugging Face run (runtime deepspeed / fsdp) on CPU ranks (issue 34): DeepSpeed's CPU
  * accelerator and PyTorch on gloo allocate the same partitions, buckets, gradient buffers,
@@ -450,32 +300,6 @@ static int check_plan(const dt_plan *p, dt_error *err) {
     return DT_OK;
 }
 
-/* On the CPU device an offloaded optimizer whose gradients need no upcast (no master, or
- * fp32 gradients) reads the gradient shard where it lies: the engine keeps no host copy
- * (engine/dist/zero.c grads_in_place). */
-int dt_memory_cpu_grads_in_place(const dt_plan *p) {
-    const dt_precision *pr = &p->precision;
-    return cpu_engine_layout(p) && (!pr->has_master || pr->grad == DT_DTYPE_FP32);
-}
-
-int64_t dt_memory_ds_gpu_opt_elems(const dt_plan *p, int64_t shard) {
-    const dt_runtime *r = &p->runtime;
-    if (r->kind != DT_RUNTIME_DEEPSPEED || p->parallel.zero_stage != 3 ||
-        p->parallel.offload_optimizer != DT_OFFLOAD_CPU || r->offload_ratio >= 1.0 || shard <= 0)
-        return 0;
-    const int64_t sub = p->parallel.sub_group_elems > 0 ? p->parallel.sub_group_elems : shard;
-    const int64_t count = ceil_div(shard, sub);
-    const int64_t on_gpu = (int64_t)((1.0 - r->offload_ratio) * (double)count);   /* Python's int(): truncation */
-    return imin(smul(on_gpu, sub), shard);
-}
-
-int64_t dt_memory_ds_hpz_elems(const dt_plan *p, int64_t psi) {
-    const dt_runtime *r = &p->runtime;
-    if (r->kind != DT_RUNTIME_DEEPSPEED || p->parallel.zero_stage != 3 || r->hpz_partition <= 1) return 0;
-    const int64_t persist = imin(dt_model_small_tensor_params(&p->model, r->persistence_threshold), psi);
-    return ceil_div(psi - persist, r->hpz_partition);
-}
-
 /* Host per node and NVMe: the n local ranks' offloaded shards and pinned staging. FSDP's
  * CPUOffload keeps no 16-bit copy on the host: its fp32 sharded parameters are the
  * optimizer's master, counted with the optimizer. */
@@ -718,7 +542,7 @@ static void ds_phases(const dt_plan *p, const hf_sizes *z, dt_mem_breakdown ph[D
         break;
     }
     }
-    const int64_t a_end = block_full(p);
+    const int64_t a_end = dt_memory_activations_per_block(p, 0);
     for (int i = DT_MEM_PHASE_BWD_START; i < DT_MEM_PHASE_COUNT; i++) ph[i].params = params, ph[i].optimizer = opt;
     s->grads = g_start, e->grads = g_end, st->grads = g_end;
     s->activations = a_start, e->activations = a_end;
@@ -759,7 +583,7 @@ static void fsdp_phases(const dt_plan *p, const hf_sizes *z, dt_mem_breakdown ph
         b_end = sadd(b_end, smul(z->pb, imin(shape, sadd(root, unit))));
         b_end = sadd(b_end, smul(z->pb + FSDP_REDUCE_BYTES, root));   /* the root's grads and their fp32 cast */
     }
-    const int64_t a_end = block_full(p);
+    const int64_t a_end = dt_memory_activations_per_block(p, 0);
     for (int i = DT_MEM_PHASE_BWD_START; i < DT_MEM_PHASE_COUNT; i++) ph[i].params = params, ph[i].optimizer = opt;
     s->grads = z->A > 1 ? grads : 0, e->grads = grads, st->grads = grads;
     s->activations = a_start, e->activations = a_end;

@@ -14,9 +14,8 @@
 #include <string.h>
 
 #include "dt_layout.h"
-#include "dt_memory.h"
 #include "dt_model.h"
-#include "dt_timemodel.h"
+#include "dt_timeterms.h"
 
 /* Korthikanti §4.1: dropout masks are stored as one byte per element. */
 #define DT_P3_MASK_BYTES 1
@@ -325,7 +324,7 @@ int dt_p3_time_terms(const dt_plan *p, dt_time_terms *t, dt_p3_time *parts, dt_e
     parts->dp_comm_s = dp;
     /* the optimizer step: the shadow's per-element cost times this rank's shard */
     dt_time_terms qt;
-    if (dt_time_terms_build(&q, &qt, err)) return err->code;
+    if (dt_time_terms_dp(&q, &qt, err)) return err->code;
     const double q_shard = (double)(st >= 1 ? sdiv(dt_model_params(&p->model), q.parallel.world_size) : dt_model_params(&p->model));
     const double shard = st >= 1 ? ceil(psi / (double)d) : psi;
     t->optimizer_s = q_shard > 0 ? qt.optimizer_s * shard / q_shard : 0.0;

@@ -7,7 +7,7 @@
  *           operands filled with pseudo-random values in [-1, 1) (all-zero operands draw less
  *           power and run faster than real ones), CAL_GEMM_CALLS calls per repeat, for each N of
  *           k_sizes that fits in a quarter of the free memory; the best N's median counts, as in
- *           the "maximum achievable matmul FLOPS" DT_GEMM_PEAK_CAP cites (planner/timemodel.c).
+ *           the "maximum achievable matmul FLOPS" DT_GEMM_PEAK_CAP cites (planner/dt_gemmtime.h).
  *   copy    cudaMemcpyAsync device to device of CAL_COPY_MAX bytes (less when memory is short):
  *           bytes read + written per second, the quantity DT_HBM_EFFICIENCY cites.
  *   launch  CAL_LAUNCHES empty kernels back to back, per kernel: DT_GPU_LAUNCH_S's quantity. */
