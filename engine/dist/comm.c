@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "dt_clock.h"
 #include "dt_dtype.h"
 #include "dt_mpijoin.h"
 
@@ -28,7 +29,6 @@
 #include "dt_backend.h"
 #include "dt_device.h"
 #include "dt_nccl.h"
-#include "dt_clock.h"
 #endif
 
 #ifdef DT_HAVE_CUDA
