@@ -29,8 +29,9 @@ const char *dt_file_kind(unsigned mode);
 int dt_file_open_regular(const char *path, const char *what, int *fd, uint64_t *size, dt_error *err);
 
 /* Reads a whole regular file of at most max_bytes (DT_EINVAL over it, naming the
- * limit and what) into a malloc'd buffer with a NUL after its len bytes (binary files
- * too: the NUL only helps text readers). */
+ * limit; a file that grows past it while read is refused too) into a malloc'd buffer
+ * with a NUL after its len bytes (binary files too: the NUL only helps text readers).
+ * The one whole-file reader: dt_read_file (dt_json.h) is it plus a check for text. */
 int dt_file_read(const char *path, const char *what, uint64_t max_bytes, char **out, size_t *len, dt_error *err);
 
 /* Writes n chunks (ptr[i], len[i]) to path atomically: path.tmp, every write checked,

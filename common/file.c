@@ -77,49 +77,67 @@ int dt_file_open_regular(const char *path, const char *what, int *fd_out, uint64
     return DT_OK;
 }
 
-static void size_words(uint64_t bytes, char *buf, size_t n) {
-    if (bytes % ((uint64_t)1 << 20) == 0) snprintf(buf, n, "%llu MiB", (unsigned long long)(bytes >> 20));
-    else snprintf(buf, n, "%llu bytes", (unsigned long long)bytes);
+static int too_large(const char *path, uint64_t max_bytes, dt_error *err) {
+    char lim[48];
+    if (max_bytes % ((uint64_t)1 << 20) == 0) snprintf(lim, sizeof lim, "%llu MiB", (unsigned long long)(max_bytes >> 20));
+    else snprintf(lim, sizeof lim, "%llu bytes", (unsigned long long)max_bytes);
+    return dt_errorf(err, DT_EINVAL, "'%s' is larger than the %s this input may have: not the file you meant?",
+                     path, lim);
 }
 
 int dt_file_read(const char *path, const char *what, uint64_t max_bytes, char **out, size_t *len, dt_error *err) {
-    int fd;
-    uint64_t size = 0;
     *out = NULL;
-    if (dt_file_open_regular(path, what, &fd, &size, err)) return err->code;
-    if (size > max_bytes || size >= (uint64_t)SIZE_MAX) {
-        char lim[48];
-        size_words(max_bytes, lim, sizeof lim);
+    if (max_bytes >= (uint64_t)SIZE_MAX / 2) max_bytes = (uint64_t)SIZE_MAX / 2;
+    int fd;
+    uint64_t size;
+    int rc = dt_file_open_regular(path, what, &fd, &size, err);
+    if (rc) return rc;
+    if (size > max_bytes) {
         close(fd);
-        return dt_errorf(err, DT_EINVAL, "%s: %llu bytes, more than the %s a %s may have", path,
-                         (unsigned long long)size, lim, what);
+        return too_large(path, max_bytes, err);
     }
-    char *buf = malloc((size_t)size + 1);
+    /* the size can change under us: read at most max_bytes + 1 to notice growth */
+    size_t cap = (size_t)size + 1, n = 0;
+    char *buf = malloc(cap + 1);
     if (!buf) {
         close(fd);
-        return dt_errorf(err, DT_ENOMEM, "%s: out of memory for %llu bytes", path, (unsigned long long)size);
+        return dt_errorf(err, DT_ENOMEM, "out of memory reading '%s'", path);
     }
-    size_t got = 0;
-    while (got < (size_t)size) {
-        ssize_t k = read(fd, buf + got, (size_t)size - got);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        got += (size_t)k;
+    for (;;) {
+        if (n == cap) {
+            if (cap > max_bytes) break;
+            size_t ncap = cap * 2 > max_bytes + 1 ? (size_t)max_bytes + 1 : cap * 2;
+            char *nb = realloc(buf, ncap + 1);
+            if (!nb) {
+                free(buf);
+                close(fd);
+                return dt_errorf(err, DT_ENOMEM, "out of memory reading '%s'", path);
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        ssize_t got = read(fd, buf + n, cap - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) {
+            int e = errno;
+            free(buf);
+            close(fd);
+            return dt_errorf(err, DT_EIO, "cannot read '%s': %s", path, strerror(e));
+        }
+        if (got == 0) break;
+        n += (size_t)got;
     }
-    int e = errno;
     close(fd);
-    if (got != (size_t)size) {
+    if (n > max_bytes) {
         free(buf);
-        return dt_errorf(err, DT_EIO, "%s: cannot read: %s", path, got < (size_t)size ? strerror(e) : "short read");
+        return too_large(path, max_bytes, err);
     }
-    buf[got] = '\0';
+    buf[n] = '\0';
     *out = buf;
-    *len = got;
+    *len = n;
     return DT_OK;
 }
 
-/* Streams chunks to path.tmp, fsyncs, renames; every write checked. chunks:
- * (ptr, len) pairs. */
 int dt_file_write_chunks_atomic(const char *path, const void *const *ptr, const size_t *len, int n,
                                 dt_error *err) {
     char tmp[2048], dir[2048];

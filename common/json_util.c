@@ -16,70 +16,15 @@
 
 /* ---------------------------------------------------------------- files */
 
-static void size_text(size_t bytes, char *buf, size_t n) {
-    if (bytes % ((size_t)1 << 20) == 0) snprintf(buf, n, "%zu MiB", bytes >> 20);
-    else snprintf(buf, n, "%zu bytes", bytes);
-}
-
-static int too_large(const char *path, size_t max_bytes, dt_error *err) {
-    char lim[48];
-    size_text(max_bytes, lim, sizeof lim);
-    return dt_errorf(err, DT_EINVAL, "'%s' is larger than the %s this input may have: not the file you meant?",
-                     path, lim);
-}
-
 int dt_read_file(const char *path, size_t max_bytes, char **out, size_t *len, dt_error *err) {
-    *out = NULL;
-    int fd;
-    uint64_t size;
-    int rc = dt_file_open_regular(path, "file", &fd, &size, err);
+    size_t n = 0;
+    int rc = dt_file_read(path, "file", max_bytes, out, &n, err);
     if (rc) return rc;
-    if (size > (uint64_t)max_bytes) {
-        close(fd);
-        return too_large(path, max_bytes, err);
-    }
-    /* the size can change under us: read at most max_bytes + 1 to notice growth */
-    size_t cap = (size_t)size + 1, n = 0;
-    char *buf = malloc(cap + 1);
-    if (!buf) {
-        close(fd);
-        return dt_errorf(err, DT_ENOMEM, "out of memory reading '%s'", path);
-    }
-    for (;;) {
-        if (n == cap) {
-            if (cap > max_bytes) break;
-            size_t ncap = cap * 2 > max_bytes + 1 ? max_bytes + 1 : cap * 2;
-            char *nb = realloc(buf, ncap + 1);
-            if (!nb) {
-                free(buf);
-                close(fd);
-                return dt_errorf(err, DT_ENOMEM, "out of memory reading '%s'", path);
-            }
-            buf = nb;
-            cap = ncap;
-        }
-        ssize_t got = read(fd, buf + n, cap - n);
-        if (got < 0 && errno == EINTR) continue;
-        if (got < 0) {
-            int e = errno;
-            free(buf);
-            close(fd);
-            return dt_errorf(err, DT_EIO, "cannot read '%s': %s", path, strerror(e));
-        }
-        if (got == 0) break;
-        n += (size_t)got;
-    }
-    close(fd);
-    if (n > max_bytes) {
-        free(buf);
-        return too_large(path, max_bytes, err);
-    }
-    buf[n] = '\0';
-    if (strlen(buf) != n) {
-        free(buf);
+    if (strlen(*out) != n) {
+        free(*out);
+        *out = NULL;
         return dt_errorf(err, DT_EINVAL, "'%s' contains a NUL byte: not a text file", path);
     }
-    *out = buf;
     if (len) *len = n;
     return DT_OK;
 }
