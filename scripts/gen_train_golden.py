@@ -77,11 +77,15 @@ What dtrun does per optimizer step and how it is reproduced here (sources read):
    every parameter's .grad (the tied GPT-2 embedding once, holding both uses), the same div,
    .grad *= float32(1 / div).
  * LR (optim.c dt_schedule_lr, DeepSpeed lr_schedules.py): step s (1-based) uses t = s - 1
-   (the successful steps before it); W = max(warmup_steps, 2); warmup gamma = t / W (linear)
-   or ln(t + 1) / ln(W) (log) for t < W, else 1; WarmupDecayLR: min + (lr - min) * gamma,
-   after warmup gamma = max(0, (T - t) / max(1, T - W)); WarmupCosineLR: lr * r, warmup r =
-   wmin + (1 - wmin) gamma, then r = max(0, cmin + (1 - cmin)(1 + cos(pi (t - W + 1) / (T -
-   W))) / 2). Reimplemented in schedule_lr below.
+   (the successful steps before it), and DeepSpeed's engine gives it the scheduler's value at
+   last_batch_iteration i = t - 1 (engine.py _take_model_step steps the scheduler after the
+   optimizer; i = -1 is __init__'s value: warmup_min_lr, or 0 for WarmupCosineLR);
+   W = max(warmup_steps, 2); warmup gamma = i / W (linear) or ln(i + 1) / ln(W) (log) for
+   i < W, else 1; WarmupDecayLR: min + (lr - min) * gamma, after warmup gamma = max(0, (T - i)
+   / max(1, T - W)); WarmupCosineLR: lr * r, warmup r = wmin + (1 - wmin) gamma, then r =
+   max(0, cmin + (1 - cmin)(1 + cos(pi min(1, (i - W + 1) / max(1, T - W)))) / 2).
+   Reimplemented in schedule_lr below; every step of it is DeepSpeed's (scripts/
+   gen_lr_schedule_goldens.py, tests/engine/test_lr_golden.c).
  * AdamW (optim.c dt_adamw_apply, engine/dist/zero.c dt_zero_optimizer_step): torch.optim.AdamW
    semantics, p = p (1 - lr wd) - lr m_hat / (sqrt(v_hat) + eps), bias correction at step s;
    weight decay only on tensors with ndim >= 2 (zero.c: decay = tt->ndim >= 2). Here:
@@ -332,33 +336,40 @@ class Loader:
 # ---------------------------------------------------------------------------- schedule
 
 def schedule_lr(s, lr, t):
-    """dt_schedule_lr (engine/model/optim.c) for t successful steps so far."""
+    """dt_schedule_lr (engine/model/optim.c) for t successful steps so far: DeepSpeed's
+    scheduler at last_batch_iteration i = t - 1 (its engine steps the scheduler after each
+    applied optimizer step; i = -1 is what __init__ sets). Checked against DeepSpeed's own
+    classes by tests/engine/golden/lr_schedules.txt (scripts/gen_lr_schedule_goldens.py)."""
+    i = t - 1
     W = max(s["warmup_steps"], 2)
     Tt = s["total_steps"]
 
     def gamma():
-        if t >= W:
-            return 1.0
         if s["warmup_type"] == "linear":
-            return t / W
-        return math.log(t + 1.0) / math.log(W)
+            return i / W
+        return 1.0 / math.log(W) * math.log(i + 1)
 
     kind = s["kind"]
     if kind == "constant":
         return lr
-    if kind == "WarmupLR":
-        return s["warmup_min_lr"] + (lr - s["warmup_min_lr"]) * gamma()
-    if kind == "WarmupDecayLR":
-        if t < W:
+    if kind in ("WarmupLR", "WarmupDecayLR"):
+        if i < 0:
+            return s["warmup_min_lr"]
+        if i < W:
             g = gamma()
+        elif kind == "WarmupLR":
+            g = 1.0
         else:
-            g = max(0.0, (Tt - t) / max(1.0, float(Tt - W)))
+            g = max(0.0, (Tt - i) / max(1.0, float(Tt - W)))
         return s["warmup_min_lr"] + (lr - s["warmup_min_lr"]) * g
     if kind == "WarmupCosineLR":
-        if t < W:
+        if i < 0:
+            return 0.0
+        if i < W:
             r = s["warmup_min_lr"] + (1.0 - s["warmup_min_lr"]) * gamma()
         else:
-            c = (1.0 + math.cos(math.pi * (t - W + 1) / (Tt - W))) / 2.0
+            progress = min(1.0, (i - W + 1) / max(1, Tt - W))
+            c = (1.0 + math.cos(math.pi * progress)) / 2.0
             r = max(0.0, s["cos_min_ratio"] + (1.0 - s["cos_min_ratio"]) * c)
         return lr * r
     raise ValueError(kind)

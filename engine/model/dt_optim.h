@@ -90,9 +90,13 @@ double dt_grad_sumsq(const void *grads, dt_dtype dt, size_t n, int *nonfinite);
 double dt_clip_divisor(double norm, double loss_scale, double max_norm);
 
 /* ---- learning-rate schedules (DeepSpeed lr_schedules.py) ----
- * t: 0-based count of successful optimizer steps (DeepSpeed's
- * last_batch_iteration; overflowed fp16 steps do not advance it).
- * lr is the optimizer's peak learning rate. */
+ * The learning rate the optimizer step uses when t optimizer steps have been applied before it
+ * (overflow-skipped fp16 steps do not count), exactly as under DeepSpeed's engine: the
+ * scheduler's __init__ sets the first value (last_batch_iteration -1: warmup_min_lr, or 0 for
+ * WarmupCosineLR) and engine.py _take_model_step steps it after each applied step, so step t
+ * uses the scheduler's value at last_batch_iteration t - 1. Past total_steps the value stays
+ * at its end (WarmupDecayLR 0, WarmupCosineLR cos_min_ratio * lr). lr is the optimizer's peak
+ * learning rate. Checked against DeepSpeed's classes: tests/engine/golden/lr_schedules.txt. */
 double dt_schedule_lr(const dt_schedule *s, double lr, int64_t t);
 const char *dt_schedule_name(dt_sched_kind k);   /* "constant", "WarmupLR", ... */
 

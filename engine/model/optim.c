@@ -261,45 +261,55 @@ double dt_clip_divisor(double norm, double loss_scale, double max_norm) {
 /* DeepSpeed clamps warmup_num_steps to at least 2 (the log warmup divides by ln W). */
 #define DT_MIN_WARMUP_STEPS 2
 
-static double warmup_gamma(const dt_schedule *s, int64_t t, int64_t W) {
-    if (t >= W) return 1.0;
-    if (s->warmup_linear) return (double)t / (double)W;
-    return log((double)t + 1.0) / log((double)W);
+/* WarmupLR._get_gamma / WarmupCosineLR.get_lr_ratio's warmup part at last_batch_iteration i < W */
+static double warmup_gamma(const dt_schedule *s, int64_t i, int64_t W) {
+    if (s->warmup_linear) return (double)i / (double)W;
+    return 1.0 / log((double)W) * log((double)i + 1.0);
 }
 
-double dt_schedule_lr(const dt_schedule *s, double lr, int64_t t) {
+/* WarmupDecayLR._get_gamma after the warmup: max(0, (T - i) / max(1, T - W)) */
+static double decay_gamma(int64_t i, int64_t T, int64_t W) {
+    double span = (double)(T - W) > 1.0 ? (double)(T - W) : 1.0;
+    double g = (double)(T - i) / span;
+    return g > 0.0 ? g : 0.0;
+}
+
+/* WarmupCosineLR.get_lr_ratio after the warmup: the cosine progress clamped to [0, 1] (the
+ * ratio stays at cos_min_ratio at and past the end, and when T <= W), then max(0, ratio). */
+static double cosine_ratio(const dt_schedule *s, int64_t i, int64_t T, int64_t W) {
+    double real_last = (double)(i - W + 1);
+    double real_total = T - W > 1 ? (double)(T - W) : 1.0;
+    double progress = real_last / real_total < 1.0 ? real_last / real_total : 1.0;
+    double r = (1.0 + cos(M_PI * progress)) / 2.0;
+    r = s->cos_min_ratio + (1.0 - s->cos_min_ratio) * r;
+    return r > 0.0 ? r : 0.0;
+}
+
+/* The scheduler's value at last_batch_iteration i >= -1 (i = -1: what __init__ sets). */
+static double schedule_at(const dt_schedule *s, double lr, int64_t i) {
     int64_t W = s->warmup_steps > DT_MIN_WARMUP_STEPS ? s->warmup_steps : DT_MIN_WARMUP_STEPS;
     int64_t T = s->total_steps;
     switch (s->kind) {
     case DT_SCHED_CONSTANT:
         return lr;
     case DT_SCHED_WARMUP_LR:
-        return s->warmup_min_lr + (lr - s->warmup_min_lr) * warmup_gamma(s, t, W);
     case DT_SCHED_WARMUP_DECAY_LR: {
-        double g;
-        if (t < W) {
-            g = warmup_gamma(s, t, W);
-        } else {
-            double span = (double)(T - W) > 1.0 ? (double)(T - W) : 1.0;
-            g = (double)(T - t) / span;
-            if (g < 0.0) g = 0.0;
-        }
+        if (i < 0) return s->warmup_min_lr;
+        double g = i < W ? warmup_gamma(s, i, W) : s->kind == DT_SCHED_WARMUP_LR ? 1.0 : decay_gamma(i, T, W);
         return s->warmup_min_lr + (lr - s->warmup_min_lr) * g;
     }
     case DT_SCHED_WARMUP_COSINE_LR: {
-        double r;
-        if (t < W) {
-            r = s->warmup_min_lr + (1.0 - s->warmup_min_lr) * warmup_gamma(s, t, W);
-        } else {
-            double real_last = (double)(t - W + 1), real_total = (double)(T - W);
-            double c = (1.0 + cos(M_PI * real_last / real_total)) / 2.0;
-            r = s->cos_min_ratio + (1.0 - s->cos_min_ratio) * c;
-            if (r < 0.0) r = 0.0;
-        }
+        if (i < 0) return 0.0;
+        double r = i < W ? s->warmup_min_lr + (1.0 - s->warmup_min_lr) * warmup_gamma(s, i, W)
+                         : cosine_ratio(s, i, T, W);
         return lr * r;
     }
     }
     return lr;
+}
+
+double dt_schedule_lr(const dt_schedule *s, double lr, int64_t t) {
+    return schedule_at(s, lr, t - 1);
 }
 
 const char *dt_schedule_name(dt_sched_kind k) {

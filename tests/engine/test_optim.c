@@ -120,23 +120,28 @@ static void test_create_errors(void) {
     CHECK(strstr(err.msg, "mixed-fp16") != NULL);
 }
 
-/* ---- schedules: deepspeed/runtime/lr_schedules.py formulas, values computed by hand ---- */
+/* ---- schedules: deepspeed/runtime/lr_schedules.py formulas, values computed by hand ----
+ * Step t (t steps applied before it) uses the scheduler's value at last_batch_iteration t - 1
+ * (engine.py _take_model_step steps it after the optimizer); t = 0 gets what __init__ set.
+ * Every step against DeepSpeed's own classes: test_lr_golden.c. */
 static void test_schedules(void) {
     dt_schedule s = {DT_SCHED_WARMUP_LR, 100, 10, 0, 1e-5, 0.0};
-    const int64_t t1[] = {0, 1, 5, 9, 10, 50};
-    const double e1[] = {1e-5, 0.0003080196957073414, 0.0007803697378798071, 1e-3, 1e-3, 1e-3};
-    for (int i = 0; i < 6; i++) CHECK_NEAR(dt_schedule_lr(&s, 1e-3, t1[i]), e1[i], 1e-12);
+    const int64_t t1[] = {0, 1, 2, 6, 10, 11, 51};
+    const double e1[] = {1e-5, 1e-5, 0.0003080196957073414, 0.0007803697378798071, 1e-3, 1e-3, 1e-3};
+    for (int i = 0; i < 7; i++) CHECK_NEAR(dt_schedule_lr(&s, 1e-3, t1[i]), e1[i], 1e-12);
 
     s = (dt_schedule){DT_SCHED_WARMUP_DECAY_LR, 100, 10, 1, 0.0, 0.0};
-    const int64_t t2[] = {0, 5, 10, 55, 100, 120};
-    const double e2[] = {0.0, 5e-4, 1e-3, 5e-4, 0.0, 0.0};
-    for (int i = 0; i < 6; i++) CHECK_NEAR(dt_schedule_lr(&s, 1e-3, t2[i]), e2[i], 1e-12);
+    const int64_t t2[] = {0, 1, 6, 11, 56, 101, 121};
+    const double e2[] = {0.0, 0.0, 5e-4, 1e-3, 5e-4, 0.0, 0.0};
+    for (int i = 0; i < 7; i++) CHECK_NEAR(dt_schedule_lr(&s, 1e-3, t2[i]), e2[i], 1e-12);
 
+    /* WarmupCosineLR: __init__ sets ratio 0 (not warmup_min_ratio); the ratio stays at
+     * cos_min_ratio from the end on (cosine progress clamped to 1) */
     s = (dt_schedule){DT_SCHED_WARMUP_COSINE_LR, 100, 10, 1, 0.1, 0.01};
-    const int64_t t3[] = {0, 5, 10, 11, 55, 99, 100};
-    const double e3[] = {1e-4, 5.5e-4, 0.0009996984593744526, 0.0009987942048786129,
-                         0.00048772474913226217, 1e-5, 1.0301540625547598e-05};
-    for (int i = 0; i < 7; i++) CHECK_NEAR(dt_schedule_lr(&s, 1e-3, t3[i]), e3[i], 1e-12);
+    const int64_t t3[] = {0, 1, 6, 11, 12, 56, 100, 101, 150};
+    const double e3[] = {0.0, 1e-4, 5.5e-4, 0.0009996984593744526, 0.0009987942048786129,
+                         0.00048772474913226217, 1e-5, 1e-5, 1e-5};
+    for (int i = 0; i < 9; i++) CHECK_NEAR(dt_schedule_lr(&s, 1e-3, t3[i]), e3[i], 1e-12);
 
     s = (dt_schedule){DT_SCHED_CONSTANT, 100, 10, 1, 0.0, 0.0};
     CHECK_NEAR(dt_schedule_lr(&s, 3e-4, 0), 3e-4, 1e-15);
@@ -145,8 +150,9 @@ static void test_schedules(void) {
     /* warmup_num_steps is clamped to 2: W = 0 still warms up over 2 steps */
     s = (dt_schedule){DT_SCHED_WARMUP_LR, 100, 0, 1, 0.0, 0.0};
     CHECK_NEAR(dt_schedule_lr(&s, 1e-3, 0), 0.0, 1e-15);
-    CHECK_NEAR(dt_schedule_lr(&s, 1e-3, 1), 5e-4, 1e-15);
-    CHECK_NEAR(dt_schedule_lr(&s, 1e-3, 2), 1e-3, 1e-15);
+    CHECK_NEAR(dt_schedule_lr(&s, 1e-3, 1), 0.0, 1e-15);
+    CHECK_NEAR(dt_schedule_lr(&s, 1e-3, 2), 5e-4, 1e-15);
+    CHECK_NEAR(dt_schedule_lr(&s, 1e-3, 3), 1e-3, 1e-15);
     CHECK_STR(dt_schedule_name(DT_SCHED_WARMUP_COSINE_LR), "WarmupCosineLR");
 }
 

@@ -41,12 +41,13 @@ static int is_param(const char *name) {
     return strncmp(name, "step_", 5) != 0 && strcmp(name, "windows") != 0 && strncmp(name, "illcond.", 8) != 0;
 }
 
-/* worst |a - b| / |b| over n steps (b the golden); *at: its step (1-based) */
+/* worst |a - b| / |b| over n steps (b the golden; equal values are 0 apart, so a golden 0 —
+ * WarmupCosineLR's first step — is met only by exactly 0); *at: its step (1-based) */
 static double worst_rel(const double *a, const double *b, int64_t n, int64_t *at) {
     double w = 0;
     *at = 0;
     for (int64_t i = 0; i < n; i++) {
-        double r = fabs(a[i] - b[i]) / fabs(b[i]);
+        double r = a[i] == b[i] ? 0.0 : fabs(a[i] - b[i]) / fabs(b[i]);
         if (!(r <= w)) {   /* NaN counts as worst, and stays so */
             w = isnan(r) ? INFINITY : r;
             *at = i + 1;
