@@ -7,7 +7,10 @@ WarmupCosineLR) compute every configuration below, stepped as DeepSpeed's engine
 last_batch_iteration = -1, and _take_model_step calls lr_scheduler.step() after each applied
 optimizer step, none after an overflow-skipped one). The golden holds, for applied optimizer
 steps k = 0, 1, ..., N-1, the learning rate that step k uses: param_groups[0]["lr"] before it.
-N runs well past total_num_steps, so the clamps after the end are covered. dtrun's
+N runs well past total_num_steps, so the clamps after the end are covered. Before writing, the
+stepping order itself is checked against the real engine: deepspeed.initialize (one gloo rank
+on the CPU accelerator, the scheduler from the config) trains a 4-input linear layer and the
+learning rate of each applied step must equal the class-stepped sequence (engine_check). dtrun's
 dt_schedule_lr (engine/model/optim.c) must give the same value for t = k
 (tests/engine/test_lr_golden.c). CI reads the committed file; Python is not needed there.
 
@@ -58,18 +61,64 @@ def make(kind, T, W, wt, wmin, cmin):
                                warmup_type=wt)
 
 
+# one configuration per scheduler, run through the real engine by engine_check
+ENGINE_CASES = [CASES[1], CASES[3], CASES[13]]
+
+
+def class_lrs(kind, T, W, wt, wmin, cmin, n):
+    opt, sched = make(kind, T, W, wt, wmin, cmin)
+    vals = []
+    for _ in range(n):
+        vals.append(float(opt.param_groups[0]["lr"]))
+        sched.step()
+    return vals
+
+
+def scheduler_params(kind, T, W, wt, wmin, cmin):
+    if kind == "WarmupCosineLR":
+        p = {"warmup_min_ratio": wmin, "cos_min_ratio": cmin}
+    else:
+        p = {"warmup_min_lr": wmin, "warmup_max_lr": LR}
+    if kind != "WarmupLR":
+        p["total_num_steps"] = T
+    p.update({"warmup_num_steps": W, "warmup_type": wt})
+    return p
+
+
+def engine_check():
+    """The engine's order (scheduler stepped after each applied step) on the real engine."""
+    for k, v in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29533"), ("RANK", "0"),
+                 ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
+        os.environ.setdefault(k, v)
+    deepspeed.init_distributed(dist_backend="gloo")
+    torch.manual_seed(0)
+    for kind, T, W, wt, wmin, cmin, n in ENGINE_CASES:
+        model = torch.nn.Linear(4, 1)
+        cfg = {"train_micro_batch_size_per_gpu": 1,
+               "optimizer": {"type": "AdamW", "params": {"lr": LR, "torch_adam": True}},
+               "scheduler": {"type": kind, "params": scheduler_params(kind, T, W, wt, wmin, cmin)}}
+        engine, opt, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+        got = []
+        for _ in range(n):
+            got.append(float(opt.param_groups[0]["lr"]))
+            engine.backward(engine(torch.randn(1, 4)).sum())
+            engine.step()
+        want = class_lrs(kind, T, W, wt, wmin, cmin, n)
+        if got != want:
+            sys.exit("engine_check: %s T=%d W=%d: the engine's lrs %r differ from the class-stepped %r"
+                     % (kind, T, W, got, want))
+    print("engine_check: the real engine steps the schedulers as the golden does")
+
+
 def main():
+    engine_check()
     lines = [
         "# DeepSpeed %s lr_schedules.py, stepped as engine.py _take_model_step steps them" % deepspeed.__version__,
         "# (scripts/gen_lr_schedule_goldens.py). One configuration per line:",
         "# KIND TOTAL WARMUP TYPE WARMUP_MIN COS_MIN LR N lr(step 0) ... lr(step N-1)",
     ]
     for kind, T, W, wt, wmin, cmin, n in CASES:
-        opt, sched = make(kind, T, W, wt, wmin, cmin)
-        vals = []
-        for _ in range(n):
-            vals.append(float(opt.param_groups[0]["lr"]))
-            sched.step()
+        vals = class_lrs(kind, T, W, wt, wmin, cmin, n)
         lines.append(" ".join([kind, str(T), str(W), wt, repr(wmin), repr(cmin), repr(LR), str(n)] +
                               ["%.17g" % v for v in vals]))
     write_lines(OUT, lines)
