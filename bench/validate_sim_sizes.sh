@@ -98,6 +98,12 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) exit 1; print (NR % 
 pct() { awk -v a="$1" -v m="$2" 'BEGIN { printf "%+.1f", (a - m) / m * 100 }'; }
 
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $CORES cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo); OPENBLAS_CORETYPE='${OPENBLAS_CORETYPE:-}'; OMP_WAIT_POLICY='${OMP_WAIT_POLICY:-}'; load before: $(load); $(date -u '+%F %H:%M UTC')"
+# What decides the CPU terms (docs/validation.md "Step time on other CPUs"): the matrix ISA
+# (AVX-512 BF16 / FP16, AMX: oneDNN's bf16 path), the last-level cache (which of calibrate's
+# probes are cache-resident) and, after the first run, the GEMM kernels dtrun chose.
+isa=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -xE 'avx512f|avx512_bf16|avx512_fp16|amx_tile|amx_bf16|amx_int8' | tr '\n' ' ')
+echo "cpu: ISA ${isa:-no AVX-512}; L2 $(lscpu | sed -n 's/^L2 cache: *//p'); L3 $(lscpu | sed -n 's/^L3 cache: *//p')"
+kernels=""
 prof=$PROFILE
 if [ -z "$prof" ]; then
     prof=$OUT/machine.json
@@ -123,6 +129,11 @@ for cfg in "${CONFIGS[@]}"; do
         echo "$tag: dtrun failed: $(tail -1 "$OUT/$tag.err")"; continue
     fi
     rm -rf "$OUT/$tag"/ckpt-*   # the final checkpoint: 1.4 GB (124M) to 12 GB (774M) per run, not needed
+    if [ -z "$kernels" ]; then   # the kernels are chosen per process by a fixed rule: once is enough
+        kernels=$(jq -r '.gemm.text // empty' "$OUT/$tag/run-report.json" 2>/dev/null)
+        echo "kernels: ${kernels:-not in run-report.json}"
+        echo "kernels: ${kernels:-not in run-report.json}" >> "$TABLE"
+    fi
     wall=$(jq -r --argjson w "$WARMUP" 'select(.step > $w) | .step_ms' "$OUT/$tag/metrics.jsonl" | median)
     cpu=$(jq -r --argjson w "$WARMUP" 'select(.step > $w) | .cpu_ms // 0' "$OUT/$tag/metrics.jsonl" | median |
           awk -v r="$2" -v c="$CORES" '{ print $1 * r / c }')
