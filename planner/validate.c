@@ -103,6 +103,11 @@ static void read_runtime_overrides(dt_jobj *cfg, dt_runtime *r, dt_error *err) {
         dt_jobj_int(cfg, "persistence_threshold", 0, INT64_MAX, &r->persistence_threshold, err);
     if (!cfg->failed && dt_jobj_has(cfg, "fetch_overhead_s"))
         dt_jobj_num(cfg, "fetch_overhead_s", DT_JNUM_NONNEG, &r->fetch_overhead_s, err);
+    /* DeepSpeed's zero_optimization.reduce_scatter, as in a plan's runtime: false = stages 1-2
+     * all-reduce the gradients (dt_plan_validate refuses it outside the deepspeed runtime) */
+    int rs = 1;
+    if (!cfg->failed && dt_jobj_has(cfg, "reduce_scatter") && !dt_jobj_bool(cfg, "reduce_scatter", &rs, err))
+        r->grads_allreduce = !rs;
 }
 
 /* Optional DeepSpeed bucket keys, in elements. */

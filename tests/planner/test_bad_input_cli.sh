@@ -219,6 +219,11 @@ printf '{"format": "dtplan.validation/1", "name": "x"}\n' >"$T/case.json"
 bad "validate: $T/case.json: \$.source: missing required key" validate "$T/case.json"
 bad "validate: cannot read '$T/none.json'" validate "$T/none.json"
 bad "validate: unknown option '--strict'" validate --strict
+# a case's reduce_scatter (DeepSpeed's key, as in a plan's runtime): a boolean, deepspeed only
+jq '.config.reduce_scatter = "no"' "$SRC/tests/validation/cases/autotune-gpt2-z1-mbs8.json" >"$T/rs.json"
+bad "validate: $T/rs.json: \$.config.reduce_scatter: expected true or false, got \"no\"" validate "$T/rs.json"
+jq '.config.reduce_scatter = false | .config.runtime = "fsdp"' "$SRC/tests/validation/cases/autotune-gpt2-z1-mbs8.json" >"$T/rs.json"
+bad "validate: $T/rs.json: \$.config: runtime.offload_ratio / hpz_partition_size / quantized_* / reduce_scatter" validate "$T/rs.json"
 bad "validate: --max-memory-error 'ten': expected a percentage" validate --max-memory-error ten
 
 # nothing was written where -o pointed
