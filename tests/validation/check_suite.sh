@@ -49,5 +49,11 @@ awk -v gt="$GOAL_THROUGHPUT" -v gm="$GOAL_MEMORY" '
     END { for (k in listed) if (!(k in seen)) { printf "known_misses.txt names %s, not in the suite\n", k; bad = 1 }
           exit bad }' "$MISSES" "$T/cases" >"$T/goals" || { cat "$T/goals" >&2; fail "goals"; }
 
+# every cause named in known_misses.txt has its row in docs/validation.md "Known misses"
+for cause in $(awk '!/^#/ && NF == 3 { print $3 }' "$MISSES" | sort -u); do
+    grep -qF "| \`$cause\` |" "$SRC/docs/validation.md" ||
+        fail "known_misses.txt cause '$cause' has no row in docs/validation.md \"Known misses\""
+done
+
 [ $fails -eq 0 ] && echo ok
 exit $((fails > 0))
