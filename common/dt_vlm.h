@@ -73,4 +73,8 @@ const char *dt_projector_name(dt_projector_kind k); /* "mlp2x_gelu" | "linear" *
  * select_layer within -(L+1)..L, images_per_sample >= 1. where prefixes the message. */
 int dt_vlm_check(const dt_vlm *v, const char *where, dt_error *err);
 
+/* The language model's sequence (seq_len tokens, --seq) holds the image tokens and at least one
+ * text token: one line otherwise. */
+int dt_vlm_check_seq(const dt_vlm *v, int64_t seq_len, dt_error *err);
+
 #endif

@@ -654,11 +654,7 @@ int dt_plan_validate(const dt_plan *p, dt_error *err) {
     if ((rc = validate_io(p, err))) return rc;
     if ((rc = dt_finetune_check(&p->finetune, "finetune", err))) return rc;   /* the model's checks: dt_model_pgroups */
     if (dt_vlm_active(&p->vlm) && (rc = dt_vlm_check(&p->vlm, "model.vision", err))) return rc;
-    if (dt_vlm_active(&p->vlm) && dt_vlm_sequence_image_tokens(&p->vlm) >= p->batch.seq_len)
-        return dt_errorf(err, DT_EINVAL, "batch.seq_len = %" PRId64 " holds no text beside %" PRId64 " image tokens "
-                         "(%" PRId64 " images x %" PRId64 "): the language model's sequence counts them; raise --seq "
-                         "or lower --images-per-sample", p->batch.seq_len, dt_vlm_sequence_image_tokens(&p->vlm),
-                         p->vlm.images_per_sample, dt_vlm_image_tokens(&p->vlm));
+    if (dt_vlm_active(&p->vlm) && (rc = dt_vlm_check_seq(&p->vlm, p->batch.seq_len, err))) return rc;
     if ((rc = dt_objective_check(&p->objective, p->batch.seq_len, p->batch.global_batch, "objective", err))) return rc;
     return validate_prediction(&p->prediction, err);
 }

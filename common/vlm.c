@@ -138,3 +138,11 @@ void dt_vlm_read_json(dt_jobj *model, dt_vlm *v, dt_error *err) {
     if (!o.failed && dt_vlm_check(v, "$.model.vision", err)) o.failed = err->code;
     if (dt_jobj_close(&o, err)) model->failed = o.failed;
 }
+
+int dt_vlm_check_seq(const dt_vlm *v, int64_t seq_len, dt_error *err) {
+    const int64_t img = dt_vlm_sequence_image_tokens(v);
+    if (img < seq_len) return DT_OK;
+    return dt_errorf(err, DT_EINVAL, "seq_len %" PRId64 " holds no text beside %" PRId64 " image tokens (%" PRId64
+                     " images x %" PRId64 "): the language model's sequence counts them; raise --seq or lower "
+                     "--images-per-sample", seq_len, img, v->images_per_sample, dt_vlm_image_tokens(v));
+}

@@ -5,6 +5,8 @@
 #include "dt_ftplan.h"
 #include "dt_activations.h"
 #include "dt_model.h"
+#include "dt_vision.h"
+#include "dt_vlmplan.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -38,21 +40,38 @@
 /* The fixed cost of one GPU kernel where the profile states none: dt_gemmtime.h's. */
 #define FT_GPU_LAUNCH_S DT_GPU_LAUNCH_S
 
-int dt_ftplan_active(const dt_plan *p) { return p->finetune.method != DT_FT_FULL; }
+int dt_ftplan_active(const dt_plan *p) { return p->finetune.method != DT_FT_FULL || dt_vlm_active(&p->vlm); }
 
 static int hf_runtime(const dt_plan *p) { return p->runtime.kind != DT_RUNTIME_DTRUN; }
+
+/* The vision side's groups; the stage pretrain freezes the language model (LLaVA-1.5's
+ * pretrain.sh: tune_mm_mlp_adapter, the rest requires_grad_(False)). */
+static int vlm_groups(const dt_plan *p, dt_ftplan *out, dt_error *err) {
+    if (!dt_vlm_trains_llm(&p->vlm)) {
+        if (p->finetune.method != DT_FT_FULL)
+            return dt_errorf(err, DT_EINVAL, "--vlm-stage pretrain trains the projector only (the language model is "
+                             "frozen): --finetune %s has nothing to train there; use it with --vlm-stage sft (LLaVA's "
+                             "finetune_lora.sh)", dt_ft_method_name(p->finetune.method));
+        for (int i = 0; i < out->g.n; i++) out->g.g[i].train = DT_TRAIN_FROZEN;
+    }
+    return dt_vision_pgroups(&p->vlm, &p->model, p->precision.param, &out->tower, &out->projector, err);
+}
 
 int dt_ftplan_of(const dt_plan *p, dt_ftplan *out, dt_error *err) {
     memset(out, 0, sizeof *out);
     int rc = dt_model_pgroups(&p->model, &p->finetune, p->precision.param, DT_ROLE_POLICY, &out->g, err);
-    if (rc) return rc;
-    out->trained = dt_pgroups_elems(&out->g, DT_TRAIN_TRAINED);
-    out->adapter = dt_pgroups_elems(&out->g, DT_TRAIN_ADAPTER);
-    out->frozen = dt_pgroups_elems(&out->g, DT_TRAIN_FROZEN);
-    out->frozen_bytes = dt_pgroups_bytes(&out->g, DT_TRAIN_FROZEN);
+    if (rc || (dt_vlm_active(&p->vlm) && (rc = vlm_groups(p, out, err)))) return rc;
+    const dt_pgroups *all[3] = {&out->g, &out->tower, &out->projector};
+    for (int i = 0; i < 3; i++) {
+        out->trained += dt_pgroups_elems(all[i], DT_TRAIN_TRAINED);
+        out->adapter += dt_pgroups_elems(all[i], DT_TRAIN_ADAPTER);
+        out->frozen += dt_pgroups_elems(all[i], DT_TRAIN_FROZEN);
+        out->frozen_bytes += dt_pgroups_bytes(all[i], DT_TRAIN_FROZEN);
+    }
     out->first_layer = dt_pgroups_first_trained_layer(&out->g);
     out->grad_into_first = dt_pgroups_embedding_trained(&out->g);
     if (hf_runtime(p) && p->activations.ckpt_layers > 0) out->first_layer = 0, out->grad_into_first = 1;
+    if (dt_vlm_active(&p->vlm)) out->first_layer = 0, out->grad_into_first = 1;   /* to the image features */
     out->dequant_elems = dt_pgroups_largest_quantized(&out->g);
     return DT_OK;
 }
@@ -154,7 +173,7 @@ static act_sum ft_activations(const dt_plan *p, const dt_ftplan *ft, int64_t K) 
 }
 
 int64_t dt_ftplan_activations(const dt_plan *p, const dt_ftplan *ft, int64_t ckpt_layers) {
-    return ft_activations(p, ft, ckpt_layers).total;
+    return ft_activations(p, ft, ckpt_layers).total + dt_vlmplan_activation_bytes(p);   /* + the vision side's */
 }
 
 /* ---- model states ---- */
