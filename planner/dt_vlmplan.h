@@ -32,7 +32,8 @@ typedef struct dt_vlm_share {
     int64_t params, grads, optimizer, activations;  /* bytes per rank */
 } dt_vlm_share;
 /* The three parts of p under memory breakdown m (dt_memory_estimate's): the tower's and the
- * projector's from their groups, the language model's the rest of m, so the rows sum to m. */
+ * projector's from their groups, the language model's the rest of m, so the rows sum to m
+ * (in planner/finetune.c, which builds the groups). */
 int dt_vlmplan_shares(const dt_plan *p, const dt_mem_breakdown *m, dt_vlm_share out[DT_VLM_PARTS], dt_error *err);
 const char *dt_vlm_part_name(dt_vlm_part k);   /* "vision tower" | "projector" | "language model" */
 

@@ -399,3 +399,46 @@ void dt_ftplan_describe(const dt_finetune *ft, char *buf, size_t n) {
     }
     }
 }
+
+/* ---- a vision-language plan's parts (dt_vlmplan.h; docs/vlm.md) ---- */
+
+/* One part's model states per rank, as ZeRO partitions them (docs/memory-model.md: params at
+ * stage 3, gradients from stage 2, optimizer from stage 1; frozen weights replicated below
+ * stage 3, as planner/finetune.c's frozen base; offloaded states leave the device). */
+static void part_states(const dt_plan *p, const dt_pgroups *g, dt_vlm_share *s) {
+    const dt_parallel *z = &p->parallel;
+    const int64_t N = z->world_size;
+    const int st = z->zero_stage;
+    s->trained = dt_pgroups_elems(g, DT_TRAIN_TRAINED);
+    s->frozen = dt_pgroups_elems(g, DT_TRAIN_FROZEN);
+    const int sharded = st == 3 || (p->runtime.kind == DT_RUNTIME_FSDP && st >= 2);
+    const int64_t frozen = dt_pgroups_bytes(g, DT_TRAIN_FROZEN);
+    const int param_off = st == 3 && z->offload_param != DT_OFFLOAD_NONE;
+    s->params = param_off ? 0 : (sharded ? ceil_div(frozen, N) : frozen) +
+                                    (st >= 3 ? ceil_div(s->trained, N) : s->trained) * dt_precision_param_bytes(&p->precision);
+    s->grads = (st >= 2 ? ceil_div(s->trained, N) : s->trained) * dt_precision_grad_bytes(&p->precision);
+    s->optimizer = z->offload_optimizer != DT_OFFLOAD_NONE
+                       ? 0
+                       : (st >= 1 ? ceil_div(s->trained, N) : s->trained) * dt_precision_optimizer_bytes(&p->precision);
+}
+
+int dt_vlmplan_shares(const dt_plan *p, const dt_mem_breakdown *m, dt_vlm_share out[DT_VLM_PARTS], dt_error *err) {
+    memset(out, 0, sizeof(dt_vlm_share) * DT_VLM_PARTS);
+    dt_ftplan ft;
+    int rc = dt_ftplan_of(p, &ft, err);
+    if (rc) return rc;
+    dt_vlm_act a;
+    dt_vlmplan_activations(p, &a);
+    part_states(p, &ft.tower, &out[DT_VLM_PART_TOWER]);
+    part_states(p, &ft.projector, &out[DT_VLM_PART_PROJECTOR]);
+    out[DT_VLM_PART_TOWER].activations = a.tower;
+    out[DT_VLM_PART_PROJECTOR].activations = a.projector;
+    dt_vlm_share *lm = &out[DT_VLM_PART_LLM];
+    lm->trained = dt_pgroups_elems(&ft.g, DT_TRAIN_TRAINED) + dt_pgroups_elems(&ft.g, DT_TRAIN_ADAPTER);
+    lm->frozen = dt_pgroups_elems(&ft.g, DT_TRAIN_FROZEN);
+    lm->params = m->params - out[0].params - out[1].params;
+    lm->grads = m->grads - out[0].grads - out[1].grads;
+    lm->optimizer = m->optimizer - out[0].optimizer - out[1].optimizer;
+    lm->activations = m->activations - a.tower - a.projector;
+    return DT_OK;
+}

@@ -84,10 +84,10 @@ void dt_ft_usage(FILE *f) {
             "                        --compute-dtype bf16|fp16|fp32 (default bf16); --quant-block N (default 64)\n"
             "  --quant-skip L        linears kept 16-bit (default lm_head); --prepare-kbit: PEFT's\n"
             "                        prepare_model_for_kbit_training (every unquantised parameter in fp32)\n"
-            "vision-language models (docs/vlm.md; --model llava-1.5-7b or a LLaVA config.json):\n"
+            "vision-language models (docs/vlm.md: llava-1.5-7b, a LLaVA config.json):\n"
             "  --vlm-stage S         pretrain (the projector only) | sft (projector + LLM) | full (everything;\n"
             "                        the default); with --finetune lora under sft: LoRA on the LLM + the projector\n"
-            "  --images-per-sample N images per sequence (default 1); each inserts its image tokens into --seq\n");
+            "  --images-per-sample N images per sequence (default 1); their image tokens count in the sequence\n");
 }
 
 /* ---- building the method ---- */
