@@ -731,6 +731,7 @@ static void print_json(const est_ctx *c, const est_row *rows, int n) {
                r->comm_dtype_set ? "\"" : "");
     }
     dt_ft_print_json(p);
+    dt_vlm_print_json(p);
     dt_obj_print_json(p);
     if (c->mem_limit) printf("  \"mem_limit\": %" PRId64 ",\n", c->mem_limit);
     printf("  \"rows\": [\n");

@@ -49,5 +49,8 @@ void dt_ft_print_framework(const dt_finetune *ft, const dt_model *m, FILE *f);
  * projector, language model) for plan p as priced. Nothing for a text plan. */
 void dt_vlm_print_summary(const dt_plan *p, const char *label);
 void dt_vlm_print_terms(const dt_plan *p, dt_units u);
+/* '  "vision": {...},' for estimate --json: the tower, stage, counts and the vision activations
+ * per rank (bytes); nothing for a text plan. */
+void dt_vlm_print_json(const dt_plan *p);
 
 #endif

@@ -81,3 +81,16 @@ void dt_vlm_print_terms(const dt_plan *p, dt_units u) {
            dt_precision_grad_bytes(&p->precision), dt_precision_optimizer_bytes(&p->precision),
            dt_precision_preset_name(p->precision.preset));
 }
+
+void dt_vlm_print_json(const dt_plan *p) {
+    const dt_vlm *v = &p->vlm;
+    if (!dt_vlm_active(v)) return;
+    dt_vlm_act a;
+    dt_vlmplan_activations(p, &a);
+    printf("  \"vision\": {\"tower\": \"%s\", \"stage\": \"%s\", \"tower_params\": %" PRId64
+           ", \"projector_params\": %" PRId64 ", \"image_tokens_per_image\": %" PRId64 ", \"images_per_sample\": %" PRId64
+           ", \"tower_activation_bytes\": %" PRId64 ", \"projector_activation_bytes\": %" PRId64 "},\n",
+           dt_vit_kind_name(v->tower.kind), dt_vlm_stage_name(v->stage), dt_vision_tower_params(v),
+           dt_vision_projector_params(v, &p->model), dt_vlm_image_tokens(v), v->images_per_sample, a.tower,
+           a.projector);
+}
