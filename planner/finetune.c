@@ -433,6 +433,13 @@ int dt_vlmplan_shares(const dt_plan *p, const dt_mem_breakdown *m, dt_vlm_share 
     part_states(p, &ft.projector, &out[DT_VLM_PART_PROJECTOR]);
     out[DT_VLM_PART_TOWER].activations = a.tower;
     out[DT_VLM_PART_PROJECTOR].activations = a.projector;
+    /* a runtime's peak phase may hold a term not at all yet (DeepSpeed's gradients at the start of
+     * backward: dt_memory_phases): the vision parts then hold none of it either */
+    int64_t *terms[3][2] = {{&out[0].params, &out[1].params}, {&out[0].grads, &out[1].grads},
+                            {&out[0].optimizer, &out[1].optimizer}};
+    const int64_t whole[3] = {m->params, m->grads, m->optimizer};
+    for (int i = 0; i < 3; i++)
+        if (*terms[i][0] + *terms[i][1] > whole[i]) *terms[i][0] = *terms[i][1] = 0;
     dt_vlm_share *lm = &out[DT_VLM_PART_LLM];
     lm->trained = dt_pgroups_elems(&ft.g, DT_TRAIN_TRAINED) + dt_pgroups_elems(&ft.g, DT_TRAIN_ADAPTER);
     lm->frozen = dt_pgroups_elems(&ft.g, DT_TRAIN_FROZEN);

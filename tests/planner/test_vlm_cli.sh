@@ -45,6 +45,10 @@ awk -v a="${tot[pretrain]}" -v b="${tot[sft]}" -v c="${tot[full]}" 'BEGIN { exit
 ok estimate --model llava-1.5-7b --vlm-stage full --zero-stage 0 --json
 grep -qE '"vision": \{"tower": "clip", "stage": "full", "tower_params": 303507456, "projector_params": 20979712, "image_tokens_per_image": 576, "images_per_sample": 1, "tower_activation_bytes": [1-9]' \
     "$T/out" || fail "estimate --json: $(grep vision "$T/out")"
+# a runtime whose peak phase holds no gradients yet (DeepSpeed at the start of backward): no part's
+# row goes negative
+ok estimate --model llava-1.5-7b --vlm-stage sft --gpus 8 --micro-batch 4 --zero-stage 2 --runtime deepspeed
+grep -A4 "vision-language terms" "$T/out" | grep -qE " -[0-9]" && fail "deepspeed rows: $(grep -A4 'vision-language terms' "$T/out")"
 # two images per sample: twice the image tokens in the same --seq
 ok estimate --model llava-1.5-7b --vlm-stage sft --images-per-sample 2 --seq 2048
 has "576 image tokens per image x 2 = 1152 of --seq 2048 (896 text)" estimate images 2
