@@ -412,11 +412,12 @@ static void cheaper_method_hint(const dt_solve_request *rq, int argc, char **arg
                                     "per GPU, %.3g s/step): dtplan solve", dt_ft_method_name(order[i]),
                                     (long long)c->micro_batch, (long long)c->grad_accum, stage_name(c->zero_stage),
                                     (double)c->mem.total / 1073741824.0, c->step_s);
-        for (int a = 1; a < argc && k < n; a++) {   /* the user's command without its fine-tuning options */
+        for (int a = 1; a < argc && k < n; a++) {   /* the user's command without its fine-tuning method's options */
             dt_ft_args skip;
             memset(&skip, 0, sizeof skip);
             int j = a;
-            if (dt_ft_args_take(&skip, argc, argv, &j, "solve") == 1) {
+            /* the vision options stay: the hint plans the same stage and images (docs/vlm.md) */
+            if (dt_ft_args_take(&skip, argc, argv, &j, "solve") == 1 && !skip.v[FT_VLM_STAGE] && !skip.v[FT_IMAGES]) {
                 a = j;
                 continue;
             }

@@ -90,6 +90,11 @@ has "# dtrun: its VLM engine is not built yet" export
 grep -qF -- "--tune_mm_mlp_adapter True" "$T/launch.slurm" || fail "sbatch lacks the stage's arguments"
 grep -qF '"train_batch_size": 32' "$T/ds.json" || fail "ds config batch: $(head -3 "$T/ds.json")"
 
+# nothing fits: the cheaper method's command keeps the stage and the images
+"$DTPLAN" solve --model llava-1.5-13b --vlm-stage sft --images-per-sample 2 --mem 24G --gpus 1 --seq 2048 >"$T/out" 2>"$T/err"
+grep -qF -- "dtplan solve --model llava-1.5-13b --vlm-stage sft --images-per-sample 2 --mem 24G --gpus 1 --seq 2048 --finetune lora" \
+    "$T/err" || fail "solve hint: $(cat "$T/err")"
+
 # dtrun: no VLM engine yet, one line, exit 2
 dt_bad "dtrun's VLM engine is not built yet" "$DTRUN" "$T/plan.json"
 
