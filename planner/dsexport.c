@@ -260,7 +260,8 @@ static void opts_or_default(const dt_dsexport_opts *in, dt_dsexport_opts *o) {
 /* A vision-language plan: the stage as LLaVA's train.py takes it (haotian-liu/LLaVA
  * llava/train/train.py ModelArguments / TrainingArguments; scripts/v1_5/pretrain.sh trains the
  * projector with --tune_mm_mlp_adapter True, finetune.sh the projector + LLM), appended to the
- * script's arguments; "" for a text plan. LLaVA-1.5's code keeps the tower frozen in every stage
+ * script's arguments (with --finetune lora / qlora: finetune_lora.sh's --lora_enable, --lora_r,
+ * --lora_alpha, and QLoRA's --bits); "" for a text plan. LLaVA-1.5's code keeps the tower frozen in every stage
  * (clip_encoder.py: requires_grad_(False), torch.no_grad()), so a "full" plan says so. */
 static void vlm_args(const dt_plan *p, char *buf, size_t n) {
     const dt_vlm *v = &p->vlm;
@@ -275,6 +276,12 @@ static void vlm_args(const dt_plan *p, char *buf, size_t n) {
              (long long)p->batch.grad_accum, p->optimizer.lr, p->precision.param == DT_DTYPE_FP16 ? "fp16" : "bf16",
              p->activations.ckpt_layers > 0 ? "True" : "False",
              v->stage == DT_VLM_PRETRAIN ? " --tune_mm_mlp_adapter True" : "");
+    const dt_finetune *ft = &p->finetune;
+    const size_t used = strlen(buf);
+    if (dt_ft_is_lora(ft) && used < n)   /* finetune_lora.sh: LoRA on the LLM, the projector trained whole */
+        snprintf(buf + used, n - used, " --lora_enable True --lora_r %lld --lora_alpha %g --lora_dropout %g%s",
+                 (long long)ft->lora_rank, ft->lora_alpha, ft->lora_dropout,
+                 ft->method != DT_FT_QLORA ? "" : ft->quant == DT_STORAGE_INT8 ? " --bits 8" : " --bits 4");
 }
 
 static const char *vlm_dtrun_note(const dt_plan *p) {

@@ -56,6 +56,10 @@ has "576 image tokens per image x 2 = 1152 of --seq 2048 (896 text)" estimate im
 ok estimate --model llava-1.5-7b --vlm-stage sft --finetune lora --lora-rank 128 --lora-alpha 256 --gpus 8
 grep -qE "^  projector +20\.98M" "$T/out" || fail "lora: projector: $(grep '^  projector' "$T/out")"
 has "adapter weights" estimate lora
+ok solve --model llava-1.5-7b --vlm-stage sft --finetune lora --lora-rank 128 --lora-alpha 256 --gpus 8 --mem 80G \
+    --seq 2048 -o "$T/lora.json"
+ok export --deepspeed "$T/lora.json" -o "$T/ds-lora.json"
+has "--lora_enable True --lora_r 128 --lora_alpha 256" export lora
 # a LLaVA config.json as --model, and the same numbers as the catalog's
 cp "$SRC/models/catalog/llava-1.5-7b.json" "$T/config.json"
 ok estimate --model "$T/config.json" --vlm-stage sft --gpus 8 --micro-batch 16
