@@ -16,6 +16,7 @@
 #include "dt_precision.h"
 #include "dt_finetune.h"
 #include "dt_objective.h"
+#include "dt_vlm.h"
 
 #define DT_PLAN_FORMAT "dtplan.plan/1"
 #define DT_PATH_MAX 512
@@ -235,6 +236,7 @@ typedef struct dt_plan {
     dt_prediction prediction;
     dt_finetune finetune;      /* the method (dt_finetune.h); zero = full fine-tuning */
     dt_objective objective;    /* the objective (dt_objective.h); zero = pt, or sft for masked data */
+    dt_vlm vlm;                /* a vision tower + projector before the model (dt_vlm.h); zero = text only */
 } dt_plan;
 
 /* Defaults for everything but the model: 1 node x 1 rank, cpu profile, stage 0,

@@ -17,6 +17,7 @@
 
 #include "dt_finetune_json.h"
 #include "dt_objective_json.h"
+#include "dt_vlm_json.h"
 #include "dt_json.h"
 #include "dt_layout.h"
 
@@ -652,6 +653,8 @@ int dt_plan_validate(const dt_plan *p, dt_error *err) {
     if ((rc = validate_training(p, err))) return rc;
     if ((rc = validate_io(p, err))) return rc;
     if ((rc = dt_finetune_check(&p->finetune, "finetune", err))) return rc;   /* the model's checks: dt_model_pgroups */
+    if (dt_vlm_active(&p->vlm) && (rc = dt_vlm_check(&p->vlm, "model.vision", err))) return rc;
+    if (dt_vlm_active(&p->vlm) && (rc = dt_vlm_check_seq(&p->vlm, p->batch.seq_len, err))) return rc;
     if ((rc = dt_objective_check(&p->objective, p->batch.seq_len, p->batch.global_batch, "objective", err))) return rc;
     return validate_prediction(&p->prediction, err);
 }
@@ -690,7 +693,7 @@ static void write_rope_scaling(cJSON *model, const dt_rope_scaling *r) {
         add_i(o, dt_rope_param_key(DT_ROPE_ORIGINAL_MAX_POS), r->original_max_pos);
 }
 
-static void write_model(cJSON *root, const dt_model *m) {
+static void write_model(cJSON *root, const dt_model *m, const dt_vlm *v) {
     cJSON *o = add_obj(root, "model");
     add_s(o, "name", m->name);
     add_s(o, "family", dt_family_name(m->family));
@@ -710,6 +713,7 @@ static void write_model(cJSON *root, const dt_model *m) {
     write_rope_scaling(o, &m->rope_scaling);
     add_b(o, "derived", m->derived);
     if (m->requested_params > 0) add_i(o, "requested_params", m->requested_params);
+    dt_vlm_write_json(o, v);   /* optional: absent = a text-only model */
 }
 
 static void write_per_dtype(cJSON *o, const char *key, const double v[3]) {
@@ -847,7 +851,7 @@ static cJSON *plan_to_tree(const dt_plan *p) {
     cJSON *root = cJSON_CreateObject();
     if (!root) return NULL;
     add_s(root, "format", DT_PLAN_FORMAT);
-    write_model(root, &p->model);
+    write_model(root, &p->model, &p->vlm);
     write_cluster(root, &p->cluster);
 
     const dt_parallel *q = &p->parallel;
@@ -975,7 +979,7 @@ static void read_rope_scaling(dt_jobj *model, dt_rope_scaling *r, dt_error *err)
     if (dt_jobj_close(&o, err)) model->failed = o.failed;
 }
 
-static void read_model(dt_jobj *root, dt_model *m, dt_error *err) {
+static void read_model(dt_jobj *root, dt_model *m, dt_vlm *v, dt_error *err) {
     dt_jobj r;
     if (dt_jobj_open(&r, root, "model", err)) return;
     const char *fam[2] = {dt_family_name(DT_FAMILY_GPT2), dt_family_name(DT_FAMILY_LLAMA)};
@@ -1006,6 +1010,7 @@ static void read_model(dt_jobj *root, dt_model *m, dt_error *err) {
                              "$.model.requested_params: only a derived shape (\"derived\": true) carries a "
                              "requested count; delete the key");
     }
+    dt_vlm_read_json(&r, v, err);
     if (!dt_jobj_close(&r, err)) return;
     root->failed = r.failed;
 }
@@ -1372,7 +1377,7 @@ static int plan_parse_named(const char *json, const char *what, dt_plan *out, dt
                                 "$.format: expected \"%s\", got \"%s\" (not a plan this version "
                                 "reads; regenerate it with dtplan solve)", DT_PLAN_FORMAT, format);
     }
-    if (!root.failed) read_model(&root, &p.model, err);
+    if (!root.failed) read_model(&root, &p.model, &p.vlm, err);
     if (!root.failed) read_cluster(&root, &p.cluster, err);
     if (!root.failed) read_parallel(&root, &p.parallel, err);
     if (!root.failed) read_batch(&root, &p.batch, err);

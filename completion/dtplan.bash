@@ -4,11 +4,11 @@ _dtplan_models="gpt2 gpt2-medium gpt2-large gpt2-xl gpt2-tiny gpt2-small-test ll
 qwen2.5-0.5b qwen2.5-1.5b qwen2.5-3b qwen2.5-7b qwen2.5-14b qwen2.5-32b qwen2.5-72b
 qwen3-0.6b qwen3-1.7b qwen3-4b qwen3-8b qwen3-14b qwen3-32b
 llama-2-7b llama-2-13b llama-2-70b llama-3.1-8b llama-3.1-70b llama-3.1-405b
-llama-3.2-1b llama-3.2-3b llama-3.3-70b-instruct mistral-7b-v0.3"
+llama-3.2-1b llama-3.2-3b llama-3.3-70b-instruct mistral-7b-v0.3 llava-1.5-7b llava-1.5-13b llava-tiny"
 # the fine-tuning options of estimate, solve and simulate (cli/dtplan/ftopts.c)
 _dtplan_ft="--finetune --trainable-layers --trainable-modules --lora-rank --lora-alpha --lora-dropout --lora-target
 --modules-to-save --use-rslora --adapter-dtype --quant --double-quant --compute-dtype --quant-block --quant-skip
---prepare-kbit"
+--prepare-kbit --vlm-stage --images-per-sample"
 # the objective options of estimate, solve and simulate (cli/dtplan/objopts.c)
 _dtplan_obj="--objective --precompute-ref --num-generations --max-completion-length --kl-coef --gen-batch --placement
 --gen-mem-fraction"
@@ -57,6 +57,7 @@ _dtplan() {
     --compare) COMPREPLY=($(compgen -W "deepspeed" -- "$cur")); return ;;
     --runtime) COMPREPLY=($(compgen -W "dtrun deepspeed fsdp" -- "$cur")); return ;;
     --finetune) COMPREPLY=($(compgen -W "full freeze lora qlora" -- "$cur")); return ;;
+    --vlm-stage) COMPREPLY=($(compgen -W "pretrain sft full" -- "$cur")); return ;;
     --objective) COMPREPLY=($(compgen -W "pt sft rm dpo grpo ppo" -- "$cur")); return ;;
     --placement) COMPREPLY=($(compgen -W "colocated split" -- "$cur")); return ;;
     --quant) COMPREPLY=($(compgen -W "nf4 fp4 int8" -- "$cur")); return ;;

@@ -19,14 +19,23 @@
 
 #include "dt_arch.h"   /* dt_model, dt_family: the description a plan carries */
 #include "dt_error.h"
+#include "dt_vlm.h"   /* dt_vlm: a vision tower + projector before the model */
 
 
 /* Resolves "--model" text: a catalog name (case-insensitive: "gpt2", "Qwen3-0.6B",
  * "llama-2-7b", ...) or a path to a Hugging Face config.json (gpt2 / llama / qwen2 /
  * qwen3 / mistral model_type; both "rope_theta" and "rope_parameters" spellings). */
 int dt_model_resolve(const char *name_or_path, dt_model *out, dt_error *err);
-/* Parses config.json text; name is stored in out->name. */
+/* Parses config.json text; name is stored in out->name. A vision-language config (model_type
+ * llava) fails here with one line: callers that plan one use the _vlm forms below. */
 int dt_model_from_config_json(const char *json, const char *name, dt_model *out, dt_error *err);
+/* Both kinds: a text config leaves *v zero; a Hugging Face LLaVA config.json (model_type llava:
+ * vision_config, text_config with LlamaConfig's defaults for the keys it omits,
+ * vision_feature_layer, vision_feature_select_strategy, image_token_index, projector_hidden_act)
+ * gives the language model in *out and the tower and projector in *v (images_per_sample 1,
+ * stage full). A vision_config without the tower's shape keys fails with one line. */
+int dt_model_from_config_json_vlm(const char *json, const char *name, dt_model *out, dt_vlm *v, dt_error *err);
+int dt_model_resolve_vlm(const char *name_or_path, dt_model *out, dt_vlm *v, dt_error *err);
 /* A standard llama-family decoder shape whose parameter count is close to n_params
  * (documented in docs/models.md); sets out->derived = 1. */
 int dt_model_for_params(int64_t n_params, dt_model *out, dt_error *err);

@@ -36,10 +36,12 @@ extern const int dt_catalog_files_count;
 /* ------------------------------------------------------------------ catalog */
 
 /* Canonical catalog names: the lower-cased last component of each file's
- * "_name_or_path" ("Qwen/Qwen3-0.6B" -> "qwen3-0.6b"), which equals the file stem.
+ * "_name_or_path" ("Qwen/Qwen3-0.6B" -> "qwen3-0.6b"), which equals the file stem
+ * (llava-hf's "-hf" suffix dropped).
  * Taken from the text rather than the embedded name because CMake's NAME_WE
  * stem stops at the first dot ("qwen3-0.6b.json" -> "qwen3-0"). Computed once. */
 #define DT_CATALOG_MAX 256
+#define DT_CATALOG_CONVERTED_SUFFIX "-hf"
 static char catalog_names[DT_CATALOG_MAX][sizeof(((dt_model *)0)->name)];
 static pthread_once_t catalog_once = PTHREAD_ONCE_INIT;
 
@@ -54,6 +56,12 @@ static void catalog_init(void) {
             base = base ? base + 1 : np->valuestring;
             if (*base) snprintf(dst, sizeof catalog_names[i], "%s", base);
         }
+        /* llava-hf's transformers-format conversions end in "-hf" (llava-hf/llava-1.5-7b-hf):
+         * the catalog names the model, llava-1.5-7b, as the file stem does */
+        const size_t len = strlen(dst);
+        if (len > strlen(DT_CATALOG_CONVERTED_SUFFIX) &&
+            !strcmp(dst + len - strlen(DT_CATALOG_CONVERTED_SUFFIX), DT_CATALOG_CONVERTED_SUFFIX))
+            dst[len - strlen(DT_CATALOG_CONVERTED_SUFFIX)] = '\0';
         for (char *c = dst; *c; c++) *c = (char)tolower((unsigned char)*c);
         cJSON_Delete(root);
     }
@@ -390,27 +398,17 @@ static int parse_llama(const cJSON *root, const char *type, const char *name, dt
     return check_sliding_window(root, type, m->max_pos, name, err);
 }
 
-int dt_model_from_config_json(const char *json, const char *name, dt_model *out, dt_error *err) {
-    if (!json || !out) return dt_errorf(err, DT_EINTERNAL, "dt_model_from_config_json: NULL argument");
-    if (!name) name = "config";
-    memset(out, 0, sizeof *out);
-    cJSON *root = NULL;
-    int rc = dt_json_parse(json, name, &root, err);
-    if (rc) return rc;
-    if (!cJSON_IsObject(root)) {
-        rc = dt_errorf(err, DT_EINVAL, "%s: config.json must be a JSON object", name);
-        goto done;
-    }
+/* The text model of root (one of our families); name as dt_model_from_config_json. */
+static int text_from_root(const cJSON *root, const char *name, dt_model *out, dt_error *err) {
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
-    if (!cJSON_IsString(mt)) {
-        rc = dt_errorf(err, DT_EINVAL,
-                       "%s: config.json has no string 'model_type' (expected gpt2, llama, mistral, "
-                       "qwen2 or qwen3)",
-                       name);
-        goto done;
-    }
+    if (!cJSON_IsString(mt))
+        return dt_errorf(err, DT_EINVAL,
+                         "%s: config.json has no string 'model_type' (expected gpt2, llama, mistral, "
+                         "qwen2, qwen3 or llava)",
+                         name);
     const char *type = mt->valuestring;
-    if ((rc = check_experts(root, name, err))) goto done;
+    int rc = check_experts(root, name, err);
+    if (rc) return rc;
     if (strcmp(type, "gpt2") == 0) {
         rc = parse_gpt2(root, name, out, err);
     } else if (strcmp(type, "llama") == 0 || strcmp(type, "mistral") == 0 ||
@@ -419,7 +417,7 @@ int dt_model_from_config_json(const char *json, const char *name, dt_model *out,
     } else {
         rc = dt_errorf(err, DT_EINVAL,
                        "%s: config.json 'model_type' is '%s' (supported: gpt2, llama, mistral, "
-                       "qwen2, qwen3)",
+                       "qwen2, qwen3, llava)",
                        name, type);
     }
     if (rc == DT_OK) {
@@ -427,9 +425,154 @@ int dt_model_from_config_json(const char *json, const char *name, dt_model *out,
         out->derived = 0;
         rc = dt_model_validate(out, err);
     }
-done:
+    return rc;
+}
+
+/* ---- LLaVA (transformers LlavaConfig): text_config + vision_config + the projector ---- */
+
+/* LlavaConfig builds a text_config given as a dict through its model_type's config class,
+ * so the keys a checkpoint omits take LlamaConfig's defaults (configuration_llama.py);
+ * llava-hf/llava-1.5-7b-hf's text_config lists only what differs from them. */
+static const struct { const char *key; double value; } k_llama_defaults[] = {
+    {"vocab_size", 32000}, {"hidden_size", 4096}, {"intermediate_size", 11008},
+    {"num_hidden_layers", 32}, {"num_attention_heads", 32}, {"max_position_embeddings", 2048},
+};
+/* CLIPVisionConfig / SiglipVisionConfig num_channels default; LlavaConfig's
+ * vision_feature_layer and image_token_index defaults (configuration_llava.py). */
+#define DT_VIT_DEFAULT_CHANNELS 3
+#define DT_LLAVA_DEFAULT_FEATURE_LAYER (-2)
+#define DT_LLAVA_DEFAULT_IMAGE_TOKEN 32000
+
+/* text_config with LlamaConfig's defaults filled in (a new object the caller deletes). */
+static cJSON *llava_text_config(const cJSON *root, const char *name, dt_error *err) {
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+    if (tc && !cJSON_IsNull(tc) && !cJSON_IsObject(tc)) {
+        dt_errorf(err, DT_EINVAL, "%s: config.json key 'text_config' must be an object", name);
+        return NULL;
+    }
+    cJSON *t = tc && cJSON_IsObject(tc) ? cJSON_Duplicate(tc, 1) : cJSON_CreateObject();
+    const cJSON *mt = t ? cJSON_GetObjectItemCaseSensitive(t, "model_type") : NULL;
+    if (t && !mt) cJSON_AddStringToObject(t, "model_type", "llama");   /* LlavaConfig's default text model */
+    mt = t ? cJSON_GetObjectItemCaseSensitive(t, "model_type") : NULL;
+    const int llama = cJSON_IsString(mt) && !strcmp(mt->valuestring, "llama");
+    for (size_t i = 0; t && llama && i < sizeof k_llama_defaults / sizeof k_llama_defaults[0]; i++)
+        if (!cJSON_GetObjectItemCaseSensitive(t, k_llama_defaults[i].key))
+            cJSON_AddNumberToObject(t, k_llama_defaults[i].key, k_llama_defaults[i].value);
+    if (!t) dt_errorf(err, DT_ENOMEM, "%s: out of memory copying text_config", name);
+    return t;
+}
+
+/* An optional whole number of either sign (vision_feature_layer, image_token_index). */
+static int json_signed(const cJSON *root, const char *key, int64_t *out, const char *name, dt_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v || cJSON_IsNull(v)) return DT_OK;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble != floor(v->valuedouble) ||
+        fabs(v->valuedouble) > (double)DT_MAX_VOCAB)
+        return dt_errorf(err, DT_EINVAL, "%s: config.json key '%s' must be one whole number%s", name, key,
+                         cJSON_IsArray(v) ? " (a list of feature layers is not modelled: name one)" : "");
+    *out = (int64_t)v->valuedouble;
+    return DT_OK;
+}
+
+static int parse_vision(const cJSON *root, const char *name, dt_vision_tower *t, dt_error *err) {
+    static const char *const keys[] = {"image_size", "patch_size", "hidden_size", "num_hidden_layers",
+                                       "num_attention_heads", "intermediate_size"};
+    const cJSON *vc = cJSON_GetObjectItemCaseSensitive(root, "vision_config");
+    if (!cJSON_IsObject(vc))
+        return dt_errorf(err, DT_EINVAL, "%s: a llava config.json needs a 'vision_config' object (the tower's "
+                         "model_type, image_size, patch_size, hidden_size, num_hidden_layers, num_attention_heads, "
+                         "intermediate_size), as llava-hf/llava-1.5-7b-hf's", name);
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (!cJSON_GetObjectItemCaseSensitive(vc, keys[i]))
+            return dt_errorf(err, DT_EINVAL, "%s: vision_config has no '%s' (the tower's shape needs image_size, "
+                             "patch_size, hidden_size, num_hidden_layers, num_attention_heads, intermediate_size)",
+                             name, keys[i]);
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(vc, "model_type");
+    const char *type = cJSON_IsString(mt) ? mt->valuestring : "clip_vision_model";   /* LlavaConfig's default */
+    if (!strcmp(type, "clip_vision_model")) t->kind = DT_VIT_CLIP;
+    else if (!strcmp(type, "siglip_vision_model")) t->kind = DT_VIT_SIGLIP, t->head = 1;
+    else
+        return dt_errorf(err, DT_EINVAL, "%s: vision_config model_type '%s' (supported: clip_vision_model, "
+                         "siglip_vision_model)", name, type);
+    int rc;
+    t->channels = DT_VIT_DEFAULT_CHANNELS;
+    if ((rc = json_int(vc, "image_size", DT_MAX_POS, &t->image_size, NULL, name, err)) ||
+        (rc = json_int(vc, "patch_size", DT_MAX_POS, &t->patch, NULL, name, err)) ||
+        (rc = json_int(vc, "hidden_size", DT_MAX_HIDDEN, &t->hidden, NULL, name, err)) ||
+        (rc = json_int(vc, "num_hidden_layers", DT_MAX_LAYERS, &t->n_layer, NULL, name, err)) ||
+        (rc = json_int(vc, "num_attention_heads", DT_MAX_HEADS, &t->n_head, NULL, name, err)) ||
+        (rc = json_int(vc, "intermediate_size", DT_MAX_FFN, &t->ffn, NULL, name, err)) ||
+        (rc = json_int(vc, "num_channels", DT_MAX_HEADS, &t->channels, &(int){0}, name, err)) ||
+        (rc = json_bool(vc, "vision_use_head", &t->head, name, err)))
+        return dt_error_prefix(err, "vision_config"), rc;
+    if (t->kind == DT_VIT_CLIP) t->head = 0;
+    static const char *const acts[] = {"quick_gelu", "gelu_pytorch_tanh", "gelu", NULL};
+    return json_str_in(vc, "hidden_act", acts, name, err);
+}
+
+static int parse_llava(const cJSON *root, const char *name, dt_model *lm, dt_vlm *v, dt_error *err) {
+    int rc = parse_vision(root, name, &v->tower, err);
+    if (rc) return rc;
+    v->tower.select_layer = DT_LLAVA_DEFAULT_FEATURE_LAYER;
+    v->image_token_index = DT_LLAVA_DEFAULT_IMAGE_TOKEN;
+    if ((rc = json_signed(root, "vision_feature_layer", &v->tower.select_layer, name, err)) ||
+        (rc = json_signed(root, "image_token_index", &v->image_token_index, name, err)) ||
+        (rc = json_signed(root, "image_token_id", &v->image_token_index, name, err)))   /* transformers 5 */
+        return rc;
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(root, "vision_feature_select_strategy");
+    if (st && !(cJSON_IsString(st) && (!strcmp(st->valuestring, "default") || !strcmp(st->valuestring, "full"))))
+        return dt_errorf(err, DT_EINVAL, "%s: vision_feature_select_strategy must be \"default\" (drop the class "
+                         "token) or \"full\"", name);
+    v->tower.keep_cls = st && !strcmp(st->valuestring, "full");
+    int bias = 1;   /* LlavaConfig multimodal_projector_bias default */
+    if ((rc = json_bool(root, "multimodal_projector_bias", &bias, name, err))) return rc;
+    if (!bias)
+        return dt_errorf(err, DT_EINVAL, "%s: multimodal_projector_bias false is not modelled (LLaVA's projector "
+                         "has biases)", name);
+    static const char *const acts[] = {"gelu", NULL};
+    if ((rc = json_str_in(root, "projector_hidden_act", acts, name, err))) return rc;
+    v->projector = DT_PROJ_MLP2X;
+    v->images_per_sample = 1;
+    v->stage = DT_VLM_FULL;
+    cJSON *tc = llava_text_config(root, name, err);
+    if (!tc) return err->code;
+    rc = text_from_root(tc, name, lm, err);
+    cJSON_Delete(tc);
+    if (rc) return dt_error_prefix(err, "text_config"), rc;
+    return dt_vlm_check(v, name, err);
+}
+
+int dt_model_from_config_json_vlm(const char *json, const char *name, dt_model *out, dt_vlm *v, dt_error *err) {
+    if (!json || !out || !v) return dt_errorf(err, DT_EINTERNAL, "dt_model_from_config_json: NULL argument");
+    if (!name) name = "config";
+    memset(out, 0, sizeof *out);
+    memset(v, 0, sizeof *v);
+    cJSON *root = NULL;
+    int rc = dt_json_parse(json, name, &root, err);
+    if (rc) return rc;
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    if (!cJSON_IsObject(root))
+        rc = dt_errorf(err, DT_EINVAL, "%s: config.json must be a JSON object", name);
+    else if (cJSON_IsString(mt) && !strcmp(mt->valuestring, "llava"))
+        rc = parse_llava(root, name, out, v, err);
+    else
+        rc = text_from_root(root, name, out, err);
+    if (!rc) set_name(out, name);
     cJSON_Delete(root);
     return rc;
+}
+
+/* A vision-language model where a caller takes text models only: one line naming the way. */
+static int refuse_vlm(const dt_vlm *v, const char *name, dt_error *err) {
+    if (!dt_vlm_active(v)) return DT_OK;
+    return dt_errorf(err, DT_EINVAL, "%s: a vision-language model (LLaVA); only dtplan estimate / solve / simulate "
+                     "plan it so far (docs/vlm.md)", name);
+}
+
+int dt_model_from_config_json(const char *json, const char *name, dt_model *out, dt_error *err) {
+    dt_vlm v;
+    int rc = dt_model_from_config_json_vlm(json, name, out, &v, err);
+    return rc ? rc : refuse_vlm(&v, out->name, err);
 }
 
 /* Display name of a config path: the file stem, or for ".../Qwen3-0.6B/config.json"
@@ -471,7 +614,8 @@ static int is_config_path(const char *s) {
     return strchr(s, '/') != NULL || (len >= 5 && str_ieq(s + len - 5, ".json"));
 }
 
-int dt_model_resolve(const char *name_or_path, dt_model *out, dt_error *err) {
+int dt_model_resolve_vlm(const char *name_or_path, dt_model *out, dt_vlm *v, dt_error *err) {
+    memset(v, 0, sizeof *v);
     if (!name_or_path || !*name_or_path)
         return dt_errorf(err, DT_EINVAL, "--model: empty model name (give a catalog name such as "
                                          "gpt2 or a path to a config.json)");
@@ -482,7 +626,7 @@ int dt_model_resolve(const char *name_or_path, dt_model *out, dt_error *err) {
         if (rc) return dt_error_prefix(err, "--model");
         char name[sizeof out->name];
         name_from_path(name_or_path, name, sizeof name);
-        rc = dt_model_from_config_json(text, name, out, err);
+        rc = dt_model_from_config_json_vlm(text, name, out, v, err);
         free(text);
         if (rc) dt_error_prefix(err, "--model");   /* the file the user named: say which option */
         return rc;
@@ -490,8 +634,8 @@ int dt_model_resolve(const char *name_or_path, dt_model *out, dt_error *err) {
     int n = dt_model_catalog_count();
     for (int i = 0; i < n; i++)
         if (str_ieq(dt_model_catalog_name(i), name_or_path))
-            return dt_model_from_config_json(dt_catalog_files[i].text, dt_model_catalog_name(i), out,
-                                             err);
+            return dt_model_from_config_json_vlm(dt_catalog_files[i].text, dt_model_catalog_name(i), out, v,
+                                                 err);
     char list[DT_ERROR_MSG_MAX / 2];
     size_t used = 0;
     list[0] = '\0';
@@ -504,6 +648,12 @@ int dt_model_resolve(const char *name_or_path, dt_model *out, dt_error *err) {
     return dt_errorf(err, DT_EINVAL,
                      "--model: unknown model '%s' (catalog: %s; or give a path to a config.json)",
                      name_or_path, list);
+}
+
+int dt_model_resolve(const char *name_or_path, dt_model *out, dt_error *err) {
+    dt_vlm v;
+    int rc = dt_model_resolve_vlm(name_or_path, out, &v, err);
+    return rc ? rc : refuse_vlm(&v, name_or_path, err);
 }
 
 /* Parameter counts and FLOPs: family.c, from the family description. */

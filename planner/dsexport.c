@@ -257,6 +257,40 @@ static void opts_or_default(const dt_dsexport_opts *in, dt_dsexport_opts *o) {
     if (in->job_name) o->job_name = in->job_name;
 }
 
+/* A vision-language plan: the stage as LLaVA's train.py takes it (haotian-liu/LLaVA
+ * llava/train/train.py ModelArguments / TrainingArguments; scripts/v1_5/pretrain.sh trains the
+ * projector with --tune_mm_mlp_adapter True, finetune.sh the projector + LLM), appended to the
+ * script's arguments (with --finetune lora / qlora: finetune_lora.sh's --lora_enable, --lora_r,
+ * --lora_alpha, and QLoRA's --bits); "" for a text plan. LLaVA-1.5's code keeps the tower frozen in every stage
+ * (clip_encoder.py: requires_grad_(False), torch.no_grad()), so a "full" plan says so. */
+static void vlm_args(const dt_plan *p, char *buf, size_t n) {
+    const dt_vlm *v = &p->vlm;
+    buf[0] = '\0';
+    if (!dt_vlm_active(v)) return;
+    snprintf(buf, n,
+             " --mm_projector_type %s --mm_vision_select_layer %lld --mm_vision_select_feature %s "
+             "--model_max_length %lld --per_device_train_batch_size %lld --gradient_accumulation_steps %lld "
+             "--learning_rate %g --%s True --gradient_checkpointing %s%s",
+             v->projector == DT_PROJ_LINEAR ? "linear" : "mlp2x_gelu", (long long)v->tower.select_layer,
+             v->tower.keep_cls ? "cls_patch" : "patch", (long long)p->batch.seq_len, (long long)p->batch.micro_batch,
+             (long long)p->batch.grad_accum, p->optimizer.lr, p->precision.param == DT_DTYPE_FP16 ? "fp16" : "bf16",
+             p->activations.ckpt_layers > 0 ? "True" : "False",
+             v->stage == DT_VLM_PRETRAIN ? " --tune_mm_mlp_adapter True" : "");
+    const dt_finetune *ft = &p->finetune;
+    const size_t used = strlen(buf);
+    if (dt_ft_is_lora(ft) && used < n)   /* finetune_lora.sh: LoRA on the LLM, the projector trained whole */
+        snprintf(buf + used, n - used, " --lora_enable True --lora_r %lld --lora_alpha %g --lora_dropout %g%s",
+                 (long long)ft->lora_rank, ft->lora_alpha, ft->lora_dropout,
+                 ft->method != DT_FT_QLORA ? "" : ft->quant == DT_STORAGE_INT8 ? " --bits 8" : " --bits 4");
+}
+
+static const char *vlm_dtrun_note(const dt_plan *p) {
+    if (!dt_vlm_active(&p->vlm)) return "";
+    return p->vlm.stage == DT_VLM_FULL ? "# LLaVA-1.5's train.py freezes the vision tower in every stage: a full-stage "
+                                         "plan needs a script that trains it (docs/vlm.md)\n"
+                                       : "";
+}
+
 char *dt_dsexport_launch(const dt_plan *p, const dt_dsexport_opts *in, dt_error *err) {
     dt_dsexport_opts o;
     opts_or_default(in, &o);
@@ -265,10 +299,17 @@ char *dt_dsexport_launch(const dt_plan *p, const dt_dsexport_opts *in, dt_error 
     const long long nodes = (long long)p->cluster.nodes, per = (long long)p->cluster.gpus_per_node;
     const char *node_rank = nodes > 1 ? "$NODE_RANK" : "0";
     sb_printf(&b, "# DeepSpeed: on each of the %lld node(s), NODE_RANK = 0..%lld\n", nodes, nodes - 1);
+    char va[512];
+    vlm_args(p, va, sizeof va);
     sb_printf(&b,
               "torchrun --nnodes %lld --nproc_per_node %lld --node_rank %s --master_addr %s "
-              "--master_port %d %s --deepspeed %s\n",
-              nodes, per, node_rank, o.master_addr, o.master_port, o.script, o.config_path);
+              "--master_port %d %s --deepspeed %s%s\n",
+              nodes, per, node_rank, o.master_addr, o.master_port, o.script, o.config_path, va);
+    sb_printf(&b, "%s", vlm_dtrun_note(p));
+    if (dt_vlm_active(&p->vlm)) {   /* cli/dtrun refuses the plan: no VLM engine in this build */
+        sb_printf(&b, "# dtrun: its VLM engine is not built yet (docs/vlm.md)\n");
+        return sb_close(&b, err);
+    }
     sb_printf(&b, "# dtrun: the plan itself (starts the %lld local rank(s) of each node)\n", per);
     if (nodes > 1)
         sb_printf(&b, "dtrun --nnodes %lld --node-rank %s --master-addr %s --master-port %d %s\n",
@@ -284,6 +325,8 @@ char *dt_dsexport_sbatch(const dt_plan *p, const dt_dsexport_opts *in, dt_error 
     strbuf b;
     if (begin(p, &b, err)) return NULL;
     const long long nodes = (long long)p->cluster.nodes, per = (long long)p->cluster.gpus_per_node;
+    char va[512];
+    vlm_args(p, va, sizeof va);
     sb_printf(&b, "#!/bin/bash\n");
     sb_printf(&b, "#SBATCH --job-name=%s\n", o.job_name);
     sb_printf(&b, "#SBATCH --nodes=%lld\n", nodes);
@@ -302,8 +345,9 @@ char *dt_dsexport_sbatch(const dt_plan *p, const dt_dsexport_opts *in, dt_error 
               "srun --kill-on-bad-exit=1 --wait=60 --jobid $SLURM_JOB_ID bash -c 'python -u -m "
               "torch.distributed.run --nnodes $SLURM_NNODES --nproc_per_node $GPUS_PER_NODE "
               "--node_rank $SLURM_NODEID --master_addr $MASTER_ADDR --master_port $MASTER_PORT "
-              "%s --deepspeed %s'\n",
-              o.script, o.config_path);
+              "%s --deepspeed %s%s'\n",
+              o.script, o.config_path, va);
+    if (dt_vlm_active(&p->vlm)) return sb_close(&b, err);   /* no VLM engine in dtrun yet */
     sb_printf(&b, "# or the plan itself with dtrun:\n");
     sb_printf(&b,
               "# srun --kill-on-bad-exit=1 --jobid $SLURM_JOB_ID bash -c 'dtrun --nnodes $SLURM_NNODES "

@@ -13,7 +13,8 @@
 #include "dt_timeterms.h"
 
 typedef struct dt_ftplan {
-    dt_pgroups g;
+    dt_pgroups g;                       /* the language model's (role policy) */
+    dt_pgroups tower, projector;        /* a vision-language plan's (role vision; n 0 otherwise) */
     int64_t trained, adapter, frozen;   /* elements */
     int64_t frozen_bytes;               /* as stored: quantisation state included */
     int64_t first_layer;                /* the first block backward reaches (n_layer: none) */
@@ -21,7 +22,7 @@ typedef struct dt_ftplan {
     int64_t dequant_elems;              /* the largest quantised weight: what one use dequantises */
 } dt_ftplan;
 
-/* 1 when p's method is not full fine-tuning. */
+/* 1 when p's method is not full fine-tuning, or p has a vision tower (its stage freezes parts). */
 int dt_ftplan_active(const dt_plan *p);
 /* The groups and sums of p's method; fails (DT_EINVAL, one line) on settings the model
  * cannot take. Backward reaches the input of every block when the embeddings are trained
@@ -30,6 +31,10 @@ int dt_ftplan_active(const dt_plan *p);
  * (enable_input_require_grads: PEFT prepare_model_for_kbit_training, LLaMA-Factory
  * model_utils/checkpointing.py). */
 int dt_ftplan_of(const dt_plan *p, dt_ftplan *out, dt_error *err);
+/* A vision-language plan (docs/vlm.md): the tower's and projector's groups join the sums
+ * (trained ones the ZeRO-partitioned state, frozen ones the frozen base), the stage pretrain
+ * freezes every group of the language model, and backward reaches the input of the first
+ * block (the projected image features there need a gradient), as LLaVA's stage 1 runs. */
 /* Elements that carry a gradient and optimizer state (trained + adapter); 0 for full. */
 int64_t dt_ftplan_state_elems(const dt_plan *p);
 

@@ -5,6 +5,8 @@
 #include "dt_ftplan.h"
 #include "dt_activations.h"
 #include "dt_model.h"
+#include "dt_vision.h"
+#include "dt_vlmplan.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -38,21 +40,38 @@
 /* The fixed cost of one GPU kernel where the profile states none: dt_gemmtime.h's. */
 #define FT_GPU_LAUNCH_S DT_GPU_LAUNCH_S
 
-int dt_ftplan_active(const dt_plan *p) { return p->finetune.method != DT_FT_FULL; }
+int dt_ftplan_active(const dt_plan *p) { return p->finetune.method != DT_FT_FULL || dt_vlm_active(&p->vlm); }
 
 static int hf_runtime(const dt_plan *p) { return p->runtime.kind != DT_RUNTIME_DTRUN; }
+
+/* The vision side's groups; the stage pretrain freezes the language model (LLaVA-1.5's
+ * pretrain.sh: tune_mm_mlp_adapter, the rest requires_grad_(False)). */
+static int vlm_groups(const dt_plan *p, dt_ftplan *out, dt_error *err) {
+    if (!dt_vlm_trains_llm(&p->vlm)) {
+        if (p->finetune.method != DT_FT_FULL)
+            return dt_errorf(err, DT_EINVAL, "--vlm-stage pretrain trains the projector only (the language model is "
+                             "frozen): --finetune %s has nothing to train there; use it with --vlm-stage sft (LLaVA's "
+                             "finetune_lora.sh)", dt_ft_method_name(p->finetune.method));
+        for (int i = 0; i < out->g.n; i++) out->g.g[i].train = DT_TRAIN_FROZEN;
+    }
+    return dt_vision_pgroups(&p->vlm, &p->model, p->precision.param, &out->tower, &out->projector, err);
+}
 
 int dt_ftplan_of(const dt_plan *p, dt_ftplan *out, dt_error *err) {
     memset(out, 0, sizeof *out);
     int rc = dt_model_pgroups(&p->model, &p->finetune, p->precision.param, DT_ROLE_POLICY, &out->g, err);
-    if (rc) return rc;
-    out->trained = dt_pgroups_elems(&out->g, DT_TRAIN_TRAINED);
-    out->adapter = dt_pgroups_elems(&out->g, DT_TRAIN_ADAPTER);
-    out->frozen = dt_pgroups_elems(&out->g, DT_TRAIN_FROZEN);
-    out->frozen_bytes = dt_pgroups_bytes(&out->g, DT_TRAIN_FROZEN);
+    if (rc || (dt_vlm_active(&p->vlm) && (rc = vlm_groups(p, out, err)))) return rc;
+    const dt_pgroups *all[3] = {&out->g, &out->tower, &out->projector};
+    for (int i = 0; i < 3; i++) {
+        out->trained += dt_pgroups_elems(all[i], DT_TRAIN_TRAINED);
+        out->adapter += dt_pgroups_elems(all[i], DT_TRAIN_ADAPTER);
+        out->frozen += dt_pgroups_elems(all[i], DT_TRAIN_FROZEN);
+        out->frozen_bytes += dt_pgroups_bytes(all[i], DT_TRAIN_FROZEN);
+    }
     out->first_layer = dt_pgroups_first_trained_layer(&out->g);
     out->grad_into_first = dt_pgroups_embedding_trained(&out->g);
     if (hf_runtime(p) && p->activations.ckpt_layers > 0) out->first_layer = 0, out->grad_into_first = 1;
+    if (dt_vlm_active(&p->vlm)) out->first_layer = 0, out->grad_into_first = 1;   /* to the image features */
     out->dequant_elems = dt_pgroups_largest_quantized(&out->g);
     return DT_OK;
 }
@@ -154,7 +173,7 @@ static act_sum ft_activations(const dt_plan *p, const dt_ftplan *ft, int64_t K) 
 }
 
 int64_t dt_ftplan_activations(const dt_plan *p, const dt_ftplan *ft, int64_t ckpt_layers) {
-    return ft_activations(p, ft, ckpt_layers).total;
+    return ft_activations(p, ft, ckpt_layers).total + dt_vlmplan_activation_bytes(p);   /* + the vision side's */
 }
 
 /* ---- model states ---- */
@@ -379,4 +398,54 @@ void dt_ftplan_describe(const dt_finetune *ft, char *buf, size_t n) {
         break;
     }
     }
+}
+
+/* ---- a vision-language plan's parts (dt_vlmplan.h; docs/vlm.md) ---- */
+
+/* One part's model states per rank, as ZeRO partitions them (docs/memory-model.md: params at
+ * stage 3, gradients from stage 2, optimizer from stage 1; frozen weights replicated below
+ * stage 3, as planner/finetune.c's frozen base; offloaded states leave the device). */
+static void part_states(const dt_plan *p, const dt_pgroups *g, dt_vlm_share *s) {
+    const dt_parallel *z = &p->parallel;
+    const int64_t N = z->world_size;
+    const int st = z->zero_stage;
+    s->trained = dt_pgroups_elems(g, DT_TRAIN_TRAINED);
+    s->frozen = dt_pgroups_elems(g, DT_TRAIN_FROZEN);
+    const int sharded = st == 3 || (p->runtime.kind == DT_RUNTIME_FSDP && st >= 2);
+    const int64_t frozen = dt_pgroups_bytes(g, DT_TRAIN_FROZEN);
+    const int param_off = st == 3 && z->offload_param != DT_OFFLOAD_NONE;
+    s->params = param_off ? 0 : (sharded ? ceil_div(frozen, N) : frozen) +
+                                    (st >= 3 ? ceil_div(s->trained, N) : s->trained) * dt_precision_param_bytes(&p->precision);
+    s->grads = (st >= 2 ? ceil_div(s->trained, N) : s->trained) * dt_precision_grad_bytes(&p->precision);
+    s->optimizer = z->offload_optimizer != DT_OFFLOAD_NONE
+                       ? 0
+                       : (st >= 1 ? ceil_div(s->trained, N) : s->trained) * dt_precision_optimizer_bytes(&p->precision);
+}
+
+int dt_vlmplan_shares(const dt_plan *p, const dt_mem_breakdown *m, dt_vlm_share out[DT_VLM_PARTS], dt_error *err) {
+    memset(out, 0, sizeof(dt_vlm_share) * DT_VLM_PARTS);
+    dt_ftplan ft;
+    int rc = dt_ftplan_of(p, &ft, err);
+    if (rc) return rc;
+    dt_vlm_act a;
+    dt_vlmplan_activations(p, &a);
+    part_states(p, &ft.tower, &out[DT_VLM_PART_TOWER]);
+    part_states(p, &ft.projector, &out[DT_VLM_PART_PROJECTOR]);
+    out[DT_VLM_PART_TOWER].activations = a.tower;
+    out[DT_VLM_PART_PROJECTOR].activations = a.projector;
+    /* a runtime's peak phase may hold a term not at all yet (DeepSpeed's gradients at the start of
+     * backward: dt_memory_phases): the vision parts then hold none of it either */
+    int64_t *terms[3][2] = {{&out[0].params, &out[1].params}, {&out[0].grads, &out[1].grads},
+                            {&out[0].optimizer, &out[1].optimizer}};
+    const int64_t whole[3] = {m->params, m->grads, m->optimizer};
+    for (int i = 0; i < 3; i++)
+        if (*terms[i][0] + *terms[i][1] > whole[i]) *terms[i][0] = *terms[i][1] = 0;
+    dt_vlm_share *lm = &out[DT_VLM_PART_LLM];
+    lm->trained = dt_pgroups_elems(&ft.g, DT_TRAIN_TRAINED) + dt_pgroups_elems(&ft.g, DT_TRAIN_ADAPTER);
+    lm->frozen = dt_pgroups_elems(&ft.g, DT_TRAIN_FROZEN);
+    lm->params = m->params - out[0].params - out[1].params;
+    lm->grads = m->grads - out[0].grads - out[1].grads;
+    lm->optimizer = m->optimizer - out[0].optimizer - out[1].optimizer;
+    lm->activations = m->activations - a.tower - a.projector;
+    return DT_OK;
 }

@@ -17,6 +17,7 @@
 
 #include "dt_dsconfig.h"
 #include "dt_ftplan.h"
+#include "dt_vlmplan.h"
 #include "dt_objplan.h"
 #include "memory_internal.h"
 
@@ -634,7 +635,7 @@ int dt_memory_phases(const dt_plan *p, int64_t n_params, dt_mem_phases *out, dt_
     if (obj && dt_objplan_shape(orig, &n_params, &shaped)) p = &shaped;
     if (obj) dt_objplan_terms(orig, &ot);
     int rc = check_plan(p, err);
-    if (rc) return rc;
+    if (rc || (rc = dt_vlmplan_check(p, err))) return rc;
     if (dt_layout_active(p)) {   /* TP / CP / PP: the binding pipeline stage (planner/parallel3d.c) */
         if (p->finetune.method != DT_FT_FULL)
             return dt_errorf(err, DT_EINVAL, "a layout (TP / CP / PP) with finetune.method %s is not modelled yet: "

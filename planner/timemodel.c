@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "dt_ftplan.h"
+#include "dt_vlmplan.h"
 #include "dt_layout.h"
 #include "dt_memory.h"
 #include "dt_model.h"
@@ -63,6 +64,7 @@ int dt_time_estimate(const dt_plan *p, dt_time_breakdown *out, dt_error *err) {
     double model_flops = (double)p->batch.global_batch *
                          dt_model_train_flops_per_seq(&p->model, p->batch.seq_len);
     if (dt_ftplan_active(p)) model_flops *= dt_ftplan_flops_ratio(p);   /* the method's own FLOPs */
+    model_flops += (double)p->batch.global_batch * dt_vlmplan_flops_per_seq(p);   /* the tower's and projector's */
     double peak = p->cluster.hw.peak_flops[p->precision.param] * (double)p->parallel.world_size;
     out->tokens_per_s = out->step_s > 0 ? tokens / out->step_s : 0.0;
     out->mfu = out->step_s > 0 && peak > 0 ? model_flops / (out->step_s * peak) : 0.0;

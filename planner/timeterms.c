@@ -7,6 +7,7 @@
  * K checkpointed blocks, pb/gb bytes per param/grad element. */
 #include "dt_timeterms.h"
 #include "dt_ftplan.h"
+#include "dt_vlmplan.h"
 #include "dt_model.h"
 
 #include <math.h>
@@ -167,6 +168,7 @@ static double t_units(const dt_net *net, const dt_units_layout *u, int64_t L, dt
 static int64_t last_unit_pad(const dt_units_layout *u) { return u->head > 0 ? u->head_pad : u->block_pad; }
 
 int dt_time_check(const dt_plan *p, dt_error *err) {
+    if (dt_vlmplan_check(p, err)) return err->code;
     if (p->parallel.world_size < 1 || p->cluster.nodes < 1 || p->cluster.gpus_per_node < 1 ||
         p->parallel.world_size != p->cluster.nodes * p->cluster.gpus_per_node)
         return dt_errorf(err, DT_EINVAL, "time model: world_size %lld != nodes %lld x gpus_per_node %lld",
@@ -436,6 +438,7 @@ static int finetune_compute(const dt_plan *p, dt_time_compute *out, int rc, dt_e
     if (rc || !dt_ftplan_active(p)) return rc;
     if ((rc = dt_ftplan_of(p, &ft, err))) return rc;
     dt_ftplan_adjust_compute(p, &ft, out);
+    dt_vlmplan_adjust_compute(p, out);   /* a vision tower and projector (planner/vlm.c) */
     return DT_OK;
 }
 

@@ -1205,6 +1205,13 @@ static void hub_cache(char *out, size_t n) {
     else snprintf(out, n, "%s/.cache/huggingface/hub", user && *user ? user : ".");
 }
 
+/* A text model or a vision-language one (its language model in m: the command resolves the
+ * name again with the tower, docs/vlm.md). */
+static int resolve_any(const char *name, dt_model *m, dt_error *err) {
+    dt_vlm v;
+    return dt_model_resolve_vlm(name, m, &v, err);
+}
+
 int dt_usercfg_model(const char *spec, dt_model *m, char *resolved, size_t n, dt_error *err) {
     struct stat st;
     if (!spec || !*spec) return dt_errorf(err, DT_EINVAL, "model_name_or_path is empty");
@@ -1212,7 +1219,7 @@ int dt_usercfg_model(const char *spec, dt_model *m, char *resolved, size_t n, dt
         if (S_ISDIR(st.st_mode) && !config_in_dir(spec, resolved, n))
             return dt_errorf(err, DT_EINVAL, "model_name_or_path '%s' is a directory without config.json", spec);
         if (!S_ISDIR(st.st_mode)) snprintf(resolved, n, "%s", spec);
-        return dt_model_resolve(resolved, m, err);
+        return resolve_any(resolved, m, err);
     }
     const char *slash = strchr(spec, '/');
     int hub_id = slash && slash > spec && slash[1] && !strchr(slash + 1, '/') && spec[0] != '.';
@@ -1232,7 +1239,7 @@ int dt_usercfg_model(const char *spec, dt_model *m, char *resolved, size_t n, dt
             }
             closedir(d);
         }
-        if (found) return dt_model_resolve(resolved, m, err);
+        if (found) return resolve_any(resolved, m, err);
     } else if (slash) {
         return dt_errorf(err, DT_EINVAL, "model_name_or_path '%s' does not exist (a local directory with config.json, "
                                          "a hub id ORG/NAME in the Hugging Face cache, or a catalog name)", spec);
@@ -1241,7 +1248,7 @@ int dt_usercfg_model(const char *spec, dt_model *m, char *resolved, size_t n, dt
     const char *name = hub_id ? slash + 1 : spec;
     snprintf(resolved, n, "%s", name);
     dt_error e2;
-    if (dt_model_resolve(name, m, &e2) == DT_OK) return DT_OK;
+    if (resolve_any(name, m, &e2) == DT_OK) return DT_OK;
     if (!hub_id) return *err = e2, err->code;
     return dt_errorf(err, DT_EINVAL,
                      "model_name_or_path '%s': not in the Hugging Face cache (%s has no config.json; dtplan never "

@@ -16,3 +16,16 @@ dt_need_fortunes() {
     [ -d /usr/share/games/fortunes ] ||
         { echo "FAIL: /usr/share/games/fortunes missing (fortunes-min; scripts/setup.sh installs it)"; exit 1; }
 }
+
+# dt_bad WANT CMD ARGS...: the house rule for bad input (one line naming it, exit 2, nothing on
+# stdout); the caller's fail() counts each broken part. Scratch files go to $T.
+dt_bad() {
+    local want=$1
+    shift
+    "$@" >"$T/out" 2>"$T/err"
+    local rc=$?
+    [ $rc -eq 2 ] || fail "$* -> exit $rc (want 2)"
+    [ "$(wc -l <"$T/err")" -eq 1 ] || fail "$* -> not one line: $(cat "$T/err")"
+    [ -s "$T/out" ] && fail "$* -> wrote to stdout"
+    grep -qF -- "$want" "$T/err" || fail "$* -> '$(cat "$T/err")' lacks '$want'"
+}

@@ -231,8 +231,8 @@ static int resolve_model(const est_args *a, est_ctx *c) {
     if (!a->params && !a->model)
         return fail("estimate: give --params COUNT (e.g. --params 32B) or --model NAME (e.g. --model qwen3-0.6b)");
     if (a->model) {
-        if (dt_model_resolve(a->model, &c->plan.model, &e)) return dt_cli_fail_err(e.code, &e);
-        c->n_params = dt_model_params(&c->plan.model);
+        if (dt_model_resolve_vlm(a->model, &c->plan.model, &c->plan.vlm, &e)) return dt_cli_fail_err(e.code, &e);
+        c->n_params = dt_model_params(&c->plan.model);   /* the language model's (the vision side: its groups) */
         return 0;
     }
     if (dt_parse_count(a->params, "--params", &c->n_params, &e)) return dt_cli_fail_err(e.code, &e);
@@ -610,6 +610,7 @@ static void print_header(const est_ctx *c) {
                p->parallel.reduce_bucket_elems, p->parallel.allgather_bucket_elems,
                p->parallel.prefetch_bucket_elems, p->parallel.overlap_comm ? "on" : "off");
     dt_ft_print_summary(p, "finetune   ");
+    dt_vlm_print_summary(p, "vision     ");
     dt_obj_print_summary(p, "objective  ");
     printf("units      %s; device columns per %s, host and NVMe per node\n",
            c->units == DT_UNITS_GB ? "GB = 10^9 bytes" : "GiB = 2^30 bytes", dt_chart_rank_word());
@@ -651,7 +652,9 @@ static void print_table(const est_ctx *c, const est_row *rows, int n) {
 /* A fine-tuning method: every term it changes, for the configuration (a DeepSpeed config or
  * a plan), else the first row that fits --mem (the first row without --mem). */
 static void print_finetune_terms(const est_ctx *c, const est_row *rows, int n) {
-    if ((c->plan.finetune.method == DT_FT_FULL && !dt_objplan_active(&c->plan)) || n < 1) return;
+    if ((c->plan.finetune.method == DT_FT_FULL && !dt_objplan_active(&c->plan) && !dt_vlm_active(&c->plan.vlm)) ||
+        n < 1)
+        return;
     dt_plan p = c->plan;
     if (!c->from_config) {
         int k = 0;
@@ -664,6 +667,7 @@ static void print_finetune_terms(const est_ctx *c, const est_row *rows, int n) {
             snprintf(p.parallel.nvme_path, sizeof p.parallel.nvme_path, "%s", EST_NVME_EXAMPLE);
     }
     dt_ft_print_terms(&p, c->units);
+    dt_vlm_print_terms(&p, c->units);   /* a vision-language model: the tower, projector and LLM rows */
     dt_obj_print_terms(&p, c->units);   /* an objective: every model's rows, the generation phase */
 }
 
@@ -727,6 +731,7 @@ static void print_json(const est_ctx *c, const est_row *rows, int n) {
                r->comm_dtype_set ? "\"" : "");
     }
     dt_ft_print_json(p);
+    dt_vlm_print_json(p);
     dt_obj_print_json(p);
     if (c->mem_limit) printf("  \"mem_limit\": %" PRId64 ",\n", c->mem_limit);
     printf("  \"rows\": [\n");

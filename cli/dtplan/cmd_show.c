@@ -288,9 +288,11 @@ int dt_cmd_show(int argc, char **argv) {
     show_training(&p);
     show_io(&p);
     dt_ft_print_summary(&p, "finetune     ");
+    dt_vlm_print_summary(&p, "vision       ");
     dt_obj_print_summary(&p, "objective    ");
     show_prediction(&p, &f);
     dt_ft_print_terms(&p, f.u);   /* a fine-tuning plan: every term its method changes */
+    dt_vlm_print_terms(&p, f.u);  /* a vision-language plan: the tower, projector and LLM rows */
     dt_obj_print_terms(&p, f.u);  /* an objective: every model's rows, the generation phase */
     return 0;
 }

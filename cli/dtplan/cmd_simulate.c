@@ -375,6 +375,7 @@ static int simulate_run(dt_plan p, const sim_opts *o) {
            p.model.name, p.parallel.zero_stage, (long long)p.parallel.world_size, (long long)p.batch.micro_batch,
            (long long)p.batch.grad_accum, (long long)p.activations.ckpt_layers, r.n_events);
     dt_ft_print_summary(&p, "finetune        ");
+    dt_vlm_print_summary(&p, "vision          ");
     dt_obj_print_summary(&p, "objective       ");
     if (dt_objplan_active(&p))
         printf("phases          generation %.3f ms (prefill %.3f + decode %.3f), reference/reward/critic forwards "

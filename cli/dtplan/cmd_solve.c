@@ -412,11 +412,12 @@ static void cheaper_method_hint(const dt_solve_request *rq, int argc, char **arg
                                     "per GPU, %.3g s/step): dtplan solve", dt_ft_method_name(order[i]),
                                     (long long)c->micro_batch, (long long)c->grad_accum, stage_name(c->zero_stage),
                                     (double)c->mem.total / 1073741824.0, c->step_s);
-        for (int a = 1; a < argc && k < n; a++) {   /* the user's command without its fine-tuning options */
+        for (int a = 1; a < argc && k < n; a++) {   /* the user's command without its fine-tuning method's options */
             dt_ft_args skip;
             memset(&skip, 0, sizeof skip);
             int j = a;
-            if (dt_ft_args_take(&skip, argc, argv, &j, "solve") == 1) {
+            /* the vision options stay: the hint plans the same stage and images (docs/vlm.md) */
+            if (dt_ft_args_take(&skip, argc, argv, &j, "solve") == 1 && !skip.v[FT_VLM_STAGE] && !skip.v[FT_IMAGES]) {
                 a = j;
                 continue;
             }
@@ -501,7 +502,7 @@ int dt_cmd_solve(int argc, char **argv) {
     dt_plan_defaults(b);
     int64_t n_gpus, n_nodes, n;
     dt_units u;
-    if (model ? dt_model_resolve(model, &b->model, &err) : 0) return dt_cli_fail(2, "%s", err.msg);
+    if (model ? dt_model_resolve_vlm(model, &b->model, &b->vlm, &err) : 0) return dt_cli_fail(2, "%s", err.msg);
     if (params && (dt_parse_count(params, "--params", &n, &err) || dt_model_for_params(n, &b->model, &err)))
         return dt_cli_fail(2, "%s", err.msg);
     if (dt_parse_bytes(mem, "--mem", &rq.mem_limit_bytes, &err) ||
@@ -614,6 +615,7 @@ int dt_cmd_solve(int argc, char **argv) {
                dt_runtime_name(b->runtime.kind), dt_attn_kernel_name(b->runtime.attention));
     if (data_note[0]) printf("%s\n", data_note);
     dt_ft_print_summary(b, "finetune: ");
+    dt_vlm_print_summary(b, "vision: ");
     dt_obj_print_summary(b, "objective: ");
     if (b->finetune.method != DT_FT_FULL && b->runtime.kind == DT_RUNTIME_DTRUN)
         printf("note: this dtrun cannot train a %s plan yet (its engine half of issue 32 is pending); to run the "

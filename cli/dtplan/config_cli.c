@@ -247,7 +247,7 @@ int dt_cli_config_expand(const char *cmd, int argc, char **argv, int *out_argc, 
                                path);
         if (dt_usercfg_model(c->model, &m, model, sizeof model, &err)) return dt_cli_fail(2, "%s: %s", path, err.msg);
         if (!strchr(model, '/')) snprintf(model, sizeof model, "%s", m.name);   /* the catalog's own name */
-    } else if (cli_model && dt_model_resolve(cli_model, &m, &err)) {
+    } else if (cli_model && dt_model_resolve_vlm(cli_model, &m, &(dt_vlm){0}, &err)) {   /* a VLM: its LLM here */
         return dt_cli_fail(2, "%s", err.msg);
     } else if (cli_params) {
         int64_t n;

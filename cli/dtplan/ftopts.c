@@ -40,6 +40,8 @@ static const ft_opt k_ft_opts[FT_N_VALUES] = {
     [FT_SKIP] = {"--quant-skip", "lm_head", M_QLORA},
     [FT_ADAPTER] = {"--adapter-dtype", "fp32", M_LORA},
     [FT_BLOCK] = {"--quant-block", "64", M_QLORA},
+    [FT_VLM_STAGE] = {"--vlm-stage", "sft", M_ANY},
+    [FT_IMAGES] = {"--images-per-sample", "1", M_ANY},
 };
 
 int dt_ft_args_take(dt_ft_args *a, int argc, char **argv, int *i, const char *cmd) {
@@ -81,7 +83,11 @@ void dt_ft_usage(FILE *f) {
             "  --quant Q             qlora: nf4 (default) | fp4 | int8; --double-quant on|off (default on);\n"
             "                        --compute-dtype bf16|fp16|fp32 (default bf16); --quant-block N (default 64)\n"
             "  --quant-skip L        linears kept 16-bit (default lm_head); --prepare-kbit: PEFT's\n"
-            "                        prepare_model_for_kbit_training (every unquantised parameter in fp32)\n");
+            "                        prepare_model_for_kbit_training (every unquantised parameter in fp32)\n"
+            "vision-language models (docs/vlm.md: llava-1.5-7b, a LLaVA config.json):\n"
+            "  --vlm-stage S         pretrain (the projector only) | sft (projector + LLM) | full (everything;\n"
+            "                        the default); with --finetune lora under sft: LoRA on the LLM + the projector\n"
+            "  --images-per-sample N images per sequence (default 1); their image tokens count in the sequence\n");
 }
 
 /* ---- building the method ---- */
@@ -153,6 +159,29 @@ static int qlora_settings(const dt_ft_args *a, dt_finetune *ft) {
     return 0;
 }
 
+/* --vlm-stage / --images-per-sample onto p->vlm (a vision-language model only), then the stage
+ * against the method: the groups of dt_ftplan_of. */
+static int vlm_settings(const dt_ft_args *a, dt_plan *p) {
+    dt_error e = {0};
+    const int given = a->v[FT_VLM_STAGE] || a->v[FT_IMAGES];
+    if (!given && !dt_vlm_active(&p->vlm)) return 0;
+    if (!dt_vlm_active(&p->vlm))
+        return dt_cli_fail(2, "%s: %s is a text model (no vision tower); give a vision-language model, e.g. --model "
+                           "llava-1.5-7b or a LLaVA config.json", a->v[FT_VLM_STAGE] ? "--vlm-stage" : "--images-per-sample",
+                           p->model.name);
+    if (a->v[FT_VLM_STAGE] && dt_vlm_stage_parse(a->v[FT_VLM_STAGE], &p->vlm.stage, &e))
+        return dt_cli_fail(2, "%s", e.msg);
+    if (a->v[FT_IMAGES]) {
+        int64_t n = 0;
+        if (integer(a, FT_IMAGES, 0, &n)) return 2;
+        if (n < 1) return bad("--images-per-sample", a->v[FT_IMAGES], "a sample holds at least one image", "1");
+        p->vlm.images_per_sample = n;
+    }
+    dt_ftplan ft;
+    if (dt_ftplan_of(p, &ft, &e)) return dt_cli_fail(2, "%s", e.msg);
+    return 0;
+}
+
 int dt_ft_args_apply(const dt_ft_args *a, dt_plan *p) {
     dt_error e = {0};
     dt_ft_method m = DT_FT_FULL;
@@ -177,7 +206,7 @@ int dt_ft_args_apply(const dt_ft_args *a, dt_plan *p) {
         dt_model_pgroups(&p->model, &ft, p->precision.param, DT_ROLE_POLICY, &g, &e))
         return dt_cli_fail(2, "%s", e.msg);
     p->finetune = ft;
-    return 0;
+    return vlm_settings(a, p);
 }
 
 /* ---- printing ---- */

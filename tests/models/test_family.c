@@ -308,7 +308,8 @@ int main(void) {
     int n = dt_model_catalog_count();
     CHECK(n >= 14);
     for (int i = 0; i < n; i++) {
-        CHECK_EQ_I64(dt_model_resolve(dt_model_catalog_name(i), &m, &err), DT_OK);
+        dt_vlm v;   /* LLaVA entries: their language model */
+        CHECK_EQ_I64(dt_model_resolve_vlm(dt_model_catalog_name(i), &m, &v, &err), DT_OK);
         check_model(&m);
     }
     /* derived shapes (--params), and the llama variants on a catalog shape */

@@ -289,7 +289,8 @@ int main(void) {
     }
     /* every catalog config still resolves */
     for (int i = 0; i < dt_model_catalog_count(); i++) {
-        int rc = dt_model_resolve(dt_model_catalog_name(i), &b, &err);
+        dt_vlm v;   /* LLaVA entries: their language model */
+        int rc = dt_model_resolve_vlm(dt_model_catalog_name(i), &b, &v, &err);
         if (rc) fprintf(stderr, "catalog %s: %s\n", dt_model_catalog_name(i), err.msg);
         CHECK_EQ_I64(rc, DT_OK);
     }

@@ -4,6 +4,7 @@
 #include <stdint.h>
 
 #include "dt_model.h"
+#include "dt_vision.h"
 #include "dt_test.h"
 
 /* The embedded files (cmake/EmbedFiles.cmake), to check names against file stems. */
@@ -60,6 +61,12 @@ static const expect_t expected[] = {
     {"gpt2-tiny", 120576, 16640, 0, 0},                /* c_fc 64·256+256 > wte 256·64 */
     {"gpt2-small-test", 842496, 66048, 0, 0},         /* c_fc 128·512+512 = 66048 > wte 32768 */
     {"llama-tiny", 125248, 16384, 0, 0},
+    /* LLaVA: language model + CLIP tower + projector (models/vision.c), as transformers counts
+     * LlavaForConditionalGeneration (tests/models/golden/llava_counts.txt); llava-hf model cards:
+     * 7.06B, 13.35B. The largest module is the language model's. */
+    {"llava-1.5-7b", 7063427072, 131334144, 7.06, 0.01},
+    {"llava-1.5-13b", 13351494656, 164167680, 13.35, 0.01},
+    {"llava-tiny", 164000, 16384, 0, 0},
     {"qwen3-tiny", 115136, 16384, 0, 0},               /* the tied embedding */
 };
 
@@ -87,21 +94,24 @@ int main(void) {
 
     for (int j = 0; j < n; j++) {
         dt_model m;
-        int rc = dt_model_resolve(expected[j].name, &m, &err);
+        dt_vlm v;
+        int rc = dt_model_resolve_vlm(expected[j].name, &m, &v, &err);
         if (rc) fprintf(stderr, "%s: %s\n", expected[j].name, err.msg);
         CHECK_EQ_I64(rc, DT_OK);
         if (rc) continue;
         CHECK_STR(m.name, expected[j].name);
         CHECK_EQ_I64(m.derived, 0);
-        if (dt_model_params(&m) != expected[j].params) fprintf(stderr, "model %s\n", m.name);
-        CHECK_EQ_I64(dt_model_params(&m), expected[j].params);
+        const int64_t total = dt_model_params(&m) + (dt_vlm_active(&v) ? dt_vision_tower_params(&v) +
+                                                                         dt_vision_projector_params(&v, &m) : 0);
+        if (total != expected[j].params) fprintf(stderr, "model %s\n", m.name);
+        CHECK_EQ_I64(total, expected[j].params);
         if (expected[j].largest) CHECK_EQ_I64(dt_model_largest_module_params(&m), expected[j].largest);
         /* the exact count rounds to the publisher's figure (half a unit of its last digit) */
         if (expected[j].published_b > 0) {
-            double off = fabs((double)dt_model_params(&m) / 1e9 - expected[j].published_b);
+            double off = fabs((double)total / 1e9 - expected[j].published_b);
             if (off > expected[j].unit_b / 2 + 1e-12)
                 fprintf(stderr, "%s: %.4fB does not round to the published %gB\n", m.name,
-                        (double)dt_model_params(&m) / 1e9, expected[j].published_b);
+                        (double)total / 1e9, expected[j].published_b);
             CHECK(off <= expected[j].unit_b / 2 + 1e-12);
         }
         CHECK_EQ_I64(dt_model_embedding_params(&m) + m.n_layer * dt_model_block_params(&m) +
