@@ -17,7 +17,11 @@ few hundred KB: hidden 16, 2 layers, vocab 64):
   qwen3 : Qwen3ForCausalLM, head_dim 8 (heads x head_dim = 32 != hidden), q/k norms; LoRA on
           every linear, r 8, alpha 16, use_rslora (scale alpha / sqrt(r));
   gpt2  : GPT2LMHeadModel, Conv1D linears (fan_in_fan_out true), LoRA on c_attn, c_proj
-          (attention and MLP) and c_fc, r 8, alpha 16.
+          (attention and MLP) and c_fc, r 8, alpha 16;
+  llama_bf16 : the llama case with the base in bfloat16 (model.to(torch.bfloat16) before
+          get_peft_model; PEFT keeps the LoRA weights fp32, autocast_adapter_dtype=True, and the
+          lm_head copy bf16): merge_and_unload adds the fp32 delta to the bf16 weight in fp32 and
+          rounds once (torch's in-place bf16 += fp32), the merged model is bf16.
 Base weights: torch.manual_seed(SEED + case), every parameter ~ N(0, 0.25^2) (norm weights
 1 + 0.1 N). PEFT's init leaves lora_B zero (a merge would change nothing), so every adapter
 tensor (and the modules_to_save copy) is overwritten with N(0, 0.25^2) after get_peft_model.
@@ -48,7 +52,7 @@ def tiny(case):
     common = dict(vocab_size=64, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, intermediate_size=32, max_position_embeddings=32,
                   tie_word_embeddings=False, attn_implementation="eager")
-    if case == "llama":
+    if case in ("llama", "llama_bf16"):
         return transformers.LlamaForCausalLM(transformers.LlamaConfig(**common)), \
             dict(target_modules="all-linear", modules_to_save=["lm_head"])
     if case == "qwen3":
@@ -72,12 +76,14 @@ def randomize(model, seed):
 def main():
     torch.manual_seed(SEED)
     torch.set_num_threads(1)
-    for k, case in enumerate(["llama", "qwen3", "gpt2"]):
+    for k, case in enumerate(["llama", "qwen3", "gpt2", "llama_bf16"]):
         d = os.path.join(OUT, case)
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
         model, extra = tiny(case)
         randomize(model, SEED + k)
+        if case == "llama_bf16":
+            model = model.to(torch.bfloat16)
         model.eval()
         model.save_pretrained(os.path.join(d, "base"))
         with open(os.path.join(d, "base", "tokenizer_config.json"), "w") as f:
@@ -97,6 +103,15 @@ def main():
                   os.path.join(d, "logits.safetensors"))
         pm.save_pretrained(os.path.join(d, "adapter"))
         os.remove(os.path.join(d, "adapter", "README.md"))   # PEFT's model card: not read by anyone
+        # PEFT writes "all-linear"'s target_modules from a set (its order varies run to run): sorted,
+        # in PEFT's own layout (json.dumps(indent=2, sort_keys=True)), so the goldens are reproducible
+        cpath = os.path.join(d, "adapter", "adapter_config.json")
+        with open(cpath) as f:
+            cfg = json.load(f)
+        if isinstance(cfg.get("target_modules"), list):
+            cfg["target_modules"] = sorted(cfg["target_modules"])
+        with open(cpath, "w") as f:
+            f.write(json.dumps(cfg, indent=2, sort_keys=True))
         merged = pm.merge_and_unload()
         merged.save_pretrained(os.path.join(d, "merged"), max_shard_size="20KB")
         sd = {n: t.detach().to(torch.bfloat16).contiguous() for n, t in merged.state_dict().items()

@@ -320,6 +320,43 @@ static void merge_case(const char *cs) {
     dt_adapter_free(a);
 }
 
+/* 4b. a bf16 base (PEFT's default fp32 adapters, a bf16 lm_head copy): the merge, in the base's
+ * dtype, is bit-equal to PEFT's bf16 merged model (torch's bf16 += fp32 delta rounds once, as we do) */
+static void merge_bf16_base(void) {
+    char base[512], ad[512], gold[512], out[600];
+    path2(base, sizeof base, "llama_bf16", "base");
+    path2(ad, sizeof ad, "llama_bf16", "adapter");
+    path2(gold, sizeof gold, "llama_bf16", "merged");
+    snprintf(out, sizeof out, "%s/merged_llama_bf16", TMP);
+    dt_error err = {0};
+    dt_adapter *a = NULL;
+    CHECK(dt_adapter_read(ad, &a, &err) == DT_OK);
+    const dt_adapter_entry *saved = a ? dt_adapter_find(a, "lm_head.weight") : NULL;
+    CHECK(saved && !strcmp(saved->dtype, "BF16"));
+    dt_adapter_free(a);
+    dt_merge_opts o = {.max_shard_bytes = 5000000000LL, .out_dtype = -1};
+    int rc = dt_adapter_merge(base, ad, out, &o, &err);
+    if (rc) fprintf(stderr, "%s\n", err.msg);
+    CHECK(rc == DT_OK);
+    dt_hfw *wo = NULL, *wg = NULL, *wb = NULL;
+    CHECK(dt_hfw_open(out, &wo, &err) == DT_OK);
+    CHECK(dt_hfw_open(gold, &wg, &err) == DT_OK);
+    CHECK(dt_hfw_open(base, &wb, &err) == DT_OK);
+    int differ = 0, changed = 0;
+    for (int i = 0; wo && wg && wb && i < wg->n; i++) {
+        const dt_st_tensor *t = wg->by_name[i].t;
+        const dt_hfw_entry *e = dt_hfw_find(wo, t->name), *b = dt_hfw_find(wb, t->name);
+        CHECK(e && b && !strcmp(e->t->dtype, "BF16") && e->t->end - e->t->begin == t->end - t->begin);
+        if (!e || !b) continue;
+        const void *x = dt_st_data(wo->files[e->file], e->t);
+        differ += memcmp(x, dt_st_data(wg->files[wg->by_name[i].file], t), t->end - t->begin) != 0;
+        changed += memcmp(x, dt_st_data(wb->files[b->file], b->t), t->end - t->begin) != 0;
+    }
+    CHECK_EQ_I64(differ, 0);
+    CHECK_EQ_I64(changed, 15);   /* 14 adapted linears + lm_head */
+    dt_hfw_close(wo), dt_hfw_close(wg), dt_hfw_close(wb);
+}
+
 /* 5. the fingerprint: the same base passes (roundtrip wrote it); one changed byte is refused */
 static void test_fingerprint(void) {
     char src[512], dir[600], path[700], ad[600], out[600];
@@ -373,6 +410,7 @@ int main(int argc, char **argv) {
     merge_case("llama");
     merge_case("qwen3");
     merge_case("gpt2");
+    merge_bf16_base();
     test_fingerprint();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", TMP);
