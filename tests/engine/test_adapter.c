@@ -177,6 +177,44 @@ static void roundtrip(const char *cs) {
     dt_adapter_free(a), dt_adapter_free(b);
 }
 
+/* 2b. the writer's refusals: one line each, nothing written */
+static void test_write_refusals(void) {
+    char out[600];
+    snprintf(out, sizeof out, "%s/bad_write", TMP);
+    float a[8 * 16] = {0}, b[32 * 8] = {0};
+    dt_adapter_config cfg = {0};
+    dt_finetune_defaults(DT_FT_LORA, &cfg.ft);
+    cfg.family = DT_FAMILY_LLAMA;
+    dt_adapter_tensor good[2] = {{"model.layers.0.mlp.up_proj.lora_A.weight", 2, {8, 16}, a},
+                                 {"model.layers.0.mlp.up_proj.lora_B.weight", 2, {32, 8}, b}};
+    struct {
+        dt_adapter_tensor t[2];
+        int n;
+        int method;
+        const char *want;
+    } cases[] = {
+        {{{"model.layers.0.mlp.up_proj.weight", 2, {32, 16}, b}}, 1, DT_FT_LORA, "neither a lora_A"},
+        {{{"model.layers.0.mlp.up_proj.lora_A.weight", 2, {8, 16}, a}}, 1, DT_FT_LORA, "no lora_B"},
+        {{{"model.layers.0.mlp.up_proj.lora_A.weight", 2, {4, 32}, a}, good[1]}, 2, DT_FT_LORA, "r = 8"},
+        {{{"h.0.attn.c_attn.lora_A.weight", 2, {8, 16}, a}, {"h.0.attn.c_attn.lora_B.weight", 2, {32, 8}, b}}, 2,
+         DT_FT_LORA, "llama has no linear 'h.0.attn.c_attn'"},
+        {{good[0], good[1]}, 2, DT_FT_FULL, "not lora / qlora"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        dt_error err = {0};
+        cfg.ft.method = (dt_ft_method)cases[i].method;
+        CHECK(dt_adapter_write(out, &cfg, cases[i].t, cases[i].n, &err) == DT_EINVAL);
+        if (!strstr(err.msg, cases[i].want)) fprintf(stderr, "case %zu: '%s' lacks '%s'\n", i, err.msg, cases[i].want);
+        CHECK(strstr(err.msg, cases[i].want) != NULL);
+        struct stat st;
+        CHECK(stat(out, &st) != 0);
+    }
+    cfg.ft.method = DT_FT_LORA;
+    cfg.ft.lora_rank = 0;
+    dt_error err = {0};
+    CHECK(dt_adapter_write(out, &cfg, good, 2, &err) == DT_EINVAL);
+}
+
 /* 3. against the plan's model */
 static void test_check_model(void) {
     char cfgp[512], dir[512];
@@ -406,6 +444,7 @@ int main(int argc, char **argv) {
     roundtrip("llama");
     roundtrip("qwen3");
     roundtrip("gpt2");
+    test_write_refusals();
     test_check_model();
     merge_case("llama");
     merge_case("qwen3");

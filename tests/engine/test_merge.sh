@@ -84,6 +84,12 @@ cp -r "$G/llama/adapter" "$TMP/a_r4" && sed -i 's/"r": 8/"r": 4/' "$TMP/a_r4/ada
 bad 2 "r = 4" "$TMP/o10" -- M --base "$G/llama/base" --adapter "$TMP/a_r4" -o "$TMP/o10"
 cp -r "$G/llama/adapter" "$TMP/a_alpha" && sed -i 's/"lora_alpha": 16/"lora_alpha": -1/' "$TMP/a_alpha/adapter_config.json"
 bad 2 "lora_alpha must be a number > 0" "$TMP/o11" -- M --base "$G/llama/base" --adapter "$TMP/a_alpha" -o "$TMP/o11"
+# a key for a module the family has no linear of (q_proj renamed in the header: same length,
+# the file stays a valid safetensors)
+cp -r "$G/llama/adapter" "$TMP/a_mod"
+perl -0777 -pi -e 's/layers\.0\.self_attn\.q_proj\.lora_A/layers.0.self_attn.x_proj.lora_A/; s/layers\.0\.self_attn\.q_proj\.lora_B/layers.0.self_attn.x_proj.lora_B/' \
+  "$TMP/a_mod/adapter_model.safetensors"
+bad 2 "llama has no linear 'model.layers.0.self_attn.x_proj'" "$TMP/o19" -- M --base "$G/llama/base" --adapter "$TMP/a_mod" -o "$TMP/o19"
 # GPT-2's tensors with fan_in_fan_out false
 cp -r "$G/gpt2/adapter" "$TMP/a_fif" && sed -i 's/"fan_in_fan_out": true/"fan_in_fan_out": false/' "$TMP/a_fif/adapter_config.json"
 bad 2 "fan_in_fan_out" "$TMP/o12" -- M --base "$G/gpt2/base" --adapter "$TMP/a_fif" -o "$TMP/o12"
