@@ -9,6 +9,9 @@ reads PEFT's adapter with dt_adapter_read and writes its tensors again with dt_a
 (DT_ADAPTER_KEEP=DIR keeps them in DIR/rt_<case>). This script loads each written adapter onto
 the base with PeftModel.from_pretrained (no warning about missing or unexpected keys allowed),
 runs the golden batch and compares the logits with the PEFT original's (logits.safetensors).
+It also merges PEFT's adapter with `dtrun merge` and loads the merged directory with
+AutoModelForCausalLM.from_pretrained: its logits against the PEFT model's (the merge reorders
+the arithmetic, so they agree to fp32 rounding, not bit for bit).
 
     cmake --build build --target test_engine_adapter
     /tmp/hfvenv/bin/python scripts/check_adapter_peft.py [BUILD_DIR]     (default build)
@@ -53,6 +56,19 @@ def main():
               f"rslora={cfg.use_rslora} fan_in_fan_out={cfg.fan_in_fan_out} modules_to_save={cfg.modules_to_save}: "
               f"max |logits - PEFT original's| = {diff:.3g}{'' if not keywarn else ' KEY WARNINGS: ' + '; '.join(keywarn)}"
               f" -> {'OK' if ok else 'DIFFERS'}")
+        merged = os.path.join(keep, "cli_merged_" + case)
+        subprocess.run([os.path.join(build, "dtrun"), "merge", "--base", os.path.join(GOLD, case, "base"),
+                        "--adapter", os.path.join(GOLD, case, "adapter"), "-o", merged], check=True,
+                       stdout=subprocess.DEVNULL)
+        mm = transformers.AutoModelForCausalLM.from_pretrained(merged, attn_implementation="eager").eval()
+        with torch.no_grad():
+            ml = mm(input_ids=g["input_ids"].long()).logits.float()
+        mdiff = (ml - g["logits"]).abs().max().item()
+        scale = g["logits"].abs().max().item()
+        mok = mdiff <= 1e-5 * max(1.0, scale)
+        bad += not mok
+        print(f"{case}: transformers on `dtrun merge`'s directory: max |logits - PeftModel's| = {mdiff:.3g} "
+              f"(max |logit| {scale:.3g}) -> {'OK' if mok else 'DIFFERS'}")
     sys.exit(1 if bad else 0)
 
 

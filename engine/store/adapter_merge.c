@@ -3,14 +3,16 @@
  *
  * The arithmetic follows peft tuners/lora/layer.py (Linear.get_delta_weight, merge): delta =
  * transpose(B @ A, fan_in_fan_out) * scaling in fp32, then W += delta. Each delta element is
- * the dot product over r computed in double and rounded to fp32 (the correctly rounded value
- * of fp32 B @ A; torch's GEMM may differ from it in the last bit, tests/engine/test_adapter.c
- * states the bound), times the fp32 scale, added to W in fp32, rounded once to the output dtype.
+ * the r-term dot product as torch's CPU fp32 GEMM forms it — an fp32 accumulator from 0, one
+ * fused multiply-add per k in order (measured: every element of the goldens' B @ A) — times
+ * the fp32 scale, added to W in fp32 (each rounded, no contraction: CMakeLists.txt), rounded
+ * once to the output dtype. tests/engine/test_adapter.c checks PEFT's merge bit for bit.
  * Sharding follows huggingface_hub split_torch_state_dict_into_shards (tensors in order, a new
  * shard when the next would pass max_shard_size) and its names model-0000k-of-0000n.safetensors. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,9 +149,12 @@ static void add_delta(const merge_job *j, const float *A, const float *B, int64_
         for (int64_t c = 0; c < cols; c++) {
             /* Linear W [out, in]: row = out index o, col = in index; Conv1D W [in, out]: the transpose */
             int64_t o = j->fif ? c : r0 + i, x = j->fif ? r0 + i : c;
-            double s = 0;
-            for (int64_t k = 0; k < r; k++) s += (double)B[o * r + k] * (double)A[k * in + x];
-            w[i * cols + c] += (float)s * j->scale;
+            /* fp32, fused multiply-add in k order from 0: what torch's CPU fp32 GEMM computes
+             * for B @ A (bit for bit on the goldens); then * scale and + W, each rounded */
+            float s = 0.0f;
+            for (int64_t k = 0; k < r; k++) s = fmaf(B[o * r + k], A[k * in + x], s);
+            float d = s * j->scale;
+            w[i * cols + c] += d;
         }
 }
 

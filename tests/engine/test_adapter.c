@@ -6,14 +6,10 @@
  *   - dt_adapter_write of those tensors, read back, is the same adapter; its files carry every
  *     key PEFT's adapter_config.json has and the same safetensors keys;
  *   - dt_adapter_check_model accepts the base's model and refuses another;
- *   - dt_adapter_merge gives PEFT's merge_and_unload: fp32 within the bound below, bf16 bit-equal;
- *     an adapter fingerprinted on one base is refused on a base with one changed byte.
- * fp32 bound: PEFT computes delta = fl32(B @ A) * scale with torch's fp32 GEMM (an r-term dot
- * product in some order: error <= gamma_r * sum|B_ik A_kj|, gamma_r ~ r u, Higham "Accuracy and
- * Stability of Numerical Algorithms" §3.1); ours rounds the exact dot product once (<= u |d|);
- * both then round the scale product and the sum with W (u each). So
- *   |ours - peft| <= (r + 3) u scale sum_k |B_ik A_kj| + 2 u |W'|,  u = 2^-24.
- * The committed goldens sit at about 2 units of u (scale sum|B||A| + |W'|). */
+ *   - dt_adapter_merge gives PEFT's merge_and_unload bit for bit: fp32 (our dot product is
+ *     the fp32 FMA chain torch's CPU GEMM computes, adapter_merge.c), the fp32 merge rounded to
+ *     bf16, and a bf16 base; an adapter fingerprinted on one base is refused on a base with one
+ *     changed bit. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -281,11 +277,7 @@ static void merge_case(const char *cs) {
     if (!wo || !wg || !a || !wbase) return;
     CHECK(wo->nfiles > 1);   /* sharded at 20 KB, with an index */
     CHECK_EQ_I64(wo->n, wg->n);
-    const double u = ldexp(1.0, -24), scale = dt_adapter_scale(a);
-    const char *pre = dt_adapter_cfg(a)->family == DT_FAMILY_GPT2 ? "transformer." : "";
-    int fif = dt_adapter_cfg(a)->family == DT_FAMILY_GPT2;
-    double worst = 0;
-    int changed = 0;
+    int changed = 0, differ = 0;
     for (int i = 0; i < wg->n; i++) {
         const char *name = wg->by_name[i].t->name;
         int64_t n1 = 0, n2 = 0, n3 = 0;
@@ -295,45 +287,18 @@ static void merge_case(const char *cs) {
             free(x), free(y), free(w0);
             continue;
         }
-        /* the module's LoRA pair, if any: the bound's sum |B||A| */
-        char mod[300], an[330], bn[330];
-        snprintf(mod, sizeof mod, "%s", name + strlen(pre));
-        char *dot = strrchr(mod, '.');
-        if (dot) *dot = '\0';
-        snprintf(an, sizeof an, "%s.lora_A.weight", mod);
-        snprintf(bn, sizeof bn, "%s.lora_B.weight", mod);
-        const dt_adapter_entry *A = dt_adapter_find(a, an), *B = dt_adapter_find(a, bn);
-        const dt_st_tensor *t = wg->by_name[i].t;
-        int64_t cols = t->ndim > 1 ? t->shape[1] : 1;
         for (int64_t k = 0; k < n1; k++) {
-            double s = 0;
-            if (A && B) {
-                int64_t r = A->shape[0], in = A->shape[1], row = k / cols, col = k % cols;
-                int64_t oi = fif ? col : row, xi = fif ? row : col;
-                const float *fa = A->data, *fb = B->data;
-                for (int64_t q = 0; q < r; q++) s += fabs((double)fb[oi * r + q] * fa[q * in + xi]);
-                s *= scale;
-                double tol = (double)(r + 3) * u * s + 2 * u * fabs((double)y[k]);
-                double d = fabs((double)x[k] - y[k]);
-                if (d / (u * (s + fabs((double)y[k]))) > worst) worst = d / (u * (s + fabs((double)y[k])));
-                if (d > tol) {
-                    fprintf(stderr, "%s %s[%lld]: ours %.9g, PEFT %.9g, bound %.3g\n", cs, name, (long long)k, x[k],
-                            y[k], tol);
-                    CHECK(0);
-                    break;
-                }
-            } else if (x[k] != y[k]) {
-                fprintf(stderr, "%s %s[%lld]: ours %.9g, PEFT %.9g (no LoRA: must be equal)\n", cs, name,
-                        (long long)k, x[k], y[k]);
-                CHECK(0);
-                break;
+            if (memcmp(&x[k], &y[k], sizeof x[k])) {
+                fprintf(stderr, "%s %s[%lld]: ours %.9g, PEFT %.9g\n", cs, name, (long long)k, x[k], y[k]);
+                differ++;
             }
             changed += w0 && x[k] != w0[k];
         }
         free(x), free(y), free(w0);
     }
     CHECK(changed > 1000);   /* the merge changed the weights */
-    printf("%s: merged fp32 within %.2f u (scale sum|B||A| + |W'|) of PEFT's\n", cs, worst);
+    CHECK_EQ_I64(differ, 0);
+    printf("%s: merged fp32 bit-equal to PEFT's (%d elements changed by the merge)\n", cs, changed);
     /* bf16: bit-equal to PEFT's merged model .to(bfloat16) */
     snprintf(goldb, sizeof goldb, "%s/%s/merged_bf16.safetensors", G, cs);
     dt_st_file *gb = NULL;
