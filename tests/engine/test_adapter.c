@@ -239,6 +239,19 @@ static void test_check_model(void) {
     shallow.n_layer = 1;
     CHECK(dt_adapter_check_model(a, &shallow, &err) == DT_EINVAL);
     dt_adapter_free(a);
+    /* the other two goldens against their own models: gpt2 (Conv1D) and llama with a saved lm_head */
+    const char *others[] = {"gpt2", "llama"};
+    for (int c = 0; c < 2; c++) {
+        path2(cfgp, sizeof cfgp, others[c], "base/config.json");
+        path2(dir, sizeof dir, others[c], "adapter");
+        a = NULL;
+        CHECK(dt_model_resolve(cfgp, &m, &err) == DT_OK);
+        CHECK(dt_adapter_read(dir, &a, &err) == DT_OK);
+        rc = a ? dt_adapter_check_model(a, &m, &err) : DT_EINVAL;
+        if (rc) fprintf(stderr, "%s: %s\n", others[c], err.msg);
+        CHECK(rc == DT_OK);
+        dt_adapter_free(a);
+    }
 }
 
 /* The float tensors of a directory's safetensors (read through dt_hfw). */
