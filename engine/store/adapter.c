@@ -208,7 +208,19 @@ int dt_path_join(char *out, size_t n, const char *dir, const char *name, dt_erro
     return dt_errorf(err, DT_EINVAL, "%s/%s: path longer than %zu bytes", dir, name, n - 1);
 }
 
-int dt_outdir_begin(const char *out, const char *what, char *tmp, size_t n, dt_error *err) {
+/* out without trailing slashes ("merged/" names the directory "merged"), in buf. */
+static int strip_slashes(const char *out, char *buf, size_t n, dt_error *err) {
+    size_t len = strlen(out);
+    while (len > 1 && out[len - 1] == '/') len--;
+    if (len >= n) return dt_errorf(err, DT_EINVAL, "%s: path too long", out);
+    memcpy(buf, out, len);
+    buf[len] = '\0';
+    return DT_OK;
+}
+
+int dt_outdir_begin(const char *out_arg, const char *what, char *tmp, size_t n, dt_error *err) {
+    char out[DT_HFW_PATH_MAX];
+    if (strip_slashes(out_arg, out, sizeof out, err)) return err->code;
     struct stat st;
     if (lstat(out, &st) == 0) {
         DIR *d = S_ISDIR(st.st_mode) ? opendir(out) : NULL;
@@ -230,17 +242,16 @@ int dt_outdir_begin(const char *out, const char *what, char *tmp, size_t n, dt_e
     if (stat(parent, &st) || !S_ISDIR(st.st_mode))
         return dt_errorf(err, DT_EINVAL, "%s: its parent directory %s does not exist: create it first", out,
                          parent);
-    size_t len = strlen(out);
-    while (len > 1 && out[len - 1] == '/') len--;
-    if ((size_t)snprintf(tmp, n, "%.*s.tmpXXXXXX", (int)len, out) >= n)
+    if ((size_t)snprintf(tmp, n, "%s.tmpXXXXXX", out) >= n)
         return dt_errorf(err, DT_EINVAL, "%s: path too long", out);
     if (!mkdtemp(tmp)) return dt_errorf(err, DT_EIO, "%s: cannot create a directory: %s", tmp, strerror(errno));
     chmod(tmp, DIR_MODE);   /* mkdtemp makes it 0700; a model directory is 0755 as dt_mkdirs makes them */
     return DT_OK;
 }
 
-int dt_outdir_commit(const char *tmp, const char *out, dt_error *err) {
-    if (dt_fsync_dir(tmp, err)) return err->code;
+int dt_outdir_commit(const char *tmp, const char *out_arg, dt_error *err) {
+    char out[DT_HFW_PATH_MAX];
+    if (strip_slashes(out_arg, out, sizeof out, err) || dt_fsync_dir(tmp, err)) return err->code;
     /* rename(2) replaces an empty directory atomically; dt_outdir_begin allowed only that */
     if (rename(tmp, out))
         return dt_errorf(err, DT_EIO, "%s: cannot rename %s onto it: %s", out, tmp, strerror(errno));

@@ -45,6 +45,10 @@ grep -q '"total_size": 26944' "$TMP/ok/model.safetensors.index.json" || fail "in
   || fail "bf16 merge failed"
 [ -f "$TMP/one/model.safetensors" ] && [ ! -e "$TMP/one/model.safetensors.index.json" ] || fail "not one file"
 grep -q '"dtype": "bfloat16"' "$TMP/one/config.json" || fail "config.json dtype not bfloat16"
+# a trailing slash names the same directory
+"$DTRUN" merge --base "$G/gpt2/base/" --adapter "$G/gpt2/adapter/" -o "$TMP/slash/" >/dev/null 2>&1 \
+  || fail "merge -o DIR/ failed"
+[ -f "$TMP/slash/model.safetensors" ] || fail "merge -o DIR/ wrote no model.safetensors"
 # an empty output directory is taken
 mkdir "$TMP/empty"
 "$DTRUN" merge --base "$G/qwen3/base" --adapter "$G/qwen3/adapter" -o "$TMP/empty" >/dev/null 2>&1 \
