@@ -375,6 +375,7 @@ int dt_adapter_write(const char *dir, const dt_adapter_config *cfg, const dt_ada
 /* ---------------- reading ---------------- */
 
 struct dt_adapter {
+    char dir[DT_HFW_PATH_MAX];
     dt_adapter_config cfg;
     int fan_in_fan_out;
     dt_st_file *st;
@@ -575,6 +576,7 @@ int dt_adapter_read(const char *dir, dt_adapter **out, dt_error *err) {
                          "adapter_model.safetensors)", dir, errno == ENOENT ? "does not exist" : "not a directory");
     dt_adapter *a = calloc(1, sizeof *a);
     if (!a) return dt_errorf(err, DT_ENOMEM, "%s: out of memory", dir);
+    snprintf(a->dir, sizeof a->dir, "%s", dir);
     char cpath[DT_HFW_PATH_MAX], wpath[DT_HFW_PATH_MAX];
     int rc = dt_path_join(cpath, sizeof cpath, dir, DT_ADAPTER_CONFIG_FILE, err);
     if (!rc) rc = dt_path_join(wpath, sizeof wpath, dir, DT_ADAPTER_WEIGHTS_FILE, err);
@@ -799,3 +801,63 @@ int dt_adapter_check_model(const dt_adapter *a, const dt_model *m, dt_error *err
     free(s);
     return rc;
 }
+
+/* ---------------- against a base model directory ---------------- */
+
+int dt_adapter_base_key(const dt_adapter *a, const dt_adapter_entry *e, char *key, size_t n) {
+    const char *pre = family_prefix(a->cfg.family);
+    int len = e->kind == DT_ADAPTER_SAVED ? snprintf(key, n, "%s%s", pre, e->name)
+                                          : snprintf(key, n, "%s%s.weight", pre, e->module);
+    return len >= 0 && (size_t)len < n;
+}
+
+/* One adapter tensor against the base's tensor at key: a saved module has its shape; a LoRA
+ * pair's in / out are the linear's (Conv1D [in, out] with fan_in_fan_out). */
+static int check_against(const dt_adapter *a, const dt_adapter_entry *e, const dt_st_tensor *t, const char *key,
+                         const char *hfdir, dt_error *err) {
+    int64_t r0 = t->shape[0], r1 = t->ndim > 1 ? t->shape[1] : 1;
+    if (e->kind == DT_ADAPTER_SAVED) {
+        if (e->shape[0] == r0 && e->shape[1] == r1 && e->ndim == t->ndim) return DT_OK;
+        return dt_errorf(err, DT_EINVAL, "%s: '%s' is [%lld, %lld], %s's '%s' [%lld, %lld]: the adapter was trained "
+                         "on another model", a->dir, e->name, (long long)e->shape[0], (long long)e->shape[1], hfdir,
+                         key, (long long)r0, (long long)r1);
+    }
+    char bname[DT_ST_NAME_MAX + 16];
+    snprintf(bname, sizeof bname, "%s%s", e->module, SUFFIX_B);
+    const dt_adapter_entry *b = dt_adapter_find(a, bname);
+    int fif = a->fan_in_fan_out;
+    int64_t out = fif ? r1 : r0, in = fif ? r0 : r1;
+    if (b && t->ndim == 2 && e->shape[1] == in && b->shape[0] == out) return DT_OK;
+    return dt_errorf(err, DT_EINVAL, "%s: '%s' adapts [out %lld, in %lld] but %s's '%s' is %s[%lld, %lld]: the "
+                     "adapter was trained on another model", a->dir, e->module, (long long)(b ? b->shape[0] : 0),
+                     (long long)e->shape[1], hfdir, key, fif ? "a Conv1D [in, out] " : "", (long long)r0,
+                     (long long)r1);
+}
+
+int dt_adapter_check_hfw(const dt_adapter *a, const dt_hfw *w, const char *hfdir, dt_error *err) {
+    char key[DT_ST_NAME_MAX + 32];
+    for (int k = 0; k < a->n; k++) {
+        const dt_adapter_entry *e = &a->e[k];
+        if (e->kind == DT_ADAPTER_LORA_B) continue;
+        const dt_hfw_entry *be = dt_adapter_base_key(a, e, key, sizeof key) ? dt_hfw_find(w, key) : NULL;
+        if (!be)
+            return dt_errorf(err, DT_EINVAL, "%s: the adapter's '%s' has no base tensor '%s' in %s: use the model "
+                             "the adapter was trained on", a->dir, e->name, key, hfdir);
+        if (check_against(a, e, be->t, key, hfdir, err)) return err->code;
+    }
+    if (!a->cfg.base_fingerprint[0]) return DT_OK;
+    char have[DT_ADAPTER_FP_HEX];
+    dt_hfw_fingerprint(w, have);
+    if (!strcmp(have, a->cfg.base_fingerprint)) return DT_OK;
+    return dt_errorf(err, DT_EINVAL, "%s: the adapter was trained on another base (fingerprint %.12s..., %s has "
+                     "%.12s...): use the model it was trained on", a->dir, a->cfg.base_fingerprint, hfdir, have);
+}
+
+int dt_adapter_check_base(const dt_adapter *a, const char *hfdir, dt_error *err) {
+    dt_hfw *w = NULL;
+    if (dt_hfw_open(hfdir, &w, err)) return err->code;
+    int rc = dt_adapter_check_hfw(a, w, hfdir, err);
+    dt_hfw_close(w);
+    return rc;
+}
+

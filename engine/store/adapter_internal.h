@@ -36,6 +36,14 @@ const dt_hfw_entry *dt_hfw_find(const dt_hfw *w, const char *name);   /* NULL if
 /* The fingerprint of dt_adapter.h over w's tensors. */
 void dt_hfw_fingerprint(const dt_hfw *w, char hex[65]);
 
+struct dt_adapter;
+struct dt_adapter_entry;
+/* The base's state-dict key an adapter tensor applies to (the family's prefix + the module's
+ * ".weight", or a saved tensor's own name) in key (n bytes); 0 when it does not fit. */
+int dt_adapter_base_key(const struct dt_adapter *a, const struct dt_adapter_entry *e, char *key, size_t n);
+/* dt_adapter_check_base on an open directory. */
+int dt_adapter_check_hfw(const struct dt_adapter *a, const dt_hfw *w, const char *hfdir, dt_error *err);
+
 /* out = dir + "/" + name; DT_EINVAL naming both when it does not fit in n bytes. */
 int dt_path_join(char *out, size_t n, const char *dir, const char *name, dt_error *err);
 

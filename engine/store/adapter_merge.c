@@ -52,11 +52,8 @@ typedef struct {
     int fif;                       /* fan_in_fan_out: W is [in, out] */
 } merge_job;
 
-static const char *hf_prefix(dt_family f) { return f == DT_FAMILY_GPT2 ? "transformer." : ""; }
-
 /* Pairs every adapter tensor with its base tensor; shapes checked. */
 static int match(merge_job *j, const char *hfdir, const char *adir, int out_dtype, dt_error *err) {
-    const dt_adapter_config *c = dt_adapter_cfg(j->ad);
     char key[DT_ST_NAME_MAX + 32];
     for (int i = 0; i < j->n; i++) {
         merge_item *it = &j->items[i];
@@ -67,39 +64,23 @@ static int match(merge_job *j, const char *hfdir, const char *adir, int out_dtyp
                              it->src->t->name, it->src->t->dtype);
         it->out = out_dtype >= 0 ? (dt_dtype)out_dtype : sd;
     }
+    /* dt_adapter_check_hfw passed: every adapter tensor has its base tensor, shapes agree */
     for (int k = 0; k < dt_adapter_count(j->ad); k++) {
         const dt_adapter_entry *e = dt_adapter_get(j->ad, k);
         if (e->kind == DT_ADAPTER_LORA_B) continue;
-        if (e->kind == DT_ADAPTER_SAVED) snprintf(key, sizeof key, "%s%s", hf_prefix(c->family), e->name);
-        else snprintf(key, sizeof key, "%s%s.weight", hf_prefix(c->family), e->module);
-        const dt_hfw_entry *be = dt_hfw_find(j->base, key);
-        if (!be)
-            return dt_errorf(err, DT_EINVAL, "%s: the adapter's '%s' has no base tensor '%s' in %s: merge the adapter "
-                             "into the model it was trained on", adir, e->name, key, hfdir);
+        const dt_hfw_entry *be = dt_adapter_base_key(j->ad, e, key, sizeof key) ? dt_hfw_find(j->base, key) : NULL;
         merge_item *it = NULL;
-        for (int i = 0; i < j->n; i++)
+        for (int i = 0; be && i < j->n; i++)
             if (j->items[i].src->t == be->t) it = &j->items[i];
-        const dt_st_tensor *t = be->t;
-        int64_t r0 = t->shape[0], r1 = t->ndim > 1 ? t->shape[1] : 1;
+        if (!it) return dt_errorf(err, DT_EINTERNAL, "%s: '%s' lost its base tensor after the check", adir, e->name);
         if (e->kind == DT_ADAPTER_SAVED) {
-            if (e->shape[0] != r0 || e->shape[1] != r1 || e->ndim != t->ndim)
-                return dt_errorf(err, DT_EINVAL, "%s: '%s' is [%lld, %lld], the base's '%s' [%lld, %lld]: the adapter "
-                                 "was trained on another model", adir, e->name, (long long)e->shape[0],
-                                 (long long)e->shape[1], key, (long long)r0, (long long)r1);
             it->saved = e;
             continue;
         }
         char bname[DT_ST_NAME_MAX + 16];
         snprintf(bname, sizeof bname, "%s.lora_B.weight", e->module);
-        const dt_adapter_entry *b = dt_adapter_find(j->ad, bname);
-        int64_t out = j->fif ? r1 : r0, in = j->fif ? r0 : r1;
-        if (t->ndim != 2 || e->shape[1] != in || b->shape[0] != out)
-            return dt_errorf(err, DT_EINVAL, "%s: '%s' adapts [out %lld, in %lld] but the base's '%s' is %s[%lld, %lld]: "
-                             "the adapter was trained on another model", adir, e->module, (long long)b->shape[0],
-                             (long long)e->shape[1], key, j->fif ? "a Conv1D [in, out] " : "", (long long)r0,
-                             (long long)r1);
         it->a = e;
-        it->b = b;
+        it->b = dt_adapter_find(j->ad, bname);
     }
     return DT_OK;
 }
@@ -346,16 +327,6 @@ static int write_all(merge_job *j, const char *hfdir, const char *tmp, int out_d
     return rc;
 }
 
-static int check_fingerprint(const merge_job *j, const char *hfdir, const char *adir, dt_error *err) {
-    const char *want = dt_adapter_cfg(j->ad)->base_fingerprint;
-    if (!want[0]) return DT_OK;
-    char have[DT_ADAPTER_FP_HEX];
-    dt_hfw_fingerprint(j->base, have);
-    if (!strcmp(have, want)) return DT_OK;
-    return dt_errorf(err, DT_EINVAL, "%s: the adapter was trained on another base (fingerprint %.12s..., %s has "
-                     "%.12s...): merge it into the model it was trained on", adir, want, hfdir, have);
-}
-
 int dt_adapter_merge(const char *hfdir, const char *adir, const char *out, const dt_merge_opts *o, dt_error *err) {
     merge_job j = {0};
     struct stat st;
@@ -372,8 +343,8 @@ int dt_adapter_merge(const char *hfdir, const char *adir, const char *out, const
         j.items = calloc((size_t)j.n + 1, sizeof *j.items);
         if (!j.items) rc = dt_errorf(err, DT_ENOMEM, "merge: out of memory");
     }
+    if (!rc) rc = dt_adapter_check_hfw(j.ad, j.base, hfdir, err);
     if (!rc) rc = match(&j, hfdir, adir, o->out_dtype, err);
-    if (!rc) rc = check_fingerprint(&j, hfdir, adir, err);
     char tmp[DT_HFW_PATH_MAX];
     if (!rc) rc = dt_outdir_begin(out, "-o", tmp, sizeof tmp, err);
     if (!rc) {

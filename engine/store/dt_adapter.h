@@ -106,6 +106,14 @@ double dt_adapter_scale(const dt_adapter *a);
  * lora_B [out, r] with m's in / out, each modules_to_save tensor m's shape. */
 int dt_adapter_check_model(const dt_adapter *a, const dt_model *m, dt_error *err);
 
+/* Checks a against the Hugging Face model directory hfdir (its safetensors, sharded or not):
+ * every adapted module has its base tensor ("<module>.weight" with the family's prefix) with
+ * lora_A's in and lora_B's out (GPT-2's Conv1D: [in, out]), every modules_to_save tensor its
+ * base's shape, and, when a carries a fingerprint, hfdir's fingerprint equals it. DT_EINVAL
+ * with one line naming the adapter, the tensor and the base otherwise. For `--init HFDIR` with
+ * `--init-adapter DIR`; dtrun merge runs the same check. */
+int dt_adapter_check_base(const dt_adapter *a, const char *hfdir, dt_error *err);
+
 /* The fingerprint (above) of the Hugging Face model directory hfdir, as hex. Reads every
  * tensor byte once (memory-mapped, pages released as it goes). */
 int dt_adapter_base_fingerprint(const char *hfdir, char hex[DT_ADAPTER_FP_HEX], dt_error *err);

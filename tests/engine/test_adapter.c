@@ -402,6 +402,18 @@ static void test_fingerprint(void) {
     CHECK(stat(out, &st) != 0);   /* nothing written */
     path2(src, sizeof src, "llama", "base");
     CHECK(dt_adapter_merge(src, ad, out, &o, &err) == DT_OK);   /* its own base: accepted */
+    /* dt_adapter_check_base, what the trainer runs for --init HFDIR --init-adapter DIR */
+    dt_adapter *a = NULL;
+    CHECK(dt_adapter_read(ad, &a, &err) == DT_OK);
+    if (a) {
+        CHECK(dt_adapter_check_base(a, src, &err) == DT_OK);
+        CHECK(dt_adapter_check_base(a, dir, &err) == DT_EINVAL);
+        CHECK(strstr(err.msg, "another base") != NULL);
+        path2(src, sizeof src, "qwen3", "base");
+        CHECK(dt_adapter_check_base(a, src, &err) == DT_EINVAL);   /* other shapes */
+        CHECK(strstr(err.msg, "trained on another model") != NULL);
+        dt_adapter_free(a);
+    }
 }
 
 int main(int argc, char **argv) {
