@@ -804,11 +804,24 @@ int dt_adapter_check_model(const dt_adapter *a, const dt_model *m, dt_error *err
 
 /* ---------------- against a base model directory ---------------- */
 
-int dt_adapter_base_key(const dt_adapter *a, const dt_adapter_entry *e, char *key, size_t n) {
-    const char *pre = family_prefix(a->cfg.family);
+/* The base's key with (bare = 0) or without (bare = 1) the family's prefix. */
+static int base_key(const dt_adapter *a, const dt_adapter_entry *e, int bare, char *key, size_t n) {
+    const char *pre = bare ? "" : family_prefix(a->cfg.family);
     int len = e->kind == DT_ADAPTER_SAVED ? snprintf(key, n, "%s%s", pre, e->name)
                                           : snprintf(key, n, "%s%s.weight", pre, e->module);
     return len >= 0 && (size_t)len < n;
+}
+
+const dt_hfw_entry *dt_adapter_base_find(const dt_adapter *a, const dt_adapter_entry *e, const dt_hfw *w, char *key,
+                                         size_t n) {
+    /* GPT2LMHeadModel's keys ("transformer.h.0...."), else GPT2Model's bare ones
+     * ("h.0....", openai-community/gpt2's own file), as dt_hf_load_dir accepts both */
+    const dt_hfw_entry *be = base_key(a, e, 0, key, n) ? dt_hfw_find(w, key) : NULL;
+    if (!be && *family_prefix(a->cfg.family) && base_key(a, e, 1, key, n)) {
+        be = dt_hfw_find(w, key);
+        if (!be) base_key(a, e, 0, key, n);   /* the message names the full key */
+    }
+    return be;
 }
 
 /* One adapter tensor against the base's tensor at key: a saved module has its shape; a LoRA
@@ -839,7 +852,7 @@ int dt_adapter_check_hfw(const dt_adapter *a, const dt_hfw *w, const char *hfdir
     for (int k = 0; k < a->n; k++) {
         const dt_adapter_entry *e = &a->e[k];
         if (e->kind == DT_ADAPTER_LORA_B) continue;
-        const dt_hfw_entry *be = dt_adapter_base_key(a, e, key, sizeof key) ? dt_hfw_find(w, key) : NULL;
+        const dt_hfw_entry *be = dt_adapter_base_find(a, e, w, key, sizeof key);
         if (!be)
             return dt_errorf(err, DT_EINVAL, "%s: the adapter's '%s' has no base tensor '%s' in %s: use the model "
                              "the adapter was trained on", a->dir, e->name, key, hfdir);

@@ -38,9 +38,11 @@ void dt_hfw_fingerprint(const dt_hfw *w, char hex[65]);
 
 struct dt_adapter;
 struct dt_adapter_entry;
-/* The base's state-dict key an adapter tensor applies to (the family's prefix + the module's
- * ".weight", or a saved tensor's own name) in key (n bytes); 0 when it does not fit. */
-int dt_adapter_base_key(const struct dt_adapter *a, const struct dt_adapter_entry *e, char *key, size_t n);
+/* The base tensor an adapter tensor applies to: the family's prefix + the module's ".weight"
+ * (or a saved tensor's own name), else the same without the prefix (GPT2Model's bare keys);
+ * NULL when w has neither. key (n bytes) gets the key found, or the prefixed one. */
+const dt_hfw_entry *dt_adapter_base_find(const struct dt_adapter *a, const struct dt_adapter_entry *e, const dt_hfw *w,
+                                         char *key, size_t n);
 /* dt_adapter_check_base on an open directory. */
 int dt_adapter_check_hfw(const struct dt_adapter *a, const dt_hfw *w, const char *hfdir, dt_error *err);
 

@@ -68,7 +68,7 @@ static int match(merge_job *j, const char *hfdir, const char *adir, int out_dtyp
     for (int k = 0; k < dt_adapter_count(j->ad); k++) {
         const dt_adapter_entry *e = dt_adapter_get(j->ad, k);
         if (e->kind == DT_ADAPTER_LORA_B) continue;
-        const dt_hfw_entry *be = dt_adapter_base_key(j->ad, e, key, sizeof key) ? dt_hfw_find(j->base, key) : NULL;
+        const dt_hfw_entry *be = dt_adapter_base_find(j->ad, e, j->base, key, sizeof key);
         merge_item *it = NULL;
         for (int i = 0; be && i < j->n; i++)
             if (j->items[i].src->t == be->t) it = &j->items[i];

@@ -416,6 +416,56 @@ static void test_fingerprint(void) {
     }
 }
 
+/* 6. a GPT-2 base with GPT2Model's bare keys ("h.0.attn.c_attn.weight", as openai-community/gpt2
+ * ships them) takes PEFT's adapter (keys "...transformer.h.0...") and merges to the same values */
+static void test_bare_gpt2(void) {
+    char src[512], dir[600], path[700], out[600], ad[512], gold[512];
+    path2(src, sizeof src, "gpt2", "base/model.safetensors");
+    path2(ad, sizeof ad, "gpt2", "adapter");
+    path2(gold, sizeof gold, "gpt2", "merged");
+    snprintf(dir, sizeof dir, "%s/bare_gpt2", TMP);
+    snprintf(out, sizeof out, "%s/bare_gpt2_merged", TMP);
+    mkdir(dir, 0755);
+    dt_error err = {0};
+    dt_st_file *f = NULL;
+    CHECK(dt_st_open(src, &f, &err) == DT_OK);
+    if (!f) return;
+    dt_st_writer *w = dt_st_writer_new();
+    for (int i = 0; i < dt_st_count(f); i++) {
+        const dt_st_tensor *t = dt_st_get(f, i);
+        const char *bare = strncmp(t->name, "transformer.", 12) ? t->name : t->name + 12;
+        CHECK(dt_st_writer_add(w, bare, t->dtype, t->ndim, t->shape, dt_st_data(f, t), &err) == DT_OK);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CHECK(dt_st_write(w, path, &err) == DT_OK);
+    dt_st_writer_free(w);
+    dt_st_close(f);
+    char *buf = NULL;
+    size_t len = 0;
+    path2(src, sizeof src, "gpt2", "base/config.json");
+    CHECK(dt_file_read(src, "config", 1 << 20, &buf, &len, &err) == DT_OK);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    CHECK(buf && dt_write_file_atomic(path, buf, len, &err) == DT_OK);
+    free(buf);
+    dt_merge_opts o = {.max_shard_bytes = 5000000000LL, .out_dtype = -1};
+    int rc = dt_adapter_merge(dir, ad, out, &o, &err);
+    if (rc) fprintf(stderr, "%s\n", err.msg);
+    CHECK(rc == DT_OK);
+    dt_hfw *wo = NULL, *wg = NULL;
+    CHECK(dt_hfw_open(out, &wo, &err) == DT_OK);
+    CHECK(dt_hfw_open(gold, &wg, &err) == DT_OK);
+    int differ = 0;
+    for (int i = 0; wo && wg && i < wg->n; i++) {
+        const dt_st_tensor *t = wg->by_name[i].t;
+        const dt_hfw_entry *e = dt_hfw_find(wo, t->name + 12);   /* "transformer." dropped */
+        CHECK(e != NULL);
+        if (e) differ += memcmp(dt_st_data(wo->files[e->file], e->t), dt_st_data(wg->files[wg->by_name[i].file], t),
+                                t->end - t->begin) != 0;
+    }
+    CHECK_EQ_I64(differ, 0);
+    dt_hfw_close(wo), dt_hfw_close(wg);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_adapter GOLDEN_DIR\n");
@@ -441,6 +491,7 @@ int main(int argc, char **argv) {
     merge_case("gpt2");
     merge_bf16_base();
     test_fingerprint();
+    test_bare_gpt2();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", TMP);
     if (!keep && system(cmd)) fprintf(stderr, "cannot remove %s\n", TMP);
