@@ -1,6 +1,6 @@
 # bash completion for dtrun (installed as share/bash-completion/completions/dtrun).
 # The flags are those of `dtrun --help`, `dtrun sample --help`, `dtrun calibrate --help`,
-# `dtrun tokenize --help`, `dtrun prepare --help`;
+# `dtrun tokenize --help`, `dtrun prepare --help`, `dtrun merge --help`;
 # tests/docs/test_install.sh checks each one.
 _dtrun() {
     local cur prev sub
@@ -16,9 +16,12 @@ _dtrun() {
     tokenize) flags="--tokenizer --decode --no-special --help" ;;
     prepare) flags="--tokenizer --out --format --chat-template --val-fraction --seed --shard-tokens --quiet
                     --no-progress --help" ;;
+    merge) flags="--base --adapter -o --max-shard-size --dtype --help" ;;
     esac
     case $prev in
-    --out|--data|--init) COMPREPLY=($(compgen -d -- "$cur")); return ;;
+    --out|--data|--init|--adapter) COMPREPLY=($(compgen -d -- "$cur")); return ;;
+    --base) [[ $sub == merge ]] && { COMPREPLY=($(compgen -d -- "$cur")); return; } ;;
+    --dtype) COMPREPLY=($(compgen -W "bf16 fp16 fp32" -- "$cur")); return ;;
     --format) COMPREPLY=($(compgen -W "text jsonl chat" -- "$cur")); return ;;
     --chat-template) COMPREPLY=($(compgen -W "chatml llama3" -- "$cur")); return ;;
     --trace|-o|--plan|--dump-logits|--tokenizer) COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -26,7 +29,7 @@ _dtrun() {
     if [[ $cur == -* ]]; then
         COMPREPLY=($(compgen -W "$flags" -- "$cur"))
     elif [[ $COMP_CWORD -eq 1 ]]; then
-        COMPREPLY=($(compgen -W "sample calibrate tokenize prepare" -- "$cur"))
+        COMPREPLY=($(compgen -W "sample calibrate tokenize prepare merge" -- "$cur"))
         COMPREPLY+=($(compgen -f -- "$cur"))
     else
         COMPREPLY=($(compgen -f -- "$cur"))

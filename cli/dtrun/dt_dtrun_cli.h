@@ -46,4 +46,8 @@ int dt_cmd_sample(int argc, char **argv);
  * shards with a train/val split (prepare.c, docs/data.md). */
 int dt_cmd_prepare(int argc, char **argv);
 
+/* `merge`: a LoRA adapter in PEFT's format merged into its base model, written as a Hugging
+ * Face model directory (merge.c, docs/finetune.md "Merging an adapter"). */
+int dt_cmd_merge(int argc, char **argv);
+
 #endif

@@ -50,6 +50,8 @@ static void usage(FILE *f) {
             "       dtrun calibrate --device cuda -o PROFILE.json [--base PROFILE] [--gpu N] [--name NAME]\n"
             "       dtrun tokenize --tokenizer TOKENIZER.json|.model [--decode] [--no-special]  (stdin -> ids per line)\n"
             "       dtrun prepare --tokenizer TOKENIZER --out DIR INPUT...  (text, JSONL -> token shards; see prepare --help)\n"
+            "       dtrun merge --base HFDIR --adapter DIR -o OUTDIR [--max-shard-size 5GB] [--dtype bf16|fp16|fp32]\n"
+            "                   (a PEFT LoRA adapter merged into its base: a Hugging Face model directory)\n"
             "\n"
             "Trains the plan's model exactly as planned (ZeRO stage, offload, cpu or cuda device),\n"
             "one process per rank: alone, a plan with world_size > 1 starts its ranks itself\n"
@@ -353,6 +355,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "sample") == 0) return dt_cmd_sample(argc - 1, argv + 1);
     if (strcmp(argv[1], "tokenize") == 0) return dt_cmd_tokenize(argc - 1, argv + 1);
     if (strcmp(argv[1], "prepare") == 0) return dt_cmd_prepare(argc - 1, argv + 1);
+    if (strcmp(argv[1], "merge") == 0) return dt_cmd_merge(argc - 1, argv + 1);
     if (strcmp(argv[1], "calibrate") == 0) {
         /* `dtplan calibrate` execs this binary with argv[0] = "dtplan" */
         const char *base = strrchr(argv[0], '/');

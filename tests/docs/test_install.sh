@@ -76,11 +76,12 @@ for c in estimate solve show export simulate report calibrate; do
     check_flags "dtplan $c" "$CD/dtplan" "dtplan $c" "" "$P/bin/dtplan" "$c"
 done
 check_flags "dtplan compare" "$CD/dtplan" "dtplan compare" "--trace" "$P/bin/dtplan" compare
-# dtrun --help also shows the usage of sample, calibrate and tokenize, whose flags complete after them
-check_flags "dtrun" "$CD/dtrun" "dtrun" "--prompt --tokens --seed --temperature --dump-logits -o --plan --no-mpi --device --base --gpu --name --tokenizer --decode --no-special" \
+# dtrun --help also shows the usage of sample, calibrate, tokenize and merge, whose flags complete after them
+check_flags "dtrun" "$CD/dtrun" "dtrun" "--prompt --tokens --seed --temperature --dump-logits -o --plan --no-mpi --device --base --gpu --name --tokenizer --decode --no-special --adapter --max-shard-size --dtype" \
     "$P/bin/dtrun"
 check_flags "dtrun sample" "$CD/dtrun" "dtrun sample" "--out" "$P/bin/dtrun" sample
 check_flags "dtrun calibrate" "$CD/dtrun" "dtrun calibrate" "" "$P/bin/dtrun" calibrate
 check_flags "dtrun tokenize" "$CD/dtrun" "dtrun tokenize" "" "$P/bin/dtrun" tokenize
+check_flags "dtrun merge" "$CD/dtrun" "dtrun merge" "" "$P/bin/dtrun" merge
 
 [ "$fails" -eq 0 ] && echo "install: all checks passed" || { echo "install: $fails failed"; exit 1; }
