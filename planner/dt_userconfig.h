@@ -71,6 +71,8 @@ typedef struct dt_usercfg {
     double warmup_ratio;             /* -1 absent */
     int schedule;                    /* dt_sched_kind, -1 absent */
     int64_t save_steps;              /* 0 absent */
+    char dataset[DT_PATH_MAX];       /* LLaMA-Factory's one dataset name, or hf train_file ("" none / several) */
+    char dataset_dir[DT_PATH_MAX];   /* LLaMA-Factory dataset_dir ("" absent: its default "data") */
     char stage[16];                  /* LLaMA-Factory stage ("" absent: sft) */
     char finetuning_type[16];        /* "" absent: LLaMA-Factory's default is lora */
     int quantization_bit;            /* 4 | 8, 0 absent */

@@ -180,7 +180,7 @@ typedef enum {
     F_MODEL, F_MICRO, F_ACCUM, F_TOTAL_BATCH, F_SEQ, F_BF16, F_FP16, F_PURE_BF16, F_MIXED, F_USE_MIXED,
     F_GC, F_NO_GC, F_FLASH, F_DEEPSPEED, F_STRATEGY, F_LR, F_WD, F_B1, F_B2, F_EPS, F_CLIP, F_MAX_STEPS,
     F_WARMUP_STEPS, F_WARMUP_RATIO, F_SCHED, F_SAVE_STEPS, F_STAGE, F_FT_TYPE, F_OPTIM, F_DATALOADER,
-    F_EPOCHS,
+    F_EPOCHS, F_DATASET, F_DATASET_DIR, F_TRAIN_FILE,
     F_FTKEY          /* a fine-tuning key: read now, its meaning set once finetuning_type is known */
 } kfield;
 
@@ -307,6 +307,13 @@ static const key_rule k_hf[] = {
                                            "memory; not modelled"},
 };
 
+/* transformers' examples/pytorch/language-modeling/run_clm.py DataTrainingArguments: the data
+ * files a Trainer script reads (TrainingArguments has none); read in the hf format only. */
+static const key_rule k_hf_data[] = {
+    {"train_file", T_STR, F_TRAIN_FILE, NULL},
+    {"validation_file", T_STR, F_NONE, NE_EVAL},
+};
+
 /* LLaMA-Factory's own arguments (src/llamafactory/hparams/{model,data,finetuning,generating}_args.py). */
 static const key_rule k_lf[] = {
     {"model_name_or_path", T_STR, F_MODEL, NULL},
@@ -318,10 +325,9 @@ static const key_rule k_lf[] = {
     {"flash_attn", T_STR, F_FLASH, NULL},
     {"disable_gradient_checkpointing", T_BOOL, F_NO_GC, NULL},
     {"template", T_STR, F_NONE, "formats the conversations; every sequence is planned at cutoff_len tokens"},
-    {"dataset", T_ANY, F_NONE, "names LLaMA-Factory's datasets; the plan's data comes from --data (a dtrun "
-                               "prepare output)"},
+    {"dataset", T_ANY, F_DATASET, NULL},
     {"eval_dataset", T_ANY, F_NONE, NE_EVAL},
-    {"dataset_dir", T_STR, F_NONE, NE_DATA},
+    {"dataset_dir", T_STR, F_DATASET_DIR, NULL},
     {"media_dir", T_STR, F_NONE, NE_DATA},
     {"packing", T_BOOL, F_NONE, "every sequence is planned at cutoff_len tokens, what packing gives (without it, "
                                 "the upper bound)"},
@@ -734,6 +740,22 @@ static int apply_rule(reader *r, const key_rule *k, const char *key, int line, y
     }
     case F_OPTIM: return read_optim(r, key, line, v->s, err);
     case F_DATALOADER: return read_dataloader(r, key, line, node, err);
+    case F_DATASET:
+        /* one dataset: DATASET_DIR/NAME may be its dtrun prepare output (the CLI looks) */
+        if (v->t == V_STR && *v->s && !strchr(v->s, ',')) {
+            snprintf(c->dataset, sizeof c->dataset, "%s", v->s);
+            return note_key(r, key, DT_UKEY_USED, line, "the plan's data when dataset_dir/%s is a dtrun prepare "
+                            "output (else none: give --data)", v->s);
+        }
+        return note_key(r, key, DT_UKEY_NO_EFFECT, line, "several datasets: the plan names no data (prepare them into "
+                        "one dtrun prepare output and give --data DIR)");
+    case F_DATASET_DIR:
+        snprintf(c->dataset_dir, sizeof c->dataset_dir, "%s", v->s);
+        return note_key(r, key, DT_UKEY_USED, line, "where dataset's dtrun prepare output is looked for");
+    case F_TRAIN_FILE:
+        snprintf(c->dataset, sizeof c->dataset, "%s", v->s);
+        return note_key(r, key, DT_UKEY_USED, line, "the plan's data when it is a dtrun prepare output (else none: "
+                        "give --data)");
     case F_EPOCHS:
         if (!(num_of(v) > 0) || !isfinite(num_of(v)))
             return dt_errorf(err, DT_EINVAL, "%s:%d: '%s' must be a positive number", r->file, line, key);
@@ -1120,8 +1142,10 @@ static int read_root(reader *r, yaml_node_t *root, dt_error *err) {
     } else {
         const key_rule *tables[] = {k_lf, k_hf};
         const size_t sizes[] = {N_OF(k_lf), N_OF(k_hf)};
+        const key_rule *hf_tables[] = {k_hf, k_hf_data};
+        const size_t hf_sizes[] = {N_OF(k_hf), N_OF(k_hf_data)};
         rc = c->format == DT_UCFG_LLAMAFACTORY ? read_map(r, root, NULL, tables, sizes, 2, err)
-                                               : read_map(r, root, NULL, tables + 1, sizes + 1, 1, err);
+                                               : read_map(r, root, NULL, hf_tables, hf_sizes, 2, err);
     }
     if (rc) return rc;
     return finish(r, err, r->bf16, r->fp16, r->pure);

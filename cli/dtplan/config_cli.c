@@ -21,6 +21,7 @@
 #define CFG_MAX_ARGS 96
 #define GIB 1073741824.0
 #define CFG_MAX_STEPS 1099511627776.0   /* dtplan solve's bound on --steps (2^40) */
+#define DT_BYTE_VOCAB_IDS 256           /* the byte tokenizer's ids (common/plan.c BYTE_VOCAB) */
 
 /* What solve's hook needs after the command ran. */
 static struct {
@@ -90,8 +91,8 @@ static int config_stage(const dt_usercfg *c, const dt_model *m) {
 
 /* num_train_epochs as optimizer steps: epochs x the training tokens of --data (a dtrun
  * prepare output) / (global batch x sequence), rounded up; 0 when either is unknown. */
-static int64_t epoch_steps(const dt_usercfg *c, int argc, char **argv, int64_t global, FILE *rep) {
-    const char *data = find_opt(argc, argv, "--data"), *seq_s = find_opt(argc, argv, "--seq");
+static int64_t epoch_steps(const dt_usercfg *c, int argc, char **argv, const char *data, int64_t global, FILE *rep) {
+    const char *seq_s = find_opt(argc, argv, "--seq");
     int64_t seq = seq_s ? atoll(seq_s) : c->seq_len;
     if (!(c->epochs > 0) || !data || global <= 0 || seq <= 0) {
         if (c->epochs > 0)
@@ -114,6 +115,28 @@ static int64_t epoch_steps(const dt_usercfg *c, int argc, char **argv, int64_t g
     fprintf(rep, "  num_train_epochs %g x %lld training tokens (%s) / (global batch %lld x %lld tokens) = %lld steps\n",
             c->epochs, (long long)tokens, data, (long long)global, (long long)seq, (long long)steps);
     return steps;
+}
+
+/* The training data the config names (docs/configs.md "Data"): LLaMA-Factory's one `dataset`
+ * as the dtrun prepare output DATASET_DIR/NAME (dataset_dir relative to the working directory,
+ * as LLaMA-Factory reads it; default "data"), or the hf format's train_file when it is one.
+ * Else NULL: the plan names no data, and the report says how to give it. path: n bytes. */
+static const char *config_data(const dt_usercfg *c, const dt_model *m, char *path, size_t n, FILE *rep) {
+    if (!c->dataset[0]) return NULL;
+    const char *dir = c->dataset_dir[0] ? c->dataset_dir : "data";
+    int w = c->format == DT_UCFG_LLAMAFACTORY ? snprintf(path, n, "%s/%s", dir, c->dataset)
+                                              : snprintf(path, n, "%s", c->dataset);
+    if (w < 0 || (size_t)w >= n) return NULL;   /* longer than any path the plan holds */
+    if (dt_prepared_is_output(path)) {
+        fprintf(rep, "  %s %s: the dtrun prepare output %s is the plan's data\n",
+                c->format == DT_UCFG_LLAMAFACTORY ? "dataset" : "train_file", c->dataset, path);
+        return path;
+    }
+    fprintf(rep, "  %s %s: %s holds no dtrun prepare output, so the plan names no training data%s: tokenize it with "
+                 "the model's tokenizer (dtrun prepare --tokenizer TOKENIZER --out %s FILE...) or give --data DIR\n",
+            c->format == DT_UCFG_LLAMAFACTORY ? "dataset" : "train_file", c->dataset, path,
+            m->vocab > DT_BYTE_VOCAB_IDS ? "" : " (the byte-level demo text is read instead)", path);
+    return NULL;
 }
 
 /* The config key an option of dt_model_pgroups' messages stands for (its line in the file). */
@@ -312,10 +335,13 @@ int dt_cli_config_expand(const char *cmd, int argc, char **argv, int *out_argc, 
         rc |= push_opt(&n, argc, argv, rep, "--attention", c->attention);
     if (rc || push_finetune(&n, argc, argv, rep, c, &m)) return 2;
     if (!strcmp(cmd, "solve")) {
+        char data_path[DT_PATH_MAX];
+        const char *data = find_opt(argc, argv, "--data");
+        if (!data && (data = config_data(c, &m, data_path, sizeof data_path, rep))) rc |= push_opt(&n, argc, argv, rep, "--data", data);
         if (g_cfg.cfg_global)
             snprintf(v, sizeof v, "%lld", (long long)g_cfg.cfg_global), rc |= push_opt(&n, argc, argv, rep, "--global-batch", v);
         if (c->lr > 0) snprintf(v, sizeof v, "%g", c->lr), rc |= push_opt(&n, argc, argv, rep, "--lr", v);
-        int64_t steps = c->max_steps ? c->max_steps : epoch_steps(c, argc, argv, g_cfg.cfg_global, rep);
+        int64_t steps = c->max_steps ? c->max_steps : epoch_steps(c, argc, argv, data, g_cfg.cfg_global, rep);
         if (steps) snprintf(v, sizeof v, "%lld", (long long)steps), rc |= push_opt(&n, argc, argv, rep, "--steps", v);
         int64_t warm = c->warmup_steps >= 0 ? c->warmup_steps
                        : c->warmup_ratio >= 0 && steps ? (int64_t)(c->warmup_ratio * (double)steps + 0.5) : -1;

@@ -263,5 +263,36 @@ sed -e "s|^model_name_or_path: .*|model_name_or_path: $T/localmodel|" -e 's/^cut
 ok local "$DTPLAN" estimate --config "$T/local.yaml" --gpus 8
 has local "model      localmodel"
 
+# The data a config names (issue 31): LLaMA-Factory's one dataset as the dtrun prepare output
+# DATASET_DIR/NAME, the hf format's train_file; else the plan names no data (a real vocabulary
+# reads no demo text) and the report says how to give it
+DTRUN=$2
+mkdir -p "$T/lfdata"
+"$DTRUN" prepare --tokenizer "$SRC/tests/tokenizer/data/qwen2-mini.json" --out "$T/lfdata/mysft" --format chat \
+  --chat-template chatml --val-fraction 0 --quiet "$SRC/tests/data/chat.jsonl" || bad "dtrun prepare exited $?"
+lfdata() {   # lfdata FILE DATASET DATASET_DIR
+    printf 'model_name_or_path: Qwen/Qwen2.5-0.5B\nstage: sft\nfinetuning_type: full\ndataset: %s\ndataset_dir: %s\ncutoff_len: 512\nper_device_train_batch_size: 2\nmax_steps: 10\nbf16: true\n' \
+        "$2" "$3" >"$1"
+}
+lfdata "$T/data.yaml" mysft "$T/lfdata"
+ok lf_data "$DTPLAN" solve --config "$T/data.yaml" --hardware A100-80GB --mem 80G -o "$T/data-plan.json"
+has lf_data "dataset mysft: the dtrun prepare output $T/lfdata/mysft is the plan's data"
+has lf_data "data: dtrun prepare output $T/lfdata/mysft:"
+[ "$(jq -r .data.train "$T/data-plan.json")" = "$T/lfdata/mysft/train" ] && [ "$(jq -r .data.format "$T/data-plan.json")" = llmc ] ||
+    bad "the config's dataset is not the plan's data: $(jq -c .data "$T/data-plan.json")"
+lfdata "$T/nodata.yaml" alpaca_en_demo "$T/lfdata"
+ok lf_nodata "$DTPLAN" solve --config "$T/nodata.yaml" --hardware A100-80GB --mem 80G -o "$T/nodata-plan.json"
+has lf_nodata "dataset alpaca_en_demo: $T/lfdata/alpaca_en_demo holds no dtrun prepare output, so the plan names no training data"
+has lf_nodata "data: none named: qwen2.5-0.5b has a 151936-token vocabulary"
+[ "$(jq -r '.data | has("train")' "$T/nodata-plan.json")" = false ] || bad "a plan without data names some: $(jq -c .data "$T/nodata-plan.json")"
+# --data on the command line wins over the config's dataset
+ok lf_data_cli "$DTPLAN" solve --config "$T/data.yaml" --hardware A100-80GB --mem 80G --data "$T/lfdata/mysft" -o "$T/cli-plan.json"
+[ "$(jq -r .data.train "$T/cli-plan.json")" = "$T/lfdata/mysft/train" ] || bad "--data with --config: $(jq -c .data "$T/cli-plan.json")"
+printf '{"train_file": "%s", "per_device_train_batch_size": 2, "max_steps": 10}\n' \
+    "$T/lfdata/mysft" >"$T/hfdata.json"
+ok hf_data "$DTPLAN" solve --config "$T/hfdata.json" --config-format hf --model qwen2.5-0.5b --hardware A100-80GB --mem 80G -o "$T/hf-plan.json"
+has hf_data "train_file $T/lfdata/mysft: the dtrun prepare output $T/lfdata/mysft is the plan's data"
+[ "$(jq -r .data.train "$T/hf-plan.json")" = "$T/lfdata/mysft/train" ] || bad "hf train_file: $(jq -c .data "$T/hf-plan.json")"
+
 [ $fails -eq 0 ] && echo "config_cli: all checks passed"
 exit $((fails > 0))
