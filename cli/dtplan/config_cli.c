@@ -236,6 +236,47 @@ static int push_finetune(int *n, int argc, char **argv, FILE *rep, const dt_user
     return rc;
 }
 
+/* The config's stage (rm, dpo) as the objective options (objopts.c), unless --objective is given. */
+static int push_objective(int *n, int argc, char **argv, FILE *rep, const dt_usercfg *c) {
+    const dt_objective *o = &c->objective;
+    if (o->kind == DT_OBJ_AUTO) return 0;
+    if (find_opt(argc, argv, "--objective")) {
+        fprintf(rep, "  stage %s from the config: the command line's --objective %s wins (with its own settings)\n",
+                c->stage, find_opt(argc, argv, "--objective"));
+        return 0;
+    }
+    char v[64];
+    int rc = push_opt(n, argc, argv, rep, "--objective", dt_obj_name(o->kind));
+    if (o->kind == DT_OBJ_RM) rc |= push_opt(n, argc, argv, rep, "--rm-head", dt_rm_head_name(o->rm_head));
+    if (o->kind == DT_OBJ_DPO) {
+        rc |= push_opt(n, argc, argv, rep, "--pref-loss", dt_pref_loss_name(o->pref_loss));
+        exact(o->pref_beta, v, sizeof v), rc |= push_opt(n, argc, argv, rep, "--pref-beta", v);
+    }
+    return rc;
+}
+
+/* dpo's ref_model must have the policy's shape (the plan's reference is a copy of the policy's
+ * architecture): resolved as model_name_or_path is, compared; one line FILE:LINE otherwise. */
+static int check_ref_model(const dt_usercfg *c, const dt_model *m) {
+    if (!c->ref_model[0]) return 0;
+    dt_model ref;
+    dt_error e;
+    char resolved[DT_PATH_MAX];
+    dt_error_clear(&e);
+    if (dt_usercfg_model(c->ref_model, &ref, resolved, sizeof resolved, &e))
+        return dt_cli_fail(2, "%s:%d: ref_model: %s (the plan needs the reference's shape)", c->path, c->ref_model_line,
+                           e.msg);
+    if (ref.n_layer != m->n_layer || ref.hidden != m->hidden || ref.vocab != m->vocab || ref.n_head != m->n_head ||
+        ref.n_kv_head != m->n_kv_head || dt_model_params(&ref) != dt_model_params(m))
+        return dt_cli_fail(2, "%s:%d: ref_model %s (%lld layers, hidden %lld, %lld parameters) is not shaped as the "
+                              "policy %s (%lld layers, hidden %lld, %lld): a reference of another architecture is not "
+                              "modelled; use the policy's own weights (remove ref_model) or a checkpoint of it",
+                           c->path, c->ref_model_line, c->ref_model, (long long)ref.n_layer, (long long)ref.hidden,
+                           (long long)dt_model_params(&ref), m->name, (long long)m->n_layer, (long long)m->hidden,
+                           (long long)dt_model_params(m));
+    return 0;
+}
+
 int dt_cli_config_expand(const char *cmd, int argc, char **argv, int *out_argc, char ***out_argv) {
     const char *path = find_opt(argc, argv, "--config"), *fmt_s = find_opt(argc, argv, "--config-format");
     const char *scaling = find_opt(argc, argv, "--lr-scaling");
@@ -308,6 +349,7 @@ int dt_cli_config_expand(const char *cmd, int argc, char **argv, int *out_argc, 
                                   "4-bit base under ZeRO-3; use quantization_bit: 4 or a ZeRO-2 config", path,
                                key_line(c, "quantization_bit"), c->deepspeed_written);
     }
+    if (!find_opt(argc, argv, "--objective") && check_ref_model(c, &m)) return 2;
     print_report(rep, c);
     if (c->model[0] && (cli_model || cli_params))
         fprintf(rep, "  model_name_or_path %s from the config: the command line's %s %s wins\n", c->model,
@@ -333,7 +375,7 @@ int dt_cli_config_expand(const char *cmd, int argc, char **argv, int *out_argc, 
     rc |= push_opt(&n, argc, argv, rep, "--runtime", "deepspeed");
     if (c->attention[0])
         rc |= push_opt(&n, argc, argv, rep, "--attention", c->attention);
-    if (rc || push_finetune(&n, argc, argv, rep, c, &m)) return 2;
+    if (rc || push_finetune(&n, argc, argv, rep, c, &m) || push_objective(&n, argc, argv, rep, c)) return 2;
     if (!strcmp(cmd, "solve")) {
         char data_path[DT_PATH_MAX];
         const char *data = find_opt(argc, argv, "--data");
