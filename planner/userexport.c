@@ -25,6 +25,7 @@ typedef struct {
     char text[DT_PATH_MAX];        /* as YAML writes it */
     double num;
     int only_if_absent;            /* defaults a file needs; never overwrite the user's */
+    const char *also;              /* a user's value that says the same as text (stage pt for sft) */
     int model;                     /* the model: equal when the user's name resolves to model_name */
     char model_name[64];
     const char *dflt;              /* a user's file without the key means this: not added */
@@ -183,7 +184,7 @@ static void objective_keys(const dt_plan *p, xlist *l, char *notes, size_t n) {
     const dt_objective *o = &p->objective;
     size_t used = strlen(notes);
     if (o->kind == DT_OBJ_AUTO) {
-        add_str(l, "stage", NULL, "sft")->only_if_absent = 1;
+        add_str(l, "stage", NULL, "sft")->also = "pt";   /* pt / sft by the data's mask; a user's dpo / rm is not */
         return;
     }
     add_str(l, "stage", NULL, dt_obj_name(o->kind));
@@ -424,6 +425,7 @@ static int plan_edit(yaml_document_t *d, yaml_node_t *root, const xkey *k, const
         v = map_get(d, v, "config_path", &kn);   /* the runbook's deepspeed: {config_path: ...} */
     }
     if (v && (k->only_if_absent || (v->type == YAML_SCALAR_NODE && same_value(v, k)))) return DT_OK;
+    if (v && k->also && v->type == YAML_SCALAR_NODE && !strcmp((const char *)v->data.scalar.value, k->also)) return DT_OK;
     if (!v && ((k->dflt && !strcmp(k->text, k->dflt)) || (k->alt && map_get(d, map, k->alt, NULL)))) return DT_OK;
     if (ed->n >= MAX_XKEYS) return dt_errorf(err, DT_EINTERNAL, "export: too many edits");
     char *val = render(k, json);

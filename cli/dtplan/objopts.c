@@ -225,9 +225,17 @@ void dt_obj_print_framework(const dt_plan *p, FILE *f) {
     const dt_objective *o = &p->objective;
     static const char *const lf_stage[] = {"pt", "pt", "sft", "rm", "dpo", "grpo", "ppo"};
     switch (o->kind) {
-    case DT_OBJ_DPO:
-        fprintf(f, "TRL DPOConfig: precompute_ref_log_probs=%s; LLaMA-Factory: stage: dpo\n",
-                o->precompute_ref ? "True" : "False");
+    case DT_OBJ_DPO:   /* TRL has sigmoid / hinge / ipo as loss_type; orpo, simpo are its ORPO / CPO trainers */
+        fprintf(f, "TRL DPOConfig: precompute_ref_log_probs=%s, beta=%g%s%s; LLaMA-Factory: stage: dpo, pref_loss: %s, "
+                "pref_beta: %g\n", o->precompute_ref ? "True" : "False", o->pref_beta,
+                o->pref_loss <= DT_PREF_IPO ? ", loss_type=" : "", o->pref_loss <= DT_PREF_IPO ? dt_pref_loss_name(o->pref_loss) : "",
+                dt_pref_loss_name(o->pref_loss), o->pref_beta);
+        break;
+    case DT_OBJ_RM:
+        fprintf(f, "%s; LLaMA-Factory: stage: rm%s\n",
+                o->rm_head == DT_RM_HEAD_VALUE ? "trl AutoModelForCausalLMWithValueHead (a value head on the causal LM)"
+                                               : "TRL RewardConfig (AutoModelForSequenceClassification, num_labels=1)",
+                o->rm_head == DT_RM_HEAD_VALUE ? "" : " (which trains a value head instead: plan --rm-head value)");
         break;
     case DT_OBJ_GRPO:
         fprintf(f, "TRL GRPOConfig: num_generations=%" PRId64 ", max_completion_length=%" PRId64 ", beta=%g%s\n",

@@ -20,6 +20,7 @@
 
 #include "dt_dtrun_cli.h"
 #include "dt_ckpt.h"
+#include "dt_cli_prepared.h"
 #include "dt_comm.h"
 #include "dt_data.h"
 #include "dt_file.h"
@@ -28,7 +29,6 @@
 #include "dt_launch.h"
 #include "dt_plan.h"
 #include "dt_rendezvous.h"
-#include "dt_cli_prepared.h"
 #include "dt_rundir.h"
 #include "dt_timemodel.h"
 #include "dt_train.h"

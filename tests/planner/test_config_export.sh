@@ -183,6 +183,12 @@ diff mydpo.yaml mydpo2.yaml >md.diff
 grep -q '^> stage: dpo$\|^> pref_beta: 0.25$' md.diff && grep -q '^> pref_beta: 0.25$' md.diff || bad "dpo on the sft file: $(cat md.diff)"
 "$DTPLAN" estimate --json --config mydpo2.yaml --gpus 8 >md.got 2>md.err || bad "mydpo2 read back: $(tail -1 md.err)"
 cmp -s dpo_full.want md.got || bad "dpo on the user's file: round trip differs: $(diff dpo_full.want md.got | head -4)"
+# ... and an sft plan on the user's dpo file says stage: sft (pt / sft files keep theirs)
+"$DTPLAN" export --llamafactory p1.json -o mysft.yaml --config mydpo2.yaml >ms.log 2>&1 || bad "export sft on dpo file: $(cat ms.log)"
+grep -q '^stage: sft$' mysft.yaml || bad "an sft plan on a dpo file: $(grep stage mysft.yaml)"
+sed -e 's/^stage: sft/stage: pt/' "$C/lf_qwen25_full_ds3.yaml" >mypt.yaml
+"$DTPLAN" export --llamafactory p1.json -o mypt2.yaml --config mypt.yaml >mp.log 2>&1 || bad "export on pt file: $(cat mp.log)"
+grep -q '^stage: pt$' mypt2.yaml || bad "a pt file's stage changed: $(grep stage mypt2.yaml)"
 # ppo / grpo plans have no LLaMA-Factory stage: one line, nothing written
 "$DTPLAN" solve --model qwen2.5-7b --gpus 8 --mem 80G --objective grpo --runtime deepspeed -o grpo.json >/dev/null 2>&1 || bad "plan grpo"
 "$DTPLAN" export --llamafactory grpo.json -o grpo.yaml >grpo.out 2>grpo.err; rc=$?
