@@ -82,6 +82,7 @@ static void memory_terms(const dt_plan *p, dt_obj_kind k, dt_obj_terms *t) {
      * PEFT model, null_ref_context; GRPOTrainer: disable_adapter; LLaMA-Factory create_ref_model
      * returns None for lora) */
     int ref = (k == DT_OBJ_DPO && !o->precompute_ref && !dt_pref_loss_ref_free(o->pref_loss)) || (k == DT_OBJ_GRPO && o->kl_coef > 0.0) || k == DT_OBJ_PPO;
+    t->ref_fwd = ref;   /* a LoRA policy still runs the reference forward, adapters off */
     if (dt_ft_is_lora(&p->finetune)) ref = 0;
     t->ref_held = ref;
     t->split = k == DT_OBJ_PPO && o->placement == DT_PLACE_SPLIT;
@@ -160,9 +161,10 @@ int dt_objplan_time(const dt_plan *p, dt_obj_terms *out, dt_error *err) {
     double bwd = 0.0, fwd = forward_s(q, err, &bwd);
     if (fwd < 0) return err->code;
     const double A = (double)p->batch.grad_accum;
-    /* the reference's log-probs: one forward per micro-batch under no_grad; ppo: reference,
+    /* the reference's log-probs: one forward per micro-batch under no_grad (also for a LoRA
+     * policy, whose reference is itself with the adapters disabled); ppo: reference,
      * reward and the critic's values over the rollout (DeepSpeed-Chat generate_experience) */
-    const int fwds = (out->ref_held ? 1 : 0) + (k == DT_OBJ_PPO ? 2 : 0);
+    const int fwds = (out->ref_fwd ? 1 : 0) + (k == DT_OBJ_PPO ? 2 : 0);
     out->ref_fwd_s = (double)fwds * fwd * A;
     if (k == DT_OBJ_PPO) out->critic_s = out->critic_ratio * (fwd + bwd) * A;
     if (dt_obj_generates(k)) generation_time(p, out);
