@@ -8,7 +8,8 @@
 # A user's LLaMA-Factory file names them; `dtplan solve --config` plans a global batch of 8 on
 # 2 ranks (DDP: --stages 0), and the plan is also run as micro-batch 1 x accumulation 4; each
 # plan is exported onto the user's file and run with `llamafactory-cli train` (FORCE_TORCHRUN=1,
-# 2 processes, gloo). Compared with the plan: the Trainer's "Instantaneous batch size per
+# 2 processes, gloo); a stage: dpo file on chosen / rejected pairs is planned and run the same way.
+# Compared with the plan: the Trainer's "Instantaneous batch size per
 # device", "Gradient Accumulation steps", "Total train batch size (w. parallel, distributed &
 # accumulation)", "Total optimization steps", world size, trainer_state.json's global_step and
 # every logged learning_rate against Hugging Face's cosine-with-warmup schedule of the plan's lr,
@@ -72,7 +73,13 @@ for _ in range(64):
     a, b = random.randint(1, 50), random.randint(1, 50)
     rows.append({"instruction": f"What is {a} plus {b}?", "input": "", "output": f"{a} plus {b} is {a + b}."})
 json.dump(rows, open("data/tiny.json", "w"), indent=1)
-json.dump({"tiny": {"file_name": "tiny.json"}}, open("data/dataset_info.json", "w"), indent=1)
+pairs = [{"instruction": r["instruction"], "input": "", "chosen": r["output"],
+          "rejected": r["output"].replace(" is ", " is not ")} for r in rows]
+json.dump(pairs, open("data/pairs.json", "w"), indent=1)
+json.dump({"tiny": {"file_name": "tiny.json"},
+           "pairs": {"file_name": "pairs.json", "ranking": True,
+                     "columns": {"prompt": "instruction", "query": "input", "chosen": "chosen", "rejected": "rejected"}}},
+          open("data/dataset_info.json", "w"), indent=1)
 PY
 cat >user.yaml <<EOF
 ### model
@@ -105,6 +112,10 @@ ddp_timeout: 600
 EOF
 echo "dtplan solve --config user.yaml --hardware A100-80GB --gpus 2 --mem 80G --global-batch 8 --stages 0 -o plan_a.json"
 "$D" solve --config user.yaml --hardware A100-80GB --gpus 2 --mem 80G --global-batch 8 --stages 0 -o plan_a.json >solve.log
+# stage dpo on the pairs (LLaMA-Factory's full-parameter DPO: a frozen reference copy)
+sed -e 's/^stage: sft/stage: dpo/' -e 's/^dataset: tiny/dataset: pairs/' user.yaml >user_d.yaml
+printf 'pref_beta: 0.1\npref_loss: sigmoid\n' >>user_d.yaml
+"$D" solve --config user_d.yaml --hardware A100-80GB --gpus 2 --mem 80G --global-batch 8 --stages 0 -o plan_d.json >solve_d.log
 # the same plan as micro-batch 1 x accumulation 4 (the batch triple edited, then validated by export)
 python3 - <<'PY'
 import json
@@ -114,9 +125,11 @@ json.dump(p, open("plan_b.json", "w"), indent=2)
 PY
 
 fails=0
-for c in a b; do
-    "$D" export --llamafactory plan_$c.json -o lf_$c.yaml --config user.yaml >export_$c.log
-    echo "== plan_$c: $(diff user.yaml lf_$c.yaml | grep '^>' | tr '\n' ' ')"
+for c in a b d; do
+    u=user.yaml fall=1
+    [ $c = d ] && u=user_d.yaml fall=0   # DPO's loss on a random tiny model need not fall in 6 steps
+    "$D" export --llamafactory plan_$c.json -o lf_$c.yaml --config $u >export_$c.log
+    echo "== plan_$c ($(grep '^stage:' lf_$c.yaml)): $(diff $u lf_$c.yaml | grep '^>' | tr '\n' ' ')"
     rm -rf out
     if ! PATH=$T/shim:$PATH ACCELERATE_USE_CPU=true CUDA_VISIBLE_DEVICES= DISABLE_VERSION_CHECK=1 FORCE_TORCHRUN=1 \
         NNODES=1 NPROC_PER_NODE=2 NODE_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((29540 + RANDOM % 400)) \
@@ -126,9 +139,10 @@ for c in a b; do
         fails=$((fails + 1))
         continue
     fi
-    python3 - plan_$c.json run_$c.log out/trainer_state.json <<'PY' || fails=$((fails + 1))
+    python3 - plan_$c.json run_$c.log out/trainer_state.json $fall <<'PY' || fails=$((fails + 1))
 import json, math, re, sys
 plan, log, state = json.load(open(sys.argv[1])), open(sys.argv[2]).read(), json.load(open(sys.argv[3]))
+must_fall = sys.argv[4] == "1"
 b, s, lr = plan["batch"], plan["schedule"], plan["optimizer"]["lr"]
 def logged(label):
     v = set(re.findall(re.escape(label) + r" = (\d+)", log))
@@ -149,16 +163,16 @@ hist = [h for h in state["log_history"] if "learning_rate" in h]
 lr_err = max(abs(h["learning_rate"] - hf_cosine(h["step"] - 1)) for h in hist) if hist else None
 losses = [h["loss"] for h in hist]
 ok = all(p == l for _, p, l in rows) and lr_err is not None and lr_err <= 1e-12 * lr and len(hist) == N \
-     and losses[-1] < losses[0]
+     and (losses[-1] < losses[0] or not must_fall)
 for name, p, l in rows:
     print(f"  {name:28s} plan {p!s:>6}  LLaMA-Factory {l!s:>6}  {'ok' if p == l else 'DIFFERS'}")
 lrs = ", ".join("%.6g" % h["learning_rate"] for h in hist)
 print(f"  learning rate, {len(hist)} logged steps: max |LLaMA-Factory - HF cosine(plan lr {lr:g}, warmup {W}, "
       f"steps {N})| = {lr_err:.3g}  ({lrs})")
-print(f"  loss {losses[0]:.4f} -> {losses[-1]:.4f}")
+print(f"  loss {losses[0]:.4f} -> {losses[-1]:.4f}" + ("" if must_fall else " (not required to fall)"))
 print("  " + ("ok" if ok else "FAIL"))
 sys.exit(0 if ok else 1)
 PY
 done
-[ "$fails" -eq 0 ] && echo "LLaMA-Factory trained both exported plans as planned" || echo "FAIL: $fails case(s)"
+[ "$fails" -eq 0 ] && echo "LLaMA-Factory trained the three exported plans as planned" || echo "FAIL: $fails case(s)"
 exit $((fails > 0))
