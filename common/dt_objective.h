@@ -29,6 +29,22 @@ typedef enum {
  * frozen models on separate GPU groups (OpenRLHF / verl without colocation). */
 typedef enum { DT_PLACE_COLOCATED = 0, DT_PLACE_SPLIT = 1 } dt_placement;
 
+/* dpo: the preference loss (LLaMA-Factory pref_loss; TRL DPOConfig loss_type for the first
+ * four). orpo and simpo need no reference model (LLaMA-Factory finetuning_args.py:
+ * use_ref_model = stage == "dpo" and pref_loss not in ["orpo", "simpo"]). */
+typedef enum {
+    DT_PREF_SIGMOID = 0, DT_PREF_HINGE = 1, DT_PREF_IPO = 2, DT_PREF_KTO_PAIR = 3, DT_PREF_ORPO = 4, DT_PREF_SIMPO = 5
+} dt_pref_loss;
+#define DT_PREF_COUNT 6
+/* LLaMA-Factory pref_beta / TRL DPOConfig beta default */
+#define DT_OBJ_DEFAULT_PREF_BETA 0.1
+
+/* rm: the reward model's head. score: a sequence classifier's h -> 1 head in place of the LM
+ * head (TRL RewardTrainer, AutoModelForSequenceClassification); value: a value head (h -> 1,
+ * with bias) on the causal LM, whose LM head and logits stay (LLaMA-Factory's rm stage: trl
+ * AutoModelForCausalLMWithValueHead). */
+typedef enum { DT_RM_HEAD_SCORE = 0, DT_RM_HEAD_VALUE = 1 } dt_rm_head;
+
 /* TRL GRPOConfig defaults (trl 1.16 trainer/grpo_config.py): num_generations 8,
  * max_completion_length 512, beta 0.0 (no reference loaded). */
 #define DT_OBJ_DEFAULT_GENERATIONS 8
@@ -52,6 +68,11 @@ typedef struct dt_objective {
      * gpu_memory_utilization; 0 = generation in the training engine) */
     dt_placement placement;
     double gen_mem_fraction;
+    /* dpo: the loss and its beta (no effect on memory or time, except that orpo / simpo hold
+     * no reference); rm: the head */
+    dt_pref_loss pref_loss;
+    double pref_beta;
+    dt_rm_head rm_head;
 } dt_objective;
 
 const char *dt_obj_name(dt_obj_kind k);   /* "auto" | "pt" | "sft" | "rm" | "dpo" | "grpo" | "ppo" */
@@ -59,8 +80,15 @@ const char *dt_obj_name(dt_obj_kind k);   /* "auto" | "pt" | "sft" | "rm" | "dpo
 int dt_obj_parse(const char *s, dt_obj_kind *out, dt_error *err);
 /* The objective a plan runs: kind, or for DT_OBJ_AUTO sft when the data is masked, else pt. */
 dt_obj_kind dt_obj_effective(const dt_objective *o, int loss_mask);
+const char *dt_pref_loss_name(dt_pref_loss l);   /* "sigmoid" | "hinge" | ... as LLaMA-Factory spells them */
+int dt_pref_loss_parse(const char *s, dt_pref_loss *out, dt_error *err);
+/* 1: a dpo loss that needs no reference model (orpo, simpo). */
+int dt_pref_loss_ref_free(dt_pref_loss l);
+const char *dt_rm_head_name(dt_rm_head h);          /* "score" | "value" */
+int dt_rm_head_parse(const char *s, dt_rm_head *out, dt_error *err);
 /* Defaults for kind k: grpo G 8, completion 512, beta 0; ppo 1 generation, completion 512,
- * beta 0.05 (TRL PPOConfig kl_coef); the rest zero. */
+ * beta 0.05 (TRL PPOConfig kl_coef); dpo loss sigmoid, pref_beta 0.1; rm score head; the rest
+ * zero. */
 void dt_objective_defaults(dt_obj_kind k, dt_objective *out);
 /* 1: pairs (rm, dpo) — two sequences per example in one batch. */
 int dt_obj_pairs(dt_obj_kind k);

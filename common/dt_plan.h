@@ -161,7 +161,8 @@ typedef struct dt_schedule {
 } dt_schedule;
 
 typedef struct dt_data {
-    char train[DT_PATH_MAX];   /* directory of text files or llm.c shards, or one file */
+    char train[DT_PATH_MAX];   /* directory of text files or llm.c shards, or one file;
+                                * "" = none named (dtrun needs --data) */
     char valid[DT_PATH_MAX];   /* "" = split off valid_fraction of train */
     char format[16];           /* "text" (byte tokenizer) | "llmc" (uint16 token shards) */
     char tokenizer[16];        /* "byte" */
@@ -244,6 +245,13 @@ typedef struct dt_plan {
  * flash attention, AdamW (lr 2e-4 betas 0.9/0.999 eps 1e-8 wd 0.01, clip 1.0:
  * docs/plan-format.md "optimizer"), WarmupLR. */
 void dt_plan_defaults(dt_plan *p);
+
+/* dt_plan_defaults' data.train is the byte-level demo text (Debian's fortunes), which only
+ * the byte-level test models read (vocab 256: the byte tokenizer's ids). Called once
+ * p->model is set: a model with a real vocabulary (vocab > 256) reads no demo text, so
+ * data.train becomes "" (the plan names no training data until --data, a config or a
+ * dtrun prepare output names it; dtrun then asks for --data). Any other data.train stays. */
+void dt_plan_drop_demo_data(dt_plan *p);
 
 /* Consistency: world == nodes * gpus_per_node, batch triple (DeepSpeed's wording
  * on mismatch), stage/offload combinations DeepSpeed allows, ckpt_layers <= L. */

@@ -4,12 +4,35 @@
 #include "dt_objective_json.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <string.h>
 
 static const char *const k_names[DT_OBJ_COUNT] = {"auto", "pt", "sft", "rm", "dpo", "grpo", "ppo"};
 static const char *const k_place[2] = {"colocated", "split"};
 /* TRL PPOConfig kl_coef (trl experimental/ppo/ppo_config.py: 0.05). */
 #define PPO_DEFAULT_KL 0.05
+
+static const char *const k_pref[DT_PREF_COUNT] = {"sigmoid", "hinge", "ipo", "kto_pair", "orpo", "simpo"};
+static const char *const k_head[2] = {"score", "value"};
+
+const char *dt_pref_loss_name(dt_pref_loss l) { return (int)l >= 0 && l < DT_PREF_COUNT ? k_pref[l] : "?"; }
+
+int dt_pref_loss_parse(const char *s, dt_pref_loss *out, dt_error *err) {
+    for (int i = 0; i < DT_PREF_COUNT; i++)
+        if (!strcmp(s, k_pref[i])) return *out = (dt_pref_loss)i, DT_OK;
+    return dt_errorf(err, DT_EINVAL, "'%s' is not a dpo loss (sigmoid, hinge, ipo, kto_pair, orpo or simpo)", s);
+}
+
+int dt_pref_loss_ref_free(dt_pref_loss l) { return l == DT_PREF_ORPO || l == DT_PREF_SIMPO; }
+
+const char *dt_rm_head_name(dt_rm_head h) { return (int)h >= 0 && h < 2 ? k_head[h] : "?"; }
+
+int dt_rm_head_parse(const char *s, dt_rm_head *out, dt_error *err) {
+    for (int i = 0; i < 2; i++)
+        if (!strcmp(s, k_head[i])) return *out = (dt_rm_head)i, DT_OK;
+    return dt_errorf(err, DT_EINVAL, "'%s' is not an rm head (score: a sequence classifier; value: a value "
+                     "head on the causal LM, LLaMA-Factory's)", s);
+}
 
 const char *dt_obj_name(dt_obj_kind k) { return (int)k >= 0 && k < DT_OBJ_COUNT ? k_names[k] : "?"; }
 
@@ -29,6 +52,7 @@ void dt_objective_defaults(dt_obj_kind k, dt_objective *out) {
     out->kind = k;
     if (k == DT_OBJ_GRPO) out->num_generations = DT_OBJ_DEFAULT_GENERATIONS;
     if (k == DT_OBJ_PPO) out->num_generations = 1, out->kl_coef = PPO_DEFAULT_KL;
+    if (k == DT_OBJ_DPO) out->pref_beta = DT_OBJ_DEFAULT_PREF_BETA;
     if (dt_obj_generates(k)) out->completion_len = DT_OBJ_DEFAULT_COMPLETION;
 }
 
@@ -42,6 +66,20 @@ int dt_objective_check(const dt_objective *o, int64_t seq_len, int64_t rollout_b
     if (o->precompute_ref && o->kind != DT_OBJ_DPO)
         return dt_errorf(err, DT_EINVAL, "%s: precompute-ref is a dpo setting; %s computes its reference log-probs "
                          "inside the step (drop it, or use --objective dpo)", where, name);
+    if (o->kind != DT_OBJ_DPO && (o->pref_loss != DT_PREF_SIGMOID || o->pref_beta != 0.0))
+        return dt_errorf(err, DT_EINVAL, "%s: pref-loss and pref-beta are dpo settings, not %s's (drop them, or use "
+                         "--objective dpo)", where, name);
+    if ((int)o->pref_loss < 0 || o->pref_loss >= DT_PREF_COUNT || !(o->pref_beta >= 0.0) || !isfinite(o->pref_beta))
+        return dt_errorf(err, DT_EINVAL, "%s: pref-loss must be one of sigmoid, hinge, ipo, kto_pair, orpo, simpo and "
+                         "pref-beta a number >= 0", where);
+    if (o->precompute_ref && dt_pref_loss_ref_free(o->pref_loss))
+        return dt_errorf(err, DT_EINVAL, "%s: precompute-ref with pref-loss %s, which uses no reference (drop "
+                         "--precompute-ref)", where, dt_pref_loss_name(o->pref_loss));
+    if (o->kind != DT_OBJ_RM && o->rm_head != DT_RM_HEAD_SCORE)
+        return dt_errorf(err, DT_EINVAL, "%s: rm-head is an rm setting, not %s's (drop it, or use --objective rm)",
+                         where, name);
+    if ((int)o->rm_head < 0 || o->rm_head > DT_RM_HEAD_VALUE)
+        return dt_errorf(err, DT_EINVAL, "%s: rm-head must be score or value", where);
     const int gen = dt_obj_generates(o->kind);
     if (!gen && (o->num_generations || o->completion_len || o->gen_batch || o->kl_coef != 0.0))
         return dt_errorf(err, DT_EINVAL, "%s: num-generations, max-completion-length, kl-coef and gen-batch are "
@@ -72,7 +110,12 @@ void dt_objective_write_json(cJSON *root, const dt_objective *o) {
     cJSON *j = cJSON_AddObjectToObject(root, "objective");
     if (!j) return;
     cJSON_AddStringToObject(j, "kind", k_names[o->kind]);
-    if (o->kind == DT_OBJ_DPO) cJSON_AddBoolToObject(j, "precompute_ref", o->precompute_ref != 0);
+    if (o->kind == DT_OBJ_DPO) {
+        cJSON_AddBoolToObject(j, "precompute_ref", o->precompute_ref != 0);
+        cJSON_AddStringToObject(j, "pref_loss", k_pref[o->pref_loss]);
+        cJSON_AddNumberToObject(j, "pref_beta", o->pref_beta);
+    }
+    if (o->kind == DT_OBJ_RM) cJSON_AddStringToObject(j, "rm_head", k_head[o->rm_head]);
     if (!dt_obj_generates(o->kind)) return;
     cJSON_AddNumberToObject(j, "num_generations", (double)o->num_generations);
     cJSON_AddNumberToObject(j, "max_completion_length", (double)o->completion_len);
@@ -93,7 +136,17 @@ void dt_objective_read_json(dt_jobj *root, dt_objective *o, dt_error *err) {
     if (!j.failed && o->kind == DT_OBJ_AUTO)
         j.failed = dt_errorf(err, DT_EINVAL, "$.objective.kind: \"auto\" plans carry no objective section (delete "
                              "it, or name pt, sft, rm, dpo, grpo or ppo)");
-    if (!j.failed && o->kind == DT_OBJ_DPO) dt_jobj_bool(&j, "precompute_ref", &o->precompute_ref, err);
+    if (!j.failed && o->kind == DT_OBJ_DPO) {
+        dt_jobj_bool(&j, "precompute_ref", &o->precompute_ref, err);
+        /* optional (plans before them: sigmoid, 0.1) */
+        o->pref_beta = DT_OBJ_DEFAULT_PREF_BETA;
+        if (!j.failed && dt_jobj_has(&j, "pref_loss") && !dt_jobj_enum(&j, "pref_loss", k_pref, DT_PREF_COUNT, &v, err))
+            o->pref_loss = (dt_pref_loss)v;
+        if (!j.failed && dt_jobj_has(&j, "pref_beta")) dt_jobj_num(&j, "pref_beta", DT_JNUM_NONNEG, &o->pref_beta, err);
+    }
+    if (!j.failed && o->kind == DT_OBJ_RM && dt_jobj_has(&j, "rm_head") &&   /* optional: score */
+        !dt_jobj_enum(&j, "rm_head", k_head, 2, &v, err))
+        o->rm_head = (dt_rm_head)v;
     if (!j.failed && dt_obj_generates(o->kind)) {
         dt_jobj_int(&j, "num_generations", 1, INT32_MAX, &o->num_generations, err);
         dt_jobj_int(&j, "max_completion_length", 1, INT32_MAX, &o->completion_len, err);

@@ -202,6 +202,10 @@ void dt_plan_defaults(dt_plan *p) {
     p->output.keep_last = DEFAULT_KEEP_LAST;
 }
 
+void dt_plan_drop_demo_data(dt_plan *p) {
+    if (p->model.vocab > BYTE_VOCAB && !strcmp(p->data.train, DEFAULT_TRAIN_DATA)) p->data.train[0] = '\0';
+}
+
 /* ------------------------------------------------------------ validation */
 
 /* 1 when s is exactly n lowercase hex digits. */
@@ -562,8 +566,6 @@ static int validate_training(const dt_plan *p, dt_error *err) {
 
 static int validate_io(const dt_plan *p, dt_error *err) {
     const dt_data *d = &p->data;
-    if (!d->train[0])
-        return dt_errorf(err, DT_EINVAL, "data.train is empty (give a text file, a directory, or llm.c shards)");
     int fmt = name_index(d->format, k_format_names, N_OF(k_format_names));
     int tok = name_index(d->tokenizer, k_tokenizer_names, N_OF(k_tokenizer_names));
     if (fmt < 0)
@@ -903,7 +905,7 @@ static cJSON *plan_to_tree(const dt_plan *p) {
 
     const dt_data *d = &p->data;
     o = add_obj(root, "data");
-    add_s(o, "train", d->train);
+    if (d->train[0]) add_s(o, "train", d->train);   /* absent: the plan names no training data */
     add_s(o, "valid", d->valid);
     add_s(o, "format", d->format);
     add_s(o, "tokenizer", d->tokenizer);
@@ -1268,7 +1270,8 @@ static void read_io(dt_jobj *root, dt_plan *p, dt_error *err) {
     dt_data *d = &p->data;
     if (!dt_jobj_open(&r, root, "data", err)) {
         int64_t seed = 0;
-        dt_jobj_str(&r, "train", 0, d->train, sizeof d->train, err);
+        /* absent or "": the plan names no training data (dtrun then asks for --data) */
+        if (dt_jobj_has(&r, "train")) dt_jobj_str(&r, "train", 1, d->train, sizeof d->train, err);
         dt_jobj_str(&r, "valid", 1, d->valid, sizeof d->valid, err);
         if (!dt_jobj_enum(&r, "format", k_format_names, N_OF(k_format_names), &v, err))
             snprintf(d->format, sizeof d->format, "%s", k_format_names[v]);

@@ -11,7 +11,7 @@ _dtplan_ft="--finetune --trainable-layers --trainable-modules --lora-rank --lora
 --prepare-kbit --vlm-stage --images-per-sample"
 # the objective options of estimate, solve and simulate (cli/dtplan/objopts.c)
 _dtplan_obj="--objective --precompute-ref --num-generations --max-completion-length --kl-coef --gen-batch --placement
---gen-mem-fraction"
+--gen-mem-fraction --pref-loss --pref-beta --rm-head"
 _dtplan() {
     local cur prev cmd i
     cur=${COMP_WORDS[COMP_CWORD]}
@@ -60,6 +60,8 @@ _dtplan() {
     --vlm-stage) COMPREPLY=($(compgen -W "pretrain sft full" -- "$cur")); return ;;
     --objective) COMPREPLY=($(compgen -W "pt sft rm dpo grpo ppo" -- "$cur")); return ;;
     --placement) COMPREPLY=($(compgen -W "colocated split" -- "$cur")); return ;;
+    --pref-loss) COMPREPLY=($(compgen -W "sigmoid hinge ipo kto_pair orpo simpo" -- "$cur")); return ;;
+    --rm-head) COMPREPLY=($(compgen -W "score value" -- "$cur")); return ;;
     --quant) COMPREPLY=($(compgen -W "nf4 fp4 int8" -- "$cur")); return ;;
     --double-quant) COMPREPLY=($(compgen -W "on off" -- "$cur")); return ;;
     --compute-dtype|--adapter-dtype) COMPREPLY=($(compgen -W "bf16 fp16 fp32" -- "$cur")); return ;;

@@ -27,6 +27,8 @@ int64_t dt_objplan_policy_params(const dt_plan *p);
 /* The objective's terms, bytes per rank unless named; times in seconds per optimizer step. */
 typedef struct dt_obj_terms {
     int ref_held;               /* a frozen reference model is in the step */
+    int ref_fwd;                /* the reference's log-probs are computed in the step: a held reference,
+                                 * or a LoRA policy with its adapters disabled (TRL null_ref_context) */
     int64_t ref_weights;        /* its weights (ZeRO-3: this rank's partition) */
     int64_t reward_weights;     /* ppo: the frozen reward model (ZeRO-3: partitioned) */
     double critic_ratio;        /* ppo: the critic's elements / the policy's (its states scale the policy's) */

@@ -21,6 +21,7 @@
 #include "dt_arch.h"
 #include "dt_error.h"
 #include "dt_finetune.h"
+#include "dt_objective.h"
 #include "dt_plan.h"
 
 typedef enum {
@@ -71,6 +72,8 @@ typedef struct dt_usercfg {
     double warmup_ratio;             /* -1 absent */
     int schedule;                    /* dt_sched_kind, -1 absent */
     int64_t save_steps;              /* 0 absent */
+    char dataset[DT_PATH_MAX];       /* LLaMA-Factory's one dataset name, or hf train_file ("" none / several) */
+    char dataset_dir[DT_PATH_MAX];   /* LLaMA-Factory dataset_dir ("" absent: its default "data") */
     char stage[16];                  /* LLaMA-Factory stage ("" absent: sft) */
     char finetuning_type[16];        /* "" absent: LLaMA-Factory's default is lora */
     int quantization_bit;            /* 4 | 8, 0 absent */
@@ -79,6 +82,10 @@ typedef struct dt_usercfg {
     int lora_alpha_given;            /* lora_alpha set (not null / 0): else it follows the rank (2 x r) */
     int freeze_block_names;          /* freeze: finetune.trainable_modules' first names, from
                                       * freeze_trainable_modules; the rest from freeze_extra_modules */
+    dt_objective objective;          /* stage rm / dpo (LLaMA-Factory's value-head rm; dpo's pref_loss and
+                                      * pref_beta: docs/configs.md "Stages"); zeroed (auto) for pt / sft */
+    char ref_model[DT_PATH_MAX];     /* dpo ref_model as written ("" absent: the policy's own weights) */
+    int ref_model_line;
     int methods_refused;             /* 1: every key read, only dt_usercfg_check_methods refused */
     int n_keys;
     dt_ukey keys[DT_UCFG_MAX_KEYS];
@@ -97,8 +104,8 @@ int dt_usercfg_parse(const char *text, size_t len, const char *path, dt_ucfg_for
 int dt_usercfg_load(const char *path, dt_ucfg_format fmt, dt_usercfg *out, dt_error *err);
 
 /* The one place that refuses the stages and methods the planner does not model yet (stages
- * other than sft / pt, finetuning_type oft) and quantization_bit without LoRA: DT_EINVAL
- * naming the key and what is missing; DT_OK for full / freeze / lora sft / pt.
+ * ppo and kto, finetuning_type oft) and quantization_bit without LoRA: DT_EINVAL naming the
+ * key and what is missing; DT_OK for full / freeze / lora pt / sft / rm / dpo.
  * dt_usercfg_parse calls it, then builds c->finetune (refusing DoRA, PiSSA, LoRA+ and
  * non-bitsandbytes quantization by name, with file:line). */
 int dt_usercfg_check_methods(const dt_usercfg *c, dt_error *err);

@@ -15,6 +15,8 @@
  * concatenated_forward, RewardTrainer's chosen / rejected pair; LLaMA-Factory's
  * PairwiseDataCollator): two sequences per example. */
 #define SEQS_PER_PAIR 2
+/* trl ValueHead: nn.Linear(hidden, 1), bias included (trl/models/modeling_value_head.py). */
+#define VALUE_HEAD_BIAS 1
 /* Keys and values: two tensors per block (transformers DynamicCache key_cache / value_cache). */
 #define KV_TENSORS 2
 /* The sampler's logits per decoded sequence: the 16-bit logits of the last position and
@@ -37,6 +39,8 @@ int64_t dt_objplan_policy_params(const dt_plan *p) {
     const dt_model *m = &p->model;
     int64_t n = p->model.requested_params > 0 ? p->model.requested_params : dt_model_params(m);
     if (kind_of(p) != DT_OBJ_RM) return n;
+    /* a value head keeps the LM head and adds h -> 1 with its bias (trl ValueHead.summary) */
+    if (p->objective.rm_head == DT_RM_HEAD_VALUE) return n + m->hidden + VALUE_HEAD_BIAS;
     return n - (m->tied_embeddings ? 0 : m->hidden * m->vocab) + m->hidden;
 }
 
@@ -46,7 +50,7 @@ int dt_objplan_shape(const dt_plan *p, int64_t *n_params, dt_plan *out) {
     *out = *p;
     out->batch.micro_batch *= SEQS_PER_PAIR;
     out->batch.global_batch *= SEQS_PER_PAIR;
-    if (k == DT_OBJ_RM && p->finetune.method == DT_FT_FULL) {
+    if (k == DT_OBJ_RM && p->finetune.method == DT_FT_FULL && p->objective.rm_head == DT_RM_HEAD_SCORE) {
         /* the score head's output is one column: the loss workspace B x T x 1; the state
          * terms keep the real count (the embedding is still V x h) */
         *n_params = dt_objplan_policy_params(p);
@@ -77,7 +81,8 @@ static void memory_terms(const dt_plan *p, dt_obj_kind k, dt_obj_terms *t) {
      * is its own reference with the adapters disabled (TRL DPOTrainer: ref_model None for a
      * PEFT model, null_ref_context; GRPOTrainer: disable_adapter; LLaMA-Factory create_ref_model
      * returns None for lora) */
-    int ref = (k == DT_OBJ_DPO && !o->precompute_ref) || (k == DT_OBJ_GRPO && o->kl_coef > 0.0) || k == DT_OBJ_PPO;
+    int ref = (k == DT_OBJ_DPO && !o->precompute_ref && !dt_pref_loss_ref_free(o->pref_loss)) || (k == DT_OBJ_GRPO && o->kl_coef > 0.0) || k == DT_OBJ_PPO;
+    t->ref_fwd = ref;   /* a LoRA policy still runs the reference forward, adapters off */
     if (dt_ft_is_lora(&p->finetune)) ref = 0;
     t->ref_held = ref;
     t->split = k == DT_OBJ_PPO && o->placement == DT_PLACE_SPLIT;
@@ -156,9 +161,10 @@ int dt_objplan_time(const dt_plan *p, dt_obj_terms *out, dt_error *err) {
     double bwd = 0.0, fwd = forward_s(q, err, &bwd);
     if (fwd < 0) return err->code;
     const double A = (double)p->batch.grad_accum;
-    /* the reference's log-probs: one forward per micro-batch under no_grad; ppo: reference,
+    /* the reference's log-probs: one forward per micro-batch under no_grad (also for a LoRA
+     * policy, whose reference is itself with the adapters disabled); ppo: reference,
      * reward and the critic's values over the rollout (DeepSpeed-Chat generate_experience) */
-    const int fwds = (out->ref_held ? 1 : 0) + (k == DT_OBJ_PPO ? 2 : 0);
+    const int fwds = (out->ref_fwd ? 1 : 0) + (k == DT_OBJ_PPO ? 2 : 0);
     out->ref_fwd_s = (double)fwds * fwd * A;
     if (k == DT_OBJ_PPO) out->critic_s = out->critic_ratio * (fwd + bwd) * A;
     if (dt_obj_generates(k)) generation_time(p, out);
@@ -201,10 +207,16 @@ void dt_objplan_describe(const dt_plan *p, char *buf, size_t n) {
     dt_objplan_terms(p, &t);
     const char *where = p->parallel.zero_stage == 3 ? "partitioned (ZeRO-3)" : "replicated (partitioned under ZeRO-3)";
     switch (k) {
-    case DT_OBJ_RM: snprintf(buf, n, "rm: the model + a score head (h -> 1), 2 sequences per example"); break;
+    case DT_OBJ_RM:
+        snprintf(buf, n, "rm: the model + %s, 2 sequences per example",
+                 o->rm_head == DT_RM_HEAD_VALUE ? "a value head (h -> 1; the LM head and its logits stay)"
+                                                : "a score head (h -> 1)");
+        break;
     case DT_OBJ_DPO:
-        snprintf(buf, n, "dpo: policy + %s%s, 2 sequences per example", t.ref_held ? "frozen reference " : "no reference ",
-                 t.ref_held ? where : (o->precompute_ref ? "(log-probs precomputed)" : "(LoRA: adapters off)"));
+        snprintf(buf, n, "dpo (%s loss): policy + %s%s, 2 sequences per example", dt_pref_loss_name(o->pref_loss),
+                 t.ref_held ? "frozen reference " : "no reference ",
+                 t.ref_held ? where : dt_pref_loss_ref_free(o->pref_loss) ? "(the loss needs none)"
+                                     : (o->precompute_ref ? "(log-probs precomputed)" : "(LoRA: adapters off)"));
         break;
     case DT_OBJ_GRPO:
         snprintf(buf, n, "grpo: policy%s%s, %lld completions per prompt, %lld generated tokens each",

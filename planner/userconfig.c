@@ -180,7 +180,7 @@ typedef enum {
     F_MODEL, F_MICRO, F_ACCUM, F_TOTAL_BATCH, F_SEQ, F_BF16, F_FP16, F_PURE_BF16, F_MIXED, F_USE_MIXED,
     F_GC, F_NO_GC, F_FLASH, F_DEEPSPEED, F_STRATEGY, F_LR, F_WD, F_B1, F_B2, F_EPS, F_CLIP, F_MAX_STEPS,
     F_WARMUP_STEPS, F_WARMUP_RATIO, F_SCHED, F_SAVE_STEPS, F_STAGE, F_FT_TYPE, F_OPTIM, F_DATALOADER,
-    F_EPOCHS,
+    F_EPOCHS, F_DATASET, F_DATASET_DIR, F_TRAIN_FILE,
     F_FTKEY          /* a fine-tuning key: read now, its meaning set once finetuning_type is known */
 } kfield;
 
@@ -194,7 +194,6 @@ typedef struct {
 #define NE_LOG "logging, saving or reporting: no effect on a step's memory or time"
 #define NE_DATA "data preparation on the host, before and between steps"
 #define NE_EVAL "evaluation and prediction run outside the training step"
-#define NE_PREF "used only by stages rm, ppo, dpo and kto"
 #define NE_GEN "generation settings (predict / chat), not training"
 #define NE_HUB "where files come from or go to"
 
@@ -307,6 +306,13 @@ static const key_rule k_hf[] = {
                                            "memory; not modelled"},
 };
 
+/* transformers' examples/pytorch/language-modeling/run_clm.py DataTrainingArguments: the data
+ * files a Trainer script reads (TrainingArguments has none); read in the hf format only. */
+static const key_rule k_hf_data[] = {
+    {"train_file", T_STR, F_TRAIN_FILE, NULL},
+    {"validation_file", T_STR, F_NONE, NE_EVAL},
+};
+
 /* LLaMA-Factory's own arguments (src/llamafactory/hparams/{model,data,finetuning,generating}_args.py). */
 static const key_rule k_lf[] = {
     {"model_name_or_path", T_STR, F_MODEL, NULL},
@@ -318,10 +324,9 @@ static const key_rule k_lf[] = {
     {"flash_attn", T_STR, F_FLASH, NULL},
     {"disable_gradient_checkpointing", T_BOOL, F_NO_GC, NULL},
     {"template", T_STR, F_NONE, "formats the conversations; every sequence is planned at cutoff_len tokens"},
-    {"dataset", T_ANY, F_NONE, "names LLaMA-Factory's datasets; the plan's data comes from --data (a dtrun "
-                               "prepare output)"},
+    {"dataset", T_ANY, F_DATASET, NULL},
     {"eval_dataset", T_ANY, F_NONE, NE_EVAL},
-    {"dataset_dir", T_STR, F_NONE, NE_DATA},
+    {"dataset_dir", T_STR, F_DATASET_DIR, NULL},
     {"media_dir", T_STR, F_NONE, NE_DATA},
     {"packing", T_BOOL, F_NONE, "every sequence is planned at cutoff_len tokens, what packing gives (without it, "
                                 "the upper bound)"},
@@ -401,16 +406,27 @@ static const key_rule k_lf[] = {
     {"create_new_adapter", T_BOOL, F_NONE, "read only with adapter_name_or_path (refused)"},
     {"quantization_device_map", T_ANY, F_REFUSE, "LLaMA-Factory refuses a device map for quantised models in "
                                                  "training (inference only)"},
-    {"pref_beta", T_NUM, F_NONE, NE_PREF},
-    {"pref_ftx", T_NUM, F_NONE, NE_PREF},
-    {"pref_loss", T_STR, F_NONE, NE_PREF},
-    {"dpo_label_smoothing", T_NUM, F_NONE, NE_PREF},
-    {"kto_chosen_weight", T_NUM, F_NONE, NE_PREF},
-    {"kto_rejected_weight", T_NUM, F_NONE, NE_PREF},
-    {"simpo_gamma", T_NUM, F_NONE, NE_PREF},
-    {"ref_model", T_ANY, F_NONE, NE_PREF},
-    {"reward_model", T_ANY, F_NONE, NE_PREF},
-    {"reward_model_type", T_STR, F_NONE, NE_PREF},
+    {"pref_beta", T_NUM, F_FTKEY, NULL},
+    {"pref_ftx", T_NUM, F_FTKEY, NULL},
+    {"pref_bco_weight", T_NUM, F_FTKEY, NULL},
+    {"pref_loss", T_STR, F_FTKEY, NULL},
+    {"dpo_label_smoothing", T_NUM, F_FTKEY, NULL},
+    {"ld_alpha", T_NUM, F_FTKEY, NULL},
+    {"kto_chosen_weight", T_NUM, F_FTKEY, NULL},
+    {"kto_rejected_weight", T_NUM, F_FTKEY, NULL},
+    {"simpo_gamma", T_NUM, F_FTKEY, NULL},
+    {"ref_model", T_STR, F_FTKEY, NULL},
+    {"ref_model_adapters", T_STR, F_FTKEY, NULL},
+    {"ref_model_quantization_bit", T_INT, F_FTKEY, NULL},
+    {"ppo_buffer_size", T_INT, F_FTKEY, NULL},
+    {"ppo_epochs", T_INT, F_FTKEY, NULL},
+    {"ppo_score_norm", T_BOOL, F_FTKEY, NULL},
+    {"ppo_target", T_NUM, F_FTKEY, NULL},
+    {"ppo_whiten_rewards", T_BOOL, F_FTKEY, NULL},
+    {"reward_model", T_STR, F_FTKEY, NULL},
+    {"reward_model_adapters", T_STR, F_FTKEY, NULL},
+    {"reward_model_quantization_bit", T_INT, F_FTKEY, NULL},
+    {"reward_model_type", T_STR, F_FTKEY, NULL},
     {"do_sample", T_BOOL, F_NONE, NE_GEN},
     {"temperature", T_NUM, F_NONE, NE_GEN},
     {"top_p", T_NUM, F_NONE, NE_GEN},
@@ -457,12 +473,21 @@ static const key_rule *find_rule(const key_rule *t, size_t n, const char *key) {
 /* LLaMA-Factory's fine-tuning keys (hparams/finetuning_args.py FreezeArguments,
  * LoraArguments; hparams/model_args.py QuantizationArguments): what each means depends on
  * finetuning_type, which may come later in the file. */
+/* After them (K_METHOD_N on), the RLHF keys (finetuning_args.py RLHFArguments), whose meaning
+ * depends on stage. */
 enum { K_RANK, K_ALPHA, K_DROPOUT, K_TARGET, K_ADD, K_RSLORA, K_DORA, K_PISSA, K_LORAPLUS, K_LAYERS, K_MODULES,
-       K_EXTRA, K_QBIT, K_QMETHOD, K_QTYPE, K_DQ, K_N };
+       K_EXTRA, K_QBIT, K_QMETHOD, K_QTYPE, K_DQ, K_METHOD_N,
+       P_BETA = K_METHOD_N, P_LOSS, P_FTX, P_BCO, P_SMOOTH, P_LD_ALPHA, P_SIMPO_GAMMA, P_REF, P_REF_ADAPTERS, P_REF_QBIT,
+       P_KTO_CHOSEN, P_KTO_REJECTED, P_PPO_BUFFER, P_PPO_EPOCHS, P_PPO_NORM, P_PPO_TARGET, P_PPO_WHITEN, P_REWARD,
+       P_REWARD_ADAPTERS, P_REWARD_QBIT, P_REWARD_TYPE, K_N };
 static const char *const k_ftkeys[K_N] = {
     "lora_rank", "lora_alpha", "lora_dropout", "lora_target", "additional_target", "use_rslora", "use_dora",
     "pissa_init", "loraplus_lr_ratio", "freeze_trainable_layers", "freeze_trainable_modules", "freeze_extra_modules",
-    "quantization_bit", "quantization_method", "quantization_type", "double_quantization"};
+    "quantization_bit", "quantization_method", "quantization_type", "double_quantization",
+    "pref_beta", "pref_loss", "pref_ftx", "pref_bco_weight", "dpo_label_smoothing", "ld_alpha", "simpo_gamma",
+    "ref_model", "ref_model_adapters", "ref_model_quantization_bit", "kto_chosen_weight", "kto_rejected_weight",
+    "ppo_buffer_size", "ppo_epochs", "ppo_score_norm", "ppo_target", "ppo_whiten_rewards", "reward_model",
+    "reward_model_adapters", "reward_model_quantization_bit", "reward_model_type"};
 
 static int ftkey_index(const char *key) {
     for (int i = 0; i < K_N; i++)
@@ -723,7 +748,9 @@ static int apply_rule(reader *r, const key_rule *k, const char *key, int line, y
     }
     case F_STAGE:
         snprintf(c->stage, sizeof c->stage, "%s", v->s);
-        return note_key(r, key, DT_UKEY_USED, line, "causal-LM training (%s)", v->s);
+        return note_key(r, key, DT_UKEY_USED, line, "%s", !strcmp(v->s, "rm")    ? "a reward model: value head, pairs"
+                                                          : !strcmp(v->s, "dpo") ? "dpo: policy, reference, pairs"
+                                                                                 : "causal-LM training");
     case F_FT_TYPE:
         snprintf(c->finetuning_type, sizeof c->finetuning_type, "%s", v->s);
         return note_key(r, key, DT_UKEY_USED, line, "%s", !strcmp(v->s, "full") ? "all parameters train" : v->s);
@@ -734,6 +761,22 @@ static int apply_rule(reader *r, const key_rule *k, const char *key, int line, y
     }
     case F_OPTIM: return read_optim(r, key, line, v->s, err);
     case F_DATALOADER: return read_dataloader(r, key, line, node, err);
+    case F_DATASET:
+        /* one dataset: DATASET_DIR/NAME may be its dtrun prepare output (the CLI looks) */
+        if (v->t == V_STR && *v->s && !strchr(v->s, ',')) {
+            snprintf(c->dataset, sizeof c->dataset, "%s", v->s);
+            return note_key(r, key, DT_UKEY_USED, line, "the plan's data when dataset_dir/%s is a dtrun prepare "
+                            "output (else none: give --data)", v->s);
+        }
+        return note_key(r, key, DT_UKEY_NO_EFFECT, line, "several datasets: the plan names no data (prepare them into "
+                        "one dtrun prepare output and give --data DIR)");
+    case F_DATASET_DIR:
+        snprintf(c->dataset_dir, sizeof c->dataset_dir, "%s", v->s);
+        return note_key(r, key, DT_UKEY_USED, line, "where dataset's dtrun prepare output is looked for");
+    case F_TRAIN_FILE:
+        snprintf(c->dataset, sizeof c->dataset, "%s", v->s);
+        return note_key(r, key, DT_UKEY_USED, line, "the plan's data when it is a dtrun prepare output (else none: "
+                        "give --data)");
     case F_EPOCHS:
         if (!(num_of(v) > 0) || !isfinite(num_of(v)))
             return dt_errorf(err, DT_EINVAL, "%s:%d: '%s' must be a positive number", r->file, line, key);
@@ -839,13 +882,17 @@ int dt_usercfg_check_methods(const dt_usercfg *c, dt_error *err) {
     if (!known)
         return dt_errorf(err, DT_EINVAL, "%s: stage '%s' is not a LLaMA-Factory stage (pt, sft, rm, ppo, dpo, kto)",
                          c->path, c->stage);
-    if (c->stage[0] && strcmp(c->stage, "sft") && strcmp(c->stage, "pt"))
+    if (!strcmp(c->stage, "ppo"))
         return dt_errorf(err, DT_EINVAL,
-                         "%s: stage: %s is not modelled yet (%s); dtplan plans causal-LM training (stage sft or pt)",
-                         c->path, c->stage,
-                         !strcmp(c->stage, "rm") ? "a value head and paired sequences"
-                         : !strcmp(c->stage, "ppo") ? "policy, reference, reward and value models"
-                                                    : "a reference model and chosen / rejected pairs");
+                         "%s: stage: ppo is not modelled for LLaMA-Factory yet: its PPO (trl's PPOTrainer) trains a value "
+                         "head on the policy's own backbone, makes ppo_epochs passes over each rollout and may hold the "
+                         "reward model as a LoRA adapter of the policy, while the plan's ppo trains a separate critic in "
+                         "one pass (DeepSpeed-Chat / OpenRLHF); plan that with dtplan solve --objective ppo", c->path);
+    if (!strcmp(c->stage, "kto"))
+        return dt_errorf(err, DT_EINVAL,
+                         "%s: stage: kto is not modelled yet (KTO's unpaired desirable / undesirable examples with a "
+                         "mismatched KL batch through the policy and the reference); for paired data use stage: dpo "
+                         "with pref_loss: kto_pair", c->path);
     if (!strcmp(ft, "oft"))
         return dt_errorf(err, DT_EINVAL,
                          "%s: finetuning_type: oft is not modelled yet (OFT's orthogonal block adapters); dtplan plans "
@@ -1048,7 +1095,7 @@ static int finish_method(reader *r, dt_error *err) {
         if (ft_on(r, lora_only[i]))
             return ft_fail(r, lora_only[i], err, "only valid with finetuning_type: lora (LLaMA-Factory refuses it with %s)",
                            type);
-    for (int k = 0; k < K_N; k++) {   /* the method's keys are noted again below */
+    for (int k = 0; k < K_METHOD_N; k++) {   /* the method's keys are noted again below */
         const char *only = k <= K_LORAPLUS ? "lora" : k <= K_EXTRA ? "freeze" : "lora with quantization_bit";
         ft_note(r, k, DT_UKEY_NO_EFFECT, "used only with finetuning_type %s (this config: %s%s)", only, type,
                 c->finetuning_type[0] ? "" : ", LLaMA-Factory's default");
@@ -1057,6 +1104,68 @@ static int finish_method(reader *r, dt_error *err) {
     dt_finetune_defaults(lora ? (c->quantization_bit ? DT_FT_QLORA : DT_FT_LORA) : freeze ? DT_FT_FREEZE : DT_FT_FULL, ft);
     if ((lora && ft_lora(r, ft, err)) || (freeze && ft_freeze(r, ft, err))) return err->code;
     return dt_finetune_check(ft, c->path, err);
+}
+
+/* The RLHF keys (finetuning_args.py RLHFArguments) for stage: rm (LLaMA-Factory's value-head
+ * reward model) and dpo (pref_loss, pref_beta; ref_model checked by the CLI against the
+ * policy's shape); the other keys noted with the stage that reads them, or refused. */
+static int finish_objective(reader *r, dt_error *err) {
+    dt_usercfg *c = r->c;
+    const int dpo = !strcmp(c->stage, "dpo"), rm = !strcmp(c->stage, "rm");
+    const char *stage = c->stage[0] ? c->stage : "sft, LLaMA-Factory's default";
+    for (int k = P_BETA; k < K_N; k++)
+        ft_note(r, k, DT_UKEY_NO_EFFECT, "used only by stage %s (this config: %s)",
+                k <= P_REF_QBIT ? "dpo" : k <= P_KTO_REJECTED ? "kto" : "ppo", stage);
+    if (rm) {
+        dt_objective_defaults(DT_OBJ_RM, &c->objective);
+        c->objective.rm_head = DT_RM_HEAD_VALUE;   /* load_model(add_valuehead=True) for rm */
+        return DT_OK;
+    }
+    if (!dpo) return DT_OK;
+    dt_objective *o = &c->objective;
+    dt_objective_defaults(DT_OBJ_DPO, o);
+    dt_error e;
+    if (r->ft[P_LOSS].set) {
+        if (dt_pref_loss_parse(r->ft[P_LOSS].v.s, &o->pref_loss, &e)) return ft_fail(r, P_LOSS, err, "%s", e.msg);
+        ft_note(r, P_LOSS, DT_UKEY_USED, "the dpo loss%s", dt_pref_loss_ref_free(o->pref_loss) ? ": no reference model "
+                                                                                                  "(orpo / simpo)" : "");
+    }
+    if (r->ft[P_BETA].set) {
+        const double b = num_of(&r->ft[P_BETA].v);
+        if (!(b >= 0) || !isfinite(b)) return ft_fail(r, P_BETA, err, "must be a number >= 0 (default 0.1)");
+        o->pref_beta = b;
+        ft_note(r, P_BETA, DT_UKEY_USED, "the plan's dpo beta (no effect on memory or time)");
+    }
+    /* FinetuningArguments.__post_init__: "`dpo_label_smoothing` is only valid for sigmoid loss." */
+    if (ft_on(r, P_SMOOTH) && o->pref_loss != DT_PREF_SIGMOID)
+        return ft_fail(r, P_SMOOTH, err, "only valid with pref_loss: sigmoid (LLaMA-Factory refuses it with %s)",
+                       dt_pref_loss_name(o->pref_loss));
+    ft_note(r, P_FTX, DT_UKEY_NO_EFFECT, "an SFT term on the chosen responses' log-probs, already computed");
+    ft_note(r, P_BCO, DT_UKEY_NO_EFFECT, "BCO's term on the same log-probs: scalars per pair");
+    ft_note(r, P_SMOOTH, DT_UKEY_NO_EFFECT, "changes the loss value, not its cost");
+    ft_note(r, P_LD_ALPHA, DT_UKEY_NO_EFFECT, "weights the log-probs of the verbose tokens: elementwise");
+    ft_note(r, P_SIMPO_GAMMA, DT_UKEY_NO_EFFECT, "%s", o->pref_loss == DT_PREF_SIMPO ? "simpo's margin: a scalar"
+                                                                                     : "used only with pref_loss: simpo");
+    const int ref_free = dt_pref_loss_ref_free(o->pref_loss);
+    const int lora = !strcmp(c->finetuning_type[0] ? c->finetuning_type : "lora", "lora");
+    if (r->ft[P_REF].set && !ref_free) {
+        if (lora)   /* create_ref_model loads it beside the LoRA policy: a full frozen copy */
+            return ft_fail(r, P_REF, err, "a separate reference beside a LoRA policy is not modelled (the plan's LoRA "
+                                          "reference is the policy with its adapters disabled, what LLaMA-Factory "
+                                          "does without ref_model); remove ref_model");
+        snprintf(c->ref_model, sizeof c->ref_model, "%s", r->ft[P_REF].v.s);
+        c->ref_model_line = r->ft[P_REF].line;
+        ft_note(r, P_REF, DT_UKEY_USED, "the frozen reference: it must have the policy's shape (checked)");
+    } else if (r->ft[P_REF].set) {
+        ft_note(r, P_REF, DT_UKEY_NO_EFFECT, "pref_loss %s uses no reference", dt_pref_loss_name(o->pref_loss));
+    }
+    ft_note(r, P_REF_ADAPTERS, DT_UKEY_NO_EFFECT, "merged into the reference's weights when it loads: the same shape");
+    if (ft_on(r, P_REF_QBIT) && !ref_free && !lora)
+        return ft_fail(r, P_REF_QBIT, err, "a bitsandbytes-quantised reference is not modelled (the plan's reference is "
+                                           "held in the training dtype); remove it");
+    if (ft_on(r, P_REF_QBIT))
+        ft_note(r, P_REF_QBIT, DT_UKEY_NO_EFFECT, "no separate reference is loaded (%s)", ref_free ? "orpo / simpo" : "LoRA");
+    return DT_OK;
 }
 
 /* After every key: contradictions and the formats' defaults. */
@@ -1083,6 +1192,7 @@ static int finish(reader *r, dt_error *err, int bf16, int fp16, int pure) {
                          "%s: training.batch_size (the total over the GPUs) and a per-GPU batch size are both given; "
                          "keep one", r->file);
     int rc = finish_method(r, err);
+    if (!rc) rc = finish_objective(r, err);
     c->methods_refused = rc != DT_OK;
     return rc;
 }
@@ -1120,8 +1230,10 @@ static int read_root(reader *r, yaml_node_t *root, dt_error *err) {
     } else {
         const key_rule *tables[] = {k_lf, k_hf};
         const size_t sizes[] = {N_OF(k_lf), N_OF(k_hf)};
+        const key_rule *hf_tables[] = {k_hf, k_hf_data};
+        const size_t hf_sizes[] = {N_OF(k_hf), N_OF(k_hf_data)};
         rc = c->format == DT_UCFG_LLAMAFACTORY ? read_map(r, root, NULL, tables, sizes, 2, err)
-                                               : read_map(r, root, NULL, tables + 1, sizes + 1, 1, err);
+                                               : read_map(r, root, NULL, hf_tables, hf_sizes, 2, err);
     }
     if (rc) return rc;
     return finish(r, err, r->bf16, r->fp16, r->pure);

@@ -25,6 +25,7 @@ typedef struct {
     char text[DT_PATH_MAX];        /* as YAML writes it */
     double num;
     int only_if_absent;            /* defaults a file needs; never overwrite the user's */
+    const char *also;              /* a user's value that says the same as text (stage pt for sft) */
     int model;                     /* the model: equal when the user's name resolves to model_name */
     char model_name[64];
     const char *dflt;              /* a user's file without the key means this: not added */
@@ -176,6 +177,30 @@ static void method_keys(const dt_plan *p, xlist *l, char *notes, size_t n) {
     }
 }
 
+/* The plan's objective as LLaMA-Factory's stage and RLHF keys (finetuning_args.py; their
+ * meaning: userconfig.c finish_objective). AUTO (pt, or sft for masked data): stage sft unless
+ * the user's file names one. What LLaMA-Factory cannot say goes to notes. */
+static void objective_keys(const dt_plan *p, xlist *l, char *notes, size_t n) {
+    const dt_objective *o = &p->objective;
+    size_t used = strlen(notes);
+    if (o->kind == DT_OBJ_AUTO) {
+        add_str(l, "stage", NULL, "sft")->also = "pt";   /* pt / sft by the data's mask; a user's dpo / rm is not */
+        return;
+    }
+    add_str(l, "stage", NULL, dt_obj_name(o->kind));
+    if (o->kind == DT_OBJ_RM && o->rm_head == DT_RM_HEAD_SCORE)
+        used = note(notes, n, used, "LLaMA-Factory's rm trains a value head beside the LM head, whose logits it "
+                                    "computes; the plan's score head (TRL RewardTrainer) has no key there (plan "
+                                    "--rm-head value for LLaMA-Factory's run)");
+    if (o->kind != DT_OBJ_DPO) return;
+    add_str(l, "pref_loss", NULL, dt_pref_loss_name(o->pref_loss))->dflt = "sigmoid";
+    add_num(l, "pref_beta", NULL, o->pref_beta);
+    l->k[l->n - 1].dflt = "0.1";
+    if (o->precompute_ref)
+        note(notes, n, used, "LLaMA-Factory has no precomputed reference log-probs: its dpo holds the reference "
+                             "(TRL's precompute_ref_log_probs says it)");
+}
+
 /* The keys of one format, from the plan. */
 static void plan_keys(const dt_plan *p, dt_ucfg_format fmt, const char *ds, xlist *l, char *notes, size_t n) {
     const char *t = fmt == DT_UCFG_RUNBOOK ? "training" : NULL;
@@ -198,6 +223,13 @@ static void plan_keys(const dt_plan *p, dt_ucfg_format fmt, const char *ds, xlis
                                  "note: %s has no fine-tuning keys (PEFT's LoraConfig and BitsAndBytesConfig are separate "
                                  "objects, below): read it back with the plan's --finetune options\n",
                                  fmt == DT_UCFG_HF ? "TrainingArguments" : "the runbook's training: block");
+    if (fmt != DT_UCFG_LLAMAFACTORY && p->objective.kind >= DT_OBJ_RM && notes && used < n)
+        used += (size_t)snprintf(notes + used, n - used,
+                                 "note: %s has no objective keys (TRL's %s carries them): read it back with --objective "
+                                 "%s\n", fmt == DT_UCFG_HF ? "TrainingArguments" : "the runbook's training: block",
+                                 p->objective.kind == DT_OBJ_DPO ? "DPOConfig" : p->objective.kind == DT_OBJ_RM
+                                                                    ? "RewardConfig" : "trainer config",
+                                 dt_obj_name(p->objective.kind));
     if (fmt == DT_UCFG_RUNBOOK) {
         xkey *mk = add_str(l, "model", NULL, p->model.name);
         mk->only_if_absent = mk->model = 1;
@@ -219,10 +251,10 @@ static void plan_keys(const dt_plan *p, dt_ucfg_format fmt, const char *ds, xlis
                 used += (size_t)snprintf(notes + used, n - used,
                                          "note: %s is not a catalog model: point model_name_or_path at its directory\n",
                                          p->model.name);
-            add_str(l, "stage", NULL, "sft")->only_if_absent = 1;
             add_bool(l, "do_train", NULL, 1)->only_if_absent = 1;
-            char ft_notes[1024];
+            char ft_notes[2048];
             method_keys(p, l, ft_notes, sizeof ft_notes);
+            objective_keys(p, l, ft_notes, sizeof ft_notes);
             if (notes && used < n) used += (size_t)snprintf(notes + used, n - used, "%s", ft_notes);
             add_int(l, "cutoff_len", NULL, p->batch.seq_len);
         }
@@ -393,6 +425,7 @@ static int plan_edit(yaml_document_t *d, yaml_node_t *root, const xkey *k, const
         v = map_get(d, v, "config_path", &kn);   /* the runbook's deepspeed: {config_path: ...} */
     }
     if (v && (k->only_if_absent || (v->type == YAML_SCALAR_NODE && same_value(v, k)))) return DT_OK;
+    if (v && k->also && v->type == YAML_SCALAR_NODE && !strcmp((const char *)v->data.scalar.value, k->also)) return DT_OK;
     if (!v && ((k->dflt && !strcmp(k->text, k->dflt)) || (k->alt && map_get(d, map, k->alt, NULL)))) return DT_OK;
     if (ed->n >= MAX_XKEYS) return dt_errorf(err, DT_EINTERNAL, "export: too many edits");
     char *val = render(k, json);
@@ -509,6 +542,11 @@ char *dt_userexport(const dt_plan *p, dt_ucfg_format fmt, const char *ds_path, c
     if (fmt != DT_UCFG_LLAMAFACTORY && fmt != DT_UCFG_HF && fmt != DT_UCFG_RUNBOOK)
         return dt_errorf(err, DT_EINVAL, "export: a format is needed (llamafactory, hf or runbook)"), NULL;
     if (dt_plan_validate(p, err)) return NULL;
+    if (fmt == DT_UCFG_LLAMAFACTORY && (p->objective.kind == DT_OBJ_GRPO || p->objective.kind == DT_OBJ_PPO))
+        return dt_errorf(err, DT_EINVAL, "export --llamafactory: the plan's %s objective has no LLaMA-Factory stage "
+                         "(LLaMA-Factory has no grpo, and its ppo trains a value head on the policy, not the plan's "
+                         "separate critic): run it with TRL or OpenRLHF (dtplan export --deepspeed writes the DeepSpeed "
+                         "config)", dt_obj_name(p->objective.kind)), NULL;
     xlist l = {.n = 0};
     plan_keys(p, fmt, ds_path, &l, notes, n);
     if (original) {

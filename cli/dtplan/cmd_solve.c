@@ -505,6 +505,7 @@ int dt_cmd_solve(int argc, char **argv) {
     if (model ? dt_model_resolve_vlm(model, &b->model, &b->vlm, &err) : 0) return dt_cli_fail(2, "%s", err.msg);
     if (params && (dt_parse_count(params, "--params", &n, &err) || dt_model_for_params(n, &b->model, &err)))
         return dt_cli_fail(2, "%s", err.msg);
+    dt_plan_drop_demo_data(b);   /* a real vocabulary reads no byte-level demo text: --data names the data */
     if (dt_parse_bytes(mem, "--mem", &rq.mem_limit_bytes, &err) ||
         dt_parse_int(gpus, "--gpus", 1, SOLVE_MAX_GPUS, 8, &n_gpus, &err) ||
         dt_parse_int(nodes, "--nodes", 1, SOLVE_MAX_GPUS, 2, &n_nodes, &err) || dt_parse_units(units, &u, &err) ||
@@ -614,6 +615,11 @@ int dt_cmd_solve(int argc, char **argv) {
         printf("runtime: %s (Hugging Face model code, %s attention); device memory is the step's largest phase\n",
                dt_runtime_name(b->runtime.kind), dt_attn_kernel_name(b->runtime.attention));
     if (data_note[0]) printf("%s\n", data_note);
+    else if (!b->data.train[0])
+        printf("data: none named: %s has a %lld-token vocabulary, so the byte-level demo text is not its data; the "
+               "plan names no training data and dtrun asks for it (dtrun prepare --tokenizer TOKENIZER --out DIR "
+               "INPUT..., then --data DIR here or to dtrun)\n",
+               b->model.name, (long long)b->model.vocab);
     dt_ft_print_summary(b, "finetune: ");
     dt_vlm_print_summary(b, "vision: ");
     dt_obj_print_summary(b, "objective: ");

@@ -21,6 +21,7 @@
 #define CFG_MAX_ARGS 96
 #define GIB 1073741824.0
 #define CFG_MAX_STEPS 1099511627776.0   /* dtplan solve's bound on --steps (2^40) */
+#define DT_BYTE_VOCAB_IDS 256           /* the byte tokenizer's ids (common/plan.c BYTE_VOCAB) */
 
 /* What solve's hook needs after the command ran. */
 static struct {
@@ -90,8 +91,8 @@ static int config_stage(const dt_usercfg *c, const dt_model *m) {
 
 /* num_train_epochs as optimizer steps: epochs x the training tokens of --data (a dtrun
  * prepare output) / (global batch x sequence), rounded up; 0 when either is unknown. */
-static int64_t epoch_steps(const dt_usercfg *c, int argc, char **argv, int64_t global, FILE *rep) {
-    const char *data = find_opt(argc, argv, "--data"), *seq_s = find_opt(argc, argv, "--seq");
+static int64_t epoch_steps(const dt_usercfg *c, int argc, char **argv, const char *data, int64_t global, FILE *rep) {
+    const char *seq_s = find_opt(argc, argv, "--seq");
     int64_t seq = seq_s ? atoll(seq_s) : c->seq_len;
     if (!(c->epochs > 0) || !data || global <= 0 || seq <= 0) {
         if (c->epochs > 0)
@@ -114,6 +115,28 @@ static int64_t epoch_steps(const dt_usercfg *c, int argc, char **argv, int64_t g
     fprintf(rep, "  num_train_epochs %g x %lld training tokens (%s) / (global batch %lld x %lld tokens) = %lld steps\n",
             c->epochs, (long long)tokens, data, (long long)global, (long long)seq, (long long)steps);
     return steps;
+}
+
+/* The training data the config names (docs/configs.md "Data"): LLaMA-Factory's one `dataset`
+ * as the dtrun prepare output DATASET_DIR/NAME (dataset_dir relative to the working directory,
+ * as LLaMA-Factory reads it; default "data"), or the hf format's train_file when it is one.
+ * Else NULL: the plan names no data, and the report says how to give it. path: n bytes. */
+static const char *config_data(const dt_usercfg *c, const dt_model *m, char *path, size_t n, FILE *rep) {
+    if (!c->dataset[0]) return NULL;
+    const char *dir = c->dataset_dir[0] ? c->dataset_dir : "data";
+    int w = c->format == DT_UCFG_LLAMAFACTORY ? snprintf(path, n, "%s/%s", dir, c->dataset)
+                                              : snprintf(path, n, "%s", c->dataset);
+    if (w < 0 || (size_t)w >= n) return NULL;   /* longer than any path the plan holds */
+    if (dt_prepared_is_output(path)) {
+        fprintf(rep, "  %s %s: the dtrun prepare output %s is the plan's data\n",
+                c->format == DT_UCFG_LLAMAFACTORY ? "dataset" : "train_file", c->dataset, path);
+        return path;
+    }
+    fprintf(rep, "  %s %s: %s holds no dtrun prepare output, so the plan names no training data%s: tokenize it with "
+                 "the model's tokenizer (dtrun prepare --tokenizer TOKENIZER --out %s FILE...) or give --data DIR\n",
+            c->format == DT_UCFG_LLAMAFACTORY ? "dataset" : "train_file", c->dataset, path,
+            m->vocab > DT_BYTE_VOCAB_IDS ? "" : " (the byte-level demo text is read instead)", path);
+    return NULL;
 }
 
 /* The config key an option of dt_model_pgroups' messages stands for (its line in the file). */
@@ -213,6 +236,47 @@ static int push_finetune(int *n, int argc, char **argv, FILE *rep, const dt_user
     return rc;
 }
 
+/* The config's stage (rm, dpo) as the objective options (objopts.c), unless --objective is given. */
+static int push_objective(int *n, int argc, char **argv, FILE *rep, const dt_usercfg *c) {
+    const dt_objective *o = &c->objective;
+    if (o->kind == DT_OBJ_AUTO) return 0;
+    if (find_opt(argc, argv, "--objective")) {
+        fprintf(rep, "  stage %s from the config: the command line's --objective %s wins (with its own settings)\n",
+                c->stage, find_opt(argc, argv, "--objective"));
+        return 0;
+    }
+    char v[64];
+    int rc = push_opt(n, argc, argv, rep, "--objective", dt_obj_name(o->kind));
+    if (o->kind == DT_OBJ_RM) rc |= push_opt(n, argc, argv, rep, "--rm-head", dt_rm_head_name(o->rm_head));
+    if (o->kind == DT_OBJ_DPO) {
+        rc |= push_opt(n, argc, argv, rep, "--pref-loss", dt_pref_loss_name(o->pref_loss));
+        exact(o->pref_beta, v, sizeof v), rc |= push_opt(n, argc, argv, rep, "--pref-beta", v);
+    }
+    return rc;
+}
+
+/* dpo's ref_model must have the policy's shape (the plan's reference is a copy of the policy's
+ * architecture): resolved as model_name_or_path is, compared; one line FILE:LINE otherwise. */
+static int check_ref_model(const dt_usercfg *c, const dt_model *m) {
+    if (!c->ref_model[0]) return 0;
+    dt_model ref;
+    dt_error e;
+    char resolved[DT_PATH_MAX];
+    dt_error_clear(&e);
+    if (dt_usercfg_model(c->ref_model, &ref, resolved, sizeof resolved, &e))
+        return dt_cli_fail(2, "%s:%d: ref_model: %s (the plan needs the reference's shape)", c->path, c->ref_model_line,
+                           e.msg);
+    if (ref.n_layer != m->n_layer || ref.hidden != m->hidden || ref.vocab != m->vocab || ref.n_head != m->n_head ||
+        ref.n_kv_head != m->n_kv_head || dt_model_params(&ref) != dt_model_params(m))
+        return dt_cli_fail(2, "%s:%d: ref_model %s (%lld layers, hidden %lld, %lld parameters) is not shaped as the "
+                              "policy %s (%lld layers, hidden %lld, %lld): a reference of another architecture is not "
+                              "modelled; use the policy's own weights (remove ref_model) or a checkpoint of it",
+                           c->path, c->ref_model_line, c->ref_model, (long long)ref.n_layer, (long long)ref.hidden,
+                           (long long)dt_model_params(&ref), m->name, (long long)m->n_layer, (long long)m->hidden,
+                           (long long)dt_model_params(m));
+    return 0;
+}
+
 int dt_cli_config_expand(const char *cmd, int argc, char **argv, int *out_argc, char ***out_argv) {
     const char *path = find_opt(argc, argv, "--config"), *fmt_s = find_opt(argc, argv, "--config-format");
     const char *scaling = find_opt(argc, argv, "--lr-scaling");
@@ -285,6 +349,7 @@ int dt_cli_config_expand(const char *cmd, int argc, char **argv, int *out_argc, 
                                   "4-bit base under ZeRO-3; use quantization_bit: 4 or a ZeRO-2 config", path,
                                key_line(c, "quantization_bit"), c->deepspeed_written);
     }
+    if (!find_opt(argc, argv, "--objective") && check_ref_model(c, &m)) return 2;
     print_report(rep, c);
     if (c->model[0] && (cli_model || cli_params))
         fprintf(rep, "  model_name_or_path %s from the config: the command line's %s %s wins\n", c->model,
@@ -310,12 +375,15 @@ int dt_cli_config_expand(const char *cmd, int argc, char **argv, int *out_argc, 
     rc |= push_opt(&n, argc, argv, rep, "--runtime", "deepspeed");
     if (c->attention[0])
         rc |= push_opt(&n, argc, argv, rep, "--attention", c->attention);
-    if (rc || push_finetune(&n, argc, argv, rep, c, &m)) return 2;
+    if (rc || push_finetune(&n, argc, argv, rep, c, &m) || push_objective(&n, argc, argv, rep, c)) return 2;
     if (!strcmp(cmd, "solve")) {
+        char data_path[DT_PATH_MAX];
+        const char *data = find_opt(argc, argv, "--data");
+        if (!data && (data = config_data(c, &m, data_path, sizeof data_path, rep))) rc |= push_opt(&n, argc, argv, rep, "--data", data);
         if (g_cfg.cfg_global)
             snprintf(v, sizeof v, "%lld", (long long)g_cfg.cfg_global), rc |= push_opt(&n, argc, argv, rep, "--global-batch", v);
         if (c->lr > 0) snprintf(v, sizeof v, "%g", c->lr), rc |= push_opt(&n, argc, argv, rep, "--lr", v);
-        int64_t steps = c->max_steps ? c->max_steps : epoch_steps(c, argc, argv, g_cfg.cfg_global, rep);
+        int64_t steps = c->max_steps ? c->max_steps : epoch_steps(c, argc, argv, data, g_cfg.cfg_global, rep);
         if (steps) snprintf(v, sizeof v, "%lld", (long long)steps), rc |= push_opt(&n, argc, argv, rep, "--steps", v);
         int64_t warm = c->warmup_steps >= 0 ? c->warmup_steps
                        : c->warmup_ratio >= 0 && steps ? (int64_t)(c->warmup_ratio * (double)steps + 0.5) : -1;

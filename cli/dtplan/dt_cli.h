@@ -6,6 +6,7 @@
 #define DT_CLI_H
 
 #include "dt_cli_common.h"   /* dt_cli_fail, dt_cli_fail_err, dt_cli_exit_code */
+#include "dt_cli_prepared.h" /* --data naming a dtrun prepare output */
 #include "dt_error.h"
 #include "dt_plan.h"
 
@@ -26,10 +27,6 @@ int dt_cmd_compare(int argc, char **argv);
 int dt_cmd_report(int argc, char **argv);
 int dt_cmd_validate(int argc, char **argv);
 
-/* --data naming `dtrun prepare`'s output (its prepare.json, or its train/ folder):
- * the plan reads its shards (data.format llmc, train/ and val/), the tokenizer's
- * vocabulary must fit the model's (DT_EINVAL otherwise), and note (a line to print,
- * "" when data is not such a directory) says what the plan's steps read. */
 /* --config FILE (config_cli.c; docs/configs.md): argv with the config's settings as the
  * command's own options (the command line's win), after printing what each key did
  * (stdout; stderr with --json). Returns an exit status (0: *out_argc / *out_argv hold the
@@ -44,10 +41,5 @@ void dt_cli_config_after_solve(dt_plan *plan);
 int dt_estimate_plan(int argc, char **argv, dt_plan *out);
 /* simulate a loaded plan with simulate's own options (--trace, --plot, --json, --detail). */
 int dt_simulate_plan(dt_plan *p, int argc, char **argv);
-
-/* The training tokens of `dtrun prepare`'s output at data (its prepare.json's
- * splits.train.tokens); -1 when data is not such an output. */
-int64_t dt_prepared_train_tokens(const char *data);
-int dt_solve_apply_prepared(dt_plan *b, const char *data, char *note, size_t note_len, dt_error *err);
 
 #endif

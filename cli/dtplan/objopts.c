@@ -20,7 +20,8 @@ static const struct {
     [OBJ_KIND] = {"--objective", "dpo"},           [OBJ_GEN] = {"--num-generations", "8"},
     [OBJ_COMPLETION] = {"--max-completion-length", "512"}, [OBJ_KL] = {"--kl-coef", "0.04"},
     [OBJ_GEN_BATCH] = {"--gen-batch", "16"},       [OBJ_PLACEMENT] = {"--placement", "colocated"},
-    [OBJ_GEN_MEM] = {"--gen-mem-fraction", "0.3"},
+    [OBJ_GEN_MEM] = {"--gen-mem-fraction", "0.3"},  [OBJ_PREF_LOSS] = {"--pref-loss", "sigmoid"},
+    [OBJ_PREF_BETA] = {"--pref-beta", "0.1"},      [OBJ_RM_HEAD] = {"--rm-head", "value"},
 };
 
 int dt_obj_args_take(dt_obj_args *a, int argc, char **argv, int *i, const char *cmd) {
@@ -50,6 +51,11 @@ void dt_obj_usage(FILE *f) {
     fprintf(f, "objective (docs/objectives.md; default sft for masked chat data, pt otherwise):\n"
                "  --objective O         pt | sft | rm | dpo | grpo | ppo\n"
                "  --precompute-ref      dpo: reference log-probs computed beforehand (no reference model)\n"
+               "  --pref-loss L         dpo: sigmoid (default) | hinge | ipo | kto_pair | orpo | simpo (LLaMA-Factory's\n"
+               "                        pref_loss; orpo and simpo hold no reference model)\n"
+               "  --pref-beta B         dpo: the loss's beta (default 0.1; no effect on memory or time)\n"
+               "  --rm-head H           rm: score (default: a classifier head instead of the LM head) | value (a value\n"
+               "                        head beside the LM head, whose logits stay: LLaMA-Factory's rm stage)\n"
                "  --num-generations G   grpo: completions per prompt (default 8; must divide the global batch)\n"
                "  --max-completion-length C  grpo/ppo: generated tokens (default 512; the prompt: sequence minus C)\n"
                "  --kl-coef B           grpo/ppo: KL coefficient (grpo default 0: no reference; ppo 0.05)\n"
@@ -97,6 +103,16 @@ int dt_obj_args_apply(const dt_obj_args *a, dt_plan *p) {
     if (a->v[OBJ_GEN_BATCH] && integer(a, OBJ_GEN_BATCH, 1, &o.gen_batch)) return 2;
     if (a->v[OBJ_KL] && real(a, OBJ_KL, &o.kl_coef)) return 2;
     if (a->v[OBJ_GEN_MEM] && real(a, OBJ_GEN_MEM, &o.gen_mem_fraction)) return 2;
+    dt_error pe = {0};
+    if (a->v[OBJ_PREF_LOSS] && dt_pref_loss_parse(a->v[OBJ_PREF_LOSS], &o.pref_loss, &pe))
+        return dt_cli_fail(2, "--pref-loss: %s (e.g. --pref-loss sigmoid)", pe.msg);
+    if (a->v[OBJ_PREF_BETA] && real(a, OBJ_PREF_BETA, &o.pref_beta)) return 2;
+    if (a->v[OBJ_RM_HEAD] && dt_rm_head_parse(a->v[OBJ_RM_HEAD], &o.rm_head, &pe))
+        return dt_cli_fail(2, "--rm-head: %s (e.g. --rm-head value)", pe.msg);
+    for (int i = OBJ_PREF_LOSS; i <= OBJ_RM_HEAD; i++)
+        if (a->v[i] && k != (i == OBJ_RM_HEAD ? DT_OBJ_RM : DT_OBJ_DPO))
+            return dt_cli_fail(2, "%s is a%s setting, not %s's (drop it, or use --objective %s)", k_opts[i].name,
+                               i == OBJ_RM_HEAD ? "n rm" : " dpo", dt_obj_name(k), i == OBJ_RM_HEAD ? "rm" : "dpo");
     if (a->v[OBJ_PLACEMENT]) {
         if (!strcmp(a->v[OBJ_PLACEMENT], "colocated")) o.placement = DT_PLACE_COLOCATED;
         else if (!strcmp(a->v[OBJ_PLACEMENT], "split")) o.placement = DT_PLACE_SPLIT;
@@ -154,7 +170,10 @@ void dt_obj_print_terms(const dt_plan *p, dt_units u) {
            dt_offload_name(p->parallel.offload_optimizer), dt_offload_name(p->parallel.offload_param), "GPU");
     printf("  %-11s %-9s %12s  %s\n", "model", "term", "bytes", "note");
     const char *pol = k == DT_OBJ_RM ? "reward" : k == DT_OBJ_PPO ? "actor" : "policy";
-    row(pol, "weights", m->params - t.ref_weights - t.reward_weights - crit_p, u, k == DT_OBJ_RM ? "trained, score head h -> 1 instead of the LM head" : "trained");
+    row(pol, "weights", m->params - t.ref_weights - t.reward_weights - crit_p, u,
+        k != DT_OBJ_RM ? "trained"
+        : p->objective.rm_head == DT_RM_HEAD_VALUE ? "trained, value head h -> 1 beside the LM head"
+                                                   : "trained, score head h -> 1 instead of the LM head");
     row(pol, "grads", m->grads - crit_g, u, "");
     row(pol, "optimizer", m->optimizer - crit_o, u, "");
     row(pol, "activ", m->activations, u, pairs ? "chosen + rejected: 2 x micro-batch sequences" : "kept for backward");
@@ -194,10 +213,11 @@ void dt_obj_print_json(const dt_plan *p) {
            ", \"reward_bytes\": %" PRId64 ", \"critic_ratio\": %g, \"num_generations\": %" PRId64
            ", \"max_completion_length\": %" PRId64 ", \"kv_cache_bytes\": %" PRId64 ", \"sampler_logits_bytes\": %" PRId64
            ", \"gathered_bytes\": %" PRId64 ", \"gen_engine_bytes\": %" PRId64 ", \"ref_fwd_s\": %g, \"critic_s\": %g"
-           ", \"prefill_s\": %g, \"decode_s\": %g},\n",
+           ", \"prefill_s\": %g, \"decode_s\": %g, \"pref_loss\": \"%s\", \"pref_beta\": %g, \"rm_head\": \"%s\"},\n",
            dt_obj_name(o->kind), t.ref_held ? "true" : "false", t.ref_weights, t.reward_weights, t.critic_ratio,
            o->num_generations, o->completion_len, t.kv_cache, t.sampler_logits, t.gathered, t.gen_engine, t.ref_fwd_s,
-           t.critic_s, t.prefill_s, t.decode_s);
+           t.critic_s, t.prefill_s, t.decode_s, dt_pref_loss_name(o->pref_loss), o->pref_beta,
+           dt_rm_head_name(o->rm_head));
 }
 
 void dt_obj_print_framework(const dt_plan *p, FILE *f) {
@@ -205,9 +225,17 @@ void dt_obj_print_framework(const dt_plan *p, FILE *f) {
     const dt_objective *o = &p->objective;
     static const char *const lf_stage[] = {"pt", "pt", "sft", "rm", "dpo", "grpo", "ppo"};
     switch (o->kind) {
-    case DT_OBJ_DPO:
-        fprintf(f, "TRL DPOConfig: precompute_ref_log_probs=%s; LLaMA-Factory: stage: dpo\n",
-                o->precompute_ref ? "True" : "False");
+    case DT_OBJ_DPO:   /* TRL has sigmoid / hinge / ipo as loss_type; orpo, simpo are its ORPO / CPO trainers */
+        fprintf(f, "TRL DPOConfig: precompute_ref_log_probs=%s, beta=%g%s%s; LLaMA-Factory: stage: dpo, pref_loss: %s, "
+                "pref_beta: %g\n", o->precompute_ref ? "True" : "False", o->pref_beta,
+                o->pref_loss <= DT_PREF_IPO ? ", loss_type=" : "", o->pref_loss <= DT_PREF_IPO ? dt_pref_loss_name(o->pref_loss) : "",
+                dt_pref_loss_name(o->pref_loss), o->pref_beta);
+        break;
+    case DT_OBJ_RM:
+        fprintf(f, "%s; LLaMA-Factory: stage: rm%s\n",
+                o->rm_head == DT_RM_HEAD_VALUE ? "trl AutoModelForCausalLMWithValueHead (a value head on the causal LM)"
+                                               : "TRL RewardConfig (AutoModelForSequenceClassification, num_labels=1)",
+                o->rm_head == DT_RM_HEAD_VALUE ? "" : " (which trains a value head instead: plan --rm-head value)");
         break;
     case DT_OBJ_GRPO:
         fprintf(f, "TRL GRPOConfig: num_generations=%" PRId64 ", max_completion_length=%" PRId64 ", beta=%g%s\n",

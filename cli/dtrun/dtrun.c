@@ -20,8 +20,10 @@
 
 #include "dt_dtrun_cli.h"
 #include "dt_ckpt.h"
+#include "dt_cli_prepared.h"
 #include "dt_comm.h"
 #include "dt_data.h"
+#include "dt_file.h"
 #include "dt_gemm_cpu.h"
 #include "dt_lm.h"
 #include "dt_launch.h"
@@ -166,6 +168,31 @@ static void hint_calibrate(const dt_plan *plan, double measured_s) {
             cuda ? "gpu.json" : "local.json", cuda ? "gpu.json" : "local.json");
 }
 
+/* The training data: a plan that names none (data.train absent: a model with a real
+ * vocabulary, planned without --data) needs --data, which may be a `dtrun prepare` output
+ * (its shards, tokenizer fingerprint and loss mask then become the plan's, as dtplan solve
+ * --data DIR sets them). A plan that names its data keeps --data as an override of the
+ * path (checked against the plan's tokenizer as before). */
+static int plan_data(dt_plan *plan, const char *plan_path, dt_train_opts *o, dt_error *err) {
+    struct stat sb;
+    /* a path that is not there, or a FIFO / device: refused before any rank or directory */
+    if (o->data_path && stat(o->data_path, &sb) != 0)
+        return dt_errorf(err, DT_EINVAL, "--data %s: data path not found: %s", o->data_path, strerror(errno));
+    if (o->data_path && !S_ISDIR(sb.st_mode) && !S_ISREG(sb.st_mode))
+        return dt_errorf(err, DT_EINVAL, "--data %s: is %s, not a regular file or a directory: give a data file, a "
+                         "directory of data files or a dtrun prepare output", o->data_path, dt_file_kind(sb.st_mode));
+    if (plan->data.train[0]) return DT_OK;
+    if (!o->data_path)
+        return dt_errorf(err, DT_EINVAL,
+                         "%s names no training data (data.train): pass --data PREPARED_DIR (a dtrun prepare output), "
+                         "or prepare one with: dtrun prepare --tokenizer TOKENIZER --out DIR INPUT...", plan_path);
+    if (!dt_prepared_is_output(o->data_path)) return DT_OK;   /* text or llm.c shards: read as given */
+    char note[1024];
+    if (dt_solve_apply_prepared(plan, o->data_path, note, sizeof note, err)) return err->code;
+    o->data_path = NULL;   /* the plan's data section now names the shards */
+    return DT_OK;
+}
+
 static int cmd_train(int argc, char **argv) {
     const char *plan_path = NULL, *init_path = NULL;
     dt_train_opts o;
@@ -242,6 +269,7 @@ static int cmd_train(int argc, char **argv) {
                        "%s plans a %s run (objective.kind); this dtrun trains pt / sft only: run it with TRL or "
                        "LLaMA-Factory on DeepSpeed (dtplan export writes the config), or plan sft with: dtplan solve "
                        "--objective sft", plan_path, dt_obj_name(plan.objective.kind));
+    if (!rc) rc = plan_data(&plan, plan_path, &o, &err);   /* after what no --data could change */
     if (rc) return dt_cli_fail_err(DT_EINVAL, &err);
     const int world = (int)plan.parallel.world_size, gpn = (int)plan.cluster.gpus_per_node;
     const int nodes = (int)plan.cluster.nodes, is_cuda = plan.cluster.device == DT_DEVICE_CUDA;

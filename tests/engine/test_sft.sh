@@ -3,7 +3,8 @@
 # masked token shards with the model's tokenizer (the qwen2-mini test tokenizer, vocab 1500),
 # a Qwen3-shaped plan with that vocabulary trains on them, the run says the loss mask is
 # applied, and the loss falls. The mask's arithmetic is tested in tests/kernels/test_llama.c
-# (check_ignore_index). Usage: test_sft.sh DTPLAN DTRUN SOURCE_DIR
+# (check_ignore_index). The same model planned without --data names no data, and dtrun asks for
+# --data in one line. Usage: test_sft.sh DTPLAN DTRUN SOURCE_DIR
 set -u
 DTPLAN=$1
 DTRUN=$2
@@ -45,4 +46,45 @@ Hello there<|im_end|>
 printf '%s' "$out" | head -1 | grep -qx "<|im_start|>user" || fail "sample did not echo the prompt: $out"
 "$DTRUN" sample "$TMP/run" --tokenizer "$TMP/missing.json" >/dev/null 2>"$TMP/err"; rc=$?
 [ "$rc" -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] || fail "a missing tokenizer: exit $rc, $(cat "$TMP/err")"
-echo "ok: SFT on masked shards, loss $first -> $last"
+
+# The same model planned without --data (issue 31; docs/plan-format.md "data", docs/dtrun.md):
+# a real vocabulary gets no byte-level demo text, so the plan names no data; dtrun refuses it in
+# one line, exit 2, writing nothing, and `dtrun --data PREPARED_DIR` trains on these shards. A
+# byte-level model keeps the demo text; "train": "" is the same as no key.
+"$DTPLAN" solve --model "$TMP/model.json" --hardware cpu --mem 2G --seq 32 --steps 6 --global-batch 4 \
+  -o "$TMP/nd0.json" >"$TMP/nd.out" || fail "dtplan solve exited $?: $(cat "$TMP/nd.out")"
+[ "$(jq -r '.data | has("train")' "$TMP/nd0.json")" = false ] ||
+  fail "a real-vocabulary plan names data it was not given: $(jq -c .data "$TMP/nd0.json")"
+grep -q "^data: none named: .* 1500-token vocabulary" "$TMP/nd.out" ||
+  fail "solve did not say the plan names no data: $(cat "$TMP/nd.out")"
+jq '.data.eval_interval = 0 | .output.save_interval = 0' "$TMP/nd0.json" >"$TMP/nd.json"
+
+# without --data: one line naming the plan and --data, exit 2, no output directory
+( cd "$TMP" && "$DTRUN" nd.json --out ndrun ) >"$TMP/out" 2>"$TMP/err"; rc=$?
+{ [ "$rc" -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && [ ! -e "$TMP/ndrun" ] && [ ! -s "$TMP/out" ] &&
+  grep -q "^dtrun: nd.json names no training data (data.train): pass --data PREPARED_DIR .*dtrun prepare --tokenizer" "$TMP/err"; } ||
+  fail "dtrun without data: exit $rc, $(cat "$TMP/err"), run dir: $(ls "$TMP/ndrun" 2>&1)"
+# "train": "" is the same plan
+jq '.data.train = ""' "$TMP/nd.json" >"$TMP/empty.json"
+"$DTRUN" "$TMP/empty.json" --out "$TMP/ndrun" >/dev/null 2>"$TMP/err"; rc=$?
+{ [ "$rc" -eq 2 ] && [ ! -e "$TMP/ndrun" ] && grep -q "names no training data" "$TMP/err"; } ||
+  fail "data.train \"\": exit $rc, $(cat "$TMP/err")"
+# --data that does not exist: one line, exit 2, nothing written
+"$DTRUN" "$TMP/nd.json" --data "$TMP/missing" --out "$TMP/ndrun" >/dev/null 2>"$TMP/err"; rc=$?
+{ [ "$rc" -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && [ ! -e "$TMP/ndrun" ] && grep -q "$TMP/missing" "$TMP/err"; } ||
+  fail "--data missing: exit $rc, $(cat "$TMP/err"), run dir: $(ls "$TMP/ndrun" 2>&1)"
+# --data PREPARED_DIR: the shards (masked SFT data) train the plan
+"$DTRUN" "$TMP/nd.json" --data "$TMP/sft" --out "$TMP/ndrun" --no-progress 2>"$TMP/ndlog" ||
+  fail "dtrun --data exited $?: $(tail -3 "$TMP/ndlog")"
+grep -q "^dtrun: data: SFT loss mask" "$TMP/ndlog" || fail "the run did not read the prepared shards: $(cat "$TMP/ndlog")"
+[ "$(wc -l <"$TMP/ndrun/metrics.jsonl")" -ge 6 ] || fail "the run did not train 6 steps: $(cat "$TMP/ndrun/metrics.jsonl")"
+
+# a byte-level demo model keeps the demo text by default (the quickstart's path)
+"$DTPLAN" solve --model gpt2-tiny --hardware cpu --mem 1G --seq 32 -o "$TMP/byte.json" >/dev/null ||
+  fail "dtplan solve gpt2-tiny exited $?"
+[ "$(jq -r .data.train "$TMP/byte.json")" = /usr/share/games/fortunes ] ||
+  fail "the byte model lost its demo text: $(jq -c .data "$TMP/byte.json")"
+# a catalog model with a real vocabulary: no demo text; --data names it
+"$DTPLAN" solve --model qwen2.5-0.5b --mem 80G --hardware A100-80GB -o "$TMP/q.json" >/dev/null || fail "solve qwen2.5-0.5b"
+[ "$(jq -r '.data | has("train")' "$TMP/q.json")" = false ] || fail "qwen2.5-0.5b got data: $(jq -c .data "$TMP/q.json")"
+echo "ok: SFT on masked shards, loss $first -> $last; a plan naming no data asks for --data and trains with it"

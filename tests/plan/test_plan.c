@@ -207,7 +207,33 @@ static void test_rejections(void) {
     expect_mut_reject(t0, "optimizer.lr", "\"3e-4\"", "$.optimizer.lr: expected a positive number, got \"3e-4\"");
     expect_mut_reject(t0, "optimizer.beta2", "1", "$.optimizer.beta2: expected a number in [0, 1), got 1");
     expect_mut_reject(t0, "model", "[]", "$.model: expected an object, got []");
-    expect_mut_reject(t0, "data.train", "\"\"", "$.data.train: expected a non-empty string");
+    /* data.train "" (or absent): the plan names no training data, which is valid (dtrun asks for --data) */
+    expect_mut_reject(t0, "data.train", "7", "$.data.train: expected a string");
+    {
+        dt_plan nd;
+        dt_error e = {0};
+        const char *how[2] = {"\"\"", NULL};   /* "" and the key deleted: the same plan */
+        for (int k = 0; k < 2; k++) {
+            expect_mut_accept(t0, "data.train", how[k], &nd);
+            CHECK(nd.data.train[0] == '\0');
+            CHECK_EQ_I64(dt_plan_validate(&nd, &e), 0);
+            char *j = dt_plan_to_json(&nd, &e);   /* written without the key */
+            CHECK(j && !strstr(j, "\"train\""));
+            free(j);
+        }
+        /* the demo text stays for a byte-level model, leaves for a real vocabulary; a named path stays */
+        dt_plan d;
+        dt_plan_defaults(&d);
+        d.model.vocab = 256;
+        dt_plan_drop_demo_data(&d);
+        CHECK(!strcmp(d.data.train, "/usr/share/games/fortunes"));
+        d.model.vocab = 151936;
+        dt_plan_drop_demo_data(&d);
+        CHECK(d.data.train[0] == '\0');
+        snprintf(d.data.train, sizeof d.data.train, "/data/mine");
+        dt_plan_drop_demo_data(&d);
+        CHECK(!strcmp(d.data.train, "/data/mine"));
+    }
     expect_mut_reject(t0, "data.seed", "9007199254740994", "$.data.seed: expected an integer in [0, 9007199254740992]");
     /* bad enums, by name */
     expect_mut_reject(t0, "precision.preset", "\"bf16-mixed\"", "$.precision.preset: expected one of \"mixed-bf16\", \"mixed-fp16\", \"pure-bf16\", \"fp32\", got \"bf16-mixed\"");

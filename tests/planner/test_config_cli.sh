@@ -145,6 +145,16 @@ ftsame qlora3 $TR/llama3.1-8b_qlora_sft_ds3.yaml --model llama-3.1-8b --grad-acc
     --deepspeed $TR/ds_z3_config.json
 ftsame full3 $TR/qwen2.5-7b_full_sft_ds3.yaml --model qwen2.5-7b --grad-accum 2 --deepspeed $TR/ds_z3_config.json
 grep -q '"finetune"' "$T/full3.cfg.out" && bad "a full fine-tune printed a fine-tuning section"
+# the stage examples (issue 31): full DPO on ZeRO-3 and a LoRA reward model on ZeRO-2 give the estimate of
+# their --objective options and a plan that keeps the objective
+ftsame dpo3 $TR/qwen2.5-7b_full_dpo_ds3.yaml --model qwen2.5-7b --grad-accum 8 --objective dpo --pref-loss sigmoid \
+    --pref-beta 0.1 --deepspeed $TR/ds_z3_config.json
+ftsame rm2 $TR/qwen2.5-7b_lora_rm_ds2.yaml --model qwen2.5-7b --grad-accum 8 --finetune lora --lora-target all \
+    --objective rm --rm-head value --deepspeed $TR/ds_z2_config.json
+grep -q '"objective": {"kind": "dpo", "reference": true' "$T/dpo3.cfg.out" || bad "dpo3: $(grep objective "$T/dpo3.cfg.out")"
+grep -q '"objective": {"kind": "rm"' "$T/rm2.cfg.out" || bad "rm2: $(grep objective "$T/rm2.cfg.out")"
+grep -q '"kind": "dpo"' "$T/dpo3.plan.json" && grep -q '"kind": "rm"' "$T/rm2.plan.json" ||
+    bad "the stage examples' plans lost the objective: $(grep -A2 '"objective"' "$T/dpo3.plan.json" "$T/rm2.plan.json")"
 cd "$SRC" || exit 1
 ok lora2_txt "$DTPLAN" estimate --config $TR/qwen2.5-7b_lora_sft_ds2.yaml --gpus 8
 has lora2_txt "lora_rank                        line 13   used      LoRA rank 16"
@@ -220,8 +230,53 @@ refuse frzx "frzx.yaml:[0-9]+: freeze_extra_modules lm_headx: qwen2.5-7b .* has 
 printf 'per_device_train_batch_size: 2\nlora_rank: 8\n' >"$T/hf_lora.yaml"
 refuse hf_lora "hf_lora.yaml:2: 'lora_rank' is LLaMA-Factory's; TrainingArguments has no fine-tuning keys \(PEFT's LoraConfig" \
     "$DTPLAN" estimate --config "$T/hf_lora.yaml" --config-format hf --model gpt2
-sed -e 's/stage: sft/stage: dpo/' -e '/^deepspeed/d' lf_qwen25_full_ds3.yaml >"$T/dpo.yaml"
-refuse dpo "stage: dpo is not modelled yet" "$DTPLAN" estimate --config "$T/dpo.yaml"
+# LLaMA-Factory's stages (issue 31): rm and dpo map onto the plan's objective, every RLHF key
+# used, named as not affecting the prediction, or refused with what is missing
+stg() {   # stg NAME STAGE LINE...: the full-SFT example with stage STAGE, no DeepSpeed file, LINEs appended
+    local n=$1
+    sed -e "s/^stage: sft/stage: $2/" -e '/^deepspeed/d' lf_qwen25_full_ds3.yaml >"$T/$n.yaml"
+    shift 2
+    [ $# -eq 0 ] || printf '%s\n' "$@" >>"$T/$n.yaml"
+}
+stg dpo dpo "pref_beta: 0.2" "pref_ftx: 0.1" "dpo_label_smoothing: 0.1" "kto_chosen_weight: 1.0" "ppo_epochs: 2" "reward_model: x"
+ok dpo "$DTPLAN" estimate --config "$T/dpo.yaml" --gpus 8
+has dpo "stage                            line 6    used      dpo: policy, reference, pairs"
+has dpo "pref_beta                        line 34   used      the plan's dpo beta (no effect on memory or time)"
+has dpo "pref_ftx                         line 35   no effect an SFT term on the chosen responses' log-probs"
+has dpo "kto_chosen_weight                line 37   no effect used only by stage kto (this config: dpo)"
+has dpo "ppo_epochs                       line 38   no effect used only by stage ppo (this config: dpo)"
+has dpo "--objective dpo --pref-loss sigmoid --pref-beta 0.2"
+has dpo "objective  dpo (sigmoid loss): policy + frozen reference"
+stg rm rm "pref_beta: 0.2"
+ok rm "$DTPLAN" estimate --config "$T/rm.yaml" --gpus 8
+has rm "pref_beta                        line 34   no effect used only by stage dpo (this config: rm)"
+has rm "--objective rm --rm-head value"
+has rm "objective  rm: the model + a value head (h -> 1; the LM head and its logits stay)"
+stg ppo ppo "reward_model: saves/rm"
+refuse ppo "stage: ppo is not modelled for LLaMA-Factory yet: its PPO .*value head on the policy's own backbone.*ppo_epochs" \
+    "$DTPLAN" estimate --config "$T/ppo.yaml"
+stg kto kto
+refuse kto "stage: kto is not modelled yet \(KTO's unpaired .*pref_loss: kto_pair" "$DTPLAN" estimate --config "$T/kto.yaml"
+stg dpoloss dpo "pref_loss: dpop"
+refuse dpoloss "dpoloss.yaml:34: pref_loss: 'dpop' is not a dpo loss \(sigmoid, hinge, ipo, kto_pair, orpo or simpo\)" \
+    "$DTPLAN" estimate --config "$T/dpoloss.yaml"
+stg smooth dpo "pref_loss: hinge" "dpo_label_smoothing: 0.1"
+refuse smooth "smooth.yaml:35: dpo_label_smoothing: only valid with pref_loss: sigmoid" "$DTPLAN" estimate --config "$T/smooth.yaml"
+stg refq dpo "ref_model: Qwen/Qwen2.5-7B" "ref_model_quantization_bit: 4"
+refuse refq "refq.yaml:35: ref_model_quantization_bit: a bitsandbytes-quantised reference is not modelled" \
+    "$DTPLAN" estimate --config "$T/refq.yaml"
+stg refshape dpo "ref_model: Qwen/Qwen2.5-0.5B"
+refuse refshape "refshape.yaml:34: ref_model Qwen/Qwen2.5-0.5B \(24 layers, hidden 896, .*is not shaped as the policy qwen2.5-7b" \
+    "$DTPLAN" estimate --config "$T/refshape.yaml"
+stg refnone dpo "ref_model: /nonexistent/sft-out"
+refuse refnone "refnone.yaml:34: ref_model: .*sft-out" "$DTPLAN" estimate --config "$T/refnone.yaml"
+sed -e 's/stage: sft/stage: dpo/' -e '/^deepspeed/d' lf_qwen25_lora.yaml >"$T/reflora.yaml"
+echo "ref_model: Qwen/Qwen2.5-7B" >>"$T/reflora.yaml"
+refuse reflora "reflora.yaml:[0-9]+: ref_model: a separate reference beside a LoRA policy is not modelled" \
+    "$DTPLAN" estimate --config "$T/reflora.yaml"
+stg refsimpo dpo "pref_loss: orpo" "ref_model: Qwen/Qwen2.5-0.5B"
+ok refsimpo "$DTPLAN" estimate --config "$T/refsimpo.yaml" --gpus 8
+has refsimpo "ref_model                        line 35   no effect pref_loss orpo uses no reference"
 
 # bad input: one line each, exit 2
 mk() { sed -e "$2" lf_qwen25_full_ds3.yaml >"$T/$1.yaml"; }
@@ -262,6 +317,37 @@ sed -e "s|^model_name_or_path: .*|model_name_or_path: $T/localmodel|" -e 's/^cut
     lf_qwen25_full_ds3.yaml >"$T/local.yaml"
 ok local "$DTPLAN" estimate --config "$T/local.yaml" --gpus 8
 has local "model      localmodel"
+
+# The data a config names (issue 31): LLaMA-Factory's one dataset as the dtrun prepare output
+# DATASET_DIR/NAME, the hf format's train_file; else the plan names no data (a real vocabulary
+# reads no demo text) and the report says how to give it
+DTRUN=$2
+mkdir -p "$T/lfdata"
+"$DTRUN" prepare --tokenizer "$SRC/tests/tokenizer/data/qwen2-mini.json" --out "$T/lfdata/mysft" --format chat \
+  --chat-template chatml --val-fraction 0 --quiet "$SRC/tests/data/chat.jsonl" || bad "dtrun prepare exited $?"
+lfdata() {   # lfdata FILE DATASET DATASET_DIR
+    printf 'model_name_or_path: Qwen/Qwen2.5-0.5B\nstage: sft\nfinetuning_type: full\ndataset: %s\ndataset_dir: %s\ncutoff_len: 512\nper_device_train_batch_size: 2\nmax_steps: 10\nbf16: true\n' \
+        "$2" "$3" >"$1"
+}
+lfdata "$T/data.yaml" mysft "$T/lfdata"
+ok lf_data "$DTPLAN" solve --config "$T/data.yaml" --hardware A100-80GB --mem 80G -o "$T/data-plan.json"
+has lf_data "dataset mysft: the dtrun prepare output $T/lfdata/mysft is the plan's data"
+has lf_data "data: dtrun prepare output $T/lfdata/mysft:"
+[ "$(jq -r .data.train "$T/data-plan.json")" = "$T/lfdata/mysft/train" ] && [ "$(jq -r .data.format "$T/data-plan.json")" = llmc ] ||
+    bad "the config's dataset is not the plan's data: $(jq -c .data "$T/data-plan.json")"
+lfdata "$T/nodata.yaml" alpaca_en_demo "$T/lfdata"
+ok lf_nodata "$DTPLAN" solve --config "$T/nodata.yaml" --hardware A100-80GB --mem 80G -o "$T/nodata-plan.json"
+has lf_nodata "dataset alpaca_en_demo: $T/lfdata/alpaca_en_demo holds no dtrun prepare output, so the plan names no training data"
+has lf_nodata "data: none named: qwen2.5-0.5b has a 151936-token vocabulary"
+[ "$(jq -r '.data | has("train")' "$T/nodata-plan.json")" = false ] || bad "a plan without data names some: $(jq -c .data "$T/nodata-plan.json")"
+# --data on the command line wins over the config's dataset
+ok lf_data_cli "$DTPLAN" solve --config "$T/data.yaml" --hardware A100-80GB --mem 80G --data "$T/lfdata/mysft" -o "$T/cli-plan.json"
+[ "$(jq -r .data.train "$T/cli-plan.json")" = "$T/lfdata/mysft/train" ] || bad "--data with --config: $(jq -c .data "$T/cli-plan.json")"
+printf '{"train_file": "%s", "per_device_train_batch_size": 2, "max_steps": 10}\n' \
+    "$T/lfdata/mysft" >"$T/hfdata.json"
+ok hf_data "$DTPLAN" solve --config "$T/hfdata.json" --config-format hf --model qwen2.5-0.5b --hardware A100-80GB --mem 80G -o "$T/hf-plan.json"
+has hf_data "train_file $T/lfdata/mysft: the dtrun prepare output $T/lfdata/mysft is the plan's data"
+[ "$(jq -r .data.train "$T/hf-plan.json")" = "$T/lfdata/mysft/train" ] || bad "hf train_file: $(jq -c .data "$T/hf-plan.json")"
 
 [ $fails -eq 0 ] && echo "config_cli: all checks passed"
 exit $((fails > 0))

@@ -144,5 +144,56 @@ cmp -s q16.want q16.got || bad "qlora --config round trip differs: $(diff q16.wa
 grep -q '^finetuning_type: full$' mineq3.yaml && grep -q '^quantization_bit: null$' mineq3.yaml || bad "full on a qlora file: $(cat mineq3.yaml)"
 "$DTPLAN" estimate --config mineq3.yaml --gpus 8 >/dev/null 2>mq3.err || bad "full-on-qlora file does not read back: $(cat mq3.err)"
 
+# LLaMA-Factory's stages rm and dpo (issue 31): the plan's objective written back as stage and its
+# keys, read back to the same estimate (the objective's pref_loss / pref_beta / rm_head included)
+objround() {   # name config kind estimate-args...
+    local n=$1 cfg=$2 kind=$3; shift 3
+    "$DTPLAN" solve --config "$cfg" --gpus 8 --mem 80G "$@" -o "$n.json" >"$n.mk" 2>&1 || { bad "plan $n: $(tail -1 "$n.mk")"; return; }
+    "$DTPLAN" export --llamafactory "$n.json" -o "$n.yaml" >"$n.log" 2>&1 || { bad "export $n: $(cat "$n.log")"; return; }
+    grep -q "^stage: $kind$" "$n.yaml" || bad "$n: stage not written: $(grep stage "$n.yaml")"
+    "$DTPLAN" estimate --json --plan "$n.json" >"$n.want" 2>&1
+    "$DTPLAN" estimate --json --config "$n.yaml" --gpus 8 >"$n.got" 2>"$n.err" || { bad "read back $n: $(tail -1 "$n.err")"; return; }
+    grep -q "\"objective\": {\"kind\": \"$kind\"" "$n.want" || bad "$n: the plan is not a $kind plan: $(grep objective "$n.want")"
+    cmp -s "$n.want" "$n.got" || bad "$n: round trip differs: $(diff "$n.want" "$n.got" | head -6)"
+}
+stagecfg() {   # out stage finetuning_type extra-lines...
+    local out=$1 stage=$2 ft=$3; shift 3
+    grep -vE "^(stage|finetuning_type):" "$C/lf_qwen25_full_ds3.yaml" >"$out"
+    printf '%s\n' "stage: $stage" "finetuning_type: $ft" "$@" >>"$out"
+}
+stagecfg rm_full_in.yaml rm full
+objround rm_full rm_full_in.yaml rm
+grep -q '"rm_head": "value"' rm_full.want || bad "rm: LLaMA-Factory's value head not planned: $(grep objective rm_full.want)"
+stagecfg rm_lora_in.yaml rm lora "lora_rank: 16"
+objround rm_lora rm_lora_in.yaml rm
+stagecfg dpo_full_in.yaml dpo full "pref_beta: 0.25" "pref_loss: sigmoid" "pref_ftx: 0.5" "ref_model: Qwen/Qwen2.5-7B"
+objround dpo_full dpo_full_in.yaml dpo
+grep -q '^pref_beta: 0.25$' dpo_full.yaml && grep -q '"pref_beta": 0.25' dpo_full.want && grep -q '"reference": true' dpo_full.want ||
+    bad "dpo: beta / reference: $(grep objective dpo_full.want)"
+stagecfg dpo_simpo_in.yaml dpo full "pref_loss: simpo" "simpo_gamma: 0.5"
+objround dpo_simpo dpo_simpo_in.yaml dpo
+grep -q '^pref_loss: simpo$' dpo_simpo.yaml && grep -q '"reference": false' dpo_simpo.want ||
+    bad "simpo holds no reference: $(grep objective dpo_simpo.want)"
+stagecfg dpo_lora_in.yaml dpo lora "pref_loss: ipo"
+objround dpo_lora dpo_lora_in.yaml dpo
+# the user's own sft file edited for a dpo plan: stage and the dpo keys change, the rest stays
+cp "$C/lf_qwen25_full_ds3.yaml" mydpo.yaml
+"$DTPLAN" export --llamafactory dpo_full.json -o mydpo2.yaml --config mydpo.yaml >md.log 2>&1 || bad "export dpo on sft file: $(cat md.log)"
+diff mydpo.yaml mydpo2.yaml >md.diff
+grep -q '^> stage: dpo$\|^> pref_beta: 0.25$' md.diff && grep -q '^> pref_beta: 0.25$' md.diff || bad "dpo on the sft file: $(cat md.diff)"
+"$DTPLAN" estimate --json --config mydpo2.yaml --gpus 8 >md.got 2>md.err || bad "mydpo2 read back: $(tail -1 md.err)"
+cmp -s dpo_full.want md.got || bad "dpo on the user's file: round trip differs: $(diff dpo_full.want md.got | head -4)"
+# ... and an sft plan on the user's dpo file says stage: sft (pt / sft files keep theirs)
+"$DTPLAN" export --llamafactory p1.json -o mysft.yaml --config mydpo2.yaml >ms.log 2>&1 || bad "export sft on dpo file: $(cat ms.log)"
+grep -q '^stage: sft$' mysft.yaml || bad "an sft plan on a dpo file: $(grep stage mysft.yaml)"
+sed -e 's/^stage: sft/stage: pt/' "$C/lf_qwen25_full_ds3.yaml" >mypt.yaml
+"$DTPLAN" export --llamafactory p1.json -o mypt2.yaml --config mypt.yaml >mp.log 2>&1 || bad "export on pt file: $(cat mp.log)"
+grep -q '^stage: pt$' mypt2.yaml || bad "a pt file's stage changed: $(grep stage mypt2.yaml)"
+# ppo / grpo plans have no LLaMA-Factory stage: one line, nothing written
+"$DTPLAN" solve --model qwen2.5-7b --gpus 8 --mem 80G --objective grpo --runtime deepspeed -o grpo.json >/dev/null 2>&1 || bad "plan grpo"
+"$DTPLAN" export --llamafactory grpo.json -o grpo.yaml >grpo.out 2>grpo.err; rc=$?
+[ $rc -eq 2 ] && [ ! -e grpo.yaml ] && [ "$(wc -l <grpo.err)" -eq 1 ] && grep -q "no LLaMA-Factory stage" grpo.err ||
+    bad "grpo export: exit $rc, $(cat grpo.err)"
+
 [ $fails -eq 0 ] && echo "config_export: all checks passed"
 exit $((fails > 0))

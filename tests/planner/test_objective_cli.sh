@@ -24,6 +24,12 @@ awk -v a="$base3" -v b="$dpo3" 'BEGIN { exit !(b - a > 1.7 && b - a < 1.8) }' ||
 # no reference when precomputed, or for a LoRA policy (adapters off)
 "$DTPLAN" estimate $M --objective dpo --precompute-ref | grep -q '^  reference' && fail "precompute-ref kept a reference"
 "$DTPLAN" estimate $M --objective dpo --finetune lora | grep -q '^  reference' && fail "lora kept a reference"
+# ... but the reference's forward still runs for a LoRA policy (adapters off): none when precomputed
+# or for a reference-free loss (simpo)
+rf() { "$DTPLAN" estimate $M "$@" --json | sed -n 's/.*"ref_fwd_s": \([^,]*\),.*/\1/p'; }
+lora_rf=$(rf --objective dpo --finetune lora) pre_rf=$(rf --objective dpo --precompute-ref) simpo_rf=$(rf --objective dpo --pref-loss simpo)
+awk -v a="$lora_rf" -v b="$pre_rf" -v c="$simpo_rf" 'BEGIN { exit !(a > 0 && b == 0 && c == 0) }' ||
+    fail "reference forwards: lora $lora_rf (want > 0), precomputed $pre_rf, simpo $simpo_rf (want 0)"
 # grpo: generation rows; beta 0 holds no reference, beta > 0 does
 out=$("$DTPLAN" estimate $M --objective grpo --num-generations 8 --micro-batch 8 --zero-stage 3 --kl-coef 0.04) || fail "grpo failed"
 for r in "policy      weights" "reference   weights" "generation  KV cache" "generation  logits" "generation  gathered" "generation  phase"; do

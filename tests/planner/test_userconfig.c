@@ -122,6 +122,24 @@ int main(void) {
     CHECK(strstr(err.msg, "quantization_bit: 8 with finetuning_type full") != NULL);
     CHECK_EQ_I64(parse("finetuning_type: full\nstage: kto\n", DT_UCFG_AUTO, &err), DT_EINVAL);
     CHECK(strstr(err.msg, "stage: kto is not modelled yet") != NULL);
+    CHECK_EQ_I64(parse("finetuning_type: full\nstage: ppo\nreward_model: rm\n", DT_UCFG_AUTO, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "stage: ppo is not modelled for LLaMA-Factory yet") != NULL);
+    /* rm: LLaMA-Factory's value-head reward model; dpo: its loss and beta */
+    CHECK_EQ_I64(parse("finetuning_type: full\nstage: rm\n", DT_UCFG_AUTO, &err), DT_OK);
+    CHECK_EQ_I64(c.objective.kind, DT_OBJ_RM);
+    CHECK_EQ_I64(c.objective.rm_head, DT_RM_HEAD_VALUE);
+    CHECK_EQ_I64(parse("finetuning_type: full\nstage: dpo\npref_loss: simpo\npref_beta: 2.5\n", DT_UCFG_AUTO, &err), DT_OK);
+    CHECK_EQ_I64(c.objective.kind, DT_OBJ_DPO);
+    CHECK_EQ_I64(c.objective.pref_loss, DT_PREF_SIMPO);
+    CHECK(c.objective.pref_beta == 2.5);
+    CHECK_EQ_I64(parse("finetuning_type: full\nstage: dpo\n", DT_UCFG_AUTO, &err), DT_OK);
+    CHECK(c.objective.pref_loss == DT_PREF_SIGMOID && c.objective.pref_beta == 0.1);
+    CHECK_EQ_I64(parse("finetuning_type: full\nstage: sft\npref_loss: simpo\n", DT_UCFG_AUTO, &err), DT_OK);
+    CHECK_EQ_I64(c.objective.kind, DT_OBJ_AUTO);
+    CHECK(key("pref_loss")->use == DT_UKEY_NO_EFFECT);
+    CHECK_EQ_I64(parse("finetuning_type: full\nstage: dpo\npref_loss: hinge\ndpo_label_smoothing: 0.2\n", DT_UCFG_AUTO, &err),
+                 DT_EINVAL);
+    CHECK(strstr(err.msg, "t.yaml:4: dpo_label_smoothing: only valid with pref_loss: sigmoid") != NULL);
     CHECK_EQ_I64(parse("finetuning_type: full\nstage: pt\nlora_rank: 8\n", DT_UCFG_AUTO, &err), DT_OK);
     CHECK(key("lora_rank")->use == DT_UKEY_NO_EFFECT);   /* a lora key with finetuning_type full */
     CHECK_EQ_I64(c.finetune.method, DT_FT_FULL);

@@ -1,5 +1,5 @@
-/* prepared.c — `dtplan solve --data DIR` where DIR is `dtrun prepare`'s output (its
- * prepare.json, docs/data.md): the plan reads the token shards (data.format "llmc",
+/* prepared.c — `dtplan solve --data DIR`, and dtrun --data DIR on a plan that names no
+ * data, where DIR is `dtrun prepare`'s output (its prepare.json, docs/data.md): the plan reads the token shards (data.format "llmc",
  * train/ and val/), the model's vocabulary must hold the tokenizer's, and the note
  * says how many tokens the plan's steps read. The plan records the tokenizer's fingerprint
  * and path and whether the loss is masked (data.tokenizer_fingerprint, tokenizer_path,
@@ -11,7 +11,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "dt_cli.h"
+#include "dt_cli_prepared.h"
 #include "dt_json.h"
 
 #define PREPARE_FILE "prepare.json"
@@ -70,6 +70,12 @@ static int set_tokenizer(dt_data *d, const cJSON *tok, const char *what, dt_erro
         snprintf(d->tokenizer_path, sizeof d->tokenizer_path, "%s", path->valuestring) >= (int)sizeof d->tokenizer_path)
         d->tokenizer_path[0] = '\0';   /* only named in messages: too long a path is left out */
     return DT_OK;
+}
+
+int dt_prepared_is_output(const char *data) {
+    char dir[PREPARED_PATH_MAX];
+    prepare_dir(data, dir, sizeof dir);
+    return dir[0] != '\0';
 }
 
 int64_t dt_prepared_train_tokens(const char *data) {
