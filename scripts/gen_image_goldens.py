@@ -117,6 +117,42 @@ def expand2square(img, bg):
     return res
 
 
+# the llava records' token ids as Hugging Face tokenizes the rendered chat: "<image>" an
+# added special token (id = the mini tokenizer's vocabulary size, passed to dtrun as
+# --image-token-id), each expanded to LLAVA_IMAGE_TOKENS copies before tokenizing, as
+# llava-hf's LlavaProcessor expands it to num_image_tokens
+LLAVA_IMAGE_TOKENS = 16
+ROLE = {"human": "user", "gpt": "assistant", "system": "system"}
+
+
+def render(conv, template):
+    img = "<image>" * LLAVA_IMAGE_TOKENS
+    if template == "chatml":
+        return "".join("<|im_start|>%s\n%s<|im_end|>\n" % (ROLE[m["from"]], m["value"].replace("<image>", img))
+                       for m in conv)
+    return "<|begin_of_text|>" + "".join("<|start_header_id|>%s<|end_header_id|>\n\n%s<|eot_id|>" % (
+        ROLE[m["from"]], m["value"].strip().replace("<image>", img)) for m in conv)
+
+
+def llava_goldens():
+    from tokenizers import AddedToken, Tokenizer
+    with open(os.path.join(ROOT, "tests", "data", "llava.json")) as f:
+        records = json.load(f)
+    for template, tok_name in (("chatml", "qwen2-mini.json"), ("llama3", "llama3-mini.json")):
+        tok = Tokenizer.from_file(os.path.join(ROOT, "tests", "tokenizer", "data", tok_name))
+        image_id = tok.get_vocab_size(with_added_tokens=True)
+        tok.add_special_tokens([AddedToken("<image>", special=True, normalized=False)])
+        assert tok.token_to_id("<image>") == image_id
+        lines = ["# scripts/gen_image_goldens.py: %s, <image> = %d x %d" % (tok_name, image_id, LLAVA_IMAGE_TOKENS)]
+        for r in records:
+            if not any(m["from"] == "gpt" for m in r["conversations"]):
+                lines.append("skip")
+                continue
+            lines.append(" ".join(str(i) for i in tok.encode(render(r["conversations"], template)).ids))
+        with open(os.path.join(ROOT, "tests", "data", "llava-%s.golden" % template), "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     rng = np.random.default_rng(SEED)
@@ -147,6 +183,7 @@ def main():
     with open(os.path.join(OUT, "goldens.json"), "w") as f:
         json.dump(meta, f, indent=1)
         f.write("\n")
+    llava_goldens()
     total = sum(os.path.getsize(os.path.join(OUT, n)) for n in os.listdir(OUT))
     print("wrote %d images, %d goldens, %d bytes under %s" % (len(images), len(rows), total, OUT))
 

@@ -76,6 +76,8 @@ typedef struct dt_clip_opts {
 
 /* CLIP's defaults at shortest edge / crop size (pad_square 0). */
 void dt_clip_defaults(dt_clip_opts *o, int size);
+/* DT_EINVAL for settings out of range (sides 1..8192, std > 0, mean in [0, 1]). */
+int dt_clip_check(const dt_clip_opts *o, dt_error *err);
 /* The uint8 crop the processor normalizes: out[3][crop_height][crop_width] (channels
  * first). DT_EINVAL for settings out of range. */
 int dt_image_clip_u8(const dt_image *im, const dt_clip_opts *o, uint8_t *out, dt_error *err);

@@ -307,7 +307,7 @@ int dt_image_load(const char *path, uint64_t max_pixels, dt_image *out, dt_error
     char *bytes;
     size_t n;
     memset(out, 0, sizeof *out);
-    int rc = dt_file_read(path, "image", DT_IMAGE_MAX_FILE_BYTES, &bytes, &n, err);
+    int rc = dt_file_read(path, "JPEG or PNG image", DT_IMAGE_MAX_FILE_BYTES, &bytes, &n, err);
     if (rc) return rc;
     rc = dt_image_decode(bytes, n, path, max_pixels, out, err);
     free(bytes);
@@ -517,11 +517,21 @@ static void center_crop(const uint8_t *rs, int rw, int rh, int cw, int ch, uint8
 /* preprocessor settings past which a crop is no longer an image for a vision tower */
 #define CLIP_MAX_SIDE 8192
 
-int dt_image_clip_u8(const dt_image *im, const dt_clip_opts *o, uint8_t *out, dt_error *err) {
+int dt_clip_check(const dt_clip_opts *o, dt_error *err) {
     if (o->shortest_edge < 1 || o->shortest_edge > CLIP_MAX_SIDE || o->crop_height < 1 ||
         o->crop_height > CLIP_MAX_SIDE || o->crop_width < 1 || o->crop_width > CLIP_MAX_SIDE)
         return dt_errorf(err, DT_EINVAL, "image preprocessing: shortest edge %d, crop %dx%d: each must be 1..%d",
                          o->shortest_edge, o->crop_width, o->crop_height, CLIP_MAX_SIDE);
+    for (int c = 0; c < 3; c++)
+        if (!(o->std[c] > 0) || !(o->mean[c] >= 0 && o->mean[c] <= 1))
+            return dt_errorf(err, DT_EINVAL, "image preprocessing: mean %g / std %g: the mean must be in [0, 1], "
+                             "the std above 0", o->mean[c], o->std[c]);
+    if (!(o->rescale > 0)) return dt_errorf(err, DT_EINVAL, "image preprocessing: rescale factor %g", o->rescale);
+    return DT_OK;
+}
+
+int dt_image_clip_u8(const dt_image *im, const dt_clip_opts *o, uint8_t *out, dt_error *err) {
+    if (dt_clip_check(o, err)) return err->code;
     int w = im->width, h = im->height;
     uint8_t *rgb = to_rgb(im, o->pad_square);
     if (rgb && o->pad_square && w != h) {

@@ -22,24 +22,15 @@
 #include "dt_image.h"
 #include "dt_json.h"
 #include "dt_test.h"
+#include "dt_test_data.h"
 
 static char dir[1024];
-
-static char *slurp(const char *path, size_t *n) {
-    char *b = NULL;
-    dt_error err = {0};
-    if (dt_file_read(path, "test file", (uint64_t)64 << 20, &b, n, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        exit(1);
-    }
-    return b;
-}
 
 static void golden_rows(void) {
     char p[1200];
     snprintf(p, sizeof p, "%s/goldens.json", dir);
     size_t n;
-    char *text = slurp(p, &n);
+    char *text = dt_test_slurp(p, &n);
     cJSON *root = cJSON_Parse(text);
     CHECK(root != NULL);
     const cJSON *rows = cJSON_GetObjectItemCaseSensitive(root, "rows");
@@ -67,7 +58,7 @@ static void golden_rows(void) {
         dt_image_normalize(u8, plane, &o, got);
         snprintf(p, sizeof p, "%s/%s", dir, gold);
         size_t gn;
-        float *want = (float *)slurp(p, &gn);
+        float *want = (float *)dt_test_slurp(p, &gn);
         CHECK_EQ_I64(gn, 3 * plane * sizeof(float));
         double maxd = 0.0;
         size_t diff = 0;
@@ -110,7 +101,7 @@ static void bad_input(void) {
         char p[1200];
         snprintf(p, sizeof p, "%s/%s", dir, files[f]);
         size_t n;
-        uint8_t *b = (uint8_t *)slurp(p, &n);
+        uint8_t *b = (uint8_t *)dt_test_slurp(p, &n);
         expect_bad(b, n * 2 / 3, DT_IMAGE_MAX_PIXELS, "truncated");   /* cut inside the image data */
         expect_bad(b, 40, DT_IMAGE_MAX_PIXELS, "truncated");           /* cut inside the headers */
         expect_bad(b, n, 100, "above the limit of 100");               /* refused from the header */
@@ -141,7 +132,7 @@ static void bad_input(void) {
     char p[1200];
     snprintf(p, sizeof p, "%s/rgb-97x61.jpg", dir);
     size_t n;
-    uint8_t *j = (uint8_t *)slurp(p, &n);
+    uint8_t *j = (uint8_t *)dt_test_slurp(p, &n);
     for (size_t i = 0; i + 9 < n; i++)
         if (j[i] == 0xFF && j[i + 1] == 0xC0) {   /* SOF0: length, precision, height, width */
             const uint8_t side[4] = {0xEA, 0x60, 0xEA, 0x60};
