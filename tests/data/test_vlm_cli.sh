@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# `dtrun prepare --format llava` (docs/vlm-images.md): a run over the committed LLaVA records
+# and images prints its image counts; a bad image (truncated, missing, a FIFO, a bomb by
+# --max-image-pixels) exits 2 with one line naming the JSON file, the record and its id and
+# the image, and leaves the previous output as it was; --on-bad-image skip finishes, exits 0
+# and says on stderr how many records it left out; bad flags exit 2.
+# Usage: test_vlm_cli.sh DTPLAN DTRUN SOURCE_DIR
+set -u
+DTRUN=$2
+SRC=$3
+TMP=$(mktemp -d /tmp/dt_test_vlm_cli_XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+fails=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+listing() { (cd "$1" 2>/dev/null && find . -type f -exec md5sum {} + | sort) ; }
+ARGS=(--tokenizer "$SRC/tests/tokenizer/data/qwen2-mini.json" --format llava --image-token-id 1500
+      --image-tokens 16 --image-size 56 --val-fraction 0 --image-folder "$TMP/imgs")
+mkdir "$TMP/imgs"
+cp "$SRC"/tests/data/images/*.jpg "$SRC"/tests/data/images/*.png "$TMP/imgs/"
+
+expect() {   # expect CODE PATTERN ARGS...: the exit code and one stderr line matching PATTERN
+  local code=$1 pat=$2
+  shift 2
+  "$DTRUN" prepare "$@" >"$TMP/out" 2>"$TMP/err"
+  local rc=$?
+  [ "$rc" -eq "$code" ] || fail "prepare $* exited $rc, expected $code: $(cat "$TMP/err")"
+  [ "$(wc -l <"$TMP/err")" -eq 1 ] || fail "prepare $*: expected one stderr line, got: $(cat "$TMP/err")"
+  grep -q -- "$pat" "$TMP/err" || fail "prepare $*: stderr lacks '$pat': $(cat "$TMP/err")"
+}
+
+"$DTRUN" prepare "${ARGS[@]}" --out "$TMP/o" "$SRC/tests/data/llava.json" >"$TMP/out" 2>"$TMP/err" ||
+  fail "llava run exited $?: $(cat "$TMP/err")"
+grep -q "images: 4 train, 0 val (56x56 crops in pixel shards)" "$TMP/out" || fail "summary: $(cat "$TMP/out")"
+[ -f "$TMP/o/train/train-000000.px" ] || fail "no pixel shard"
+before=$(listing "$TMP/o")
+
+head -c 700 "$SRC/tests/data/images/cmyk-60x40.jpg" >"$TMP/imgs/cmyk-60x40.jpg"
+expect 2 "llava.json: record 2 (id cmyk): image: .*cmyk-60x40.jpg: corrupt or truncated JPEG.*--on-bad-image skip" \
+  "${ARGS[@]}" --out "$TMP/o" "$SRC/tests/data/llava.json"
+[ "$(listing "$TMP/o")" = "$before" ] || fail "a failed run changed the previous output"
+"$DTRUN" prepare "${ARGS[@]}" --on-bad-image skip --out "$TMP/o" "$SRC/tests/data/llava.json" >"$TMP/out" 2>"$TMP/err" ||
+  fail "skip exited $?: $(cat "$TMP/err")"
+grep -q "skipped 1 record(s) whose image could not be used.*record 2 (id cmyk)" "$TMP/err" || fail "skip: $(cat "$TMP/err")"
+grep -q "images: 3 train" "$TMP/out" || fail "skip summary: $(cat "$TMP/out")"
+rm "$TMP/imgs/cmyk-60x40.jpg"
+expect 2 "record 2 (id cmyk): image: .*cmyk-60x40.jpg: cannot open" "${ARGS[@]}" --out "$TMP/o2" "$SRC/tests/data/llava.json"
+mkfifo "$TMP/imgs/cmyk-60x40.jpg"
+expect 2 "cmyk-60x40.jpg: is a FIFO" "${ARGS[@]}" --out "$TMP/o2" "$SRC/tests/data/llava.json"
+[ ! -e "$TMP/o2" ] || fail "a failed first run left $TMP/o2"
+expect 2 "pixels is above the limit of 100 (PIL's MAX_IMAGE_PIXELS)" "${ARGS[@]}" --max-image-pixels 100 --out "$TMP/o2" \
+  "$SRC/tests/data/llava.json"
+expect 2 "--on-bad-image 'maybe': use stop or skip" "${ARGS[@]}" --on-bad-image maybe --out "$TMP/o2" x.json
+expect 2 "--image-aspect 'wide'" "${ARGS[@]}" --image-aspect wide --out "$TMP/o2" x.json
+expect 2 "needs --image-folder" --tokenizer "$SRC/tests/tokenizer/data/qwen2-mini.json" --format llava --out "$TMP/o2" x.json
+[ $fails -eq 0 ] && echo "ok" || echo "$fails failure(s)"
+exit $((fails > 0))
