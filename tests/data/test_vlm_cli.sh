@@ -12,21 +12,11 @@ TMP=$(mktemp -d /tmp/dt_test_vlm_cli_XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 fails=0
 fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-listing() { (cd "$1" 2>/dev/null && find . -type f -exec md5sum {} + | sort) ; }
+. "$(dirname "$0")/prepare_lib.sh"
 ARGS=(--tokenizer "$SRC/tests/tokenizer/data/qwen2-mini.json" --format llava --image-token-id 1500
       --image-tokens 16 --image-size 56 --val-fraction 0 --image-folder "$TMP/imgs")
 mkdir "$TMP/imgs"
 cp "$SRC"/tests/data/images/*.jpg "$SRC"/tests/data/images/*.png "$TMP/imgs/"
-
-expect() {   # expect CODE PATTERN ARGS...: the exit code and one stderr line matching PATTERN
-  local code=$1 pat=$2
-  shift 2
-  "$DTRUN" prepare "$@" >"$TMP/out" 2>"$TMP/err"
-  local rc=$?
-  [ "$rc" -eq "$code" ] || fail "prepare $* exited $rc, expected $code: $(cat "$TMP/err")"
-  [ "$(wc -l <"$TMP/err")" -eq 1 ] || fail "prepare $*: expected one stderr line, got: $(cat "$TMP/err")"
-  grep -q -- "$pat" "$TMP/err" || fail "prepare $*: stderr lacks '$pat': $(cat "$TMP/err")"
-}
 
 "$DTRUN" prepare "${ARGS[@]}" --out "$TMP/o" "$SRC/tests/data/llava.json" >"$TMP/out" 2>"$TMP/err" ||
   fail "llava run exited $?: $(cat "$TMP/err")"
