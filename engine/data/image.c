@@ -417,16 +417,19 @@ static void pass_h(const uint8_t *src, int sw, int h, const taps *t, int dw, uin
         }
 }
 
-static void pass_v(const uint8_t *src, int w, const taps *t, int dh, uint8_t *dst) {
+/* acc: stride int32 scratch; rows are summed whole (contiguous in x) for the cache */
+static void pass_v(const uint8_t *src, int w, const taps *t, int dh, int32_t *acc, uint8_t *dst) {
     const int32_t half = 1 << (t->prec - 1);
     const size_t stride = (size_t)w * 3;
     for (int i = 0; i < dh; i++) {
         const int16_t *wt = t->w + (size_t)i * t->ksize;
-        for (size_t x = 0; x < stride; x++) {
-            int32_t acc = half;
-            for (int j = 0; j < t->xsize[i]; j++) acc += src[(size_t)(t->xmin[i] + j) * stride + x] * wt[j];
-            dst[(size_t)i * stride + x] = clip8(acc >> t->prec);
+        for (size_t x = 0; x < stride; x++) acc[x] = half;
+        for (int j = 0; j < t->xsize[i]; j++) {
+            const uint8_t *row = src + (size_t)(t->xmin[i] + j) * stride;
+            const int32_t wj = wt[j];
+            for (size_t x = 0; x < stride; x++) acc[x] += row[x] * wj;
         }
+        for (size_t x = 0; x < stride; x++) dst[(size_t)i * stride + x] = clip8(acc[x] >> t->prec);
     }
 }
 
@@ -446,8 +449,14 @@ static int resize(const uint8_t *rgb, int w, int h, int ow, int oh, uint8_t **ou
         cur = mid;
     }
     if (need_v) {
-        if (!(res = malloc((size_t)ow * oh * 3))) { rc = DT_ENOMEM; goto done; }
-        pass_v(cur, ow, &tv, oh, res);
+        int32_t *acc = malloc(sizeof *acc * (size_t)ow * 3);
+        if (!acc || !(res = malloc((size_t)ow * oh * 3))) {
+            free(acc);
+            rc = DT_ENOMEM;
+            goto done;
+        }
+        pass_v(cur, ow, &tv, oh, acc, res);
+        free(acc);
     } else {
         res = mid;
         mid = NULL;

@@ -113,8 +113,10 @@ static int parse_header(const uint8_t *b, uint64_t file_bytes, const char *path,
         return dt_errorf(err, DT_EINVAL, "%s: pixel shard header out of range (crop %ux%u, split %u, flags %u, "
                          "%llu images for %llu documents)", path, h->width, h->height, h->split, h->flags,
                          (unsigned long long)h->images, (unsigned long long)h->docs);
-    const uint64_t want = DT_PIX_HEADER_BYTES + h->images * image_bytes(h) + h->docs * DT_PIX_DOC_BYTES;
-    if (h->docs > file_bytes || h->images > file_bytes || want != file_bytes)
+    const uint64_t room = file_bytes - DT_PIX_HEADER_BYTES;   /* counts bounded first: no overflow below */
+    const int fits = h->docs <= room / DT_PIX_DOC_BYTES && h->images <= room / image_bytes(h);
+    const uint64_t want = fits ? DT_PIX_HEADER_BYTES + h->images * image_bytes(h) + h->docs * DT_PIX_DOC_BYTES : 0;
+    if (!fits || want != file_bytes)
         return dt_errorf(err, DT_EINVAL, "%s: truncated or padded pixel shard: the header says %llu images and %llu "
                          "documents (%llu bytes) but the file has %llu bytes", path, (unsigned long long)h->images,
                          (unsigned long long)h->docs, (unsigned long long)want, (unsigned long long)file_bytes);
