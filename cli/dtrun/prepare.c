@@ -28,8 +28,10 @@ static void prep_usage(FILE *f) {
             "usage: dtrun prepare --tokenizer TOKENIZER.json|TOKENIZER.model --out DIR\n"
             "                     [--format text|jsonl|chat|llava] [--chat-template chatml|llama3]\n"
             "                     [--val-fraction F] [--seed S] [--shard-tokens N] [--quiet] [--no-progress]\n"
-            "                     [--image-folder DIR --image-size N --image-aspect crop|pad --image-tokens N\n"
-            "                      --image-token-id ID --on-bad-image stop|skip --max-image-pixels N] INPUT...\n"
+            "                     [--image-folder DIR --processor-config preprocessor_config.json\n"
+            "                      --model-config config.json --image-size N --image-aspect crop|pad\n"
+            "                      --image-tokens N --image-token-id ID --on-bad-image stop|skip\n"
+            "                      --max-image-pixels N] INPUT...\n"
             "Tokenizes INPUTs (files and folders, read recursively) into token shards under DIR:\n"
             "DIR/train/train-NNNNNN.bin, DIR/val/val-NNNNNN.bin and DIR/prepare.json (docs/data.md).\n"
             "  --format text     each file is a document (default)\n"
@@ -44,7 +46,9 @@ static void prep_usage(FILE *f) {
             "                    tokenizer's <image>), the images (relative to --image-folder) preprocessed as\n"
             "                    CLIPImageProcessor at --image-size (default %d) into pixel shards beside the\n"
             "                    token shards (docs/vlm-images.md); --image-aspect pad: LLaVA-1.5's training\n"
-            "                    code (pad to a square of the mean colour first); --on-bad-image stop (default:\n"
+            "                    code (pad to a square of the mean colour first); --processor-config and\n"
+            "                    --model-config take these from the Hugging Face model's own files (the\n"
+            "                    flags above override them); --on-bad-image stop (default:\n"
             "                    exit 2 naming the record) or skip (leave the record out, count it);\n"
             "                    --max-image-pixels (default %llu, PIL's MAX_IMAGE_PIXELS)\n"
             "  --val-fraction F  documents for validation (default %g, none for a single document;\n"
@@ -124,10 +128,12 @@ int dt_cmd_prepare(int argc, char **argv) {
         return 1;
     }
     int quiet = 0, no_progress = 0, n = 0, rc2 = 0;
+    const char *proc_cfg = NULL, *model_cfg = NULL;
+    int set_size = 0, set_tokens = 0, set_id = 0;   /* flags given: they override the configs */
     for (int i = 1; i < argc && !rc2; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        unsigned long long u;
+        unsigned long long u = 0;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             prep_usage(stdout);
             free(inputs);
@@ -164,12 +170,16 @@ int dt_cmd_prepare(int argc, char **argv) {
             i++;
             if (!parse_u64(v, &u) || u < 1 || u > INT64_MAX) rc2 = usage_error("--shard-tokens '%s': an integer >= 1", v);
             o.shard_tokens = (int64_t)u;
+        } else if (!strcmp(a, "--processor-config") && v) {
+            proc_cfg = argv[++i];
+        } else if (!strcmp(a, "--model-config") && v) {
+            model_cfg = argv[++i];
         } else if (!strcmp(a, "--image-folder") && v) {
             o.image_folder = argv[++i];
         } else if (!strcmp(a, "--image-size") && v) {
             i++;
             if (!parse_u64(v, &u) || u < 1 || u > INT32_MAX) rc2 = usage_error("--image-size '%s': pixels, >= 1", v);
-            else o.clip.shortest_edge = o.clip.crop_height = o.clip.crop_width = (int)u;
+            else o.clip.shortest_edge = o.clip.crop_height = o.clip.crop_width = (int)u, set_size = 1;
         } else if (!strcmp(a, "--image-aspect") && v) {
             i++;
             if (!strcmp(v, "crop")) o.clip.pad_square = 0;
@@ -178,11 +188,11 @@ int dt_cmd_prepare(int argc, char **argv) {
         } else if (!strcmp(a, "--image-tokens") && v) {
             i++;
             if (!parse_u64(v, &u) || u < 1 || u > INT32_MAX) rc2 = usage_error("--image-tokens '%s': an integer >= 1", v);
-            else o.image_tokens = (int)u;
+            else o.image_tokens = (int)u, set_tokens = 1;
         } else if (!strcmp(a, "--image-token-id") && v) {
             i++;
             if (!parse_u64(v, &u) || u >= INT32_MAX) rc2 = usage_error("--image-token-id '%s': a token id >= 0", v);
-            else o.image_token_id = (int64_t)u;
+            else o.image_token_id = (int64_t)u, set_id = 1;
         } else if (!strcmp(a, "--on-bad-image") && v) {
             i++;
             if (!strcmp(v, "stop")) o.on_bad_image = DT_BAD_IMAGE_STOP;
@@ -204,6 +214,27 @@ int dt_cmd_prepare(int argc, char **argv) {
     if (rc2) {
         free(inputs);
         return rc2;
+    }
+    if (proc_cfg || model_cfg) {   /* the model's files, then the flags given over them */
+        dt_error e;
+        dt_error_clear(&e);
+        dt_clip_opts flags = o.clip;
+        int64_t id = o.image_token_id;
+        int tokens = o.image_tokens;
+        int rc = proc_cfg ? dt_prep_read_processor(proc_cfg, &o.clip, &e) : DT_OK;
+        if (!rc && model_cfg) rc = dt_prep_read_llava_config(model_cfg, &o.image_token_id, &o.image_tokens, &e);
+        if (rc) {
+            free(inputs);
+            fprintf(stderr, "dtrun prepare: %s\n", e.msg);
+            return dt_cli_exit_code(rc);
+        }
+        if (set_size) {
+            o.clip.shortest_edge = flags.shortest_edge;
+            o.clip.crop_height = flags.crop_height;
+            o.clip.crop_width = flags.crop_width;
+        }
+        if (set_id) o.image_token_id = id;
+        if (set_tokens) o.image_tokens = tokens;
     }
     o.inputs = inputs;
     o.n_inputs = n;

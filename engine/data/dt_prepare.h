@@ -124,6 +124,15 @@ typedef struct dt_prep_result {
 /* opts with the defaults above (format text, chatml, no callbacks; llava: CLIP at 336 px,
  * 576 image tokens, the tokenizer's <image>, stop on a bad image). */
 void dt_prep_defaults(dt_prep_opts *o);
+/* llava: CLIPImageProcessor's settings from a Hugging Face preprocessor_config.json (size,
+ * crop_size, image_mean, image_std, rescale_factor; CLIPImageProcessor type, bicubic, every
+ * do_* switch on, else DT_EINVAL naming the key). clip->pad_square is kept. */
+int dt_prep_read_processor(const char *path, dt_clip_opts *clip, dt_error *err);
+/* llava: the image token id (image_token_index) and the placeholders per image
+ * ((image_size / patch_size)^2, + 1 for vision_feature_select_strategy "full") from a
+ * LLaVA config.json. */
+int dt_prep_read_llava_config(const char *path, int64_t *image_token_id, int *image_tokens, dt_error *err);
+
 /* Runs the whole preparation. DT_EINVAL: bad input (options, an input file, the output
  * directory, the tokenizer); DT_EIO: a read or write failed; DT_ERUNTIME: stopped through
  * opts->stop. On any failure the output directory is as it was before (a previous

@@ -362,6 +362,49 @@ static void bad_lists(void) {
     }
 }
 
+/* the model's own files: llava-1.5's values; "full" adds the class token; refusals */
+static void model_configs(void) {
+    char p[1024], q[512];
+    dt_clip_opts c, want;
+    dt_clip_defaults(&c, 10);
+    dt_clip_defaults(&want, DT_PREP_IMAGE_SIZE);
+    c.pad_square = want.pad_square = 1;
+    dt_error err = {0};
+    snprintf(p, sizeof p, "%s/tests/data/llava-hf/preprocessor_config.json", src);
+    CHECK_EQ_I64(dt_prep_read_processor(p, &c, &err), 0);
+    CHECK(!memcmp(&c, &want, sizeof c));
+    int64_t id = 0;
+    int n = 0;
+    snprintf(p, sizeof p, "%s/tests/data/llava-hf/config.json", src);
+    CHECK_EQ_I64(dt_prep_read_llava_config(p, &id, &n, &err), 0);
+    CHECK(id == 32000 && n == DT_PREP_IMAGE_TOKENS);
+    const char *full = "{\"image_token_index\": 7, \"vision_feature_select_strategy\": \"full\", "
+                       "\"vision_config\": {\"image_size\": 224, \"patch_size\": 14}}";
+    snprintf(q, sizeof q, "%s/c.json", tmp);
+    CHECK_EQ_I64(dt_write_file_atomic(q, full, strlen(full), &err), 0);
+    CHECK_EQ_I64(dt_prep_read_llava_config(q, &id, &n, &err), 0);
+    CHECK(id == 7 && n == 16 * 16 + 1);
+    const char *bad[][2] = {{"{\"vision_config\": {\"image_size\": 224, \"patch_size\": 14}}", "no image_token_index"},
+                            {"{\"image_token_index\": 7, \"vision_config\": {\"image_size\": 225, \"patch_size\": 14}}",
+                             "a multiple of patch_size"}};
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ_I64(dt_write_file_atomic(q, bad[i][0], strlen(bad[i][0]), &err), 0);
+        CHECK_EQ_I64(dt_prep_read_llava_config(q, &id, &n, &err), DT_EINVAL);
+        CHECK(strstr(err.msg, bad[i][1]) != NULL);
+    }
+    const char *badp[][2] = {{"{\"do_center_crop\": false}", "$.do_center_crop is not true"},
+                             {"{\"image_processor_type\": \"SiglipImageProcessor\"}", "CLIPImageProcessor only"},
+                             {"{\"size\": {\"height\": 384, \"width\": 384}, \"crop_size\": 384}", "$.size"},
+                             {"{\"size\": 224, \"crop_size\": 224, \"image_std\": [0.5, 0, 0.5]}", "the std above 0"}};
+    for (int i = 0; i < 4; i++) {
+        CHECK_EQ_I64(dt_write_file_atomic(q, badp[i][0], strlen(badp[i][0]), &err), 0);
+        int rc = dt_prep_read_processor(q, &c, &err);
+        if (rc != DT_EINVAL || !strstr(err.msg, badp[i][1])) fprintf(stderr, "%s: %d %s\n", badp[i][0], rc, err.msg);
+        CHECK(rc == DT_EINVAL && strstr(err.msg, badp[i][1]));
+    }
+    CHECK(!memcmp(&c, &want, sizeof c));   /* a refused file leaves the settings as they were */
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_vlm SOURCE_DIR\n");
@@ -377,6 +420,7 @@ int main(int argc, char **argv) {
     whole_run();
     bad_images();
     bad_lists();
+    model_configs();
     rm_tree(tmp);
     TEST_MAIN_END();
 }

@@ -42,5 +42,17 @@ expect 2 "pixels is above the limit of 100 (PIL's MAX_IMAGE_PIXELS)" "${ARGS[@]}
 expect 2 "--on-bad-image 'maybe': use stop or skip" "${ARGS[@]}" --on-bad-image maybe --out "$TMP/o2" x.json
 expect 2 "--image-aspect 'wide'" "${ARGS[@]}" --image-aspect wide --out "$TMP/o2" x.json
 expect 2 "needs --image-folder" --tokenizer "$SRC/tests/tokenizer/data/qwen2-mini.json" --format llava --out "$TMP/o2" x.json
+rm -f "$TMP/imgs/cmyk-60x40.jpg" && cp "$SRC/tests/data/images/cmyk-60x40.jpg" "$TMP/imgs/"
+# the model's own files: llava-1.5's processor (336 px) and config (image token 32000, 576 of them)
+"$DTRUN" prepare --tokenizer "$SRC/tests/tokenizer/data/qwen2-mini.json" --format llava --val-fraction 0 \
+  --image-folder "$TMP/imgs" --processor-config "$SRC/tests/data/llava-hf/preprocessor_config.json" \
+  --model-config "$SRC/tests/data/llava-hf/config.json" --out "$TMP/o3" "$SRC/tests/data/llava.json" >"$TMP/out" 2>"$TMP/err" ||
+  fail "configs: exited $?: $(cat "$TMP/err")"
+grep -q "(336x336 crops in pixel shards)" "$TMP/out" || fail "configs: $(cat "$TMP/out")"
+grep -q '"image_token_id": 32000' "$TMP/o3/prepare.json" && grep -q '"image_tokens": 576' "$TMP/o3/prepare.json" ||
+  fail "configs: prepare.json lacks the model's image token: $(grep image_token "$TMP/o3/prepare.json")"
+sed 's/"resample": 3/"resample": 2/' "$SRC/tests/data/llava-hf/preprocessor_config.json" >"$TMP/pp.json"
+expect 2 "pp.json: \$.resample: only 3 (bicubic) is implemented" --tokenizer "$SRC/tests/tokenizer/data/qwen2-mini.json" \
+  --format llava --image-folder "$TMP/imgs" --processor-config "$TMP/pp.json" --out "$TMP/o4" x.json
 [ $fails -eq 0 ] && echo "ok" || echo "$fails failure(s)"
 exit $((fails > 0))
