@@ -389,13 +389,13 @@ static int taps_make(int in, int outn, taps *t) {
     int prec = 0;
     for (; prec < WEIGHT_BITS_MAX; prec++)
         if ((int)(0.5 + wmax * (1 << (prec + 1))) >= INT16_LIMIT) break;
-    t->prec = prec;
-    for (size_t i = 0; i < (size_t)outn * t->ksize; i++) {
-        const double v = wf[i] * (1 << prec);
-        t->w[i] = (int16_t)(v < 0 ? v - 0.5 : v + 0.5);
-    }
-    for (int i = 0; i < outn; i++)   /* taps past xsize carry no weight */
-        for (int j = t->xsize[i]; j < t->ksize; j++) t->w[(size_t)i * t->ksize + j] = 0;
+    t->prec = prec > 0 ? prec : 1;   /* at least one bit: the rounding half, 1 << (prec - 1), is defined */
+    for (int i = 0; i < outn; i++)
+        for (int j = 0; j < t->ksize; j++) {   /* taps past xsize carry no weight */
+            double v = j < t->xsize[i] ? wf[(size_t)i * t->ksize + j] * (1 << t->prec) : 0.0;
+            v = v < 0 ? v - 0.5 : v + 0.5;   /* rounded half away from zero, held in int16 */
+            t->w[(size_t)i * t->ksize + j] = (int16_t)(v <= INT16_MIN ? INT16_MIN : v >= INT16_MAX ? INT16_MAX : v);
+        }
     free(wf);
     return DT_OK;
 }
@@ -501,9 +501,9 @@ static uint8_t *pad_square(const uint8_t *rgb, int w, int h, const dt_clip_opts 
 
 /* transformers get_resize_output_image_size(default_to_square=False): the short side to
  * size, the long one to int(size * long / short) (Python's true division, truncated) */
-static void shortest_edge_size(int w, int h, int size, int *ow, int *oh) {
+static void shortest_edge_size(int w, int h, int size, int64_t *ow, int64_t *oh) {
     const int shrt = w <= h ? w : h, lng = w <= h ? h : w;
-    const int nl = (int)((double)size * lng / shrt);
+    const int64_t nl = (int64_t)((double)size * lng / shrt);   /* below 2^13 x 2^32: fits */
     *ow = w <= h ? size : nl;
     *oh = w <= h ? nl : size;
 }
@@ -542,6 +542,12 @@ int dt_clip_check(const dt_clip_opts *o, dt_error *err) {
 int dt_image_clip_u8(const dt_image *im, const dt_clip_opts *o, uint8_t *out, dt_error *err) {
     if (dt_clip_check(o, err)) return err->code;
     int w = im->width, h = im->height;
+    const uint64_t side = (uint64_t)(w > h ? w : h);
+    if (o->pad_square && side * side > DT_IMAGE_MAX_PIXELS)   /* expand2square of 60 x 46504: 2.2 G pixels */
+        return dt_errorf(err, DT_EINVAL, "a %dx%d image padded to a square would be %llux%llu = %llu pixels, above the "
+                         "limit of %llu: crop it first, or prepare with --image-aspect crop", w, h,
+                         (unsigned long long)side, (unsigned long long)side, (unsigned long long)(side * side),
+                         (unsigned long long)DT_IMAGE_MAX_PIXELS);
     uint8_t *rgb = to_rgb(im, o->pad_square);
     if (rgb && o->pad_square && w != h) {
         uint8_t *sq = pad_square(rgb, w, h, o);
@@ -549,8 +555,19 @@ int dt_image_clip_u8(const dt_image *im, const dt_clip_opts *o, uint8_t *out, dt
         rgb = sq;
         w = h = w > h ? w : h;
     }
-    int ow, oh;
-    shortest_edge_size(w, h, o->shortest_edge, &ow, &oh);
+    int64_t ow64, oh64;
+    shortest_edge_size(w, h, o->shortest_edge, &ow64, &oh64);
+    /* an extreme aspect ratio resizes to a bomb of its own (1 x 300000 -> 336 x 100800000):
+     * the resized image is held to the decoder's pixel limit, which also bounds the
+     * intermediate pass (at most max(w x h, ow x oh) pixels) */
+    if ((uint64_t)ow64 * (uint64_t)oh64 > DT_IMAGE_MAX_PIXELS) {
+        free(rgb);
+        return dt_errorf(err, DT_EINVAL, "a %dx%d image resized to %d on its shortest edge would be %lldx%lld = %llu "
+                         "pixels, above the limit of %llu: crop it first, or prepare with --image-aspect pad",
+                         im->width, im->height, o->shortest_edge, (long long)ow64, (long long)oh64,
+                         (unsigned long long)ow64 * (unsigned long long)oh64, (unsigned long long)DT_IMAGE_MAX_PIXELS);
+    }
+    const int ow = (int)ow64, oh = (int)oh64;
     uint8_t *rs = NULL;
     if (!rgb || resize(rgb, w, h, ow, oh, &rs)) {
         free(rgb);
