@@ -936,8 +936,6 @@ static int write_manifest(const prep *p, const char *path, dt_error *err) {
         cJSON_AddNumberToObject(im, "image_tokens", o->image_tokens);
         cJSON_AddStringToObject(im, "on_bad_image", o->on_bad_image == DT_BAD_IMAGE_SKIP ? "skip" : "stop");
         cJSON_AddNumberToObject(im, "max_image_pixels", (double)o->max_image_pixels);
-        cJSON_AddNumberToObject(im, "images_train", (double)r->images[0]);
-        cJSON_AddNumberToObject(im, "images_val", (double)r->images[1]);
         cJSON_AddNumberToObject(im, "skipped_bad_images", (double)r->bad_images);
         cJSON_AddItemToObject(root, "images", im);
     }
@@ -962,6 +960,17 @@ static int write_manifest(const prep *p, const char *path, dt_error *err) {
             cJSON_AddItemToArray(sh, cJSON_CreateString(q));
         }
         cJSON_AddItemToObject(sp, "shards", sh);
+        if (o->format == DT_PREP_LLAVA) {   /* beside each token shard: NAME.px (dt_pixshard.h) */
+            cJSON *pxs = cJSON_CreateArray();
+            for (int k = 0; k < r->shards[s]; k++) {
+                char q[64];
+                shard_file(s, k, q, sizeof q);
+                strcpy(q + strlen(q) - strlen(".bin"), ".px");
+                cJSON_AddItemToArray(pxs, cJSON_CreateString(q));
+            }
+            cJSON_AddItemToObject(sp, "pixel_shards", pxs);
+            cJSON_AddNumberToObject(sp, "images", (double)r->images[s]);
+        }
         cJSON_AddItemToObject(splits, name, sp);
     }
     cJSON_AddItemToObject(root, "splits", splits);

@@ -22,6 +22,7 @@ cp "$SRC"/tests/data/images/*.jpg "$SRC"/tests/data/images/*.png "$TMP/imgs/"
   fail "llava run exited $?: $(cat "$TMP/err")"
 grep -q "images: 4 train, 0 val (56x56 crops in pixel shards)" "$TMP/out" || fail "summary: $(cat "$TMP/out")"
 [ -f "$TMP/o/train/train-000000.px" ] || fail "no pixel shard"
+grep -q '"pixel_shards": \["train/train-000000.px"\]' "$TMP/o/prepare.json" || fail "prepare.json lists no pixel shard"
 before=$(listing "$TMP/o")
 
 head -c 700 "$SRC/tests/data/images/cmyk-60x40.jpg" >"$TMP/imgs/cmyk-60x40.jpg"
