@@ -2,7 +2,7 @@
 """Dev-time golden generator for the image path of `dtrun prepare` (docs/vlm-images.md).
 
 Writes, under tests/data/images/:
-  - small test images, one per decoder path: baseline / progressive / grayscale / CMYK /
+  - small test images, one per decoder path: baseline / progressive / grayscale / CMYK / YCCK /
     EXIF-rotated JPEG; RGB, RGBA, palette (with and without tRNS), grayscale + alpha,
     1-bit, 16-bit grayscale and 16-bit RGB PNG; sizes non-square, smaller than the crop
     and larger than it;
@@ -69,6 +69,61 @@ def write_png16(path, arr, color_type):
                 png_chunk(b"IEND", b""))
 
 
+# PIL writes CMYK JPEGs as plain CMYK (Adobe transform 0); a YCCK one (transform 2, what
+# Photoshop writes) is made by libjpeg itself, through this program (dev time: gcc, libjpeg)
+YCCK_C = r"""
+/* writes a YCCK JPEG (Adobe transform 2) of W x H from a CMYK pattern: argv[1] path */
+#include <stdio.h>
+#include <stdlib.h>
+#include <jpeglib.h>
+int main(int argc, char **argv) {
+    const int W = 52, H = 36;
+    FILE *f = fopen(argv[1], "wb");
+    if (!f) return 1;
+    struct jpeg_compress_struct c;
+    struct jpeg_error_mgr e;
+    c.err = jpeg_std_error(&e);
+    jpeg_create_compress(&c);
+    jpeg_stdio_dest(&c, f);
+    c.image_width = W;
+    c.image_height = H;
+    c.input_components = 4;
+    c.in_color_space = JCS_CMYK;
+    jpeg_set_defaults(&c);
+    jpeg_set_colorspace(&c, JCS_YCCK);
+    jpeg_set_quality(&c, 90, TRUE);
+    jpeg_start_compress(&c, TRUE);
+    unsigned char row[4 * 52];
+    while (c.next_scanline < (unsigned)H) {
+        int y = (int)c.next_scanline;
+        for (int x = 0; x < W; x++) {
+            row[4 * x] = (unsigned char)(255 - x * 4);
+            row[4 * x + 1] = (unsigned char)(255 - y * 6);
+            row[4 * x + 2] = (unsigned char)(128 + ((x * y) % 97));
+            row[4 * x + 3] = (unsigned char)(200 - (x + y));
+        }
+        JSAMPROW r = row;
+        jpeg_write_scanlines(&c, &r, 1);
+    }
+    jpeg_finish_compress(&c);
+    jpeg_destroy_compress(&c);
+    return fclose(f) != 0;
+}
+"""
+
+
+def write_ycck(path):
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "ycck.c"), "w") as f:
+            f.write(YCCK_C)
+        subprocess.run(["gcc", "-O2", "-o", os.path.join(d, "ycck"), os.path.join(d, "ycck.c"), "-ljpeg"], check=True)
+        subprocess.run([os.path.join(d, "ycck"), path], check=True)
+    im = Image.open(path)
+    assert im.mode == "CMYK" and im.info.get("adobe_transform") == 2, (im.mode, im.info)
+
+
 def make_images(rng):
     made = []
 
@@ -80,6 +135,8 @@ def make_images(rng):
     save("rgb-progressive-120x90.jpg", Image.fromarray(pattern(120, 90, rng)), quality=85, progressive=True)
     save("gray-64x64.jpg", Image.fromarray(pattern(64, 64, rng)).convert("L"), quality=90)
     save("cmyk-60x40.jpg", Image.fromarray(pattern(60, 40, rng)).convert("CMYK"), quality=90)
+    write_ycck(os.path.join(OUT, "ycck-52x36.jpg"))
+    made.append("ycck-52x36.jpg")
     exif = Image.Exif()
     exif[0x0112] = 6   # Orientation: rotate 90 CW to display; the processor does not apply it
     save("exif-rotate6-70x50.jpg", Image.fromarray(pattern(70, 50, rng)), quality=90, exif=exif)

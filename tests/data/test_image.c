@@ -79,7 +79,7 @@ static void golden_rows(void) {
         dt_image_free(&im);
     }
     printf("%d golden rows, largest difference %.3g\n", count, worst);
-    CHECK(count >= 18);
+    CHECK(count >= 19);
     cJSON_Delete(root);
     free(text);
 }
