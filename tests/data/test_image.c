@@ -6,8 +6,9 @@
  *     the same float32 values. Tolerance: 0 (bit-exact). The processor's output is a
  *     function of a uint8 crop, and the resize is integer arithmetic, so anything but an
  *     exact match is a wrong rule, not rounding; the largest difference seen is printed;
- *   - bad input: truncated, corrupt, empty, other formats, a decompression bomb (refused
- *     from the header), a missing file, a FIFO: one line naming the file.
+ *   - bad input: truncated, corrupt, empty, other formats, an unsupported JPEG colour
+ *     space, a decompression bomb (refused from the header), a resize or a square that
+ *     would be one, a missing file, a FIFO: one line naming the file.
  * Usage: test_image SOURCE_DIR */
 #include <errno.h>
 #include <stdint.h>
@@ -16,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <jpeglib.h>
 #include <zlib.h>
 
 #include "dt_file.h"
@@ -93,6 +95,33 @@ static void expect_bad(const void *bytes, size_t n, uint64_t max_pixels, const c
         fprintf(stderr, "expected DT_EINVAL with \"%s\", got %d: %s\n", want, rc, err.msg);
     CHECK(rc == DT_EINVAL && strstr(err.msg, want) && !strncmp(err.msg, "x.img: ", 7) && !strchr(err.msg, '\n'));
     CHECK(im.rgba == NULL);
+}
+
+/* A 2-component JPEG (libjpeg's JCS_UNKNOWN): a mode neither Pillow nor dtrun reads. */
+static void two_component_jpeg(void) {
+    struct jpeg_compress_struct c;
+    struct jpeg_error_mgr e;
+    unsigned char *buf = NULL;
+    unsigned long n = 0;
+    c.err = jpeg_std_error(&e);
+    jpeg_create_compress(&c);
+    jpeg_mem_dest(&c, &buf, &n);
+    c.image_width = 8;
+    c.image_height = 8;
+    c.input_components = 2;
+    c.in_color_space = JCS_UNKNOWN;
+    jpeg_set_defaults(&c);
+    jpeg_set_colorspace(&c, JCS_UNKNOWN);
+    jpeg_start_compress(&c, TRUE);
+    unsigned char row[16] = {0};
+    while (c.next_scanline < c.image_height) {
+        JSAMPROW r = row;
+        jpeg_write_scanlines(&c, &r, 1);
+    }
+    jpeg_finish_compress(&c);
+    jpeg_destroy_compress(&c);
+    expect_bad(buf, n, DT_IMAGE_MAX_PIXELS, "JPEG with 2 components in an unsupported colour space");
+    free(buf);
 }
 
 static void bad_input(void) {
@@ -185,5 +214,6 @@ int main(int argc, char **argv) {
     snprintf(dir, sizeof dir, "%s/tests/data/images", argv[1]);
     golden_rows();
     bad_input();
+    two_component_jpeg();
     TEST_MAIN_END();
 }
