@@ -15,7 +15,9 @@ do_convert_rgb (transformers' convert_to_rgb: alpha composited on white) does th
 as in llava-hf's LlavaProcessor. The "pad" rows follow LLaVA-1.5's training code
 (LLaVA llava/train/train.py): Image.open(...).convert("RGB") (alpha dropped), then
 expand2square (image_aspect_ratio == "pad": paste on a square of the mean colour
-int(m * 255)), then the processor.
+int(m * 255)), then the processor. The "load" rows open the file with transformers'
+image_utils.load_image instead (what a processor given a path or URL uses): Pillow's
+ImageOps.exif_transpose, then convert("RGB").
 
 Run with a venv that has transformers, torch, torchvision, Pillow and numpy:
   PYTHONPATH=... python3 scripts/gen_image_goldens.py
@@ -35,7 +37,7 @@ import torch
 import torchvision
 import transformers
 from transformers import CLIPImageProcessor
-from transformers.image_utils import OPENAI_CLIP_MEAN
+from transformers.image_utils import OPENAI_CLIP_MEAN, load_image
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "data", "images")
@@ -157,6 +159,10 @@ def make_images(rng):
     rgb16 = (pattern(33, 47, rng).astype(np.uint16) * 257 + rng.integers(0, 257, (47, 33, 3))).astype(np.uint16)
     write_png16(os.path.join(OUT, "rgb16-33x47.png"), rgb16, 2)
     made.append("rgb16-33x47.png")
+    for o in range(2, 9):   # every other EXIF orientation, for the load_image rows
+        ex = Image.Exif()
+        ex[0x0112] = o
+        save("exif-orient%d-24x16.jpg" % o, Image.fromarray(pattern(24, 16, rng)), quality=90, exif=ex)
     return made
 
 
@@ -215,13 +221,17 @@ def main():
     rng = np.random.default_rng(SEED)
     images = make_images(rng)
     rows = []
-    for img_name in images + ["rgb-large-500x400.jpg@336", "rgb-97x61.jpg@crop40x32", "rgba-50x80.png@pad",
-                              "rgb-97x61.jpg@pad"]:
+    loaded = ["exif-orient%d-24x16.jpg@load" % o for o in range(2, 9)] + ["exif-rotate6-70x50.jpg@load",
+                                                                         "rgba-50x80.png@load"]
+    for img_name in [i for i in images if not i.startswith("exif-orient")] + [
+            "rgb-large-500x400.jpg@336", "rgb-97x61.jpg@crop40x32", "rgba-50x80.png@pad", "rgb-97x61.jpg@pad"] + loaded:
         base, _, tag = img_name.partition("@")
         se, ch, cw, pad = {"": (64, 56, 56, False), "336": (336, 336, 336, False),
-                           "crop40x32": (48, 40, 32, False), "pad": (64, 56, 56, True)}[tag]
+                           "crop40x32": (48, 40, 32, False), "pad": (64, 56, 56, True),
+                           "load": (64, 56, 56, False)}[tag]
         proc = CLIPImageProcessor(size={"shortest_edge": se}, crop_size={"height": ch, "width": cw})
-        im = Image.open(os.path.join(OUT, base))
+        # "load": transformers.image_utils.load_image(path): exif_transpose, then convert("RGB")
+        im = load_image(os.path.join(OUT, base)) if tag == "load" else Image.open(os.path.join(OUT, base))
         if pad:
             im = expand2square(im.convert("RGB"), tuple(int(x * 255) for x in OPENAI_CLIP_MEAN))
         pv = proc(images=im, return_tensors="pt")["pixel_values"][0].numpy().astype("<f4")
@@ -230,7 +240,7 @@ def main():
         with open(os.path.join(OUT, gold), "wb") as f:
             f.write(pv.tobytes())
         rows.append({"image": base, "shortest_edge": se, "crop_height": ch, "crop_width": cw,
-                     "pad_square": pad, "golden": gold})
+                     "pad_square": pad, "load_image": tag == "load", "golden": gold})
     meta = {"generator": "scripts/gen_image_goldens.py",
             "processor": "transformers.CLIPImageProcessor (backend %s)" % CLIPImageProcessor().backend,
             "versions": {"transformers": transformers.__version__, "torch": torch.__version__,

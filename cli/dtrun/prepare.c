@@ -30,6 +30,7 @@ static void prep_usage(FILE *f) {
             "                     [--val-fraction F] [--seed S] [--shard-tokens N] [--quiet] [--no-progress]\n"
             "                     [--image-folder DIR --processor-config preprocessor_config.json\n"
             "                      --model-config config.json --image-size N --image-aspect crop|pad\n"
+            "                      --image-loader open|load_image\n"
             "                      --image-tokens N --image-token-id ID --on-bad-image stop|skip\n"
             "                      --max-image-pixels N] INPUT...\n"
             "Tokenizes INPUTs (files and folders, read recursively) into token shards under DIR:\n"
@@ -48,7 +49,9 @@ static void prep_usage(FILE *f) {
             "                    token shards (docs/vlm-images.md); --image-aspect pad: LLaVA-1.5's training\n"
             "                    code (pad to a square of the mean colour first); --processor-config and\n"
             "                    --model-config take these from the Hugging Face model's own files (the\n"
-            "                    flags above override them); --on-bad-image stop (default:\n"
+            "                    flags override them); --image-loader load_image: transformers' load_image\n"
+            "                    (EXIF orientation applied, alpha dropped) instead of PIL.Image.open\n"
+            "                    (default); --on-bad-image stop (default:\n"
             "                    exit 2 naming the record) or skip (leave the record out, count it);\n"
             "                    --max-image-pixels (default %llu, PIL's MAX_IMAGE_PIXELS)\n"
             "  --val-fraction F  documents for validation (default %g, none for a single document;\n"
@@ -185,6 +188,11 @@ int dt_cmd_prepare(int argc, char **argv) {
             if (!strcmp(v, "crop")) o.clip.pad_square = 0;
             else if (!strcmp(v, "pad")) o.clip.pad_square = 1;
             else rc2 = usage_error("--image-aspect '%s': use crop (the HF processor) or pad (LLaVA-1.5's training)", v);
+        } else if (!strcmp(a, "--image-loader") && v) {
+            i++;
+            if (!strcmp(v, "open")) o.clip.exif_transpose = 0;
+            else if (!strcmp(v, "load_image")) o.clip.exif_transpose = 1;
+            else rc2 = usage_error("--image-loader '%s': use open (PIL.Image.open) or load_image (transformers')", v);
         } else if (!strcmp(a, "--image-tokens") && v) {
             i++;
             if (!parse_u64(v, &u) || u < 1 || u > INT32_MAX) rc2 = usage_error("--image-tokens '%s': an integer >= 1", v);

@@ -10,8 +10,9 @@
  * uses PIL's convert("RGB"), which drops it); CMYK / YCCK JPEG is read with Adobe's inverted
  * polarity and converted with Pillow's cmyk2rgb; 16-bit samples keep their high byte
  * (Pillow's ";16B" unpackers), except 16-bit grey, which Pillow holds as "I;16" and
- * converts to RGB by clipping at 255. EXIF orientation is NOT applied (neither PIL.Image.open
- * nor the processor applies it). Other formats (GIF, WebP, BMP, TIFF) are refused by name.
+ * converts to RGB by clipping at 255. EXIF orientation is read (JPEG APP1) but applied only
+ * with exif_transpose (dt_clip_opts): PIL.Image.open and the processor do not apply it,
+ * transformers' load_image does. Other formats (GIF, WebP, BMP, TIFF) are refused by name.
  *
  * Preprocessing matches transformers 5.x's default CLIPImageProcessor (the torchvision
  * backend): torchvision's resize of a uint8 image, bicubic, antialias=True, which on CPU
@@ -50,6 +51,7 @@ typedef struct dt_image {
     uint8_t *rgba;  /* [height][width][4], malloc'd; alpha 255 where the file has none */
     int has_alpha;  /* the file has an alpha channel or a tRNS colour key (PIL: "A" in
                        getbands() or info["transparency"]) */
+    int orientation;   /* EXIF Orientation, 1..8 (1: none or not read) */
 } dt_image;
 
 /* Decodes a JPEG or PNG of n bytes (name: for messages). DT_EINVAL for a truncated or
@@ -70,6 +72,8 @@ typedef struct dt_clip_opts {
     int pad_square;          /* 1: LLaVA-1.5's training code (image_aspect_ratio "pad"):
                                 PIL convert("RGB") (alpha dropped), then expand2square
                                 on the mean colour; 0: the HF processor alone */
+    int exif_transpose;      /* 1: transformers' load_image first: Pillow's exif_transpose,
+                                then convert("RGB") (alpha dropped) */
     float mean[3], std[3];
     double rescale;          /* rescale_factor */
 } dt_clip_opts;

@@ -28,7 +28,8 @@
  *       64     12  mean, float32 x 3
  *       76     12  std, float32 x 3
  *       88      8  rescale factor, float64
- *       96      4  flags: bit 0 = LLaVA's pad-to-square was applied; other bits 0
+ *       96      4  flags: bit 0 = LLaVA's pad-to-square was applied; bit 1 = images opened
+ *                  as transformers' load_image (EXIF orientation applied); other bits 0
  *      100      4  CRC-32C of the payload (images, then the document table)
  *      104      4  CRC-32C of header bytes [0, 104)
  *      108    916  zero
@@ -52,6 +53,7 @@
 #define DT_PIX_CRC_SPAN 104
 #define DT_PIX_DOC_BYTES 16
 #define DT_PIX_FLAG_PAD 1u
+#define DT_PIX_FLAG_LOAD_IMAGE 2u
 #define DT_PIX_NO_IMAGE (-1)
 /* Hugging Face's ignore index (torch.nn.CrossEntropyLoss ignore_index, LLaVA's IGNORE_INDEX) */
 #define DT_LABEL_IGNORE (-100)

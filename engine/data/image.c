@@ -23,6 +23,7 @@ void dt_image_free(dt_image *im) {
     free(im->rgba);
     im->rgba = NULL;
     im->width = im->height = im->has_alpha = 0;
+    im->orientation = 1;
 }
 
 static int check_pixels(const char *name, uint64_t w, uint64_t h, uint64_t max_pixels, dt_error *err) {
@@ -122,6 +123,36 @@ static void jpeg_progress(j_common_ptr c) {
     }
 }
 
+/* EXIF (JEITA CP-3451, a TIFF structure after "Exif\0\0" in APP1): IFD0's Orientation
+ * tag, 1..8; 1 when absent or unreadable (as Pillow's getexif().get(0x0112, 1)) */
+#define EXIF_ORIENTATION_TAG 0x0112
+#define EXIF_HEADER_BYTES 6
+#define TIFF_SHORT 3
+
+static uint32_t tiff_u(const uint8_t *p, int bytes, int big) {
+    uint32_t v = 0;
+    for (int i = 0; i < bytes; i++) v |= (uint32_t)p[big ? i : bytes - 1 - i] << (8 * (bytes - 1 - i));
+    return v;
+}
+
+static int exif_orientation(const uint8_t *d, size_t n) {
+    if (n < EXIF_HEADER_BYTES + 8 || memcmp(d, "Exif\0\0", EXIF_HEADER_BYTES)) return 1;
+    const uint8_t *t = d + EXIF_HEADER_BYTES;
+    const size_t tn = n - EXIF_HEADER_BYTES;
+    const int big = t[0] == 'M' && t[1] == 'M';
+    if (!big && !(t[0] == 'I' && t[1] == 'I')) return 1;
+    const uint32_t ifd = tiff_u(t + 4, 4, big);
+    if (ifd > tn - 2) return 1;
+    const uint32_t count = tiff_u(t + ifd, 2, big);
+    for (uint32_t i = 0; i < count && ifd + 2 + 12 * (size_t)(i + 1) <= tn; i++) {
+        const uint8_t *e = t + ifd + 2 + 12 * i;
+        if (tiff_u(e, 2, big) != EXIF_ORIENTATION_TAG) continue;
+        const uint32_t v = tiff_u(e + 8, 2, big);
+        return tiff_u(e + 2, 2, big) == TIFF_SHORT && v >= 1 && v <= 8 ? (int)v : 1;
+    }
+    return 1;
+}
+
 /* The decode itself; volatile locals survive the longjmp */
 static int decode_jpeg(const uint8_t *bytes, size_t n, const char *name, uint64_t max_pixels, dt_image *out,
                        dt_error *err) {
@@ -144,7 +175,10 @@ static int decode_jpeg(const uint8_t *bytes, size_t n, const char *name, uint64_
     jpeg_create_decompress(&d);
     d.progress = &prog;
     jpeg_mem_src(&d, bytes, (unsigned long)n);
+    jpeg_save_markers(&d, JPEG_APP0 + 1, 0xFFFF);   /* APP1: EXIF */
     jpeg_read_header(&d, TRUE);
+    for (jpeg_saved_marker_ptr m = d.marker_list; m; m = m->next)
+        if (m->marker == JPEG_APP0 + 1 && out->orientation <= 1) out->orientation = exif_orientation(m->data, m->data_length);
     if ((rc = check_pixels(name, d.image_width, d.image_height, max_pixels, err))) longjmp(je.jb, 1);
     int ch;
     switch (d.jpeg_color_space) {
@@ -292,6 +326,7 @@ int dt_image_decode(const void *bytes, size_t n, const char *name, uint64_t max_
     static const uint8_t JPEG_SOI[3] = {0xFF, 0xD8, 0xFF};
     const uint8_t *b = bytes;
     memset(out, 0, sizeof *out);
+    out->orientation = 1;
     if (n >= 3 && !memcmp(b, JPEG_SOI, 3)) return decode_jpeg(b, n, name, max_pixels, out, err);
     if (n >= 8 && !png_sig_cmp(b, 0, 8)) return decode_png(b, n, name, max_pixels, out, err);
     const char *f = other_format(b, n);
@@ -485,6 +520,37 @@ static uint8_t *to_rgb(const dt_image *im, int drop_alpha) {
     return rgb;
 }
 
+/* Pillow's ImageOps.exif_transpose (transformers' load_image applies it): orientation 2..8
+ * is FLIP_LEFT_RIGHT, ROTATE_180, FLIP_TOP_BOTTOM, TRANSPOSE, ROTATE_270, TRANSVERSE,
+ * ROTATE_90 (counter-clockwise). rgb (w x h) becomes a new *w x *h image. */
+static uint8_t *exif_transpose(uint8_t *rgb, int *w, int *h, int orientation) {
+    const int W = *w, H = *h, swap = orientation >= 5;
+    const int ow = swap ? H : W, oh = swap ? W : H;
+    uint8_t *out = malloc((size_t)ow * oh * 3);
+    if (!out) {
+        free(rgb);
+        return NULL;
+    }
+    for (int y = 0; y < oh; y++)
+        for (int x = 0; x < ow; x++) {
+            int sx, sy;
+            switch (orientation) {
+            case 2: sx = W - 1 - x; sy = y; break;
+            case 3: sx = W - 1 - x; sy = H - 1 - y; break;
+            case 4: sx = x; sy = H - 1 - y; break;
+            case 5: sx = y; sy = x; break;
+            case 6: sx = y; sy = H - 1 - x; break;
+            case 7: sx = W - 1 - y; sy = H - 1 - x; break;
+            default: sx = W - 1 - y; sy = x; break;   /* 8 */
+            }
+            memcpy(out + ((size_t)y * ow + x) * 3, rgb + ((size_t)sy * W + sx) * 3, 3);
+        }
+    free(rgb);
+    *w = ow;
+    *h = oh;
+    return out;
+}
+
 /* LLaVA train.py expand2square(img, tuple(int(x * 255) for x in image_mean)): the image
  * pasted at ((s - w) // 2, (s - h) // 2) on a square of side max(w, h). */
 static uint8_t *pad_square(const uint8_t *rgb, int w, int h, const dt_clip_opts *o) {
@@ -548,7 +614,9 @@ int dt_image_clip_u8(const dt_image *im, const dt_clip_opts *o, uint8_t *out, dt
                          "limit of %llu: crop it first, or prepare with --image-aspect crop", w, h,
                          (unsigned long long)side, (unsigned long long)side, (unsigned long long)(side * side),
                          (unsigned long long)DT_IMAGE_MAX_PIXELS);
-    uint8_t *rgb = to_rgb(im, o->pad_square);
+    uint8_t *rgb = to_rgb(im, o->pad_square || o->exif_transpose);
+    if (rgb && o->exif_transpose && im->orientation >= 2 && im->orientation <= 8)
+        rgb = exif_transpose(rgb, &w, &h, im->orientation);
     if (rgb && o->pad_square && w != h) {
         uint8_t *sq = pad_square(rgb, w, h, o);
         free(rgb);

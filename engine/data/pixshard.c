@@ -109,7 +109,7 @@ static int parse_header(const uint8_t *b, uint64_t file_bytes, const char *path,
         if (b[i]) return dt_errorf(err, DT_EINVAL, "%s: pixel shard header byte %d is not zero", path, i);
     const uint32_t side_max = 1u << 14;
     if (h->height < 1 || h->width < 1 || h->height > side_max || h->width > side_max || h->split > 1 ||
-        (h->flags & ~DT_PIX_FLAG_PAD) || h->images > h->docs || !(h->rescale > 0) || h->image_tokens < 1)
+        (h->flags & ~(DT_PIX_FLAG_PAD | DT_PIX_FLAG_LOAD_IMAGE)) || h->images > h->docs || !(h->rescale > 0) || h->image_tokens < 1)
         return dt_errorf(err, DT_EINVAL, "%s: pixel shard header out of range (crop %ux%u, split %u, flags %u, "
                          "%llu images for %llu documents)", path, h->width, h->height, h->split, h->flags,
                          (unsigned long long)h->images, (unsigned long long)h->docs);

@@ -925,6 +925,7 @@ static int write_manifest(const prep *p, const char *path, dt_error *err) {
         cJSON_AddNumberToObject(im, "crop_height", o->clip.crop_height);
         cJSON_AddNumberToObject(im, "crop_width", o->clip.crop_width);
         cJSON_AddBoolToObject(im, "pad_square", o->clip.pad_square);
+        cJSON_AddStringToObject(im, "loader", o->clip.exif_transpose ? "load_image" : "open");
         for (int c = 0; c < 3; c++) {
             cJSON_AddItemToArray(m, cJSON_CreateNumber(o->clip.mean[c]));
             cJSON_AddItemToArray(sd, cJSON_CreateNumber(o->clip.std[c]));
@@ -1032,8 +1033,9 @@ static uint64_t run_id(const prep *p) {
     int64_t v[5] = {(int64_t)o->seed, o->shard_tokens, o->format, o->chat, (int64_t)p->n_docs};
     dt_sha256_update(&h, v, sizeof v);
     if (o->format == DT_PREP_LLAVA) {   /* what decides the pixel shards and placeholders */
-        int64_t im[8] = {o->clip.shortest_edge, o->clip.crop_height, o->clip.crop_width, o->clip.pad_square,
-                         p->ctx.image_id, o->image_tokens, o->on_bad_image, (int64_t)o->max_image_pixels};
+        int64_t im[9] = {o->clip.shortest_edge, o->clip.crop_height, o->clip.crop_width, o->clip.pad_square,
+                         o->clip.exif_transpose, p->ctx.image_id, o->image_tokens, o->on_bad_image,
+                         (int64_t)o->max_image_pixels};
         dt_sha256_update(&h, im, sizeof im);
         dt_sha256_update(&h, o->clip.mean, sizeof o->clip.mean);
         dt_sha256_update(&h, o->clip.std, sizeof o->clip.std);
@@ -1169,7 +1171,7 @@ static int run(prep *p, int *created, dt_error *err) {
         memcpy(ph->mean, o->clip.mean, sizeof ph->mean);
         memcpy(ph->std, o->clip.std, sizeof ph->std);
         ph->rescale = o->clip.rescale;
-        ph->flags = o->clip.pad_square ? DT_PIX_FLAG_PAD : 0;
+        ph->flags = (o->clip.pad_square ? DT_PIX_FLAG_PAD : 0) | (o->clip.exif_transpose ? DT_PIX_FLAG_LOAD_IMAGE : 0);
     }
     for (int i = 0; i < FD_CACHE; i++) p->fds[i].fd = -1;
     rc = run_batches(p, perm, n_val, err);

@@ -50,6 +50,10 @@ rm -f "$TMP/imgs/cmyk-60x40.jpg" && cp "$SRC/tests/data/images/cmyk-60x40.jpg" "
   --model-config "$SRC/tests/data/llava-hf/config.json" --out "$TMP/o3" "$SRC/tests/data/llava.json" >"$TMP/out" 2>"$TMP/err" ||
   fail "configs: exited $?: $(cat "$TMP/err")"
 grep -q "(336x336 crops in pixel shards)" "$TMP/out" || fail "configs: $(cat "$TMP/out")"
+"$DTRUN" prepare "${ARGS[@]}" --image-loader load_image --out "$TMP/o5" "$SRC/tests/data/llava.json" >"$TMP/out" 2>"$TMP/err" ||
+  fail "load_image: exited $?: $(cat "$TMP/err")"
+grep -q '"loader": "load_image"' "$TMP/o5/prepare.json" || fail "load_image: not in prepare.json"
+expect 2 "--image-loader 'cv2'" "${ARGS[@]}" --image-loader cv2 --out "$TMP/o2" x.json
 grep -q '"image_token_id": 32000' "$TMP/o3/prepare.json" && grep -q '"image_tokens": 576' "$TMP/o3/prepare.json" ||
   fail "configs: prepare.json lacks the model's image token: $(grep image_token "$TMP/o3/prepare.json")"
 sed 's/"resample": 3/"resample": 2/' "$SRC/tests/data/llava-hf/preprocessor_config.json" >"$TMP/pp.json"
