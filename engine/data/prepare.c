@@ -1091,6 +1091,13 @@ static int run(prep *p, int *created, dt_error *err) {
             return dt_errorf(err, DT_EINVAL, "%s: the tokenizer has no " DT_PREP_IMAGE_TOKEN " token: give the model's "
                              "image token id with --image-token-id (its config.json's image_token_index, e.g. 32000 "
                              "for llava-1.5)", o->tokenizer);
+        size_t tl = 0;
+        const char *text = id < r->vocab ? dt_tok_token_text(p->tok, (int32_t)id, &tl) : NULL;
+        if (text && (tl != strlen(DT_PREP_IMAGE_TOKEN) || memcmp(text, DT_PREP_IMAGE_TOKEN, tl)))
+            return dt_errorf(err, DT_EINVAL, "--image-token-id %lld is the tokenizer's token \"%.*s\", which text can "
+                             "produce too: give the id of its " DT_PREP_IMAGE_TOKEN " token, or one past its vocabulary "
+                             "of %lld (the model's image_token_index)", (long long)id, (int)(tl < 40 ? tl : 40), text,
+                             (long long)r->vocab);
         p->ctx.image_id = (int32_t)id;
         p->ctx.image_tokens = o->image_tokens;
         if (id >= r->vocab) r->vocab = id + 1;   /* an id the model adds past the tokenizer's vocabulary */

@@ -325,6 +325,10 @@ static void bad_images(void) {
     o.max_image_pixels = 1000;
     CHECK_EQ_I64(dt_prepare(&o, &r, &err), DT_EINVAL);
     CHECK(strstr(err.msg, "llava.json: record ") && strstr(err.msg, "pixels is above the limit of 1000"));
+    /* an id the text itself can produce */
+    o.image_token_id = 300;
+    CHECK_EQ_I64(dt_prepare(&o, &r, &err), DT_EINVAL);
+    CHECK(strstr(err.msg, "--image-token-id 300 is the tokenizer's token") != NULL);
     /* a tokenizer without <image> and no id given */
     o.image_token_id = DT_PREP_IMAGE_ID_AUTO;
     CHECK_EQ_I64(dt_prepare(&o, &r, &err), DT_EINVAL);
