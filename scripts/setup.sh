@@ -6,7 +6,8 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config
       libglpk-dev glpk-utils            # MILP solver (dtplan solve)
       libplot-dev plotutils             # charts (PNG/SVG)
-      libpng-dev                        # chart tests decode the PNGs they check
+      libpng-dev                        # PNG images of VLM data (dtrun prepare); chart tests decode their PNGs
+      libjpeg62-turbo-dev               # JPEG images of VLM data (dtrun prepare), libjpeg-turbo
       libcjson-dev                      # plan / config JSON
       libjansson-dev                    # tests: the reference parser the strict JSON check is held against
       nettle-dev                        # SHA-256: tokenizer fingerprints (common/hash/)

@@ -25,9 +25,14 @@ static void on_signal(int sig) { g_stop = sig; }
 
 static void prep_usage(FILE *f) {
     fprintf(f,
-            "usage: dtrun prepare --tokenizer TOKENIZER.json|TOKENIZER.model --out DIR [--format text|jsonl|chat]\n"
-            "                     [--chat-template chatml|llama3] [--val-fraction F] [--seed S]\n"
-            "                     [--shard-tokens N] [--quiet] [--no-progress] INPUT...\n"
+            "usage: dtrun prepare --tokenizer TOKENIZER.json|TOKENIZER.model --out DIR\n"
+            "                     [--format text|jsonl|chat|llava] [--chat-template chatml|llama3]\n"
+            "                     [--val-fraction F] [--seed S] [--shard-tokens N] [--quiet] [--no-progress]\n"
+            "                     [--image-folder DIR --processor-config preprocessor_config.json\n"
+            "                      --model-config config.json --image-size N --image-aspect crop|pad\n"
+            "                      --image-loader open|load_image\n"
+            "                      --image-tokens N --image-token-id ID --on-bad-image stop|skip\n"
+            "                      --max-image-pixels N] INPUT...\n"
             "Tokenizes INPUTs (files and folders, read recursively) into token shards under DIR:\n"
             "DIR/train/train-NNNNNN.bin, DIR/val/val-NNNNNN.bin and DIR/prepare.json (docs/data.md).\n"
             "  --format text     each file is a document (default)\n"
@@ -36,6 +41,19 @@ static void prep_usage(FILE *f) {
             "                    {\"instruction\", \"input\", \"output\"} (SFT: only the assistant's tokens\n"
             "                    are trained, through a loss mask); --chat-template chatml (Qwen, default)\n"
             "                    or llama3\n"
+            "  --format llava    LLaVA's JSON list of {\"id\", \"image\", \"conversations\": [{\"from\": human|gpt,\n"
+            "                    \"value\"}]} (llava_v1_5_mix665k.json): chat as above, each <image> expanded\n"
+            "                    to --image-tokens placeholders (default %d) of --image-token-id (default: the\n"
+            "                    tokenizer's <image>), the images (relative to --image-folder) preprocessed as\n"
+            "                    CLIPImageProcessor at --image-size (default %d) into pixel shards beside the\n"
+            "                    token shards (docs/vlm-images.md); --image-aspect pad: LLaVA-1.5's training\n"
+            "                    code (pad to a square of the mean colour first); --processor-config and\n"
+            "                    --model-config take these from the Hugging Face model's own files (the\n"
+            "                    flags override them); --image-loader load_image: transformers' load_image\n"
+            "                    (EXIF orientation applied, alpha dropped) instead of PIL.Image.open\n"
+            "                    (default); --on-bad-image stop (default:\n"
+            "                    exit 2 naming the record) or skip (leave the record out, count it);\n"
+            "                    --max-image-pixels (default %llu, PIL's MAX_IMAGE_PIXELS)\n"
             "  --val-fraction F  documents for validation (default %g, none for a single document;\n"
             "                    0: none)\n"
             "  --seed S          the shuffle and split (default %llu)\n"
@@ -43,7 +61,8 @@ static void prep_usage(FILE *f) {
             "Documents are shuffled by the seed and separated by the tokenizer's end-of-text token.\n"
             "DIR must be absent, empty or a previous prepare's output (which is replaced).\n"
             "Threads: OMP_NUM_THREADS (default: all cores).\n",
-            DT_PREP_VAL_FRACTION, (unsigned long long)DT_PREP_SEED, (long long)DT_PREP_SHARD_TOKENS);
+            DT_PREP_IMAGE_TOKENS, DT_PREP_IMAGE_SIZE, (unsigned long long)DT_IMAGE_MAX_PIXELS, DT_PREP_VAL_FRACTION,
+            (unsigned long long)DT_PREP_SEED, (long long)DT_PREP_SHARD_TOKENS);
 }
 
 typedef struct {
@@ -112,10 +131,12 @@ int dt_cmd_prepare(int argc, char **argv) {
         return 1;
     }
     int quiet = 0, no_progress = 0, n = 0, rc2 = 0;
+    const char *proc_cfg = NULL, *model_cfg = NULL;
+    int set_size = 0, set_tokens = 0, set_id = 0;   /* flags given: they override the configs */
     for (int i = 1; i < argc && !rc2; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        unsigned long long u;
+        unsigned long long u = 0;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             prep_usage(stdout);
             free(inputs);
@@ -133,7 +154,8 @@ int dt_cmd_prepare(int argc, char **argv) {
             if (!strcmp(v, "text")) o.format = DT_PREP_TEXT;
             else if (!strcmp(v, "jsonl")) o.format = DT_PREP_JSONL;
             else if (!strcmp(v, "chat")) o.format = DT_PREP_CHAT;
-            else rc2 = usage_error("--format '%s': use text, jsonl or chat", v);
+            else if (!strcmp(v, "llava")) o.format = DT_PREP_LLAVA;
+            else rc2 = usage_error("--format '%s': use text, jsonl, chat or llava", v);
         } else if (!strcmp(a, "--chat-template") && v) {
             i++;
             if (!strcmp(v, "chatml")) o.chat = DT_CHAT_CHATML;
@@ -151,6 +173,43 @@ int dt_cmd_prepare(int argc, char **argv) {
             i++;
             if (!parse_u64(v, &u) || u < 1 || u > INT64_MAX) rc2 = usage_error("--shard-tokens '%s': an integer >= 1", v);
             o.shard_tokens = (int64_t)u;
+        } else if (!strcmp(a, "--processor-config") && v) {
+            proc_cfg = argv[++i];
+        } else if (!strcmp(a, "--model-config") && v) {
+            model_cfg = argv[++i];
+        } else if (!strcmp(a, "--image-folder") && v) {
+            o.image_folder = argv[++i];
+        } else if (!strcmp(a, "--image-size") && v) {
+            i++;
+            if (!parse_u64(v, &u) || u < 1 || u > INT32_MAX) rc2 = usage_error("--image-size '%s': pixels, >= 1", v);
+            else o.clip.shortest_edge = o.clip.crop_height = o.clip.crop_width = (int)u, set_size = 1;
+        } else if (!strcmp(a, "--image-aspect") && v) {
+            i++;
+            if (!strcmp(v, "crop")) o.clip.pad_square = 0;
+            else if (!strcmp(v, "pad")) o.clip.pad_square = 1;
+            else rc2 = usage_error("--image-aspect '%s': use crop (the HF processor) or pad (LLaVA-1.5's training)", v);
+        } else if (!strcmp(a, "--image-loader") && v) {
+            i++;
+            if (!strcmp(v, "open")) o.clip.exif_transpose = 0;
+            else if (!strcmp(v, "load_image")) o.clip.exif_transpose = 1;
+            else rc2 = usage_error("--image-loader '%s': use open (PIL.Image.open) or load_image (transformers')", v);
+        } else if (!strcmp(a, "--image-tokens") && v) {
+            i++;
+            if (!parse_u64(v, &u) || u < 1 || u > INT32_MAX) rc2 = usage_error("--image-tokens '%s': an integer >= 1", v);
+            else o.image_tokens = (int)u, set_tokens = 1;
+        } else if (!strcmp(a, "--image-token-id") && v) {
+            i++;
+            if (!parse_u64(v, &u) || u >= INT32_MAX) rc2 = usage_error("--image-token-id '%s': a token id >= 0", v);
+            else o.image_token_id = (int64_t)u, set_id = 1;
+        } else if (!strcmp(a, "--on-bad-image") && v) {
+            i++;
+            if (!strcmp(v, "stop")) o.on_bad_image = DT_BAD_IMAGE_STOP;
+            else if (!strcmp(v, "skip")) o.on_bad_image = DT_BAD_IMAGE_SKIP;
+            else rc2 = usage_error("--on-bad-image '%s': use stop or skip", v);
+        } else if (!strcmp(a, "--max-image-pixels") && v) {
+            i++;
+            if (!parse_u64(v, &u) || u < 1) rc2 = usage_error("--max-image-pixels '%s': an integer >= 1", v);
+            else o.max_image_pixels = u;
         } else if (a[0] == '-' && a[1]) {
             rc2 = usage_error("unknown or incomplete argument '%s'", a);
         } else {
@@ -163,6 +222,27 @@ int dt_cmd_prepare(int argc, char **argv) {
     if (rc2) {
         free(inputs);
         return rc2;
+    }
+    if (proc_cfg || model_cfg) {   /* the model's files, then the flags given over them */
+        dt_error e;
+        dt_error_clear(&e);
+        dt_clip_opts flags = o.clip;
+        int64_t id = o.image_token_id;
+        int tokens = o.image_tokens;
+        int rc = proc_cfg ? dt_prep_read_processor(proc_cfg, &o.clip, &e) : DT_OK;
+        if (!rc && model_cfg) rc = dt_prep_read_llava_config(model_cfg, &o.image_token_id, &o.image_tokens, &e);
+        if (rc) {
+            free(inputs);
+            fprintf(stderr, "dtrun prepare: %s\n", e.msg);
+            return dt_cli_exit_code(rc);
+        }
+        if (set_size) {
+            o.clip.shortest_edge = flags.shortest_edge;
+            o.clip.crop_height = flags.crop_height;
+            o.clip.crop_width = flags.crop_width;
+        }
+        if (set_id) o.image_token_id = id;
+        if (set_tokens) o.image_tokens = tokens;
     }
     o.inputs = inputs;
     o.n_inputs = n;
@@ -192,6 +272,9 @@ int dt_cmd_prepare(int argc, char **argv) {
         fprintf(stderr, "dtrun prepare: %s\n", err.msg);
         return dt_cli_exit_code(rc);
     }
+    if (r.bad_images)   /* --on-bad-image skip: the count, and the first, always (not only without --quiet) */
+        fprintf(stderr, "dtrun prepare: skipped %llu record(s) whose image could not be used (--on-bad-image skip); "
+                "the first: %s\n", (unsigned long long)r.bad_images, r.first_bad_image);
     if (!quiet) {
         char t0[32], t1[32];
         human((double)r.tokens[0], t0, sizeof t0);
@@ -206,6 +289,9 @@ int dt_cmd_prepare(int argc, char **argv) {
         if (r.skipped_docs)
             printf("; skipped %llu document(s) with nothing to train on (empty, or a chat without an assistant turn)",
                    (unsigned long long)r.skipped_docs);
+        if (o.format == DT_PREP_LLAVA)
+            printf("; images: %llu train, %llu val (%dx%d crops in pixel shards)", (unsigned long long)r.images[0],
+                   (unsigned long long)r.images[1], o.clip.crop_width, o.clip.crop_height);
         printf("\n");
         if (fflush(stdout) || ferror(stdout)) {
             fprintf(stderr, "dtrun prepare: cannot write the summary: %s\n", strerror(errno));

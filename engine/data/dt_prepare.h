@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "dt_error.h"
+#include "dt_image.h"
 #include "dt_shard.h"
 
 /* llm.c dev/data/fineweb.py: shard_size = 10**8 tokens per shard */
@@ -43,13 +44,27 @@
 #define DT_PREP_STAGING ".prepare-tmp"
 #define DT_PREP_TRAIN_DIR "train"
 #define DT_PREP_VAL_DIR "val"
+/* LLaVA-1.5 (llava-hf/llava-1.5-7b-hf config.json): CLIP ViT-L/14 at 336 px, so
+ * (336 / 14)^2 = 576 patch features per image (vision_feature_select_strategy "default"
+ * drops the class token), each one <image> placeholder token */
+#define DT_PREP_IMAGE_SIZE 336
+#define DT_PREP_IMAGE_TOKENS 576
+#define DT_PREP_IMAGE_TOKEN "<image>"
+#define DT_PREP_IMAGE_ID_AUTO (-1)   /* the tokenizer's <image> token */
 
 typedef enum {
     DT_PREP_TEXT = 0,    /* text files: each file is one document */
     DT_PREP_JSONL = 1,   /* JSON Lines, {"text": "..."} per line: pretraining */
-    DT_PREP_CHAT = 2     /* JSON Lines of {"messages": [{"role", "content"}...]} or
+    DT_PREP_CHAT = 2,    /* JSON Lines of {"messages": [{"role", "content"}...]} or
                             {"instruction", "input", "output"}: SFT with a loss mask */
+    DT_PREP_LLAVA = 3    /* LLaVA's JSON (a list of {"id", "image", "conversations": [{"from":
+                            "human"|"gpt", "value"}...]}, llava_v1_5_mix665k.json): SFT with
+                            a loss mask, each <image> expanded to image_tokens placeholders,
+                            the images preprocessed into pixel shards (dt_pixshard.h) */
 } dt_prep_format;
+
+/* what a record whose image cannot be used does (--on-bad-image) */
+typedef enum { DT_BAD_IMAGE_STOP = 0, DT_BAD_IMAGE_SKIP = 1 } dt_bad_image;
 
 typedef enum {
     DT_CHAT_CHATML = 0,  /* Qwen2's: <|im_start|>role\ncontent<|im_end|>\n */
@@ -77,6 +92,13 @@ typedef struct dt_prep_opts {
     uint64_t seed;
     int64_t shard_tokens;            /* >= 1 */
     int threads;                     /* 0: OpenMP's default (OMP_NUM_THREADS, else all cores) */
+    /* DT_PREP_LLAVA only */
+    const char *image_folder;        /* the records' "image" paths are relative to it */
+    dt_clip_opts clip;               /* CLIPImageProcessor's settings (336 px by default) */
+    int64_t image_token_id;          /* DT_PREP_IMAGE_ID_AUTO, or an id (may be >= the tokenizer's vocab) */
+    int image_tokens;                /* placeholders per image (DT_PREP_IMAGE_TOKENS) */
+    dt_bad_image on_bad_image;
+    uint64_t max_image_pixels;       /* DT_IMAGE_MAX_PIXELS */
     volatile sig_atomic_t *stop;     /* set (by a signal handler) to stop at the next batch; may be NULL */
     void (*progress)(const dt_prep_progress *p, void *arg);   /* after each batch; may be NULL */
     void *progress_arg;
@@ -88,6 +110,9 @@ typedef struct dt_prep_result {
     int shards[2];
     uint64_t files, skipped_files;   /* read; skipped in folders (binary, symlinks) */
     uint64_t skipped_docs;           /* empty documents, chats without an assistant turn */
+    uint64_t images[2];              /* llava: images written per split */
+    uint64_t bad_images;             /* llava, --on-bad-image skip: records left out */
+    char first_bad_image[DT_ERROR_MSG_MAX];   /* the first of them, as the stop policy would say it */
     uint64_t bytes;                  /* input bytes of the documents */
     double val_fraction;             /* the one used (DT_PREP_VAL_AUTO resolved) */
     uint32_t token_bytes;
@@ -96,8 +121,18 @@ typedef struct dt_prep_result {
     double seconds;
 } dt_prep_result;
 
-/* opts with the defaults above (format text, chatml, no callbacks). */
+/* opts with the defaults above (format text, chatml, no callbacks; llava: CLIP at 336 px,
+ * 576 image tokens, the tokenizer's <image>, stop on a bad image). */
 void dt_prep_defaults(dt_prep_opts *o);
+/* llava: CLIPImageProcessor's settings from a Hugging Face preprocessor_config.json (size,
+ * crop_size, image_mean, image_std, rescale_factor; CLIPImageProcessor type, bicubic, every
+ * do_* switch on, else DT_EINVAL naming the key). clip->pad_square is kept. */
+int dt_prep_read_processor(const char *path, dt_clip_opts *clip, dt_error *err);
+/* llava: the image token id (image_token_index) and the placeholders per image
+ * ((image_size / patch_size)^2, + 1 for vision_feature_select_strategy "full") from a
+ * LLaVA config.json. */
+int dt_prep_read_llava_config(const char *path, int64_t *image_token_id, int *image_tokens, dt_error *err);
+
 /* Runs the whole preparation. DT_EINVAL: bad input (options, an input file, the output
  * directory, the tokenizer); DT_EIO: a read or write failed; DT_ERUNTIME: stopped through
  * opts->stop. On any failure the output directory is as it was before (a previous

@@ -10,6 +10,12 @@
  *          "system": "..." (optional)}, rendered with the chat template; the template's
  *          own tokens by id, the texts encoded without special tokens (a message's text
  *          never becomes a control token). Other keys are ignored.
+ *   llava  one element of LLaVA's JSON list: {"id": ..., "image": "path" (optional: text-only
+ *          records have none), "conversations": [{"from": "human"|"gpt"|"system",
+ *          "value": "..."}...]}, rendered as chat (human = user, gpt = assistant); every
+ *          "<image>" in a value becomes image_tokens copies of image_id (mask 0), the text
+ *          around it encoded apart, as Hugging Face's tokenizer splits at an added token.
+ *          A record with an image holds exactly one "<image>", one without holds none.
  * Every document starts with the end-of-text id; only chat documents have a mask: 1 on
  * the assistant's content tokens and the token that ends its turn (<|im_end|> or
  * <|eot_id|>), 0 elsewhere. */
@@ -36,6 +42,8 @@ typedef struct dt_prepdoc_ctx {
     dt_chat_template chat;
     int32_t eot;                        /* the document separator */
     int32_t special[DT_PD_N_SPECIAL];   /* ids of the template's tokens (-1 when unused) */
+    int32_t image_id;                   /* llava: the placeholder id (set by the caller) */
+    int image_tokens;                   /* llava: placeholders per <image> */
 } dt_prepdoc_ctx;
 
 /* Fills ctx for tok: the end-of-text id and the chat template's tokens, each of which the
@@ -56,5 +64,9 @@ int dt_prepdoc_check_line(const dt_prepdoc_ctx *ctx, const char *line, size_t n,
  * and jsonl, else one byte (0 or 1) per id. *ids and *mask are malloc'd. */
 int dt_prepdoc_encode(const dt_prepdoc_ctx *ctx, const char *bytes, size_t n, int first, int32_t **ids,
                       uint8_t **mask, size_t *n_ids, dt_error *err);
+
+/* llava, pass 2: the record's "image" (malloc'd; NULL for a text-only record) and its
+ * "id" as text for messages ("" when absent), in id (idn bytes). */
+int dt_prepdoc_image(const char *bytes, size_t n, char **image, char *id, size_t idn, dt_error *err);
 
 #endif

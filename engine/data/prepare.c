@@ -24,6 +24,7 @@
 #include "dt_clock.h"
 #include "dt_data.h"          /* dt_rng_next */
 #include "dt_json.h"
+#include "dt_pixshard.h"
 #include "dt_prepdoc.h"
 #include "dt_file.h"
 #include "dt_sha256.h"
@@ -38,6 +39,9 @@
 #define SPM_PIECE_BYTES ((size_t)64 << 10)
 #define BATCH_BYTES ((uint64_t)16 << 20)
 #define BATCH_ITEMS 4096
+/* llava: records per batch (each holds a decoded image and its crop while the batch is
+ * processed: 64 x 3 x 336 x 336 bytes = 21 MiB of crops) */
+#define LLAVA_BATCH_ITEMS 64
 #define READ_BLOCK ((size_t)1 << 20)
 /* a JSONL line is one JSON document: the bound of every JSON file dtrun reads */
 #define MAX_LINE_BYTES DT_READ_MAX_JSON
@@ -78,6 +82,8 @@ typedef struct {
     /* pass 2 */
     dt_shard_writer *w[2];
     dt_shard_header h[2];
+    dt_pix_writer *pw[2];   /* llava: the pixel shard beside w[s] */
+    dt_pix_header ph[2];
     struct { uint32_t file; int fd; } fds[FD_CACHE];
     int fd_next;
     uint64_t prepare_id;
@@ -116,7 +122,8 @@ static int shard_name(const char *name, const char *prefix) {
     if (strncmp(name, prefix, pl) || name[pl] != '-') return 0;
     const char *d = name + pl + 1;
     if (strspn(d, "0123456789") != SHARD_DIGITS) return 0;
-    return !strcmp(d + SHARD_DIGITS, ".bin") || !strcmp(d + SHARD_DIGITS, ".bin.tmp");
+    return !strcmp(d + SHARD_DIGITS, ".bin") || !strcmp(d + SHARD_DIGITS, ".bin.tmp") ||
+           !strcmp(d + SHARD_DIGITS, ".px") || !strcmp(d + SHARD_DIGITS, ".px.tmp");
 }
 
 /* prepare.json, or a temporary of dt_json_write_file_atomic (prepare.json.tmp.PID) */
@@ -444,6 +451,126 @@ static int index_jsonl(prep *p, uint32_t fi, const char *path, dt_error *err) {
     return rc;
 }
 
+/* llava: one element of the list, checked, indexed as one document whose item's line is
+ * its record index (0-based, the index in the JSON list: what messages name). */
+static int index_record(prep *p, uint32_t fi, const char *path, const char *elem, size_t n, uint64_t off,
+                        uint64_t lineno, uint64_t record, dt_error *err) {
+    int skip, rc = dt_prepdoc_check_line(&p->ctx, elem, n, path, lineno, &skip, err);
+    if (rc) return dt_error_suffix(err, " (record %llu of the list)", (unsigned long long)record);
+    if (n > UINT32_MAX) return dt_errorf(err, DT_EINVAL, "%s:%llu: record %llu is larger than 4 GiB", path,
+                                         (unsigned long long)lineno, (unsigned long long)record);
+    if (skip) {
+        p->skipped_docs++;
+        return DT_OK;
+    }
+    if ((rc = add_item(p, fi, off, n, record))) return rc;
+    return add_doc(p, p->n_items - 1);
+}
+
+/* the scan of a JSON list: where it is between the records */
+typedef struct {
+    int started, closed, expect;   /* '[' seen; ']' seen; an element must come next (after '[' or ',') */
+    int depth, in_str, esc;        /* inside an element */
+    uint64_t line, record, start, start_line;
+    char *elem;
+    size_t len, cap;
+} list_scan;
+
+static int scan_append(list_scan *s, char c) {
+    if (s->len == s->cap) {
+        size_t nc = s->cap ? 2 * s->cap : 4096;
+        char *ne = realloc(s->elem, nc);
+        if (!ne) return DT_ENOMEM;
+        s->elem = ne;
+        s->cap = nc;
+    }
+    s->elem[s->len++] = c;
+    return DT_OK;
+}
+
+/* One byte of the file at offset pos, outside the records. */
+static int scan_outside(list_scan *s, const char *path, char c, uint64_t pos, dt_error *err) {
+    if (c == ' ' || c == '\t' || c == '\r' || c == '\n') return DT_OK;
+    if (!s->started) {
+        if (c != '[')
+            return dt_errorf(err, DT_EINVAL, "%s:%llu: expected a JSON list of records ([{\"id\", \"image\", "
+                             "\"conversations\"}, ...]) as LLaVA's data; JSON Lines chats are --format chat",
+                             path, (unsigned long long)s->line);
+        s->started = s->expect = 1;
+        return DT_OK;
+    }
+    if (s->closed)
+        return dt_errorf(err, DT_EINVAL, "%s:%llu: text after the list's closing ]", path, (unsigned long long)s->line);
+    if (c == ']' && (!s->expect || s->record == 0)) {
+        s->closed = 1;
+        return DT_OK;
+    }
+    if (c == ',' && !s->expect) {
+        s->expect = 1;
+        return DT_OK;
+    }
+    if (c != '{' || !s->expect)
+        return dt_errorf(err, DT_EINVAL, "%s:%llu: record %llu: expected an object {\"id\", \"image\", "
+                         "\"conversations\"}%s", path, (unsigned long long)s->line, (unsigned long long)s->record,
+                         s->expect ? "" : " after a comma");
+    s->expect = 0;
+    s->depth = 1;
+    s->start = pos;
+    s->start_line = s->line;
+    s->len = 0;
+    return scan_append(s, c) ? dt_errorf(err, DT_ENOMEM, "%s: out of memory for a record", path) : DT_OK;
+}
+
+/* One byte inside a record: strings and nesting followed; the record ends at depth 0. */
+static int scan_inside(prep *p, uint32_t fi, list_scan *s, const char *path, char c, dt_error *err) {
+    if (scan_append(s, c)) return dt_errorf(err, DT_ENOMEM, "%s: out of memory for a record", path);
+    if (s->len > MAX_LINE_BYTES)
+        return dt_errorf(err, DT_EINVAL, "%s:%llu: record %llu is longer than %zu MiB", path,
+                         (unsigned long long)s->start_line, (unsigned long long)s->record, MAX_LINE_BYTES >> 20);
+    if (s->in_str) {
+        if (s->esc) s->esc = 0;
+        else if (c == '\\') s->esc = 1;
+        else if (c == '"') s->in_str = 0;
+        return DT_OK;
+    }
+    if (c == '"') s->in_str = 1;
+    else if (c == '{' || c == '[') s->depth++;
+    else if (c == '}' || c == ']') s->depth--;
+    if (s->depth) return DT_OK;
+    return index_record(p, fi, path, s->elem, s->len, s->start, s->start_line, s->record++, err);
+}
+
+/* llava: a JSON file holding one list (LLaVA's llava_v1_5_mix665k.json, about 1 GB): read
+ * in blocks, each element found by a scan that follows strings and nesting, then checked
+ * on its own (never the whole list in memory). */
+static int index_json_list(prep *p, uint32_t fi, const char *path, dt_error *err) {
+    int fd;
+    uint64_t size = 0;
+    if (dt_file_open_regular(path, "LLaVA JSON file", &fd, &size, err)) return err->code;
+    list_scan s = {.line = 1};
+    uint64_t pos = 0;
+    int rc = DT_OK;
+    while (pos < size && !rc) {
+        size_t want = size - pos < READ_BLOCK ? (size_t)(size - pos) : READ_BLOCK;
+        if ((rc = pread_all(fd, p->buf, want, pos, path, err))) break;
+        for (size_t i = 0; i < want && !rc; i++) {
+            const char c = p->buf[i];
+            rc = s.depth ? scan_inside(p, fi, &s, path, c, err) : scan_outside(&s, path, c, pos + i, err);
+            s.line += c == '\n';
+        }
+        pos += want;
+        p->prog.bytes_done += want;
+        if (!rc) rc = stopped(p, err);
+        report(p);
+    }
+    if (!rc && !s.closed)
+        rc = dt_errorf(err, DT_EINVAL, "%s: %s: the list is not closed (the file is truncated?)", path,
+                       s.started ? "ends inside the list" : "empty");
+    free(s.elem);
+    close(fd);
+    return rc;
+}
+
 static int name_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 static int ends_with(const char *s, const char *suffix) {
@@ -503,8 +630,9 @@ static int add_path(prep *p, const char *path, int depth, int named, dt_error *e
         p->skipped_files++;
         return DT_OK;
     }
-    if (!named && p->o->format != DT_PREP_TEXT && !ends_with(path, ".jsonl")) {
-        p->skipped_files++;   /* a README beside the .jsonl files */
+    const char *ext = p->o->format == DT_PREP_LLAVA ? ".json" : ".jsonl";
+    if (!named && p->o->format != DT_PREP_TEXT && !ends_with(path, ext)) {
+        p->skipped_files++;   /* a README beside the .jsonl (llava: .json) files */
         return DT_OK;
     }
     if (p->n_files >= UINT32_MAX) return dt_errorf(err, DT_EINVAL, "%s: more than 2^32 input files", path);
@@ -513,8 +641,9 @@ static int add_path(prep *p, const char *path, int depth, int named, dt_error *e
         return dt_errorf(err, DT_ENOMEM, "%s: out of memory", path);
     uint32_t fi = (uint32_t)p->n_files++;
     int binary = 0;
-    int rc = p->o->format == DT_PREP_TEXT ? index_text(p, fi, path, named, &binary, err)
-                                          : index_jsonl(p, fi, path, err);
+    int rc = p->o->format == DT_PREP_TEXT    ? index_text(p, fi, path, named, &binary, err)
+             : p->o->format == DT_PREP_LLAVA ? index_json_list(p, fi, path, err)
+                                             : index_jsonl(p, fi, path, err);
     if (binary) {
         free(p->files[--p->n_files]);
         p->skipped_files++;
@@ -550,37 +679,70 @@ static void shard_file(int split, int index, char *out, size_t n) {
     if (k + strlen(num) + sizeof "-.bin" <= n) snprintf(out + k, n - k, "-%s.bin", num);
 }
 
-/* Appends a document's ids to its split, opening and closing shards at shard_tokens. */
-static int split_put(prep *p, int split, const int32_t *ids, const uint8_t *mask, size_t n, int starts_doc,
-                     dt_error *err) {
+/* Completes the open shard of a split (and its pixel shard). */
+static int close_shard(prep *p, int split, dt_error *err) {
+    int rc = dt_shard_writer_close(p->w[split], err);
+    p->w[split] = NULL;
+    if (p->pw[split]) {
+        dt_error e2;
+        int rc2 = dt_pix_writer_close(p->pw[split], rc ? &e2 : err);
+        p->pw[split] = NULL;
+        if (!rc) rc = rc2;
+    }
+    if (!rc) p->res->shards[split]++;
+    return rc;
+}
+
+static int open_shard(prep *p, int split, dt_error *err) {
     dt_prep_result *r = p->res;
+    char q[PATH_BYTES], name[64];
+    join(q, sizeof q, p->stage, split_name(split));
+    if (mkdir(q, 0755) && errno != EEXIST) return dt_errorf(err, DT_EIO, "%s: cannot create: %s", q, strerror(errno));
+    p->h[split].shard_index = (uint32_t)r->shards[split];
+    shard_file(split, r->shards[split], name, sizeof name);
+    join(q, sizeof q, p->stage, name);
+    int rc = dt_shard_writer_open(q, &p->h[split], &p->w[split], err);
+    if (rc || p->o->format != DT_PREP_LLAVA) return rc;
+    strcpy(q + strlen(q) - strlen(".bin"), ".px");
+    p->ph[split].shard_index = (uint32_t)r->shards[split];
+    return dt_pix_writer_open(q, &p->ph[split], &p->pw[split], err);
+}
+
+/* Appends a document's ids to its split, opening and closing shards at shard_tokens. A
+ * llava document is never split: it goes whole into a new shard when the open one
+ * cannot take it, with its image (crop, or NULL) in the pixel shard beside it. */
+static int split_put(prep *p, int split, const int32_t *ids, const uint8_t *mask, size_t n, int starts_doc,
+                     const uint8_t *crop, dt_error *err) {
+    dt_prep_result *r = p->res;
+    const int llava = p->o->format == DT_PREP_LLAVA;
+    const uint64_t cap = (uint64_t)p->o->shard_tokens;
     if (starts_doc) r->docs[split]++;
     r->tokens[split] += n;
     for (size_t i = 0; i < n; i++) r->trained[split] += mask ? mask[i] : 1;
+    int rc;
+    if (llava && p->w[split] && dt_shard_writer_count(p->w[split]) + n > cap &&
+        (rc = close_shard(p, split, err)))
+        return rc;
+    if (llava) {
+        if (!p->w[split] && (rc = open_shard(p, split, err))) return rc;
+        const uint64_t at = dt_shard_writer_count(p->w[split]);
+        if (n > UINT32_MAX) return dt_errorf(err, DT_EINVAL, "a record of more than 2^32 tokens");
+        if ((rc = dt_shard_writer_put(p->w[split], ids, mask, n, 1, err)) ||
+            (rc = dt_pix_writer_put(p->pw[split], at, (uint32_t)n, crop, err)))
+            return rc;
+        r->images[split] += crop != NULL;
+        return dt_shard_writer_count(p->w[split]) >= cap ? close_shard(p, split, err) : DT_OK;
+    }
     while (n) {
-        int rc;
-        if (!p->w[split]) {
-            char q[PATH_BYTES], name[64];
-            join(q, sizeof q, p->stage, split_name(split));
-            if (mkdir(q, 0755) && errno != EEXIST) return dt_errorf(err, DT_EIO, "%s: cannot create: %s", q, strerror(errno));
-            p->h[split].shard_index = (uint32_t)r->shards[split];
-            shard_file(split, r->shards[split], name, sizeof name);
-            join(q, sizeof q, p->stage, name);
-            if ((rc = dt_shard_writer_open(q, &p->h[split], &p->w[split], err))) return rc;
-        }
-        uint64_t room = (uint64_t)p->o->shard_tokens - dt_shard_writer_count(p->w[split]);
+        if (!p->w[split] && (rc = open_shard(p, split, err))) return rc;
+        uint64_t room = cap - dt_shard_writer_count(p->w[split]);
         size_t k = n < room ? n : (size_t)room;
         if ((rc = dt_shard_writer_put(p->w[split], ids, mask, k, starts_doc ? 1 : 0, err))) return rc;
         starts_doc = 0;
         ids += k;
         if (mask) mask += k;
         n -= k;
-        if (dt_shard_writer_count(p->w[split]) == (uint64_t)p->o->shard_tokens) {
-            rc = dt_shard_writer_close(p->w[split], err);
-            p->w[split] = NULL;
-            if (rc) return rc;
-            r->shards[split]++;
-        }
+        if (dt_shard_writer_count(p->w[split]) == cap && (rc = close_shard(p, split, err))) return rc;
     }
     return DT_OK;
 }
@@ -593,7 +755,51 @@ typedef struct {
     uint8_t *mask;
     size_t n;
     int rc;
+    /* llava */
+    uint8_t *crop;      /* [3][crop_height][crop_width], NULL for a text-only record */
+    int img_rc;
+    dt_error *img_err;  /* why the image failed: "IMAGE: what", with the record's id */
 } batch_slot;
+
+/* llava, any thread: the slot's image loaded and cropped (nothing for a text-only record) */
+static void slot_image(const prep *p, batch_slot *sl) {
+    const dt_prep_opts *o = p->o;
+    char *image = NULL, id[256];
+    dt_error e;
+    sl->img_rc = dt_prepdoc_image(sl->bytes, p->items[sl->item].len, &image, id, sizeof id, &e);
+    if (!sl->img_rc && image) {
+        char path[PATH_BYTES];
+        dt_image im;
+        if (join(path, sizeof path, o->image_folder, image))
+            sl->img_rc = dt_errorf(&e, DT_EINVAL, "%s/%s: path too long", o->image_folder, image);
+        else
+            sl->img_rc = dt_image_load(path, o->max_image_pixels, &im, &e);
+        if (!sl->img_rc) {
+            sl->crop = malloc((size_t)3 * o->clip.crop_height * o->clip.crop_width);
+            sl->img_rc = sl->crop ? dt_image_clip_u8(&im, &o->clip, sl->crop, &e)
+                                  : dt_errorf(&e, DT_ENOMEM, "%s: out of memory for the crop", path);
+            dt_image_free(&im);
+        }
+    }
+    if (sl->img_rc && (sl->img_err = malloc(sizeof *sl->img_err))) {
+        *sl->img_err = e;
+        dt_error_prefix(sl->img_err, "record %llu%s%s%s: image", (unsigned long long)p->items[sl->item].line,
+                        id[0] ? " (id " : "", id, id[0] ? ")" : "");
+    }
+    free(image);
+}
+
+/* llava: what a record whose image failed does to the run (slot i of the batch) */
+static int bad_image(prep *p, const batch_slot *sl, dt_error *err) {
+    const char *file = p->files[p->items[sl->item].file];
+    const char *why = sl->img_err ? sl->img_err->msg : "out of memory";
+    if (sl->img_rc != DT_EINVAL || p->o->on_bad_image == DT_BAD_IMAGE_STOP)
+        return dt_errorf(err, sl->img_rc, "%s: %s%s", file, why,
+                         sl->img_rc == DT_EINVAL ? "; --on-bad-image skip leaves such records out and counts them" : "");
+    if (!p->res->bad_images++)
+        snprintf(p->res->first_bad_image, sizeof p->res->first_bad_image, "%.400s: %.600s", file, why);
+    return DT_OK;
+}
 
 static int run_batches(prep *p, const uint64_t *perm, uint64_t n_val, dt_error *err) {
     const uint64_t N = p->n_docs;
@@ -602,6 +808,8 @@ static int run_batches(prep *p, const uint64_t *perm, uint64_t n_val, dt_error *
     uint64_t buf_cap = 0;
     if (!slots) return dt_errorf(err, DT_ENOMEM, "out of memory for a batch");
     const int nt = p->o->threads > 0 ? p->o->threads : omp_get_max_threads();
+    const int llava = p->o->format == DT_PREP_LLAVA;
+    const int batch_items = llava ? LLAVA_BATCH_ITEMS : BATCH_ITEMS;
     uint64_t pos = 0, item = p->doc_first[perm[0]];
     int rc = DT_OK;
     p->t0 = dt_clock_s();
@@ -610,7 +818,7 @@ static int run_batches(prep *p, const uint64_t *perm, uint64_t n_val, dt_error *
         /* the next items in the permuted order, up to BATCH_BYTES / BATCH_ITEMS */
         int ns = 0;
         uint64_t bytes = 0;
-        while (pos < N && ns < BATCH_ITEMS && (ns == 0 || bytes + p->items[item].len <= BATCH_BYTES)) {
+        while (pos < N && ns < batch_items && (ns == 0 || bytes + p->items[item].len <= BATCH_BYTES)) {
             uint64_t d = perm[pos];
             slots[ns] = (batch_slot){.item = item, .split = pos < n_val ? DT_SPLIT_VAL : DT_SPLIT_TRAIN,
                                      .first = item == p->doc_first[d]};
@@ -643,6 +851,7 @@ static int run_batches(prep *p, const uint64_t *perm, uint64_t n_val, dt_error *
             dt_error e;
             slots[i].rc = dt_prepdoc_encode(&p->ctx, slots[i].bytes, p->items[slots[i].item].len, slots[i].first,
                                             &slots[i].ids, &slots[i].mask, &slots[i].n, &e);
+            if (llava && !slots[i].rc) slot_image(p, &slots[i]);
         }
         for (int i = 0; i < ns && !rc; i++) {
             const prep_item *it = &p->items[slots[i].item];
@@ -655,7 +864,12 @@ static int run_batches(prep *p, const uint64_t *perm, uint64_t n_val, dt_error *
                 dt_error_prefix(err, "%s:%llu", p->files[it->file], (unsigned long long)it->line);
                 break;
             }
-            rc = split_put(p, slots[i].split, slots[i].ids, slots[i].mask, slots[i].n, slots[i].first, err);
+            if (slots[i].img_rc) {
+                rc = bad_image(p, &slots[i], err);
+                continue;
+            }
+            rc = split_put(p, slots[i].split, slots[i].ids, slots[i].mask, slots[i].n, slots[i].first, slots[i].crop,
+                           err);
             p->prog.bytes_done += it->len;
             p->prog.tokens += slots[i].n;
             p->prog.docs += (uint64_t)slots[i].first;
@@ -663,26 +877,23 @@ static int run_batches(prep *p, const uint64_t *perm, uint64_t n_val, dt_error *
         for (int i = 0; i < ns; i++) {
             free(slots[i].ids);
             free(slots[i].mask);
-            slots[i].ids = NULL;
-            slots[i].mask = NULL;
+            free(slots[i].crop);
+            free(slots[i].img_err);
+            slots[i] = (batch_slot){0};
         }
         if (!rc) rc = stopped(p, err);
         report(p);
     }
     free(slots);
     free(buf);
-    for (int s = 0; s < 2 && !rc; s++) {
-        if (!p->w[s]) continue;
-        rc = dt_shard_writer_close(p->w[s], err);
-        p->w[s] = NULL;
-        if (!rc) p->res->shards[s]++;
-    }
+    for (int s = 0; s < 2 && !rc; s++)
+        if (p->w[s]) rc = close_shard(p, s, err);
     return rc;
 }
 
 /* ---------------------------------------------------------------- manifest, commit */
 
-static const char *const FORMAT_NAMES[] = {"text", "jsonl", "chat"};
+static const char *const FORMAT_NAMES[] = {"text", "jsonl", "chat", "llava"};
 static const char *const CHAT_NAMES[] = {"chatml", "llama3"};
 
 static int write_manifest(const prep *p, const char *path, dt_error *err) {
@@ -703,8 +914,32 @@ static int write_manifest(const prep *p, const char *path, dt_error *err) {
     cJSON_AddItemToObject(root, "tokenizer", t);
     cJSON_AddNumberToObject(root, "token_bytes", r->token_bytes);
     cJSON_AddStringToObject(root, "input_format", FORMAT_NAMES[o->format]);
-    if (o->format == DT_PREP_CHAT) cJSON_AddStringToObject(root, "chat_template", CHAT_NAMES[o->chat]);
-    cJSON_AddBoolToObject(root, "loss_mask", o->format == DT_PREP_CHAT);
+    if (o->format == DT_PREP_CHAT || o->format == DT_PREP_LLAVA)
+        cJSON_AddStringToObject(root, "chat_template", CHAT_NAMES[o->chat]);
+    cJSON_AddBoolToObject(root, "loss_mask", o->format == DT_PREP_CHAT || o->format == DT_PREP_LLAVA);
+    if (o->format == DT_PREP_LLAVA) {
+        cJSON *im = cJSON_CreateObject(), *m = cJSON_CreateArray(), *sd = cJSON_CreateArray();
+        cJSON_AddStringToObject(im, "image_folder", o->image_folder);
+        cJSON_AddStringToObject(im, "processor", "CLIPImageProcessor (transformers 5.x torchvision backend)");
+        cJSON_AddNumberToObject(im, "shortest_edge", o->clip.shortest_edge);
+        cJSON_AddNumberToObject(im, "crop_height", o->clip.crop_height);
+        cJSON_AddNumberToObject(im, "crop_width", o->clip.crop_width);
+        cJSON_AddBoolToObject(im, "pad_square", o->clip.pad_square);
+        cJSON_AddStringToObject(im, "loader", o->clip.exif_transpose ? "load_image" : "open");
+        for (int c = 0; c < 3; c++) {
+            cJSON_AddItemToArray(m, cJSON_CreateNumber(o->clip.mean[c]));
+            cJSON_AddItemToArray(sd, cJSON_CreateNumber(o->clip.std[c]));
+        }
+        cJSON_AddItemToObject(im, "image_mean", m);
+        cJSON_AddItemToObject(im, "image_std", sd);
+        cJSON_AddNumberToObject(im, "rescale_factor", o->clip.rescale);
+        cJSON_AddNumberToObject(im, "image_token_id", p->ctx.image_id);
+        cJSON_AddNumberToObject(im, "image_tokens", o->image_tokens);
+        cJSON_AddStringToObject(im, "on_bad_image", o->on_bad_image == DT_BAD_IMAGE_SKIP ? "skip" : "stop");
+        cJSON_AddNumberToObject(im, "max_image_pixels", (double)o->max_image_pixels);
+        cJSON_AddNumberToObject(im, "skipped_bad_images", (double)r->bad_images);
+        cJSON_AddItemToObject(root, "images", im);
+    }
     cJSON_AddNumberToObject(root, "seed", (double)o->seed);
     cJSON_AddNumberToObject(root, "val_fraction", r->val_fraction);
     cJSON_AddNumberToObject(root, "shard_tokens", (double)o->shard_tokens);
@@ -726,6 +961,17 @@ static int write_manifest(const prep *p, const char *path, dt_error *err) {
             cJSON_AddItemToArray(sh, cJSON_CreateString(q));
         }
         cJSON_AddItemToObject(sp, "shards", sh);
+        if (o->format == DT_PREP_LLAVA) {   /* beside each token shard: NAME.px (dt_pixshard.h) */
+            cJSON *pxs = cJSON_CreateArray();
+            for (int k = 0; k < r->shards[s]; k++) {
+                char q[64];
+                shard_file(s, k, q, sizeof q);
+                strcpy(q + strlen(q) - strlen(".bin"), ".px");
+                cJSON_AddItemToArray(pxs, cJSON_CreateString(q));
+            }
+            cJSON_AddItemToObject(sp, "pixel_shards", pxs);
+            cJSON_AddNumberToObject(sp, "images", (double)r->images[s]);
+        }
         cJSON_AddItemToObject(splits, name, sp);
     }
     cJSON_AddItemToObject(root, "splits", splits);
@@ -769,6 +1015,11 @@ void dt_prep_defaults(dt_prep_opts *o) {
     o->val_fraction = DT_PREP_VAL_AUTO;
     o->seed = DT_PREP_SEED;
     o->shard_tokens = DT_PREP_SHARD_TOKENS;
+    dt_clip_defaults(&o->clip, DT_PREP_IMAGE_SIZE);
+    o->image_token_id = DT_PREP_IMAGE_ID_AUTO;
+    o->image_tokens = DT_PREP_IMAGE_TOKENS;
+    o->on_bad_image = DT_BAD_IMAGE_STOP;
+    o->max_image_pixels = DT_IMAGE_MAX_PIXELS;
 }
 
 /* The run's id: the first 8 bytes of SHA-256 over what decides its output (tokenizer,
@@ -781,6 +1032,15 @@ static uint64_t run_id(const prep *p) {
     dt_sha256_update(&h, p->fp, sizeof p->fp);
     int64_t v[5] = {(int64_t)o->seed, o->shard_tokens, o->format, o->chat, (int64_t)p->n_docs};
     dt_sha256_update(&h, v, sizeof v);
+    if (o->format == DT_PREP_LLAVA) {   /* what decides the pixel shards and placeholders */
+        int64_t im[9] = {o->clip.shortest_edge, o->clip.crop_height, o->clip.crop_width, o->clip.pad_square,
+                         o->clip.exif_transpose, p->ctx.image_id, o->image_tokens, o->on_bad_image,
+                         (int64_t)o->max_image_pixels};
+        dt_sha256_update(&h, im, sizeof im);
+        dt_sha256_update(&h, o->clip.mean, sizeof o->clip.mean);
+        dt_sha256_update(&h, o->clip.std, sizeof o->clip.std);
+        dt_sha256_update(&h, o->image_folder, strlen(o->image_folder) + 1);
+    }
     dt_sha256_update(&h, &o->val_fraction, sizeof o->val_fraction);
     for (uint64_t i = 0; i < p->n_files; i++) dt_sha256_update(&h, p->files[i], strlen(p->files[i]) + 1);
     dt_sha256_update(&h, &p->bytes, sizeof p->bytes);
@@ -797,7 +1057,19 @@ static int check_opts(const dt_prep_opts *o, dt_error *err) {
     if (!(o->val_fraction >= 0.0 && o->val_fraction < 1.0) && o->val_fraction != DT_PREP_VAL_AUTO)
         return dt_errorf(err, DT_EINVAL, "--val-fraction %g: must be in [0, 1)", o->val_fraction);
     if (o->shard_tokens < 1) return dt_errorf(err, DT_EINVAL, "--shard-tokens %lld: must be >= 1", (long long)o->shard_tokens);
-    if (o->format < DT_PREP_TEXT || o->format > DT_PREP_CHAT || o->chat < DT_CHAT_CHATML || o->chat > DT_CHAT_LLAMA3)
+    if (o->format == DT_PREP_LLAVA) {
+        if (!o->image_folder || !o->image_folder[0])
+            return dt_errorf(err, DT_EINVAL, "--format llava needs --image-folder DIR (the records' \"image\" paths "
+                             "are relative to it, as LLaVA's --image_folder)");
+        if (o->image_tokens < 1 || o->image_tokens > (1 << 20))
+            return dt_errorf(err, DT_EINVAL, "--image-tokens %d: must be 1..%d", o->image_tokens, 1 << 20);
+        if (o->image_token_id < DT_PREP_IMAGE_ID_AUTO || o->image_token_id >= INT32_MAX)
+            return dt_errorf(err, DT_EINVAL, "--image-token-id %lld: must be a token id >= 0",
+                             (long long)o->image_token_id);
+        if (o->max_image_pixels < 1) return dt_errorf(err, DT_EINVAL, "--max-image-pixels: must be >= 1");
+        if (dt_clip_check(&o->clip, err)) return err->code;
+    }
+    if (o->format < DT_PREP_TEXT || o->format > DT_PREP_LLAVA || o->chat < DT_CHAT_CHATML || o->chat > DT_CHAT_LLAMA3)
         return dt_errorf(err, DT_EINTERNAL, "prepare: format %d / chat template %d out of range", o->format, o->chat);
     if (strlen(o->out) + sizeof "/" DT_PREP_STAGING "/" DT_PREP_TRAIN_DIR "/train-000000.bin.tmp" >= PATH_BYTES)
         return dt_errorf(err, DT_EINVAL, "%s: output path too long", o->out);
@@ -813,6 +1085,23 @@ static int run(prep *p, int *created, dt_error *err) {
     dt_tok_fingerprint(p->tok, p->fp);
     dt_sha256_hex(p->fp, r->fingerprint);
     r->vocab = dt_tok_vocab_size(p->tok);
+    if (o->format == DT_PREP_LLAVA) {
+        int64_t id = o->image_token_id;
+        if (id == DT_PREP_IMAGE_ID_AUTO && (id = dt_tok_token_id(p->tok, DT_PREP_IMAGE_TOKEN)) < 0)
+            return dt_errorf(err, DT_EINVAL, "%s: the tokenizer has no " DT_PREP_IMAGE_TOKEN " token: give the model's "
+                             "image token id with --image-token-id (its config.json's image_token_index, e.g. 32000 "
+                             "for llava-1.5)", o->tokenizer);
+        size_t tl = 0;
+        const char *text = id < r->vocab ? dt_tok_token_text(p->tok, (int32_t)id, &tl) : NULL;
+        if (text && (tl != strlen(DT_PREP_IMAGE_TOKEN) || memcmp(text, DT_PREP_IMAGE_TOKEN, tl)))
+            return dt_errorf(err, DT_EINVAL, "--image-token-id %lld is the tokenizer's token \"%.*s\", which text can "
+                             "produce too: give the id of its " DT_PREP_IMAGE_TOKEN " token, or one past its vocabulary "
+                             "of %lld (the model's image_token_index)", (long long)id, (int)(tl < 40 ? tl : 40), text,
+                             (long long)r->vocab);
+        p->ctx.image_id = (int32_t)id;
+        p->ctx.image_tokens = o->image_tokens;
+        if (id >= r->vocab) r->vocab = id + 1;   /* an id the model adds past the tokenizer's vocabulary */
+    }
     r->token_bytes = dt_shard2_token_bytes((uint64_t)r->vocab);
     p->piece = dt_tok_get_kind(p->tok) == DT_TOK_SENTENCEPIECE ? SPM_PIECE_BYTES : PIECE_BYTES;
 
@@ -872,12 +1161,24 @@ static int run(prep *p, int *created, dt_error *err) {
         dt_shard_header *h = &p->h[s];
         memset(h, 0, sizeof *h);
         h->token_bytes = r->token_bytes;
-        h->flags = o->format == DT_PREP_CHAT ? DT_SHARD2_FLAG_MASK : 0;
+        h->flags = o->format == DT_PREP_CHAT || o->format == DT_PREP_LLAVA ? DT_SHARD2_FLAG_MASK : 0;
         h->split = (uint32_t)s;
         h->vocab = (uint64_t)r->vocab;
         h->prepare_id = p->prepare_id;
         h->eot_id = (uint32_t)p->ctx.eot;
         memcpy(h->fingerprint, p->fp, sizeof h->fingerprint);
+        dt_pix_header *ph = &p->ph[s];
+        memset(ph, 0, sizeof *ph);
+        ph->height = (uint32_t)o->clip.crop_height;
+        ph->width = (uint32_t)o->clip.crop_width;
+        ph->split = (uint32_t)s;
+        ph->prepare_id = p->prepare_id;
+        ph->image_token_id = (uint32_t)p->ctx.image_id;
+        ph->image_tokens = (uint32_t)o->image_tokens;
+        memcpy(ph->mean, o->clip.mean, sizeof ph->mean);
+        memcpy(ph->std, o->clip.std, sizeof ph->std);
+        ph->rescale = o->clip.rescale;
+        ph->flags = (o->clip.pad_square ? DT_PIX_FLAG_PAD : 0) | (o->clip.exif_transpose ? DT_PIX_FLAG_LOAD_IMAGE : 0);
     }
     for (int i = 0; i < FD_CACHE; i++) p->fds[i].fd = -1;
     rc = run_batches(p, perm, n_val, err);
@@ -901,7 +1202,10 @@ int dt_prepare(const dt_prep_opts *o, dt_prep_result *res, dt_error *err) {
     for (int i = 0; i < FD_CACHE; i++) p->fds[i].fd = -1;
     int created = 0;
     rc = run(p, &created, err);
-    for (int s = 0; s < 2; s++) dt_shard_writer_abort(p->w[s]);
+    for (int s = 0; s < 2; s++) {
+        dt_shard_writer_abort(p->w[s]);
+        dt_pix_writer_abort(p->pw[s]);
+    }
     for (int i = 0; i < FD_CACHE; i++)
         if (p->fds[i].fd >= 0) close(p->fds[i].fd);
     if (rc && p->stage[0]) {

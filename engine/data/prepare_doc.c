@@ -43,7 +43,7 @@ int dt_prepdoc_init(dt_prepdoc_ctx *ctx, const dt_tokenizer *tok, const char *to
                          "%s: the tokenizer has no end-of-text token (<|endoftext|>, <|end_of_text|>, </s>, <eos>, "
                          "or a SentencePiece eos piece) to separate documents with",
                          tok_path);
-    if (format != DT_PREP_CHAT) return DT_OK;
+    if (format != DT_PREP_CHAT && format != DT_PREP_LLAVA) return DT_OK;
     int first = chat == DT_CHAT_CHATML ? DT_PD_IM_START : DT_PD_BEGIN;
     int last = chat == DT_CHAT_CHATML ? DT_PD_IM_END : DT_PD_EOT_ID;
     for (int i = first; i <= last; i++) {
@@ -135,6 +135,55 @@ static int check_chat(const cJSON *root, int *has_assistant, dt_error *err) {
     return DT_OK;
 }
 
+/* LLaVA's roles (llava/conversation.py, the data's "from") as the templates' */
+static const char *llava_role(const char *from) {
+    if (!strcmp(from, "human")) return ROLES[1];
+    if (!strcmp(from, "gpt")) return ROLES[ROLE_ASSISTANT];
+    if (!strcmp(from, "system")) return ROLES[0];
+    return NULL;
+}
+
+static size_t count_images(const char *s) {
+    size_t k = 0;
+    for (const char *q = s; (q = strstr(q, DT_PREP_IMAGE_TOKEN)); q += strlen(DT_PREP_IMAGE_TOKEN)) k++;
+    return k;
+}
+
+/* A LLaVA record: conversations of {from, value}, an optional image path, one <image>
+ * per image; *has_assistant when a gpt turn is there. */
+static int check_llava(const cJSON *root, int *has_assistant, dt_error *err) {
+    int rc;
+    *has_assistant = 0;
+    const char *image;
+    const cJSON *img = get_item(root, "image", "$", err, &rc);
+    if (rc) return rc;
+    if (img && cJSON_IsArray(img))
+        return dt_errorf(err, DT_EINVAL, "$.image: a list of images; this prepare takes one image per record");
+    if ((rc = get_str(root, "image", "$", 0, &image, err))) return rc;
+    if (image && !image[0]) return dt_errorf(err, DT_EINVAL, "$.image: an empty path");
+    const cJSON *conv = get_item(root, "conversations", "$", err, &rc);
+    if (rc) return rc;
+    if (!cJSON_IsArray(conv) || !conv->child)
+        return dt_errorf(err, DT_EINVAL, "$.conversations: expected a non-empty array of {\"from\", \"value\"}");
+    size_t images = 0;
+    int i = 0;
+    for (const cJSON *m = conv->child; m; m = m->next, i++) {
+        char at[64];
+        snprintf(at, sizeof at, "$.conversations[%d]", i);
+        if (!cJSON_IsObject(m)) return dt_errorf(err, DT_EINVAL, "%s: expected an object {\"from\", \"value\"}", at);
+        const char *from, *value;
+        if ((rc = get_str(m, "from", at, 1, &from, err)) || (rc = get_str(m, "value", at, 1, &value, err))) return rc;
+        const char *role = llava_role(from);
+        if (!role) return dt_errorf(err, DT_EINVAL, "%s.from: \"%.40s\" is not one of human, gpt, system", at, from);
+        if (role == ROLES[ROLE_ASSISTANT]) *has_assistant = 1;
+        images += count_images(value);
+    }
+    if (images != (image ? 1u : 0u))
+        return dt_errorf(err, DT_EINVAL, "$.conversations: %zu \"" DT_PREP_IMAGE_TOKEN "\" for %s: a record with an "
+                         "image holds exactly one, one without holds none", images, image ? "one image" : "no image");
+    return DT_OK;
+}
+
 int dt_prepdoc_check_line(const dt_prepdoc_ctx *ctx, const char *line, size_t n, const char *path,
                           uint64_t lineno, int *skip, dt_error *err) {
     *skip = 0;
@@ -159,7 +208,8 @@ int dt_prepdoc_check_line(const dt_prepdoc_ctx *ctx, const char *line, size_t n,
         if (!rc) *skip = text[0] == '\0';
     } else {
         int has_assistant;
-        rc = check_chat(root, &has_assistant, err);
+        rc = ctx->format == DT_PREP_LLAVA ? check_llava(root, &has_assistant, err)
+                                          : check_chat(root, &has_assistant, err);
         if (!rc) *skip = !has_assistant;
     }
     cJSON_Delete(root);
@@ -203,8 +253,34 @@ static int push_id(doc_out *o, int32_t id, int m) {
     return DT_OK;
 }
 
-/* text (no special tokens read from it), each id with mask bit m */
+static int push_plain(const dt_prepdoc_ctx *ctx, doc_out *o, const char *text, size_t n, int m, dt_error *err);
+
+/* text (no special tokens read from it), each id with mask bit m; in a llava document
+ * each <image> becomes image_tokens placeholders (mask 0) and the pieces around it are
+ * encoded apart */
 static int push_text(const dt_prepdoc_ctx *ctx, doc_out *o, const char *text, size_t n, int m, dt_error *err) {
+    const size_t tl = strlen(DT_PREP_IMAGE_TOKEN);
+    if (ctx->format != DT_PREP_LLAVA) return push_plain(ctx, o, text, n, m, err);
+    const char *end = text + n;
+    while (text < end) {
+        const char *q = text;
+        while (q + tl <= end && memcmp(q, DT_PREP_IMAGE_TOKEN, tl)) q++;
+        if (q + tl > end) q = end;
+        int rc = push_plain(ctx, o, text, (size_t)(q - text), m, err);
+        if (rc) return rc;
+        if (q == end) break;
+        if (out_reserve(o, (size_t)ctx->image_tokens)) return DT_ENOMEM;
+        for (int i = 0; i < ctx->image_tokens; i++) {
+            o->ids[o->n + (size_t)i] = ctx->image_id;
+            if (o->masked) o->mask[o->n + (size_t)i] = 0;
+        }
+        o->n += (size_t)ctx->image_tokens;
+        text = q + tl;
+    }
+    return DT_OK;
+}
+
+static int push_plain(const dt_prepdoc_ctx *ctx, doc_out *o, const char *text, size_t n, int m, dt_error *err) {
     if (!n) return DT_OK;
     int32_t *ids;
     size_t k;
@@ -337,12 +413,40 @@ static int render_chat(const dt_prepdoc_ctx *ctx, doc_out *o, const cJSON *root,
     return rc ? rc : render_message(ctx, o, ROLES[ROLE_ASSISTANT], out, err);
 }
 
+static int render_llava(const dt_prepdoc_ctx *ctx, doc_out *o, const cJSON *root, dt_error *err) {
+    int rc;
+    if (ctx->chat == DT_CHAT_LLAMA3 && (rc = push_id(o, ctx->special[DT_PD_BEGIN], 0))) return rc;
+    const cJSON *conv = cJSON_GetObjectItemCaseSensitive(root, "conversations");
+    for (const cJSON *m = conv->child; m; m = m->next) {
+        const char *from = cJSON_GetObjectItemCaseSensitive(m, "from")->valuestring;
+        const char *value = cJSON_GetObjectItemCaseSensitive(m, "value")->valuestring;
+        if ((rc = render_message(ctx, o, llava_role(from), value, err))) return rc;
+    }
+    return DT_OK;
+}
+
+int dt_prepdoc_image(const char *bytes, size_t n, char **image, char *id, size_t idn, dt_error *err) {
+    *image = NULL;
+    if (idn) id[0] = '\0';
+    cJSON *root = cJSON_ParseWithLength(bytes, n);
+    if (!root) return dt_errorf(err, DT_ENOMEM, "out of memory parsing a record of %zu bytes", n);
+    const cJSON *img = cJSON_GetObjectItemCaseSensitive(root, "image");
+    const cJSON *rid = cJSON_GetObjectItemCaseSensitive(root, "id");
+    if (cJSON_IsString(rid)) snprintf(id, idn, "%.200s", rid->valuestring);
+    else if (cJSON_IsNumber(rid)) snprintf(id, idn, "%.17g", rid->valuedouble);
+    int rc = DT_OK;
+    if (cJSON_IsString(img) && !(*image = strdup(img->valuestring)))
+        rc = dt_errorf(err, DT_ENOMEM, "out of memory");
+    cJSON_Delete(root);
+    return rc;
+}
+
 int dt_prepdoc_encode(const dt_prepdoc_ctx *ctx, const char *bytes, size_t n, int first, int32_t **ids,
                       uint8_t **mask, size_t *n_ids, dt_error *err) {
     *ids = NULL;
     *mask = NULL;
     *n_ids = 0;
-    doc_out o = {.masked = ctx->format == DT_PREP_CHAT};
+    doc_out o = {.masked = ctx->format == DT_PREP_CHAT || ctx->format == DT_PREP_LLAVA};
     int rc = first ? push_id(&o, ctx->eot, 0) : DT_OK;
     if (!rc && ctx->format == DT_PREP_TEXT) {
         rc = push_text(ctx, &o, bytes, n, 1, err);
@@ -354,6 +458,8 @@ int dt_prepdoc_encode(const dt_prepdoc_ctx *ctx, const char *bytes, size_t n, in
         } else if (ctx->format == DT_PREP_JSONL) {
             const char *text = cJSON_GetObjectItemCaseSensitive(root, "text")->valuestring;
             rc = push_text(ctx, &o, text, strlen(text), 1, err);
+        } else if (ctx->format == DT_PREP_LLAVA) {
+            rc = render_llava(ctx, &o, root, err);
         } else {
             rc = render_chat(ctx, &o, root, err);
         }

@@ -23,6 +23,7 @@
 #include "dt_prepare.h"
 #include "dt_prepdoc.h"
 #include "dt_test.h"
+#include "dt_test_data.h"
 #include "dt_tokenizer.h"
 
 static const char *src;
@@ -71,27 +72,6 @@ static char *slurp_bin(const char *path, size_t *len) {
     return b;
 }
 
-static char *slurp(const char *path, size_t *len) {
-    char *text = NULL;
-    dt_error err = {0};
-    if (dt_read_file(path, (size_t)64 << 20, &text, len, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        exit(1);
-    }
-    return text;
-}
-
-static dt_tokenizer *load_tok(const char *file, char *path, size_t n) {
-    snprintf(path, n, "%s/tests/tokenizer/data/%s", src, file);
-    dt_tokenizer *t = NULL;
-    dt_error err = {0};
-    if (dt_tok_load(path, &t, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        exit(1);
-    }
-    return t;
-}
-
 static int exists(const char *base, const char *name) {
     char p[1024];
     struct stat st;
@@ -125,15 +105,15 @@ static int same_numbers(const char *line, size_t n, const int32_t *v, const uint
 
 static void check_chat_goldens(const char *tok_file, dt_chat_template tmpl, const char *golden_name) {
     char tp[1024], p[1024];
-    dt_tokenizer *t = load_tok(tok_file, tp, sizeof tp);
+    dt_tokenizer *t = dt_test_load_tok(src, tok_file, tp, sizeof tp);
     dt_prepdoc_ctx ctx;
     dt_error err = {0};
     CHECK_EQ_I64(dt_prepdoc_init(&ctx, t, tp, DT_PREP_CHAT, tmpl, &err), 0);
     size_t jl, gl, jpos = 0, gpos = 0, n, gn;
     snprintf(p, sizeof p, "%s/tests/data/chat.jsonl", src);
-    char *jsonl = slurp(p, &jl);
+    char *jsonl = dt_test_slurp(p, &jl);
     snprintf(p, sizeof p, "%s/tests/data/%s", src, golden_name);
-    char *golden = slurp(p, &gl);
+    char *golden = dt_test_slurp(p, &gl);
     const char *line;
     uint64_t lineno = 0;
     int docs = 0;
@@ -185,7 +165,7 @@ static void bad_line(const dt_prepdoc_ctx *ctx, const char *line, const char *wa
 
 static void check_shapes(void) {
     char tp[1024];
-    dt_tokenizer *t = load_tok("qwen2-mini.json", tp, sizeof tp);
+    dt_tokenizer *t = dt_test_load_tok(src, "qwen2-mini.json", tp, sizeof tp);
     dt_prepdoc_ctx j, c;
     dt_error err = {0};
     CHECK_EQ_I64(dt_prepdoc_init(&j, t, tp, DT_PREP_JSONL, DT_CHAT_CHATML, &err), 0);
@@ -208,7 +188,7 @@ static void check_shapes(void) {
     CHECK_EQ_I64(dt_prepdoc_check_line(&j, "{\"text\": \"\"}", 12, "x", 1, &skip, &err), 0);
     CHECK(skip);
     /* the template's tokens must exist */
-    dt_tokenizer *sp = load_tok("llama2-mini.model", tp, sizeof tp);
+    dt_tokenizer *sp = dt_test_load_tok(src, "llama2-mini.model", tp, sizeof tp);
     CHECK_EQ_I64(dt_prepdoc_init(&c, sp, tp, DT_PREP_CHAT, DT_CHAT_CHATML, &err), DT_EINVAL);
     CHECK(strstr(err.msg, "<|im_start|>") && strstr(err.msg, "llama2-mini.model"));
     CHECK_EQ_I64(dt_prepdoc_init(&c, t, "qwen2", DT_PREP_CHAT, DT_CHAT_LLAMA3, &err), DT_EINVAL);
@@ -293,7 +273,7 @@ static int run_prepare(dt_prep_opts *o, dt_prep_result *r, dt_error *err) {
 
 static void check_text_run(void) {
     char tp[1024], in[1024], out[1024], p[1024];
-    dt_tokenizer *t = load_tok("qwen2-mini.json", tp, sizeof tp);
+    dt_tokenizer *t = dt_test_load_tok(src, "qwen2-mini.json", tp, sizeof tp);
     mkdir_tmp("in");
     mkdir_tmp("in/b");
     mkdir_tmp("in/b/c");
@@ -397,10 +377,10 @@ static void check_text_run(void) {
 /* A text of several pieces gives the ids of the whole text; 1 and 2 threads the same bytes. */
 static void check_pieces(void) {
     char tp[1024], p[1024], o1[1024], o2[1024];
-    dt_tokenizer *t = load_tok("qwen2-mini.json", tp, sizeof tp);
+    dt_tokenizer *t = dt_test_load_tok(src, "qwen2-mini.json", tp, sizeof tp);
     size_t clen;
     snprintf(p, sizeof p, "%s/tests/tokenizer/data/corpus.txt", src);
-    char *corpus = slurp(p, &clen);
+    char *corpus = dt_test_slurp(p, &clen);
     size_t reps = ((size_t)5 << 20) / clen + 1, n = reps * clen;   /* 5 MiB: 5 pieces */
     char *big = malloc(n);
     for (size_t i = 0; i < reps; i++) memcpy(big + i * clen, corpus, clen);
@@ -461,7 +441,7 @@ static void check_pieces(void) {
 /* The split takes ceil(F x N) documents; SentencePiece documents start with </s>. */
 static void check_split_and_spm(void) {
     char tp[1024], in[1024], out[1024];
-    dt_tokenizer *t = load_tok("llama2-mini.model", tp, sizeof tp);
+    dt_tokenizer *t = dt_test_load_tok(src, "llama2-mini.model", tp, sizeof tp);
     mkdir_tmp("ten");
     for (int i = 0; i < 10; i++) {
         char name[64], text[64];
@@ -508,7 +488,7 @@ static void check_split_and_spm(void) {
 
 static void check_chat_run(void) {
     char tp[1024], in[1024], out[1024], p[1024];
-    dt_tokenizer *t = load_tok("qwen2-mini.json", tp, sizeof tp);
+    dt_tokenizer *t = dt_test_load_tok(src, "qwen2-mini.json", tp, sizeof tp);
     snprintf(in, sizeof in, "%s/tests/data/chat.jsonl", src);
     path_of(out, sizeof out, tmp, "chat-out");
     const char *inputs[] = {in};
@@ -530,7 +510,7 @@ static void check_chat_run(void) {
     /* the golden's mask lines add up to what was trained */
     snprintf(p, sizeof p, "%s/tests/data/chat-chatml.golden", src);
     size_t gl, pos = 0, n;
-    char *g = slurp(p, &gl);
+    char *g = dt_test_slurp(p, &gl);
     const char *line;
     uint64_t ones = 0;
     int k = 0;
@@ -552,7 +532,7 @@ static void check_chat_run(void) {
 /* Bad input: one line naming what is wrong; nothing left behind. */
 static void check_bad_inputs(void) {
     char tp[1024], in[1024], out[1024];
-    dt_tokenizer *t = load_tok("qwen2-mini.json", tp, sizeof tp);
+    dt_tokenizer *t = dt_test_load_tok(src, "qwen2-mini.json", tp, sizeof tp);
     dt_tok_free(t);
     path_of(out, sizeof out, tmp, "bad-out");
     dt_prep_opts o;
@@ -592,7 +572,7 @@ static void check_bad_inputs(void) {
     CHECK(strstr(err.msg, "WordPiece") != NULL);
     /* no documents; a missing input */
     mkdir_tmp("nothing");
-    dt_tok_free(load_tok("qwen2-mini.json", tp, sizeof tp));
+    dt_tok_free(dt_test_load_tok(src, "qwen2-mini.json", tp, sizeof tp));
     path_of(in, sizeof in, tmp, "nothing");
     CHECK_EQ_I64(run_prepare(&o, &r, &err), DT_EINVAL);
     CHECK(strstr(err.msg, "no documents") != NULL);
