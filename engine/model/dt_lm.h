@@ -59,11 +59,21 @@ typedef struct {
     double std;           /* DT_INIT_NORMAL only */
 } dt_init_rule;
 
+/* The two parameter sets (docs/architecture.md "Parameter groups"): TRAINED is what the
+ * flat params / grads buffers, the groups, the optimizer, ZeRO and checkpoints see (under
+ * full fine-tuning every tensor); BASE holds the frozen tensors of a freeze (or LoRA) plan:
+ * their own flat buffer in the param dtype with per-group offsets, read-only, no gradient,
+ * no optimizer state, never partitioned or rebound (replicated on every rank). */
+#define DT_LM_SET_TRAINED 0
+#define DT_LM_SET_BASE 1
+
 typedef struct dt_tensor_info {
     const char *name;     /* Hugging Face name after dt_lm_hf_prefix: gpt2 "h.3.attn.c_attn.weight",
                            * llama "model.layers.3.self_attn.q_proj.weight", "lm_head.weight" */
     int group;            /* 0 .. L+1 */
-    size_t offset;        /* elements from the start of the flat buffer */
+    int set;              /* DT_LM_SET_TRAINED (dt_lm_tensor) or DT_LM_SET_BASE (dt_lm_base_tensor) */
+    size_t offset;        /* elements from the start of its set's flat buffer */
+    size_t full_offset;   /* its offset were every tensor trained (the init's counter: dt_lm_init_slice) */
     size_t numel;
     int ndim;             /* 1 or 2 */
     int64_t shape[2];
@@ -109,6 +119,11 @@ typedef struct dt_lm_options {
     dt_device device;           /* DT_DEVICE_CPU or DT_DEVICE_CUDA */
     int ordinal;                /* the GPU (LOCAL_RANK); 0 on the CPU */
     unsigned flags;             /* DT_LM_NO_FLAT */
+    /* the plan's fine-tuning method (common/dt_finetune.h); NULL or full: every tensor
+     * trained. freeze: the tensors models/dt_pgroup.h's dt_model_pgroups says are frozen
+     * go to the base set and backward stops at its first trained layer. lora / qlora are
+     * refused (DT_EINVAL): not built in this engine yet. */
+    const struct dt_finetune *finetune;
 } dt_lm_options;
 int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_options *o, dt_lm **out,
                       dt_error *err);
@@ -126,6 +141,20 @@ size_t dt_lm_group_numel(const dt_lm *g, int group);
 size_t dt_lm_num_params(const dt_lm *g);
 
 void *dt_lm_params(dt_lm *g);   /* flat, param dtype, num_params elements */
+
+/* The base set (frozen tensors; empty under full fine-tuning): its tensors, in layout
+ * order, their flat buffer (param dtype, num_base_params elements, host-addressable or
+ * device memory as the params), per-group ranges. */
+int dt_lm_num_base_tensors(const dt_lm *g);
+const dt_tensor_info *dt_lm_base_tensor(const dt_lm *g, int i);
+size_t dt_lm_num_base_params(const dt_lm *g);
+void *dt_lm_base_params(dt_lm *g);
+/* The first block whose backward runs (blocks below it hold nothing trained: their
+ * backward, and the encoder's, are skipped); 0 under full fine-tuning. */
+int64_t dt_lm_first_trained_layer(const dt_lm *g);
+/* Initialises the base set from seed, each element by its full_offset, so a frozen
+ * tensor starts bitwise as the same tensor of a full run with that seed. */
+int dt_lm_init_base_random(dt_lm *g, uint64_t seed, dt_error *err);
 void *dt_lm_grads(dt_lm *g);    /* flat, grad dtype */
 void dt_lm_set_hooks(dt_lm *g, const dt_lm_hooks *hooks);
 

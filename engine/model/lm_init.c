@@ -39,41 +39,43 @@ static double normal_at(uint64_t seed, uint64_t e) {
     return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
 }
 
-void dt_lm_init_slice(const dt_lm *g, uint64_t seed, size_t lo, size_t n, void *dst, dt_dtype dt) {
-    size_t hi = lo + n > g->nparams ? g->nparams : lo + n;
-    for (int i = 0; i < g->ntensors; i++) {
-        const dt_tensor_info *t = &g->tensors[i];
-        size_t a = t->offset > lo ? t->offset : lo, b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
+/* Elements [lo, hi) of a set (tensors t[0 .. n)) into dst[0 .. hi - lo), each by the
+ * counter of its full_offset. */
+static void init_set(const dt_tensor_info *t, int n, uint64_t seed, size_t lo, size_t hi, void *dst, dt_dtype dt) {
+    for (int i = 0; i < n; i++) {
+        size_t a = t[i].offset > lo ? t[i].offset : lo, b = t[i].offset + t[i].numel < hi ? t[i].offset + t[i].numel : hi;
         if (a >= b) continue;
         /* the rule the family declared with the tensor (lm_layout_add) */
-        const int constant = t->init.kind != DT_INIT_NORMAL;
-        const float c = t->init.kind == DT_INIT_ONE ? 1.0f : 0.0f;
-        const double std = t->init.std;
+        const int constant = t[i].init.kind != DT_INIT_NORMAL;
+        const float c = t[i].init.kind == DT_INIT_ONE ? 1.0f : 0.0f;
+        const double std = t[i].init.std;
+        const size_t shift = t[i].full_offset - t[i].offset;   /* 0 under full fine-tuning */
         int64_t cnt = (int64_t)(b - a);
 #pragma omp parallel for schedule(static) if (cnt > DT_INIT_PAR_MIN)
         for (int64_t k = 0; k < cnt; k++) {
             size_t e = a + (size_t)k;
-            float v = constant ? c : (float)(normal_at(seed, e) * std);
+            float v = constant ? c : (float)(normal_at(seed, e + shift) * std);
             dt_store(dst, dt, e - lo, v);
         }
     }
 }
 
-int dt_lm_init_random(dt_lm *g, uint64_t seed, dt_error *err) {
-    /* drawn on the host: into the params directly, or into a host staging copy */
-    if (!g->params)
-        return dt_errorf(err, DT_EINVAL,
-                         "model: no flat parameter buffer to initialise (created without one or "
-                         "released for ZeRO-3); initialise the shards with dt_lm_init_slice");
-    size_t bytes = g->nparams * (size_t)g->psz;
-    void *host = g->dev->host_addressable ? g->params
-                                          : g->dev->alloc(DT_POOL_HOST, DT_MEM_BUFFERS, bytes);
+void dt_lm_init_slice(const dt_lm *g, uint64_t seed, size_t lo, size_t n, void *dst, dt_dtype dt) {
+    size_t hi = lo + n > g->nparams ? g->nparams : lo + n;
+    init_set(g->tensors, g->ntensors, seed, lo, hi, dst, dt);
+}
+
+/* The whole of a flat buffer (nelems of dtype pt) from seed: drawn on the host into
+ * it, or into a host staging copy uploaded after. */
+static int init_flat(dt_lm *g, void *flat, size_t nelems, const dt_tensor_info *t, int n, uint64_t seed,
+                     dt_error *err) {
+    size_t bytes = nelems * (size_t)g->psz;
+    void *host = g->dev->host_addressable ? flat : g->dev->alloc(DT_POOL_HOST, DT_MEM_BUFFERS, bytes);
     if (!host)
-        return dt_errorf(err, DT_ENOMEM, "model: out of host memory staging the %zu initial parameters",
-                         g->nparams);
-    dt_lm_init_slice(g, seed, 0, g->nparams, host, g->pt);
-    if (host != g->params) {
-        g->dev->memcpy(g->params, host, bytes, DT_COPY_H2D, DT_STREAM_H2D);
+        return dt_errorf(err, DT_ENOMEM, "model: out of host memory staging the %zu initial parameters", nelems);
+    init_set(t, n, seed, 0, nelems, host, g->pt);
+    if (host != flat) {
+        g->dev->memcpy(flat, host, bytes, DT_COPY_H2D, DT_STREAM_H2D);
         g->dev->handoff(DT_STREAM_H2D, DT_STREAM_COMPUTE);
         /* the upload is done once the compute stream passed the hand-off; a
          * pending asynchronous error stays recorded for the caller's next
@@ -82,4 +84,17 @@ int dt_lm_init_random(dt_lm *g, uint64_t seed, dt_error *err) {
         g->dev->free(host);
     }
     return DT_OK;
+}
+
+int dt_lm_init_random(dt_lm *g, uint64_t seed, dt_error *err) {
+    if (!g->params)
+        return dt_errorf(err, DT_EINVAL,
+                         "model: no flat parameter buffer to initialise (created without one or "
+                         "released for ZeRO-3); initialise the shards with dt_lm_init_slice");
+    return init_flat(g, g->params, g->nparams, g->tensors, g->ntensors, seed, err);
+}
+
+int dt_lm_init_base_random(dt_lm *g, uint64_t seed, dt_error *err) {
+    if (!g->nbase_params) return DT_OK;
+    return init_flat(g, g->base, g->nbase_params, g->btensors, g->nbase, seed, err);
 }
