@@ -165,18 +165,14 @@ static void hint_calibrate(const dt_plan *plan, double measured_s) {
             cuda ? "gpu.json" : "local.json", cuda ? "gpu.json" : "local.json");
 }
 
-/* The plan's fine-tuning method against what this engine trains and against the model
- * (a hand-edited plan.json reaches here unchecked by dtplan): full and freeze are trained;
- * lora / qlora are not built yet (issue 32's engine half in progress). */
+/* The plan's fine-tuning method against what this engine trains (dt_lm_check_method) and
+ * against the model (a hand-edited plan.json reaches here unchecked by dtplan). */
 static int check_finetune(const dt_plan *plan, const char *plan_path, dt_error *err) {
     const dt_finetune *ft = &plan->finetune;
-    if (dt_ft_is_lora(ft))
-        return dt_errorf(err, DT_EINVAL,
-                         "%s plans a %s fine-tune (finetune.method); this dtrun trains full and freeze plans only: "
-                         "run it with PEFT and DeepSpeed (whose config dtplan export writes), or plan a freeze with: "
-                         "dtplan solve --finetune freeze --trainable-layers N",
-                         plan_path, dt_ft_method_name(ft->method));
     if (ft->method == DT_FT_FULL) return DT_OK;
+    if (dt_lm_check_method(&plan->precision, plan->cluster.device, ft, err))
+        return dt_error_prefix(err, "%s plans a %s fine-tune (finetune.method)", plan_path,
+                               dt_ft_method_name(ft->method));
     dt_pgroups *pg = malloc(sizeof *pg);
     if (!pg) return dt_errorf(err, DT_ENOMEM, "out of memory");
     int rc = dt_finetune_check(ft, "finetune", err);

@@ -51,12 +51,12 @@ typedef struct dt_lm dt_lm;
 #define DT_TENSOR_TRAINABLE 1u
 #define DT_TENSOR_DECAY 2u
 
-/* How a tensor starts (dt_lm_init_random): a constant 0 (biases) or 1 (norm
- * weights), or N(0, std²). */
-typedef enum { DT_INIT_ZERO = 0, DT_INIT_ONE = 1, DT_INIT_NORMAL = 2 } dt_init_kind;
+/* How a tensor starts (dt_lm_init_random): a constant 0 (biases, LoRA's B) or 1 (norm
+ * weights), N(0, std²), or U(-b, b) (LoRA's A: PEFT's kaiming_uniform_(a=sqrt(5)), b = 1/sqrt(in)). */
+typedef enum { DT_INIT_ZERO = 0, DT_INIT_ONE = 1, DT_INIT_NORMAL = 2, DT_INIT_UNIFORM = 3 } dt_init_kind;
 typedef struct {
     dt_init_kind kind;
-    double std;           /* DT_INIT_NORMAL only */
+    double std;           /* DT_INIT_NORMAL: the standard deviation; DT_INIT_UNIFORM: the bound b of U(-b, b) */
 } dt_init_rule;
 
 /* The two parameter sets (docs/architecture.md "Parameter groups"): TRAINED is what the
@@ -121,10 +121,16 @@ typedef struct dt_lm_options {
     unsigned flags;             /* DT_LM_NO_FLAT */
     /* the plan's fine-tuning method (common/dt_finetune.h); NULL or full: every tensor
      * trained. freeze: the tensors models/dt_pgroup.h's dt_model_pgroups says are frozen
-     * go to the base set and backward stops at its first trained layer. lora / qlora are
-     * refused (DT_EINVAL): not built in this engine yet. */
+     * go to the base set and backward stops at its first trained layer; lora: the adapted
+     * linears' weights go to the base set too and their adapters (lora_A, lora_B) are the
+     * trained set (dt_lm_check_method says what is not built). */
     const struct dt_finetune *finetune;
 } dt_lm_options;
+/* What of a fine-tuning method this engine trains (dt_lm_options.finetune): full, freeze,
+ * and LoRA with fp32 parameters on the CPU without dropout. DT_EINVAL with one line naming
+ * what is not built (QLoRA, 16-bit LoRA, LoRA on CUDA, LoRA dropout); DT_OK otherwise (the
+ * method's checks against the model are dt_model_pgroups'). */
+int dt_lm_check_method(const dt_precision *prec, dt_device device, const struct dt_finetune *ft, dt_error *err);
 int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_options *o, dt_lm **out,
                       dt_error *err);
 dt_device dt_lm_device(const dt_lm *g);

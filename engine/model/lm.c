@@ -90,7 +90,7 @@ static void set_params_f32(dt_lm *g, int group, float *view, const void *src, si
 
 static lm_params group_params(dt_lm *g, int group) {
     void *base = g->bgroup_numel[group] ? lm_tensor_ptr(g->base, g->bgroup_off[group], g->psz) : NULL;
-    lm_params p = {g->gparams[group], NULL, base, NULL, group_slots(g, group)};
+    lm_params p = {g->gparams[group], NULL, base, NULL, group_slots(g, group), group >= 1 && group <= g->L ? group - 1 : -1};
     if (g->pt == DT_DTYPE_FP32) return p;
     p.f32 = g->pw;
     p.base32 = base ? g->pwb : NULL;
@@ -164,7 +164,7 @@ static void group_end(dt_lm *g, int grp, const lm_layout *lo) {
 }
 
 static int build_layout(dt_lm *g, const dt_model_desc *d, dt_error *err) {
-    lm_layout lo = {0, 0, 0, 0, 0};
+    lm_layout lo = {0};
     group_begin(g, 0, &lo);
     lm_layout_embed(g, d, &lo);
     group_end(g, 0, &lo);
@@ -209,6 +209,8 @@ static size_t layout_acts(dt_lm *g, char *base) {
     }
     g->lnf = lm_take(base, &off, a * N * C);
     g->family->layout_norm_stats(g, base, &off);
+    /* LoRA: each adaptable module's x·Aᵀ [N, r] fp32 per block (PEFT keeps the adapters fp32) */
+    g->lora_xa = lm_take(base, &off, sizeof(float) * (size_t)(g->L * g->lora_mods * N * g->lora_r));
     return off;
 }
 
@@ -314,6 +316,19 @@ static void configure(dt_lm *g, const dt_model *m, const dt_precision *prec, con
     g->asz = dt_dtype_size(g->at);
 }
 
+int dt_lm_check_method(const dt_precision *prec, dt_device device, const dt_finetune *ft, dt_error *err) {
+    const char *no = NULL;
+    if (!ft || ft->method == DT_FT_FULL || ft->method == DT_FT_FREEZE) return DT_OK;
+    if (ft->method == DT_FT_QLORA) no = "QLoRA (a quantised base)";
+    else if (prec->param != DT_DTYPE_FP32) no = "LoRA with 16-bit parameters";
+    else if (device != DT_DEVICE_CPU) no = "LoRA on the CUDA device";
+    else if (ft->lora_dropout > 0.0) no = "LoRA dropout";
+    if (!no) return DT_OK;
+    return dt_errorf(err, DT_EINVAL,
+                     "model: %s is not built in this engine yet; it trains full, freeze, and LoRA with fp32 "
+                     "parameters on the CPU without dropout (run the plan with PEFT and DeepSpeed: dtplan export)", no);
+}
+
 /* The fine-tuning method's parameter groups (models/dt_pgroup.h), which decide every
  * tensor's set: none for full fine-tuning. LoRA / QLoRA are not built in this engine. */
 static int setup_method(dt_lm *g, const dt_model *m, const dt_precision *prec, const dt_finetune *ft,
@@ -321,13 +336,15 @@ static int setup_method(dt_lm *g, const dt_model *m, const dt_precision *prec, c
     g->first_trained = 0;
     g->embed_trained = 1;
     if (!ft || ft->method == DT_FT_FULL) return DT_OK;
-    if (ft->method != DT_FT_FREEZE)
-        return dt_errorf(err, DT_EINVAL,
-                         "model: the %s method (finetune.method) is not built in this engine yet; freeze and full "
-                         "train: plan one with dtplan solve --finetune freeze|full",
-                         dt_ft_method_name(ft->method));
+    int rc = dt_lm_check_method(prec, g->dev->kind, ft, err);
+    if (rc) return rc;
+    if (dt_ft_is_lora(ft)) {
+        g->lora_r = ft->lora_rank;
+        g->lora_s = (float)dt_ft_lora_scale(ft);
+        g->lora_mods = g->family->lora_mods;
+    }
     if (!(g->pg = malloc(sizeof *g->pg))) return dt_errorf(err, DT_ENOMEM, "model: out of memory");
-    int rc = dt_model_pgroups(m, ft, prec->param, DT_ROLE_POLICY, g->pg, err);
+    rc = dt_model_pgroups(m, ft, prec->param, DT_ROLE_POLICY, g->pg, err);
     if (rc) return rc;
     g->first_trained = dt_pgroups_first_trained_layer(g->pg);
     g->embed_trained = dt_pgroups_embedding_trained(g->pg);
@@ -359,7 +376,9 @@ int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_o
     }
     dt_model_desc desc;   /* the family's modules, as models/ counts them */
     dt_model_describe(m, &desc);
-    const int all = lm_layout_count(&desc, g->L, g->tied);   /* either set may hold them all */
+    /* either set may hold them all; LoRA adds an A and a B to each linear of the blocks */
+    const int linears = desc.block.attn.n_in + 1 + desc.block.mlp.n_in + 1;
+    const int all = lm_layout_count(&desc, g->L, g->tied) + (g->lora_r ? 2 * linears * (int)g->L : 0);
     g->tensors = calloc((size_t)all, sizeof *g->tensors);
     g->names = calloc((size_t)all, sizeof *g->names);
     g->btensors = calloc((size_t)all, sizeof *g->btensors);
@@ -416,6 +435,7 @@ int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_o
     g->dC = buf(g, sizeof(float) * N * C);
     ok = ok && g->logits && g->ce_lse && g->ce_losses && g->inputs && g->targets && g->dres && g->dC &&
          g->family->alloc_scratch(g, m);
+    if (g->lora_r) ok = ok && (g->lora_t = buf(g, sizeof(float) * (size_t)(N * g->lora_r)));   /* [N, r] */
 
     /* groups converted whole: blocks, the final norm, wpe; the embedding and
      * lm_head matrices are converted in row chunks */
@@ -477,7 +497,7 @@ void dt_lm_free(dt_lm *g) {
                     g->dC,       g->dQKV,     g->dF,        g->pw,        g->gw,       g->w32.x,
                     g->w32.ln1,  g->w32.probs, g->w32.att,  g->w32.res1,  g->w32.ln2,  g->w32.xout,
                     g->tok_head, g->tok_next, g->dA,        g->rope_cos,  g->rope_sin,
-                    g->pwb};
+                    g->pwb,      g->lora_t};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dev->free(bufs[i]);
     /* the family's views: a struct of float pointers (lm_family.views_size) */
     float **fv = g->fviews;

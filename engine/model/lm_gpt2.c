@@ -23,8 +23,11 @@
 /* per-block tensors, in Hugging Face order */
 enum {
     P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPW, P_ATTPB, P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPW,
-    P_FCPB, P_BLOCK_COUNT
+    P_FCPB,
+    /* LoRA's A and B of each linear (PEFT's c_attn, c_proj, c_fc, c_proj targets) */
+    P_QKV_A, P_QKV_B, P_ATTP_A, P_ATTP_B, P_FC_A, P_FC_B, P_FCP_A, P_FCP_B, P_BLOCK_COUNT
 };
+enum { G2_MOD_QKV, G2_MOD_ATTP, G2_MOD_FC, G2_MOD_FCP, G2_MODS };
 
 /* what the block reads, by name within the block (models/' module names; g->slots) */
 static const char *const g2_kinds[P_BLOCK_COUNT] = {
@@ -34,6 +37,10 @@ static const char *const g2_kinds[P_BLOCK_COUNT] = {
     [P_LN2W] = "ln_2.weight",          [P_LN2B] = "ln_2.bias",
     [P_FCW] = "mlp.c_fc.weight",       [P_FCB] = "mlp.c_fc.bias",
     [P_FCPW] = "mlp.c_proj.weight",    [P_FCPB] = "mlp.c_proj.bias",
+    [P_QKV_A] = "attn.c_attn.lora_A.weight", [P_QKV_B] = "attn.c_attn.lora_B.weight",
+    [P_ATTP_A] = "attn.c_proj.lora_A.weight", [P_ATTP_B] = "attn.c_proj.lora_B.weight",
+    [P_FC_A] = "mlp.c_fc.lora_A.weight",     [P_FC_B] = "mlp.c_fc.lora_B.weight",
+    [P_FCP_A] = "mlp.c_proj.lora_A.weight",  [P_FCP_B] = "mlp.c_proj.lora_B.weight",
 };
 
 /* ----------------------------------------------------------------------------
@@ -149,6 +156,10 @@ static gpt2_linears gpt2_linears_of(const dt_lm *g, const lm_params *P) {
         .fc = {DT_LM_OP_FC, LM_W_IN_OUT, o[P_FCW], o[P_FCB], C, F},
         .fc_proj = {DT_LM_OP_FC_PROJ, LM_W_IN_OUT, o[P_FCPW], o[P_FCPB], F, C},
     };
+    lm_linear_add_lora(g, P, &s.qkv, G2_MOD_QKV, P_QKV_A, P_QKV_B, 0, 3 * C);
+    lm_linear_add_lora(g, P, &s.attn_proj, G2_MOD_ATTP, P_ATTP_A, P_ATTP_B, 0, C);
+    lm_linear_add_lora(g, P, &s.fc, G2_MOD_FC, P_FC_A, P_FC_B, 0, F);
+    lm_linear_add_lora(g, P, &s.fc_proj, G2_MOD_FCP, P_FCP_A, P_FCP_B, 0, C);
     return s;
 }
 
@@ -293,6 +304,7 @@ const lm_family lm_family_gpt2 = {
     .scale_out_init = 1,
     .block_kinds = P_BLOCK_COUNT,
     .kind_names = g2_kinds,
+    .lora_mods = G2_MODS,
     .acts_size = sizeof(gpt2_acts),
     .views_size = sizeof(gpt2_views),
     .check = gpt2_check,

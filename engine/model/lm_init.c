@@ -39,6 +39,14 @@ static double normal_at(uint64_t seed, uint64_t e) {
     return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
 }
 
+/* U(-1, 1) from the first uniform of element e's counters (DT_INIT_UNIFORM, scaled by its bound) */
+static double uniform_at(uint64_t seed, uint64_t e) { return 2.0 * uniform01_at(seed, 2 * e + 1) - 1.0; }
+
+/* element e's standard draw of a random rule: N(0, 1) or U(-1, 1) */
+static double draw_at(dt_init_kind kind, uint64_t seed, uint64_t e) {
+    return kind == DT_INIT_UNIFORM ? uniform_at(seed, e) : normal_at(seed, e);
+}
+
 /* Elements [lo, hi) of a set (tensors t[0 .. n)) into dst[0 .. hi - lo), each by the
  * counter of its full_offset. */
 static void init_set(const dt_tensor_info *t, int n, uint64_t seed, size_t lo, size_t hi, void *dst, dt_dtype dt) {
@@ -46,15 +54,16 @@ static void init_set(const dt_tensor_info *t, int n, uint64_t seed, size_t lo, s
         size_t a = t[i].offset > lo ? t[i].offset : lo, b = t[i].offset + t[i].numel < hi ? t[i].offset + t[i].numel : hi;
         if (a >= b) continue;
         /* the rule the family declared with the tensor (lm_layout_add) */
-        const int constant = t[i].init.kind != DT_INIT_NORMAL;
-        const float c = t[i].init.kind == DT_INIT_ONE ? 1.0f : 0.0f;
+        const dt_init_kind kind = t[i].init.kind;
+        const int constant = kind != DT_INIT_NORMAL && kind != DT_INIT_UNIFORM;
+        const float c = kind == DT_INIT_ONE ? 1.0f : 0.0f;
         const double std = t[i].init.std;
         const size_t shift = t[i].full_offset - t[i].offset;   /* 0 under full fine-tuning */
         int64_t cnt = (int64_t)(b - a);
 #pragma omp parallel for schedule(static) if (cnt > DT_INIT_PAR_MIN)
         for (int64_t k = 0; k < cnt; k++) {
             size_t e = a + (size_t)k;
-            float v = constant ? c : (float)(normal_at(seed, e + shift) * std);
+            float v = constant ? c : (float)(draw_at(kind, seed, e + shift) * std);
             dt_store(dst, dt, e - lo, v);
         }
     }

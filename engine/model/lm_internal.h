@@ -68,6 +68,7 @@ typedef struct {
     const void *base16;
     /* block groups: where each of the family's tensor kinds lives ([block_kinds]) */
     const struct lm_slot *slot;
+    int64_t layer;      /* the block (group - 1), -1 outside the blocks */
 } lm_params;
 
 /* Where a block's tensor kind lives: its element offset inside the group of its set
@@ -134,6 +135,13 @@ struct dt_lm {
     lm_slot *slots;           /* [L][family->block_kinds] where block l's kinds live */
     lm_slot wte, wpe;         /* group 0's tensors (wpe off SIZE_MAX: none) */
     lm_slot cls, norm_w;      /* the classifier matrix (in cls_group), the final norm's first tensor */
+    /* LoRA (dt_ft_is_lora): rank, scale alpha / r (rsLoRA alpha / sqrt(r)), the family's
+     * adaptable modules per block, each block's saved x·Aᵀ ([L][lora_mods][N, r] fp32, in the
+     * activations) and a [N, r] scratch for the backward's dy·B */
+    int64_t lora_r;
+    float lora_s;
+    int lora_mods;
+    float *lora_xa, *lora_t;
 
     /* storage */
     void *params, *grads;            /* flat, DT_MEM_PARAMS / DT_MEM_GRADS */
@@ -270,13 +278,31 @@ static inline const float *lm_act_load_lin(const dt_lm *g, const void *act, floa
  * its shape. This is where another kind of linear plugs in: a LoRA linear
  * (y = x Wᵀ + s·dropout(x) Aᵀ Bᵀ) is this description plus its adapter tensors'
  * offsets, rank and scale, run by the same two calls. */
+/* A LoRA adapter on the output columns [seg, seg + width) of a linear (PEFT's per-module
+ * adapter: llama's fused q | k carries q_proj's on [0, QD) and k_proj's on [QD, QK)):
+ * A [r, IC] and B [width, r] in the trained set (PEFT's shapes), and its saved x·Aᵀ. */
+typedef struct {
+    lm_slot a, b;
+    int64_t seg, width;
+    float *xa;          /* [N, r] fp32: x·Aᵀ, what lora_B's gradient reads */
+} lm_lora;
+#define LM_LORA_MAX 2   /* adapters one of the families' linears carries (q | k, gate | up) */
+
 typedef struct {
     dt_lm_op kind;      /* the layer kind the profile books it to */
     lm_wlayout lay;     /* Conv1D [IC, OC] or nn.Linear [OC, IC] */
     lm_slot w;          /* the weight: its element offset in the group of its set */
     lm_slot b;          /* the bias's [OC], or off SIZE_MAX: no bias */
     int64_t IC, OC;     /* input and output features */
+    int nlora;          /* its adapters (lm_linear_add_lora), 0 without LoRA */
+    lm_lora lora[LM_LORA_MAX];
 } lm_linear;
+
+/* Adds to lin the adapter of module `mod` (its index among the family's adaptable modules)
+ * whose kinds ka (lora_A) and kb (lora_B) P's block has, on output columns [seg, seg +
+ * width); nothing when the block has none (the module is not adapted). */
+void lm_linear_add_lora(const dt_lm *g, const lm_params *P, lm_linear *lin, int mod, int ka, int kb, int64_t seg,
+                        int64_t width);
 
 /* out [N, OC] = inp [N, IC] @ W (+ bias). inp: the saved input activation (act
  * dtype); inp32: its fp32 view (ignored, may be NULL, with gemm16); P: the
@@ -315,6 +341,7 @@ typedef struct {
     int64_t d0, d1;       /* shape [d0] or [d0, d1] */
     unsigned flags;       /* DT_TENSOR_* */
     dt_init_rule init;
+    int adapter;          /* a LoRA tensor: trained, its init counter apart from the model's */
     /* what models/dt_pgroup.h calls it, for its trainability: the module (in-block path
      * "self_attn.q_proj", or outside "embed_tokens"), "weight" | "bias", the block (-1 outside) */
     const char *module, *tensor;
@@ -327,7 +354,11 @@ typedef struct {
 typedef struct {
     int i, bi;
     size_t off, boff, foff;
+    size_t aoff;          /* adapters' init counter (from DT_LORA_INIT_COUNTER) */
 } lm_layout;
+/* Where the adapters' init counters start: far past any model's elements, so adding
+ * adapters changes no base tensor's initial value (lm_init.c). */
+#define DT_LORA_INIT_COUNTER ((size_t)1 << 60)
 
 /* Appends tensor d to group `group` at lo, advancing it: into the trained set unless
  * g->pg says it is frozen (then the base set). The tables must have room
@@ -374,6 +405,8 @@ struct lm_family {
      * ([block_kinds]; P->slot[k] is where kind k lives, off SIZE_MAX when the model has none) */
     int block_kinds;
     const char *const *kind_names;
+    /* the adaptable modules (PEFT's per-linear names inside the block, in layout order) */
+    int lora_mods;
     /* pairs of kinds one GEMM reads as one matrix (adjacent in the layout): both must be
      * in one set, or creation fails naming them */
     const int (*fused)[2];

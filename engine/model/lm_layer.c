@@ -22,7 +22,7 @@ static int decl_trained(const dt_lm *g, const lm_tensor_decl *d) {
 }
 
 void lm_layout_add(dt_lm *g, lm_layout *lo, int group, const lm_tensor_decl *d) {
-    const int trained = decl_trained(g, d);
+    const int trained = d->adapter || decl_trained(g, d);
     const int i = trained ? lo->i++ : lo->bi++;
     dt_tensor_info *t = trained ? &g->tensors[i] : &g->btensors[i];
     char *name = trained ? g->names[i] : g->bnames[i];
@@ -32,7 +32,7 @@ void lm_layout_add(dt_lm *g, lm_layout *lo, int group, const lm_tensor_decl *d) 
     t->group = group;
     t->set = trained ? DT_LM_SET_TRAINED : DT_LM_SET_BASE;
     t->offset = *off;
-    t->full_offset = lo->foff;
+    t->full_offset = d->adapter ? DT_LORA_INIT_COUNTER + lo->aoff : lo->foff;
     t->ndim = d->ndim;
     t->shape[0] = d->d0;
     t->shape[1] = d->ndim == 2 ? d->d1 : 0;
@@ -40,7 +40,8 @@ void lm_layout_add(dt_lm *g, lm_layout *lo, int group, const lm_tensor_decl *d) 
     t->flags = trained ? d->flags : d->flags & ~DT_TENSOR_TRAINABLE;
     t->init = d->init;
     *off += t->numel;
-    lo->foff += t->numel;
+    if (d->adapter) lo->aoff += t->numel;
+    else lo->foff += t->numel;
 }
 
 int lm_check_head_dim(int64_t D, dt_error *err) {
@@ -61,7 +62,7 @@ typedef struct {
 /* a matrix [d0, d1], N(0, std): trained, decayed */
 static void add_matrix(dt_lm *g, lm_layout *lo, int group, const char *name, lm_owner w, int64_t d0, int64_t d1,
                        double std) {
-    const lm_tensor_decl d = {name, 2, d0, d1, DT_TENSOR_TRAINABLE | DT_TENSOR_DECAY, {DT_INIT_NORMAL, std},
+    const lm_tensor_decl d = {name, 2, d0, d1, DT_TENSOR_TRAINABLE | DT_TENSOR_DECAY, {DT_INIT_NORMAL, std}, 0,
                               w.module, "weight", w.layer};
     lm_layout_add(g, lo, group, &d);
 }
@@ -69,7 +70,7 @@ static void add_matrix(dt_lm *g, lm_layout *lo, int group, const char *name, lm_
 /* a vector [n] starting at 0 (biases) or 1 (norm weights): trained, not decayed */
 static void add_vector(dt_lm *g, lm_layout *lo, int group, const char *name, lm_owner w, int64_t n,
                        dt_init_kind init) {
-    const lm_tensor_decl d = {name, 1, n, 0, DT_TENSOR_TRAINABLE, {init, 0.0}, w.module,
+    const lm_tensor_decl d = {name, 1, n, 0, DT_TENSOR_TRAINABLE, {init, 0.0}, 0, w.module,
                               init == DT_INIT_ONE ? "weight" : "bias", w.layer};
     lm_layout_add(g, lo, group, &d);
 }
@@ -84,7 +85,28 @@ static void add_norm(dt_lm *g, lm_layout *lo, int group, const char *prefix, int
     add_vector(g, lo, group, name, w, n->width, DT_INIT_ZERO);
 }
 
-/* a linear's weight in the family's layout */
+/* LoRA's A [r, in] (PEFT: kaiming_uniform_(a=sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in))) and
+ * B [out, r] (zeros) of a linear the method adapts: trained, decayed (HF Trainer decays every
+ * matrix), named "<module>.lora_A.weight" / ".lora_B.weight" after the base weight */
+static void add_adapter(dt_lm *g, lm_layout *lo, int group, const char *prefix, int64_t layer,
+                        const dt_linear_desc *li) {
+    int trained = 0, adapted = 0;
+    if (!g->pg || layer < 0) return;
+    dt_pgroups_module_state(g->pg, li->name, layer, &trained, &adapted);
+    if (!adapted) return;
+    char name[DT_TENSOR_NAME_MAX];
+    const unsigned fl = DT_TENSOR_TRAINABLE | DT_TENSOR_DECAY;
+    snprintf(name, sizeof name, "%s%s.lora_A.weight", prefix, li->name);
+    const lm_tensor_decl a = {name, 2, g->lora_r, li->in, fl, {DT_INIT_UNIFORM, 1.0 / sqrt((double)li->in)}, 1,
+                              li->name, "lora_A.weight", layer};
+    lm_layout_add(g, lo, group, &a);
+    snprintf(name, sizeof name, "%s%s.lora_B.weight", prefix, li->name);
+    const lm_tensor_decl b = {name, 2, li->out, g->lora_r, fl, {DT_INIT_ZERO, 0.0}, 1, li->name, "lora_B.weight",
+                              layer};
+    lm_layout_add(g, lo, group, &b);
+}
+
+/* a linear's weight in the family's layout, then its adapter when the method adapts it */
 static void add_weight(dt_lm *g, lm_layout *lo, int group, const char *prefix, int64_t layer,
                        const dt_linear_desc *li, double std) {
     char name[DT_TENSOR_NAME_MAX];
@@ -92,6 +114,7 @@ static void add_weight(dt_lm *g, lm_layout *lo, int group, const char *prefix, i
     const int in_out = g->family->weight_layout == LM_W_IN_OUT;
     const lm_owner w = {li->name, layer};
     add_matrix(g, lo, group, name, w, in_out ? li->in : li->out, in_out ? li->out : li->in, std);
+    add_adapter(g, lo, group, prefix, layer, li);
 }
 
 static void add_bias(dt_lm *g, lm_layout *lo, int group, const char *prefix, int64_t layer,
@@ -268,6 +291,58 @@ void lm_prof_record(const dt_lm *g, dt_lm_op op, lm_prof_mark m, double flops) {
 /* ----------------------------------------------------------------------------
  * linears (lm_internal.h lm_linear): fp32 device ops, or bf16 x bf16 -> fp32 GEMMs */
 
+void lm_linear_add_lora(const dt_lm *g, const lm_params *P, lm_linear *lin, int mod, int ka, int kb, int64_t seg,
+                        int64_t width) {
+    if (P->slot[ka].off == SIZE_MAX || lin->nlora >= LM_LORA_MAX) return;
+    const size_t n = (size_t)(g->B * g->T * g->lora_r);   /* one adapter's x·Aᵀ [N, r] */
+    lm_lora *a = &lin->lora[lin->nlora++];
+    a->a = P->slot[ka];
+    a->b = P->slot[kb];
+    a->seg = seg;
+    a->width = width;
+    a->xa = g->lora_xa + ((size_t)P->layer * (size_t)g->lora_mods + (size_t)mod) * n;
+}
+
+/* LoRA's GEMMs of one pass through lin's adapters: x·Aᵀ and (x·Aᵀ)·Bᵀ, 2·N·r·(IC + width) */
+static double lora_flops(const dt_lm *g, const lm_linear *lin, int64_t N) {
+    double f = 0.0;
+    for (int i = 0; i < lin->nlora; i++)
+        f += 2.0 * (double)N * (double)g->lora_r * (double)(lin->IC + lin->lora[i].width);
+    return f;
+}
+
+/* out[:, seg : seg + width] += s · (x Aᵀ) Bᵀ for each adapter (PEFT lora.Linear.forward with
+ * dropout 0), keeping x Aᵀ [N, r] for lora_B's gradient. x: inp32 [N, IC]. */
+static void lora_forward(dt_lm *g, const lm_linear *lin, const lm_params *P, float *out, const float *x,
+                         int64_t N) {
+    const int64_t r = g->lora_r, IC = lin->IC, OC = lin->OC;
+    for (int i = 0; i < lin->nlora; i++) {
+        const lm_lora *a = &lin->lora[i];
+        const float *A = lm_slot_f32(P, a->a), *B = lm_slot_f32(P, a->b);   /* [r, IC], [width, r] */
+        g->dev->gemm(0, 1, N, r, IC, 1.0f, x, IC, A, IC, 0.0f, a->xa, r);
+        g->dev->gemm(0, 1, N, a->width, r, g->lora_s, a->xa, r, B, r, 1.0f, out + a->seg, OC);
+    }
+}
+
+/* The adapters' backward, dy = dout[:, seg : seg + width] (fp32 [N, OC] strided):
+ *   dB [width, r] += s · dyᵀ (x Aᵀ);  t [N, r] = s · dy B;  dA [r, IC] += tᵀ x;  dinp += t A
+ * (PEFT's autograd through lora_B(lora_A(x)) * scaling; dinp adds to the base's). */
+static void lora_backward(dt_lm *g, const lm_linear *lin, const lm_params *P, float *G, float *dinp,
+                          const float *dout, const float *x, int64_t N) {
+    const int64_t r = g->lora_r, IC = lin->IC, OC = lin->OC;
+    float *t = g->lora_t;   /* [N, r] */
+    for (int i = 0; i < lin->nlora; i++) {
+        const lm_lora *a = &lin->lora[i];
+        const float *A = lm_slot_f32(P, a->a), *B = lm_slot_f32(P, a->b);
+        float *dA = lm_slot_grad(G, a->a), *dB = lm_slot_grad(G, a->b);
+        const float *dy = dout + a->seg;   /* [N, width], row stride OC */
+        g->dev->gemm(1, 0, a->width, r, N, g->lora_s, dy, OC, a->xa, r, 1.0f, dB, r);
+        g->dev->gemm(0, 0, N, r, a->width, g->lora_s, dy, OC, B, r, 0.0f, t, r);
+        g->dev->gemm(1, 0, r, IC, N, 1.0f, t, r, x, IC, 1.0f, dA, IC);
+        if (dinp) g->dev->gemm(0, 0, N, IC, r, 1.0f, t, r, A, IC, 1.0f, dinp, IC);
+    }
+}
+
 /* the 16-bit storage of the tensor at slot s of P's group */
 static const void *slot_w16(const dt_lm *g, const lm_params *P, lm_slot s) {
     return lm_tensor_ptr((void *)(s.set == DT_LM_SET_BASE ? P->base16 : P->w16), s.off, g->psz);
@@ -285,7 +360,8 @@ int lm_linear_forward(dt_lm *g, const lm_linear *lin, const lm_params *P, float 
         const float *w = lm_slot_f32(P, lin->w);
         if (lay == LM_W_IN_OUT) g->dev->linear_forward(out, inp32, w, bias, N, IC, OC);
         else g->dev->linear_t_forward(out, inp32, w, bias, N, IC, OC);
-        lm_prof_end(g, kind, m, flops);
+        lora_forward(g, lin, P, out, inp32, N);
+        lm_prof_end(g, kind, m, flops + lora_flops(g, lin, N));
         return DT_OK;
     }
     const int wt = lay == LM_W_OUT_IN;
@@ -313,7 +389,6 @@ int lm_linear_backward(dt_lm *g, const lm_linear *lin, const lm_params *P, float
     /* dinp (when asked) and dw (when trained): one 2 N IC OC GEMM each */
     const double gemm_flops = 2.0 * (double)N * (double)IC * (double)OC;
     const double flops = ((dinp ? 1.0 : 0.0) + (dw ? 1.0 : 0.0)) * gemm_flops;
-    if (!dinp && !dw && !dbias) return DT_OK;
     lm_prof_mark m = lm_prof_begin(g);
     if (!g->gemm16) {
         const float *w = lm_slot_f32(P, lin->w);
@@ -321,7 +396,8 @@ int lm_linear_backward(dt_lm *g, const lm_linear *lin, const lm_params *P, float
             g->dev->linear_backward(dinp, dw, dbias, dout, inp32, w, N, IC, OC, accumulate_dinp);
         else
             g->dev->linear_t_backward(dinp, dw, dbias, dout, inp32, w, N, IC, OC, accumulate_dinp);
-        lm_prof_end(g, kind, m, flops);
+        lora_backward(g, lin, P, G, dinp, dout, inp32, N);
+        lm_prof_end(g, kind, m, flops + 2.0 * lora_flops(g, lin, N));
         return DT_OK;
     }
     const int wt = lay == LM_W_OUT_IN;

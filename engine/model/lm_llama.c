@@ -24,8 +24,13 @@
 /* the block's tensor kinds (the llama-family entries of g->slots), in layout order */
 enum {
     LL_IN, LL_QW, LL_KW, LL_VW, LL_QB, LL_KB, LL_VB, LL_QN, LL_KN, LL_OW, LL_POST, LL_GW, LL_UW,
-    LL_DW, LL_COUNT
+    LL_DW,
+    /* LoRA's A and B of each adaptable module, in the order of ll_lora_mod */
+    LL_Q_A, LL_Q_B, LL_K_A, LL_K_B, LL_V_A, LL_V_B, LL_O_A, LL_O_B, LL_G_A, LL_G_B, LL_U_A, LL_U_B,
+    LL_D_A, LL_D_B, LL_COUNT
 };
+/* the adaptable modules (PEFT targets every linear of the block), ids for lm_linear_add_lora */
+enum { LL_MOD_Q, LL_MOD_K, LL_MOD_V, LL_MOD_O, LL_MOD_G, LL_MOD_U, LL_MOD_D, LL_MODS };
 
 /* HF LlamaConfig.initializer_range (also Qwen2 / Qwen3): N(0, 0.02) for every
  * linear and the embedding, RMSNorm weights 1, biases 0 (LlamaPreTrainedModel._init_weights). */
@@ -47,6 +52,13 @@ static const char *const ll_kinds[LL_COUNT] = {
     [LL_GW] = "mlp.gate_proj.weight",
     [LL_UW] = "mlp.up_proj.weight",
     [LL_DW] = "mlp.down_proj.weight",
+    [LL_Q_A] = "self_attn.q_proj.lora_A.weight", [LL_Q_B] = "self_attn.q_proj.lora_B.weight",
+    [LL_K_A] = "self_attn.k_proj.lora_A.weight", [LL_K_B] = "self_attn.k_proj.lora_B.weight",
+    [LL_V_A] = "self_attn.v_proj.lora_A.weight", [LL_V_B] = "self_attn.v_proj.lora_B.weight",
+    [LL_O_A] = "self_attn.o_proj.lora_A.weight", [LL_O_B] = "self_attn.o_proj.lora_B.weight",
+    [LL_G_A] = "mlp.gate_proj.lora_A.weight",    [LL_G_B] = "mlp.gate_proj.lora_B.weight",
+    [LL_U_A] = "mlp.up_proj.lora_A.weight",      [LL_U_B] = "mlp.up_proj.lora_B.weight",
+    [LL_D_A] = "mlp.down_proj.lora_A.weight",    [LL_D_B] = "mlp.down_proj.lora_B.weight",
 };
 
 /* kinds one GEMM reads as one matrix (q | k rows, their biases, gate | up rows): they
@@ -244,6 +256,14 @@ static llama_linears llama_linears_of(const dt_lm *g, const lm_params *P) {
         .gate_up = {DT_LM_OP_FC, LM_W_OUT_IN, o[LL_GW], none, C, 2 * F},
         .down = {DT_LM_OP_FC_PROJ, LM_W_OUT_IN, o[LL_DW], none, F, C},
     };
+    /* PEFT's per-module adapters on their output columns */
+    lm_linear_add_lora(g, P, &s.qk, LL_MOD_Q, LL_Q_A, LL_Q_B, 0, QD);
+    lm_linear_add_lora(g, P, &s.qk, LL_MOD_K, LL_K_A, LL_K_B, QD, KVD);
+    lm_linear_add_lora(g, P, &s.v, LL_MOD_V, LL_V_A, LL_V_B, 0, KVD);
+    lm_linear_add_lora(g, P, &s.o, LL_MOD_O, LL_O_A, LL_O_B, 0, C);
+    lm_linear_add_lora(g, P, &s.gate_up, LL_MOD_G, LL_G_A, LL_G_B, 0, F);
+    lm_linear_add_lora(g, P, &s.gate_up, LL_MOD_U, LL_U_A, LL_U_B, F, F);
+    lm_linear_add_lora(g, P, &s.down, LL_MOD_D, LL_D_A, LL_D_B, 0, C);
     return s;
 }
 
@@ -462,6 +482,7 @@ const lm_family lm_family_llama = {
     .scale_out_init = 0,
     .block_kinds = LL_COUNT,
     .kind_names = ll_kinds,
+    .lora_mods = LL_MODS,
     .fused = ll_fused,
     .n_fused = sizeof ll_fused / sizeof ll_fused[0],
     .acts_size = sizeof(llama_acts),

@@ -8,7 +8,7 @@
  * with the trained blocks last (--trainable-layers 1), first (-1: the gradient flows
  * through frozen blocks above them) and a module subset. Also: full fine-tuning through
  * the method struct lays out exactly as without one; the engine's refusals (a fused q | k
- * split by --trainable-modules, LoRA) are one line. Since the full run's gradients match
+ * split by --trainable-modules, LoRA dropout, QLoRA) are one line. Since the full run's gradients match
  * PyTorch's (kernels_gpt2, kernels_llama), the trained layers' gradients do too.
  * With the argument "cuda" both runs are on the GPU (exit 77 without one).
  * Usage: test_kernels_freeze [cuda] */
@@ -221,6 +221,9 @@ int main(int argc, char **argv) {
     ft.trainable_layers = 5;
     refused(&llama, &ft, "--trainable-layers 5");
     dt_finetune_defaults(DT_FT_LORA, &ft);
-    refused(&llama, &ft, "not built");
+    ft.lora_dropout = 0.1;
+    refused(&llama, &ft, "LoRA dropout is not built");
+    dt_finetune_defaults(DT_FT_QLORA, &ft);
+    refused(&llama, &ft, "QLoRA (a quantised base) is not built");
     TEST_MAIN_END();
 }

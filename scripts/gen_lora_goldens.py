@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""gen_lora_goldens.py — the golden files of dtrun's LoRA (tests/kernels/test_lora.c),
+computed by Hugging Face transformers + PEFT themselves.
+
+Dev-time only: CI has no Python and reads the committed files under
+tests/kernels/golden/lora/. To regenerate (CPU, seconds):
+
+    /tmp/hfvenv/bin/python scripts/gen_lora_goldens.py [OUT]   (default tests/kernels/golden/lora)
+
+(torch, transformers 5.x, peft, safetensors; the versions are in each file's metadata.)
+
+Base models: the committed random float32 checkpoints of the llama-family goldens,
+tests/kernels/golden/llama/{llama,qwen3} (scripts/gen_llama_goldens.py: Llama with GQA and
+llama3 RoPE scaling; Qwen3 with q/k norm and head_dim 32 != hidden / heads), loaded with
+AutoModelForCausalLM (float32, attn_implementation="eager").
+
+Adapters: peft.LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, bias="none",
+target_modules = every linear of the blocks: q_proj, k_proj, v_proj, o_proj, gate_proj,
+up_proj, down_proj), get_peft_model. Scale alpha / r = 2. PEFT initialises B to 0, which
+makes every lora_A gradient 0 at the start; so after PEFT's init every adapter is overwritten
+(torch.manual_seed(SEED + case index), named_parameters() order): lora_A ~ U(-1/sqrt(in),
+1/sqrt(in)) (PEFT's own kaiming_uniform_(a=sqrt(5)) bound), lora_B ~ N(0, 0.05^2). These are
+stored as init.<name> and the C test loads them by name.
+
+Names: the engine's tensor names, i.e. PEFT's key without "base_model.model." and the
+adapter name: "model.layers.0.self_attn.q_proj.lora_A.weight" (PEFT's state-dict key is
+"base_model.model." + that name).
+
+Batch: B = 2, T = 13 (a sequence length that is no multiple of any tile). STEPS x ACCUM
+random sequences seq I32 [STEPS, ACCUM, B, T+1] (same RNG, after the adapters); micro-batch
+(s, a): inputs = seq[s, a, :, :T], targets = seq[s, a, :, 1:]. Loss: mean cross-entropy
+over its B*T positions.
+
+Forward / gradient check (micro-batch (0, 0)): logits F32 [B, T, V], loss F32 [1],
+grad.<name> for every adapter (the base is frozen: requires_grad False, as PEFT sets it).
+
+Training (the loop dtrun runs, engine/run/train.c): STEPS optimizer steps, each over ACCUM
+micro-batches, each micro-batch's loss scaled by 1/ACCUM before backward (gradients
+accumulate); step_losses F32 [STEPS] = the mean of the step's micro-batch losses; the
+global L2 norm of the accumulated adapter gradients clipped to MAX_NORM
+(torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6) when below 1, the
+divisor DeepSpeed and dt_clip_divisor use); torch.optim.AdamW(lr set per step, betas
+(0.9, 0.95), eps 1e-8, weight_decay 0.1 on every adapter matrix, as HF Trainer's groups:
+decay on all but biases and norms); the learning rate of step t (0-based) is DeepSpeed's
+WarmupDecayLR with linear warmup: LR * t / W for t < W, else LR * (STEPS - t) / (STEPS - W)
+(dt_schedule_lr, warmup_min_lr 0). after.<name>: every adapter after the STEPS steps. The
+metadata holds lr, warmup, steps, accum, max_norm, betas, eps, weight_decay, r, alpha.
+"""
+import json
+import os
+import sys
+
+import peft
+import torch
+import transformers
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gen_llama_goldens import save_file  # noqa: E402  the reproducible writer of the llama goldens
+
+SEED = 4242
+B, T = 2, 13
+STEPS, ACCUM = 20, 2
+R, ALPHA = 8, 16
+LR, WARMUP, MAX_NORM = 2e-3, 3, 0.5
+BETAS, EPS, WD = (0.9, 0.95), 1e-8, 0.1
+B_STD = 0.05
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+CASES = ["llama", "qwen3"]
+HERE = os.path.dirname(os.path.abspath(__file__))
+BASES = os.path.join(HERE, "..", "tests", "kernels", "golden", "llama")
+
+
+def our_name(peft_name):
+    """base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight ->
+    model.layers.0.self_attn.q_proj.lora_A.weight"""
+    assert peft_name.startswith("base_model.model.")
+    return peft_name[len("base_model.model."):].replace(".default.", ".")
+
+
+def lr_at(t):
+    return LR * t / WARMUP if t < WARMUP else LR * (STEPS - t) / (STEPS - WARMUP)
+
+
+def loss_of(model, seq):
+    logits = model(input_ids=seq[:, :T]).logits
+    return logits, torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), seq[:, 1:].reshape(-1))
+
+
+def run_case(index, case, out):
+    base = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(BASES, case), dtype=torch.float32,
+                                                             attn_implementation="eager")
+    cfg = peft.LoraConfig(r=R, lora_alpha=ALPHA, lora_dropout=0.0, bias="none", target_modules=TARGETS)
+    model = peft.get_peft_model(base, cfg)
+    model.eval()   # no dropout anywhere (all 0 already)
+    torch.manual_seed(SEED + index)
+    adapters = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    assert adapters and all(".lora_" in n for n, _ in adapters)
+    with torch.no_grad():
+        for n, p in adapters:
+            if ".lora_A." in n:
+                bound = 1.0 / p.shape[1] ** 0.5
+                p.copy_(torch.empty_like(p).uniform_(-bound, bound))
+            else:
+                p.copy_(torch.randn_like(p) * B_STD)
+    V = model.config.vocab_size
+    seq = torch.randint(0, V, (STEPS, ACCUM, B, T + 1), dtype=torch.int64)
+    tensors = {"seq": seq.to(torch.int32)}
+    for n, p in adapters:
+        tensors["init." + our_name(n)] = p.detach().clone()
+
+    logits, loss = loss_of(model, seq[0, 0])
+    loss.backward()
+    tensors["logits"] = logits.detach().clone()
+    tensors["loss"] = loss.detach().reshape(1).clone()
+    for n, p in adapters:
+        tensors["grad." + our_name(n)] = p.grad.detach().clone()
+    model.zero_grad(set_to_none=True)
+
+    params = [p for _, p in adapters]
+    opt = torch.optim.AdamW(params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WD)
+    step_losses, norms = [], []
+    for s in range(STEPS):
+        total = 0.0
+        for a in range(ACCUM):
+            _, l = loss_of(model, seq[s, a])
+            (l / ACCUM).backward()
+            total += l.item()
+        step_losses.append(total / ACCUM)
+        norms.append(float(torch.nn.utils.clip_grad_norm_(params, MAX_NORM)))
+        for group in opt.param_groups:
+            group["lr"] = lr_at(s)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    tensors["step_losses"] = torch.tensor(step_losses, dtype=torch.float32)
+    tensors["step_norms"] = torch.tensor(norms, dtype=torch.float32)
+    for n, p in adapters:
+        tensors["after." + our_name(n)] = p.detach().clone()
+    meta = {"case": case, "base": "tests/kernels/golden/llama/" + case, "versions":
+            "torch %s, transformers %s, peft %s" % (torch.__version__, transformers.__version__, peft.__version__),
+            "r": str(R), "alpha": str(ALPHA), "B": str(B), "T": str(T), "steps": str(STEPS), "accum": str(ACCUM),
+            "lr": repr(LR), "warmup": str(WARMUP), "max_norm": repr(MAX_NORM), "beta1": repr(BETAS[0]),
+            "beta2": repr(BETAS[1]), "eps": repr(EPS), "weight_decay": repr(WD)}
+    save_file(tensors, os.path.join(out, case + ".safetensors"), meta)
+    print("%s: %d adapter tensors, loss %.6f, steps %.4f -> %.4f, norms %.3f .. %.3f" %
+          (case, len(adapters), loss.item(), step_losses[0], step_losses[-1], min(norms), max(norms)))
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "tests", "kernels", "golden", "lora")
+    os.makedirs(out, exist_ok=True)
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    for i, case in enumerate(CASES):
+        run_case(i, case, out)
+
+
+if __name__ == "__main__":
+    main()
