@@ -127,8 +127,8 @@ typedef struct dt_lm_options {
     const struct dt_finetune *finetune;
 } dt_lm_options;
 /* What of a fine-tuning method this engine trains (dt_lm_options.finetune): full, freeze,
- * and LoRA with fp32 parameters on the CPU without dropout. DT_EINVAL with one line naming
- * what is not built (QLoRA, 16-bit LoRA, LoRA on CUDA, LoRA dropout); DT_OK otherwise (the
+ * and LoRA with fp32 parameters on the CPU. DT_EINVAL with one line naming what is not
+ * built (QLoRA, 16-bit LoRA, LoRA on CUDA); DT_OK otherwise (the
  * method's checks against the model are dt_model_pgroups'). */
 int dt_lm_check_method(const dt_precision *prec, dt_device device, const struct dt_finetune *ft, dt_error *err);
 int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_options *o, dt_lm **out,
@@ -158,6 +158,13 @@ void *dt_lm_base_params(dt_lm *g);
 /* The first block whose backward runs (blocks below it hold nothing trained: their
  * backward, and the encoder's, are skipped); 0 under full fine-tuning. */
 int64_t dt_lm_first_trained_layer(const dt_lm *g);
+/* LoRA dropout (dt_finetune.lora_dropout > 0) for the following passes: on (training, the
+ * masks of key) or off (evaluation, as PEFT under model.eval()). Off at creation. A forward
+ * and its backward must see the same key: the backward regenerates the masks from it. */
+void dt_lm_set_dropout(dt_lm *g, int on, uint64_t key);
+/* The key of micro-batch `micro` (0-based, this rank's) of optimizer step `step` (0-based)
+ * under seed: splitmix64(splitmix64(seed, step + 1), micro + 1). */
+uint64_t dt_lm_dropout_key(uint64_t seed, int64_t step, int64_t micro);
 /* Initialises the base set from seed, each element by its full_offset, so a frozen
  * tensor starts bitwise as the same tensor of a full run with that seed. */
 int dt_lm_init_base_random(dt_lm *g, uint64_t seed, dt_error *err);

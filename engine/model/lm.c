@@ -322,11 +322,10 @@ int dt_lm_check_method(const dt_precision *prec, dt_device device, const dt_fine
     if (ft->method == DT_FT_QLORA) no = "QLoRA (a quantised base)";
     else if (prec->param != DT_DTYPE_FP32) no = "LoRA with 16-bit parameters";
     else if (device != DT_DEVICE_CPU) no = "LoRA on the CUDA device";
-    else if (ft->lora_dropout > 0.0) no = "LoRA dropout";
     if (!no) return DT_OK;
     return dt_errorf(err, DT_EINVAL,
                      "model: %s is not built in this engine yet; it trains full, freeze, and LoRA with fp32 "
-                     "parameters on the CPU without dropout (run the plan with PEFT and DeepSpeed: dtplan export)", no);
+                     "parameters on the CPU (run the plan with PEFT and DeepSpeed: dtplan export)", no);
 }
 
 /* The fine-tuning method's parameter groups (models/dt_pgroup.h), which decide every
@@ -342,6 +341,7 @@ static int setup_method(dt_lm *g, const dt_model *m, const dt_precision *prec, c
         g->lora_r = ft->lora_rank;
         g->lora_s = (float)dt_ft_lora_scale(ft);
         g->lora_mods = g->family->lora_mods;
+        g->lora_p = (float)ft->lora_dropout;
     }
     if (!(g->pg = malloc(sizeof *g->pg))) return dt_errorf(err, DT_ENOMEM, "model: out of memory");
     rc = dt_model_pgroups(m, ft, prec->param, DT_ROLE_POLICY, g->pg, err);
@@ -436,6 +436,9 @@ int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_o
     ok = ok && g->logits && g->ce_lse && g->ce_losses && g->inputs && g->targets && g->dres && g->dC &&
          g->family->alloc_scratch(g, m);
     if (g->lora_r) ok = ok && (g->lora_t = buf(g, sizeof(float) * (size_t)(N * g->lora_r)));   /* [N, r] */
+    /* dropout(x) of the widest adapted input (llama: QD or F; gpt2: F) */
+    const int64_t widest_in = g->F > g->QD ? (g->F > C ? g->F : C) : (g->QD > C ? g->QD : C);
+    if (g->lora_p > 0.0f) ok = ok && (g->lora_xd = buf(g, sizeof(float) * (size_t)(N * widest_in)));
 
     /* groups converted whole: blocks, the final norm, wpe; the embedding and
      * lm_head matrices are converted in row chunks */
@@ -497,7 +500,7 @@ void dt_lm_free(dt_lm *g) {
                     g->dC,       g->dQKV,     g->dF,        g->pw,        g->gw,       g->w32.x,
                     g->w32.ln1,  g->w32.probs, g->w32.att,  g->w32.res1,  g->w32.ln2,  g->w32.xout,
                     g->tok_head, g->tok_next, g->dA,        g->rope_cos,  g->rope_sin,
-                    g->pwb,      g->lora_t};
+                    g->pwb,      g->lora_t,   g->lora_xd};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dev->free(bufs[i]);
     /* the family's views: a struct of float pointers (lm_family.views_size) */
     float **fv = g->fviews;
@@ -546,6 +549,13 @@ const dt_tensor_info *dt_lm_base_tensor(const dt_lm *g, int i) {
 size_t dt_lm_num_base_params(const dt_lm *g) { return g->nbase_params; }
 void *dt_lm_base_params(dt_lm *g) { return g->base; }
 int64_t dt_lm_first_trained_layer(const dt_lm *g) { return g->first_trained; }
+void dt_lm_set_dropout(dt_lm *g, int on, uint64_t key) {
+    g->drop_on = on;
+    g->drop_key = key;
+}
+uint64_t dt_lm_dropout_key(uint64_t seed, int64_t step, int64_t micro) {
+    return lm_splitmix64_at(lm_splitmix64_at(seed, (uint64_t)step + 1), (uint64_t)micro + 1);
+}
 void *dt_lm_params(dt_lm *g) { return g->params; }
 void *dt_lm_grads(dt_lm *g) { return g->grads; }
 const float *dt_lm_logits(const dt_lm *g) { return g->logits; }

@@ -19,20 +19,8 @@
  * Element e takes a standard normal by Box–Muller (cos branch) from two
  * uniforms, the splitmix64 outputs (Steele, Lea, Flood 2014) at counters 2e + 1
  * and 2e + 2 of the stream seeded with seed. */
-#define DT_SPLITMIX_GAMMA 0x9e3779b97f4a7c15ULL
-#define DT_TWO_POW_53 9007199254740992.0
-
-static uint64_t splitmix64_at(uint64_t seed, uint64_t counter) {
-    uint64_t z = seed + counter * DT_SPLITMIX_GAMMA;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-/* uniform in (0, 1): 53 random bits, never 0 */
-static double uniform01_at(uint64_t seed, uint64_t counter) {
-    return ((double)(splitmix64_at(seed, counter) >> 11) + 0.5) / DT_TWO_POW_53;
-}
+/* uniform in (0, 1): 53 random bits, never 0 (lm_internal.h) */
+static double uniform01_at(uint64_t seed, uint64_t counter) { return lm_uniform01_at(seed, counter); }
 
 static double normal_at(uint64_t seed, uint64_t e) {
     double u1 = uniform01_at(seed, 2 * e + 1), u2 = uniform01_at(seed, 2 * e + 2);

@@ -142,6 +142,12 @@ struct dt_lm {
     float lora_s;
     int lora_mods;
     float *lora_xa, *lora_t;
+    /* LoRA dropout (dt_lm_set_dropout): p, whether it is on for the next passes, their key,
+     * and a [N, max in] scratch for dropout(x) and the input gradient through it */
+    float lora_p;
+    int drop_on;
+    uint64_t drop_key;
+    float *lora_xd;
 
     /* storage */
     void *params, *grads;            /* flat, DT_MEM_PARAMS / DT_MEM_GRADS */
@@ -225,6 +231,21 @@ static inline double lm_attention_flops(const dt_lm *g, dt_lm_pass pass) {
     return pass == DT_LM_PASS_BWD ? 2.0 * fwd : fwd;
 }
 
+/* ---- counter-based random numbers (lm_init.c's init, LoRA's dropout masks) ----
+ * splitmix64 (Steele, Lea, Flood 2014) at `counter` of the stream seeded with seed, and a
+ * uniform in (0, 1) from its top 53 bits (never 0): any element drawn alone. */
+#define DT_SPLITMIX_GAMMA 0x9e3779b97f4a7c15ULL
+#define DT_TWO_POW_53 9007199254740992.0
+static inline uint64_t lm_splitmix64_at(uint64_t seed, uint64_t counter) {
+    uint64_t z = seed + counter * DT_SPLITMIX_GAMMA;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+static inline double lm_uniform01_at(uint64_t seed, uint64_t counter) {
+    return ((double)(lm_splitmix64_at(seed, counter) >> 11) + 0.5) / DT_TWO_POW_53;
+}
+
 /* ---- helpers shared by the families ---- */
 
 static inline void *lm_tensor_ptr(void *base, size_t elem_off, int esz) {
@@ -285,6 +306,7 @@ typedef struct {
     lm_slot a, b;
     int64_t seg, width;
     float *xa;          /* [N, r] fp32: x·Aᵀ, what lora_B's gradient reads */
+    uint64_t id;        /* block x the family's modules + module: its dropout mask's stream */
 } lm_lora;
 #define LM_LORA_MAX 2   /* adapters one of the families' linears carries (q | k, gate | up) */
 

@@ -300,7 +300,31 @@ void lm_linear_add_lora(const dt_lm *g, const lm_params *P, lm_linear *lin, int 
     a->b = P->slot[kb];
     a->seg = seg;
     a->width = width;
-    a->xa = g->lora_xa + ((size_t)P->layer * (size_t)g->lora_mods + (size_t)mod) * n;
+    a->id = (uint64_t)P->layer * (uint64_t)g->lora_mods + (uint64_t)mod;
+    a->xa = g->lora_xa + a->id * n;
+}
+
+/* LoRA dropout's mask (dt_lm_set_dropout): element e of adapter a's input is kept when the
+ * uniform at counter e + 1 of the stream splitmix64(key, id + 1) is >= p (torch's
+ * bernoulli(1 - p)), and kept elements are scaled by 1 / (1 - p) as nn.Dropout does. The
+ * mask is a function of (key, block, module, element) alone, so the backward regenerates it
+ * instead of keeping it (scripts/gen_lora_goldens.py reproduces it). */
+static int lora_dropping(const dt_lm *g) { return g->drop_on && g->lora_p > 0.0f; }
+
+/* y[e] = mask(e) · x[e] / (1 - p) over n elements (y may be x) */
+static void lora_mask(const dt_lm *g, const lm_lora *a, float *y, const float *x, int64_t n) {
+    const uint64_t stream = lm_splitmix64_at(g->drop_key, a->id + 1);
+    const double p = g->lora_p;
+    const float inv = (float)(1.0 / (1.0 - p));
+#pragma omp parallel for schedule(static)
+    for (int64_t e = 0; e < n; e++) y[e] = lm_uniform01_at(stream, (uint64_t)e + 1) >= p ? x[e] * inv : 0.0f;
+}
+
+/* the adapter's input: x, or dropout(x) in g->lora_xd [N, IC] */
+static const float *lora_input(const dt_lm *g, const lm_lora *a, const float *x, int64_t N, int64_t IC) {
+    if (!lora_dropping(g)) return x;
+    lora_mask(g, a, g->lora_xd, x, N * IC);
+    return g->lora_xd;
 }
 
 /* LoRA's GEMMs of one pass through lin's adapters: x·Aᵀ and (x·Aᵀ)·Bᵀ, 2·N·r·(IC + width) */
@@ -311,21 +335,23 @@ static double lora_flops(const dt_lm *g, const lm_linear *lin, int64_t N) {
     return f;
 }
 
-/* out[:, seg : seg + width] += s · (x Aᵀ) Bᵀ for each adapter (PEFT lora.Linear.forward with
- * dropout 0), keeping x Aᵀ [N, r] for lora_B's gradient. x: inp32 [N, IC]. */
+/* out[:, seg : seg + width] += s · (dropout(x) Aᵀ) Bᵀ for each adapter (PEFT lora.Linear.forward),
+ * keeping dropout(x) Aᵀ [N, r] for lora_B's gradient. x: inp32 [N, IC]. */
 static void lora_forward(dt_lm *g, const lm_linear *lin, const lm_params *P, float *out, const float *x,
                          int64_t N) {
     const int64_t r = g->lora_r, IC = lin->IC, OC = lin->OC;
     for (int i = 0; i < lin->nlora; i++) {
         const lm_lora *a = &lin->lora[i];
         const float *A = lm_slot_f32(P, a->a), *B = lm_slot_f32(P, a->b);   /* [r, IC], [width, r] */
-        g->dev->gemm(0, 1, N, r, IC, 1.0f, x, IC, A, IC, 0.0f, a->xa, r);
+        const float *xd = lora_input(g, a, x, N, IC);                           /* [N, IC] */
+        g->dev->gemm(0, 1, N, r, IC, 1.0f, xd, IC, A, IC, 0.0f, a->xa, r);
         g->dev->gemm(0, 1, N, a->width, r, g->lora_s, a->xa, r, B, r, 1.0f, out + a->seg, OC);
     }
 }
 
-/* The adapters' backward, dy = dout[:, seg : seg + width] (fp32 [N, OC] strided):
- *   dB [width, r] += s · dyᵀ (x Aᵀ);  t [N, r] = s · dy B;  dA [r, IC] += tᵀ x;  dinp += t A
+/* The adapters' backward, dy = dout[:, seg : seg + width] (fp32 [N, OC] strided), xd = dropout(x)
+ * (regenerated from its key), M its mask / (1 - p):
+ *   dB [width, r] += s · dyᵀ (xd Aᵀ);  t [N, r] = s · dy B;  dA [r, IC] += tᵀ xd;  dinp += M ⊙ (t A)
  * (PEFT's autograd through lora_B(lora_A(x)) * scaling; dinp adds to the base's). */
 static void lora_backward(dt_lm *g, const lm_linear *lin, const lm_params *P, float *G, float *dinp,
                           const float *dout, const float *x, int64_t N) {
@@ -338,8 +364,17 @@ static void lora_backward(dt_lm *g, const lm_linear *lin, const lm_params *P, fl
         const float *dy = dout + a->seg;   /* [N, width], row stride OC */
         g->dev->gemm(1, 0, a->width, r, N, g->lora_s, dy, OC, a->xa, r, 1.0f, dB, r);
         g->dev->gemm(0, 0, N, r, a->width, g->lora_s, dy, OC, B, r, 0.0f, t, r);
-        g->dev->gemm(1, 0, r, IC, N, 1.0f, t, r, x, IC, 1.0f, dA, IC);
-        if (dinp) g->dev->gemm(0, 0, N, IC, r, 1.0f, t, r, A, IC, 1.0f, dinp, IC);
+        g->dev->gemm(1, 0, r, IC, N, 1.0f, t, r, lora_input(g, a, x, N, IC), IC, 1.0f, dA, IC);
+        if (!dinp) continue;
+        if (!lora_dropping(g)) {
+            g->dev->gemm(0, 0, N, IC, r, 1.0f, t, r, A, IC, 1.0f, dinp, IC);
+            continue;
+        }
+        /* through the dropout: dinp += mask · (t A) / (1 - p) */
+        float *u = g->lora_xd;   /* [N, IC] */
+        g->dev->gemm(0, 0, N, IC, r, 1.0f, t, r, A, IC, 0.0f, u, IC);
+        lora_mask(g, a, u, u, N * IC);
+        g->dev->residual_forward(dinp, dinp, u, N * IC);
     }
 }
 

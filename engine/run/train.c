@@ -319,6 +319,7 @@ static int evaluate(trainer *t, double *loss_out, dt_error *err) {
         float loss;
         next_batch(t, t->valid_l, t->inputs, t->targets);
         dt_zero_set_micro(t->z, 0, err);
+        dt_lm_set_dropout(t->g, 0, 0);   /* evaluation: no LoRA dropout */
         if (dt_lm_forward(t->g, t->inputs, t->targets, &loss, err)) return err->code;
         sum += loss;
     }
@@ -448,6 +449,8 @@ static int train_step(trainer *t, double *loss_out, double *lr_out, double *norm
         }
         dt_zero_set_micro(t->z, a == accum - 1, err);
         dt_tracer_set_micro((int)a);
+        /* LoRA dropout's masks: this step's, this rank's micro-batch (resumes draw the same) */
+        dt_lm_set_dropout(t->g, 1, dt_lm_dropout_key(t->plan->data.seed, t->st.step, (int64_t)t->rank * accum + a));
         dt_memprobe_begin(DT_PHASE_FORWARD);
         if (dt_lm_forward(t->g, in, tg, &loss, err)) return err->code;
         dt_memprobe_end(DT_PHASE_FORWARD);

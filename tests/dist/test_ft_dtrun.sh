@@ -12,10 +12,10 @@
 #   - the frozen tensors in the final model.safetensors are bitwise their initial values,
 #     every trained tensor moved; the file holds the whole model (the base by its Hugging Face
 #     names, and the adapters), which `dtrun sample` reads with the method;
-#   - resume (stage 2, world 2) is bitwise; a resume whose frozen base differs (another seed)
-#     is one line, exit 2;
-#   - a hand-edited plan with trainable_layers out of range, or a LoRA plan with dropout (not
-#     built yet): one line, exit 2, no output directory.
+#   - resume (stage 2, world 2; LoRA with dropout 0.1) is bitwise; a resume whose frozen base
+#     differs (another seed) is one line, exit 2;
+#   - a hand-edited plan with trainable_layers out of range, or a QLoRA plan (not built yet):
+#     one line, exit 2, no output directory.
 # Usage: test_ft_dtrun.sh DTPLAN DTRUN SRCDIR MODEL METHOD
 set -u
 DTRUN=$2
@@ -121,8 +121,10 @@ print(f"ok   {len(a)} tensors in model.safetensors: the {sum(map(trained, a))} t
       "every frozen one bitwise as initialised")
 PY
 
-# resume, stage 2 world 2: bitwise
-plan 2 2 none "$TMP/r.json" output.save_interval=6
+# resume, stage 2 world 2: bitwise (LoRA with dropout 0.1: the masks are the step's, resumed too)
+DROP=()
+[ "$METHOD" = lora ] && DROP=(finetune.lora.dropout=0.1)
+plan 2 2 none "$TMP/r.json" output.save_interval=6 "${DROP[@]}"
 run 2 "$TMP/r.json" "$TMP/r-straight" --max-steps $STEPS >/dev/null
 run 2 "$TMP/r.json" "$TMP/r-split" --max-steps 6 >/dev/null
 run 2 "$TMP/r.json" "$TMP/r-split" --max-steps $STEPS --resume >/dev/null
@@ -141,10 +143,10 @@ rm -rf "$TMP/r-split/$ck"
 
 # hand-edited plans the engine must refuse: one line, exit 2, nothing written
 plan 0 1 none "$TMP/range.json" 'finetune={"method":"freeze","trainable_layers":9,"trainable_modules":[]}' 
-"$1" solve --model "$MODEL" --gpus 1 --mem 2G --hardware cpu --stages 0 --finetune lora -o "$TMP/lora-plan.json" \
-    >/dev/null || { echo "FAIL: dtplan cannot plan $MODEL with LoRA"; exit 1; }
-plan 0 1 none "$TMP/lora.json" "finetune=$(python3 -c 'import json,sys; f=json.load(open(sys.argv[1]))["finetune"]; f["lora"]["dropout"]=0.1; print(json.dumps(f))' "$TMP/lora-plan.json")"
-for bad in "range:--trainable-layers 9" "lora:LoRA dropout is not built"; do
+"$1" solve --model "$MODEL" --gpus 1 --mem 2G --hardware cpu --stages 0 --finetune qlora -o "$TMP/qlora-plan.json" \
+    >/dev/null || { echo "FAIL: dtplan cannot plan $MODEL with QLoRA"; exit 1; }
+plan 0 1 none "$TMP/qlora.json" "finetune=$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["finetune"]))' "$TMP/qlora-plan.json")"
+for bad in "range:--trainable-layers 9" "qlora:QLoRA (a quantised base) is not built"; do
     name=${bad%%:*} want=${bad#*:}
     "$DTRUN" "$TMP/$name.json" --out "$TMP/out-$name" >/dev/null 2>"$TMP/err"; rc=$?
     { [ $rc -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -qF -- "$want" "$TMP/err" && [ ! -e "$TMP/out-$name" ]; } ||

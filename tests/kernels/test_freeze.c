@@ -8,7 +8,7 @@
  * with the trained blocks last (--trainable-layers 1), first (-1: the gradient flows
  * through frozen blocks above them) and a module subset. Also: full fine-tuning through
  * the method struct lays out exactly as without one; the engine's refusals (a fused q | k
- * split by --trainable-modules, LoRA dropout, QLoRA) are one line. Since the full run's gradients match
+ * split by --trainable-modules, 16-bit LoRA, QLoRA) are one line. Since the full run's gradients match
  * PyTorch's (kernels_gpt2, kernels_llama), the trained layers' gradients do too.
  * With the argument "cuda" both runs are on the GPU (exit 77 without one).
  * Usage: test_kernels_freeze [cuda] */
@@ -165,10 +165,10 @@ static void full_is_default(const dt_model *m, const dt_precision *p) {
 }
 
 /* creation fails with one line containing `want` */
-static void refused(const dt_model *m, const dt_finetune *ft, const char *want) {
+static void refused(const dt_model *m, dt_precision_preset preset, const dt_finetune *ft, const char *want) {
     dt_error err = {0};
     dt_precision p;
-    dt_precision_from_preset(DT_PREC_FP32, &p);
+    dt_precision_from_preset(preset, &p);
     dt_lm *g = make(m, &p, ft, &err);
     CHECK(g == NULL && err.code == DT_EINVAL && strstr(err.msg, want) && !strchr(err.msg, '\n'));
     if (g || !strstr(err.msg, want)) fprintf(stderr, "refusal: \"%s\" (want \"%s\")\n", err.msg, want);
@@ -216,14 +216,13 @@ int main(int argc, char **argv) {
     dt_finetune_defaults(DT_FT_FREEZE, &ft);
     ft.trainable_layers = 1;
     CHECK(dt_ft_names_parse("self_attn.q_proj", "--trainable-modules", &ft.trainable_modules, &err) == 0);
-    refused(&llama, &ft, "one GEMM");
+    refused(&llama, DT_PREC_FP32, &ft, "one GEMM");
     dt_finetune_defaults(DT_FT_FREEZE, &ft);
     ft.trainable_layers = 5;
-    refused(&llama, &ft, "--trainable-layers 5");
+    refused(&llama, DT_PREC_FP32, &ft, "--trainable-layers 5");
     dt_finetune_defaults(DT_FT_LORA, &ft);
-    ft.lora_dropout = 0.1;
-    refused(&llama, &ft, "LoRA dropout is not built");
+    refused(&llama, DT_PREC_MIXED_BF16, &ft, "LoRA with 16-bit parameters is not built");
     dt_finetune_defaults(DT_FT_QLORA, &ft);
-    refused(&llama, &ft, "QLoRA (a quantised base) is not built");
+    refused(&llama, DT_PREC_FP32, &ft, "QLoRA (a quantised base) is not built");
     TEST_MAIN_END();
 }

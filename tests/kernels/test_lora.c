@@ -10,6 +10,8 @@
  *   step_losses, step_norms    20 optimizer steps of 2 accumulated micro-batches: AdamW
  *                              (decay on the adapters), WarmupDecayLR, global-norm clipping
  *   after.<name>               every adapter after them
+ * The same with lora_dropout 0.1, PEFT's dropout replaced by the engine's counter-based masks
+ * (dt_lm_dropout_key, reproduced by the script).
  * Tolerances as test_llama.c's (fp32 against torch's fp32): logits 2e-5 abs, losses and norms
  * 1e-5 relative, gradients 1e-4 of each tensor's largest, adapters after the steps 1e-4 abs.
  * Usage: test_kernels_lora GOLDEN_DIR (tests/kernels/golden) */
@@ -80,10 +82,10 @@ static void micro(const int32_t *seq, int64_t accum, int64_t B, int64_t T, int64
         }
 }
 
-static void check_case(const char *golden_dir, const char *name) {
+static void check_case(const char *golden_dir, const char *name, int dropout) {
     char dir[PATH_MAX_LEN], file[PATH_MAX_LEN];
     snprintf(dir, sizeof dir, "%s/llama/%s", golden_dir, name);
-    snprintf(file, sizeof file, "%s/lora/%s.safetensors", golden_dir, name);
+    snprintf(file, sizeof file, "%s/lora/%s%s.safetensors", golden_dir, name, dropout ? "-dropout" : "");
     dt_model m;
     golden_model_of(dir, &m);
     dt_error err = {0};
@@ -98,6 +100,8 @@ static void check_case(const char *golden_dir, const char *name) {
     dt_finetune_defaults(DT_FT_LORA, &ft);
     ft.lora_rank = (int64_t)meta(f, "r");
     ft.lora_alpha = meta(f, "alpha");
+    ft.lora_dropout = meta(f, "dropout");
+    const uint64_t drop_seed = strtoull(dt_st_metadata(f, "drop_seed"), NULL, 10);
     dt_precision pr;
     dt_precision_from_preset(DT_PREC_FP32, &pr);
     const dt_lm_options o = {.B = B, .T = T, .attn = DT_ATTN_FLASH, .device = DT_DEVICE_CPU, .finetune = &ft};
@@ -122,6 +126,7 @@ static void check_case(const char *golden_dir, const char *name) {
     micro(seq, accum, B, T, 0, 0, in, tg);
     float loss = 0.0f;
     dt_lm_zero_grad(g);
+    dt_lm_set_dropout(g, 1, dt_lm_dropout_key(drop_seed, 0, 0));
     CHECK(dt_lm_forward(g, in, tg, &loss, &err) == DT_OK);
     double rm;
     const double le = golden_max_abs_diff(dt_lm_logits(g), gtensor(f, "logits", (uint64_t)(B * T * m.vocab)),
@@ -132,8 +137,8 @@ static void check_case(const char *golden_dir, const char *name) {
     CHECK(dt_lm_backward(g, 1.0f, &err) == DT_OK);
     const double ge = worst_vs(g, grads, f, "grad", 1);
     CHECK(ge <= GRAD_RTOL);
-    printf("%s: logits |diff| %.3g, loss %.7f vs %.7f, adapter gradients worst %.3g of each tensor's largest\n",
-           name, le, loss, gl, ge);
+    printf("%s%s: logits |diff| %.3g, loss %.7f vs %.7f, adapter gradients worst %.3g of each tensor's largest\n",
+           name, dropout ? " (dropout)" : "", le, loss, gl, ge);
 
     /* the training loop: accumulation, clipping, schedule, AdamW */
     dt_optim *opt;
@@ -149,6 +154,7 @@ static void check_case(const char *golden_dir, const char *name) {
         double total = 0;
         for (int64_t a = 0; a < accum; a++) {
             micro(seq, accum, B, T, s, a, in, tg);
+            dt_lm_set_dropout(g, 1, dt_lm_dropout_key(drop_seed, s, a));
             CHECK(dt_lm_forward(g, in, tg, &loss, &err) == DT_OK);
             CHECK(dt_lm_backward(g, 1.0f / (float)accum, &err) == DT_OK);
             total += loss;
@@ -167,7 +173,7 @@ static void check_case(const char *golden_dir, const char *name) {
         }
     }
     const double ae = worst_vs(g, params, f, "after", 0);
-    printf("%s: %lld steps x %lld micro-batches: losses worst %.3g relative, norms %.3g, adapters after %.3g\n", name,
+    printf("%s%s: %lld steps x %lld micro-batches: losses worst %.3g relative, norms %.3g, adapters after %.3g\n", name, dropout ? " (dropout)" : "",
            (long long)steps, (long long)accum, worst_loss, worst_norm, ae);
     CHECK(worst_loss <= LOSS_RTOL);
     CHECK(worst_norm <= LOSS_RTOL);
@@ -184,7 +190,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: test_kernels_lora GOLDEN_DIR\n");
         return 2;
     }
-    check_case(argv[1], "llama");
-    check_case(argv[1], "qwen3");
+    for (int dropout = 0; dropout < 2; dropout++) {
+        check_case(argv[1], "llama", dropout);
+        check_case(argv[1], "qwen3", dropout);
+    }
     TEST_MAIN_END();
 }
