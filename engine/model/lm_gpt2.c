@@ -269,8 +269,10 @@ static int gpt2_block_backward(dt_lm *g, int l, const void *acts, const lm_param
     else
         g->dev->attention_backward_probs(dQKV, dC, qkv, probs, B, T, C, H);
     lm_prof_end(g, DT_LM_OP_ATTENTION, m, lm_attention_flops(g, DT_LM_PASS_BWD));
-    if ((rc = lm_linear_backward(g, &lin.qkv, P, G, dC, LM_DINP_SET, dQKV, A->ln1, ln1, N)))
+    const int input_grad = lm_block_input_grad(g, l, P, P_LN1W);
+    if ((rc = lm_linear_backward(g, &lin.qkv, P, G, input_grad ? dC : NULL, LM_DINP_SET, dQKV, A->ln1, ln1, N)))
         return rc;
+    if (!input_grad) return DT_OK;
     m = lm_prof_begin(g);
     g->dev->layernorm_backward(dres, lm_g32(P, G, P_LN1W), lm_g32(P, G, P_LN1B), dC, x, lm_w32(P, P_LN1W),
                              A->ln1_mean, A->ln1_rstd, N, C);

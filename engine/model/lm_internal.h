@@ -248,6 +248,14 @@ static inline double lm_uniform01_at(uint64_t seed, uint64_t counter) {
 
 /* ---- helpers shared by the families ---- */
 
+/* 0 when block l's backward need not compute the gradient of its input nor of its first
+ * norm's output (kind norm_kind's weight): l is the first block backward reaches, no
+ * gradient flows below it (the embeddings are frozen) and that norm's weight is frozen —
+ * then the first linears skip their input gradient and the norm its backward. */
+static inline int lm_block_input_grad(const dt_lm *g, int l, const lm_params *P, int norm_kind) {
+    return l != g->first_trained || g->embed_trained || lm_slot_trained(P->slot[norm_kind]);
+}
+
 static inline void *lm_tensor_ptr(void *base, size_t elem_off, int esz) {
     return (char *)base + elem_off * (size_t)esz;
 }

@@ -447,11 +447,13 @@ static int llama_block_backward(dt_lm *g, int l, const void *acts, const lm_para
     qkv_grads(g, A, datt, P, G, dqk, dv);
 
     const float *ln1 = lm_act_load_lin(g, A->ln1, w->ln1, (size_t)(N * C));   /* [N, C] */
-    float *dln1 = g->dC;                                                      /* [N, C] */
+    const int input_grad = lm_block_input_grad(g, l, P, LL_IN);
+    float *dln1 = input_grad ? g->dC : NULL;                                  /* [N, C] */
     if ((rc = lm_linear_backward(g, &lin.qk, P, G, dln1, LM_DINP_SET, dqk, A->ln1, ln1, N)))
         return rc;
     if ((rc = lm_linear_backward(g, &lin.v, P, G, dln1, LM_DINP_ADD, dv, A->ln1, ln1, N)))
         return rc;
+    if (!input_grad) return DT_OK;
     lm_prof_mark m = lm_prof_begin(g);
     g->dev->rmsnorm_backward(g->dres, lm_g32(P, G, LL_IN), dln1, x, lm_w32(P, LL_IN), A->ln1_rstd, N, 1, C, C, 1);
     lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
