@@ -42,7 +42,7 @@
 typedef struct dt_lm dt_lm;
 
 /* Per-tensor flags, declared by the family when the layout is built (never
- * inferred downstream from a tensor's rank or name):
+ * inferred downstream from a tensor's rank or name; DT_TENSOR_ADAPTER below):
  *   DT_TENSOR_TRAINABLE: the optimizer updates it (a frozen weight has it clear:
  *                        ZeRO's step leaves its values and moments as they are);
  *   DT_TENSOR_DECAY:     AdamW's weight decay applies (matrices: embeddings,
@@ -50,6 +50,11 @@ typedef struct dt_lm dt_lm;
  *                        DeepSpeed / HF Trainer group them). */
 #define DT_TENSOR_TRAINABLE 1u
 #define DT_TENSOR_DECAY 2u
+/* DT_TENSOR_ADAPTER: a LoRA tensor ("<module>.lora_A.weight" [r, in] or ".lora_B.weight"
+ * [out, r], PEFT's shapes), in the trained set; PEFT's state-dict key is "base_model.model."
+ * + dt_lm_hf_prefix + name, its values dt_lm_params + offset (fp32: LoRA trains fp32
+ * parameters). */
+#define DT_TENSOR_ADAPTER 4u
 
 /* How a tensor starts (dt_lm_init_random): a constant 0 (biases, LoRA's B) or 1 (norm
  * weights), N(0, std²), or U(-b, b) (LoRA's A: PEFT's kaiming_uniform_(a=sqrt(5)), b = 1/sqrt(in)). */

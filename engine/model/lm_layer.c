@@ -95,7 +95,7 @@ static void add_adapter(dt_lm *g, lm_layout *lo, int group, const char *prefix, 
     dt_pgroups_module_state(g->pg, li->name, layer, &trained, &adapted);
     if (!adapted) return;
     char name[DT_TENSOR_NAME_MAX];
-    const unsigned fl = DT_TENSOR_TRAINABLE | DT_TENSOR_DECAY;
+    const unsigned fl = DT_TENSOR_TRAINABLE | DT_TENSOR_DECAY | DT_TENSOR_ADAPTER;
     snprintf(name, sizeof name, "%s%s.lora_A.weight", prefix, li->name);
     const lm_tensor_decl a = {name, 2, g->lora_r, li->in, fl, {DT_INIT_UNIFORM, 1.0 / sqrt((double)li->in)}, 1,
                               li->name, "lora_A.weight", layer};

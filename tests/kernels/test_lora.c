@@ -118,6 +118,7 @@ static void check_case(const char *golden_dir, const char *name, int dropout) {
         char key[DT_ST_NAME_MAX];
         snprintf(key, sizeof key, "init.%s", t->name);
         CHECK(strstr(t->name, ".lora_A.weight") || strstr(t->name, ".lora_B.weight"));
+        CHECK(t->flags & DT_TENSOR_ADAPTER);
         memcpy(params + t->offset, gtensor(f, key, t->numel), t->numel * sizeof(float));
     }
 
