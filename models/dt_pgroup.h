@@ -72,6 +72,12 @@ int dt_pgroups_embedding_trained(const dt_pgroups *s);
  * trained), adapted (a LoRA adapter on it). */
 void dt_pgroups_module_state(const dt_pgroups *s, const char *module, int64_t layer, int *trained, int *adapted);
 
+/* 1 when the base tensor `tensor` ("weight" | "bias") of module is trained (its own values
+ * updated: full, freeze's trained blocks / modules, modules_to_save), 0 when frozen. layer:
+ * the block, or -1 for a module outside the blocks (embed_tokens, norm, lm_head; wte, wpe,
+ * ln_f). The engine's layout asks this of every tensor, so it trains what the planner counts. */
+int dt_pgroups_tensor_trained(const dt_pgroups *s, const char *module, const char *tensor, int64_t layer);
+
 /* What one block in the backward keeps for it, relative to dt_model_block_saved (full
  * fine-tuning), per token (docs/finetune.md "Activations"):
  *   dropped: elements not kept (a linear's input kept only for its weight gradient when

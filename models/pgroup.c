@@ -391,6 +391,16 @@ void dt_pgroups_module_state(const dt_pgroups *s, const char *module, int64_t la
     }
 }
 
+int dt_pgroups_tensor_trained(const dt_pgroups *s, const char *module, const char *tensor, int64_t layer) {
+    for (int i = 0; i < s->n; i++) {
+        const dt_pgroup *g = &s->g[i];
+        const int here = layer < 0 ? !g->in_block : covers(g, layer);
+        if (here && g->train == DT_TRAIN_TRAINED && !strcmp(g->module, module) && !strcmp(g->tensor, tensor))
+            return 1;
+    }
+    return 0;
+}
+
 /* ---- activations ---- */
 
 /* A linear input x is kept for the weight gradient when the weight is trained, and by

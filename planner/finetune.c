@@ -201,10 +201,13 @@ int dt_ftplan_terms(const dt_plan *p, const dt_ftplan *ft, dt_ft_terms *out) {
      * optimizer and gradient partitions are built from the trainable parameters,
      * stage_1_and_2.py; FSDP SHARD_GRAD_OP / FULL_SHARD shard frozen parameters with the
      * rest, use_orig_params=True); stage 3 partitions every parameter, frozen too
-     * (partition_parameters.py zero.Init). */
-    const int sharded = stage == 3 || (p->runtime.kind == DT_RUNTIME_FSDP && stage >= 2);
+     * (partition_parameters.py zero.Init). dtrun keeps the frozen base replicated on every
+     * rank at every stage, never offloaded (its base set: engine/model/dt_lm.h, a stated
+     * deviation from DeepSpeed, docs/finetune.md "In dtrun"). */
+    const int dtrun = !hf_runtime(p);
+    const int sharded = !dtrun && (stage == 3 || (p->runtime.kind == DT_RUNTIME_FSDP && stage >= 2));
     const int64_t part = sharded ? ceil_div(ft->frozen_bytes, N) : ft->frozen_bytes;
-    if (stage == 3 && z->offload_param != DT_OFFLOAD_NONE) out->frozen_host = part * G;
+    if (!dtrun && stage == 3 && z->offload_param != DT_OFFLOAD_NONE) out->frozen_host = part * G;
     else out->frozen_weights = part;
     int64_t per[3];
     adapter_bytes(p, per);
@@ -213,7 +216,6 @@ int dt_ftplan_terms(const dt_plan *p, const dt_ftplan *ft, dt_ft_terms *out) {
                               stage >= 1 ? ceil_div(ft->adapter, N) : ft->adapter};
     const int64_t prec[3] = {dt_precision_param_bytes(&p->precision), dt_precision_grad_bytes(&p->precision),
                              dt_precision_optimizer_bytes(&p->precision)};
-    const int dtrun = !hf_runtime(p);
     out->adapter_weights = shard[0] * (dtrun ? per[0] : prec[0]);
     out->adapter_grads = shard[1] * (dtrun ? per[1] : prec[1]);
     out->adapter_optimizer = shard[2] * (dtrun ? per[2] : prec[2]);

@@ -29,3 +29,33 @@ dt_bad() {
     [ -s "$T/out" ] && fail "$* -> wrote to stdout"
     grep -qF -- "$want" "$T/err" || fail "$* -> '$(cat "$T/err")' lacks '$want'"
 }
+
+# dt_run_ranks DTRUN WORLD PLAN OUT [args]: dtrun on PLAN into OUT, quiet, as one process
+# (world 1) or WORLD ranks under mpirun.
+dt_run_ranks() {
+    local bin=$1 w=$2 pl=$3 out=$4
+    shift 4
+    if [ "$w" = 1 ]; then "$bin" "$pl" --out "$out" --quiet "$@"
+    else mpirun -n "$w" --oversubscribe "$bin" "$pl" --out "$out" --quiet "$@"; fi
+}
+
+# dt_metrics_close: a python3 snippet for the tests' checks (prepend it to their own): bad
+# (a list of messages) gets one when OUT's and BASE's per-step loss or grad_norm
+# (metrics.jsonl) differ in length or by more than rel relatively; run_reports: every rank's
+# run report as (path, dict), one message when there are not WORLD of them.
+dt_metrics_close='
+import json
+def series(d, k):
+    return [json.loads(l)[k] for l in open(d + "/metrics.jsonl")]
+def metrics_close(out, base, bad, rel=1e-5):
+    for k in ("loss", "grad_norm"):
+        a, b = series(base, k), series(out, k)
+        if len(a) != len(b): bad.append(f"{k}: {len(b)} steps vs {len(a)}")
+        d = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+        if d > rel: bad.append(f"{k} relative difference {d:.3g} > {rel:g}")
+def run_reports(out, world, bad):
+    import glob
+    paths = sorted(glob.glob(out + "/run-report*.json"))
+    if len(paths) != int(world): bad.append(f"{len(paths)} run reports for {world} ranks")
+    return [(rp, json.load(open(rp))) for rp in paths]
+'

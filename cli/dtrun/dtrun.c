@@ -27,6 +27,7 @@
 #include "dt_gemm_cpu.h"
 #include "dt_lm.h"
 #include "dt_launch.h"
+#include "dt_pgroup.h"
 #include "dt_plan.h"
 #include "dt_rendezvous.h"
 #include "dt_rundir.h"
@@ -193,6 +194,22 @@ static int plan_data(dt_plan *plan, const char *plan_path, dt_train_opts *o, dt_
     return DT_OK;
 }
 
+/* The plan's fine-tuning method against what this engine trains (dt_lm_check_method) and
+ * against the model (a hand-edited plan.json reaches here unchecked by dtplan). */
+static int check_finetune(const dt_plan *plan, const char *plan_path, dt_error *err) {
+    const dt_finetune *ft = &plan->finetune;
+    if (ft->method == DT_FT_FULL) return DT_OK;
+    if (dt_lm_check_method(&plan->precision, plan->cluster.device, ft, err))
+        return dt_error_prefix(err, "%s plans a %s fine-tune (finetune.method)", plan_path,
+                               dt_ft_method_name(ft->method));
+    dt_pgroups *pg = malloc(sizeof *pg);
+    if (!pg) return dt_errorf(err, DT_ENOMEM, "out of memory");
+    int rc = dt_finetune_check(ft, "finetune", err);
+    if (!rc) rc = dt_model_pgroups(&plan->model, ft, plan->precision.param, DT_ROLE_POLICY, pg, err);
+    free(pg);
+    return rc ? dt_error_prefix(err, "%s", plan_path) : DT_OK;
+}
+
 static int cmd_train(int argc, char **argv) {
     const char *plan_path = NULL, *init_path = NULL;
     dt_train_opts o;
@@ -259,11 +276,7 @@ static int cmd_train(int argc, char **argv) {
                        dt_runtime_name(plan.runtime.kind),
                        plan.runtime.kind == DT_RUNTIME_DEEPSPEED ? "deepspeed (dtplan export writes its config)"
                                                                  : "torchrun and PyTorch FSDP");
-    if (!rc && plan.finetune.method != DT_FT_FULL)   /* the engine's half of issue 32 is not in this build */
-        rc = dt_errorf(&err, DT_EINVAL,
-                       "%s plans a %s fine-tune (finetune.method); this dtrun trains every parameter only: run the "
-                       "method with PEFT and DeepSpeed (whose config dtplan export writes), or plan full fine-tuning "
-                       "with: dtplan solve --finetune full", plan_path, dt_ft_method_name(plan.finetune.method));
+    if (!rc) rc = check_finetune(&plan, plan_path, &err);
     if (!rc && plan.objective.kind >= DT_OBJ_RM)   /* the engine's half of issue 33 is not in this build */
         rc = dt_errorf(&err, DT_EINVAL,
                        "%s plans a %s run (objective.kind); this dtrun trains pt / sft only: run it with TRL or "

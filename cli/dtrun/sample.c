@@ -16,6 +16,7 @@
 #include "dt_dtrun_cli.h"
 #include "dt_lm.h"
 #include "dt_model.h"
+#include "dt_plan.h"
 #include "dt_precision.h"
 #include "dt_tokenizer.h"
 
@@ -193,6 +194,38 @@ static int print_output(const dt_tokenizer *tok, const char *prompt, const int32
     return DT_OK;
 }
 
+/* The fine-tuning method the checkpoint's run trained (its plan.json; a directory without
+ * one, e.g. a Hugging Face save_pretrained directory, is a whole model: full). A freeze
+ * or LoRA checkpoint's model.safetensors holds the base and what was trained (the adapters),
+ * so the model is built with the method to apply them. */
+static int ckpt_method(const char *ckpt, dt_finetune *ft, dt_error *err) {
+    char p[DT_SAMPLE_PATH_MAX + 16];
+    struct stat sb;
+    memset(ft, 0, sizeof *ft);
+    snprintf(p, sizeof p, "%s/plan.json", ckpt);
+    if (stat(p, &sb) != 0) return DT_OK;
+    dt_plan *plan = malloc(sizeof *plan);
+    if (!plan) return dt_errorf(err, DT_ENOMEM, "out of memory");
+    int rc = dt_plan_load(p, plan, err);
+    if (!rc) *ft = plan->finetune;
+    free(plan);
+    return rc;
+}
+
+/* The model of the checkpoint at ckpt with its method, weights loaded (fp32). */
+static int load_model(const char *ckpt, const dt_model *m, int64_t T, dt_lm **g, dt_error *err) {
+    dt_precision prec;
+    dt_precision_from_preset(DT_PREC_FP32, &prec);
+    dt_finetune ft;
+    int rc = ckpt_method(ckpt, &ft, err);
+    const dt_lm_options o = {.B = 1, .T = T, .attn = DT_ATTN_FLASH, .device = DT_DEVICE_CPU, .finetune = &ft};
+    if (!rc) rc = dt_lm_create_opts(m, &prec, &o, g, err);
+    /* the directory: model.safetensors or a sharded save_pretrained layout */
+    if (!rc) rc = dt_weights_load(*g, m, DT_DTYPE_FP32, ckpt, err);
+    if (!rc) rc = dt_weights_load_base(*g, m, DT_DTYPE_FP32, ckpt, err);
+    return rc;
+}
+
 int dt_cmd_sample(int argc, char **argv) {
     sample_opts o;
     int prc = parse_args(argc, argv, &o);
@@ -216,16 +249,12 @@ int dt_cmd_sample(int argc, char **argv) {
                         "--tokenizer\n", tok ? "tokenizer" : "byte tokenizer", (long long)V, (long long)m.vocab);
         return 2;
     }
-    dt_precision prec;
-    dt_precision_from_preset(DT_PREC_FP32, &prec);
     dt_lm *g = NULL;
     const int64_t T = m.max_pos;
     int32_t *ctx = calloc((size_t)T, sizeof *ctx), *out = calloc((size_t)o.ntok, sizeof *out);
     int64_t len = 0, n = 0;
     if (!ctx || !out) rc = dt_errorf(&err, DT_ENOMEM, "out of memory for %lld tokens", (long long)o.ntok);
-    if (!rc) rc = dt_lm_create(&m, &prec, 1, T, 0, DT_ATTN_FLASH, &g, &err);
-    /* the directory: model.safetensors or a sharded save_pretrained layout */
-    if (!rc) rc = dt_weights_load(g, &m, DT_DTYPE_FP32, ckpt, &err);
+    if (!rc) rc = load_model(ckpt, &m, T, &g, &err);
     if (!rc) rc = encode_prompt(tok, o.prompt, m.vocab, ctx, T, &len, &err);
     if (!rc) rc = generate(g, &m, &o, V, ctx, len, out, &n, &err);
     if (!rc) rc = print_output(tok, o.prompt, out, n, &err);

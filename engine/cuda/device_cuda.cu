@@ -515,7 +515,7 @@ static void cu_linear_backward(float *dinp, float *dw, float *dbias, const float
                                int accumulate_dinp) {
     if (dinp)
         cu_gemm(0, 1, N, IC, OC, 1.0f, dout, OC, w, OC, accumulate_dinp ? 1.0f : 0.0f, dinp, IC);
-    cu_gemm(1, 0, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dw, OC);
+    if (dw) cu_gemm(1, 0, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dw, OC);
     if (dbias) cu_bias_backward(dbias, dout, N, OC);
 }
 
@@ -542,7 +542,7 @@ static void cu_linear_t_backward(float *dinp, float *dw, float *dbias, const flo
     if (N <= 0 || OC <= 0 || IC <= 0) return;
     if (dinp)
         cu_gemm(0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, accumulate_dinp ? 1.0f : 0.0f, dinp, IC);
-    cu_gemm(1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
+    if (dw) cu_gemm(1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
     if (dbias) dt_cu_colsum_det(dbias, dout, N, OC);
 }
 
@@ -699,6 +699,7 @@ static void cu_layernorm_backward(float *dinp, float *dw, float *db, const float
     k_ln_bwd_dinp<<<warp_rows_grid(N), DT_CU_THREADS, 0, cs()>>>(dinp, dout, inp, w, mean, rstd,
                                                                N, C);
     LAUNCHED(k_ln_bwd_dinp);
+    if (!dw) return;   /* a frozen LayerNorm: no weight / bias gradient */
     k_ln_bwd_dw<<<grid_for((size_t)C), DT_CU_THREADS, 0, cs()>>>(dw, db, dout, inp, mean, rstd, N,
                                                                C);
     LAUNCHED(k_ln_bwd_dw);

@@ -115,6 +115,9 @@ typedef struct dt_device_ops {
                    int64_t ldb, float beta, void *C, dt_dtype ct, int64_t ldc);
     void (*linear_forward)(float *out, const float *inp, const float *w, const float *bias,
                            int64_t N, int64_t IC, int64_t OC);
+    /* The backwards below (linear, LayerNorm, RMSNorm) take dw (and db) NULL for a frozen
+     * weight (dt_lm.h "Two parameter sets"): its gradient is not computed; dinp NULL: no
+     * input gradient. */
     void (*linear_backward)(float *dinp, float *dw, float *dbias, const float *dout,
                             const float *inp, const float *w, int64_t N, int64_t IC, int64_t OC,
                             int accumulate_dinp);

@@ -76,8 +76,8 @@ void dt_op_linear_backward(float *dinp, float *dw, float *dbias, const float *do
     if (dinp)  /* dinp[N, IC] = dout[N, OC] @ w[IC, OC]^T */
         dt_op_gemm(0, 1, N, IC, OC, 1.0f, dout, OC, w, OC, accumulate_dinp ? 1.0f : 0.0f, dinp,
                    IC);
-    /* dw[IC, OC] += inp[N, IC]^T @ dout[N, OC] */
-    dt_op_gemm(1, 0, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dw, OC);
+    /* dw[IC, OC] += inp[N, IC]^T @ dout[N, OC] (NULL: a frozen weight, none) */
+    if (dw) dt_op_gemm(1, 0, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dw, OC);
     if (dbias) dt_op_bias_backward(dbias, dout, N, OC);
 }
 
@@ -166,7 +166,8 @@ void dt_op_layernorm_backward(float *dinp, float *dw, float *db, const float *do
 #pragma omp simd
         for (int64_t c = 0; c < C; c++) di[c] += dt_ln_dinp(x[c], m, r, w[c], d[c], s1, s2);
     }
-    /* dw, db: column sums over rows, one band of columns per task */
+    /* dw, db: column sums over rows, one band of columns per task (NULL: frozen, none) */
+    if (!dw) return;
     int64_t nband = (C + DT_COL_BAND - 1) / DT_COL_BAND;
 #pragma omp parallel for schedule(static)
     for (int64_t band = 0; band < nband; band++) {

@@ -50,8 +50,8 @@ void dt_op_linear_t_backward(float *dinp, float *dw, float *dbias, const float *
     if (dinp)  /* dinp[N, IC] (+)= dout[N, OC] @ w[OC, IC] */
         dt_op_gemm(0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, accumulate_dinp ? 1.0f : 0.0f, dinp,
                    IC);
-    /* dw[OC, IC] += dout[N, OC]^T @ inp[N, IC] */
-    dt_op_gemm(1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
+    /* dw[OC, IC] += dout[N, OC]^T @ inp[N, IC] (NULL: a frozen weight, none) */
+    if (dw) dt_op_gemm(1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
     if (dbias) dt_op_bias_backward(dbias, dout, N, OC);   /* column bands: deterministic */
 }
 
@@ -130,7 +130,7 @@ void dt_op_rmsnorm_backward(float *dinp, float *dw, const float *dout, const flo
                             const float *w, const float *rstd, int64_t N, int64_t nh, int64_t D,
                             int64_t stride, int accumulate_dinp) {
     /* dw first: it reads dout, which an in-place dinp (dinp == dout) overwrites */
-    rmsnorm_backward_dw(dw, dout, inp, rstd, N, nh, D, stride);
+    if (dw) rmsnorm_backward_dw(dw, dout, inp, rstd, N, nh, D, stride);   /* NULL: a frozen weight */
     rmsnorm_backward_dinp(dinp, dout, inp, w, rstd, N, nh, D, stride, accumulate_dinp);
 }
 

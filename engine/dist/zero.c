@@ -122,6 +122,10 @@ static void tr_open(dt_zero *z, dt_sim_kind kind, int u) {
 static void *dmem(const dt_zero *z, dt_mem_pool pool, dt_mem_category cat, size_t bytes) {
     return bytes ? z->dev->alloc(pool, cat, bytes) : NULL;
 }
+/* Elements of a unit's full buffer: a unit may hold nothing trained (a frozen embedding
+ * under the freeze method, dt_lm.h's base set), and still gets one element so its group
+ * binds to memory of its own (dt_lm_bind_group reads NULL as the flat buffer). */
+static size_t unit_buf_elems(size_t n) { return n ? n : 1; }
 static void dfree(const dt_zero *z, void *p) {
     if (p) z->dev->free(p);
 }
@@ -514,7 +518,7 @@ static int alloc_unit_grads(dt_zero *z, dt_error *err) {
     for (int i = 1; i < z->nu; i++) blk = z->u[i].P > blk ? z->u[i].P : blk;
     for (int i = 0; i < NBUF; i++) {
         if (z->shared && i == 1) z->gbuf[1] = z->gbuf[0];
-        else if (!(z->gbuf[i] = dmem(z, DT_POOL_DEVICE, DT_MEM_BUFFERS, (i == EMB ? z->u[0].P : blk) * z->gsz)))
+        else if (!(z->gbuf[i] = dmem(z, DT_POOL_DEVICE, DT_MEM_BUFFERS, unit_buf_elems(i == EMB ? z->u[0].P : blk) * z->gsz)))
             return dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the gradient buffers");
         if (z->shared && i > 0) z->rsrecv[i] = z->rsrecv[0];
         else if (!(z->rsrecv[i] = dmem(z, DT_POOL_DEVICE, DT_MEM_BUFFERS, z->maxS * z->gsz)))
@@ -629,7 +633,7 @@ int dt_zero_create(const dt_plan *p, dt_comm *c, dt_lm *g, dt_zero **out, dt_err
         for (int i = 1; i < z->nu; i++) blk = z->u[i].P > blk ? z->u[i].P : blk;
         for (int i = 0; i < NBUF && !rc; i++) {
             if (z->shared && i == 1) z->pbuf[1] = z->pbuf[0];
-            else if (!(z->pbuf[i] = dmem(z, DT_POOL_DEVICE, DT_MEM_BUFFERS, (i == EMB ? z->u[0].P : blk) * z->psz)))
+            else if (!(z->pbuf[i] = dmem(z, DT_POOL_DEVICE, DT_MEM_BUFFERS, unit_buf_elems(i == EMB ? z->u[0].P : blk) * z->psz)))
                 rc = dt_errorf(err, DT_ENOMEM, "zero: cannot allocate the gathered-parameter buffers");
         }
     }

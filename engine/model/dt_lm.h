@@ -42,7 +42,7 @@
 typedef struct dt_lm dt_lm;
 
 /* Per-tensor flags, declared by the family when the layout is built (never
- * inferred downstream from a tensor's rank or name):
+ * inferred downstream from a tensor's rank or name; DT_TENSOR_ADAPTER below):
  *   DT_TENSOR_TRAINABLE: the optimizer updates it (a frozen weight has it clear:
  *                        ZeRO's step leaves its values and moments as they are);
  *   DT_TENSOR_DECAY:     AdamW's weight decay applies (matrices: embeddings,
@@ -50,20 +50,35 @@ typedef struct dt_lm dt_lm;
  *                        DeepSpeed / HF Trainer group them). */
 #define DT_TENSOR_TRAINABLE 1u
 #define DT_TENSOR_DECAY 2u
+/* DT_TENSOR_ADAPTER: a LoRA tensor ("<module>.lora_A.weight" [r, in] or ".lora_B.weight"
+ * [out, r], PEFT's shapes), in the trained set; PEFT's state-dict key is "base_model.model."
+ * + dt_lm_hf_prefix + name, its values dt_lm_params + offset (fp32: LoRA trains fp32
+ * parameters). */
+#define DT_TENSOR_ADAPTER 4u
 
-/* How a tensor starts (dt_lm_init_random): a constant 0 (biases) or 1 (norm
- * weights), or N(0, std²). */
-typedef enum { DT_INIT_ZERO = 0, DT_INIT_ONE = 1, DT_INIT_NORMAL = 2 } dt_init_kind;
+/* How a tensor starts (dt_lm_init_random): a constant 0 (biases, LoRA's B) or 1 (norm
+ * weights), N(0, std²), or U(-b, b) (LoRA's A: PEFT's kaiming_uniform_(a=sqrt(5)), b = 1/sqrt(in)). */
+typedef enum { DT_INIT_ZERO = 0, DT_INIT_ONE = 1, DT_INIT_NORMAL = 2, DT_INIT_UNIFORM = 3 } dt_init_kind;
 typedef struct {
     dt_init_kind kind;
-    double std;           /* DT_INIT_NORMAL only */
+    double std;           /* DT_INIT_NORMAL: the standard deviation; DT_INIT_UNIFORM: the bound b of U(-b, b) */
 } dt_init_rule;
+
+/* The two parameter sets (docs/architecture.md "Parameter groups"): TRAINED is what the
+ * flat params / grads buffers, the groups, the optimizer, ZeRO and checkpoints see (under
+ * full fine-tuning every tensor); BASE holds the frozen tensors of a freeze (or LoRA) plan:
+ * their own flat buffer in the param dtype with per-group offsets, read-only, no gradient,
+ * no optimizer state, never partitioned or rebound (replicated on every rank). */
+#define DT_LM_SET_TRAINED 0
+#define DT_LM_SET_BASE 1
 
 typedef struct dt_tensor_info {
     const char *name;     /* Hugging Face name after dt_lm_hf_prefix: gpt2 "h.3.attn.c_attn.weight",
                            * llama "model.layers.3.self_attn.q_proj.weight", "lm_head.weight" */
     int group;            /* 0 .. L+1 */
-    size_t offset;        /* elements from the start of the flat buffer */
+    int set;              /* DT_LM_SET_TRAINED (dt_lm_tensor) or DT_LM_SET_BASE (dt_lm_base_tensor) */
+    size_t offset;        /* elements from the start of its set's flat buffer */
+    size_t full_offset;   /* its offset were every tensor trained (the init's counter: dt_lm_init_slice) */
     size_t numel;
     int ndim;             /* 1 or 2 */
     int64_t shape[2];
@@ -109,7 +124,18 @@ typedef struct dt_lm_options {
     dt_device device;           /* DT_DEVICE_CPU or DT_DEVICE_CUDA */
     int ordinal;                /* the GPU (LOCAL_RANK); 0 on the CPU */
     unsigned flags;             /* DT_LM_NO_FLAT */
+    /* the plan's fine-tuning method (common/dt_finetune.h); NULL or full: every tensor
+     * trained. freeze: the tensors models/dt_pgroup.h's dt_model_pgroups says are frozen
+     * go to the base set and backward stops at its first trained layer; lora: the adapted
+     * linears' weights go to the base set too and their adapters (lora_A, lora_B) are the
+     * trained set (dt_lm_check_method says what is not built). */
+    const struct dt_finetune *finetune;
 } dt_lm_options;
+/* What of a fine-tuning method this engine trains (dt_lm_options.finetune): full, freeze,
+ * and LoRA with fp32 parameters on the CPU. DT_EINVAL with one line naming what is not
+ * built (QLoRA, 16-bit LoRA, LoRA on CUDA); DT_OK otherwise (the
+ * method's checks against the model are dt_model_pgroups'). */
+int dt_lm_check_method(const dt_precision *prec, dt_device device, const struct dt_finetune *ft, dt_error *err);
 int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_options *o, dt_lm **out,
                       dt_error *err);
 dt_device dt_lm_device(const dt_lm *g);
@@ -126,6 +152,27 @@ size_t dt_lm_group_numel(const dt_lm *g, int group);
 size_t dt_lm_num_params(const dt_lm *g);
 
 void *dt_lm_params(dt_lm *g);   /* flat, param dtype, num_params elements */
+
+/* The base set (frozen tensors; empty under full fine-tuning): its tensors, in layout
+ * order, their flat buffer (param dtype, num_base_params elements, host-addressable or
+ * device memory as the params), per-group ranges. */
+int dt_lm_num_base_tensors(const dt_lm *g);
+const dt_tensor_info *dt_lm_base_tensor(const dt_lm *g, int i);
+size_t dt_lm_num_base_params(const dt_lm *g);
+void *dt_lm_base_params(dt_lm *g);
+/* The first block whose backward runs (blocks below it hold nothing trained: their
+ * backward, and the encoder's, are skipped); 0 under full fine-tuning. */
+int64_t dt_lm_first_trained_layer(const dt_lm *g);
+/* LoRA dropout (dt_finetune.lora_dropout > 0) for the following passes: on (training, the
+ * masks of key) or off (evaluation, as PEFT under model.eval()). Off at creation. A forward
+ * and its backward must see the same key: the backward regenerates the masks from it. */
+void dt_lm_set_dropout(dt_lm *g, int on, uint64_t key);
+/* The key of micro-batch `micro` (0-based, this rank's) of optimizer step `step` (0-based)
+ * under seed: splitmix64(splitmix64(seed, step + 1), micro + 1). */
+uint64_t dt_lm_dropout_key(uint64_t seed, int64_t step, int64_t micro);
+/* Initialises the base set from seed, each element by its full_offset, so a frozen
+ * tensor starts bitwise as the same tensor of a full run with that seed. */
+int dt_lm_init_base_random(dt_lm *g, uint64_t seed, dt_error *err);
 void *dt_lm_grads(dt_lm *g);    /* flat, grad dtype */
 void dt_lm_set_hooks(dt_lm *g, const dt_lm_hooks *hooks);
 

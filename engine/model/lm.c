@@ -44,9 +44,16 @@ static const lm_family *family_of(dt_family f) {
 /* ----------------------------------------------------------------------------
  * small helpers */
 
-/* element offset of tensor i inside its group */
-static size_t in_group(const dt_lm *g, int i) {
-    return g->tensors[i].offset - g->group_off[g->tensors[i].group];
+/* the param-dtype storage of the tensor at slot s of group grp: the bound trained group,
+ * or the base set's */
+static void *slot_ptr(const dt_lm *g, int grp, lm_slot s) {
+    void *base = s.set == DT_LM_SET_BASE ? lm_tensor_ptr(g->base, g->bgroup_off[grp], g->psz) : g->gparams[grp];
+    return lm_tensor_ptr(base, s.off, g->psz);
+}
+
+/* the block slots of group grp (NULL outside the blocks) */
+static const lm_slot *group_slots(const dt_lm *g, int grp) {
+    return grp >= 1 && grp <= g->L ? g->slots + (size_t)(grp - 1) * (size_t)g->family->block_kinds : NULL;
 }
 
 
@@ -65,23 +72,37 @@ static int hook(const dt_lm *g, int (*fn)(void *, int), int group, dt_error *err
 /* A group's parameters for the blocks (lm_params): the bound fp32 storage; with
  * 16-bit params the group converted into pw, or with gemm16 only its vectors
  * (each at its own offset in pw; the matrices are read from storage). */
+/* One set's part of a group as fp32 (16-bit params): the whole of src (numel elements)
+ * into view, or with gemm16 only its vectors (tensors t[0 .. n) of the set, group_off their
+ * group's start in the set). */
+static void set_params_f32(dt_lm *g, int group, float *view, const void *src, size_t numel,
+                           const dt_tensor_info *t, int n, size_t group_off) {
+    if (!g->gemm16) {
+        g->dev->convert(view, DT_DTYPE_FP32, src, g->pt, numel);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        if (t[i].group != group || t[i].ndim != 1) continue;
+        size_t off = t[i].offset - group_off;
+        g->dev->convert(view + off, DT_DTYPE_FP32, lm_tensor_ptr((void *)src, off, g->psz), g->pt, t[i].numel);
+    }
+}
+
 static lm_params group_params(dt_lm *g, int group) {
-    lm_params p = {g->gparams[group], NULL};
+    void *base = g->bgroup_numel[group] ? lm_tensor_ptr(g->base, g->bgroup_off[group], g->psz) : NULL;
+    lm_params p = {g->gparams[group], NULL, base, NULL, group_slots(g, group), group >= 1 && group <= g->L ? group - 1 : -1};
     if (g->pt == DT_DTYPE_FP32) return p;
     p.f32 = g->pw;
+    p.base32 = base ? g->pwb : NULL;
     lm_prof_mark m = lm_prof_begin(g);
-    if (!g->gemm16) {
-        g->dev->convert(g->pw, DT_DTYPE_FP32, g->gparams[group], g->pt, g->group_numel[group]);
-        lm_prof_end(g, DT_LM_OP_CONVERT, m, 0.0);
-        return p;
-    }
-    p.w16 = g->gparams[group];
-    for (int i = 0; i < g->ntensors; i++) {
-        const dt_tensor_info *t = &g->tensors[i];
-        if (t->group != group || t->ndim != 1) continue;
-        size_t off = in_group(g, i);
-        g->dev->convert(g->pw + off, DT_DTYPE_FP32, lm_tensor_ptr(g->gparams[group], off, g->psz),
-                        g->pt, t->numel);
+    set_params_f32(g, group, g->pw, g->gparams[group], g->group_numel[group], g->tensors, g->ntensors,
+                   g->group_off[group]);
+    if (base)
+        set_params_f32(g, group, g->pwb, base, g->bgroup_numel[group], g->btensors, g->nbase,
+                       g->bgroup_off[group]);
+    if (g->gemm16) {
+        p.w16 = g->gparams[group];
+        p.base16 = base;
     }
     lm_prof_end(g, DT_LM_OP_CONVERT, m, 0.0);
     return p;
@@ -93,9 +114,9 @@ static size_t norm_numel(const dt_lm *g) { return g->norm_numel; }
 /* fp32 parameters of the final norm (the start of group L+1; an untied lm_head
  * after it is converted in row chunks by the classifier) */
 static float *norm_params_f32(dt_lm *g) {
-    int last = (int)g->L + 1;
-    if (g->pt == DT_DTYPE_FP32) return g->gparams[last];
-    g->dev->convert(g->pw, DT_DTYPE_FP32, g->gparams[last], g->pt, norm_numel(g));
+    void *w = slot_ptr(g, (int)g->L + 1, g->norm_w);
+    if (g->pt == DT_DTYPE_FP32) return w;
+    g->dev->convert(g->pw, DT_DTYPE_FP32, w, g->pt, norm_numel(g));
     return g->pw;
 }
 
@@ -132,39 +153,64 @@ const char *dt_lm_op_name(const dt_lm *g, dt_lm_op op) {
 
 /* The tensor table, group by group, from models/' description d of the family
  * (lm_layer.c), and the offsets of the block's tensor kinds. */
+static void group_begin(dt_lm *g, int grp, const lm_layout *lo) {
+    g->group_off[grp] = lo->off;
+    g->bgroup_off[grp] = lo->boff;
+}
+
+static void group_end(dt_lm *g, int grp, const lm_layout *lo) {
+    g->group_numel[grp] = lo->off - g->group_off[grp];
+    g->bgroup_numel[grp] = lo->boff - g->bgroup_off[grp];
+}
+
 static int build_layout(dt_lm *g, const dt_model_desc *d, dt_error *err) {
-    lm_layout lo = {0, 0};
-    g->group_off[0] = lo.off;
+    lm_layout lo = {0};
+    group_begin(g, 0, &lo);
     lm_layout_embed(g, d, &lo);
-    g->group_numel[0] = lo.off - g->group_off[0];
+    group_end(g, 0, &lo);
     for (int l = 0; l < g->L; l++) {
-        int grp = 1 + l;
-        g->group_off[grp] = lo.off;
+        group_begin(g, 1 + l, &lo);
         lm_layout_block(g, d, l, &lo);
-        g->group_numel[grp] = lo.off - g->group_off[grp];
+        group_end(g, 1 + l, &lo);
     }
     int last = (int)g->L + 1;
-    g->group_off[last] = lo.off;
+    group_begin(g, last, &lo);
+    g->full_head_off = lo.foff;
     lm_layout_head(g, d, &lo);
-    g->group_numel[last] = lo.off - g->group_off[last];
+    group_end(g, last, &lo);
     g->nparams = lo.off;
     g->ntensors = lo.i;
+    g->nbase_params = lo.boff;
+    g->nbase = lo.bi;
     return lm_layout_kinds(g, err);
 }
 
 /* Lays out (or, with base == NULL, just measures) the saved activations. */
+/* Blocks below it write their activations into the shared area: checkpointed blocks
+ * (recomputed there in backward) and the blocks below the first trained one (no backward
+ * reads them: nothing is kept for them, as autograd keeps nothing where no tensor requires
+ * a gradient). */
+static int64_t shared_blocks(const dt_lm *g) { return g->K > g->first_trained ? g->K : g->first_trained; }
+
 static size_t layout_acts(dt_lm *g, char *base) {
     int64_t N = g->B * g->T, C = g->C;
     size_t a = (size_t)g->asz, off = 0;
-    for (int64_t l = 0; l <= g->L; l++) g->x[l] = lm_take(base, &off, a * N * C);
-    int64_t nblocks = g->L - g->K + (g->K > 0 ? 1 : 0);
+    /* the residual stream: below the first trained block only the forward reads a block's
+     * input, so those blocks alternate between two buffers (x[0], x[1]) */
+    const int64_t F = g->first_trained;
+    for (int64_t l = 0; l <= g->L; l++)
+        g->x[l] = l < F && l >= 2 ? g->x[l % 2] : lm_take(base, &off, a * N * C);
+    const int64_t S = shared_blocks(g);
+    int64_t nblocks = g->L - S + (S > 0 ? 1 : 0);
     for (int64_t s = 0; s < nblocks; s++) {
-        /* saved blocks K..L-1 first, then the shared recompute area */
-        void *ba = s < g->L - g->K ? g->blocks + (size_t)(g->K + s) * g->family->acts_size : g->recompute;
+        /* saved blocks S..L-1 first, then the shared area */
+        void *ba = s < g->L - S ? g->blocks + (size_t)(S + s) * g->family->acts_size : g->recompute;
         g->family->layout_block_acts(g, ba, base, &off);
     }
     g->lnf = lm_take(base, &off, a * N * C);
     g->family->layout_norm_stats(g, base, &off);
+    /* LoRA: each adaptable module's x·Aᵀ [N, r] fp32 per block (PEFT keeps the adapters fp32) */
+    g->lora_xa = lm_take(base, &off, sizeof(float) * (size_t)(g->L * g->lora_mods * N * g->lora_r));
     return off;
 }
 
@@ -270,6 +316,41 @@ static void configure(dt_lm *g, const dt_model *m, const dt_precision *prec, con
     g->asz = dt_dtype_size(g->at);
 }
 
+int dt_lm_check_method(const dt_precision *prec, dt_device device, const dt_finetune *ft, dt_error *err) {
+    const char *no = NULL;
+    if (!ft || ft->method == DT_FT_FULL || ft->method == DT_FT_FREEZE) return DT_OK;
+    if (ft->method == DT_FT_QLORA) no = "QLoRA (a quantised base)";
+    else if (prec->param != DT_DTYPE_FP32) no = "LoRA with 16-bit parameters";
+    else if (device != DT_DEVICE_CPU) no = "LoRA on the CUDA device";
+    if (!no) return DT_OK;
+    return dt_errorf(err, DT_EINVAL,
+                     "model: %s is not built in this engine yet; it trains full, freeze, and LoRA with fp32 "
+                     "parameters on the CPU (run the plan with PEFT and DeepSpeed: dtplan export)", no);
+}
+
+/* The fine-tuning method's parameter groups (models/dt_pgroup.h), which decide every
+ * tensor's set: none for full fine-tuning. LoRA / QLoRA are not built in this engine. */
+static int setup_method(dt_lm *g, const dt_model *m, const dt_precision *prec, const dt_finetune *ft,
+                        dt_error *err) {
+    g->first_trained = 0;
+    g->embed_trained = 1;
+    if (!ft || ft->method == DT_FT_FULL) return DT_OK;
+    int rc = dt_lm_check_method(prec, g->dev->kind, ft, err);
+    if (rc) return rc;
+    if (dt_ft_is_lora(ft)) {
+        g->lora_r = ft->lora_rank;
+        g->lora_s = (float)dt_ft_lora_scale(ft);
+        g->lora_mods = g->family->lora_mods;
+        g->lora_p = (float)ft->lora_dropout;
+    }
+    if (!(g->pg = malloc(sizeof *g->pg))) return dt_errorf(err, DT_ENOMEM, "model: out of memory");
+    rc = dt_model_pgroups(m, ft, prec->param, DT_ROLE_POLICY, g->pg, err);
+    if (rc) return rc;
+    g->first_trained = dt_pgroups_first_trained_layer(g->pg);
+    g->embed_trained = dt_pgroups_embedding_trained(g->pg);
+    return DT_OK;
+}
+
 int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_options *o, dt_lm **out,
                       dt_error *err) {
     *out = NULL;
@@ -289,26 +370,41 @@ int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_o
     configure(g, m, prec, o);
 
     g->ngroups = (int)g->L + 2;
+    if ((rc = setup_method(g, m, prec, o->finetune, err))) {
+        dt_lm_free(g);
+        return rc;
+    }
     dt_model_desc desc;   /* the family's modules, as models/ counts them */
     dt_model_describe(m, &desc);
-    g->ntensors = lm_layout_count(&desc, g->L, g->tied);
-    g->tensors = calloc((size_t)g->ntensors, sizeof *g->tensors);
-    g->names = calloc((size_t)g->ntensors, sizeof *g->names);
+    /* either set may hold them all; LoRA adds an A and a B to each linear of the blocks */
+    const int linears = desc.block.attn.n_in + 1 + desc.block.mlp.n_in + 1;
+    const int all = lm_layout_count(&desc, g->L, g->tied) + (g->lora_r ? 2 * linears * (int)g->L : 0);
+    g->tensors = calloc((size_t)all, sizeof *g->tensors);
+    g->names = calloc((size_t)all, sizeof *g->names);
+    g->btensors = calloc((size_t)all, sizeof *g->btensors);
+    g->bnames = calloc((size_t)all, sizeof *g->bnames);
+    g->slots = calloc((size_t)g->L * (size_t)g->family->block_kinds + 1, sizeof *g->slots);
     g->group_off = calloc((size_t)g->ngroups, sizeof(size_t));
     g->group_numel = calloc((size_t)g->ngroups, sizeof(size_t));
+    g->bgroup_off = calloc((size_t)g->ngroups, sizeof(size_t));
+    g->bgroup_numel = calloc((size_t)g->ngroups, sizeof(size_t));
     g->gparams = calloc((size_t)g->ngroups, sizeof(void *));
     g->ggrads = calloc((size_t)g->ngroups, sizeof(void *));
     g->x = calloc((size_t)g->L + 1, sizeof(void *));
     g->blocks = calloc((size_t)g->L, g->family->acts_size);
     g->recompute = calloc(1, g->family->acts_size);
     g->fviews = calloc(1, g->family->views_size);
-    g->boff = calloc((size_t)g->family->block_kinds, sizeof(size_t));
-    if (!g->tensors || !g->names || !g->group_off || !g->group_numel || !g->gparams ||
-        !g->ggrads || !g->x || (g->L && !g->blocks) || !g->recompute || !g->fviews || !g->boff) {
+    if (!g->tensors || !g->names || !g->btensors || !g->bnames || !g->slots || !g->group_off ||
+        !g->group_numel || !g->bgroup_off || !g->bgroup_numel || !g->gparams || !g->ggrads || !g->x ||
+        (g->L && !g->blocks) || !g->recompute || !g->fviews) {
         dt_lm_free(g);
         return dt_errorf(err, DT_ENOMEM, "model: out of memory for the layout tables");
     }
-    if ((rc = build_layout(g, &desc, err))) {
+    if (!(rc = build_layout(g, &desc, err)) && g->wpe.off != SIZE_MAX && g->wpe.set != g->wte.set)
+        rc = dt_errorf(err, DT_EINVAL,
+                       "model: %s trains one of wte and wpe; the engine's encoder trains both or neither "
+                       "(--trainable-modules wte,wpe)", m->name);
+    if (rc) {
         dt_lm_free(g);
         return rc;
     }
@@ -319,9 +415,11 @@ int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_o
         g->params = dev->alloc(DT_POOL_DEVICE, DT_MEM_PARAMS, g->nparams * (size_t)g->psz);
         g->grads = dev->alloc(DT_POOL_DEVICE, DT_MEM_GRADS, g->nparams * (size_t)g->gsz);
     }
+    /* the base set: replicated, never rebound (DT_MEM_PARAMS) */
+    if (g->nbase_params) g->base = dev->alloc(DT_POOL_DEVICE, DT_MEM_PARAMS, g->nbase_params * (size_t)g->psz);
     g->act_bytes = layout_acts(g, NULL);
     g->act_mem = dev->alloc(DT_POOL_DEVICE, DT_MEM_ACTIVATIONS, g->act_bytes);
-    int ok = (!flat || (g->params && g->grads)) && g->act_mem;
+    int ok = (!flat || (g->params && g->grads)) && g->act_mem && (!g->nbase_params || g->base);
     if (ok) layout_acts(g, g->act_mem);
     for (int grp = 0; grp < g->ngroups && flat; grp++) {   /* else unbound until dt_lm_bind_group */
         g->gparams[grp] = lm_tensor_ptr(g->params, g->group_off[grp], g->psz);
@@ -337,16 +435,25 @@ int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_o
     g->dC = buf(g, sizeof(float) * N * C);
     ok = ok && g->logits && g->ce_lse && g->ce_losses && g->inputs && g->targets && g->dres && g->dC &&
          g->family->alloc_scratch(g, m);
+    if (g->lora_r) ok = ok && (g->lora_t = buf(g, sizeof(float) * (size_t)(N * g->lora_r)));   /* [N, r] */
+    /* dropout(x) of the widest adapted input (llama: QD or F; gpt2: F) */
+    const int64_t widest_in = g->F > g->QD ? (g->F > C ? g->F : C) : (g->QD > C ? g->QD : C);
+    if (g->lora_p > 0.0f) ok = ok && (g->lora_xd = buf(g, sizeof(float) * (size_t)(N * widest_in)));
 
     /* groups converted whole: blocks, the final norm, wpe; the embedding and
      * lm_head matrices are converted in row chunks */
-    g->max_group_numel = g->group_numel[1];
+    /* a whole block, both sets (the same for every block): no block's trained part exceeds it */
+    g->max_group_numel = g->group_numel[1] + g->bgroup_numel[1];
     if (g->family->has_wpe && (size_t)(g->maxT * C) > g->max_group_numel)
         g->max_group_numel = (size_t)(g->maxT * C);
     if (norm_numel(g) > g->max_group_numel) g->max_group_numel = norm_numel(g);
     g->vchunk = (int64_t)(g->max_group_numel / (size_t)C);
     if (g->vchunk > V) g->vchunk = V;
+    for (int grp = 0; grp < g->ngroups; grp++)   /* the base part of each group converted whole */
+        if (g->bgroup_numel[grp] > g->max_bgroup_numel) g->max_bgroup_numel = g->bgroup_numel[grp];
     if (g->pt != DT_DTYPE_FP32) ok = ok && (g->pw = buf(g, sizeof(float) * g->max_group_numel));
+    if (g->pt != DT_DTYPE_FP32 && g->max_bgroup_numel)
+        ok = ok && (g->pwb = buf(g, sizeof(float) * g->max_bgroup_numel));
     if (g->gt != DT_DTYPE_FP32) {
         ok = ok && (g->gw = buf(g, sizeof(float) * g->max_group_numel)) &&
              (g->tok_head = buf(g, sizeof(int32_t) * V)) && (g->tok_next = buf(g, sizeof(int32_t) * N));
@@ -387,11 +494,13 @@ void dt_lm_free(dt_lm *g) {
     }
     dev->free(g->params);
     dev->free(g->grads);
+    dev->free(g->base);
     dev->free(g->act_mem);
     void *bufs[] = {g->logits,   g->ce_lse,   g->ce_losses, g->inputs,    g->targets,  g->dres,
                     g->dC,       g->dQKV,     g->dF,        g->pw,        g->gw,       g->w32.x,
                     g->w32.ln1,  g->w32.probs, g->w32.att,  g->w32.res1,  g->w32.ln2,  g->w32.xout,
-                    g->tok_head, g->tok_next, g->dA,        g->rope_cos,  g->rope_sin};
+                    g->tok_head, g->tok_next, g->dA,        g->rope_cos,  g->rope_sin,
+                    g->pwb,      g->lora_t,   g->lora_xd};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dev->free(bufs[i]);
     /* the family's views: a struct of float pointers (lm_family.views_size) */
     float **fv = g->fviews;
@@ -400,13 +509,18 @@ void dt_lm_free(dt_lm *g) {
     free(g->recompute);
     free(g->tensors);
     free(g->names);
+    free(g->btensors);
+    free(g->bnames);
+    free(g->slots);
+    free(g->pg);
     free(g->group_off);
     free(g->group_numel);
+    free(g->bgroup_off);
+    free(g->bgroup_numel);
     free(g->gparams);
     free(g->ggrads);
     free(g->x);
     free(g->blocks);
-    free(g->boff);
     free(g);
 }
 
@@ -428,6 +542,20 @@ size_t dt_lm_group_numel(const dt_lm *g, int group) {
     return group >= 0 && group < g->ngroups ? g->group_numel[group] : 0;
 }
 size_t dt_lm_num_params(const dt_lm *g) { return g->nparams; }
+int dt_lm_num_base_tensors(const dt_lm *g) { return g->nbase; }
+const dt_tensor_info *dt_lm_base_tensor(const dt_lm *g, int i) {
+    return i >= 0 && i < g->nbase ? &g->btensors[i] : NULL;
+}
+size_t dt_lm_num_base_params(const dt_lm *g) { return g->nbase_params; }
+void *dt_lm_base_params(dt_lm *g) { return g->base; }
+int64_t dt_lm_first_trained_layer(const dt_lm *g) { return g->first_trained; }
+void dt_lm_set_dropout(dt_lm *g, int on, uint64_t key) {
+    g->drop_on = on;
+    g->drop_key = key;
+}
+uint64_t dt_lm_dropout_key(uint64_t seed, int64_t step, int64_t micro) {
+    return lm_splitmix64_at(lm_splitmix64_at(seed, (uint64_t)step + 1), (uint64_t)micro + 1);
+}
 void *dt_lm_params(dt_lm *g) { return g->params; }
 void *dt_lm_grads(dt_lm *g) { return g->grads; }
 const float *dt_lm_logits(const dt_lm *g) { return g->logits; }
@@ -494,13 +622,11 @@ void *dt_lm_group_grads(dt_lm *g, int group) {
 
 /* block l's saved activations: its record, or the shared recompute area */
 static void *acts_of(dt_lm *g, int l) {
-    return l < g->K ? g->recompute : g->blocks + (size_t)l * g->family->acts_size;
+    return l < shared_blocks(g) ? g->recompute : g->blocks + (size_t)l * g->family->acts_size;
 }
 
 /* The classifier matrix [V, C] (the embedding, or lm_head) in param dtype. */
-static const void *cls_params(const dt_lm *g) {
-    return lm_tensor_ptr(g->gparams[g->cls_group], g->cls_off, g->psz);
-}
+static const void *cls_params(const dt_lm *g) { return slot_ptr(g, g->cls_group, g->cls); }
 
 /* logits[N, V] = lnf[N, C] @ W[V, C]^T, W the embedding (tied) or lm_head. lnf:
  * the saved activation, lnf32 its fp32 view (unused with gemm16). */
@@ -594,17 +720,16 @@ int dt_lm_forward(dt_lm *g, const int32_t *inputs, const int32_t *targets, float
     g->prof_pass = DT_LM_PASS_FWD;
     lm_prof_mark m = lm_prof_begin(g);
     if (g->pt == DT_DTYPE_FP32) {
-        const float *P = g->gparams[0];
-        g->dev->encoder_forward(x0, g->inputs, P + in_group(g, 0), has_wpe ? P + in_group(g, 1) : NULL,
+        g->dev->encoder_forward(x0, g->inputs, slot_ptr(g, 0, g->wte), has_wpe ? slot_ptr(g, 0, g->wpe) : NULL,
                                 B, T, C);
     } else {
         float *wpe = NULL;
         if (has_wpe) {
             wpe = g->pw;
-            g->dev->convert(wpe, DT_DTYPE_FP32, lm_tensor_ptr(g->gparams[0], in_group(g, 1), g->psz),
+            g->dev->convert(wpe, DT_DTYPE_FP32, slot_ptr(g, 0, g->wpe),
                             g->pt, (size_t)(T * C));
         }
-        g->dev->encoder_forward_cast(x0, g->inputs, g->gparams[0], g->pt, wpe, B, T, C);
+        g->dev->encoder_forward_cast(x0, g->inputs, slot_ptr(g, 0, g->wte), g->pt, wpe, B, T, C);
     }
     lm_prof_end(g, DT_LM_OP_ENCODER, m, 0.0);
     lm_act_commit(g, g->x[0], x0, (size_t)(N * C));
@@ -661,12 +786,15 @@ int dt_lm_forward(dt_lm *g, const int32_t *inputs, const int32_t *targets, float
 static int classifier_backward(dt_lm *g, const void *lnf, const float *lnf32, float *dlnf) {
     int64_t N = g->B * g->T, C = g->C, V = g->V;
     const int grp = g->cls_group;
-    const size_t off = g->cls_off;
-    const double flops_per_v = 4.0 * (double)N * (double)C;   /* dlnf and dW: 2 N C each per vocab row */
+    const size_t off = g->cls.off;
+    const int trained = g->cls.set == DT_LM_SET_TRAINED;   /* a frozen matrix: no dW GEMM */
+    /* dlnf and (trained) dW: 2 N C each per vocab row */
+    const double flops_per_v = (trained ? 4.0 : 2.0) * (double)N * (double)C;
     lm_prof_mark m = lm_prof_begin(g);
     if (g->pt == DT_DTYPE_FP32 && g->gt == DT_DTYPE_FP32) {
         g->dev->gemm(0, 0, N, C, V, 1.0f, g->logits, V, cls_params(g), C, 0.0f, dlnf, C);
-        g->dev->gemm(1, 0, V, C, N, 1.0f, g->logits, V, lnf32, C, 1.0f, (float *)g->ggrads[grp] + off, C);
+        if (trained)
+            g->dev->gemm(1, 0, V, C, N, 1.0f, g->logits, V, lnf32, C, 1.0f, (float *)g->ggrads[grp] + off, C);
         lm_prof_end(g, DT_LM_OP_CLASSIFIER, m, flops_per_v * (double)V);
         return DT_OK;
     }
@@ -677,7 +805,7 @@ static int classifier_backward(dt_lm *g, const void *lnf, const float *lnf32, fl
     for (int64_t v0 = 0; v0 < V && !rc; v0 += vchunk) {
         int64_t nv = v0 + vchunk <= V ? vchunk : V - v0;
         const float dlnf_beta = v0 ? 1.0f : 0.0f;   /* the chunks' sums over V accumulate */
-        float *dw = g->gt == DT_DTYPE_FP32 ? (float *)g->ggrads[grp] + off + v0 * C : g->gw;
+        float *dw = g->gt == DT_DTYPE_FP32 && trained ? (float *)g->ggrads[grp] + off + v0 * C : g->gw;
         const float dw_beta = g->gt == DT_DTYPE_FP32 ? 1.0f : 0.0f;   /* gw: a fresh chunk */
         m = lm_prof_begin(g);   /* the chunk's weight conversion (16-bit, not gemm16) is booked with it */
         if (g->gemm16) {
@@ -688,7 +816,7 @@ static int classifier_backward(dt_lm *g, const void *lnf, const float *lnf32, fl
             m = lm_prof_begin(g);
             rc = g->dev->gemm_ex(0, 0, N, C, nv, 1.0f, g->d16, DT_DTYPE_BF16, nv, w, g->pt, C,
                                  dlnf_beta, dlnf, DT_DTYPE_FP32, C);
-            if (!rc)
+            if (!rc && trained)
                 rc = g->dev->gemm_ex(1, 0, nv, C, N, 1.0f, g->d16, DT_DTYPE_BF16, nv, lnf, g->at,
                                      C, dw_beta, dw, DT_DTYPE_FP32, C);
         } else {
@@ -701,10 +829,10 @@ static int classifier_backward(dt_lm *g, const void *lnf, const float *lnf32, fl
                 w = g->pw;
             }
             g->dev->gemm(0, 0, N, C, nv, 1.0f, g->logits + v0, V, w, C, dlnf_beta, dlnf, C);
-            g->dev->gemm(1, 0, nv, C, N, 1.0f, g->logits + v0, V, lnf32, C, dw_beta, dw, C);
+            if (trained) g->dev->gemm(1, 0, nv, C, N, 1.0f, g->logits + v0, V, lnf32, C, dw_beta, dw, C);
         }
         lm_prof_end(g, DT_LM_OP_CLASSIFIER, m, flops_per_v * (double)nv);
-        if (!rc && g->gt != DT_DTYPE_FP32) grads_add_16(g, grp, off + (size_t)(v0 * C), g->gw, (size_t)(nv * C));
+        if (!rc && trained && g->gt != DT_DTYPE_FP32) grads_add_16(g, grp, off + (size_t)(v0 * C), g->gw, (size_t)(nv * C));
     }
     return rc;
 }
@@ -715,14 +843,16 @@ static void final_norm_backward(dt_lm *g) {
     int64_t N = g->B * g->T, C = g->C;
     int last = (int)g->L + 1;
     const float *P = norm_params_f32(g);
-    float *G = g->gt == DT_DTYPE_FP32 ? g->ggrads[last] : g->gw;
-    if (g->gt != DT_DTYPE_FP32) g->dev->memset0(g->gw, norm_numel(g) * sizeof(float));
+    const int trained = g->norm_w.set == DT_LM_SET_TRAINED;   /* frozen: G NULL, no weight gradient */
+    const int w16 = g->gt != DT_DTYPE_FP32 && trained;
+    float *G = !trained ? NULL : w16 ? g->gw : (float *)g->ggrads[last] + g->norm_w.off;
+    if (w16) g->dev->memset0(g->gw, norm_numel(g) * sizeof(float));
     const float *xL = lm_act_load(g, g->x[g->L], g->w32.x, (size_t)(N * C));
     g->dev->memset0(g->dres, sizeof(float) * (size_t)(N * C));
     lm_prof_mark m = lm_prof_begin(g);
     g->family->norm_backward(g, g->dC, xL, P, G);
     lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
-    if (g->gt != DT_DTYPE_FP32) grads_add_16(g, last, 0, g->gw, norm_numel(g));
+    if (w16) grads_add_16(g, last, g->norm_w.off, g->gw, norm_numel(g));
 }
 
 /* One block backward, whichever the family. */
@@ -735,7 +865,7 @@ static void encoder_backward(dt_lm *g) {
     int64_t B = g->B, T = g->T, C = g->C, N = B * T;
     if (g->gt == DT_DTYPE_FP32) {
         float *G = g->ggrads[0];
-        g->dev->encoder_backward(G + in_group(g, 0), g->family->has_wpe ? G + in_group(g, 1) : NULL,
+        g->dev->encoder_backward(G + g->wte.off, lm_slot_grad(G, g->wpe),
                                  g->dres, g->inputs, B, T,
                                C);
         return;
@@ -760,8 +890,8 @@ static void encoder_backward(dt_lm *g) {
         g->dev->handoff(DT_STREAM_H2D, DT_STREAM_COMPUTE);
     }
     void *G = g->ggrads[0];
-    g->dev->encoder_backward_16(lm_tensor_ptr(G, in_group(g, 0), g->gsz),
-                                g->family->has_wpe ? lm_tensor_ptr(G, in_group(g, 1), g->gsz) : NULL,
+    g->dev->encoder_backward_16(lm_tensor_ptr(G, g->wte.off, g->gsz),
+                                lm_slot_trained(g->wpe) ? lm_tensor_ptr(G, g->wpe.off, g->gsz) : NULL,
                                 g->gt, g->dres, g->inputs,
                                 g->tok_head, g->tok_next, g->gw, B, T, C);
     /* reset the host head table for the next call, once the upload has read it */
@@ -801,6 +931,10 @@ int dt_lm_backward(dt_lm *g, float grad_scale, dt_error *err) {
 
     for (int l = (int)g->L - 1; l >= 0; l--) {
         if ((rc = hook(g, g->hooks.before_backward, 1 + l, err, "before_backward"))) return rc;
+        if (l < g->first_trained) {   /* nothing trained here or below: no backward (its group is empty) */
+            if ((rc = hook(g, g->hooks.after_backward, 1 + l, err, "after_backward"))) return rc;
+            continue;
+        }
         lm_params Pl = group_params(g, 1 + l);
         if (l < g->K) {   /* recompute */
             g->prof_pass = DT_LM_PASS_RECOMPUTE;
@@ -817,9 +951,11 @@ int dt_lm_backward(dt_lm *g, float grad_scale, dt_error *err) {
 
     /* untied: group 0 is entered here for the first time in this pass */
     if (!g->tied && (rc = hook(g, g->hooks.before_backward, 0, err, "before_backward"))) return rc;
-    m = lm_prof_begin(g);
-    encoder_backward(g);
-    lm_prof_end(g, DT_LM_OP_ENCODER, m, 0.0);
+    if (g->embed_trained) {
+        m = lm_prof_begin(g);
+        encoder_backward(g);
+        lm_prof_end(g, DT_LM_OP_ENCODER, m, 0.0);
+    }
     if ((rc = hook(g, g->hooks.after_backward, 0, err, "after_backward"))) return rc;
     return DT_OK;
 }

@@ -23,10 +23,13 @@
 /* per-block tensors, in Hugging Face order */
 enum {
     P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPW, P_ATTPB, P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPW,
-    P_FCPB, P_BLOCK_COUNT
+    P_FCPB,
+    /* LoRA's A and B of each linear (PEFT's c_attn, c_proj, c_fc, c_proj targets) */
+    P_QKV_A, P_QKV_B, P_ATTP_A, P_ATTP_B, P_FC_A, P_FC_B, P_FCP_A, P_FCP_B, P_BLOCK_COUNT
 };
+enum { G2_MOD_QKV, G2_MOD_ATTP, G2_MOD_FC, G2_MOD_FCP, G2_MODS };
 
-/* what the block reads, by name within the block (models/' module names; g->boff) */
+/* what the block reads, by name within the block (models/' module names; g->slots) */
 static const char *const g2_kinds[P_BLOCK_COUNT] = {
     [P_LN1W] = "ln_1.weight",          [P_LN1B] = "ln_1.bias",
     [P_QKVW] = "attn.c_attn.weight",   [P_QKVB] = "attn.c_attn.bias",
@@ -34,6 +37,10 @@ static const char *const g2_kinds[P_BLOCK_COUNT] = {
     [P_LN2W] = "ln_2.weight",          [P_LN2B] = "ln_2.bias",
     [P_FCW] = "mlp.c_fc.weight",       [P_FCB] = "mlp.c_fc.bias",
     [P_FCPW] = "mlp.c_proj.weight",    [P_FCPB] = "mlp.c_proj.bias",
+    [P_QKV_A] = "attn.c_attn.lora_A.weight", [P_QKV_B] = "attn.c_attn.lora_B.weight",
+    [P_ATTP_A] = "attn.c_proj.lora_A.weight", [P_ATTP_B] = "attn.c_proj.lora_B.weight",
+    [P_FC_A] = "mlp.c_fc.lora_A.weight",     [P_FC_B] = "mlp.c_fc.lora_B.weight",
+    [P_FCP_A] = "mlp.c_proj.lora_A.weight",  [P_FCP_B] = "mlp.c_proj.lora_B.weight",
 };
 
 /* ----------------------------------------------------------------------------
@@ -140,8 +147,8 @@ typedef struct {
     lm_linear qkv, attn_proj, fc, fc_proj;
 } gpt2_linears;
 
-static gpt2_linears gpt2_linears_of(const dt_lm *g) {
-    const size_t *o = g->boff;
+static gpt2_linears gpt2_linears_of(const dt_lm *g, const lm_params *P) {
+    const lm_slot *o = P->slot;
     const int64_t C = g->C, F = g->F;
     gpt2_linears s = {
         .qkv = {DT_LM_OP_QKV, LM_W_IN_OUT, o[P_QKVW], o[P_QKVB], C, 3 * C},
@@ -149,6 +156,10 @@ static gpt2_linears gpt2_linears_of(const dt_lm *g) {
         .fc = {DT_LM_OP_FC, LM_W_IN_OUT, o[P_FCW], o[P_FCB], C, F},
         .fc_proj = {DT_LM_OP_FC_PROJ, LM_W_IN_OUT, o[P_FCPW], o[P_FCPB], F, C},
     };
+    lm_linear_add_lora(g, P, &s.qkv, G2_MOD_QKV, P_QKV_A, P_QKV_B, 0, 3 * C);
+    lm_linear_add_lora(g, P, &s.attn_proj, G2_MOD_ATTP, P_ATTP_A, P_ATTP_B, 0, C);
+    lm_linear_add_lora(g, P, &s.fc, G2_MOD_FC, P_FC_A, P_FC_B, 0, F);
+    lm_linear_add_lora(g, P, &s.fc_proj, G2_MOD_FCP, P_FCP_A, P_FCP_B, 0, C);
     return s;
 }
 
@@ -160,15 +171,13 @@ static int gpt2_block_forward(dt_lm *g, int l, void *acts, void *xout, const lm_
     const gpt2_views *fv = g->fviews;
     int64_t B = g->B, T = g->T, C = g->C, H = g->H, F = g->F, N = B * T;
     block_f32 *w = &g->w32;
-    const size_t *o = g->boff;
-    const gpt2_linears lin = gpt2_linears_of(g);
-    const float *p = P->f32;   /* vectors (and with fp32 linears the matrices) */
+    const gpt2_linears lin = gpt2_linears_of(g, P);
     int rc;
     const float *x = lm_act_load(g, g->x[l], w->x, (size_t)(N * C));   /* [N, C] */
 
     float *ln1 = lm_act_f32(g, A->ln1, w->ln1);   /* [N, C] */
     lm_prof_mark m = lm_prof_begin(g);
-    g->dev->layernorm_forward(ln1, A->ln1_mean, A->ln1_rstd, x, p + o[P_LN1W], p + o[P_LN1B], N, C,
+    g->dev->layernorm_forward(ln1, A->ln1_mean, A->ln1_rstd, x, lm_w32(P, P_LN1W), lm_w32(P, P_LN1B), N, C,
                             g->eps);
     lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
     lm_act_commit_lin(g, A->ln1, ln1, (size_t)(N * C));
@@ -196,7 +205,7 @@ static int gpt2_block_forward(dt_lm *g, int l, void *acts, void *xout, const lm_
 
     float *ln2 = lm_act_f32(g, A->ln2, w->ln2);   /* [N, C] */
     m = lm_prof_begin(g);
-    g->dev->layernorm_forward(ln2, A->ln2_mean, A->ln2_rstd, res1, p + o[P_LN2W], p + o[P_LN2B], N,
+    g->dev->layernorm_forward(ln2, A->ln2_mean, A->ln2_rstd, res1, lm_w32(P, P_LN2W), lm_w32(P, P_LN2B), N,
                             C, g->eps);
     lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
     lm_act_commit_lin(g, A->ln2, ln2, (size_t)(N * C));
@@ -223,9 +232,7 @@ static int gpt2_block_backward(dt_lm *g, int l, const void *acts, const lm_param
     const gpt2_views *fv = g->fviews;
     int64_t B = g->B, T = g->T, C = g->C, H = g->H, F = g->F, N = B * T;
     block_f32 *w = &g->w32;
-    const size_t *o = g->boff;
-    const gpt2_linears lin = gpt2_linears_of(g);
-    const float *p = P->f32;
+    const gpt2_linears lin = gpt2_linears_of(g, P);
     /* fp32 views the elementwise ops read; the linears' inputs only without gemm16 */
     const float *x = lm_act_load(g, g->x[l], w->x, (size_t)(N * C));          /* [N, C] */
     const float *ln1 = lm_act_load_lin(g, A->ln1, w->ln1, (size_t)(N * C));   /* [N, C] */
@@ -247,7 +254,7 @@ static int gpt2_block_backward(dt_lm *g, int l, const void *acts, const lm_param
     if ((rc = lm_linear_backward(g, &lin.fc, P, G, dC, LM_DINP_SET, dF, A->ln2, ln2, N)))
         return rc;
     m = lm_prof_begin(g);
-    g->dev->layernorm_backward(dres, G + o[P_LN2W], G + o[P_LN2B], dC, res1, p + o[P_LN2W],
+    g->dev->layernorm_backward(dres, lm_g32(P, G, P_LN2W), lm_g32(P, G, P_LN2B), dC, res1, lm_w32(P, P_LN2W),
                              A->ln2_mean, A->ln2_rstd, N, C);
     lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
     /* attention: res1 = x + att @ Wap + bap */
@@ -262,10 +269,12 @@ static int gpt2_block_backward(dt_lm *g, int l, const void *acts, const lm_param
     else
         g->dev->attention_backward_probs(dQKV, dC, qkv, probs, B, T, C, H);
     lm_prof_end(g, DT_LM_OP_ATTENTION, m, lm_attention_flops(g, DT_LM_PASS_BWD));
-    if ((rc = lm_linear_backward(g, &lin.qkv, P, G, dC, LM_DINP_SET, dQKV, A->ln1, ln1, N)))
+    const int input_grad = lm_block_input_grad(g, l, P, P_LN1W);
+    if ((rc = lm_linear_backward(g, &lin.qkv, P, G, input_grad ? dC : NULL, LM_DINP_SET, dQKV, A->ln1, ln1, N)))
         return rc;
+    if (!input_grad) return DT_OK;
     m = lm_prof_begin(g);
-    g->dev->layernorm_backward(dres, G + o[P_LN1W], G + o[P_LN1B], dC, x, p + o[P_LN1W],
+    g->dev->layernorm_backward(dres, lm_g32(P, G, P_LN1W), lm_g32(P, G, P_LN1B), dC, x, lm_w32(P, P_LN1W),
                              A->ln1_mean, A->ln1_rstd, N, C);
     lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
     return DT_OK;
@@ -279,7 +288,8 @@ static void gpt2_norm_forward(dt_lm *g, float *out, const float *x, const float 
 }
 
 static void gpt2_norm_backward(dt_lm *g, const float *dout, const float *x, const float *P, float *G) {
-    g->dev->layernorm_backward(g->dres, G, G + g->C, dout, x, P, g->lnf_mean, g->lnf_rstd, g->B * g->T,
+    /* G NULL: a frozen final norm (no weight / bias gradient) */
+    g->dev->layernorm_backward(g->dres, G, G ? G + g->C : NULL, dout, x, P, g->lnf_mean, g->lnf_rstd, g->B * g->T,
                                g->C);
 }
 
@@ -296,6 +306,7 @@ const lm_family lm_family_gpt2 = {
     .scale_out_init = 1,
     .block_kinds = P_BLOCK_COUNT,
     .kind_names = g2_kinds,
+    .lora_mods = G2_MODS,
     .acts_size = sizeof(gpt2_acts),
     .views_size = sizeof(gpt2_views),
     .check = gpt2_check,

@@ -19,61 +19,60 @@
  * Element e takes a standard normal by Box–Muller (cos branch) from two
  * uniforms, the splitmix64 outputs (Steele, Lea, Flood 2014) at counters 2e + 1
  * and 2e + 2 of the stream seeded with seed. */
-#define DT_SPLITMIX_GAMMA 0x9e3779b97f4a7c15ULL
-#define DT_TWO_POW_53 9007199254740992.0
-
-static uint64_t splitmix64_at(uint64_t seed, uint64_t counter) {
-    uint64_t z = seed + counter * DT_SPLITMIX_GAMMA;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-/* uniform in (0, 1): 53 random bits, never 0 */
-static double uniform01_at(uint64_t seed, uint64_t counter) {
-    return ((double)(splitmix64_at(seed, counter) >> 11) + 0.5) / DT_TWO_POW_53;
-}
+/* uniform in (0, 1): 53 random bits, never 0 (lm_internal.h) */
+static double uniform01_at(uint64_t seed, uint64_t counter) { return lm_uniform01_at(seed, counter); }
 
 static double normal_at(uint64_t seed, uint64_t e) {
     double u1 = uniform01_at(seed, 2 * e + 1), u2 = uniform01_at(seed, 2 * e + 2);
     return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
 }
 
-void dt_lm_init_slice(const dt_lm *g, uint64_t seed, size_t lo, size_t n, void *dst, dt_dtype dt) {
-    size_t hi = lo + n > g->nparams ? g->nparams : lo + n;
-    for (int i = 0; i < g->ntensors; i++) {
-        const dt_tensor_info *t = &g->tensors[i];
-        size_t a = t->offset > lo ? t->offset : lo, b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
+/* U(-1, 1) from the first uniform of element e's counters (DT_INIT_UNIFORM, scaled by its bound) */
+static double uniform_at(uint64_t seed, uint64_t e) { return 2.0 * uniform01_at(seed, 2 * e + 1) - 1.0; }
+
+/* element e's standard draw of a random rule: N(0, 1) or U(-1, 1) */
+static double draw_at(dt_init_kind kind, uint64_t seed, uint64_t e) {
+    return kind == DT_INIT_UNIFORM ? uniform_at(seed, e) : normal_at(seed, e);
+}
+
+/* Elements [lo, hi) of a set (tensors t[0 .. n)) into dst[0 .. hi - lo), each by the
+ * counter of its full_offset. */
+static void init_set(const dt_tensor_info *t, int n, uint64_t seed, size_t lo, size_t hi, void *dst, dt_dtype dt) {
+    for (int i = 0; i < n; i++) {
+        size_t a = t[i].offset > lo ? t[i].offset : lo, b = t[i].offset + t[i].numel < hi ? t[i].offset + t[i].numel : hi;
         if (a >= b) continue;
         /* the rule the family declared with the tensor (lm_layout_add) */
-        const int constant = t->init.kind != DT_INIT_NORMAL;
-        const float c = t->init.kind == DT_INIT_ONE ? 1.0f : 0.0f;
-        const double std = t->init.std;
+        const dt_init_kind kind = t[i].init.kind;
+        const int constant = kind != DT_INIT_NORMAL && kind != DT_INIT_UNIFORM;
+        const float c = kind == DT_INIT_ONE ? 1.0f : 0.0f;
+        const double std = t[i].init.std;
+        const size_t shift = t[i].full_offset - t[i].offset;   /* 0 under full fine-tuning */
         int64_t cnt = (int64_t)(b - a);
 #pragma omp parallel for schedule(static) if (cnt > DT_INIT_PAR_MIN)
         for (int64_t k = 0; k < cnt; k++) {
             size_t e = a + (size_t)k;
-            float v = constant ? c : (float)(normal_at(seed, e) * std);
+            float v = constant ? c : (float)(draw_at(kind, seed, e + shift) * std);
             dt_store(dst, dt, e - lo, v);
         }
     }
 }
 
-int dt_lm_init_random(dt_lm *g, uint64_t seed, dt_error *err) {
-    /* drawn on the host: into the params directly, or into a host staging copy */
-    if (!g->params)
-        return dt_errorf(err, DT_EINVAL,
-                         "model: no flat parameter buffer to initialise (created without one or "
-                         "released for ZeRO-3); initialise the shards with dt_lm_init_slice");
-    size_t bytes = g->nparams * (size_t)g->psz;
-    void *host = g->dev->host_addressable ? g->params
-                                          : g->dev->alloc(DT_POOL_HOST, DT_MEM_BUFFERS, bytes);
+void dt_lm_init_slice(const dt_lm *g, uint64_t seed, size_t lo, size_t n, void *dst, dt_dtype dt) {
+    size_t hi = lo + n > g->nparams ? g->nparams : lo + n;
+    init_set(g->tensors, g->ntensors, seed, lo, hi, dst, dt);
+}
+
+/* The whole of a flat buffer (nelems of dtype pt) from seed: drawn on the host into
+ * it, or into a host staging copy uploaded after. */
+static int init_flat(dt_lm *g, void *flat, size_t nelems, const dt_tensor_info *t, int n, uint64_t seed,
+                     dt_error *err) {
+    size_t bytes = nelems * (size_t)g->psz;
+    void *host = g->dev->host_addressable ? flat : g->dev->alloc(DT_POOL_HOST, DT_MEM_BUFFERS, bytes);
     if (!host)
-        return dt_errorf(err, DT_ENOMEM, "model: out of host memory staging the %zu initial parameters",
-                         g->nparams);
-    dt_lm_init_slice(g, seed, 0, g->nparams, host, g->pt);
-    if (host != g->params) {
-        g->dev->memcpy(g->params, host, bytes, DT_COPY_H2D, DT_STREAM_H2D);
+        return dt_errorf(err, DT_ENOMEM, "model: out of host memory staging the %zu initial parameters", nelems);
+    init_set(t, n, seed, 0, nelems, host, g->pt);
+    if (host != flat) {
+        g->dev->memcpy(flat, host, bytes, DT_COPY_H2D, DT_STREAM_H2D);
         g->dev->handoff(DT_STREAM_H2D, DT_STREAM_COMPUTE);
         /* the upload is done once the compute stream passed the hand-off; a
          * pending asynchronous error stays recorded for the caller's next
@@ -82,4 +81,17 @@ int dt_lm_init_random(dt_lm *g, uint64_t seed, dt_error *err) {
         g->dev->free(host);
     }
     return DT_OK;
+}
+
+int dt_lm_init_random(dt_lm *g, uint64_t seed, dt_error *err) {
+    if (!g->params)
+        return dt_errorf(err, DT_EINVAL,
+                         "model: no flat parameter buffer to initialise (created without one or "
+                         "released for ZeRO-3); initialise the shards with dt_lm_init_slice");
+    return init_flat(g, g->params, g->nparams, g->tensors, g->ntensors, seed, err);
+}
+
+int dt_lm_init_base_random(dt_lm *g, uint64_t seed, dt_error *err) {
+    if (!g->nbase_params) return DT_OK;
+    return init_flat(g, g->base, g->nbase_params, g->btensors, g->nbase, seed, err);
 }

@@ -33,6 +33,7 @@
 #include "dt_dtype.h"
 #include "dt_lm.h"
 #include "dt_model.h"
+#include "dt_pgroup.h"
 
 #define DT_TENSOR_NAME_MAX 64
 /* The widest attention head the device kernels take: the CUDA flash kernel keeps
@@ -61,7 +62,34 @@ typedef struct {
 typedef struct {
     const float *f32;
     const void *w16;
+    /* the group's frozen tensors (the base set, dt_lm.h "Two parameter sets"), viewed as
+     * f32 / w16 are for the trained set; NULL when the group has none */
+    const float *base32;
+    const void *base16;
+    /* block groups: where each of the family's tensor kinds lives ([block_kinds]) */
+    const struct lm_slot *slot;
+    int64_t layer;      /* the block (group - 1), -1 outside the blocks */
 } lm_params;
+
+/* Where a block's tensor kind lives: its element offset inside the group of its set
+ * (SIZE_MAX: the model has no such tensor) and the set (DT_LM_SET_TRAINED / _BASE). */
+typedef struct lm_slot {
+    size_t off;
+    int set;
+} lm_slot;
+
+/* fp32 view of the tensor at slot s of P's group (NULL: off SIZE_MAX) */
+static inline const float *lm_slot_f32(const lm_params *P, lm_slot s) {
+    if (s.off == SIZE_MAX) return NULL;
+    return (s.set == DT_LM_SET_BASE ? P->base32 : P->f32) + s.off;
+}
+/* fp32 view of kind k of P's block (NULL when the model has none) */
+static inline const float *lm_w32(const lm_params *P, int k) { return lm_slot_f32(P, P->slot[k]); }
+/* the fp32 gradient of kind k inside G (the group's trained-set layout), NULL when the
+ * tensor is frozen or absent: its weight-gradient op is skipped */
+static inline int lm_slot_trained(lm_slot s) { return s.off != SIZE_MAX && s.set == DT_LM_SET_TRAINED; }
+static inline float *lm_slot_grad(float *G, lm_slot s) { return lm_slot_trained(s) ? G + s.off : NULL; }
+static inline float *lm_g32(const lm_params *P, float *G, int k) { return lm_slot_grad(G, P->slot[k]); }
 
 /* Weight layout of a linear: GPT-2's Conv1D stores w [IC, OC], torch.nn.Linear
  * (the llama family) w [OC, IC]. */
@@ -88,14 +116,38 @@ struct dt_lm {
     size_t *group_off, *group_numel;
     size_t nparams;
     size_t max_group_numel;   /* largest group that is converted whole (blocks, final norm, wpe) */
-    /* [family->block_kinds]: element offset of each per-block tensor kind inside a
-     * block's group (the same for every block; SIZE_MAX: the family / options have
-     * no such tensor). Allocated for the family: no cap on a block's tensors. */
-    size_t *boff;
     int cls_group;            /* the group holding the classifier matrix [V, C]: 0 tied, L+1 untied */
-    size_t cls_off;           /* its element offset inside that group */
-    size_t norm_off;          /* the final norm's weight inside group L+1 */
     size_t norm_numel;        /* the final norm's elements there (weight, and bias) */
+    size_t full_head_off;     /* group L+1's first element in the full fine-tuning layout */
+
+    /* the base set (dt_lm.h "Two parameter sets"): the frozen tensors, their own flat
+     * buffer (DT_MEM_PARAMS, param dtype), never rebound; empty under full fine-tuning */
+    int nbase;
+    dt_tensor_info *btensors;
+    char (*bnames)[DT_TENSOR_NAME_MAX];
+    size_t *bgroup_off, *bgroup_numel;
+    size_t nbase_params, max_bgroup_numel;
+    void *base;
+    /* the fine-tuning method's groups (models/dt_pgroup.h); NULL: full fine-tuning */
+    dt_pgroups *pg;
+    int64_t first_trained;    /* blocks below it run no backward (L: none trained) */
+    int embed_trained;        /* the encoder's backward runs (wte / wpe trained) */
+    lm_slot *slots;           /* [L][family->block_kinds] where block l's kinds live */
+    lm_slot wte, wpe;         /* group 0's tensors (wpe off SIZE_MAX: none) */
+    lm_slot cls, norm_w;      /* the classifier matrix (in cls_group), the final norm's first tensor */
+    /* LoRA (dt_ft_is_lora): rank, scale alpha / r (rsLoRA alpha / sqrt(r)), the family's
+     * adaptable modules per block, each block's saved x·Aᵀ ([L][lora_mods][N, r] fp32, in the
+     * activations) and a [N, r] scratch for the backward's dy·B */
+    int64_t lora_r;
+    float lora_s;
+    int lora_mods;
+    float *lora_xa, *lora_t;
+    /* LoRA dropout (dt_lm_set_dropout): p, whether it is on for the next passes, their key,
+     * and a [N, max in] scratch for dropout(x) and the input gradient through it */
+    float lora_p;
+    int drop_on;
+    uint64_t drop_key;
+    float *lora_xd;
 
     /* storage */
     void *params, *grads;            /* flat, DT_MEM_PARAMS / DT_MEM_GRADS */
@@ -122,6 +174,7 @@ struct dt_lm {
     float *dA;                /* llama [N, max(QD, F)]: attention-output / down_proj-input gradient */
     float *rope_cos, *rope_sin;   /* llama [T, D/2] */
     float *pw;                /* fp32 params of the current group (16-bit params) */
+    float *pwb;               /* fp32 base-set params of the current group (16-bit params) */
     float *gw;                /* fp32 grads of the current group (16-bit grads) */
     block_f32 w32;            /* 16-bit activations only */
     void *fviews;             /* the family's own fp32 views (family->views_size bytes) */
@@ -178,7 +231,30 @@ static inline double lm_attention_flops(const dt_lm *g, dt_lm_pass pass) {
     return pass == DT_LM_PASS_BWD ? 2.0 * fwd : fwd;
 }
 
+/* ---- counter-based random numbers (lm_init.c's init, LoRA's dropout masks) ----
+ * splitmix64 (Steele, Lea, Flood 2014) at `counter` of the stream seeded with seed, and a
+ * uniform in (0, 1) from its top 53 bits (never 0): any element drawn alone. */
+#define DT_SPLITMIX_GAMMA 0x9e3779b97f4a7c15ULL
+#define DT_TWO_POW_53 9007199254740992.0
+static inline uint64_t lm_splitmix64_at(uint64_t seed, uint64_t counter) {
+    uint64_t z = seed + counter * DT_SPLITMIX_GAMMA;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+static inline double lm_uniform01_at(uint64_t seed, uint64_t counter) {
+    return ((double)(lm_splitmix64_at(seed, counter) >> 11) + 0.5) / DT_TWO_POW_53;
+}
+
 /* ---- helpers shared by the families ---- */
+
+/* 0 when block l's backward need not compute the gradient of its input nor of its first
+ * norm's output (kind norm_kind's weight): l is the first block backward reaches, no
+ * gradient flows below it (the embeddings are frozen) and that norm's weight is frozen —
+ * then the first linears skip their input gradient and the norm its backward. */
+static inline int lm_block_input_grad(const dt_lm *g, int l, const lm_params *P, int norm_kind) {
+    return l != g->first_trained || g->embed_trained || lm_slot_trained(P->slot[norm_kind]);
+}
 
 static inline void *lm_tensor_ptr(void *base, size_t elem_off, int esz) {
     return (char *)base + elem_off * (size_t)esz;
@@ -231,13 +307,32 @@ static inline const float *lm_act_load_lin(const dt_lm *g, const void *act, floa
  * its shape. This is where another kind of linear plugs in: a LoRA linear
  * (y = x Wᵀ + s·dropout(x) Aᵀ Bᵀ) is this description plus its adapter tensors'
  * offsets, rank and scale, run by the same two calls. */
+/* A LoRA adapter on the output columns [seg, seg + width) of a linear (PEFT's per-module
+ * adapter: llama's fused q | k carries q_proj's on [0, QD) and k_proj's on [QD, QK)):
+ * A [r, IC] and B [width, r] in the trained set (PEFT's shapes), and its saved x·Aᵀ. */
+typedef struct {
+    lm_slot a, b;
+    int64_t seg, width;
+    float *xa;          /* [N, r] fp32: x·Aᵀ, what lora_B's gradient reads */
+    uint64_t id;        /* block x the family's modules + module: its dropout mask's stream */
+} lm_lora;
+#define LM_LORA_MAX 2   /* adapters one of the families' linears carries (q | k, gate | up) */
+
 typedef struct {
     dt_lm_op kind;      /* the layer kind the profile books it to */
     lm_wlayout lay;     /* Conv1D [IC, OC] or nn.Linear [OC, IC] */
-    size_t w_off;       /* the weight's element offset in the group */
-    size_t b_off;       /* the bias's [OC], or SIZE_MAX: no bias */
+    lm_slot w;          /* the weight: its element offset in the group of its set */
+    lm_slot b;          /* the bias's [OC], or off SIZE_MAX: no bias */
     int64_t IC, OC;     /* input and output features */
+    int nlora;          /* its adapters (lm_linear_add_lora), 0 without LoRA */
+    lm_lora lora[LM_LORA_MAX];
 } lm_linear;
+
+/* Adds to lin the adapter of module `mod` (its index among the family's adaptable modules)
+ * whose kinds ka (lora_A) and kb (lora_B) P's block has, on output columns [seg, seg +
+ * width); nothing when the block has none (the module is not adapted). */
+void lm_linear_add_lora(const dt_lm *g, const lm_params *P, lm_linear *lin, int mod, int ka, int kb, int64_t seg,
+                        int64_t width);
 
 /* out [N, OC] = inp [N, IC] @ W (+ bias). inp: the saved input activation (act
  * dtype); inp32: its fp32 view (ignored, may be NULL, with gemm16); P: the
@@ -276,15 +371,27 @@ typedef struct {
     int64_t d0, d1;       /* shape [d0] or [d0, d1] */
     unsigned flags;       /* DT_TENSOR_* */
     dt_init_rule init;
+    int adapter;          /* a LoRA tensor: trained, its init counter apart from the model's */
+    /* what models/dt_pgroup.h calls it, for its trainability: the module (in-block path
+     * "self_attn.q_proj", or outside "embed_tokens"), "weight" | "bias", the block (-1 outside) */
+    const char *module, *tensor;
+    int64_t layer;
 } lm_tensor_decl;
 
-/* Where the next tensor goes: table index and element offset in the flat buffer. */
+/* Where the next tensor goes: table index and element offset in each set (trained,
+ * base), and its offset in the full fine-tuning layout (every tensor trained), which
+ * the init's counter uses so a frozen tensor starts as it would in a full run. */
 typedef struct {
-    int i;
-    size_t off;
+    int i, bi;
+    size_t off, boff, foff;
+    size_t aoff;          /* adapters' init counter (from DT_LORA_INIT_COUNTER) */
 } lm_layout;
+/* Where the adapters' init counters start: far past any model's elements, so adding
+ * adapters changes no base tensor's initial value (lm_init.c). */
+#define DT_LORA_INIT_COUNTER ((size_t)1 << 60)
 
-/* Appends tensor d to group `group` at lo, advancing it. The table must have room
+/* Appends tensor d to group `group` at lo, advancing it: into the trained set unless
+ * g->pg says it is frozen (then the base set). The tables must have room
  * (lm_layout_count). */
 void lm_layout_add(dt_lm *g, lm_layout *lo, int group, const lm_tensor_decl *d);
 /* Tensors of the whole model described by d (L blocks; tied: no lm_head tensor). */
@@ -295,9 +402,9 @@ int lm_layout_count(const dt_model_desc *d, int64_t L, int tied);
 void lm_layout_embed(dt_lm *g, const dt_model_desc *d, lm_layout *lo);
 void lm_layout_block(dt_lm *g, const dt_model_desc *d, int l, lm_layout *lo);
 void lm_layout_head(dt_lm *g, const dt_model_desc *d, lm_layout *lo);
-/* g->boff from block 0's tensors by the family's kind names (SIZE_MAX: the model has
- * no such tensor). DT_EINVAL naming the tensor when block 0 has one the family's
- * block does not use (a description this engine's block cannot run). */
+/* g->slots: each block's kinds by the family's kind names (off SIZE_MAX: the model has
+ * no such tensor), g->wte / wpe / cls / norm_w. DT_EINVAL naming the tensor when a block
+ * has one the family's block does not use (a description this engine's block cannot run). */
 int lm_layout_kinds(dt_lm *g, dt_error *err);
 
 /* The widest head the device kernels take (DT_LM_MAX_HEAD_DIM): DT_EINVAL with one
@@ -311,8 +418,8 @@ void *lm_take(char *base, size_t *off, size_t bytes);
 /* ---- the block interface: one table per family, dispatched by lm.c ----
  * Every function receives the model with its dimensions and options set
  * (configure ran first). Blocks: on entry to backward g->dres = dL/dx[l+1], on exit
- * dL/dx[l]; a block reads its parameters through P and the offsets g->boff of its
- * tensor kinds, and accumulates fp32 gradients into G (the group's layout). */
+ * dL/dx[l]; a block reads its parameters through P and the slots of its tensor kinds
+ * (lm_w32, lm_g32, P->slot), and accumulates fp32 gradients into G (the group's layout). */
 struct lm_family {
     const char *name;                         /* "gpt2", "llama" (for messages) */
     const char *hf_prefix;                    /* dt_lm_hf_prefix */
@@ -325,9 +432,15 @@ struct lm_family {
     double init_std;            /* embeddings and linears N(0, init_std) (HF initializer_range) */
     int scale_out_init;         /* 1: a sublayer's out linear N(0, init_std / sqrt(2L)) (GPT-2) */
     /* the block's tensor kinds its forward / backward read, by name within the block
-     * ([block_kinds]; g->boff[k] is kind k's offset, SIZE_MAX when the model has none) */
+     * ([block_kinds]; P->slot[k] is where kind k lives, off SIZE_MAX when the model has none) */
     int block_kinds;
     const char *const *kind_names;
+    /* the adaptable modules (PEFT's per-linear names inside the block, in layout order) */
+    int lora_mods;
+    /* pairs of kinds one GEMM reads as one matrix (adjacent in the layout): both must be
+     * in one set, or creation fails naming them */
+    const int (*fused)[2];
+    int n_fused;
     /* the family's checks of a model description: one line naming what this
      * engine cannot run (DT_EINVAL), after dt_model_validate */
     int (*check)(const dt_model *m, dt_error *err);

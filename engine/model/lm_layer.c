@@ -16,20 +16,32 @@
 /* ----------------------------------------------------------------------------
  * the tensor table and the activation cursor */
 
+/* 1 when the method trains the tensor d declares (every tensor under full fine-tuning) */
+static int decl_trained(const dt_lm *g, const lm_tensor_decl *d) {
+    return !g->pg || dt_pgroups_tensor_trained(g->pg, d->module, d->tensor, d->layer);
+}
+
 void lm_layout_add(dt_lm *g, lm_layout *lo, int group, const lm_tensor_decl *d) {
-    dt_tensor_info *t = &g->tensors[lo->i];
-    snprintf(g->names[lo->i], DT_TENSOR_NAME_MAX, "%s", d->name);
-    t->name = g->names[lo->i];
+    const int trained = d->adapter || decl_trained(g, d);
+    const int i = trained ? lo->i++ : lo->bi++;
+    dt_tensor_info *t = trained ? &g->tensors[i] : &g->btensors[i];
+    char *name = trained ? g->names[i] : g->bnames[i];
+    size_t *off = trained ? &lo->off : &lo->boff;
+    snprintf(name, DT_TENSOR_NAME_MAX, "%s", d->name);
+    t->name = name;
     t->group = group;
-    t->offset = lo->off;
+    t->set = trained ? DT_LM_SET_TRAINED : DT_LM_SET_BASE;
+    t->offset = *off;
+    t->full_offset = d->adapter ? DT_LORA_INIT_COUNTER + lo->aoff : lo->foff;
     t->ndim = d->ndim;
     t->shape[0] = d->d0;
     t->shape[1] = d->ndim == 2 ? d->d1 : 0;
     t->numel = (size_t)(d->ndim == 2 ? d->d0 * d->d1 : d->d0);
-    t->flags = d->flags;
+    t->flags = trained ? d->flags : d->flags & ~DT_TENSOR_TRAINABLE;
     t->init = d->init;
-    lo->off += t->numel;
-    lo->i++;
+    *off += t->numel;
+    if (d->adapter) lo->aoff += t->numel;
+    else lo->foff += t->numel;
 }
 
 int lm_check_head_dim(int64_t D, dt_error *err) {
@@ -41,53 +53,89 @@ int lm_check_head_dim(int64_t D, dt_error *err) {
 
 /* ---- the layout from models/' description ---- */
 
+/* Who a tensor is for models/dt_pgroup.h: module (in-block path, or outside), block (-1 outside). */
+typedef struct {
+    const char *module;
+    int64_t layer;
+} lm_owner;
+
 /* a matrix [d0, d1], N(0, std): trained, decayed */
-static void add_matrix(dt_lm *g, lm_layout *lo, int group, const char *name, int64_t d0, int64_t d1, double std) {
-    const lm_tensor_decl d = {name, 2, d0, d1, DT_TENSOR_TRAINABLE | DT_TENSOR_DECAY, {DT_INIT_NORMAL, std}};
+static void add_matrix(dt_lm *g, lm_layout *lo, int group, const char *name, lm_owner w, int64_t d0, int64_t d1,
+                       double std) {
+    const lm_tensor_decl d = {name, 2, d0, d1, DT_TENSOR_TRAINABLE | DT_TENSOR_DECAY, {DT_INIT_NORMAL, std}, 0,
+                              w.module, "weight", w.layer};
     lm_layout_add(g, lo, group, &d);
 }
 
 /* a vector [n] starting at 0 (biases) or 1 (norm weights): trained, not decayed */
-static void add_vector(dt_lm *g, lm_layout *lo, int group, const char *name, int64_t n, dt_init_kind init) {
-    const lm_tensor_decl d = {name, 1, n, 0, DT_TENSOR_TRAINABLE, {init, 0.0}};
+static void add_vector(dt_lm *g, lm_layout *lo, int group, const char *name, lm_owner w, int64_t n,
+                       dt_init_kind init) {
+    const lm_tensor_decl d = {name, 1, n, 0, DT_TENSOR_TRAINABLE, {init, 0.0}, 0, w.module,
+                              init == DT_INIT_ONE ? "weight" : "bias", w.layer};
     lm_layout_add(g, lo, group, &d);
 }
 
-static void add_norm(dt_lm *g, lm_layout *lo, int group, const char *prefix, const dt_norm_desc *n) {
+static void add_norm(dt_lm *g, lm_layout *lo, int group, const char *prefix, int64_t layer, const dt_norm_desc *n) {
     char name[DT_TENSOR_NAME_MAX];
+    const lm_owner w = {n->name, layer};
     snprintf(name, sizeof name, "%s%s.weight", prefix, n->name);
-    add_vector(g, lo, group, name, n->width, DT_INIT_ONE);
+    add_vector(g, lo, group, name, w, n->width, DT_INIT_ONE);
     if (n->kind != DT_NORM_LAYERNORM) return;
     snprintf(name, sizeof name, "%s%s.bias", prefix, n->name);
-    add_vector(g, lo, group, name, n->width, DT_INIT_ZERO);
+    add_vector(g, lo, group, name, w, n->width, DT_INIT_ZERO);
 }
 
-/* a linear's weight in the family's layout */
-static void add_weight(dt_lm *g, lm_layout *lo, int group, const char *prefix, const dt_linear_desc *li,
-                       double std) {
+/* LoRA's A [r, in] (PEFT: kaiming_uniform_(a=sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in))) and
+ * B [out, r] (zeros) of a linear the method adapts: trained, decayed (HF Trainer decays every
+ * matrix), named "<module>.lora_A.weight" / ".lora_B.weight" after the base weight */
+static void add_adapter(dt_lm *g, lm_layout *lo, int group, const char *prefix, int64_t layer,
+                        const dt_linear_desc *li) {
+    int trained = 0, adapted = 0;
+    if (!g->pg || layer < 0) return;
+    dt_pgroups_module_state(g->pg, li->name, layer, &trained, &adapted);
+    if (!adapted) return;
+    char name[DT_TENSOR_NAME_MAX];
+    const unsigned fl = DT_TENSOR_TRAINABLE | DT_TENSOR_DECAY | DT_TENSOR_ADAPTER;
+    snprintf(name, sizeof name, "%s%s.lora_A.weight", prefix, li->name);
+    const lm_tensor_decl a = {name, 2, g->lora_r, li->in, fl, {DT_INIT_UNIFORM, 1.0 / sqrt((double)li->in)}, 1,
+                              li->name, "lora_A.weight", layer};
+    lm_layout_add(g, lo, group, &a);
+    snprintf(name, sizeof name, "%s%s.lora_B.weight", prefix, li->name);
+    const lm_tensor_decl b = {name, 2, li->out, g->lora_r, fl, {DT_INIT_ZERO, 0.0}, 1, li->name, "lora_B.weight",
+                              layer};
+    lm_layout_add(g, lo, group, &b);
+}
+
+/* a linear's weight in the family's layout, then its adapter when the method adapts it */
+static void add_weight(dt_lm *g, lm_layout *lo, int group, const char *prefix, int64_t layer,
+                       const dt_linear_desc *li, double std) {
     char name[DT_TENSOR_NAME_MAX];
     snprintf(name, sizeof name, "%s%s.weight", prefix, li->name);
     const int in_out = g->family->weight_layout == LM_W_IN_OUT;
-    add_matrix(g, lo, group, name, in_out ? li->in : li->out, in_out ? li->out : li->in, std);
+    const lm_owner w = {li->name, layer};
+    add_matrix(g, lo, group, name, w, in_out ? li->in : li->out, in_out ? li->out : li->in, std);
+    add_adapter(g, lo, group, prefix, layer, li);
 }
 
-static void add_bias(dt_lm *g, lm_layout *lo, int group, const char *prefix, const dt_linear_desc *li) {
+static void add_bias(dt_lm *g, lm_layout *lo, int group, const char *prefix, int64_t layer,
+                     const dt_linear_desc *li) {
     if (!li->bias) return;
     char name[DT_TENSOR_NAME_MAX];
     snprintf(name, sizeof name, "%s%s.bias", prefix, li->name);
-    add_vector(g, lo, group, name, li->out, DT_INIT_ZERO);
+    const lm_owner w = {li->name, layer};
+    add_vector(g, lo, group, name, w, li->out, DT_INIT_ZERO);
 }
 
 /* norm; in-linears' weights, their biases; in-norms; out weight and bias */
-static void add_sublayer(dt_lm *g, lm_layout *lo, int group, const char *prefix, const dt_sublayer_desc *s,
-                         double out_std) {
+static void add_sublayer(dt_lm *g, lm_layout *lo, int group, const char *prefix, int64_t layer,
+                         const dt_sublayer_desc *s, double out_std) {
     const double std = g->family->init_std;
-    add_norm(g, lo, group, prefix, &s->norm);
-    for (int i = 0; i < s->n_in; i++) add_weight(g, lo, group, prefix, &s->in[i], std);
-    for (int i = 0; i < s->n_in; i++) add_bias(g, lo, group, prefix, &s->in[i]);
-    for (int i = 0; i < s->n_in_norm; i++) add_norm(g, lo, group, prefix, &s->in_norm[i]);
-    add_weight(g, lo, group, prefix, &s->out, out_std);
-    add_bias(g, lo, group, prefix, &s->out);
+    add_norm(g, lo, group, prefix, layer, &s->norm);
+    for (int i = 0; i < s->n_in; i++) add_weight(g, lo, group, prefix, layer, &s->in[i], std);
+    for (int i = 0; i < s->n_in; i++) add_bias(g, lo, group, prefix, layer, &s->in[i]);
+    for (int i = 0; i < s->n_in_norm; i++) add_norm(g, lo, group, prefix, layer, &s->in_norm[i]);
+    add_weight(g, lo, group, prefix, layer, &s->out, out_std);
+    add_bias(g, lo, group, prefix, layer, &s->out);
 }
 
 static int norm_tensors(const dt_norm_desc *n) { return n->kind == DT_NORM_LAYERNORM ? 2 : 1; }
@@ -108,7 +156,8 @@ void lm_layout_embed(dt_lm *g, const dt_model_desc *d, lm_layout *lo) {
     for (int i = 0; i < d->n_embed; i++) {
         char name[DT_TENSOR_NAME_MAX];
         snprintf(name, sizeof name, "%s%s.weight", g->family->model_prefix, d->embed[i].name);
-        add_matrix(g, lo, 0, name, d->embed[i].rows, d->embed[i].width, g->family->init_std);
+        const lm_owner w = {d->embed[i].name, -1};
+        add_matrix(g, lo, 0, name, w, d->embed[i].rows, d->embed[i].width, g->family->init_std);
     }
 }
 
@@ -118,51 +167,94 @@ void lm_layout_block(dt_lm *g, const dt_model_desc *d, int l, lm_layout *lo) {
     snprintf(prefix, sizeof prefix, f->block_prefix, l);
     /* GPT-2 (Radford et al. 2019 §2.3): the residual branches' last linears scaled by 1/sqrt(2L) */
     const double out_std = f->scale_out_init ? f->init_std / sqrt(2.0 * (double)g->L) : f->init_std;
-    add_sublayer(g, lo, 1 + l, prefix, &d->block.attn, out_std);
-    add_sublayer(g, lo, 1 + l, prefix, &d->block.mlp, out_std);
+    add_sublayer(g, lo, 1 + l, prefix, l, &d->block.attn, out_std);
+    add_sublayer(g, lo, 1 + l, prefix, l, &d->block.mlp, out_std);
 }
 
 void lm_layout_head(dt_lm *g, const dt_model_desc *d, lm_layout *lo) {
     const int last = (int)g->L + 1;
-    const size_t base = lo->off;
-    add_norm(g, lo, last, g->family->model_prefix, &d->final_norm);
-    g->norm_off = 0;
-    g->norm_numel = lo->off - base;
+    const size_t base = lo->foff;
+    add_norm(g, lo, last, g->family->model_prefix, -1, &d->final_norm);
+    g->norm_numel = lo->foff - base;
     /* the classifier matrix [V, C]: the embedding (tied) or lm_head after the norm */
     g->cls_group = g->tied ? 0 : last;
-    g->cls_off = g->tied ? 0 : g->norm_numel;
     if (!g->tied) {
         char name[DT_TENSOR_NAME_MAX];
         snprintf(name, sizeof name, "%s.weight", d->lm_head.name);
-        add_matrix(g, lo, last, name, d->lm_head.out, d->lm_head.in, g->family->init_std);
+        const lm_owner w = {d->lm_head.name, -1};
+        add_matrix(g, lo, last, name, w, d->lm_head.out, d->lm_head.in, g->family->init_std);
     }
+}
+
+/* the slot of the tensor named `name` in group grp (off SIZE_MAX: none) */
+static lm_slot find_slot(const dt_lm *g, int grp, const char *name) {
+    lm_slot s = {SIZE_MAX, DT_LM_SET_TRAINED};
+    for (int i = 0; i < g->ntensors; i++)
+        if (g->tensors[i].group == grp && strcmp(g->tensors[i].name, name) == 0)
+            s.off = g->tensors[i].offset - g->group_off[grp];
+    for (int i = 0; i < g->nbase; i++)
+        if (g->btensors[i].group == grp && strcmp(g->btensors[i].name, name) == 0) {
+            s.off = g->btensors[i].offset - g->bgroup_off[grp];
+            s.set = DT_LM_SET_BASE;
+        }
+    return s;
+}
+
+/* one of block l's tensors (set, index) that no kind of the family names, or -1 */
+static int unknown_block_tensor(const dt_lm *g, int l, const dt_tensor_info *t, int n) {
+    const lm_slot *sl = g->slots + (size_t)l * (size_t)g->family->block_kinds;
+    for (int i = 0; i < n; i++) {
+        if (t[i].group != 1 + l) continue;
+        const size_t off = t[i].offset - (t[i].set == DT_LM_SET_BASE ? g->bgroup_off : g->group_off)[1 + l];
+        int known = 0;
+        for (int k = 0; k < g->family->block_kinds; k++) known |= sl[k].off == off && sl[k].set == t[i].set;
+        if (!known) return i;
+    }
+    return -1;
 }
 
 int lm_layout_kinds(dt_lm *g, dt_error *err) {
     const lm_family *f = g->family;
     char prefix[DT_TENSOR_NAME_MAX], name[DT_TENSOR_NAME_MAX * 2];
-    snprintf(prefix, sizeof prefix, f->block_prefix, 0);
-    int used = 0, in_block = 0;
-    for (int i = 0; i < g->ntensors; i++) in_block += g->tensors[i].group == 1;
-    for (int k = 0; k < f->block_kinds; k++) {
-        g->boff[k] = SIZE_MAX;
-        snprintf(name, sizeof name, "%s%s", prefix, f->kind_names[k]);
-        for (int i = 0; i < g->ntensors; i++)
-            if (g->tensors[i].group == 1 && strcmp(g->tensors[i].name, name) == 0) {
-                g->boff[k] = g->tensors[i].offset - g->group_off[1];
-                used++;
-            }
-    }
-    if (used == in_block || g->L == 0) return DT_OK;
-    for (int i = 0; i < g->ntensors; i++) {
-        const dt_tensor_info *t = &g->tensors[i];
-        int known = 0;
-        for (int k = 0; k < f->block_kinds && t->group == 1; k++)
-            known |= g->boff[k] == t->offset - g->group_off[1];
-        if (t->group == 1 && !known)
+    for (int l = 0; l < g->L; l++) {
+        lm_slot *sl = g->slots + (size_t)l * (size_t)f->block_kinds;
+        snprintf(prefix, sizeof prefix, f->block_prefix, l);
+        for (int k = 0; k < f->block_kinds; k++) {
+            snprintf(name, sizeof name, "%s%s", prefix, f->kind_names[k]);
+            sl[k] = find_slot(g, 1 + l, name);
+        }
+        int i = unknown_block_tensor(g, l, g->tensors, g->ntensors);
+        const char *bad = i >= 0 ? g->tensors[i].name : NULL;
+        if (!bad && (i = unknown_block_tensor(g, l, g->btensors, g->nbase)) >= 0) bad = g->btensors[i].name;
+        if (bad)
             return dt_errorf(err, DT_EINVAL, "model: the block has a tensor %s the engine's %s block does not use",
-                             t->name, f->name);
+                             bad, f->name);
+        for (int k = 0; k < f->n_fused; k++) {
+            const lm_slot a = sl[f->fused[k][0]], b = sl[f->fused[k][1]];
+            if (a.off != SIZE_MAX && b.off != SIZE_MAX && a.set != b.set)
+                return dt_errorf(err, DT_EINVAL,
+                                 "model: %s%s and %s are one GEMM in the engine's %s block; train both or neither "
+                                 "(--trainable-modules naming their common parent, e.g. self_attn or mlp)",
+                                 prefix, f->kind_names[f->fused[k][0]], f->kind_names[f->fused[k][1]], f->name);
+        }
     }
+    const int last = (int)g->L + 1;
+    /* group 0: the token embedding first, learned positions (gpt2) second; group L+1: the
+     * final norm first, then (untied) lm_head: the first tensor of each in layout order */
+    g->wte = g->wpe = g->cls = g->norm_w = (lm_slot){SIZE_MAX, DT_LM_SET_TRAINED};
+    for (int pass = 0; pass < 2; pass++) {
+        const dt_tensor_info *t = pass ? g->btensors : g->tensors;
+        const int n = pass ? g->nbase : g->ntensors;
+        const size_t *go = pass ? g->bgroup_off : g->group_off;
+        for (int i = 0; i < n; i++) {
+            const lm_slot s = {t[i].offset - go[t[i].group], pass ? DT_LM_SET_BASE : DT_LM_SET_TRAINED};
+            if (t[i].group == 0 && t[i].full_offset == 0) g->wte = s;
+            else if (t[i].group == 0) g->wpe = s;
+            if (t[i].group == last && t[i].full_offset == g->full_head_off) g->norm_w = s;
+            if (t[i].group == last && t[i].full_offset == g->full_head_off + g->norm_numel) g->cls = s;
+        }
+    }
+    if (g->tied) g->cls = g->wte;
     return DT_OK;
 }
 
@@ -199,24 +291,116 @@ void lm_prof_record(const dt_lm *g, dt_lm_op op, lm_prof_mark m, double flops) {
 /* ----------------------------------------------------------------------------
  * linears (lm_internal.h lm_linear): fp32 device ops, or bf16 x bf16 -> fp32 GEMMs */
 
+void lm_linear_add_lora(const dt_lm *g, const lm_params *P, lm_linear *lin, int mod, int ka, int kb, int64_t seg,
+                        int64_t width) {
+    if (P->slot[ka].off == SIZE_MAX || lin->nlora >= LM_LORA_MAX) return;
+    const size_t n = (size_t)(g->B * g->T * g->lora_r);   /* one adapter's x·Aᵀ [N, r] */
+    lm_lora *a = &lin->lora[lin->nlora++];
+    a->a = P->slot[ka];
+    a->b = P->slot[kb];
+    a->seg = seg;
+    a->width = width;
+    a->id = (uint64_t)P->layer * (uint64_t)g->lora_mods + (uint64_t)mod;
+    a->xa = g->lora_xa + a->id * n;
+}
+
+/* LoRA dropout's mask (dt_lm_set_dropout): element e of adapter a's input is kept when the
+ * uniform at counter e + 1 of the stream splitmix64(key, id + 1) is >= p (torch's
+ * bernoulli(1 - p)), and kept elements are scaled by 1 / (1 - p) as nn.Dropout does. The
+ * mask is a function of (key, block, module, element) alone, so the backward regenerates it
+ * instead of keeping it (scripts/gen_lora_goldens.py reproduces it). */
+static int lora_dropping(const dt_lm *g) { return g->drop_on && g->lora_p > 0.0f; }
+
+/* y[e] = mask(e) · x[e] / (1 - p) over n elements (y may be x) */
+static void lora_mask(const dt_lm *g, const lm_lora *a, float *y, const float *x, int64_t n) {
+    const uint64_t stream = lm_splitmix64_at(g->drop_key, a->id + 1);
+    const double p = g->lora_p;
+    const float inv = (float)(1.0 / (1.0 - p));
+#pragma omp parallel for schedule(static)
+    for (int64_t e = 0; e < n; e++) y[e] = lm_uniform01_at(stream, (uint64_t)e + 1) >= p ? x[e] * inv : 0.0f;
+}
+
+/* the adapter's input: x, or dropout(x) in g->lora_xd [N, IC] */
+static const float *lora_input(const dt_lm *g, const lm_lora *a, const float *x, int64_t N, int64_t IC) {
+    if (!lora_dropping(g)) return x;
+    lora_mask(g, a, g->lora_xd, x, N * IC);
+    return g->lora_xd;
+}
+
+/* LoRA's GEMMs of one pass through lin's adapters: x·Aᵀ and (x·Aᵀ)·Bᵀ, 2·N·r·(IC + width) */
+static double lora_flops(const dt_lm *g, const lm_linear *lin, int64_t N) {
+    double f = 0.0;
+    for (int i = 0; i < lin->nlora; i++)
+        f += 2.0 * (double)N * (double)g->lora_r * (double)(lin->IC + lin->lora[i].width);
+    return f;
+}
+
+/* out[:, seg : seg + width] += s · (dropout(x) Aᵀ) Bᵀ for each adapter (PEFT lora.Linear.forward),
+ * keeping dropout(x) Aᵀ [N, r] for lora_B's gradient. x: inp32 [N, IC]. */
+static void lora_forward(dt_lm *g, const lm_linear *lin, const lm_params *P, float *out, const float *x,
+                         int64_t N) {
+    const int64_t r = g->lora_r, IC = lin->IC, OC = lin->OC;
+    for (int i = 0; i < lin->nlora; i++) {
+        const lm_lora *a = &lin->lora[i];
+        const float *A = lm_slot_f32(P, a->a), *B = lm_slot_f32(P, a->b);   /* [r, IC], [width, r] */
+        const float *xd = lora_input(g, a, x, N, IC);                           /* [N, IC] */
+        g->dev->gemm(0, 1, N, r, IC, 1.0f, xd, IC, A, IC, 0.0f, a->xa, r);
+        g->dev->gemm(0, 1, N, a->width, r, g->lora_s, a->xa, r, B, r, 1.0f, out + a->seg, OC);
+    }
+}
+
+/* The adapters' backward, dy = dout[:, seg : seg + width] (fp32 [N, OC] strided), xd = dropout(x)
+ * (regenerated from its key), M its mask / (1 - p):
+ *   dB [width, r] += s · dyᵀ (xd Aᵀ);  t [N, r] = s · dy B;  dA [r, IC] += tᵀ xd;  dinp += M ⊙ (t A)
+ * (PEFT's autograd through lora_B(lora_A(x)) * scaling; dinp adds to the base's). */
+static void lora_backward(dt_lm *g, const lm_linear *lin, const lm_params *P, float *G, float *dinp,
+                          const float *dout, const float *x, int64_t N) {
+    const int64_t r = g->lora_r, IC = lin->IC, OC = lin->OC;
+    float *t = g->lora_t;   /* [N, r] */
+    for (int i = 0; i < lin->nlora; i++) {
+        const lm_lora *a = &lin->lora[i];
+        const float *A = lm_slot_f32(P, a->a), *B = lm_slot_f32(P, a->b);
+        float *dA = lm_slot_grad(G, a->a), *dB = lm_slot_grad(G, a->b);
+        const float *dy = dout + a->seg;   /* [N, width], row stride OC */
+        g->dev->gemm(1, 0, a->width, r, N, g->lora_s, dy, OC, a->xa, r, 1.0f, dB, r);
+        g->dev->gemm(0, 0, N, r, a->width, g->lora_s, dy, OC, B, r, 0.0f, t, r);
+        g->dev->gemm(1, 0, r, IC, N, 1.0f, t, r, lora_input(g, a, x, N, IC), IC, 1.0f, dA, IC);
+        if (!dinp) continue;
+        if (!lora_dropping(g)) {
+            g->dev->gemm(0, 0, N, IC, r, 1.0f, t, r, A, IC, 1.0f, dinp, IC);
+            continue;
+        }
+        /* through the dropout: dinp += mask · (t A) / (1 - p) */
+        float *u = g->lora_xd;   /* [N, IC] */
+        g->dev->gemm(0, 0, N, IC, r, 1.0f, t, r, A, IC, 0.0f, u, IC);
+        lora_mask(g, a, u, u, N * IC);
+        g->dev->residual_forward(dinp, dinp, u, N * IC);
+    }
+}
+
+/* the 16-bit storage of the tensor at slot s of P's group */
+static const void *slot_w16(const dt_lm *g, const lm_params *P, lm_slot s) {
+    return lm_tensor_ptr((void *)(s.set == DT_LM_SET_BASE ? P->base16 : P->w16), s.off, g->psz);
+}
+
 int lm_linear_forward(dt_lm *g, const lm_linear *lin, const lm_params *P, float *out, const void *inp,
                       const float *inp32, int64_t N) {
     const int64_t IC = lin->IC, OC = lin->OC;
     const dt_lm_op kind = lin->kind;
     const lm_wlayout lay = lin->lay;
-    const size_t w_off = lin->w_off;
-    const float *bias = lin->b_off == SIZE_MAX ? NULL : P->f32 + lin->b_off;   /* [OC] */
+    const float *bias = lm_slot_f32(P, lin->b);   /* [OC] or NULL */
     const double flops = 2.0 * (double)N * (double)IC * (double)OC;
     lm_prof_mark m = lm_prof_begin(g);
     if (!g->gemm16) {
-        const float *w = P->f32 + w_off;
+        const float *w = lm_slot_f32(P, lin->w);
         if (lay == LM_W_IN_OUT) g->dev->linear_forward(out, inp32, w, bias, N, IC, OC);
         else g->dev->linear_t_forward(out, inp32, w, bias, N, IC, OC);
-        lm_prof_end(g, kind, m, flops);
+        lora_forward(g, lin, P, out, inp32, N);
+        lm_prof_end(g, kind, m, flops + lora_flops(g, lin, N));
         return DT_OK;
     }
     const int wt = lay == LM_W_OUT_IN;
-    const void *w = lm_tensor_ptr((void *)P->w16, w_off, g->psz);   /* [IC, OC] or [OC, IC] */
+    const void *w = slot_w16(g, P, lin->w);   /* [IC, OC] or [OC, IC] */
     float beta = 0.0f;
     if (bias) {   /* as the fp32 ops: the GEMM adds onto the broadcast bias */
         g->dev->broadcast_rows(out, bias, N, OC);
@@ -234,25 +418,25 @@ int lm_linear_backward(dt_lm *g, const lm_linear *lin, const lm_params *P, float
     const int64_t IC = lin->IC, OC = lin->OC;
     const dt_lm_op kind = lin->kind;
     const lm_wlayout lay = lin->lay;
-    const size_t w_off = lin->w_off;
     const int accumulate_dinp = mode == LM_DINP_ADD;
-    float *dw = G + w_off;                                              /* W's layout */
-    float *dbias = lin->b_off == SIZE_MAX ? NULL : G + lin->b_off;      /* [OC] */
-    /* dinp (when asked) and dw: one 2 N IC OC GEMM each */
+    float *dw = lm_slot_grad(G, lin->w);     /* W's layout; NULL: frozen, no weight gradient */
+    float *dbias = lm_slot_grad(G, lin->b);  /* [OC], or NULL: none or frozen */
+    /* dinp (when asked) and dw (when trained): one 2 N IC OC GEMM each */
     const double gemm_flops = 2.0 * (double)N * (double)IC * (double)OC;
-    const double flops = (dinp ? 2.0 : 1.0) * gemm_flops;
+    const double flops = ((dinp ? 1.0 : 0.0) + (dw ? 1.0 : 0.0)) * gemm_flops;
     lm_prof_mark m = lm_prof_begin(g);
     if (!g->gemm16) {
-        const float *w = P->f32 + w_off;
+        const float *w = lm_slot_f32(P, lin->w);
         if (lay == LM_W_IN_OUT)
             g->dev->linear_backward(dinp, dw, dbias, dout, inp32, w, N, IC, OC, accumulate_dinp);
         else
             g->dev->linear_t_backward(dinp, dw, dbias, dout, inp32, w, N, IC, OC, accumulate_dinp);
-        lm_prof_end(g, kind, m, flops);
+        lora_backward(g, lin, P, G, dinp, dout, inp32, N);
+        lm_prof_end(g, kind, m, flops + 2.0 * lora_flops(g, lin, N));
         return DT_OK;
     }
     const int wt = lay == LM_W_OUT_IN;
-    const void *w = lm_tensor_ptr((void *)P->w16, w_off, g->psz);   /* [IC, OC] or [OC, IC] */
+    const void *w = slot_w16(g, P, lin->w);   /* [IC, OC] or [OC, IC] */
     if (dbias) g->dev->bias_backward(dbias, dout, N, OC);   /* from the fp32 gradient */
     lm_prof_end(g, kind, m, 0.0);
     /* rows of dout per bf16 chunk: all N unless OC > d16_cap / N (dt_lm_create
@@ -273,7 +457,9 @@ int lm_linear_backward(dt_lm *g, const lm_linear *lin, const lm_params *P, float
                                  wt ? IC : OC, accumulate_dinp ? 1.0f : 0.0f, dinp + r0 * IC,
                                  DT_DTYPE_FP32, IC);
         /* dw += x^T @ d16 ([IC, OC], Conv1D) or d16^T @ x ([OC, IC], nn.Linear) */
-        if (!rc && wt)
+        if (!rc && !dw) {
+            /* frozen weight: no weight gradient */
+        } else if (!rc && wt)
             rc = g->dev->gemm_ex(1, 0, OC, IC, nr, 1.0f, g->d16, DT_DTYPE_BF16, OC, x, g->at, IC,
                                  1.0f, dw, DT_DTYPE_FP32, IC);
         else if (!rc)

@@ -21,17 +21,22 @@
 
 #include "lm_internal.h"
 
-/* the block's tensor kinds (the llama-family entries of g->boff), in layout order */
+/* the block's tensor kinds (the llama-family entries of g->slots), in layout order */
 enum {
     LL_IN, LL_QW, LL_KW, LL_VW, LL_QB, LL_KB, LL_VB, LL_QN, LL_KN, LL_OW, LL_POST, LL_GW, LL_UW,
-    LL_DW, LL_COUNT
+    LL_DW,
+    /* LoRA's A and B of each adaptable module, in the order of ll_lora_mod */
+    LL_Q_A, LL_Q_B, LL_K_A, LL_K_B, LL_V_A, LL_V_B, LL_O_A, LL_O_B, LL_G_A, LL_G_B, LL_U_A, LL_U_B,
+    LL_D_A, LL_D_B, LL_COUNT
 };
+/* the adaptable modules (PEFT targets every linear of the block), ids for lm_linear_add_lora */
+enum { LL_MOD_Q, LL_MOD_K, LL_MOD_V, LL_MOD_O, LL_MOD_G, LL_MOD_U, LL_MOD_D, LL_MODS };
 
 /* HF LlamaConfig.initializer_range (also Qwen2 / Qwen3): N(0, 0.02) for every
  * linear and the embedding, RMSNorm weights 1, biases 0 (LlamaPreTrainedModel._init_weights). */
 #define DT_LLAMA_INIT_STD 0.02
 
-/* what the block reads, by name within the block (models/' module names; g->boff) */
+/* what the block reads, by name within the block (models/' module names; g->slots) */
 static const char *const ll_kinds[LL_COUNT] = {
     [LL_IN] = "input_layernorm.weight",
     [LL_QW] = "self_attn.q_proj.weight",
@@ -47,7 +52,18 @@ static const char *const ll_kinds[LL_COUNT] = {
     [LL_GW] = "mlp.gate_proj.weight",
     [LL_UW] = "mlp.up_proj.weight",
     [LL_DW] = "mlp.down_proj.weight",
+    [LL_Q_A] = "self_attn.q_proj.lora_A.weight", [LL_Q_B] = "self_attn.q_proj.lora_B.weight",
+    [LL_K_A] = "self_attn.k_proj.lora_A.weight", [LL_K_B] = "self_attn.k_proj.lora_B.weight",
+    [LL_V_A] = "self_attn.v_proj.lora_A.weight", [LL_V_B] = "self_attn.v_proj.lora_B.weight",
+    [LL_O_A] = "self_attn.o_proj.lora_A.weight", [LL_O_B] = "self_attn.o_proj.lora_B.weight",
+    [LL_G_A] = "mlp.gate_proj.lora_A.weight",    [LL_G_B] = "mlp.gate_proj.lora_B.weight",
+    [LL_U_A] = "mlp.up_proj.lora_A.weight",      [LL_U_B] = "mlp.up_proj.lora_B.weight",
+    [LL_D_A] = "mlp.down_proj.lora_A.weight",    [LL_D_B] = "mlp.down_proj.lora_B.weight",
 };
+
+/* kinds one GEMM reads as one matrix (q | k rows, their biases, gate | up rows): they
+ * must live in one set (a freeze that trains q_proj but not k_proj is refused) */
+static const int ll_fused[][2] = {{LL_QW, LL_KW}, {LL_QB, LL_KB}, {LL_GW, LL_UW}};
 
 /* ----------------------------------------------------------------------------
  * the model description */
@@ -228,17 +244,26 @@ typedef struct {
     lm_linear qk, v, o, gate_up, down;
 } llama_linears;
 
-static llama_linears llama_linears_of(const dt_lm *g) {
-    const size_t *o = g->boff;
+static llama_linears llama_linears_of(const dt_lm *g, const lm_params *P) {
+    const lm_slot *o = P->slot, none = {SIZE_MAX, DT_LM_SET_TRAINED};
     const int64_t C = g->C, F = g->F, QD = g->QD, KVD = g->KVD;
-    /* q | k rows are one [QK, C] matrix (q_proj, k_proj adjacent), their biases one [QK] */
+    /* q | k rows are one [QK, C] matrix (q_proj, k_proj adjacent in one set: llama_check_sets),
+     * their biases one [QK] */
     llama_linears s = {
         .qk = {DT_LM_OP_QKV, LM_W_OUT_IN, o[LL_QW], o[LL_QB], C, QD + KVD},
         .v = {DT_LM_OP_QKV, LM_W_OUT_IN, o[LL_VW], o[LL_VB], C, KVD},
-        .o = {DT_LM_OP_ATTN_PROJ, LM_W_OUT_IN, o[LL_OW], SIZE_MAX, QD, C},
-        .gate_up = {DT_LM_OP_FC, LM_W_OUT_IN, o[LL_GW], SIZE_MAX, C, 2 * F},
-        .down = {DT_LM_OP_FC_PROJ, LM_W_OUT_IN, o[LL_DW], SIZE_MAX, F, C},
+        .o = {DT_LM_OP_ATTN_PROJ, LM_W_OUT_IN, o[LL_OW], none, QD, C},
+        .gate_up = {DT_LM_OP_FC, LM_W_OUT_IN, o[LL_GW], none, C, 2 * F},
+        .down = {DT_LM_OP_FC_PROJ, LM_W_OUT_IN, o[LL_DW], none, F, C},
     };
+    /* PEFT's per-module adapters on their output columns */
+    lm_linear_add_lora(g, P, &s.qk, LL_MOD_Q, LL_Q_A, LL_Q_B, 0, QD);
+    lm_linear_add_lora(g, P, &s.qk, LL_MOD_K, LL_K_A, LL_K_B, QD, KVD);
+    lm_linear_add_lora(g, P, &s.v, LL_MOD_V, LL_V_A, LL_V_B, 0, KVD);
+    lm_linear_add_lora(g, P, &s.o, LL_MOD_O, LL_O_A, LL_O_B, 0, C);
+    lm_linear_add_lora(g, P, &s.gate_up, LL_MOD_G, LL_G_A, LL_G_B, 0, F);
+    lm_linear_add_lora(g, P, &s.gate_up, LL_MOD_U, LL_U_A, LL_U_B, F, F);
+    lm_linear_add_lora(g, P, &s.down, LL_MOD_D, LL_D_A, LL_D_B, 0, C);
     return s;
 }
 
@@ -250,9 +275,7 @@ static int qk_forward(dt_lm *g, llama_acts *A, const float *ln1, const lm_params
     const llama_views *fv = g->fviews;
     const int64_t B = g->B, T = g->T, H = g->H, Hkv = g->Hkv, D = g->D, N = B * T;
     const int64_t QD = g->QD, QK = QD + g->KVD;
-    const size_t *o = g->boff;
-    const float *p = P->f32;
-    const llama_linears lin = llama_linears_of(g);
+    const llama_linears lin = llama_linears_of(g, P);
     float *qk = lm_act_f32(g, A->qk, fv->qk);            /* [N, QK] */
     int rc;
     if (g->qk_norm) {
@@ -261,8 +284,8 @@ static int qk_forward(dt_lm *g, llama_acts *A, const float *ln1, const lm_params
             return rc;
         lm_act_commit(g, A->qk_raw, raw, (size_t)(N * QK));
         lm_prof_mark m = lm_prof_begin(g);
-        g->dev->rmsnorm_forward(qk, A->qk_rstd, raw, p + o[LL_QN], N, H, D, QK, g->eps);
-        g->dev->rmsnorm_forward(qk + QD, A->qk_rstd + N * H, raw + QD, p + o[LL_KN], N, Hkv, D, QK,
+        g->dev->rmsnorm_forward(qk, A->qk_rstd, raw, lm_w32(P, LL_QN), N, H, D, QK, g->eps);
+        g->dev->rmsnorm_forward(qk + QD, A->qk_rstd + N * H, raw + QD, lm_w32(P, LL_KN), N, Hkv, D, QK,
                                 g->eps);
         lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
     } else if ((rc = lm_linear_forward(g, &lin.qk, P, qk, A->ln1, ln1, N))) {
@@ -297,15 +320,13 @@ static int llama_block_forward(dt_lm *g, int l, void *acts, void *xout, const lm
     const llama_views *fv = g->fviews;
     const int64_t C = g->C, F = g->F, N = g->B * g->T, QD = g->QD, KVD = g->KVD;
     block_f32 *w = &g->w32;
-    const size_t *o = g->boff;
-    const float *p = P->f32;   /* vectors (and with fp32 linears the matrices) */
-    const llama_linears lin = llama_linears_of(g);
+    const llama_linears lin = llama_linears_of(g, P);
     int rc;
     const float *x = lm_act_load(g, g->x[l], w->x, (size_t)(N * C));   /* [N, C] */
 
     float *ln1 = lm_act_f32(g, A->ln1, w->ln1);   /* [N, C] */
     lm_prof_mark m = lm_prof_begin(g);
-    g->dev->rmsnorm_forward(ln1, A->ln1_rstd, x, p + o[LL_IN], N, 1, C, C, g->eps);
+    g->dev->rmsnorm_forward(ln1, A->ln1_rstd, x, lm_w32(P, LL_IN), N, 1, C, C, g->eps);
     lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
     lm_act_commit_lin(g, A->ln1, ln1, (size_t)(N * C));
 
@@ -325,7 +346,7 @@ static int llama_block_forward(dt_lm *g, int l, void *acts, void *xout, const lm
 
     float *ln2 = lm_act_f32(g, A->ln2, w->ln2);   /* [N, C] */
     m = lm_prof_begin(g);
-    g->dev->rmsnorm_forward(ln2, A->ln2_rstd, res1, p + o[LL_POST], N, 1, C, C, g->eps);
+    g->dev->rmsnorm_forward(ln2, A->ln2_rstd, res1, lm_w32(P, LL_POST), N, 1, C, C, g->eps);
     lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
     lm_act_commit_lin(g, A->ln2, ln2, (size_t)(N * C));
 
@@ -353,12 +374,11 @@ static int mlp_backward(dt_lm *g, const llama_acts *A, const float *res1, const 
     const llama_views *fv = g->fviews;
     const int64_t C = g->C, F = g->F, N = g->B * g->T;
     block_f32 *w = &g->w32;
-    const size_t *o = g->boff;
     const float *ln2 = lm_act_load_lin(g, A->ln2, w->ln2, (size_t)(N * C));   /* [N, C] */
     const float *gu = lm_act_load(g, A->gu, fv->gu, (size_t)(N * 2 * F));      /* [N, 2F] */
     const float *act = lm_act_load_lin(g, A->act, fv->act, (size_t)(N * F));   /* [N, F] */
     float *dact = g->dA, *dgu = g->dF, *dln2 = g->dC;   /* [N, F], [N, 2F], [N, C] */
-    const llama_linears lin = llama_linears_of(g);
+    const llama_linears lin = llama_linears_of(g, P);
     int rc;
     if ((rc = lm_linear_backward(g, &lin.down, P, G, dact, LM_DINP_SET, g->dres, A->act, act, N)))
         return rc;
@@ -368,20 +388,19 @@ static int mlp_backward(dt_lm *g, const llama_acts *A, const float *res1, const 
     if ((rc = lm_linear_backward(g, &lin.gate_up, P, G, dln2, LM_DINP_SET, dgu, A->ln2, ln2, N)))
         return rc;
     m = lm_prof_begin(g);
-    g->dev->rmsnorm_backward(g->dres, G + o[LL_POST], dln2, res1, P->f32 + o[LL_POST], A->ln2_rstd,
+    g->dev->rmsnorm_backward(g->dres, lm_g32(P, G, LL_POST), dln2, res1, lm_w32(P, LL_POST), A->ln2_rstd,
                              N, 1, C, C, 1);
     lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
     return DT_OK;
 }
 
 /* d loss / d (q | k) before RoPE and norm, and d loss / d v, from d att. */
-static void qkv_grads(dt_lm *g, const llama_acts *A, const float *datt, const float *P, float *G,
+static void qkv_grads(dt_lm *g, const llama_acts *A, const float *datt, const lm_params *P, float *G,
                       float *dqk, float *dv) {
     const llama_views *fv = g->fviews;
     const int64_t B = g->B, T = g->T, H = g->H, Hkv = g->Hkv, D = g->D, N = B * T;
     const int64_t QD = g->QD, KVD = g->KVD, QK = QD + KVD;
     block_f32 *w = &g->w32;
-    const size_t *o = g->boff;
     const float *qk = lm_act_load(g, A->qk, fv->qk, (size_t)(N * QK));   /* [N, QK] */
     const float *v = lm_act_load(g, A->v, fv->v, (size_t)(N * KVD));     /* [N, KVD] */
     /* flash reads the output att [N, QD], materialized the probabilities [B, H, T, T] */
@@ -402,8 +421,8 @@ static void qkv_grads(dt_lm *g, const llama_acts *A, const float *datt, const fl
     if (!g->qk_norm) return;
     const float *raw = lm_act_load(g, A->qk_raw, fv->qk_raw, (size_t)(N * QK));   /* [N, QK] */
     m = lm_prof_begin(g);
-    g->dev->rmsnorm_backward(dqk, G + o[LL_QN], dqk, raw, P + o[LL_QN], A->qk_rstd, N, H, D, QK, 0);
-    g->dev->rmsnorm_backward(dqk + QD, G + o[LL_KN], dqk + QD, raw + QD, P + o[LL_KN],
+    g->dev->rmsnorm_backward(dqk, lm_g32(P, G, LL_QN), dqk, raw, lm_w32(P, LL_QN), A->qk_rstd, N, H, D, QK, 0);
+    g->dev->rmsnorm_backward(dqk + QD, lm_g32(P, G, LL_KN), dqk + QD, raw + QD, lm_w32(P, LL_KN),
                              A->qk_rstd + N * H, N, Hkv, D, QK, 0);
     lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
 }
@@ -412,9 +431,7 @@ static int llama_block_backward(dt_lm *g, int l, const void *acts, const lm_para
     const llama_acts *A = acts;
     const int64_t C = g->C, N = g->B * g->T, QD = g->QD, KVD = g->KVD, QK = QD + KVD;
     block_f32 *w = &g->w32;
-    const size_t *o = g->boff;
-    const float *p = P->f32;
-    const llama_linears lin = llama_linears_of(g);
+    const llama_linears lin = llama_linears_of(g, P);
     int rc;
     const float *x = lm_act_load(g, g->x[l], w->x, (size_t)(N * C));         /* [N, C] */
     const float *res1 = lm_act_load(g, A->res1, w->res1, (size_t)(N * C));   /* [N, C] */
@@ -427,16 +444,18 @@ static int llama_block_backward(dt_lm *g, int l, const void *acts, const lm_para
     float *dqk = g->dQKV, *dv = g->dQKV + N * QK;          /* [N, QK], [N, KVD] */
     if ((rc = lm_linear_backward(g, &lin.o, P, G, datt, LM_DINP_SET, g->dres, A->att, att, N)))
         return rc;
-    qkv_grads(g, A, datt, p, G, dqk, dv);
+    qkv_grads(g, A, datt, P, G, dqk, dv);
 
     const float *ln1 = lm_act_load_lin(g, A->ln1, w->ln1, (size_t)(N * C));   /* [N, C] */
-    float *dln1 = g->dC;                                                      /* [N, C] */
+    const int input_grad = lm_block_input_grad(g, l, P, LL_IN);
+    float *dln1 = input_grad ? g->dC : NULL;                                  /* [N, C] */
     if ((rc = lm_linear_backward(g, &lin.qk, P, G, dln1, LM_DINP_SET, dqk, A->ln1, ln1, N)))
         return rc;
     if ((rc = lm_linear_backward(g, &lin.v, P, G, dln1, LM_DINP_ADD, dv, A->ln1, ln1, N)))
         return rc;
+    if (!input_grad) return DT_OK;
     lm_prof_mark m = lm_prof_begin(g);
-    g->dev->rmsnorm_backward(g->dres, G + o[LL_IN], dln1, x, p + o[LL_IN], A->ln1_rstd, N, 1, C, C, 1);
+    g->dev->rmsnorm_backward(g->dres, lm_g32(P, G, LL_IN), dln1, x, lm_w32(P, LL_IN), A->ln1_rstd, N, 1, C, C, 1);
     lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
     return DT_OK;
 }
@@ -465,6 +484,9 @@ const lm_family lm_family_llama = {
     .scale_out_init = 0,
     .block_kinds = LL_COUNT,
     .kind_names = ll_kinds,
+    .lora_mods = LL_MODS,
+    .fused = ll_fused,
+    .n_fused = sizeof ll_fused / sizeof ll_fused[0],
     .acts_size = sizeof(llama_acts),
     .views_size = sizeof(llama_views),
     .check = llama_check,

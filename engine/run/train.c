@@ -241,9 +241,23 @@ static int check_resumed_data(trainer *t, const char *ckpt, dt_error *err) {
     return DT_OK;
 }
 
+/* The base set (the frozen tensors of a freeze plan; none under full fine-tuning): from
+ * output.init, or drawn from the seed, on every rank, fresh or resumed (a checkpoint holds
+ * only what is trained). */
+static int init_base(trainer *t, dt_error *err) {
+    const dt_plan *p = t->plan;
+    if (p->output.init[0]) {
+        if (dt_weights_load_base(t->g, &p->model, p->precision.param, p->output.init, err))
+            return dt_error_prefix(err, "output.init");
+        return DT_OK;
+    }
+    return dt_lm_init_base_random(t->g, p->data.seed, err);
+}
+
 static int init_weights(trainer *t, int64_t *resumed_from, dt_error *err) {
     const dt_plan *p = t->plan;
     *resumed_from = -1;
+    if (init_base(t, err)) return err->code;
     if (t->opts->resume) {
         char path[DT_PATH_MAX * 2];
         int64_t step;
@@ -254,6 +268,7 @@ static int init_weights(trainer *t, int64_t *resumed_from, dt_error *err) {
             if (dt_ckpt_load_zero(path, t->g, &p->model, &p->precision, t->z, &t->st, &saved_world, err))
                 return err->code;
             dt_memprobe_end(DT_PHASE_CKPT_LOAD);
+            if (dt_ckpt_check_base(path, t->g, p->precision.param, err)) return err->code;
             if (check_resumed_data(t, path, err)) return err->code;
             *resumed_from = step;
             if (!t->st.run_id[0]) dt_run_id_new(t->st.run_id);   /* a checkpoint from before run ids */
@@ -304,6 +319,7 @@ static int evaluate(trainer *t, double *loss_out, dt_error *err) {
         float loss;
         next_batch(t, t->valid_l, t->inputs, t->targets);
         dt_zero_set_micro(t->z, 0, err);
+        dt_lm_set_dropout(t->g, 0, 0);   /* evaluation: no LoRA dropout */
         if (dt_lm_forward(t->g, t->inputs, t->targets, &loss, err)) return err->code;
         sum += loss;
     }
@@ -433,6 +449,8 @@ static int train_step(trainer *t, double *loss_out, double *lr_out, double *norm
         }
         dt_zero_set_micro(t->z, a == accum - 1, err);
         dt_tracer_set_micro((int)a);
+        /* LoRA dropout's masks: this step's, this rank's micro-batch (resumes draw the same) */
+        dt_lm_set_dropout(t->g, 1, dt_lm_dropout_key(t->plan->data.seed, t->st.step, (int64_t)t->rank * accum + a));
         dt_memprobe_begin(DT_PHASE_FORWARD);
         if (dt_lm_forward(t->g, in, tg, &loss, err)) return err->code;
         dt_memprobe_end(DT_PHASE_FORWARD);
@@ -574,7 +592,8 @@ static int build_model(trainer *t, int64_t *resumed, dt_error *err) {
     unsigned flags = partitioned_init(t) ? DT_LM_NO_FLAT : 0;
     const dt_lm_options lo = {.B = B, .T = T, .ckpt_layers = plan->activations.ckpt_layers,
                               .attn = plan->activations.attention, .device = plan->cluster.device,
-                              .ordinal = dt_comm_local_rank(t->comm), .flags = flags};
+                              .ordinal = dt_comm_local_rank(t->comm), .flags = flags,
+                              .finetune = &plan->finetune};
     int rc = dt_lm_create_opts(&plan->model, &plan->precision, &lo, &t->g, err);
     if (!rc) rc = dt_zero_create(plan, t->comm, t->g, &t->z, err);
     if (!rc) rc = setup_data(t, err);
@@ -628,6 +647,11 @@ static void print_banner(const trainer *t, int64_t resumed) {
             (long long)plan->batch.micro_batch, (long long)plan->batch.seq_len, (long long)plan->batch.grad_accum,
             (long long)plan->activations.ckpt_layers, (long long)plan->model.n_layer,
             (long long)dt_loader_windows(t->train_l));
+    if (dt_lm_num_base_params(t->g))
+        fprintf(log, "dtrun: %s fine-tune: %zu params trained, %zu frozen (replicated on every rank, no gradient "
+                     "or optimizer state); backward from block %lld up\n",
+                dt_ft_method_name(plan->finetune.method), dt_lm_num_params(t->g), dt_lm_num_base_params(t->g),
+                (long long)dt_lm_first_trained_layer(t->g));
     fprintf(log, "dtrun: %d rank(s) (%s), ZeRO stage %d, offload optimizer %s / params %s%s\n", t->world,
             dt_comm_backend_name(t->comm), plan->parallel.zero_stage,
             dt_offload_name(plan->parallel.offload_optimizer), dt_offload_name(plan->parallel.offload_param),

@@ -63,17 +63,60 @@ static size_t chunk_elems(size_t es) {
 
 static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 
-/* Adds every tensor of g to w under its Hugging Face name, data from the flat
- * parameters at base (NULL: layout only, for the streaming writer). */
+/* Adds every tensor of g to w under its Hugging Face name: the trained set, data from
+ * the flat parameters at base, then the base set (a freeze plan's frozen tensors, so the
+ * file is the whole model), data from dt_lm_base_params; base NULL: layout only, for the
+ * streaming writers (put_unit, then put_base). */
 static int add_weights(dt_st_writer *w, dt_lm *g, dt_dtype pdt, void *base, dt_error *err) {
     int rc = dt_st_writer_meta(w, "format", "pt", err);
     char name[DT_ST_NAME_MAX];
-    for (int i = 0; i < dt_lm_num_tensors(g) && !rc; i++) {
-        const dt_tensor_info *t = dt_lm_tensor(g, i);
-        snprintf(name, sizeof name, "%s%s", dt_lm_hf_prefix(g), t->name);
-        rc = dt_st_writer_add(w, name, dt_st_dtype_name(pdt), t->ndim, t->shape,
-                              base ? pelem(base, pdt, t->offset) : NULL, err);
+    for (int set = 0; set < 2 && !rc; set++) {
+        const int n = set ? dt_lm_num_base_tensors(g) : dt_lm_num_tensors(g);
+        void *flat = !base ? NULL : set ? dt_lm_base_params(g) : base;
+        for (int i = 0; i < n && !rc; i++) {
+            const dt_tensor_info *t = set ? dt_lm_base_tensor(g, i) : dt_lm_tensor(g, i);
+            snprintf(name, sizeof name, "%s%s", dt_lm_hf_prefix(g), t->name);
+            rc = dt_st_writer_add(w, name, dt_st_dtype_name(pdt), t->ndim, t->shape,
+                                  flat ? pelem(flat, pdt, t->offset) : NULL, err);
+        }
     }
+    return rc;
+}
+
+/* Elements [lo, lo + n) of g's base set as host memory: in place where the host addresses
+ * it, else copied into h (n elements of pdt). */
+static const char *base_piece(dt_lm *g, dt_dtype pdt, size_t lo, size_t n, void *h, dt_error *err) {
+    const dt_device_ops *dev = dt_lm_device_ops(g);
+    const char *b = pelem(dt_lm_base_params(g), pdt, lo);
+    if (dev->host_addressable) return b;
+    const size_t esz = (size_t)dt_dtype_size(pdt);
+    dev->handoff(DT_STREAM_COMPUTE, DT_STREAM_D2H);
+    dev->memcpy(h, b, n * esz, DT_COPY_D2H, DT_STREAM_D2H);
+    dev->stream_sync(DT_STREAM_D2H);
+    return dev->synchronize(err) ? NULL : h;
+}
+
+/* The streaming writers' second part: the base set's tensors (add_weights' layout), from
+ * the replicated base buffer, a dt_io_chunk_bytes() piece at a time. */
+static int put_base(dt_lm *g, dt_st_stream *s, dt_dtype pdt, const char *path, dt_error *err) {
+    const dt_device_ops *dev = dt_lm_device_ops(g);
+    const size_t esz = (size_t)dt_dtype_size(pdt), N = dt_lm_num_base_params(g), E = min_sz(chunk_elems(esz), N);
+    if (!N) return DT_OK;
+    void *h = dev->host_addressable ? NULL : dev->alloc(DT_POOL_HOST, DT_MEM_BUFFERS, E * esz);
+    if (!dev->host_addressable && !h)
+        return dt_errorf(err, DT_ENOMEM, "%s: cannot allocate %zu bytes of host memory for the weights", path, E * esz);
+    char name[DT_ST_NAME_MAX];
+    int rc = DT_OK;
+    for (int i = 0; i < dt_lm_num_base_tensors(g) && !rc; i++) {
+        const dt_tensor_info *t = dt_lm_base_tensor(g, i);
+        snprintf(name, sizeof name, "%s%s", dt_lm_hf_prefix(g), t->name);
+        for (size_t c = 0; c < t->numel && !rc; c += E) {
+            const size_t k = min_sz(E, t->numel - c);
+            const char *p = base_piece(g, pdt, t->offset + c, k, h, err);
+            rc = p ? dt_st_stream_put(s, name, c * esz, p, k * esz, err) : dt_error_prefix(err, "%s", path);
+        }
+    }
+    if (h) dev->free(h);
     return rc;
 }
 
@@ -132,6 +175,7 @@ static int weights_save_device(dt_lm *g, dt_dtype pdt, const char *path, dt_file
             else rc = put_unit(&k, u, off + c, cnt, h, err);
         }
     }
+    if (!rc) rc = put_base(g, k.s, pdt, path, err);
     if (k.s && rc) dt_st_stream_abort(k.s);
     else if (k.s) rc = dt_st_stream_close_sum(k.s, sum, err);
     dt_st_writer_free(w);
@@ -173,6 +217,7 @@ static int weights_save_streamed(dt_lm *g, dt_zero *z, dt_dtype pdt, int write, 
     dt_error_clear(&e2);
     int rc2 = dt_zero_consolidate_params(z, rc ? NULL : put_unit, &k, rc ? &e2 : err);
     if (!rc) rc = rc2;
+    if (!rc) rc = put_base(g, k.s, pdt, path, err);
     if (k.s && rc) dt_st_stream_abort(k.s);
     else if (k.s) rc = dt_st_stream_close_sum(k.s, sum, err);
     dt_st_writer_free(w);
@@ -418,10 +463,9 @@ static int wsrc_read(void *ctx, size_t lo, size_t n, void *dst, dt_error *err) {
 
 /* The whole source into g's flat parameters: in place where the host addresses
  * them, else through one dt_io_chunk_bytes() host buffer (pinned) and H2D. */
-static int read_flat(dt_lm *g, weights_src *s, const char *path, dt_error *err) {
+static int read_into(dt_lm *g, weights_src *s, char *flat, size_t N, const char *path, dt_error *err) {
     const dt_device_ops *dev = dt_lm_device_ops(g);
-    char *flat = dt_lm_params(g);
-    const size_t N = dt_lm_num_params(g), esz = (size_t)dt_dtype_size(s->pdt);
+    const size_t esz = (size_t)dt_dtype_size(s->pdt);
     if (dev->host_addressable) return wsrc_read(s, 0, N, flat, err);
     const size_t E = min_sz(chunk_elems(esz), N);
     void *h = E ? dev->alloc(DT_POOL_HOST, DT_MEM_BUFFERS, E * esz) : NULL;
@@ -438,6 +482,49 @@ static int read_flat(dt_lm *g, weights_src *s, const char *path, dt_error *err) 
     }
     if (!rc) rc = dev->synchronize(err);
     if (h) dev->free(h);
+    return rc;
+}
+
+static int read_flat(dt_lm *g, weights_src *s, const char *path, dt_error *err) {
+    return read_into(g, s, dt_lm_params(g), dt_lm_num_params(g), path, err);
+}
+
+int dt_weights_load_base(dt_lm *g, const dt_model *m, dt_dtype pdt, const char *path, dt_error *err) {
+    if (dt_lm_num_base_tensors(g) == 0) return DT_OK;
+    weights_src s;
+    memset(&s, 0, sizeof s);
+    s.pdt = pdt;
+    int rc = dt_hf_is_dir(path) ? dt_hf_check_config(path, m, "the model directory", err) : DT_OK;
+    if (!rc) rc = dt_hf_src_open_base(g, path, &s.hf, err);
+    if (!rc) rc = read_into(g, &s, dt_lm_base_params(g), dt_lm_num_base_params(g), path, err);
+    wsrc_close(&s);
+    return rc;
+}
+
+int dt_ckpt_check_base(const char *ckpt_dir, dt_lm *g, dt_dtype pdt, dt_error *err) {
+    const size_t N = dt_lm_num_base_params(g), esz = (size_t)dt_dtype_size(pdt), E = min_sz(chunk_elems(esz), N);
+    if (!N) return DT_OK;
+    char path[DT_PATH_MAX * 2];
+    snprintf(path, sizeof path, "%s/model.safetensors", ckpt_dir);
+    dt_hf_src *s = NULL;
+    if (dt_hf_src_open_base(g, path, &s, err))
+        return dt_error_suffix(err, " (the checkpoint holds no frozen base this plan's method can check: resume with "
+                                    "the finetune section the run was started with)");
+    const dt_device_ops *dev = dt_lm_device_ops(g);
+    char *a = malloc(E * esz), *h = dev->host_addressable ? NULL : dev->alloc(DT_POOL_HOST, DT_MEM_BUFFERS, E * esz);
+    int rc = a && (h || dev->host_addressable) ? DT_OK : dt_errorf(err, DT_ENOMEM, "%s: out of memory", path);
+    for (size_t c = 0; c < N && !rc; c += E) {
+        const size_t k = min_sz(E, N - c);
+        const char *ours = NULL;
+        if (!(rc = dt_hf_src_read(s, c, k, pdt, a, err)) && !(ours = base_piece(g, pdt, c, k, h, err))) rc = err->code;
+        if (!rc && memcmp(a, ours, k * esz))
+            rc = dt_errorf(err, DT_EINVAL,
+                           "%s: the frozen base differs from this run's (elements %zu..%zu of the base set): resume "
+                           "with the output.init and data.seed the run started with", path, c, c + k - 1);
+    }
+    free(a);
+    if (h) dev->free(h);
+    dt_hf_src_close(s);
     return rc;
 }
 

@@ -73,6 +73,11 @@ int dt_weights_load(dt_lm *g, const dt_model *m, dt_dtype param_dtype, const cha
  * bitwise). */
 int dt_weights_load_zero(dt_zero *z, dt_lm *g, const dt_model *m, dt_dtype param_dtype, const char *path,
                          dt_error *err);
+/* The base set of g (its frozen tensors, dt_lm_base_tensor) from path: a Hugging Face
+ * directory (config.json must be m) or a .safetensors file, by name, converted to
+ * param_dtype; the base is replicated, so every rank reads all of it. DT_OK at once when
+ * g has no base set. */
+int dt_weights_load_base(dt_lm *g, const dt_model *m, dt_dtype param_dtype, const char *path, dt_error *err);
 /* Writes a Hugging Face GPT2Config config.json for m. */
 int dt_hf_config_write(const dt_model *m, const char *path, dt_error *err);
 
@@ -110,6 +115,12 @@ int dt_ckpt_save_zero(const char *out_dir, dt_lm *g, const dt_model *m, const dt
  * against its recorded size and CRC-32C, and that the shards' ranges tile the
  * parameters exactly; each failure is DT_EINVAL naming the file. *saved_world
  * (may be NULL): how many optimizer files the state came from. */
+/* The base set of g (a freeze plan's frozen tensors, which a checkpoint's model.safetensors
+ * holds beside the trained ones so the file is the whole model) equals the checkpoint's,
+ * bitwise: the fingerprint a resume checks, as the frozen weights are not re-read from the
+ * checkpoint but from output.init or the seed. DT_EINVAL naming the file and where they
+ * differ; DT_OK at once when g has no base set. */
+int dt_ckpt_check_base(const char *ckpt_dir, dt_lm *g, dt_dtype param_dtype, dt_error *err);
 int dt_ckpt_load_zero(const char *ckpt_dir, dt_lm *g, const dt_model *m, const dt_precision *prec, dt_zero *z,
                       dt_train_state *st, int64_t *saved_world, dt_error *err);
 

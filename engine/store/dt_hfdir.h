@@ -53,6 +53,10 @@ int dt_hf_src_open_dir(const dt_lm *g, const char *dir, dt_hf_src **out, dt_erro
  * dst[0 .. n). */
 int dt_hf_src_read(dt_hf_src *s, size_t lo, size_t n, dt_dtype pdt, void *dst, dt_error *err);
 void dt_hf_src_close(dt_hf_src *s);
+/* A source of g's BASE set (its frozen tensors, dt_lm_base_tensor; dt_hf_src_read's lo, n
+ * then count elements of that set's flat buffer): path a directory as dt_hf_src_open_dir
+ * reads, else one .safetensors file. The same checks. */
+int dt_hf_src_open_base(const dt_lm *g, const char *path, dt_hf_src **out, dt_error *err);
 
 /* Drops the pages of [p, p + len) of a read-only file mapping from this
  * process (madvise MADV_DONTNEED: they stay in the page cache and fault back

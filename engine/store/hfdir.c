@@ -281,6 +281,7 @@ static int index_shards(const char *ipath, char (**names)[256], int *n, dt_error
 
 struct dt_hf_src {
     const dt_lm *g;
+    int set;                        /* which of g's parameter sets it reads (DT_LM_SET_*) */
     char dir[DT_HF_PATH_MAX];       /* the directory of the files ("" for one file given by path) */
     char (*names)[256];             /* the files: shard names in dir, or the one file's path in path */
     char path[DT_HF_PATH_MAX];
@@ -291,6 +292,14 @@ struct dt_hf_src {
     int cur;                        /* the file mapped now, -1 none */
     dt_st_file *f;
 };
+
+/* the tensors of the set s reads */
+static int src_ntensors(const dt_hf_src *s) {
+    return s->set == DT_LM_SET_BASE ? dt_lm_num_base_tensors(s->g) : dt_lm_num_tensors(s->g);
+}
+static const dt_tensor_info *src_tensor(const dt_hf_src *s, int i) {
+    return s->set == DT_LM_SET_BASE ? dt_lm_base_tensor(s->g, i) : dt_lm_tensor(s->g, i);
+}
 
 static void file_path(const dt_hf_src *s, int k, char *p, size_t n) {
     if (s->names) snprintf(p, n, "%s/%s", s->dir, s->names[k]);
@@ -307,8 +316,8 @@ static int src_switch(dt_hf_src *s, int k, dt_error *err) {
     file_path(s, k, p, sizeof p);
     if (dt_st_open(p, &s->f, err)) return err->code;
     s->cur = k;
-    for (int i = 0; i < dt_lm_num_tensors(s->g); i++)
-        s->st[i] = s->file_of[i] == k ? find_in(s->f, s->g, dt_lm_tensor(s->g, i)) : NULL;
+    for (int i = 0; i < src_ntensors(s); i++)
+        s->st[i] = s->file_of[i] == k ? find_in(s->f, s->g, src_tensor(s, i)) : NULL;
     return DT_OK;
 }
 
@@ -321,8 +330,8 @@ static int src_scan(dt_hf_src *s, int k, int all, dt_error *err) {
     if (dt_st_open(p, &f, err)) return err->code;
     const dt_lm *g = s->g;
     int rc = DT_OK;
-    for (int i = 0; i < dt_lm_num_tensors(g) && !rc; i++) {
-        const dt_tensor_info *t = dt_lm_tensor(g, i);
+    for (int i = 0; i < src_ntensors(s) && !rc; i++) {
+        const dt_tensor_info *t = src_tensor(s, i);
         const dt_st_tensor *e = find_in(f, g, t);
         if (!e) {
             if (all) rc = dt_errorf(err, DT_EINVAL, "%s: tensor \"%s%s\" is missing", p, dt_lm_hf_prefix(g), t->name);
@@ -348,11 +357,12 @@ void dt_hf_src_close(dt_hf_src *s) {
     free(s);
 }
 
-static dt_hf_src *src_new(const dt_lm *g) {
+static dt_hf_src *src_new(const dt_lm *g, int set) {
     dt_hf_src *s = calloc(1, sizeof *s);
-    int nt = dt_lm_num_tensors(g);
     if (!s) return NULL;
     s->g = g;
+    s->set = set;
+    int nt = src_ntensors(s) > 0 ? src_ntensors(s) : 1;
     s->cur = -1;
     s->file_of = malloc((size_t)nt * sizeof *s->file_of);
     s->sdt = calloc((size_t)nt, sizeof *s->sdt);
@@ -365,9 +375,9 @@ static dt_hf_src *src_new(const dt_lm *g) {
     return s;
 }
 
-int dt_hf_src_open_file(const dt_lm *g, const char *path, dt_hf_src **out, dt_error *err) {
+static int open_file_set(const dt_lm *g, int set, const char *path, dt_hf_src **out, dt_error *err) {
     *out = NULL;
-    dt_hf_src *s = src_new(g);
+    dt_hf_src *s = src_new(g, set);
     if (!s) return dt_errorf(err, DT_ENOMEM, "%s: out of memory", path);
     snprintf(s->path, sizeof s->path, "%s", path);
     s->nfiles = 1;
@@ -380,27 +390,31 @@ int dt_hf_src_open_file(const dt_lm *g, const char *path, dt_hf_src **out, dt_er
     return DT_OK;
 }
 
-int dt_hf_src_open_dir(const dt_lm *g, const char *dir, dt_hf_src **out, dt_error *err) {
+int dt_hf_src_open_file(const dt_lm *g, const char *path, dt_hf_src **out, dt_error *err) {
+    return open_file_set(g, DT_LM_SET_TRAINED, path, out, err);
+}
+
+static int open_dir_set(const dt_lm *g, int set, const char *dir, dt_hf_src **out, dt_error *err) {
     *out = NULL;
     char p[DT_HF_PATH_MAX];
     snprintf(p, sizeof p, "%s/" DT_HF_SINGLE_FILE, dir);
     struct stat sb;
-    if (stat(p, &sb) == 0) return dt_hf_src_open_file(g, p, out, err);
+    if (stat(p, &sb) == 0) return open_file_set(g, set, p, out, err);
     snprintf(p, sizeof p, "%s/" DT_HF_INDEX_FILE, dir);
     if (stat(p, &sb) != 0)
         return dt_errorf(err, DT_EINVAL,
                          "%s: neither " DT_HF_SINGLE_FILE " nor " DT_HF_INDEX_FILE
                          " is there: give a Hugging Face model directory (save_pretrained) or a .safetensors file",
                          dir);
-    dt_hf_src *s = src_new(g);
+    dt_hf_src *s = src_new(g, set);
     if (!s) return dt_errorf(err, DT_ENOMEM, "%s: out of memory", dir);
     snprintf(s->dir, sizeof s->dir, "%s", dir);
     int rc = index_shards(p, &s->names, &s->nfiles, err);
     for (int k = 0; k < s->nfiles && !rc; k++) rc = src_scan(s, k, 0, err);   /* one shard mapped at a time */
-    for (int i = 0; i < dt_lm_num_tensors(g) && !rc; i++)
+    for (int i = 0; i < src_ntensors(s) && !rc; i++)
         if (s->file_of[i] < 0)
             rc = dt_errorf(err, DT_EINVAL, "%s: tensor \"%s%s\" is in none of the %d shard(s) of " DT_HF_INDEX_FILE,
-                           dir, dt_lm_hf_prefix(g), dt_lm_tensor(g, i)->name, s->nfiles);
+                           dir, dt_lm_hf_prefix(g), src_tensor(s, i)->name, s->nfiles);
     if (rc) {
         dt_hf_src_close(s);
         return rc;
@@ -409,11 +423,14 @@ int dt_hf_src_open_dir(const dt_lm *g, const char *dir, dt_hf_src **out, dt_erro
     return DT_OK;
 }
 
+int dt_hf_src_open_dir(const dt_lm *g, const char *dir, dt_hf_src **out, dt_error *err) {
+    return open_dir_set(g, DT_LM_SET_TRAINED, dir, out, err);
+}
+
 int dt_hf_src_read(dt_hf_src *s, size_t lo, size_t n, dt_dtype pdt, void *dst, dt_error *err) {
-    const dt_lm *g = s->g;
     const size_t hi = lo + n, ds = (size_t)dt_dtype_size(pdt);
-    for (int i = 0; i < dt_lm_num_tensors(g); i++) {
-        const dt_tensor_info *t = dt_lm_tensor(g, i);
+    for (int i = 0; i < src_ntensors(s); i++) {
+        const dt_tensor_info *t = src_tensor(s, i);
         size_t a = t->offset > lo ? t->offset : lo, b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
         if (a >= b) continue;
         if (src_switch(s, s->file_of[i], err)) return err->code;
@@ -452,4 +469,9 @@ int dt_hf_load_dir(const dt_lm *g, dt_dtype pdt, const char *dir, void *params, 
     dt_hf_src *s;
     if (dt_hf_src_open_dir(g, dir, &s, err)) return err->code;
     return load_all(s, g, pdt, params, err);
+}
+
+int dt_hf_src_open_base(const dt_lm *g, const char *path, dt_hf_src **out, dt_error *err) {
+    return dt_hf_is_dir(path) ? open_dir_set(g, DT_LM_SET_BASE, path, out, err)
+                              : open_file_set(g, DT_LM_SET_BASE, path, out, err);
 }

@@ -51,30 +51,16 @@ json.dump(p, open(out, "w"), indent=2)
 PY
 }
 
-run() {  # WORLD PLAN OUT [args]
-    local w=$1 pl=$2 out=$3
-    shift 3
-    if [ "$w" = 1 ]; then "$DTRUN" "$pl" --out "$out" --quiet "$@"
-    else mpirun -n "$w" --oversubscribe "$DTRUN" "$pl" --out "$out" --quiet "$@"; fi
-}
+run() { dt_run_ranks "$DTRUN" "$@"; }  # WORLD PLAN OUT [args]
 
 # check OUT BASE WORLD LABEL: losses/norms vs BASE, comm bytes, memory per category
 check() {
-    python3 - "$@" <<'PY' || return 1
-import json, sys, glob
+    { echo "$dt_metrics_close"; cat <<'PY'; } | python3 - "$@" || return 1
+import json, sys
 out, base, world, label = sys.argv[1:]
-def series(d, k):
-    return [json.loads(l)[k] for l in open(d + "/metrics.jsonl")]
 bad = []
-for k in ("loss", "grad_norm"):
-    a, b = series(base, k), series(out, k)
-    if len(a) != len(b): bad.append(f"{k}: {len(b)} steps vs {len(a)}")
-    d = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-    if d > 1e-5: bad.append(f"{k} relative difference {d:.3g} > 1e-5")
-reports = sorted(glob.glob(out + "/run-report*.json"))
-if len(reports) != int(world): bad.append(f"{len(reports)} run reports for {world} ranks")
-for rp in reports:
-    r = json.load(open(rp))
+metrics_close(out, base, bad)
+for rp, r in run_reports(out, world, bad):
     c = r["comm"]
     if not (c["equal"] and c["same_every_step"]):
         bad.append(f"{rp}: comm measured {c['measured_bytes_per_step']} != predicted {c['predicted_bytes_per_step']}")

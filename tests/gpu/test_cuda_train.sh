@@ -56,12 +56,7 @@ json.dump(p, open(out, "w"), indent=2)
 PY
 }
 
-run() {  # WORLD PLAN OUT [args]
-    local w=$1 pl=$2 out=$3
-    shift 3
-    if [ "$w" = 1 ]; then "$DTRUN" "$pl" --out "$out" --quiet "$@"
-    else mpirun -n "$w" --oversubscribe "$DTRUN" "$pl" --out "$out" --quiet "$@"; fi
-}
+run() { dt_run_ranks "$DTRUN" "$@"; }  # WORLD PLAN OUT [args]
 
 # is there a GPU? a one-step cuda run answers it (no output dir is made without one)
 plan cuda 0 1 none none fp32 "$TMP/probe.json"

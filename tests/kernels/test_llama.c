@@ -30,6 +30,7 @@
 #include "dt_optim.h"
 #include "dt_safetensors.h"
 #include "dt_test.h"
+#include "golden_util.h"
 
 #define LOGIT_TOL 2e-5
 #define LOSS_RTOL 1e-5
@@ -105,16 +106,7 @@ static void golden_open(const char *path, golden *gd) {
     gd->targets = dt_st_find(gd->f, "targets") ? (const int32_t *)dt_st_data(gd->f, dt_st_find(gd->f, "targets")) : NULL;
 }
 
-static void model_of(const char *dir, dt_model *m) {
-    char p[PATH_MAX_LEN], *txt = NULL;
-    dt_error err;
-    snprintf(p, sizeof p, "%s/config.json", dir);
-    if (dt_json_read_file(p, &txt, NULL, &err) || dt_model_from_config_json(txt, p, m, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        exit(1);
-    }
-    free(txt);
-}
+static void model_of(const char *dir, dt_model *m) { golden_model_of(dir, m); }
 
 static dt_lm *load_on(dt_device device, const char *dir, const dt_model *m, dt_precision_preset preset, int64_t B,
                       int64_t T, int64_t K, dt_attention attn) {
@@ -135,14 +127,7 @@ static dt_lm *load(const char *dir, const dt_model *m, dt_precision_preset prese
 }
 
 static double max_abs_diff(const float *a, const float *b, size_t n, double *ref_max) {
-    double worst = 0, rm = 0;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - (double)b[i]);
-        if (e > worst || isnan(e)) worst = isnan(e) ? INFINITY : e;
-        if (fabs((double)b[i]) > rm) rm = fabs((double)b[i]);
-    }
-    if (ref_max) *ref_max = rm;
-    return worst;
+    return golden_max_abs_diff(a, b, n, ref_max);
 }
 
 /* forward: logits and loss */

@@ -114,7 +114,7 @@ sed 's/"all"/"c_attn"/' "$T/q.json" >"$T/bad.json"
 bad "--lora-target c_attn" show "$T/bad.json"
 bad "--lora-target c_attn" estimate --plan "$T/bad.json"
 
-# dtrun trains every parameter only: a fine-tuning plan is refused, nothing started
+# dtrun trains full and freeze plans; a qlora plan is refused, nothing started
 "$DTRUN" "$T/q.json" >"$T/out" 2>"$T/err"
 rc=$?
 [ $rc -eq 2 ] || fail "dtrun on a qlora plan: exit $rc: $(cat "$T/err")"

@@ -132,12 +132,19 @@ static void zero_rules(void) {
     for (int stage = 0; stage <= 3; stage++) {
         p.parallel.zero_stage = stage;
         CHECK(dt_ftplan_terms(&p, &ft, &t) == DT_OK);
-        /* ZeRO-1/2 partition only the trained state; ZeRO-3 every parameter */
-        CHECK_EQ_I64(t.frozen_weights, stage == 3 ? (ft.frozen_bytes + 7) / 8 : ft.frozen_bytes);
+        /* dtrun keeps the frozen base replicated at every stage (its base set) */
+        CHECK_EQ_I64(t.frozen_weights, ft.frozen_bytes);
         /* the adapters (fp32 under dtrun): weights 4 B, grads 4 B, m + v 8 B, by stage */
         CHECK_EQ_I64(t.adapter_weights, 4 * (stage == 3 ? (ft.adapter + 7) / 8 : ft.adapter));
         CHECK_EQ_I64(t.adapter_grads, 4 * (stage >= 2 ? (ft.adapter + 7) / 8 : ft.adapter));
         CHECK_EQ_I64(t.adapter_optimizer, 8 * (stage >= 1 ? (ft.adapter + 7) / 8 : ft.adapter));
+    }
+    /* DeepSpeed: ZeRO-1/2 partition only the trained state; ZeRO-3 every parameter */
+    dt_plan_set_runtime(&p, DT_RUNTIME_DEEPSPEED);
+    for (int stage = 0; stage <= 3; stage++) {
+        p.parallel.zero_stage = stage;
+        CHECK(dt_ftplan_terms(&p, &ft, &t) == DT_OK);
+        CHECK_EQ_I64(t.frozen_weights, stage == 3 ? (ft.frozen_bytes + 7) / 8 : ft.frozen_bytes);
     }
     p.parallel.offload_optimizer = DT_OFFLOAD_CPU;
     p.parallel.offload_param = DT_OFFLOAD_CPU;
@@ -145,6 +152,11 @@ static void zero_rules(void) {
     CHECK_EQ_I64(t.adapter_optimizer, 0);
     CHECK_EQ_I64(t.frozen_weights, 0);
     CHECK_EQ_I64(t.frozen_host, (ft.frozen_bytes + 7) / 8 * 8);
+    /* dtrun never offloads the base: it stays on the device */
+    dt_plan_set_runtime(&p, DT_RUNTIME_DTRUN);
+    CHECK(dt_ftplan_terms(&p, &ft, &t) == DT_OK);
+    CHECK_EQ_I64(t.frozen_weights, ft.frozen_bytes);
+    CHECK_EQ_I64(t.frozen_host, 0);
     /* the memory model's params column at stage 2: the frozen base plus the adapters */
     p.parallel.zero_stage = 2, p.parallel.offload_optimizer = p.parallel.offload_param = DT_OFFLOAD_NONE;
     dt_mem_breakdown m;
