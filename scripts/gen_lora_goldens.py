@@ -51,8 +51,8 @@ global L2 norm of the accumulated adapter gradients clipped to MAX_NORM
 divisor DeepSpeed and dt_clip_divisor use); torch.optim.AdamW(lr set per step, betas
 (0.9, 0.95), eps 1e-8, weight_decay 0.1 on every adapter matrix, as HF Trainer's groups:
 decay on all but biases and norms); the learning rate of step t (0-based) is DeepSpeed's
-WarmupDecayLR with linear warmup: LR * t / W for t < W, else LR * (STEPS - t) / (STEPS - W)
-(dt_schedule_lr, warmup_min_lr 0). after.<name>: every adapter after the STEPS steps. The
+WarmupDecayLR with linear warmup as DeepSpeed's engine steps it (lr_at below; dt_schedule_lr,
+warmup_min_lr 0). after.<name>: every adapter after the STEPS steps. The
 metadata holds lr, warmup, steps, accum, max_norm, betas, eps, weight_decay, r, alpha.
 """
 import json
@@ -132,7 +132,15 @@ def our_name(peft_name):
 
 
 def lr_at(t):
-    return LR * t / WARMUP if t < WARMUP else LR * (STEPS - t) / (STEPS - WARMUP)
+    """dt_schedule_lr's WarmupDecayLR (linear warmup, warmup_min_lr 0) for t successful steps
+    so far: DeepSpeed's scheduler at last_batch_iteration i = t - 1, as
+    scripts/gen_train_golden.py's schedule_lr (checked against DeepSpeed's own classes)."""
+    i, w = t - 1, max(WARMUP, 2)
+    if i < 0:
+        return 0.0
+    if i < w:
+        return LR * i / w
+    return LR * max(0.0, (STEPS - i) / max(1.0, float(STEPS - w)))
 
 
 def loss_of(model, seq):

@@ -96,7 +96,8 @@ grep -qF '"train_batch_size": 32' "$T/ds.json" || fail "ds config batch: $(head 
 
 # nothing fits: the cheaper method's command keeps the stage and the images
 "$DTPLAN" solve --model llava-1.5-13b --vlm-stage sft --images-per-sample 2 --mem 24G --gpus 1 --seq 2048 >"$T/out" 2>"$T/err"
-grep -qF -- "dtplan solve --model llava-1.5-13b --vlm-stage sft --images-per-sample 2 --mem 24G --gpus 1 --seq 2048 --finetune lora" \
+# (dtrun keeps a frozen base whole, so the cheapest method may be lora or qlora: docs/finetune.md)
+grep -qE -- "dtplan solve --model llava-1.5-13b --vlm-stage sft --images-per-sample 2 --mem 24G --gpus 1 --seq 2048 --finetune q?lora" \
     "$T/err" || fail "solve hint: $(cat "$T/err")"
 
 # dtrun: no VLM engine yet, one line, exit 2

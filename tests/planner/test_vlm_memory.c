@@ -79,12 +79,20 @@ static void states(void) {
     m = mem(&p);
     CHECK_EQ_I64(m.grads, BF16 * (tower + proj + lm));
     CHECK_EQ_I64(m.optimizer, ADAM_MIXED * (tower + proj + lm));
-    /* ZeRO-3: the frozen tower partitioned with everything else; the trained state by N */
+    /* ZeRO-3 as DeepSpeed runs it: the frozen tower partitioned with everything else
+     * (zero.Init partitions frozen parameters too); the trained state by N */
     plan_of(&p, "llava-1.5-7b", DT_VLM_SFT, 3, 8);
+    p.runtime.kind = DT_RUNTIME_DEEPSPEED;
     m = mem(&p);
     const int64_t want = (BF16 * tower + 7) / 8 + BF16 * ((proj + lm + 7) / 8);
     CHECK(m.params >= want - 16 && m.params <= want + 16);
     CHECK(m.optimizer >= ADAM_MIXED * ((proj + lm) / 8) && m.optimizer <= ADAM_MIXED * ((proj + lm) / 8 + 1));
+    /* dtrun keeps the frozen base (here the tower) whole on every rank at every stage
+     * (its base set, docs/finetune.md "In dtrun"); the trained part is partitioned alike */
+    p.runtime.kind = DT_RUNTIME_DTRUN;
+    m = mem(&p);
+    const int64_t want_dtrun = BF16 * tower + BF16 * ((proj + lm + 7) / 8);
+    CHECK(m.params >= want_dtrun - 16 && m.params <= want_dtrun + 16);
 }
 
 static void activations(void) {
