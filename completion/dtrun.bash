@@ -8,7 +8,7 @@ _dtrun() {
     prev=${COMP_WORDS[COMP_CWORD-1]}
     sub=
     [[ $COMP_CWORD -gt 1 ]] && sub=${COMP_WORDS[1]}
-    local flags="--out --max-steps --data --init --resume --overwrite --timeout --trace --quiet --no-progress
+    local flags="--out --max-steps --data --init --init-adapter --resume --overwrite --timeout --trace --quiet --no-progress
                  --nnodes --node-rank --nproc-per-node --master-addr --master-port --help"
     case $sub in
     sample) flags="--prompt --tokens --seed --temperature --tokenizer --dump-logits --help" ;;
@@ -19,7 +19,7 @@ _dtrun() {
     merge) flags="--base --adapter -o --max-shard-size --dtype --help" ;;
     esac
     case $prev in
-    --out|--data|--init|--adapter) COMPREPLY=($(compgen -d -- "$cur")); return ;;
+    --out|--data|--init|--init-adapter|--adapter) COMPREPLY=($(compgen -d -- "$cur")); return ;;
     --base) [[ $sub == merge ]] && { COMPREPLY=($(compgen -d -- "$cur")); return; } ;;
     --dtype) COMPREPLY=($(compgen -W "bf16 fp16 fp32" -- "$cur")); return ;;
     --format) COMPREPLY=($(compgen -W "text jsonl chat" -- "$cur")); return ;;

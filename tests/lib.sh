@@ -59,3 +59,10 @@ def run_reports(out, world, bad):
     if len(paths) != int(world): bad.append(f"{len(paths)} run reports for {world} ranks")
     return [(rp, json.load(open(rp))) for rp in paths]
 '
+
+# dt_scratch PREFIX: TMP, a fresh directory /tmp/PREFIX_XXXXXX removed when the script exits.
+dt_scratch() {
+    TMP=$(mktemp -d "/tmp/$1_XXXXXX") || { echo "FAIL: mktemp"; exit 1; }
+    # shellcheck disable=SC2064
+    trap "rm -rf '$TMP'" EXIT
+}

@@ -623,9 +623,16 @@ int dt_cmd_solve(int argc, char **argv) {
     dt_ft_print_summary(b, "finetune: ");
     dt_vlm_print_summary(b, "vision: ");
     dt_obj_print_summary(b, "objective: ");
-    if (b->finetune.method != DT_FT_FULL && b->runtime.kind == DT_RUNTIME_DTRUN)
-        printf("note: this dtrun cannot train a %s plan yet (its engine half of issue 32 is pending); to run the "
-               "method with PEFT + DeepSpeed, plan it with --runtime deepspeed\n", dt_ft_method_name(b->finetune.method));
+    /* what dtrun's engine trains (engine/model/lm.c dt_lm_check_method: full, freeze, and LoRA
+     * with fp32 parameters on the CPU); dtplan does not link the engine, so the rule is stated here */
+    const char *no_engine = NULL;
+    if (b->finetune.method == DT_FT_QLORA) no_engine = "QLoRA (a quantised base)";
+    else if (b->finetune.method == DT_FT_LORA && b->precision.param != DT_DTYPE_FP32)
+        no_engine = "LoRA with 16-bit parameters (plan it with --precision fp32)";
+    else if (b->finetune.method == DT_FT_LORA && b->cluster.device != DT_DEVICE_CPU) no_engine = "LoRA on the GPU";
+    if (no_engine && b->runtime.kind == DT_RUNTIME_DTRUN)
+        printf("note: this dtrun does not train %s yet; to run the method with PEFT + DeepSpeed, plan it with "
+               "--runtime deepspeed\n", no_engine);
     printf("limit: %s per %s (reserve %s included)\n", dt_format_bytes(rq.mem_limit_bytes, u, sbuf, sizeof sbuf),
            dt_chart_rank_word(),
            dt_format_bytes(b->cluster.hw.reserve_bytes, u, pbuf, sizeof pbuf));

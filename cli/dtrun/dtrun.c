@@ -1,6 +1,7 @@
 /* dtrun — executes a plan written by dtplan (docs/dtrun.md, docs/launch.md).
  *
- *   dtrun [LAUNCH FLAGS] PLAN.json [--out DIR] [--max-steps N] [--data PATH] [--init PATH] [--resume | --overwrite]
+ *   dtrun [LAUNCH FLAGS] PLAN.json [--out DIR] [--max-steps N] [--data PATH] [--init PATH] [--init-adapter DIR]
+ *         [--resume | --overwrite]
  *                                  [--timeout SECONDS] [--trace FILE] [--quiet]
  *   dtrun sample CKPT_DIR [--prompt TEXT] [--tokens N] [--seed S] [--temperature X] [--tokenizer T]
  *                         [--dump-logits FILE]
@@ -19,6 +20,7 @@
 #include <sys/stat.h>
 
 #include "dt_dtrun_cli.h"
+#include "dt_adapter.h"
 #include "dt_ckpt.h"
 #include "dt_cli_prepared.h"
 #include "dt_comm.h"
@@ -30,6 +32,7 @@
 #include "dt_pgroup.h"
 #include "dt_plan.h"
 #include "dt_rendezvous.h"
+#include "dt_runadapter.h"
 #include "dt_rundir.h"
 #include "dt_timemodel.h"
 #include "dt_train.h"
@@ -45,8 +48,8 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: dtrun [--nnodes N --node-rank R --nproc-per-node M --master-addr A --master-port P]\n"
-            "             PLAN.json [--out DIR] [--max-steps N] [--data PATH] [--init PATH] [--resume | --overwrite]\n"
-            "             [--timeout SECONDS] [--trace FILE] [--quiet] [--no-progress]\n"
+            "             PLAN.json [--out DIR] [--max-steps N] [--data PATH] [--init PATH] [--init-adapter DIR]\n"
+            "             [--resume | --overwrite] [--timeout SECONDS] [--trace FILE] [--quiet] [--no-progress]\n"
             "       dtrun sample CKPT_DIR [--prompt TEXT] [--tokens N] [--seed S] [--temperature X]\n"
             "                         [--tokenizer TOKENIZER] [--dump-logits FILE]\n"
             "       dtrun calibrate -o PROFILE.json [--plan PLAN.json] [--no-mpi]\n"
@@ -61,7 +64,9 @@ static void usage(FILE *f) {
             "(through mpirun; with --nnodes, this node's ranks); under mpirun, srun or torchrun\n"
             "each process is one rank. --out, --data and --init override the plan's output.dir,\n"
             "data.train and output.init (the starting weights: a Hugging Face model directory,\n"
-            "sharded or not, or a .safetensors file); --max-steps stops early without\n"
+            "sharded or not, or a .safetensors file); --init-adapter starts a LoRA plan's adapters\n"
+            "from a PEFT adapter directory (its r, alpha and modules the plan's; a LoRA run writes\n"
+            "one beside each checkpoint: CKPT/adapter/); --max-steps stops early without\n"
             "changing the LR schedule. A new run needs an absent or empty output directory;\n"
             "--resume continues the run in it from its newest complete checkpoint (a finished run\n"
             "is left as it is); --overwrite starts a new run there after removing what dtrun wrote\n"
@@ -229,6 +234,7 @@ static int cmd_train(int argc, char **argv) {
         if (strcmp(a, "--out") == 0 && has_val) o.out_dir = argv[++i];
         else if (strcmp(a, "--data") == 0 && has_val) o.data_path = argv[++i];
         else if (strcmp(a, "--init") == 0 && has_val) init_path = argv[++i];
+        else if (strcmp(a, "--init-adapter") == 0 && has_val) o.init_adapter = argv[++i];
         else if (strcmp(a, "--max-steps") == 0 && has_val) {
             if (dt_cli_parse_i64(argv[++i], "--max-steps", 1, &o.max_steps)) return 2;
         } else if (strcmp(a, "--timeout") == 0 && has_val) {
@@ -283,6 +289,11 @@ static int cmd_train(int argc, char **argv) {
                        "LLaMA-Factory on DeepSpeed (dtplan export writes the config), or plan sft with: dtplan solve "
                        "--objective sft", plan_path, dt_obj_name(plan.objective.kind));
     if (!rc) rc = plan_data(&plan, plan_path, &o, &err);   /* after what no --data could change */
+    if (!rc && o.init_adapter) {   /* checked here, before any rank starts or anything is written */
+        dt_adapter *ad = NULL;
+        rc = dt_run_adapter_open(&plan, o.init_adapter, &ad, &err);
+        dt_adapter_free(ad);
+    }
     if (rc) return dt_cli_fail_err(DT_EINVAL, &err);
     const int world = (int)plan.parallel.world_size, gpn = (int)plan.cluster.gpus_per_node;
     const int nodes = (int)plan.cluster.nodes, is_cuda = plan.cluster.device == DT_DEVICE_CUDA;

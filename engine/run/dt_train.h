@@ -23,6 +23,9 @@ typedef struct dt_train_opts {
     const char *plan_path;   /* copied into checkpoints; named in the report (may be NULL) */
     const char *out_dir;     /* NULL: plan.output.dir */
     const char *data_path;   /* NULL: plan.data.train */
+    const char *init_adapter;   /* NULL, or a PEFT LoRA adapter directory a fresh LoRA run's
+                                 * adapters start from (dt_run_adapter_open; a resume keeps
+                                 * its checkpoint's) */
     int64_t max_steps;       /* stop after this many optimizer steps in total; <= 0: the plan's
                               * schedule.total_steps. Never changes the schedule. */
     int resume;              /* continue from the newest complete checkpoint in out_dir */

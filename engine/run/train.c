@@ -23,6 +23,7 @@
 #include "dt_memreport.h"
 #include "dt_memtrack.h"
 #include "dt_optim.h"
+#include "dt_runadapter.h"
 #include "dt_rundir.h"
 #include "dt_sha256.h"
 #include "dt_tracer.h"
@@ -45,6 +46,10 @@ typedef struct {
     const dt_train_opts *opts;
     char out_dir[DT_PATH_MAX];
     char *plan_json;             /* the plan file's text, stored in checkpoints */
+    /* LoRA: the base's fingerprint for each checkpoint's PEFT adapter (rank 0, at the
+     * first save; "" with a random base) */
+    char base_fp[DT_ADAPTER_FP_HEX];
+    int base_fp_done;
     const dt_device_ops *dev;    /* the plan's device (cluster.device), bound to LOCAL_RANK's GPU on cuda */
     dt_lm *g;
     dt_zero *z;
@@ -279,8 +284,20 @@ static int init_weights(trainer *t, int64_t *resumed_from, dt_error *err) {
         }
         if (t->opts->log) fprintf(t->opts->log, "dtrun: no checkpoint in %s, starting from step 0\n", t->out_dir);
     }
-    if (p->output.init[0]) {   /* stage 3: each rank reads only its shards of the file */
-        if (dt_weights_load_zero(t->z, t->g, &p->model, p->precision.param, p->output.init, err))
+    if (t->opts->init_adapter) {   /* LoRA adapters from a PEFT directory, over the base or the seed */
+        dt_adapter *a = NULL;
+        int rc = dt_run_adapter_open(p, t->opts->init_adapter, &a, err);
+        if (!rc && dt_weights_load_zero_adapter(t->z, t->g, &p->model, p->precision.param, p->output.init, a,
+                                                p->data.seed, err))
+            rc = dt_error_prefix(err, "--init-adapter %s", t->opts->init_adapter);
+        dt_adapter_free(a);
+        if (rc) return rc;
+    } else if (p->output.init[0]) {   /* stage 3: each rank reads only its shards of the file */
+        /* LoRA from a base model: the adapters it lacks start as PEFT starts them, from the seed */
+        if (dt_ft_is_lora(&p->finetune)
+                ? dt_weights_load_zero_seeded(t->z, t->g, &p->model, p->precision.param, p->output.init, p->data.seed,
+                                              err)
+                : dt_weights_load_zero(t->z, t->g, &p->model, p->precision.param, p->output.init, err))
             return dt_error_prefix(err, "output.init");
     } else if (dt_zero_init_random(t->z, p->data.seed, err)) {
         return err->code;
@@ -512,9 +529,15 @@ static int save(trainer *t, dt_error *err) {
                           t->plan_json, t->plan->output.keep_last, path, sizeof path, err))
         return err->code;
     dt_memprobe_end(DT_PHASE_CKPT_SAVE);
+    if (t->rank == 0 && dt_ft_is_lora(&t->plan->finetune)) {   /* the adapter in PEFT's format beside it */
+        if (!t->base_fp_done && dt_run_adapter_fingerprint(t->plan, t->base_fp, err)) return err->code;
+        t->base_fp_done = 1;
+        if (dt_run_adapter_write(path, t->g, t->plan, t->base_fp, err)) return dt_error_prefix(err, "%s", path);
+    }
     if (t->opts->log && t->rank == 0) {
         if (t->tty) fprintf(t->opts->log, "\n");
-        fprintf(t->opts->log, "dtrun: saved checkpoint %s\n", path);
+        fprintf(t->opts->log, "dtrun: saved checkpoint %s%s\n", path,
+                dt_ft_is_lora(&t->plan->finetune) ? " (LoRA adapter in PEFT's format: " DT_RUN_ADAPTER_DIR "/)" : "");
     }
     return DT_OK;
 }

@@ -16,6 +16,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "dt_adapter.h"
 #include "dt_device.h"
 #include "dt_dtype.h"
 #include "dt_hfdir.h"
@@ -421,6 +422,12 @@ typedef struct {
     dt_hf_src *hf;
     llmc_src *llmc;
     dt_dtype pdt;
+    /* dt_weights_load_zero_adapter: no file (every element drawn from seed by g's init rule)
+     * and / or a PEFT adapter laid over the trained set's tensors it holds */
+    const dt_lm *g;
+    int from_seed;
+    uint64_t seed;
+    const dt_adapter *adapter;
 } weights_src;
 
 static void wsrc_close(weights_src *s) {
@@ -431,13 +438,13 @@ static void wsrc_close(weights_src *s) {
 /* Opens path as dt_weights_load reads it: a directory is a Hugging Face model
  * directory (config.json must be m), a file an llm.c checkpoint by its magic,
  * else safetensors. */
-static int wsrc_open(const dt_lm *g, const dt_model *m, dt_dtype pdt, const char *path, weights_src *s,
-                     dt_error *err) {
+static int wsrc_open(const dt_lm *g, const dt_model *m, dt_dtype pdt, const char *path, const uint64_t *seed,
+                     weights_src *s, dt_error *err) {
     memset(s, 0, sizeof *s);
     s->pdt = pdt;
     if (dt_hf_is_dir(path)) {
         if (dt_hf_check_config(path, m, "the model directory", err)) return err->code;
-        return dt_hf_src_open_dir(g, path, &s->hf, err);
+        return seed ? dt_hf_src_open_seeded(g, path, *seed, &s->hf, err) : dt_hf_src_open_dir(g, path, &s->hf, err);
     }
     int fd;
     uint64_t fsize = 0;
@@ -452,13 +459,58 @@ static int wsrc_open(const dt_lm *g, const dt_model *m, dt_dtype pdt, const char
                              dt_family_name(m->family));
         return llmc_open(g, m, path, &s->llmc, err);
     }
-    return dt_hf_src_open_file(g, path, &s->hf, err);
+    return seed ? dt_hf_src_open_seeded(g, path, *seed, &s->hf, err) : dt_hf_src_open_file(g, path, &s->hf, err);
+}
+
+/* The adapter's tensors over flat elements [lo, lo + n) of g's trained set in dst (pdt). */
+static void adapter_overlay(const weights_src *s, size_t lo, size_t n, void *dst) {
+    const size_t ds = (size_t)dt_dtype_size(s->pdt);
+    for (int i = 0; i < dt_lm_num_tensors(s->g); i++) {
+        const dt_tensor_info *t = dt_lm_tensor(s->g, i);
+        const size_t a = t->offset > lo ? t->offset : lo;
+        const size_t b = t->offset + t->numel < lo + n ? t->offset + t->numel : lo + n;
+        const dt_adapter_entry *e = a < b ? dt_adapter_find(s->adapter, t->name) : NULL;
+        dt_dtype sdt;
+        if (!e || dt_st_dtype_parse(e->dtype, &sdt)) continue;   /* dtypes checked by dt_adapter_read */
+        const size_t es = (size_t)dt_dtype_size(sdt);
+        dt_convert((char *)dst + (a - lo) * ds, s->pdt, (const char *)e->data + (a - t->offset) * es, sdt, b - a);
+    }
 }
 
 /* dt_zero_read_fn over a weights source */
 static int wsrc_read(void *ctx, size_t lo, size_t n, void *dst, dt_error *err) {
     weights_src *s = ctx;
-    return s->llmc ? llmc_read(s->llmc, lo, n, s->pdt, dst, err) : dt_hf_src_read(s->hf, lo, n, s->pdt, dst, err);
+    int rc = DT_OK;
+    if (s->from_seed) dt_lm_init_slice(s->g, s->seed, lo, n, dst, s->pdt);
+    else rc = s->llmc ? llmc_read(s->llmc, lo, n, s->pdt, dst, err) : dt_hf_src_read(s->hf, lo, n, s->pdt, dst, err);
+    if (!rc && s->adapter) adapter_overlay(s, lo, n, dst);
+    return rc;
+}
+
+/* Every LoRA tensor of g's trained set is in a with its shape, and every tensor of a is one of
+ * g's trained tensors with its shape. */
+static int adapter_covers(const dt_lm *g, const dt_adapter *a, dt_error *err) {
+    for (int i = 0; i < dt_lm_num_tensors(g); i++) {
+        const dt_tensor_info *t = dt_lm_tensor(g, i);
+        const dt_adapter_entry *e = dt_adapter_find(a, t->name);
+        if (!e && (t->flags & DT_TENSOR_ADAPTER))
+            return dt_errorf(err, DT_EINVAL, "the adapter has no %s: plan the adapter's target modules (--lora-target)",
+                             t->name);
+        const int64_t d1 = t->ndim > 1 ? t->shape[1] : 1, e1 = e && e->ndim > 1 ? e->shape[1] : 1;
+        if (e && (e->shape[0] != t->shape[0] || e1 != d1))
+            return dt_errorf(err, DT_EINVAL, "the adapter's %s is [%lld, %lld], the model's [%lld, %lld]", t->name,
+                             (long long)e->shape[0], (long long)e1, (long long)t->shape[0], (long long)d1);
+    }
+    for (int k = 0; k < dt_adapter_count(a); k++) {
+        const dt_adapter_entry *e = dt_adapter_get(a, k);
+        int found = 0;
+        for (int i = 0; i < dt_lm_num_tensors(g) && !found; i++) found = !strcmp(dt_lm_tensor(g, i)->name, e->name);
+        if (!found)
+            return dt_errorf(err, DT_EINVAL,
+                             "the adapter's %s is not trained by the plan: plan the adapter's target modules "
+                             "(--lora-target) and modules to save (--modules-to-save)", e->name);
+    }
+    return DT_OK;
 }
 
 /* The whole source into g's flat parameters: in place where the host addresses
@@ -531,18 +583,48 @@ int dt_ckpt_check_base(const char *ckpt_dir, dt_lm *g, dt_dtype pdt, dt_error *e
 int dt_weights_load(dt_lm *g, const dt_model *m, dt_dtype pdt, const char *path, dt_error *err) {
     if (require_flat(g, path, err)) return err->code;
     weights_src s;
-    int rc = wsrc_open(g, m, pdt, path, &s, err);
+    int rc = wsrc_open(g, m, pdt, path, NULL, &s, err);
     if (!rc) rc = read_flat(g, &s, path, err);
     wsrc_close(&s);
     return rc;
 }
 
-int dt_weights_load_zero(dt_zero *z, dt_lm *g, const dt_model *m, dt_dtype pdt, const char *path, dt_error *err) {
+static int load_zero(dt_zero *z, dt_lm *g, const dt_model *m, dt_dtype pdt, const char *path, const uint64_t *seed,
+                     dt_error *err) {
     weights_src s;
-    int rc = wsrc_open(g, m, pdt, path, &s, err);
+    int rc = wsrc_open(g, m, pdt, path, seed, &s, err);
     if (!rc) rc = dt_zero_load_params(z, wsrc_read, &s, err);
     wsrc_close(&s);
     return rc;
+}
+
+int dt_weights_load_zero(dt_zero *z, dt_lm *g, const dt_model *m, dt_dtype pdt, const char *path, dt_error *err) {
+    return load_zero(z, g, m, pdt, path, NULL, err);
+}
+
+int dt_weights_load_zero_adapter(dt_zero *z, dt_lm *g, const dt_model *m, dt_dtype pdt, const char *path,
+                                 const dt_adapter *a, uint64_t seed, dt_error *err) {
+    if (adapter_covers(g, a, err)) return err->code;
+    weights_src s;
+    int rc = DT_OK;
+    if (path && path[0]) {
+        rc = wsrc_open(g, m, pdt, path, &seed, &s, err);
+    } else {
+        memset(&s, 0, sizeof s);
+        s.pdt = pdt;
+        s.from_seed = 1;
+    }
+    s.g = g;
+    s.seed = seed;
+    s.adapter = a;
+    if (!rc) rc = dt_zero_load_params(z, wsrc_read, &s, err);
+    wsrc_close(&s);
+    return rc;
+}
+
+int dt_weights_load_zero_seeded(dt_zero *z, dt_lm *g, const dt_model *m, dt_dtype pdt, const char *path,
+                                uint64_t seed, dt_error *err) {
+    return load_zero(z, g, m, pdt, path, &seed, err);
 }
 
 /* ---- HF config.json ---- */
@@ -627,6 +709,14 @@ int dt_ckpt_remove(const char *dir) {
         unlink(p);
     }
     closedir(d);
+    /* a LoRA run's PEFT adapter (engine/run/dt_runadapter.h: "adapter/", its two files) */
+    static const char *adapter_files[] = {"adapter/adapter_config.json", "adapter/adapter_model.safetensors"};
+    for (size_t i = 0; i < sizeof adapter_files / sizeof adapter_files[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, adapter_files[i]);
+        unlink(p);
+    }
+    snprintf(p, sizeof p, "%s/adapter", dir);
+    rmdir(p);
     return rmdir(dir);   /* fails, keeping the directory, when it holds files dtrun did not write */
 }
 
@@ -1388,7 +1478,7 @@ int dt_ckpt_load_zero(const char *ckpt_dir, dt_lm *g, const dt_model *m, const d
     dt_hf_src *src = NULL;
     if (!rc) rc = dt_hf_src_open_file(g, p, &src, err);
     if (!rc) {
-        weights_src ws = {src, NULL, prec->param};
+        weights_src ws = {.hf = src, .pdt = prec->param};
         rc = dt_zero_load_params(z, wsrc_read, &ws, err);
     }
     dt_hf_src_close(src);

@@ -73,6 +73,20 @@ int dt_weights_load(dt_lm *g, const dt_model *m, dt_dtype param_dtype, const cha
  * bitwise). */
 int dt_weights_load_zero(dt_zero *z, dt_lm *g, const dt_model *m, dt_dtype param_dtype, const char *path,
                          dt_error *err);
+/* The same for a LoRA run started from a base model (a Hugging Face directory or
+ * .safetensors file: the base set comes from dt_weights_load_base): the trained set's LoRA
+ * adapters, which the base lacks, are drawn from seed as dt_zero_init_random draws them
+ * (PEFT's init); its other tensors (modules_to_save) are read from path. */
+int dt_weights_load_zero_seeded(dt_zero *z, dt_lm *g, const dt_model *m, dt_dtype param_dtype, const char *path,
+                                uint64_t seed, dt_error *err);
+/* A LoRA run that starts from a PEFT adapter (`dtrun --init-adapter`): the trained set as
+ * dt_weights_load_zero_seeded reads it (path "" or NULL: every tensor drawn from seed, as
+ * dt_zero_init_random), then every LoRA adapter (DT_TENSOR_ADAPTER) taken from a: each must be
+ * there with the tensor's shape, and a must hold no adapter g lacks (DT_EINVAL naming it:
+ * plan the same --lora-target). */
+struct dt_adapter;
+int dt_weights_load_zero_adapter(dt_zero *z, dt_lm *g, const dt_model *m, dt_dtype param_dtype, const char *path,
+                                 const struct dt_adapter *a, uint64_t seed, dt_error *err);
 /* The base set of g (its frozen tensors, dt_lm_base_tensor) from path: a Hugging Face
  * directory (config.json must be m) or a .safetensors file, by name, converted to
  * param_dtype; the base is replicated, so every rank reads all of it. DT_OK at once when

@@ -57,6 +57,11 @@ void dt_hf_src_close(dt_hf_src *s);
  * then count elements of that set's flat buffer): path a directory as dt_hf_src_open_dir
  * reads, else one .safetensors file. The same checks. */
 int dt_hf_src_open_base(const dt_lm *g, const char *path, dt_hf_src **out, dt_error *err);
+/* A source of g's trained set, as dt_hf_src_open_dir / _file (path a directory or one file),
+ * for a LoRA run started from a base model: the LoRA adapters (DT_TENSOR_ADAPTER) the files
+ * lack are drawn from seed by the model's init rule (dt_lm_init_slice: PEFT's init), every
+ * other tensor must be there. */
+int dt_hf_src_open_seeded(const dt_lm *g, const char *path, uint64_t seed, dt_hf_src **out, dt_error *err);
 
 /* Drops the pages of [p, p + len) of a read-only file mapping from this
  * process (madvise MADV_DONTNEED: they stay in the page cache and fault back

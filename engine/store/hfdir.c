@@ -291,7 +291,16 @@ struct dt_hf_src {
     const dt_st_tensor **st;        /* [tensors] its entry in the open file (valid while cur = file_of) */
     int cur;                        /* the file mapped now, -1 none */
     dt_st_file *f;
+    /* drawn: LoRA adapters (DT_TENSOR_ADAPTER) the files lack are not required; their
+     * elements are drawn from seed by the model's init rule (dt_lm_init_slice) */
+    int drawn;
+    uint64_t seed;
 };
+
+/* Tensor i of the set is an adapter the source draws (the files lack it). */
+static int src_drawn(const dt_hf_src *s, int i, const dt_tensor_info *t) {
+    return s->drawn && (t->flags & DT_TENSOR_ADAPTER) && s->file_of[i] < 0;
+}
 
 /* the tensors of the set s reads */
 static int src_ntensors(const dt_hf_src *s) {
@@ -334,7 +343,8 @@ static int src_scan(dt_hf_src *s, int k, int all, dt_error *err) {
         const dt_tensor_info *t = src_tensor(s, i);
         const dt_st_tensor *e = find_in(f, g, t);
         if (!e) {
-            if (all) rc = dt_errorf(err, DT_EINVAL, "%s: tensor \"%s%s\" is missing", p, dt_lm_hf_prefix(g), t->name);
+            if (all && !src_drawn(s, i, t))
+                rc = dt_errorf(err, DT_EINVAL, "%s: tensor \"%s%s\" is missing", p, dt_lm_hf_prefix(g), t->name);
             continue;
         }
         if (s->file_of[i] >= 0) {
@@ -357,11 +367,13 @@ void dt_hf_src_close(dt_hf_src *s) {
     free(s);
 }
 
-static dt_hf_src *src_new(const dt_lm *g, int set) {
+static dt_hf_src *src_new(const dt_lm *g, int set, const uint64_t *seed) {
     dt_hf_src *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->g = g;
     s->set = set;
+    s->drawn = seed != NULL;
+    s->seed = seed ? *seed : 0;
     int nt = src_ntensors(s) > 0 ? src_ntensors(s) : 1;
     s->cur = -1;
     s->file_of = malloc((size_t)nt * sizeof *s->file_of);
@@ -375,9 +387,10 @@ static dt_hf_src *src_new(const dt_lm *g, int set) {
     return s;
 }
 
-static int open_file_set(const dt_lm *g, int set, const char *path, dt_hf_src **out, dt_error *err) {
+static int open_file_set(const dt_lm *g, int set, const uint64_t *seed, const char *path, dt_hf_src **out,
+                         dt_error *err) {
     *out = NULL;
-    dt_hf_src *s = src_new(g, set);
+    dt_hf_src *s = src_new(g, set, seed);
     if (!s) return dt_errorf(err, DT_ENOMEM, "%s: out of memory", path);
     snprintf(s->path, sizeof s->path, "%s", path);
     s->nfiles = 1;
@@ -391,28 +404,29 @@ static int open_file_set(const dt_lm *g, int set, const char *path, dt_hf_src **
 }
 
 int dt_hf_src_open_file(const dt_lm *g, const char *path, dt_hf_src **out, dt_error *err) {
-    return open_file_set(g, DT_LM_SET_TRAINED, path, out, err);
+    return open_file_set(g, DT_LM_SET_TRAINED, NULL, path, out, err);
 }
 
-static int open_dir_set(const dt_lm *g, int set, const char *dir, dt_hf_src **out, dt_error *err) {
+static int open_dir_set(const dt_lm *g, int set, const uint64_t *seed, const char *dir, dt_hf_src **out,
+                        dt_error *err) {
     *out = NULL;
     char p[DT_HF_PATH_MAX];
     snprintf(p, sizeof p, "%s/" DT_HF_SINGLE_FILE, dir);
     struct stat sb;
-    if (stat(p, &sb) == 0) return open_file_set(g, set, p, out, err);
+    if (stat(p, &sb) == 0) return open_file_set(g, set, seed, p, out, err);
     snprintf(p, sizeof p, "%s/" DT_HF_INDEX_FILE, dir);
     if (stat(p, &sb) != 0)
         return dt_errorf(err, DT_EINVAL,
                          "%s: neither " DT_HF_SINGLE_FILE " nor " DT_HF_INDEX_FILE
                          " is there: give a Hugging Face model directory (save_pretrained) or a .safetensors file",
                          dir);
-    dt_hf_src *s = src_new(g, set);
+    dt_hf_src *s = src_new(g, set, seed);
     if (!s) return dt_errorf(err, DT_ENOMEM, "%s: out of memory", dir);
     snprintf(s->dir, sizeof s->dir, "%s", dir);
     int rc = index_shards(p, &s->names, &s->nfiles, err);
     for (int k = 0; k < s->nfiles && !rc; k++) rc = src_scan(s, k, 0, err);   /* one shard mapped at a time */
     for (int i = 0; i < src_ntensors(s) && !rc; i++)
-        if (s->file_of[i] < 0)
+        if (s->file_of[i] < 0 && !src_drawn(s, i, src_tensor(s, i)))
             rc = dt_errorf(err, DT_EINVAL, "%s: tensor \"%s%s\" is in none of the %d shard(s) of " DT_HF_INDEX_FILE,
                            dir, dt_lm_hf_prefix(g), src_tensor(s, i)->name, s->nfiles);
     if (rc) {
@@ -424,7 +438,7 @@ static int open_dir_set(const dt_lm *g, int set, const char *dir, dt_hf_src **ou
 }
 
 int dt_hf_src_open_dir(const dt_lm *g, const char *dir, dt_hf_src **out, dt_error *err) {
-    return open_dir_set(g, DT_LM_SET_TRAINED, dir, out, err);
+    return open_dir_set(g, DT_LM_SET_TRAINED, NULL, dir, out, err);
 }
 
 int dt_hf_src_read(dt_hf_src *s, size_t lo, size_t n, dt_dtype pdt, void *dst, dt_error *err) {
@@ -433,6 +447,10 @@ int dt_hf_src_read(dt_hf_src *s, size_t lo, size_t n, dt_dtype pdt, void *dst, d
         const dt_tensor_info *t = src_tensor(s, i);
         size_t a = t->offset > lo ? t->offset : lo, b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
         if (a >= b) continue;
+        if (src_drawn(s, i, t)) {   /* an adapter the base lacks: PEFT's init, from the seed */
+            dt_lm_init_slice(s->g, s->seed, a, b - a, (char *)dst + (a - lo) * ds, pdt);
+            continue;
+        }
         if (src_switch(s, s->file_of[i], err)) return err->code;
         const size_t es = (size_t)dt_dtype_size(s->sdt[i]);
         const char *src = (const char *)dt_st_data(s->f, s->st[i]) + (a - t->offset) * es;
@@ -472,6 +490,11 @@ int dt_hf_load_dir(const dt_lm *g, dt_dtype pdt, const char *dir, void *params, 
 }
 
 int dt_hf_src_open_base(const dt_lm *g, const char *path, dt_hf_src **out, dt_error *err) {
-    return dt_hf_is_dir(path) ? open_dir_set(g, DT_LM_SET_BASE, path, out, err)
-                              : open_file_set(g, DT_LM_SET_BASE, path, out, err);
+    return dt_hf_is_dir(path) ? open_dir_set(g, DT_LM_SET_BASE, NULL, path, out, err)
+                              : open_file_set(g, DT_LM_SET_BASE, NULL, path, out, err);
+}
+
+int dt_hf_src_open_seeded(const dt_lm *g, const char *path, uint64_t seed, dt_hf_src **out, dt_error *err) {
+    return dt_hf_is_dir(path) ? open_dir_set(g, DT_LM_SET_TRAINED, &seed, path, out, err)
+                              : open_file_set(g, DT_LM_SET_TRAINED, &seed, path, out, err);
 }
