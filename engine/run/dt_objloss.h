@@ -85,7 +85,8 @@ typedef struct dt_dpo_metrics {
 extern const char *const dt_dpo_metric_names[6];
 
 /* n pairs; pol_c, pol_r, ref_c, ref_r: (n) per-sequence summed log-probs (chosen, rejected; policy,
- * reference); len_c, len_r: (n) completion token counts (IPO only, else may be NULL). d_pol_c,
+ * reference); len_c, len_r: (n) completion token counts, TRL's completion_mask sums (IPO only,
+ * else may be NULL). f_divergence_type reverse_kl (standard DPO), no ld_alpha, no use_weighting. d_pol_c,
  * d_pol_r: (n) dloss/dpolicy sums, overwritten. The loss is the mean over pairs. */
 int dt_dpo_loss(const dt_dpo_config *cfg, int64_t n, const float *pol_c, const float *pol_r, const float *ref_c,
                 const float *ref_r, const int64_t *len_c, const int64_t *len_r, float *d_pol_c, float *d_pol_r,
@@ -126,7 +127,9 @@ typedef struct dt_grpo_metrics {
 /* B completions × T positions. logp, mask: (B, T) (mask 0/1); old_logp: (B, T) or NULL (then the
  * ratio is exp(logp - stop_grad(logp)) = 1, TRL's num_iterations = 1 path); ref_logp: (B, T),
  * needed when beta != 0; adv: (B). Token loss -min(ρA, clip(ρ, 1-εl, 1+εh)A) + β·k3,
- * k3 = exp(ref - logp) - (ref - logp) - 1, reduced by cfg->type. d_logp: (B, T), overwritten. */
+ * k3 = exp(ref - logp) - (ref - logp) - 1, reduced by cfg->type. d_logp: (B, T), overwritten.
+ * TRL's defaults only: importance_sampling_level "token", no delta (two-sided clip), no
+ * use_bias_correction_kl, no entropy mask or bonus, no vLLM importance correction. */
 int dt_grpo_loss(const dt_grpo_config *cfg, int64_t B, int64_t T, const float *logp, const float *old_logp,
                  const float *ref_logp, const float *adv, const float *mask, float *d_logp, dt_grpo_metrics *m,
                  dt_error *err);
