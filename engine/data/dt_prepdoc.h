@@ -69,4 +69,13 @@ int dt_prepdoc_encode(const dt_prepdoc_ctx *ctx, const char *bytes, size_t n, in
  * "id" as text for messages ("" when absent), in id (idn bytes). */
 int dt_prepdoc_image(const char *bytes, size_t n, char **image, char *id, size_t idn, dt_error *err);
 
+/* The chat template's ids for n messages (roles "system" | "user" | "assistant"), as
+ * dt_prepdoc_encode renders them but with no end-of-text id before them and no mask;
+ * add_generation_prompt: then the assistant's header (chatml '<|im_start|>assistant\n', llama3
+ * '<|start_header_id|>assistant<|end_header_id|>\n\n'), as transformers'
+ * apply_chat_template(add_generation_prompt=True). *ids is malloc'd. Preference pairs
+ * (dt_pairdoc.h) are built from it. */
+int dt_prepdoc_render(const dt_prepdoc_ctx *ctx, const char *const *roles, const char *const *contents, size_t n,
+                      int add_generation_prompt, int32_t **ids, size_t *n_ids, dt_error *err);
+
 #endif

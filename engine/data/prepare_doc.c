@@ -475,3 +475,29 @@ int dt_prepdoc_encode(const dt_prepdoc_ctx *ctx, const char *bytes, size_t n, in
     *n_ids = o.n;
     return DT_OK;
 }
+
+int dt_prepdoc_render(const dt_prepdoc_ctx *ctx, const char *const *roles, const char *const *contents, size_t n,
+                      int add_generation_prompt, int32_t **ids, size_t *n_ids, dt_error *err) {
+    *ids = NULL;
+    *n_ids = 0;
+    doc_out o = {.masked = 0};
+    int rc = ctx->chat == DT_CHAT_LLAMA3 ? push_id(&o, ctx->special[DT_PD_BEGIN], 0) : DT_OK;
+    for (size_t i = 0; !rc && i < n; i++) rc = render_message(ctx, &o, roles[i], contents[i], err);
+    if (!rc && add_generation_prompt) {
+        const char *asst = ROLES[ROLE_ASSISTANT];
+        if (ctx->chat == DT_CHAT_CHATML) { /* '<|im_start|>assistant\n' */
+            if (!(rc = push_id(&o, ctx->special[DT_PD_IM_START], 0))) rc = push_text(ctx, &o, "assistant\n", 10, 0, err);
+        } else if (!(rc = push_id(&o, ctx->special[DT_PD_START_HEADER], 0)) &&
+                   !(rc = push_text(ctx, &o, asst, strlen(asst), 0, err)) &&
+                   !(rc = push_id(&o, ctx->special[DT_PD_END_HEADER], 0))) { /* Llama-3: header + '\n\n' */
+            rc = push_text(ctx, &o, "\n\n", 2, 0, err);
+        }
+    }
+    if (rc) {
+        free(o.ids);
+        return rc == DT_ENOMEM ? dt_errorf(err, DT_ENOMEM, "out of memory rendering a chat of %zu messages", n) : rc;
+    }
+    *ids = o.ids;
+    *n_ids = o.n;
+    return DT_OK;
+}
