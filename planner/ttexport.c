@@ -55,6 +55,17 @@ static void tfloat(FILE *f, const char *key, double v) {
     fprintf(f, "%s = %s%s\n", key, b, strpbrk(b, ".eEn") ? "" : ".0");
 }
 
+/* A TOML basic string: quote, backslash and control characters escaped (TOML v1.0.0 "String"). */
+static void tstr(FILE *f, const char *key, const char *v) {
+    fprintf(f, "%s = \"", key);
+    for (const unsigned char *c = (const unsigned char *)v; *c; c++) {
+        if (*c == '"' || *c == '\\') fprintf(f, "\\%c", *c);
+        else if (*c < 0x20 || *c == 0x7f) fprintf(f, "\\u%04x", *c);
+        else fputc(*c, f);
+    }
+    fputs("\"\n", f);
+}
+
 static int refuse(dt_error *err, const char *key, const char *why) {
     return dt_errorf(err, DT_EINVAL, "export --torchtitan: %s: %s", key, why);
 }
@@ -243,8 +254,11 @@ char *dt_ttexport_toml(const dt_plan *p, dt_error *err) {
     fprintf(f, "# torchtitan job config (torchtitan/config/job_config.py at %s), written by dtplan export "
                "--torchtitan\n", TT_COMMIT);
     notes(f, p);
-    fprintf(f, "\n[job]\ndump_folder = \"%s\"\ndescription = \"%s on %lld GPUs (dtplan)\"\n", p->output.dir,
-            p->model.name, (long long)p->parallel.world_size);
+    char desc[160];
+    snprintf(desc, sizeof desc, "%s on %lld GPUs (dtplan)", p->model.name, (long long)p->parallel.world_size);
+    fprintf(f, "\n[job]\n");
+    tstr(f, "dump_folder", p->output.dir);
+    tstr(f, "description", desc);
     fprintf(f, "\n[model]\nname = \"%s\"\nflavor = \"%s\"\n", fl->name, fl->flavor);
     optimizer(f, p);
     training(f, p);

@@ -94,6 +94,16 @@ for path in sys.argv[1:]:
         assert t_["global_batch_size"] == t_["local_batch_size"] * dp, t_
 PY
 
+# strings are TOML strings: a quote and a backslash in the output directory survive the round trip
+python3 - "$T/fsdp.json" "$T/q.json" <<'PY' || fail "writing the quoted plan"
+import json, sys
+p = json.load(open(sys.argv[1])); p["output"]["dir"] = 'out/"q"\\b'
+json.dump(p, open(sys.argv[2], "w"), indent=2)
+PY
+"$DTPLAN" export --torchtitan "$T/q.json" -o "$T/q.toml" >/dev/null 2>"$T/err" || fail "export q: $(cat "$T/err")"
+python3 -c 'import sys, tomllib; d = tomllib.load(open(sys.argv[1], "rb"))["job"]["dump_folder"]; assert d == "out/\"q\"\\b", d' \
+    "$T/q.toml" && ok "a quoted output directory round-trips" || fail "quoted dump_folder: $(grep dump_folder "$T/q.toml")"
+
 refused() {   # dt_bad's rule, and no TOML left behind
     dt_bad "$2" "$DTPLAN" export --torchtitan "$T/bad_$1.json" -o "$T/bad_$1.toml"
     [ -e "$T/bad_$1.toml" ] && fail "$1: wrote the TOML"
