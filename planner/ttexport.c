@@ -33,12 +33,26 @@ static const tt_flavor k_flavors[] = {
 };
 #define N_FLAVORS (sizeof k_flavors / sizeof k_flavors[0])
 
+/* torchtitan's llama3 always scales RoPE as Llama 3.1 does (models/llama3/model/args.py
+ * RoPEScalingArgs: factor 8, low 1, high 4, original 8192); its qwen3 does not scale. */
+#define TT_ROPE_FACTOR 8.0
+#define TT_ROPE_LOW 1.0
+#define TT_ROPE_HIGH 4.0
+#define TT_ROPE_ORIG 8192
+static int rope_matches(const dt_model *m, int llama3) {
+    const dt_rope_scaling *r = &m->rope_scaling;
+    if (!llama3) return r->type == DT_ROPE_DEFAULT;
+    return r->type == DT_ROPE_LLAMA3 && r->factor == TT_ROPE_FACTOR && r->low_freq_factor == TT_ROPE_LOW &&
+           r->high_freq_factor == TT_ROPE_HIGH && r->original_max_pos == TT_ROPE_ORIG;
+}
+
 static const tt_flavor *flavor_of(const dt_model *m) {
     for (size_t i = 0; i < N_FLAVORS; i++) {
         const tt_flavor *f = &k_flavors[i];
+        const int qwen3 = !strcmp(f->name, "qwen3");
         if (m->family == DT_FAMILY_LLAMA && f->n_layer == m->n_layer && f->hidden == m->hidden &&
             f->n_head == m->n_head && f->n_kv_head == m->n_kv_head && f->ffn == m->ffn &&
-            f->rope_theta == m->rope_theta && m->qk_norm == !strcmp(f->name, "qwen3"))
+            f->rope_theta == m->rope_theta && m->qk_norm == qwen3 && rope_matches(m, !qwen3))
             return f;
     }
     return NULL;
@@ -109,8 +123,9 @@ static int check_model(const dt_plan *p, dt_error *err) {
     if (dt_vlm_active(&p->vlm)) return refuse(err, "vlm", "torchtitan's llama3 / qwen3 have no vision tower");
     if (!flavor_of(&p->model))
         return dt_errorf(err, DT_EINVAL,
-                         "export --torchtitan: model '%s' (%lld layers, hidden %lld, ffn %lld, rope_theta %g) is none "
-                         "of torchtitan's flavors (llama3 8B / 70B / 405B, qwen3 0.6B..32B); plan one of those "
+                         "export --torchtitan: model '%s' (%lld layers, hidden %lld, ffn %lld, rope_theta %g, its RoPE "
+                         "scaling) is none of torchtitan's flavors (llama3 8B / 70B / 405B with Llama 3.1's RoPE "
+                         "scaling, qwen3 0.6B..32B); plan one of those "
                          "(e.g. --model llama-3.1-8b)",
                          p->model.name, (long long)p->model.n_layer, (long long)p->model.hidden,
                          (long long)p->model.ffn, p->model.rope_theta);

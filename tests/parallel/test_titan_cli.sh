@@ -40,6 +40,7 @@ bad("nvme", lambda b: ds(b, offload_optimizer="nvme", offload_param="nvme", nvme
 bad("ckpt", lambda b: b["activations"].update(ckpt_layers=5))
 bad("ddp_tp", lambda b: (b["parallel"].update(zero_stage=0), b["batch"].update(global_batch=16),
                          b.update(layout={"tp": 2, "cp": 1, "pp": 1})))
+bad("rope", lambda b: b["model"].pop("rope_scaling"))   # Llama 3 8B without 3.1's RoPE scaling
 bad("fp16", lambda b: b["precision"].update(preset="mixed-fp16", param="fp16", grad="fp16", activation="fp16"))
 PY
 
@@ -113,6 +114,7 @@ refused zero1 "parallel.zero_stage 1: torchtitan's FSDP2 shards parameters, grad
 refused optonly "parallel.offload_optimizer / offload_param"
 refused nvme "parallel.offload nvme"
 refused fp16 "precision fp16"
+refused rope "model 'llama-3.1-8b' (32 layers, hidden 4096, ffn 14336, rope_theta 500000, its RoPE scaling) is none of torchtitan's flavors"
 "$DTPLAN" solve --mem 80G --model llama-3.1-8b --gpus 8 --runtime fsdp --finetune lora -o "$T/lora.json" >/dev/null 2>&1
 "$DTPLAN" export --torchtitan "$T/lora.json" -o "$T/lora.toml" >"$T/out" 2>"$T/err"
 [ $? -eq 2 ] && [ ! -e "$T/lora.toml" ] && grep -q "finetune.method: torchtitan trains every parameter" "$T/err" &&
