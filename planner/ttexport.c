@@ -35,15 +35,13 @@ static const tt_flavor k_flavors[] = {
 
 /* torchtitan's llama3 always scales RoPE as Llama 3.1 does (models/llama3/model/args.py
  * RoPEScalingArgs: factor 8, low 1, high 4, original 8192); its qwen3 does not scale. */
-#define TT_ROPE_FACTOR 8.0
-#define TT_ROPE_LOW 1.0
-#define TT_ROPE_HIGH 4.0
-#define TT_ROPE_ORIG 8192
+static const dt_rope_scaling k_tt_llama3_rope = {DT_ROPE_LLAMA3, 8.0, 1.0, 4.0, 8192};
+
 static int rope_matches(const dt_model *m, int llama3) {
-    const dt_rope_scaling *r = &m->rope_scaling;
+    const dt_rope_scaling *r = &m->rope_scaling, *t = &k_tt_llama3_rope;
     if (!llama3) return r->type == DT_ROPE_DEFAULT;
-    return r->type == DT_ROPE_LLAMA3 && r->factor == TT_ROPE_FACTOR && r->low_freq_factor == TT_ROPE_LOW &&
-           r->high_freq_factor == TT_ROPE_HIGH && r->original_max_pos == TT_ROPE_ORIG;
+    return r->type == t->type && r->factor == t->factor && r->low_freq_factor == t->low_freq_factor &&
+           r->high_freq_factor == t->high_freq_factor && r->original_max_pos == t->original_max_pos;
 }
 
 static const tt_flavor *flavor_of(const dt_model *m) {
