@@ -35,7 +35,7 @@ _dtplan() {
                   --lr --schedule --out --eval-interval --save-interval --runtime --attention --sub-group-size --nvme-path
                   --layouts --no-layouts --config --config-format --lr-scaling --help $_dtplan_ft $_dtplan_obj" ;;
     show) flags="--units --help" ;;
-    export) flags="--deepspeed --megatron --llamafactory --hf-trainer --runbook --config -o --slurm --script --master-addr
+    export) flags="--deepspeed --megatron --torchtitan --llamafactory --hf-trainer --runbook --config -o --slurm --script --master-addr
                    --master-port --job-name --help" ;;
     simulate) flags="--detail --trace --plot --json --runtime --config --config-format --help $_dtplan_ft $_dtplan_obj" ;;
     compare) flags="--json --help" ;;

@@ -33,6 +33,15 @@ void dt_dsexport_opts_default(dt_dsexport_opts *o) {
     o->job_name = DS_DEFAULT_JOB;
 }
 
+char *dt_export_text_close(FILE *f, char **buf, const char *what, dt_error *err) {
+    if (fclose(f) != 0 || !*buf) {   /* open_memstream sets *buf only when flushed or closed */
+        free(*buf);
+        dt_errorf(err, DT_ENOMEM, "export %s: out of memory", what);
+        return NULL;
+    }
+    return *buf;
+}
+
 /* ---- a growing string on open_memstream ---- */
 typedef struct {
     FILE *f;

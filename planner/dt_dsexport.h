@@ -12,6 +12,8 @@
 #ifndef DT_DSEXPORT_H
 #define DT_DSEXPORT_H
 
+#include <stdio.h>
+
 #include "dt_error.h"
 #include "dt_consts.h"
 #include "dt_plan.h"
@@ -28,6 +30,10 @@ typedef struct dt_dsexport_opts {
 } dt_dsexport_opts;
 
 void dt_dsexport_opts_default(dt_dsexport_opts *o);
+
+/* Closes f, an open_memstream stream over *buf, and returns *buf (the caller frees it); NULL
+ * with "export WHAT: out of memory" (DT_ENOMEM) when the stream fails. Shared by the exports. */
+char *dt_export_text_close(FILE *f, char **buf, const char *what, dt_error *err);
 
 /* The DeepSpeed config for a valid plan, pretty-printed JSON with a trailing newline. */
 char *dt_dsexport_config(const dt_plan *p, dt_error *err);

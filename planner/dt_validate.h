@@ -26,6 +26,8 @@ typedef enum {
     DT_VAL_PEAK_ALLOCATED_BYTES,/* peak bytes the framework's allocator handed out per GPU
                                  * (torch.cuda.max_memory_allocated): the device peak less the
                                  * reserve (CUDA context, allocator caching, library workspaces) */
+    DT_VAL_MODEL_TFLOPS_GPU,    /* model FLOP/s per GPU in 1e12 (no recompute counted): the step's
+                                 * dt_model_train_flops_per_seq x global batch / step / GPUs */
     DT_VAL_QUANTITY_COUNT
 } dt_val_quantity;
 

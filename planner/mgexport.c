@@ -158,15 +158,6 @@ static int torchrun(FILE *f, const dt_plan *p, const dt_dsexport_opts *o, const 
     return 0;
 }
 
-/* open_memstream sets *buf only when the stream is flushed or closed */
-static char *close_text(FILE *f, char **buf, dt_error *err) {
-    if (fclose(f) != 0 || !*buf) {
-        free(*buf);
-        dt_errorf(err, DT_ENOMEM, "export --megatron: out of memory");
-        return NULL;
-    }
-    return *buf;
-}
 
 /* A memory stream for a checked plan (NULL and err set otherwise). */
 static FILE *open_text(const dt_plan *p, char **buf, size_t *n, dt_error *err) {
@@ -187,7 +178,7 @@ char *dt_mgexport_launch(const dt_plan *p, const dt_dsexport_opts *o, dt_error *
             (long long)p->cluster.nodes - 1);
     notes(f, p);
     torchrun(f, p, o, p->cluster.nodes > 1 ? "$NODE_RANK" : "0", o->master_addr, port);
-    return close_text(f, &buf, err);
+    return dt_export_text_close(f, &buf, "--megatron", err);
 }
 
 char *dt_mgexport_sbatch(const dt_plan *p, const dt_dsexport_opts *o, dt_error *err) {
@@ -208,5 +199,5 @@ char *dt_mgexport_sbatch(const dt_plan *p, const dt_dsexport_opts *o, dt_error *
     fprintf(f, "srun --wait=60 --kill-on-bad-exit=1 bash -c '");
     torchrun(f, p, o, "$SLURM_NODEID", "$MASTER_ADDR", "$MASTER_PORT");
     fprintf(f, "'\n");
-    return close_text(f, &buf, err);
+    return dt_export_text_close(f, &buf, "--megatron", err);
 }

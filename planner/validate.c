@@ -3,6 +3,7 @@
  * none other; the configuration becomes a dt_plan through the same setters the CLI
  * uses (dt_plan_set_runtime, dt_plan_set_attention), and dt_plan_validate checks it. */
 #include "dt_validate.h"
+#include "dt_layout.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,9 +14,12 @@
 #include "dt_model.h"
 #include "dt_timemodel.h"
 
+#define VAL_TERA 1e12   /* TFLOP/s */
+
 static const char *const k_quantity_names[DT_VAL_QUANTITY_COUNT] = {"samples_per_s", "tokens_per_s_per_gpu",
                                                                      "peak_bytes", "fits",
-                                                                     "peak_allocated_bytes"};
+                                                                     "peak_allocated_bytes",
+                                                                     "model_tflops_per_gpu"};
 static const char *const k_offload_names[] = {"none", "cpu", "nvme"};
 static const char *const k_runtime_names[] = {"dtrun", "deepspeed", "fsdp"};
 #define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -124,6 +128,27 @@ static void read_buckets(dt_jobj *cfg, dt_parallel *q, dt_error *err) {
 
 /* A hardware profile named by path is looked up next to the case file (the suite's own
  * profiles live in tests/validation/hardware/); a catalog name is used as is. */
+/* Optional "layout": {"tp", "pp", "cp", "vpp" (counts, 1 = off), "sp" (bool, default on with tp > 1),
+ * "first_stage_layers" and "last_stage_layers" (an uneven split, both or neither)}
+ * (docs/parallelism.md); the global batch becomes micro x accumulation x the data-parallel size. */
+static void read_layout(dt_jobj *cfg, dt_plan *p, dt_error *err) {
+    dt_jobj l;
+    if (dt_jobj_open(&l, cfg, "layout", err)) return;
+    int64_t d[6] = {1, 1, 1, 1, 0, 0};   /* tp, pp, cp, vpp, first / last stage layers */
+    static const char *const keys[6] = {"tp", "pp", "cp", "vpp", "first_stage_layers", "last_stage_layers"};
+    for (int i = 0; i < 6 && !l.failed; i++)
+        if (dt_jobj_has(&l, keys[i])) dt_jobj_int(&l, keys[i], 1, i < 4 ? VAL_MAX_RANKS : p->model.n_layer, &d[i], err);
+    int sp = 1;
+    if (!l.failed && dt_jobj_has(&l, "sp")) dt_jobj_bool(&l, "sp", &sp, err);
+    if (dt_jobj_close(&l, err)) {
+        cfg->failed = l.failed;
+        return;
+    }
+    dt_layout_set(p, d[0], sp, d[2], d[1], d[3]);
+    p->layout.first_stage_layers = d[4], p->layout.last_stage_layers = d[5];
+    p->batch.global_batch = p->batch.micro_batch * p->batch.grad_accum * dt_layout_dp(p);
+}
+
 static void hardware_path(const char *name, const char *case_path, char *out, size_t n) {
     const char *slash = case_path ? strrchr(case_path, '/') : NULL;
     const int is_path = strchr(name, '/') != NULL || (strlen(name) > 5 && !strcmp(name + strlen(name) - 5, ".json"));
@@ -184,6 +209,7 @@ static void read_config(dt_jobj *root, const char *what, dt_val_case *c, dt_erro
     if (!g.failed && dt_jobj_has(&g, "selective_recompute"))
         dt_jobj_bool(&g, "selective_recompute", &p->activations.selective, err);
     if (!g.failed) read_runtime_overrides(&g, &p->runtime, err);
+    if (!g.failed && dt_jobj_has(&g, "layout")) read_layout(&g, p, err);
     if (dt_jobj_close(&g, err)) {
         root->failed = g.failed;
         return;
@@ -251,6 +277,9 @@ int dt_validate_case_predict(const dt_val_case *c, dt_val_result *out, dt_error 
     case DT_VAL_SAMPLES_PER_S: out->predicted = t.step_s > 0 ? samples / t.step_s : 0; break;
     case DT_VAL_TOKENS_PER_S_GPU:
         out->predicted = t.step_s > 0 ? t.tokens_per_s / (double)p->parallel.world_size : 0;
+        break;
+    case DT_VAL_MODEL_TFLOPS_GPU:   /* mfu is model FLOPs / (step x the GPUs' peak) */
+        out->predicted = t.mfu * p->cluster.hw.peak_flops[p->precision.param] / VAL_TERA;
         break;
     case DT_VAL_PEAK_BYTES: out->predicted = (double)m.total; break;
     case DT_VAL_PEAK_ALLOCATED_BYTES: out->predicted = (double)(m.total - m.reserve); break;

@@ -10,6 +10,7 @@
 #include "dt_cli_obj.h"
 #include "dt_dsexport.h"
 #include "dt_mgexport.h"
+#include "dt_ttexport.h"
 #include "dt_json.h"
 #include "dt_plan.h"
 #include "dt_userexport.h"
@@ -19,6 +20,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: dtplan export --deepspeed PLAN.json [-o ds_config.json] [--slurm launch.slurm]\n"
             "       dtplan export --megatron PLAN.json [--slurm launch.slurm]\n"
+            "       dtplan export --torchtitan PLAN.json -o train.toml [--slurm launch.slurm]\n"
             "                     [--script train.py] [--master-addr A] [--master-port P] [--job-name N]\n"
             "\n"
             "Writes the DeepSpeed config equivalent to the plan (zero_optimization, bf16/fp16,\n"
@@ -29,6 +31,8 @@ static void usage(FILE *f) {
             "  --slurm FILE     also write an sbatch script (one torchrun per node)\n"
             "  --megatron       instead: Megatron-LM's torchrun line (pretrain_gpt.py and its arguments: the\n"
             "                   layout, model, batch, precision, recompute, optimizer, schedule); ZeRO 0-1 only\n"
+            "  --torchtitan     instead: torchtitan's job TOML (-o FILE, a new file) and its torchrun line\n"
+            "                   (model flavor, batch, layout as FSDP2 / TP / CP / PP, checkpointing, optimizer)\n"
             "  --script S       training script in the torchrun line (default train.py; pretrain_gpt.py for\n"
             "                   --megatron)\n"
             "  --master-addr A  (default $MASTER_ADDR)   --master-port P (default %d)\n"
@@ -60,6 +64,36 @@ static int export_megatron(const dt_plan *p, const dt_dsexport_opts *o, const ch
         if (slurm) printf("wrote %s (sbatch script)\n", slurm);
         fputs(launch, stdout);
     }
+    free(launch);
+    free(sbatch);
+    return rc;
+}
+
+/* --torchtitan: the job TOML written to out (a new file, atomically), the torchrun line on
+ * stdout; --slurm FILE also writes the sbatch script. */
+static int export_torchtitan(const dt_plan *p, const dt_dsexport_opts *o, const char *out, const char *slurm) {
+    char msg[DT_ERROR_MSG_MAX + 256];
+    struct stat st;
+    if (!out) return fail("export: --torchtitan needs -o FILE.toml (the job config torchtitan.train reads)");
+    if (stat(out, &st) == 0) {
+        snprintf(msg, sizeof msg, "export: '%s' exists; dtplan replaces no file it did not write (choose another -o, "
+                 "or move it away)", out);
+        return fail(msg);
+    }
+    dt_error err = {0};
+    char *toml = dt_ttexport_toml(p, &err);
+    char *launch = toml ? dt_ttexport_launch(p, o, out, &err) : NULL;
+    char *sbatch = launch && slurm ? dt_ttexport_sbatch(p, o, out, &err) : NULL;
+    int rc = 0;
+    if (!launch || (slurm && !sbatch)) rc = dt_cli_fail_err(err.code, &err);
+    else if (dt_json_write_file_atomic(out, toml, &err)) rc = dt_cli_fail_err(err.code, &err);
+    else if (slurm && dt_json_write_file_atomic(slurm, sbatch, &err)) rc = dt_cli_fail_err(err.code, &err);
+    else {
+        printf("wrote %s (torchtitan job config)\n", out);
+        if (slurm) printf("wrote %s (sbatch script)\n", slurm);
+        fputs(launch, stdout);
+    }
+    free(toml);
     free(launch);
     free(sbatch);
     return rc;
@@ -134,7 +168,7 @@ static int export_user(const dt_plan *p, const char *plan_path, dt_ucfg_format f
 
 int dt_cmd_export(int argc, char **argv) {
     const char *plan_path = NULL, *out = NULL, *slurm = NULL, *mine = NULL;
-    int deepspeed = 0, megatron = 0;
+    int deepspeed = 0, megatron = 0, titan = 0;
     dt_ucfg_format fmt = DT_UCFG_AUTO;
     dt_dsexport_opts o;
     dt_dsexport_opts_default(&o);
@@ -149,6 +183,8 @@ int dt_cmd_export(int argc, char **argv) {
             deepspeed = 1;
         } else if (!strcmp(a, "--megatron")) {
             megatron = 1;
+        } else if (!strcmp(a, "--torchtitan")) {
+            titan = 1;
         } else if (!strcmp(a, "--llamafactory") || !strcmp(a, "--hf-trainer") || !strcmp(a, "--runbook")) {
             dt_ucfg_format f = a[2] == 'l' ? DT_UCFG_LLAMAFACTORY : a[2] == 'h' ? DT_UCFG_HF : DT_UCFG_RUNBOOK;
             if (fmt != DT_UCFG_AUTO && fmt != f) return fail("export: one target at a time");
@@ -191,14 +227,15 @@ int dt_cmd_export(int argc, char **argv) {
             plan_path = a;
         }
     }
-    if (deepspeed + megatron + (fmt != DT_UCFG_AUTO) == 0)
-        return fail("export: say what to export: --deepspeed, --megatron, --llamafactory, --hf-trainer or --runbook");
-    if (deepspeed + megatron + (fmt != DT_UCFG_AUTO) > 1) return fail("export: one target at a time");
+    if (deepspeed + megatron + titan + (fmt != DT_UCFG_AUTO) == 0)
+        return fail("export: say what to export: --deepspeed, --megatron, --torchtitan, --llamafactory, --hf-trainer "
+                    "or --runbook");
+    if (deepspeed + megatron + titan + (fmt != DT_UCFG_AUTO) > 1) return fail("export: one target at a time");
     if (megatron && out)
         return fail("export: --megatron prints the launch line; -o is --deepspeed's config file (use --slurm FILE "
                     "for a script)");
     if (!plan_path) return fail("export: no plan given (usage: dtplan export --deepspeed plan.json)");
-    if (mine && (deepspeed || megatron)) return fail("export: --config applies to --llamafactory, --hf-trainer and --runbook");
+    if (mine && (deepspeed || megatron || titan)) return fail("export: --config applies to --llamafactory, --hf-trainer and --runbook");
 
     dt_plan p;
     dt_error err = {0};
@@ -207,6 +244,7 @@ int dt_cmd_export(int argc, char **argv) {
     o.plan_path = plan_path;
     if (out) o.config_path = out;
     if (megatron) return export_megatron(&p, &o, slurm);
+    if (titan) return export_torchtitan(&p, &o, out, slurm);
 
     char *config = dt_dsexport_config(&p, &err);
     char *notes = config ? dt_dsexport_notes(&p, &err) : NULL;

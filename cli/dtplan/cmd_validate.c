@@ -83,6 +83,7 @@ static void fmt_value(dt_val_quantity q, double v, char *buf, size_t n) {
     case DT_VAL_PEAK_ALLOCATED_BYTES: snprintf(buf, n, "%.2f GiB alloc", v / DT_GIB); break;
     case DT_VAL_FITS: snprintf(buf, n, "%s", v > 0.5 ? "fits" : "OOM"); break;
     case DT_VAL_SAMPLES_PER_S: snprintf(buf, n, "%.2f samples/s", v); break;
+    case DT_VAL_MODEL_TFLOPS_GPU: snprintf(buf, n, "%.0f TFLOP/s/GPU", v); break;
     default: snprintf(buf, n, "%.0f tok/s/GPU", v); break;
     }
 }

@@ -113,7 +113,7 @@ expect_err "Check batch related parameters" "$DTPLAN" export --deepspeed "$T/tri
 
 expect_err "say what to export: --deepspeed" "$DTPLAN" export "$TINY"
 expect_err "no plan given" "$DTPLAN" export --deepspeed
-expect_err "unknown option '--torchtitan'" "$DTPLAN" export --torchtitan "$TINY"
+expect_err "cluster.device cpu: torchtitan trains on GPUs" "$DTPLAN" export --torchtitan "$TINY" -o "$T/tiny.toml"
 expect_err "the plan is for CPU ranks; Megatron-LM trains on GPUs" "$DTPLAN" export --megatron "$TINY"
 expect_err "bad --master-port '70000'" "$DTPLAN" export --deepspeed "$TINY" --master-port 70000
 expect_err "-o needs a value" "$DTPLAN" export --deepspeed "$TINY" -o

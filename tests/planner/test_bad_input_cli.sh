@@ -225,6 +225,12 @@ bad "validate: $T/rs.json: \$.config.reduce_scatter: expected true or false, got
 jq '.config.reduce_scatter = false | .config.runtime = "fsdp"' "$SRC/tests/validation/cases/autotune-gpt2-z1-mbs8.json" >"$T/rs.json"
 bad "validate: $T/rs.json: \$.config: runtime.offload_ratio / hpz_partition_size / quantized_* / reduce_scatter" validate "$T/rs.json"
 bad "validate: --max-memory-error 'ten': expected a percentage" validate --max-memory-error ten
+# a case's layout (issue 36): strict keys, the layout's own rules
+B="$SRC/tests/validation/cases/bloom-176b-tp4-pp12-dp8-a100x384.json"
+jq '.config.layout.dp = 8' "$B" >"$T/lay.json"
+bad "validate: $T/lay.json: \$.config.layout.dp: unknown key" validate "$T/lay.json"
+jq '.config.layout.tp = 5' "$B" >"$T/lay.json"
+bad "validate: $T/lay.json: \$.config: layout.tp 5 does not divide the model's 112 attention heads" validate "$T/lay.json"
 
 # nothing was written where -o pointed
 "$DTPLAN" solve $P --mem 80 -o "$T/never.json" >/dev/null 2>&1

@@ -30,7 +30,7 @@ done
 # one line per case: KIND NAME ERROR (KIND throughput | memory | fits), one per group: group NAME KEPT
 grep -o '"name": "[^"]*", "runtime": "[^"]*", "quantity": "[^"]*", "measured": [^,]*, "predicted": [^,]*, "error": [^,]*' "$T/json" |
     sed -E 's/"name": "([^"]*)".*"quantity": "([^"]*)".*"error": (.*)/\2 \1 \3/' |
-    sed -E 's/^(samples_per_s|tokens_per_s_per_gpu) /throughput /; s/^(peak_bytes|peak_allocated_bytes) /memory /' >"$T/cases"
+    sed -E 's/^(samples_per_s|tokens_per_s_per_gpu|model_tflops_per_gpu) /throughput /; s/^(peak_bytes|peak_allocated_bytes) /memory /' >"$T/cases"
 grep -o '{"group": "[^"]*", "kept": [a-z]*}' "$T/json" | sed -E 's/.*"group": "([^"]*)", "kept": ([a-z]*).*/group \1 \2/' >>"$T/cases"
 [ "$(grep -c . "$T/cases")" -ge "$n_files" ] || fail "validate --json gave fewer rows than the suite has cases"
 
