@@ -4,7 +4,15 @@
  *
  *   bench_gpt2 [--model NAME] [--batch B] [--seq T] [--steps N] [--precision P]
  *              [--ckpt K] [--attention flash|materialized] [--optimizer] [--breakdown]
+ *              [--finetune full|freeze|lora] [--lora-rank R]
  *
+ * --finetune: the method the step trains (common/dt_finetune.h, the engine's
+ * dt_lm_options.finetune; default full). lora: PEFT's LoRA on every linear of the
+ * blocks (dt_finetune_defaults: r 8, alpha 2r, dropout 0, fp32 adapters) over a frozen
+ * base; --lora-rank R sets r (alpha 2R, LLaMA-Factory's default, as
+ * bench/torch_lm_step.py --lora R). freeze: its defaults (the last 2 blocks trained).
+ * The optimizer, gradients and "trained params" cover the trained set only (for
+ * lora the adapters), the frozen base drawn from the same seed.
  * --optimizer: a full training step — zero_grad, forward, backward, the global
  * gradient norm, clipping and AdamW on the flat parameters (dt_optim.h, decay on
  * 2-D tensors only, as dtrun does for one rank) — timed as "train step"; the
@@ -17,7 +25,10 @@
  * parameter per token; Kaplan et al. 2020 §2.1) plus the causal attention the
  * engine performs: per layer, head and (query i, key j <= i) pair, 2*hs FLOPs
  * for q.k and 2*hs for p*v in forward, twice that in backward (12*hs in all).
- * Recompute is not counted (it is overhead, as MFU conventions treat it). Also
+ * A frozen parameter (the base of --finetune lora / freeze) counts 2 forward and 2
+ * backward (the input gradient only, no weight gradient), an upper count for freeze,
+ * whose backward stops early. Recompute is not counted (it is overhead, as MFU
+ * conventions treat it). Also
  * prints the process CPU time per step, steadier than wall time on a shared machine. */
 #include <cblas.h>
 #include <math.h>
@@ -28,6 +39,7 @@
 #include <time.h>
 
 #include "dt_clock.h"
+#include "dt_finetune.h"
 #include "dt_gemm_cpu.h"
 #include "dt_lm.h"
 #include "dt_memtrack.h"
@@ -37,6 +49,10 @@
 #define CEIL_DIM 2048
 #define CEIL_REPS 3
 #define FLOPS_PER_PARAM_TOKEN 6.0   /* 2 forward + 4 backward */
+#define FLOPS_PER_FROZEN_PARAM_TOKEN 4.0   /* 2 forward + 2 backward (input gradient) */
+/* --lora-rank R: lora_alpha = LORA_ALPHA_PER_RANK * R (LLaMA-Factory's default alpha,
+ * finetuning_args.py: lora_alpha None -> lora_rank * 2) */
+#define LORA_ALPHA_PER_RANK 2.0
 #define ATT_FLOPS_PER_PAIR_HS 12.0  /* (2 + 2) forward, (4 + 4) backward */
 /* --optimizer's AdamW and clip: GPT-2 / nanoGPT's training settings (lr 6e-4,
  * betas 0.9 / 0.95, weight decay 0.1, clip 1.0; Karpathy's nanoGPT train.py),
@@ -79,7 +95,8 @@ static double gemm_ceiling_gflops(void) {
 static int usage(const char *msg) {
     fprintf(stderr, "bench_gpt2: %s\nusage: bench_gpt2 [--model NAME] [--batch B] [--seq T] "
                     "[--steps N] [--precision fp32|mixed-bf16|mixed-fp16|pure-bf16] [--ckpt K] "
-                    "[--attention flash|materialized] [--optimizer] [--breakdown]\n", msg);
+                    "[--attention flash|materialized] [--optimizer] [--breakdown] "
+                    "[--finetune full|freeze|lora] [--lora-rank R]\n", msg);
     return 2;
 }
 
@@ -155,9 +172,9 @@ static void print_breakdown(const dt_lm *g, const dt_lm_profile *p, int64_t step
 }
 
 int main(int argc, char **argv) {
-    const char *model = "gpt2", *precision = "fp32";
-    int64_t B = 4, T = 64, steps = 3, K = 0;
-    int optimizer = 0, breakdown = 0;
+    const char *model = "gpt2", *precision = "fp32", *method = "full";
+    int64_t B = 4, T = 64, steps = 3, K = 0, lora_rank = 0;
+    int optimizer = 0, breakdown = 0, have_rank = 0;
     dt_attention attn = DT_ATTN_FLASH;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -176,6 +193,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--steps")) steps = atoll(v);
         else if (!strcmp(a, "--ckpt")) K = atoll(v);
         else if (!strcmp(a, "--precision")) precision = v;
+        else if (!strcmp(a, "--finetune")) method = v;
+        else if (!strcmp(a, "--lora-rank")) {
+            lora_rank = atoll(v);
+            have_rank = 1;
+        }
         else if (!strcmp(a, "--attention")) {
             if (!strcmp(v, "flash")) attn = DT_ATTN_FLASH;
             else if (!strcmp(v, "materialized")) attn = DT_ATTN_MATERIALIZED;
@@ -194,6 +216,22 @@ int main(int argc, char **argv) {
         return 2;
     }
     dt_precision_from_preset(pp, &prec);
+    dt_ft_method ftm;
+    dt_finetune ft;
+    if (dt_ft_method_parse(method, &ftm, &err)) {
+        fprintf(stderr, "bench_gpt2: %s\n", err.msg);
+        return 2;
+    }
+    dt_finetune_defaults(ftm, &ft);
+    if (have_rank) {
+        if (!dt_ft_is_lora(&ft)) return usage("--lora-rank needs --finetune lora");
+        ft.lora_rank = lora_rank;
+        ft.lora_alpha = LORA_ALPHA_PER_RANK * (double)lora_rank;
+    }
+    if (dt_finetune_check(&ft, "--finetune", &err)) {
+        fprintf(stderr, "bench_gpt2: %s\n", err.msg);
+        return 2;
+    }
 
     char gemm[256];
     printf("machine: %d OpenMP threads\n", omp_get_max_threads());
@@ -203,11 +241,13 @@ int main(int argc, char **argv) {
            ceil_gf);
 
     dt_lm *g = NULL;
-    if (dt_lm_create(&m, &prec, B, T, K, attn, &g, &err)) {
+    const dt_lm_options lo = {.B = B, .T = T, .ckpt_layers = K, .attn = attn, .device = DT_DEVICE_CPU,
+                              .finetune = &ft};
+    if (dt_lm_create_opts(&m, &prec, &lo, &g, &err)) {
         fprintf(stderr, "bench_gpt2: %s\n", err.msg);
         return 2;
     }
-    if (dt_lm_init_random(g, 1337, &err)) {
+    if (dt_lm_init_random(g, 1337, &err) || dt_lm_init_base_random(g, 1337, &err)) {
         fprintf(stderr, "bench_gpt2: %s\n", err.msg);
         return 2;
     }
@@ -229,10 +269,10 @@ int main(int argc, char **argv) {
         in[i] = (int32_t)((s >> 33) % (uint64_t)m.vocab);
         tg[i] = (int32_t)((s >> 13) % (uint64_t)m.vocab);
     }
-    double nparams = (double)dt_lm_num_params(g);
+    double nparams = (double)dt_lm_num_params(g), nbase = (double)dt_lm_num_base_params(g);
     double hs = (double)(m.hidden / m.n_head);
     double pairs = (double)T * (double)(T + 1) / 2.0;
-    double flops = FLOPS_PER_PARAM_TOKEN * nparams * (double)(B * T) +
+    double flops = (FLOPS_PER_PARAM_TOKEN * nparams + FLOPS_PER_FROZEN_PARAM_TOKEN * nbase) * (double)(B * T) +
                    ATT_FLOPS_PER_PAIR_HS * hs * pairs * (double)(m.n_layer * m.n_head * B);
 
     float loss = 0.0f;
@@ -264,8 +304,13 @@ int main(int argc, char **argv) {
     double mean = total / (double)steps;
     double gf = flops / mean / 1e9;
     printf("model: %s, %.0f params, B=%lld T=%lld, %s, %s attention, %lld checkpointed\n",
-           m.name, nparams, (long long)B, (long long)T, precision,
+           m.name, nparams + nbase, (long long)B, (long long)T, precision,
            attn == DT_ATTN_FLASH ? "flash" : "materialized", (long long)K);
+    char how[96] = "";
+    if (dt_ft_is_lora(&ft))
+        snprintf(how, sizeof how, ", r %lld alpha %g on every linear of the blocks", (long long)ft.lora_rank,
+                 ft.lora_alpha);
+    printf("trainable params: %.0f of %.0f (%s%s)\n", nparams, nparams + nbase, dt_ft_method_name(ftm), how);
     printf("fwd+bwd: mean %.1f ms (best %.1f ms) over %lld steps, loss %.4f\n", mean * 1e3,
            best * 1e3, (long long)steps, loss);
     printf("fwd+bwd CPU time: mean %.1f ms per step (all %d threads)\n",
