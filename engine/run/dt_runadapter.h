@@ -8,12 +8,13 @@
 #define DT_RUNADAPTER_H
 
 #include "dt_adapter.h"
+#include "dt_ckpt.h"
 #include "dt_error.h"
 #include "dt_lm.h"
 #include "dt_plan.h"
 
 /* The adapter directory inside a checkpoint directory. */
-#define DT_RUN_ADAPTER_DIR "adapter"
+#define DT_RUN_ADAPTER_DIR DT_CKPT_ADAPTER_DIR
 
 /* The base fingerprint of plan p's output.init when it is a Hugging Face directory (hex,
  * dt_adapter_base_fingerprint), else "" (a random base: nothing to fingerprint). */

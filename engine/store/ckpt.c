@@ -709,13 +709,13 @@ int dt_ckpt_remove(const char *dir) {
         unlink(p);
     }
     closedir(d);
-    /* a LoRA run's PEFT adapter (engine/run/dt_runadapter.h: "adapter/", its two files) */
-    static const char *adapter_files[] = {"adapter/adapter_config.json", "adapter/adapter_model.safetensors"};
+    /* a LoRA run's PEFT adapter (DT_CKPT_ADAPTER_DIR: the two files dt_adapter_write writes) */
+    static const char *adapter_files[] = {DT_ADAPTER_CONFIG_FILE, DT_ADAPTER_WEIGHTS_FILE};
     for (size_t i = 0; i < sizeof adapter_files / sizeof adapter_files[0]; i++) {
-        snprintf(p, sizeof p, "%s/%s", dir, adapter_files[i]);
+        snprintf(p, sizeof p, "%s/" DT_CKPT_ADAPTER_DIR "/%s", dir, adapter_files[i]);
         unlink(p);
     }
-    snprintf(p, sizeof p, "%s/adapter", dir);
+    snprintf(p, sizeof p, "%s/" DT_CKPT_ADAPTER_DIR, dir);
     rmdir(p);
     return rmdir(dir);   /* fails, keeping the directory, when it holds files dtrun did not write */
 }

@@ -33,6 +33,9 @@
 
 #define DT_CKPT_FORMAT "dtrun.ckpt/1"
 #define DT_CKPT_PREFIX "ckpt-"
+/* A LoRA run's PEFT adapter inside a checkpoint directory (engine/run/dt_runadapter.h writes
+ * it; dt_ckpt_remove removes it with the checkpoint). */
+#define DT_CKPT_ADAPTER_DIR "adapter"
 #define DT_RUN_ID_LEN 16   /* hex digits of a run id */
 #define DT_CKPT_FINGERPRINT_HEX (2 * DT_SHARD2_FINGERPRINT_BYTES)   /* state.json data.tokenizer_fingerprint */
 
