@@ -511,6 +511,20 @@ static char *apply_edits(const char *text, size_t len, xedits *ed, dt_error *err
     return out;
 }
 
+/* 1 when text parses as one YAML document (what edit_original hands back must, as the file
+ * it edited did: an edit next to an unusual layout, e.g. a key repeated or split from its
+ * ':' across lines, could break it; tests/fuzz/fuzz_userexport.c found one). */
+static int yaml_parses(const char *text) {
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    if (!yaml_parser_initialize(&parser)) return 0;
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, strlen(text));
+    int ok = yaml_parser_load(&parser, &doc);
+    if (ok) yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    return ok;
+}
+
 static char *edit_original(const xlist *l, const char *text, size_t len, dt_error *err) {
     yaml_parser_t parser;
     yaml_document_t doc;
@@ -531,6 +545,13 @@ static char *edit_original(const xlist *l, const char *text, size_t len, dt_erro
     int json = root && root->data.mapping.style == YAML_FLOW_MAPPING_STYLE;
     for (int i = 0; i < l->n && !rc; i++) rc = plan_edit(&doc, root, &l->k[i], text, len, json, &ed, err);
     if (!rc) out = apply_edits(text, len, &ed, err);
+    if (out && !yaml_parses(out)) {   /* refused, never written broken */
+        free(out);
+        out = NULL;
+        dt_errorf(err, DT_EINVAL,
+                  "--config: this file's layout cannot be edited in place (a key written twice, or a key and its "
+                  "':' on different lines?): tidy it, or export without --config");
+    }
     for (int i = 0; i < ed.n; i++) free(ed.e[i].text);
     yaml_document_delete(&doc);
     yaml_parser_delete(&parser);
