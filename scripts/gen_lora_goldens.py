@@ -54,6 +54,20 @@ decay on all but biases and norms); the learning rate of step t (0-based) is Dee
 WarmupDecayLR with linear warmup as DeepSpeed's engine steps it (lr_at below; dt_schedule_lr,
 warmup_min_lr 0). after.<name>: every adapter after the STEPS steps. The
 metadata holds lr, warmup, steps, accum, max_norm, betas, eps, weight_decay, r, alpha.
+
+bf16 (the "-bf16" cases: dtrun's mixed-bf16, the default of `dtplan solve`): what Hugging
+Face Trainer with bf16=True runs without DeepSpeed. The base is loaded in bfloat16
+(from_pretrained(dtype=torch.bfloat16), LLaMA-Factory's default compute dtype);
+get_peft_model's autocast_adapter_dtype=True upcasts the adapters to float32 (peft
+tuners_utils.py cast_adapter_dtype); forward and loss run under torch.autocast("cpu",
+torch.bfloat16) as Trainer's bf16 does; lora.Linear.forward casts the input to lora_A's
+dtype (float32) before dropout (_cast_input_dtype) and autocast runs lora_A / lora_B as
+bf16 GEMMs; the adapters' gradients, AdamW and its moments are float32 with no master copy.
+Same init, data and loop as the float32 cases; stored as above. Besides, "ref.*" holds the
+same quantities (logits, loss, grad.*, step_losses, step_norms, after.*) from the same
+PEFT model run in float32 without autocast on the same bf16-rounded base
+(model.float() after loading in bf16): the exact answer the bf16 run approximates, against
+which the C test measures both PEFT's bf16 error and dtrun's (tests/kernels/test_lora.c).
 """
 import json
 import os
@@ -76,6 +90,7 @@ BETAS, EPS, WD = (0.9, 0.95), 1e-8, 0.1
 B_STD = 0.05
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 CASES = [("llama", 0.0), ("qwen3", 0.0), ("llama", 0.1), ("qwen3", 0.1)]
+BF16_CASES = [("llama", 0.0), ("qwen3", 0.0), ("qwen3", 0.1)]
 DROP_SEED = 1234
 MODULE_IDS = {n: i for i, n in enumerate(TARGETS)}
 GAMMA, MASK64 = 0x9E3779B97F4A7C15, (1 << 64) - 1
@@ -143,21 +158,33 @@ def lr_at(t):
     return LR * max(0.0, (STEPS - i) / max(1.0, float(STEPS - w)))
 
 
-def loss_of(model, seq):
-    logits = model(input_ids=seq[:, :T]).logits
-    return logits, torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), seq[:, 1:].reshape(-1))
+def loss_of(model, seq, bf16=False):
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        logits = model(input_ids=seq[:, :T]).logits
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
+                                                 seq[:, 1:].reshape(-1))
+    return logits, loss
 
 
-def run_case(index, case, drop, out):
-    base = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(BASES, case), dtype=torch.float32,
+def peft_model(case, drop, bf16):
+    """The PEFT model on the case's base: float32, or (bf16) loaded in bfloat16 with the
+    adapters PEFT upcasts to float32."""
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    base = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(BASES, case), dtype=dtype,
                                                              attn_implementation="eager")
     cfg = peft.LoraConfig(r=R, lora_alpha=ALPHA, lora_dropout=drop, bias="none", target_modules=TARGETS)
     model = peft.get_peft_model(base, cfg)
     if drop > 0:
         use_counter_dropout(model, drop)
+    return model
+
+
+def train_case(model, index, bf16, prefix, tensors):
+    """The gradient check and the STEPS-step loop on model (adapters drawn under SEED + index),
+    stored under prefix; returns the first loss, the step losses and the norms."""
     torch.manual_seed(SEED + index)
     adapters = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    assert adapters and all(".lora_" in n for n, _ in adapters)
+    assert adapters and all(".lora_" in n and p.dtype == torch.float32 for n, p in adapters)
     with torch.no_grad():
         for n, p in adapters:
             if ".lora_A." in n:
@@ -167,17 +194,18 @@ def run_case(index, case, drop, out):
                 p.copy_(torch.randn_like(p) * B_STD)
     V = model.config.vocab_size
     seq = torch.randint(0, V, (STEPS, ACCUM, B, T + 1), dtype=torch.int64)
-    tensors = {"seq": seq.to(torch.int32)}
-    for n, p in adapters:
-        tensors["init." + our_name(n)] = p.detach().clone()
+    if not prefix:
+        tensors["seq"] = seq.to(torch.int32)
+        for n, p in adapters:
+            tensors["init." + our_name(n)] = p.detach().clone()
 
     CounterDropout.KEY[0] = drop_key(0, 0)
-    logits, loss = loss_of(model, seq[0, 0])
+    logits, loss = loss_of(model, seq[0, 0], bf16)
     loss.backward()
-    tensors["logits"] = logits.detach().clone()
-    tensors["loss"] = loss.detach().reshape(1).clone()
+    tensors[prefix + "logits"] = logits.detach().float().clone()
+    tensors[prefix + "loss"] = loss.detach().float().reshape(1).clone()
     for n, p in adapters:
-        tensors["grad." + our_name(n)] = p.grad.detach().clone()
+        tensors[prefix + "grad." + our_name(n)] = p.grad.detach().clone()
     model.zero_grad(set_to_none=True)
 
     params = [p for _, p in adapters]
@@ -187,7 +215,7 @@ def run_case(index, case, drop, out):
         total = 0.0
         for a in range(ACCUM):
             CounterDropout.KEY[0] = drop_key(s, a)
-            _, l = loss_of(model, seq[s, a])
+            _, l = loss_of(model, seq[s, a], bf16)
             (l / ACCUM).backward()
             total += l.item()
         step_losses.append(total / ACCUM)
@@ -196,19 +224,29 @@ def run_case(index, case, drop, out):
             group["lr"] = lr_at(s)
         opt.step()
         opt.zero_grad(set_to_none=True)
-    tensors["step_losses"] = torch.tensor(step_losses, dtype=torch.float32)
-    tensors["step_norms"] = torch.tensor(norms, dtype=torch.float32)
+    tensors[prefix + "step_losses"] = torch.tensor(step_losses, dtype=torch.float32)
+    tensors[prefix + "step_norms"] = torch.tensor(norms, dtype=torch.float32)
     for n, p in adapters:
-        tensors["after." + our_name(n)] = p.detach().clone()
+        tensors[prefix + "after." + our_name(n)] = p.detach().clone()
+    return loss.item(), step_losses, norms, len(adapters)
+
+
+def run_case(index, case, drop, out, bf16=False):
+    tensors = {}
+    loss, step_losses, norms, n = train_case(peft_model(case, drop, bf16), index, bf16, "", tensors)
+    if bf16:   # the exact answer: the same PEFT model in float32 on the bf16-rounded base
+        train_case(peft_model(case, drop, True).float(), index, False, "ref.", tensors)
     meta = {"case": case, "base": "tests/kernels/golden/llama/" + case, "versions":
             "torch %s, transformers %s, peft %s" % (torch.__version__, transformers.__version__, peft.__version__),
             "r": str(R), "alpha": str(ALPHA), "dropout": repr(drop), "drop_seed": str(DROP_SEED), "B": str(B), "T": str(T), "steps": str(STEPS), "accum": str(ACCUM),
             "lr": repr(LR), "warmup": str(WARMUP), "max_norm": repr(MAX_NORM), "beta1": repr(BETAS[0]),
             "beta2": repr(BETAS[1]), "eps": repr(EPS), "weight_decay": repr(WD)}
-    name = case + ("-dropout" if drop > 0 else "")
+    if bf16:
+        meta["precision"] = "bf16 base, fp32 adapters, torch.autocast bf16 (HF Trainer bf16=True)"
+    name = case + ("-dropout" if drop > 0 else "") + ("-bf16" if bf16 else "")
     save_file(tensors, os.path.join(out, name + ".safetensors"), meta)
-    print("%s p %g: %d adapter tensors, loss %.6f, steps %.4f -> %.4f, norms %.3f .. %.3f" %
-          (case, drop, len(adapters), loss.item(), step_losses[0], step_losses[-1], min(norms), max(norms)))
+    print("%s p %g%s: %d adapter tensors, loss %.6f, steps %.4f -> %.4f, norms %.3f .. %.3f" %
+          (case, drop, " bf16" if bf16 else "", n, loss, step_losses[0], step_losses[-1], min(norms), max(norms)))
 
 
 def main():
@@ -218,6 +256,8 @@ def main():
     torch.use_deterministic_algorithms(True)
     for i, (case, p) in enumerate(CASES):
         run_case(i % 2, case, p, out)
+    for case, p in BF16_CASES:
+        run_case(0 if case == "llama" else 1, case, p, out, bf16=True)
 
 
 if __name__ == "__main__":

@@ -131,11 +131,18 @@ typedef struct dt_lm_options {
      * trained set (dt_lm_check_method says what is not built). */
     const struct dt_finetune *finetune;
 } dt_lm_options;
-/* What of a fine-tuning method this engine trains (dt_lm_options.finetune): full, freeze,
- * and LoRA with fp32 parameters on the CPU. DT_EINVAL with one line naming what is not
- * built (QLoRA, 16-bit LoRA, LoRA on CUDA); DT_OK otherwise (the
- * method's checks against the model are dt_model_pgroups'). */
+/* What of a fine-tuning method this engine trains (dt_lm_options.finetune): full, freeze
+ * (every precision), and LoRA with fp32 adapters on the CPU under every precision (a 16-bit
+ * one without --modules-to-save). DT_EINVAL with one line naming what is not built (QLoRA,
+ * 16-bit adapters, LoRA on CUDA); DT_OK otherwise (the method's checks against the model
+ * are dt_model_pgroups'). */
 int dt_lm_check_method(const dt_precision *prec, dt_device device, const struct dt_finetune *ft, dt_error *err);
+/* The precision of the trained set (dt_lm_params, dt_lm_grads, the optimizer's state) under
+ * method ft: prec itself, except LoRA with fp32 adapters (PEFT autocast_adapter_dtype, the
+ * default) under a 16-bit precision: fp32 params and grads, no master copy, prec's moments
+ * and loss scaling. The base set stays in prec's param dtype, activations in prec's. What
+ * the planner counts for the dtrun runtime (planner/finetune.c adapter_bytes). */
+void dt_lm_trained_precision(const dt_precision *prec, const struct dt_finetune *ft, dt_precision *out);
 int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_options *o, dt_lm **out,
                       dt_error *err);
 dt_device dt_lm_device(const dt_lm *g);
@@ -154,12 +161,13 @@ size_t dt_lm_num_params(const dt_lm *g);
 void *dt_lm_params(dt_lm *g);   /* flat, param dtype, num_params elements */
 
 /* The base set (frozen tensors; empty under full fine-tuning): its tensors, in layout
- * order, their flat buffer (param dtype, num_base_params elements, host-addressable or
+ * order, their flat buffer (the precision's param dtype, num_base_params elements, host-addressable or
  * device memory as the params), per-group ranges. */
 int dt_lm_num_base_tensors(const dt_lm *g);
 const dt_tensor_info *dt_lm_base_tensor(const dt_lm *g, int i);
 size_t dt_lm_num_base_params(const dt_lm *g);
 void *dt_lm_base_params(dt_lm *g);
+dt_dtype dt_lm_base_dtype(const dt_lm *g);   /* the base set's dtype: the precision's param dtype */
 /* The first block whose backward runs (blocks below it hold nothing trained: their
  * backward, and the encoder's, are skipped); 0 under full fine-tuning. */
 int64_t dt_lm_first_trained_layer(const dt_lm *g);

@@ -44,11 +44,11 @@ static const lm_family *family_of(dt_family f) {
 /* ----------------------------------------------------------------------------
  * small helpers */
 
-/* the param-dtype storage of the tensor at slot s of group grp: the bound trained group,
- * or the base set's */
+/* the storage of the tensor at slot s of group grp (its set's dtype, lm_slot_dtype): the
+ * bound trained group, or the base set's */
 static void *slot_ptr(const dt_lm *g, int grp, lm_slot s) {
-    void *base = s.set == DT_LM_SET_BASE ? lm_tensor_ptr(g->base, g->bgroup_off[grp], g->psz) : g->gparams[grp];
-    return lm_tensor_ptr(base, s.off, g->psz);
+    void *base = s.set == DT_LM_SET_BASE ? lm_tensor_ptr(g->base, g->bgroup_off[grp], g->bsz) : g->gparams[grp];
+    return lm_tensor_ptr(base, s.off, s.set == DT_LM_SET_BASE ? g->bsz : g->psz);
 }
 
 /* the block slots of group grp (NULL outside the blocks) */
@@ -75,31 +75,35 @@ static int hook(const dt_lm *g, int (*fn)(void *, int), int group, dt_error *err
 /* One set's part of a group as fp32 (16-bit params): the whole of src (numel elements)
  * into view, or with gemm16 only its vectors (tensors t[0 .. n) of the set, group_off their
  * group's start in the set). */
-static void set_params_f32(dt_lm *g, int group, float *view, const void *src, size_t numel,
+static void set_params_f32(dt_lm *g, int group, float *view, const void *src, dt_dtype dt, size_t numel,
                            const dt_tensor_info *t, int n, size_t group_off) {
     if (!g->gemm16) {
-        g->dev->convert(view, DT_DTYPE_FP32, src, g->pt, numel);
+        g->dev->convert(view, DT_DTYPE_FP32, src, dt, numel);
         return;
     }
     for (int i = 0; i < n; i++) {
         if (t[i].group != group || t[i].ndim != 1) continue;
         size_t off = t[i].offset - group_off;
-        g->dev->convert(view + off, DT_DTYPE_FP32, lm_tensor_ptr((void *)src, off, g->psz), g->pt, t[i].numel);
+        g->dev->convert(view + off, DT_DTYPE_FP32, lm_tensor_ptr((void *)src, off, dt_dtype_size(dt)), dt,
+                        t[i].numel);
     }
 }
 
 static lm_params group_params(dt_lm *g, int group) {
-    void *base = g->bgroup_numel[group] ? lm_tensor_ptr(g->base, g->bgroup_off[group], g->psz) : NULL;
+    void *base = g->bgroup_numel[group] ? lm_tensor_ptr(g->base, g->bgroup_off[group], g->bsz) : NULL;
     lm_params p = {g->gparams[group], NULL, base, NULL, group_slots(g, group), group >= 1 && group <= g->L ? group - 1 : -1};
-    if (g->pt == DT_DTYPE_FP32) return p;
-    p.f32 = g->pw;
-    p.base32 = base ? g->pwb : NULL;
+    if (g->pt == DT_DTYPE_FP32 && (!base || g->bt == DT_DTYPE_FP32)) return p;
     lm_prof_mark m = lm_prof_begin(g);
-    set_params_f32(g, group, g->pw, g->gparams[group], g->group_numel[group], g->tensors, g->ntensors,
-                   g->group_off[group]);
-    if (base)
-        set_params_f32(g, group, g->pwb, base, g->bgroup_numel[group], g->btensors, g->nbase,
+    if (g->pt != DT_DTYPE_FP32) {   /* else the trained set is read where it is bound */
+        p.f32 = g->pw;
+        set_params_f32(g, group, g->pw, g->gparams[group], g->pt, g->group_numel[group], g->tensors,
+                       g->ntensors, g->group_off[group]);
+    }
+    if (base && g->bt != DT_DTYPE_FP32) {
+        p.base32 = g->pwb;
+        set_params_f32(g, group, g->pwb, base, g->bt, g->bgroup_numel[group], g->btensors, g->nbase,
                        g->bgroup_off[group]);
+    }
     if (g->gemm16) {
         p.w16 = g->gparams[group];
         p.base16 = base;
@@ -115,8 +119,9 @@ static size_t norm_numel(const dt_lm *g) { return g->norm_numel; }
  * after it is converted in row chunks by the classifier) */
 static float *norm_params_f32(dt_lm *g) {
     void *w = slot_ptr(g, (int)g->L + 1, g->norm_w);
-    if (g->pt == DT_DTYPE_FP32) return w;
-    g->dev->convert(g->pw, DT_DTYPE_FP32, w, g->pt, norm_numel(g));
+    const dt_dtype dt = lm_slot_dtype(g, g->norm_w);
+    if (dt == DT_DTYPE_FP32) return w;
+    g->dev->convert(g->pw, DT_DTYPE_FP32, w, dt, norm_numel(g));
     return g->pw;
 }
 
@@ -241,7 +246,10 @@ static int alloc_f32_views(dt_lm *g) {
  * has no fp16 GEMM kernel (dt_gemm_cpu.h). */
 static void set_gemm16(dt_lm *g) {
     g->gemm16 = 0;
-    if (g->pt != DT_DTYPE_BF16 || g->at != DT_DTYPE_BF16) return;
+    /* every linear's weight bf16: all of them when the trained set is, else (fp32 adapters,
+     * dt_lm_trained_precision) the base holds them all */
+    if (g->bt != DT_DTYPE_BF16 || g->at != DT_DTYPE_BF16) return;
+    if (g->pt != DT_DTYPE_BF16 && !g->lora_r) return;
     float *view = g->family->gemm16_view(g);
     /* bf16 elements in the [N, F] fp32 view */
     size_t cap = (size_t)(g->B * g->T * g->F) * (sizeof(float) / sizeof(uint16_t));
@@ -308,10 +316,14 @@ static void configure(dt_lm *g, const dt_model *m, const dt_precision *prec, con
     g->K = o->ckpt_layers;
     g->eps = m->norm_eps > 0 ? (float)m->norm_eps : DT_GPT2_LN_EPS;
     g->attn = o->attn;
-    g->pt = prec->param;
-    g->gt = prec->grad;
+    dt_precision trained;
+    dt_lm_trained_precision(prec, o->finetune, &trained);
+    g->pt = trained.param;
+    g->gt = trained.grad;
+    g->bt = prec->param;
     g->at = prec->activation;
     g->psz = dt_dtype_size(g->pt);
+    g->bsz = dt_dtype_size(g->bt);
     g->gsz = dt_dtype_size(g->gt);
     g->asz = dt_dtype_size(g->at);
 }
@@ -320,12 +332,23 @@ int dt_lm_check_method(const dt_precision *prec, dt_device device, const dt_fine
     const char *no = NULL;
     if (!ft || ft->method == DT_FT_FULL || ft->method == DT_FT_FREEZE) return DT_OK;
     if (ft->method == DT_FT_QLORA) no = "QLoRA (a quantised base)";
-    else if (prec->param != DT_DTYPE_FP32) no = "LoRA with 16-bit parameters";
     else if (device != DT_DEVICE_CPU) no = "LoRA on the CUDA device";
+    else if (ft->adapter_dtype != DT_DTYPE_FP32) no = "LoRA with 16-bit adapters (--adapter-dtype)";
+    else if (prec->param != DT_DTYPE_FP32 && ft->modules_to_save.n > 0)
+        no = "LoRA with --modules-to-save under a 16-bit precision";
     if (!no) return DT_OK;
     return dt_errorf(err, DT_EINVAL,
                      "model: %s is not built in this engine yet; it trains full, freeze, and LoRA with fp32 "
-                     "parameters on the CPU (run the plan with PEFT and DeepSpeed: dtplan export)", no);
+                     "adapters on the CPU (run the plan with PEFT and DeepSpeed: dtplan export)", no);
+}
+
+void dt_lm_trained_precision(const dt_precision *prec, const dt_finetune *ft, dt_precision *out) {
+    *out = *prec;
+    if (!ft || !dt_ft_is_lora(ft) || ft->adapter_dtype != DT_DTYPE_FP32 || prec->param == DT_DTYPE_FP32) return;
+    /* PEFT's autocast_adapter_dtype: fp32 weights, fp32 gradients, no master copy */
+    out->param = DT_DTYPE_FP32;
+    out->grad = DT_DTYPE_FP32;
+    out->has_master = 0;
 }
 
 /* The fine-tuning method's parameter groups (models/dt_pgroup.h), which decide every
@@ -416,7 +439,7 @@ int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_o
         g->grads = dev->alloc(DT_POOL_DEVICE, DT_MEM_GRADS, g->nparams * (size_t)g->gsz);
     }
     /* the base set: replicated, never rebound (DT_MEM_PARAMS) */
-    if (g->nbase_params) g->base = dev->alloc(DT_POOL_DEVICE, DT_MEM_PARAMS, g->nbase_params * (size_t)g->psz);
+    if (g->nbase_params) g->base = dev->alloc(DT_POOL_DEVICE, DT_MEM_PARAMS, g->nbase_params * (size_t)g->bsz);
     g->act_bytes = layout_acts(g, NULL);
     g->act_mem = dev->alloc(DT_POOL_DEVICE, DT_MEM_ACTIVATIONS, g->act_bytes);
     int ok = (!flat || (g->params && g->grads)) && g->act_mem && (!g->nbase_params || g->base);
@@ -439,6 +462,9 @@ int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_o
     /* dropout(x) of the widest adapted input (llama: QD or F; gpt2: F) */
     const int64_t widest_in = g->F > g->QD ? (g->F > C ? g->F : C) : (g->QD > C ? g->QD : C);
     if (g->lora_p > 0.0f) ok = ok && (g->lora_xd = buf(g, sizeof(float) * (size_t)(N * widest_in)));
+    /* bf16 linears (gemm16) keep no fp32 input: the adapters read it widened here */
+    if (g->lora_r && g->at == DT_DTYPE_BF16 && g->bt == DT_DTYPE_BF16)
+        ok = ok && (g->lora_x32 = buf(g, sizeof(float) * (size_t)(N * widest_in)));
 
     /* groups converted whole: blocks, the final norm, wpe; the embedding and
      * lm_head matrices are converted in row chunks */
@@ -451,8 +477,9 @@ int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_o
     if (g->vchunk > V) g->vchunk = V;
     for (int grp = 0; grp < g->ngroups; grp++)   /* the base part of each group converted whole */
         if (g->bgroup_numel[grp] > g->max_bgroup_numel) g->max_bgroup_numel = g->bgroup_numel[grp];
-    if (g->pt != DT_DTYPE_FP32) ok = ok && (g->pw = buf(g, sizeof(float) * g->max_group_numel));
-    if (g->pt != DT_DTYPE_FP32 && g->max_bgroup_numel)
+    if (g->pt != DT_DTYPE_FP32 || (g->nbase_params && g->bt != DT_DTYPE_FP32))
+        ok = ok && (g->pw = buf(g, sizeof(float) * g->max_group_numel));
+    if (g->bt != DT_DTYPE_FP32 && g->max_bgroup_numel)
         ok = ok && (g->pwb = buf(g, sizeof(float) * g->max_bgroup_numel));
     if (g->gt != DT_DTYPE_FP32) {
         ok = ok && (g->gw = buf(g, sizeof(float) * g->max_group_numel)) &&
@@ -500,7 +527,7 @@ void dt_lm_free(dt_lm *g) {
                     g->dC,       g->dQKV,     g->dF,        g->pw,        g->gw,       g->w32.x,
                     g->w32.ln1,  g->w32.probs, g->w32.att,  g->w32.res1,  g->w32.ln2,  g->w32.xout,
                     g->tok_head, g->tok_next, g->dA,        g->rope_cos,  g->rope_sin,
-                    g->pwb,      g->lora_t,   g->lora_xd};
+                    g->pwb,      g->lora_t,   g->lora_xd,   g->lora_x32};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dev->free(bufs[i]);
     /* the family's views: a struct of float pointers (lm_family.views_size) */
     float **fv = g->fviews;
@@ -548,6 +575,7 @@ const dt_tensor_info *dt_lm_base_tensor(const dt_lm *g, int i) {
 }
 size_t dt_lm_num_base_params(const dt_lm *g) { return g->nbase_params; }
 void *dt_lm_base_params(dt_lm *g) { return g->base; }
+dt_dtype dt_lm_base_dtype(const dt_lm *g) { return g->bt; }
 int64_t dt_lm_first_trained_layer(const dt_lm *g) { return g->first_trained; }
 void dt_lm_set_dropout(dt_lm *g, int on, uint64_t key) {
     g->drop_on = on;
@@ -627,21 +655,22 @@ static void *acts_of(dt_lm *g, int l) {
 
 /* The classifier matrix [V, C] (the embedding, or lm_head) in param dtype. */
 static const void *cls_params(const dt_lm *g) { return slot_ptr(g, g->cls_group, g->cls); }
+static dt_dtype cls_dtype(const dt_lm *g) { return lm_slot_dtype(g, g->cls); }
 
 /* logits[N, V] = lnf[N, C] @ W[V, C]^T, W the embedding (tied) or lm_head. lnf:
  * the saved activation, lnf32 its fp32 view (unused with gemm16). */
 static int classifier_forward_run(dt_lm *g, const void *lnf, const float *lnf32) {
     int64_t N = g->B * g->T, C = g->C, V = g->V;
     if (g->gemm16)   /* one bf16 GEMM on the stored lnf and matrix */
-        return g->dev->gemm_ex(0, 1, N, V, C, 1.0f, lnf, g->at, C, cls_params(g), g->pt, C, 0.0f,
+        return g->dev->gemm_ex(0, 1, N, V, C, 1.0f, lnf, g->at, C, cls_params(g), cls_dtype(g), C, 0.0f,
                                g->logits, DT_DTYPE_FP32, V);
-    if (g->pt == DT_DTYPE_FP32) {
+    if (cls_dtype(g) == DT_DTYPE_FP32) {
         g->dev->gemm(0, 1, N, V, C, 1.0f, lnf32, C, cls_params(g), C, 0.0f, g->logits, V);
         return DT_OK;
     }
     for (int64_t v0 = 0; v0 < V; v0 += g->vchunk) {
         int64_t nv = v0 + g->vchunk <= V ? g->vchunk : V - v0;
-        g->dev->convert(g->pw, DT_DTYPE_FP32, (const uint16_t *)cls_params(g) + v0 * C, g->pt,
+        g->dev->convert(g->pw, DT_DTYPE_FP32, (const uint16_t *)cls_params(g) + v0 * C, cls_dtype(g),
                         (size_t)(nv * C));
         g->dev->gemm(0, 1, N, nv, C, 1.0f, lnf32, C, g->pw, C, 0.0f, g->logits + v0, V);
     }
@@ -719,17 +748,17 @@ int dt_lm_forward(dt_lm *g, const int32_t *inputs, const int32_t *targets, float
     const int has_wpe = g->family->has_wpe;   /* learned positions; llama: RoPE in the blocks */
     g->prof_pass = DT_LM_PASS_FWD;
     lm_prof_mark m = lm_prof_begin(g);
-    if (g->pt == DT_DTYPE_FP32) {
+    const dt_dtype et = lm_slot_dtype(g, g->wte);   /* wpe is in wte's set (dt_lm_create_opts) */
+    if (et == DT_DTYPE_FP32) {
         g->dev->encoder_forward(x0, g->inputs, slot_ptr(g, 0, g->wte), has_wpe ? slot_ptr(g, 0, g->wpe) : NULL,
                                 B, T, C);
     } else {
         float *wpe = NULL;
         if (has_wpe) {
             wpe = g->pw;
-            g->dev->convert(wpe, DT_DTYPE_FP32, slot_ptr(g, 0, g->wpe),
-                            g->pt, (size_t)(T * C));
+            g->dev->convert(wpe, DT_DTYPE_FP32, slot_ptr(g, 0, g->wpe), et, (size_t)(T * C));
         }
-        g->dev->encoder_forward_cast(x0, g->inputs, slot_ptr(g, 0, g->wte), g->pt, wpe, B, T, C);
+        g->dev->encoder_forward_cast(x0, g->inputs, slot_ptr(g, 0, g->wte), et, wpe, B, T, C);
     }
     lm_prof_end(g, DT_LM_OP_ENCODER, m, 0.0);
     lm_act_commit(g, g->x[0], x0, (size_t)(N * C));
@@ -791,7 +820,7 @@ static int classifier_backward(dt_lm *g, const void *lnf, const float *lnf32, fl
     /* dlnf and (trained) dW: 2 N C each per vocab row */
     const double flops_per_v = (trained ? 4.0 : 2.0) * (double)N * (double)C;
     lm_prof_mark m = lm_prof_begin(g);
-    if (g->pt == DT_DTYPE_FP32 && g->gt == DT_DTYPE_FP32) {
+    if (cls_dtype(g) == DT_DTYPE_FP32 && g->gt == DT_DTYPE_FP32) {
         g->dev->gemm(0, 0, N, C, V, 1.0f, g->logits, V, cls_params(g), C, 0.0f, dlnf, C);
         if (trained)
             g->dev->gemm(1, 0, V, C, N, 1.0f, g->logits, V, lnf32, C, 1.0f, (float *)g->ggrads[grp] + off, C);
@@ -809,23 +838,23 @@ static int classifier_backward(dt_lm *g, const void *lnf, const float *lnf32, fl
         const float dw_beta = g->gt == DT_DTYPE_FP32 ? 1.0f : 0.0f;   /* gw: a fresh chunk */
         m = lm_prof_begin(g);   /* the chunk's weight conversion (16-bit, not gemm16) is booked with it */
         if (g->gemm16) {
-            const void *w = lm_tensor_ptr((void *)cls_params(g), (size_t)(v0 * C), g->psz);   /* [nv, C] */
+            const void *w = lm_tensor_ptr((void *)cls_params(g), (size_t)(v0 * C), dt_dtype_size(cls_dtype(g)));   /* [nv, C] */
             m = lm_prof_begin(g);
             g->dev->convert_2d(g->d16, DT_DTYPE_BF16, nv, g->logits + v0, DT_DTYPE_FP32, V, N, nv);
             lm_prof_end(g, DT_LM_OP_CONVERT, m, 0.0);
             m = lm_prof_begin(g);
-            rc = g->dev->gemm_ex(0, 0, N, C, nv, 1.0f, g->d16, DT_DTYPE_BF16, nv, w, g->pt, C,
+            rc = g->dev->gemm_ex(0, 0, N, C, nv, 1.0f, g->d16, DT_DTYPE_BF16, nv, w, cls_dtype(g), C,
                                  dlnf_beta, dlnf, DT_DTYPE_FP32, C);
             if (!rc && trained)
                 rc = g->dev->gemm_ex(1, 0, nv, C, N, 1.0f, g->d16, DT_DTYPE_BF16, nv, lnf, g->at,
                                      C, dw_beta, dw, DT_DTYPE_FP32, C);
         } else {
             const float *w;   /* [nv, C] */
-            if (g->pt == DT_DTYPE_FP32) {
+            if (cls_dtype(g) == DT_DTYPE_FP32) {
                 w = (const float *)cls_params(g) + v0 * C;
             } else {
                 g->dev->convert(g->pw, DT_DTYPE_FP32, (const uint16_t *)cls_params(g) + v0 * C,
-                                g->pt, (size_t)(nv * C));
+                                cls_dtype(g), (size_t)(nv * C));
                 w = g->pw;
             }
             g->dev->gemm(0, 0, N, C, nv, 1.0f, g->logits + v0, V, w, C, dlnf_beta, dlnf, C);

@@ -62,15 +62,15 @@ void dt_lm_init_slice(const dt_lm *g, uint64_t seed, size_t lo, size_t n, void *
     init_set(g->tensors, g->ntensors, seed, lo, hi, dst, dt);
 }
 
-/* The whole of a flat buffer (nelems of dtype pt) from seed: drawn on the host into
+/* The whole of a flat buffer (nelems of dtype dt) from seed: drawn on the host into
  * it, or into a host staging copy uploaded after. */
-static int init_flat(dt_lm *g, void *flat, size_t nelems, const dt_tensor_info *t, int n, uint64_t seed,
-                     dt_error *err) {
-    size_t bytes = nelems * (size_t)g->psz;
+static int init_flat(dt_lm *g, void *flat, dt_dtype dt, size_t nelems, const dt_tensor_info *t, int n,
+                     uint64_t seed, dt_error *err) {
+    size_t bytes = nelems * (size_t)dt_dtype_size(dt);
     void *host = g->dev->host_addressable ? flat : g->dev->alloc(DT_POOL_HOST, DT_MEM_BUFFERS, bytes);
     if (!host)
         return dt_errorf(err, DT_ENOMEM, "model: out of host memory staging the %zu initial parameters", nelems);
-    init_set(t, n, seed, 0, nelems, host, g->pt);
+    init_set(t, n, seed, 0, nelems, host, dt);
     if (host != flat) {
         g->dev->memcpy(flat, host, bytes, DT_COPY_H2D, DT_STREAM_H2D);
         g->dev->handoff(DT_STREAM_H2D, DT_STREAM_COMPUTE);
@@ -88,10 +88,10 @@ int dt_lm_init_random(dt_lm *g, uint64_t seed, dt_error *err) {
         return dt_errorf(err, DT_EINVAL,
                          "model: no flat parameter buffer to initialise (created without one or "
                          "released for ZeRO-3); initialise the shards with dt_lm_init_slice");
-    return init_flat(g, g->params, g->nparams, g->tensors, g->ntensors, seed, err);
+    return init_flat(g, g->params, g->pt, g->nparams, g->tensors, g->ntensors, seed, err);
 }
 
 int dt_lm_init_base_random(dt_lm *g, uint64_t seed, dt_error *err) {
     if (!g->nbase_params) return DT_OK;
-    return init_flat(g, g->base, g->nbase_params, g->btensors, g->nbase, seed, err);
+    return init_flat(g, g->base, g->bt, g->nbase_params, g->btensors, g->nbase, seed, err);
 }

@@ -105,8 +105,10 @@ struct dt_lm {
     int qk_norm, qkv_bias, tied;   /* llama family options (gpt2: 0, 1, 1) */
     float eps;
     dt_attention attn;
-    dt_dtype pt, gt, at;    /* param, grad, activation dtypes */
-    int psz, gsz, asz;      /* their sizes in bytes */
+    /* the trained set's param and grad dtypes (dt_lm_trained_precision), the base set's
+     * param dtype (the precision's), the activation dtype */
+    dt_dtype pt, gt, bt, at;
+    int psz, gsz, bsz, asz;   /* their sizes in bytes */
 
     /* layout */
     int ntensors;
@@ -148,6 +150,9 @@ struct dt_lm {
     int drop_on;
     uint64_t drop_key;
     float *lora_xd;
+    /* gemm16 with adapters: the linear's bf16 input widened to fp32 for the adapters'
+     * fp32 GEMMs ([N, max in]) */
+    float *lora_x32;
 
     /* storage */
     void *params, *grads;            /* flat, DT_MEM_PARAMS / DT_MEM_GRADS */
@@ -203,6 +208,9 @@ struct dt_lm {
     int have_targets;         /* last forward had targets */
     int64_t counted;          /* its targets that carry loss (not DT_IGNORE_INDEX) */
 };
+
+/* the dtype the tensor at slot s is stored in: its set's */
+static inline dt_dtype lm_slot_dtype(const dt_lm *g, lm_slot s) { return s.set == DT_LM_SET_BASE ? g->bt : g->pt; }
 
 /* ---- per-op profile (lm.c): around each op the driver issues ----
  * lm_prof_begin before the op, lm_prof_end after it with the op's kind and

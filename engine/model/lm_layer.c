@@ -380,7 +380,18 @@ static void lora_backward(dt_lm *g, const lm_linear *lin, const lm_params *P, fl
 
 /* the 16-bit storage of the tensor at slot s of P's group */
 static const void *slot_w16(const dt_lm *g, const lm_params *P, lm_slot s) {
-    return lm_tensor_ptr((void *)(s.set == DT_LM_SET_BASE ? P->base16 : P->w16), s.off, g->psz);
+    return lm_tensor_ptr((void *)(s.set == DT_LM_SET_BASE ? P->base16 : P->w16), s.off,
+                         dt_dtype_size(lm_slot_dtype(g, s)));
+}
+
+/* gemm16: the adapters' input, the stored bf16 inp [N, IC] widened into g->lora_x32 (the
+ * values autocast's lora_A reads), or NULL when lin has no adapter */
+static const float *lora_input16(dt_lm *g, const lm_linear *lin, const void *inp, int64_t N) {
+    if (!lin->nlora) return NULL;
+    lm_prof_mark m = lm_prof_begin(g);
+    g->dev->convert(g->lora_x32, DT_DTYPE_FP32, inp, g->at, (size_t)(N * lin->IC));
+    lm_prof_end(g, DT_LM_OP_CONVERT, m, 0.0);
+    return g->lora_x32;
 }
 
 int lm_linear_forward(dt_lm *g, const lm_linear *lin, const lm_params *P, float *out, const void *inp,
@@ -407,10 +418,15 @@ int lm_linear_forward(dt_lm *g, const lm_linear *lin, const lm_params *P, float 
         beta = 1.0f;
     }
     /* out[N, OC] (+)= inp[N, IC] @ w (Conv1D) or w^T (nn.Linear) */
-    int rc = g->dev->gemm_ex(0, wt, N, OC, IC, 1.0f, inp, g->at, IC, w, g->pt, wt ? IC : OC, beta,
-                             out, DT_DTYPE_FP32, OC);
+    int rc = g->dev->gemm_ex(0, wt, N, OC, IC, 1.0f, inp, g->at, IC, w, lm_slot_dtype(g, lin->w),
+                             wt ? IC : OC, beta, out, DT_DTYPE_FP32, OC);
     lm_prof_end(g, kind, m, flops);
-    return rc;
+    if (rc || !lin->nlora) return rc;
+    const float *x32 = lora_input16(g, lin, inp, N);
+    m = lm_prof_begin(g);
+    lora_forward(g, lin, P, out, x32, N);
+    lm_prof_end(g, kind, m, lora_flops(g, lin, N));
+    return DT_OK;
 }
 
 int lm_linear_backward(dt_lm *g, const lm_linear *lin, const lm_params *P, float *G, float *dinp,
@@ -453,7 +469,7 @@ int lm_linear_backward(dt_lm *g, const lm_linear *lin, const lm_params *P, float
         m = lm_prof_begin(g);
         /* dinp[nr, IC] (+)= d16[nr, OC] @ w^T (Conv1D) or w (nn.Linear) */
         if (dinp)
-            rc = g->dev->gemm_ex(0, !wt, nr, IC, OC, 1.0f, g->d16, DT_DTYPE_BF16, OC, w, g->pt,
+            rc = g->dev->gemm_ex(0, !wt, nr, IC, OC, 1.0f, g->d16, DT_DTYPE_BF16, OC, w, lm_slot_dtype(g, lin->w),
                                  wt ? IC : OC, accumulate_dinp ? 1.0f : 0.0f, dinp + r0 * IC,
                                  DT_DTYPE_FP32, IC);
         /* dw += x^T @ d16 ([IC, OC], Conv1D) or d16^T @ x ([OC, IC], nn.Linear) */
@@ -467,7 +483,13 @@ int lm_linear_backward(dt_lm *g, const lm_linear *lin, const lm_params *P, float
                                  1.0f, dw, DT_DTYPE_FP32, OC);
         lm_prof_end(g, kind, m, flops * (double)nr / (double)N);
     }
-    return rc;
+    if (rc || !lin->nlora) return rc;
+    /* the adapters in fp32 on the fp32 dout and the widened input, after the base's dinp */
+    const float *x32 = lora_input16(g, lin, inp, N);
+    m = lm_prof_begin(g);
+    lora_backward(g, lin, P, G, dinp, dout, x32, N);
+    lm_prof_end(g, kind, m, 2.0 * lora_flops(g, lin, N));
+    return DT_OK;
 }
 
 int lm_linear_residual(dt_lm *g, const lm_linear *lin, const lm_params *P, const void *inp, const float *inp32,

@@ -42,7 +42,12 @@
 #define DT_DIAG_GRACE_S 1.0
 
 typedef struct {
-    const dt_plan *plan;
+    /* the plan as the trained set runs it: own, the caller's plan with the trained set's
+     * precision (dt_lm_trained_precision; the same but for LoRA's fp32 adapters under a
+     * 16-bit precision), which ZeRO, the optimizer and checkpoints use; src: the caller's,
+     * whose precision the model, the base set and the fp16 loss scaling use */
+    const dt_plan *plan, *src;
+    dt_plan own;
     const dt_train_opts *opts;
     char out_dir[DT_PATH_MAX];
     char *plan_json;             /* the plan file's text, stored in checkpoints */
@@ -252,7 +257,7 @@ static int check_resumed_data(trainer *t, const char *ckpt, dt_error *err) {
 static int init_base(trainer *t, dt_error *err) {
     const dt_plan *p = t->plan;
     if (p->output.init[0]) {
-        if (dt_weights_load_base(t->g, &p->model, p->precision.param, p->output.init, err))
+        if (dt_weights_load_base(t->g, &p->model, t->src->precision.param, p->output.init, err))
             return dt_error_prefix(err, "output.init");
         return DT_OK;
     }
@@ -273,7 +278,7 @@ static int init_weights(trainer *t, int64_t *resumed_from, dt_error *err) {
             if (dt_ckpt_load_zero(path, t->g, &p->model, &p->precision, t->z, &t->st, &saved_world, err))
                 return err->code;
             dt_memprobe_end(DT_PHASE_CKPT_LOAD);
-            if (dt_ckpt_check_base(path, t->g, p->precision.param, err)) return err->code;
+            if (dt_ckpt_check_base(path, t->g, t->src->precision.param, err)) return err->code;
             if (check_resumed_data(t, path, err)) return err->code;
             *resumed_from = step;
             if (!t->st.run_id[0]) dt_run_id_new(t->st.run_id);   /* a checkpoint from before run ids */
@@ -302,7 +307,7 @@ static int init_weights(trainer *t, int64_t *resumed_from, dt_error *err) {
     } else if (dt_zero_init_random(t->z, p->data.seed, err)) {
         return err->code;
     }
-    dt_loss_scaler_init(&t->st.scaler, &p->precision);
+    dt_loss_scaler_init(&t->st.scaler, &t->src->precision);
     t->st.rng = p->data.seed;
     dt_run_id_new(t->st.run_id);   /* a new series of checkpoints (keep_last prunes only its own) */
     snprintf(t->st.data_fingerprint, sizeof t->st.data_fingerprint, "%s", t->data_fp);
@@ -494,7 +499,7 @@ static int train_step(trainer *t, double *loss_out, double *lr_out, double *norm
     double norm = sqrt(sumsq);
     *norm_out = norm / scale;
     *skipped = 0;
-    if (p->precision.param == DT_DTYPE_FP16) {
+    if (t->src->precision.param == DT_DTYPE_FP16) {
         if (dt_loss_scaler_update(sc, nonfinite, msg, DT_MSG_MAX, err)) return err->code;
         if (nonfinite) {
             *skipped = 1;
@@ -567,7 +572,10 @@ static double comm_seconds(trainer *t) { return dt_zero_comm_seconds(t->z); }
 
 /* Communicator (self unless the caller passed one), plan check, then device; on failure nothing to free. */
 static int trainer_connect(trainer *t, const dt_plan *plan, const dt_train_opts *opts, dt_error *err) {
-    t->plan = plan;
+    t->src = plan;
+    t->own = *plan;
+    dt_lm_trained_precision(&plan->precision, &plan->finetune, &t->own.precision);
+    t->plan = &t->own;
     t->opts = opts;
     t->comm = opts->comm;
     int rc;
@@ -617,7 +625,7 @@ static int build_model(trainer *t, int64_t *resumed, dt_error *err) {
                               .attn = plan->activations.attention, .device = plan->cluster.device,
                               .ordinal = dt_comm_local_rank(t->comm), .flags = flags,
                               .finetune = &plan->finetune};
-    int rc = dt_lm_create_opts(&plan->model, &plan->precision, &lo, &t->g, err);
+    int rc = dt_lm_create_opts(&plan->model, &t->src->precision, &lo, &t->g, err);
     if (!rc) rc = dt_zero_create(plan, t->comm, t->g, &t->z, err);
     if (!rc) rc = setup_data(t, err);
     if (!rc) {

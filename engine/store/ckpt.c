@@ -64,10 +64,10 @@ static size_t chunk_elems(size_t es) {
 
 static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 
-/* Adds every tensor of g to w under its Hugging Face name: the trained set, data from
+/* Adds every tensor of g to w under its Hugging Face name: the trained set (pdt), data from
  * the flat parameters at base, then the base set (a freeze plan's frozen tensors, so the
- * file is the whole model), data from dt_lm_base_params; base NULL: layout only, for the
- * streaming writers (put_unit, then put_base). */
+ * file is the whole model; in dt_lm_base_dtype), data from dt_lm_base_params; base NULL:
+ * layout only, for the streaming writers (put_unit, then put_base). */
 static int add_weights(dt_st_writer *w, dt_lm *g, dt_dtype pdt, void *base, dt_error *err) {
     int rc = dt_st_writer_meta(w, "format", "pt", err);
     char name[DT_ST_NAME_MAX];
@@ -77,20 +77,22 @@ static int add_weights(dt_st_writer *w, dt_lm *g, dt_dtype pdt, void *base, dt_e
         for (int i = 0; i < n && !rc; i++) {
             const dt_tensor_info *t = set ? dt_lm_base_tensor(g, i) : dt_lm_tensor(g, i);
             snprintf(name, sizeof name, "%s%s", dt_lm_hf_prefix(g), t->name);
-            rc = dt_st_writer_add(w, name, dt_st_dtype_name(pdt), t->ndim, t->shape,
-                                  flat ? pelem(flat, pdt, t->offset) : NULL, err);
+            const dt_dtype dt = set ? dt_lm_base_dtype(g) : pdt;
+            rc = dt_st_writer_add(w, name, dt_st_dtype_name(dt), t->ndim, t->shape,
+                                  flat ? pelem(flat, dt, t->offset) : NULL, err);
         }
     }
     return rc;
 }
 
 /* Elements [lo, lo + n) of g's base set as host memory: in place where the host addresses
- * it, else copied into h (n elements of pdt). */
-static const char *base_piece(dt_lm *g, dt_dtype pdt, size_t lo, size_t n, void *h, dt_error *err) {
+ * it, else copied into h (n elements of dt_lm_base_dtype). */
+static const char *base_piece(dt_lm *g, size_t lo, size_t n, void *h, dt_error *err) {
     const dt_device_ops *dev = dt_lm_device_ops(g);
-    const char *b = pelem(dt_lm_base_params(g), pdt, lo);
+    const dt_dtype bdt = dt_lm_base_dtype(g);
+    const char *b = pelem(dt_lm_base_params(g), bdt, lo);
     if (dev->host_addressable) return b;
-    const size_t esz = (size_t)dt_dtype_size(pdt);
+    const size_t esz = (size_t)dt_dtype_size(bdt);
     dev->handoff(DT_STREAM_COMPUTE, DT_STREAM_D2H);
     dev->memcpy(h, b, n * esz, DT_COPY_D2H, DT_STREAM_D2H);
     dev->stream_sync(DT_STREAM_D2H);
@@ -99,9 +101,9 @@ static const char *base_piece(dt_lm *g, dt_dtype pdt, size_t lo, size_t n, void 
 
 /* The streaming writers' second part: the base set's tensors (add_weights' layout), from
  * the replicated base buffer, a dt_io_chunk_bytes() piece at a time. */
-static int put_base(dt_lm *g, dt_st_stream *s, dt_dtype pdt, const char *path, dt_error *err) {
+static int put_base(dt_lm *g, dt_st_stream *s, const char *path, dt_error *err) {
     const dt_device_ops *dev = dt_lm_device_ops(g);
-    const size_t esz = (size_t)dt_dtype_size(pdt), N = dt_lm_num_base_params(g), E = min_sz(chunk_elems(esz), N);
+    const size_t esz = (size_t)dt_dtype_size(dt_lm_base_dtype(g)), N = dt_lm_num_base_params(g), E = min_sz(chunk_elems(esz), N);
     if (!N) return DT_OK;
     void *h = dev->host_addressable ? NULL : dev->alloc(DT_POOL_HOST, DT_MEM_BUFFERS, E * esz);
     if (!dev->host_addressable && !h)
@@ -113,7 +115,7 @@ static int put_base(dt_lm *g, dt_st_stream *s, dt_dtype pdt, const char *path, d
         snprintf(name, sizeof name, "%s%s", dt_lm_hf_prefix(g), t->name);
         for (size_t c = 0; c < t->numel && !rc; c += E) {
             const size_t k = min_sz(E, t->numel - c);
-            const char *p = base_piece(g, pdt, t->offset + c, k, h, err);
+            const char *p = base_piece(g, t->offset + c, k, h, err);
             rc = p ? dt_st_stream_put(s, name, c * esz, p, k * esz, err) : dt_error_prefix(err, "%s", path);
         }
     }
@@ -176,7 +178,7 @@ static int weights_save_device(dt_lm *g, dt_dtype pdt, const char *path, dt_file
             else rc = put_unit(&k, u, off + c, cnt, h, err);
         }
     }
-    if (!rc) rc = put_base(g, k.s, pdt, path, err);
+    if (!rc) rc = put_base(g, k.s, path, err);
     if (k.s && rc) dt_st_stream_abort(k.s);
     else if (k.s) rc = dt_st_stream_close_sum(k.s, sum, err);
     dt_st_writer_free(w);
@@ -218,7 +220,7 @@ static int weights_save_streamed(dt_lm *g, dt_zero *z, dt_dtype pdt, int write, 
     dt_error_clear(&e2);
     int rc2 = dt_zero_consolidate_params(z, rc ? NULL : put_unit, &k, rc ? &e2 : err);
     if (!rc) rc = rc2;
-    if (!rc) rc = put_base(g, k.s, pdt, path, err);
+    if (!rc) rc = put_base(g, k.s, path, err);
     if (k.s && rc) dt_st_stream_abort(k.s);
     else if (k.s) rc = dt_st_stream_close_sum(k.s, sum, err);
     dt_st_writer_free(w);
@@ -568,7 +570,7 @@ int dt_ckpt_check_base(const char *ckpt_dir, dt_lm *g, dt_dtype pdt, dt_error *e
     for (size_t c = 0; c < N && !rc; c += E) {
         const size_t k = min_sz(E, N - c);
         const char *ours = NULL;
-        if (!(rc = dt_hf_src_read(s, c, k, pdt, a, err)) && !(ours = base_piece(g, pdt, c, k, h, err))) rc = err->code;
+        if (!(rc = dt_hf_src_read(s, c, k, pdt, a, err)) && !(ours = base_piece(g, c, k, h, err))) rc = err->code;
         if (!rc && memcmp(a, ours, k * esz))
             rc = dt_errorf(err, DT_EINVAL,
                            "%s: the frozen base differs from this run's (elements %zu..%zu of the base set): resume "

@@ -4,11 +4,12 @@
  * values, its loss is the full run's bit for bit, and every trained tensor's gradient is
  * bitwise the gradient full fine-tuning computes for it (the same ops on the same values:
  * what PyTorch's requires_grad_(False) leaves of autograd), for GPT-2 (tied, LayerNorm,
- * learned positions), Llama (untied) and Qwen3 (tied, q/k norm), fp32 and mixed-bf16,
+ * learned positions), Llama (untied) and Qwen3 (tied, q/k norm), fp32, mixed-bf16 and mixed-fp16,
  * with the trained blocks last (--trainable-layers 1), first (-1: the gradient flows
  * through frozen blocks above them) and a module subset. Also: full fine-tuning through
  * the method struct lays out exactly as without one; the engine's refusals (a fused q | k
- * split by --trainable-modules, 16-bit LoRA, QLoRA) are one line. Since the full run's gradients match
+ * split by --trainable-modules, LoRA's 16-bit adapters, LoRA's --modules-to-save under a 16-bit
+ * precision, QLoRA) are one line. Since the full run's gradients match
  * PyTorch's (kernels_gpt2, kernels_llama), the trained layers' gradients do too.
  * With the argument "cuda" both runs are on the GPU (exit 77 without one).
  * Usage: test_kernels_freeze [cuda] */
@@ -189,7 +190,8 @@ int main(int argc, char **argv) {
     }
     const char *names[] = {"gpt2-tiny", "llama-tiny", "qwen3-tiny"};
     const char *subsets[] = {"mlp,ln_f", "mlp,norm", "self_attn,lm_head"};
-    const dt_precision_preset presets[] = {DT_PREC_FP32, DT_PREC_MIXED_BF16};
+    const dt_precision_preset presets[] = {DT_PREC_FP32, DT_PREC_MIXED_BF16, DT_PREC_MIXED_FP16};
+    const int npresets = (int)(sizeof presets / sizeof presets[0]);
     for (int k = 0; k < 3; k++) {
         dt_model m;
         dt_error err = {0};
@@ -197,7 +199,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "%s: %s\n", names[k], err.msg);
             return 1;
         }
-        for (int q = 0; q < 2; q++) {
+        for (int q = 0; q < npresets; q++) {
             dt_precision p;
             dt_precision_from_preset(presets[q], &p);
             full_is_default(&m, &p);
@@ -220,8 +222,16 @@ int main(int argc, char **argv) {
     dt_finetune_defaults(DT_FT_FREEZE, &ft);
     ft.trainable_layers = 5;
     refused(&llama, DT_PREC_FP32, &ft, "--trainable-layers 5");
+    /* LoRA: fp32 adapters under every precision (test_lora.c); not 16-bit adapters, nor a
+     * 16-bit precision's trained whole modules, nor on CUDA */
+    const int cuda = g_device == DT_DEVICE_CUDA;
     dt_finetune_defaults(DT_FT_LORA, &ft);
-    refused(&llama, DT_PREC_MIXED_BF16, &ft, "LoRA with 16-bit parameters is not built");
+    ft.adapter_dtype = DT_DTYPE_BF16;
+    refused(&llama, DT_PREC_MIXED_BF16, &ft, cuda ? "LoRA on the CUDA device" : "16-bit adapters (--adapter-dtype)");
+    dt_finetune_defaults(DT_FT_LORA, &ft);
+    CHECK(dt_ft_names_parse("lm_head", "--modules-to-save", &ft.modules_to_save, &err) == 0);
+    refused(&llama, DT_PREC_MIXED_FP16, &ft,
+            cuda ? "LoRA on the CUDA device" : "LoRA with --modules-to-save under a 16-bit precision");
     dt_finetune_defaults(DT_FT_QLORA, &ft);
     refused(&llama, DT_PREC_FP32, &ft, "QLoRA (a quantised base) is not built");
     TEST_MAIN_END();
