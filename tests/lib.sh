@@ -41,18 +41,20 @@ dt_run_ranks() {
 
 # dt_metrics_close: a python3 snippet for the tests' checks (prepend it to their own): bad
 # (a list of messages) gets one when OUT's and BASE's per-step loss or grad_norm
-# (metrics.jsonl) differ in length or by more than rel relatively; run_reports: every rank's
+# (metrics.jsonl) differ in length or by more than rel relatively (grad_norm: rel_norm when
+# given); run_reports: every rank's
 # run report as (path, dict), one message when there are not WORLD of them.
 dt_metrics_close='
 import json
 def series(d, k):
     return [json.loads(l)[k] for l in open(d + "/metrics.jsonl")]
-def metrics_close(out, base, bad, rel=1e-5):
+def metrics_close(out, base, bad, rel=1e-5, rel_norm=None):
     for k in ("loss", "grad_norm"):
         a, b = series(base, k), series(out, k)
         if len(a) != len(b): bad.append(f"{k}: {len(b)} steps vs {len(a)}")
         d = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-        if d > rel: bad.append(f"{k} relative difference {d:.3g} > {rel:g}")
+        r = rel_norm if k == "grad_norm" and rel_norm is not None else rel
+        if d > r: bad.append(f"{k} relative difference {d:.3g} > {r:g}")
 def run_reports(out, world, bad):
     import glob
     paths = sorted(glob.glob(out + "/run-report*.json"))
