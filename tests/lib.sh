@@ -62,6 +62,19 @@ def run_reports(out, world, bad):
     return [(rp, json.load(open(rp))) for rp in paths]
 '
 
+# dt_cuda_probe DTRUN PLAN DIR: is there a GPU? a one-step run of the device:cuda PLAN into DIR/probe
+# answers it: exit 77 (skipped) when dtrun finds none, 1 when the run fails otherwise.
+dt_cuda_probe() {
+    if ! "$1" "$2" --out "$3/probe" --quiet --max-steps 1 2>"$3/probe.err"; then
+        if grep -q "no usable GPU\|no GPU visible\|no CUDA backend" "$3/probe.err"; then
+            echo "no CUDA GPU: skipped ($(cat "$3/probe.err"))"
+            exit 77
+        fi
+        echo "FAIL: the cuda probe run failed: $(cat "$3/probe.err")"
+        exit 1
+    fi
+}
+
 # dt_scratch PREFIX: TMP, a fresh directory /tmp/PREFIX_XXXXXX removed when the script exits.
 dt_scratch() {
     TMP=$(mktemp -d "/tmp/$1_XXXXXX") || { echo "FAIL: mktemp"; exit 1; }

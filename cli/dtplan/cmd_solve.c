@@ -624,12 +624,11 @@ int dt_cmd_solve(int argc, char **argv) {
     dt_vlm_print_summary(b, "vision: ");
     dt_obj_print_summary(b, "objective: ");
     /* what dtrun's engine trains (engine/model/lm.c dt_lm_check_method: full, freeze, and LoRA
-     * with fp32 adapters on the CPU, under a 16-bit precision without modules_to_save); dtplan
-     * does not link the engine, so the rule is stated here */
+     * with fp32 adapters, under a 16-bit precision without modules_to_save); dtplan does not
+     * link the engine, so the rule is stated here */
     const char *no_engine = NULL;
     const int lora = b->finetune.method == DT_FT_LORA;
     if (b->finetune.method == DT_FT_QLORA) no_engine = "QLoRA (a quantised base)";
-    else if (lora && b->cluster.device != DT_DEVICE_CPU) no_engine = "LoRA on the GPU";
     else if (lora && b->finetune.adapter_dtype != DT_DTYPE_FP32)
         no_engine = "LoRA with 16-bit adapters (plan it with --adapter-dtype fp32)";
     else if (lora && b->precision.param != DT_DTYPE_FP32 && b->finetune.modules_to_save.n > 0)

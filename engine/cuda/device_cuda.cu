@@ -350,6 +350,10 @@ __global__ void k_residual(float *out, const float *a, const float *b, int64_t n
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = a[i] + b[i];
 }
+__global__ void k_dropout_mask(float *y, const float *x, int64_t n, uint64_t stream, double p, float inv) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = dt_dropout_at(stream, (uint64_t)i, p, inv, x[i]);
+}
 __global__ void k_axpy(float *y, const float *x, float alpha, int64_t n) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] += alpha * x[i];
@@ -373,6 +377,11 @@ static void cu_residual(float *out, const float *a, const float *b, int64_t n) {
     if (n <= 0) return;
     k_residual<<<grid_for((size_t)n), DT_CU_THREADS, 0, cs()>>>(out, a, b, n);
     LAUNCHED(k_residual);
+}
+static void cu_dropout_mask(float *y, const float *x, int64_t n, uint64_t stream, double p) {
+    if (n <= 0) return;
+    k_dropout_mask<<<grid_for((size_t)n), DT_CU_THREADS, 0, cs()>>>(y, x, n, stream, p, (float)(1.0 / (1.0 - p)));
+    LAUNCHED(k_dropout_mask);
 }
 static void cu_axpy(float *y, const float *x, float alpha, int64_t n) {
     if (n <= 0) return;
@@ -1152,6 +1161,7 @@ static void fill_ops(void) {
     o.gelu_forward = cu_gelu_forward;
     o.gelu_backward = cu_gelu_backward;
     o.residual_forward = cu_residual;
+    o.dropout_mask = cu_dropout_mask;
     o.crossentropy_forward = cu_ce_forward;
     o.crossentropy_backward_inplace = cu_ce_backward;
     o.axpy = cu_axpy;

@@ -253,6 +253,7 @@ static const dt_device_ops cpu_ops = {
     .gelu_forward = dt_op_gelu_forward,
     .gelu_backward = dt_op_gelu_backward,
     .residual_forward = dt_op_residual_forward,
+    .dropout_mask = dt_op_dropout_mask,
     .linear_t_forward = dt_op_linear_t_forward,
     .linear_t_backward = dt_op_linear_t_backward,
     .rmsnorm_forward = dt_op_rmsnorm_forward,

@@ -161,6 +161,9 @@ typedef struct dt_device_ops {
     void (*gelu_forward)(float *out, const float *inp, int64_t n);
     void (*gelu_backward)(float *dinp, const float *inp, const float *dout, int64_t n);
     void (*residual_forward)(float *out, const float *a, const float *b, int64_t n);
+    /* LoRA's dropout (engine/model lm_layer.c): y[e] = dt_dropout_at(stream, e, p,
+     * float(1 / (1 - p)), x[e]) over n elements (dt_devmath.h; y may be x) */
+    void (*dropout_mask)(float *y, const float *x, int64_t n, uint64_t stream, double p);
 
     /* ---- the llama family (dt_ops.h): nn.Linear-layout linears, RMSNorm, RoPE,
      * SwiGLU, grouped-query attention on separate q, k, v */

@@ -193,4 +193,25 @@ static inline DT_DTYPE_HD float dt_adamw_elem(float p, float g, float *m, float 
  * GPU, gives the same double). */
 #define DT_SUMSQ_CHUNK 4096
 
+/* ----------------------------------------------------------------------------
+ * counter-based random numbers (the init's draws, LoRA's dropout masks): splitmix64
+ * (Steele, Lea, Flood 2014) at `counter` of the stream seeded with seed, and a uniform in
+ * (0, 1) from its top 53 bits (never 0), so any element is drawn alone, on either device. */
+#define DT_SPLITMIX_GAMMA 0x9e3779b97f4a7c15ULL
+#define DT_TWO_POW_53 9007199254740992.0
+DT_DTYPE_HD static inline uint64_t dt_splitmix64_at(uint64_t seed, uint64_t counter) {
+    uint64_t z = seed + counter * DT_SPLITMIX_GAMMA;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+DT_DTYPE_HD static inline double dt_uniform01_at(uint64_t seed, uint64_t counter) {
+    return ((double)(dt_splitmix64_at(seed, counter) >> 11) + 0.5) / DT_TWO_POW_53;
+}
+/* Element e of an inverted dropout (torch nn.Dropout: kept with probability 1 - p, scaled by
+ * inv = float(1 / (1 - p))) whose mask is the uniform at counter e + 1 of stream >= p. */
+DT_DTYPE_HD static inline float dt_dropout_at(uint64_t stream, uint64_t e, double p, float inv, float x) {
+    return dt_uniform01_at(stream, e + 1) >= p ? x * inv : 0.0f;
+}
+
 #endif

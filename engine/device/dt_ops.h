@@ -80,6 +80,9 @@ void dt_op_gelu_backward(float *dinp, const float *inp, const float *dout, int64
 /* ---- residual: out = a + b ---------------------------------------------------- */
 void dt_op_residual_forward(float *out, const float *a, const float *b, int64_t n);
 
+/* ---- dropout by a counter-based mask (dt_device_ops.dropout_mask) --------------- */
+void dt_op_dropout_mask(float *y, const float *x, int64_t n, uint64_t stream, double p);
+
 /* ---- store and round: dst[i] = x[i] in 16-bit dtype t (round to nearest even,
  * as dt_convert), and x[i] = that stored value widened back to fp32, in one pass
  * over x [n] (dst [n] of t). Bit for bit the pair dt_convert(dst, t, x, fp32, n);

@@ -216,6 +216,12 @@ void dt_op_residual_forward(float *out, const float *a, const float *b, int64_t 
     for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
+void dt_op_dropout_mask(float *y, const float *x, int64_t n, uint64_t stream, double p) {
+    const float inv = (float)(1.0 / (1.0 - p));
+#pragma omp parallel for schedule(static)
+    for (int64_t e = 0; e < n; e++) y[e] = dt_dropout_at(stream, (uint64_t)e, p, inv, x[e]);
+}
+
 void dt_op_axpy(float *y, const float *x, float alpha, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= DT_PAR_MIN)
     for (int64_t i = 0; i < n; i++) y[i] += alpha * x[i];

@@ -132,9 +132,9 @@ typedef struct dt_lm_options {
     const struct dt_finetune *finetune;
 } dt_lm_options;
 /* What of a fine-tuning method this engine trains (dt_lm_options.finetune): full, freeze
- * (every precision), and LoRA with fp32 adapters on the CPU under every precision (a 16-bit
- * one without --modules-to-save). DT_EINVAL with one line naming what is not built (QLoRA,
- * 16-bit adapters, LoRA on CUDA); DT_OK otherwise (the method's checks against the model
+ * (every precision), and LoRA with fp32 adapters under every precision (a 16-bit one
+ * without --modules-to-save), on every device. DT_EINVAL with one line naming what is not
+ * built (QLoRA, 16-bit adapters); DT_OK otherwise (the method's checks against the model
  * are dt_model_pgroups'). */
 int dt_lm_check_method(const dt_precision *prec, dt_device device, const struct dt_finetune *ft, dt_error *err);
 /* The precision of the trained set (dt_lm_params, dt_lm_grads, the optimizer's state) under

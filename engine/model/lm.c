@@ -331,15 +331,15 @@ static void configure(dt_lm *g, const dt_model *m, const dt_precision *prec, con
 int dt_lm_check_method(const dt_precision *prec, dt_device device, const dt_finetune *ft, dt_error *err) {
     const char *no = NULL;
     if (!ft || ft->method == DT_FT_FULL || ft->method == DT_FT_FREEZE) return DT_OK;
+    (void)device;   /* LoRA runs on every device: its ops are the device's (dt_device_ops) */
     if (ft->method == DT_FT_QLORA) no = "QLoRA (a quantised base)";
-    else if (device != DT_DEVICE_CPU) no = "LoRA on the CUDA device";
     else if (ft->adapter_dtype != DT_DTYPE_FP32) no = "LoRA with 16-bit adapters (--adapter-dtype)";
     else if (prec->param != DT_DTYPE_FP32 && ft->modules_to_save.n > 0)
         no = "LoRA with --modules-to-save under a 16-bit precision";
     if (!no) return DT_OK;
     return dt_errorf(err, DT_EINVAL,
                      "model: %s is not built in this engine yet; it trains full, freeze, and LoRA with fp32 "
-                     "adapters on the CPU (run the plan with PEFT and DeepSpeed: dtplan export)", no);
+                     "adapters (run the plan with PEFT and DeepSpeed: dtplan export)", no);
 }
 
 void dt_lm_trained_precision(const dt_precision *prec, const dt_finetune *ft, dt_precision *out) {

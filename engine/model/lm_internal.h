@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "dt_device.h"
+#include "dt_devmath.h"
 #include "dt_dtype.h"
 #include "dt_lm.h"
 #include "dt_model.h"
@@ -240,19 +241,10 @@ static inline double lm_attention_flops(const dt_lm *g, dt_lm_pass pass) {
 }
 
 /* ---- counter-based random numbers (lm_init.c's init, LoRA's dropout masks) ----
- * splitmix64 (Steele, Lea, Flood 2014) at `counter` of the stream seeded with seed, and a
- * uniform in (0, 1) from its top 53 bits (never 0): any element drawn alone. */
-#define DT_SPLITMIX_GAMMA 0x9e3779b97f4a7c15ULL
-#define DT_TWO_POW_53 9007199254740992.0
-static inline uint64_t lm_splitmix64_at(uint64_t seed, uint64_t counter) {
-    uint64_t z = seed + counter * DT_SPLITMIX_GAMMA;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-static inline double lm_uniform01_at(uint64_t seed, uint64_t counter) {
-    return ((double)(lm_splitmix64_at(seed, counter) >> 11) + 0.5) / DT_TWO_POW_53;
-}
+ * splitmix64 at `counter` of the stream seeded with seed, and a uniform in (0, 1) from its
+ * top 53 bits: any element drawn alone (dt_devmath.h, which the devices' dropout shares). */
+static inline uint64_t lm_splitmix64_at(uint64_t seed, uint64_t counter) { return dt_splitmix64_at(seed, counter); }
+static inline double lm_uniform01_at(uint64_t seed, uint64_t counter) { return dt_uniform01_at(seed, counter); }
 
 /* ---- helpers shared by the families ---- */
 

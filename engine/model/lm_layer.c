@@ -311,13 +311,9 @@ void lm_linear_add_lora(const dt_lm *g, const lm_params *P, lm_linear *lin, int 
  * instead of keeping it (scripts/gen_lora_goldens.py reproduces it). */
 static int lora_dropping(const dt_lm *g) { return g->drop_on && g->lora_p > 0.0f; }
 
-/* y[e] = mask(e) · x[e] / (1 - p) over n elements (y may be x) */
+/* y[e] = mask(e) · x[e] / (1 - p) over n elements (y may be x), on the device */
 static void lora_mask(const dt_lm *g, const lm_lora *a, float *y, const float *x, int64_t n) {
-    const uint64_t stream = lm_splitmix64_at(g->drop_key, a->id + 1);
-    const double p = g->lora_p;
-    const float inv = (float)(1.0 / (1.0 - p));
-#pragma omp parallel for schedule(static)
-    for (int64_t e = 0; e < n; e++) y[e] = lm_uniform01_at(stream, (uint64_t)e + 1) >= p ? x[e] * inv : 0.0f;
+    g->dev->dropout_mask(y, x, n, lm_splitmix64_at(g->drop_key, a->id + 1), g->lora_p);
 }
 
 /* the adapter's input: x, or dropout(x) in g->lora_xd [N, IC] */

@@ -60,14 +60,7 @@ run() { dt_run_ranks "$DTRUN" "$@"; }  # WORLD PLAN OUT [args]
 
 # is there a GPU? a one-step cuda run answers it (no output dir is made without one)
 plan cuda 0 1 none none fp32 "$TMP/probe.json"
-if ! "$DTRUN" "$TMP/probe.json" --out "$TMP/probe" --quiet --max-steps 1 2>"$TMP/probe.err"; then
-    if grep -q "no usable GPU\|no GPU visible\|no CUDA backend" "$TMP/probe.err"; then
-        echo "no CUDA GPU: skipped ($(cat "$TMP/probe.err"))"
-        exit 77
-    fi
-    echo "FAIL: the cuda probe run failed: $(cat "$TMP/probe.err")"
-    exit 1
-fi
+dt_cuda_probe "$DTRUN" "$TMP/probe.json" "$TMP"
 
 # compare CPU_OUT CUDA_OUT BOUND LABEL: losses / norms, and the cuda run's memory
 compare() {

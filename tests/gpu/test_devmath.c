@@ -3,9 +3,11 @@
  * double-precision formulas, proof that the CPU ops really go through those
  * functions (bitwise), the CPU device table (complete, AdamW bitwise equal to
  * engine/model/optim.c's independent loop, sum of squares vs dt_grad_sumsq), and the
- * error a 'device: cuda' request gives where no GPU (or no CUDA build) exists. */
+ * error a 'device: cuda' request gives where no GPU (or no CUDA build) exists; the counter-based
+ * RNG and dropout mask the CPU and CUDA devices share. */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "dt_device.h"
 #include "dt_devmath.h"
@@ -83,6 +85,30 @@ static void test_scalar_formulas(void) {
 
 /* The CPU ops produce exactly the shared functions' values: the CPU tests
  * cover the formulas the GPU kernels compile from the same header. */
+/* The counter-based RNG of the init and of LoRA's dropout masks (dt_splitmix64_at) against
+ * SplitMix64's published outputs from state 0 (Vigna's splitmix64.c, the generator of
+ * Java's SplittableRandom: 0xe220a8397b1dcdaf, 0x6e789e6aa1b965f4, 0x06c45d188009454f), the
+ * uniform in (0, 1), and the CPU's dropout op (what the CUDA kernel runs) element by element:
+ * kept where the uniform at e + 1 is >= p, times float(1 / (1 - p)), about 1 - p kept. */
+static void test_counter_rng(void) {
+    const uint64_t want[3] = {0xe220a8397b1dcdafULL, 0x6e789e6aa1b965f4ULL, 0x06c45d188009454fULL};
+    for (int i = 0; i < 3; i++) CHECK(dt_splitmix64_at(0, (uint64_t)i + 1) == want[i]);
+    enum { N = 4096 };
+    static float x[N], y[N];
+    const double p = 0.25;
+    for (int i = 0; i < N; i++) x[i] = urand(-2, 2);
+    dt_op_dropout_mask(y, x, N, 12345, p);
+    int same = 1, kept = 0;
+    for (int e = 0; e < N; e++) {
+        const double u = dt_uniform01_at(12345, (uint64_t)e + 1);
+        same &= u > 0.0 && u < 1.0 && y[e] == (u >= p ? x[e] * (float)(1.0 / (1.0 - p)) : 0.0f);
+        kept += u >= p;
+    }
+    CHECK(same);
+    /* binomial(N, 0.75): sd 27.7, so 5 sd */
+    CHECK(abs(kept - (int)(0.75 * N)) < 140);
+}
+
 static void test_cpu_ops_use_shared_math(void) {
     enum { N = 7, C = 37, V = 53 };
     float inp[N * C], out[N * C], dout[N * C], din[N * C], w[C], b[C], mean[N], rstd[N];
@@ -338,6 +364,7 @@ static void test_cuda_request_without_gpu(void) {
 
 int main(void) {
     test_scalar_formulas();
+    test_counter_rng();
     test_cpu_ops_use_shared_math();
     test_cpu_device();
     test_gemm_ex_dtypes();

@@ -223,15 +223,13 @@ int main(int argc, char **argv) {
     ft.trainable_layers = 5;
     refused(&llama, DT_PREC_FP32, &ft, "--trainable-layers 5");
     /* LoRA: fp32 adapters under every precision (test_lora.c); not 16-bit adapters, nor a
-     * 16-bit precision's trained whole modules, nor on CUDA */
-    const int cuda = g_device == DT_DEVICE_CUDA;
+     * 16-bit precision's trained whole modules */
     dt_finetune_defaults(DT_FT_LORA, &ft);
     ft.adapter_dtype = DT_DTYPE_BF16;
-    refused(&llama, DT_PREC_MIXED_BF16, &ft, cuda ? "LoRA on the CUDA device" : "16-bit adapters (--adapter-dtype)");
+    refused(&llama, DT_PREC_MIXED_BF16, &ft, "16-bit adapters (--adapter-dtype)");
     dt_finetune_defaults(DT_FT_LORA, &ft);
     CHECK(dt_ft_names_parse("lm_head", "--modules-to-save", &ft.modules_to_save, &err) == 0);
-    refused(&llama, DT_PREC_MIXED_FP16, &ft,
-            cuda ? "LoRA on the CUDA device" : "LoRA with --modules-to-save under a 16-bit precision");
+    refused(&llama, DT_PREC_MIXED_FP16, &ft, "LoRA with --modules-to-save under a 16-bit precision");
     dt_finetune_defaults(DT_FT_QLORA, &ft);
     refused(&llama, DT_PREC_FP32, &ft, "QLoRA (a quantised base) is not built");
     TEST_MAIN_END();
