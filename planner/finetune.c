@@ -180,10 +180,13 @@ int64_t dt_ftplan_activations(const dt_plan *p, const dt_ftplan *ft, int64_t ckp
 
 /* The adapters' own state under dtrun, PEFT's: weights and gradients in the adapter dtype,
  * AdamW's two moments in the precision's moment dtype, a master copy only when the adapters
- * are 16-bit and the precision keeps one (torch AdamW's states are zeros_like(param)). The
- * deepspeed and fsdp runtimes cast the model to the precision's dtype (DeepSpeed engine
- * _configure_distributed_model: module.bfloat16(); FSDP's fp32 sharded parameters), so their
- * adapters cost what the trained parameters cost and no delta is added. */
+ * are 16-bit and the precision keeps one (torch AdamW's states are zeros_like(param); peft
+ * 0.21 tuners_utils.py cast_adapter_dtype upcasts bf16 / fp16 adapters to fp32 by default;
+ * the engine keeps exactly this: engine/model/dt_lm.h dt_lm_trained_precision). The
+ * deepspeed and fsdp runtimes cast the model to the precision's dtype (deepspeed 0.19.8
+ * engine.py _configure_distributed_model -> _cast_module_mixed_precision, adapters included;
+ * FSDP's fp32 sharded parameters), so their adapters cost what the trained parameters cost
+ * and no delta is added. */
 static void adapter_bytes(const dt_plan *p, int64_t per[3]) {
     const dt_precision *pr = &p->precision;
     const dt_dtype d = p->finetune.adapter_dtype;
