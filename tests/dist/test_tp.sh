@@ -1,0 +1,112 @@
+#!/bin/bash
+# Tensor parallelism in dtrun (docs/parallelism.md "In dtrun"): the same plan trained at
+# tp 1 and at tp 2 (Megatron's split over 2 MPI ranks) must give the same per-step loss
+# and gradient norm within fp32 tolerance (relative 1e-5: different summation orders
+# only), for gpt2-tiny (packed c_attn, learned positions, tied classifier) and MODEL
+# (qwen3-tiny: GQA, RoPE, q/k norms, untied lm_head); tp 2 x dp 2 (4 ranks) with ZeRO-1
+# and ZeRO-3 against dp 4 at tp 1; and the refusals: tp not dividing the heads (plan
+# check, exit 2), --resume at tp 2.
+# Usage: test_tp.sh DTPLAN DTRUN SRCDIR
+set -u
+DTPLAN=$1
+DTRUN=$2
+SRC=$3
+. "$(dirname "$0")/../lib.sh"
+dt_need python3 mpirun
+export OMP_NUM_THREADS=1
+TMP=$(mktemp -d /tmp/dt_test_tp_XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+FAIL=0
+STEPS=12
+
+model_json() {   # MODEL OUT: the catalog model's description as dtplan resolves it
+    "$DTPLAN" solve --model "$1" --gpus 1 --mem 2G --hardware cpu --stages 0 -o "$2" >/dev/null ||
+        { echo "FAIL: dtplan cannot plan $1"; exit 1; }
+}
+model_json qwen3-tiny "$TMP/qwen3.json"
+
+# plan MODEL_JSON|"" STAGE WORLD TP OUT: tiny-cpu.json at a global batch of 16 sequences
+plan() {
+    python3 - "$SRC/configs/plans/tiny-cpu.json" "$@" <<'PY'
+import json, sys
+src, model, stage, world, tp, out = sys.argv[1:]
+p = json.load(open(src))
+if model: p["model"] = json.load(open(model))["model"]
+w, t = int(world), int(tp)
+dp = w // t
+p["parallel"].update(zero_stage=int(stage), world_size=w)
+p["cluster"]["gpus_per_node"] = w
+p["batch"].update(micro_batch=4, grad_accum=16 // 4 // dp, global_batch=16)
+p["data"]["eval_interval"] = 0
+p.pop("layout", None)
+if t > 1: p["layout"] = {"tp": t, "cp": 1, "pp": 1, "sequence_parallel": False}
+json.dump(p, open(out, "w"), indent=2)
+PY
+}
+
+# same OUT BASE LABEL: per-step loss and grad_norm within fp32 tolerance
+same() {
+    { echo "$dt_metrics_close"; cat <<'PY'; } | python3 - "$@" || { echo "FAIL: $3"; FAIL=1; }
+import sys
+out, base, label = sys.argv[1:]
+bad = []
+import os
+metrics_close(out, base, bad, rel=float(os.environ.get("REL", "1e-5")))
+for b in bad: print(f"{label}: {b}")
+sys.exit(1 if bad else 0)
+PY
+}
+
+train() {   # NAME MODEL_JSON STAGE WORLD TP
+    plan "$2" "$3" "$4" "$5" "$TMP/$1.json" || { echo "FAIL: plan $1"; FAIL=1; return 1; }
+    dt_run_ranks "$DTRUN" "$4" "$TMP/$1.json" "$TMP/$1" --max-steps "$STEPS" >"$TMP/$1.log" 2>&1 ||
+        { echo "FAIL: dtrun $1"; cat "$TMP/$1.log"; FAIL=1; return 1; }
+}
+
+for m in gpt2 qwen3; do
+    mj=""
+    [ $m = qwen3 ] && mj="$TMP/qwen3.json"
+    train $m-tp1 "$mj" 0 1 1 && train $m-tp2 "$mj" 0 2 2 && same "$TMP/$m-tp2" "$TMP/$m-tp1" "$m tp 2 vs tp 1"
+done
+# mixed-bf16 (the default preset: bf16 parameters, gradients and GEMMs): the sums run in
+# another order, so the bf16 roundings differ; within the bf16 bound of test_bf16.sh
+python3 - "$TMP/gpt2-tp1.json" "$TMP/gpt2-tp2.json" "$TMP/bf1.json" "$TMP/bf2.json" <<'PY'
+import json, sys
+for src, dst in ((sys.argv[1], sys.argv[3]), (sys.argv[2], sys.argv[4])):
+    p = json.load(open(src))
+    p["precision"] = {k: v for k, v in p["precision"].items() if k != "bytes_per_param"}
+    p["precision"].update(preset="mixed-bf16", param="bf16", grad="bf16", activation="bf16", has_master=True,
+                          master="fp32", moment="fp32")
+    json.dump(p, open(dst, "w"))
+PY
+dt_run_ranks "$DTRUN" 1 "$TMP/bf1.json" "$TMP/bf1" --max-steps "$STEPS" >"$TMP/bf1.log" 2>&1 &&
+    dt_run_ranks "$DTRUN" 2 "$TMP/bf2.json" "$TMP/bf2" --max-steps "$STEPS" >"$TMP/bf2.log" 2>&1 ||
+    { echo "FAIL: dtrun mixed-bf16"; cat "$TMP/bf1.log" "$TMP/bf2.log"; FAIL=1; }
+REL=2e-3 same "$TMP/bf2" "$TMP/bf1" "gpt2 mixed-bf16 tp 2 vs tp 1"
+
+# tp 2 x dp 2 with ZeRO-1 and ZeRO-3 against dp 4 (tp 1)
+for s in 1 3; do
+    train gpt2-dp4-z$s "" $s 4 1 && train gpt2-tp2dp2-z$s "" $s 4 2 &&
+        same "$TMP/gpt2-tp2dp2-z$s" "$TMP/gpt2-dp4-z$s" "gpt2 tp 2 x dp 2 vs dp 4, ZeRO-$s"
+done
+train qwen3-dp4-z3 "$TMP/qwen3.json" 3 4 1 && train qwen3-tp2dp2-z3 "$TMP/qwen3.json" 3 4 2 &&
+    same "$TMP/qwen3-tp2dp2-z3" "$TMP/qwen3-dp4-z3" "qwen3 tp 2 x dp 2 vs dp 4, ZeRO-3"
+
+# refusals: one line, exit 2, nothing written
+python3 - "$TMP/gpt2-tp2.json" "$TMP/bad-tp3.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1])); p["layout"]["tp"] = 3; p["parallel"]["world_size"] = 3; p["cluster"]["gpus_per_node"] = 3
+json.dump(p, open(sys.argv[2], "w"))
+PY
+mpirun -n 3 --oversubscribe "$DTRUN" "$TMP/bad-tp3.json" --out "$TMP/bad3" --quiet >"$TMP/bad3.log" 2>&1
+rc=$?
+if [ $rc -ne 2 ] || ! grep -q "does not divide the model's 4 attention heads" "$TMP/bad3.log" || [ -e "$TMP/bad3" ]; then
+    echo "FAIL: tp 3 over 4 heads: rc $rc, want 2, one line, nothing written"; cat "$TMP/bad3.log"; FAIL=1
+fi
+mpirun -n 2 --oversubscribe "$DTRUN" "$TMP/gpt2-tp2.json" --out "$TMP/gpt2-tp2" --quiet --resume >"$TMP/res.log" 2>&1
+rc=$?
+if [ $rc -ne 2 ] || ! grep -q "write.* no checkpoint yet" "$TMP/res.log"; then
+    echo "FAIL: --resume at tp 2: rc $rc, want 2 and the refusal"; cat "$TMP/res.log"; FAIL=1
+fi
+[ $FAIL = 0 ] && echo "tp: ok"
+exit $FAIL
