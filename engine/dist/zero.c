@@ -961,6 +961,7 @@ static double grads_sumsq(const dt_zero *z, const void *g, size_t n, int *nonfin
 }
 
 void dt_zero_set_tp(dt_zero *z, dt_comm *tp) { z->tpc = tp; }
+dt_comm *dt_zero_tp(const dt_zero *z) { return z->tpc; }
 
 /* This shard's range i of gradients as the optimizer reads them (stage 0: the flat
  * gradients; 1: the unit's start in them, where the reduce-scatter left the shard; 2/3:

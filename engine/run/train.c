@@ -529,11 +529,6 @@ static int train_step(trainer *t, double *loss_out, double *lr_out, double *norm
 
 static int save(trainer *t, dt_error *err) {
     char path[DT_PATH_MAX * 2];
-    if (t->tpg) {   /* not built yet (connect_tp refuses --resume): said, not silently skipped */
-        if (t->log) fprintf(t->log, "%sdtrun: step %lld: no checkpoint written (layout.tp > 1 writes none yet)\n",
-                            t->tty ? "\n" : "", (long long)t->st.step);
-        return DT_OK;
-    }
     /* no checkpoint from a step whose device work failed */
     if (t->dev->synchronize(err)) return err->code;
     dt_memprobe_begin(DT_PHASE_CKPT_SAVE);
@@ -588,11 +583,11 @@ static int connect_tp(trainer *t, dt_error *err) {
     if (tp <= 1) return DT_OK;
     int rc = dt_lm_check_tp(&t->plan->model, tp, t->plan->cluster.device, &t->plan->finetune, err);
     if (rc) return rc;
-    if (t->opts->resume || t->plan->output.init[0])
+    if (t->plan->output.init[0])
         return dt_errorf(err, DT_EINVAL,
-                         "layout.tp %lld with %s: dtrun's tensor-parallel runs start from the seed and write "
-                         "no checkpoint yet; use tp 1 (ZeRO) to resume or start from weights",
-                         (long long)tp, t->opts->resume ? "--resume" : "output.init");
+                         "layout.tp %lld with output.init: dtrun's tensor-parallel runs start from the seed or "
+                         "resume a checkpoint (any TP degree); start from the weights at tp 1, then resume at tp %lld",
+                         (long long)tp, (long long)tp);
     if ((rc = dt_tpgroup_create(t->comm, (int)tp, &t->tpg, err))) return rc;
     t->dcomm = dt_tpgroup_dp(t->tpg);
     t->drank = dt_comm_rank(t->dcomm);

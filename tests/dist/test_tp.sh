@@ -4,15 +4,18 @@
 # and gradient norm within fp32 tolerance (relative 1e-5: different summation orders
 # only), for gpt2-tiny (packed c_attn, learned positions, tied classifier) and MODEL
 # (qwen3-tiny: GQA, RoPE, q/k norms, untied lm_head); tp 2 x dp 2 (4 ranks) with ZeRO-1
-# and ZeRO-3 against dp 4 at tp 1; and the refusals: tp not dividing the heads (plan
-# check, exit 2), --resume at tp 2.
+# and ZeRO-3 against dp 4 at tp 1; the final weights of each pair within fp32 tolerance;
+# checkpoints independent of the TP degree: tp 2 resumed at tp 2 bit for bit, a tp 2
+# checkpoint resumed at tp 1 and a tp 1 one at tp 2 (and tp 2 x dp 2 ZeRO-3 at dp 4) on
+# the curve of the uninterrupted run; and the refusals: tp not dividing the heads (plan
+# check, exit 2), output.init at tp 2.
 # Usage: test_tp.sh DTPLAN DTRUN SRCDIR
 set -u
 DTPLAN=$1
 DTRUN=$2
 SRC=$3
 . "$(dirname "$0")/../lib.sh"
-dt_need python3 mpirun
+dt_need python3 mpirun jq
 export OMP_NUM_THREADS=1
 TMP=$(mktemp -d /tmp/dt_test_tp_XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
@@ -38,6 +41,7 @@ p["parallel"].update(zero_stage=int(stage), world_size=w)
 p["cluster"]["gpus_per_node"] = w
 p["batch"].update(micro_batch=4, grad_accum=16 // 4 // dp, global_batch=16)
 p["data"]["eval_interval"] = 0
+p["output"]["save_interval"] = 6   # checkpoints at steps 6 and 12
 p.pop("layout", None)
 if t > 1: p["layout"] = {"tp": t, "cp": 1, "pp": 1, "sequence_parallel": False}
 json.dump(p, open(out, "w"), indent=2)
@@ -92,6 +96,53 @@ done
 train qwen3-dp4-z3 "$TMP/qwen3.json" 3 4 1 && train qwen3-tp2dp2-z3 "$TMP/qwen3.json" 3 4 2 &&
     same "$TMP/qwen3-tp2dp2-z3" "$TMP/qwen3-dp4-z3" "qwen3 tp 2 x dp 2 vs dp 4, ZeRO-3"
 
+# weights OUT BASE LABEL: the last checkpoints' model.safetensors (fp32), every tensor with
+# the same name and shape, within 1e-5 (absolute, plus relative to the element)
+weights() {
+    python3 - "$@" <<'PY' || { echo "FAIL: $3 (weights)"; FAIL=1; }
+import glob, json, struct, sys
+out, base, label = sys.argv[1:]
+def load(d):
+    path = sorted(glob.glob(d + "/ckpt-*/model.safetensors"))[-1]
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    h.pop("__metadata__", None)
+    return {k: (v["shape"], struct.unpack(f"<{(v['data_offsets'][1] - v['data_offsets'][0]) // 4}f",
+                                          b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]))
+            for k, v in h.items() if v["dtype"] == "F32"}
+a, b = load(base), load(out)
+bad = [k for k in a if k not in b or a[k][0] != b[k][0]] + [k for k in b if k not in a]
+worst = max(abs(x - y) / (1 + abs(x)) for k in a if k in b for x, y in zip(a[k][1], b[k][1]))
+if bad or worst > 1e-5 or not a: print(f"{label}: tensors differ {bad[:3]}, worst {worst:.3g}"); sys.exit(1)
+PY
+}
+weights "$TMP/gpt2-tp2" "$TMP/gpt2-tp1" "gpt2 tp 2 vs tp 1"
+weights "$TMP/qwen3-tp2" "$TMP/qwen3-tp1" "qwen3 tp 2 vs tp 1"
+weights "$TMP/gpt2-tp2dp2-z3" "$TMP/gpt2-dp4-z3" "gpt2 tp 2 x dp 2 vs dp 4, ZeRO-3"
+weights "$TMP/qwen3-tp2dp2-z3" "$TMP/qwen3-dp4-z3" "qwen3 tp 2 x dp 2 vs dp 4, ZeRO-3"
+
+# resume FROM PLAN WORLD NAME: FROM's run cut back to its step-6 checkpoint, resumed to 12
+# with PLAN on WORLD ranks
+resume() {
+    rm -rf "$TMP/$4"
+    cp -r "$TMP/$1" "$TMP/$4" && rm -rf "$TMP/$4/ckpt-00000012" &&
+        dt_run_ranks "$DTRUN" "$3" "$TMP/$2.json" "$TMP/$4" --max-steps "$STEPS" --resume >"$TMP/$4.log" 2>&1 ||
+        { echo "FAIL: resume $4"; cat "$TMP/$4.log"; FAIL=1; return 1; }
+}
+# the same TP degree: bit for bit (every step's printed loss and norm, the final weights' bytes)
+if resume gpt2-tp2 gpt2-tp2 2 re-tp2; then
+    cmp -s "$TMP/re-tp2/ckpt-00000012/model.safetensors" "$TMP/gpt2-tp2/ckpt-00000012/model.safetensors" &&
+        diff <(cut -d, -f1-2,6 "$TMP/re-tp2/metrics.jsonl") <(cut -d, -f1-2,6 "$TMP/gpt2-tp2/metrics.jsonl") >/dev/null ||
+        { echo "FAIL: tp 2 resumed at tp 2 is not bit for bit the uninterrupted run"; FAIL=1; }
+fi
+resume gpt2-tp2 gpt2-tp1 1 re-tp2-tp1 && same "$TMP/re-tp2-tp1" "$TMP/gpt2-tp1" "gpt2 tp 2 checkpoint at tp 1" &&
+    weights "$TMP/re-tp2-tp1" "$TMP/gpt2-tp1" "gpt2 tp 2 checkpoint at tp 1"
+resume gpt2-tp1 gpt2-tp2 2 re-tp1-tp2 && same "$TMP/re-tp1-tp2" "$TMP/gpt2-tp1" "gpt2 tp 1 checkpoint at tp 2" &&
+    weights "$TMP/re-tp1-tp2" "$TMP/gpt2-tp1" "gpt2 tp 1 checkpoint at tp 2"
+resume qwen3-tp2 qwen3-tp1 1 re-q-tp2-tp1 && same "$TMP/re-q-tp2-tp1" "$TMP/qwen3-tp1" "qwen3 tp 2 checkpoint at tp 1"
+resume gpt2-tp2dp2-z3 gpt2-dp4-z3 4 re-z3 && same "$TMP/re-z3" "$TMP/gpt2-dp4-z3" "gpt2 tp 2 x dp 2 ZeRO-3 checkpoint at dp 4"
+
 # refusals: one line, exit 2, nothing written
 python3 - "$TMP/gpt2-tp2.json" "$TMP/bad-tp3.json" <<'PY'
 import json, sys
@@ -103,10 +154,18 @@ rc=$?
 if [ $rc -ne 2 ] || ! grep -q "does not divide the model's 4 attention heads" "$TMP/bad3.log" || [ -e "$TMP/bad3" ]; then
     echo "FAIL: tp 3 over 4 heads: rc $rc, want 2, one line, nothing written"; cat "$TMP/bad3.log"; FAIL=1
 fi
-mpirun -n 2 --oversubscribe "$DTRUN" "$TMP/gpt2-tp2.json" --out "$TMP/gpt2-tp2" --quiet --resume >"$TMP/res.log" 2>&1
+jq '.model.vocab = 257' "$TMP/gpt2-tp2.json" >"$TMP/v257.json"
+mpirun -n 2 --oversubscribe "$DTRUN" "$TMP/v257.json" --out "$TMP/v257" --quiet >"$TMP/v257.log" 2>&1
 rc=$?
-if [ $rc -ne 2 ] || ! grep -q "write.* no checkpoint yet" "$TMP/res.log"; then
-    echo "FAIL: --resume at tp 2: rc $rc, want 2 and the refusal"; cat "$TMP/res.log"; FAIL=1
+if [ $rc -ne 2 ] || ! grep -q "layout.tp 2 does not divide the model's ffn size 256 and vocabulary 257" "$TMP/v257.log" ||
+    [ -e "$TMP/v257" ]; then
+    echo "FAIL: tp 2 over a vocabulary of 257: rc $rc, want 2, the refusal, nothing written"; cat "$TMP/v257.log"; FAIL=1
+fi
+jq '.output.init = "'"$TMP"'/gpt2-tp1/ckpt-00000012"' "$TMP/gpt2-tp2.json" >"$TMP/init-tp2.json"
+mpirun -n 2 --oversubscribe "$DTRUN" "$TMP/init-tp2.json" --out "$TMP/init" --quiet >"$TMP/init.log" 2>&1
+rc=$?
+if [ $rc -ne 2 ] || ! grep -q "layout.tp 2 with output.init" "$TMP/init.log" || [ -e "$TMP/init" ]; then
+    echo "FAIL: output.init at tp 2: rc $rc, want 2, the refusal, nothing written"; cat "$TMP/init.log"; FAIL=1
 fi
 [ $FAIL = 0 ] && echo "tp: ok"
 exit $FAIL
