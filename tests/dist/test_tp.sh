@@ -161,6 +161,16 @@ if [ $rc -ne 2 ] || ! grep -q "layout.tp 2 does not divide the model's ffn size 
     [ -e "$TMP/v257" ]; then
     echo "FAIL: tp 2 over a vocabulary of 257: rc $rc, want 2, the refusal, nothing written"; cat "$TMP/v257.log"; FAIL=1
 fi
+# a fine-tuning method with tp > 1: refused by name (dtrun's TP trains full fine-tuning)
+"$DTPLAN" solve --model gpt2-tiny --hardware cpu --mem 2G --gpus 2 --finetune lora --precision fp32 --global-batch 16 \
+    -o "$TMP/lora.json" >/dev/null 2>&1 || { echo "FAIL: dtplan cannot plan LoRA"; FAIL=1; }
+jq '.layout = {tp: 2, cp: 1, pp: 1, sequence_parallel: false} | .batch.grad_accum *= 2 | del(.prediction)' \
+    "$TMP/lora.json" >"$TMP/lora-tp2.json"
+"$DTRUN" "$TMP/lora-tp2.json" --out "$TMP/lora" --quiet >"$TMP/lora.log" 2>&1
+rc=$?
+if [ $rc -ne 2 ] || ! grep -q "with finetune.method lora" "$TMP/lora.log" || [ -e "$TMP/lora" ]; then
+    echo "FAIL: LoRA at tp 2: rc $rc, want 2, the refusal, nothing written"; cat "$TMP/lora.log"; FAIL=1
+fi
 jq '.output.init = "'"$TMP"'/gpt2-tp1/ckpt-00000012"' "$TMP/gpt2-tp2.json" >"$TMP/init-tp2.json"
 mpirun -n 2 --oversubscribe "$DTRUN" "$TMP/init-tp2.json" --out "$TMP/init" --quiet >"$TMP/init.log" 2>&1
 rc=$?
