@@ -285,7 +285,8 @@ int dt_lm_forward(dt_lm *g, const int32_t *inputs, const int32_t *targets, float
 int dt_lm_backward(dt_lm *g, float grad_scale, dt_error *err);
 void dt_lm_zero_grad(dt_lm *g);
 /* fp32 logits [B, T, V] of the last forward (after dt_lm_backward the buffer
- * holds the logit gradients instead). */
+ * holds the logit gradients instead); under tensor parallelism this rank's
+ * vocabulary columns [B, T, V / tp]. */
 const float *dt_lm_logits(const dt_lm *g);
 
 /* 1 if every gradient (through the bound group pointers) is finite, 0 if any is
