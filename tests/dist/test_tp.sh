@@ -2,13 +2,14 @@
 # Tensor parallelism in dtrun (docs/parallelism.md "In dtrun"): the same plan trained at
 # tp 1 and at tp 2 (Megatron's split over 2 MPI ranks) must give the same per-step loss
 # and gradient norm within fp32 tolerance (relative 1e-5: different summation orders
-# only), for gpt2-tiny (packed c_attn, learned positions, tied classifier) and MODEL
-# (qwen3-tiny: GQA, RoPE, q/k norms, untied lm_head); tp 2 x dp 2 (4 ranks) with ZeRO-1
-# and ZeRO-3 against dp 4 at tp 1; the final weights of each pair within fp32 tolerance;
+# only), for gpt2-tiny (packed c_attn, learned positions, tied classifier), qwen3-tiny
+# (GQA, RoPE, q/k norms, tied), llama-tiny (untied lm_head) and a Qwen2-shaped model (q/k/v
+# biases), and gpt2-tiny in mixed-bf16; tp 2 x dp 2 (4 ranks) with ZeRO-1 and ZeRO-3
+# against dp 4 at tp 1; the final weights of each pair within fp32 tolerance;
 # checkpoints independent of the TP degree: tp 2 resumed at tp 2 bit for bit, a tp 2
 # checkpoint resumed at tp 1 and a tp 1 one at tp 2 (and tp 2 x dp 2 ZeRO-3 at dp 4) on
-# the curve of the uninterrupted run; and the refusals: tp not dividing the heads (plan
-# check, exit 2), output.init at tp 2.
+# the curve of the uninterrupted run; and the refusals (one line, exit 2, nothing written):
+# tp not dividing the heads or the vocabulary, LoRA at tp 2, output.init at tp 2.
 # Usage: test_tp.sh DTPLAN DTRUN SRCDIR
 set -u
 DTPLAN=$1
@@ -27,6 +28,9 @@ model_json() {   # MODEL OUT: the catalog model's description as dtplan resolves
         { echo "FAIL: dtplan cannot plan $1"; exit 1; }
 }
 model_json qwen3-tiny "$TMP/qwen3.json"
+model_json llama-tiny "$TMP/llama.json"
+# Qwen2's shape: q/k/v biases (split with their columns), no q/k norm
+jq '.model |= (.name = "qwen2-tiny" | .qk_norm = false | .qkv_bias = true)' "$TMP/qwen3.json" >"$TMP/qwen2.json"
 
 # plan MODEL_JSON|"" STAGE WORLD TP OUT: tiny-cpu.json at a global batch of 16 sequences
 plan() {
@@ -61,16 +65,39 @@ sys.exit(1 if bad else 0)
 PY
 }
 
+# weights OUT BASE LABEL: the last checkpoints' model.safetensors (fp32), every tensor with
+# the same name and shape, within 1e-5 (absolute, plus relative to the element)
+weights() {
+    python3 - "$@" <<'PY' || { echo "FAIL: $3 (weights)"; FAIL=1; }
+import glob, json, struct, sys
+out, base, label = sys.argv[1:]
+def load(d):
+    path = sorted(glob.glob(d + "/ckpt-*/model.safetensors"))[-1]
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    h.pop("__metadata__", None)
+    return {k: (v["shape"], struct.unpack(f"<{(v['data_offsets'][1] - v['data_offsets'][0]) // 4}f",
+                                          b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]))
+            for k, v in h.items() if v["dtype"] == "F32"}
+a, b = load(base), load(out)
+bad = [k for k in a if k not in b or a[k][0] != b[k][0]] + [k for k in b if k not in a]
+worst = max(abs(x - y) / (1 + abs(x)) for k in a if k in b for x, y in zip(a[k][1], b[k][1]))
+if bad or worst > 1e-5 or not a: print(f"{label}: tensors differ {bad[:3]}, worst {worst:.3g}"); sys.exit(1)
+PY
+}
+
 train() {   # NAME MODEL_JSON STAGE WORLD TP
     plan "$2" "$3" "$4" "$5" "$TMP/$1.json" || { echo "FAIL: plan $1"; FAIL=1; return 1; }
     dt_run_ranks "$DTRUN" "$4" "$TMP/$1.json" "$TMP/$1" --max-steps "$STEPS" >"$TMP/$1.log" 2>&1 ||
         { echo "FAIL: dtrun $1"; cat "$TMP/$1.log"; FAIL=1; return 1; }
 }
 
-for m in gpt2 qwen3; do
+for m in gpt2 qwen3 llama qwen2; do   # llama-tiny: untied lm_head split by vocabulary rows
     mj=""
-    [ $m = qwen3 ] && mj="$TMP/qwen3.json"
-    train $m-tp1 "$mj" 0 1 1 && train $m-tp2 "$mj" 0 2 2 && same "$TMP/$m-tp2" "$TMP/$m-tp1" "$m tp 2 vs tp 1"
+    [ $m != gpt2 ] && mj="$TMP/$m.json"
+    train $m-tp1 "$mj" 0 1 1 && train $m-tp2 "$mj" 0 2 2 && same "$TMP/$m-tp2" "$TMP/$m-tp1" "$m tp 2 vs tp 1" &&
+        weights "$TMP/$m-tp2" "$TMP/$m-tp1" "$m tp 2 vs tp 1"
 done
 # mixed-bf16 (the default preset: bf16 parameters, gradients and GEMMs): the sums run in
 # another order, so the bf16 roundings differ; within the bf16 bound of test_bf16.sh
@@ -96,29 +123,6 @@ done
 train qwen3-dp4-z3 "$TMP/qwen3.json" 3 4 1 && train qwen3-tp2dp2-z3 "$TMP/qwen3.json" 3 4 2 &&
     same "$TMP/qwen3-tp2dp2-z3" "$TMP/qwen3-dp4-z3" "qwen3 tp 2 x dp 2 vs dp 4, ZeRO-3"
 
-# weights OUT BASE LABEL: the last checkpoints' model.safetensors (fp32), every tensor with
-# the same name and shape, within 1e-5 (absolute, plus relative to the element)
-weights() {
-    python3 - "$@" <<'PY' || { echo "FAIL: $3 (weights)"; FAIL=1; }
-import glob, json, struct, sys
-out, base, label = sys.argv[1:]
-def load(d):
-    path = sorted(glob.glob(d + "/ckpt-*/model.safetensors"))[-1]
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    h.pop("__metadata__", None)
-    return {k: (v["shape"], struct.unpack(f"<{(v['data_offsets'][1] - v['data_offsets'][0]) // 4}f",
-                                          b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]))
-            for k, v in h.items() if v["dtype"] == "F32"}
-a, b = load(base), load(out)
-bad = [k for k in a if k not in b or a[k][0] != b[k][0]] + [k for k in b if k not in a]
-worst = max(abs(x - y) / (1 + abs(x)) for k in a if k in b for x, y in zip(a[k][1], b[k][1]))
-if bad or worst > 1e-5 or not a: print(f"{label}: tensors differ {bad[:3]}, worst {worst:.3g}"); sys.exit(1)
-PY
-}
-weights "$TMP/gpt2-tp2" "$TMP/gpt2-tp1" "gpt2 tp 2 vs tp 1"
-weights "$TMP/qwen3-tp2" "$TMP/qwen3-tp1" "qwen3 tp 2 vs tp 1"
 weights "$TMP/gpt2-tp2dp2-z3" "$TMP/gpt2-dp4-z3" "gpt2 tp 2 x dp 2 vs dp 4, ZeRO-3"
 weights "$TMP/qwen3-tp2dp2-z3" "$TMP/qwen3-dp4-z3" "qwen3 tp 2 x dp 2 vs dp 4, ZeRO-3"
 
