@@ -1327,6 +1327,24 @@ static int parse_ranges(const char *rt, size_t nparams, range_list *out, size_t 
     return dt_errorf(err, DT_EINVAL, "%s: malformed \"ranges\" metadata; " DT_CKPT_DAMAGED, path);
 }
 
+static int by_zero_begin(const void *a, const void *b) {
+    const dt_zero_range *x = a, *y = b;
+    return x->flat_begin < y->flat_begin ? -1 : x->flat_begin > y->flat_begin;
+}
+
+/* The first of this rank's ranges (sorted by flat_begin, disjoint) that ends after flat
+ * element fb: a binary search, so a file's ranges meet this rank's in O(log n) each (a
+ * tensor-parallel rank's ranges are one per row segment of its split tensors). */
+static int first_meeting(const dt_zero_range *mine, int nmine, size_t fb) {
+    int lo = 0, hi = nmine;
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if (mine[mid].flat_begin + mine[mid].count <= fb) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
 /* Copies the elements of one shard file (DIR/NAME) that fall in this rank's
  * ranges, after checking its ranges, sizes and step; the file's ranges are
  * added to cover. A file this rank reads from is verified against its sum. */
@@ -1369,16 +1387,15 @@ static int load_optim_shard(const char *dir, const char *name, dt_zero *z, const
     }
     /* this rank's share of the file: [a, e) of each range that meets one of its own */
     int reads = 0;
-    for (size_t i = first; i < cover->n && !rc && !reads; i++)
-        for (int j = 0; j < nmine && !reads; j++) {
-            dt_zero_range r = mine[j];
-            reads = cover->r[i].begin < r.flat_begin + r.count && r.flat_begin < cover->r[i].begin + cover->r[i].count;
-        }
+    for (size_t i = first; i < cover->n && !rc && !reads; i++) {
+        const int j = first_meeting(mine, nmine, cover->r[i].begin);
+        reads = j < nmine && mine[j].flat_begin < cover->r[i].begin + cover->r[i].count;
+    }
     if (!rc && reads) rc = verify_file(dir, name, mf, err);
     size_t pos = 0;
     for (size_t i = first; i < cover->n && !rc && reads; i++) {
         size_t fb = cover->r[i].begin, cnt = cover->r[i].count;
-        for (int j = 0; j < nmine && !rc; j++) {
+        for (int j = first_meeting(mine, nmine, fb); j < nmine && mine[j].flat_begin < fb + cnt && !rc; j++) {
             dt_zero_range r = mine[j];
             size_t a = fb > r.flat_begin ? fb : r.flat_begin;
             size_t e = fb + cnt < r.flat_begin + r.count ? fb + cnt : r.flat_begin + r.count;
@@ -1504,6 +1521,12 @@ int dt_ckpt_load_zero(const char *ckpt_dir, dt_lm *g, const dt_model *m, const d
     dt_zero_range *mine = NULL;   /* this rank's ranges in the whole model's layout */
     int nmine = 0;
     if (!rc) rc = ckpt_tp_ranges(z, g, 0, &mine, &nmine, err);
+    /* for first_meeting: the empty ones dropped (a rank past a unit's end holds none), sorted */
+    int kept = 0;
+    for (int i = 0; i < nmine; i++)
+        if (mine[i].count) mine[kept++] = mine[i];
+    nmine = kept;
+    if (!rc && nmine > 1) qsort(mine, (size_t)nmine, sizeof *mine, by_zero_begin);
     if (!rc) rc = list_optim_files(ckpt_dir, &mf, &names, &nfiles, err);
     for (int i = 0; i < nfiles && !rc; i++)
         rc = load_optim_shard(ckpt_dir, names[i], z, mine, nmine, st, &mf, nparams, &cover, err);
