@@ -104,12 +104,21 @@ static int validate_split(const dt_plan *p, const dt_layout *l, dt_error *err) {
 
 static int validate_runtime_combo(const dt_plan *p, const dt_layout *l, dt_error *err) {
     switch (p->runtime.kind) {
-    case DT_RUNTIME_DTRUN:
-        return dt_errorf(err, DT_EINVAL,
-                         "layout tp %" PRId64 " x cp %" PRId64 " x pp %" PRId64 ": dtrun runs data parallelism "
-                         "(ZeRO) only; plan it for runtime deepspeed or fsdp (dtplan solve --runtime fsdp), or "
-                         "delete the layout section",
-                         l->tp, l->cp, l->pp);
+    case DT_RUNTIME_DTRUN:   /* tensor parallelism x ZeRO-DP (docs/parallelism.md "In dtrun") */
+        if (l->cp > 1 || l->pp > 1 || l->sp)
+            return dt_errorf(err, DT_EINVAL,
+                             "layout tp %" PRId64 " x cp %" PRId64 " x pp %" PRId64 "%s with runtime dtrun: dtrun runs "
+                             "tensor parallelism (tp, sequence_parallel false) x ZeRO data parallelism only; plan "
+                             "context / pipeline / sequence parallelism for runtime deepspeed or fsdp (dtplan solve "
+                             "--runtime fsdp), or set cp 1, pp 1, sequence_parallel false",
+                             l->tp, l->cp, l->pp, l->sp ? " + sequence_parallel" : "");
+        if (p->model.ffn % l->tp || p->model.vocab % l->tp)
+            return dt_errorf(err, DT_EINVAL,
+                             "layout.tp %" PRId64 " does not divide the model's ffn size %" PRId64 " and vocabulary %" PRId64
+                             ": dtrun splits both evenly over the TP ranks (it does not pad the vocabulary as Megatron-LM's "
+                             "--make-vocab-size-divisible-by does); use a common divisor, or runtime deepspeed / fsdp",
+                             l->tp, p->model.ffn, p->model.vocab);
+        break;
     case DT_RUNTIME_DEEPSPEED:
         if (l->pp > 1 && p->parallel.zero_stage >= 2)
             return dt_errorf(err, DT_EINVAL,

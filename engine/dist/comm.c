@@ -247,6 +247,27 @@ int dt_comm_init_mpi_tcp(dt_comm **out, double timeout_s, struct dt_rdzv *rdzv, 
     return DT_OK;
 }
 
+int dt_comm_split(dt_comm *c, int color, int key, dt_comm **out, dt_error *err) {
+    *out = NULL;
+    if (c->backend == DT_COMM_SELF) return dt_comm_init_self(out, err);
+    if (c->backend != DT_COMM_MPI)
+        return dt_errorf(err, DT_EINVAL,
+                         "sub-communicators (tensor parallelism) are built on MPI only, not on %s; run the "
+                         "plan on CPU ranks",
+                         dt_comm_backend_name(c));
+    dt_comm *s = calloc(1, sizeof *s);
+    if (!s) return dt_errorf(err, DT_ENOMEM, "out of memory creating a sub-communicator");
+    MPI_Comm sub;
+    if (MPI_Comm_split(c->world, color, key, &sub) != MPI_SUCCESS) {
+        free(s);
+        return dt_errorf(err, DT_ECOMM, "MPI_Comm_split failed splitting the world into groups");
+    }
+    setup_mpi(s, sub, c->timeout_s);
+    MPI_Comm_free(&sub);
+    *out = s;
+    return DT_OK;
+}
+
 void dt_comm_free(dt_comm *c) {
     if (!c) return;
 #ifdef DT_HAVE_CUDA

@@ -44,6 +44,10 @@ void dt_comm_mpi_defaults(void);
 struct dt_rdzv;
 int dt_comm_init_mpi_tcp(dt_comm **out, double timeout_s, struct dt_rdzv *rdzv, int rank, int world,
                          dt_error *err);
+/* The ranks of c with the same color, ordered by key, as a communicator of their own
+ * (MPI_Comm_split: collective over c, every rank calls it); "self" gives "self". NCCL:
+ * DT_EINVAL (not built). Free it with dt_comm_free before c. */
+int dt_comm_split(dt_comm *c, int color, int key, dt_comm **out, dt_error *err);
 /* Finalises MPI only if dt_comm_init_mpi initialised it. */
 void dt_comm_free(dt_comm *c);
 /* Ends every rank of the job at once after an unrecoverable error (MPI_Abort);

@@ -103,6 +103,11 @@ int dt_zero_end_backward(dt_zero *z, dt_error *err);
  * over ranks; *sumsq the global sum of squared (scaled) gradients; *nonfinite
  * whether any gradient anywhere is inf/nan. */
 int dt_zero_reduce_scalars(dt_zero *z, double *loss, double *sumsq, int *nonfinite, dt_error *err);
+/* Tensor parallelism: the model is one shard of a TP group tp (dt_lm_options.tp) and z's
+ * communicator that shard's DP group; dt_zero_reduce_scalars then sums the squared
+ * gradient norm over tp too, each replicated tensor counted once. */
+void dt_zero_set_tp(dt_zero *z, dt_comm *tp);
+dt_comm *dt_zero_tp(const dt_zero *z);   /* NULL without tensor parallelism */
 /* AdamW on this rank's shard, then (stages 1/2) the parameter all-gather. */
 int dt_zero_optimizer_step(dt_zero *z, const dt_adamw *hp, double grad_mul, int64_t t, dt_error *err);
 /* A piece of one unit of the full parameters, handed to the rank that writes

@@ -10,6 +10,7 @@
 
 #include "dt_device.h"
 #include "dt_dtype.h"
+#include "dt_layout.h"
 #include "dt_memtrack.h"
 #include "dt_model.h"
 #include "dt_offload.h"
@@ -44,6 +45,7 @@ typedef struct {
 struct dt_zero {
     const dt_plan *p;
     dt_comm *c;
+    dt_comm *tpc;               /* tensor parallelism: the TP group the model's shard is in, else NULL */
     dt_lm *g;
     const dt_device_ops *dev;   /* the model's device: every buffer and copy below goes through it */
     int hostdev;                /* dev->host_addressable: the CPU device, no staging needed */
@@ -561,9 +563,9 @@ int dt_zero_create(const dt_plan *p, dt_comm *c, dt_lm *g, dt_zero **out, dt_err
     for (int i = 0; i < 3; i++) z->st[i].fd = -1;
     z->pstore.fd = -1;
     int rc = DT_OK;
-    if (z->W != p->parallel.world_size)
-        rc = dt_errorf(err, DT_EINVAL, "the plan's world_size is %lld but %d ranks were launched",
-                       (long long)p->parallel.world_size, z->W);
+    if (z->W != dt_layout_dp(p))   /* world_size without a layout; each TP shard's DP group with one */
+        rc = dt_errorf(err, DT_EINVAL, "the plan's data-parallel size is %lld but %d ranks were launched",
+                       (long long)dt_layout_dp(p), z->W);
     else if (z->stage < 0 || z->stage > 3)
         rc = dt_errorf(err, DT_EINVAL, "zero_stage %d: must be 0..3", z->stage);
     if (rc) {
@@ -958,10 +960,55 @@ static double grads_sumsq(const dt_zero *z, const void *g, size_t n, int *nonfin
     return s;
 }
 
+void dt_zero_set_tp(dt_zero *z, dt_comm *tp) { z->tpc = tp; }
+dt_comm *dt_zero_tp(const dt_zero *z) { return z->tpc; }
+
+/* This shard's range i of gradients as the optimizer reads them (stage 0: the flat
+ * gradients; 1: the unit's start in them, where the reduce-scatter left the shard; 2/3:
+ * the gradient shard) */
+static const void *range_grads(const dt_zero *z, int i) {
+    if (z->stage <= 1) return at(dt_lm_grads(z->g), z->u[i].off, z->gsz);
+    return at(z->gshard, z->u[i].sb, z->gsz);
+}
+
+/* Tensor parallelism: the squared norm of this rank's gradients with each replicated
+ * tensor (the same on every TP rank) weighted 1 / tp, so the sum over the TP group counts
+ * it once and each split tensor's slice once. */
+static double tp_weighted_sumsq(const dt_zero *z, int *nonfinite) {
+    const double tp = (double)dt_comm_size(z->tpc);
+    double s = 0.0;
+    for (int i = 0; i < z->nu; i++) {
+        const dt_zero_range r = dt_zero_range_at(z, i);
+        const void *gp = range_grads(z, i);
+        for (int k = 0; k < dt_lm_num_tensors(z->g); k++) {
+            const dt_tensor_info *t = dt_lm_tensor(z->g, k);
+            size_t a = t->offset > r.flat_begin ? t->offset : r.flat_begin;
+            size_t b = minz(t->offset + t->numel, r.flat_begin + r.count);
+            if (a >= b) continue;
+            int f = 0;
+            const double w = t->tp.split ? 1.0 : 1.0 / tp;
+            s += w * grads_sumsq(z, at((void *)gp, a - r.flat_begin, z->gsz), b - a, &f);
+            *nonfinite |= f;
+        }
+    }
+    return s;
+}
+
+/* the TP group's sum of this rank's weighted squared norm (a non-finite one stays so) */
+static int tp_reduce_sumsq(dt_zero *z, double *s, int *nf, dt_error *err) {
+    float buf = *nf ? INFINITY : (float)*s;
+    if (dt_comm_allreduce(z->tpc, &buf, 1, DT_DTYPE_FP32, DT_RED_SUM, err)) return err->code;
+    *s = (double)buf;
+    *nf = !isfinite(buf);
+    return DT_OK;
+}
+
 int dt_zero_reduce_scalars(dt_zero *z, double *loss, double *sumsq, int *nonfinite, dt_error *err) {
     int nf = 0;
     double s = 0;
-    if (z->stage == 0) {
+    if (z->tpc) {
+        s = tp_weighted_sumsq(z, &nf);
+    } else if (z->stage == 0) {
         s = grads_sumsq(z, dt_lm_grads(z->g), dt_lm_num_params(z->g), &nf);
     } else if (z->stage == 1) {
         for (int i = 0; i < z->nu; i++) {
@@ -990,6 +1037,7 @@ int dt_zero_reduce_scalars(dt_zero *z, double *loss, double *sumsq, int *nonfini
             nf = !isfinite(buf[1]);
         }
     }
+    if (z->tpc && tp_reduce_sumsq(z, &s, &nf, err)) return err->code;
     *sumsq = s;
     *nonfinite = nf || !isfinite(s);
     return DT_OK;

@@ -72,6 +72,17 @@ typedef struct {
 #define DT_LM_SET_TRAINED 0
 #define DT_LM_SET_BASE 1
 
+/* Tensor parallelism (Megatron-LM: Shoeybi et al. 2019 §3; docs/parallelism.md "In dtrun"):
+ * how a rank's tensor is a slice of the whole. split: 0 replicated (every TP rank holds it
+ * whole), 1 or 2: dimension 0 or 1 is split into `size` equal slices, rank `rank` holding
+ * slice `rank` of each of `pack` equal segments along it (GPT-2's packed c_attn: q | k | v,
+ * pack 3; else 1). full: the whole tensor's shape. partial: replicated, but each TP rank's
+ * gradient is a partial sum (Qwen3's q/k norms see only the rank's heads), summed over TP. */
+typedef struct dt_tp_split {
+    int split, pack, rank, size, partial;
+    int64_t full[2];
+} dt_tp_split;
+
 typedef struct dt_tensor_info {
     const char *name;     /* Hugging Face name after dt_lm_hf_prefix: gpt2 "h.3.attn.c_attn.weight",
                            * llama "model.layers.3.self_attn.q_proj.weight", "lm_head.weight" */
@@ -84,6 +95,7 @@ typedef struct dt_tensor_info {
     int64_t shape[2];
     unsigned flags;       /* DT_TENSOR_TRAINABLE | DT_TENSOR_DECAY */
     dt_init_rule init;
+    dt_tp_split tp;       /* under tensor parallelism: how this rank's tensor sits in the whole */
 } dt_tensor_info;
 
 /* Called by the model around each parameter group; any may be NULL. A non-zero
@@ -111,6 +123,18 @@ int dt_lm_create(const dt_model *m, const dt_precision *prec, int64_t B, int64_t
 int dt_lm_create_on(const dt_model *m, const dt_precision *prec, int64_t B, int64_t T,
                       int64_t ckpt_layers, dt_attention attn, dt_device device, int ordinal,
                       dt_lm **out, dt_error *err);
+/* The tensor-parallel group a model shard runs in (dt_lm_options.tp): this rank in it, its
+ * size (>= 2), and the two collectives the shard issues over it, both on host fp32 memory,
+ * in place, every rank of the group calling them in the same order: the sum of n elements,
+ * and recv[size * n] = every rank's send[n] in rank order. engine/dist/dt_tpgroup.h builds
+ * one over an MPI sub-communicator. */
+typedef struct dt_lm_tp {
+    int rank, size;
+    void *ctx;
+    int (*allreduce_sum)(void *ctx, float *buf, size_t n, dt_error *err);
+    int (*allgather)(void *ctx, const float *send, float *recv, size_t n, dt_error *err);
+} dt_lm_tp;
+
 /* Creation flags (dt_lm_options.flags). DT_LM_NO_FLAT: the flat parameter and
  * gradient buffers are not allocated (as after dt_lm_release_flat); every group
  * must be bound (dt_lm_bind_group) before a pass, as a ZeRO-3 engine does, so the
@@ -130,7 +154,27 @@ typedef struct dt_lm_options {
      * linears' weights go to the base set too and their adapters (lora_A, lora_B) are the
      * trained set (dt_lm_check_method says what is not built). */
     const struct dt_finetune *finetune;
+    /* NULL: the whole model. Else this rank's shard of Megatron's split over tp->size ranks:
+     * q/k/v (GPT-2's c_attn per q, k, v) and gate/up (c_fc) split by output (whole heads),
+     * o_proj / down (attn / mlp c_proj) by input, their outputs summed over the group in
+     * forward and the column linears' input gradients in backward; the embedding and
+     * lm_head split by vocabulary rows (vocab-parallel cross-entropy: row max gathered,
+     * sum-exp and target logit summed, never the full logits on one rank); norms and the
+     * out linears' biases replicated, their gradients computed redundantly from the summed
+     * tensors (identical on every rank, as Megatron without sequence parallelism). CPU,
+     * full fine-tuning only (dt_lm_check_tp). Tensor names stay the Hugging Face names;
+     * dt_tensor_info.tp says where each sits in the whole. */
+    const dt_lm_tp *tp;
 } dt_lm_options;
+/* What of tensor parallelism over tp ranks this engine runs for m: DT_EINVAL, one line
+ * naming the dimension tp does not divide (heads, KV heads, ffn, vocabulary), or what is
+ * not built (a device other than the CPU, freeze / LoRA / QLoRA). */
+int dt_lm_check_tp(const dt_model *m, int64_t tp, dt_device device, const struct dt_finetune *ft, dt_error *err);
+/* Element e (row-major) of t, this rank's slice, as an element index of the whole tensor
+ * (t->tp.full); e itself for a replicated tensor. */
+size_t dt_lm_tp_full_elem(const dt_tensor_info *t, size_t e);
+/* The whole vocabulary (dt_lm_options.tp: this rank holds V / tp rows of it). */
+int64_t dt_lm_vocab(const dt_lm *g);
 /* What of a fine-tuning method this engine trains (dt_lm_options.finetune): full, freeze
  * (every precision), and LoRA with fp32 adapters under every precision (a 16-bit one
  * without --modules-to-save), on every device. DT_EINVAL with one line naming what is not
@@ -249,7 +293,8 @@ int dt_lm_forward(dt_lm *g, const int32_t *inputs, const int32_t *targets, float
 int dt_lm_backward(dt_lm *g, float grad_scale, dt_error *err);
 void dt_lm_zero_grad(dt_lm *g);
 /* fp32 logits [B, T, V] of the last forward (after dt_lm_backward the buffer
- * holds the logit gradients instead). */
+ * holds the logit gradients instead); under tensor parallelism this rank's
+ * vocabulary columns [B, T, V / tp]. */
 const float *dt_lm_logits(const dt_lm *g);
 
 /* 1 if every gradient (through the bound group pointers) is finite, 0 if any is

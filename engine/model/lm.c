@@ -311,6 +311,8 @@ static void configure(dt_lm *g, const dt_model *m, const dt_precision *prec, con
     g->KVD = g->Hkv * g->D;
     g->F = m->ffn;
     g->V = m->vocab;
+    g->tp = o->tp;
+    lm_tp_configure(g);
     g->L = m->n_layer;
     g->maxT = m->max_pos;
     g->K = o->ckpt_layers;
@@ -385,6 +387,7 @@ int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_o
     int rc = check_model(m, err);
     if (rc) return rc;
     if ((rc = check_options(m, o, err))) return rc;
+    if (o->tp && (rc = dt_lm_check_tp(m, o->tp->size, o->device, o->finetune, err))) return rc;
     const int64_t B = o->B, T = o->T;
 
     dt_lm *g = calloc(1, sizeof *g);
@@ -399,6 +402,7 @@ int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_o
     }
     dt_model_desc desc;   /* the family's modules, as models/ counts them */
     dt_model_describe(m, &desc);
+    lm_tp_shard_desc(g, &desc);   /* tensor parallelism: this rank's shard */
     /* either set may hold them all; LoRA adds an A and a B to each linear of the blocks */
     const int linears = desc.block.attn.n_in + 1 + desc.block.mlp.n_in + 1;
     const int all = lm_layout_count(&desc, g->L, g->tied) + (g->lora_r ? 2 * linears * (int)g->L : 0);
@@ -496,6 +500,7 @@ int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_o
             ok = ok && (g->h_tok_head = dev->alloc(DT_POOL_HOST, DT_MEM_BUFFERS, sizeof(int32_t) * V)) &&
                  (g->h_tok_next = dev->alloc(DT_POOL_HOST, DT_MEM_BUFFERS, sizeof(int32_t) * N));
     }
+    ok = ok && lm_tp_alloc(g);
     if (ok && g->h_tok_head)
         for (int64_t v = 0; v < V; v++) g->h_tok_head[v] = -1;
     if (g->at != DT_DTYPE_FP32) ok = ok && alloc_f32_views(g);
@@ -514,6 +519,7 @@ int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_o
 void dt_lm_free(dt_lm *g) {
     if (!g) return;
     const dt_device_ops *dev = g->dev;
+    lm_tp_free(g);
     if (!dev->host_addressable) {
         dev->free(g->h_inputs);
         dev->free(g->h_tok_head);
@@ -693,6 +699,7 @@ static int any_block_forward(dt_lm *g, int l, void *A, void *xout, const lm_para
 /* A GEMM's error (gemm_ex: out of scratch memory, the library failed) as one
  * line; l: the block, or -1 for the classifier. */
 static int gemm_failed(const dt_lm *g, dt_error *err, int rc, const char *pass, int l) {
+    if (g->tp_err.code) return dt_errorf(err, rc, "model: %s", g->tp_err.msg);   /* a TP collective failed */
     if (l < 0)
         return dt_errorf(err, rc, "model: a %s GEMM of the classifier failed on the %s device",
                          pass, g->dev->name);
@@ -708,15 +715,28 @@ static int check_tokens(const dt_lm *g, const int32_t *tok, const char *what, in
     int64_t c = 0;
     for (int64_t n = 0; n < g->B * g->T; n++) {
         if (allow_ignore && tok[n] == DT_IGNORE_INDEX) continue;
-        if (tok[n] < 0 || tok[n] >= g->V)
+        if (tok[n] < 0 || tok[n] >= g->Vfull)
             return dt_errorf(err, DT_EINVAL,
                              "model: %s token %d at position %lld is outside the vocabulary 0..%lld%s",
-                             what, tok[n], (long long)n, (long long)(g->V - 1),
+                             what, tok[n], (long long)n, (long long)(g->Vfull - 1),
                              allow_ignore ? " (or -100: no loss)" : "");
         c++;
     }
     if (counted) *counted = c;
     return DT_OK;
+}
+
+/* tensor parallelism: x0 (this rank's rows of wte) summed over the group, then wpe */
+static int encoder_tp_reduce(dt_lm *g, float *x0) {
+    const void *wpe = NULL;
+    if (g->family->has_wpe) {
+        wpe = slot_ptr(g, 0, g->wpe);
+        if (g->pt != DT_DTYPE_FP32) {
+            g->dev->convert(g->pw, DT_DTYPE_FP32, wpe, g->pt, (size_t)(g->T * g->C));
+            wpe = g->pw;
+        }
+    }
+    return lm_tp_encoder_reduce(g, x0, wpe);
 }
 
 int dt_lm_forward(dt_lm *g, const int32_t *inputs, const int32_t *targets, float *loss,
@@ -741,11 +761,13 @@ int dt_lm_forward(dt_lm *g, const int32_t *inputs, const int32_t *targets, float
     if (targets) g->dev->memcpy(g->targets, targets, tok_bytes, DT_COPY_H2D, DT_STREAM_H2D);
     g->dev->handoff(DT_STREAM_H2D, DT_STREAM_COMPUTE);
     g->have_targets = 0;
+    lm_tp_localize_inputs(g);   /* tensor parallelism: this rank's vocabulary rows */
 
     /* group 0: encoder x[0] = wte[tokens] + wpe[0..T) */
     if ((rc = hook(g, g->hooks.before_forward, 0, err, "before_forward"))) return rc;
     float *x0 = lm_act_f32(g, g->x[0], g->w32.xout);
-    const int has_wpe = g->family->has_wpe;   /* learned positions; llama: RoPE in the blocks */
+    /* learned positions; llama: RoPE in the blocks. Tensor parallelism adds them after the sum */
+    const int has_wpe = g->family->has_wpe && !g->tp;
     g->prof_pass = DT_LM_PASS_FWD;
     lm_prof_mark m = lm_prof_begin(g);
     const dt_dtype et = lm_slot_dtype(g, g->wte);   /* wpe is in wte's set (dt_lm_create_opts) */
@@ -760,6 +782,7 @@ int dt_lm_forward(dt_lm *g, const int32_t *inputs, const int32_t *targets, float
         }
         g->dev->encoder_forward_cast(x0, g->inputs, slot_ptr(g, 0, g->wte), et, wpe, B, T, C);
     }
+    if (g->tp && (rc = encoder_tp_reduce(g, x0))) return gemm_failed(g, err, rc, "forward", -1);
     lm_prof_end(g, DT_LM_OP_ENCODER, m, 0.0);
     lm_act_commit(g, g->x[0], x0, (size_t)(N * C));
     if ((rc = hook(g, g->hooks.after_forward, 0, err, "after_forward"))) return rc;
@@ -793,8 +816,12 @@ int dt_lm_forward(dt_lm *g, const int32_t *inputs, const int32_t *targets, float
         if ((rc = hook(g, g->hooks.after_forward, 0, err, "after_forward"))) return rc;
     }
     m = lm_prof_begin(g);
-    double mean = g->dev->crossentropy_forward(g->ce_lse, g->ce_losses, g->logits,
-                                             targets ? g->targets : NULL, N, V);
+    double mean = 0.0;
+    if (g->tp) {
+        if ((rc = lm_tp_xent_forward(g, targets != NULL, &mean))) return gemm_failed(g, err, rc, "forward", -1);
+    } else {
+        mean = g->dev->crossentropy_forward(g->ce_lse, g->ce_losses, g->logits, targets ? g->targets : NULL, N, V);
+    }
     lm_prof_end(g, DT_LM_OP_XENT, m, 0.0);
     if (targets) {
         /* the op's mean is over all N rows, ignored ones at 0: the mean over the counted */
@@ -889,12 +916,17 @@ static int any_block_backward(dt_lm *g, int l, const void *A, const lm_params *P
     return g->family->block_backward(g, l, A, P, G);
 }
 
+/* group 0's gradient of the tensor at slot s (grad dtype), NULL when it has none / is frozen */
+static void *lm_slot_grad_any(const dt_lm *g, lm_slot s) {
+    return lm_slot_trained(s) ? lm_tensor_ptr(g->ggrads[0], s.off, g->gsz) : NULL;
+}
+
 /* encoder backward into group 0's grads (any grad dtype) */
 static void encoder_backward(dt_lm *g) {
     int64_t B = g->B, T = g->T, C = g->C, N = B * T;
     if (g->gt == DT_DTYPE_FP32) {
         float *G = g->ggrads[0];
-        g->dev->encoder_backward(G + g->wte.off, lm_slot_grad(G, g->wpe),
+        g->dev->encoder_backward(G + g->wte.off, g->tp ? NULL : lm_slot_grad(G, g->wpe),
                                  g->dres, g->inputs, B, T,
                                C);
         return;
@@ -920,7 +952,7 @@ static void encoder_backward(dt_lm *g) {
     }
     void *G = g->ggrads[0];
     g->dev->encoder_backward_16(lm_tensor_ptr(G, g->wte.off, g->gsz),
-                                lm_slot_trained(g->wpe) ? lm_tensor_ptr(G, g->wpe.off, g->gsz) : NULL,
+                                lm_slot_trained(g->wpe) && !g->tp ? lm_tensor_ptr(G, g->wpe.off, g->gsz) : NULL,
                                 g->gt, g->dres, g->inputs,
                                 g->tok_head, g->tok_next, g->gw, B, T, C);
     /* reset the host head table for the next call, once the upload has read it */
@@ -940,7 +972,8 @@ int dt_lm_backward(dt_lm *g, float grad_scale, dt_error *err) {
     float dloss = g->counted > 0 ? grad_scale / (float)g->counted : 0.0f;
     g->prof_pass = DT_LM_PASS_BWD;
     lm_prof_mark m = lm_prof_begin(g);
-    g->dev->crossentropy_backward_inplace(g->logits, g->ce_lse, g->targets, dloss, N, V);
+    if (g->tp) lm_tp_xent_backward(g, dloss);
+    else g->dev->crossentropy_backward_inplace(g->logits, g->ce_lse, g->targets, dloss, N, V);
     lm_prof_end(g, DT_LM_OP_XENT, m, 0.0);
 
     const float *lnf = lm_act_load_lin(g, g->lnf, g->w32.ln1, (size_t)(N * C));   /* [N, C] */
@@ -955,6 +988,8 @@ int dt_lm_backward(dt_lm *g, float grad_scale, dt_error *err) {
         if ((rc = classifier_backward(g, g->lnf, lnf, g->dC)))
             return gemm_failed(g, err, rc, "backward", -1);
     }
+    /* tensor parallelism: the classifier's input gradient summed over the group (f) */
+    if ((rc = lm_tp_allreduce(g, g->dC, (size_t)(N * C)))) return gemm_failed(g, err, rc, "backward", -1);
     final_norm_backward(g);
     if ((rc = hook(g, g->hooks.after_backward, last, err, "after_backward"))) return rc;
 
@@ -972,7 +1007,8 @@ int dt_lm_backward(dt_lm *g, float grad_scale, dt_error *err) {
             if (rc) return gemm_failed(g, err, rc, "recompute", l);
         }
         float *Gl = group_grads_f32(g, 1 + l);
-        if ((rc = any_block_backward(g, l, acts_of(g, l), &Pl, Gl)))
+        lm_tp_partial_save(g, l, Gl);
+        if ((rc = any_block_backward(g, l, acts_of(g, l), &Pl, Gl)) || (rc = lm_tp_partial_reduce(g, l, Gl)))
             return gemm_failed(g, err, rc, "backward", l);
         group_grads_commit(g, 1 + l);
         if ((rc = hook(g, g->hooks.after_backward, 1 + l, err, "after_backward"))) return rc;
@@ -982,6 +1018,7 @@ int dt_lm_backward(dt_lm *g, float grad_scale, dt_error *err) {
     if (!g->tied && (rc = hook(g, g->hooks.before_backward, 0, err, "before_backward"))) return rc;
     if (g->embed_trained) {
         m = lm_prof_begin(g);
+        lm_tp_encoder_backward_prep(g, g->tp ? lm_slot_grad_any(g, g->wpe) : NULL);
         encoder_backward(g);
         lm_prof_end(g, DT_LM_OP_ENCODER, m, 0.0);
     }

@@ -69,10 +69,10 @@ static void gpt2_configure(dt_lm *g, const dt_model *m) {
 typedef struct {
     void *ln1;                   /* [N, C] ln_1 output */
     float *ln1_mean, *ln1_rstd;  /* [N] */
-    void *qkv;                   /* [N, 3C] packed q | k | v */
+    void *qkv;                   /* [N, 3QD] packed q | k | v (QD = C unless tensor-parallel) */
     float *lse;                  /* [B, H, T] (flash) or NULL */
     void *probs;                 /* [B, H, T, T] (materialized) or NULL */
-    void *att;                   /* [N, C] attention output = c_proj input */
+    void *att;                   /* [N, QD] attention output = c_proj input */
     void *res1;                  /* [N, C] residual after attention */
     void *ln2;                   /* [N, C] */
     float *ln2_mean, *ln2_rstd;  /* [N] */
@@ -93,10 +93,10 @@ static void gpt2_layout_block_acts(dt_lm *g, void *acts, char *base, size_t *off
     ba->ln1 = lm_take(base, off, a * N * C);
     ba->ln1_mean = lm_take(base, off, f * N);
     ba->ln1_rstd = lm_take(base, off, f * N);
-    ba->qkv = lm_take(base, off, a * N * 3 * C);
+    ba->qkv = lm_take(base, off, a * N * 3 * g->QD);
     if (g->attn == DT_ATTN_FLASH) ba->lse = lm_take(base, off, f * B * H * T);
     else ba->probs = lm_take(base, off, a * B * H * T * T);
-    ba->att = lm_take(base, off, a * N * C);
+    ba->att = lm_take(base, off, a * N * g->QD);
     ba->res1 = lm_take(base, off, a * N * C);
     ba->ln2 = lm_take(base, off, a * N * C);
     ba->ln2_mean = lm_take(base, off, f * N);
@@ -118,7 +118,7 @@ static float *g2_buf(const dt_lm *g, size_t bytes) {
 static int gpt2_alloc_scratch(dt_lm *g, const dt_model *m) {
     (void)m;
     const int64_t N = g->B * g->T;
-    g->dQKV = g2_buf(g, sizeof(float) * N * 3 * g->C);
+    g->dQKV = g2_buf(g, sizeof(float) * N * 3 * g->QD);
     g->dF = g2_buf(g, sizeof(float) * N * g->F);
     return g->dQKV && g->dF;
 }
@@ -128,13 +128,13 @@ static int gpt2_alloc_views(dt_lm *g) {
     const int64_t N = g->B * g->T;
     const size_t f = sizeof(float);
     gpt2_views *w = g->fviews;
-    return (w->qkv = g2_buf(g, f * N * 3 * g->C)) && (w->fch = g2_buf(g, f * N * g->F)) &&
+    return (w->qkv = g2_buf(g, f * N * 3 * g->QD)) && (w->fch = g2_buf(g, f * N * g->F)) &&
            (w->gelu = g2_buf(g, f * N * g->F));
 }
 
 static int64_t gpt2_widest_linear(const dt_lm *g) {
     int64_t w = g->C > g->F ? g->C : g->F;
-    return 3 * g->C > w ? 3 * g->C : w;
+    return 3 * g->QD > w ? 3 * g->QD : w;
 }
 
 static float *gpt2_gemm16_view(dt_lm *g) { return ((gpt2_views *)g->fviews)->gelu; }
@@ -149,14 +149,14 @@ typedef struct {
 
 static gpt2_linears gpt2_linears_of(const dt_lm *g, const lm_params *P) {
     const lm_slot *o = P->slot;
-    const int64_t C = g->C, F = g->F;
+    const int64_t C = g->C, F = g->F, QD = g->QD;   /* QD: the attention width, C unless tensor-parallel */
     gpt2_linears s = {
-        .qkv = {DT_LM_OP_QKV, LM_W_IN_OUT, o[P_QKVW], o[P_QKVB], C, 3 * C},
-        .attn_proj = {DT_LM_OP_ATTN_PROJ, LM_W_IN_OUT, o[P_ATTPW], o[P_ATTPB], C, C},
+        .qkv = {DT_LM_OP_QKV, LM_W_IN_OUT, o[P_QKVW], o[P_QKVB], C, 3 * QD},
+        .attn_proj = {DT_LM_OP_ATTN_PROJ, LM_W_IN_OUT, o[P_ATTPW], o[P_ATTPB], QD, C},
         .fc = {DT_LM_OP_FC, LM_W_IN_OUT, o[P_FCW], o[P_FCB], C, F},
         .fc_proj = {DT_LM_OP_FC_PROJ, LM_W_IN_OUT, o[P_FCPW], o[P_FCPB], F, C},
     };
-    lm_linear_add_lora(g, P, &s.qkv, G2_MOD_QKV, P_QKV_A, P_QKV_B, 0, 3 * C);
+    lm_linear_add_lora(g, P, &s.qkv, G2_MOD_QKV, P_QKV_A, P_QKV_B, 0, 3 * QD);
     lm_linear_add_lora(g, P, &s.attn_proj, G2_MOD_ATTP, P_ATTP_A, P_ATTP_B, 0, C);
     lm_linear_add_lora(g, P, &s.fc, G2_MOD_FC, P_FC_A, P_FC_B, 0, F);
     lm_linear_add_lora(g, P, &s.fc_proj, G2_MOD_FCP, P_FCP_A, P_FCP_B, 0, C);
@@ -169,7 +169,7 @@ static gpt2_linears gpt2_linears_of(const dt_lm *g, const lm_params *P) {
 static int gpt2_block_forward(dt_lm *g, int l, void *acts, void *xout, const lm_params *P) {
     gpt2_acts *A = acts;
     const gpt2_views *fv = g->fviews;
-    int64_t B = g->B, T = g->T, C = g->C, H = g->H, F = g->F, N = B * T;
+    int64_t B = g->B, T = g->T, C = g->C, H = g->H, F = g->F, N = B * T, QD = g->QD;
     block_f32 *w = &g->w32;
     const gpt2_linears lin = gpt2_linears_of(g, P);
     int rc;
@@ -182,23 +182,23 @@ static int gpt2_block_forward(dt_lm *g, int l, void *acts, void *xout, const lm_
     lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
     lm_act_commit_lin(g, A->ln1, ln1, (size_t)(N * C));
 
-    float *qkv = lm_act_f32(g, A->qkv, fv->qkv);   /* [N, 3C] */
+    float *qkv = lm_act_f32(g, A->qkv, fv->qkv);   /* [N, 3QD] */
     if ((rc = lm_linear_forward(g, &lin.qkv, P, qkv, A->ln1, ln1, N)))
         return rc;
-    lm_act_commit(g, A->qkv, qkv, (size_t)(N * 3 * C));
+    lm_act_commit(g, A->qkv, qkv, (size_t)(N * 3 * QD));
 
-    float *att = lm_act_f32(g, A->att, w->att);   /* [N, C] */
+    float *att = lm_act_f32(g, A->att, w->att);   /* [N, QD] */
     float *probs = NULL;                          /* [B, H, T, T] materialized only */
     m = lm_prof_begin(g);
     if (g->attn == DT_ATTN_FLASH) {
-        g->dev->attention_forward_flash(att, A->lse, qkv, B, T, C, H);
+        g->dev->attention_forward_flash(att, A->lse, qkv, B, T, QD, H);
     } else {
         probs = lm_act_f32(g, A->probs, w->probs);
-        g->dev->attention_forward_probs(att, probs, qkv, B, T, C, H);
+        g->dev->attention_forward_probs(att, probs, qkv, B, T, QD, H);
     }
     lm_prof_end(g, DT_LM_OP_ATTENTION, m, lm_attention_flops(g, DT_LM_PASS_FWD));
     if (probs) lm_act_commit(g, A->probs, probs, (size_t)(B * H * T * T));
-    lm_act_commit_lin(g, A->att, att, (size_t)(N * C));
+    lm_act_commit_lin(g, A->att, att, (size_t)(N * QD));
 
     float *res1;   /* [N, C] x + c_proj(att) */
     if ((rc = lm_linear_residual(g, &lin.attn_proj, P, A->att, att, x, A->res1, w->res1, &res1))) return rc;
@@ -230,14 +230,14 @@ static int gpt2_block_forward(dt_lm *g, int l, void *acts, void *xout, const lm_
 static int gpt2_block_backward(dt_lm *g, int l, const void *acts, const lm_params *P, float *G) {
     const gpt2_acts *A = acts;
     const gpt2_views *fv = g->fviews;
-    int64_t B = g->B, T = g->T, C = g->C, H = g->H, F = g->F, N = B * T;
+    int64_t B = g->B, T = g->T, C = g->C, H = g->H, F = g->F, N = B * T, QD = g->QD;
     block_f32 *w = &g->w32;
     const gpt2_linears lin = gpt2_linears_of(g, P);
     /* fp32 views the elementwise ops read; the linears' inputs only without gemm16 */
     const float *x = lm_act_load(g, g->x[l], w->x, (size_t)(N * C));          /* [N, C] */
     const float *ln1 = lm_act_load_lin(g, A->ln1, w->ln1, (size_t)(N * C));   /* [N, C] */
-    const float *qkv = lm_act_load(g, A->qkv, fv->qkv, (size_t)(N * 3 * C));   /* [N, 3C] */
-    const float *att = lm_act_load(g, A->att, w->att, (size_t)(N * C));       /* [N, C] */
+    const float *qkv = lm_act_load(g, A->qkv, fv->qkv, (size_t)(N * 3 * QD));   /* [N, 3QD] */
+    const float *att = lm_act_load(g, A->att, w->att, (size_t)(N * QD));      /* [N, QD] */
     const float *res1 = lm_act_load(g, A->res1, w->res1, (size_t)(N * C));    /* [N, C] */
     const float *ln2 = lm_act_load_lin(g, A->ln2, w->ln2, (size_t)(N * C));   /* [N, C] */
     const float *fch = lm_act_load(g, A->fch, fv->fch, (size_t)(N * F));       /* [N, F] */
@@ -254,6 +254,7 @@ static int gpt2_block_backward(dt_lm *g, int l, const void *acts, const lm_param
     if ((rc = lm_linear_backward(g, &lin.fc, P, G, dC, LM_DINP_SET, dF, A->ln2, ln2, N)))
         return rc;
     m = lm_prof_begin(g);
+    if ((rc = lm_tp_allreduce(g, dC, (size_t)(N * C)))) return rc;   /* tensor parallelism: f */
     g->dev->layernorm_backward(dres, lm_g32(P, G, P_LN2W), lm_g32(P, G, P_LN2B), dC, res1, lm_w32(P, P_LN2W),
                              A->ln2_mean, A->ln2_rstd, N, C);
     lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);
@@ -265,15 +266,16 @@ static int gpt2_block_backward(dt_lm *g, int l, const void *acts, const lm_param
                              : lm_act_load(g, A->probs, w->probs, (size_t)(B * H * T * T));
     m = lm_prof_begin(g);
     if (g->attn == DT_ATTN_FLASH)
-        g->dev->attention_backward_flash(dQKV, dC, qkv, att, A->lse, B, T, C, H);
+        g->dev->attention_backward_flash(dQKV, dC, qkv, att, A->lse, B, T, QD, H);
     else
-        g->dev->attention_backward_probs(dQKV, dC, qkv, probs, B, T, C, H);
+        g->dev->attention_backward_probs(dQKV, dC, qkv, probs, B, T, QD, H);
     lm_prof_end(g, DT_LM_OP_ATTENTION, m, lm_attention_flops(g, DT_LM_PASS_BWD));
     const int input_grad = lm_block_input_grad(g, l, P, P_LN1W);
     if ((rc = lm_linear_backward(g, &lin.qkv, P, G, input_grad ? dC : NULL, LM_DINP_SET, dQKV, A->ln1, ln1, N)))
         return rc;
     if (!input_grad) return DT_OK;
     m = lm_prof_begin(g);
+    if (input_grad && (rc = lm_tp_allreduce(g, dC, (size_t)(N * C)))) return rc;   /* tensor parallelism: f */
     g->dev->layernorm_backward(dres, lm_g32(P, G, P_LN1W), lm_g32(P, G, P_LN1B), dC, x, lm_w32(P, P_LN1W),
                              A->ln1_mean, A->ln1_rstd, N, C);
     lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);

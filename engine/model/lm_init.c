@@ -51,7 +51,9 @@ static void init_set(const dt_tensor_info *t, int n, uint64_t seed, size_t lo, s
 #pragma omp parallel for schedule(static) if (cnt > DT_INIT_PAR_MIN)
         for (int64_t k = 0; k < cnt; k++) {
             size_t e = a + (size_t)k;
-            float v = constant ? c : (float)(draw_at(kind, seed, e + shift) * std);
+            /* tensor parallelism: the element's place in the whole tensor */
+            const size_t fe = t[i].tp.split ? t[i].full_offset + dt_lm_tp_full_elem(&t[i], e - t[i].offset) : e + shift;
+            float v = constant ? c : (float)(draw_at(kind, seed, fe) * std);
             dt_store(dst, dt, e - lo, v);
         }
     }

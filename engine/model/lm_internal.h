@@ -179,6 +179,18 @@ struct dt_lm {
     float *dF;                /* gpt2 [N, F]; llama [N, 2F] (gate | up gradient) */
     float *dA;                /* llama [N, max(QD, F)]: attention-output / down_proj-input gradient */
     float *rope_cos, *rope_sin;   /* llama [T, D/2] */
+    /* tensor parallelism (lm_tp.c; NULL tp: none): the whole vocabulary, this rank's first
+     * vocabulary row, the module roles of the split (models/' names), per-row masks of the
+     * tokens / targets outside this rank's rows, a [N] and [2N] fp32 scratch for the
+     * vocab-parallel cross-entropy, the gathered row maxima [tp, N] */
+    const dt_lm_tp *tp;
+    int64_t Vfull, v0;
+    const char *tp_col[2 * DT_SUBLAYER_MAX_IN], *tp_row[2], *tp_vocab[2], *tp_partial[DT_SUBLAYER_MAX_IN_NORM];
+    int tp_col_pack[2 * DT_SUBLAYER_MAX_IN];
+    uint8_t *tp_out;
+    int32_t *tp_tgt;
+    float *tp_red, *tp_max, *tp_saved;
+    dt_error tp_err;
     float *pw;                /* fp32 params of the current group (16-bit params) */
     float *pwb;               /* fp32 base-set params of the current group (16-bit params) */
     float *gw;                /* fp32 grads of the current group (16-bit grads) */
@@ -471,6 +483,40 @@ struct lm_family {
     void (*norm_forward)(dt_lm *g, float *out, const float *x, const float *P);
     void (*norm_backward)(dt_lm *g, const float *dout, const float *x, const float *P, float *G);
 };
+
+/* ---- tensor parallelism (lm_tp.c; dt_lm_options.tp) ----
+ * Every function is a no-op returning DT_OK when g->tp is NULL. A failed collective
+ * leaves its line in g->tp_err and returns its code. */
+/* the description of this rank's shard (dims divided), the roles of its modules */
+void lm_tp_shard_desc(dt_lm *g, dt_model_desc *d);
+/* H, Hkv, QD, KVD, F, V of this rank's shard (after the family's configure) */
+void lm_tp_configure(dt_lm *g);
+/* t's split by its module's role; the whole tensor's elements (t->numel without TP) */
+size_t lm_tp_mark(const dt_lm *g, dt_tensor_info *t, const char *module, const char *tensor);
+/* the TP scratch (after the dims are set); 1 on success */
+int lm_tp_alloc(dt_lm *g);
+void lm_tp_free(dt_lm *g);
+/* the group sum of buf[n] (Megatron's g in forward after a row-parallel linear, f in
+ * backward at a column-parallel linear's input) */
+int lm_tp_allreduce(dt_lm *g, float *buf, size_t n);
+/* a row-parallel linear's output: the sum over the group, then its bias (NULL: none) once */
+int lm_tp_row_output(dt_lm *g, float *out, const float *bias, int64_t N, int64_t OC);
+/* forward: the input tokens (g->inputs, host) made local rows (0 where outside this rank's
+ * slice, masked) before the encoder; after it, the masked rows zeroed, the sum over the
+ * group, then wpe (fp32 [T, C] or NULL) added */
+void lm_tp_localize_inputs(dt_lm *g);
+int lm_tp_encoder_reduce(dt_lm *g, float *x0, const void *wpe);
+/* backward: wpe's gradient (dwpe, grad dtype, NULL: none) from the whole g->dres, then the
+ * rows of tokens outside this rank's slice zeroed for wte's */
+void lm_tp_encoder_backward_prep(dt_lm *g, void *dwpe);
+/* vocab-parallel cross-entropy over g->logits [N, V/tp]: *mean as the op's (over all N
+ * rows, ignored at 0); backward turns the logits into dlogits in place */
+int lm_tp_xent_forward(dt_lm *g, int has_targets, double *mean);
+void lm_tp_xent_backward(dt_lm *g, float dloss);
+/* block l's partial-gradient tensors (Qwen3's q/k norms): saved before its backward, the
+ * micro-step's contribution summed over the group after */
+void lm_tp_partial_save(dt_lm *g, int l, const float *G);
+int lm_tp_partial_reduce(dt_lm *g, int l, float *G);
 
 /* The families (lm_gpt2.c, lm_llama.c); lm.c picks one by dt_family. */
 extern const lm_family lm_family_gpt2;

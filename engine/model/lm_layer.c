@@ -40,8 +40,10 @@ void lm_layout_add(dt_lm *g, lm_layout *lo, int group, const lm_tensor_decl *d) 
     t->flags = trained ? d->flags : d->flags & ~DT_TENSOR_TRAINABLE;
     t->init = d->init;
     *off += t->numel;
+    /* the init's counter runs over the whole model (tensor parallelism: the whole tensor) */
+    const size_t whole = lm_tp_mark(g, t, d->module, d->tensor);
     if (d->adapter) lo->aoff += t->numel;
-    else lo->foff += t->numel;
+    else lo->foff += whole;
 }
 
 int lm_check_head_dim(int64_t D, dt_error *err) {
@@ -492,7 +494,12 @@ int lm_linear_residual(dt_lm *g, const lm_linear *lin, const lm_params *P, const
                        const float *resid, void *act, float *view, float **out) {
     const int64_t N = g->B * g->T, n = N * g->C;
     float *proj = g->dC;   /* [N, C] the projection, not saved */
-    int rc = lm_linear_forward(g, lin, P, proj, inp, inp32, N);
+    /* tensor parallelism: a row-parallel linear's partial sums, summed over the group, then
+     * its bias once */
+    lm_linear whole = *lin;
+    if (g->tp) whole.b.off = SIZE_MAX;
+    int rc = lm_linear_forward(g, &whole, P, proj, inp, inp32, N);
+    if (!rc && g->tp) rc = lm_tp_row_output(g, proj, lm_slot_f32(P, lin->b), N, g->C);
     if (rc) return rc;
     float *sum = lm_act_f32(g, act, view);   /* [N, C] */
     lm_prof_mark m = lm_prof_begin(g);

@@ -387,6 +387,7 @@ static int mlp_backward(dt_lm *g, const llama_acts *A, const float *res1, const 
     lm_prof_end(g, DT_LM_OP_ACT, m, 0.0);
     if ((rc = lm_linear_backward(g, &lin.gate_up, P, G, dln2, LM_DINP_SET, dgu, A->ln2, ln2, N)))
         return rc;
+    if ((rc = lm_tp_allreduce(g, dln2, (size_t)(N * C)))) return rc;   /* tensor parallelism: f */
     m = lm_prof_begin(g);
     g->dev->rmsnorm_backward(g->dres, lm_g32(P, G, LL_POST), dln2, res1, lm_w32(P, LL_POST), A->ln2_rstd,
                              N, 1, C, C, 1);
@@ -454,6 +455,7 @@ static int llama_block_backward(dt_lm *g, int l, const void *acts, const lm_para
     if ((rc = lm_linear_backward(g, &lin.v, P, G, dln1, LM_DINP_ADD, dv, A->ln1, ln1, N)))
         return rc;
     if (!input_grad) return DT_OK;
+    if ((rc = lm_tp_allreduce(g, dln1, (size_t)(N * C)))) return rc;   /* tensor parallelism: f */
     lm_prof_mark m = lm_prof_begin(g);
     g->dev->rmsnorm_backward(g->dres, lm_g32(P, G, LL_IN), dln1, x, lm_w32(P, LL_IN), A->ln1_rstd, N, 1, C, C, 1);
     lm_prof_end(g, DT_LM_OP_NORM, m, 0.0);

@@ -26,6 +26,8 @@
 #include "dt_runadapter.h"
 #include "dt_rundir.h"
 #include "dt_sha256.h"
+#include "dt_layout.h"
+#include "dt_tpgroup.h"
 #include "dt_tracer.h"
 #include "dt_zero.h"
 
@@ -60,6 +62,11 @@ typedef struct {
     dt_zero *z;
     dt_comm *comm;
     int own_comm, rank, world;
+    /* tensor parallelism (layout.tp > 1): the TP and DP groups (NULL: none); the data, ZeRO
+     * and the token counts run over dcomm, the rank's DP group (the world without TP) */
+    dt_tpgroup *tpg;
+    dt_comm *dcomm;
+    int drank, dworld;
     int64_t step_bytes[DT_COLL_COUNT];   /* bytes per collective of the last training step */
     int bytes_constant;                  /* every step moved the same bytes */
     double comm_s;                       /* time blocked in collectives, timed steps */
@@ -223,7 +230,7 @@ static int setup_data(trainer *t, dt_error *err) {
         vc = t->train_c;
         vfirst = ntrain;
     }
-    if (dt_loader_create(t->train_c, T, B, 0, ntrain, 1, d->seed, t->rank, t->world, "training data", &t->train_l,
+    if (dt_loader_create(t->train_c, T, B, 0, ntrain, 1, d->seed, t->drank, t->dworld, "training data", &t->train_l,
                          err))
         return dt_error_prefix(err, "%s", train_path);
     /* validation needs at least one micro-batch of windows; with fewer it is skipped */
@@ -415,7 +422,7 @@ static void name_culprit(trainer *t, dt_error *err) {
  * as two fp32 limbs, low count_bits bits and the rest, whose sums over the ranks stay
  * below 2^FLT_MANT_DIG and are therefore exact in any order (setup_global_count). */
 static int global_counted(trainer *t, int64_t *count, dt_error *err) {
-    if (t->world < 2) return DT_OK;
+    if (t->dworld < 2) return DT_OK;
     const int64_t low = ((int64_t)1 << t->count_bits) - 1;
     float limbs[DT_COUNT_LIMBS] = {(float)(*count & low), (float)(*count >> t->count_bits)};
     const size_t bytes = sizeof limbs;
@@ -424,7 +431,7 @@ static int global_counted(trainer *t, int64_t *count, dt_error *err) {
         t->dev->memcpy(buf, limbs, bytes, DT_COPY_H2D, DT_STREAM_H2D);
         t->dev->stream_sync(DT_STREAM_H2D);
     }
-    if (dt_comm_allreduce(t->comm, buf, DT_COUNT_LIMBS, DT_DTYPE_FP32, DT_RED_SUM, err)) return err->code;
+    if (dt_comm_allreduce(t->dcomm, buf, DT_COUNT_LIMBS, DT_DTYPE_FP32, DT_RED_SUM, err)) return err->code;
     if (buf != limbs) {
         t->dev->memcpy(limbs, buf, bytes, DT_COPY_D2H, DT_STREAM_D2H);
         t->dev->stream_sync(DT_STREAM_D2H);
@@ -464,7 +471,7 @@ static int train_step(trainer *t, double *loss_out, double *lr_out, double *norm
         if (t->masked) {
             in = t->step_inputs + a * n;
             tg = t->step_targets + a * n;
-            share = step_counted > 0 ? (double)t->counted[a] * t->world / (double)step_counted : 0.0;
+            share = step_counted > 0 ? (double)t->counted[a] * t->dworld / (double)step_counted : 0.0;
             grad_scale = scale * share;
         } else {
             dt_loader_next(t->train_l, t->inputs, t->targets);
@@ -484,7 +491,7 @@ static int train_step(trainer *t, double *loss_out, double *lr_out, double *norm
     }
     dt_memprobe_begin(DT_PHASE_OPTIMIZER);   /* ends in run_step, after a skipped step too */
     if (dt_zero_end_backward(t->z, err)) return err->code;
-    t->st.tokens += accum * p->batch.micro_batch * p->batch.seq_len * t->world;
+    t->st.tokens += accum * p->batch.micro_batch * p->batch.seq_len * t->dworld;
     double loss = loss_sum / (double)accum, sumsq = 0;
     int nonfinite = 0;
     if (dt_zero_reduce_scalars(t->z, &loss, &sumsq, &nonfinite, err)) return err->code;
@@ -562,6 +569,7 @@ static void trainer_free(trainer *t) {
     if (t->count_buf) t->dev->free(t->count_buf);
     dt_zero_free(t->z);
     dt_lm_free(t->g);
+    dt_tpgroup_free(t->tpg);
     if (t->own_comm) dt_comm_free(t->comm);
     free(t->plan_json);
 }
@@ -569,6 +577,28 @@ static void trainer_free(trainer *t) {
 static double comm_seconds(trainer *t) { return dt_zero_comm_seconds(t->z); }
 
 /* ---- dt_train's phases, in the order it runs them ---- */
+
+/* Tensor parallelism (layout.tp > 1, docs/parallelism.md "In dtrun"): the TP and DP
+ * groups; what is not built yet refused in one line before anything is written. */
+static int connect_tp(trainer *t, dt_error *err) {
+    const int64_t tp = dt_layout_of(t->plan).tp;
+    t->dcomm = t->comm;
+    t->drank = t->rank;
+    t->dworld = t->world;
+    if (tp <= 1) return DT_OK;
+    int rc = dt_lm_check_tp(&t->plan->model, tp, t->plan->cluster.device, &t->plan->finetune, err);
+    if (rc) return rc;
+    if (t->plan->output.init[0])
+        return dt_errorf(err, DT_EINVAL,
+                         "layout.tp %lld with output.init: dtrun's tensor-parallel runs start from the seed or "
+                         "resume a checkpoint (any TP degree); start from the weights at tp 1, then resume at tp %lld",
+                         (long long)tp, (long long)tp);
+    if ((rc = dt_tpgroup_create(t->comm, (int)tp, &t->tpg, err))) return rc;
+    t->dcomm = dt_tpgroup_dp(t->tpg);
+    t->drank = dt_comm_rank(t->dcomm);
+    t->dworld = dt_comm_size(t->dcomm);
+    return DT_OK;
+}
 
 /* Communicator (self unless the caller passed one), plan check, then device; on failure nothing to free. */
 static int trainer_connect(trainer *t, const dt_plan *plan, const dt_train_opts *opts, dt_error *err) {
@@ -588,7 +618,8 @@ static int trainer_connect(trainer *t, const dt_plan *plan, const dt_train_opts 
     /* the device first: a cuda plan on a build or machine without a GPU stops
      * here with dt_device_get's one line, before anything is written */
     if ((rc = check_plan(plan, t->world, err)) ||
-        (rc = dt_device_get(plan->cluster.device, dt_comm_local_rank(t->comm), &t->dev, err))) {
+        (rc = dt_device_get(plan->cluster.device, dt_comm_local_rank(t->comm), &t->dev, err)) ||
+        (rc = connect_tp(t, err))) {
         if (t->own_comm) dt_comm_free(t->comm);
         return rc;
     }
@@ -624,9 +655,10 @@ static int build_model(trainer *t, int64_t *resumed, dt_error *err) {
     const dt_lm_options lo = {.B = B, .T = T, .ckpt_layers = plan->activations.ckpt_layers,
                               .attn = plan->activations.attention, .device = plan->cluster.device,
                               .ordinal = dt_comm_local_rank(t->comm), .flags = flags,
-                              .finetune = &plan->finetune};
+                              .finetune = &plan->finetune, .tp = t->tpg ? dt_tpgroup_model(t->tpg) : NULL};
     int rc = dt_lm_create_opts(&plan->model, &t->src->precision, &lo, &t->g, err);
-    if (!rc) rc = dt_zero_create(plan, t->comm, t->g, &t->z, err);
+    if (!rc) rc = dt_zero_create(plan, t->dcomm, t->g, &t->z, err);
+    if (!rc && t->tpg) dt_zero_set_tp(t->z, dt_tpgroup_tp(t->tpg));
     if (!rc) rc = setup_data(t, err);
     if (!rc) {
         t->inputs = malloc((size_t)(B * T) * sizeof(int32_t));    /* [B, T] */
@@ -646,7 +678,7 @@ static void plan_steps(trainer *t) {
     t->stop = t->opts->max_steps > 0 && t->opts->max_steps < t->total ? t->opts->max_steps : t->total;
     t->log_every = t->stop / DT_LOG_LINES > 0 ? t->stop / DT_LOG_LINES : 1;
     t->tokens_per_step =
-        (double)(plan->batch.grad_accum * plan->batch.micro_batch * plan->batch.seq_len * t->world);
+        (double)(plan->batch.grad_accum * plan->batch.micro_batch * plan->batch.seq_len * t->dworld);
     t->bytes_constant = 1;
 }
 

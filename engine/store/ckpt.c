@@ -16,6 +16,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "ckpt_tp.h"
 #include "dt_adapter.h"
 #include "dt_device.h"
 #include "dt_dtype.h"
@@ -666,6 +667,7 @@ typedef struct {
     ckpt_file *files;   /* NULL: written before sums were recorded (loaded unverified) */
     int nfiles;
     int64_t world, stage;
+    int64_t optim_files;   /* written by a tensor-parallel run; 0: the stage's rule */
 } ckpt_manifest;
 
 /* A step directory name: "ckpt-" and decimal digits only. */
@@ -722,15 +724,14 @@ int dt_ckpt_remove(const char *dir) {
     return rmdir(dir);   /* fails, keeping the directory, when it holds files dtrun did not write */
 }
 
-/* "flat_begin:count,..." of this rank's optimizer ranges, in state order */
-static char *ranges_text(const dt_zero *z) {
-    int n = dt_zero_num_ranges(z);
+/* "flat_begin:count,..." of this rank's optimizer ranges rs[0 .. n), in state order */
+static char *ranges_text(const dt_zero_range *rs, int n) {
     size_t cap = (size_t)n * 48 + 1, len = 0;
     char *t = malloc(cap);
     if (!t) return NULL;
     t[0] = '\0';
     for (int i = 0; i < n; i++) {
-        dt_zero_range r = dt_zero_range_at(z, i);
+        dt_zero_range r = rs[i];
         len += (size_t)snprintf(t + len, cap - len, "%s%zu:%zu", len ? "," : "", r.flat_begin, r.count);
     }
     return t;
@@ -750,11 +751,13 @@ static int optim_file_order(const dt_dtype dts[3], const char *names[3], int k, 
  * (dt_zero_state_read) into one dt_io_chunk_bytes() buffer a piece at a time
  * and written at its place, so no copy of a whole state is made; the bytes are
  * those dt_st_write_sum writes from whole arrays. */
-static int write_optim_shard(const char *path, dt_zero *z, const dt_train_state *st, dt_file_sum *sum,
-                             dt_error *err) {
-    int n = dt_zero_num_ranges(z);
+static int write_optim_shard(const char *path, dt_zero *z, const dt_lm *g, const dt_train_state *st,
+                             dt_file_sum *sum, dt_error *err) {
+    int n = 0;
+    dt_zero_range *rs = NULL;   /* in the whole model's layout (tensor parallelism: ckpt_tp.h) */
+    if (ckpt_tp_ranges(z, g, 1, &rs, &n, err)) return err->code;
     size_t total = 0;
-    for (int i = 0; i < n; i++) total += dt_zero_range_at(z, i).count;
+    for (int i = 0; i < n; i++) total += rs[i].count;
     const dt_dtype dts[3] = {DT_DTYPE_FP32, dt_zero_moment_dtype(z), dt_zero_moment_dtype(z)};
     const char *names[3] = {"master", "exp_avg", "exp_avg_sq"};
     const int k0 = dt_zero_has_master(z) ? 0 : 1;
@@ -769,7 +772,7 @@ static int write_optim_shard(const char *path, dt_zero *z, const dt_train_state 
     }
     const size_t E = min_sz(chunk_elems(sizeof(float)), total);   /* fp32: the widest state */
     void *buf = E ? malloc(E * sizeof(float)) : NULL;
-    char *rt = ranges_text(z);
+    char *rt = ranges_text(rs, n);
     dt_st_writer *w = dt_st_writer_new();
     int rc = rt && w && (buf || !E) ? DT_OK
                                     : dt_errorf(err, DT_ENOMEM, "checkpoint: out of memory for the optimizer shard");
@@ -787,7 +790,7 @@ static int write_optim_shard(const char *path, dt_zero *z, const dt_train_state 
         const size_t es = (size_t)dt_dtype_size(dts[k]);
         uint64_t off = 0;   /* bytes of this tensor put so far */
         for (int i = 0; i < n && !rc; i++) {
-            dt_zero_range r = dt_zero_range_at(z, i);
+            dt_zero_range r = rs[i];
             for (size_t c = 0; c < r.count && !rc; c += E) {
                 const size_t m = min_sz(E, r.count - c);
                 rc = dt_zero_state_read(z, k, r.state_begin + c, m, buf, err);
@@ -801,6 +804,7 @@ static int write_optim_shard(const char *path, dt_zero *z, const dt_train_state 
     dt_st_writer_free(w);
     free(buf);
     free(rt);
+    free(rs);
     return rc;
 }
 
@@ -830,7 +834,7 @@ static int take_sum_file(const char *dir, int rank, int writers, ckpt_file *f, d
 }
 
 static char *state_json(const dt_train_state *st, const dt_precision *prec, size_t nparams, int world,
-                        int stage, const ckpt_file *files, int nfiles) {
+                        int stage, int tp, const ckpt_file *files, int nfiles) {
     cJSON *c = cJSON_CreateObject();
     cJSON_AddStringToObject(c, "format", DT_CKPT_FORMAT);
     cJSON_AddStringToObject(c, "run_id", st->run_id);
@@ -840,6 +844,10 @@ static char *state_json(const dt_train_state *st, const dt_precision *prec, size
     cJSON_AddNumberToObject(c, "tokens", (double)st->tokens);
     cJSON_AddNumberToObject(c, "world_size", world);
     cJSON_AddNumberToObject(c, "zero_stage", stage);
+    if (tp > 1) {   /* tensor parallelism: informational, and the optimizer files written (every TP rank's) */
+        cJSON_AddNumberToObject(c, "tensor_parallel", tp);
+        cJSON_AddNumberToObject(c, "optim_files", stage == 0 ? tp : world);
+    }
     cJSON_AddNumberToObject(c, "num_params", (double)nparams);
     cJSON_AddStringToObject(c, "precision", dt_precision_preset_name(prec->preset));
     cJSON_AddStringToObject(c, "param_dtype", dt_dtype_name(prec->param));
@@ -988,7 +996,8 @@ static int save_rank0(const char *out_dir, const char *tmp, const char *fin, con
     if (!rc) {
         /* plan.json is optional: without it the list skips its slot */
         if (!plan_json) memmove(&files[2], &files[3], (size_t)(nfiles - 3) * sizeof *files);
-        char *state = state_json(st, prec, dt_lm_num_params(g), world, stage, files, plan_json ? nfiles : nfiles - 1);
+        char *state = state_json(st, prec, ckpt_tp_params(g), world, stage, ckpt_tp_size(g), files,
+                                 plan_json ? nfiles : nfiles - 1);
         rc = finish_dir(out_dir, tmp, fin, old, state, err);
     }
     return rc;
@@ -1009,8 +1018,9 @@ int dt_ckpt_save_zero(const char *out_dir, dt_lm *g, const dt_model *m, const dt
     snprintf(fin, sizeof fin, "%s/" DT_CKPT_PREFIX "%0*lld", out_dir, DT_CKPT_STEP_DIGITS, step);
     snprintf(old, sizeof old, "%s/." DT_CKPT_PREFIX "%0*lld.old", out_dir, DT_CKPT_STEP_DIGITS, step);
     int rc = DT_OK;
-    /* stage 0 keeps identical full state on every rank: rank 0 writes it once */
-    const int writers = stage == 0 ? 1 : world;
+    /* stage 0 keeps identical full state on every rank: rank 0 writes it once (tensor
+     * parallelism: the TP ranks of data-parallel rank 0, world ranks 0 .. tp-1, each its slices) */
+    const int tp = ckpt_tp_size(g), writers = stage == 0 ? tp : world;
     ckpt_file *files = NULL;
     if (rank == 0) {
         if (dt_mkdirs(out_dir, err)) return err->code;
@@ -1032,7 +1042,7 @@ int dt_ckpt_save_zero(const char *out_dir, dt_lm *g, const dt_model *m, const dt
     if (rank < writers) {
         dt_file_sum sum;
         snprintf(p, sizeof p, "%s/" DT_OPTIM_FILE_FMT, tmp, rank, writers);
-        rc = write_optim_shard(p, z, st, &sum, err);
+        rc = write_optim_shard(p, z, g, st, &sum, err);
         if (!rc && rank == 0) files[3].sum = sum;
         else if (!rc) rc = write_sum_file(tmp, rank, writers, &sum, err);
     }
@@ -1049,7 +1059,8 @@ int dt_ckpt_save_zero(const char *out_dir, dt_lm *g, const dt_model *m, const dt
     snprintf(p, sizeof p, "%s/model.safetensors", tmp);
     /* only rank 0 writes, piece by piece (stage 3: one gathered unit at a time,
      * collective; stages 0-2: from the flat buffer, no communication) */
-    rc = weights_save_streamed(g, z, prec->param, rank == 0, p, rank == 0 ? &files[0].sum : NULL, err);
+    rc = tp > 1 ? ckpt_tp_weights_save(g, z, prec->param, rank < tp, rank == 0, p, rank == 0 ? &files[0].sum : NULL, err)
+                : weights_save_streamed(g, z, prec->param, rank == 0, p, rank == 0 ? &files[0].sum : NULL, err);
     if (rank != 0) dt_memprobe_end(DT_PHASE_EXPORT);
     if (rc && rank != 0) return rc;
     if (rank == 0) {
@@ -1194,6 +1205,8 @@ static int parse_state(const char *path, dt_train_state *st, const dt_precision 
                        nparams);
     if (!rc) rc = get_int(c, "world_size", 1, DT_CKPT_MAX_WORLD, &mf->world, path, err);
     if (!rc) rc = get_int(c, "zero_stage", 0, 3, &mf->stage, path, err);
+    if (!rc && cJSON_GetObjectItemCaseSensitive(c, "optim_files"))
+        rc = get_int(c, "optim_files", 1, mf->world, &mf->optim_files, path, err);
     if (!rc) rc = get_int(c, "step", 0, DT_CKPT_MAX_INT, &st->step, path, err);
     if (!rc) rc = get_int(c, "adam_step", 0, st->step, &st->adam_step, path, err);
     if (!rc) rc = get_int(c, "skipped_steps", 0, st->step, &st->skipped_steps, path, err);
@@ -1316,11 +1329,30 @@ static int parse_ranges(const char *rt, size_t nparams, range_list *out, size_t 
     return dt_errorf(err, DT_EINVAL, "%s: malformed \"ranges\" metadata; " DT_CKPT_DAMAGED, path);
 }
 
+static int by_zero_begin(const void *a, const void *b) {
+    const dt_zero_range *x = a, *y = b;
+    return x->flat_begin < y->flat_begin ? -1 : x->flat_begin > y->flat_begin;
+}
+
+/* The first of this rank's ranges (sorted by flat_begin, disjoint) that ends after flat
+ * element fb: a binary search, so a file's ranges meet this rank's in O(log n) each (a
+ * tensor-parallel rank's ranges are one per row segment of its split tensors). */
+static int first_meeting(const dt_zero_range *mine, int nmine, size_t fb) {
+    int lo = 0, hi = nmine;
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if (mine[mid].flat_begin + mine[mid].count <= fb) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
 /* Copies the elements of one shard file (DIR/NAME) that fall in this rank's
  * ranges, after checking its ranges, sizes and step; the file's ranges are
  * added to cover. A file this rank reads from is verified against its sum. */
-static int load_optim_shard(const char *dir, const char *name, dt_zero *z, const dt_train_state *st,
-                            const ckpt_manifest *mf, size_t nparams, range_list *cover, dt_error *err) {
+static int load_optim_shard(const char *dir, const char *name, dt_zero *z, const dt_zero_range *mine, int nmine,
+                            const dt_train_state *st, const ckpt_manifest *mf, size_t nparams, range_list *cover,
+                            dt_error *err) {
     char path[DT_PATH_MAX * 3];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     dt_st_file *f;
@@ -1357,17 +1389,16 @@ static int load_optim_shard(const char *dir, const char *name, dt_zero *z, const
     }
     /* this rank's share of the file: [a, e) of each range that meets one of its own */
     int reads = 0;
-    for (size_t i = first; i < cover->n && !rc && !reads; i++)
-        for (int j = 0; j < dt_zero_num_ranges(z) && !reads; j++) {
-            dt_zero_range r = dt_zero_range_at(z, j);
-            reads = cover->r[i].begin < r.flat_begin + r.count && r.flat_begin < cover->r[i].begin + cover->r[i].count;
-        }
+    for (size_t i = first; i < cover->n && !rc && !reads; i++) {
+        const int j = first_meeting(mine, nmine, cover->r[i].begin);
+        reads = j < nmine && mine[j].flat_begin < cover->r[i].begin + cover->r[i].count;
+    }
     if (!rc && reads) rc = verify_file(dir, name, mf, err);
     size_t pos = 0;
     for (size_t i = first; i < cover->n && !rc && reads; i++) {
         size_t fb = cover->r[i].begin, cnt = cover->r[i].count;
-        for (int j = 0; j < dt_zero_num_ranges(z) && !rc; j++) {
-            dt_zero_range r = dt_zero_range_at(z, j);
+        for (int j = first_meeting(mine, nmine, fb); j < nmine && mine[j].flat_begin < fb + cnt && !rc; j++) {
+            dt_zero_range r = mine[j];
             size_t a = fb > r.flat_begin ? fb : r.flat_begin;
             size_t e = fb + cnt < r.flat_begin + r.count ? fb + cnt : r.flat_begin + r.count;
             for (int k = 0; k < 3 && a < e && !rc; k++) {
@@ -1411,7 +1442,7 @@ static int check_cover(range_list *cover, size_t nparams, const char *dir, dt_er
  * [0, W) once, W the writers state.json implies (1 at stage 0), all in its sums. */
 static int list_optim_files(const char *dir, const ckpt_manifest *mf, char (**names)[DT_CKPT_NAME_MAX], int *n_out,
                             dt_error *err) {
-    const int64_t writers = mf->stage == 0 ? 1 : mf->world;
+    const int64_t writers = mf->optim_files ? mf->optim_files : mf->stage == 0 ? 1 : mf->world;
     char(*nm)[DT_CKPT_NAME_MAX] = calloc((size_t)writers, sizeof *nm);
     if (!nm) return dt_errorf(err, DT_ENOMEM, "%s: out of memory", dir);
     *names = nm;
@@ -1461,7 +1492,7 @@ static int verify_others(const char *dir, const ckpt_manifest *mf, dt_error *err
 int dt_ckpt_load_zero(const char *ckpt_dir, dt_lm *g, const dt_model *m, const dt_precision *prec, dt_zero *z,
                       dt_train_state *st, int64_t *saved_world, dt_error *err) {
     char p[DT_PATH_MAX * 3];
-    const size_t nparams = dt_lm_num_params(g);
+    const size_t nparams = ckpt_tp_params(g);   /* the whole model's, whatever the TP degree */
     ckpt_manifest mf = {0};
     const char *base = strrchr(ckpt_dir, '/');
     base = base ? base + 1 : ckpt_dir;
@@ -1478,8 +1509,9 @@ int dt_ckpt_load_zero(const char *ckpt_dir, dt_lm *g, const dt_model *m, const d
      * buffer they keep; either way straight from the mapped file */
     snprintf(p, sizeof p, "%s/model.safetensors", ckpt_dir);
     dt_hf_src *src = NULL;
-    if (!rc) rc = dt_hf_src_open_file(g, p, &src, err);
-    if (!rc) {
+    if (!rc && ckpt_tp_size(g) > 1) rc = ckpt_tp_weights_load(z, g, prec->param, p, err);
+    else if (!rc) rc = dt_hf_src_open_file(g, p, &src, err);
+    if (!rc && src) {
         weights_src ws = {.hf = src, .pdt = prec->param};
         rc = dt_zero_load_params(z, wsrc_read, &ws, err);
     }
@@ -1488,9 +1520,19 @@ int dt_ckpt_load_zero(const char *ckpt_dir, dt_lm *g, const dt_model *m, const d
     char(*names)[DT_CKPT_NAME_MAX] = NULL;
     int nfiles = 0;
     range_list cover = {0};
+    dt_zero_range *mine = NULL;   /* this rank's ranges in the whole model's layout */
+    int nmine = 0;
+    if (!rc) rc = ckpt_tp_ranges(z, g, 0, &mine, &nmine, err);
+    /* for first_meeting: the empty ones dropped (a rank past a unit's end holds none), sorted */
+    int kept = 0;
+    for (int i = 0; i < nmine; i++)
+        if (mine[i].count) mine[kept++] = mine[i];
+    nmine = kept;
+    if (!rc && nmine > 1) qsort(mine, (size_t)nmine, sizeof *mine, by_zero_begin);
     if (!rc) rc = list_optim_files(ckpt_dir, &mf, &names, &nfiles, err);
     for (int i = 0; i < nfiles && !rc; i++)
-        rc = load_optim_shard(ckpt_dir, names[i], z, st, &mf, nparams, &cover, err);
+        rc = load_optim_shard(ckpt_dir, names[i], z, mine, nmine, st, &mf, nparams, &cover, err);
+    free(mine);
     if (!rc) rc = check_cover(&cover, nparams, ckpt_dir, err);
     if (saved_world) *saved_world = nfiles;
     free(cover.r);

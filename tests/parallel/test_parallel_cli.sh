@@ -72,6 +72,11 @@ b = json.loads(json.dumps(p)); b["parallel"].update(zero_stage=3, offload_optimi
 json.dump(b, open(d + "/bad_offload.json", "w"), indent=2)
 b = json.loads(json.dumps(p)); b.pop("runtime")
 json.dump(b, open(d + "/bad_dtrun.json", "w"), indent=2)
+b["layout"] = {"tp": 8, "cp": 1, "pp": 1}   # sequence_parallel defaults on with tp > 1
+json.dump(b, open(d + "/bad_dtrun_sp.json", "w"), indent=2)
+b["layout"]["sequence_parallel"] = False
+b["batch"].update(micro_batch=1, grad_accum=2, global_batch=16)   # dp 64 / 8 = 8
+json.dump(b, open(d + "/dtrun_tp.json", "w"), indent=2)
 PY
 "$DTPLAN" show "$T/l1.json" >/dev/null 2>"$T/err" && ok "a layout plan loads" || fail "l1: $(cat "$T/err")"
 # round trip: write (estimate --plan does not write; solve's plan was written by dt_plan_save) and re-read
@@ -123,7 +128,10 @@ badplan all_one "tp, cp and pp are all 1"
 badplan half_split "give both first_stage_layers and last_stage_layers"
 badplan ds_zero3 "ZeRO stage 3 with DeepSpeed's pipeline engine"
 badplan ds_zero2 "ZeRO stage 2 with DeepSpeed's pipeline engine"
-badplan dtrun "dtrun runs data parallelism (ZeRO) only"
+badplan dtrun "layout tp 8 x cp 1 x pp 4 + sequence_parallel with runtime dtrun: dtrun runs tensor parallelism (tp, sequence_parallel false) x ZeRO data parallelism only"
+badplan dtrun_sp "layout tp 8 x cp 1 x pp 1 + sequence_parallel with runtime dtrun"
+"$DTPLAN" show "$T/dtrun_tp.json" >/dev/null 2>"$T/err" && ok "a tp 8 plan for runtime dtrun loads" ||
+    fail "dtrun tp 8: $(cat "$T/err")"
 badplan offload "with offload (optimizer cpu, parameters cpu): not described"
 
 # an uneven split (Megatron's --decoder-first/last-pipeline-num-layers): 18 + 2 x 22 + 18
