@@ -82,6 +82,8 @@ int32_t dt_pairset_pad_id(const dt_pairset *s);
 /* The shards' tokenizer fingerprint (SHA-256 bytes). */
 const unsigned char *dt_pairset_fingerprint(const dt_pairset *s);
 
+/* Every pair's prompt shorter than T: DT_EINVAL naming the first that is not (as below). */
+int dt_pairset_check_len(const dt_pairset *s, int64_t T, dt_error *err);
 /* A batch of the pairs idx[0 .. n) as dt_pair_batch lays it out ((2n, T) ids and shifted
  * targets: chosen rows first), each side cut to its first T tokens (TRL's max_length,
  * truncation_mode "keep_start"). A pair whose prompt alone is T tokens or more is refused

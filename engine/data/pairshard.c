@@ -281,6 +281,28 @@ static void pair_at(const dt_pairset *s, int64_t i, dt_pair *p, const ps_shard *
     p->truncated = 0;
 }
 
+/* Pair i (shard sh, index j there) against a sequence of T tokens: its prompt must leave room. */
+static int check_prompt(const dt_pairset *s, const dt_pair *p, const ps_shard *sh, uint64_t j, int64_t T, dt_error *err) {
+    (void)s;
+    if (p->prompt_n < (size_t)T) return DT_OK;
+    const unsigned char *ix = sh->index + j * DT_PAIRSHARD_INDEX_BYTES;
+    return dt_errorf(err, DT_EINVAL, "input #%u line %llu (%s, pair %llu): the prompt is %zu tokens, the plan's "
+                     "seq_len %lld leaves no room for a completion; shorten it or re-plan with a longer --seq",
+                     get32(ix + 8), (unsigned long long)get64(ix), sh->path, (unsigned long long)j, p->prompt_n,
+                     (long long)T);
+}
+
+int dt_pairset_check_len(const dt_pairset *s, int64_t T, dt_error *err) {
+    for (int64_t i = 0; i < s->count; i++) {
+        dt_pair p;
+        const ps_shard *sh;
+        uint64_t j;
+        pair_at(s, i, &p, &sh, &j);
+        if (check_prompt(s, &p, sh, j, T, err)) return err->code;
+    }
+    return DT_OK;
+}
+
 int dt_pairset_batch(const dt_pairset *s, const int64_t *idx, int64_t n, int64_t T, int32_t *ids, int32_t *targets,
                      int64_t *ntrunc, dt_error *err) {
     dt_pair *ps = malloc((size_t)(n > 0 ? n : 1) * sizeof *ps);
@@ -295,14 +317,7 @@ int dt_pairset_batch(const dt_pairset *s, const int64_t *idx, int64_t n, int64_t
             break;
         }
         pair_at(s, idx[b], &ps[b], &sh, &j);
-        const unsigned char *ix = sh->index + j * DT_PAIRSHARD_INDEX_BYTES;
-        if (ps[b].prompt_n >= (size_t)T) {
-            rc = dt_errorf(err, DT_EINVAL, "input #%u line %llu (%s, pair %llu): the prompt is %zu tokens, the plan's "
-                           "seq_len %lld leaves no room for a completion; shorten it or re-plan with a longer --seq",
-                           get32(ix + 8), (unsigned long long)get64(ix), sh->path, (unsigned long long)j,
-                           ps[b].prompt_n, (long long)T);
-            break;
-        }
+        if ((rc = check_prompt(s, &ps[b], sh, j, T, err))) break;
         for (int side = 0; side < 2; side++)
             if (ps[b].n[side] > (size_t)T) ps[b].n[side] = (size_t)T, cut++;
     }

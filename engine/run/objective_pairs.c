@@ -22,6 +22,9 @@ int objpairs_open(objpairs *p, const dt_objrun_ctx *c, dt_error *err) {
     if (dt_pairset_open(c->train_path, &o, &p->train, err)) return err->code;
     if (c->valid_path && c->valid_path[0] && dt_pairset_open(c->valid_path, &o, &p->valid, err))
         return dt_error_prefix(err, "held-out pairs");
+    /* a pair whose prompt fills the sequence: refused here, before any step */
+    if (dt_pairset_check_len(p->train, p->T, err) || (p->valid && dt_pairset_check_len(p->valid, p->T, err)))
+        return err->code;
     dt_sha256_hex(dt_pairset_fingerprint(p->train), p->fp_hex);
     const int64_t n = dt_pairset_count(p->train), per_step = p->B * p->world;
     if (n < per_step)

@@ -1,0 +1,141 @@
+#!/bin/bash
+# rm / dpo in dtrun on one rank (docs/objectives.md "In dtrun", docs/data.md "Pair shards"):
+#   - a DPO run on a tiny Qwen3 whose held-out rewards/accuracies rises: preference pairs whose
+#     chosen side carries words of one made-up set and whose rejected side carries words of
+#     another (40 each, two per side among filler), 192 pairs trained, 48 held out; the held-out
+#     accuracy of the last evaluations must exceed the first evaluation's, and the held-out loss
+#     fall (no fixed number: the curve goes up);
+#   - bad input, one line and exit 2, nothing half-written: a pair with an empty side and a
+#     prompt of --seq tokens (prepare names FILE:LINE; a previous output stays whole), a folder
+#     given to --format pairs, a plan whose seq_len the prompts fill (dtrun names the input line
+#     before any step), a damaged pair shard (its CRC), token shards given to a dpo plan.
+# Usage: test_objectives.sh DTPLAN DTRUN SRCDIR
+set -u
+DTPLAN=$1
+DTRUN=$2
+SRC=$3
+. "$(dirname "$0")/../lib.sh"
+dt_need python3
+export OMP_NUM_THREADS=1
+dt_scratch dt_test_objectives
+T=$TMP
+FAIL=0
+TOK="$SRC/tests/tokenizer/data/qwen2-mini.json"
+
+python3 - "$SRC/models/catalog/qwen3-tiny.json" "$TMP" <<'PY'
+import json, random, sys
+c = json.load(open(sys.argv[1]))
+c.update(vocab_size=1500, _name_or_path="qwen3-pairs-tiny")
+json.dump(c, open(sys.argv[2] + "/config.json", "w"), indent=2)
+r = random.Random(11)
+syl = ["ba", "de", "fi", "go", "hu", "ja", "ke", "li", "mo", "nu", "pa", "re", "si", "to", "vu", "wa", "xe", "yi",
+       "zo", "qu"]
+words = sorted({r.choice(syl) + r.choice(syl) + r.choice(syl) for _ in range(400)})[:120]
+r.shuffle(words)
+good, bad, filler = words[:40], words[40:80], words[80:]
+def side(cue):
+    w = r.sample(filler, 2) + r.sample(cue, 2)
+    r.shuffle(w)
+    return " " + " ".join(w) + "."
+with open(sys.argv[2] + "/prefs.jsonl", "w") as f:
+    for i in range(240):
+        f.write(json.dumps({"prompt": "Say: " + " ".join(r.sample(filler, 3)), "chosen": side(good),
+                            "rejected": side(bad)}) + "\n")
+PY
+
+# ---- a DPO run whose held-out accuracy rises ----
+"$DTRUN" prepare --format pairs --tokenizer "$TOK" --out "$T/prefs" --val-fraction 0.2 --seq 40 --quiet \
+    "$T/prefs.jsonl" || { echo "FAIL: prepare --format pairs"; exit 1; }
+"$DTPLAN" solve --model "$T/config.json" --gpus 1 --mem 2G --hardware cpu --stages 0 --objective dpo --data "$T/prefs" \
+    --seq 40 --global-batch 8 --steps 60 --warmup 0 --precision fp32 --lr 2e-3 -o "$T/dpo.json" >/dev/null ||
+    { echo "FAIL: plan dpo"; exit 1; }
+python3 - "$T/dpo.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["data"].update(eval_interval=4, eval_batches=10)
+p["batch"].update(micro_batch=4, grad_accum=2)
+p["output"]["save_interval"] = 0
+p.pop("prediction", None)
+json.dump(p, open(sys.argv[1], "w"), indent=2)
+PY
+if "$DTRUN" "$T/dpo.json" --out "$T/dpo" --no-progress 2>"$T/dpo.log"; then
+    python3 - "$T/dpo/metrics.jsonl" "$T/dpo.log" <<'PY' || FAIL=1
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1]) if "eval_rewards/accuracies" in l]
+acc = [e["eval_rewards/accuracies"] for e in ev]
+loss = [e["eval_loss"] for e in ev]
+log = open(sys.argv[2]).read()
+bad = []
+if len(acc) < 10: bad.append(f"{len(acc)} evaluations")
+elif not (sum(acc[-3:]) / 3 > acc[0] + 0.1): bad.append(f"held-out accuracy did not rise: {acc}")
+if len(loss) >= 2 and not loss[-1] < loss[0]: bad.append(f"held-out loss did not fall: {loss}")
+for k in ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies", "logps/chosen"):
+    if k not in ev[-1]: bad.append(f"metrics.jsonl has no {k}")
+if "eval_rewards/accuracies" not in log: bad.append("the log does not show the held-out accuracy")
+if bad: print("FAIL dpo accuracy:\n  " + "\n  ".join(bad)); sys.exit(1)
+print(f"ok   dpo held-out rewards/accuracies {acc[0]:.3f} -> {sum(acc[-3:]) / 3:.3f} (last three), "
+      f"eval_loss {loss[0]:.4f} -> {loss[-1]:.4f}: " + " ".join(f"{a:.2f}" for a in acc))
+PY
+else
+    echo "FAIL: dpo run: $(tail -3 "$T/dpo.log")"; FAIL=1
+fi
+
+# ---- bad input ----
+# bad WANT_RC PATTERN LABEL CMD...: exit WANT_RC, one line on stderr matching PATTERN
+bad() {
+    local want=$1 pat=$2 label=$3
+    shift 3
+    "$@" >"$T/out" 2>"$T/err"
+    local rc=$? n
+    n=$(grep -c . "$T/err")
+    if [ "$rc" != "$want" ] || [ "$n" != 1 ] || ! grep -qE -- "$pat" "$T/err"; then
+        echo "FAIL $label: exit $rc, $n line(s): $(head -3 "$T/err")"; FAIL=1; return 1
+    fi
+    echo "ok   $label: $(cat "$T/err")"
+}
+printf '%s\n' '{"prompt": "a", "chosen": " b", "rejected": " c"}' '{"prompt": "a", "chosen": "", "rejected": " c"}' \
+    >"$T/empty.jsonl"
+bad 2 'empty.jsonl:2: .*chosen.*empty' "a pair with an empty side" \
+    "$DTRUN" prepare --format pairs --tokenizer "$TOK" --out "$T/bad1" "$T/empty.jsonl"
+[ -e "$T/bad1" ] && { echo "FAIL: a refused prepare left $T/bad1"; FAIL=1; }
+python3 -c 'import json; print(json.dumps({"prompt": " ".join(["word"] * 60), "chosen": " yes", "rejected": " no"}))' \
+    >"$T/long.jsonl"
+bad 2 'long.jsonl:1: .*prompt is [0-9]+ tokens, --seq 16' "a prompt of --seq tokens" \
+    "$DTRUN" prepare --format pairs --tokenizer "$TOK" --out "$T/prefs" --seq 16 "$T/long.jsonl"
+python3 - "$T/prefs/prepare.json" <<'PY' || FAIL=1
+import json, sys
+m = json.load(open(sys.argv[1]))
+if m["input_format"] != "pairs" or m["splits"]["train"]["pairs"] != 192:
+    print("FAIL: a refused prepare changed the previous output"); sys.exit(1)
+print("ok   the previous prepare output is whole after a refused one")
+PY
+bad 2 'a folder; --format pairs reads JSONL files' "a folder given to --format pairs" \
+    "$DTRUN" prepare --format pairs --tokenizer "$TOK" --out "$T/bad2" "$T/prefs"
+# a plan whose seq_len the prompts fill: named before any step
+python3 - "$T/dpo.json" "$T/short.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["batch"]["seq_len"] = 6
+json.dump(p, open(sys.argv[2], "w"), indent=2)
+PY
+bad 2 'input #0 line [0-9]+ .*prompt is [0-9]+ tokens, the plan.s seq_len 6' "prompts that fill the plan's seq_len" \
+    "$DTRUN" "$T/short.json" --out "$T/short" --quiet
+[ -e "$T/short/metrics.jsonl" ] && { echo "FAIL: a refused run wrote metrics.jsonl"; FAIL=1; }
+# a damaged shard: its CRC
+cp -r "$T/prefs" "$T/damaged"
+python3 - "$T/damaged/train/train-000000.bin" <<'PY'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+b[-5] ^= 0x40
+open(sys.argv[1], "wb").write(bytes(b))
+PY
+bad 2 'train-000000.bin: payload CRC mismatch' "a damaged pair shard" \
+    "$DTRUN" "$T/dpo.json" --data "$T/damaged/train" --out "$T/dmg" --quiet
+# token shards to a dpo plan: the command that makes pairs
+printf '%s\n' '{"text": "hello there, general text"}' '{"text": "more text for a second document"}' >"$T/text.jsonl"
+"$DTRUN" prepare --format jsonl --tokenizer "$TOK" --out "$T/tok" --val-fraction 0 --quiet "$T/text.jsonl" ||
+    { echo "FAIL: prepare jsonl"; FAIL=1; }
+bad 2 'not a pair shard .*dtrun prepare --format pairs' "token shards given to a dpo plan" \
+    "$DTRUN" "$T/dpo.json" --data "$T/tok/train" --out "$T/tokrun" --quiet
+[ "$FAIL" = 0 ] && echo "PASS"
+exit $FAIL
