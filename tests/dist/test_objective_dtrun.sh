@@ -43,26 +43,24 @@ PY
     --objective dpo --finetune lora --data "$TMP/prefs" --seq 40 --global-batch 8 --steps $STEPS --precision fp32 \
     --lr 1e-3 -o "$TMP/solved-lora.json" >/dev/null || { echo "FAIL: dtplan cannot plan LoRA dpo"; exit 1; }; }
 
-# plan SOLVED STAGE WORLD OFFLOAD OUT [key=json ...]: 8 pairs a step (micro-batch 2)
+# plan SOLVED STAGE WORLD OFFLOAD OUT: 8 pairs a step (micro-batch 2), evaluation and a checkpoint
+# every 4 steps, the layout given
 plan() {
-    python3 - "$@" <<'PY'
+    local st=$2 w=$3 off=$4 poff=none
+    [ "$st" = 3 ] && poff=$off
+    python3 - "$1" "$5" "{\"parallel\": {\"zero_stage\": $st, \"world_size\": $w, \"offload_optimizer\": \"$off\",
+        \"offload_param\": \"$poff\"}, \"cluster\": {\"gpus_per_node\": $w},
+        \"batch\": {\"micro_batch\": 2, \"grad_accum\": $((8 / 2 / w)), \"global_batch\": 8},
+        \"data\": {\"eval_interval\": 4}, \"output\": {\"save_interval\": 4}}" <<'PY'
 import json, sys
-src, stage, world, off, out = sys.argv[1:6]
-p = json.load(open(src))
-w = int(world)
-p["parallel"].update(zero_stage=int(stage), world_size=w, offload_optimizer=off,
-                     offload_param=off if int(stage) == 3 else "none")
-p["cluster"]["gpus_per_node"] = w
-p["batch"].update(micro_batch=2, grad_accum=8 // 2 // w, global_batch=8)
-p["data"]["eval_interval"] = 4
-p["output"]["save_interval"] = 4
+def merge(into, edits):   # edits' leaves replace into's, sections merge
+    for k, v in edits.items():
+        if isinstance(v, dict): merge(into.setdefault(k, {}), v)
+        else: into[k] = v
+p = json.load(open(sys.argv[1]))
 p.pop("prediction", None)
-for kv in sys.argv[6:]:
-    k, v = kv.split("=", 1)
-    d = p
-    for part in k.split(".")[:-1]: d = d[part]
-    d[k.split(".")[-1]] = json.loads(v)
-json.dump(p, open(out, "w"), indent=2)
+merge(p, json.loads(sys.argv[3]))
+json.dump(p, open(sys.argv[2], "w"), indent=2)
 PY
 }
 run() { dt_run_ranks "$DTRUN" "$@"; }  # WORLD PLAN OUT [args]
