@@ -5,6 +5,9 @@
 #     another (40 each, two per side among filler), 192 pairs trained, 48 held out; the held-out
 #     accuracy of the last evaluations must exceed the first evaluation's, and the held-out loss
 #     fall (no fixed number: the curve goes up);
+#   - rm from a causal LM (the dpo run's checkpoint: its score head drawn from the seed) learns,
+#     and rm from its own sequence-classification checkpoint (score.weight read) starts below the
+#     fresh head on the same first pairs;
 #   - bad input, one line and exit 2, nothing half-written: a pair with an empty side and a
 #     prompt of --seq tokens (prepare names FILE:LINE; a previous output stays whole), a folder
 #     given to --format pairs, a plan whose seq_len the prompts fill (dtrun names the input line
@@ -78,6 +81,34 @@ print(f"ok   dpo held-out rewards/accuracies {acc[0]:.3f} -> {sum(acc[-3:]) / 3:
 PY
 else
     echo "FAIL: dpo run: $(tail -3 "$T/dpo.log")"; FAIL=1
+fi
+
+# ---- rm from a causal LM (its score head drawn from the seed) and from its own export ----
+"$DTPLAN" solve --model "$T/config.json" --gpus 1 --mem 2G --hardware cpu --stages 0 --objective rm --data "$T/prefs" \
+    --seq 40 --global-batch 8 --steps 24 --warmup 0 --precision fp32 --lr 2e-3 -o "$T/rm.json" >/dev/null ||
+    { echo "FAIL: plan rm"; exit 1; }
+DPO_CKPT=$(ls -d "$T"/dpo/ckpt-* | tail -1)
+if "$DTRUN" "$T/rm.json" --init "$DPO_CKPT" --out "$T/rm1" --quiet &&
+   "$DTRUN" "$T/rm.json" --init "$(ls -d "$T"/rm1/ckpt-* | tail -1)" --out "$T/rm2" --quiet; then
+    python3 - "$T/rm1" "$T/rm2" <<'PY' || FAIL=1
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
+b = [json.loads(l) for l in open(sys.argv[2] + "/metrics.jsonl")]
+c = json.load(open(sorted(__import__("glob").glob(sys.argv[1] + "/ckpt-*"))[-1] + "/config.json"))
+bad = []
+if c["architectures"] != ["Qwen3ForSequenceClassification"]: bad.append(f"rm checkpoint is {c['architectures']}")
+# both runs start on the same pairs (one seed, one order): the trained export scores them better
+if not b[0]["loss"] < 0.75 * a[0]["loss"]:
+    bad.append(f"from its own export the first batch's loss is {b[0]['loss']}, not below the fresh head's "
+               f"{a[0]['loss']} on the same pairs")
+first, last = (sum(x["loss"] for x in a[:4]) / 4, sum(x["loss"] for x in a[-4:]) / 4)
+if not last < first: bad.append(f"rm loss did not fall: first four steps {first}, last four {last}")
+if bad: print("FAIL rm init:\n  " + "\n  ".join(bad)); sys.exit(1)
+print(f"ok   rm from the dpo model (score drawn): mean loss {first:.4f} -> {last:.4f}; from its own "
+      f"sequence-classification export: starts at {b[0]['loss']:.4f}")
+PY
+else
+    echo "FAIL: rm runs from --init"; FAIL=1
 fi
 
 # ---- bad input ----
