@@ -3,9 +3,8 @@
  * with the DTPS magic gets its two CRC-32C sums made right before it is read, so mutations reach
  * the header's counts, the index and the tokens instead of stopping at the checksum (whose
  * refusal tests/engine/test_objectives.sh covers). */
-#include "dt_fuzz.h"
+#include "dt_fuzz_crc.h"
 
-#include "dt_crc32c.h"
 #include "dt_pairshard.h"
 
 #define FUZZ_VOCAB 1500   /* qwen2-mini's, the corpus' tokenizer */
@@ -14,18 +13,8 @@
 #define HEADER_CRC_SPAN 100
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    uint8_t *copy = malloc(size ? size : 1);
-    if (!copy) abort();
-    memcpy(copy, data, size);
-    if (size >= DT_SHARD2_HEADER_BYTES && !memcmp(copy, DT_PAIRSHARD_MAGIC, 4)) {
-        uint32_t crc = dt_crc32c(0, copy + DT_SHARD2_HEADER_BYTES, size - DT_SHARD2_HEADER_BYTES);
-        memcpy(copy + PAYLOAD_CRC_AT, &crc, 4);
-        crc = dt_crc32c(0, copy, HEADER_CRC_SPAN);
-        memcpy(copy + HEADER_CRC_SPAN, &crc, 4);
-    }
     char path[64];
-    int fd = dt_fuzz_file(copy, size, path, sizeof path);
-    free(copy);
+    int fd = dt_fuzz_shard_file(data, size, DT_PAIRSHARD_MAGIC, PAYLOAD_CRC_AT, HEADER_CRC_SPAN, path, sizeof path);
     dt_error err;
     dt_error_clear(&err);
     dt_pairset *s = NULL;
