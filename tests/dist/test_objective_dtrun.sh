@@ -1,7 +1,7 @@
 #!/bin/bash
 # The rm and dpo objectives trained by dtrun on several ranks (docs/objectives.md "In dtrun"):
 # a preference set prepared with `dtrun prepare --format pairs` (qwen2-mini's tokenizer, a tiny
-# Qwen3 of its vocabulary), OBJECTIVE (rm | dpo) planned for 8 pairs a step, then
+# Qwen3 of its vocabulary; several shards), OBJECTIVE (rm | dpo) planned for 8 pairs a step, then
 #   - world 2 at ZeRO stages 0-3 (and stage 3 with optimizer and parameters offloaded) gives the
 #     world-1 stage-0 losses and grad norms (relative 1e-5, as test_zero.sh) and the same
 #     step metrics (rewards/margins or margin: 1e-4 absolute);
@@ -35,7 +35,10 @@ with open(sys.argv[2] + "/prefs.jsonl", "w") as f:
                             "rejected": f" Green {i * 7 % 13}, or maybe red."}) + "\n")
 PY
 "$DTRUN" prepare --format pairs --tokenizer "$SRC/tests/tokenizer/data/qwen2-mini.json" --out "$TMP/prefs" \
-    --val-fraction 0.15 --seq 40 --quiet "$TMP/prefs.jsonl" || { echo "FAIL: prepare --format pairs"; exit 1; }
+    --val-fraction 0.15 --seq 40 --shard-tokens 400 --quiet "$TMP/prefs.jsonl" || { echo "FAIL: prepare --format pairs"; exit 1; }
+# several shards a split: the pair index runs across them
+python3 -c 'import json, sys; m = json.load(open(sys.argv[1])); sys.exit(len(m["splits"]["train"]["shards"]) < 3)' \
+    "$TMP/prefs/prepare.json" || { echo "FAIL: --shard-tokens 400 did not split the pairs over shards"; exit 1; }
 "$DTPLAN" solve --model "$TMP/config.json" --gpus 1 --mem 2G --hardware cpu --stages 0 --objective "$OBJ" \
     --data "$TMP/prefs" --seq 40 --global-batch 8 --steps $STEPS --precision fp32 --lr 1e-3 \
     -o "$TMP/solved.json" >/dev/null || { echo "FAIL: dtplan cannot plan $OBJ"; exit 1; }
