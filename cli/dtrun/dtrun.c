@@ -284,7 +284,8 @@ static int cmd_train(int argc, char **argv) {
                        plan.runtime.kind == DT_RUNTIME_DEEPSPEED ? "deepspeed (dtplan export writes its config)"
                                                                  : "torchrun and PyTorch FSDP");
     if (!rc) rc = check_finetune(&plan, plan_path, &err);
-    if (!rc && dt_obj_generates(plan.objective.kind))   /* grpo / ppo: the generator is not in this build */
+    /* an objective beyond next-token prediction with no table in engine/run/dt_objrun.h (grpo / ppo) */
+    if (!rc && plan.objective.kind >= DT_OBJ_RM && !dt_objrun_for(plan.objective.kind))
         rc = dt_errorf(&err, DT_EINVAL,
                        "%s plans a %s run (objective.kind); this dtrun trains pt / sft / rm / dpo: run it with TRL or "
                        "LLaMA-Factory on DeepSpeed (dtplan export writes the config)", plan_path,
