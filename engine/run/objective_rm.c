@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dt_finetune.h"
 #include "dt_objloss.h"
 #include "objective_pairs.h"
 
@@ -31,6 +32,10 @@ static int rm_check(const dt_plan *p, dt_error *err) {
         return dt_errorf(err, DT_EINVAL, "objective.rm_head %s (LLaMA-Factory's value head on the causal LM) is not "
                          "built in dtrun's rm, the score head (TRL's RewardTrainer) is: re-plan with --rm-head score, "
                          "or run it with LLaMA-Factory (dtplan export)", dt_rm_head_name(p->objective.rm_head));
+    if (dt_ft_is_lora(&p->finetune))   /* its adapter would need score in PEFT's modules_to_save (SEQ_CLS) */
+        return dt_errorf(err, DT_EINVAL, "dtrun's rm trains full or freeze fine-tuning, not LoRA yet (its PEFT adapter "
+                         "would carry the score head as task_type SEQ_CLS's modules_to_save, which is not written): "
+                         "re-plan with --finetune full or freeze, or run it with TRL + PEFT (dtplan export)");
     if (p->model.family != DT_FAMILY_LLAMA)
         return dt_errorf(err, DT_EINVAL, "dtrun's rm builds the sequence-classification head for the llama family "
                          "(Llama, Qwen2, Qwen3), not %s", dt_family_name(p->model.family));
