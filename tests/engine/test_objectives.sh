@@ -5,7 +5,8 @@
 #     another (40 each, two per side among filler), 192 pairs trained, 48 held out; the held-out
 #     accuracy of the last evaluations must exceed the first evaluation's, and the held-out loss
 #     fall (no fixed number: the curve goes up);
-#   - rm from a causal LM (the dpo run's checkpoint: its score head drawn from the seed) learns,
+#   - rm under freeze trains and checkpoints the score head; rm from a causal LM (the dpo run's
+#     checkpoint: its score head drawn from the seed) learns,
 #     and rm from its own sequence-classification checkpoint (score.weight read) starts below the
 #     fresh head on the same first pairs;
 #   - bad input, one line and exit 2, nothing half-written: rm under LoRA; a pair with an empty side and a
@@ -109,6 +110,33 @@ print(f"ok   rm from the dpo model (score drawn): mean loss {first:.4f} -> {last
 PY
 else
     echo "FAIL: rm runs from --init"; FAIL=1
+fi
+
+# rm under freeze (the last block trained): the score head is trained with it, and checkpointed
+"$DTPLAN" solve --model "$T/config.json" --gpus 1 --mem 2G --hardware cpu --stages 0 --objective rm --finetune freeze \
+    --trainable-layers 1 --data "$T/prefs" --seq 40 --global-batch 8 --steps 8 --warmup 0 --precision fp32 --lr 2e-3 \
+    -o "$T/rm-freeze.json" >/dev/null || { echo "FAIL: plan freeze rm"; FAIL=1; }
+python3 -c 'import json, sys; p = json.load(open(sys.argv[1])); p["output"].update(save_interval=1, keep_last=8)
+json.dump(p, open(sys.argv[1], "w"))' "$T/rm-freeze.json"
+if "$DTRUN" "$T/rm-freeze.json" --out "$T/rmf" --no-progress 2>"$T/rmf.log"; then
+    python3 - "$T/rmf" "$T/rmf.log" <<'PY' || FAIL=1
+import glob, json, struct, sys
+def tensors(d):
+    f = open(d + "/model.safetensors", "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n))
+    data = f.read()
+    return {k: data[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in h.items() if k != "__metadata__"}
+ck = sorted(glob.glob(sys.argv[1] + "/ckpt-*"))
+first, last = tensors(ck[0]), tensors(ck[-1])   # step 1 (learning rate 0: the initial values), the last step
+m = [json.loads(l)["loss"] for l in open(sys.argv[1] + "/metrics.jsonl")]
+frozen = "model.layers.0.mlp.up_proj.weight"
+if "score.weight" not in last or first["score.weight"] == last["score.weight"] or first[frozen] != last[frozen] \
+        or "freeze fine-tune" not in open(sys.argv[2]).read():
+    print("FAIL freeze rm: score.weight not trained, or block 0 not frozen"); sys.exit(1)
+print(f"ok   rm under freeze: the score head moved with the last block, block 0 as initialised, "
+      f"loss {m[0]:.4f} -> {m[-1]:.4f}")
+PY
+else
+    echo "FAIL: freeze rm run: $(tail -2 "$T/rmf.log")"; FAIL=1
 fi
 
 # ---- bad input ----
