@@ -86,6 +86,12 @@ typedef struct dt_model {
     int64_t requested_params; /* derived shapes: the count asked for (--params 32B = 32e9), which sizes
                                * the model states (params, grads, optimizer) everywhere; 0 otherwise
                                * (docs/models.md "Parameter counts: one rule") */
+    /* A sequence classifier (transformers' *ForSequenceClassification, a reward model:
+     * docs/objectives.md "In dtrun"): num_labels > 0 puts a head "score.weight"
+     * [num_labels, hidden] (no bias) in place of the LM head, its logits read at the last
+     * token that is not pad_token_id. 0: a causal LM (every plan; pad_token_id unused). */
+    int64_t num_labels;
+    int64_t pad_token_id;
 } dt_model;
 
 /* Checks internal consistency (sizes within the bounds above, heads divide, GQA groups,

@@ -72,6 +72,9 @@ typedef struct dt_objective {
      * no reference); rm: the head */
     dt_pref_loss pref_loss;
     double pref_beta;
+    /* dpo sigmoid: the label smoothing ε of conservative DPO (TRL DPOConfig label_smoothing,
+     * LLaMA-Factory dpo_label_smoothing), in [0, 0.5); 0 = standard DPO */
+    double label_smoothing;
     dt_rm_head rm_head;
 } dt_objective;
 

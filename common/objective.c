@@ -72,6 +72,10 @@ int dt_objective_check(const dt_objective *o, int64_t seq_len, int64_t rollout_b
     if ((int)o->pref_loss < 0 || o->pref_loss >= DT_PREF_COUNT || !(o->pref_beta >= 0.0) || !isfinite(o->pref_beta))
         return dt_errorf(err, DT_EINVAL, "%s: pref-loss must be one of sigmoid, hinge, ipo, kto_pair, orpo, simpo and "
                          "pref-beta a number >= 0", where);
+    if (!(o->label_smoothing >= 0.0 && o->label_smoothing < 0.5) ||
+        (o->label_smoothing != 0.0 && (o->kind != DT_OBJ_DPO || o->pref_loss != DT_PREF_SIGMOID)))
+        return dt_errorf(err, DT_EINVAL, "%s: label-smoothing must be in [0, 0.5) and belongs to dpo's sigmoid loss "
+                         "(cDPO), not %s / %s", where, name, dt_pref_loss_name(o->pref_loss));
     if (o->precompute_ref && dt_pref_loss_ref_free(o->pref_loss))
         return dt_errorf(err, DT_EINVAL, "%s: precompute-ref with pref-loss %s, which uses no reference (drop "
                          "--precompute-ref)", where, dt_pref_loss_name(o->pref_loss));
@@ -114,6 +118,7 @@ void dt_objective_write_json(cJSON *root, const dt_objective *o) {
         cJSON_AddBoolToObject(j, "precompute_ref", o->precompute_ref != 0);
         cJSON_AddStringToObject(j, "pref_loss", k_pref[o->pref_loss]);
         cJSON_AddNumberToObject(j, "pref_beta", o->pref_beta);
+        if (o->label_smoothing != 0.0) cJSON_AddNumberToObject(j, "label_smoothing", o->label_smoothing);
     }
     if (o->kind == DT_OBJ_RM) cJSON_AddStringToObject(j, "rm_head", k_head[o->rm_head]);
     if (!dt_obj_generates(o->kind)) return;
@@ -143,6 +148,8 @@ void dt_objective_read_json(dt_jobj *root, dt_objective *o, dt_error *err) {
         if (!j.failed && dt_jobj_has(&j, "pref_loss") && !dt_jobj_enum(&j, "pref_loss", k_pref, DT_PREF_COUNT, &v, err))
             o->pref_loss = (dt_pref_loss)v;
         if (!j.failed && dt_jobj_has(&j, "pref_beta")) dt_jobj_num(&j, "pref_beta", DT_JNUM_NONNEG, &o->pref_beta, err);
+        if (!j.failed && dt_jobj_has(&j, "label_smoothing"))   /* optional: 0 */
+            dt_jobj_num(&j, "label_smoothing", DT_JNUM_NONNEG, &o->label_smoothing, err);
     }
     if (!j.failed && o->kind == DT_OBJ_RM && dt_jobj_has(&j, "rm_head") &&   /* optional: score */
         !dt_jobj_enum(&j, "rm_head", k_head, 2, &v, err))

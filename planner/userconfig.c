@@ -1142,7 +1142,12 @@ static int finish_objective(reader *r, dt_error *err) {
                        dt_pref_loss_name(o->pref_loss));
     ft_note(r, P_FTX, DT_UKEY_NO_EFFECT, "an SFT term on the chosen responses' log-probs, already computed");
     ft_note(r, P_BCO, DT_UKEY_NO_EFFECT, "BCO's term on the same log-probs: scalars per pair");
-    ft_note(r, P_SMOOTH, DT_UKEY_NO_EFFECT, "changes the loss value, not its cost");
+    if (r->ft[P_SMOOTH].set) {   /* cDPO's epsilon: LLaMA-Factory's sigmoid loss takes it (range as hparams) */
+        const double e = num_of(&r->ft[P_SMOOTH].v);
+        if (!(e >= 0 && e < 0.5)) return ft_fail(r, P_SMOOTH, err, "must be in [0, 0.5) (default 0)");
+        o->label_smoothing = e;
+        ft_note(r, P_SMOOTH, DT_UKEY_USED, "the plan's dpo label smoothing (changes the loss value, not its cost)");
+    }
     ft_note(r, P_LD_ALPHA, DT_UKEY_NO_EFFECT, "weights the log-probs of the verbose tokens: elementwise");
     ft_note(r, P_SIMPO_GAMMA, DT_UKEY_NO_EFFECT, "%s", o->pref_loss == DT_PREF_SIMPO ? "simpo's margin: a scalar"
                                                                                      : "used only with pref_loss: simpo");

@@ -196,6 +196,7 @@ static void objective_keys(const dt_plan *p, xlist *l, char *notes, size_t n) {
     add_str(l, "pref_loss", NULL, dt_pref_loss_name(o->pref_loss))->dflt = "sigmoid";
     add_num(l, "pref_beta", NULL, o->pref_beta);
     l->k[l->n - 1].dflt = "0.1";
+    if (o->label_smoothing != 0.0) add_num(l, "dpo_label_smoothing", NULL, o->label_smoothing);
     if (o->precompute_ref)
         note(notes, n, used, "LLaMA-Factory has no precomputed reference log-probs: its dpo holds the reference "
                              "(TRL's precompute_ref_log_probs says it)");

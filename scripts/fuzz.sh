@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-60}
 B=${2:-build-fuzz}
-TARGETS="json plan dsconfig userconfig userexport hfconfig safetensors weights shard tokenizer pairdoc ckpt_state adapter image"
+TARGETS="json plan dsconfig userconfig userexport hfconfig safetensors weights shard tokenizer pairdoc ckpt_state adapter image pairshard"
 command -v clang >/dev/null || { echo "fuzz: clang missing (scripts/setup.sh installs it)" >&2; exit 1; }
 CC=clang cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDT_FUZZ=ON -DDT_SANITIZE=ON \
     -DDT_WITH_CUDA=OFF -DBUILD_TESTING=OFF >/dev/null

@@ -20,6 +20,7 @@ from collections import defaultdict
 from types import SimpleNamespace as NS
 
 import torch
+from trl_stand_in import Acc
 import torch.nn.functional as F
 import trl
 from trl.trainer.dpo_trainer import DPOTrainer
@@ -40,20 +41,6 @@ def emit(name, t):
 def f32(*shape, scale=1.0, shift=0.0):
     """fp32-representable random values (the C side reads fp32)"""
     return (torch.randn(*shape, generator=g, dtype=torch.float32) * scale + shift).double()
-
-
-class Acc:  # an accelerator of one process
-    num_processes = 1
-    device = torch.device("cpu")
-    sync_gradients = True
-
-    def gather(self, x):
-        return x
-
-    gather_for_metrics = gather
-
-    def reduce(self, x, reduction="sum"):
-        return x
 
 
 def stand_in(**kw):

@@ -251,6 +251,8 @@ static int push_objective(int *n, int argc, char **argv, FILE *rep, const dt_use
     if (o->kind == DT_OBJ_DPO) {
         rc |= push_opt(n, argc, argv, rep, "--pref-loss", dt_pref_loss_name(o->pref_loss));
         exact(o->pref_beta, v, sizeof v), rc |= push_opt(n, argc, argv, rep, "--pref-beta", v);
+        if (o->label_smoothing != 0.0)
+            exact(o->label_smoothing, v, sizeof v), rc |= push_opt(n, argc, argv, rep, "--label-smoothing", v);
     }
     return rc;
 }

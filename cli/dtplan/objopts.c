@@ -22,6 +22,7 @@ static const struct {
     [OBJ_GEN_BATCH] = {"--gen-batch", "16"},       [OBJ_PLACEMENT] = {"--placement", "colocated"},
     [OBJ_GEN_MEM] = {"--gen-mem-fraction", "0.3"},  [OBJ_PREF_LOSS] = {"--pref-loss", "sigmoid"},
     [OBJ_PREF_BETA] = {"--pref-beta", "0.1"},      [OBJ_RM_HEAD] = {"--rm-head", "value"},
+    [OBJ_LABEL_SMOOTHING] = {"--label-smoothing", "0.1"},
 };
 
 int dt_obj_args_take(dt_obj_args *a, int argc, char **argv, int *i, const char *cmd) {
@@ -54,6 +55,7 @@ void dt_obj_usage(FILE *f) {
                "  --pref-loss L         dpo: sigmoid (default) | hinge | ipo | kto_pair | orpo | simpo (LLaMA-Factory's\n"
                "                        pref_loss; orpo and simpo hold no reference model)\n"
                "  --pref-beta B         dpo: the loss's beta (default 0.1; no effect on memory or time)\n"
+               "  --label-smoothing E   dpo sigmoid: conservative DPO's label smoothing in [0, 0.5) (default 0)\n"
                "  --rm-head H           rm: score (default: a classifier head instead of the LM head) | value (a value\n"
                "                        head beside the LM head, whose logits stay: LLaMA-Factory's rm stage)\n"
                "  --num-generations G   grpo: completions per prompt (default 8; must divide the global batch)\n"
@@ -107,6 +109,10 @@ int dt_obj_args_apply(const dt_obj_args *a, dt_plan *p) {
     if (a->v[OBJ_PREF_LOSS] && dt_pref_loss_parse(a->v[OBJ_PREF_LOSS], &o.pref_loss, &pe))
         return dt_cli_fail(2, "--pref-loss: %s (e.g. --pref-loss sigmoid)", pe.msg);
     if (a->v[OBJ_PREF_BETA] && real(a, OBJ_PREF_BETA, &o.pref_beta)) return 2;
+    if (a->v[OBJ_LABEL_SMOOTHING] && real(a, OBJ_LABEL_SMOOTHING, &o.label_smoothing)) return 2;
+    if (a->v[OBJ_LABEL_SMOOTHING] && k != DT_OBJ_DPO)
+        return dt_cli_fail(2, "--label-smoothing is a dpo setting, not %s's (drop it, or use --objective dpo)",
+                           dt_obj_name(k));
     if (a->v[OBJ_RM_HEAD] && dt_rm_head_parse(a->v[OBJ_RM_HEAD], &o.rm_head, &pe))
         return dt_cli_fail(2, "--rm-head: %s (e.g. --rm-head value)", pe.msg);
     for (int i = OBJ_PREF_LOSS; i <= OBJ_RM_HEAD; i++)

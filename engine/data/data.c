@@ -437,20 +437,22 @@ uint64_t dt_rng_next(uint64_t *state) {
     return z ^ (z >> 31);
 }
 
-static void make_perm(dt_loader *l) {
-    for (int64_t i = 0; i < l->count; i++) l->perm[i] = i;
-    if (!l->shuffle) return;
+void dt_epoch_perm(int64_t *perm, int64_t n, int shuffle, uint64_t seed, int64_t epoch) {
+    for (int64_t i = 0; i < n; i++) perm[i] = i;
+    if (!shuffle) return;
     /* the epoch's permutation depends only on (seed, epoch) */
-    uint64_t st = l->seed;
-    uint64_t key = dt_rng_next(&st) ^ (uint64_t)l->pos.epoch;
+    uint64_t st = seed;
+    uint64_t key = dt_rng_next(&st) ^ (uint64_t)epoch;
     st = key;
-    for (int64_t i = l->count - 1; i > 0; i--) {
+    for (int64_t i = n - 1; i > 0; i--) {
         int64_t j = (int64_t)(dt_rng_next(&st) % (uint64_t)(i + 1));
-        int64_t t = l->perm[i];
-        l->perm[i] = l->perm[j];
-        l->perm[j] = t;
+        int64_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
     }
 }
+
+static void make_perm(dt_loader *l) { dt_epoch_perm(l->perm, l->count, l->shuffle, l->seed, l->pos.epoch); }
 
 int dt_loader_create(const dt_corpus *c, int64_t seq_len, int64_t B, int64_t first,
                      int64_t count, int shuffle, uint64_t seed, int rank, int world,

@@ -125,5 +125,9 @@ int dt_shard_write(const char *path, const uint16_t *tokens, int64_t n, dt_error
 
 /* 64-bit deterministic generator used for shuffling (splitmix64). */
 uint64_t dt_rng_next(uint64_t *state);
+/* The loader's order of n items in epoch `epoch`: Fisher-Yates from splitmix64 keyed by
+ * (seed, epoch), or the identity without shuffle (the pair loader of the rm / dpo
+ * objectives walks its pairs in the same order a dt_loader walks windows). */
+void dt_epoch_perm(int64_t *perm, int64_t n, int shuffle, uint64_t seed, int64_t epoch);
 
 #endif

@@ -57,10 +57,12 @@ typedef enum {
     DT_PREP_JSONL = 1,   /* JSON Lines, {"text": "..."} per line: pretraining */
     DT_PREP_CHAT = 2,    /* JSON Lines of {"messages": [{"role", "content"}...]} or
                             {"instruction", "input", "output"}: SFT with a loss mask */
-    DT_PREP_LLAVA = 3    /* LLaVA's JSON (a list of {"id", "image", "conversations": [{"from":
+    DT_PREP_LLAVA = 3,   /* LLaVA's JSON (a list of {"id", "image", "conversations": [{"from":
                             "human"|"gpt", "value"}...]}, llava_v1_5_mix665k.json): SFT with
                             a loss mask, each <image> expanded to image_tokens placeholders,
                             the images preprocessed into pixel shards (dt_pixshard.h) */
+    DT_PREP_PAIRS = 4    /* JSON Lines of preference pairs (dt_pairdoc.h: TRL's and LLaMA-Factory's
+                            fields, plain or chat) into pair shards (dt_pairshard.h) */
 } dt_prep_format;
 
 /* what a record whose image cannot be used does (--on-bad-image) */
@@ -99,6 +101,9 @@ typedef struct dt_prep_opts {
     int image_tokens;                /* placeholders per image (DT_PREP_IMAGE_TOKENS) */
     dt_bad_image on_bad_image;
     uint64_t max_image_pixels;       /* DT_IMAGE_MAX_PIXELS */
+    int64_t max_len;                 /* DT_PREP_PAIRS: the sequence length a pair must fit (--seq; a
+                                      * prompt of max_len tokens or more is refused, a longer side cut to
+                                      * it as TRL's truncation does); 0: no limit */
     volatile sig_atomic_t *stop;     /* set (by a signal handler) to stop at the next batch; may be NULL */
     void (*progress)(const dt_prep_progress *p, void *arg);   /* after each batch; may be NULL */
     void *progress_arg;
@@ -139,5 +144,33 @@ int dt_prep_read_llava_config(const char *path, int64_t *image_token_id, int *im
  * prepare's output stays whole), except for out/.prepare-tmp/ when the process itself
  * is killed. */
 int dt_prepare(const dt_prep_opts *o, dt_prep_result *res, dt_error *err);
+/* DT_PREP_PAIRS (not dt_prepare's): every input JSONL file's records tokenized as TRL does
+ * (dt_pairdoc_encode), shuffled by the seed, split, written as pair shards train/ and val/
+ * (dt_pairshard.h) and prepare.json ("input_format": "pairs"). The first bad record stops it
+ * with one line naming PATH:LINE; nothing is written then. res: docs = pairs, tokens = both
+ * sides', trained = completion tokens. */
+int dt_prepare_pairs(const dt_prep_opts *o, dt_prep_result *res, dt_error *err);
+
+/* Staging shared by the formats (prepare.c): the output directory checked (only a previous
+ * prepare's files), created (*created: it was absent), out/.prepare-tmp made empty (its path
+ * in stage, n bytes); commit moves stage's train/ and val/ (where shards[s] > 0) and its
+ * prepare.json into out, replacing a previous output; abort removes the stage (and out when
+ * created). dt_prep_shard_name: a shard's path in its split ("train/train-000000.bin"). */
+int dt_prep_stage_open(const char *out, char *stage, size_t n, int *created, dt_error *err);
+int dt_prep_stage_commit(const char *out, const char *stage, const int shards[2], dt_error *err);
+void dt_prep_stage_abort(const char *out, const char *stage, int created);
+void dt_prep_shard_name(int split, int index, char *out, size_t n);
+/* prepare.json's entry of split s: count_key (documents, pairs) = r->docs[s], tokens,
+ * trained_tokens and the shards' names. */
+struct cJSON;
+struct cJSON *dt_prep_manifest_split(const dt_prep_result *r, int s, const char *count_key);
+/* Writes root (freed here) as path atomically. */
+int dt_prep_manifest_write(struct cJSON *root, const char *path, dt_error *err);
+/* The order and split of N records: val_fraction (DT_PREP_VAL_AUTO: DT_PREP_VAL_FRACTION, none
+ * for one record) rounded up as datasets' train_test_split, *n_val the first of the order
+ * (*perm, malloc'd: Fisher-Yates from splitmix64 seeded with seed alone); *used the fraction.
+ * DT_EINVAL when it leaves no training record (what names them). */
+int dt_prep_split(uint64_t N, double val_fraction, uint64_t seed, const char *what, uint64_t **perm,
+                  uint64_t *n_val, double *used, dt_error *err);
 
 #endif

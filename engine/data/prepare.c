@@ -893,8 +893,22 @@ static int run_batches(prep *p, const uint64_t *perm, uint64_t n_val, dt_error *
 
 /* ---------------------------------------------------------------- manifest, commit */
 
-static const char *const FORMAT_NAMES[] = {"text", "jsonl", "chat", "llava"};
+static const char *const FORMAT_NAMES[] = {"text", "jsonl", "chat", "llava", "pairs"};
 static const char *const CHAT_NAMES[] = {"chatml", "llama3"};
+
+cJSON *dt_prep_manifest_split(const dt_prep_result *r, int s, const char *count_key) {
+    cJSON *sp = cJSON_CreateObject(), *sh = cJSON_CreateArray();
+    cJSON_AddNumberToObject(sp, count_key, (double)r->docs[s]);
+    cJSON_AddNumberToObject(sp, "tokens", (double)r->tokens[s]);
+    cJSON_AddNumberToObject(sp, "trained_tokens", (double)r->trained[s]);
+    for (int k = 0; k < r->shards[s]; k++) {
+        char q[64];
+        shard_file(s, k, q, sizeof q);
+        cJSON_AddItemToArray(sh, cJSON_CreateString(q));
+    }
+    cJSON_AddItemToObject(sp, "shards", sh);
+    return sp;
+}
 
 static int write_manifest(const prep *p, const char *path, dt_error *err) {
     const dt_prep_opts *o = p->o;
@@ -950,17 +964,8 @@ static int write_manifest(const prep *p, const char *path, dt_error *err) {
     cJSON_AddNumberToObject(root, "skipped_documents", (double)r->skipped_docs);
     cJSON_AddNumberToObject(root, "input_bytes", (double)r->bytes);
     for (int s = 0; s < 2; s++) {
-        cJSON *sp = cJSON_CreateObject(), *sh = cJSON_CreateArray();
         const char *name = split_name(s);
-        cJSON_AddNumberToObject(sp, "documents", (double)r->docs[s]);
-        cJSON_AddNumberToObject(sp, "tokens", (double)r->tokens[s]);
-        cJSON_AddNumberToObject(sp, "trained_tokens", (double)r->trained[s]);
-        for (int k = 0; k < r->shards[s]; k++) {
-            char q[64];
-            shard_file(s, k, q, sizeof q);
-            cJSON_AddItemToArray(sh, cJSON_CreateString(q));
-        }
-        cJSON_AddItemToObject(sp, "shards", sh);
+        cJSON *sp = dt_prep_manifest_split(r, s, "documents");
         if (o->format == DT_PREP_LLAVA) {   /* beside each token shard: NAME.px (dt_pixshard.h) */
             cJSON *pxs = cJSON_CreateArray();
             for (int k = 0; k < r->shards[s]; k++) {
@@ -975,6 +980,10 @@ static int write_manifest(const prep *p, const char *path, dt_error *err) {
         cJSON_AddItemToObject(splits, name, sp);
     }
     cJSON_AddItemToObject(root, "splits", splits);
+    return dt_prep_manifest_write(root, path, err);
+}
+
+int dt_prep_manifest_write(struct cJSON *root, const char *path, dt_error *err) {
     char *text = dt_json_print(root);
     cJSON_Delete(root);
     if (!text) return dt_errorf(err, DT_ENOMEM, "%s: out of memory", path);
@@ -986,8 +995,9 @@ static int write_manifest(const prep *p, const char *path, dt_error *err) {
 /* Moves the staged output into out: the old prepare.json goes first (the directory no
  * longer claims a complete output), then the old shards, then the new ones move in and
  * the new prepare.json last. */
-static int commit(prep *p, dt_error *err) {
-    const char *out = p->o->out;
+static int commit(prep *p, dt_error *err) { return dt_prep_stage_commit(p->o->out, p->stage, p->res->shards, err); }
+
+int dt_prep_stage_commit(const char *out, const char *stage, const int shards[2], dt_error *err) {
     char from[PATH_BYTES], to[PATH_BYTES];
     int rc = clear_manifest(out, err);
     if (!rc) rc = dt_fsync_dir(out, err);
@@ -995,18 +1005,68 @@ static int commit(prep *p, dt_error *err) {
         const char *name = split_name(s);
         join(to, sizeof to, out, name);
         if ((rc = clear_split(to, name, err))) break;
-        join(from, sizeof from, p->stage, name);
-        if (p->res->shards[s] && rename(from, to))
+        join(from, sizeof from, stage, name);
+        if (shards[s] && rename(from, to))
             rc = dt_errorf(err, DT_EIO, "%s: cannot move into place: %s", to, strerror(errno));
     }
-    join(from, sizeof from, p->stage, DT_PREP_MANIFEST);
+    join(from, sizeof from, stage, DT_PREP_MANIFEST);
     join(to, sizeof to, out, DT_PREP_MANIFEST);
     if (!rc && rename(from, to)) rc = dt_errorf(err, DT_EIO, "%s: cannot move into place: %s", to, strerror(errno));
-    if (!rc && rmdir(p->stage)) rc = dt_errorf(err, DT_EIO, "%s: cannot remove: %s", p->stage, strerror(errno));
+    if (!rc && rmdir(stage)) rc = dt_errorf(err, DT_EIO, "%s: cannot remove: %s", stage, strerror(errno));
     return rc ? rc : dt_fsync_dir(out, err);
 }
 
 /* ---------------------------------------------------------------- the run */
+
+int dt_prep_stage_open(const char *out, char *stage, size_t n, int *created, dt_error *err) {
+    int rc = check_out(out, err);
+    if (rc) return rc;
+    struct stat st;
+    *created = stat(out, &st) != 0;
+    if ((rc = dt_mkdirs(out, err))) return rc;
+    if (join(stage, n, out, DT_PREP_STAGING)) return dt_errorf(err, DT_EINVAL, "%s: output path too long", out);
+    if ((rc = clear_stage(stage, err))) return rc;
+    if (mkdir(stage, 0755)) return dt_errorf(err, DT_EIO, "%s: cannot create: %s", stage, strerror(errno));
+    return DT_OK;
+}
+
+void dt_prep_stage_abort(const char *out, const char *stage, int created) {
+    dt_error ignored;
+    clear_stage(stage, &ignored);   /* what this run staged; the old output is untouched */
+    if (created) rmdir(out);
+}
+
+void dt_prep_shard_name(int split, int index, char *out, size_t n) { shard_file(split, index, out, n); }
+
+int dt_prep_split(uint64_t N, double val_fraction, uint64_t seed, const char *what, uint64_t **perm,
+                  uint64_t *n_val, double *used, dt_error *err) {
+    /* the split: Hugging Face datasets' train_test_split takes ceil(test_size x n) */
+    *n_val = 0;
+    double frac = val_fraction == DT_PREP_VAL_AUTO ? (N > 1 ? DT_PREP_VAL_FRACTION : 0.0) : val_fraction;
+    if (frac > 0) {
+        double v = frac * (double)N;
+        *n_val = (uint64_t)v;
+        if ((double)*n_val < v) (*n_val)++;
+        if (*n_val >= N)
+            return dt_errorf(err, DT_EINVAL,
+                             "--val-fraction %g of %llu %s(s) leaves none for training: give more %ss "
+                             "or --val-fraction 0",
+                             frac, (unsigned long long)N, what, what);
+    }
+    *used = frac;
+    /* the order: Fisher-Yates from splitmix64 seeded with the seed alone */
+    uint64_t *pm = malloc((size_t)(N ? N : 1) * sizeof *pm);
+    if (!pm) return dt_errorf(err, DT_ENOMEM, "out of memory for %llu %ss", (unsigned long long)N, what);
+    for (uint64_t i = 0; i < N; i++) pm[i] = i;
+    uint64_t state = seed;
+    for (uint64_t i = N - 1; N && i > 0; i--) {
+        uint64_t j = dt_rng_next(&state) % (i + 1), t = pm[i];
+        pm[i] = pm[j];
+        pm[j] = t;
+    }
+    *perm = pm;
+    return DT_OK;
+}
 
 void dt_prep_defaults(dt_prep_opts *o) {
     memset(o, 0, sizeof *o);
@@ -1069,6 +1129,8 @@ static int check_opts(const dt_prep_opts *o, dt_error *err) {
         if (o->max_image_pixels < 1) return dt_errorf(err, DT_EINVAL, "--max-image-pixels: must be >= 1");
         if (dt_clip_check(&o->clip, err)) return err->code;
     }
+    if (o->format == DT_PREP_PAIRS)
+        return dt_errorf(err, DT_EINTERNAL, "prepare: pairs are prepared by dt_prepare_pairs, not dt_prepare");
     if (o->format < DT_PREP_TEXT || o->format > DT_PREP_LLAVA || o->chat < DT_CHAT_CHATML || o->chat > DT_CHAT_LLAMA3)
         return dt_errorf(err, DT_EINTERNAL, "prepare: format %d / chat template %d out of range", o->format, o->chat);
     if (strlen(o->out) + sizeof "/" DT_PREP_STAGING "/" DT_PREP_TRAIN_DIR "/train-000000.bin.tmp" >= PATH_BYTES)
@@ -1106,14 +1168,8 @@ static int run(prep *p, int *created, dt_error *err) {
     p->piece = dt_tok_get_kind(p->tok) == DT_TOK_SENTENCEPIECE ? SPM_PIECE_BYTES : PIECE_BYTES;
 
     /* the output directory: checked, created, a stale staging folder removed */
-    if ((rc = check_out(o->out, err))) return rc;
-    struct stat st;
-    *created = stat(o->out, &st) != 0;
-    if ((rc = dt_mkdirs(o->out, err))) return rc;
+    if ((rc = dt_prep_stage_open(o->out, p->stage, sizeof p->stage, created, err))) return rc;
     if (stat(o->out, &p->out_st)) return dt_errorf(err, DT_EIO, "%s: cannot stat: %s", o->out, strerror(errno));
-    join(p->stage, sizeof p->stage, o->out, DT_PREP_STAGING);
-    if ((rc = clear_stage(p->stage, err))) return rc;
-    if (mkdir(p->stage, 0755)) return dt_errorf(err, DT_EIO, "%s: cannot create: %s", p->stage, strerror(errno));
 
     /* pass 1: the index */
     if (!(p->buf = malloc(PIECE_BYTES > READ_BLOCK ? PIECE_BYTES : READ_BLOCK)))
@@ -1131,31 +1187,10 @@ static int run(prep *p, int *created, dt_error *err) {
     r->skipped_docs = p->skipped_docs;
     r->bytes = p->bytes;
 
-    /* the split: Hugging Face datasets' train_test_split takes ceil(test_size x n) */
     const uint64_t N = p->n_docs;
-    uint64_t n_val = 0;
-    double frac = o->val_fraction == DT_PREP_VAL_AUTO ? (N > 1 ? DT_PREP_VAL_FRACTION : 0.0) : o->val_fraction;
-    if (frac > 0) {
-        double v = frac * (double)N;
-        n_val = (uint64_t)v;
-        if ((double)n_val < v) n_val++;
-        if (n_val >= N)
-            return dt_errorf(err, DT_EINVAL,
-                             "--val-fraction %g of %llu document(s) leaves none for training: give more documents "
-                             "or --val-fraction 0",
-                             frac, (unsigned long long)N);
-    }
-    r->val_fraction = frac;
-    /* the order: Fisher-Yates from splitmix64 seeded with the seed alone */
-    uint64_t *perm = malloc((size_t)N * sizeof *perm);
-    if (!perm) return dt_errorf(err, DT_ENOMEM, "out of memory for %llu documents", (unsigned long long)N);
-    for (uint64_t i = 0; i < N; i++) perm[i] = i;
-    uint64_t state = o->seed;
-    for (uint64_t i = N - 1; i > 0; i--) {
-        uint64_t j = dt_rng_next(&state) % (i + 1), t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
+    uint64_t n_val = 0, *perm = NULL;
+    if ((rc = dt_prep_split(N, o->val_fraction, o->seed, "document", &perm, &n_val, &r->val_fraction, err)))
+        return rc;
     p->prepare_id = run_id(p);
     for (int s = 0; s < 2; s++) {
         dt_shard_header *h = &p->h[s];
@@ -1208,11 +1243,7 @@ int dt_prepare(const dt_prep_opts *o, dt_prep_result *res, dt_error *err) {
     }
     for (int i = 0; i < FD_CACHE; i++)
         if (p->fds[i].fd >= 0) close(p->fds[i].fd);
-    if (rc && p->stage[0]) {
-        dt_error ignored;
-        clear_stage(p->stage, &ignored);   /* what this run staged; the old output is untouched */
-        if (created) rmdir(o->out);
-    }
+    if (rc && p->stage[0]) dt_prep_stage_abort(o->out, p->stage, created);
     dt_tok_free(p->tok);
     for (uint64_t i = 0; i < p->n_files; i++) free(p->files[i]);
     free(p->files);

@@ -140,6 +140,9 @@ typedef struct dt_lm_tp {
  * must be bound (dt_lm_bind_group) before a pass, as a ZeRO-3 engine does, so the
  * process never holds the whole model (dt_zero_init_random). */
 #define DT_LM_NO_FLAT 1u
+/* DT_LM_FORWARD_ONLY: a frozen model that only runs forwards (dpo's reference): no gradient
+ * buffer is allocated and dt_lm_backward / _backward_logits are DT_EINVAL. */
+#define DT_LM_FORWARD_ONLY 2u
 /* Everything dt_lm_create_opts takes besides the model and precision. */
 typedef struct dt_lm_options {
     int64_t B, T;               /* micro-batch, sequence length (<= max_pos) */
@@ -219,6 +222,10 @@ int64_t dt_lm_first_trained_layer(const dt_lm *g);
  * masks of key) or off (evaluation, as PEFT under model.eval()). Off at creation. A forward
  * and its backward must see the same key: the backward regenerates the masks from it. */
 void dt_lm_set_dropout(dt_lm *g, int on, uint64_t key);
+/* LoRA adapters on (default) or off for the following forwards: off, a LoRA model computes its
+ * frozen base alone (PEFT's disable_adapter(), the reference of TRL's DPO under LoRA); a
+ * backward after a forward with them off is DT_EINVAL. No effect without LoRA. */
+void dt_lm_set_adapters(dt_lm *g, int on);
 /* The key of micro-batch `micro` (0-based, this rank's) of optimizer step `step` (0-based)
  * under seed: splitmix64(splitmix64(seed, step + 1), micro + 1). */
 uint64_t dt_lm_dropout_key(uint64_t seed, int64_t step, int64_t micro);
@@ -293,9 +300,21 @@ int dt_lm_forward(dt_lm *g, const int32_t *inputs, const int32_t *targets, float
 int dt_lm_backward(dt_lm *g, float grad_scale, dt_error *err);
 void dt_lm_zero_grad(dt_lm *g);
 /* fp32 logits [B, T, V] of the last forward (after dt_lm_backward the buffer
- * holds the logit gradients instead); under tensor parallelism this rank's
- * vocabulary columns [B, T, V / tp]. */
+ * holds the logit gradients instead). V is the vocabulary, or a sequence classifier's
+ * num_labels (dt_model.num_labels: the head DT_LM_SCORE_HEAD); under tensor
+ * parallelism this rank's vocabulary columns [B, T, V / tp]. */
 const float *dt_lm_logits(const dt_lm *g);
+/* A loss of the caller's own (docs/objectives.md "In dtrun"): after a forward (targets
+ * may be NULL) the caller overwrites the logits buffer with dL/dlogits [B, T, V] (fp32,
+ * already scaled by 1/accum and the loss scale; host memory on the CPU, device memory
+ * elsewhere) and dt_lm_backward_logits back-propagates it, gradients accumulated as
+ * dt_lm_backward's. DT_EINVAL without a preceding forward. */
+float *dt_lm_logits_mut(dt_lm *g);
+/* The logits' last dimension: the vocabulary, or num_labels of a sequence classifier. */
+int64_t dt_lm_logits_width(const dt_lm *g);
+int dt_lm_backward_logits(dt_lm *g, dt_error *err);
+/* The sequence classifier's head module (transformers' LlamaForSequenceClassification.score). */
+#define DT_LM_SCORE_HEAD "score"
 
 /* 1 if every gradient (through the bound group pointers) is finite, 0 if any is
  * inf or NaN: the overflow test of fp16 dynamic loss scaling. */

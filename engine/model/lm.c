@@ -291,6 +291,10 @@ static int check_options(const dt_model *m, const dt_lm_options *o, dt_error *er
     if (o->ckpt_layers < 0 || o->ckpt_layers > m->n_layer)
         return dt_errorf(err, DT_EINVAL, "model: checkpointed layers %lld outside 0..%lld",
                          (long long)o->ckpt_layers, (long long)m->n_layer);
+    if (m->num_labels > 0 && m->family != DT_FAMILY_LLAMA)
+        return dt_errorf(err, DT_EINVAL, "model: a sequence classifier (num_labels %lld, a reward model) is built for "
+                         "the llama family (Llama, Qwen2, Qwen3) only, not %s", (long long)m->num_labels,
+                         dt_family_name(m->family));
     if (o->attn != DT_ATTN_FLASH && o->attn != DT_ATTN_MATERIALIZED)
         return dt_errorf(err, DT_EINVAL, "model: unknown attention kind %d", (int)o->attn);
     return DT_OK;
@@ -307,12 +311,15 @@ static void configure(dt_lm *g, const dt_model *m, const dt_precision *prec, con
     g->H = m->n_head;
     g->Hkv = m->n_kv_head;
     g->family->configure(g, m);
+    g->seq_cls = m->num_labels > 0;
+    if (g->seq_cls) g->tied = 0;   /* a sequence classifier's score is its own matrix */
     g->QD = g->H * g->D;
     g->KVD = g->Hkv * g->D;
     g->F = m->ffn;
     g->V = m->vocab;
     g->tp = o->tp;
     lm_tp_configure(g);
+    g->Vout = m->num_labels > 0 ? m->num_labels : g->V;   /* after the TP split: this rank's rows */
     g->L = m->n_layer;
     g->maxT = m->max_pos;
     g->K = o->ckpt_layers;
@@ -436,24 +443,25 @@ int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_o
         return rc;
     }
 
-    int64_t N = B * T, C = g->C, V = g->V;
+    int64_t N = B * T, C = g->C, V = g->V, Vout = g->Vout;
     const int flat = !(o->flags & DT_LM_NO_FLAT);
+    g->forward_only = (o->flags & DT_LM_FORWARD_ONLY) != 0;
     if (flat) {
         g->params = dev->alloc(DT_POOL_DEVICE, DT_MEM_PARAMS, g->nparams * (size_t)g->psz);
-        g->grads = dev->alloc(DT_POOL_DEVICE, DT_MEM_GRADS, g->nparams * (size_t)g->gsz);
+        if (!g->forward_only) g->grads = dev->alloc(DT_POOL_DEVICE, DT_MEM_GRADS, g->nparams * (size_t)g->gsz);
     }
     /* the base set: replicated, never rebound (DT_MEM_PARAMS) */
     if (g->nbase_params) g->base = dev->alloc(DT_POOL_DEVICE, DT_MEM_PARAMS, g->nbase_params * (size_t)g->bsz);
     g->act_bytes = layout_acts(g, NULL);
     g->act_mem = dev->alloc(DT_POOL_DEVICE, DT_MEM_ACTIVATIONS, g->act_bytes);
-    int ok = (!flat || (g->params && g->grads)) && g->act_mem && (!g->nbase_params || g->base);
+    int ok = (!flat || (g->params && (g->grads || g->forward_only))) && g->act_mem && (!g->nbase_params || g->base);
     if (ok) layout_acts(g, g->act_mem);
     for (int grp = 0; grp < g->ngroups && flat; grp++) {   /* else unbound until dt_lm_bind_group */
         g->gparams[grp] = lm_tensor_ptr(g->params, g->group_off[grp], g->psz);
-        g->ggrads[grp] = lm_tensor_ptr(g->grads, g->group_off[grp], g->gsz);
+        g->ggrads[grp] = g->grads ? lm_tensor_ptr(g->grads, g->group_off[grp], g->gsz) : NULL;
     }
 
-    g->logits = buf(g, sizeof(float) * N * V);
+    g->logits = buf(g, sizeof(float) * N * Vout);   /* [N, Vout] */
     g->ce_lse = buf(g, sizeof(float) * N);
     g->ce_losses = buf(g, sizeof(float) * N);
     g->inputs = buf(g, sizeof(int32_t) * N);
@@ -478,7 +486,7 @@ int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_o
         g->max_group_numel = (size_t)(g->maxT * C);
     if (norm_numel(g) > g->max_group_numel) g->max_group_numel = norm_numel(g);
     g->vchunk = (int64_t)(g->max_group_numel / (size_t)C);
-    if (g->vchunk > V) g->vchunk = V;
+    if (g->vchunk > Vout) g->vchunk = Vout;
     for (int grp = 0; grp < g->ngroups; grp++)   /* the base part of each group converted whole */
         if (g->bgroup_numel[grp] > g->max_bgroup_numel) g->max_bgroup_numel = g->bgroup_numel[grp];
     if (g->pt != DT_DTYPE_FP32 || (g->nbase_params && g->bt != DT_DTYPE_FP32))
@@ -666,7 +674,7 @@ static dt_dtype cls_dtype(const dt_lm *g) { return lm_slot_dtype(g, g->cls); }
 /* logits[N, V] = lnf[N, C] @ W[V, C]^T, W the embedding (tied) or lm_head. lnf:
  * the saved activation, lnf32 its fp32 view (unused with gemm16). */
 static int classifier_forward_run(dt_lm *g, const void *lnf, const float *lnf32) {
-    int64_t N = g->B * g->T, C = g->C, V = g->V;
+    int64_t N = g->B * g->T, C = g->C, V = g->Vout;
     if (g->gemm16)   /* one bf16 GEMM on the stored lnf and matrix */
         return g->dev->gemm_ex(0, 1, N, V, C, 1.0f, lnf, g->at, C, cls_params(g), cls_dtype(g), C, 0.0f,
                                g->logits, DT_DTYPE_FP32, V);
@@ -687,7 +695,7 @@ static int classifier_forward_run(dt_lm *g, const void *lnf, const float *lnf32)
 static int classifier_forward(dt_lm *g, const void *lnf, const float *lnf32) {
     lm_prof_mark m = lm_prof_begin(g);
     int rc = classifier_forward_run(g, lnf, lnf32);
-    lm_prof_end(g, DT_LM_OP_CLASSIFIER, m, 2.0 * (double)(g->B * g->T) * (double)g->C * (double)g->V);
+    lm_prof_end(g, DT_LM_OP_CLASSIFIER, m, 2.0 * (double)(g->B * g->T) * (double)g->C * (double)g->Vout);
     return rc;
 }
 
@@ -741,7 +749,7 @@ static int encoder_tp_reduce(dt_lm *g, float *x0) {
 
 int dt_lm_forward(dt_lm *g, const int32_t *inputs, const int32_t *targets, float *loss,
                     dt_error *err) {
-    int64_t B = g->B, T = g->T, C = g->C, N = B * T, V = g->V;
+    int64_t B = g->B, T = g->T, C = g->C, N = B * T, V = g->Vout;
     int rc;
     if (!inputs) return dt_errorf(err, DT_EINVAL, "model: forward needs input tokens");
     int64_t counted = N;
@@ -762,6 +770,7 @@ int dt_lm_forward(dt_lm *g, const int32_t *inputs, const int32_t *targets, float
     g->dev->handoff(DT_STREAM_H2D, DT_STREAM_COMPUTE);
     g->have_targets = 0;
     lm_tp_localize_inputs(g);   /* tensor parallelism: this rank's vocabulary rows */
+    g->have_forward = 0;
 
     /* group 0: encoder x[0] = wte[tokens] + wpe[0..T) */
     if ((rc = hook(g, g->hooks.before_forward, 0, err, "before_forward"))) return rc;
@@ -830,6 +839,7 @@ int dt_lm_forward(dt_lm *g, const int32_t *inputs, const int32_t *targets, float
         g->counted = counted;
         g->have_targets = 1;
     }
+    g->have_forward = 1;
     return DT_OK;
 }
 
@@ -840,7 +850,7 @@ int dt_lm_forward(dt_lm *g, const int32_t *inputs, const int32_t *targets, float
  * dlogits^T @ lnf (W [V, C]). lnf: the saved activation, lnf32 its fp32 view
  * (unused with gemm16). DT_OK or a GEMM's error. */
 static int classifier_backward(dt_lm *g, const void *lnf, const float *lnf32, float *dlnf) {
-    int64_t N = g->B * g->T, C = g->C, V = g->V;
+    int64_t N = g->B * g->T, C = g->C, V = g->Vout;
     const int grp = g->cls_group;
     const size_t off = g->cls.off;
     const int trained = g->cls.set == DT_LM_SET_TRAINED;   /* a frozen matrix: no dW GEMM */
@@ -960,9 +970,10 @@ static void encoder_backward(dt_lm *g) {
     for (int64_t n = 0; n < N; n++) g->h_tok_head[g->h_inputs[n]] = -1;
 }
 
+static int backward_from_dlogits(dt_lm *g, dt_error *err);
+
 int dt_lm_backward(dt_lm *g, float grad_scale, dt_error *err) {
-    int64_t B = g->B, T = g->T, C = g->C, N = B * T, V = g->V;
-    int rc;
+    int64_t N = g->B * g->T, V = g->Vout;
     if (!g->have_targets)
         return dt_errorf(err, DT_EINVAL,
                          "model: backward needs a preceding forward with targets");
@@ -975,7 +986,30 @@ int dt_lm_backward(dt_lm *g, float grad_scale, dt_error *err) {
     if (g->tp) lm_tp_xent_backward(g, dloss);
     else g->dev->crossentropy_backward_inplace(g->logits, g->ce_lse, g->targets, dloss, N, V);
     lm_prof_end(g, DT_LM_OP_XENT, m, 0.0);
+    return backward_from_dlogits(g, err);
+}
 
+float *dt_lm_logits_mut(dt_lm *g) { return g->logits; }
+int64_t dt_lm_logits_width(const dt_lm *g) { return g->Vout; }
+
+void dt_lm_set_adapters(dt_lm *g, int on) { g->lora_off = !on; }
+
+int dt_lm_backward_logits(dt_lm *g, dt_error *err) {
+    if (!g->have_forward)
+        return dt_errorf(err, DT_EINVAL, "model: backward needs a preceding forward");
+    g->have_targets = 0;
+    g->prof_pass = DT_LM_PASS_BWD;
+    return backward_from_dlogits(g, err);
+}
+
+/* The backward below the loss: g->logits holds dL/dlogits [N, Vout]. */
+static int backward_from_dlogits(dt_lm *g, dt_error *err) {
+    int64_t N = g->B * g->T, C = g->C;
+    int rc;
+    lm_prof_mark m;
+    g->have_forward = 0;
+    if (g->forward_only) return dt_errorf(err, DT_EINVAL, "model: a forward-only model has no backward");
+    if (g->lora_off) return dt_errorf(err, DT_EINVAL, "model: no backward of a forward with the adapters off");
     const float *lnf = lm_act_load_lin(g, g->lnf, g->w32.ln1, (size_t)(N * C));   /* [N, C] */
     int last = (int)g->L + 1;
     if (g->tied) {   /* group 0 first: the classifier is the embedding */

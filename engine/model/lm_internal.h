@@ -103,6 +103,10 @@ struct dt_lm {
     dt_family fam;
     const lm_family *family;    /* the family's layout, blocks and final norm (lm.c's table) */
     int64_t B, T, C, H, Hkv, D, QD, KVD, F, V, L, maxT, K;
+    int64_t Vout;               /* the classifier's rows: V, or a sequence classifier's num_labels */
+    int forward_only;           /* DT_LM_FORWARD_ONLY: no gradients */
+    int lora_off;               /* dt_lm_set_adapters(g, 0): forwards skip the LoRA adapters */
+    int seq_cls;                /* the classifier is a sequence classifier's score (dt_model.num_labels) */
     int qk_norm, qkv_bias, tied;   /* llama family options (gpt2: 0, 1, 1) */
     float eps;
     dt_attention attn;
@@ -219,6 +223,7 @@ struct dt_lm {
     dt_lm_pass prof_pass;
 
     int have_targets;         /* last forward had targets */
+    int have_forward;         /* a forward ran since the last backward (dt_lm_backward_logits) */
     int64_t counted;          /* its targets that carry loss (not DT_IGNORE_INDEX) */
 };
 

@@ -18,6 +18,8 @@
 
 /* 1 when the method trains the tensor d declares (every tensor under full fine-tuning) */
 static int decl_trained(const dt_lm *g, const lm_tensor_decl *d) {
+    /* a sequence classifier's head is new: always trained (PEFT's SEQ_CLS modules_to_save) */
+    if (g->seq_cls && !strcmp(d->module, DT_LM_SCORE_HEAD)) return 1;
     return !g->pg || dt_pgroups_tensor_trained(g->pg, d->module, d->tensor, d->layer);
 }
 
@@ -180,11 +182,12 @@ void lm_layout_head(dt_lm *g, const dt_model_desc *d, lm_layout *lo) {
     g->norm_numel = lo->foff - base;
     /* the classifier matrix [V, C]: the embedding (tied) or lm_head after the norm */
     g->cls_group = g->tied ? 0 : last;
-    if (!g->tied) {
+    if (!g->tied) {   /* a sequence classifier's head: transformers' "score" [num_labels, C], no bias */
+        const char *head = g->seq_cls ? DT_LM_SCORE_HEAD : d->lm_head.name;
         char name[DT_TENSOR_NAME_MAX];
-        snprintf(name, sizeof name, "%s.weight", d->lm_head.name);
-        const lm_owner w = {d->lm_head.name, -1};
-        add_matrix(g, lo, last, name, w, d->lm_head.out, d->lm_head.in, g->family->init_std);
+        snprintf(name, sizeof name, "%s.weight", head);
+        const lm_owner w = {head, -1};
+        add_matrix(g, lo, last, name, w, g->Vout, d->lm_head.in, g->family->init_std);
     }
 }
 
@@ -338,6 +341,7 @@ static double lora_flops(const dt_lm *g, const lm_linear *lin, int64_t N) {
 static void lora_forward(dt_lm *g, const lm_linear *lin, const lm_params *P, float *out, const float *x,
                          int64_t N) {
     const int64_t r = g->lora_r, IC = lin->IC, OC = lin->OC;
+    if (g->lora_off) return;   /* dt_lm_set_adapters: the base model alone (dpo's reference) */
     for (int i = 0; i < lin->nlora; i++) {
         const lm_lora *a = &lin->lora[i];
         const float *A = lm_slot_f32(P, a->a), *B = lm_slot_f32(P, a->b);   /* [r, IC], [width, r] */

@@ -22,6 +22,7 @@
 #include "dt_memprobe.h"
 #include "dt_memreport.h"
 #include "dt_memtrack.h"
+#include "dt_objrun.h"
 #include "dt_optim.h"
 #include "dt_runadapter.h"
 #include "dt_rundir.h"
@@ -59,7 +60,12 @@ typedef struct {
     int base_fp_done;
     const dt_device_ops *dev;    /* the plan's device (cluster.device), bound to LOCAL_RANK's GPU on cuda */
     dt_lm *g;
+    dt_model model;              /* the policy's model: the plan's, as its objective configures it */
     dt_zero *z;
+    /* the objective's loss, data and extra models (dt_objrun.h); NULL: next-token cross-entropy */
+    const dt_objrun_ops *obj;
+    dt_objrun *objr;
+    dt_objrun_metrics step_m, eval_m;   /* the last step's and evaluation's objective metrics */
     dt_comm *comm;
     int own_comm, rank, world;
     /* tensor parallelism (layout.tp > 1): the TP and DP groups (NULL: none); the data, ZeRO
@@ -196,6 +202,16 @@ static int setup_global_count(trainer *t, dt_error *err) {
     return DT_OK;
 }
 
+/* The objective's data and models (rm / dpo: the preference pairs of train_path and data.valid). */
+static int open_objective(trainer *t, const char *train_path, const dt_corpus_opts *o, dt_error *err) {
+    const dt_objrun_ctx c = {.plan = t->plan, .model = &t->model, .comm = t->comm, .rank = t->rank,
+                             .world = t->world, .train_path = train_path, .valid_path = t->plan->data.valid,
+                             .fingerprint = o->fingerprint, .fingerprint_hint = o->fingerprint_hint, .log = t->log};
+    if (t->obj->open(&c, t->g, &t->objr, err)) return err->code;
+    snprintf(t->data_fp, sizeof t->data_fp, "%s", t->obj->data_fingerprint(t->objr));
+    return DT_OK;
+}
+
 static int setup_data(trainer *t, dt_error *err) {
     const dt_plan *p = t->plan;
     const dt_data *d = &p->data;
@@ -205,6 +221,7 @@ static int setup_data(trainer *t, dt_error *err) {
     dt_corpus_opts o = {.vocab = p->model.vocab};
     unsigned char fp[DT_SHARD2_FINGERPRINT_BYTES];
     if (expected_tokenizer(t, &e, &o, err)) return err->code;
+    if (t->obj) return open_objective(t, train_path, &o, err);
     if (dt_corpus_open_opts(train_path, d->format, &o, &t->train_c, err)) return err->code;
     if (dt_corpus_fingerprint(t->train_c, fp)) dt_sha256_hex(fp, t->data_fp);
     if (dt_corpus_has_mask(t->train_c)) {   /* SFT shards: read each step's micro-batches ahead */
@@ -264,7 +281,7 @@ static int check_resumed_data(trainer *t, const char *ckpt, dt_error *err) {
 static int init_base(trainer *t, dt_error *err) {
     const dt_plan *p = t->plan;
     if (p->output.init[0]) {
-        if (dt_weights_load_base(t->g, &p->model, t->src->precision.param, p->output.init, err))
+        if (dt_weights_load_base(t->g, &t->model, t->src->precision.param, p->output.init, err))
             return dt_error_prefix(err, "output.init");
         return DT_OK;
     }
@@ -282,7 +299,7 @@ static int init_weights(trainer *t, int64_t *resumed_from, dt_error *err) {
         if (step >= 0) {
             int64_t saved_world = 0;
             dt_memprobe_begin(DT_PHASE_CKPT_LOAD);
-            if (dt_ckpt_load_zero(path, t->g, &p->model, &p->precision, t->z, &t->st, &saved_world, err))
+            if (dt_ckpt_load_zero(path, t->g, &t->model, &p->precision, t->z, &t->st, &saved_world, err))
                 return err->code;
             dt_memprobe_end(DT_PHASE_CKPT_LOAD);
             if (dt_ckpt_check_base(path, t->g, t->src->precision.param, err)) return err->code;
@@ -292,24 +309,25 @@ static int init_weights(trainer *t, int64_t *resumed_from, dt_error *err) {
             if (t->opts->log && t->rank == 0 && saved_world != t->world)
                 fprintf(t->opts->log, "dtrun: optimizer state of %lld shard(s) resharded for %d rank(s), stage %d\n",
                         (long long)saved_world, t->world, p->parallel.zero_stage);
-            return dt_loader_set_pos(t->train_l, t->st.data, err);
+            return t->obj ? t->obj->set_pos(t->objr, t->st.data, err) : dt_loader_set_pos(t->train_l, t->st.data, err);
         }
         if (t->opts->log) fprintf(t->opts->log, "dtrun: no checkpoint in %s, starting from step 0\n", t->out_dir);
     }
     if (t->opts->init_adapter) {   /* LoRA adapters from a PEFT directory, over the base or the seed */
         dt_adapter *a = NULL;
         int rc = dt_run_adapter_open(p, t->opts->init_adapter, &a, err);
-        if (!rc && dt_weights_load_zero_adapter(t->z, t->g, &p->model, p->precision.param, p->output.init, a,
+        if (!rc && dt_weights_load_zero_adapter(t->z, t->g, &t->model, p->precision.param, p->output.init, a,
                                                 p->data.seed, err))
             rc = dt_error_prefix(err, "--init-adapter %s", t->opts->init_adapter);
         dt_adapter_free(a);
         if (rc) return rc;
     } else if (p->output.init[0]) {   /* stage 3: each rank reads only its shards of the file */
-        /* LoRA from a base model: the adapters it lacks start as PEFT starts them, from the seed */
-        if (dt_ft_is_lora(&p->finetune)
-                ? dt_weights_load_zero_seeded(t->z, t->g, &p->model, p->precision.param, p->output.init, p->data.seed,
+        /* LoRA from a base model: the adapters it lacks start as PEFT starts them, from the seed;
+         * a reward model from a causal LM: its score head as transformers initialises it */
+        if (dt_ft_is_lora(&p->finetune) || t->model.num_labels > 0
+                ? dt_weights_load_zero_seeded(t->z, t->g, &t->model, p->precision.param, p->output.init, p->data.seed,
                                               err)
-                : dt_weights_load_zero(t->z, t->g, &p->model, p->precision.param, p->output.init, err))
+                : dt_weights_load_zero(t->z, t->g, &t->model, p->precision.param, p->output.init, err))
             return dt_error_prefix(err, "output.init");
     } else if (dt_zero_init_random(t->z, p->data.seed, err)) {
         return err->code;
@@ -339,6 +357,11 @@ static int64_t next_batch(trainer *t, dt_loader *l, int32_t *inputs, int32_t *ta
 }
 
 static int evaluate(trainer *t, double *loss_out, dt_error *err) {
+    if (t->obj) {
+        dt_zero_set_micro(t->z, 0, err);
+        if (t->obj->evaluate(t->objr, t->g, loss_out, &t->eval_m, err)) return err->code;
+        return t->dev->synchronize(err);
+    }
     dt_loader_reset(t->valid_l);
     int64_t nb = t->plan->data.eval_batches > 0 ? t->plan->data.eval_batches : 1;
     int64_t avail = dt_loader_windows(t->valid_l) / t->plan->batch.micro_batch;
@@ -440,6 +463,11 @@ static int global_counted(trainer *t, int64_t *count, dt_error *err) {
     return DT_OK;
 }
 
+/* Where the training data stands (a checkpoint keeps it). */
+static dt_loader_pos data_pos(const trainer *t) {
+    return t->obj ? t->obj->get_pos(t->objr) : dt_loader_get_pos(t->train_l);
+}
+
 /* One optimizer step through the ZeRO engine (dt_zero.h); fills the metrics it
  * produced. Loss and norm are global (all ranks). */
 static int train_step(trainer *t, double *loss_out, double *lr_out, double *norm_out, int *skipped,
@@ -473,13 +501,19 @@ static int train_step(trainer *t, double *loss_out, double *lr_out, double *norm
             tg = t->step_targets + a * n;
             share = step_counted > 0 ? (double)t->counted[a] * t->dworld / (double)step_counted : 0.0;
             grad_scale = scale * share;
-        } else {
+        } else if (!t->obj) {
             dt_loader_next(t->train_l, t->inputs, t->targets);
         }
         dt_zero_set_micro(t->z, a == accum - 1, err);
         dt_tracer_set_micro((int)a);
         /* LoRA dropout's masks: this step's, this rank's micro-batch (resumes draw the same) */
         dt_lm_set_dropout(t->g, 1, dt_lm_dropout_key(t->plan->data.seed, t->st.step, (int64_t)t->rank * accum + a));
+        if (t->obj) {   /* the objective's own batch, forwards, loss and backward */
+            double oloss;
+            if (t->obj->micro(t->objr, t->g, (float)grad_scale, &oloss, err)) return err->code;
+            loss_sum += oloss;
+            continue;
+        }
         dt_memprobe_begin(DT_PHASE_FORWARD);
         if (dt_lm_forward(t->g, in, tg, &loss, err)) return err->code;
         dt_memprobe_end(DT_PHASE_FORWARD);
@@ -491,7 +525,7 @@ static int train_step(trainer *t, double *loss_out, double *lr_out, double *norm
     }
     dt_memprobe_begin(DT_PHASE_OPTIMIZER);   /* ends in run_step, after a skipped step too */
     if (dt_zero_end_backward(t->z, err)) return err->code;
-    t->st.tokens += accum * p->batch.micro_batch * p->batch.seq_len * t->dworld;
+    t->st.tokens += (int64_t)t->tokens_per_step;
     double loss = loss_sum / (double)accum, sumsq = 0;
     int nonfinite = 0;
     if (dt_zero_reduce_scalars(t->z, &loss, &sumsq, &nonfinite, err)) return err->code;
@@ -512,7 +546,7 @@ static int train_step(trainer *t, double *loss_out, double *lr_out, double *norm
             *skipped = 1;
             t->st.skipped_steps++;
             *lr_out = dt_schedule_lr(&p->schedule, p->optimizer.lr, t->st.adam_step);
-            t->st.data = dt_loader_get_pos(t->train_l);
+            t->st.data = data_pos(t);
             return DT_OK;
         }
     } else if (nonfinite) {
@@ -528,7 +562,7 @@ static int train_step(trainer *t, double *loss_out, double *lr_out, double *norm
     dt_adamw hp = {lr, p->optimizer.beta1, p->optimizer.beta2, p->optimizer.eps, p->optimizer.weight_decay};
     if (dt_zero_optimizer_step(t->z, &hp, 1.0 / div, t->st.adam_step, err)) return err->code;
     *lr_out = lr;
-    t->st.data = dt_loader_get_pos(t->train_l);
+    t->st.data = data_pos(t);
     return DT_OK;
 }
 
@@ -537,7 +571,7 @@ static int save(trainer *t, dt_error *err) {
     /* no checkpoint from a step whose device work failed */
     if (t->dev->synchronize(err)) return err->code;
     dt_memprobe_begin(DT_PHASE_CKPT_SAVE);
-    if (dt_ckpt_save_zero(t->out_dir, t->g, &t->plan->model, &t->plan->precision, t->z, t->comm, &t->st,
+    if (dt_ckpt_save_zero(t->out_dir, t->g, &t->model, &t->plan->precision, t->z, t->comm, &t->st,
                           t->plan_json, t->plan->output.keep_last, path, sizeof path, err))
         return err->code;
     dt_memprobe_end(DT_PHASE_CKPT_SAVE);
@@ -556,6 +590,7 @@ static int save(trainer *t, dt_error *err) {
 
 static void trainer_free(trainer *t) {
     if (t->metrics) fclose(t->metrics);
+    if (t->obj) t->obj->free(t->objr);
     dt_loader_free(t->train_l);
     dt_loader_free(t->valid_l);
     dt_corpus_free(t->train_c);
@@ -586,6 +621,11 @@ static int connect_tp(trainer *t, dt_error *err) {
     t->drank = t->rank;
     t->dworld = t->world;
     if (tp <= 1) return DT_OK;
+    if (t->obj)
+        return dt_errorf(err, DT_EINVAL,
+                         "layout.tp %lld with objective %s: dtrun's tensor parallelism trains pt / sft only; "
+                         "set layout.tp to 1 (ZeRO over the data-parallel ranks) or train with --objective sft",
+                         (long long)tp, dt_obj_name(t->plan->objective.kind));
     int rc = dt_lm_check_tp(&t->plan->model, tp, t->plan->cluster.device, &t->plan->finetune, err);
     if (rc) return rc;
     if (t->plan->output.init[0])
@@ -615,9 +655,10 @@ static int trainer_connect(trainer *t, const dt_plan *plan, const dt_train_opts 
     }
     t->rank = dt_comm_rank(t->comm);
     t->world = dt_comm_size(t->comm);
+    t->obj = dt_objrun_for(plan->objective.kind);   /* NULL: pt / sft */
     /* the device first: a cuda plan on a build or machine without a GPU stops
      * here with dt_device_get's one line, before anything is written */
-    if ((rc = check_plan(plan, t->world, err)) ||
+    if ((rc = check_plan(plan, t->world, err)) || (t->obj && (rc = t->obj->check(plan, err))) ||
         (rc = dt_device_get(plan->cluster.device, dt_comm_local_rank(t->comm), &t->dev, err)) ||
         (rc = connect_tp(t, err))) {
         if (t->own_comm) dt_comm_free(t->comm);
@@ -652,15 +693,20 @@ static int build_model(trainer *t, int64_t *resumed, dt_error *err) {
     *resumed = -1;
     /* ZeRO-3: no rank ever holds the whole model (dt_zero_load_params) */
     unsigned flags = partitioned_init(t) ? DT_LM_NO_FLAT : 0;
-    const dt_lm_options lo = {.B = B, .T = T, .ckpt_layers = plan->activations.ckpt_layers,
+    /* the objective's model and rows: rm a sequence classifier; rm / dpo 2B rows (chosen,
+     * rejected) per micro-batch of B pairs */
+    t->model = plan->model;
+    const int64_t rows = t->obj ? t->obj->rows_per_example : 1;
+    if (t->obj) t->obj->configure(plan, &t->model);
+    const dt_lm_options lo = {.B = B * rows, .T = T, .ckpt_layers = plan->activations.ckpt_layers,
                               .attn = plan->activations.attention, .device = plan->cluster.device,
                               .ordinal = dt_comm_local_rank(t->comm), .flags = flags,
                               .finetune = &plan->finetune, .tp = t->tpg ? dt_tpgroup_model(t->tpg) : NULL};
-    int rc = dt_lm_create_opts(&plan->model, &t->src->precision, &lo, &t->g, err);
+    int rc = dt_lm_create_opts(&t->model, &t->src->precision, &lo, &t->g, err);
     if (!rc) rc = dt_zero_create(plan, t->dcomm, t->g, &t->z, err);
     if (!rc && t->tpg) dt_zero_set_tp(t->z, dt_tpgroup_tp(t->tpg));
     if (!rc) rc = setup_data(t, err);
-    if (!rc) {
+    if (!rc && !t->obj) {
         t->inputs = malloc((size_t)(B * T) * sizeof(int32_t));    /* [B, T] */
         t->targets = malloc((size_t)(B * T) * sizeof(int32_t));   /* [B, T] */
         if (!t->inputs || !t->targets)
@@ -677,8 +723,8 @@ static void plan_steps(trainer *t) {
     t->total = plan->schedule.total_steps;
     t->stop = t->opts->max_steps > 0 && t->opts->max_steps < t->total ? t->opts->max_steps : t->total;
     t->log_every = t->stop / DT_LOG_LINES > 0 ? t->stop / DT_LOG_LINES : 1;
-    t->tokens_per_step =
-        (double)(plan->batch.grad_accum * plan->batch.micro_batch * plan->batch.seq_len * t->dworld);
+    t->tokens_per_step = (double)(plan->batch.grad_accum * plan->batch.micro_batch * plan->batch.seq_len * t->dworld) *
+                         (double)(t->obj ? t->obj->rows_per_example : 1);
     t->bytes_constant = 1;
 }
 
@@ -709,7 +755,13 @@ static void print_banner(const trainer *t, int64_t resumed) {
             plan->model.name, dt_lm_num_params(t->g), dt_precision_preset_name(plan->precision.preset),
             (long long)plan->batch.micro_batch, (long long)plan->batch.seq_len, (long long)plan->batch.grad_accum,
             (long long)plan->activations.ckpt_layers, (long long)plan->model.n_layer,
-            (long long)dt_loader_windows(t->train_l));
+            (long long)(t->obj ? t->obj->examples(t->objr) : dt_loader_windows(t->train_l)));
+    if (t->obj)
+        fprintf(log, "dtrun: objective %s: %lld training pairs, %lld rows per micro-batch (chosen, then rejected)%s\n",
+                dt_obj_name(plan->objective.kind), (long long)t->obj->examples(t->objr),
+                (long long)(plan->batch.micro_batch * t->obj->rows_per_example),
+                plan->objective.kind == DT_OBJ_DPO ? "; a frozen reference (replicated) for the log-prob ratios"
+                                                   : "; the score head at the last non-pad token");
     if (dt_lm_num_base_params(t->g))
         fprintf(log, "dtrun: %s fine-tune: %zu params trained, %zu frozen (replicated on every rank, no gradient "
                      "or optimizer state); backward from block %lld up\n",
@@ -719,7 +771,7 @@ static void print_banner(const trainer *t, int64_t resumed) {
             dt_comm_backend_name(t->comm), plan->parallel.zero_stage,
             dt_offload_name(plan->parallel.offload_optimizer), dt_offload_name(plan->parallel.offload_param),
             plan->parallel.overlap_comm ? ", overlapped communication" : "");
-    int sub = dt_corpus_subdirs(t->train_c);
+    int sub = t->train_c ? dt_corpus_subdirs(t->train_c) : 0;
     if (sub > 0)
         fprintf(log, "dtrun: data: %d file(s) of %s read; its %d subfolder(s) are not (a data directory is read "
                      "one level deep: give a subfolder itself, or move the files up)\n",
@@ -769,12 +821,18 @@ static double mean_step_s(const trainer *t) {
 /* Validation on the plan's interval and at the schedule's end only (so --max-steps changes nothing). */
 static int evaluate_if_due(trainer *t, double *vloss, dt_train_result *res, dt_error *err) {
     int64_t ei = t->plan->data.eval_interval;
-    if (!(t->valid_l && ei > 0 && (t->st.step % ei == 0 || t->st.step == t->total))) return DT_OK;
+    if (!((t->valid_l || t->obj) && ei > 0 && (t->st.step % ei == 0 || t->st.step == t->total))) return DT_OK;
     dt_memprobe_begin(DT_PHASE_EVAL);
     int rc = evaluate(t, vloss, err);
     dt_memprobe_end(DT_PHASE_EVAL);
-    if (!rc) res->last_valid_loss = *vloss;
+    if (!rc && !isnan(*vloss)) res->last_valid_loss = *vloss;
     return rc;
+}
+
+/* An objective's metrics as metrics.jsonl fields under TRL's names (the step's "loss" is
+ * already the line's own: skip_loss). */
+static void write_objective_metrics(FILE *f, const dt_objrun_metrics *m, int skip_loss) {
+    for (int i = skip_loss; i < m->n; i++) fprintf(f, ", \"%s\": %.9g", m->name[i], m->value[i]);
 }
 
 /* The step's line of metrics.jsonl (rank 0). */
@@ -788,9 +846,17 @@ static int write_metrics(trainer *t, const step_out *o, dt_error *err) {
             (long long)t->st.step, o->loss, o->lr, o->tps, o->secs * 1e3, o->norm, t->st.scaler.cur_scale,
             o->skipped ? "true" : "false", (long long)device_bytes_now(t->dev), o->cpu_secs * 1e3);
     if (!isnan(o->vloss)) fprintf(t->metrics, ", \"val_loss\": %.9g", o->vloss);
+    write_objective_metrics(t->metrics, &t->step_m, 1);
+    write_objective_metrics(t->metrics, &t->eval_m, 0);
     fprintf(t->metrics, "}\n");
     metrics_path(t, mpath);
     return dt_metrics_commit(t->metrics, good, mpath, err);
+}
+
+/* An objective's accuracy on a log line (rewards/accuracies, accuracy, and their eval_). */
+static void log_accuracy(FILE *log, const dt_objrun_metrics *m) {
+    for (int i = 1; i < m->n; i++)
+        if (strstr(m->name[i], "accurac")) fprintf(log, " %s %.4f", m->name[i], m->value[i]);
 }
 
 /* The step on rank 0's log: the scaler's message, then the progress bar (TTY) or a periodic line. */
@@ -803,9 +869,12 @@ static void log_step(trainer *t, const step_out *o) {
         progress(t, step, stop, o->loss, o->tps, mean_step_s(t) * (double)(stop - step));
         if (!isnan(o->vloss)) fprintf(log, "\nstep %lld: val loss %.4f\n", (long long)step, o->vloss);
     } else if (step % t->log_every == 0 || step == stop || !isnan(o->vloss)) {
-        fprintf(log, "step %lld/%lld: loss %.4f lr %.3g norm %.3f %.0f tok/s%s", (long long)step, (long long)stop,
-                o->loss, o->lr, o->norm, o->tps, isnan(o->vloss) ? "\n" : "");
-        if (!isnan(o->vloss)) fprintf(log, " val loss %.4f\n", o->vloss);
+        fprintf(log, "step %lld/%lld: loss %.4f lr %.3g norm %.3f %.0f tok/s", (long long)step, (long long)stop,
+                o->loss, o->lr, o->norm, o->tps);
+        log_accuracy(log, &t->step_m);
+        if (!isnan(o->vloss)) fprintf(log, " val loss %.4f", o->vloss);
+        log_accuracy(log, &t->eval_m);
+        fprintf(log, "\n");
     }
 }
 
@@ -837,7 +906,9 @@ static int run_step(trainer *t, dt_train_result *res, dt_error *err) {
     res->last_loss = o.loss;
     if (o.skipped) res->skipped++;
     o.vloss = NAN;
+    t->eval_m.n = 0;
     if ((rc = evaluate_if_due(t, &o.vloss, res, err))) return rc;
+    if (t->obj && (rc = t->obj->step_metrics(t->objr, &t->step_m, err))) return rc;
     if ((rc = write_metrics(t, &o, err))) return rc;
     log_step(t, &o);
     return save_if_due(t, err);

@@ -56,13 +56,30 @@ static void gpt2_config(cJSON *c, const dt_model *m) {
     }
 }
 
+/* A sequence classifier's keys (transformers PretrainedConfig: num_labels is the length of
+ * id2label, LABEL_i by default; the score is read at the last token that is not pad_token_id). */
+static void seq_cls_config(cJSON *c, const dt_model *m) {
+    cJSON *id2 = cJSON_AddObjectToObject(c, "id2label"), *l2id = cJSON_AddObjectToObject(c, "label2id");
+    for (int64_t i = 0; i < m->num_labels; i++) {
+        char k[32], v[32];
+        snprintf(k, sizeof k, "%lld", (long long)i);
+        snprintf(v, sizeof v, "LABEL_%lld", (long long)i);
+        cJSON_AddStringToObject(id2, k, v);
+        cJSON_AddNumberToObject(l2id, v, (double)i);
+    }
+    cJSON_AddNumberToObject(c, "pad_token_id", (double)m->pad_token_id);
+}
+
 /* LlamaConfig / Qwen2Config / Qwen3Config keys (transformers models/<type>/configuration_<type>.py);
  * rope scaling in the "rope_scaling" spelling every transformers version reads. */
 static void llama_config(cJSON *c, const dt_model *m) {
     const char *type = m->qk_norm ? "qwen3" : m->qkv_bias ? "qwen2" : "llama";
-    const char *cls = m->qk_norm ? "Qwen3ForCausalLM" : m->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+    const char *family = m->qk_norm ? "Qwen3" : m->qkv_bias ? "Qwen2" : "Llama";
+    char cls[64];
+    snprintf(cls, sizeof cls, "%sFor%s", family, m->num_labels > 0 ? "SequenceClassification" : "CausalLM");
     cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
     cJSON_AddItemToArray(arch, cJSON_CreateString(cls));
+    if (m->num_labels > 0) seq_cls_config(c, m);
     cJSON_AddStringToObject(c, "model_type", type);
     cJSON_AddStringToObject(c, "hidden_act", "silu");
     cJSON_AddNumberToObject(c, "vocab_size", (double)m->vocab);
@@ -291,15 +308,18 @@ struct dt_hf_src {
     const dt_st_tensor **st;        /* [tensors] its entry in the open file (valid while cur = file_of) */
     int cur;                        /* the file mapped now, -1 none */
     dt_st_file *f;
-    /* drawn: LoRA adapters (DT_TENSOR_ADAPTER) the files lack are not required; their
-     * elements are drawn from seed by the model's init rule (dt_lm_init_slice) */
+    /* drawn: LoRA adapters (DT_TENSOR_ADAPTER) and a sequence classifier's score the files
+     * lack are not required; their elements are drawn from seed by the model's init rule
+     * (dt_lm_init_slice) */
     int drawn;
     uint64_t seed;
 };
 
-/* Tensor i of the set is an adapter the source draws (the files lack it). */
+/* Tensor i of the set is an adapter, or a sequence classifier's new head (a causal LM
+ * directory has no "score.weight"), that the source draws (the files lack it). */
 static int src_drawn(const dt_hf_src *s, int i, const dt_tensor_info *t) {
-    return s->drawn && (t->flags & DT_TENSOR_ADAPTER) && s->file_of[i] < 0;
+    return s->drawn && ((t->flags & DT_TENSOR_ADAPTER) || !strcmp(t->name, DT_LM_SCORE_HEAD ".weight")) &&
+           s->file_of[i] < 0;
 }
 
 /* the tensors of the set s reads */

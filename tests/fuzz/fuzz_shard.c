@@ -3,25 +3,15 @@
  * input gets its two CRC-32C sums made right before it is read, so mutations reach the
  * header's fields and the tokens instead of stopping at the checksum (whose refusal the
  * unit tests cover: tests/engine/test_data.c). */
-#include "dt_fuzz.h"
+#include "dt_fuzz_crc.h"
 
-#include "dt_crc32c.h"
 #include "dt_data.h"
 
+#define PAYLOAD_CRC_AT 96   /* dt_shard.h's table */
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    uint8_t *copy = malloc(size ? size : 1);
-    if (!copy) abort();
-    memcpy(copy, data, size);
-    if (size >= DT_SHARD2_HEADER_BYTES && dt_shard2_is(copy, size)) {
-        const size_t payload_crc_at = 96;   /* dt_shard.h's table */
-        uint32_t crc = dt_crc32c(0, copy + DT_SHARD2_HEADER_BYTES, size - DT_SHARD2_HEADER_BYTES);
-        memcpy(copy + payload_crc_at, &crc, 4);
-        crc = dt_crc32c(0, copy, DT_SHARD2_CRC_SPAN);
-        memcpy(copy + DT_SHARD2_CRC_SPAN, &crc, 4);
-    }
     char path[64];
-    int fd = dt_fuzz_file(copy, size, path, sizeof path);
-    free(copy);
+    int fd = dt_fuzz_shard_file(data, size, DT_SHARD2_MAGIC, PAYLOAD_CRC_AT, DT_SHARD2_CRC_SPAN, path, sizeof path);
     dt_error err;
     dt_error_clear(&err);
     dt_corpus *c = NULL;

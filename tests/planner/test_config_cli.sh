@@ -245,7 +245,8 @@ has dpo "pref_beta                        line 34   used      the plan's dpo bet
 has dpo "pref_ftx                         line 35   no effect an SFT term on the chosen responses' log-probs"
 has dpo "kto_chosen_weight                line 37   no effect used only by stage kto (this config: dpo)"
 has dpo "ppo_epochs                       line 38   no effect used only by stage ppo (this config: dpo)"
-has dpo "--objective dpo --pref-loss sigmoid --pref-beta 0.2"
+has dpo "--objective dpo --pref-loss sigmoid --pref-beta 0.2 --label-smoothing 0.1"
+has dpo "dpo_label_smoothing              line 36   used      the plan's dpo label smoothing"
 has dpo "objective  dpo (sigmoid loss): policy + frozen reference"
 stg rm rm "pref_beta: 0.2"
 ok rm "$DTPLAN" estimate --config "$T/rm.yaml" --gpus 8
