@@ -8,6 +8,10 @@
  * sequence's completion does not depend on the batch around it; top_k 1 and a tiny top_p
  * are greedy; the first token's frequencies over many seeds follow softmax(logits / temp)
  * within a chi-square bound; a prompt that does not fit and a token outside the vocabulary.
+ * The weights' ways in (llama and gpt2 cases): LoRA on every linear with random A and B,
+ * merged, gives the logits of the model's own LoRA forward, and left out those of the base;
+ * groups bound to storage outside the flat buffer (as ZeRO-3 gathers them), the flat buffer
+ * released, load as the flat model did.
  * Usage: test_engine_generate GOLDEN_DIR */
 #include <math.h>
 #include <stdio.h>
@@ -15,6 +19,7 @@
 #include <string.h>
 
 #include "dt_ckpt.h"
+#include "dt_finetune.h"
 #include "dt_generate.h"
 #include "dt_lm.h"
 #include "dt_model.h"
@@ -203,6 +208,78 @@ static void check_errors(gcase *c, dt_gen *gen) {
     CHECK(strstr(err.msg, "vocabulary") != NULL);
 }
 
+/* The first generated step's logits [V] of prompt 0 with gen loaded from lm. */
+static void first_logits(gcase *c, dt_lm *lm, const dt_finetune *ft, int adapters, float *lg) {
+    dt_gen *gen = NULL;
+    dt_error err;
+    dt_gen_params p = {.max_new_tokens = 1, .temperature = 0.0, .top_p = 1.0};
+    int32_t tok;
+    int64_t len;
+    CHECK(dt_gen_create(&c->m, 1, c->m.max_pos, &gen, &err) == DT_OK);
+    if (!gen) return;
+    if (dt_gen_load(gen, lm, ft, adapters, &err) != DT_OK) fprintf(stderr, "  load: %s\n", err.msg);
+    CHECK(dt_gen_run(gen, &p, 1, c->prompts, c->plen, &tok, &len, lg, &err) == DT_OK);
+    dt_gen_free(gen);
+}
+
+static double max_diff(const float *a, const float *b, int64_t n) {
+    double w = 0;
+    for (int64_t i = 0; i < n; i++) w = fmax(w, fabs((double)a[i] - (double)b[i]));
+    return w;
+}
+
+/* LoRA (r 4, every linear, A and B random) built over the case's weights: the generator's
+ * merged logits vs the model's LoRA forward at prompt 0's last position; adapters left out vs
+ * the plain model's. Then the plain model's groups rebound outside the flat buffer. */
+static void check_weights_in(gcase *c, const char *dir) {
+    dt_precision pr;
+    dt_precision_from_preset(DT_PREC_FP32, &pr);
+    dt_finetune ft;
+    dt_finetune_defaults(DT_FT_LORA, &ft);
+    ft.lora_rank = 4;
+    const int64_t P = c->plen[0], V = c->V;
+    const dt_lm_options o = {.B = 1, .T = P, .attn = DT_ATTN_FLASH, .device = DT_DEVICE_CPU, .finetune = &ft};
+    dt_lm *lora = NULL;
+    dt_error err;
+    float *base = malloc((size_t)V * sizeof(float)), *merged = malloc((size_t)V * sizeof(float));
+    first_logits(c, c->lm, NULL, 1, base);
+    if (dt_lm_create_opts(&c->m, &pr, &o, &lora, &err) || dt_weights_load_base(lora, &c->m, DT_DTYPE_FP32, dir, &err)) {
+        fprintf(stderr, "lora: %s\n", err.msg);
+        CHECK(0);
+        goto out;
+    }
+    float *A = dt_lm_params(lora);   /* the trained set: the adapters, drawn here */
+    for (size_t i = 0; i < dt_lm_num_params(lora); i++)
+        A[i] = 0.05f * (float)((int64_t)(i * 2654435761u % 2001) - 1000) / 1000.0f;
+    float loss;
+    CHECK(dt_lm_forward(lora, c->prompts[0], NULL, &loss, &err) == DT_OK);
+    first_logits(c, lora, &ft, 1, merged);
+    const double e_merged = max_diff(merged, dt_lm_logits(lora) + (P - 1) * V, V);
+    first_logits(c, lora, &ft, 0, merged);
+    const double e_off = max_diff(merged, base, V);
+    const double moved = max_diff(dt_lm_logits(lora) + (P - 1) * V, base, V);
+    printf("  lora merged vs its forward %.2e, adapters left out vs base %.2e (the adapters move the logits %.2f)\n",
+           e_merged, e_off, moved);
+    CHECK(e_merged < LOGIT_TOL && e_off == 0.0 && moved > 0.1);
+    /* groups bound outside the flat buffer, the flat buffer released */
+    const int ng = dt_lm_num_groups(c->lm);
+    void **store = calloc((size_t)ng, sizeof *store);
+    for (int g = 0; g < ng; g++) {
+        const size_t n = dt_lm_group_numel(c->lm, g) * sizeof(float);
+        store[g] = malloc(n);
+        memcpy(store[g], dt_lm_group_params(c->lm, g), n);
+        CHECK(dt_lm_bind_group(c->lm, g, store[g], dt_lm_group_grads(c->lm, g)) == DT_OK);
+    }
+    CHECK(dt_lm_release_flat(c->lm, 1, 0, &err) == DT_OK);
+    first_logits(c, c->lm, NULL, 1, merged);
+    CHECK(max_diff(merged, base, V) == 0.0);
+    for (int g = 0; g < ng; g++) free(store[g]);   /* c->lm is not used after this */
+    free(store);
+out:
+    dt_lm_free(lora);
+    free(base), free(merged);
+}
+
 static void run_case(const char *root, const char *name) {
     char dir[PATH_LEN];
     snprintf(dir, sizeof dir, "%s/%s", root, name);
@@ -223,6 +300,7 @@ static void run_case(const char *root, const char *name) {
         check_sampling(&c, gen);
         check_distribution(&c, gen);
         check_errors(&c, gen);
+        check_weights_in(&c, dir);
     }
     dt_gen_free(gen);
     dt_lm_free(c.lm);
