@@ -43,12 +43,17 @@ typedef struct dt_grpo_prompt {
 /* Decodes generated ids into text (the tokenizer's, or the caller's); *text malloc'd. */
 typedef int (*dt_grpo_decode_fn)(void *ctx, const int32_t *ids, int64_t n, char **text, dt_error *err);
 
-/* TRL's logged rollout metrics (GRPOTrainer._generate_and_score_completions). */
+/* TRL's logged rollout metrics (TRL 1.16 GRPOTrainer._generate_and_score_completions). */
 typedef struct dt_grpo_rollout_metrics {
-    double reward, reward_std;                  /* "reward", "reward_std" (mean of the groups' stds) */
-    double frac_reward_zero_std;                /* "frac_reward_zero_std" */
+    double reward, reward_std;                  /* "reward", "reward_std": the batch's mean and
+                                                 * Bessel-corrected std (nanstd) */
+    double frac_reward_zero_std;                /* "frac_reward_zero_std": completions whose std (their
+                                                 * group's, or the batch's under scale batch) is 0 */
     double mean_length, min_length, max_length; /* "completions/mean_length", ".../min_length", ".../max_length" */
-    double clipped_ratio;                       /* "completions/clipped_ratio": no EOS within max_new_tokens */
+    double clipped_ratio;                       /* "completions/clipped_ratio": the last id is no EOS */
+    double mean_terminated_length, min_terminated_length, max_terminated_length;
+                                                /* "completions/{mean,min,max}_terminated_length": those that ended
+                                                 * with an EOS (all 0 when none did, as TRL) */
 } dt_grpo_rollout_metrics;
 
 typedef struct dt_grpo_rollout {

@@ -74,35 +74,49 @@ static int score(const dt_grpo_opts *o, const dt_grpo_prompt *p, dt_grpo_rollout
     return rc;
 }
 
+/* Bessel-corrected std of v[0], v[stride], ... (n values; torch.std / TRL's nanstd) */
+static double bessel_std(const float *v, int64_t n) {
+    double mu = 0, ss = 0;
+    for (int64_t k = 0; k < n; k++) mu += v[k];
+    mu /= (double)n;
+    for (int64_t k = 0; k < n; k++) ss += (v[k] - mu) * (v[k] - mu);
+    return n > 1 ? sqrt(ss / (double)(n - 1)) : 0.0;
+}
+
+/* 1 when completion i ended with one of the EOS ids */
+static int terminated(const dt_grpo_opts *o, const dt_grpo_rollout *r, const int32_t *out, int64_t i) {
+    const int64_t NEW = o->gen.max_new_tokens;
+    for (int e = 0; e < o->gen.n_eos && r->clen[i] > 0; e++)
+        if (out[i * NEW + r->clen[i] - 1] == o->gen.eos[e]) return 1;
+    return 0;
+}
+
 /* TRL's rollout metrics from the rewards and lengths. */
 static void rollout_metrics(const dt_grpo_opts *o, dt_grpo_rollout *r, const int32_t *out) {
-    const int64_t n = r->n, G = o->G, NEW = o->gen.max_new_tokens;
+    const int64_t n = r->n, G = o->G;
     dt_grpo_rollout_metrics *m = &r->m;
-    double sum = 0, lsum = 0, stds = 0, zero = 0, clipped = 0;
-    m->min_length = INFINITY, m->max_length = 0;
+    double sum = 0, lsum = 0, zero = 0, tsum = 0, nterm = 0;
+    m->min_length = m->min_terminated_length = INFINITY, m->max_length = m->max_terminated_length = 0;
     for (int64_t i = 0; i < n; i++) {
+        const double len = (double)r->clen[i];
         sum += r->rewards[i];
-        lsum += (double)r->clen[i];
-        m->min_length = fmin(m->min_length, (double)r->clen[i]);
-        m->max_length = fmax(m->max_length, (double)r->clen[i]);
-        int eos = 0;
-        for (int e = 0; e < o->gen.n_eos && r->clen[i] > 0; e++) eos |= out[i * NEW + r->clen[i] - 1] == o->gen.eos[e];
-        clipped += !eos;
+        lsum += len;
+        m->min_length = fmin(m->min_length, len), m->max_length = fmax(m->max_length, len);
+        if (!terminated(o, r, out, i)) continue;
+        nterm++, tsum += len;
+        m->min_terminated_length = fmin(m->min_terminated_length, len);
+        m->max_terminated_length = fmax(m->max_terminated_length, len);
     }
-    for (int64_t g = 0; g < n / G; g++) {   /* torch.std: Bessel-corrected */
-        double mu = 0, ss = 0;
-        for (int64_t k = 0; k < G; k++) mu += r->rewards[g * G + k];
-        mu /= (double)G;
-        for (int64_t k = 0; k < G; k++) ss += (r->rewards[g * G + k] - mu) * (r->rewards[g * G + k] - mu);
-        const double sd = sqrt(ss / (double)(G - 1));
-        stds += sd;
-        zero += sd <= DT_GRPO_ZERO_STD_ATOL;
-    }
+    m->reward_std = bessel_std(r->rewards, n);
+    if (o->scale == DT_GRPO_SCALE_BATCH) zero = m->reward_std <= DT_GRPO_ZERO_STD_ATOL ? (double)n : 0.0;
+    else
+        for (int64_t g = 0; g < n / G; g++) zero += bessel_std(r->rewards + g * G, G) <= DT_GRPO_ZERO_STD_ATOL ? G : 0;
     m->reward = sum / (double)n;
-    m->reward_std = stds / (double)(n / G);
-    m->frac_reward_zero_std = zero / (double)(n / G);
+    m->frac_reward_zero_std = zero / (double)n;
     m->mean_length = lsum / (double)n;
-    m->clipped_ratio = clipped / (double)n;
+    m->clipped_ratio = 1.0 - nterm / (double)n;
+    if (nterm > 0) m->mean_terminated_length = tsum / nterm;
+    else m->mean_terminated_length = m->min_terminated_length = m->max_terminated_length = 0;
 }
 
 int dt_grpo_rollout_run(dt_gen *gen, const dt_grpo_opts *o, const dt_grpo_prompt *p, int64_t np,

@@ -93,6 +93,11 @@ static void check_rows(const dt_grpo_rollout *r) {
         sum += r->rewards[i];
     }
     CHECK_NEAR(r->m.reward, sum / (double)r->n, 1e-12);
+    double ss = 0;
+    for (int64_t i = 0; i < r->n; i++) ss += (r->rewards[i] - r->m.reward) * (r->rewards[i] - r->m.reward);
+    CHECK_NEAR(r->m.reward_std, sqrt(ss / (double)(r->n - 1)), 1e-9);
+    CHECK(r->m.min_length <= r->m.mean_length && r->m.mean_length <= r->m.max_length);
+    CHECK(r->m.clipped_ratio >= 0 && r->m.clipped_ratio <= 1 && r->m.frac_reward_zero_std <= 1);
     for (int64_t g = 0; g < r->n / NGEN; g++) {
         double a = 0;
         for (int64_t k = 0; k < NGEN; k++) a += r->adv[g * NGEN + k];
