@@ -199,7 +199,8 @@ static int generate(dt_lm *g, const dt_finetune *ft, const dt_model *m, const sa
         if (rc) return rc;
     }
     dt_gen *gen = NULL;
-    rc = dt_gen_create(m, 1, T, &gen, err);
+    /* the cache only as long as prompt and output need (a window of T once they exceed it) */
+    rc = dt_gen_create(m, 1, len + o->ntok < T ? len + o->ntok : T, &gen, err);
     if (!rc) rc = dt_gen_load(gen, g, ft, 1, err);   /* a LoRA checkpoint's adapters merged */
     *n = 0;
     for (int64_t chunk = 0; !rc && *n < o->ntok; chunk++) {
@@ -248,8 +249,9 @@ int dt_cmd_sample(int argc, char **argv) {
     int32_t *ctx = calloc((size_t)T, sizeof *ctx), *out = calloc((size_t)o.ntok, sizeof *out);
     int64_t len = 0, n = 0;
     if (!ctx || !out) rc = dt_errorf(&err, DT_ENOMEM, "out of memory for %lld tokens", (long long)o.ntok);
-    if (!rc) rc = load_model(ckpt, &m, T, &g, &ft, &err);
     if (!rc) rc = encode_prompt(tok, o.prompt, m.vocab, ctx, T, &len, &err);
+    /* the model runs only the prompt (--dump-logits); the generator holds the cache */
+    if (!rc) rc = load_model(ckpt, &m, len, &g, &ft, &err);
     if (!rc) rc = generate(g, &ft, &m, &o, V, ctx, len, out, &n, &err);
     if (!rc) rc = print_output(tok, o.prompt, out, n, &err);
     free(ctx);
