@@ -14,6 +14,7 @@
 #include "dt_ckpt.h"
 #include "dt_data.h"
 #include "dt_dtrun_cli.h"
+#include "dt_generate.h"
 #include "dt_lm.h"
 #include "dt_model.h"
 #include "dt_plan.h"
@@ -24,7 +25,6 @@
 #define DT_SAMPLE_TEMPERATURE 0.8  /* default --temperature */
 #define DT_SAMPLE_SEED 42          /* default --seed */
 #define DT_SAMPLE_PATH_MAX 4096
-#define DT_UNIFORM_BITS 53         /* a double's mantissa: the sampler's uniform in [0, 1) */
 
 typedef struct {
     const char *dir, *prompt, *dump, *tokenizer;
@@ -131,51 +131,11 @@ static int encode_prompt(const dt_tokenizer *tok, const char *prompt, int64_t vo
     return DT_OK;
 }
 
-/* One id from the last position's logits [V]: softmax at temp, inverse-CDF sampling
- * with a 53-bit uniform (prob: scratch [V]). */
-static int32_t draw(const float *logits, int64_t V, double temp, uint64_t *rng, double *prob) {
-    double mx = -INFINITY, sum = 0;
-    for (int64_t v = 0; v < V; v++) mx = fmax(mx, logits[v] / temp);
-    for (int64_t v = 0; v < V; v++) sum += (prob[v] = exp(logits[v] / temp - mx));
-    double u = ldexp((double)(dt_rng_next(rng) >> (64 - DT_UNIFORM_BITS)), -DT_UNIFORM_BITS) * sum;
-    for (int64_t v = 0; v < V; v++) {
-        if (u < prob[v]) return (int32_t)v;
-        u -= prob[v];
-    }
-    return (int32_t)(V - 1);
-}
-
 static int dump_logits(const char *path, const float *logits, size_t n, dt_error *err) {
     FILE *f = fopen(path, "wb");
     int ok = f && fwrite(logits, sizeof(float), n, f) == n;
     if (f && fclose(f) != 0) ok = 0;
     return ok ? DT_OK : dt_errorf(err, DT_EIO, "%s: cannot write logits: %s", path, strerror(errno));
-}
-
-/* Generates o->ntok ids after the prompt into out [ntok]; *n how many. */
-static int generate(dt_lm *g, const dt_model *m, const sample_opts *o, int64_t V, int32_t *ctx, int64_t len,
-                    int32_t *out, int64_t *n, dt_error *err) {
-    const int64_t T = m->max_pos;
-    uint64_t rng = (uint64_t)o->seed;
-    double *prob = malloc((size_t)V * sizeof *prob);
-    if (!prob) return dt_errorf(err, DT_ENOMEM, "out of memory for %lld probabilities", (long long)V);
-    int rc = DT_OK;
-    *n = 0;
-    for (int64_t k = 0; k < o->ntok && !rc; k++) {
-        if ((rc = dt_lm_forward(g, ctx, NULL, NULL, err))) break;
-        if (k == 0 && o->dump &&   /* fp32 [len, V] logits of the prompt (scripts/check_hf_*export.py) */
-            (rc = dump_logits(o->dump, dt_lm_logits(g), (size_t)(len * m->vocab), err)))
-            break;
-        int32_t tok = draw(dt_lm_logits(g) + (len - 1) * m->vocab, V, o->temp, &rng, prob);
-        out[(*n)++] = tok;
-        if (len == T) {   /* a full window: drop the oldest */
-            memmove(ctx, ctx + 1, (size_t)(T - 1) * sizeof *ctx);
-            len--;
-        }
-        ctx[len++] = tok;
-    }
-    free(prob);
-    return rc;
 }
 
 static int print_output(const dt_tokenizer *tok, const char *prompt, const int32_t *ids, int64_t n, dt_error *err) {
@@ -213,16 +173,50 @@ static int ckpt_method(const char *ckpt, dt_finetune *ft, dt_error *err) {
 }
 
 /* The model of the checkpoint at ckpt with its method, weights loaded (fp32). */
-static int load_model(const char *ckpt, const dt_model *m, int64_t T, dt_lm **g, dt_error *err) {
+static int load_model(const char *ckpt, const dt_model *m, int64_t T, dt_lm **g, dt_finetune *ft, dt_error *err) {
     dt_precision prec;
     dt_precision_from_preset(DT_PREC_FP32, &prec);
-    dt_finetune ft;
-    int rc = ckpt_method(ckpt, &ft, err);
-    const dt_lm_options o = {.B = 1, .T = T, .attn = DT_ATTN_FLASH, .device = DT_DEVICE_CPU, .finetune = &ft};
+    int rc = ckpt_method(ckpt, ft, err);
+    const dt_lm_options o = {.B = 1, .T = T, .attn = DT_ATTN_FLASH, .device = DT_DEVICE_CPU, .finetune = ft};
     if (!rc) rc = dt_lm_create_opts(m, &prec, &o, g, err);
     /* the directory: model.safetensors or a sharded save_pretrained layout */
     if (!rc) rc = dt_weights_load(*g, m, DT_DTYPE_FP32, ckpt, err);
     if (!rc) rc = dt_weights_load_base(*g, m, DT_DTYPE_FP32, ckpt, err);
+    return rc;
+}
+
+/* Generates o->ntok ids after the prompt into out [ntok]; *n how many: the generator's KV
+ * cache while the window has room, then one token at a time over the last T - 1 (the
+ * oldest dropped, as a window of the model's positions). Ids drawn at --temperature among
+ * the first V (the tokenizer's) from --seed. */
+static int generate(dt_lm *g, const dt_finetune *ft, const dt_model *m, const sample_opts *o, int64_t V,
+                    int32_t *ctx, int64_t len, int32_t *out, int64_t *n, dt_error *err) {
+    const int64_t T = m->max_pos;
+    int rc = DT_OK;
+    if (o->dump) {   /* fp32 [len, V] logits of the prompt (scripts/check_hf_*export.py) */
+        rc = dt_lm_forward(g, ctx, NULL, NULL, err);
+        if (!rc) rc = dump_logits(o->dump, dt_lm_logits(g), (size_t)(len * m->vocab), err);
+        if (rc) return rc;
+    }
+    dt_gen *gen = NULL;
+    /* the cache only as long as prompt and output need (a window of T once they exceed it) */
+    rc = dt_gen_create(m, 1, len + o->ntok < T ? len + o->ntok : T, &gen, err);
+    if (!rc) rc = dt_gen_load(gen, g, ft, 1, err);   /* a LoRA checkpoint's adapters merged */
+    *n = 0;
+    for (int64_t chunk = 0; !rc && *n < o->ntok; chunk++) {
+        if (len == T) {   /* a full window: drop the oldest */
+            memmove(ctx, ctx + 1, (size_t)(T - 1) * sizeof *ctx);
+            len--;
+        }
+        const int64_t room = T - len, want = o->ntok - *n;
+        dt_gen_params p = {.max_new_tokens = want < room ? want : room, .temperature = o->temp, .top_p = 1.0,
+                           .seed = (uint64_t)o->seed + (uint64_t)chunk, .vocab_limit = V};
+        int64_t got = 0;
+        const int32_t *prompt = ctx;
+        rc = dt_gen_run(gen, &p, 1, &prompt, &len, out + *n, &got, NULL, err);
+        for (int64_t i = 0; !rc && i < got; i++) ctx[len++] = out[(*n)++];
+    }
+    dt_gen_free(gen);
     return rc;
 }
 
@@ -250,13 +244,15 @@ int dt_cmd_sample(int argc, char **argv) {
         return 2;
     }
     dt_lm *g = NULL;
+    dt_finetune ft;
     const int64_t T = m.max_pos;
     int32_t *ctx = calloc((size_t)T, sizeof *ctx), *out = calloc((size_t)o.ntok, sizeof *out);
     int64_t len = 0, n = 0;
     if (!ctx || !out) rc = dt_errorf(&err, DT_ENOMEM, "out of memory for %lld tokens", (long long)o.ntok);
-    if (!rc) rc = load_model(ckpt, &m, T, &g, &err);
     if (!rc) rc = encode_prompt(tok, o.prompt, m.vocab, ctx, T, &len, &err);
-    if (!rc) rc = generate(g, &m, &o, V, ctx, len, out, &n, &err);
+    /* the model runs only the prompt (--dump-logits); the generator holds the cache */
+    if (!rc) rc = load_model(ckpt, &m, len, &g, &ft, &err);
+    if (!rc) rc = generate(g, &ft, &m, &o, V, ctx, len, out, &n, &err);
     if (!rc) rc = print_output(tok, o.prompt, out, n, &err);
     free(ctx);
     free(out);

@@ -522,6 +522,10 @@ void lm_tp_xent_backward(dt_lm *g, float dloss);
  * micro-step's contribution summed over the group after */
 void lm_tp_partial_save(dt_lm *g, int l, const float *G);
 int lm_tp_partial_reduce(dt_lm *g, int l, float *G);
+/* RoPE tables cos_t, sin_t [T, head_dim / 2] (fp32, positions 0 .. T-1) of a llama-family
+ * model with its rope_theta and rope_scaling, as HF transformers computes them
+ * (lm_llama.c; the generator's too). */
+void lm_rope_tables(const dt_model *m, int64_t T, float *cos_t, float *sin_t);
 
 /* The families (lm_gpt2.c, lm_llama.c); lm.c picks one by dt_family. */
 extern const lm_family lm_family_gpt2;

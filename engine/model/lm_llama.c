@@ -166,7 +166,7 @@ static void rope_llama3(const dt_rope_scaling *rs, float *inv, int64_t half) {
     }
 }
 
-static void llama_rope_tables(const dt_model *m, int64_t T, float *cos_t, float *sin_t) {
+void lm_rope_tables(const dt_model *m, int64_t T, float *cos_t, float *sin_t) {
     const int64_t D = m->head_dim, half = D / 2;
     float inv[DT_LM_MAX_HEAD_DIM / 2];
     for (int64_t i = 0; i < half; i++)
@@ -194,7 +194,7 @@ static int upload_rope(dt_lm *g, const dt_model *m) {
     size_t n = (size_t)(g->T * (g->D / 2));
     float *h = malloc(2 * n * sizeof(float));
     if (!h) return 0;
-    llama_rope_tables(m, g->T, h, h + n);
+    lm_rope_tables(m, g->T, h, h + n);
     g->dev->memcpy(g->rope_cos, h, n * sizeof(float), DT_COPY_H2D, DT_STREAM_H2D);
     g->dev->memcpy(g->rope_sin, h + n, n * sizeof(float), DT_COPY_H2D, DT_STREAM_H2D);
     g->dev->handoff(DT_STREAM_H2D, DT_STREAM_COMPUTE);

@@ -103,6 +103,12 @@ done
 [ "$(wc -c <"$TMP/sample.txt")" -ge 40 ] || fail "sample printed too little"
 "$DTRUN" sample "$OUT" --tokens 40 --seed 3 --prompt "Q: " >"$TMP/sample2.txt" 2>/dev/null
 cmp -s "$TMP/sample.txt" "$TMP/sample2.txt" || fail "sampling with the same seed is not deterministic"
+"$DTRUN" sample "$OUT" --tokens 40 --seed 4 --prompt "Q: " >"$TMP/sample3.txt" 2>/dev/null
+cmp -s "$TMP/sample.txt" "$TMP/sample3.txt" && fail "sampling with another seed printed the same text"
+# past the model's 64 positions: the generator's window, then one token at a time; every byte printed
+"$DTRUN" sample "$OUT" --tokens 150 --seed 3 --prompt "Q: " >"$TMP/sample4.txt" 2>"$TMP/sample.err" ||
+  fail "sample of 150 tokens exited $?: $(cat "$TMP/sample.err")"
+[ "$(wc -c <"$TMP/sample4.txt")" -eq 154 ] || fail "sample of 150 tokens printed $(wc -c <"$TMP/sample4.txt") bytes, not 3 + 150 + 1"
 # resume from step 40 for 5 more steps: metrics continue at 41
 "$DTRUN" "$PLAN" --out "$OUT" --max-steps 45 --resume --quiet || fail "resume exited $?"
 tail -1 "$OUT/metrics.jsonl" | grep -q '"step": 45' || fail "resume did not reach step 45"
