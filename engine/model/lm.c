@@ -319,17 +319,17 @@ static void configure(dt_lm *g, const dt_model *m, const dt_precision *prec, con
 int dt_lm_check_method(const dt_precision *prec, dt_device device, const dt_finetune *ft, dt_error *err) {
     const char *no = NULL;
     if (!ft || ft->method == DT_FT_FULL || ft->method == DT_FT_FREEZE) return DT_OK;
-    if (ft->method == DT_FT_QLORA) no = "QLoRA (a quantised base)";
-    else if (prec->param != DT_DTYPE_FP32) no = "LoRA with 16-bit parameters";
+    if (ft->method == DT_FT_QLORA && lm_qbase_check(ft, device, err)) return err->code;
+    if (prec->param != DT_DTYPE_FP32) no = "LoRA with 16-bit parameters";
     else if (device != DT_DEVICE_CPU) no = "LoRA on the CUDA device";
     if (!no) return DT_OK;
     return dt_errorf(err, DT_EINVAL,
-                     "model: %s is not built in this engine yet; it trains full, freeze, and LoRA with fp32 "
+                     "model: %s is not built in this engine yet; it trains full, freeze, and LoRA / QLoRA with fp32 "
                      "parameters on the CPU (run the plan with PEFT and DeepSpeed: dtplan export)", no);
 }
 
 /* The fine-tuning method's parameter groups (models/dt_pgroup.h), which decide every
- * tensor's set: none for full fine-tuning. LoRA / QLoRA are not built in this engine. */
+ * tensor's set: none for full fine-tuning. */
 static int setup_method(dt_lm *g, const dt_model *m, const dt_precision *prec, const dt_finetune *ft,
                         dt_error *err) {
     g->first_trained = 0;
@@ -343,6 +343,7 @@ static int setup_method(dt_lm *g, const dt_model *m, const dt_precision *prec, c
         g->lora_mods = g->family->lora_mods;
         g->lora_p = (float)ft->lora_dropout;
     }
+    if ((rc = lm_qbase_setup(g, m, ft, err))) return rc;   /* QLoRA's quantised base */
     if (!(g->pg = malloc(sizeof *g->pg))) return dt_errorf(err, DT_ENOMEM, "model: out of memory");
     rc = dt_model_pgroups(m, ft, prec->param, DT_ROLE_POLICY, g->pg, err);
     if (rc) return rc;
@@ -419,7 +420,7 @@ int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_o
     if (g->nbase_params) g->base = dev->alloc(DT_POOL_DEVICE, DT_MEM_PARAMS, g->nbase_params * (size_t)g->psz);
     g->act_bytes = layout_acts(g, NULL);
     g->act_mem = dev->alloc(DT_POOL_DEVICE, DT_MEM_ACTIVATIONS, g->act_bytes);
-    int ok = (!flat || (g->params && g->grads)) && g->act_mem && (!g->nbase_params || g->base);
+    int ok = (!flat || (g->params && g->grads)) && g->act_mem && (!g->nbase_params || g->base) && lm_qbase_alloc(g);
     if (ok) layout_acts(g, g->act_mem);
     for (int grp = 0; grp < g->ngroups && flat; grp++) {   /* else unbound until dt_lm_bind_group */
         g->gparams[grp] = lm_tensor_ptr(g->params, g->group_off[grp], g->psz);
@@ -506,6 +507,7 @@ void dt_lm_free(dt_lm *g) {
     float **fv = g->fviews;
     for (size_t i = 0; fv && i < g->family->views_size / sizeof(float *); i++) dev->free(fv[i]);
     free(g->fviews);
+    lm_qbase_free(g);
     free(g->recompute);
     free(g->tensors);
     free(g->names);

@@ -91,7 +91,11 @@ int dt_lm_init_random(dt_lm *g, uint64_t seed, dt_error *err) {
     return init_flat(g, g->params, g->nparams, g->tensors, g->ntensors, seed, err);
 }
 
+void lm_init_tensor(const dt_tensor_info *t, uint64_t seed, float *dst) {
+    init_set(t, 1, seed, t->offset, t->offset + t->numel, dst, DT_DTYPE_FP32);
+}
+
 int dt_lm_init_base_random(dt_lm *g, uint64_t seed, dt_error *err) {
-    if (!g->nbase_params) return DT_OK;
-    return init_flat(g, g->base, g->nbase_params, g->btensors, g->nbase, seed, err);
+    int rc = g->nbase_params ? init_flat(g, g->base, g->nbase_params, g->btensors, g->nbase, seed, err) : DT_OK;
+    return rc ? rc : lm_qbase_init_random(g, seed, err);   /* QLoRA: the quantised linears */
 }

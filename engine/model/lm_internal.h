@@ -148,6 +148,8 @@ struct dt_lm {
     int drop_on;
     uint64_t drop_key;
     float *lora_xd;
+    /* QLoRA: the base linears stored quantised (lm_qbase.c); NULL otherwise */
+    struct lm_qbase *qb;
 
     /* storage */
     void *params, *grads;            /* flat, DT_MEM_PARAMS / DT_MEM_GRADS */
@@ -354,6 +356,40 @@ typedef enum { LM_DINP_SET = 0, LM_DINP_ADD = 1 } lm_dinp_mode;
 int lm_linear_backward(dt_lm *g, const lm_linear *lin, const lm_params *P, float *G, float *dinp,
                        lm_dinp_mode mode, const float *dout, const void *inp, const float *inp32, int64_t N);
 
+/* ---- QLoRA's quantised base (lm_qbase.c, dt_lm.h DT_LM_SET_QUANT) ----
+ * The frozen linears of the blocks stored as bitsandbytes stores them (NF4 / FP4 codes,
+ * absmax per block, optionally double-quantised), a third set beside the trained and base
+ * sets: a slot of set DT_LM_SET_QUANT names its tensor by index (off), and a linear whose
+ * weight is there runs on the weight dequantised per use into one transient buffer. */
+typedef struct lm_qbase lm_qbase;
+/* What of QLoRA this engine trains (dt_lm_check_method): NF4 / FP4, fp32 compute, the CPU;
+ * DT_EINVAL with one line naming the setting and the fix otherwise. */
+int lm_qbase_check(const struct dt_finetune *ft, dt_device device, dt_error *err);
+/* Sets up g->qb for a qlora method (nothing otherwise): DT_EINVAL naming what is not built. */
+int lm_qbase_setup(dt_lm *g, const dt_model *m, const struct dt_finetune *ft, dt_error *err);
+/* Takes d into the quantised set when the method quantises it (a frozen linear weight of a
+ * block, not skipped): 1 taken (lo's full-layout counter advanced), 0 not. */
+struct lm_tensor_decl;
+struct lm_layout;
+int lm_qbase_add(dt_lm *g, struct lm_layout *lo, int group, const struct lm_tensor_decl *d);
+/* The slot of the quantised tensor named name in group grp: 1 found (*s set), 0 not. */
+int lm_qbase_find(const dt_lm *g, int grp, const char *name, lm_slot *s);
+/* The quantised storage (DT_MEM_PARAMS, exactly dt_storage_tensor_bytes per tensor) and the
+ * transient dequantised weight (DT_MEM_BUFFERS, the largest tensor in fp32): 1 ok, 0 out of
+ * memory. */
+int lm_qbase_alloc(dt_lm *g);
+void lm_qbase_free(dt_lm *g);
+/* Every quantised tensor from its seeded init (dt_lm_init_base_random's rule), quantised. */
+int lm_qbase_init_random(dt_lm *g, uint64_t seed, dt_error *err);
+/* A linear whose weight is quantised: its base GEMMs on the dequantised weight (one tensor
+ * at a time, each onto its output columns), bias, and no weight gradient (frozen). */
+static inline int lm_linear_quantized(const lm_linear *lin) { return lin->w.set == DT_LM_SET_QUANT; }
+int lm_qbase_forward(dt_lm *g, const lm_linear *lin, const lm_params *P, float *out, const float *x, int64_t N);
+int lm_qbase_backward(dt_lm *g, const lm_linear *lin, float *G, float *dinp, lm_dinp_mode mode, const float *dout,
+                      int64_t N);
+/* tensor t's initial values (its declared rule at its full_offset) into dst [numel] fp32 (lm_init.c) */
+void lm_init_tensor(const dt_tensor_info *t, uint64_t seed, float *dst);
+
 /* ---- the tensor table (lm_layer.c) ----
  * Built from models/' description of the family (dt_model_describe: the modules of
  * Hugging Face's block, k_family_rows in models/family.c) with the family's naming and
@@ -365,7 +401,7 @@ int lm_linear_backward(dt_lm *g, const lm_linear *lin, const lm_params *P, float
  * in-linears' weights, their biases, the in-norms (Qwen3's q/k norm), the out-linear's
  * weight and bias — Hugging Face's order for both families, and q | k | v (gate | up)
  * adjacent so one GEMM covers them. */
-typedef struct {
+typedef struct lm_tensor_decl {
     const char *name;     /* Hugging Face name after dt_lm_hf_prefix (copied) */
     int ndim;             /* 1 or 2 */
     int64_t d0, d1;       /* shape [d0] or [d0, d1] */
@@ -381,7 +417,7 @@ typedef struct {
 /* Where the next tensor goes: table index and element offset in each set (trained,
  * base), and its offset in the full fine-tuning layout (every tensor trained), which
  * the init's counter uses so a frozen tensor starts as it would in a full run. */
-typedef struct {
+typedef struct lm_layout {
     int i, bi;
     size_t off, boff, foff;
     size_t aoff;          /* adapters' init counter (from DT_LORA_INIT_COUNTER) */

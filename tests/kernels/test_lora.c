@@ -12,99 +12,38 @@
  *   after.<name>               every adapter after them
  * The same with lora_dropout 0.1, PEFT's dropout replaced by the engine's counter-based masks
  * (dt_lm_dropout_key, reproduced by the script).
- * Tolerances as test_llama.c's (fp32 against torch's fp32): logits 2e-5 abs, losses and norms
- * 1e-5 relative, gradients 1e-4 of each tensor's largest, adapters after the steps 1e-4 abs.
+ * Tolerances: tests/kernels/lora_golden.h (as test_llama.c's).
  * Usage: test_kernels_lora GOLDEN_DIR (tests/kernels/golden) */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "dt_ckpt.h"
 #include "dt_finetune.h"
-#include "dt_json.h"
 #include "dt_lm.h"
 #include "dt_model.h"
-#include "dt_optim.h"
-#include "dt_safetensors.h"
 #include "dt_test.h"
-#include "golden_util.h"
+#include "lora_golden.h"
 
-#define LOGIT_TOL 2e-5
-#define LOSS_RTOL 1e-5
-#define GRAD_RTOL 1e-4
-#define AFTER_TOL 1e-4
 #define PATH_MAX_LEN 1024
 #define LORA_TENSORS_PER_BLOCK 14   /* A and B of q, k, v, o, gate, up, down */
 
-static const float *gtensor(dt_st_file *f, const char *name, uint64_t numel) {
-    const dt_st_tensor *t = dt_st_find(f, name);
-    if (!t || (numel && dt_st_numel(t) != numel)) {
-        fprintf(stderr, "golden: tensor %s missing or of another size\n", name);
-        exit(1);
-    }
-    return dt_st_data(f, t);
-}
-
-static double meta(dt_st_file *f, const char *key) {
-    const char *v = dt_st_metadata(f, key);
-    if (!v) {
-        fprintf(stderr, "golden: metadata %s missing\n", key);
-        exit(1);
-    }
-    return atof(v);
-}
-
-/* every trained tensor against the golden's prefix.<name>: max abs diff (rel: of each
- * tensor's largest reference) */
-static double worst_vs(const dt_lm *g, const float *flat, dt_st_file *f, const char *prefix, int rel) {
-    double worst = 0;
-    for (int i = 0; i < dt_lm_num_tensors(g); i++) {
-        const dt_tensor_info *t = dt_lm_tensor(g, i);
-        char name[DT_ST_NAME_MAX];
-        snprintf(name, sizeof name, "%s.%s", prefix, t->name);
-        double rm;
-        double e = golden_max_abs_diff(flat + t->offset, gtensor(f, name, t->numel), t->numel, &rm);
-        if (rel) e /= rm > 0 ? rm : 1.0;
-        if (e > worst) worst = e;
-    }
-    return worst;
-}
-
-/* micro-batch (s, a) of seq [steps, accum, B, T+1] into inputs / targets [B, T] */
-static void micro(const int32_t *seq, int64_t accum, int64_t B, int64_t T, int64_t s, int64_t a, int32_t *in,
-                  int32_t *tg) {
-    const int32_t *q = seq + ((s * accum + a) * B) * (T + 1);
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t t = 0; t < T; t++) {
-            in[b * T + t] = q[b * (T + 1) + t];
-            tg[b * T + t] = q[b * (T + 1) + t + 1];
-        }
-}
-
 static void check_case(const char *golden_dir, const char *name, int dropout) {
-    char dir[PATH_MAX_LEN], file[PATH_MAX_LEN];
+    char dir[PATH_MAX_LEN], file[PATH_MAX_LEN], label[PATH_MAX_LEN];
     snprintf(dir, sizeof dir, "%s/llama/%s", golden_dir, name);
     snprintf(file, sizeof file, "%s/lora/%s%s.safetensors", golden_dir, name, dropout ? "-dropout" : "");
+    snprintf(label, sizeof label, "%s%s", name, dropout ? " (dropout)" : "");
     dt_model m;
-    golden_model_of(dir, &m);
+    const lg_case c = lg_open(dir, file, label, &m);
+    dt_st_file *f = c.f;
     dt_error err = {0};
-    dt_st_file *f;
-    if (dt_st_open(file, &f, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        exit(1);
-    }
-    const int64_t B = (int64_t)meta(f, "B"), T = (int64_t)meta(f, "T"), steps = (int64_t)meta(f, "steps");
-    const int64_t accum = (int64_t)meta(f, "accum");
     dt_finetune ft;
     dt_finetune_defaults(DT_FT_LORA, &ft);
-    ft.lora_rank = (int64_t)meta(f, "r");
-    ft.lora_alpha = meta(f, "alpha");
-    ft.lora_dropout = meta(f, "dropout");
-    const uint64_t drop_seed = strtoull(dt_st_metadata(f, "drop_seed"), NULL, 10);
+    ft.lora_rank = (int64_t)lg_meta(f, "r");
+    ft.lora_alpha = lg_meta(f, "alpha");
+    ft.lora_dropout = lg_meta(f, "dropout");
     dt_precision pr;
     dt_precision_from_preset(DT_PREC_FP32, &pr);
-    const dt_lm_options o = {.B = B, .T = T, .attn = DT_ATTN_FLASH, .device = DT_DEVICE_CPU, .finetune = &ft};
+    const dt_lm_options o = {.B = c.B, .T = c.T, .attn = DT_ATTN_FLASH, .device = DT_DEVICE_CPU, .finetune = &ft};
     dt_lm *g;
     if (dt_lm_create_opts(&m, &pr, &o, &g, &err) || dt_weights_load_base(g, &m, pr.param, dir, &err)) {
         fprintf(stderr, "%s: %s\n", name, err.msg);
@@ -112,74 +51,10 @@ static void check_case(const char *golden_dir, const char *name, int dropout) {
     }
     /* the trained set is the adapters and nothing else; the base holds every model tensor */
     CHECK_EQ_I64(dt_lm_num_tensors(g), LORA_TENSORS_PER_BLOCK * m.n_layer);
-    float *params = dt_lm_params(g), *grads = dt_lm_grads(g);
-    for (int i = 0; i < dt_lm_num_tensors(g); i++) {
-        const dt_tensor_info *t = dt_lm_tensor(g, i);
-        char key[DT_ST_NAME_MAX];
-        snprintf(key, sizeof key, "init.%s", t->name);
-        CHECK(strstr(t->name, ".lora_A.weight") || strstr(t->name, ".lora_B.weight"));
-        CHECK(t->flags & DT_TENSOR_ADAPTER);
-        memcpy(params + t->offset, gtensor(f, key, t->numel), t->numel * sizeof(float));
-    }
-
-    const int32_t *seq = (const int32_t *)gtensor(f, "seq", (uint64_t)(steps * accum * B * (T + 1)));
-    int32_t *in = malloc(sizeof(int32_t) * (size_t)(B * T)), *tg = malloc(sizeof(int32_t) * (size_t)(B * T));
-    micro(seq, accum, B, T, 0, 0, in, tg);
-    float loss = 0.0f;
-    dt_lm_zero_grad(g);
-    dt_lm_set_dropout(g, 1, dt_lm_dropout_key(drop_seed, 0, 0));
-    CHECK(dt_lm_forward(g, in, tg, &loss, &err) == DT_OK);
-    double rm;
-    const double le = golden_max_abs_diff(dt_lm_logits(g), gtensor(f, "logits", (uint64_t)(B * T * m.vocab)),
-                                   (size_t)(B * T * m.vocab), &rm);
-    const float gl = gtensor(f, "loss", 1)[0];
-    CHECK(le <= LOGIT_TOL);
-    CHECK(fabs(loss - gl) <= LOSS_RTOL * fabs(gl));
-    CHECK(dt_lm_backward(g, 1.0f, &err) == DT_OK);
-    const double ge = worst_vs(g, grads, f, "grad", 1);
-    CHECK(ge <= GRAD_RTOL);
-    printf("%s%s: logits |diff| %.3g, loss %.7f vs %.7f, adapter gradients worst %.3g of each tensor's largest\n",
-           name, dropout ? " (dropout)" : "", le, loss, gl, ge);
-
-    /* the training loop: accumulation, clipping, schedule, AdamW */
-    dt_optim *opt;
-    CHECK(dt_optim_create(&pr, dt_lm_num_params(g), &opt, &err) == DT_OK);
-    dt_optim_init_master(opt, params);
-    dt_schedule sched = {.kind = DT_SCHED_WARMUP_DECAY_LR, .total_steps = steps,
-                         .warmup_steps = (int64_t)meta(f, "warmup"), .warmup_linear = 1};
-    const double lr = meta(f, "lr"), max_norm = meta(f, "max_norm");
-    const float *want = gtensor(f, "step_losses", (uint64_t)steps), *want_norm = gtensor(f, "step_norms", (uint64_t)steps);
-    double worst_loss = 0, worst_norm = 0;
-    for (int64_t s = 0; s < steps; s++) {
-        dt_lm_zero_grad(g);
-        double total = 0;
-        for (int64_t a = 0; a < accum; a++) {
-            micro(seq, accum, B, T, s, a, in, tg);
-            dt_lm_set_dropout(g, 1, dt_lm_dropout_key(drop_seed, s, a));
-            CHECK(dt_lm_forward(g, in, tg, &loss, &err) == DT_OK);
-            CHECK(dt_lm_backward(g, 1.0f / (float)accum, &err) == DT_OK);
-            total += loss;
-        }
-        const double norm = sqrt(dt_lm_grad_sumsq(g));
-        const double el = fabs(total / (double)accum - want[s]) / fabs(want[s]), en = fabs(norm - want_norm[s]) / want_norm[s];
-        worst_loss = el > worst_loss ? el : worst_loss;
-        worst_norm = en > worst_norm ? en : worst_norm;
-        dt_adamw hp = {dt_schedule_lr(&sched, lr, s), meta(f, "beta1"), meta(f, "beta2"), meta(f, "eps"),
-                       meta(f, "weight_decay")};
-        const double div = dt_clip_divisor(norm, 1.0, max_norm);
-        for (int i = 0; i < dt_lm_num_tensors(g); i++) {
-            const dt_tensor_info *t = dt_lm_tensor(g, i);
-            dt_optim_update(opt, params, grads, t->offset, t->numel, &hp, 1.0 / div, (t->flags & DT_TENSOR_DECAY) != 0,
-                            s + 1);
-        }
-    }
-    const double ae = worst_vs(g, params, f, "after", 0);
-    printf("%s%s: %lld steps x %lld micro-batches: losses worst %.3g relative, norms %.3g, adapters after %.3g\n", name, dropout ? " (dropout)" : "",
-           (long long)steps, (long long)accum, worst_loss, worst_norm, ae);
-    CHECK(worst_loss <= LOSS_RTOL);
-    CHECK(worst_norm <= LOSS_RTOL);
-    CHECK(ae <= AFTER_TOL);
-    dt_optim_free(opt);
+    lg_set_adapters(g, f);
+    int32_t *in = malloc(sizeof(int32_t) * (size_t)(c.B * c.T)), *tg = malloc(sizeof(int32_t) * (size_t)(c.B * c.T));
+    lg_check_forward(g, &c, in, tg);
+    lg_check_training(g, &c, &pr, in, tg);
     free(in);
     free(tg);
     dt_st_close(f);
