@@ -623,13 +623,17 @@ int dt_cmd_solve(int argc, char **argv) {
     dt_ft_print_summary(b, "finetune: ");
     dt_vlm_print_summary(b, "vision: ");
     dt_obj_print_summary(b, "objective: ");
-    /* what dtrun's engine trains (engine/model/lm.c dt_lm_check_method: full, freeze, and LoRA
-     * with fp32 parameters on the CPU); dtplan does not link the engine, so the rule is stated here */
+    /* what dtrun's engine trains (engine/model/lm.c dt_lm_check_method: full, freeze, and LoRA /
+     * QLoRA with fp32 parameters on the CPU, QLoRA over NF4 / FP4 with fp32 compute); dtplan does
+     * not link the engine, so the rule is stated here */
     const char *no_engine = NULL;
-    if (b->finetune.method == DT_FT_QLORA) no_engine = "QLoRA (a quantised base)";
-    else if (b->finetune.method == DT_FT_LORA && b->precision.param != DT_DTYPE_FP32)
+    const int qlora = b->finetune.method == DT_FT_QLORA;
+    if (qlora && b->finetune.quant == DT_STORAGE_INT8) no_engine = "QLoRA over an int8 base (plan it with --quant nf4)";
+    else if (qlora && b->finetune.compute_dtype != DT_DTYPE_FP32)
+        no_engine = "QLoRA with 16-bit compute (plan it with --compute-dtype fp32)";
+    else if (dt_ft_is_lora(&b->finetune) && b->precision.param != DT_DTYPE_FP32)
         no_engine = "LoRA with 16-bit parameters (plan it with --precision fp32)";
-    else if (b->finetune.method == DT_FT_LORA && b->cluster.device != DT_DEVICE_CPU) no_engine = "LoRA on the GPU";
+    else if (dt_ft_is_lora(&b->finetune) && b->cluster.device != DT_DEVICE_CPU) no_engine = "LoRA on the GPU";
     if (no_engine && b->runtime.kind == DT_RUNTIME_DTRUN)
         printf("note: this dtrun does not train %s yet; to run the method with PEFT + DeepSpeed, plan it with "
                "--runtime deepspeed\n", no_engine);

@@ -175,6 +175,8 @@ int64_t dt_lm_first_trained_layer(const dt_lm *g);
  * with double quantisation their 8-bit codes, the fp32 absmax per 256 of them and the offset;
  * the 16-value code book and (double quantisation) the 256-value dynamic map it holds. */
 int dt_lm_num_quant_tensors(const dt_lm *g);
+size_t dt_lm_num_quant_params(const dt_lm *g);   /* their elements */
+size_t dt_lm_quant_bytes(const dt_lm *g);        /* their storage: dt_storage_tensor_bytes each (DT_MEM_PARAMS) */
 const dt_tensor_info *dt_lm_quant_tensor(const dt_lm *g, int i);
 typedef struct dt_lm_qstate {
     int fmt;                    /* dt_storage: DT_STORAGE_NF4 or DT_STORAGE_FP4 */

@@ -13,7 +13,9 @@
  *               description of the family's modules (dt_model_describe, the rows of
  *               models/family.c) with each tensor's flags and init rule declared
  *               there, the linears (fp32 ops or the 16-bit GEMMs), the profile clock;
- *   lm_init.c   initialisation from each tensor's declared init rule.
+ *   lm_init.c   initialisation from each tensor's declared init rule;
+ *   lm_qbase.c  QLoRA's quantised base: the blocks' frozen linears stored as bitsandbytes
+ *               stores them, dequantised per use (the linears call it; it calls no other file).
  * A new block family (a vision tower's block) is its row in models/family.c, one
  * more lm_family in its own file and its entry in lm.c's family table; a new kind of linear (a LoRA adapter)
  * is a layer kind beside lm_linear_* used by the blocks that have it, its tensors
@@ -379,16 +381,15 @@ int lm_qbase_find(const dt_lm *g, int grp, const char *name, lm_slot *s);
  * memory. */
 int lm_qbase_alloc(dt_lm *g);
 void lm_qbase_free(dt_lm *g);
-/* Every quantised tensor from its seeded init (dt_lm_init_base_random's rule), quantised. */
-int lm_qbase_init_random(dt_lm *g, uint64_t seed, dt_error *err);
+/* The transient fp32 buffer of the largest quantised weight (NULL without QLoRA): free between
+ * uses, e.g. for a weight's values before dt_lm_quant_set (lm_init.c). */
+float *lm_qbase_scratch(dt_lm *g);
 /* A linear whose weight is quantised: its base GEMMs on the dequantised weight (one tensor
  * at a time, each onto its output columns), bias, and no weight gradient (frozen). */
 static inline int lm_linear_quantized(const lm_linear *lin) { return lin->w.set == DT_LM_SET_QUANT; }
 int lm_qbase_forward(dt_lm *g, const lm_linear *lin, const lm_params *P, float *out, const float *x, int64_t N);
 int lm_qbase_backward(dt_lm *g, const lm_linear *lin, float *G, float *dinp, lm_dinp_mode mode, const float *dout,
                       int64_t N);
-/* tensor t's initial values (its declared rule at its full_offset) into dst [numel] fp32 (lm_init.c) */
-void lm_init_tensor(const dt_tensor_info *t, uint64_t seed, float *dst);
 
 /* ---- the tensor table (lm_layer.c) ----
  * Built from models/' description of the family (dt_model_describe: the modules of

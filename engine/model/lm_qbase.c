@@ -97,7 +97,8 @@ int lm_qbase_setup(dt_lm *g, const dt_model *m, const dt_finetune *ft, dt_error 
     q->dq = ft->double_quant != 0;
     q->block = ft->quant_block > 0 ? ft->quant_block : DT_QUANT_BLOCK;
     q->skip = ft->quant_skip;
-    q->cap = lm_layout_count(&desc, m->n_layer, g->tied);
+    /* the blocks' linears, the only tensors quantised */
+    q->cap = (int)m->n_layer * (desc.block.attn.n_in + 1 + desc.block.mlp.n_in + 1);
     q->t = calloc((size_t)q->cap, sizeof *q->t);
     q->names = calloc((size_t)q->cap, sizeof *q->names);
     q->at = calloc((size_t)q->cap, sizeof *q->at);
@@ -161,6 +162,8 @@ int lm_qbase_find(const dt_lm *g, int grp, const char *name, lm_slot *s) {
 }
 
 int dt_lm_num_quant_tensors(const dt_lm *g) { return g->qb ? g->qb->n : 0; }
+size_t dt_lm_num_quant_params(const dt_lm *g) { return g->qb ? g->qb->voff : 0; }
+size_t dt_lm_quant_bytes(const dt_lm *g) { return g->qb ? g->qb->fbytes + g->qb->bbytes : 0; }
 
 const dt_tensor_info *dt_lm_quant_tensor(const dt_lm *g, int i) {
     return g->qb && i >= 0 && i < g->qb->n ? &g->qb->t[i] : NULL;
@@ -245,15 +248,7 @@ int dt_lm_quant_set(dt_lm *g, int i, const float *w, dt_error *err) {
     return DT_OK;
 }
 
-int lm_qbase_init_random(dt_lm *g, uint64_t seed, dt_error *err) {
-    const lm_qbase *q = g->qb;
-    int rc = DT_OK;
-    for (int i = 0; q && i < q->n && !rc; i++) {
-        lm_init_tensor(&q->t[i], seed, q->buf);
-        rc = dt_lm_quant_set(g, i, q->buf, err);
-    }
-    return rc;
-}
+float *lm_qbase_scratch(dt_lm *g) { return g->qb ? g->qb->buf : NULL; }
 
 /* tensor i dequantised into the transient buffer ([out, in] fp32) */
 static const float *dequant(dt_lm *g, int i) {

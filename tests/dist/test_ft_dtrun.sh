@@ -1,9 +1,10 @@
 #!/bin/bash
-# The freeze and LoRA methods trained by dtrun (docs/finetune.md "In dtrun"): the frozen
-# tensors live in the model's base set (replicated, no gradient, no optimizer state), what is
-# trained (freeze: the last block, --trainable-layers 1; lora: r 8, alpha 16 adapters on every
-# linear of the blocks) goes through ZeRO as in full fine-tuning. For MODEL (gpt2-tiny: tied,
-# LayerNorm; qwen3-tiny: tied, q/k norm) and METHOD (freeze | lora):
+# The freeze, LoRA and QLoRA methods trained by dtrun (docs/finetune.md "In dtrun"): the frozen
+# tensors live in the model's base set (replicated, no gradient, no optimizer state; QLoRA: the
+# blocks' linears quantised, NF4 with double quantisation, fp32 compute), what is trained (freeze:
+# the last block, --trainable-layers 1; lora / qlora: r 8, alpha 16 adapters on every linear of the
+# blocks) goes through ZeRO as in full fine-tuning. For MODEL (gpt2-tiny: tied, LayerNorm, Conv1D;
+# qwen3-tiny: tied, q/k norm) and METHOD (freeze | lora | qlora):
 #   - world 2, ZeRO stages 0-3 (and stage 3 with optimizer and parameters offloaded) give the
 #     world-1 stage-0 losses and grad norms (relative 1e-5, as test_zero.sh), every rank's
 #     parameters, gradients and optimizer state as the planner predicts them (2 %), the
@@ -11,11 +12,12 @@
 #     (stage 0's gradient bytes = 4 x the trained count);
 #   - the frozen tensors in the final model.safetensors are bitwise their initial values,
 #     every trained tensor moved; the file holds the whole model (the base by its Hugging Face
-#     names, and the adapters), which `dtrun sample` reads with the method;
+#     names, QLoRA's quantised linears in bitsandbytes' serialised form, and the adapters), which
+#     `dtrun sample` reads with the method;
 #   - resume (stage 2, world 2; LoRA with dropout 0.1) is bitwise; a resume whose frozen base
 #     differs (another seed) is one line, exit 2;
-#   - a hand-edited plan with trainable_layers out of range, or a QLoRA plan (not built yet):
-#     one line, exit 2, no output directory.
+#   - a hand-edited plan with trainable_layers out of range, or a QLoRA plan of what is not built
+#     (bf16 compute, an int8 base): one line, exit 2, no output directory.
 # Usage: test_ft_dtrun.sh DTPLAN DTRUN SRCDIR MODEL METHOD
 set -u
 DTRUN=$2
@@ -33,6 +35,7 @@ STEPS=12
 
 FT_ARGS="--finetune freeze --trainable-layers 1"
 [ "$METHOD" = lora ] && FT_ARGS="--finetune lora"
+[ "$METHOD" = qlora ] && FT_ARGS="--finetune qlora --compute-dtype fp32"
 # shellcheck disable=SC2086
 "$1" solve --model "$MODEL" --gpus 1 --mem 2G --hardware cpu --stages 0 $FT_ARGS -o "$TMP/model-plan.json" \
     >/dev/null || { echo "FAIL: dtplan cannot plan $MODEL with $FT_ARGS"; exit 1; }
@@ -112,7 +115,7 @@ def tensors(path):
     f = open(path, "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n)); data = f.read()
     return {k: data[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in h.items() if k != "__metadata__"}
 a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
-trained = (lambda k: ".lora_" in k) if sys.argv[3] == "lora" else \
+trained = (lambda k: ".lora_" in k) if sys.argv[3] in ("lora", "qlora") else \
     (lambda k: ("h.1." if sys.argv[4].startswith("gpt2") else "model.layers.1.") in k)
 bad = [k for k in a if trained(k) == (a[k] == b[k])]
 if set(a) != set(b) or bad:
@@ -123,7 +126,7 @@ PY
 
 # resume, stage 2 world 2: bitwise (LoRA with dropout 0.1: the masks are the step's, resumed too)
 DROP=()
-[ "$METHOD" = lora ] && DROP=(finetune.lora.dropout=0.1)
+[ "$METHOD" != freeze ] && DROP=(finetune.lora.dropout=0.1)
 plan 2 2 none "$TMP/r.json" output.save_interval=6 "${DROP[@]}"
 run 2 "$TMP/r.json" "$TMP/r-straight" --max-steps $STEPS >/dev/null
 run 2 "$TMP/r.json" "$TMP/r-split" --max-steps 6 >/dev/null
@@ -145,8 +148,12 @@ rm -rf "$TMP/r-split/$ck"
 plan 0 1 none "$TMP/range.json" 'finetune={"method":"freeze","trainable_layers":9,"trainable_modules":[]}' 
 "$1" solve --model "$MODEL" --gpus 1 --mem 2G --hardware cpu --stages 0 --finetune qlora -o "$TMP/qlora-plan.json" \
     >/dev/null || { echo "FAIL: dtplan cannot plan $MODEL with QLoRA"; exit 1; }
-plan 0 1 none "$TMP/qlora.json" "finetune=$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["finetune"]))' "$TMP/qlora-plan.json")"
-for bad in "range:--trainable-layers 9" "qlora:QLoRA (a quantised base) is not built"; do
+ftjson() { python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["finetune"]))' "$1"; }
+plan 0 1 none "$TMP/qlora.json" "finetune=$(ftjson "$TMP/qlora-plan.json")"
+"$1" solve --model "$MODEL" --gpus 1 --mem 2G --hardware cpu --stages 0 --finetune qlora --quant int8 \
+    -o "$TMP/int8-plan.json" >/dev/null || { echo "FAIL: dtplan cannot plan $MODEL with QLoRA int8"; exit 1; }
+plan 0 1 none "$TMP/int8.json" "finetune=$(ftjson "$TMP/int8-plan.json")"
+for bad in "range:--trainable-layers 9" "qlora:plan --compute-dtype fp32" "int8:plan --quant nf4 or fp4"; do
     name=${bad%%:*} want=${bad#*:}
     "$DTRUN" "$TMP/$name.json" --out "$TMP/out-$name" >/dev/null 2>"$TMP/err"; rc=$?
     { [ $rc -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -qF -- "$want" "$TMP/err" && [ ! -e "$TMP/out-$name" ]; } ||
