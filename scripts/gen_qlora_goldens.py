@@ -52,6 +52,12 @@ serialized.W U8 = the QuantState's packed JSON (QuantState.as_dict(packed=True)
 ["quant_state.bitsandbytes__" + type]: what save_pretrained writes beside the weight) for layer 0's
 q_proj and down_proj.
 
+qwen3-bf16-sharded-nf4-dq-bytes.safetensors: the quantised bytes alone (as above) of the bf16,
+three-shard checkpoint tests/kernels/golden/llama/qwen3-bf16-sharded loaded with no dtype, as a
+QLoRA user loads it: transformers keeps bf16 (dtype "auto") and bitsandbytes quantises those bf16
+weights (quant_state.dtype bfloat16, asserted): dtrun reads them converted exactly to fp32 and must
+give the same bytes.
+
 Batch, forward / gradient check, training: as scripts/gen_lora_goldens.py (B 2, T 13;
 micro-batch (0, 0): logits, loss, grad.<name> of every adapter), with STEPS = 5 optimizer
 steps of ACCUM = 2 micro-batches (AdamW, WarmupDecayLR, clipping); after.<name>.
@@ -198,6 +204,34 @@ def run_case(index, case, qt, dq, out):
           (name, nq, len(adapters), loss.item(), step_losses[0], step_losses[-1], min(norms), max(norms)))
 
 
+def bf16_bytes(out):
+    """The bytes of a bf16, sharded checkpoint (tests/kernels/golden/llama/qwen3-bf16-sharded)
+    loaded as a QLoRA user loads it, with no dtype: transformers 5's default dtype "auto" keeps the
+    checkpoint's bf16, so bitsandbytes quantises the bf16 weights (quant_state.dtype bfloat16,
+    asserted); q. / absmax. / nested_absmax. / offset.<W> of every Linear4bit."""
+    base_dir = os.path.join(lg.BASES, "qwen3-bf16-sharded")
+    qcfg = transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                                           bnb_4bit_compute_dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_pretrained(base_dir, device_map="cpu", quantization_config=qcfg)
+    tensors = {}
+    for name, mod in model.named_modules():
+        if not isinstance(mod, bitsandbytes.nn.Linear4bit):
+            continue
+        qs = mod.weight.quant_state
+        assert qs.dtype == torch.bfloat16, (name, qs.dtype)
+        w = name + ".weight"
+        tensors["q." + w] = mod.weight.data.reshape(-1).clone()
+        tensors["absmax." + w] = qs.absmax.clone()
+        tensors["nested_absmax." + w] = qs.state2.absmax.clone()
+        tensors["offset." + w] = qs.offset.reshape(1).clone()
+    meta = {"base": "tests/kernels/golden/llama/qwen3-bf16-sharded", "quant": "nf4", "double_quant": "1",
+            "block": str(BLOCK), "load_dtype": "bfloat16 (transformers' default dtype auto)", "versions":
+            "torch %s, transformers %s, bitsandbytes %s" % (torch.__version__, transformers.__version__,
+                                                            bitsandbytes.__version__)}
+    save_file(tensors, os.path.join(out, "qwen3-bf16-sharded-nf4-dq-bytes.safetensors"), meta)
+    print("qwen3-bf16-sharded: %d quantised linears from bf16" % (len(tensors) // 4))
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(lg.HERE, "..", "tests", "kernels", "golden", "qlora")
     os.makedirs(out, exist_ok=True)
@@ -207,6 +241,7 @@ def main():
         make_base(i, case, out)
     for i, (case, qt, dq) in enumerate(CASES):
         run_case(i, case, qt, dq, out)
+    bf16_bytes(out)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@
  *   logits, loss, grad.<name>, step_losses, step_norms, after.<name>
  *                                             as test_lora.c (tests/kernels/lora_golden.h),
  *                                             5 steps of 2 micro-batches
- * and what the engine holds against what the planner counts (models/dt_pgroup.h): the frozen
+ * the bytes of a bf16 checkpoint in three shards, quantised from the bf16 weights transformers
+ * loads by default (qwen3-bf16-sharded-nf4-dq-bytes.safetensors); and what the engine holds
+ * against what the planner counts (models/dt_pgroup.h): the frozen
  * bytes (quantised storage + the fp32 base set) and the dequantised weight's buffer; a checkpoint's
  * weights written and read back in bitsandbytes' serialised form, checked byte for byte and refused
  * when the quantisation differs.
@@ -55,8 +57,8 @@ static int bytes_equal(dt_st_file *f, const char *prefix, const char *name, cons
     return t && t->end - t->begin == bytes && !memcmp(dt_st_data(f, t), ours, bytes);
 }
 
-/* every quantised weight's state (and two dequantised) against bitsandbytes' */
-static void check_bytes(dt_lm *g, dt_st_file *f) {
+/* every quantised weight's state (and want_dequant of them dequantised) against bitsandbytes' */
+static void check_bytes(dt_lm *g, dt_st_file *f, int want_dequant) {
     int bad = 0, dequantised = 0;
     for (int i = 0; i < dt_lm_num_quant_tensors(g); i++) {
         const char *w = dt_lm_quant_tensor(g, i)->name;
@@ -87,7 +89,7 @@ static void check_bytes(dt_lm *g, dt_st_file *f) {
     printf("  %d quantised weights: %d byte differences from bitsandbytes' (%d dequantised compared)\n",
            dt_lm_num_quant_tensors(g), bad, dequantised);
     CHECK_EQ_I64(bad, 0);
-    CHECK_EQ_I64(dequantised, 2);
+    CHECK_EQ_I64(dequantised, want_dequant);
 }
 
 /* the engine's memory against the planner's terms: the frozen base (fp32 tensors + quantised
@@ -215,7 +217,7 @@ static void check_case(const char *golden_dir, const char *name, const char *qua
     CHECK_EQ_I64(dt_lm_num_quant_tensors(g), QUANT_TENSORS_PER_BLOCK * m.n_layer);
     check_memory(g, &m, &ft, dev->mem_current(DT_POOL_DEVICE, DT_MEM_PARAMS) - p0,
                  dev->mem_current(DT_POOL_DEVICE, DT_MEM_BUFFERS) - b0);
-    check_bytes(g, c.f);
+    check_bytes(g, c.f, 2);
     lg_set_adapters(g, c.f);
     int32_t *in = malloc(sizeof(int32_t) * (size_t)(c.B * c.T)), *tg = malloc(sizeof(int32_t) * (size_t)(c.B * c.T));
     lg_check_forward(g, &c, in, tg);
@@ -224,6 +226,34 @@ static void check_case(const char *golden_dir, const char *name, const char *qua
     free(in);
     free(tg);
     dt_st_close(c.f);
+    dt_lm_free(g);
+}
+
+/* a bf16 checkpoint in three shards (tests/kernels/golden/llama/qwen3-bf16-sharded) quantised on
+ * load: the bytes bitsandbytes gives the bf16 weights transformers loads (its default dtype) */
+static void check_bf16(const char *golden_dir) {
+    char dir[PATH_MAX_LEN], file[PATH_MAX_LEN];
+    snprintf(dir, sizeof dir, "%s/llama/qwen3-bf16-sharded", golden_dir);
+    snprintf(file, sizeof file, "%s/qlora/qwen3-bf16-sharded-nf4-dq-bytes.safetensors", golden_dir);
+    dt_model m;
+    golden_model_of(dir, &m);
+    dt_finetune ft;
+    dt_finetune_defaults(DT_FT_QLORA, &ft);
+    ft.compute_dtype = DT_DTYPE_FP32;
+    dt_precision pr;
+    dt_precision_from_preset(DT_PREC_FP32, &pr);
+    const dt_lm_options o = {.B = 1, .T = 4, .attn = DT_ATTN_FLASH, .device = DT_DEVICE_CPU, .finetune = &ft};
+    dt_error err = {0};
+    dt_st_file *f = NULL;
+    dt_lm *g = NULL;
+    CHECK(dt_st_open(file, &f, &err) == DT_OK);
+    CHECK(dt_lm_create_opts(&m, &pr, &o, &g, &err) == DT_OK);
+    CHECK(dt_weights_load_base(g, &m, DT_DTYPE_FP32, dir, &err) == DT_OK);
+    if (f && g && !err.code) {
+        printf("qwen3 bf16, 3 shards:\n");
+        check_bytes(g, f, 0);
+    }
+    dt_st_close(f);
     dt_lm_free(g);
 }
 
@@ -264,6 +294,7 @@ int main(int argc, char **argv) {
     check_case(argv[1], "llama", "nf4-dq");
     check_case(argv[1], "qwen3", "nf4-dq");
     check_case(argv[1], "llama", "fp4");
+    check_bf16(argv[1]);
     check_refusals();
     TEST_MAIN_END();
 }
