@@ -50,6 +50,15 @@ static void ft_of(dt_st_file *f, dt_finetune *ft) {
     ft->compute_dtype = DT_DTYPE_FP32;
 }
 
+/* a QLoRA model of m under ft (fp32 parameters, CPU), B x T; NULL with err set */
+static dt_lm *qlora_model(const dt_model *m, const dt_finetune *ft, int64_t B, int64_t T, dt_error *err) {
+    dt_precision pr;
+    dt_precision_from_preset(DT_PREC_FP32, &pr);
+    const dt_lm_options o = {.B = B, .T = T, .attn = DT_ATTN_FLASH, .device = DT_DEVICE_CPU, .finetune = ft};
+    dt_lm *g = NULL;
+    return dt_lm_create_opts(m, &pr, &o, &g, err) ? NULL : g;
+}
+
 static int bytes_equal(dt_st_file *f, const char *prefix, const char *name, const void *ours, size_t bytes) {
     char key[DT_ST_NAME_MAX];
     snprintf(key, sizeof key, "%s.%s", prefix, name);
@@ -142,14 +151,8 @@ static void check_serialised(dt_lm *g, const dt_model *m, const dt_finetune *ft,
     }
     CHECK_EQ_I64(json, 2);
     dt_st_close(w);
-    const dt_precision *pr = NULL;
-    dt_precision p32;
-    dt_precision_from_preset(DT_PREC_FP32, &p32);
-    pr = &p32;
-    const dt_lm_options o = {.B = 1, .T = c->T, .attn = DT_ATTN_FLASH, .device = DT_DEVICE_CPU, .finetune = ft};
-    dt_lm *g2;
-    CHECK(dt_lm_create_opts(m, pr, &o, &g2, &err) == DT_OK);
-    CHECK(dt_weights_load_base(g2, m, DT_DTYPE_FP32, file, &err) == DT_OK);
+    dt_lm *g2 = qlora_model(m, ft, 1, c->T, &err);
+    CHECK(g2 && dt_weights_load_base(g2, m, DT_DTYPE_FP32, file, &err) == DT_OK);
     CHECK(dt_quantbase_check(g2, DT_DTYPE_FP32, file, &err) == DT_OK);
     int same = 1;
     for (int i = 0; i < dt_lm_num_quant_tensors(g); i++) {
@@ -169,9 +172,7 @@ static void check_serialised(dt_lm *g, const dt_model *m, const dt_finetune *ft,
     dt_finetune other = *ft;
     other.quant = ft->quant == DT_STORAGE_NF4 ? DT_STORAGE_FP4 : DT_STORAGE_NF4;
     other.double_quant = !ft->double_quant;
-    CHECK(dt_lm_create_opts(m, pr, &(dt_lm_options){.B = 1, .T = c->T, .attn = DT_ATTN_FLASH,
-                                                     .device = DT_DEVICE_CPU, .finetune = &other},
-                            &g2, &err) == DT_OK);
+    CHECK((g2 = qlora_model(m, &other, 1, c->T, &err)) != NULL);
     dt_error e2 = {0};
     CHECK(dt_weights_load_base(g2, m, DT_DTYPE_FP32, file, &e2) == DT_EINVAL);
     printf("  another quantisation refused: %s\n", e2.msg);
@@ -233,22 +234,18 @@ static void check_case(const char *golden_dir, const char *name, const char *qua
  * load: the bytes bitsandbytes gives the bf16 weights transformers loads (its default dtype) */
 static void check_bf16(const char *golden_dir) {
     char dir[PATH_MAX_LEN], file[PATH_MAX_LEN];
-    snprintf(dir, sizeof dir, "%s/llama/qwen3-bf16-sharded", golden_dir);
     snprintf(file, sizeof file, "%s/qlora/qwen3-bf16-sharded-nf4-dq-bytes.safetensors", golden_dir);
-    dt_model m;
-    golden_model_of(dir, &m);
-    dt_finetune ft;
+    snprintf(dir, sizeof dir, "%s/llama/qwen3-bf16-sharded", golden_dir);
+    dt_finetune ft;   /* the defaults: nf4, double quantisation, block 64 */
     dt_finetune_defaults(DT_FT_QLORA, &ft);
     ft.compute_dtype = DT_DTYPE_FP32;
-    dt_precision pr;
-    dt_precision_from_preset(DT_PREC_FP32, &pr);
-    const dt_lm_options o = {.B = 1, .T = 4, .attn = DT_ATTN_FLASH, .device = DT_DEVICE_CPU, .finetune = &ft};
+    dt_model m;
+    golden_model_of(dir, &m);
     dt_error err = {0};
     dt_st_file *f = NULL;
-    dt_lm *g = NULL;
     CHECK(dt_st_open(file, &f, &err) == DT_OK);
-    CHECK(dt_lm_create_opts(&m, &pr, &o, &g, &err) == DT_OK);
-    CHECK(dt_weights_load_base(g, &m, DT_DTYPE_FP32, dir, &err) == DT_OK);
+    dt_lm *g = qlora_model(&m, &ft, 1, 4, &err);
+    CHECK(g && dt_weights_load_base(g, &m, DT_DTYPE_FP32, dir, &err) == DT_OK);
     if (f && g && !err.code) {
         printf("qwen3 bf16, 3 shards:\n");
         check_bytes(g, f, 0);
