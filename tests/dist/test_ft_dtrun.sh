@@ -16,6 +16,8 @@
 #     `dtrun sample` reads with the method;
 #   - resume (stage 2, world 2; LoRA with dropout 0.1) is bitwise; a resume whose frozen base
 #     differs (another seed) is one line, exit 2;
+#   - QLoRA from a Hugging Face directory (--init): resume bitwise, a base with one linear's weight
+#     changed refused on resume (the quantised bytes are the fingerprint);
 #   - a hand-edited plan with trainable_layers out of range, or a QLoRA plan of what is not built
 #     (bf16 compute, an int8 base): one line, exit 2, no output directory.
 # Usage: test_ft_dtrun.sh DTPLAN DTRUN SRCDIR MODEL METHOD
@@ -143,6 +145,42 @@ rm -rf "$TMP/r-split/$ck"
 "$DTRUN" "$TMP/seed.json" --out "$TMP/r-split" --resume --quiet >/dev/null 2>"$TMP/err"; rc=$?
 { [ $rc -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q "the frozen base differs" "$TMP/err"; } ||
     { echo "FAIL a resume over another base: exit $rc: $(cat "$TMP/err")"; FAIL=1; }
+
+# QLoRA from a Hugging Face directory (--init): the base quantised on load; a resume quantises it
+# again and checks every byte against the checkpoint's (bitwise resume); a base with one linear's
+# weight changed (its codes differ, its fp32 tensors do not) is refused on resume in one line
+if [ "$METHOD" = qlora ]; then
+    plan 0 1 none "$TMP/hf.json" output.save_interval=1   # full fine-tuning: no finetune section
+    python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); p.pop("finetune"); json.dump(p,open(sys.argv[1],"w"))' \
+        "$TMP/hf.json"
+    "$DTRUN" "$TMP/hf.json" --out "$TMP/hf" --max-steps 1 --quiet || { echo "FAIL: base directory run"; FAIL=1; }
+    HB=$TMP/hf/ckpt-00000001
+    plan 0 1 none "$TMP/qi.json" output.save_interval=3
+    "$DTRUN" "$TMP/qi.json" --out "$TMP/qi-straight" --init "$HB" --max-steps 6 --quiet &&
+    "$DTRUN" "$TMP/qi.json" --out "$TMP/qi-split" --init "$HB" --max-steps 3 --quiet &&
+    "$DTRUN" "$TMP/qi.json" --out "$TMP/qi-split" --init "$HB" --max-steps 6 --resume --quiet ||
+        { echo "FAIL: QLoRA runs from --init"; FAIL=1; }
+    if cmp -s "$TMP/qi-straight/ckpt-00000006/model.safetensors" "$TMP/qi-split/ckpt-00000006/model.safetensors"; then
+        echo "ok   qlora from --init, resumed: bitwise"
+    else echo "FAIL qlora from --init, resumed: not bitwise"; FAIL=1; fi
+    cp -r "$HB" "$TMP/hb2"
+    python3 - "$TMP/hb2/model.safetensors" <<'PY' || FAIL=1
+import json, struct, sys
+path = sys.argv[1]
+b = bytearray(open(path, "rb").read()); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+k = next(k for k in h if k.endswith(("layers.0.self_attn.q_proj.weight", "h.0.attn.c_attn.weight")))
+assert h[k]["dtype"] == "F32", h[k]
+o = 8 + n + h[k]["data_offsets"][0]
+struct.pack_into("<f", b, o, -4 * struct.unpack_from("<f", b, o)[0] - 0.5)   # element 0: another code and absmax
+open(path, "wb").write(bytes(b))
+PY
+    rm -rf "$TMP/qi-split/ckpt-00000006"
+    "$DTRUN" "$TMP/qi.json" --out "$TMP/qi-split" --init "$TMP/hb2" --max-steps 6 --resume --quiet >/dev/null 2>"$TMP/err"
+    rc=$?
+    if [ $rc -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q "the quantised base differs" "$TMP/err"; then
+        echo "ok   a resume over another quantised base: $(cat "$TMP/err")"
+    else echo "FAIL a resume over another quantised base: exit $rc: $(cat "$TMP/err")"; FAIL=1; fi
+fi
 
 # hand-edited plans the engine must refuse: one line, exit 2, nothing written
 plan 0 1 none "$TMP/range.json" 'finetune={"method":"freeze","trainable_layers":9,"trainable_modules":[]}' 
