@@ -85,6 +85,13 @@ CASES = [("llama", "nf4", True), ("qwen3", "nf4", True), ("llama", "fp4", False)
 DEQUANT_CHECKED = ("model.layers.0.self_attn.q_proj.weight", "model.layers.0.mlp.down_proj.weight")
 
 
+def save_aligned(tensors, path, meta):
+    """save_file with the wider elements first (stable: insertion order within a width), as the
+    safetensors writer orders by alignment, so every F32 / I32 tensor is 4-byte aligned after the
+    odd-length U8 ones"""
+    save_file(dict(sorted(tensors.items(), key=lambda kv: -kv[1].element_size())), path, meta)
+
+
 def make_base(index, case, out):
     """the golden base: the llama-family golden's config with INTERMEDIATE, random, float32"""
     cfg = transformers.AutoConfig.from_pretrained(os.path.join(lg.BASES, case))
@@ -199,7 +206,7 @@ def run_case(index, case, qt, dq, out):
             "accum": str(ACCUM), "lr": repr(lg.LR), "warmup": str(lg.WARMUP), "max_norm": repr(lg.MAX_NORM),
             "beta1": repr(lg.BETAS[0]), "beta2": repr(lg.BETAS[1]), "eps": repr(lg.EPS), "weight_decay": repr(lg.WD)}
     name = "%s-%s%s" % (case, qt, "-dq" if dq else "")
-    save_file(tensors, os.path.join(out, name + ".safetensors"), meta)
+    save_aligned(tensors, os.path.join(out, name + ".safetensors"), meta)
     print("%s: %d quantised linears, %d adapter tensors, loss %.6f, steps %.4f -> %.4f, norms %.3f .. %.3f" %
           (name, nq, len(adapters), loss.item(), step_losses[0], step_losses[-1], min(norms), max(norms)))
 
@@ -228,7 +235,7 @@ def bf16_bytes(out):
             "block": str(BLOCK), "load_dtype": "bfloat16 (transformers' default dtype auto)", "versions":
             "torch %s, transformers %s, bitsandbytes %s" % (torch.__version__, transformers.__version__,
                                                             bitsandbytes.__version__)}
-    save_file(tensors, os.path.join(out, "qwen3-bf16-sharded-nf4-dq-bytes.safetensors"), meta)
+    save_aligned(tensors, os.path.join(out, "qwen3-bf16-sharded-nf4-dq-bytes.safetensors"), meta)
     print("qwen3-bf16-sharded: %d quantised linears from bf16" % (len(tensors) // 4))
 
 
