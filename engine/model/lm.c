@@ -319,7 +319,7 @@ static void configure(dt_lm *g, const dt_model *m, const dt_precision *prec, con
 int dt_lm_check_method(const dt_precision *prec, dt_device device, const dt_finetune *ft, dt_error *err) {
     const char *no = NULL;
     if (!ft || ft->method == DT_FT_FULL || ft->method == DT_FT_FREEZE) return DT_OK;
-    if (ft->method == DT_FT_QLORA && lm_qbase_check(ft, device, err)) return err->code;
+    if (ft->method == DT_FT_QLORA && lm_qbase_check(prec, ft, device, err)) return err->code;
     if (prec->param != DT_DTYPE_FP32) no = "LoRA with 16-bit parameters";
     else if (device != DT_DEVICE_CPU) no = "LoRA on the CUDA device";
     if (!no) return DT_OK;

@@ -364,9 +364,9 @@ int lm_linear_backward(dt_lm *g, const lm_linear *lin, const lm_params *P, float
  * sets: a slot of set DT_LM_SET_QUANT names its tensor by index (off), and a linear whose
  * weight is there runs on the weight dequantised per use into one transient buffer. */
 typedef struct lm_qbase lm_qbase;
-/* What of QLoRA this engine trains (dt_lm_check_method): NF4 / FP4, fp32 compute, the CPU;
- * DT_EINVAL with one line naming the setting and the fix otherwise. */
-int lm_qbase_check(const struct dt_finetune *ft, dt_device device, dt_error *err);
+/* What of QLoRA this engine trains (dt_lm_check_method): NF4 / FP4, fp32 compute and parameters,
+ * the CPU; DT_EINVAL with one line naming the setting and the fix otherwise. */
+int lm_qbase_check(const dt_precision *prec, const struct dt_finetune *ft, dt_device device, dt_error *err);
 /* Sets up g->qb for a qlora method (nothing otherwise): DT_EINVAL naming what is not built. */
 int lm_qbase_setup(dt_lm *g, const dt_model *m, const struct dt_finetune *ft, dt_error *err);
 /* Takes d into the quantised set when the method quantises it (a frozen linear weight of a

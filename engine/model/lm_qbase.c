@@ -60,7 +60,7 @@ struct lm_qbase {
     float *buf;                /* [largest] DT_MEM_BUFFERS: the dequantised weight */
 };
 
-int lm_qbase_check(const dt_finetune *ft, dt_device device, dt_error *err) {
+int lm_qbase_check(const dt_precision *prec, const dt_finetune *ft, dt_device device, dt_error *err) {
     if (ft->quant == DT_STORAGE_INT8)
         return dt_errorf(err, DT_EINVAL,
                          "model: QLoRA over an 8-bit base (--quant int8, bitsandbytes LLM.int8) is not built in this "
@@ -75,6 +75,13 @@ int lm_qbase_check(const dt_finetune *ft, dt_device device, dt_error *err) {
                          "dequantises to fp32 and runs LoRA in fp32; plan --compute-dtype fp32 "
                          "(bnb_4bit_compute_dtype=torch.float32)",
                          dt_dtype_name(ft->compute_dtype), dt_dtype_name(ft->compute_dtype));
+    /* the quantised linears run on the fp32 path only (lm_layer.c: never the 16-bit GEMMs), whatever
+     * LoRA itself is built for */
+    if (prec->param != DT_DTYPE_FP32)
+        return dt_errorf(err, DT_EINVAL,
+                         "model: QLoRA with %s parameters is not built in this engine yet; plan --precision fp32 "
+                         "(the base stays 4-bit; the adapters and the rest are fp32 as prepare_model_for_kbit_training "
+                         "makes them)", dt_dtype_name(prec->param));
     if (device != DT_DEVICE_CPU)
         return dt_errorf(err, DT_EINVAL,
                          "model: QLoRA on the CUDA device is not built in this engine; plan it for the CPU "

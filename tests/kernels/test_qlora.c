@@ -281,6 +281,11 @@ static void check_refusals(void) {
     ft.compute_dtype = DT_DTYPE_FP32;
     dt_error err = {0};
     CHECK(dt_lm_check_method(&pr, DT_DEVICE_CPU, &ft, &err) == DT_OK);
+    dt_precision bf;   /* 16-bit parameters: refused by QLoRA's own rule, whatever LoRA's is */
+    dt_precision_from_preset(DT_PREC_MIXED_BF16, &bf);
+    CHECK(dt_lm_check_method(&bf, DT_DEVICE_CPU, &ft, &err) == DT_EINVAL);
+    CHECK(strstr(err.msg, "plan --precision fp32") != NULL);
+    printf("refused: %s\n", err.msg);
 }
 
 int main(int argc, char **argv) {
