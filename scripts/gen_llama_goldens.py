@@ -142,7 +142,7 @@ def save_file(tensors, path, metadata):
     JSON header ({"__metadata__": {...}, name: {"dtype", "shape", "data_offsets"}, ...} in
     insertion order, space-padded to a multiple of 8 bytes), then the raw little-endian data."""
     assert sys.byteorder == "little"
-    dtypes = {torch.float32: "F32", torch.int32: "I32", torch.bfloat16: "BF16"}
+    dtypes = {torch.float32: "F32", torch.int32: "I32", torch.bfloat16: "BF16", torch.uint8: "U8"}
     header, blobs, off = {"__metadata__": dict(metadata)}, [], 0
     for name, t in tensors.items():
         t = t.detach().contiguous().cpu()

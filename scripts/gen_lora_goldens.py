@@ -158,6 +158,23 @@ def lr_at(t):
     return LR * max(0.0, (STEPS - i) / max(1.0, float(STEPS - w)))
 
 
+def init_adapters(model, index):
+    """every adapter overwritten after PEFT's init (B = 0 would make every lora_A gradient 0):
+    torch.manual_seed(SEED + index), lora_A ~ U(-1/sqrt(in), 1/sqrt(in)), lora_B ~ N(0, B_STD^2),
+    in named_parameters() order; returns [(name, parameter)]"""
+    torch.manual_seed(SEED + index)
+    adapters = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    assert adapters and all(".lora_" in n for n, _ in adapters)
+    with torch.no_grad():
+        for n, p in adapters:
+            if ".lora_A." in n:
+                bound = 1.0 / p.shape[1] ** 0.5
+                p.copy_(torch.empty_like(p).uniform_(-bound, bound))
+            else:
+                p.copy_(torch.randn_like(p) * B_STD)
+    return adapters
+
+
 def loss_of(model, seq, bf16=False):
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         logits = model(input_ids=seq[:, :T]).logits
@@ -182,16 +199,8 @@ def peft_model(case, drop, bf16):
 def train_case(model, index, bf16, prefix, tensors):
     """The gradient check and the STEPS-step loop on model (adapters drawn under SEED + index),
     stored under prefix; returns the first loss, the step losses and the norms."""
-    torch.manual_seed(SEED + index)
-    adapters = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    assert adapters and all(".lora_" in n and p.dtype == torch.float32 for n, p in adapters)
-    with torch.no_grad():
-        for n, p in adapters:
-            if ".lora_A." in n:
-                bound = 1.0 / p.shape[1] ** 0.5
-                p.copy_(torch.empty_like(p).uniform_(-bound, bound))
-            else:
-                p.copy_(torch.randn_like(p) * B_STD)
+    adapters = init_adapters(model, index)
+    assert all(p.dtype == torch.float32 for _, p in adapters)
     V = model.config.vocab_size
     seq = torch.randint(0, V, (STEPS, ACCUM, B, T + 1), dtype=torch.int64)
     if not prefix:

@@ -623,13 +623,19 @@ int dt_cmd_solve(int argc, char **argv) {
     dt_ft_print_summary(b, "finetune: ");
     dt_vlm_print_summary(b, "vision: ");
     dt_obj_print_summary(b, "objective: ");
-    /* what dtrun's engine trains (engine/model/lm.c dt_lm_check_method: full, freeze, and LoRA
-     * with fp32 adapters, under a 16-bit precision without modules_to_save); dtplan does not
-     * link the engine, so the rule is stated here */
+    /* what dtrun's engine trains (engine/model/lm.c dt_lm_check_method: full, freeze, LoRA with
+     * fp32 adapters, under a 16-bit precision without modules_to_save, and QLoRA over NF4 / FP4
+     * with fp32 parameters and compute on the CPU, lm_qbase.c); dtplan does not link the engine,
+     * so the rule is stated here */
     const char *no_engine = NULL;
-    const int lora = b->finetune.method == DT_FT_LORA;
-    if (b->finetune.method == DT_FT_QLORA) no_engine = "QLoRA (a quantised base)";
-    else if (lora && b->finetune.adapter_dtype != DT_DTYPE_FP32)
+    const int lora = b->finetune.method == DT_FT_LORA, qlora = b->finetune.method == DT_FT_QLORA;
+    if (qlora && b->finetune.quant == DT_STORAGE_INT8) no_engine = "QLoRA over an int8 base (plan it with --quant nf4)";
+    else if (qlora && b->finetune.compute_dtype != DT_DTYPE_FP32)
+        no_engine = "QLoRA with 16-bit compute (plan it with --compute-dtype fp32)";
+    else if (qlora && b->precision.param != DT_DTYPE_FP32)
+        no_engine = "QLoRA with 16-bit parameters (plan it with --precision fp32)";
+    else if (qlora && b->cluster.device != DT_DEVICE_CPU) no_engine = "QLoRA on the GPU";
+    else if (dt_ft_is_lora(&b->finetune) && b->finetune.adapter_dtype != DT_DTYPE_FP32)
         no_engine = "LoRA with 16-bit adapters (plan it with --adapter-dtype fp32)";
     else if (lora && b->precision.param != DT_DTYPE_FP32 && b->finetune.modules_to_save.n > 0)
         no_engine = "LoRA with --modules-to-save under a 16-bit precision (plan it with --precision fp32)";

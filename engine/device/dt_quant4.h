@@ -35,5 +35,11 @@ void dt_quant4_dequantize(const uint8_t *packed, const float *absmax, int64_t n,
 void dt_quant4_double(const float *absmax, int64_t nb, uint8_t *qabsmax, float *nested_absmax, float *offset);
 /* The inverse: absmax [nb] = map[qabsmax] x nested_absmax + offset. */
 void dt_quant4_undouble(const uint8_t *qabsmax, const float *nested_absmax, float offset, int64_t nb, float *absmax);
+/* dt_quant4_dequantize of a double-quantised weight, each block's absmax undoubled as
+ * dt_quant4_undouble computes it (map: dt_quant_dynamic_map's) and used at once, so no
+ * [nb] absmax is materialised; the same values bit for bit. Blocks run in parallel. */
+void dt_quant4_dequantize_nested(const uint8_t *packed, const uint8_t *qabsmax, const float *nested_absmax, float offset,
+                                 const float map[DT_QUANT_DYNAMIC_CODES], int64_t n, dt_storage fmt, int64_t block,
+                                 float *out);
 
 #endif

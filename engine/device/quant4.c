@@ -129,15 +129,26 @@ void dt_quant4_quantize(const float *x, int64_t n, dt_storage fmt, int64_t block
  * of columns). */
 #define FP4_NEG_ZERO_CODE 8
 
+/* fmt's code book as the dequantisation kernels hold it */
+static void dequant_code(dt_storage fmt, float code[DT_QUANT_4BIT_CODES]) {
+    dt_quant4_code(fmt, code);
+    if (fmt == DT_STORAGE_FP4) code[FP4_NEG_ZERO_CODE] = -0.0f;
+}
+
+/* out[lo .. hi) = code[q] x am */
+static void dequant_range(const float *code, const uint8_t *packed, int64_t lo, int64_t hi, float am, float *out) {
+    for (int64_t i = lo; i < hi; i++) {
+        const uint8_t q = i % 2 ? packed[i / 2] & 0x0F : packed[i / 2] >> 4;
+        out[i] = code[q] * am;
+    }
+}
+
 void dt_quant4_dequantize(const uint8_t *packed, const float *absmax, int64_t n, dt_storage fmt, int64_t block,
                           float *out) {
     float code[DT_QUANT_4BIT_CODES];
-    dt_quant4_code(fmt, code);
-    if (fmt == DT_STORAGE_FP4) code[FP4_NEG_ZERO_CODE] = -0.0f;
-    for (int64_t i = 0; i < n; i++) {
-        const uint8_t q = i % 2 ? packed[i / 2] & 0x0F : packed[i / 2] >> 4;
-        out[i] = code[q] * absmax[i / block];
-    }
+    dequant_code(fmt, code);
+    const int64_t nb = dt_quant_blocks(n, block);
+    for (int64_t b = 0; b < nb; b++) dequant_range(code, packed, b * block, b + 1 < nb ? (b + 1) * block : n, absmax[b], out);
 }
 
 /* ---- the absmax's double quantisation ---- */
@@ -252,12 +263,26 @@ void dt_quant4_double(const float *absmax, int64_t nb, uint8_t *qabsmax, float *
 }
 
 /* dequantize_blockwise (csrc/cpu_ops.cpp dequantize_cpu: code x absmax), then
- * functional.py dequantize_4bit's absmax += offset. */
+ * functional.py dequantize_4bit's absmax += offset: block i's absmax. */
+static float undouble_one(const float *map, const uint8_t *qabsmax, const float *nested_absmax, float offset, int64_t i) {
+    const float v = map[qabsmax[i]] * nested_absmax[i / DT_QUANT_NESTED_BLOCK];   /* rounded, then added */
+    return v + offset;
+}
+
 void dt_quant4_undouble(const uint8_t *qabsmax, const float *nested_absmax, float offset, int64_t nb, float *absmax) {
     float map[DT_QUANT_DYNAMIC_CODES];
     dt_quant_dynamic_map(map);
-    for (int64_t i = 0; i < nb; i++) {
-        const float v = map[qabsmax[i]] * nested_absmax[i / DT_QUANT_NESTED_BLOCK];   /* rounded, then added */
-        absmax[i] = v + offset;
-    }
+    for (int64_t i = 0; i < nb; i++) absmax[i] = undouble_one(map, qabsmax, nested_absmax, offset, i);
+}
+
+void dt_quant4_dequantize_nested(const uint8_t *packed, const uint8_t *qabsmax, const float *nested_absmax, float offset,
+                                 const float map[DT_QUANT_DYNAMIC_CODES], int64_t n, dt_storage fmt, int64_t block,
+                                 float *out) {
+    float code[DT_QUANT_4BIT_CODES];
+    dequant_code(fmt, code);
+    const int64_t nb = dt_quant_blocks(n, block);
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < nb; b++)
+        dequant_range(code, packed, b * block, b + 1 < nb ? (b + 1) * block : n,
+                      undouble_one(map, qabsmax, nested_absmax, offset, b), out);
 }

@@ -71,6 +71,11 @@ typedef struct {
  * no optimizer state, never partitioned or rebound (replicated on every rank). */
 #define DT_LM_SET_TRAINED 0
 #define DT_LM_SET_BASE 1
+/* QLoRA (finetune method qlora): the base set's linears of the blocks are stored quantised
+ * instead (NF4 / FP4 as bitsandbytes stores them: dt_lm_quant_state), a third set with its own
+ * tensor table (dt_lm_quant_tensor: offset counts elements of the set's fp32 view, which is
+ * never allocated; shape as the family lays the weight out) and no gradient. */
+#define DT_LM_SET_QUANT 2
 
 /* Tensor parallelism (Megatron-LM: Shoeybi et al. 2019 §3; docs/parallelism.md "In dtrun"):
  * how a rank's tensor is a slice of the whole. split: 0 replicated (every TP rank holds it
@@ -218,6 +223,33 @@ dt_dtype dt_lm_base_dtype(const dt_lm *g);   /* the base set's dtype: the precis
 /* The first block whose backward runs (blocks below it hold nothing trained: their
  * backward, and the encoder's, are skipped); 0 under full fine-tuning. */
 int64_t dt_lm_first_trained_layer(const dt_lm *g);
+/* The quantised set (QLoRA; empty otherwise) and each tensor's quantisation state, host memory:
+ * its weight as bitsandbytes quantises it, [rows = out, cols = in] (nn.Linear's layout; GPT-2's
+ * Conv1D weight transposed, as transformers' Bnb4bitQuantize transposes it), n = rows x cols
+ * codes two a byte (the first in the high nibble), nb = ceil(n / block) absmax; fp32 absmax, or
+ * with double quantisation their 8-bit codes, the fp32 absmax per 256 of them and the offset;
+ * the 16-value code book and (double quantisation) the 256-value dynamic map it holds. */
+int dt_lm_num_quant_tensors(const dt_lm *g);
+size_t dt_lm_num_quant_params(const dt_lm *g);   /* their elements */
+size_t dt_lm_quant_bytes(const dt_lm *g);        /* their storage: dt_storage_tensor_bytes each (DT_MEM_PARAMS) */
+const dt_tensor_info *dt_lm_quant_tensor(const dt_lm *g, int i);
+typedef struct dt_lm_qstate {
+    int fmt;                    /* dt_storage: DT_STORAGE_NF4 or DT_STORAGE_FP4 */
+    int double_quant;
+    int64_t block, rows, cols, n, nb, nnb;   /* nnb: nested blocks (double_quant), else 0 */
+    uint8_t *packed;            /* [(n + 1) / 2] */
+    float *absmax;              /* [nb] (double_quant 0), else NULL */
+    uint8_t *qabsmax;           /* [nb] (double_quant 1), else NULL */
+    float *nested_absmax;       /* [nnb] (double_quant 1) */
+    float *offset;              /* [1] (double_quant 1) */
+    float *code;                /* [16] */
+    float *map;                 /* [256] (double_quant 1) */
+} dt_lm_qstate;
+/* Tensor i's state (pointers into the model's storage); DT_EINVAL for i out of range. */
+int dt_lm_quant_state(dt_lm *g, int i, dt_lm_qstate *out);
+/* Quantises tensor i from its values w (fp32, the tensor's shape in the family's layout:
+ * dt_lm_quant_tensor(g, i)->shape), as bitsandbytes.functional.quantize_4bit does. */
+int dt_lm_quant_set(dt_lm *g, int i, const float *w, dt_error *err);
 /* LoRA dropout (dt_finetune.lora_dropout > 0) for the following passes: on (training, the
  * masks of key) or off (evaluation, as PEFT under model.eval()). Off at creation. A forward
  * and its backward must see the same key: the backward regenerates the masks from it. */
@@ -230,7 +262,8 @@ void dt_lm_set_adapters(dt_lm *g, int on);
  * under seed: splitmix64(splitmix64(seed, step + 1), micro + 1). */
 uint64_t dt_lm_dropout_key(uint64_t seed, int64_t step, int64_t micro);
 /* Initialises the base set from seed, each element by its full_offset, so a frozen
- * tensor starts bitwise as the same tensor of a full run with that seed. */
+ * tensor starts bitwise as the same tensor of a full run with that seed (a quantised tensor:
+ * those values, quantised). */
 int dt_lm_init_base_random(dt_lm *g, uint64_t seed, dt_error *err);
 void *dt_lm_grads(dt_lm *g);    /* flat, grad dtype */
 void dt_lm_set_hooks(dt_lm *g, const dt_lm_hooks *hooks);

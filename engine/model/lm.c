@@ -340,15 +340,16 @@ static void configure(dt_lm *g, const dt_model *m, const dt_precision *prec, con
 int dt_lm_check_method(const dt_precision *prec, dt_device device, const dt_finetune *ft, dt_error *err) {
     const char *no = NULL;
     if (!ft || ft->method == DT_FT_FULL || ft->method == DT_FT_FREEZE) return DT_OK;
-    (void)device;   /* LoRA runs on every device: its ops are the device's (dt_device_ops) */
-    if (ft->method == DT_FT_QLORA) no = "QLoRA (a quantised base)";
-    else if (ft->adapter_dtype != DT_DTYPE_FP32) no = "LoRA with 16-bit adapters (--adapter-dtype)";
+    /* LoRA runs on every device (its ops are the device's, dt_device_ops); QLoRA's base by
+     * lm_qbase_check's rules (fp32 parameters and compute, NF4 / FP4, the CPU) */
+    if (ft->method == DT_FT_QLORA && lm_qbase_check(prec, ft, device, err)) return err->code;
+    if (ft->adapter_dtype != DT_DTYPE_FP32) no = "LoRA with 16-bit adapters (--adapter-dtype)";
     else if (prec->param != DT_DTYPE_FP32 && ft->modules_to_save.n > 0)
         no = "LoRA with --modules-to-save under a 16-bit precision";
     if (!no) return DT_OK;
     return dt_errorf(err, DT_EINVAL,
-                     "model: %s is not built in this engine yet; it trains full, freeze, and LoRA with fp32 "
-                     "adapters (run the plan with PEFT and DeepSpeed: dtplan export)", no);
+                     "model: %s is not built in this engine yet; it trains full, freeze, LoRA with fp32 "
+                     "adapters and QLoRA with fp32 compute (run the plan with PEFT and DeepSpeed: dtplan export)", no);
 }
 
 void dt_lm_trained_precision(const dt_precision *prec, const dt_finetune *ft, dt_precision *out) {
@@ -361,7 +362,7 @@ void dt_lm_trained_precision(const dt_precision *prec, const dt_finetune *ft, dt
 }
 
 /* The fine-tuning method's parameter groups (models/dt_pgroup.h), which decide every
- * tensor's set: none for full fine-tuning. LoRA / QLoRA are not built in this engine. */
+ * tensor's set: none for full fine-tuning. */
 static int setup_method(dt_lm *g, const dt_model *m, const dt_precision *prec, const dt_finetune *ft,
                         dt_error *err) {
     g->first_trained = 0;
@@ -375,6 +376,7 @@ static int setup_method(dt_lm *g, const dt_model *m, const dt_precision *prec, c
         g->lora_mods = g->family->lora_mods;
         g->lora_p = (float)ft->lora_dropout;
     }
+    if ((rc = lm_qbase_setup(g, m, ft, err))) return rc;   /* QLoRA's quantised base */
     if (!(g->pg = malloc(sizeof *g->pg))) return dt_errorf(err, DT_ENOMEM, "model: out of memory");
     rc = dt_model_pgroups(m, ft, prec->param, DT_ROLE_POLICY, g->pg, err);
     if (rc) return rc;
@@ -454,7 +456,8 @@ int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_o
     if (g->nbase_params) g->base = dev->alloc(DT_POOL_DEVICE, DT_MEM_PARAMS, g->nbase_params * (size_t)g->bsz);
     g->act_bytes = layout_acts(g, NULL);
     g->act_mem = dev->alloc(DT_POOL_DEVICE, DT_MEM_ACTIVATIONS, g->act_bytes);
-    int ok = (!flat || (g->params && (g->grads || g->forward_only))) && g->act_mem && (!g->nbase_params || g->base);
+    int ok = (!flat || (g->params && (g->grads || g->forward_only))) && g->act_mem && (!g->nbase_params || g->base) &&
+             lm_qbase_alloc(g);
     if (ok) layout_acts(g, g->act_mem);
     for (int grp = 0; grp < g->ngroups && flat; grp++) {   /* else unbound until dt_lm_bind_group */
         g->gparams[grp] = lm_tensor_ptr(g->params, g->group_off[grp], g->psz);
@@ -547,6 +550,7 @@ void dt_lm_free(dt_lm *g) {
     float **fv = g->fviews;
     for (size_t i = 0; fv && i < g->family->views_size / sizeof(float *); i++) dev->free(fv[i]);
     free(g->fviews);
+    lm_qbase_free(g);
     free(g->recompute);
     free(g->tensors);
     free(g->names);

@@ -93,7 +93,19 @@ int dt_lm_init_random(dt_lm *g, uint64_t seed, dt_error *err) {
     return init_flat(g, g->params, g->pt, g->nparams, g->tensors, g->ntensors, seed, err);
 }
 
+/* QLoRA's quantised linears: each drawn by its rule at its full_offset, then quantised */
+static int init_quant(dt_lm *g, uint64_t seed, dt_error *err) {
+    float *w = lm_qbase_scratch(g);   /* [largest] one weight's values */
+    int rc = DT_OK;
+    for (int i = 0; i < dt_lm_num_quant_tensors(g) && !rc; i++) {
+        const dt_tensor_info *t = dt_lm_quant_tensor(g, i);
+        init_set(t, 1, seed, t->offset, t->offset + t->numel, w, DT_DTYPE_FP32);
+        rc = dt_lm_quant_set(g, i, w, err);
+    }
+    return rc;
+}
+
 int dt_lm_init_base_random(dt_lm *g, uint64_t seed, dt_error *err) {
-    if (!g->nbase_params) return DT_OK;
-    return init_flat(g, g->base, g->bt, g->nbase_params, g->btensors, g->nbase, seed, err);
+    int rc = g->nbase_params ? init_flat(g, g->base, g->bt, g->nbase_params, g->btensors, g->nbase, seed, err) : DT_OK;
+    return rc ? rc : init_quant(g, seed, err);
 }

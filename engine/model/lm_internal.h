@@ -13,7 +13,9 @@
  *               description of the family's modules (dt_model_describe, the rows of
  *               models/family.c) with each tensor's flags and init rule declared
  *               there, the linears (fp32 ops or the 16-bit GEMMs), the profile clock;
- *   lm_init.c   initialisation from each tensor's declared init rule.
+ *   lm_init.c   initialisation from each tensor's declared init rule;
+ *   lm_qbase.c  QLoRA's quantised base: the blocks' frozen linears stored as bitsandbytes
+ *               stores them, dequantised per use (the linears call it; it calls no other file).
  * A new block family (a vision tower's block) is its row in models/family.c, one
  * more lm_family in its own file and its entry in lm.c's family table; a new kind of linear (a LoRA adapter)
  * is a layer kind beside lm_linear_* used by the blocks that have it, its tensors
@@ -158,6 +160,8 @@ struct dt_lm {
     /* gemm16 with adapters: the linear's bf16 input widened to fp32 for the adapters'
      * fp32 GEMMs ([N, max in]) */
     float *lora_x32;
+    /* QLoRA: the base linears stored quantised (lm_qbase.c); NULL otherwise */
+    struct lm_qbase *qb;
 
     /* storage */
     void *params, *grads;            /* flat, DT_MEM_PARAMS / DT_MEM_GRADS */
@@ -371,6 +375,39 @@ typedef enum { LM_DINP_SET = 0, LM_DINP_ADD = 1 } lm_dinp_mode;
 int lm_linear_backward(dt_lm *g, const lm_linear *lin, const lm_params *P, float *G, float *dinp,
                        lm_dinp_mode mode, const float *dout, const void *inp, const float *inp32, int64_t N);
 
+/* ---- QLoRA's quantised base (lm_qbase.c, dt_lm.h DT_LM_SET_QUANT) ----
+ * The frozen linears of the blocks stored as bitsandbytes stores them (NF4 / FP4 codes,
+ * absmax per block, optionally double-quantised), a third set beside the trained and base
+ * sets: a slot of set DT_LM_SET_QUANT names its tensor by index (off), and a linear whose
+ * weight is there runs on the weight dequantised per use into one transient buffer. */
+typedef struct lm_qbase lm_qbase;
+/* What of QLoRA this engine trains (dt_lm_check_method): NF4 / FP4, fp32 compute and parameters,
+ * the CPU; DT_EINVAL with one line naming the setting and the fix otherwise. */
+int lm_qbase_check(const dt_precision *prec, const struct dt_finetune *ft, dt_device device, dt_error *err);
+/* Sets up g->qb for a qlora method (nothing otherwise): DT_EINVAL naming what is not built. */
+int lm_qbase_setup(dt_lm *g, const dt_model *m, const struct dt_finetune *ft, dt_error *err);
+/* Takes d into the quantised set when the method quantises it (a frozen linear weight of a
+ * block, not skipped): 1 taken (lo's full-layout counter advanced), 0 not. */
+struct lm_tensor_decl;
+struct lm_layout;
+int lm_qbase_add(dt_lm *g, struct lm_layout *lo, int group, const struct lm_tensor_decl *d);
+/* The slot of the quantised tensor named name in group grp: 1 found (*s set), 0 not. */
+int lm_qbase_find(const dt_lm *g, int grp, const char *name, lm_slot *s);
+/* The quantised storage (DT_MEM_PARAMS, exactly dt_storage_tensor_bytes per tensor) and the
+ * transient dequantised weight (DT_MEM_BUFFERS, the largest tensor in fp32): 1 ok, 0 out of
+ * memory. */
+int lm_qbase_alloc(dt_lm *g);
+void lm_qbase_free(dt_lm *g);
+/* The transient fp32 buffer of the largest quantised weight (NULL without QLoRA): free between
+ * uses, e.g. for a weight's values before dt_lm_quant_set (lm_init.c). */
+float *lm_qbase_scratch(dt_lm *g);
+/* A linear whose weight is quantised: its base GEMMs on the dequantised weight (one tensor
+ * at a time, each onto its output columns), bias, and no weight gradient (frozen). */
+static inline int lm_linear_quantized(const lm_linear *lin) { return lin->w.set == DT_LM_SET_QUANT; }
+int lm_qbase_forward(dt_lm *g, const lm_linear *lin, const lm_params *P, float *out, const float *x, int64_t N);
+int lm_qbase_backward(dt_lm *g, const lm_linear *lin, float *G, float *dinp, lm_dinp_mode mode, const float *dout,
+                      int64_t N);
+
 /* ---- the tensor table (lm_layer.c) ----
  * Built from models/' description of the family (dt_model_describe: the modules of
  * Hugging Face's block, k_family_rows in models/family.c) with the family's naming and
@@ -382,7 +419,7 @@ int lm_linear_backward(dt_lm *g, const lm_linear *lin, const lm_params *P, float
  * in-linears' weights, their biases, the in-norms (Qwen3's q/k norm), the out-linear's
  * weight and bias — Hugging Face's order for both families, and q | k | v (gate | up)
  * adjacent so one GEMM covers them. */
-typedef struct {
+typedef struct lm_tensor_decl {
     const char *name;     /* Hugging Face name after dt_lm_hf_prefix (copied) */
     int ndim;             /* 1 or 2 */
     int64_t d0, d1;       /* shape [d0] or [d0, d1] */
@@ -398,7 +435,7 @@ typedef struct {
 /* Where the next tensor goes: table index and element offset in each set (trained,
  * base), and its offset in the full fine-tuning layout (every tensor trained), which
  * the init's counter uses so a frozen tensor starts as it would in a full run. */
-typedef struct {
+typedef struct lm_layout {
     int i, bi;
     size_t off, boff, foff;
     size_t aoff;          /* adapters' init counter (from DT_LORA_INIT_COUNTER) */

@@ -25,6 +25,7 @@ static int decl_trained(const dt_lm *g, const lm_tensor_decl *d) {
 
 void lm_layout_add(dt_lm *g, lm_layout *lo, int group, const lm_tensor_decl *d) {
     const int trained = d->adapter || decl_trained(g, d);
+    if (!trained && lm_qbase_add(g, lo, group, d)) return;   /* QLoRA: quantised instead */
     const int i = trained ? lo->i++ : lo->bi++;
     dt_tensor_info *t = trained ? &g->tensors[i] : &g->btensors[i];
     char *name = trained ? g->names[i] : g->bnames[i];
@@ -202,6 +203,7 @@ static lm_slot find_slot(const dt_lm *g, int grp, const char *name) {
             s.off = g->btensors[i].offset - g->bgroup_off[grp];
             s.set = DT_LM_SET_BASE;
         }
+    lm_qbase_find(g, grp, name, &s);
     return s;
 }
 
@@ -406,8 +408,11 @@ int lm_linear_forward(dt_lm *g, const lm_linear *lin, const lm_params *P, float 
     lm_prof_mark m = lm_prof_begin(g);
     if (!g->gemm16) {
         const float *w = lm_slot_f32(P, lin->w);
-        if (lay == LM_W_IN_OUT) g->dev->linear_forward(out, inp32, w, bias, N, IC, OC);
+        int rc = DT_OK;
+        if (lm_linear_quantized(lin)) rc = lm_qbase_forward(g, lin, P, out, inp32, N);   /* QLoRA's base */
+        else if (lay == LM_W_IN_OUT) g->dev->linear_forward(out, inp32, w, bias, N, IC, OC);
         else g->dev->linear_t_forward(out, inp32, w, bias, N, IC, OC);
+        if (rc) return rc;
         lora_forward(g, lin, P, out, inp32, N);
         lm_prof_end(g, kind, m, flops + lora_flops(g, lin, N));
         return DT_OK;
@@ -445,10 +450,13 @@ int lm_linear_backward(dt_lm *g, const lm_linear *lin, const lm_params *P, float
     lm_prof_mark m = lm_prof_begin(g);
     if (!g->gemm16) {
         const float *w = lm_slot_f32(P, lin->w);
-        if (lay == LM_W_IN_OUT)
+        int rc = DT_OK;
+        if (lm_linear_quantized(lin)) rc = lm_qbase_backward(g, lin, G, dinp, mode, dout, N);   /* QLoRA's base */
+        else if (lay == LM_W_IN_OUT)
             g->dev->linear_backward(dinp, dw, dbias, dout, inp32, w, N, IC, OC, accumulate_dinp);
         else
             g->dev->linear_t_backward(dinp, dw, dbias, dout, inp32, w, N, IC, OC, accumulate_dinp);
+        if (rc) return rc;
         lora_backward(g, lin, P, G, dinp, dout, inp32, N);
         lm_prof_end(g, kind, m, flops + 2.0 * lora_flops(g, lin, N));
         return DT_OK;

@@ -765,8 +765,13 @@ static void print_banner(const trainer *t, int64_t resumed) {
     if (dt_lm_num_base_params(t->g))
         fprintf(log, "dtrun: %s fine-tune: %zu params trained, %zu frozen (replicated on every rank, no gradient "
                      "or optimizer state); backward from block %lld up\n",
-                dt_ft_method_name(plan->finetune.method), dt_lm_num_params(t->g), dt_lm_num_base_params(t->g),
-                (long long)dt_lm_first_trained_layer(t->g));
+                dt_ft_method_name(plan->finetune.method), dt_lm_num_params(t->g),
+                dt_lm_num_base_params(t->g) + dt_lm_num_quant_params(t->g), (long long)dt_lm_first_trained_layer(t->g));
+    if (dt_lm_num_quant_tensors(t->g))   /* QLoRA: the base linears as bitsandbytes stores them */
+        fprintf(log, "dtrun: qlora base: %d linears, %zu params quantised to %s%s in %zu bytes, dequantised per use "
+                     "to fp32\n", dt_lm_num_quant_tensors(t->g), dt_lm_num_quant_params(t->g),
+                dt_storage_name(plan->finetune.quant), plan->finetune.double_quant ? " (double-quantised absmax)" : "",
+                dt_lm_quant_bytes(t->g));
     fprintf(log, "dtrun: %d rank(s) (%s), ZeRO stage %d, offload optimizer %s / params %s%s\n", t->world,
             dt_comm_backend_name(t->comm), plan->parallel.zero_stage,
             dt_offload_name(plan->parallel.offload_optimizer), dt_offload_name(plan->parallel.offload_param),

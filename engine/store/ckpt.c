@@ -23,6 +23,7 @@
 #include "dt_hfdir.h"
 #include "dt_json.h"
 #include "dt_memprobe.h"
+#include "dt_quantbase.h"
 #include "dt_safetensors.h"
 
 /* llm.c model checkpoint header (llm.c train_gpt2.py write_model, read by
@@ -83,7 +84,7 @@ static int add_weights(dt_st_writer *w, dt_lm *g, dt_dtype pdt, void *base, dt_e
                                   flat ? pelem(flat, dt, t->offset) : NULL, err);
         }
     }
-    return rc;
+    return rc ? rc : dt_quantbase_add(w, g, pdt, base != NULL, err);   /* QLoRA: the quantised linears */
 }
 
 /* Elements [lo, lo + n) of g's base set as host memory: in place where the host addresses
@@ -105,7 +106,7 @@ static const char *base_piece(dt_lm *g, size_t lo, size_t n, void *h, dt_error *
 static int put_base(dt_lm *g, dt_st_stream *s, const char *path, dt_error *err) {
     const dt_device_ops *dev = dt_lm_device_ops(g);
     const size_t esz = (size_t)dt_dtype_size(dt_lm_base_dtype(g)), N = dt_lm_num_base_params(g), E = min_sz(chunk_elems(esz), N);
-    if (!N) return DT_OK;
+    if (!N) return dt_quantbase_put(g, dt_lm_base_dtype(g), s, err);
     void *h = dev->host_addressable ? NULL : dev->alloc(DT_POOL_HOST, DT_MEM_BUFFERS, E * esz);
     if (!dev->host_addressable && !h)
         return dt_errorf(err, DT_ENOMEM, "%s: cannot allocate %zu bytes of host memory for the weights", path, E * esz);
@@ -121,7 +122,7 @@ static int put_base(dt_lm *g, dt_st_stream *s, const char *path, dt_error *err) 
         }
     }
     if (h) dev->free(h);
-    return rc;
+    return rc ? rc : dt_quantbase_put(g, dt_lm_base_dtype(g), s, err);   /* QLoRA: the quantised linears */
 }
 
 /* ---- weights streamed piece by piece ---- */
@@ -545,7 +546,7 @@ static int read_flat(dt_lm *g, weights_src *s, const char *path, dt_error *err) 
 }
 
 int dt_weights_load_base(dt_lm *g, const dt_model *m, dt_dtype pdt, const char *path, dt_error *err) {
-    if (dt_lm_num_base_tensors(g) == 0) return DT_OK;
+    if (dt_lm_num_base_tensors(g) == 0) return dt_quantbase_load(g, pdt, path, err);
     weights_src s;
     memset(&s, 0, sizeof s);
     s.pdt = pdt;
@@ -553,14 +554,12 @@ int dt_weights_load_base(dt_lm *g, const dt_model *m, dt_dtype pdt, const char *
     if (!rc) rc = dt_hf_src_open_base(g, path, &s.hf, err);
     if (!rc) rc = read_into(g, &s, dt_lm_base_params(g), dt_lm_num_base_params(g), path, err);
     wsrc_close(&s);
-    return rc;
+    return rc ? rc : dt_quantbase_load(g, pdt, path, err);   /* QLoRA: the quantised linears */
 }
 
-int dt_ckpt_check_base(const char *ckpt_dir, dt_lm *g, dt_dtype pdt, dt_error *err) {
+static int check_base_set(const char *path, dt_lm *g, dt_dtype pdt, dt_error *err) {
     const size_t N = dt_lm_num_base_params(g), esz = (size_t)dt_dtype_size(pdt), E = min_sz(chunk_elems(esz), N);
     if (!N) return DT_OK;
-    char path[DT_PATH_MAX * 2];
-    snprintf(path, sizeof path, "%s/model.safetensors", ckpt_dir);
     dt_hf_src *s = NULL;
     if (dt_hf_src_open_base(g, path, &s, err))
         return dt_error_suffix(err, " (the checkpoint holds no frozen base this plan's method can check: resume with "
@@ -581,6 +580,13 @@ int dt_ckpt_check_base(const char *ckpt_dir, dt_lm *g, dt_dtype pdt, dt_error *e
     if (h) dev->free(h);
     dt_hf_src_close(s);
     return rc;
+}
+
+int dt_ckpt_check_base(const char *ckpt_dir, dt_lm *g, dt_dtype pdt, dt_error *err) {
+    char path[DT_PATH_MAX * 2];
+    snprintf(path, sizeof path, "%s/model.safetensors", ckpt_dir);
+    int rc = check_base_set(path, g, pdt, err);
+    return rc ? rc : dt_quantbase_check(g, pdt, path, err);   /* QLoRA: the quantised linears, byte for byte */
 }
 
 int dt_weights_load(dt_lm *g, const dt_model *m, dt_dtype pdt, const char *path, dt_error *err) {

@@ -57,6 +57,9 @@ void dt_hf_src_close(dt_hf_src *s);
  * then count elements of that set's flat buffer): path a directory as dt_hf_src_open_dir
  * reads, else one .safetensors file. The same checks. */
 int dt_hf_src_open_base(const dt_lm *g, const char *path, dt_hf_src **out, dt_error *err);
+/* A source of g's QUANT set (QLoRA's quantised linears, dt_lm_quant_tensor, by their float
+ * values; lo, n count elements of that set's fp32 view), as dt_hf_src_open_base. */
+int dt_hf_src_open_quant(const dt_lm *g, const char *path, dt_hf_src **out, dt_error *err);
 /* A source of g's trained set, as dt_hf_src_open_dir / _file (path a directory or one file),
  * for a LoRA run started from a base model: the LoRA adapters (DT_TENSOR_ADAPTER) the files
  * lack are drawn from seed by the model's init rule (dt_lm_init_slice: PEFT's init), every

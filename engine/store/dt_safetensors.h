@@ -57,6 +57,10 @@ void dt_st_writer_free(dt_st_writer *w);
 /* dtype: safetensors spelling. data must stay valid until dt_st_write. */
 int dt_st_writer_add(dt_st_writer *w, const char *name, const char *dtype, int ndim,
                      const int64_t *shape, const void *data, dt_error *err);
+/* The same with a copy of data's bytes (bytes long, shape x dtype) that the writer keeps
+ * until it is freed: for small tensors made for the write (e.g. a serialised state). */
+int dt_st_writer_add_copy(dt_st_writer *w, const char *name, const char *dtype, int ndim, const int64_t *shape,
+                          const void *data, size_t bytes, dt_error *err);
 int dt_st_writer_meta(dt_st_writer *w, const char *key, const char *value, dt_error *err);
 int dt_st_write(dt_st_writer *w, const char *path, dt_error *err);
 

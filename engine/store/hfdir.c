@@ -324,9 +324,11 @@ static int src_drawn(const dt_hf_src *s, int i, const dt_tensor_info *t) {
 
 /* the tensors of the set s reads */
 static int src_ntensors(const dt_hf_src *s) {
+    if (s->set == DT_LM_SET_QUANT) return dt_lm_num_quant_tensors(s->g);
     return s->set == DT_LM_SET_BASE ? dt_lm_num_base_tensors(s->g) : dt_lm_num_tensors(s->g);
 }
 static const dt_tensor_info *src_tensor(const dt_hf_src *s, int i) {
+    if (s->set == DT_LM_SET_QUANT) return dt_lm_quant_tensor(s->g, i);
     return s->set == DT_LM_SET_BASE ? dt_lm_base_tensor(s->g, i) : dt_lm_tensor(s->g, i);
 }
 
@@ -512,6 +514,11 @@ int dt_hf_load_dir(const dt_lm *g, dt_dtype pdt, const char *dir, void *params, 
 int dt_hf_src_open_base(const dt_lm *g, const char *path, dt_hf_src **out, dt_error *err) {
     return dt_hf_is_dir(path) ? open_dir_set(g, DT_LM_SET_BASE, NULL, path, out, err)
                               : open_file_set(g, DT_LM_SET_BASE, NULL, path, out, err);
+}
+
+int dt_hf_src_open_quant(const dt_lm *g, const char *path, dt_hf_src **out, dt_error *err) {
+    return dt_hf_is_dir(path) ? open_dir_set(g, DT_LM_SET_QUANT, NULL, path, out, err)
+                              : open_file_set(g, DT_LM_SET_QUANT, NULL, path, out, err);
 }
 
 int dt_hf_src_open_seeded(const dt_lm *g, const char *path, uint64_t seed, dt_hf_src **out, dt_error *err) {

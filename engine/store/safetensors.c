@@ -310,6 +310,8 @@ struct dt_st_writer {
     dt_st_entry *e;
     int n, cap;
     cJSON *meta;
+    void **own;       /* copies the writer keeps (dt_st_writer_add_copy), freed with it */
+    int nown;
 };
 
 dt_st_writer *dt_st_writer_new(void) {
@@ -320,6 +322,8 @@ dt_st_writer *dt_st_writer_new(void) {
 
 void dt_st_writer_free(dt_st_writer *w) {
     if (!w) return;
+    for (int i = 0; i < w->nown; i++) free(w->own[i]);
+    free(w->own);
     free(w->e);
     cJSON_Delete(w->meta);
     free(w);
@@ -348,6 +352,18 @@ int dt_st_writer_add(dt_st_writer *w, const char *name, const char *dtype, int n
     for (int d = 0; d < ndim; d++) e->t.shape[d] = shape[d];
     e->data = data;
     return DT_OK;
+}
+
+int dt_st_writer_add_copy(dt_st_writer *w, const char *name, const char *dtype, int ndim, const int64_t *shape,
+                          const void *data, size_t bytes, dt_error *err) {
+    void **own = realloc(w->own, sizeof *own * (size_t)(w->nown + 1));
+    if (!own) return dt_errorf(err, DT_ENOMEM, "safetensors: out of memory");
+    w->own = own;
+    void *copy = malloc(bytes ? bytes : 1);
+    if (!copy) return dt_errorf(err, DT_ENOMEM, "safetensors: out of memory");
+    memcpy(copy, data, bytes);
+    w->own[w->nown++] = copy;
+    return dt_st_writer_add(w, name, dtype, ndim, shape, copy, err);
 }
 
 int dt_st_writer_meta(dt_st_writer *w, const char *key, const char *value, dt_error *err) {

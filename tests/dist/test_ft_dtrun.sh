@@ -1,12 +1,13 @@
 #!/bin/bash
-# The freeze and LoRA methods trained by dtrun (docs/finetune.md "In dtrun"): the frozen
-# tensors live in the model's base set (replicated, no gradient, no optimizer state), what is
-# trained (freeze: the last block, --trainable-layers 1; lora: r 8, alpha 16 adapters on every
-# linear of the blocks) goes through ZeRO as in full fine-tuning. For MODEL (gpt2-tiny: tied,
-# LayerNorm; qwen3-tiny: tied, q/k norm), METHOD (freeze | lora) and PRECISION (fp32, the
-# default, or a dtplan preset such as mixed-bf16: the base stored in its 16-bit dtype, LoRA's
-# adapters fp32 with fp32 gradients and no master copy, PEFT's autocast_adapter_dtype, as the
-# planner counts them for dtrun):
+# The freeze, LoRA and QLoRA methods trained by dtrun (docs/finetune.md "In dtrun"): the frozen
+# tensors live in the model's base set (replicated, no gradient, no optimizer state; QLoRA: the
+# blocks' linears quantised, NF4 with double quantisation, fp32 compute), what is trained (freeze:
+# the last block, --trainable-layers 1; lora / qlora: r 8, alpha 16 adapters on every linear of the
+# blocks) goes through ZeRO as in full fine-tuning. For MODEL (gpt2-tiny: tied, LayerNorm, Conv1D;
+# qwen3-tiny: tied, q/k norm), METHOD (freeze | lora | qlora) and PRECISION (fp32, the default,
+# or a dtplan preset such as mixed-bf16: the base stored in its 16-bit dtype, LoRA's adapters fp32
+# with fp32 gradients and no master copy, PEFT's autocast_adapter_dtype, as the planner counts them
+# for dtrun; QLoRA: fp32 only):
 #   - world 2, ZeRO stages 0-3 (and stage 3 with optimizer and parameters offloaded) give the
 #     world-1 stage-0 losses and grad norms (relative 1e-5, as test_zero.sh; 16-bit: 1e-4, as
 #     test_bf16.sh, docs/zero.md "bf16 across world sizes": the fp32 sums' last-bit differences
@@ -20,11 +21,14 @@
 #   - the frozen tensors in the final model.safetensors are bitwise their initial values,
 #     every trained tensor moved (16-bit: every trained matrix; a norm weight at 1.0 may keep
 #     its bf16 value, whose spacing there, 2^-7, exceeds what these steps add to it); the file holds the whole model (the base by its Hugging Face
-#     names, and the adapters), which `dtrun sample` reads with the method;
+#     names, QLoRA's quantised linears in bitsandbytes' serialised form, and the adapters), which
+#     `dtrun sample` reads with the method;
 #   - resume (stage 2, world 2; LoRA with dropout 0.1) is bitwise; a resume whose frozen base
 #     differs (another seed) is one line, exit 2;
-#   - a hand-edited plan with trainable_layers out of range, or a QLoRA plan (not built yet):
-#     one line, exit 2, no output directory.
+#   - QLoRA from a Hugging Face directory (--init): resume bitwise, a base with one linear's weight
+#     changed refused on resume (the quantised bytes are the fingerprint);
+#   - a hand-edited plan with trainable_layers out of range, or a QLoRA plan of what is not built
+#     (bf16 compute, an int8 base): one line, exit 2, no output directory.
 # Usage: test_ft_dtrun.sh DTPLAN DTRUN SRCDIR MODEL METHOD [PRECISION]
 set -u
 DTRUN=$2
@@ -43,6 +47,7 @@ STEPS=12
 
 FT_ARGS="--finetune freeze --trainable-layers 1"
 [ "$METHOD" = lora ] && FT_ARGS="--finetune lora"
+[ "$METHOD" = qlora ] && FT_ARGS="--finetune qlora --compute-dtype fp32"
 # shellcheck disable=SC2086
 "$1" solve --model "$MODEL" --gpus 1 --mem 2G --hardware cpu --stages 0 $FT_ARGS --precision "$PREC" \
     -o "$TMP/model-plan.json" >/dev/null || { echo "FAIL: dtplan cannot plan $MODEL with $FT_ARGS"; exit 1; }
@@ -132,7 +137,7 @@ def tensors(path):
     return {k: (data[v["data_offsets"][0]:v["data_offsets"][1]], len(v["shape"])) for k, v in h.items()
             if k != "__metadata__"}
 a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
-trained = (lambda k: ".lora_" in k) if sys.argv[3] == "lora" else \
+trained = (lambda k: ".lora_" in k) if sys.argv[3] in ("lora", "qlora") else \
     (lambda k: ("h.1." if sys.argv[4].startswith("gpt2") else "model.layers.1.") in k)
 must_move = lambda k: trained(k) and (sys.argv[5] == "4" or a[k][1] == 2)
 bad = [k for k in a if (trained(k) and must_move(k) and a[k] == b[k]) or (not trained(k) and a[k] != b[k])]
@@ -144,7 +149,7 @@ PY
 
 # resume, stage 2 world 2: bitwise (LoRA with dropout 0.1: the masks are the step's, resumed too)
 DROP=()
-[ "$METHOD" = lora ] && DROP=(finetune.lora.dropout=0.1)
+[ "$METHOD" != freeze ] && DROP=(finetune.lora.dropout=0.1)
 plan 2 2 none "$TMP/r.json" output.save_interval=6 "${DROP[@]}"
 run 2 "$TMP/r.json" "$TMP/r-straight" --max-steps $STEPS >/dev/null
 run 2 "$TMP/r.json" "$TMP/r-split" --max-steps 6 >/dev/null
@@ -162,12 +167,52 @@ rm -rf "$TMP/r-split/$ck"
 { [ $rc -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q "the frozen base differs" "$TMP/err"; } ||
     { echo "FAIL a resume over another base: exit $rc: $(cat "$TMP/err")"; FAIL=1; }
 
+# QLoRA from a Hugging Face directory (--init): the base quantised on load; a resume quantises it
+# again and checks every byte against the checkpoint's (bitwise resume); a base with one linear's
+# weight changed (its codes differ, its fp32 tensors do not) is refused on resume in one line
+if [ "$METHOD" = qlora ]; then
+    plan 0 1 none "$TMP/hf.json" output.save_interval=1   # full fine-tuning: no finetune section
+    python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); p.pop("finetune"); json.dump(p,open(sys.argv[1],"w"))' \
+        "$TMP/hf.json"
+    "$DTRUN" "$TMP/hf.json" --out "$TMP/hf" --max-steps 1 --quiet || { echo "FAIL: base directory run"; FAIL=1; }
+    HB=$TMP/hf/ckpt-00000001
+    plan 0 1 none "$TMP/qi.json" output.save_interval=3
+    "$DTRUN" "$TMP/qi.json" --out "$TMP/qi-straight" --init "$HB" --max-steps 6 --quiet &&
+    "$DTRUN" "$TMP/qi.json" --out "$TMP/qi-split" --init "$HB" --max-steps 3 --quiet &&
+    "$DTRUN" "$TMP/qi.json" --out "$TMP/qi-split" --init "$HB" --max-steps 6 --resume --quiet ||
+        { echo "FAIL: QLoRA runs from --init"; FAIL=1; }
+    if cmp -s "$TMP/qi-straight/ckpt-00000006/model.safetensors" "$TMP/qi-split/ckpt-00000006/model.safetensors"; then
+        echo "ok   qlora from --init, resumed: bitwise"
+    else echo "FAIL qlora from --init, resumed: not bitwise"; FAIL=1; fi
+    cp -r "$HB" "$TMP/hb2"
+    python3 - "$TMP/hb2/model.safetensors" <<'PY' || FAIL=1
+import json, struct, sys
+path = sys.argv[1]
+b = bytearray(open(path, "rb").read()); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+k = next(k for k in h if k.endswith(("layers.0.self_attn.q_proj.weight", "h.0.attn.c_attn.weight")))
+assert h[k]["dtype"] == "F32", h[k]
+o = 8 + n + h[k]["data_offsets"][0]
+struct.pack_into("<f", b, o, -4 * struct.unpack_from("<f", b, o)[0] - 0.5)   # element 0: another code and absmax
+open(path, "wb").write(bytes(b))
+PY
+    rm -rf "$TMP/qi-split/ckpt-00000006"
+    "$DTRUN" "$TMP/qi.json" --out "$TMP/qi-split" --init "$TMP/hb2" --max-steps 6 --resume --quiet >/dev/null 2>"$TMP/err"
+    rc=$?
+    if [ $rc -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q "the quantised base differs" "$TMP/err"; then
+        echo "ok   a resume over another quantised base: $(cat "$TMP/err")"
+    else echo "FAIL a resume over another quantised base: exit $rc: $(cat "$TMP/err")"; FAIL=1; fi
+fi
+
 # hand-edited plans the engine must refuse: one line, exit 2, nothing written
 plan 0 1 none "$TMP/range.json" 'finetune={"method":"freeze","trainable_layers":9,"trainable_modules":[]}' 
 "$1" solve --model "$MODEL" --gpus 1 --mem 2G --hardware cpu --stages 0 --finetune qlora -o "$TMP/qlora-plan.json" \
     >/dev/null || { echo "FAIL: dtplan cannot plan $MODEL with QLoRA"; exit 1; }
-plan 0 1 none "$TMP/qlora.json" "finetune=$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["finetune"]))' "$TMP/qlora-plan.json")"
-for bad in "range:--trainable-layers 9" "qlora:QLoRA (a quantised base) is not built"; do
+ftjson() { python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["finetune"]))' "$1"; }
+plan 0 1 none "$TMP/qlora.json" "finetune=$(ftjson "$TMP/qlora-plan.json")"
+"$1" solve --model "$MODEL" --gpus 1 --mem 2G --hardware cpu --stages 0 --finetune qlora --quant int8 \
+    -o "$TMP/int8-plan.json" >/dev/null || { echo "FAIL: dtplan cannot plan $MODEL with QLoRA int8"; exit 1; }
+plan 0 1 none "$TMP/int8.json" "finetune=$(ftjson "$TMP/int8-plan.json")"
+for bad in "range:--trainable-layers 9" "qlora:plan --compute-dtype fp32" "int8:plan --quant nf4 or fp4"; do
     name=${bad%%:*} want=${bad#*:}
     "$DTRUN" "$TMP/$name.json" --out "$TMP/out-$name" >/dev/null 2>"$TMP/err"; rc=$?
     { [ $rc -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -qF -- "$want" "$TMP/err" && [ ! -e "$TMP/out-$name" ]; } ||
