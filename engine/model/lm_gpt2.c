@@ -306,6 +306,7 @@ const lm_family lm_family_gpt2 = {
     .scale_out_init = 1,
     .block_kinds = P_BLOCK_COUNT,
     .kind_names = g2_kinds,
+    .first_norm_kind = P_LN1W,
     .lora_mods = G2_MODS,
     .acts_size = sizeof(gpt2_acts),
     .views_size = sizeof(gpt2_views),

@@ -136,12 +136,13 @@ struct dt_lm {
     lm_slot wte, wpe;         /* group 0's tensors (wpe off SIZE_MAX: none) */
     lm_slot cls, norm_w;      /* the classifier matrix (in cls_group), the final norm's first tensor */
     /* LoRA (dt_ft_is_lora): rank, scale alpha / r (rsLoRA alpha / sqrt(r)), the family's
-     * adaptable modules per block, each block's saved x·Aᵀ ([L][lora_mods][N, r] fp32, in the
-     * activations) and a [N, r] scratch for the backward's dy·B */
+     * adaptable modules per block, where each adapter's saved x·Aᵀ [N, r] fp32 is in the
+     * activations ([L * lora_mods], by block then module; NULL: the module is not adapted) and
+     * a [N, r] scratch for the backward's dy·B */
     int64_t lora_r;
     float lora_s;
     int lora_mods;
-    float *lora_xa, *lora_t;
+    float **lora_xa_at, *lora_t;
     /* LoRA dropout (dt_lm_set_dropout): p, whether it is on for the next passes, their key,
      * and a [N, max in] scratch for dropout(x) and the input gradient through it */
     float lora_p;
@@ -435,6 +436,7 @@ struct lm_family {
      * ([block_kinds]; P->slot[k] is where kind k lives, off SIZE_MAX when the model has none) */
     int block_kinds;
     const char *const *kind_names;
+    int first_norm_kind;        /* the block's first norm weight (lm_block_input_grad's norm_kind) */
     /* the adaptable modules (PEFT's per-linear names inside the block, in layout order) */
     int lora_mods;
     /* pairs of kinds one GEMM reads as one matrix (adjacent in the layout): both must be

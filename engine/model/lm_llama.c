@@ -484,6 +484,7 @@ const lm_family lm_family_llama = {
     .scale_out_init = 0,
     .block_kinds = LL_COUNT,
     .kind_names = ll_kinds,
+    .first_norm_kind = LL_IN,
     .lora_mods = LL_MODS,
     .fused = ll_fused,
     .n_fused = sizeof ll_fused / sizeof ll_fused[0],

@@ -6,7 +6,8 @@
 # LayerNorm; qwen3-tiny: tied, q/k norm) and METHOD (freeze | lora):
 #   - world 2, ZeRO stages 0-3 (and stage 3 with optimizer and parameters offloaded) give the
 #     world-1 stage-0 losses and grad norms (relative 1e-5, as test_zero.sh), every rank's
-#     parameters, gradients and optimizer state as the planner predicts them (2 %), the
+#     parameters, gradients, optimizer state, activations and buffers as the planner
+#     predicts them (2 %), the
 #     frozen base counted whole on every rank, and gradients for the trained tensors only
 #     (stage 0's gradient bytes = 4 x the trained count);
 #   - the frozen tensors in the final model.safetensors are bitwise their initial values,
@@ -72,9 +73,10 @@ out, base, world, label, trained = sys.argv[1:]
 bad = []
 metrics_close(out, base, bad)
 for rp, r in run_reports(out, world, bad):
-    # the model states as predicted; activations and ZeRO's unit buffers are not yet counted
-    # for the method the way the engine allocates them (docs/finetune.md "In dtrun")
-    for cat in ("params", "grads", "optimizer"):
+    # every category as predicted, as full fine-tuning's (test_zero.sh): the model states, the
+    # activations the engine keeps for the method and ZeRO's unit buffers over the trained
+    # part of each unit (docs/finetune.md "In dtrun"; exact per term: engine_ft_memory)
+    for cat in ("params", "grads", "optimizer", "activations", "buffers"):
         pred, meas = r["predicted"][cat], r["measured"][cat]
         if pred == 0 and meas == 0: continue
         if pred == 0 or abs(meas - pred) / pred > 0.02: bad.append(f"{rp}: {cat} measured {meas} vs predicted {pred}")
