@@ -172,6 +172,28 @@ static act_sum ft_activations(const dt_plan *p, const dt_ftplan *ft, int64_t K) 
     return r;
 }
 
+/* Elements per token of block `layer`'s record that dtrun's backward does not read: a
+ * sublayer's norm output when none of its in-linears is trained or adapted, its out
+ * linear's input when that linear is neither and the attention kernel does not read it
+ * (materialized attention; flash reads its output). The norms' backward reads their input. */
+static int64_t dtrun_block_unread(const dt_plan *p, const dt_ftplan *ft, const dt_model_desc *d, int64_t layer) {
+    const dt_sublayer_desc *subs[2] = {&d->block.attn, &d->block.mlp};
+    int64_t n = 0;
+    for (int k = 0; k < 2; k++) {
+        const dt_sublayer_desc *sub = subs[k];
+        int read = 0, tr, ad;
+        for (int i = 0; i < sub->n_in; i++) {
+            dt_pgroups_module_state(&ft->g, sub->in[i].name, layer, &tr, &ad);
+            read |= tr || ad;
+        }
+        if (!read) n += sub->norm.width * sub->norm.rows;
+        dt_pgroups_module_state(&ft->g, sub->out.name, layer, &tr, &ad);
+        const int core_reads_out = k == 0 && p->activations.attention != DT_ATTN_MATERIALIZED;
+        if (!tr && !ad && !core_reads_out) n += sub->out.in;
+    }
+    return n;
+}
+
 /* Runtime dtrun: the engine's own layout (engine/model/lm.c layout_acts), which keeps what
  * its kernels read rather than what autograd saves. With j0 the first block backward
  * reaches, K the checkpointed blocks, S = max(K, j0):
@@ -179,7 +201,8 @@ static act_sum ft_activations(const dt_plan *p, const dt_ftplan *ft, int64_t K) 
  *     reads — x[0 .. u), u = j0, or j0 + 1 when block j0's backward does not read its input
  *     (no gradient into it, its first norm frozen, not recomputed) — pass from one block's
  *     forward to the next through two buffers;
- *   - blocks S .. L-1 keep their whole record (the block less its input); blocks below S
+ *   - blocks S .. L-1 keep their record (the block less its input) but what their backward
+ *     does not read (dtrun_block_unread); blocks below S
  *     share one record (below j0: the forward's working area, as autograd's transients;
  *     checkpointed: the recompute area), so one record is added when S > 0;
  *   - the head: the final norm's input and statistics, and its output (lm_head's input)
@@ -189,8 +212,8 @@ static act_sum ft_activations(const dt_plan *p, const dt_ftplan *ft, int64_t K) 
  *     linear's input x (kept anyway: lora_A's weight gradient reads the dropped-out x,
  *     which the backward regenerates from the counter-based mask, engine/model/lm_layer.c)
  *     and neither dropout(x) nor a mask, where autograd keeps both (ft_block).
- * Blocks reached by backward keep every tensor of their record, the inputs of frozen
- * linears included (the engine's blocks write their forward into the record they keep). */
+ * A reached block's tensors its backward does not read (dtrun_block_unread: a frozen,
+ * unadapted linear's input) go to the shared record too, which then exists even when S = 0. */
 static act_sum dtrun_activations(const dt_plan *p, const dt_ftplan *ft, int64_t K) {
     act_sum r = {0, 0, 0, 0, 0};
     const dt_model *m = &p->model;
@@ -204,14 +227,16 @@ static act_sum dtrun_activations(const dt_plan *p, const dt_ftplan *ft, int64_t 
     const int64_t u = j0 >= L ? L : (ft->grad_into_first || norm_trained || j0 < K ? j0 : j0 + 1);
     const int64_t S = K > j0 ? K : j0;
     const int keeps_lnf = dt_pgroups_classifier_trained(m, &ft->g);
-    r.total = x * (L + 1 - (u > 2 ? u - 2 : 0)) + rec * (L - S + (S > 0 ? 1 : 0));
-    r.total += dt_memory_head_activations(p) - 2 * x + (keeps_lnf || S == 0 ? x : 0);   /* stats, lnf */
+    for (int64_t l = S; l < L; l++) r.dropped += act_bytes(p) * BT * dtrun_block_unread(p, ft, &d, l);
+    const int shared = S > 0 || r.dropped > 0;
+    r.total = x * (L + 1 - (u > 2 ? u - 2 : 0)) + rec * (L - S + (shared ? 1 : 0)) - r.dropped;
+    r.total += dt_memory_head_activations(p) - 2 * x + (keeps_lnf || !shared ? x : 0);   /* stats, lnf */
     for (int64_t l = 0; l < L; l++) r.lora += FT_FP32_BYTES * BT * p->finetune.lora_rank * dt_pgroups_block_adapted(&ft->g, l);
     r.total += r.lora;
     /* what full fine-tuning would keep and this does not: the blocks below j0, the head's input */
     const int64_t Kc = K < L ? K : L;
     const int64_t full = (L - Kc) * (x + rec) + Kc * x + (Kc > 0 ? rec : 0) + dt_memory_head_activations(p);
-    r.skipped = full + r.lora > r.total ? full + r.lora - r.total : 0;
+    r.skipped = full + r.lora > r.total + r.dropped ? full + r.lora - r.total - r.dropped : 0;
     return r;
 }
 

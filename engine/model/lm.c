@@ -213,6 +213,19 @@ static int block_adapted(const dt_lm *g, int64_t l, int mod) {
     return g->slots[l * g->family->block_kinds + k].off != SIZE_MAX;
 }
 
+/* 1 when a saved block (S .. L-1) leaves a tensor of its record to the shared one: its
+ * record measured with and without sharing (base NULL: nothing is written but pointers of
+ * the shared record, laid out afterwards) */
+static int any_block_shares(dt_lm *g, int64_t S) {
+    for (int64_t l = S; l < g->L; l++) {
+        size_t own = 0, kept = 0;
+        g->family->layout_block_acts(g, l, g->recompute, NULL, &own, NULL);
+        g->family->layout_block_acts(g, l, g->recompute, NULL, &kept, g->recompute);
+        if (kept < own) return 1;
+    }
+    return 0;
+}
+
 static size_t layout_acts(dt_lm *g, char *base) {
     int64_t N = g->B * g->T, C = g->C;
     size_t a = (size_t)g->asz, off = 0;
@@ -223,18 +236,19 @@ static size_t layout_acts(dt_lm *g, char *base) {
     for (int64_t l = 0; l <= g->L; l++)
         g->x[l] = l < u && l >= 2 ? g->x[l % 2] : lm_take(base, &off, a * N * C);
     const int64_t S = shared_blocks(g);
-    int64_t nblocks = g->L - S + (S > 0 ? 1 : 0);
-    char *shared_at = NULL;   /* the shared area's first byte */
-    for (int64_t s = 0; s < nblocks; s++) {
-        /* saved blocks S..L-1 first, then the shared area */
-        void *ba = s < g->L - S ? g->blocks + (size_t)(S + s) * g->family->acts_size : g->recompute;
-        if (ba == g->recompute && base) shared_at = base + off;
-        g->family->layout_block_acts(g, ba, base, &off);
-    }
+    /* the shared record, first: the blocks below S run their forward there (a checkpointed
+     * block's recompute too), and the saved blocks S..L-1 put there what their backward does
+     * not read */
+    const int shared = S > 0 || any_block_shares(g, S);
+    char *shared_at = shared && base ? base + off : NULL;   /* its first byte */
+    if (shared) g->family->layout_block_acts(g, -1, g->recompute, base, &off, NULL);
+    for (int64_t l = S; l < g->L; l++)
+        g->family->layout_block_acts(g, l, g->blocks + (size_t)l * g->family->acts_size, base, &off,
+                                     shared ? g->recompute : NULL);
     /* the final norm's output is kept only for a trained classifier's weight gradient; else
      * it passes to the classifier's forward through the shared area (free by then: a
      * recompute fills it only after the classifier's backward) */
-    g->lnf = S > 0 && !lm_slot_trained(g->cls) ? shared_at : lm_take(base, &off, a * N * C);
+    g->lnf = shared && !lm_slot_trained(g->cls) ? shared_at : lm_take(base, &off, a * N * C);
     g->family->layout_norm_stats(g, base, &off);
     /* LoRA: each adapter's x·Aᵀ [N, r] fp32 (PEFT keeps the adapters fp32), adapted modules only */
     for (int64_t l = 0; l < g->L; l++)
