@@ -47,7 +47,9 @@ int dt_memreport_phase_predicted(const dt_plan *plan, int rank, int resumed_or_i
     for (int p = 0; p < DT_PHASE_COUNT; p++) out[p] = base;
     out[DT_PHASE_BACKWARD] += comm;
     out[DT_PHASE_OPTIMIZER] += comm;
-    out[DT_PHASE_CKPT_SAVE] += io;
+    /* ZeRO-0 keeps the same state on every rank: rank 0 writes the checkpoint alone
+     * (engine/store/ckpt.c, writers = 1), the others stream nothing */
+    if (plan->parallel.zero_stage > 0 || rank == 0) out[DT_PHASE_CKPT_SAVE] += io;
     out[DT_PHASE_CKPT_LOAD] += io;   /* the export streams from the engine's own buffers on the CPU */
     if (resumed_or_init) out[DT_PHASE_STARTUP] += io;
     return 1;
