@@ -123,6 +123,10 @@ int64_t dt_pgroups_unit_elems(const dt_pgroups *s, int64_t unit);
 void dt_model_zero_units(const dt_model *m, const dt_finetune *ft, int64_t W, int64_t *emb, int64_t *other,
                          int64_t *state);
 
+/* The first block backward reaches under method ft (dt_pgroups_first_trained_layer; 0 for
+ * NULL, full, or a method the model cannot take). */
+int64_t dt_model_first_trained_block(const dt_model *m, const dt_finetune *ft);
+
 /* LoRA's extra forward multiply-adds per token of one block: r (in + out) per adapted linear. */
 int64_t dt_pgroups_block_lora_macs(const dt_pgroups *s, int64_t layer);
 /* Weight elements of one block's linears whose weight gradient is computed (trained). */

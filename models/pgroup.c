@@ -493,11 +493,24 @@ int64_t dt_pgroups_unit_elems(const dt_pgroups *s, int64_t unit) {
 
 static int64_t pad_to_ranks(int64_t n, int64_t W) { return W > 1 ? (n + W - 1) / W * W : n; }
 
-void dt_model_zero_units(const dt_model *m, const dt_finetune *ft, int64_t W, int64_t *emb, int64_t *other,
-                         int64_t *state) {
+/* m's groups under ft (malloc'd), or NULL for full fine-tuning (or a method m cannot take) */
+static dt_pgroups *method_groups(const dt_model *m, const dt_finetune *ft) {
     dt_pgroups *s = ft && ft->method != DT_FT_FULL ? malloc(sizeof *s) : NULL;
     dt_error ignored;
     if (s && dt_model_pgroups(m, ft, DT_DTYPE_FP32, DT_ROLE_POLICY, s, &ignored)) free(s), s = NULL;
+    return s;
+}
+
+int64_t dt_model_first_trained_block(const dt_model *m, const dt_finetune *ft) {
+    dt_pgroups *s = method_groups(m, ft);
+    const int64_t j0 = s ? dt_pgroups_first_trained_layer(s) : 0;
+    free(s);
+    return j0;
+}
+
+void dt_model_zero_units(const dt_model *m, const dt_finetune *ft, int64_t W, int64_t *emb, int64_t *other,
+                         int64_t *state) {
+    dt_pgroups *s = method_groups(m, ft);
     if (!s) {
         *emb = pad_to_ranks(dt_model_embedding_params(m), W);
         const int64_t b = pad_to_ranks(dt_model_block_params(m), W), h = pad_to_ranks(dt_model_head_params(m), W);

@@ -772,6 +772,20 @@ void dt_zero_untracked_bytes(const dt_plan *p, int rank, int64_t *comm, int64_t 
     else *comm = te + (q->zero_stage == 1 ? RS_BLOCKS_STAGE1 : RS_BLOCKS_STAGE23) * tu;
 }
 
+int64_t dt_zero_untracked_tail(const dt_plan *p, int rank) {
+    const dt_parallel *q = &p->parallel;
+    int64_t comm, io;
+    dt_zero_untracked_bytes(p, rank, &comm, &io);
+    if (q->world_size <= 1 || q->zero_stage == 0 || !q->overlap_comm) return comm;
+    const int64_t W = q->world_size, gsz = dt_dtype_size(p->precision.grad);
+    int64_t E, U, psi;
+    dt_model_zero_units(&p->model, &p->finetune, W, &E, &U, &psi);
+    const int64_t j0 = dt_model_first_trained_block(&p->model, &p->finetune);
+    const int64_t bufs = q->zero_stage == 1 ? RS_BLOCKS_STAGE1 : RS_BLOCKS_STAGE23;
+    const int64_t blocks = min64(bufs, j0 < 2 ? 2 - j0 : 0);   /* blocks j0 .. 1 */
+    return rs_temporary(gsz * E, rank) + blocks * rs_temporary(gsz * U, rank);
+}
+
 /* DT_TEST_IO_CHUNK_BYTES below this is refused (the default stays): the widest
  * element (fp32 master) must fit, with room for a few. */
 #define DT_IO_CHUNK_MIN 64

@@ -171,6 +171,35 @@ static void unread_is_unread(dt_plan p, const ft_case *c) {
     free(tok), free(tgt);
 }
 
+/* The MPI temporaries the optimizer step still holds (dt_zero_untracked_tail): full
+ * fine-tuning's tail is all of backward's (the embedding's and two blocks' reduce-scatters
+ * in flight); a freeze of the last blocks leaves none in flight, since the frozen blocks'
+ * hooks wait for the trained blocks' collectives and the frozen embedding has none. */
+static void comm_tail(void) {
+    dt_plan p = dt_test_load_plan("configs/plans/tiny-cpu.json");
+    dt_precision_from_preset(DT_PREC_FP32, &p.precision);
+    p.model.n_layer = 5;
+    p.parallel.world_size = 2;
+    p.parallel.overlap_comm = 1;
+    for (int stage = 1; stage <= 3; stage++) {
+        p.parallel.zero_stage = stage;
+        int64_t comm, io;
+        dt_finetune_defaults(DT_FT_FULL, &p.finetune);
+        dt_zero_untracked_bytes(&p, 0, &comm, &io);
+        CHECK(comm > 0);
+        CHECK_EQ_I64(dt_zero_untracked_tail(&p, 0), comm);
+        const ft_case fz = {"freeze last 2", DT_FT_FREEZE, 2, NULL, NULL, 0, 0, 0};
+        set_method(&p, &fz);
+        dt_zero_untracked_bytes(&p, 0, &comm, &io);
+        CHECK(comm > 0);
+        CHECK_EQ_I64(dt_zero_untracked_tail(&p, 0), 0);
+        p.parallel.overlap_comm = 0;   /* one collective at a time: as the backward's */
+        dt_zero_untracked_bytes(&p, 0, &comm, &io);
+        CHECK_EQ_I64(dt_zero_untracked_tail(&p, 0), comm);
+        p.parallel.overlap_comm = 1;
+    }
+}
+
 int main(void) {
     dt_comm *comm = NULL;
     dt_error err;
@@ -179,6 +208,7 @@ int main(void) {
         return 1;
     }
     hand_count_gpt2();
+    comm_tail();
     static const ft_case cases[] = {
         {"freeze last 2", DT_FT_FREEZE, 2, NULL, NULL, 0, 0, 0},
         {"freeze last 2, 2 checkpointed", DT_FT_FREEZE, 2, NULL, NULL, 0, 2, 0},
