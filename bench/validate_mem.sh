@@ -16,17 +16,29 @@
 # ckpt save, export from the first run; ckpt load from the resumed one.
 #
 # usage: bench/validate_mem.sh [BUILD_DIR] [--steps N] [--models "gpt2 gpt2-medium"]
+#                              [--methods "full freeze lora"]
 #                              [--worlds "1 2"] [--stages "0 1 2 3"] [--offload "none cpu"]
 #                              [--mem-factor X] [--quick] [--baseline DIR]
 #                              [--runtime-from PROFILE.json] [--sub-group-size N]
 #   BUILD_DIR     where dtplan and dtrun are (default build)
+#   --methods M   fine-tuning methods (issue 32; default full): full; freeze = the last 2
+#                 blocks trained (dtplan --finetune freeze --trainable-layers 2, LLaMA-
+#                 Factory's default); lora = r 8, alpha 16, dropout 0 on every linear of
+#                 the blocks (--finetune lora, LLaMA-Factory's defaults). Any catalog model
+#                 (--models "gpt2-medium qwen3-0.6b"); the text is the fortunes' bytes.
 #   --baseline DIR  also run every config with DIR/dtrun (an earlier build) first;
 #                 the tables then have a row per build ("before": DIR, "after":
 #                 BUILD_DIR) and OUT/compare.md puts the transient phases (start-up,
 #                 ckpt save, ckpt load, export) of the two side by side
 #   --runtime-from P  take runtime_bytes / runtime_mpi_bytes from profile P
 #                 instead of running `dtrun calibrate` (30-60 s) first
+#   --calibrated  plan with the calibrated profile whole (its rates too, not only the
+#                 runtime footprint), so the step-time column is a prediction for this
+#                 machine
 #   --steps N     steps of the first run (default 2; the resumed run adds one)
+#   Each row also carries the run's mean step time and the plan's prediction for it
+#   (run-report.json measured / predicted step_time_s): a step-time figure only on a
+#   quiet machine and a calibrated profile (docs/benchmarks.md).
 #   --offload M   modes among none cpu nvme (default "none cpu")
 #   --sub-group-size N  DeepSpeed's sub_group_size for the plans (dtplan solve
 #                 --sub-group-size: the NVMe optimizer's host swap buffers)
@@ -40,11 +52,13 @@
 # removed after it ran. docs/benchmarks.md has a recorded run.
 set -u
 BUILD=build STEPS=2 MODELS="gpt2 gpt2-medium" WORLDS="1 2" QUICK=0 FACTOR=1.3
-STAGES="0 1 2 3" MODES="none cpu" BASELINE="" RT_FROM="" SUBGROUP=""
+STAGES="0 1 2 3" MODES="none cpu" BASELINE="" RT_FROM="" SUBGROUP="" METHODS=full CALIBRATED=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --steps) STEPS=$2; shift 2 ;;
     --models) MODELS=$2; shift 2 ;;
+    --methods) METHODS=$2; shift 2 ;;
+    --calibrated) CALIBRATED=1; shift ;;
     --worlds) WORLDS=$2; shift 2 ;;
     --stages) STAGES=$2; shift 2 ;;
     --offload) MODES=$2; shift 2 ;;
@@ -53,7 +67,7 @@ while [ $# -gt 0 ]; do
     --baseline) BASELINE=$2; shift 2 ;;
     --runtime-from) RT_FROM=$2; shift 2 ;;
     --sub-group-size) SUBGROUP=$2; shift 2 ;;
-    -h | --help) sed -n '2,43p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,56p' "$0"; exit 0 ;;
     -*) echo "validate_mem.sh: unknown option '$1'" >&2; exit 2 ;;
     *) BUILD=$1; shift ;;
     esac
@@ -82,7 +96,9 @@ if [ -z "$RT_FROM" ]; then
     "$DTRUN" calibrate -o "$RT_FROM" >"$OUT/calibrate.log" 2>&1 ||
         { echo "validate_mem.sh: dtrun calibrate failed: $(tail -1 "$OUT/calibrate.log")" >&2; exit 2; }
 fi
-python3 - "$SRC/configs/hardware/cpu.json" "$OUT/cpu-here.json" "$MEM_KIB" "$RT_FROM" <<'PY'
+BASE_PROFILE=$SRC/configs/hardware/cpu.json
+[ "$CALIBRATED" = 1 ] && BASE_PROFILE=$RT_FROM
+python3 - "$BASE_PROFILE" "$OUT/cpu-here.json" "$MEM_KIB" "$RT_FROM" <<'PY'
 import json, sys
 src, out, kib, rt = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.load(open(sys.argv[4]))
 h = json.load(open(src))
@@ -98,14 +114,25 @@ MEM_LIMIT=$((MEM_KIB / 1024 / 1024))G
 echo "validate_mem: $(date -u +%FT%TZ), $NPROC CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')),"\
      "$((MEM_KIB / 1024)) MiB, load $(cut -d' ' -f1-3 /proc/loadavg), steps $STEPS + 1 resumed, out $OUT"
 [ -n "$BASELINE" ] && echo "builds: before = $BASELINE/dtrun, after = $DTRUN"
-printf 'build\tmodel\tstage\toffload\tworld\trank\tphase\truns\tpredicted\treal\ttracked\truntime\tratio\n' >"$OUT/rows.tsv"
+printf 'build\tmodel\tmethod\tstage\toffload\tworld\trank\tphase\truns\tpredicted\treal\ttracked\truntime\tratio\tstep_s\tpred_step_s\n' >"$OUT/rows.tsv"
 : >"$OUT/skipped.txt"
 
-# plan MODEL STAGE OFFLOAD WORLD FILE RUNDIR
+# the dtplan flags of a method (--methods)
+method_flags() {
+    case "$1" in
+    full) ;;
+    freeze) echo --finetune freeze --trainable-layers 2 ;;
+    lora) echo --finetune lora --lora-rank 8 --lora-alpha 16 ;;
+    *) echo "validate_mem.sh: unknown method '$1' (full, freeze, lora)" >&2; return 1 ;;
+    esac
+}
+for ft in $METHODS; do method_flags "$ft" >/dev/null || exit 2; done
+
+# plan MODEL STAGE OFFLOAD WORLD FILE RUNDIR METHOD
 plan() {
-    local m=$1 s=$2 o=$3 w=$4 f=$5 d=$6
+    local m=$1 s=$2 o=$3 w=$4 f=$5 d=$6 ft=$7
     [ "$o" = nvme ] && mkdir -p "$OUT/nvme"
-    "$DTPLAN" solve --mem "$MEM_LIMIT" --hardware "$OUT/cpu-here.json" --model "$m" --seq 128 \
+    "$DTPLAN" solve --mem "$MEM_LIMIT" --hardware "$OUT/cpu-here.json" --model "$m" --seq 128 $(method_flags "$ft") \
         --precision fp32 --gpus "$w" --global-batch "$w" --data "$DATA" --steps $((STEPS + 1)) \
         --eval-interval 2 --out "$d" -o "$f" ${SUBGROUP:+--sub-group-size "$SUBGROUP"} \
         $([ "$o" = nvme ] && echo --nvme-path "$OUT/nvme") >/dev/null 2>"$OUT/solve.err" || {
@@ -131,66 +158,75 @@ predicted_all_ranks() {
     python3 - "$1" "$2" <<'PY'
 import json, sys
 # a quick bound from the plan's own arithmetic: params + grads + optimizer
-# (fp32: 16 B/param) per rank on the device and host together, plus activations
+# (fp32: 16 B/param) per rank on the device and host together, plus activations;
+# under freeze / LoRA the frozen base (4 B/param, replicated) and 16 B per trained param
 p = json.load(open(sys.argv[1])); w = int(sys.argv[2])
 m = p["model"]
 n = 12 * m["n_layer"] * m["hidden"] ** 2 + (m["vocab"] + m["max_pos"]) * m["hidden"]
 st = p["parallel"]["zero_stage"]
-per = {0: 16 * n, 1: 8 * n + 8 * n / w, 2: 4 * n + 12 * n / w, 3: 16 * n / w}[st]
-if p["parallel"]["offload_optimizer"] == "nvme": per -= 8 * n / w   # m and v in files
+ft = p.get("finetune", {})
+t = n   # trained: freeze's blocks, LoRA's adapters (at most 2 % of the blocks at r 8)
+if ft.get("method") == "freeze": t = 12 * abs(ft.get("trainable_layers", 2)) * m["hidden"] ** 2
+if ft.get("method") == "lora": t = 0.02 * n
+per = {0: 16 * t, 1: 8 * t + 8 * t / w, 2: 4 * t + 12 * t / w, 3: 16 * t / w}[st] + 4 * (n - t)
+if p["parallel"]["offload_optimizer"] == "nvme": per -= 8 * t / w   # m and v in files
 print(int(per * w + 2 * 4 * n))   # + the start-up's whole model per rank and the checkpoint writer
 PY
 }
 
 [ "$QUICK" = 1 ] && { MODES=none; STAGES="0 3"; }
 for m in $MODELS; do
-  for w in $WORLDS; do
-    for s in $STAGES; do
-      for o in $MODES; do
-        [ "$s" = 0 ] && [ "$o" = cpu ] && continue
-        [ "$s" != 3 ] && [ "$o" = nvme ] && continue   # DeepSpeed: NVMe optimizer offload needs stage 3
-        label="$m ZeRO-$s offload $o, $w rank(s)"
-        f=$OUT/plan.json d=$OUT/run
-        rm -rf "$d"
-        plan "$m" "$s" "$o" "$w" "$f" "$d" || { echo "$label: skipped (no plan)" | tee -a "$OUT/skipped.txt"; continue; }
-        need=$(predicted_all_ranks "$f" "$w")
-        avail=$(($(awk '/^MemAvailable:/ {print $2}' /proc/meminfo) * 1024))
-        want=$(python3 -c "print(int($need * $FACTOR))")
-        if [ "$want" -gt "$avail" ]; then
-            echo "$label: skipped: needs about $((want / 1048576)) MiB ($FACTOR x the model states and the checkpoint), $((avail / 1048576)) MiB available" | tee -a "$OUT/skipped.txt"
-            continue
-        fi
-        export OMP_NUM_THREADS=$(( NPROC / w > 0 ? NPROC / w : 1 ))
-        for bd in $BUILDS; do
-          bl=${bd%%=*} run=${bd#*=}
-          t0=$(date +%s)
+  for ft in $METHODS; do
+    for w in $WORLDS; do
+      for s in $STAGES; do
+        for o in $MODES; do
+          [ "$s" = 0 ] && [ "$o" = cpu ] && continue
+          [ "$s" != 3 ] && [ "$o" = nvme ] && continue   # DeepSpeed: NVMe optimizer offload needs stage 3
+          label="$m $ft ZeRO-$s offload $o, $w rank(s)"
+          f=$OUT/plan.json d=$OUT/run
           rm -rf "$d"
-          if ! "$run" "$f" --out "$d" --max-steps "$STEPS" --no-progress >"$OUT/run1.log" 2>&1; then
-              echo "$label ($bl): FAILED (first run): $(tail -2 "$OUT/run1.log")" | tee -a "$OUT/skipped.txt"; continue
+          plan "$m" "$s" "$o" "$w" "$f" "$d" "$ft" || { echo "$label: skipped (no plan)" | tee -a "$OUT/skipped.txt"; continue; }
+          need=$(predicted_all_ranks "$f" "$w")
+          avail=$(($(awk '/^MemAvailable:/ {print $2}' /proc/meminfo) * 1024))
+          want=$(python3 -c "print(int($need * $FACTOR))")
+          if [ "$want" -gt "$avail" ]; then
+              echo "$label: skipped: needs about $((want / 1048576)) MiB ($FACTOR x the model states and the checkpoint), $((avail / 1048576)) MiB available" | tee -a "$OUT/skipped.txt"
+              continue
           fi
-          mkdir -p "$d/first"
-          cp "$d"/run-report*.json "$d/first/"
-          if ! "$run" "$f" --out "$d" --resume --max-steps $((STEPS + 1)) --no-progress >"$OUT/run2.log" 2>&1; then
-              echo "$label ($bl): FAILED (resumed run): $(tail -2 "$OUT/run2.log")" | tee -a "$OUT/skipped.txt"; continue
-          fi
-          python3 - "$d" "$m" "$s" "$o" "$w" "$bl" >>"$OUT/rows.tsv" <<'PY'
+          export OMP_NUM_THREADS=$(( NPROC / w > 0 ? NPROC / w : 1 ))
+          for bd in $BUILDS; do
+            bl=${bd%%=*} run=${bd#*=}
+            t0=$(date +%s)
+            rm -rf "$d"
+            if ! "$run" "$f" --out "$d" --max-steps "$STEPS" --no-progress >"$OUT/run1.log" 2>&1; then
+                echo "$label ($bl): FAILED (first run): $(tail -2 "$OUT/run1.log")" | tee -a "$OUT/skipped.txt"; continue
+            fi
+            mkdir -p "$d/first"
+            cp "$d"/run-report*.json "$d/first/"
+            if ! "$run" "$f" --out "$d" --resume --max-steps $((STEPS + 1)) --no-progress >"$OUT/run2.log" 2>&1; then
+                echo "$label ($bl): FAILED (resumed run): $(tail -2 "$OUT/run2.log")" | tee -a "$OUT/skipped.txt"; continue
+            fi
+            python3 - "$d" "$m" "$s" "$o" "$w" "$bl" "$ft" >>"$OUT/rows.tsv" <<'PY'
 import json, sys
-d, m, s, o, w, bl = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6]
+d, m, s, o, w, bl, ft = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6], sys.argv[7]
 PH = ["startup", "forward", "backward", "optimizer", "eval", "ckpt_save", "ckpt_load", "export"]
 for r in range(w):
     name = "run-report.json" if r == 0 else "run-report-rank%05d.json" % r
-    first = json.load(open(f"{d}/first/{name}"))["real_memory"]["phases"]
+    rep = json.load(open(f"{d}/first/{name}"))
+    first = rep["real_memory"]["phases"]
+    step, pstep = rep["measured"].get("step_time_s"), rep["predicted"].get("step_time_s")
     second = json.load(open(f"{d}/{name}"))["real_memory"]["phases"]
     for ph in PH:
         e = second[ph] if ph == "ckpt_load" else first[ph]
         real, pred = e["real_peak_rss"], e["predicted_total"]
         tr = e["tracked"]["total"]
         ratio = real / pred if real and pred else float("nan")
-        print(f"{bl}\t{m}\t{s}\t{o}\t{w}\t{r}\t{ph}\t{e['runs']}\t{pred}\t{real}\t{tr}\t{e['runtime']}\t{ratio:.3f}")
+        print(f"{bl}\t{m}\t{ft}\t{s}\t{o}\t{w}\t{r}\t{ph}\t{e['runs']}\t{pred}\t{real}\t{tr}\t{e['runtime']}\t{ratio:.3f}\t{step}\t{pstep}")
 PY
-          echo "$label ($bl): done in $(( $(date +%s) - t0 )) s, load $(cut -d' ' -f1 /proc/loadavg)"
+            echo "$label ($bl): done in $(( $(date +%s) - t0 )) s, load $(cut -d' ' -f1 /proc/loadavg)"
+          done
+          rm -rf "$d" "$OUT/nvme"
         done
-        rm -rf "$d" "$OUT/nvme"
       done
     done
   done
@@ -205,12 +241,13 @@ rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 keys = []
 by = {}
 for r in rows:
-    k = (r["model"], r["stage"], r["offload"], r["world"], r["rank"], r["build"])
+    k = (r["model"], r["method"], r["stage"], r["offload"], r["world"], r["rank"], r["build"])
     if k not in by: keys.append(k); by[k] = {}
     by[k][r["phase"]] = r
-two = len({k[5] for k in keys}) > 1
-print("| model | ZeRO | offload | ranks | rank | " + ("build | " if two else "") + "predicted MiB | " + " | ".join(LB) + " |")
-print("|---|---|---|---|---|" + ("---|" if two else "") + "---:|" + "---:|" * len(PH))
+two = len({k[6] for k in keys}) > 1
+print("| model | method | ZeRO | offload | ranks | rank | " + ("build | " if two else "") + "predicted MiB | " + " | ".join(LB)
+      + " | step s (predicted) |")
+print("|---|---|---|---|---|---|" + ("---|" if two else "") + "---:|" + "---:|" * len(PH) + "---:|")
 def f(x):
     try: return float(x)
     except (TypeError, ValueError): return float("nan")
@@ -223,8 +260,10 @@ for k in keys:
             cells.append("-"); continue
         real = f(e[ph]["real"])
         cells.append(f"{real / MIB:.0f} ({real / f(e[ph]['predicted']):.2f})")
-    b = f"{k[5]} | " if two else ""
-    print(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {k[4]} | {b}{pred / MIB:.0f} | " + " | ".join(cells) + " |")
+    b = f"{k[6]} | " if two else ""
+    any_ph = next(iter(e.values()))
+    st = f"{f(any_ph['step_s']):.2f} ({f(any_ph['pred_step_s']):.2f})"
+    print(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {k[4]} | {k[5]} | {b}{pred / MIB:.0f} | " + " | ".join(cells) + f" | {st} |")
 PY
 # --baseline: the transient phases before -> after, per config and rank
 [ -n "$BASELINE" ] && python3 - "$OUT/rows.tsv" >"$OUT/compare.md" <<'PY'
@@ -235,11 +274,11 @@ MIB = 1 << 20
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 by, keys = {}, []
 for r in rows:
-    k = (r["model"], r["stage"], r["offload"], r["world"], r["rank"])
+    k = (r["model"], r["method"], r["stage"], r["offload"], r["world"], r["rank"])
     if k not in by: keys.append(k); by[k] = {}
     by[k][(r["build"], r["phase"])] = r
-print("| model | ZeRO | offload | ranks | rank | predicted MiB | " + " | ".join(f"{l} before → after" for l in LB) + " |")
-print("|---|---|---|---|---|---:|" + "---:|" * len(PH))
+print("| model | method | ZeRO | offload | ranks | rank | predicted MiB | " + " | ".join(f"{l} before → after" for l in LB) + " |")
+print("|---|---|---|---|---|---|---:|" + "---:|" * len(PH))
 def cell(e, b, ph):
     r = e.get((b, ph))
     if not r or r["real"] in ("None", ""): return "-"
@@ -247,12 +286,12 @@ def cell(e, b, ph):
 for k in keys:
     e = by[k]
     pred = float(next(iter(e.values()))["predicted"])
-    print(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {k[4]} | {pred / MIB:.0f} | "
+    print(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {k[4]} | {k[5]} | {pred / MIB:.0f} | "
           + " | ".join(f"{cell(e, 'before', ph)} → {cell(e, 'after', ph)}" for ph in PH) + " |")
 PY
 echo
 echo "real peak RSS per phase, MiB (real / predicted); predicted = the plan's figure for the rank and phase"
-echo "(column 'predicted MiB': the forward's):"
+echo "(column 'predicted MiB': the forward's; step s: rank's mean step time, the plan's prediction):"
 cat "$OUT/table.md"
 if [ -n "$BASELINE" ]; then
     echo; echo "transient phases, before ($BASELINE) -> after ($BUILD), MiB (real / predicted):"; cat "$OUT/compare.md"

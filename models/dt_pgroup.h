@@ -107,6 +107,26 @@ void dt_pgroups_block_saved(const dt_model *m, const dt_pgroups *s, const dt_fin
  * norm is trained (or the head adapted): elements per token dropped otherwise. */
 int64_t dt_pgroups_head_dropped(const dt_model *m, const dt_pgroups *s);
 
+/* 1 when the classifier matrix carries a gradient: an untied lm_head trained, or (tied) the
+ * token embedding it shares. */
+int dt_pgroups_classifier_trained(const dt_model *m, const dt_pgroups *s);
+/* Elements with a gradient and optimizer state (trained + adapter) in one of the model's
+ * parameter groups as the engine and ZeRO unit them (engine/model/dt_lm.h): unit 0 the
+ * embeddings, 1 + l block l, n_layer + 1 the rest (final norm, untied lm_head). */
+int64_t dt_pgroups_unit_elems(const dt_pgroups *s, int64_t unit);
+
+/* The units dtrun's ZeRO engine communicates (engine/dist/zero.c: the embeddings, each
+ * block, the final norm with an untied lm_head), over what method ft trains (NULL or full:
+ * every parameter), each padded to a multiple of W ranks: *emb the embeddings' unit, *other
+ * the largest of the rest, *state the elements with a gradient, all units (unpadded). A
+ * method the model cannot take counts as full. */
+void dt_model_zero_units(const dt_model *m, const dt_finetune *ft, int64_t W, int64_t *emb, int64_t *other,
+                         int64_t *state);
+
+/* The first block backward reaches under method ft (dt_pgroups_first_trained_layer; 0 for
+ * NULL, full, or a method the model cannot take). */
+int64_t dt_model_first_trained_block(const dt_model *m, const dt_finetune *ft);
+
 /* LoRA's extra forward multiply-adds per token of one block: r (in + out) per adapted linear. */
 int64_t dt_pgroups_block_lora_macs(const dt_pgroups *s, int64_t layer);
 /* Weight elements of one block's linears whose weight gradient is computed (trained). */

@@ -10,6 +10,7 @@
 #include "dt_model.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define LIST_MAX 512   /* room for a family's module names in a message */
@@ -466,6 +467,66 @@ int64_t dt_pgroups_head_dropped(const dt_model *m, const dt_pgroups *s) {
         if (d.lm_head_tied && d.n_embed > 0 && !strcmp(g->module, d.embed[0].name)) return 0;   /* the tied head */
     }
     return d.lm_head.in;
+}
+
+int dt_pgroups_classifier_trained(const dt_model *m, const dt_pgroups *s) {
+    dt_model_desc d;
+    dt_model_describe(m, &d);
+    const char *cls = d.lm_head_tied && d.n_embed > 0 ? d.embed[0].name : d.lm_head.name;
+    for (int i = 0; i < s->n; i++)
+        if (!s->g[i].in_block && s->g[i].train != DT_TRAIN_FROZEN && !strcmp(s->g[i].module, cls)) return 1;
+    return 0;
+}
+
+int64_t dt_pgroups_unit_elems(const dt_pgroups *s, int64_t unit) {
+    int64_t n = 0;
+    for (int i = 0; i < s->n; i++) {
+        const dt_pgroup *g = &s->g[i];
+        if (g->train == DT_TRAIN_FROZEN) continue;
+        const int here = unit == 0 ? !g->in_block && g->embedding
+                         : unit <= s->n_layer ? covers(g, unit - 1)
+                                              : !g->in_block && !g->embedding;
+        if (here) n += g->rows * g->cols;
+    }
+    return n;
+}
+
+static int64_t pad_to_ranks(int64_t n, int64_t W) { return W > 1 ? (n + W - 1) / W * W : n; }
+
+/* m's groups under ft (malloc'd), or NULL for full fine-tuning (or a method m cannot take) */
+static dt_pgroups *method_groups(const dt_model *m, const dt_finetune *ft) {
+    dt_pgroups *s = ft && ft->method != DT_FT_FULL ? malloc(sizeof *s) : NULL;
+    dt_error ignored;
+    if (s && dt_model_pgroups(m, ft, DT_DTYPE_FP32, DT_ROLE_POLICY, s, &ignored)) free(s), s = NULL;
+    return s;
+}
+
+int64_t dt_model_first_trained_block(const dt_model *m, const dt_finetune *ft) {
+    dt_pgroups *s = method_groups(m, ft);
+    const int64_t j0 = s ? dt_pgroups_first_trained_layer(s) : 0;
+    free(s);
+    return j0;
+}
+
+void dt_model_zero_units(const dt_model *m, const dt_finetune *ft, int64_t W, int64_t *emb, int64_t *other,
+                         int64_t *state) {
+    dt_pgroups *s = method_groups(m, ft);
+    if (!s) {
+        *emb = pad_to_ranks(dt_model_embedding_params(m), W);
+        const int64_t b = pad_to_ranks(dt_model_block_params(m), W), h = pad_to_ranks(dt_model_head_params(m), W);
+        *other = b > h ? b : h;
+        *state = dt_model_params(m);
+        return;
+    }
+    *emb = pad_to_ranks(dt_pgroups_unit_elems(s, 0), W);
+    *other = 0;
+    *state = dt_pgroups_unit_elems(s, 0);
+    for (int64_t u = 1; u <= m->n_layer + 1; u++) {
+        const int64_t n = dt_pgroups_unit_elems(s, u);
+        if (pad_to_ranks(n, W) > *other) *other = pad_to_ranks(n, W);
+        *state += n;
+    }
+    free(s);
 }
 
 /* ---- time ---- */

@@ -50,6 +50,8 @@ typedef struct dt_ft_terms {
     int64_t act_lora;            /* x A^T of every adapted linear (lora_B's input) */
     int64_t act_dropout;         /* dropout(x) and its one-byte mask per adapted linear (lora_dropout > 0) */
     int64_t dequant;             /* the transient dequantised weight of a 4-bit / 8-bit linear */
+    int64_t lora_scratch;        /* dtrun: LoRA's backward scratch [BT, r] and, with dropout, dropout(x) of the
+                                  * widest linear input [BT, max(C, QD, F)], fp32 (engine/model/lm.c) */
 } dt_ft_terms;
 int dt_ftplan_terms(const dt_plan *p, const dt_ftplan *ft, dt_ft_terms *out);
 

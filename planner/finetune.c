@@ -172,8 +172,80 @@ static act_sum ft_activations(const dt_plan *p, const dt_ftplan *ft, int64_t K) 
     return r;
 }
 
+/* Elements per token of block `layer`'s record that dtrun's backward does not read: a
+ * sublayer's norm output when none of its in-linears is trained or adapted, its out
+ * linear's input when that linear is neither and the attention kernel does not read it
+ * (materialized attention; flash reads its output). The norms' backward reads their input. */
+static int64_t dtrun_block_unread(const dt_plan *p, const dt_ftplan *ft, const dt_model_desc *d, int64_t layer) {
+    const dt_sublayer_desc *subs[2] = {&d->block.attn, &d->block.mlp};
+    int64_t n = 0;
+    for (int k = 0; k < 2; k++) {
+        const dt_sublayer_desc *sub = subs[k];
+        int read = 0, tr, ad;
+        for (int i = 0; i < sub->n_in; i++) {
+            dt_pgroups_module_state(&ft->g, sub->in[i].name, layer, &tr, &ad);
+            read |= tr || ad;
+        }
+        if (!read) n += sub->norm.width * sub->norm.rows;
+        dt_pgroups_module_state(&ft->g, sub->out.name, layer, &tr, &ad);
+        const int core_reads_out = k == 0 && p->activations.attention != DT_ATTN_MATERIALIZED;
+        if (!tr && !ad && !core_reads_out) n += sub->out.in;
+    }
+    return n;
+}
+
+/* Runtime dtrun: the engine's own layout (engine/model/lm.c layout_acts), which keeps what
+ * its kernels read rather than what autograd saves. With j0 the first block backward
+ * reaches, K the checkpointed blocks, S = max(K, j0):
+ *   - the residual stream x[0..L] (a·BT·C each), except that the inputs backward never
+ *     reads — x[0 .. u), u = j0, or j0 + 1 when block j0's backward does not read its input
+ *     (no gradient into it, its first norm frozen, not recomputed) — pass from one block's
+ *     forward to the next through two buffers;
+ *   - blocks S .. L-1 keep their record (the block less its input) but what their backward
+ *     does not read (dtrun_block_unread); blocks below S
+ *     share one record (below j0: the forward's working area, as autograd's transients;
+ *     checkpointed: the recompute area), so one record is added when S > 0;
+ *   - the head: the final norm's input and statistics, and its output (lm_head's input)
+ *     only when the classifier matrix is trained (else it passes through the shared
+ *     record when there is one);
+ *   - LoRA: x·Aᵀ [BT, r] fp32 per adapted linear. With dropout > 0 dtrun keeps the
+ *     linear's input x (kept anyway: lora_A's weight gradient reads the dropped-out x,
+ *     which the backward regenerates from the counter-based mask, engine/model/lm_layer.c)
+ *     and neither dropout(x) nor a mask, where autograd keeps both (ft_block).
+ * A reached block's tensors its backward does not read (dtrun_block_unread: a frozen,
+ * unadapted linear's input) go to the shared record too, which then exists even when S = 0. */
+static act_sum dtrun_activations(const dt_plan *p, const dt_ftplan *ft, int64_t K) {
+    act_sum r = {0, 0, 0, 0, 0};
+    const dt_model *m = &p->model;
+    const int64_t L = m->n_layer, j0 = ft->first_layer, BT = tokens(p);
+    const int64_t x = act_bytes(p) * BT * m->hidden;   /* one residual-stream tensor */
+    const int64_t rec = dt_memory_activations_per_block(p, 0) - x;
+    dt_model_desc d;
+    dt_model_describe(m, &d);
+    int norm_trained = 0, ad = 0;
+    if (j0 < L) dt_pgroups_module_state(&ft->g, d.block.attn.norm.name, j0, &norm_trained, &ad);
+    const int64_t u = j0 >= L ? L : (ft->grad_into_first || norm_trained || j0 < K ? j0 : j0 + 1);
+    const int64_t S = K > j0 ? K : j0;
+    const int keeps_lnf = dt_pgroups_classifier_trained(m, &ft->g);
+    for (int64_t l = S; l < L; l++) r.dropped += act_bytes(p) * BT * dtrun_block_unread(p, ft, &d, l);
+    const int shared = S > 0 || r.dropped > 0;
+    r.total = x * (L + 1 - (u > 2 ? u - 2 : 0)) + rec * (L - S + (shared ? 1 : 0)) - r.dropped;
+    r.total += dt_memory_head_activations(p) - 2 * x + (keeps_lnf || !shared ? x : 0);   /* stats, lnf */
+    for (int64_t l = 0; l < L; l++) r.lora += FT_FP32_BYTES * BT * p->finetune.lora_rank * dt_pgroups_block_adapted(&ft->g, l);
+    r.total += r.lora;
+    /* what full fine-tuning would keep and this does not: the blocks below j0, the head's input */
+    const int64_t Kc = K < L ? K : L;
+    const int64_t full = (L - Kc) * (x + rec) + Kc * x + (Kc > 0 ? rec : 0) + dt_memory_head_activations(p);
+    r.skipped = full + r.lora > r.total + r.dropped ? full + r.lora - r.total - r.dropped : 0;
+    return r;
+}
+
+static act_sum method_activations(const dt_plan *p, const dt_ftplan *ft, int64_t K) {
+    return hf_runtime(p) || dt_vlm_active(&p->vlm) ? ft_activations(p, ft, K) : dtrun_activations(p, ft, K);
+}
+
 int64_t dt_ftplan_activations(const dt_plan *p, const dt_ftplan *ft, int64_t ckpt_layers) {
-    return ft_activations(p, ft, ckpt_layers).total + dt_vlmplan_activation_bytes(p);   /* + the vision side's */
+    return method_activations(p, ft, ckpt_layers).total + dt_vlmplan_activation_bytes(p);   /* + the vision side's */
 }
 
 /* ---- model states ---- */
@@ -227,9 +299,17 @@ int dt_ftplan_terms(const dt_plan *p, const dt_ftplan *ft, dt_ft_terms *out) {
     for (int i = 0; i < 3 && dtrun; i++) out->adapter_delta[i] = shard[i] * (per[i] - prec[i]);
     if (z->offload_param != DT_OFFLOAD_NONE && stage == 3) out->adapter_delta[0] = 0;
     if (z->offload_optimizer != DT_OFFLOAD_NONE) out->adapter_delta[2] = 0;
-    const act_sum a = ft_activations(p, ft, p->activations.ckpt_layers);
+    const act_sum a = method_activations(p, ft, p->activations.ckpt_layers);
     out->act_skipped = a.skipped, out->act_dropped = a.dropped, out->act_lora = a.lora, out->act_dropout = a.dropout;
     out->dequant = ft->dequant_elems * dt_dtype_size(p->finetune.compute_dtype);
+    if (dtrun && dt_ft_is_lora(&p->finetune)) {
+        const dt_model *m = &p->model;
+        const int64_t D = m->head_dim > 0 ? m->head_dim : m->hidden / m->n_head;
+        int64_t widest = m->hidden > m->ffn ? m->hidden : m->ffn;
+        if (m->n_head * D > widest) widest = m->n_head * D;
+        out->lora_scratch = FT_FP32_BYTES * tokens(p) *
+                            (p->finetune.lora_rank + (p->finetune.lora_dropout > 0 ? widest : 0));
+    }
     return DT_OK;
 }
 
@@ -239,7 +319,7 @@ void dt_ftplan_add_memory(const dt_plan *p, const dt_ftplan *ft, dt_mem_breakdow
     m->params += t.frozen_weights + t.adapter_delta[0];
     m->grads += t.adapter_delta[1];
     m->optimizer += t.adapter_delta[2];
-    m->buffers += t.dequant;
+    m->buffers += t.dequant + t.lora_scratch;
 }
 
 /* ---- time ---- */

@@ -11,6 +11,7 @@
 #include "dt_parallel3d.h"
 #include "dt_consts.h"
 #include "dt_model.h"
+#include "dt_pgroup.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -125,8 +126,6 @@ static int64_t compute_buffers(const dt_plan *p) {
     return p->cluster.device == DT_DEVICE_CUDA ? sadd(bytes, DT_CUDA_GEMM_WORKSPACE_BYTES) : bytes;
 }
 
-/* Units are padded to a multiple of the world size (docs/time-model.md "Units"). */
-static int64_t pad_to(int64_t n, int64_t w) { return smul(ceil_div(n, w), w); }
 
 /* The CPU device's ZeRO engine (engine/dist/zero.c, docs/zero.md "Buffers") does not
  * use DeepSpeed's flat buckets: it communicates per unit (embeddings, each
@@ -143,14 +142,16 @@ static int64_t pad_to(int64_t n, int64_t w) { return smul(ceil_div(n, w), w); }
  * The embedding unit has its own buffers: the tied classifier keeps it in use
  * from the start of forward's head through the end of backward. A world of
  * one allocates the same (copies replace the collectives). */
+/* Under a fine-tuning method the units hold only what is trained (a frozen unit's buffer
+ * is one element: engine/dist/zero.c unit_buf_elems), E and U are their trained parts
+ * (dt_model_zero_units). */
 static int64_t cpu_engine_comm_buffers(const dt_plan *p, int64_t pb, int64_t gb) {
     const dt_parallel *z = &p->parallel;
-    const dt_model *m = &p->model;
     const int64_t N = z->zero_stage == 0 ? 1 : z->world_size;
     const int64_t k = z->overlap_comm ? 2 : 1, r = z->overlap_comm ? 3 : 1;
-    const int64_t E = pad_to(dt_model_embedding_params(m), N);
-    const int64_t U = imax(pad_to(dt_model_block_params(m), N), pad_to(dt_model_head_params(m), N));
-    const int64_t Pmax = imax(E, U), S = Pmax / N, units = sadd(E, smul(k, U));
+    int64_t E, U, state;
+    dt_model_zero_units(&p->model, &p->finetune, N, &E, &U, &state);
+    const int64_t Pmax = imax(E, U), S = Pmax / N, units = sadd(imax(E, 1), smul(k, imax(U, 1)));
     switch (z->zero_stage) {
     case 0: return 0;
     case 1: return sadd(smul3(k, Pmax, gb), smul(Pmax, pb));
@@ -164,10 +165,9 @@ static int64_t cpu_engine_comm_buffers(const dt_plan *p, int64_t pb, int64_t gb)
  * of its own, deepspeed/runtime/zero/stage3.py _create_fp16_sub_groups; the engine steps
  * one unit at a time, engine/dist/zero.c) and never more than the rank's shard. */
 static int64_t optimizer_tile(const dt_plan *p, int64_t shard) {
-    const dt_model *m = &p->model;
     const int64_t N = p->parallel.world_size;
-    const int64_t E = pad_to(dt_model_embedding_params(m), N);
-    const int64_t U = imax(pad_to(dt_model_block_params(m), N), pad_to(dt_model_head_params(m), N));
+    int64_t E, U, state;
+    dt_model_zero_units(&p->model, &p->finetune, N, &E, &U, &state);
     return imin(shard, imax(p->parallel.sub_group_elems, imax(E, U) / N));
 }
 
@@ -201,7 +201,6 @@ static int64_t cpu_rs_temporary(int64_t call) {
  * the most (rank 0 receives every reduce-scatter's reduction first). */
 static int64_t cpu_comm_temporaries(const dt_plan *p, int64_t psi) {
     const dt_parallel *z = &p->parallel;
-    const dt_model *m = &p->model;
     const int64_t W = z->world_size;
     const int64_t gb = dt_precision_grad_bytes(&p->precision);
     if (W <= 1) return 0;   /* the "self" backend: local copies */
@@ -210,8 +209,8 @@ static int64_t cpu_comm_temporaries(const dt_plan *p, int64_t psi) {
         const int64_t inflight = z->overlap_comm ? ceil_div(psi, bucket) : 1;
         return smul(inflight, imin(smul(gb, bucket), CPU_COMM_PIECE_BYTES));
     }
-    const int64_t E = pad_to(dt_model_embedding_params(m), W);
-    const int64_t U = imax(pad_to(dt_model_block_params(m), W), pad_to(dt_model_head_params(m), W));
+    int64_t E, U, state;   /* the trained parts under a fine-tuning method */
+    dt_model_zero_units(&p->model, &p->finetune, W, &E, &U, &state);
     const int64_t te = cpu_rs_temporary(smul(gb, E)), tu = cpu_rs_temporary(smul(gb, U));
     if (!z->overlap_comm) return imax(te, tu);   /* one collective at a time */
     return sadd(te, smul(z->zero_stage == 1 ? CPU_RS_BLOCKS_STAGE1 : CPU_RS_BLOCKS_STAGE23, tu));

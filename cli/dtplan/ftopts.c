@@ -301,12 +301,19 @@ void dt_ft_print_terms(const dt_plan *p, dt_units u) {
              p->parallel.offload_optimizer != DT_OFFLOAD_NONE ? "offloaded to the host with the optimizer"
                                                                : "AdamW m and v (fp32), + master when adapters are 16-bit");
     }
-    line("activations", m.activations, u, "what autograd keeps, below");
+    const int dtrun = p->runtime.kind == DT_RUNTIME_DTRUN;
+    line("activations", m.activations, u,
+         dtrun ? "what dtrun's engine keeps (docs/memory-model.md \"Activations under --runtime dtrun\"), below"
+               : "what autograd keeps, below");
     line("  not kept: early blocks", t.act_skipped, u, "blocks below the first trainable one run without a graph");
     line("  not kept: frozen", t.act_dropped, u, "inputs of frozen, unadapted linears; frozen norms' outputs; the head's input");
     if (ft.adapter) {
         line("  LoRA x A^T", t.act_lora, u, "r values per token per adapted linear (lora_B's input)");
-        line("  LoRA dropout", t.act_dropout, u, "dropout(x) and its 1-byte mask per adapted linear (lora_dropout > 0)");
+        line("  LoRA dropout", t.act_dropout, u,
+             dtrun ? "none: dtrun keeps x and regenerates the mask in backward"
+                   : "dropout(x) and its 1-byte mask per adapted linear (lora_dropout > 0)");
+        if (t.lora_scratch)
+            line("LoRA scratch", t.lora_scratch, u, "dy B [BT, r] and dropout(x) of the widest input, fp32 (in buffers)");
     }
     const int64_t logits = (int64_t)4 * p->batch.micro_batch * p->batch.seq_len * p->model.vocab;
     line("fp32 logits", logits, u, "B x T x V in fp32 for the loss (in buffers)");

@@ -50,6 +50,13 @@ size_t dt_io_chunk_bytes(void);
  * rank 0 (planner/memory.c dt_memory_cpu_runtime; docs/memory-model.md "The CPU
  * runtime term"); tests/engine/test_runtime_term.c checks that they agree. */
 void dt_zero_untracked_bytes(const dt_plan *p, int rank, int64_t *comm, int64_t *io);
+/* Of *comm above, what is still alive in the optimizer step, bytes: the collectives the
+ * step's tail waits for. Stage 0 and without overlap_comm: all of it. With overlap_comm at
+ * stages 1-3: the embedding unit's reduce-scatter (issued last) and those of blocks 0 and 1
+ * (1 at stage 1), as far as they hold anything trained: a block's hook waits for the
+ * reduce-scatter two blocks above it (the block buffers alternate), so under a freeze of
+ * the last blocks every block collective has ended inside backward. */
+int64_t dt_zero_untracked_tail(const dt_plan *p, int rank);
 
 /* One optimizer-state slice owned by this rank: state elements
  * [state_begin, state_begin + count) hold flat parameters

@@ -14,6 +14,7 @@
 #include "dt_memtrack.h"
 #include "dt_model.h"
 #include "dt_offload.h"
+#include "dt_pgroup.h"
 #include "dt_tracer.h"
 #include "dt_clock.h"
 
@@ -748,13 +749,13 @@ static int64_t rs_temporary(int64_t call, int rank) {
     return rank == 0 ? 2 * piece : piece;
 }
 
-static int64_t pad_units(int64_t n, int64_t w) { return (n + w - 1) / w * w; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 void dt_zero_untracked_bytes(const dt_plan *p, int rank, int64_t *comm, int64_t *io) {
     const dt_parallel *q = &p->parallel;
-    const dt_model *m = &p->model;
-    const int64_t W = q->world_size, psi = dt_model_params(m);
+    const int64_t W = q->world_size;
+    int64_t E, U, psi;   /* the units' trained parts and the trained elements (dt_model_zero_units) */
+    dt_model_zero_units(&p->model, &p->finetune, W, &E, &U, &psi);
     const int64_t gsz = dt_dtype_size(p->precision.grad), piece = (int64_t)DT_COMM_PIECE_BYTES;
     const int64_t shard = (psi + (q->zero_stage >= 1 ? W : 1) - 1) / (q->zero_stage >= 1 ? W : 1);
     *io = min64((int64_t)DT_IO_CHUNK_BYTES, 4 * (shard > 0 ? shard : 1));   /* fp32 state pieces */
@@ -768,12 +769,23 @@ void dt_zero_untracked_bytes(const dt_plan *p, int rank, int64_t *comm, int64_t 
     }
     /* reduce-scatters of the largest padded unit: libnbc's temporary on rank 0, the
      * packed send blocks of a piece on every rank when the call exceeds a piece */
-    int64_t U = pad_units(dt_model_block_params(m), W);
-    if (pad_units(dt_model_head_params(m), W) > U) U = pad_units(dt_model_head_params(m), W);
-    const int64_t E = pad_units(dt_model_embedding_params(m), W);
     const int64_t te = rs_temporary(gsz * E, rank), tu = rs_temporary(gsz * U, rank);
     if (!q->overlap_comm) *comm = te > tu ? te : tu;   /* one collective at a time */
     else *comm = te + (q->zero_stage == 1 ? RS_BLOCKS_STAGE1 : RS_BLOCKS_STAGE23) * tu;
+}
+
+int64_t dt_zero_untracked_tail(const dt_plan *p, int rank) {
+    const dt_parallel *q = &p->parallel;
+    int64_t comm, io;
+    dt_zero_untracked_bytes(p, rank, &comm, &io);
+    if (q->world_size <= 1 || q->zero_stage == 0 || !q->overlap_comm) return comm;
+    const int64_t W = q->world_size, gsz = dt_dtype_size(p->precision.grad);
+    int64_t E, U, psi;
+    dt_model_zero_units(&p->model, &p->finetune, W, &E, &U, &psi);
+    const int64_t j0 = dt_model_first_trained_block(&p->model, &p->finetune);
+    const int64_t bufs = q->zero_stage == 1 ? RS_BLOCKS_STAGE1 : RS_BLOCKS_STAGE23;
+    const int64_t blocks = min64(bufs, j0 < 2 ? 2 - j0 : 0);   /* blocks j0 .. 1 */
+    return rs_temporary(gsz * E, rank) + blocks * rs_temporary(gsz * U, rank);
 }
 
 /* DT_TEST_IO_CHUNK_BYTES below this is refused (the default stays): the widest

@@ -197,25 +197,69 @@ static int build_layout(dt_lm *g, const dt_model_desc *d, dt_error *err) {
  * a gradient). */
 static int64_t shared_blocks(const dt_lm *g) { return g->K > g->first_trained ? g->K : g->first_trained; }
 
+/* 1 when block l's input x[l] is read after its forward: by its backward (the first norm's
+ * input gradient or weight gradient: lm_block_input_grad) or by its recompute (l < K). */
+static int block_reads_input(const dt_lm *g, int64_t l) {
+    const lm_slot norm = g->slots[l * g->family->block_kinds + g->family->first_norm_kind];
+    return l < g->K || l != g->first_trained || g->embed_trained || lm_slot_trained(norm);
+}
+
+/* The residual stream's first x[l] that backward reads (x[0 .. u) serve only the forward). */
+static int64_t first_read_input(const dt_lm *g) {
+    const int64_t F = g->first_trained;
+    if (F >= g->L) return g->L;
+    return block_reads_input(g, F) ? F : F + 1;
+}
+
+/* Adapter `mod` of block l exists (the family's LoRA kinds are its last 2 x lora_mods, A then
+ * B per module in module order: lm_gpt2.c, lm_llama.c) */
+static int block_adapted(const dt_lm *g, int64_t l, int mod) {
+    const int k = g->family->block_kinds - 2 * g->lora_mods + 2 * mod;
+    return g->slots[l * g->family->block_kinds + k].off != SIZE_MAX;
+}
+
+/* 1 when a saved block (S .. L-1) leaves a tensor of its record to the shared one: its
+ * record measured with and without sharing (base NULL: nothing is written but pointers of
+ * the shared record, laid out afterwards) */
+static int any_block_shares(dt_lm *g, int64_t S) {
+    for (int64_t l = S; l < g->L; l++) {
+        size_t own = 0, kept = 0;
+        g->family->layout_block_acts(g, l, g->recompute, NULL, &own, NULL);
+        g->family->layout_block_acts(g, l, g->recompute, NULL, &kept, g->recompute);
+        if (kept < own) return 1;
+    }
+    return 0;
+}
+
 static size_t layout_acts(dt_lm *g, char *base) {
     int64_t N = g->B * g->T, C = g->C;
     size_t a = (size_t)g->asz, off = 0;
-    /* the residual stream: below the first trained block only the forward reads a block's
-     * input, so those blocks alternate between two buffers (x[0], x[1]) */
-    const int64_t F = g->first_trained;
+    /* the residual stream: the inputs no backward reads (those of the blocks below the first
+     * trained one, and that block's own when its backward does not read it) only pass from
+     * one block's forward to the next, so they alternate between two buffers (x[0], x[1]) */
+    const int64_t u = first_read_input(g);
     for (int64_t l = 0; l <= g->L; l++)
-        g->x[l] = l < F && l >= 2 ? g->x[l % 2] : lm_take(base, &off, a * N * C);
+        g->x[l] = l < u && l >= 2 ? g->x[l % 2] : lm_take(base, &off, a * N * C);
     const int64_t S = shared_blocks(g);
-    int64_t nblocks = g->L - S + (S > 0 ? 1 : 0);
-    for (int64_t s = 0; s < nblocks; s++) {
-        /* saved blocks S..L-1 first, then the shared area */
-        void *ba = s < g->L - S ? g->blocks + (size_t)(S + s) * g->family->acts_size : g->recompute;
-        g->family->layout_block_acts(g, ba, base, &off);
-    }
-    g->lnf = lm_take(base, &off, a * N * C);
+    /* the shared record, first: the blocks below S run their forward there (a checkpointed
+     * block's recompute too), and the saved blocks S..L-1 put there what their backward does
+     * not read */
+    const int shared = S > 0 || any_block_shares(g, S);
+    char *shared_at = shared && base ? base + off : NULL;   /* its first byte */
+    if (shared) g->family->layout_block_acts(g, -1, g->recompute, base, &off, NULL);
+    for (int64_t l = S; l < g->L; l++)
+        g->family->layout_block_acts(g, l, g->blocks + (size_t)l * g->family->acts_size, base, &off,
+                                     shared ? g->recompute : NULL);
+    /* the final norm's output is kept only for a trained classifier's weight gradient; else
+     * it passes to the classifier's forward through the shared area (free by then: a
+     * recompute fills it only after the classifier's backward) */
+    g->lnf = shared && !lm_slot_trained(g->cls) ? shared_at : lm_take(base, &off, a * N * C);
     g->family->layout_norm_stats(g, base, &off);
-    /* LoRA: each adaptable module's x·Aᵀ [N, r] fp32 per block (PEFT keeps the adapters fp32) */
-    g->lora_xa = lm_take(base, &off, sizeof(float) * (size_t)(g->L * g->lora_mods * N * g->lora_r));
+    /* LoRA: each adapter's x·Aᵀ [N, r] fp32 (PEFT keeps the adapters fp32), adapted modules only */
+    for (int64_t l = 0; l < g->L; l++)
+        for (int mod = 0; mod < g->lora_mods; mod++)
+            g->lora_xa_at[l * g->lora_mods + mod] =
+                block_adapted(g, l, mod) ? lm_take(base, &off, sizeof(float) * (size_t)(N * g->lora_r)) : NULL;
     return off;
 }
 
@@ -428,11 +472,12 @@ int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_o
     g->ggrads = calloc((size_t)g->ngroups, sizeof(void *));
     g->x = calloc((size_t)g->L + 1, sizeof(void *));
     g->blocks = calloc((size_t)g->L, g->family->acts_size);
+    g->lora_xa_at = calloc((size_t)g->L * (size_t)g->lora_mods + 1, sizeof *g->lora_xa_at);
     g->recompute = calloc(1, g->family->acts_size);
     g->fviews = calloc(1, g->family->views_size);
     if (!g->tensors || !g->names || !g->btensors || !g->bnames || !g->slots || !g->group_off ||
         !g->group_numel || !g->bgroup_off || !g->bgroup_numel || !g->gparams || !g->ggrads || !g->x ||
-        (g->L && !g->blocks) || !g->recompute || !g->fviews) {
+        (g->L && !g->blocks) || !g->recompute || !g->fviews || !g->lora_xa_at) {
         dt_lm_free(g);
         return dt_errorf(err, DT_ENOMEM, "model: out of memory for the layout tables");
     }
@@ -566,6 +611,7 @@ void dt_lm_free(dt_lm *g) {
     free(g->ggrads);
     free(g->x);
     free(g->blocks);
+    free(g->lora_xa_at);
     free(g);
 }
 

@@ -86,23 +86,33 @@ typedef struct {
 } gpt2_views;
 _Static_assert(sizeof(gpt2_views) % sizeof(float *) == 0, "dt_lm_free frees a views struct as float pointers");
 
-static void gpt2_layout_block_acts(dt_lm *g, void *acts, char *base, size_t *off) {
+static void gpt2_layout_block_acts(dt_lm *g, int64_t l, void *acts, char *base, size_t *off, const void *shared) {
     gpt2_acts *ba = acts;
+    const gpt2_acts *sh = shared;
     int64_t B = g->B, T = g->T, C = g->C, H = g->H, F = g->F, N = B * T;
     size_t a = (size_t)g->asz, f = sizeof(float);
-    ba->ln1 = lm_take(base, off, a * N * C);
+    /* the linears' inputs are read back only for their weight's or adapter's gradient (the
+     * LayerNorms' backward reads their input and statistics, not their output) */
+    const int all = !sh;
+    ba->ln1 = lm_take_kept(base, off, a * N * C, all || lm_reads_linear_input(g, l, P_QKVW, P_QKV_A, -1),
+                           all ? NULL : sh->ln1);
     ba->ln1_mean = lm_take(base, off, f * N);
     ba->ln1_rstd = lm_take(base, off, f * N);
     ba->qkv = lm_take(base, off, a * N * 3 * g->QD);
     if (g->attn == DT_ATTN_FLASH) ba->lse = lm_take(base, off, f * B * H * T);
     else ba->probs = lm_take(base, off, a * B * H * T * T);
-    ba->att = lm_take(base, off, a * N * g->QD);
+    /* flash attention's backward reads its output (c_proj's input) */
+    ba->att = lm_take_kept(base, off, a * N * g->QD,
+                           all || g->attn == DT_ATTN_FLASH || lm_reads_linear_input(g, l, P_ATTPW, P_ATTP_A, -1),
+                           all ? NULL : sh->att);
     ba->res1 = lm_take(base, off, a * N * C);
-    ba->ln2 = lm_take(base, off, a * N * C);
+    ba->ln2 = lm_take_kept(base, off, a * N * C, all || lm_reads_linear_input(g, l, P_FCW, P_FC_A, -1),
+                           all ? NULL : sh->ln2);
     ba->ln2_mean = lm_take(base, off, f * N);
     ba->ln2_rstd = lm_take(base, off, f * N);
     ba->fch = lm_take(base, off, a * N * F);
-    ba->gelu = lm_take(base, off, a * N * F);
+    ba->gelu = lm_take_kept(base, off, a * N * F, all || lm_reads_linear_input(g, l, P_FCPW, P_FCP_A, -1),
+                            all ? NULL : sh->gelu);
 }
 
 static void gpt2_layout_norm_stats(dt_lm *g, char *base, size_t *off) {
@@ -308,6 +318,7 @@ const lm_family lm_family_gpt2 = {
     .scale_out_init = 1,
     .block_kinds = P_BLOCK_COUNT,
     .kind_names = g2_kinds,
+    .first_norm_kind = P_LN1W,
     .lora_mods = G2_MODS,
     .acts_size = sizeof(gpt2_acts),
     .views_size = sizeof(gpt2_views),

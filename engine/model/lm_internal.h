@@ -145,12 +145,13 @@ struct dt_lm {
     lm_slot wte, wpe;         /* group 0's tensors (wpe off SIZE_MAX: none) */
     lm_slot cls, norm_w;      /* the classifier matrix (in cls_group), the final norm's first tensor */
     /* LoRA (dt_ft_is_lora): rank, scale alpha / r (rsLoRA alpha / sqrt(r)), the family's
-     * adaptable modules per block, each block's saved x·Aᵀ ([L][lora_mods][N, r] fp32, in the
-     * activations) and a [N, r] scratch for the backward's dy·B */
+     * adaptable modules per block, where each adapter's saved x·Aᵀ [N, r] fp32 is in the
+     * activations ([L * lora_mods], by block then module; NULL: the module is not adapted) and
+     * a [N, r] scratch for the backward's dy·B */
     int64_t lora_r;
     float lora_s;
     int lora_mods;
-    float *lora_xa, *lora_t;
+    float **lora_xa_at, *lora_t;
     /* LoRA dropout (dt_lm_set_dropout): p, whether it is on for the next passes, their key,
      * and a [N, max in] scratch for dropout(x) and the input gradient through it */
     float lora_p;
@@ -489,6 +490,7 @@ struct lm_family {
      * ([block_kinds]; P->slot[k] is where kind k lives, off SIZE_MAX when the model has none) */
     int block_kinds;
     const char *const *kind_names;
+    int first_norm_kind;        /* the block's first norm weight (lm_block_input_grad's norm_kind) */
     /* the adaptable modules (PEFT's per-linear names inside the block, in layout order) */
     int lora_mods;
     /* pairs of kinds one GEMM reads as one matrix (adjacent in the layout): both must be
@@ -505,7 +507,10 @@ struct lm_family {
      * docs/activations.md lists them. views_size: the family's fp32 views struct,
      * float pointers only (dt_lm_free frees each) */
     size_t acts_size, views_size;
-    void (*layout_block_acts)(dt_lm *g, void *acts, char *base, size_t *off);
+    /* block l's record; shared: the shared record (laid out already), where the tensors
+     * block l's backward does not read go (a frozen, unadapted linear's input), or NULL:
+     * every tensor its own (the shared record itself, measuring) */
+    void (*layout_block_acts)(dt_lm *g, int64_t l, void *acts, char *base, size_t *off, const void *shared);
     void (*layout_norm_stats)(dt_lm *g, char *base, size_t *off);
     /* the family's scratch (dQKV, dF, dA, RoPE tables) and, with 16-bit activations,
      * its fp32 activation views; 1 on success, 0 when an allocation failed (what
@@ -567,5 +572,22 @@ void lm_rope_tables(const dt_model *m, int64_t T, float *cos_t, float *sin_t);
 /* The families (lm_gpt2.c, lm_llama.c); lm.c picks one by dt_family. */
 extern const lm_family lm_family_gpt2;
 extern const lm_family lm_family_llama;
+
+/* ---- the saved records' layout (the families' layout_block_acts) ---- */
+
+/* 1 when block l's backward reads the input of the linear whose weight is kind w (or -1) and
+ * adapter A kinds a0, a1 (or -1): for the weight's gradient when it is trained, for lora_A's
+ * when adapted. A frozen, unadapted linear's input is read by nothing: its dX needs the
+ * weight alone. */
+static inline int lm_reads_linear_input(const dt_lm *g, int64_t l, int w, int a0, int a1) {
+    const lm_slot *o = g->slots + l * g->family->block_kinds;
+    return (w >= 0 && lm_slot_trained(o[w])) || (a0 >= 0 && o[a0].off != SIZE_MAX) ||
+           (a1 >= 0 && o[a1].off != SIZE_MAX);
+}
+/* *off's next bytes (lm_take), or, when the block does not keep it (keep 0, shared given),
+ * the shared record's tensor */
+static inline void *lm_take_kept(char *base, size_t *off, size_t bytes, int keep, const void *shared_t) {
+    return keep ? lm_take(base, off, bytes) : (void *)shared_t;
+}
 
 #endif

@@ -301,14 +301,13 @@ void lm_prof_record(const dt_lm *g, dt_lm_op op, lm_prof_mark m, double flops) {
 void lm_linear_add_lora(const dt_lm *g, const lm_params *P, lm_linear *lin, int mod, int ka, int kb, int64_t seg,
                         int64_t width) {
     if (P->slot[ka].off == SIZE_MAX || lin->nlora >= LM_LORA_MAX) return;
-    const size_t n = (size_t)(g->B * g->T * g->lora_r);   /* one adapter's x·Aᵀ [N, r] */
     lm_lora *a = &lin->lora[lin->nlora++];
     a->a = P->slot[ka];
     a->b = P->slot[kb];
     a->seg = seg;
     a->width = width;
     a->id = (uint64_t)P->layer * (uint64_t)g->lora_mods + (uint64_t)mod;
-    a->xa = g->lora_xa + a->id * n;
+    a->xa = g->lora_xa_at[a->id];   /* [N, r], laid out for each adapted module (lm.c) */
 }
 
 /* LoRA dropout's mask (dt_lm_set_dropout): element e of adapter a's input is kept when the

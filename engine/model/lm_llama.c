@@ -117,12 +117,18 @@ typedef struct {
 _Static_assert(sizeof(llama_views) % sizeof(float *) == 0, "dt_lm_free frees a views struct as float pointers");
 
 /* The saved tensors of docs/activations.md's llama table, in this order. */
-static void llama_layout_block_acts(dt_lm *g, void *acts, char *base, size_t *off) {
+static void llama_layout_block_acts(dt_lm *g, int64_t l, void *acts, char *base, size_t *off, const void *shared) {
     llama_acts *ba = acts;
+    const llama_acts *sh = shared;
     const int64_t B = g->B, T = g->T, C = g->C, H = g->H, F = g->F, N = B * T;
     const int64_t QK = g->QD + g->KVD;
     const size_t a = (size_t)g->asz, f = sizeof(float);
-    ba->ln1 = lm_take(base, off, a * N * C);
+    /* the linears' inputs are read back only for their weight's or adapters' gradients (the
+     * RMSNorms' backward reads their input and statistics, not their output) */
+    const int all = !sh;
+    const int ln1 = all || lm_reads_linear_input(g, l, LL_QW, LL_Q_A, LL_K_A) ||
+                    lm_reads_linear_input(g, l, LL_VW, LL_V_A, -1);
+    ba->ln1 = lm_take_kept(base, off, a * N * C, ln1, all ? NULL : sh->ln1);
     ba->ln1_rstd = lm_take(base, off, f * N);
     if (g->qk_norm) {
         ba->qk_raw = lm_take(base, off, a * N * QK);
@@ -132,12 +138,17 @@ static void llama_layout_block_acts(dt_lm *g, void *acts, char *base, size_t *of
     ba->v = lm_take(base, off, a * N * g->KVD);
     if (g->attn == DT_ATTN_FLASH) ba->lse = lm_take(base, off, f * B * H * T);
     else ba->probs = lm_take(base, off, a * B * H * T * T);
-    ba->att = lm_take(base, off, a * N * g->QD);
+    /* flash attention's backward reads its output (o_proj's input) */
+    ba->att = lm_take_kept(base, off, a * N * g->QD,
+                           all || g->attn == DT_ATTN_FLASH || lm_reads_linear_input(g, l, LL_OW, LL_O_A, -1),
+                           all ? NULL : sh->att);
     ba->res1 = lm_take(base, off, a * N * C);
-    ba->ln2 = lm_take(base, off, a * N * C);
+    ba->ln2 = lm_take_kept(base, off, a * N * C, all || lm_reads_linear_input(g, l, LL_GW, LL_G_A, LL_U_A),
+                           all ? NULL : sh->ln2);
     ba->ln2_rstd = lm_take(base, off, f * N);
     ba->gu = lm_take(base, off, a * N * 2 * F);
-    ba->act = lm_take(base, off, a * N * F);
+    ba->act = lm_take_kept(base, off, a * N * F, all || lm_reads_linear_input(g, l, LL_DW, LL_D_A, -1),
+                           all ? NULL : sh->act);
 }
 
 static void llama_layout_norm_stats(dt_lm *g, char *base, size_t *off) {
@@ -486,6 +497,7 @@ const lm_family lm_family_llama = {
     .scale_out_init = 0,
     .block_kinds = LL_COUNT,
     .kind_names = ll_kinds,
+    .first_norm_kind = LL_IN,
     .lora_mods = LL_MODS,
     .fused = ll_fused,
     .n_fused = sizeof ll_fused / sizeof ll_fused[0],

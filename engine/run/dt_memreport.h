@@ -25,8 +25,8 @@ void dt_memreport_predicted(const dt_plan *plan, int64_t *rss, int64_t *device);
 /* The prediction per phase for rank `rank` (bytes, indexed by dt_phase): on the CPU
  * device the plan's terms plus the runtime term as it is in that phase — the measured
  * runtime footprint, + the MPI collective temporaries in backward and the optimizer
- * step, + one checkpoint I/O chunk in save, load and (resumed_or_init: a
- * checkpoint or weights file is read) start-up; returns 1. Elsewhere every phase gets
+ * step, + one checkpoint I/O chunk in save (at ZeRO-0 on rank 0 only, the one writer),
+ * load and (resumed_or_init: a checkpoint or weights file is read) start-up; returns 1. Elsewhere every phase gets
  * dt_memreport_predicted's rss figure and it returns 0. -1s without a prediction. */
 int dt_memreport_phase_predicted(const dt_plan *plan, int rank, int resumed_or_init, int64_t out[DT_PHASE_COUNT]);
 

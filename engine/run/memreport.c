@@ -46,8 +46,10 @@ int dt_memreport_phase_predicted(const dt_plan *plan, int rank, int resumed_or_i
                          dt_hardware_runtime_bytes(&plan->cluster.hw, plan->parallel.world_size);
     for (int p = 0; p < DT_PHASE_COUNT; p++) out[p] = base;
     out[DT_PHASE_BACKWARD] += comm;
-    out[DT_PHASE_OPTIMIZER] += comm;
-    out[DT_PHASE_CKPT_SAVE] += io;
+    out[DT_PHASE_OPTIMIZER] += dt_zero_untracked_tail(plan, rank);
+    /* ZeRO-0 keeps the same state on every rank: rank 0 writes the checkpoint alone
+     * (engine/store/ckpt.c, writers = 1), the others stream nothing */
+    if (plan->parallel.zero_stage > 0 || rank == 0) out[DT_PHASE_CKPT_SAVE] += io;
     out[DT_PHASE_CKPT_LOAD] += io;   /* the export streams from the engine's own buffers on the CPU */
     if (resumed_or_init) out[DT_PHASE_STARTUP] += io;
     return 1;
@@ -87,6 +89,7 @@ void dt_memreport_json(cJSON *report, const dt_plan *plan, int rank, const dt_me
                                                                                 plan->parallel.world_size));
         cJSON_AddBoolToObject(rj, "base_measured", plan->cluster.hw.runtime_bytes > 0 || plan->cluster.hw.runtime_mpi_bytes > 0);
         cJSON_AddNumberToObject(rj, "comm", (double)comm);
+        cJSON_AddNumberToObject(rj, "comm_tail", (double)dt_zero_untracked_tail(plan, rank));
         cJSON_AddNumberToObject(rj, "io", (double)io);
     }
     cJSON *ph = cJSON_AddObjectToObject(rm, "phases");

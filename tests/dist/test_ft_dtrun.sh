@@ -14,7 +14,8 @@
 #     across world sizes flip a bf16 activation's rounding after a few steps; a freeze plan's
 #     16-bit gradients: grad norms within 2^-8, bf16's relative spacing, since world 1 rounds
 #     its accumulated gradients after other partial sums than world 2), every rank's
-#     parameters, gradients and optimizer state as the planner predicts them (2 %), the
+#     parameters, gradients, optimizer state, activations and buffers as the planner
+#     predicts them (2 %), the
 #     frozen base counted whole on every rank, and gradients for the trained tensors only
 #     (stage 0's gradient bytes = the trained count x the trained set's gradient bytes: 4 for
 #     fp32 and for LoRA's adapters, the precision's otherwise);
@@ -89,9 +90,10 @@ out, base, world, label, trained, gbytes, rel, rel_norm = sys.argv[1:]
 bad = []
 metrics_close(out, base, bad, float(rel), float(rel_norm))
 for rp, r in run_reports(out, world, bad):
-    # the model states as predicted; activations and ZeRO's unit buffers are not yet counted
-    # for the method the way the engine allocates them (docs/finetune.md "In dtrun")
-    for cat in ("params", "grads", "optimizer"):
+    # every category as predicted, as full fine-tuning's (test_zero.sh): the model states, the
+    # activations the engine keeps for the method and ZeRO's unit buffers over the trained
+    # part of each unit (docs/finetune.md "In dtrun"; exact per term: engine_ft_memory)
+    for cat in ("params", "grads", "optimizer", "activations", "buffers"):
         pred, meas = r["predicted"][cat], r["measured"][cat]
         if pred == 0 and meas == 0: continue
         if pred == 0 or abs(meas - pred) / pred > 0.02: bad.append(f"{rp}: {cat} measured {meas} vs predicted {pred}")

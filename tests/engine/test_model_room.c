@@ -20,25 +20,13 @@
 #include "dt_optim.h"
 #include "dt_plan.h"
 #include "dt_test.h"
+#include "dt_test_plan.h"
 #include "dt_zero.h"
 
 /* HF initializer_range of both families (GPT2Config, LlamaConfig) */
 #define INIT_STD 0.02
 /* a matrix's sample std must be within this fraction of its rule's (thousands of draws) */
 #define STD_TOL 0.1
-
-static dt_plan load_plan(const char *rel) {
-    dt_plan p;
-    dt_error err;
-    char path[1024];
-    const char *src = getenv("DT_SOURCE_DIR");
-    snprintf(path, sizeof path, "%s/%s", src ? src : ".", rel);
-    if (dt_plan_load(path, &p, &err)) {
-        fprintf(stderr, "cannot load %s: %s\n", path, err.msg);
-        exit(1);
-    }
-    return p;
-}
 
 static dt_lm *create(const dt_model *m) {
     dt_precision fp32;
@@ -145,7 +133,7 @@ static int gather_piece(void *ctx, int unit, size_t flat_off, size_t n, const vo
 /* One optimizer step with one tensor frozen: it keeps every bit, the rest move. */
 static void check_frozen(dt_comm *comm, int stage) {
     fprintf(stderr, "== frozen weight, ZeRO %d\n", stage);
-    dt_plan p = load_plan("configs/plans/tiny-cpu.json");
+    dt_plan p = dt_test_load_plan("configs/plans/tiny-cpu.json");
     p.parallel.zero_stage = stage;
     p.parallel.world_size = 1;
     p.cluster.gpus_per_node = 1;
@@ -196,9 +184,9 @@ out:
 }
 
 int main(void) {
-    dt_plan gpt2 = load_plan("configs/plans/tiny-cpu.json");
+    dt_plan gpt2 = dt_test_load_plan("configs/plans/tiny-cpu.json");
     check_family("gpt2", &gpt2.model);
-    dt_plan qwen3 = load_plan("tests/kernels/golden/train/qwen3.plan.json");
+    dt_plan qwen3 = dt_test_load_plan("tests/kernels/golden/train/qwen3.plan.json");
     check_family("qwen3 (q/k norm, untied head)", &qwen3.model);
     dt_model qwen2 = qwen3.model;
     qwen2.qk_norm = 0;

@@ -98,7 +98,9 @@ for r in range(world):
         want = pred
         if pp.get("per_phase"):
             rt = pp["runtime"]
-            extra = {"backward": rt["comm"], "optimizer": rt["comm"], "ckpt_save": rt["io"],
+            # ZeRO-0: rank 0 writes the checkpoint alone (its ranks hold the same state)
+            saves = rep.get("zero_stage", 0) > 0 or r == 0
+            extra = {"backward": rt["comm"], "optimizer": rt["comm_tail"], "ckpt_save": rt["io"] if saves else 0,
                      "ckpt_load": rt["io"],
                      "startup": rt["io"] if rm["phases"]["ckpt_load"]["runs"] > 0 else 0}.get(ph, 0)
             want = pred - pp["reserve"] + rt["base"] + extra
