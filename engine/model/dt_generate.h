@@ -36,8 +36,9 @@ size_t dt_gen_bytes(const dt_gen *gen);
 
 /* Copies the tensors of parameter group `group` (0 .. L+1, dt_lm.h) of lm into the
  * generator, reading the trained set through dt_lm_group_params (whatever storage is
- * bound now) and the base set from its flat buffer. Parameters must be fp32 in host
- * memory. With ft a LoRA method and adapters 1, each adapted linear gets W + s·B·A
+ * bound now), the base set from its flat buffer and QLoRA's quantised linears dequantised
+ * (dt_lm_quant_get: the fp32 values its training forward uses). Parameters must be fp32 in
+ * host memory. With ft a LoRA method and adapters 1, each adapted linear gets W + s·B·A
  * (s = dt_ft_lora_scale); adapters 0 (or no LoRA): the base weights alone. */
 int dt_gen_load_group(dt_gen *gen, dt_lm *lm, int group, const struct dt_finetune *ft, int adapters,
                       dt_error *err);

@@ -250,6 +250,9 @@ int dt_lm_quant_state(dt_lm *g, int i, dt_lm_qstate *out);
 /* Quantises tensor i from its values w (fp32, the tensor's shape in the family's layout:
  * dt_lm_quant_tensor(g, i)->shape), as bitsandbytes.functional.quantize_4bit does. */
 int dt_lm_quant_set(dt_lm *g, int i, const float *w, dt_error *err);
+/* Its inverse: tensor i dequantised into w (fp32, the same shape and layout; the values the
+ * training forward multiplies by, bitsandbytes' dequantize_4bit). */
+int dt_lm_quant_get(dt_lm *g, int i, float *w, dt_error *err);
 /* LoRA dropout (dt_finetune.lora_dropout > 0) for the following passes: on (training, the
  * masks of key) or off (evaluation, as PEFT under model.eval()). Off at creation. A forward
  * and its backward must see the same key: the backward regenerates the masks from it. */

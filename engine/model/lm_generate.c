@@ -351,11 +351,30 @@ static int copy_set(dt_gen *gen, dt_lm *lm, int group, int set, dt_error *err) {
     return DT_OK;
 }
 
+/* QLoRA's quantised linears of group `group`, dequantised into their slots (fp32, the values
+ * the training forward uses: engine/model/lm_qbase.c). */
+static int copy_quant(dt_gen *gen, dt_lm *lm, int group, dt_error *err) {
+    const int nq = dt_lm_num_quant_tensors(lm);
+    for (int i = 0; i < nq; i++) {
+        const dt_tensor_info *t = dt_lm_quant_tensor(lm, i);
+        if (t->group != group) continue;
+        gen_slot *s = find_slot(gen, t->name);
+        if (!s || s->numel != t->numel)
+            return dt_errorf(err, DT_EINVAL, "generator: tensor %s of the model has no place in %s's generator",
+                             t->name, gen->m.name);
+        int rc = dt_lm_quant_get(lm, i, gen->w + s->off, err);
+        if (rc) return rc;
+        s->filled = 1;
+    }
+    return DT_OK;
+}
+
 int dt_gen_load_group(dt_gen *gen, dt_lm *lm, int group, const dt_finetune *ft, int adapters, dt_error *err) {
     if (dt_lm_family(lm) != gen->m.family || dt_lm_num_groups(lm) != gen->L + 2)
         return dt_errorf(err, DT_EINVAL, "generator: the model is not %s", gen->m.name);
     int rc = copy_set(gen, lm, group, DT_LM_SET_TRAINED, err);
     if (!rc) rc = copy_set(gen, lm, group, DT_LM_SET_BASE, err);
+    if (!rc) rc = copy_quant(gen, lm, group, err);
     if (!rc && adapters && ft && dt_ft_is_lora(ft)) rc = merge_group_adapters(gen, lm, group, dt_ft_lora_scale(ft), err);
     return rc;
 }

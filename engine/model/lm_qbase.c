@@ -257,17 +257,37 @@ int dt_lm_quant_set(dt_lm *g, int i, const float *w, dt_error *err) {
 
 float *lm_qbase_scratch(dt_lm *g) { return g->qb ? g->qb->buf : NULL; }
 
-/* tensor i dequantised into the transient buffer ([out, in] fp32) */
-static const float *dequant(dt_lm *g, int i) {
+/* tensor i dequantised into out [out, in] fp32 */
+static void dequant_into(dt_lm *g, int i, float *out) {
     dt_lm_qstate s;
     dt_lm_quant_state(g, i, &s);
-    float *out = g->qb->buf;
     if (s.double_quant)
         dt_quant4_dequantize_nested(s.packed, s.qabsmax, s.nested_absmax, *s.offset, s.map, s.n, (dt_storage)s.fmt,
                                     s.block, out);
     else
         dt_quant4_dequantize(s.packed, s.absmax, s.n, (dt_storage)s.fmt, s.block, out);
-    return out;
+}
+
+/* tensor i dequantised into the transient buffer ([out, in] fp32) */
+static const float *dequant(dt_lm *g, int i) {
+    dequant_into(g, i, g->qb->buf);
+    return g->qb->buf;
+}
+
+int dt_lm_quant_get(dt_lm *g, int i, float *w, dt_error *err) {
+    dt_lm_qstate s;
+    if (dt_lm_quant_state(g, i, &s)) return dt_errorf(err, DT_EINVAL, "model: no quantised tensor %d", i);
+    if (g->family->weight_layout != LM_W_IN_OUT) {
+        dequant_into(g, i, w);
+        return DT_OK;
+    }
+    float *t = malloc(sizeof(float) * (size_t)s.n);   /* [out, in] -> Conv1D [in, out] */
+    if (!t) return dt_errorf(err, DT_ENOMEM, "model: out of memory dequantising tensor %d", i);
+    dequant_into(g, i, t);
+    for (int64_t r = 0; r < s.rows; r++)
+        for (int64_t c = 0; c < s.cols; c++) w[c * s.rows + r] = t[r * s.cols + c];
+    free(t);
+    return DT_OK;
 }
 
 /* The quantised tensors lin's GEMM covers, from its first (lin->w.off) on, each [rows, IC] onto

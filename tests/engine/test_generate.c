@@ -11,7 +11,8 @@
  * The weights' ways in (llama and gpt2 cases): LoRA on every linear with random A and B,
  * merged, gives the logits of the model's own LoRA forward, and left out those of the base;
  * groups bound to storage outside the flat buffer (as ZeRO-3 gathers them), the flat buffer
- * released, load as the flat model did.
+ * released, load as the flat model did. QLoRA's quantised linears load dequantised: the
+ * generator's logits and greedy token are the QLoRA model's own forward's.
  * Usage: test_engine_generate GOLDEN_DIR */
 #include <math.h>
 #include <stdio.h>
@@ -231,26 +232,36 @@ static double max_diff(const float *a, const float *b, int64_t n) {
 /* LoRA (r 4, every linear, A and B random) built over the case's weights: the generator's
  * merged logits vs the model's LoRA forward at prompt 0's last position; adapters left out vs
  * the plain model's. Then the plain model's groups rebound outside the flat buffer. */
-static void check_weights_in(gcase *c, const char *dir) {
+/* A model of method ft->method (r 4, every linear) over the case's weights, its adapters drawn
+ * (A and B random); NULL on failure (reported). */
+static dt_lm *adapted_model(gcase *c, const char *dir, dt_finetune *ft) {
     dt_precision pr;
     dt_precision_from_preset(DT_PREC_FP32, &pr);
+    ft->lora_rank = 4;
+    const dt_lm_options o = {.B = 1, .T = c->plen[0], .attn = DT_ATTN_FLASH, .device = DT_DEVICE_CPU, .finetune = ft};
+    dt_lm *g = NULL;
+    dt_error err;
+    if (dt_lm_create_opts(&c->m, &pr, &o, &g, &err) || dt_weights_load_base(g, &c->m, DT_DTYPE_FP32, dir, &err)) {
+        fprintf(stderr, "%s: %s\n", dt_ft_method_name(ft->method), err.msg);
+        CHECK(0);
+        dt_lm_free(g);
+        return NULL;
+    }
+    float *A = dt_lm_params(g);   /* the trained set: the adapters, drawn here */
+    for (size_t i = 0; i < dt_lm_num_params(g); i++)
+        A[i] = 0.05f * (float)((int64_t)(i * 2654435761u % 2001) - 1000) / 1000.0f;
+    return g;
+}
+
+static void check_weights_in(gcase *c, const char *dir) {
     dt_finetune ft;
     dt_finetune_defaults(DT_FT_LORA, &ft);
-    ft.lora_rank = 4;
     const int64_t P = c->plen[0], V = c->V;
-    const dt_lm_options o = {.B = 1, .T = P, .attn = DT_ATTN_FLASH, .device = DT_DEVICE_CPU, .finetune = &ft};
-    dt_lm *lora = NULL;
     dt_error err;
     float *base = malloc((size_t)V * sizeof(float)), *merged = malloc((size_t)V * sizeof(float));
     first_logits(c, c->lm, NULL, 1, base);
-    if (dt_lm_create_opts(&c->m, &pr, &o, &lora, &err) || dt_weights_load_base(lora, &c->m, DT_DTYPE_FP32, dir, &err)) {
-        fprintf(stderr, "lora: %s\n", err.msg);
-        CHECK(0);
-        goto out;
-    }
-    float *A = dt_lm_params(lora);   /* the trained set: the adapters, drawn here */
-    for (size_t i = 0; i < dt_lm_num_params(lora); i++)
-        A[i] = 0.05f * (float)((int64_t)(i * 2654435761u % 2001) - 1000) / 1000.0f;
+    dt_lm *lora = adapted_model(c, dir, &ft);
+    if (!lora) goto out;
     float loss;
     CHECK(dt_lm_forward(lora, c->prompts[0], NULL, &loss, &err) == DT_OK);
     first_logits(c, lora, &ft, 1, merged);
@@ -280,6 +291,43 @@ out:
     free(base), free(merged);
 }
 
+/* QLoRA (NF4, r 4, every linear) over the case's weights: the generator loads the quantised
+ * linears dequantised, so its first step's logits equal the model's own forward at prompt 0's
+ * last position, adapters merged and left out, and its greedy token is that forward's argmax. */
+static void check_qlora(gcase *c, const char *dir) {
+    dt_finetune ft;
+    dt_finetune_defaults(DT_FT_QLORA, &ft);
+    ft.compute_dtype = DT_DTYPE_FP32;   /* dtrun's QLoRA computes in fp32 (lm_qbase_check) */
+    const int64_t P = c->plen[0], V = c->V;
+    dt_error err;
+    float *lg = malloc((size_t)V * sizeof(float)), *fwd = malloc((size_t)V * sizeof(float));
+    dt_lm *q = adapted_model(c, dir, &ft);
+    CHECK(q == NULL || dt_lm_num_quant_tensors(q) > 0);
+    for (int adapters = 1; q && lg && fwd && adapters >= 0; adapters--) {
+        float loss;
+        dt_lm_set_adapters(q, adapters);
+        CHECK(dt_lm_forward(q, c->prompts[0], NULL, &loss, &err) == DT_OK);
+        memcpy(fwd, dt_lm_logits(q) + (P - 1) * V, (size_t)V * sizeof(float));
+        first_logits(c, q, &ft, adapters, lg);
+        int64_t best = 0;
+        for (int64_t v = 1; v < V; v++) best = fwd[v] > fwd[best] ? v : best;
+        int32_t tok = -1;
+        int64_t len = 0;
+        dt_gen *gen = NULL;
+        const dt_gen_params gp = {.max_new_tokens = 1, .temperature = 0.0, .top_p = 1.0};
+        CHECK(dt_gen_create(&c->m, 1, c->m.max_pos, &gen, &err) == DT_OK);
+        CHECK(gen && dt_gen_load(gen, q, &ft, adapters, &err) == DT_OK &&
+              dt_gen_run(gen, &gp, 1, c->prompts, c->plen, &tok, &len, NULL, &err) == DT_OK);
+        dt_gen_free(gen);
+        const double e = max_diff(lg, fwd, V);
+        printf("  qlora (adapters %s): generator vs its forward %.2e, greedy %d = argmax %lld\n",
+               adapters ? "merged" : "left out", e, tok, (long long)best);
+        CHECK(e < LOGIT_TOL && tok == (int32_t)best);
+    }
+    dt_lm_free(q);
+    free(lg), free(fwd);
+}
+
 static void run_case(const char *root, const char *name) {
     char dir[PATH_LEN];
     snprintf(dir, sizeof dir, "%s/%s", root, name);
@@ -301,6 +349,7 @@ static void run_case(const char *root, const char *name) {
         check_distribution(&c, gen);
         check_errors(&c, gen);
         check_weights_in(&c, dir);
+        check_qlora(&c, dir);
     }
     dt_gen_free(gen);
     dt_lm_free(c.lm);
