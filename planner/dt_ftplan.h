@@ -62,6 +62,18 @@ int64_t dt_ftplan_activations(const dt_plan *p, const dt_ftplan *ft, int64_t ckp
  * with dt_ftplan_state_elems parameters: frozen weights, the adapters' dtype, the
  * dequantisation transient (the host's frozen partitions are dt_ft_terms.frozen_host). */
 void dt_ftplan_add_memory(const dt_plan *p, const dt_ftplan *ft, dt_mem_breakdown *m);
+/* Runtime dtrun on the CPU engine: bytes of the fp32 working copies its 16-bit storage needs
+ * under the method (engine/model/lm.c dt_lm_create_opts): pw (a whole block, adapters included,
+ * or gpt2's wpe) when the trained set is 16-bit or the base is; pwb (the largest group's frozen
+ * part) when the base is 16-bit; gw and the token chains only when the trained gradients are
+ * 16-bit (not for LoRA's fp32 adapters); lora_x32 [BT, widest input] for LoRA under bf16
+ * linears. 0 under fp32. */
+int64_t dt_ftplan_dtrun_convert_bytes(const dt_plan *p, const dt_ftplan *ft);
+/* The precision dtrun's trained set runs in (what its ZeRO engine sizes its unit buffers
+ * by): the plan's, but fp32 weights and gradients and no master copy for LoRA's fp32 adapters
+ * under a 16-bit precision (PEFT's autocast_adapter_dtype; the engine's
+ * dt_lm_trained_precision). The plan's for the other runtimes. */
+void dt_ftplan_dtrun_trained_precision(const dt_plan *p, dt_precision *out);
 
 /* Compute of one micro-step under the method (docs/finetune.md "Time"): the full model's
  * backward less the blocks below the first trainable one, the frozen linears' weight-gradient

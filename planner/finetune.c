@@ -17,6 +17,8 @@
 /* fp32 copies and statistics (RMSNorm's upcast input, its reciprocal RMS per row). */
 #define FT_FP32_BYTES 4
 #define FT_STAT_BYTES 4
+/* int32 token ids (the engine's embedding-gradient chains, engine/model/lm.c tok_head / tok_next) */
+#define FT_TOKEN_ID_BYTES 4
 /* LoRA's kernels per adapted linear (peft tuners/lora/layer.py Linear.forward:
  * result + lora_B(lora_A(dropout(x))) * scaling): forward A, B, the scaled add; backward
  * through the add and the scale, B's two GEMMs (dX, dW), A's two; dropout adds one kernel
@@ -267,6 +269,13 @@ static void adapter_bytes(const dt_plan *p, int64_t per[3]) {
     per[2] = 2 * dt_dtype_size(pr->moment) + (pr->has_master && d != DT_DTYPE_FP32 ? dt_dtype_size(pr->master) : 0);
 }
 
+/* The widest input of an adapted linear: max(C, QD, F) (engine/model/lm.c widest_in). */
+static int64_t lora_widest_in(const dt_model *m) {
+    const int64_t D = m->head_dim > 0 ? m->head_dim : m->hidden / m->n_head;
+    int64_t widest = m->hidden > m->ffn ? m->hidden : m->ffn;
+    return m->n_head * D > widest ? m->n_head * D : widest;
+}
+
 int dt_ftplan_terms(const dt_plan *p, const dt_ftplan *ft, dt_ft_terms *out) {
     memset(out, 0, sizeof *out);
     const dt_parallel *z = &p->parallel;
@@ -302,15 +311,77 @@ int dt_ftplan_terms(const dt_plan *p, const dt_ftplan *ft, dt_ft_terms *out) {
     const act_sum a = method_activations(p, ft, p->activations.ckpt_layers);
     out->act_skipped = a.skipped, out->act_dropped = a.dropped, out->act_lora = a.lora, out->act_dropout = a.dropout;
     out->dequant = ft->dequant_elems * dt_dtype_size(p->finetune.compute_dtype);
-    if (dtrun && dt_ft_is_lora(&p->finetune)) {
-        const dt_model *m = &p->model;
-        const int64_t D = m->head_dim > 0 ? m->head_dim : m->hidden / m->n_head;
-        int64_t widest = m->hidden > m->ffn ? m->hidden : m->ffn;
-        if (m->n_head * D > widest) widest = m->n_head * D;
+    if (dtrun && dt_ft_is_lora(&p->finetune))
         out->lora_scratch = FT_FP32_BYTES * tokens(p) *
-                            (p->finetune.lora_rank + (p->finetune.lora_dropout > 0 ? widest : 0));
-    }
+                            (p->finetune.lora_rank + (p->finetune.lora_dropout > 0 ? lora_widest_in(&p->model) : 0));
     return DT_OK;
+}
+
+/* Elements of the engine's largest parameter group's frozen part (engine/model/lm.c: group 0
+ * the embeddings, 1 .. L one block each, L+1 the final norm and an untied lm_head). */
+static int64_t largest_frozen_group(const dt_pgroups *s, int64_t L) {
+    int64_t emb = 0, head = 0, best = 0;
+    for (int i = 0; i < s->n; i++) {
+        const dt_pgroup *g = &s->g[i];
+        if (g->in_block || g->train != DT_TRAIN_FROZEN) continue;
+        *(g->embedding ? &emb : &head) += dt_pgroup_elems(g);
+    }
+    for (int64_t l = 0; l < L; l++) {
+        int64_t n = 0;
+        for (int i = 0; i < s->n; i++) {
+            const dt_pgroup *g = &s->g[i];
+            if (g->in_block && g->train == DT_TRAIN_FROZEN && l >= g->first_layer && l < g->first_layer + g->n_layers)
+                n += g->rows * g->cols;
+        }
+        if (n > best) best = n;
+    }
+    return emb > best ? (emb > head ? emb : head) : (best > head ? best : head);
+}
+
+/* Elements of block 0's group, both sets (its weights and, under LoRA, its adapters). */
+static int64_t block0_elems(const dt_pgroups *s) {
+    int64_t n = 0;
+    for (int i = 0; i < s->n; i++)
+        if (s->g[i].in_block && s->g[i].first_layer == 0 && s->g[i].n_layers > 0) n += s->g[i].rows * s->g[i].cols;
+    return n;
+}
+
+void dt_ftplan_dtrun_trained_precision(const dt_plan *p, dt_precision *out) {
+    *out = p->precision;
+    if (hf_runtime(p) || !dt_ft_is_lora(&p->finetune) || p->finetune.adapter_dtype != DT_DTYPE_FP32 ||
+        p->precision.param == DT_DTYPE_FP32)
+        return;
+    out->param = out->grad = DT_DTYPE_FP32;
+    out->has_master = 0;
+}
+
+int64_t dt_ftplan_dtrun_convert_bytes(const dt_plan *p, const dt_ftplan *ft) {
+    const dt_model *m = &p->model;
+    const dt_precision *pr = &p->precision;
+    /* the trained set's dtypes (PEFT's fp32 adapters under a 16-bit base), the base's the plan's */
+    dt_precision tp;
+    dt_ftplan_dtrun_trained_precision(p, &tp);
+    const dt_dtype pt = tp.param, gt = tp.grad, bt = pr->param;
+    const int64_t BT = tokens(p);
+    /* pw, gw: a whole block both sets (adapters included), or gpt2's wpe [max_pos, C] when
+     * larger (the final norm is smaller than either) */
+    int64_t group = block0_elems(&ft->g);
+    if (m->family == DT_FAMILY_GPT2 && m->max_pos * m->hidden > group) group = m->max_pos * m->hidden;
+    const int64_t frozen_group = largest_frozen_group(&ft->g, m->n_layer);
+    int64_t bytes = 0;
+    /* pw: the trained group widened, or (its trained set fp32) the base's norm, wpe and
+     * classifier rows read in the base's 16-bit dtype */
+    if (pt != DT_DTYPE_FP32 || (ft->frozen > 0 && bt != DT_DTYPE_FP32)) bytes += FT_FP32_BYTES * group;
+    /* pwb: the base part of a group widened whole */
+    if (bt != DT_DTYPE_FP32) bytes += FT_FP32_BYTES * frozen_group;
+    /* gw and the embedding gradient's token chains: only when the trained gradients are 16-bit
+     * (not for fp32 adapters) */
+    if (gt != DT_DTYPE_FP32) bytes += FT_FP32_BYTES * group + FT_TOKEN_ID_BYTES * (m->vocab + BT);
+    /* lora_x32: bf16 linears (gemm16) keep no fp32 input; the adapters read it widened, the
+     * widest adapted input [BT, max(C, QD, F)] */
+    if (dt_ft_is_lora(&p->finetune) && pr->activation == DT_DTYPE_BF16 && bt == DT_DTYPE_BF16)
+        bytes += FT_FP32_BYTES * BT * lora_widest_in(m);
+    return bytes;
 }
 
 void dt_ftplan_add_memory(const dt_plan *p, const dt_ftplan *ft, dt_mem_breakdown *m) {

@@ -110,9 +110,17 @@ static int64_t compute_buffers(const dt_plan *p) {
         /* groups converted whole: a block, gpt2's wpe (the final norm is smaller) */
         const int64_t group = m->family == DT_FAMILY_GPT2 ? imax(dt_model_block_params(m), smul(m->max_pos, C))
                                                           : dt_model_block_params(m);
-        if (p->precision.param != DT_DTYPE_FP32) bytes = sadd(bytes, smul(f32, group));
-        if (p->precision.grad != DT_DTYPE_FP32)
-            bytes = sadd(bytes, sadd(smul(f32, group), sadd(smul(TOKEN_ID_BYTES, V), smul(TOKEN_ID_BYTES, BT))));
+        dt_ftplan ft;
+        dt_error ignored = {0};
+        /* freeze / LoRA: the trained and base sets have their own dtypes and widened copies
+         * (planner/finetune.c dt_ftplan_dtrun_convert_bytes) */
+        if (dt_ftplan_active(p) && !dt_ftplan_of(p, &ft, &ignored)) {
+            bytes = sadd(bytes, dt_ftplan_dtrun_convert_bytes(p, &ft));
+        } else {
+            if (p->precision.param != DT_DTYPE_FP32) bytes = sadd(bytes, smul(f32, group));
+            if (p->precision.grad != DT_DTYPE_FP32)
+                bytes = sadd(bytes, sadd(smul(f32, group), sadd(smul(TOKEN_ID_BYTES, V), smul(TOKEN_ID_BYTES, BT))));
+        }
         if (p->precision.activation != DT_DTYPE_FP32) {
             bytes = sadd(bytes, smul3(f32, BT, cpu_views_per_token(m)));
             if (p->activations.attention == DT_ATTN_MATERIALIZED)
@@ -202,7 +210,9 @@ static int64_t cpu_rs_temporary(int64_t call) {
 static int64_t cpu_comm_temporaries(const dt_plan *p, int64_t psi) {
     const dt_parallel *z = &p->parallel;
     const int64_t W = z->world_size;
-    const int64_t gb = dt_precision_grad_bytes(&p->precision);
+    dt_precision tp;   /* the trained set's (dtrun: LoRA's fp32 adapters) */
+    dt_ftplan_dtrun_trained_precision(p, &tp);
+    const int64_t gb = dt_precision_grad_bytes(&tp);
     if (W <= 1) return 0;   /* the "self" backend: local copies */
     if (z->zero_stage == 0) {
         const int64_t bucket = imin(z->reduce_bucket_elems, psi);
@@ -236,8 +246,12 @@ static int64_t buffers_bytes(const dt_plan *p, int64_t psi) {
     const int64_t gb = dt_precision_grad_bytes(&p->precision);
     int64_t bytes = 0;
 
-    if (cpu_engine_layout(p))
-        return sadd(cpu_engine_comm_buffers(p, pb, gb), compute_buffers(p));
+    if (cpu_engine_layout(p)) {   /* ZeRO's unit buffers hold the trained set, in its precision */
+        dt_precision tp;
+        dt_ftplan_dtrun_trained_precision(p, &tp);
+        return sadd(cpu_engine_comm_buffers(p, dt_precision_param_bytes(&tp), dt_precision_grad_bytes(&tp)),
+                    compute_buffers(p));
+    }
     /* DeepSpeed (GPU backends): */
 
     /* communication buckets, each bounded by the model size; a world of one

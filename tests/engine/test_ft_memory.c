@@ -2,7 +2,8 @@
  * terms for the runtime dtrun, term by term (docs/finetune.md "In dtrun", docs/memory-model.md
  * "Fine-tuning"): for GPT-2 and Qwen3 (tiny), freeze (the last blocks, the first blocks,
  * some modules) and LoRA (every linear, q_proj / v_proj only, dropout > 0), with and
- * without checkpointed blocks, at ZeRO 0-3 (one rank), the bytes dt_memtrack counts per
+ * without checkpointed blocks, in fp32, mixed-bf16 and mixed-fp16 (the 16-bit base set and
+ * its fp32 working copies), at ZeRO 0-3 (one rank), the bytes dt_memtrack counts per
  * category after the model and the ZeRO engine are created equal the plan's
  * (dt_memory_phases, runtime dtrun):
  *   params      the trained set (its ZeRO-3 shard) + the frozen base, replicated;
@@ -12,7 +13,8 @@
  *               trained one share one record, unread inputs two buffers, x·Aᵀ per adapted
  *               linear only, lm_head's input only when the classifier is trained);
  *   buffers     the step's scratch, LoRA's scratch, ZeRO's unit buffers sized by the
- *               trained part of each unit.
+ *               trained part of each unit, and under a 16-bit precision the fp32 working
+ *               copies of each set (dt_ftplan_dtrun_convert_bytes).
  * And each activation term against a hand count of the engine's tensors for one case, so
  * a planner and an engine wrong the same way still fail; and the inputs of frozen,
  * unadapted linears, which saved blocks leave to the shared record, read by nothing (the
@@ -85,7 +87,9 @@ static void check_stage(dt_comm *comm, dt_plan p, const ft_case *c, int stage) {
                              .flags = stage == 3 ? DT_LM_NO_FLAT : 0, .finetune = &p.finetune};
     dt_lm *g = NULL;
     dt_zero *z = NULL;
-    if (dt_lm_create_opts(&p.model, &p.precision, &o, &g, &err) || dt_zero_create(&p, comm, g, &z, &err)) {
+    dt_plan zp = p;   /* ZeRO runs the trained set's precision, as dtrun's trainer passes it (engine/run/train.c) */
+    dt_lm_trained_precision(&p.precision, &p.finetune, &zp.precision);
+    if (dt_lm_create_opts(&p.model, &p.precision, &o, &g, &err) || dt_zero_create(&zp, comm, g, &z, &err)) {
         fprintf(stderr, "%s ZeRO-%d: %s\n", c->name, stage, err.msg);
         CHECK(0);
         dt_lm_free(g);
@@ -223,23 +227,27 @@ int main(void) {
         {"lora c_attn, materialized attention", DT_FT_LORA, 0, NULL, "c_attn", 0, 0, 1},
     };
     const char *plans[2] = {"configs/plans/tiny-cpu.json", "tests/kernels/golden/train/qwen3.plan.json"};
-    for (int f = 0; f < 2; f++) {
-        dt_plan p = dt_test_load_plan(plans[f]);
-        dt_precision_from_preset(DT_PREC_FP32, &p.precision);
-        p.runtime.kind = DT_RUNTIME_DTRUN;
-        p.parallel.world_size = 1;
-        p.cluster.nodes = p.cluster.gpus_per_node = 1;
-        p.prediction.valid = 0;
-        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-            ft_case c = cases[i];
-            const int gpt2 = p.model.family == DT_FAMILY_GPT2;
-            if (c.targets && gpt2 != !strcmp(c.targets, "c_attn")) continue;   /* the family's module names */
-            if (c.K < 0) c.K = p.model.n_layer;
-            fprintf(stderr, "== %s: %s\n", p.model.name, c.name);
-            for (int stage = 0; stage <= 3; stage++) check_stage(comm, p, &c, stage);
-            if (c.targets || c.modules) unread_is_unread(p, &c);
+    /* fp32, and the 16-bit base sets (lora16): a 16-bit trained set under freeze, fp32 adapters
+     * over a 16-bit base under LoRA, each with its widened copies (bf16: gemm16's LoRA input) */
+    const dt_precision_preset precs[3] = {DT_PREC_FP32, DT_PREC_MIXED_BF16, DT_PREC_MIXED_FP16};
+    for (int f = 0; f < 2; f++)
+        for (int k = 0; k < 3; k++) {
+            dt_plan p = dt_test_load_plan(plans[f]);
+            dt_precision_from_preset(precs[k], &p.precision);
+            p.runtime.kind = DT_RUNTIME_DTRUN;
+            p.parallel.world_size = 1;
+            p.cluster.nodes = p.cluster.gpus_per_node = 1;
+            p.prediction.valid = 0;
+            for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+                ft_case c = cases[i];
+                const int gpt2 = p.model.family == DT_FAMILY_GPT2;
+                if (c.targets && gpt2 != !strcmp(c.targets, "c_attn")) continue;   /* the family's module names */
+                if (c.K < 0) c.K = p.model.n_layer;
+                fprintf(stderr, "== %s %s: %s\n", p.model.name, dt_precision_preset_name(precs[k]), c.name);
+                for (int stage = 0; stage <= 3; stage++) check_stage(comm, p, &c, stage);
+                if (k == 0 && (c.targets || c.modules)) unread_is_unread(p, &c);
+            }
         }
-    }
     dt_comm_free(comm);
     TEST_MAIN_END();
 }
