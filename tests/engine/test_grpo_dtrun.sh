@@ -8,6 +8,7 @@
 #   - a user reward command (--reward-command) is what scores: partial credit raises the reward;
 #   - 2 ranks under mpirun (ZeRO-1, accumulation 1) take the same steps as 1 rank with
 #     accumulation 2 (rollouts seeded by the data, not the rank);
+#   - a resume from a checkpoint continues bitwise; LoRA with beta 0.04 (reference = adapters off);
 #   - bad input, one line and exit 2, nothing half-written: an empty prompt and a prompt longer
 #     than --seq (prepare names FILE:LINE; a previous output stays whole), a plan whose seq_len
 #     the prompt and completion exceed (dtrun names the record before any step), a record
@@ -132,6 +133,30 @@ print(f"ok   grpo on 2 ranks (ZeRO-1) takes 1 rank's steps: loss {a[0]:.4f} .. ,
 PY
 else
     fail "grpo 1-rank / 2-rank runs"
+fi
+
+# ---- a resume continues bitwise (2 prompts per micro-batch, accumulation 5) ----
+plan gr.json 1 0 6
+set_batch gr.json 32 5
+python3 -c 'import json; p = json.load(open("gr.json")); p["output"].update(save_interval=3, keep_last=4)
+json.dump(p, open("gr.json", "w"))'
+if dt_run_ranks "$DTRUN" 1 gr.json ra && dt_run_ranks "$DTRUN" 1 gr.json rb --max-steps 3 &&
+   dt_run_ranks "$DTRUN" 1 gr.json rb --resume; then
+    python3 -c 'import json, sys; k = ("step", "loss", "reward", "grad_norm"); r = lambda d: [[json.loads(l)[x]
+for x in k] for l in open(d + "/metrics.jsonl")]; sys.exit(r("ra") != r("rb"))' &&
+        echo "ok   grpo resume: steps 4-6 equal the uninterrupted run's" || fail "a resumed grpo run differs"
+else
+    fail "grpo resume runs"
+fi
+
+# ---- LoRA: the reference is the policy with its adapters off (kl 0 at the start, then > 0) ----
+plan gl.json 1 0 8 --kl-coef 0.04 --finetune lora
+if dt_run_ranks "$DTRUN" 1 gl.json gl; then
+    python3 -c 'import json, sys; m = [json.loads(l) for l in open("gl/metrics.jsonl")]
+sys.exit(0 if m[0]["kl"] == 0 and m[-1]["kl"] > 0 else 1)' && echo "ok   grpo under LoRA with beta 0.04" ||
+        fail "LoRA grpo: kl not 0 at the start and > 0 after"
+else
+    fail "LoRA grpo run"
 fi
 
 # ---- bad input ----
