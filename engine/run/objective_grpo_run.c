@@ -76,10 +76,17 @@ static int grpo_check(const dt_plan *p, dt_error *err) {
 
 static void grpo_configure(const dt_plan *p, dt_model *m) { (void)p, (void)m; }
 
-/* Completion ids to text, the end-of-text ids left out (TRL decodes with skip_special_tokens). */
+/* 1 when id stops a completion */
+static int is_eos(const dt_objrun *o, int32_t id) {
+    for (int e = 0; e < o->go.gen.n_eos; e++)
+        if (o->go.gen.eos[e] == id) return 1;
+    return 0;
+}
+
+/* Completion ids to text, its stop token left out (TRL decodes with skip_special_tokens). */
 static int decode(void *ctx, const int32_t *ids, int64_t n, char **text, dt_error *err) {
     dt_objrun *o = ctx;
-    while (n > 0 && ids[n - 1] == o->go.pad_id) n--;
+    while (n > 0 && is_eos(o, ids[n - 1])) n--;
     size_t len;
     return dt_tok_decode(o->tok, ids, (size_t)n, text, &len, err);
 }
@@ -131,6 +138,9 @@ static int alloc_buffers(dt_objrun *o, dt_error *err) {
     return DT_OK;
 }
 
+/* the chat templates' end-of-turn tokens (dt_prepdoc.h: chatml, llama3) */
+static const char *const k_turn_end[] = {"<|im_end|>", "<|eot_id|>"};
+
 static void set_options(dt_objrun *o, const dt_objrun_ctx *c) {
     const dt_plan *pl = c->plan;
     o->go = (dt_grpo_opts){.G = o->G, .T = o->p.T, .pad_id = dt_pairset_pad_id(o->p.train),
@@ -139,6 +149,12 @@ static void set_options(dt_objrun *o, const dt_objrun_ctx *c) {
     o->go.gen = (dt_gen_params){.max_new_tokens = pl->objective.completion_len, .temperature = 1.0, .top_p = 1.0,
                                 .vocab_limit = dt_tok_vocab_size(o->tok), .n_eos = 1};
     o->go.gen.eos[0] = o->go.pad_id;
+    /* a chat's turn ends with its template's end token (Qwen's generation_config stops at
+     * <|im_end|>, Llama-3-Instruct's at <|eot_id|>): each the tokenizer has stops a completion too */
+    for (size_t k = 0; k < sizeof k_turn_end / sizeof *k_turn_end; k++) {
+        const int32_t id = dt_tok_token_id(o->tok, k_turn_end[k]);
+        if (id >= 0 && id != o->go.pad_id && o->go.gen.n_eos < DT_GEN_MAX_EOS) o->go.gen.eos[o->go.gen.n_eos++] = id;
+    }
     o->cfg = (dt_grpo_config){.type = DT_GRPO_LOSS_DAPO, .eps_low = GRPO_EPSILON, .eps_high = GRPO_EPSILON,
                               .beta = pl->objective.kl_coef, .max_completion_length = pl->objective.completion_len,
                               .grad_accum = 1, .num_processes = 1, .steps_per_generation = 1};

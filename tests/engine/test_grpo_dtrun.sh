@@ -159,6 +159,25 @@ else
     fail "LoRA grpo run"
 fi
 
+# ---- chat prompts (ChatML, rendered to the assistant's header) on a tiny Qwen3 at ZeRO-2 ----
+python3 - "$SRC/models/catalog/qwen3-tiny.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c.update(vocab_size=1500)
+json.dump(c, open("q3.json", "w"))
+with open("chat.jsonl", "w") as f:
+    for i in range(8): f.write(json.dumps({"prompt": [{"role": "user", "content": f"What is {i}+1?"}], "answer": i + 1}) + "\n")
+PY
+if "$DTRUN" prepare --format prompts --tokenizer "$SRC/tests/tokenizer/data/qwen2-mini.json" --out cp --val-fraction 0 \
+       --seq 48 --quiet chat.jsonl &&
+   "$DTPLAN" solve --model q3.json --gpus 1 --mem 2G --hardware cpu --stages 2 --objective grpo --num-generations 4 \
+       --max-completion-length 8 --data cp --seq 48 --global-batch 16 --steps 3 --warmup 0 --precision fp32 \
+       -o cq.json >/dev/null && dt_run_ranks "$DTRUN" 1 cq.json cq; then
+    [ "$(wc -l <cq/metrics.jsonl)" = 3 ] && echo "ok   grpo on chat prompts (Qwen3, ZeRO-2)" || fail "chat grpo: no 3 steps"
+else
+    fail "grpo on chat prompts"
+fi
+
 # ---- bad input ----
 mkdir keep && cp -r pr keep/
 dt_bad "empty.jsonl:2" "$DTRUN" prepare --format prompts --tokenizer tok.json --out pr --seq 6 --quiet empty.jsonl
