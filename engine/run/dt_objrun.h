@@ -23,11 +23,14 @@
 #include "dt_plan.h"
 
 /* What the trainer hands an objective when it opens. */
+struct dt_zero;
+
 typedef struct dt_objrun_ctx {
     const dt_plan *plan;
     dt_model *model;                 /* the policy's model (after configure); rm records the data's pad
                                       * id in it (its export's pad_token_id) */
     dt_comm *comm;
+    struct dt_zero *zero;            /* the policy's ZeRO engine (grpo gathers a stage-3 policy through it) */
     int rank, world;
     const char *train_path;          /* the training data (plan data.train or --data) */
     const char *valid_path;          /* held-out data, "" none */

@@ -25,6 +25,7 @@
 #include "dt_grpo.h"
 #include "dt_sha256.h"
 #include "dt_tokenizer.h"
+#include "dt_zero.h"
 #include "objective_pairs.h"
 
 /* TRL GRPOConfig's epsilon default (trl 1.16 trainer/grpo_config.py): the clip range */
@@ -40,6 +41,8 @@ static const char *const k_names[GM_N] = {"loss", "reward", "reward_std", "frac_
 
 struct dt_objrun {
     objpairs p;                 /* first: the walk, metric sums, position (objpairs' shared entries) */
+    dt_zero *zero;              /* the policy's ZeRO engine */
+    float *unit;                /* ZeRO-3: one gathered unit [largest group], for the generator */
     int64_t P, G;               /* prompts per micro-batch, completions per prompt */
     int64_t micros;             /* micro-batches run so far (the generator reloads every accum) */
     dt_gen *gen;
@@ -60,9 +63,6 @@ static int grpo_check(const dt_plan *p, dt_error *err) {
     if (p->precision.param != DT_DTYPE_FP32 || p->precision.grad != DT_DTYPE_FP32)
         return dt_errorf(err, DT_EINVAL, "dtrun's grpo trains in fp32 only in this build (the generator reads fp32 "
                          "weights); re-plan with --precision fp32");
-    if (p->parallel.zero_stage == 3)
-        return dt_errorf(err, DT_EINVAL, "dtrun's grpo does not run ZeRO-3 in this build (the generator needs the whole "
-                         "policy on every rank); re-plan with --stages 0,1,2");
     const int64_t G = p->objective.num_generations, B = p->batch.micro_batch;
     if (G < 2 || B % G != 0)
         return dt_errorf(err, DT_EINVAL, "objective.num_generations %lld must be >= 2 and divide batch.micro_batch %lld "
@@ -160,12 +160,21 @@ static void set_options(dt_objrun *o, const dt_objrun_ctx *c) {
                               .grad_accum = 1, .num_processes = 1, .steps_per_generation = 1};
 }
 
+/* ZeRO-3: a host buffer for the largest parameter group, each gathered in turn into it. */
+static int alloc_unit(dt_objrun *o, dt_lm *policy, dt_error *err) {
+    size_t most = 0;
+    for (int u = 0; u < dt_lm_num_groups(policy); u++)
+        if (dt_lm_group_numel(policy, u) > most) most = dt_lm_group_numel(policy, u);
+    o->unit = malloc(most * sizeof(float));
+    return o->unit ? DT_OK : dt_errorf(err, DT_ENOMEM, "grpo: out of memory for a gathered unit of %zu params", most);
+}
+
 static int grpo_open(const dt_objrun_ctx *c, dt_lm *policy, dt_objrun **out, dt_error *err) {
-    (void)policy;
     dt_objrun *o = calloc(1, sizeof *o);
     if (!o) return dt_errorf(err, DT_ENOMEM, "out of memory");
     *out = o;
     const dt_plan *pl = c->plan;
+    o->zero = c->zero;
     o->G = pl->objective.num_generations;
     o->P = pl->batch.micro_batch / o->G;
     int rc = objpairs_open_records(&o->p, c, o->P, 1, err);
@@ -174,6 +183,7 @@ static int grpo_open(const dt_objrun_ctx *c, dt_lm *policy, dt_objrun **out, dt_
     if (!rc) rc = alloc_buffers(o, err);
     if (!rc) rc = check_prompts(o, err);
     if (!rc) rc = dt_gen_create(c->model, pl->batch.micro_batch, o->p.T, &o->gen, err);
+    if (!rc && pl->parallel.zero_stage == 3) rc = alloc_unit(o, policy, err);
     if (!rc && pl->objective.kl_coef != 0 && !dt_ft_is_lora(&pl->finetune))
         rc = objrun_reference_open(c, pl->batch.micro_batch, &o->ref, err);
     return rc;
@@ -213,9 +223,36 @@ static int forward_logps(dt_lm *lm, const dt_grpo_rollout *r, float *logp, dt_er
     return dt_grpo_token_logps(r, 0, r->n, dt_lm_logits(lm), dt_lm_logits_width(lm), logp, err);
 }
 
+typedef struct {
+    dt_objrun *o;
+    dt_lm *g;
+} unit_sink;
+
+/* A piece of a gathered unit (flat_off: the model's flat offset); a whole unit goes into the
+ * generator through the policy's group, bound to it for the copy. */
+static int load_unit(void *ctx, int unit, size_t flat_off, size_t n, const void *params, dt_error *err) {
+    unit_sink *k = ctx;
+    const size_t off = dt_lm_group_offset(k->g, unit), un = dt_lm_group_numel(k->g, unit);
+    memcpy(k->o->unit + (flat_off - off), params, n * sizeof(float));
+    if (flat_off + n != off + un) return DT_OK;
+    void *was = dt_lm_group_params(k->g, unit), *grads = dt_lm_group_grads(k->g, unit);
+    int rc = dt_lm_bind_group(k->g, unit, k->o->unit, grads);
+    if (!rc) rc = dt_gen_load_group(k->o->gen, k->g, unit, &k->o->p.plan->finetune, 1, err);
+    dt_lm_bind_group(k->g, unit, was, grads);
+    return rc;
+}
+
+/* The generator from the policy's current weights: whole on every rank at stages 0-2; at
+ * stage 3 each unit all-gathered in turn (collective: every rank's first micro-batch of a step). */
+static int load_generator(dt_objrun *o, dt_lm *g, dt_error *err) {
+    if (!o->unit) return dt_gen_load(o->gen, g, &o->p.plan->finetune, 1, err);
+    unit_sink k = {o, g};
+    return dt_zero_consolidate_params(o->zero, load_unit, &k, err);
+}
+
 static int grpo_micro(dt_objrun *o, dt_lm *g, float grad_scale, double *loss, dt_error *err) {
     const dt_plan *pl = o->p.plan;
-    if (o->micros++ % pl->batch.grad_accum == 0 && dt_gen_load(o->gen, g, &pl->finetune, 1, err)) return err->code;
+    if (o->micros++ % pl->batch.grad_accum == 0 && load_generator(o, g, err)) return err->code;
     if (objpairs_advance(&o->p) || load_prompts(o, err)) return err->code;
     /* the first prompt's place in this epoch's order (objpairs_advance moved the cursor past the global batch) */
     o->go.gen.seed = rollout_seed(o, o->p.pos.cursor - o->P * o->p.world + o->p.rank * o->P);
@@ -264,6 +301,7 @@ static void grpo_free(dt_objrun *o) {
     if (!o) return;
     objpairs_free(&o->p);
     dt_gen_free(o->gen);
+    free(o->unit);
     dt_lm_free(o->ref);
     dt_tok_free(o->tok);
     for (int64_t b = 0; o->text && b < 2 * o->P; b++) free(o->text[b]);

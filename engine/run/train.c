@@ -204,7 +204,7 @@ static int setup_global_count(trainer *t, dt_error *err) {
 
 /* The objective's data and models (rm / dpo: the preference pairs of train_path and data.valid). */
 static int open_objective(trainer *t, const char *train_path, const dt_corpus_opts *o, dt_error *err) {
-    const dt_objrun_ctx c = {.plan = t->plan, .model = &t->model, .comm = t->comm, .rank = t->rank,
+    const dt_objrun_ctx c = {.plan = t->plan, .model = &t->model, .comm = t->comm, .zero = t->z, .rank = t->rank,
                              .world = t->world, .train_path = train_path, .valid_path = t->plan->data.valid,
                              .fingerprint = o->fingerprint, .fingerprint_hint = o->fingerprint_hint, .log = t->log,
                              .reward_cmd = t->opts->reward_cmd, .reward_timeout_s = t->opts->reward_timeout_s};

@@ -6,14 +6,14 @@
 #   - the mean reward rises with the built-in exact-answer reward (40 steps, G 16, beta 0), and
 #     with beta 0.04 (a frozen reference: kl > 0 logged);
 #   - a user reward command (--reward-command) is what scores: partial credit raises the reward;
-#   - 2 ranks under mpirun (ZeRO-1, accumulation 1) take the same steps as 1 rank with
-#     accumulation 2 (rollouts seeded by the data, not the rank);
+#   - 2 ranks under mpirun (ZeRO-1, and ZeRO-3 with beta 0.04, accumulation 1) take the same
+#     steps as 1 rank with accumulation 2 (rollouts seeded by the data, not the rank);
 #   - a resume from a checkpoint continues bitwise; LoRA with beta 0.04 (reference = adapters off);
 #   - bad input, one line and exit 2, nothing half-written: an empty prompt and a prompt longer
 #     than --seq (prepare names FILE:LINE; a previous output stays whole), a plan whose seq_len
 #     the prompt and completion exceed (dtrun names the record before any step), a record
 #     without an answer and no reward command, a reward command that fails (names it), prompt
-#     shards given to a dpo plan, ZeRO-3 refused by name.
+#     shards given to a dpo plan.
 # Usage: test_grpo_dtrun.sh DTPLAN DTRUN SRCDIR
 set -u
 DTPLAN=$1
@@ -121,18 +121,32 @@ plan g1.json 1 0 6
 set_batch g1.json 80 2
 plan g2.json 2 1 6
 set_batch g2.json 80 1
-if dt_run_ranks "$DTRUN" 1 g1.json g1 && dt_run_ranks "$DTRUN" 2 g2.json g2; then
-    python3 - <<PY || FAIL=1
+same_steps() {   # same_steps BASE OUT WHAT: OUT's losses, grad norms (1e-5) and rewards (1e-6) are BASE's
+    python3 - "$1" "$2" "$3" <<PY || FAIL=1
 $dt_metrics_close
+import sys
 bad = []
-metrics_close("g2", "g1", bad, rel=1e-5)
-a, b = series("g1", "reward"), series("g2", "reward")
+metrics_close(sys.argv[2], sys.argv[1], bad, rel=1e-5)
+a, b = series(sys.argv[1], "reward"), series(sys.argv[2], "reward")
 if max(abs(x - y) for x, y in zip(a, b)) > 1e-6: bad.append(f"rewards differ: {a} vs {b}")
-if bad: print("FAIL 2 ranks vs 1:\n  " + "\n  ".join(bad)); raise SystemExit(1)
-print(f"ok   grpo on 2 ranks (ZeRO-1) takes 1 rank's steps: loss {a[0]:.4f} .. , rewards {b}")
+if bad: print(f"FAIL {sys.argv[3]}:\n  " + "\n  ".join(bad)); raise SystemExit(1)
+print(f"ok   {sys.argv[3]} takes 1 rank's steps: rewards {b}")
 PY
+}
+if dt_run_ranks "$DTRUN" 1 g1.json g1 && dt_run_ranks "$DTRUN" 2 g2.json g2; then
+    same_steps g1 g2 "grpo on 2 ranks (ZeRO-1)"
 else
     fail "grpo 1-rank / 2-rank runs"
+fi
+# ZeRO-3 with beta 0.04: the generator filled from each unit's all-gather, the reference replicated
+plan k1.json 1 0 6 --kl-coef 0.04
+set_batch k1.json 80 2
+plan k3.json 2 3 6 --kl-coef 0.04
+set_batch k3.json 80 1
+if dt_run_ranks "$DTRUN" 1 k1.json k1 && dt_run_ranks "$DTRUN" 2 k3.json k3; then
+    same_steps k1 k3 "grpo on 2 ranks at ZeRO-3 with beta 0.04"
+else
+    fail "grpo ZeRO-3 runs"
 fi
 
 # ---- a resume continues bitwise (2 prompts per micro-batch, accumulation 5) ----
@@ -195,8 +209,6 @@ dt_bad "reward-command" "$DTRUN" g.json --data pn/train --out nr --quiet
 dt_bad "'cat >/dev/null; exit 3' exited with status 3" "$DTRUN" g.json --out rf --quiet \
     --reward-command "cat >/dev/null; exit 3"
 ls rf/ckpt-* >/dev/null 2>&1 && fail "a run whose reward command failed wrote a checkpoint"
-plan g3.json 1 3 2
-dt_bad "ZeRO-3" "$DTRUN" g3.json --out z3 --quiet
 "$DTPLAN" solve --model config.json --gpus 1 --mem 2G --hardware cpu --stages 0 --objective dpo --data pr --seq 6 \
     --global-batch 8 --steps 2 --precision fp32 -o d.json >/dev/null || fail "plan dpo"
 dt_bad "prepare --format pairs" "$DTRUN" d.json --out dd --quiet
