@@ -3,8 +3,8 @@
 # ("3=" -> "4", a random-weight Llama of 2 layers, hidden 32; a 16-token tokenizer made from
 # tests/tokenizer/data/qwen2-mini.json's settings) through `dtrun prepare --format prompts`,
 # `dtplan solve --objective grpo` and `dtrun PLAN`:
-#   - the mean reward rises with the built-in exact-answer reward (40 steps, G 16, beta 0), and
-#     with beta 0.04 (a frozen reference: kl > 0 logged);
+#   - the mean reward rises with the built-in exact-answer reward (40 steps, G 16, beta 0; the
+#     curve is dtplan report's reward.png), and with beta 0.04 (a frozen reference: kl > 0 logged);
 #   - a user reward command (--reward-command) is what scores: partial credit raises the reward;
 #   - 2 ranks under mpirun (ZeRO-1, and ZeRO-3 with beta 0.04, accumulation 1) take the same
 #     steps as 1 rank with accumulation 2 (rollouts seeded by the data, not the rank);
@@ -88,6 +88,8 @@ plan g.json 1 0 40
 if "$DTRUN" g.json --out g --no-progress 2>g.log; then
     rises g "grpo beta 0" || FAIL=1
     grep -q "objective grpo: 10 training prompts" g.log || fail "the log does not describe the grpo run"
+    "$DTPLAN" report g -o grep >/dev/null 2>grep.err && [ -s grep/reward.png ] && grep -q "reward.png" grep/report.md ||
+        fail "dtplan report of a grpo run draws no reward curve: $(cat grep.err)"
 else
     fail "grpo run: $(tail -3 g.log)"
 fi
