@@ -1,21 +1,20 @@
-/* objective_grpo_run.c — GRPO in dtrun (docs/objectives.md "In dtrun"): the trainer's table for
- * objective.kind grpo over the step pieces of dt_grpo.h, as TRL 1.16's GRPOTrainer with its
- * defaults (num_iterations 1, loss_type "dapo", scale_rewards "group", epsilon 0.2,
+/* objective_grpo_run.c — GRPO in dtrun (docs/objectives.md "In dtrun: grpo"): the trainer's
+ * table for objective.kind grpo over the step pieces of dt_grpo.h, as TRL 1.16's GRPOTrainer
+ * with its defaults (num_iterations 1, loss_type "dapo", scale_rewards "group", epsilon 0.2,
  * temperature 1, top_p 1, no top_k):
  *   the prompt records of `dtrun prepare --format prompts` (dt_pairshard.h), walked as the pair
  *   objectives walk pairs: shuffled per epoch by the seed, each global batch split by rank;
- *   a micro-batch of B completion rows is B / G prompts x G completions (G must divide the
- *   micro-batch: a group never spans micro-batches or ranks);
- *   at each step's first micro-batch the generator (dt_generate.h) is loaded from the policy's
- *   current weights (LoRA merged); each micro-batch's rollout is seeded by the data seed and its
- *   first prompt's place in the epoch's order, so it does not depend on the number of ranks;
- *   rewards from the user's command (dtrun --reward-command) or the built-in exact answer;
- *   the reference's per-token log-probs when the KL coefficient is not 0 (a frozen replicated
- *   copy, or the policy with its adapters off under LoRA); the policy's forward, the loss's
- *   dL/dlogits (dt_grpo_dlogits) and dt_lm_backward_logits.
- * The loss is normalised per micro-batch (dapo: by its completion tokens), so one rank with
- * accumulation A and A ranks without it take the same step. ZeRO-3 (the generator would need
- * the gathered model), CUDA and precisions other than fp32 are refused in check. */
+ *   at each step's first micro-batch, the step's rollout on this rank (TRL's generation batch,
+ *   steps_per_generation = accumulation): micro_batch x grad_accum / G prompts x G completions
+ *   generated in one batch from the policy's current weights (LoRA merged; ZeRO-3: unit by unit
+ *   from all-gathers), each completion drawing the stream of its place in the global batch so
+ *   the rollout does not depend on the number of ranks; rewards from the user's command
+ *   (dtrun --reward-command) or the built-in exact answer; group-normalised advantages; dapo's
+ *   token count summed over the ranks;
+ *   per micro-batch, its slice of rows: the reference's per-token log-probs when the KL
+ *   coefficient is not 0 (a frozen replicated copy, or the policy with its adapters off under
+ *   LoRA), the policy's forward, the loss's dL/dlogits and dt_lm_backward_logits.
+ * CUDA and precisions other than fp32 are refused in check. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,8 +42,10 @@ struct dt_objrun {
     objpairs p;                 /* first: the walk, metric sums, position (objpairs' shared entries) */
     dt_zero *zero;              /* the policy's ZeRO engine */
     float *unit;                /* ZeRO-3: one gathered unit [largest group], for the generator */
-    int64_t P, G;               /* prompts per micro-batch, completions per prompt */
-    int64_t micros;             /* micro-batches run so far (the generator reloads every accum) */
+    int64_t P, G;               /* prompts per step on this rank, completions per prompt */
+    int64_t B, k;               /* completion rows per micro-batch; this micro-batch's index in the step */
+    dt_grpo_rollout roll;       /* the step's rollout on this rank: P x G rows */
+    double rm[GM_N];            /* the step's rollout metrics (reward .. clipped_ratio) */
     dt_gen *gen;
     dt_lm *ref;                 /* beta != 0 without LoRA: the frozen reference */
     dt_tokenizer *tok;
@@ -63,11 +64,12 @@ static int grpo_check(const dt_plan *p, dt_error *err) {
     if (p->precision.param != DT_DTYPE_FP32 || p->precision.grad != DT_DTYPE_FP32)
         return dt_errorf(err, DT_EINVAL, "dtrun's grpo trains in fp32 only in this build (the generator reads fp32 "
                          "weights); re-plan with --precision fp32");
-    const int64_t G = p->objective.num_generations, B = p->batch.micro_batch;
-    if (G < 2 || B % G != 0)
-        return dt_errorf(err, DT_EINVAL, "objective.num_generations %lld must be >= 2 and divide batch.micro_batch %lld "
-                         "(dtrun generates each prompt's group inside one micro-batch); re-plan with --micro-batch a "
-                         "multiple of --num-generations", (long long)G, (long long)B);
+    const int64_t G = p->objective.num_generations, R = p->batch.micro_batch * p->batch.grad_accum;
+    if (G < 2 || R % G != 0)
+        return dt_errorf(err, DT_EINVAL, "objective.num_generations %lld must be >= 2 and divide a rank's rollout of "
+                         "micro_batch x grad_accum = %lld completions (dtrun keeps each prompt's group on one rank); "
+                         "re-plan with a global batch that is a multiple of num_generations x ranks",
+                         (long long)G, (long long)R);
     if (p->objective.completion_len < 1 || p->objective.completion_len >= p->batch.seq_len)
         return dt_errorf(err, DT_EINVAL, "objective.completion_len %lld must be in [1, seq_len %lld)",
                          (long long)p->objective.completion_len, (long long)p->batch.seq_len);
@@ -126,7 +128,7 @@ static int check_prompts(dt_objrun *o, dt_error *err) {
 }
 
 static int alloc_buffers(dt_objrun *o, dt_error *err) {
-    const size_t P = (size_t)o->P, BT = (size_t)(o->p.plan->batch.micro_batch * o->p.T);
+    const size_t P = (size_t)o->P, BT = (size_t)(o->B * o->p.T);
     o->prompts = calloc(P, sizeof *o->prompts);
     o->text = calloc(2 * P, sizeof *o->text);
     o->where = malloc(P * GRPO_WHERE_MAX);
@@ -134,7 +136,7 @@ static int alloc_buffers(dt_objrun *o, dt_error *err) {
     o->ref_logp = malloc(BT * sizeof(float));
     o->d_logp = malloc(BT * sizeof(float));
     if (!o->prompts || !o->text || !o->where || !o->logp || !o->ref_logp || !o->d_logp)
-        return dt_errorf(err, DT_ENOMEM, "grpo: out of memory for a micro-batch's %zu prompts", P);
+        return dt_errorf(err, DT_ENOMEM, "grpo: out of memory for a step's %zu prompts", P);
     return DT_OK;
 }
 
@@ -155,9 +157,13 @@ static void set_options(dt_objrun *o, const dt_objrun_ctx *c) {
         const int32_t id = dt_tok_token_id(o->tok, k_turn_end[k]);
         if (id >= 0 && id != o->go.pad_id && o->go.gen.n_eos < DT_GEN_MAX_EOS) o->go.gen.eos[o->go.gen.n_eos++] = id;
     }
+    /* dapo's normalizer as TRL's: the generation batch's completion tokens over all ranks
+     * (num_items_in_batch, set per step) / num_processes, here x 1 / steps_per_generation
+     * (= accumulation) since the trainer scales each micro-batch by 1 / accumulation */
     o->cfg = (dt_grpo_config){.type = DT_GRPO_LOSS_DAPO, .eps_low = GRPO_EPSILON, .eps_high = GRPO_EPSILON,
                               .beta = pl->objective.kl_coef, .max_completion_length = pl->objective.completion_len,
-                              .grad_accum = 1, .num_processes = 1, .steps_per_generation = 1};
+                              .grad_accum = 1, .num_processes = c->world,
+                              .steps_per_generation = pl->batch.grad_accum};
 }
 
 /* ZeRO-3: a host buffer for the largest parameter group, each gathered in turn into it. */
@@ -176,13 +182,14 @@ static int grpo_open(const dt_objrun_ctx *c, dt_lm *policy, dt_objrun **out, dt_
     const dt_plan *pl = c->plan;
     o->zero = c->zero;
     o->G = pl->objective.num_generations;
-    o->P = pl->batch.micro_batch / o->G;
+    o->B = pl->batch.micro_batch;
+    o->P = o->B * pl->batch.grad_accum / o->G;
     int rc = objpairs_open_records(&o->p, c, o->P, 1, err);
     if (!rc) rc = open_tokenizer(o, c, err);
     if (!rc) set_options(o, c);
     if (!rc) rc = alloc_buffers(o, err);
     if (!rc) rc = check_prompts(o, err);
-    if (!rc) rc = dt_gen_create(c->model, pl->batch.micro_batch, o->p.T, &o->gen, err);
+    if (!rc) rc = dt_gen_create(c->model, o->P * o->G, o->p.T, &o->gen, err);
     if (!rc && pl->parallel.zero_stage == 3) rc = alloc_unit(o, policy, err);
     if (!rc && pl->objective.kl_coef != 0 && !dt_ft_is_lora(&pl->finetune))
         rc = objrun_reference_open(c, pl->batch.micro_batch, &o->ref, err);
@@ -208,19 +215,19 @@ static int load_prompts(dt_objrun *o, dt_error *err) {
     return DT_OK;
 }
 
-/* The rollout's seed: the data seed and the place of the micro-batch's first prompt in the
- * epoch's order (SplitMix64's finaliser mixes them), the same on any number of ranks. */
-static uint64_t rollout_seed(const dt_objrun *o, int64_t first) {
-    uint64_t z = o->p.plan->data.seed ^ ((uint64_t)o->p.pos.epoch << 40) ^ (uint64_t)first;
+/* A step's rollout seed: the data seed and the place of the global batch's first prompt in
+ * the epoch's order (SplitMix64's finaliser mixes them), the same on any number of ranks. */
+static uint64_t rollout_seed(const dt_objrun *o, int64_t place) {
+    uint64_t z = o->p.plan->data.seed ^ ((uint64_t)o->p.pos.epoch << 40) ^ (uint64_t)place;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);
 }
 
-/* The per-token log-probs of lm's forward over the rollout's rows into logp. */
-static int forward_logps(dt_lm *lm, const dt_grpo_rollout *r, float *logp, dt_error *err) {
-    if (dt_lm_forward(lm, r->ids, NULL, NULL, err)) return err->code;
-    return dt_grpo_token_logps(r, 0, r->n, dt_lm_logits(lm), dt_lm_logits_width(lm), logp, err);
+/* The per-token log-probs of lm's forward over rows [r0, r0 + B) of the step's rollout. */
+static int forward_logps(dt_objrun *o, dt_lm *lm, int64_t r0, float *logp, dt_error *err) {
+    if (dt_lm_forward(lm, o->roll.ids + r0 * o->p.T, NULL, NULL, err)) return err->code;
+    return dt_grpo_token_logps(&o->roll, r0, o->B, dt_lm_logits(lm), dt_lm_logits_width(lm), logp, err);
 }
 
 typedef struct {
@@ -250,39 +257,54 @@ static int load_generator(dt_objrun *o, dt_lm *g, dt_error *err) {
     return dt_zero_consolidate_params(o->zero, load_unit, &k, err);
 }
 
-static int grpo_micro(dt_objrun *o, dt_lm *g, float grad_scale, double *loss, dt_error *err) {
-    const dt_plan *pl = o->p.plan;
-    if (o->micros++ % pl->batch.grad_accum == 0 && load_generator(o, g, err)) return err->code;
-    if (objpairs_advance(&o->p) || load_prompts(o, err)) return err->code;
-    /* the first prompt's place in this epoch's order (objpairs_advance moved the cursor past the global batch) */
-    o->go.gen.seed = rollout_seed(o, o->p.pos.cursor - o->P * o->p.world + o->p.rank * o->P);
-    dt_grpo_rollout r = {0};
-    int rc = dt_grpo_rollout_run(o->gen, &o->go, o->prompts, o->P, decode, o, &r, err);
+/* The step's rollout on this rank (TRL generates the generation batch once per step, its
+ * steps_per_generation = accumulation): every prompt's group generated from the policy's
+ * weights at the step's start in one batch, scored in one reward call, its advantages; dapo's
+ * token count over all ranks. Sequence j of this rank draws the stream of its place in the
+ * step's global order, so the completions do not depend on the number of ranks. */
+static int step_rollout(dt_objrun *o, dt_lm *g, dt_error *err) {
+    dt_grpo_rollout_free(&o->roll);
+    if (load_generator(o, g, err) || objpairs_advance(&o->p) || load_prompts(o, err)) return err->code;
+    /* this rank's first prompt's place in the global batch (objpairs_advance moved past it) */
+    const int64_t first = o->p.pos.cursor - o->P * o->p.world + o->p.rank * o->P;
+    o->go.gen.seed = rollout_seed(o, o->p.pos.cursor - o->P * o->p.world);
+    o->go.gen.first_stream = (uint64_t)((first - (o->p.pos.cursor - o->P * o->p.world)) * o->G);
+    int rc = dt_grpo_rollout_run(o->gen, &o->go, o->prompts, o->P, decode, o, &o->roll, err);
     if (rc) return rc;
-    const int64_t BT = r.n * r.T;
-    double ntok = 0;
-    for (int64_t i = 0; i < BT; i++) ntok += r.mask[i];
+    const dt_grpo_rollout *r = &o->roll;
+    const double v[GM_N] = {0, r->m.reward, r->m.reward_std, r->m.frac_reward_zero_std, r->m.mean_length,
+                            r->m.clipped_ratio, 0, 0};
+    memcpy(o->rm, v, sizeof v);
+    float ntok = 0;   /* exact in fp32: far below 2^24 tokens */
+    for (int64_t i = 0; i < r->n * r->T; i++) ntok += r->mask[i];
+    if (o->p.world > 1 && dt_comm_allreduce(o->p.comm, &ntok, 1, DT_DTYPE_FP32, DT_RED_SUM, err)) return err->code;
     o->cfg.num_items_in_batch = ntok;
+    return DT_OK;
+}
+
+static int grpo_micro(dt_objrun *o, dt_lm *g, float grad_scale, double *loss, dt_error *err) {
+    if (o->k == 0 && step_rollout(o, g, err)) return err->code;
+    const int64_t r0 = o->k * o->B, T = o->p.T, V = dt_lm_logits_width(g);
+    o->k = (o->k + 1) % o->p.plan->batch.grad_accum;
+    int rc = DT_OK;
     if (o->cfg.beta != 0) {   /* the reference: the frozen copy, or the policy's base (LoRA) */
         dt_lm_set_adapters(g, o->ref != NULL);
-        rc = forward_logps(o->ref ? o->ref : g, &r, o->ref_logp, err);
+        rc = forward_logps(o, o->ref ? o->ref : g, r0, o->ref_logp, err);
         dt_lm_set_adapters(g, 1);
     }
     dt_grpo_metrics m = {0};
-    if (!rc) rc = forward_logps(g, &r, o->logp, err);
-    if (!rc) rc = dt_grpo_loss_rows(&o->cfg, &r, o->logp, o->cfg.beta != 0 ? o->ref_logp : NULL, o->d_logp, &m, err);
-    for (int64_t i = 0; i < BT && !rc; i++) o->d_logp[i] *= grad_scale;
+    if (!rc) rc = forward_logps(o, g, r0, o->logp, err);
+    if (!rc) rc = dt_grpo_loss(&o->cfg, o->B, T, o->logp, NULL, o->cfg.beta != 0 ? o->ref_logp : NULL,
+                               o->roll.adv + r0, o->roll.mask + r0 * T, o->d_logp, &m, err);
+    for (int64_t i = 0; i < o->B * T && !rc; i++) o->d_logp[i] *= grad_scale;
     float *logits = dt_lm_logits_mut(g);   /* overwritten in place by dL/dlogits */
-    if (!rc) rc = dt_grpo_dlogits(&r, 0, r.n, logits, dt_lm_logits_width(g), o->d_logp, logits, err);
+    if (!rc) rc = dt_obj_token_logps_backward(logits, o->roll.labels + r0 * T, o->B * T, V, o->d_logp, logits, err);
     if (!rc) rc = dt_lm_backward_logits(g, err);
-    if (!rc) {
-        const double v[GM_N] = {m.loss, r.m.reward, r.m.reward_std, r.m.frac_reward_zero_std, r.m.mean_length,
-                                r.m.clipped_ratio, m.kl, m.clip_region};
-        objpairs_add(&o->p, v, GM_N);
-        *loss = m.loss;
-    }
-    dt_grpo_rollout_free(&r);
-    return rc;
+    if (rc) return rc;
+    o->rm[GM_LOSS] = m.loss, o->rm[GM_KL] = m.kl, o->rm[GM_CLIP_REGION] = m.clip_region;
+    objpairs_add(&o->p, o->rm, GM_N);
+    *loss = m.loss;
+    return DT_OK;
 }
 
 static int grpo_step_metrics(dt_objrun *o, dt_objrun_metrics *m, dt_error *err) {
@@ -301,6 +323,7 @@ static void grpo_free(dt_objrun *o) {
     if (!o) return;
     objpairs_free(&o->p);
     dt_gen_free(o->gen);
+    dt_grpo_rollout_free(&o->roll);
     free(o->unit);
     dt_lm_free(o->ref);
     dt_tok_free(o->tok);

@@ -8,6 +8,7 @@
 #   - a user reward command (--reward-command) is what scores: partial credit raises the reward;
 #   - 2 ranks under mpirun (ZeRO-1, and ZeRO-3 with beta 0.04, accumulation 1) take the same
 #     steps as 1 rank with accumulation 2 (rollouts seeded by the data, not the rank);
+#   - a group spread over micro-batches (8 x 20 with G 16) takes the same step as 160 x 1;
 #   - a resume from a checkpoint continues bitwise; LoRA with beta 0.04 (reference = adapters off);
 #   - bad input, one line and exit 2, nothing half-written: an empty prompt and a prompt longer
 #     than --seq (prepare names FILE:LINE; a previous output stays whole), a plan whose seq_len
@@ -139,6 +140,25 @@ if dt_run_ranks "$DTRUN" 1 g1.json g1 && dt_run_ranks "$DTRUN" 2 g2.json g2; the
     same_steps g1 g2 "grpo on 2 ranks (ZeRO-1)"
 else
     fail "grpo 1-rank / 2-rank runs"
+fi
+# a group spread over micro-batches (micro-batch 8 < G 16, accumulation 20): the step is the one
+# micro-batch of 160's (one rollout per step, dapo normalised by the step's tokens, as TRL)
+plan ga.json 1 0 4
+set_batch ga.json 8 20
+plan gb.json 1 0 4
+set_batch gb.json 160 1
+if dt_run_ranks "$DTRUN" 1 ga.json ga && dt_run_ranks "$DTRUN" 1 gb.json gb; then
+    python3 - <<PY || FAIL=1
+$dt_metrics_close
+a, b = series("gb", "grad_norm"), series("ga", "grad_norm")
+ra, rb = series("gb", "reward"), series("ga", "reward")
+d = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+if len(a) != 4 or d > 1e-5 or ra != rb:
+    print(f"FAIL accumulation 20 x 8 vs 1 x 160: grad norms {b} vs {a}, rewards {rb} vs {ra}"); raise SystemExit(1)
+print(f"ok   grpo with groups spread over micro-batches: 20 x 8 takes the 1 x 160 step (grad norm within {d:.1g})")
+PY
+else
+    fail "grpo accumulation runs"
 fi
 # ZeRO-3 with beta 0.04: the generator filled from each unit's all-gather, the reference replicated
 plan k1.json 1 0 6 --kl-coef 0.04
