@@ -57,6 +57,9 @@ typedef struct dt_chart_curve {
 int dt_chart_loss(const char *path, const char *title, dt_chart_curve train, dt_chart_curve valid,
                   dt_error *err);
 
+/* `dtplan report` of a grpo run: the mean reward per step (metrics.jsonl's "reward"). */
+int dt_chart_reward(const char *path, const char *title, dt_chart_curve reward, dt_error *err);
+
 /* `dtplan report`: measured global tokens/s per step, and the plan's
  * prediction as a dashed line (predicted <= 0: none). */
 int dt_chart_throughput(const char *path, const char *title, dt_chart_curve tokens_per_s,

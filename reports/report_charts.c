@@ -180,6 +180,16 @@ int dt_chart_loss(const char *path, const char *title, dt_chart_curve train, dt_
     return dt_chart_xy_draw(path, &o, &xy, err);
 }
 
+int dt_chart_reward(const char *path, const char *title, dt_chart_curve reward, dt_error *err) {
+    int rc = check_curve(path, "reward", reward, 0, err);
+    if (rc) return rc;
+    dt_chart_series s = {{"mean reward", COLOR_TRAIN, reward.n == 1 ? DT_MARK_DOT : DT_MARK_NONE, 8, 1, 0, 0},
+                         reward.n, reward.step, reward.value, NULL};
+    dt_chart_opts o = {title ? title : "Reward", "optimizer step", "mean reward of the step's completions", 0, 0};
+    dt_chart_xy xy = {1, &s, 0, NULL, 0, 0, 0, {0}};
+    return dt_chart_xy_draw(path, &o, &xy, err);
+}
+
 /* A measured curve with an optional predicted value as a dashed line, whose
  * legend reads "predicted <value> <unit>" (whole numbers from 100 up, else 3
  * significant digits: "11500 tokens/s", "0.72 s"). */

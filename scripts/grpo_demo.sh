@@ -5,7 +5,8 @@
 # 10 prompts, TRL's defaults beta 0 / one iteration / scale_rewards group / loss dapo, AdamW lr
 # 1e-2, 40 steps). Prints each step's TRL metrics (the reward curve) and the first and last
 # steps' mean reward; it is the engine_grpo test's run (tests/engine/test_grpo.c), which fails
-# unless the reward rises by 0.3. dtrun does not run GRPO plans yet (docs/objectives.md).
+# unless the reward rises by 0.3. The same task through dtrun (prepare --format prompts, dtplan solve
+# --objective grpo, dtrun PLAN) is the engine_grpo_dtrun test (tests/engine/test_grpo_dtrun.sh).
 #
 #   bash scripts/grpo_demo.sh [BUILD]     (default build)
 set -eu

@@ -27,7 +27,8 @@ static int usage(FILE *f) {
     fprintf(f,
             "usage: dtplan report RUN_DIR [-o OUTDIR] [--plan PLAN.json]\n"
             "  Charts and a Markdown summary of a dtrun output directory (metrics.jsonl,\n"
-            "  run-report.json): loss.png, throughput.png, memory.png, steptime.png, report.md.\n"
+            "  run-report.json): loss.png, throughput.png, memory.png, steptime.png, report.md;\n"
+            "  a grpo run also reward.png (metrics.jsonl's \"reward\": the mean reward per step).\n"
             "  -o OUTDIR         where to write them (default RUN_DIR/report)\n"
             "  --plan PLAN.json  predicted step time / tokens/s from this plan when the run report\n"
             "                    carries none (default: the plan named in run-report.json, if readable)\n");
@@ -37,13 +38,15 @@ static int usage(FILE *f) {
 
 /* ---- metrics.jsonl ---- */
 typedef struct {
-    int n, n_valid;
+    int n, n_valid, n_reward;
     double *step, *loss, *tps, *step_s;   /* [n] */
+    double *rstep, *reward;               /* [n_reward] grpo's mean reward per step */
     double *vstep, *vloss;                /* [n_valid] */
 } rp_metrics;
 
 static void metrics_free(rp_metrics *m) {
     free(m->step), free(m->loss), free(m->tps), free(m->step_s), free(m->vstep), free(m->vloss);
+    free(m->rstep), free(m->reward);
     memset(m, 0, sizeof *m);
 }
 
@@ -63,7 +66,8 @@ static int read_metrics(const char *path, rp_metrics *m, dt_error *err) {
     m->step = malloc(sizeof(double) * (size_t)lines), m->loss = malloc(sizeof(double) * (size_t)lines);
     m->tps = malloc(sizeof(double) * (size_t)lines), m->step_s = malloc(sizeof(double) * (size_t)lines);
     m->vstep = malloc(sizeof(double) * (size_t)lines), m->vloss = malloc(sizeof(double) * (size_t)lines);
-    if (!m->step || !m->loss || !m->tps || !m->step_s || !m->vstep || !m->vloss) {
+    m->rstep = malloc(sizeof(double) * (size_t)lines), m->reward = malloc(sizeof(double) * (size_t)lines);
+    if (!m->step || !m->loss || !m->tps || !m->step_s || !m->vstep || !m->vloss || !m->rstep || !m->reward) {
         free(txt);
         metrics_free(m);
         return dt_errorf(err, DT_ENOMEM, "%s: out of memory", path);
@@ -98,6 +102,7 @@ static int read_metrics(const char *path, rp_metrics *m, dt_error *err) {
                 m->step[m->n] = step, m->loss[m->n] = loss, m->tps[m->n] = tps, m->step_s[m->n] = ms / DT_MS_PER_S;
                 m->n++;
                 if (num_field(o, "val_loss", &v)) m->vstep[m->n_valid] = step, m->vloss[m->n_valid++] = v;
+                if (num_field(o, "reward", &v)) m->rstep[m->n_reward] = step, m->reward[m->n_reward++] = v;
             }
             cJSON_Delete(o);
         }
@@ -288,6 +293,7 @@ static int write_markdown(const char *path, const char *run_dir, const rp_run *r
     fprintf(f, "## Throughput\n\n![tokens per second](throughput.png)\n\n");
     fprintf(f, "## Step time\n\n![step time](steptime.png)\n\n");
     fprintf(f, "## Memory\n\n![predicted vs tracked memory](memory.png)\n");
+    if (m->n_reward) fprintf(f, "\n## Reward\n\n![mean reward per step (grpo)](reward.png)\n");
     if (fclose(f) != 0 || rename(tmp, path) != 0) {
         remove(tmp);
         return dt_errorf(err, DT_EIO, "%s: cannot write: %s", path, strerror(errno));
@@ -310,6 +316,11 @@ static int draw(const char *out_dir, const char *run_dir, const rp_run *r, const
     snprintf(title, sizeof title, "%s: step time", name);
     if (dt_chart_step_time(path, title, (dt_chart_curve){m->n, m->step, m->step_s}, r->pred_step_s, err))
         return err->code;
+    if (m->n_reward) {   /* grpo: the reward curve */
+        if (join(path, out_dir, "reward.png", err)) return err->code;
+        snprintf(title, sizeof title, "%s: reward", name);
+        if (dt_chart_reward(path, title, (dt_chart_curve){m->n_reward, m->rstep, m->reward}, err)) return err->code;
+    }
     /* run-report.json's predicted total excludes the reserve; the chart subtracts it */
     dt_mem_breakdown pb, mb;
     memset(&pb, 0, sizeof pb), memset(&mb, 0, sizeof mb);
@@ -373,7 +384,8 @@ int dt_cmd_report(int argc, char **argv) {
              write_markdown(md, run_dir, &r, &m, note, &e))
         rc = dt_cli_fail(e.code == DT_ENOMEM ? 1 : 2, "%s", e.msg);
     if (!rc) {
-        printf("report: %s (loss.png, throughput.png, steptime.png, memory.png)\n", md);
+        printf("report: %s (loss.png, throughput.png, steptime.png, memory.png%s)\n", md,
+               m.n_reward ? ", reward.png" : "");
         if (note[0]) printf("note: %s\n", note);
     }
     metrics_free(&m);

@@ -45,12 +45,15 @@
  * a peer before the run is declared dead; torchrun/NCCL use minutes too
  * (docs/launch.md §4). Equal to the rendezvous default. */
 #define DT_TIMEOUT_S DT_RENDEZVOUS_TIMEOUT_S
+/* grpo: a reward command's default wall-clock limit per call (TRL has none; ours bounds a hang) */
+#define DT_REWARD_TIMEOUT_S 60.0
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: dtrun [--nnodes N --node-rank R --nproc-per-node M --master-addr A --master-port P]\n"
             "             PLAN.json [--out DIR] [--max-steps N] [--data PATH] [--init PATH] [--init-adapter DIR]\n"
             "             [--resume | --overwrite] [--timeout SECONDS] [--trace FILE] [--quiet] [--no-progress]\n"
+            "             [--reward-command CMD] [--reward-timeout SECONDS]  (grpo plans)\n"
             "       dtrun sample CKPT_DIR [--prompt TEXT] [--tokens N] [--seed S] [--temperature X]\n"
             "                         [--tokenizer TOKENIZER] [--dump-logits FILE]\n"
             "       dtrun calibrate -o PROFILE.json [--plan PLAN.json] [--no-mpi]\n"
@@ -68,7 +71,10 @@ static void usage(FILE *f) {
             "sharded or not, or a .safetensors file); --init-adapter starts a LoRA plan's adapters\n"
             "from a PEFT adapter directory (its r, alpha and modules the plan's; a LoRA run writes\n"
             "one beside each checkpoint: CKPT/adapter/); --max-steps stops early without\n"
-            "changing the LR schedule. A new run needs an absent or empty output directory;\n"
+            "changing the LR schedule. A grpo plan scores its completions with --reward-command\n"
+            "(a shell line reading {\"prompt\", \"completion\", \"answer\"} JSON lines, printing one\n"
+            "number per line; killed after --reward-timeout, default %.0f s) or, without it, the\n"
+            "built-in exact-answer check against each prompt's \"answer\". A new run needs an absent or empty output directory;\n"
             "--resume continues the run in it from its newest complete checkpoint (a finished run\n"
             "is left as it is); --overwrite starts a new run there after removing what dtrun wrote\n"
             "(metrics, reports, heartbeats, checkpoints), keeping every other file. Checkpoints\n"
@@ -83,7 +89,7 @@ static void usage(FILE *f) {
             "from_pretrained).\n"
             "'sample' prints text from a checkpoint (or the newest one under a run directory).\n"
             "'calibrate' measures this machine and writes a hardware profile (also: dtplan calibrate).\n",
-            DT_TIMEOUT_S);
+            DT_REWARD_TIMEOUT_S, DT_TIMEOUT_S);
 }
 
 static int parse_seconds(const char *s, const char *what, double *out) {
@@ -222,6 +228,7 @@ static int cmd_train(int argc, char **argv) {
     memset(&o, 0, sizeof o);
     o.progress = -1;
     o.log = stderr;
+    o.reward_timeout_s = DT_REWARD_TIMEOUT_S;
     double timeout_s = DT_TIMEOUT_S;
     dt_error err;
     dt_error_clear(&err);
@@ -240,6 +247,10 @@ static int cmd_train(int argc, char **argv) {
             if (dt_cli_parse_i64(argv[++i], "--max-steps", 1, &o.max_steps)) return 2;
         } else if (strcmp(a, "--timeout") == 0 && has_val) {
             if (parse_seconds(argv[++i], "--timeout", &timeout_s)) return 2;
+        } else if (strcmp(a, "--reward-command") == 0 && has_val) {
+            o.reward_cmd = argv[++i];
+        } else if (strcmp(a, "--reward-timeout") == 0 && has_val) {
+            if (parse_seconds(argv[++i], "--reward-timeout", &o.reward_timeout_s)) return 2;
         } else if (strcmp(a, "--resume") == 0) o.resume = 1;
         else if (strcmp(a, "--overwrite") == 0) o.overwrite = 1;
         else if (strcmp(a, "--quiet") == 0) o.log = NULL;
@@ -284,10 +295,10 @@ static int cmd_train(int argc, char **argv) {
                        plan.runtime.kind == DT_RUNTIME_DEEPSPEED ? "deepspeed (dtplan export writes its config)"
                                                                  : "torchrun and PyTorch FSDP");
     if (!rc) rc = check_finetune(&plan, plan_path, &err);
-    /* an objective beyond next-token prediction with no table in engine/run/dt_objrun.h (grpo / ppo) */
+    /* an objective beyond next-token prediction with no table in engine/run/dt_objrun.h (ppo) */
     if (!rc && plan.objective.kind >= DT_OBJ_RM && !dt_objrun_for(plan.objective.kind))
         rc = dt_errorf(&err, DT_EINVAL,
-                       "%s plans a %s run (objective.kind); this dtrun trains pt / sft / rm / dpo: run it with TRL or "
+                       "%s plans a %s run (objective.kind); this dtrun trains pt / sft / rm / dpo / grpo: run it with TRL or "
                        "LLaMA-Factory on DeepSpeed (dtplan export writes the config)", plan_path,
                        dt_obj_name(plan.objective.kind));
     if (!rc && dt_objrun_for(plan.objective.kind) && dt_objrun_for(plan.objective.kind)->check(&plan, &err))

@@ -26,8 +26,8 @@ static void on_signal(int sig) { g_stop = sig; }
 static void prep_usage(FILE *f) {
     fprintf(f,
             "usage: dtrun prepare --tokenizer TOKENIZER.json|TOKENIZER.model --out DIR\n"
-            "                     [--format text|jsonl|chat|llava|pairs] [--chat-template chatml|llama3]\n"
-            "                     [--seq N (pairs)]\n"
+            "                     [--format text|jsonl|chat|llava|pairs|prompts] [--chat-template chatml|llama3]\n"
+            "                     [--seq N (pairs, prompts)]\n"
             "                     [--val-fraction F] [--seed S] [--shard-tokens N] [--quiet] [--no-progress]\n"
             "                     [--image-folder DIR --processor-config preprocessor_config.json\n"
             "                      --model-config config.json --image-size N --image-aspect crop|pad\n"
@@ -60,6 +60,9 @@ static void prep_usage(FILE *f) {
             "                    \"rejected\"} chats, LLaMA-Factory's alpaca / sharegpt ranking records; tokenized\n"
             "                    as TRL's DPOTrainer does into pair shards (docs/objectives.md); --seq N: a\n"
             "                    prompt of N tokens or more is refused, a longer side cut to N\n"
+            "  --format prompts  JSON Lines of prompt records for grpo: {\"prompt\": str or messages,\n"
+            "                    \"answer\": str or number (optional: the built-in exact-answer reward)} into\n"
+            "                    prompt shards; --seq N: a prompt of N tokens or more is refused\n"
             "  --val-fraction F  documents for validation (default %g, none for a single document;\n"
             "                    0: none)\n"
             "  --seed S          the shuffle and split (default %llu)\n"
@@ -162,7 +165,8 @@ int dt_cmd_prepare(int argc, char **argv) {
             else if (!strcmp(v, "chat")) o.format = DT_PREP_CHAT;
             else if (!strcmp(v, "llava")) o.format = DT_PREP_LLAVA;
             else if (!strcmp(v, "pairs")) o.format = DT_PREP_PAIRS;
-            else rc2 = usage_error("--format '%s': use text, jsonl, chat, llava or pairs", v);
+            else if (!strcmp(v, "prompts")) o.format = DT_PREP_PROMPTS;
+            else rc2 = usage_error("--format '%s': use text, jsonl, chat, llava, pairs or prompts", v);
         } else if (!strcmp(a, "--seq") && v) {
             i++;
             if (!parse_u64(v, &u) || u < 1 || u > INT32_MAX) rc2 = usage_error("--seq '%s': tokens, >= 1", v);
@@ -274,7 +278,8 @@ int dt_cmd_prepare(int argc, char **argv) {
     dt_error err;
     dt_error_clear(&err);
     dt_prep_result r;
-    int rc = o.format == DT_PREP_PAIRS ? dt_prepare_pairs(&o, &r, &err) : dt_prepare(&o, &r, &err);
+    const int records = o.format == DT_PREP_PAIRS || o.format == DT_PREP_PROMPTS;   /* pair / prompt shards */
+    int rc = records ? dt_prepare_pairs(&o, &r, &err) : dt_prepare(&o, &r, &err);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     if (ps.printed) fputc('\n', stderr);
@@ -290,7 +295,12 @@ int dt_cmd_prepare(int argc, char **argv) {
         char t0[32], t1[32];
         human((double)r.tokens[0], t0, sizeof t0);
         human((double)r.tokens[1], t1, sizeof t1);
-        if (o.format == DT_PREP_PAIRS)
+        if (o.format == DT_PREP_PROMPTS)
+            printf("dtrun prepare: %s: train %llu prompts in %d shard(s); val %llu prompts in %d shard(s); vocab %lld, "
+                   "tokenizer %.16s; %llu file(s)", o.out, (unsigned long long)r.docs[0], r.shards[0],
+                   (unsigned long long)r.docs[1], r.shards[1], (long long)r.vocab, r.fingerprint,
+                   (unsigned long long)r.files);
+        else if (o.format == DT_PREP_PAIRS)
             printf("dtrun prepare: %s: train %llu pairs, %llu tokens (%llu completion) in %d shard(s); val %llu pairs "
                    "in %d shard(s); vocab %lld, tokenizer %.16s; %llu file(s)", o.out, (unsigned long long)r.docs[0],
                    (unsigned long long)r.tokens[0], (unsigned long long)r.trained[0], r.shards[0],

@@ -11,7 +11,7 @@
  *        0      4  magic "DTPS"
  *        4      4  version: 1
  *        8      4  header bytes: 1024
- *       12      4  flags: 0
+ *       12      4  flags: 0 preference pairs; 1 (DT_PAIRSHARD_PROMPTS) prompt records for grpo
  *       16      4  split: 0 train, 1 validation
  *       20      4  shard index within its split, from 0
  *       24      8  vocab size of the tokenizer (every token is below it)
@@ -27,6 +27,10 @@
  *     1024         index, per pair: u64 input line (1-based), u32 input file (prepare.json
  *                  "inputs"), u32 prompt_n, u32 chosen tokens, u32 rejected tokens
  *                  tokens: u32, per pair its chosen sequence then its rejected one
+ * A prompt shard (flags 1, `dtrun prepare --format prompts`) holds each prompt record as a pair
+ * whose "chosen" side is prompt ‖ has-answer (token value 0 / 1) ‖ the answer's tokens (the
+ * same tokenizer; decoded back to its text), and whose "rejected" side is prompt ‖ end-of-text
+ * (unused): the same CRCs and checks.
  * The file is exactly 1024 + 24 x pairs + 4 x tokens bytes; written atomically (NAME.tmp,
  * fsync, rename, fsync of the directory). */
 #ifndef DT_PAIRSHARD_H
@@ -42,9 +46,11 @@
 #define DT_PAIRSHARD_MAGIC "DTPS"
 #define DT_PAIRSHARD_VERSION 1
 #define DT_PAIRSHARD_INDEX_BYTES 24   /* per pair */
+#define DT_PAIRSHARD_PROMPTS 1u       /* header flags: prompt records (grpo) */
 
 typedef struct dt_pairshard_header {
     uint32_t split, shard_index;
+    uint32_t flags;           /* 0 pairs, DT_PAIRSHARD_PROMPTS */
     uint64_t vocab;
     uint64_t pairs, tokens;   /* filled by the writer */
     uint64_t prepare_id;
@@ -70,6 +76,7 @@ typedef struct dt_pairset_opts {
     int64_t vocab;                        /* the model's: every token must be below it */
     const unsigned char *fingerprint;     /* the tokenizer the shards must carry, or NULL */
     const char *fingerprint_hint;         /* appended to a mismatch's message */
+    int prompts;                          /* 1: prompt shards wanted (grpo), 0: pairs */
 } dt_pairset_opts;
 
 /* path: a pair shard, or a directory whose *.bin files are (sorted by name). Errors name
@@ -81,6 +88,12 @@ int64_t dt_pairset_count(const dt_pairset *s);
 int32_t dt_pairset_pad_id(const dt_pairset *s);
 /* The shards' tokenizer fingerprint (SHA-256 bytes). */
 const unsigned char *dt_pairset_fingerprint(const dt_pairset *s);
+
+/* Prompt record i of a prompt set: its ids and its answer's ids (viewing the shard; *has_answer
+ * 0 when the record has none) and where it came from ("input #F line L (PATH, record J)") into
+ * where (wcap bytes). */
+void dt_pairset_prompt(const dt_pairset *s, int64_t i, const int32_t **ids, int64_t *n, const int32_t **answer,
+                       int64_t *answer_n, int *has_answer, char *where, size_t wcap);
 
 /* Every pair's prompt shorter than T: DT_EINVAL naming the first that is not (as below). */
 int dt_pairset_check_len(const dt_pairset *s, int64_t T, dt_error *err);

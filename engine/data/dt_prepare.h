@@ -61,8 +61,10 @@ typedef enum {
                             "human"|"gpt", "value"}...]}, llava_v1_5_mix665k.json): SFT with
                             a loss mask, each <image> expanded to image_tokens placeholders,
                             the images preprocessed into pixel shards (dt_pixshard.h) */
-    DT_PREP_PAIRS = 4    /* JSON Lines of preference pairs (dt_pairdoc.h: TRL's and LLaMA-Factory's
+    DT_PREP_PAIRS = 4,   /* JSON Lines of preference pairs (dt_pairdoc.h: TRL's and LLaMA-Factory's
                             fields, plain or chat) into pair shards (dt_pairshard.h) */
+    DT_PREP_PROMPTS = 5  /* JSON Lines of prompt records for grpo ({"prompt": str | [msg...],
+                            "answer": ...?}, dt_pairdoc.h) into prompt shards (dt_pairshard.h) */
 } dt_prep_format;
 
 /* what a record whose image cannot be used does (--on-bad-image) */
@@ -144,7 +146,8 @@ int dt_prep_read_llava_config(const char *path, int64_t *image_token_id, int *im
  * prepare's output stays whole), except for out/.prepare-tmp/ when the process itself
  * is killed. */
 int dt_prepare(const dt_prep_opts *o, dt_prep_result *res, dt_error *err);
-/* DT_PREP_PAIRS (not dt_prepare's): every input JSONL file's records tokenized as TRL does
+/* DT_PREP_PAIRS and DT_PREP_PROMPTS (not dt_prepare's; prompts: dt_promptdoc_encode, prompt
+ * shards, "input_format": "prompts", trained 0): every input JSONL file's records tokenized as TRL does
  * (dt_pairdoc_encode), shuffled by the seed, split, written as pair shards train/ and val/
  * (dt_pairshard.h) and prepare.json ("input_format": "pairs"). The first bad record stops it
  * with one line naming PATH:LINE; nothing is written then. res: docs = pairs, tokens = both

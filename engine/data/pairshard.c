@@ -69,6 +69,7 @@ int dt_pairshard_write(const char *path, const dt_pairshard_header *h, const dt_
     memcpy(b + PS_MAGIC, DT_PAIRSHARD_MAGIC, PS_MAGIC_BYTES);
     put32(b + PS_VERSION, DT_PAIRSHARD_VERSION);
     put32(b + PS_HEADER, DT_SHARD2_HEADER_BYTES);
+    put32(b + PS_FLAGS, h->flags);
     put32(b + PS_SPLIT, h->split);
     put32(b + PS_INDEX, h->shard_index);
     put64(b + PS_VOCAB, h->vocab);
@@ -102,6 +103,7 @@ struct dt_pairset {
     int64_t count;
     int64_t *first;         /* [nsh + 1]: global index of each shard's first pair */
     int32_t pad_id;
+    uint32_t flags;
     uint64_t prepare_id;
     unsigned char fp[DT_SHARD2_FINGERPRINT_BYTES];
 };
@@ -111,15 +113,15 @@ static int check_shard(ps_shard *s, size_t len, const dt_pairset_opts *o, dt_err
     const unsigned char *b = s->bytes;
     const char *p = s->path;
     if (len < PS_MAGIC_BYTES || memcmp(b, DT_PAIRSHARD_MAGIC, PS_MAGIC_BYTES))
-        return dt_errorf(err, DT_EINVAL, "%s: not a pair shard (no DTPS magic): prepare preference data with dtrun "
-                         "prepare --format pairs", p);
+        return dt_errorf(err, DT_EINVAL, "%s: not a pair shard (no DTPS magic): prepare %s data with dtrun prepare "
+                         "--format %s", p, o->prompts ? "prompt" : "preference", o->prompts ? "prompts" : "pairs");
     if (len < DT_SHARD2_HEADER_BYTES)
         return dt_errorf(err, DT_EINVAL, "%s: truncated: %zu bytes, less than the %d-byte header", p, len,
                          DT_SHARD2_HEADER_BYTES);
     if (get32(b + PS_HEADER_CRC) != dt_crc32c(0, b, PS_CRC_SPAN))
         return dt_errorf(err, DT_EINVAL, "%s: header CRC mismatch: the file is damaged; prepare it again", p);
     if (get32(b + PS_VERSION) != DT_PAIRSHARD_VERSION || get32(b + PS_HEADER) != DT_SHARD2_HEADER_BYTES ||
-        get32(b + PS_FLAGS) != 0)
+        (get32(b + PS_FLAGS) & ~DT_PAIRSHARD_PROMPTS) != 0)
         return dt_errorf(err, DT_EINVAL, "%s: pair shard version %u (header %u bytes, flags %u) is not this dtrun's "
                          "version %d: prepare it again with this dtrun", p, get32(b + PS_VERSION),
                          get32(b + PS_HEADER), get32(b + PS_FLAGS), DT_PAIRSHARD_VERSION);
@@ -165,13 +167,20 @@ static int check_set(dt_pairset *s, const dt_pairset_opts *o, dt_error *err) {
         const unsigned char *b = s->sh[k].bytes;
         if (k == 0) {
             s->pad_id = (int32_t)get32(b + PS_PAD);
+            s->flags = get32(b + PS_FLAGS);
             s->prepare_id = get64(b + PS_PREPARE);
             memcpy(s->fp, b + PS_FP, sizeof s->fp);
-        } else if (get64(b + PS_PREPARE) != s->prepare_id || memcmp(b + PS_FP, s->fp, sizeof s->fp)) {
+        } else if (get64(b + PS_PREPARE) != s->prepare_id || memcmp(b + PS_FP, s->fp, sizeof s->fp) ||
+                   get32(b + PS_FLAGS) != s->flags) {
             return dt_errorf(err, DT_EINVAL, "%s and %s are of different prepare runs: give one dtrun prepare "
                              "output's shards", s->sh[0].path, s->sh[k].path);
         }
     }
+    const int prompts = (s->flags & DT_PAIRSHARD_PROMPTS) != 0;
+    if (prompts != (o->prompts != 0))
+        return dt_errorf(err, DT_EINVAL, "%s: %s, but this run's objective reads %s: prepare them with dtrun prepare "
+                         "--format %s", s->sh[0].path, prompts ? "prompt records (grpo)" : "preference pairs",
+                         o->prompts ? "prompt records" : "preference pairs", o->prompts ? "prompts" : "pairs");
     if (o->fingerprint && memcmp(o->fingerprint, s->fp, sizeof s->fp)) {
         char a[2 * DT_SHA256_BYTES + 1];
         dt_sha256_hex(s->fp, a);
@@ -279,6 +288,22 @@ static void pair_at(const dt_pairset *s, int64_t i, dt_pair *p, const ps_shard *
     p->ids[0] = t;
     p->ids[1] = t + p->n[0];
     p->truncated = 0;
+}
+
+void dt_pairset_prompt(const dt_pairset *s, int64_t i, const int32_t **ids, int64_t *n, const int32_t **answer,
+                       int64_t *answer_n, int *has_answer, char *where, size_t wcap) {
+    dt_pair p;
+    const ps_shard *sh;
+    uint64_t j;
+    pair_at(s, i, &p, &sh, &j);
+    const unsigned char *ix = sh->index + j * DT_PAIRSHARD_INDEX_BYTES;
+    snprintf(where, wcap, "input #%u line %llu (%s, record %llu)", get32(ix + 8), (unsigned long long)get64(ix),
+             sh->path, (unsigned long long)j);
+    *ids = p.ids[0];
+    *n = (int64_t)p.prompt_n;
+    *has_answer = p.ids[0][p.prompt_n] != 0;
+    *answer = p.ids[0] + p.prompt_n + 1;
+    *answer_n = (int64_t)(p.n[0] - p.prompt_n - 1);
 }
 
 /* Pair i (shard sh, index j there) against a sequence of T tokens: its prompt must leave room. */

@@ -893,7 +893,7 @@ static int run_batches(prep *p, const uint64_t *perm, uint64_t n_val, dt_error *
 
 /* ---------------------------------------------------------------- manifest, commit */
 
-static const char *const FORMAT_NAMES[] = {"text", "jsonl", "chat", "llava", "pairs"};
+static const char *const FORMAT_NAMES[] = {"text", "jsonl", "chat", "llava", "pairs", "prompts"};
 static const char *const CHAT_NAMES[] = {"chatml", "llama3"};
 
 cJSON *dt_prep_manifest_split(const dt_prep_result *r, int s, const char *count_key) {

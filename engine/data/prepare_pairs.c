@@ -47,6 +47,45 @@ static int pp_grow(pp *p, size_t need, dt_error *err) {
     return DT_OK;
 }
 
+/* One prompt record (--format prompts) as the pair a prompt shard holds (dt_pairshard.h):
+ * prompt ‖ has-answer ‖ the answer's tokens (special tokens' text as plain text), and
+ * prompt ‖ end-of-text. */
+static int encode_prompt(const pp *p, const char *line, size_t n, const char *path, uint64_t lineno, dt_pair *out,
+                         dt_error *err) {
+    memset(out, 0, sizeof *out);
+    int32_t *ids = NULL, *aids = NULL;
+    size_t np = 0, na = 0;
+    char *answer = NULL;
+    int rc = dt_promptdoc_encode(&p->ctx, line, n, path, lineno, p->o->max_len, &ids, &np, &answer, err);
+    if (!rc && answer && dt_tok_encode(p->tok, answer, strlen(answer), 0, &aids, &na, err))
+        rc = err ? dt_error_prefix(err, "%s:%llu: $.answer", path, (unsigned long long)lineno) : DT_EINVAL;
+    if (!rc) {
+        out->ids[0] = malloc((np + 1 + na) * sizeof(int32_t));
+        out->ids[1] = malloc((np + 1) * sizeof(int32_t));
+        if (!out->ids[0] || !out->ids[1]) {
+            dt_pair_free(out);
+            rc = dt_errorf(err, DT_ENOMEM, "%s:%llu: out of memory", path, (unsigned long long)lineno);
+        }
+    }
+    if (!rc) {
+        memcpy(out->ids[0], ids, np * sizeof(int32_t));
+        memcpy(out->ids[1], ids, np * sizeof(int32_t));
+        out->ids[0][np] = answer != NULL;
+        if (na) memcpy(out->ids[0] + np + 1, aids, na * sizeof(int32_t));
+        out->ids[1][np] = p->ctx.eot;
+        out->n[0] = np + 1 + na, out->n[1] = np + 1, out->prompt_n = np;
+    }
+    free(ids), free(aids), free(answer);
+    return rc;
+}
+
+/* One record of the run's format. */
+static int encode(const pp *p, const char *line, size_t n, const char *path, uint64_t lineno, dt_pair *out,
+                  dt_error *err) {
+    return p->o->format == DT_PREP_PROMPTS ? encode_prompt(p, line, n, path, lineno, out, err)
+                                           : dt_pairdoc_encode(&p->ctx, line, n, path, lineno, p->o->max_len, out, err);
+}
+
 /* The lines of one JSONL file (blank ones skipped), each a pair; the first bad one in line
  * order is the error. */
 static int read_input(pp *p, uint32_t fi, const char *path, dt_error *err) {
@@ -78,10 +117,10 @@ static int read_input(pp *p, uint32_t fi, const char *path, dt_error *err) {
         dt_pair *out = p->pairs + p->n;
 #pragma omp parallel for schedule(dynamic, 16) num_threads(nt)
         for (size_t i = 0; i < m; i++)
-            rcs[i] = dt_pairdoc_encode(&p->ctx, line[i], ln[i], path, no[i], p->o->max_len, &out[i], NULL);
+            rcs[i] = encode(p, line[i], ln[i], path, no[i], &out[i], NULL);
         for (size_t i = 0; i < m && !rc; i++)
             if (rcs[i])   /* the first failure in line order, its message made again */
-                rc = dt_pairdoc_encode(&p->ctx, line[i], ln[i], path, no[i], p->o->max_len, &out[i], err);
+                rc = encode(p, line[i], ln[i], path, no[i], &out[i], err);
         for (size_t i = 0; i < m; i++) {
             if (rc) {
                 dt_pair_free(&out[i]);
@@ -101,7 +140,8 @@ static int read_input(pp *p, uint32_t fi, const char *path, dt_error *err) {
 
 /* The pairs order[from .. to) of split s into shards of about shard_tokens tokens. */
 static int write_split(pp *p, int s, const uint64_t *order, uint64_t from, uint64_t to, dt_error *err) {
-    dt_pairshard_header h = {.split = (uint32_t)s, .vocab = (uint64_t)p->res->vocab, .pad_id = (uint32_t)p->ctx.eot,
+    const int prompts = p->o->format == DT_PREP_PROMPTS;
+    dt_pairshard_header h = {.split = (uint32_t)s, .flags = prompts ? DT_PAIRSHARD_PROMPTS : 0, .vocab = (uint64_t)p->res->vocab, .pad_id = (uint32_t)p->ctx.eot,
                              .eot_id = (uint32_t)p->ctx.eot};
     memcpy(h.fingerprint, p->fp, sizeof h.fingerprint);
     h.prepare_id = 0;
@@ -124,7 +164,7 @@ static int write_split(pp *p, int s, const uint64_t *order, uint64_t from, uint6
             ss[n++] = p->src[order[i++]];
             tokens += q->n[0] + q->n[1];
             p->res->tokens[s] += q->n[0] + q->n[1];
-            p->res->trained[s] += q->n[0] + q->n[1] - 2 * q->prompt_n;
+            p->res->trained[s] += prompts ? 0 : q->n[0] + q->n[1] - 2 * q->prompt_n;
         }
         p->res->docs[s] += n;
         h.shard_index = (uint32_t)p->res->shards[s];
@@ -150,7 +190,8 @@ static int write_manifest(const pp *p, const char *path, dt_error *err) {
     cJSON_AddNumberToObject(t, "pad_id", p->ctx.eot);
     cJSON_AddStringToObject(t, "fingerprint", r->fingerprint);
     cJSON_AddItemToObject(root, "tokenizer", t);
-    cJSON_AddStringToObject(root, "input_format", "pairs");
+    const int prompts = o->format == DT_PREP_PROMPTS;
+    cJSON_AddStringToObject(root, "input_format", prompts ? "prompts" : "pairs");
     cJSON_AddStringToObject(root, "chat_template", o->chat == DT_CHAT_LLAMA3 ? "llama3" : "chatml");
     cJSON_AddBoolToObject(root, "loss_mask", 0);
     cJSON_AddNumberToObject(root, "max_len", (double)o->max_len);
@@ -159,7 +200,7 @@ static int write_manifest(const pp *p, const char *path, dt_error *err) {
     for (int i = 0; i < o->n_inputs; i++) cJSON_AddItemToArray(in, cJSON_CreateString(o->inputs[i]));
     cJSON_AddItemToObject(root, "inputs", in);
     for (int s = 0; s < 2; s++) {
-        cJSON *sp = dt_prep_manifest_split(r, s, "pairs");
+        cJSON *sp = dt_prep_manifest_split(r, s, prompts ? "prompts" : "pairs");
         cJSON_AddItemToObject(splits, s == DT_SPLIT_TRAIN ? DT_PREP_TRAIN_DIR : DT_PREP_VAL_DIR, sp);
     }
     cJSON_AddItemToObject(root, "splits", splits);
@@ -188,13 +229,16 @@ static int run(pp *p, int *created, dt_error *err) {
     for (int i = 0; i < o->n_inputs && !rc; i++) {
         struct stat st;
         if (stat(o->inputs[i], &st) == 0 && S_ISDIR(st.st_mode))
-            return dt_errorf(err, DT_EINVAL, "%s: a folder; --format pairs reads JSONL files: name them", o->inputs[i]);
+            return dt_errorf(err, DT_EINVAL, "%s: a folder; --format %s reads JSONL files: name them", o->inputs[i],
+                             o->format == DT_PREP_PROMPTS ? "prompts" : "pairs");
         rc = read_input(p, (uint32_t)i, o->inputs[i], err);
     }
     if (rc) return rc;
-    if (p->n == 0) return dt_errorf(err, DT_EINVAL, "%s: no preference records found", o->inputs[0]);
+    const int prompts = o->format == DT_PREP_PROMPTS;
+    if (p->n == 0)
+        return dt_errorf(err, DT_EINVAL, "%s: no %s records found", o->inputs[0], prompts ? "prompt" : "preference");
     uint64_t *perm = NULL, n_val = 0;
-    if ((rc = dt_prep_split(p->n, o->val_fraction, o->seed, "pair", &perm, &n_val, &p->res->val_fraction, err)))
+    if ((rc = dt_prep_split(p->n, o->val_fraction, o->seed, prompts ? "prompt" : "pair", &perm, &n_val, &p->res->val_fraction, err)))
         return rc;
     if (!(rc = dt_prep_stage_open(o->out, p->stage, sizeof p->stage, created, err)) &&
         !(rc = write_split(p, DT_SPLIT_VAL, perm, 0, n_val, err)))
@@ -210,7 +254,7 @@ int dt_prepare_pairs(const dt_prep_opts *o, dt_prep_result *res, dt_error *err) 
     memset(res, 0, sizeof *res);
     if (!o->tokenizer || !o->tokenizer[0]) return dt_errorf(err, DT_EINVAL, "no tokenizer given (--tokenizer)");
     if (!o->out || !o->out[0]) return dt_errorf(err, DT_EINVAL, "no output directory given (--out)");
-    if (o->n_inputs < 1) return dt_errorf(err, DT_EINVAL, "no inputs given (preference JSONL files)");
+    if (o->n_inputs < 1) return dt_errorf(err, DT_EINVAL, "no inputs given (preference or prompt JSONL files)");
     if (o->max_len < 0) return dt_errorf(err, DT_EINVAL, "--seq %lld: must be >= 1", (long long)o->max_len);
     if (o->shard_tokens < 1) return dt_errorf(err, DT_EINVAL, "--shard-tokens: must be >= 1");
     if (!(o->val_fraction >= 0.0 && o->val_fraction < 1.0) && o->val_fraction != DT_PREP_VAL_AUTO)

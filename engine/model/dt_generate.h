@@ -54,8 +54,10 @@ typedef struct dt_gen_params {
     double top_p;            /* 1: off; else HF TopPLogitsWarper (the smallest set of mass >= top_p) */
     int64_t vocab_limit;     /* 0: any id; else only ids < vocab_limit are chosen (a tokenizer
                               * with fewer ids than the embedding has rows) */
-    uint64_t seed;           /* sequence i draws from its own stream (seed, i): a sequence's
-                              * completion does not depend on the others in the batch */
+    uint64_t seed;           /* sequence i draws from its own stream (seed, first_stream + i): a
+                              * sequence's completion does not depend on the others in the batch */
+    uint64_t first_stream;   /* 0 usually; a caller splitting one batch over calls (grpo's ranks)
+                              * gives each part its first sequence's place */
     int n_eos;               /* a sequence stops after emitting any of eos[0 .. n_eos) (kept in
                               * its completion, as generate keeps it) */
     int32_t eos[DT_GEN_MAX_EOS];

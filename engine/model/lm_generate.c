@@ -576,7 +576,7 @@ static int32_t choose(dt_gen *gen, const float *logits, const dt_gen_params *p, 
     warp(gen, logits, p, V, scaled);
     double sum = 0.0;
     for (int64_t v = 0; v < V; v++) sum += gen->prob[v];
-    const uint64_t stream = lm_splitmix64_at(p->seed, (uint64_t)i + 1);
+    const uint64_t stream = lm_splitmix64_at(p->seed, p->first_stream + (uint64_t)i + 1);
     double u = lm_uniform01_at(stream, (uint64_t)step) * sum;
     int32_t last = 0;
     for (int64_t v = 0; v < V; v++) {

@@ -11,7 +11,7 @@
  * dt_grpo_backward_rows back-propagates through a dt_lm that has only the cross-entropy
  * backward (dt_lm_backward): exact where dL/dlogp is the same on every token of a completion
  * (beta 0 and one iteration per generation, TRL's defaults: ratio 1, nothing clipped), refused
- * otherwise. Not wired into dtrun yet (dtrun refuses grpo plans). */
+ * otherwise. dtrun's grpo (objective_grpo_run.c) uses dt_grpo_dlogits with the logits backward. */
 #ifndef DT_GRPO_H
 #define DT_GRPO_H
 

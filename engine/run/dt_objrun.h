@@ -1,8 +1,9 @@
 /* dt_objrun.h — the objectives the trainer runs besides next-token prediction (docs/objectives.md
  * "In dtrun"): one table of operations per objective kind, which train.c dispatches on the plan's
  * objective.kind. pt / sft have none (the trainer's own cross-entropy); rm and dpo are
- * objective_rm.c and objective_dpo.c over the preference pairs of objective_pairs.c. A new
- * objective (grpo) adds its own table and one line to dt_objrun_for.
+ * objective_rm.c and objective_dpo.c over the preference pairs of objective_pairs.c, grpo
+ * objective_grpo_run.c over its prompt records. A new objective adds its own table and one
+ * line to dt_objrun_for.
  *
  * The trainer keeps what every objective shares: the policy (dt_lm, ZeRO, optimizer, clipping,
  * schedule, checkpoints of the trained set), the step loop and the files it writes. An objective
@@ -22,17 +23,22 @@
 #include "dt_plan.h"
 
 /* What the trainer hands an objective when it opens. */
+struct dt_zero;
+
 typedef struct dt_objrun_ctx {
     const dt_plan *plan;
     dt_model *model;                 /* the policy's model (after configure); rm records the data's pad
                                       * id in it (its export's pad_token_id) */
     dt_comm *comm;
+    struct dt_zero *zero;            /* the policy's ZeRO engine (grpo gathers a stage-3 policy through it) */
     int rank, world;
     const char *train_path;          /* the training data (plan data.train or --data) */
     const char *valid_path;          /* held-out data, "" none */
     const unsigned char *fingerprint;   /* the tokenizer the data must carry, or NULL */
     const char *fingerprint_hint;
     FILE *log;                       /* rank 0's human log, else NULL */
+    const char *reward_cmd;          /* grpo: the user's reward command (dt_reward.h), NULL: exact answer */
+    double reward_timeout_s;         /* grpo: its wall-clock limit per call */
 } dt_objrun_ctx;
 
 /* Metrics of a step or of an evaluation, under TRL's names. */
@@ -75,8 +81,8 @@ typedef struct dt_objrun_ops {
     void (*free)(dt_objrun *o);
 } dt_objrun_ops;
 
-/* The table of kind, NULL for pt / sft / auto (the trainer's cross-entropy). grpo / ppo:
- * NULL too until built (dtrun refuses them before the trainer starts). */
+/* The table of kind, NULL for pt / sft / auto (the trainer's cross-entropy). ppo: NULL too
+ * until built (dtrun refuses it before the trainer starts). */
 const dt_objrun_ops *dt_objrun_for(dt_obj_kind kind);
 
 #endif

@@ -35,6 +35,8 @@ typedef struct dt_train_opts {
     int progress;            /* -1: a progress bar when log is a TTY; 0 never; 1 always */
     FILE *log;               /* human-readable lines (rank 0 only); NULL: quiet */
     dt_comm *comm;           /* the ranks (dt_comm_size == plan.parallel.world_size); NULL: "self" */
+    const char *reward_cmd;  /* grpo: the reward command (dt_reward.h); NULL: the exact answer */
+    double reward_timeout_s; /* grpo: its limit per call, seconds */
     const char *trace_path;  /* non-NULL: write the run's timeline there (Chrome trace JSON, the
                               * simulator's event names; engine/dist/dt_tracer.h); collective */
 } dt_train_opts;

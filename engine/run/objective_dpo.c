@@ -47,23 +47,10 @@ static int dpo_check(const dt_plan *p, dt_error *err) {
 
 static void dpo_configure(const dt_plan *p, dt_model *m) { (void)p, (void)m; }
 
-/* The reference: the model the policy starts from, every tensor, frozen (no hooks, no
- * ZeRO: replicated on every rank, as TRL prepares it outside DeepSpeed's stage-3). */
+/* The reference (objrun_reference_open), none under LoRA: the policy with its adapters off. */
 static int open_reference(dt_objrun *o, const dt_objrun_ctx *c, dt_error *err) {
-    const dt_plan *pl = c->plan;
-    if (dt_ft_is_lora(&pl->finetune)) return DT_OK;   /* the policy with its adapters off */
-    dt_model m = *c->model;
-    const dt_lm_options lo = {.B = 2 * pl->batch.micro_batch, .T = pl->batch.seq_len, .ckpt_layers = 0,
-                              .attn = pl->activations.attention, .device = pl->cluster.device,
-                              .ordinal = dt_comm_local_rank(c->comm), .flags = DT_LM_FORWARD_ONLY,
-                              .finetune = NULL};
-    if (dt_lm_create_opts(&m, &pl->precision, &lo, &o->ref, err)) return dt_error_prefix(err, "dpo reference");
-    if (pl->output.init[0]) {
-        if (dt_weights_load(o->ref, &m, pl->precision.param, pl->output.init, err))
-            return dt_error_prefix(err, "dpo reference: output.init");
-        return DT_OK;
-    }
-    return dt_lm_init_random(o->ref, pl->data.seed, err);
+    if (dt_ft_is_lora(&c->plan->finetune)) return DT_OK;
+    return objrun_reference_open(c, 2 * c->plan->batch.micro_batch, &o->ref, err);
 }
 
 static int dpo_open(const dt_objrun_ctx *c, dt_lm *policy, dt_objrun **out, dt_error *err) {

@@ -5,20 +5,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dt_ckpt.h"
 #include "dt_objloss.h"
 #include "dt_sha256.h"
 
 int objpairs_open(objpairs *p, const dt_objrun_ctx *c, dt_error *err) {
+    return objpairs_open_records(p, c, c->plan->batch.micro_batch, 0, err);
+}
+
+int objpairs_open_records(objpairs *p, const dt_objrun_ctx *c, int64_t per_micro, int prompts, dt_error *err) {
     memset(p, 0, sizeof *p);
     p->plan = c->plan;
     p->comm = c->comm;
     p->rank = c->rank;
     p->world = c->world;
     p->log = c->log;
-    p->B = c->plan->batch.micro_batch;
+    p->B = per_micro;
     p->T = c->plan->batch.seq_len;
     const dt_pairset_opts o = {.vocab = c->model->vocab, .fingerprint = c->fingerprint,
-                               .fingerprint_hint = c->fingerprint_hint};
+                               .fingerprint_hint = c->fingerprint_hint, .prompts = prompts};
     if (dt_pairset_open(c->train_path, &o, &p->train, err)) return err->code;
     if (c->valid_path && c->valid_path[0] && dt_pairset_open(c->valid_path, &o, &p->valid, err))
         return dt_error_prefix(err, "held-out pairs");
@@ -28,9 +33,9 @@ int objpairs_open(objpairs *p, const dt_objrun_ctx *c, dt_error *err) {
     dt_sha256_hex(dt_pairset_fingerprint(p->train), p->fp_hex);
     const int64_t n = dt_pairset_count(p->train), per_step = p->B * p->world;
     if (n < per_step)
-        return dt_errorf(err, DT_EINVAL, "%s: %lld training pairs, fewer than one global batch of %lld (micro_batch %lld "
-                         "x %d ranks): use more pairs or a smaller micro_batch", c->train_path, (long long)n,
-                         (long long)per_step, (long long)p->B, p->world);
+        return dt_errorf(err, DT_EINVAL, "%s: %lld training %s, fewer than one global batch of %lld (%lld per micro-batch "
+                         "x %d ranks): use more records or a smaller micro_batch", c->train_path, (long long)n,
+                         prompts ? "prompts" : "pairs", (long long)per_step, (long long)p->B, p->world);
     const size_t rows = (size_t)(2 * p->B * p->T);
     p->perm = malloc((size_t)n * sizeof *p->perm);
     p->ids = malloc(rows * sizeof *p->ids);
@@ -62,6 +67,11 @@ static int fill(objpairs *p, const dt_pairset *s, dt_error *err) {
 }
 
 int objpairs_next(objpairs *p, dt_error *err) {
+    objpairs_advance(p);
+    return fill(p, p->train, err);
+}
+
+int objpairs_advance(objpairs *p) {
     const int64_t n = dt_pairset_count(p->train), per_step = p->B * p->world;
     if (p->pos.cursor + per_step > n) {
         p->pos.epoch++;
@@ -70,7 +80,7 @@ int objpairs_next(objpairs *p, dt_error *err) {
     }
     for (int64_t b = 0; b < p->B; b++) p->idx[b] = p->perm[p->pos.cursor + p->rank * p->B + b];
     p->pos.cursor += per_step;
-    return fill(p, p->train, err);
+    return DT_OK;
 }
 
 int64_t objpairs_eval_batches(const objpairs *p) {
@@ -143,4 +153,22 @@ int objpairs_set_pos(dt_objrun *o, dt_loader_pos pos, dt_error *err) {
     p->pos = pos;
     dt_epoch_perm(p->perm, n, 1, p->plan->data.seed, p->pos.epoch);
     return DT_OK;
+}
+
+/* The reference: the model the policy starts from, every tensor, frozen (no hooks, no ZeRO:
+ * replicated on every rank, as TRL prepares it outside DeepSpeed's stage-3). */
+int objrun_reference_open(const dt_objrun_ctx *c, int64_t rows, dt_lm **ref, dt_error *err) {
+    const dt_plan *pl = c->plan;
+    dt_model m = *c->model;
+    const dt_lm_options lo = {.B = rows, .T = pl->batch.seq_len, .ckpt_layers = 0, .attn = pl->activations.attention,
+                              .device = pl->cluster.device, .ordinal = dt_comm_local_rank(c->comm),
+                              .flags = DT_LM_FORWARD_ONLY, .finetune = NULL};
+    const char *what = dt_obj_name(pl->objective.kind);
+    if (dt_lm_create_opts(&m, &pl->precision, &lo, ref, err)) return dt_error_prefix(err, "%s reference", what);
+    if (pl->output.init[0]) {
+        if (dt_weights_load(*ref, &m, pl->precision.param, pl->output.init, err))
+            return dt_error_prefix(err, "%s reference: output.init", what);
+        return DT_OK;
+    }
+    return dt_lm_init_random(*ref, pl->data.seed, err);
 }

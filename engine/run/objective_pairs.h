@@ -29,8 +29,15 @@ typedef struct objpairs {
 /* The splits from c (a training set of fewer pairs than a global batch is refused). */
 int objpairs_open(objpairs *p, const dt_objrun_ctx *c, dt_error *err);
 void objpairs_free(objpairs *p);
+/* The same for per_micro records per micro-batch (p->B), prompts: prompt shards (grpo). */
+int objpairs_open_records(objpairs *p, const dt_objrun_ctx *c, int64_t per_micro, int prompts, dt_error *err);
 /* The next training micro-batch into p->ids / p->targets. */
 int objpairs_next(objpairs *p, dt_error *err);
+/* Its indices only, into p->idx (objpairs_next without the batch). */
+int objpairs_advance(objpairs *p);
+/* A frozen, forward-only, replicated copy of the model the policy starts from (output.init, or
+ * the seed's initialisation) with rows rows per forward: dpo's and grpo's reference. */
+int objrun_reference_open(const dt_objrun_ctx *c, int64_t rows, dt_lm **ref, dt_error *err);
 /* Held-out micro-batches (in file order, B pairs each, the last partial one left out; capped by
  * the plan's eval_batches when set), and batch b of them. */
 int64_t objpairs_eval_batches(const objpairs *p);

@@ -204,9 +204,10 @@ static int setup_global_count(trainer *t, dt_error *err) {
 
 /* The objective's data and models (rm / dpo: the preference pairs of train_path and data.valid). */
 static int open_objective(trainer *t, const char *train_path, const dt_corpus_opts *o, dt_error *err) {
-    const dt_objrun_ctx c = {.plan = t->plan, .model = &t->model, .comm = t->comm, .rank = t->rank,
+    const dt_objrun_ctx c = {.plan = t->plan, .model = &t->model, .comm = t->comm, .zero = t->z, .rank = t->rank,
                              .world = t->world, .train_path = train_path, .valid_path = t->plan->data.valid,
-                             .fingerprint = o->fingerprint, .fingerprint_hint = o->fingerprint_hint, .log = t->log};
+                             .fingerprint = o->fingerprint, .fingerprint_hint = o->fingerprint_hint, .log = t->log,
+                             .reward_cmd = t->opts->reward_cmd, .reward_timeout_s = t->opts->reward_timeout_s};
     if (t->obj->open(&c, t->g, &t->objr, err)) return err->code;
     snprintf(t->data_fp, sizeof t->data_fp, "%s", t->obj->data_fingerprint(t->objr));
     return DT_OK;
@@ -756,7 +757,12 @@ static void print_banner(const trainer *t, int64_t resumed) {
             (long long)plan->batch.micro_batch, (long long)plan->batch.seq_len, (long long)plan->batch.grad_accum,
             (long long)plan->activations.ckpt_layers, (long long)plan->model.n_layer,
             (long long)(t->obj ? t->obj->examples(t->objr) : dt_loader_windows(t->train_l)));
-    if (t->obj)
+    if (t->obj && plan->objective.kind == DT_OBJ_GRPO)
+        fprintf(log, "dtrun: objective grpo: %lld training prompts, %lld completions per prompt, %lld rows per "
+                     "micro-batch; %s\n", (long long)t->obj->examples(t->objr),
+                (long long)plan->objective.num_generations, (long long)plan->batch.micro_batch,
+                plan->objective.kl_coef != 0 ? "a frozen reference for the KL term" : "no reference (beta 0)");
+    else if (t->obj)
         fprintf(log, "dtrun: objective %s: %lld training pairs, %lld rows per micro-batch (chosen, then rejected)%s\n",
                 dt_obj_name(plan->objective.kind), (long long)t->obj->examples(t->objr),
                 (long long)(plan->batch.micro_batch * t->obj->rows_per_example),

@@ -96,12 +96,18 @@ err=$("$DTPLAN" show "$T/badkey.json" 2>&1 >/dev/null); rc=$?
 [ "$rc" = 2 ] && printf '%s\n' "$err" | grep -q 'beta' || fail "unknown objective key not refused ($rc): $err"
 sed 's/"kind": "dpo"/"kind": "auto"/' "$T/dpo.json" >"$T/auto.json"
 "$DTPLAN" show "$T/auto.json" 2>&1 | grep -q 'carry no objective section' || fail "kind auto accepted"
-# dtrun refuses what its engine cannot train yet (grpo, ppo), one line
+# dtrun refuses what its engine cannot train yet (ppo), one line
+"$DTPLAN" solve --mem 4G --model gpt2-tiny --gpus 1 --hardware cpu --objective ppo \
+    --max-completion-length 16 -o "$T/cpu-ppo.json" >/dev/null || fail "solve a cpu ppo plan"
+err=$("$DTRUN" "$T/cpu-ppo.json" 2>&1); rc=$?
+[ "$rc" = 2 ] && [ "$(printf '%s\n' "$err" | wc -l)" = 1 ] && printf '%s\n' "$err" | grep -q 'objective.kind' ||
+    fail "dtrun ran a ppo plan ($rc): $err"
+# grpo in a precision dtrun's grpo does not train (fp32 only), one line
 "$DTPLAN" solve --mem 4G --model gpt2-tiny --gpus 1 --hardware cpu --objective grpo --num-generations 4 \
     --max-completion-length 16 -o "$T/cpu-grpo.json" >/dev/null || fail "solve a cpu grpo plan"
 err=$("$DTRUN" "$T/cpu-grpo.json" 2>&1); rc=$?
-[ "$rc" = 2 ] && [ "$(printf '%s\n' "$err" | wc -l)" = 1 ] && printf '%s\n' "$err" | grep -q 'objective.kind' ||
-    fail "dtrun ran a grpo plan ($rc): $err"
+[ "$rc" = 2 ] && [ "$(printf '%s\n' "$err" | wc -l)" = 1 ] && printf '%s\n' "$err" | grep -q 'fp32' ||
+    fail "dtrun ran a mixed-precision grpo plan ($rc): $err"
 # a dpo plan trains pairs: on text data, one line naming the command that makes them
 "$DTPLAN" solve --mem 4G --model gpt2-tiny --gpus 1 --hardware cpu --objective dpo -o "$T/cpu.json" >/dev/null ||
     fail "solve a cpu dpo plan"
