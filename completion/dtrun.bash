@@ -9,6 +9,7 @@ _dtrun() {
     sub=
     [[ $COMP_CWORD -gt 1 ]] && sub=${COMP_WORDS[1]}
     local flags="--out --max-steps --data --init --init-adapter --resume --overwrite --timeout --trace --quiet --no-progress
+                 --reward-command --reward-timeout
                  --nnodes --node-rank --nproc-per-node --master-addr --master-port --help"
     case $sub in
     sample) flags="--prompt --tokens --seed --temperature --tokenizer --dump-logits --help" ;;
@@ -22,7 +23,7 @@ _dtrun() {
     --out|--data|--init|--init-adapter|--adapter) COMPREPLY=($(compgen -d -- "$cur")); return ;;
     --base) [[ $sub == merge ]] && { COMPREPLY=($(compgen -d -- "$cur")); return; } ;;
     --dtype) COMPREPLY=($(compgen -W "bf16 fp16 fp32" -- "$cur")); return ;;
-    --format) COMPREPLY=($(compgen -W "text jsonl chat" -- "$cur")); return ;;
+    --format) COMPREPLY=($(compgen -W "text jsonl chat llava pairs prompts" -- "$cur")); return ;;
     --chat-template) COMPREPLY=($(compgen -W "chatml llama3" -- "$cur")); return ;;
     --trace|-o|--plan|--dump-logits|--tokenizer) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     esac
