@@ -70,9 +70,9 @@ static inline void lg_micro(const int32_t *seq, int64_t accum, int64_t B, int64_
         }
 }
 
-/* The trained set (the adapters) set to the golden's init.<name>. */
-static inline void lg_set_adapters(dt_lm *g, dt_st_file *f) {
-    float *params = dt_lm_params(g);
+/* The trained set (the adapters) in params (host memory laid out as g's trained set) set to
+ * the golden's init.<name>. */
+static inline void lg_set_adapters_into(const dt_lm *g, dt_st_file *f, float *params) {
     for (int i = 0; i < dt_lm_num_tensors(g); i++) {
         const dt_tensor_info *t = dt_lm_tensor(g, i);
         char key[DT_ST_NAME_MAX];
@@ -82,6 +82,9 @@ static inline void lg_set_adapters(dt_lm *g, dt_st_file *f) {
         memcpy(params + t->offset, lg_tensor(f, key, t->numel), t->numel * sizeof(float));
     }
 }
+
+/* The same into g's own parameters (host-addressable). */
+static inline void lg_set_adapters(dt_lm *g, dt_st_file *f) { lg_set_adapters_into(g, f, dt_lm_params(g)); }
 
 /* What a case runs: the golden, its batch, and LoRA dropout's key seed (dropping: on). */
 typedef struct {

@@ -47,7 +47,7 @@
 #include "dt_optim.h"
 #include "dt_safetensors.h"
 #include "dt_test.h"
-#include "golden_util.h"
+#include "lora_golden.h"
 
 #define LOGIT_TOL 2e-5
 #define LOSS_RTOL 1e-5
@@ -74,24 +74,6 @@ static void model_copy(const dt_lm *g, float *dst, const float *src, size_t n, i
     dev->stream_sync(s);
 }
 
-static const float *gtensor(dt_st_file *f, const char *name, uint64_t numel) {
-    const dt_st_tensor *t = dt_st_find(f, name);
-    if (!t || (numel && dt_st_numel(t) != numel)) {
-        fprintf(stderr, "golden: tensor %s missing or of another size\n", name);
-        exit(1);
-    }
-    return dt_st_data(f, t);
-}
-
-static double meta(dt_st_file *f, const char *key) {
-    const char *v = dt_st_metadata(f, key);
-    if (!v) {
-        fprintf(stderr, "golden: metadata %s missing\n", key);
-        exit(1);
-    }
-    return atof(v);
-}
-
 /* every trained tensor (from flat, or with flat NULL the golden's other.<name>) against the
  * golden's prefix.<name>: max abs diff (rel: of each tensor's largest reference) */
 static double worst_of(const dt_lm *g, const float *flat, const char *other, dt_st_file *f, const char *prefix,
@@ -102,9 +84,9 @@ static double worst_of(const dt_lm *g, const float *flat, const char *other, dt_
         char name[DT_ST_NAME_MAX], oname[DT_ST_NAME_MAX];
         snprintf(name, sizeof name, "%s.%s", prefix, t->name);
         snprintf(oname, sizeof oname, "%s.%s", other ? other : "", t->name);
-        const float *a = flat ? flat + t->offset : gtensor(f, oname, t->numel);
+        const float *a = flat ? flat + t->offset : lg_tensor(f, oname, t->numel);
         double rm;
-        double e = golden_max_abs_diff(a, gtensor(f, name, t->numel), t->numel, &rm);
+        double e = golden_max_abs_diff(a, lg_tensor(f, name, t->numel), t->numel, &rm);
         if (rel) e /= rm > 0 ? rm : 1.0;
         if (e > worst) worst = e;
     }
@@ -124,22 +106,11 @@ static void check_bf16(const char *what, double ours, double peft, double scale)
     CHECK(ours <= BF16_REL_CAP * scale);
 }
 
-/* micro-batch (s, a) of seq [steps, accum, B, T+1] into inputs / targets [B, T] */
-static void micro(const int32_t *seq, int64_t accum, int64_t B, int64_t T, int64_t s, int64_t a, int32_t *in,
-                  int32_t *tg) {
-    const int32_t *q = seq + ((s * accum + a) * B) * (T + 1);
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t t = 0; t < T; t++) {
-            in[b * T + t] = q[b * (T + 1) + t];
-            tg[b * T + t] = q[b * (T + 1) + t + 1];
-        }
-}
-
 /* the golden's tensor prefix + name */
 static const float *gref(dt_st_file *f, const char *prefix, const char *name, uint64_t numel) {
     char key[DT_ST_NAME_MAX];
     snprintf(key, sizeof key, "%s%s", prefix, name);
-    return gtensor(f, key, numel);
+    return lg_tensor(f, key, numel);
 }
 
 /* largest |x| over n */
@@ -179,13 +150,13 @@ static void check_case(const char *golden_dir, const lora_case *c) {
         fprintf(stderr, "%s\n", err.msg);
         exit(1);
     }
-    const int64_t B = (int64_t)meta(f, "B"), T = (int64_t)meta(f, "T"), steps = (int64_t)meta(f, "steps");
-    const int64_t accum = (int64_t)meta(f, "accum");
+    const int64_t B = (int64_t)lg_meta(f, "B"), T = (int64_t)lg_meta(f, "T"), steps = (int64_t)lg_meta(f, "steps");
+    const int64_t accum = (int64_t)lg_meta(f, "accum");
     dt_finetune ft;
     dt_finetune_defaults(DT_FT_LORA, &ft);
-    ft.lora_rank = (int64_t)meta(f, "r");
-    ft.lora_alpha = meta(f, "alpha");
-    ft.lora_dropout = meta(f, "dropout");
+    ft.lora_rank = (int64_t)lg_meta(f, "r");
+    ft.lora_alpha = lg_meta(f, "alpha");
+    ft.lora_dropout = lg_meta(f, "dropout");
     const uint64_t drop_seed = strtoull(dt_st_metadata(f, "drop_seed"), NULL, 10);
     dt_precision pr, trained;
     dt_precision_from_preset(c->bf16 ? DT_PREC_MIXED_BF16 : DT_PREC_FP32, &pr);
@@ -204,19 +175,12 @@ static void check_case(const char *golden_dir, const lora_case *c) {
     const size_t np = dt_lm_num_params(g);
     float *dparams = dt_lm_params(g), *dgrads = dt_lm_grads(g);
     float *params = malloc(np * sizeof(float)), *grads = malloc(np * sizeof(float));
-    for (int i = 0; i < dt_lm_num_tensors(g); i++) {
-        const dt_tensor_info *t = dt_lm_tensor(g, i);
-        char key[DT_ST_NAME_MAX];
-        snprintf(key, sizeof key, "init.%s", t->name);
-        CHECK(strstr(t->name, ".lora_A.weight") || strstr(t->name, ".lora_B.weight"));
-        CHECK(t->flags & DT_TENSOR_ADAPTER);
-        memcpy(params + t->offset, gtensor(f, key, t->numel), t->numel * sizeof(float));
-    }
+    lg_set_adapters_into(g, f, params);
     model_copy(g, dparams, params, np, 0);
 
-    const int32_t *seq = (const int32_t *)gtensor(f, "seq", (uint64_t)(steps * accum * B * (T + 1)));
+    const int32_t *seq = (const int32_t *)lg_tensor(f, "seq", (uint64_t)(steps * accum * B * (T + 1)));
     int32_t *in = malloc(sizeof(int32_t) * (size_t)(B * T)), *tg = malloc(sizeof(int32_t) * (size_t)(B * T));
-    micro(seq, accum, B, T, 0, 0, in, tg);
+    lg_micro(seq, accum, B, T, 0, 0, in, tg);
     float loss = 0.0f;
     dt_lm_zero_grad(g);
     dt_lm_set_dropout(g, 1, dt_lm_dropout_key(drop_seed, 0, 0));
@@ -235,7 +199,7 @@ static void check_case(const char *golden_dir, const lora_case *c) {
     printf("%s%s%s: logits |diff| %.3g, loss %.7f vs %.7f, adapter gradients worst %.3g of each tensor's largest\n",
            name, c->dropout ? " (dropout)" : "", c->bf16 ? " mixed-bf16" : "", le, loss, gl, ge);
     if (c->bf16) {
-        check_bf16("logits", le, golden_max_abs_diff(gtensor(f, "logits", nlog), want_logits, nlog, &rm),
+        check_bf16("logits", le, golden_max_abs_diff(lg_tensor(f, "logits", nlog), want_logits, nlog, &rm),
                    max_abs(want_logits, nlog));
         check_bf16("gradients (relative)", ge, worst_of(g, NULL, "grad", f, refp, 1), 1.0);
     } else {
@@ -249,8 +213,8 @@ static void check_case(const char *golden_dir, const lora_case *c) {
     CHECK(dt_optim_create(&trained, dt_lm_num_params(g), &opt, &err) == DT_OK);
     dt_optim_init_master(opt, params);
     dt_schedule sched = {.kind = DT_SCHED_WARMUP_DECAY_LR, .total_steps = steps,
-                         .warmup_steps = (int64_t)meta(f, "warmup"), .warmup_linear = 1};
-    const double lr = meta(f, "lr"), max_norm = meta(f, "max_norm");
+                         .warmup_steps = (int64_t)lg_meta(f, "warmup"), .warmup_linear = 1};
+    const double lr = lg_meta(f, "lr"), max_norm = lg_meta(f, "max_norm");
     const float *want = gref(f, ref, "step_losses", (uint64_t)steps);
     const float *want_norm = gref(f, ref, "step_norms", (uint64_t)steps);
     double *got = malloc(sizeof(double) * (size_t)steps), *got_norm = malloc(sizeof(double) * (size_t)steps);
@@ -258,7 +222,7 @@ static void check_case(const char *golden_dir, const lora_case *c) {
         dt_lm_zero_grad(g);
         double total = 0;
         for (int64_t a = 0; a < accum; a++) {
-            micro(seq, accum, B, T, s, a, in, tg);
+            lg_micro(seq, accum, B, T, s, a, in, tg);
             dt_lm_set_dropout(g, 1, dt_lm_dropout_key(drop_seed, s, a));
             CHECK(dt_lm_forward(g, in, tg, &loss, &err) == DT_OK);
             CHECK(dt_lm_backward(g, 1.0f / (float)accum, &err) == DT_OK);
@@ -268,8 +232,8 @@ static void check_case(const char *golden_dir, const lora_case *c) {
         model_copy(g, grads, dgrads, np, 1);
         got[s] = total / (double)accum;
         got_norm[s] = norm;
-        dt_adamw hp = {dt_schedule_lr(&sched, lr, s), meta(f, "beta1"), meta(f, "beta2"), meta(f, "eps"),
-                       meta(f, "weight_decay")};
+        dt_adamw hp = {dt_schedule_lr(&sched, lr, s), lg_meta(f, "beta1"), lg_meta(f, "beta2"), lg_meta(f, "eps"),
+                       lg_meta(f, "weight_decay")};
         const double div = dt_clip_divisor(norm, 1.0, max_norm);
         for (int i = 0; i < dt_lm_num_tensors(g); i++) {
             const dt_tensor_info *t = dt_lm_tensor(g, i);
@@ -286,8 +250,8 @@ static void check_case(const char *golden_dir, const lora_case *c) {
            name, c->dropout ? " (dropout)" : "", c->bf16 ? " mixed-bf16" : "", (long long)steps, (long long)accum,
            worst_loss, worst_norm, ae);
     if (c->bf16) {
-        const float *peft_loss = gtensor(f, "step_losses", (uint64_t)steps);
-        const float *peft_norm = gtensor(f, "step_norms", (uint64_t)steps);
+        const float *peft_loss = lg_tensor(f, "step_losses", (uint64_t)steps);
+        const float *peft_norm = lg_tensor(f, "step_norms", (uint64_t)steps);
         /* the first micro-batch's loss joins the 40 of the steps: one scalar's error is a draw,
          * the worst of many is PEFT's error's scale */
         const double loss0 = fabs(first_loss - gl) / fabs(gl);
