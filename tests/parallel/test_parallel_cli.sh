@@ -19,6 +19,30 @@ grep -q "^layouts weighed against DP x ZeRO" "$T/out" && grep -q "^  DP x ZeRO: 
     grep -q "^  with a layout: " "$T/out" && grep -q "^  why: " "$T/out" &&
     ok "solve weighs layouts against DP x ZeRO and says why" || fail "no verdict: $(cat "$T/out")"
 grep -q '"layout": {' "$T/p.json" && ok "the chosen plan records its layout" || fail "plan has no layout section"
+# the verdict names both alternatives (a ZeRO stage without a layout; a TP x CP x PP layout with its
+# stage), gives each one's step and parts, and its "why" is their arithmetic and agrees with the plan
+python3 - "$T/out" "$T/p.json" <<'PY' && ok "the verdict names DP x ZeRO and the layout, and why agrees with the plan" ||
+import json, re, sys
+out = open(sys.argv[1]).read().split("layouts weighed against DP x ZeRO", 1)[1]
+plan = json.load(open(sys.argv[2]))
+dp = re.search(r"\n  DP x ZeRO: +(.*)\n +step ([\d.e+-]+) s = compute .* exposed comm ([\d.e+-]+) ", out)
+ly = re.search(r"\n  with a layout: +(.*)\n +step ([\d.e+-]+) s = compute .* exposed comm ([\d.e+-]+) ", out)
+why = re.search(r"\n  why: (the layout|DP x ZeRO) is faster: the other step takes ([\d.]+)% longer "
+                r"\(exposed communication ([\d.e+-]+) s vs ([\d.e+-]+) s", out)
+assert dp and ly and why, "verdict lines not as documented:\n" + out
+assert re.match(r"(DDP \(stage 0\)|ZeRO-[123]), ", dp.group(1)) and "layout" not in dp.group(1), dp.group(1)
+assert re.match(r"(DDP \(stage 0\)|ZeRO-[123]), ", ly.group(1)), ly.group(1)
+assert re.search(r", layout TP \d+( \+ SP)? x CP \d+ x PP \d+( interleaved)? \(runtime fsdp\)", ly.group(1)), ly.group(1)
+step = {"DP x ZeRO": float(dp.group(2)), "the layout": float(ly.group(2))}
+comm = {"DP x ZeRO": float(dp.group(3)), "the layout": float(ly.group(3))}
+won = why.group(1); lost = "DP x ZeRO" if won == "the layout" else "the layout"
+assert step[won] <= step[lost], (step, won)
+assert abs(float(why.group(2)) - 100 * (step[lost] / step[won] - 1)) < 0.2, (why.group(0), step)
+assert (float(why.group(3)), float(why.group(4))) == (comm[won], comm[lost]), (why.group(0), comm)
+assert ("layout" in plan) == (won == "the layout"), "the plan's layout section disagrees with the verdict"
+assert abs(plan["prediction"]["time"]["step_s"] - step[won]) <= 1e-3 * step[won], (plan["prediction"]["time"], step)
+PY
+    fail "the verdict does not name both alternatives or disagrees with the plan"
 "$DTPLAN" show "$T/p.json" >"$T/show" 2>&1 && grep -q "^layout       TP [0-9]* .* x PP [0-9]* .* x DP [0-9]* = 64 ranks" "$T/show" &&
     ok "show prints the layout" || fail "show: $(cat "$T/show")"
 grep -q "^batch .* x data-parallel [0-9]*;" "$T/show" || fail "show's batch line lacks the data-parallel size"
