@@ -10,6 +10,10 @@
 #     stages 2 and 3 gives world 1; the checkpoint's adapter/ is SEQ_CLS with
 #     base_model.model.score.weight; --init-adapter reads it back: a run from it at lr 1e-12
 #     evaluates to the run's last eval_loss (1e-5);
+#   - dpo with precompute_ref (TRL's precompute_ref_log_probs: no reference model) gives the
+#     in-step reference's losses, grad norms and margins at world 1, world 2 stage 3, under LoRA,
+#     and resumed (the starting model read again for the table); its tracked parameter bytes
+#     are the policy's alone (the reference's gone) and its total below the in-step run's;
 #   - the checkpoint is what the objective makes: rm a *ForSequenceClassification directory with
 #     score.weight [1, C] and no lm_head, dpo a causal LM;
 #   - resume (world 2, stage 1) continues the pair order: its losses equal the uninterrupted run's.
@@ -109,6 +113,39 @@ if [ "$OBJ" = dpo ]; then
         check "$TMP/lora-2" "$TMP/lora-base" "LoRA dpo (reference = adapters off) stage 2 world 2" || FAIL=1
     else
         echo "FAIL: LoRA dpo runs"; FAIL=1
+    fi
+fi
+
+if [ "$OBJ" = dpo ]; then
+    # pc IN OUT: IN with objective.precompute_ref
+    pc() { python3 -c 'import json, sys; p = json.load(open(sys.argv[1])); p["objective"]["precompute_ref"] = True
+json.dump(p, open(sys.argv[2], "w"), indent=2)' "$1" "$2"; }
+    pc "$TMP/base.json" "$TMP/pc-1.json"
+    plan "$TMP/solved.json" 3 2 none "$TMP/pc-3.tmp.json" && pc "$TMP/pc-3.tmp.json" "$TMP/pc-3.json"
+    pc "$TMP/lora-base.json" "$TMP/pc-lora.json"
+    for c in "1 pc-1 base" "2 pc-3 base" "1 pc-lora lora-base"; do
+        read -r w name ref <<<"$c"
+        if run "$w" "$TMP/$name.json" "$TMP/$name" 2>"$TMP/$name.log"; then
+            check "$TMP/$name" "$TMP/$ref" "dpo precompute_ref ($name, world $w) = the in-step reference" || FAIL=1
+        else
+            echo "FAIL: dpo precompute_ref $name: $(tail -2 "$TMP/$name.log")"; FAIL=1
+        fi
+    done
+    python3 - "$TMP/pc-1" "$TMP/base" <<'PY' || FAIL=1
+import json, sys
+pc, base = (json.load(open(d + "/run-report.json"))["tracked"] for d in sys.argv[1:])
+if not (base["params"] == 2 * pc["params"] and pc["total"] < base["total"]):
+    print(f"FAIL precompute_ref memory: tracked {pc} vs the in-step reference's {base}"); sys.exit(1)
+print(f"ok   precompute_ref holds no reference: tracked params {pc['params']} B (in-step {base['params']} B), "
+      f"total {pc['total']} B (in-step {base['total']} B)")
+PY
+    # resumed at step 4 (world 2, stage 1): the table from the starting model, read again (from
+    # the policy at step 4 its losses would differ)
+    plan "$TMP/solved.json" 1 2 none "$TMP/pcr.tmp.json" && pc "$TMP/pcr.tmp.json" "$TMP/pcr.json"
+    if run 2 "$TMP/pcr.json" "$TMP/pcr" --max-steps 4 && run 2 "$TMP/pcr.json" "$TMP/pcr" --resume 2>"$TMP/pcr.log"; then
+        check "$TMP/pcr" "$TMP/o-1-none" "dpo precompute_ref resumed at step 4 = the in-step run" || FAIL=1
+    else
+        echo "FAIL: dpo precompute_ref resume runs"; FAIL=1
     fi
 fi
 
