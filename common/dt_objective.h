@@ -46,9 +46,11 @@ typedef enum {
 typedef enum { DT_RM_HEAD_SCORE = 0, DT_RM_HEAD_VALUE = 1 } dt_rm_head;
 
 /* TRL GRPOConfig defaults (trl 1.16 trainer/grpo_config.py): num_generations 8,
- * max_completion_length 512, beta 0.0 (no reference loaded). */
+ * max_completion_length 512, beta 0.0 (no reference loaded), temperature 1.0, top_p 1.0. */
 #define DT_OBJ_DEFAULT_GENERATIONS 8
 #define DT_OBJ_DEFAULT_COMPLETION 512
+#define DT_OBJ_DEFAULT_TEMPERATURE 1.0
+#define DT_OBJ_DEFAULT_TOP_P 1.0
 
 typedef struct dt_objective {
     dt_obj_kind kind;
@@ -64,6 +66,9 @@ typedef struct dt_objective {
     int64_t completion_len;
     double kl_coef;
     int64_t gen_batch;
+    /* grpo: the sampler's temperature (> 0) and nucleus top_p (in (0, 1]; 1 keeps every token),
+     * TRL GRPOConfig temperature / top_p; 0 for the other objectives */
+    double temperature, top_p;
     /* ppo: placement; a separate generation engine's share of each GPU's memory (vLLM's
      * gpu_memory_utilization; 0 = generation in the training engine) */
     dt_placement placement;
@@ -89,7 +94,7 @@ int dt_pref_loss_parse(const char *s, dt_pref_loss *out, dt_error *err);
 int dt_pref_loss_ref_free(dt_pref_loss l);
 const char *dt_rm_head_name(dt_rm_head h);          /* "score" | "value" */
 int dt_rm_head_parse(const char *s, dt_rm_head *out, dt_error *err);
-/* Defaults for kind k: grpo G 8, completion 512, beta 0; ppo 1 generation, completion 512,
+/* Defaults for kind k: grpo G 8, completion 512, beta 0, temperature 1, top_p 1; ppo 1 generation, completion 512,
  * beta 0.05 (TRL PPOConfig kl_coef); dpo loss sigmoid, pref_beta 0.1; rm score head; the rest
  * zero. */
 void dt_objective_defaults(dt_obj_kind k, dt_objective *out);

@@ -50,7 +50,11 @@ dt_obj_kind dt_obj_effective(const dt_objective *o, int loss_mask) {
 void dt_objective_defaults(dt_obj_kind k, dt_objective *out) {
     memset(out, 0, sizeof *out);
     out->kind = k;
-    if (k == DT_OBJ_GRPO) out->num_generations = DT_OBJ_DEFAULT_GENERATIONS;
+    if (k == DT_OBJ_GRPO) {
+        out->num_generations = DT_OBJ_DEFAULT_GENERATIONS;
+        out->temperature = DT_OBJ_DEFAULT_TEMPERATURE;
+        out->top_p = DT_OBJ_DEFAULT_TOP_P;
+    }
     if (k == DT_OBJ_PPO) out->num_generations = 1, out->kl_coef = PPO_DEFAULT_KL;
     if (k == DT_OBJ_DPO) out->pref_beta = DT_OBJ_DEFAULT_PREF_BETA;
     if (dt_obj_generates(k)) out->completion_len = DT_OBJ_DEFAULT_COMPLETION;
@@ -88,6 +92,13 @@ int dt_objective_check(const dt_objective *o, int64_t seq_len, int64_t rollout_b
     if (!gen && (o->num_generations || o->completion_len || o->gen_batch || o->kl_coef != 0.0))
         return dt_errorf(err, DT_EINVAL, "%s: num-generations, max-completion-length, kl-coef and gen-batch are "
                          "grpo / ppo settings, not %s's (drop them, or use --objective grpo)", where, name);
+    if (o->kind != DT_OBJ_GRPO && (o->temperature != 0.0 || o->top_p != 0.0))
+        return dt_errorf(err, DT_EINVAL, "%s: temperature and top-p are grpo settings, not %s's (drop them, or use "
+                         "--objective grpo)", where, name);
+    if (o->kind == DT_OBJ_GRPO && (!(o->temperature > 0.0) || !isfinite(o->temperature) || !(o->top_p > 0.0) ||
+                                   !(o->top_p <= 1.0)))
+        return dt_errorf(err, DT_EINVAL, "%s: temperature %g must be > 0 and top-p %g in (0, 1] (TRL's defaults: 1 "
+                         "and 1)", where, o->temperature, o->top_p);
     if (o->kind != DT_OBJ_PPO && (o->placement != DT_PLACE_COLOCATED || o->gen_mem_fraction != 0.0))
         return dt_errorf(err, DT_EINVAL, "%s: placement and gen-mem-fraction are ppo settings, not %s's (drop "
                          "them, or use --objective ppo)", where, name);
@@ -126,6 +137,10 @@ void dt_objective_write_json(cJSON *root, const dt_objective *o) {
     cJSON_AddNumberToObject(j, "max_completion_length", (double)o->completion_len);
     cJSON_AddNumberToObject(j, "kl_coef", o->kl_coef);
     cJSON_AddNumberToObject(j, "gen_batch", (double)o->gen_batch);
+    if (o->kind == DT_OBJ_GRPO) {
+        cJSON_AddNumberToObject(j, "temperature", o->temperature);
+        cJSON_AddNumberToObject(j, "top_p", o->top_p);
+    }
     if (o->kind != DT_OBJ_PPO) return;
     cJSON_AddStringToObject(j, "placement", k_place[o->placement]);
     cJSON_AddNumberToObject(j, "gen_mem_fraction", o->gen_mem_fraction);
@@ -159,6 +174,12 @@ void dt_objective_read_json(dt_jobj *root, dt_objective *o, dt_error *err) {
         dt_jobj_int(&j, "max_completion_length", 1, INT32_MAX, &o->completion_len, err);
         dt_jobj_num(&j, "kl_coef", DT_JNUM_NONNEG, &o->kl_coef, err);
         dt_jobj_int(&j, "gen_batch", 0, INT32_MAX, &o->gen_batch, err);
+    }
+    if (!j.failed && o->kind == DT_OBJ_GRPO) {   /* optional (plans before them: TRL's 1 and 1) */
+        o->temperature = DT_OBJ_DEFAULT_TEMPERATURE;
+        o->top_p = DT_OBJ_DEFAULT_TOP_P;
+        if (dt_jobj_has(&j, "temperature")) dt_jobj_num(&j, "temperature", DT_JNUM_POS, &o->temperature, err);
+        if (!j.failed && dt_jobj_has(&j, "top_p")) dt_jobj_num(&j, "top_p", DT_JNUM_POS, &o->top_p, err);
     }
     if (!j.failed && o->kind == DT_OBJ_PPO) {
         if (!dt_jobj_enum(&j, "placement", k_place, 2, &v, err)) o->placement = (dt_placement)v;

@@ -35,6 +35,18 @@ loss F32 [1], metrics F32 [k] (dpo: rewards/chosen, rewards/rejected, rewards/ma
 rewards/accuracies, logps/chosen, logps/rejected; rm: accuracy, margin, min_reward, mean_reward,
 max_reward, from the trainer's own _metrics), grad.<name> F32 for every parameter (transformers'
 names); metadata: versions, beta, seed.
+
+rmlora-<fam>: rm under LoRA as PEFT 0.21.2 builds it for TRL's RewardTrainer: the rm case's
+sequence classifier (saved as OUT/<case>/model) wrapped by get_peft_model(LoraConfig(task_type
+SEQ_CLS, r 4, lora_alpha 8, lora_dropout 0, the seven block linears)): PEFT adds "score" to
+modules_to_save and trains its copy; every lora_A / lora_B is then moved by N(0, 0.05^2) under
+torch.manual_seed(SEED + 2) (B starts at 0, which would leave A's gradient 0), and the adapter is
+saved with PeftModel.save_pretrained as OUT/<case>/adapter (adapter_config.json,
+adapter_model.safetensors with base_model.model.score.weight), which the C test reads with
+dt_adapter_read. Gradients under the engine's names (grad.model.layers.0.self_attn.q_proj.
+lora_A.weight, grad.score.weight). OUT/<case>/merged: merge_and_unload() of it saved by
+save_pretrained (*ForSequenceClassification, no lm_head), which tests/engine/test_merge.sh holds
+`dtrun merge --base <fam> --adapter adapter` to.
 """
 import json
 import os
@@ -121,22 +133,66 @@ def dpo_case(src, out, moved=False):
                    "transformers": transformers.__version__, "torch": torch.__version__, "metrics": names})
 
 
+RM_METRICS = ["accuracy", "margin", "min_reward", "mean_reward", "max_reward"]
+
+
+def rm_step(model, vocab, g):
+    """RewardTrainer.compute_loss on the batch, backward; the metrics' names and the golden's tensors."""
+    model.train()
+    prompt_n, lens, ids, att, _ = batch(vocab, g)
+    s = stand_in(model, args=NS(center_rewards_coefficient=None))
+    loss = RewardTrainer.compute_loss(s, model, {"input_ids": ids, "attention_mask": att})
+    loss.backward()
+    metrics = torch.tensor([s._metrics["train"][n][-1] for n in RM_METRICS], dtype=torch.float32)
+    return RM_METRICS, {"pair.prompt_n": prompt_n, "pair.len": lens, "ids": ids.int(),
+                        "loss": loss.detach().float().reshape(1), "metrics": metrics}
+
+
 def rm_case(src, out):
     g = torch.Generator().manual_seed(SEED)
     torch.manual_seed(SEED)   # the score head's init
     model = AutoModelForSequenceClassification.from_pretrained(src, num_labels=1, pad_token_id=0,
                                                                torch_dtype=torch.float32, attn_implementation="eager")
     model.save_pretrained(out + "/model", safe_serialization=True)
-    model.train()
-    prompt_n, lens, ids, att, _ = batch(model.config.vocab_size, g)
-    s = stand_in(model, args=NS(center_rewards_coefficient=None))
-    loss = RewardTrainer.compute_loss(s, model, {"input_ids": ids, "attention_mask": att})
-    loss.backward()
-    names = ["accuracy", "margin", "min_reward", "mean_reward", "max_reward"]
-    metrics = torch.tensor([s._metrics["train"][n][-1] for n in names], dtype=torch.float32)
-    t = {"pair.prompt_n": prompt_n, "pair.len": lens, "ids": ids.int(), "loss": loss.detach().float().reshape(1),
-         "metrics": metrics, **grads(model)}
+    names, t = rm_step(model, model.config.vocab_size, g)
+    t.update(grads(model))
     write(out, t, {"objective": "rm", "model": os.path.relpath(out + "/model", ROOT), "seed": SEED, "trl": trl.__version__,
+                   "transformers": transformers.__version__, "torch": torch.__version__, "metrics": names})
+
+
+LORA_R, LORA_ALPHA = 4, 8
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def rmlora_case(src, out):
+    from peft import LoraConfig, get_peft_model
+    import peft
+    g = torch.Generator().manual_seed(SEED)
+    torch.manual_seed(SEED)   # the score head's init, as rm_case
+    base = AutoModelForSequenceClassification.from_pretrained(src, num_labels=1, pad_token_id=0,
+                                                              torch_dtype=torch.float32, attn_implementation="eager")
+    base.save_pretrained(out + "/model", safe_serialization=True)
+    cfg = LoraConfig(task_type="SEQ_CLS", r=LORA_R, lora_alpha=LORA_ALPHA, lora_dropout=0.0,
+                     target_modules=LORA_TARGETS)
+    model = get_peft_model(base, cfg)
+    torch.manual_seed(SEED + 2)
+    with torch.no_grad():
+        for k, p in model.named_parameters():
+            if ".lora_A." in k or ".lora_B." in k:
+                p.add_(torch.randn_like(p) * MOVE)
+    model.save_pretrained(out + "/adapter")
+    names, t = rm_step(model, base.config.vocab_size, g)
+    for k, p in model.named_parameters():
+        if p.grad is None:
+            continue
+        k = k.replace("base_model.model.", "", 1).replace(".modules_to_save.default", "").replace(".default", "")
+        t["grad." + k] = p.grad.detach().clone().float()
+    # PEFT's merge of the saved adapter into the causal-LM base, as transformers saves the
+    # sequence classifier (what `dtrun merge --base src --adapter adapter` must write)
+    with torch.no_grad():
+        model.merge_and_unload().save_pretrained(out + "/merged", safe_serialization=True)
+    write(out, t, {"objective": "rm", "model": os.path.relpath(out + "/model", ROOT), "seed": SEED,
+                   "lora_r": LORA_R, "lora_alpha": LORA_ALPHA, "trl": trl.__version__, "peft": peft.__version__,
                    "transformers": transformers.__version__, "torch": torch.__version__, "metrics": names})
 
 
@@ -148,6 +204,7 @@ def main():
         dpo_case(src, os.path.join(out, "dpo-" + fam))
         dpo_case(src, os.path.join(out, "dpo-" + fam + "-moved"), moved=True)
         rm_case(src, os.path.join(out, "rm-" + fam))
+        rmlora_case(src, os.path.join(out, "rmlora-" + fam))
     print("wrote", out)
 
 

@@ -19,7 +19,8 @@ static const struct {
 } k_opts[OBJ_N_VALUES] = {
     [OBJ_KIND] = {"--objective", "dpo"},           [OBJ_GEN] = {"--num-generations", "8"},
     [OBJ_COMPLETION] = {"--max-completion-length", "512"}, [OBJ_KL] = {"--kl-coef", "0.04"},
-    [OBJ_GEN_BATCH] = {"--gen-batch", "16"},       [OBJ_PLACEMENT] = {"--placement", "colocated"},
+    [OBJ_GEN_BATCH] = {"--gen-batch", "16"},       [OBJ_TEMPERATURE] = {"--temperature", "0.7"},
+    [OBJ_TOP_P] = {"--top-p", "0.9"},              [OBJ_PLACEMENT] = {"--placement", "colocated"},
     [OBJ_GEN_MEM] = {"--gen-mem-fraction", "0.3"},  [OBJ_PREF_LOSS] = {"--pref-loss", "sigmoid"},
     [OBJ_PREF_BETA] = {"--pref-beta", "0.1"},      [OBJ_RM_HEAD] = {"--rm-head", "value"},
     [OBJ_LABEL_SMOOTHING] = {"--label-smoothing", "0.1"},
@@ -62,6 +63,8 @@ void dt_obj_usage(FILE *f) {
                "  --max-completion-length C  grpo/ppo: generated tokens (default 512; the prompt: sequence minus C)\n"
                "  --kl-coef B           grpo/ppo: KL coefficient (grpo default 0: no reference; ppo 0.05)\n"
                "  --gen-batch S         grpo/ppo: sequences decoded at once per GPU (default: the rank's rollout)\n"
+               "  --temperature T       grpo: the sampler's temperature (default 1, TRL's; > 0)\n"
+               "  --top-p P             grpo: nucleus sampling's top_p (default 1: every token; in (0, 1])\n"
                "  --placement P         ppo: colocated (default) | split (frozen models on their own GPUs)\n"
                "  --gen-mem-fraction F  ppo: a separate generation engine's share of each GPU (vLLM's\n"
                "                        gpu_memory_utilization; default 0: generation in the training engine)\n");
@@ -104,6 +107,11 @@ int dt_obj_args_apply(const dt_obj_args *a, dt_plan *p) {
     if (a->v[OBJ_COMPLETION] && integer(a, OBJ_COMPLETION, 1, &o.completion_len)) return 2;
     if (a->v[OBJ_GEN_BATCH] && integer(a, OBJ_GEN_BATCH, 1, &o.gen_batch)) return 2;
     if (a->v[OBJ_KL] && real(a, OBJ_KL, &o.kl_coef)) return 2;
+    if (a->v[OBJ_TEMPERATURE] && real(a, OBJ_TEMPERATURE, &o.temperature)) return 2;
+    if (a->v[OBJ_TOP_P] && real(a, OBJ_TOP_P, &o.top_p)) return 2;
+    if ((a->v[OBJ_TEMPERATURE] || a->v[OBJ_TOP_P]) && k != DT_OBJ_GRPO)
+        return dt_cli_fail(2, "%s is a grpo setting, not %s's (drop it, or use --objective grpo)",
+                           k_opts[a->v[OBJ_TEMPERATURE] ? OBJ_TEMPERATURE : OBJ_TOP_P].name, dt_obj_name(k));
     if (a->v[OBJ_GEN_MEM] && real(a, OBJ_GEN_MEM, &o.gen_mem_fraction)) return 2;
     dt_error pe = {0};
     if (a->v[OBJ_PREF_LOSS] && dt_pref_loss_parse(a->v[OBJ_PREF_LOSS], &o.pref_loss, &pe))

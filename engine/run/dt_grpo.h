@@ -73,6 +73,10 @@ typedef struct dt_grpo_rollout {
 int dt_grpo_rollout_run(dt_gen *gen, const dt_grpo_opts *o, const dt_grpo_prompt *p, int64_t np,
                         dt_grpo_decode_fn decode, void *dctx, dt_grpo_rollout *r, dt_error *err);
 void dt_grpo_rollout_free(dt_grpo_rollout *r);
+/* TRL's logged reward and reward_std of n rewards (torch.nanmean, Bessel-corrected nanstd),
+ * summed in index order (double): over the rewards of every rank gathered in rank order, a run
+ * logs the same on any number of ranks. */
+void dt_grpo_reward_stats(const float *rewards, int64_t n, double *mean, double *std);
 
 /* logp [rows, T] of rows [r0, r0 + rows) of r from their forward's logits [rows, T, V]. */
 int dt_grpo_token_logps(const dt_grpo_rollout *r, int64_t r0, int64_t rows, const float *logits, int64_t V,

@@ -83,6 +83,13 @@ static double bessel_std(const float *v, int64_t n) {
     return n > 1 ? sqrt(ss / (double)(n - 1)) : 0.0;
 }
 
+void dt_grpo_reward_stats(const float *rewards, int64_t n, double *mean, double *std) {
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += rewards[i];
+    *mean = n > 0 ? sum / (double)n : 0.0;
+    *std = bessel_std(rewards, n);
+}
+
 /* 1 when completion i ended with one of the EOS ids */
 static int terminated(const dt_grpo_opts *o, const dt_grpo_rollout *r, const int32_t *out, int64_t i) {
     const int64_t NEW = o->gen.max_new_tokens;

@@ -14,6 +14,9 @@
  *   per micro-batch, its slice of rows: the reference's per-token log-probs when the KL
  *   coefficient is not 0 (a frozen replicated copy, or the policy with its adapters off under
  *   LoRA), the policy's forward, the loss's dL/dlogits and dt_lm_backward_logits.
+ * The plan's temperature and top_p sample the completions, and the log-probs of the loss (policy
+ * and reference) are those of logits / temperature, as TRL's fused LM head computes them. reward
+ * and reward_std are TRL's over the rewards of every rank (TRL gathers them before normalising).
  * CUDA and precisions other than fp32 are refused in check. */
 #include <math.h>
 #include <stdlib.h>
@@ -55,6 +58,7 @@ struct dt_objrun {
     char **text;                /* [P, 2] each prompt's text and answer (decoded ids) */
     char *where;                /* [P, GRPO_WHERE_MAX] */
     float *logp, *ref_logp, *d_logp;   /* [B, T] */
+    float *all_rewards;         /* [world, P x G] the step's rewards of every rank, in rank order */
 };
 
 static int grpo_check(const dt_plan *p, dt_error *err) {
@@ -135,7 +139,8 @@ static int alloc_buffers(dt_objrun *o, dt_error *err) {
     o->logp = malloc(BT * sizeof(float));
     o->ref_logp = malloc(BT * sizeof(float));
     o->d_logp = malloc(BT * sizeof(float));
-    if (!o->prompts || !o->text || !o->where || !o->logp || !o->ref_logp || !o->d_logp)
+    o->all_rewards = malloc((size_t)(o->p.world * o->P * o->G) * sizeof(float));
+    if (!o->prompts || !o->text || !o->where || !o->logp || !o->ref_logp || !o->d_logp || !o->all_rewards)
         return dt_errorf(err, DT_ENOMEM, "grpo: out of memory for a step's %zu prompts", P);
     return DT_OK;
 }
@@ -148,7 +153,8 @@ static void set_options(dt_objrun *o, const dt_objrun_ctx *c) {
     o->go = (dt_grpo_opts){.G = o->G, .T = o->p.T, .pad_id = dt_pairset_pad_id(o->p.train),
                            .reward_cmd = c->reward_cmd && c->reward_cmd[0] ? c->reward_cmd : NULL,
                            .reward_timeout_s = c->reward_timeout_s, .scale = DT_GRPO_SCALE_GROUP};
-    o->go.gen = (dt_gen_params){.max_new_tokens = pl->objective.completion_len, .temperature = 1.0, .top_p = 1.0,
+    o->go.gen = (dt_gen_params){.max_new_tokens = pl->objective.completion_len,
+                                .temperature = pl->objective.temperature, .top_p = pl->objective.top_p,
                                 .vocab_limit = dt_tok_vocab_size(o->tok), .n_eos = 1};
     o->go.gen.eos[0] = o->go.pad_id;
     /* a chat's turn ends with its template's end token (Qwen's generation_config stops at
@@ -224,10 +230,27 @@ static uint64_t rollout_seed(const dt_objrun *o, int64_t place) {
     return z ^ (z >> 31);
 }
 
-/* The per-token log-probs of lm's forward over rows [r0, r0 + B) of the step's rollout. */
+/* The per-token log-probs of lm's forward over rows [r0, r0 + B) of the step's rollout, at the
+ * sampling temperature: its logits divided by it in place (TRL's add_fused_lm_head(temperature)). */
 static int forward_logps(dt_objrun *o, dt_lm *lm, int64_t r0, float *logp, dt_error *err) {
     if (dt_lm_forward(lm, o->roll.ids + r0 * o->p.T, NULL, NULL, err)) return err->code;
-    return dt_grpo_token_logps(&o->roll, r0, o->B, dt_lm_logits(lm), dt_lm_logits_width(lm), logp, err);
+    const double temp = o->go.gen.temperature;
+    const int64_t V = dt_lm_logits_width(lm);
+    float *logits = dt_lm_logits_mut(lm);   /* [B, T, V] */
+    if (temp != 1.0)
+        for (int64_t i = 0; i < o->B * o->p.T * V; i++) logits[i] = (float)(logits[i] / temp);
+    return dt_grpo_token_logps(&o->roll, r0, o->B, logits, V, logp, err);
+}
+
+/* reward and reward_std over the rollouts of every rank (TRL's gathered rewards_per_func). */
+static int gathered_reward_stats(dt_objrun *o, dt_error *err) {
+    const int64_t n = o->roll.n;
+    if (o->p.world > 1 &&
+        dt_comm_allgather(o->p.comm, o->roll.rewards, o->all_rewards, (size_t)n, DT_DTYPE_FP32, err))
+        return err->code;
+    const float *all = o->p.world > 1 ? o->all_rewards : o->roll.rewards;
+    dt_grpo_reward_stats(all, n * o->p.world, &o->rm[GM_REWARD], &o->rm[GM_REWARD_STD]);
+    return DT_OK;
 }
 
 typedef struct {
@@ -275,6 +298,7 @@ static int step_rollout(dt_objrun *o, dt_lm *g, dt_error *err) {
     const double v[GM_N] = {0, r->m.reward, r->m.reward_std, r->m.frac_reward_zero_std, r->m.mean_length,
                             r->m.clipped_ratio, 0, 0};
     memcpy(o->rm, v, sizeof v);
+    if (gathered_reward_stats(o, err)) return err->code;
     float ntok = 0;   /* exact in fp32: far below 2^24 tokens */
     for (int64_t i = 0; i < r->n * r->T; i++) ntok += r->mask[i];
     if (o->p.world > 1 && dt_comm_allreduce(o->p.comm, &ntok, 1, DT_DTYPE_FP32, DT_RED_SUM, err)) return err->code;
@@ -296,7 +320,9 @@ static int grpo_micro(dt_objrun *o, dt_lm *g, float grad_scale, double *loss, dt
     if (!rc) rc = forward_logps(o, g, r0, o->logp, err);
     if (!rc) rc = dt_grpo_loss(&o->cfg, o->B, T, o->logp, NULL, o->cfg.beta != 0 ? o->ref_logp : NULL,
                                o->roll.adv + r0, o->roll.mask + r0 * T, o->d_logp, &m, err);
-    for (int64_t i = 0; i < o->B * T && !rc; i++) o->d_logp[i] *= grad_scale;
+    /* d/dlogits = d/d(logits / temperature) / temperature */
+    const float dscale = (float)(grad_scale / o->go.gen.temperature);
+    for (int64_t i = 0; i < o->B * T && !rc; i++) o->d_logp[i] *= dscale;
     float *logits = dt_lm_logits_mut(g);   /* overwritten in place by dL/dlogits */
     if (!rc) rc = dt_obj_token_logps_backward(logits, o->roll.labels + r0 * T, o->B * T, V, o->d_logp, logits, err);
     if (!rc) rc = dt_lm_backward_logits(g, err);
@@ -329,7 +355,7 @@ static void grpo_free(dt_objrun *o) {
     dt_tok_free(o->tok);
     for (int64_t b = 0; o->text && b < 2 * o->P; b++) free(o->text[b]);
     free(o->text), free(o->prompts), free(o->where);
-    free(o->logp), free(o->ref_logp), free(o->d_logp);
+    free(o->logp), free(o->ref_logp), free(o->d_logp), free(o->all_rewards);
     free(o);
 }
 

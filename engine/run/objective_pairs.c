@@ -89,6 +89,12 @@ int64_t objpairs_eval_batches(const objpairs *p) {
     return cap > 0 && cap < nb ? cap : nb;
 }
 
+int objpairs_range_batch(objpairs *p, const dt_pairset *s, int64_t first, dt_error *err) {
+    const int64_t n = dt_pairset_count(s);
+    for (int64_t i = 0; i < p->B; i++) p->idx[i] = first + i < n ? first + i : n - 1;
+    return fill(p, s, err);
+}
+
 int objpairs_eval_batch(objpairs *p, int64_t b, dt_error *err) {
     for (int64_t i = 0; i < p->B; i++) p->idx[i] = b * p->B + i;
     return fill(p, p->valid, err);

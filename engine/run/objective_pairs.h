@@ -42,6 +42,9 @@ int objrun_reference_open(const dt_objrun_ctx *c, int64_t rows, dt_lm **ref, dt_
  * the plan's eval_batches when set), and batch b of them. */
 int64_t objpairs_eval_batches(const objpairs *p);
 int objpairs_eval_batch(objpairs *p, int64_t b, dt_error *err);
+/* Pairs first .. first + B - 1 of set s in file order (an index past s's last repeats its last
+ * pair), into the batch. */
+int objpairs_range_batch(objpairs *p, const dt_pairset *s, int64_t first, dt_error *err);
 /* An evaluation over the held-out batches (LoRA dropout off): batch(o, g, v, err) runs the
  * forwards of the batch objpairs_eval_batch loaded and fills its n metrics v (the first the
  * loss); out = their means under names, *loss the first; no held-out data: out->n 0, *loss

@@ -32,10 +32,14 @@ static int rm_check(const dt_plan *p, dt_error *err) {
         return dt_errorf(err, DT_EINVAL, "objective.rm_head %s (LLaMA-Factory's value head on the causal LM) is not "
                          "built in dtrun's rm, the score head (TRL's RewardTrainer) is: re-plan with --rm-head score, "
                          "or run it with LLaMA-Factory (dtplan export)", dt_rm_head_name(p->objective.rm_head));
-    if (dt_ft_is_lora(&p->finetune))   /* its adapter would need score in PEFT's modules_to_save (SEQ_CLS) */
-        return dt_errorf(err, DT_EINVAL, "dtrun's rm trains full or freeze fine-tuning, not LoRA yet (its PEFT adapter "
-                         "would carry the score head as task_type SEQ_CLS's modules_to_save, which is not written): "
-                         "re-plan with --finetune full or freeze, or run it with TRL + PEFT (dtplan export)");
+    /* LoRA: the score head trained whole beside the adapters, PEFT's SEQ_CLS modules_to_save
+     * (runadapter.c writes it so); QLoRA's quantised base and 16-bit parameters are not tested with it */
+    if (p->finetune.method == DT_FT_QLORA ||
+        (p->finetune.method == DT_FT_LORA && p->precision.param != DT_DTYPE_FP32))
+        return dt_errorf(err, DT_EINVAL, "dtrun's rm trains LoRA with fp32 parameters (--precision fp32), not %s%s: "
+                         "re-plan it so, or run it with TRL + PEFT (dtplan export)",
+                         p->finetune.method == DT_FT_QLORA ? "QLoRA" : "LoRA at ",
+                         p->finetune.method == DT_FT_QLORA ? "" : dt_dtype_name(p->precision.param));
     if (p->model.family != DT_FAMILY_LLAMA)
         return dt_errorf(err, DT_EINVAL, "dtrun's rm builds the sequence-classification head for the llama family "
                          "(Llama, Qwen2, Qwen3), not %s", dt_family_name(p->model.family));

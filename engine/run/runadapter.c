@@ -37,6 +37,21 @@ static int collect(const dt_st_file *f, const char *path, const dt_lm *g, dt_ada
     return DT_OK;
 }
 
+/* A reward model's adapter (rm): task_type SEQ_CLS, whose modules_to_save PEFT's
+ * PeftModelForSequenceClassification extends with its classifier names (peft 0.21.2
+ * peft_model.py: classifier_module_names = ["classifier", "score"]), so the trained score head
+ * is saved as "base_model.model.score.weight" and PeftModel.from_pretrained restores it. */
+static const char *const k_cls_modules[] = {"classifier", DT_LM_SCORE_HEAD};
+
+static void seq_cls_config(const dt_plan *p, dt_adapter_config *cfg) {
+    if (p->objective.kind != DT_OBJ_RM) return;
+    cfg->seq_cls = 1;
+    dt_ft_names *l = &cfg->ft.modules_to_save;
+    for (size_t i = 0; i < sizeof k_cls_modules / sizeof *k_cls_modules; i++)
+        if (!dt_ft_names_has(l, k_cls_modules[i]) && l->n < DT_FT_MAX_NAMES)
+            snprintf(l->name[l->n++], sizeof l->name[0], "%s", k_cls_modules[i]);
+}
+
 int dt_run_adapter_write(const char *ckpt_dir, const dt_lm *g, const dt_plan *p, const char *fp, dt_error *err) {
     if (!dt_ft_is_lora(&p->finetune)) return DT_OK;
     char path[DT_PATH_MAX * 2], dir[DT_PATH_MAX * 2];
@@ -46,6 +61,7 @@ int dt_run_adapter_write(const char *ckpt_dir, const dt_lm *g, const dt_plan *p,
     memset(&cfg, 0, sizeof cfg);
     cfg.ft = p->finetune;
     cfg.family = dt_lm_family(g);
+    seq_cls_config(p, &cfg);
     /* base_model_name_or_path: the base's absolute path (PEFT resolves a relative one against the
      * loader's working directory), or the model's name for a random base */
     char *abs = p->output.init[0] ? realpath(p->output.init, NULL) : NULL;
@@ -81,7 +97,9 @@ int dt_run_adapter_open(const dt_plan *p, const char *dir, dt_adapter **out, dt_
                        dir, (long long)af->lora_rank, af->lora_alpha, af->use_rslora ? ", rsLoRA" : "",
                        (long long)ft->lora_rank, ft->lora_alpha, ft->use_rslora ? ", rsLoRA" : "",
                        (long long)af->lora_rank, af->lora_alpha, af->use_rslora ? " --use-rslora" : "");
-    if (!rc && dt_adapter_check_model(a, &p->model, err)) rc = dt_error_prefix(err, "--init-adapter");
+    dt_model m = p->model;
+    if (p->objective.kind == DT_OBJ_RM) m.num_labels = 1;   /* the reward model's score head (objective_rm.c) */
+    if (!rc && dt_adapter_check_model(a, &m, err)) rc = dt_error_prefix(err, "--init-adapter");
     if (!rc && p->output.init[0] && dt_hf_is_dir(p->output.init) && dt_adapter_check_base(a, p->output.init, err))
         rc = dt_error_prefix(err, "--init-adapter");
     if (rc) {

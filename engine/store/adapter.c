@@ -22,6 +22,7 @@
 #include "dt_file.h"
 #include "dt_hfdir.h"
 #include "dt_json.h"
+#include "dt_lm.h"
 #include "dt_pgroup.h"
 #include "dt_safetensors.h"
 #include "dt_sha256.h"
@@ -179,7 +180,7 @@ static char *config_json(const dt_adapter_config *c, char **targets, int nt) {
     cJSON *tm = cJSON_CreateArray();
     for (int i = 0; tm && i < nt; i++) cJSON_AddItemToArray(tm, cJSON_CreateString(targets[i]));
     cJSON_AddItemToObject(o, "target_modules", tm);
-    cJSON_AddStringToObject(o, "task_type", "CAUSAL_LM");
+    cJSON_AddStringToObject(o, "task_type", c->seq_cls ? "SEQ_CLS" : "CAUSAL_LM");
     cJSON_AddBoolToObject(o, "use_dora", 0);
     cJSON_AddBoolToObject(o, "use_qalora", 0);
     cJSON_AddBoolToObject(o, "use_rslora", c->ft.use_rslora);
@@ -385,6 +386,10 @@ struct dt_adapter {
     char (*modules)[DT_ST_NAME_MAX];
 };
 
+int dt_adapter_is_score_head(const dt_adapter *a, const dt_adapter_entry *e) {
+    return a->cfg.seq_cls && e->kind == DT_ADAPTER_SAVED && !strcmp(e->name, DT_LM_SCORE_HEAD ".weight");
+}
+
 void dt_adapter_free(dt_adapter *a) {
     if (!a) return;
     dt_st_close(a->st);
@@ -462,6 +467,8 @@ static int parse_config(const char *path, dt_adapter *a, dt_error *err) {
     const cJSON *drop = cJSON_GetObjectItemCaseSensitive(root, "lora_dropout");
     const cJSON *bias = cJSON_GetObjectItemCaseSensitive(root, "bias");
     const cJSON *base = cJSON_GetObjectItemCaseSensitive(root, "base_model_name_or_path");
+    const cJSON *task = cJSON_GetObjectItemCaseSensitive(root, "task_type");
+    a->cfg.seq_cls = cJSON_IsString(task) && !strcmp(task->valuestring, "SEQ_CLS");
     int dora = 0;
     if (!cJSON_IsObject(root)) rc = dt_errorf(err, DT_EINVAL, "%s: not a JSON object: give PEFT's adapter_config.json", path);
     else if (!cJSON_IsString(type) || strcmp(type->valuestring, "LORA"))
@@ -781,6 +788,14 @@ int dt_adapter_check_model(const dt_adapter *a, const dt_model *m, dt_error *err
         const dt_adapter_entry *e = &a->e[i];
         int64_t layer = 0;
         const char *lin = NULL;
+        if (dt_adapter_is_score_head(a, e)) {   /* [num_labels, hidden]: the plan's model must be the classifier */
+            if (m->num_labels < 1 || e->shape[0] != m->num_labels || e->shape[1] != m->hidden || e->ndim != 2)
+                rc = dt_errorf(err, DT_EINVAL, "adapter tensor '%s' is [%lld, %lld]: a reward model's score head; "
+                               "the plan's %s %s: plan it with --objective rm", e->name, (long long)e->shape[0],
+                               (long long)e->shape[1], m->name,
+                               m->num_labels < 1 ? "is a causal LM" : "has another shape");
+            continue;
+        }
         int in_block = block_linear(m->family, e->module, &layer, &lin);
         const char *tensor = e->kind == DT_ADAPTER_LORA_A ? "lora_A.weight"
                              : e->kind == DT_ADAPTER_LORA_B ? "lora_B.weight"
@@ -853,6 +868,7 @@ int dt_adapter_check_hfw(const dt_adapter *a, const dt_hfw *w, const char *hfdir
         const dt_adapter_entry *e = &a->e[k];
         if (e->kind == DT_ADAPTER_LORA_B) continue;
         const dt_hfw_entry *be = dt_adapter_base_find(a, e, w, key, sizeof key);
+        if (!be && dt_adapter_is_score_head(a, e)) continue;   /* a causal-LM base: PEFT adds a fresh head, the adapter's replaces it */
         if (!be)
             return dt_errorf(err, DT_EINVAL, "%s: the adapter's '%s' has no base tensor '%s' in %s: use the model "
                              "the adapter was trained on", a->dir, e->name, key, hfdir);

@@ -43,6 +43,9 @@ struct dt_adapter_entry;
  * NULL when w has neither. key (n bytes) gets the key found, or the prefixed one. */
 const dt_hfw_entry *dt_adapter_base_find(const struct dt_adapter *a, const struct dt_adapter_entry *e, const dt_hfw *w,
                                          char *key, size_t n);
+/* 1 when e is a SEQ_CLS adapter's score head ("score.weight", transformers'
+ * *ForSequenceClassification.score in PEFT's modules_to_save): a tensor a causal-LM base lacks. */
+int dt_adapter_is_score_head(const struct dt_adapter *a, const struct dt_adapter_entry *e);
 /* dt_adapter_check_base on an open directory. */
 int dt_adapter_check_hfw(const struct dt_adapter *a, const dt_hfw *w, const char *hfdir, dt_error *err);
 

@@ -34,11 +34,15 @@
 /* config.json and the other small files copied are read whole, up to this size each. */
 #define COPY_MAX_BYTES ((uint64_t)1 << 30)
 
-/* What happens to one base tensor. */
+/* What happens to one output tensor: a base tensor, or (src NULL) one the adapter adds. */
 typedef struct {
-    const dt_hfw_entry *src;
+    const dt_hfw_entry *src;         /* the base tensor, or NULL: a SEQ_CLS adapter's score head */
     const dt_adapter_entry *a, *b;   /* LoRA pair on it, or NULL */
-    const dt_adapter_entry *saved;   /* modules_to_save replacement, or NULL */
+    const dt_adapter_entry *saved;   /* modules_to_save replacement (or the added tensor), or NULL */
+    const char *name;
+    int ndim;
+    int64_t shape[2];
+    int dropped;                     /* left out: a causal LM's lm_head under a SEQ_CLS adapter */
     dt_dtype out;
     int shard;
 } merge_item;
@@ -50,7 +54,22 @@ typedef struct {
     int n, nshards;
     float scale;
     int fif;                       /* fan_in_fan_out: W is [in, out] */
+    int64_t to_cls;                /* > 0: the output is a sequence classifier of this many labels */
 } merge_job;
+
+/* The causal LM's head a sequence classifier does not have (transformers' LlamaForCausalLM). */
+#define MERGE_LM_HEAD "lm_head.weight"
+
+/* The adapter's score head as a new output tensor, the causal LM's lm_head left out. */
+static void add_score_head(merge_job *j, const dt_adapter_entry *e, int out_dtype) {
+    merge_item *it = &j->items[j->n++];
+    dt_dtype sd = DT_DTYPE_FP32;
+    dt_st_dtype_parse(e->dtype, &sd);
+    *it = (merge_item){.saved = e, .name = e->name, .ndim = e->ndim, .shape = {e->shape[0], e->shape[1]},
+                       .out = out_dtype >= 0 ? (dt_dtype)out_dtype : sd};
+    for (int i = 0; i < j->n - 1; i++) j->items[i].dropped |= !strcmp(j->items[i].name, MERGE_LM_HEAD);
+    j->to_cls = e->shape[0];
+}
 
 /* Pairs every adapter tensor with its base tensor; shapes checked. */
 static int match(merge_job *j, const char *hfdir, const char *adir, int out_dtype, dt_error *err) {
@@ -63,15 +82,23 @@ static int match(merge_job *j, const char *hfdir, const char *adir, int out_dtyp
             return dt_errorf(err, DT_EINVAL, "%s: tensor '%s' is %s: merge reads F32 / BF16 / F16 weights", hfdir,
                              it->src->t->name, it->src->t->dtype);
         it->out = out_dtype >= 0 ? (dt_dtype)out_dtype : sd;
+        it->name = it->src->t->name;
+        it->ndim = it->src->t->ndim;
+        it->shape[0] = it->src->t->shape[0];
+        it->shape[1] = it->src->t->ndim > 1 ? it->src->t->shape[1] : 1;
     }
     /* dt_adapter_check_hfw passed: every adapter tensor has its base tensor, shapes agree */
     for (int k = 0; k < dt_adapter_count(j->ad); k++) {
         const dt_adapter_entry *e = dt_adapter_get(j->ad, k);
         if (e->kind == DT_ADAPTER_LORA_B) continue;
         const dt_hfw_entry *be = dt_adapter_base_find(j->ad, e, j->base, key, sizeof key);
+        if (!be && dt_adapter_is_score_head(j->ad, e)) {
+            add_score_head(j, e, out_dtype);
+            continue;
+        }
         merge_item *it = NULL;
         for (int i = 0; be && i < j->n; i++)
-            if (j->items[i].src->t == be->t) it = &j->items[i];
+            if (j->items[i].src && j->items[i].src->t == be->t) it = &j->items[i];
         if (!it) return dt_errorf(err, DT_EINTERNAL, "%s: '%s' lost its base tensor after the check", adir, e->name);
         if (e->kind == DT_ADAPTER_SAVED) {
             it->saved = e;
@@ -85,8 +112,10 @@ static int match(merge_job *j, const char *hfdir, const char *adir, int out_dtyp
     return DT_OK;
 }
 
+static uint64_t item_numel(const merge_item *it) { return (uint64_t)it->shape[0] * (uint64_t)it->shape[1]; }
+
 static uint64_t out_bytes(const merge_item *it) {
-    return dt_st_numel(it->src->t) * (uint64_t)dt_st_dtype_bytes(dt_st_dtype_name(it->out));
+    return item_numel(it) * (uint64_t)dt_st_dtype_bytes(dt_st_dtype_name(it->out));
 }
 
 /* huggingface_hub's rule: a new shard when the next tensor would pass max (a tensor larger
@@ -95,6 +124,7 @@ static void assign_shards(merge_job *j, int64_t max) {
     uint64_t cur = 0;
     int s = 0;
     for (int i = 0; i < j->n; i++) {
+        if (j->items[i].dropped) continue;
         uint64_t b = out_bytes(&j->items[i]);
         if (cur > 0 && cur + b > (uint64_t)max) s++, cur = 0;
         j->items[i].shard = s;
@@ -142,12 +172,12 @@ static void add_delta(const merge_job *j, const float *A, const float *B, int64_
 /* One tensor: rows in blocks, merged, converted, put into the stream. */
 static int put_tensor(const merge_job *j, const merge_item *it, const char *hfdir, dt_st_stream *s, float *A,
                       float *B, float *wf, void *wo, size_t block_rows, dt_error *err) {
-    const dt_st_tensor *t = it->src->t;
+    const dt_st_tensor *t = it->src ? it->src->t : NULL;
     const dt_adapter_entry *src_e = it->saved;
     dt_dtype sd;
     dt_st_dtype_parse(src_e ? src_e->dtype : t->dtype, &sd);
     const unsigned char *src = src_e ? src_e->data : dt_st_data(j->base->files[it->src->file], t);
-    int64_t rows = t->shape[0], cols = t->ndim > 1 ? t->shape[1] : 1;
+    int64_t rows = it->shape[0], cols = it->shape[1];
     size_t ib = (size_t)dt_st_dtype_bytes(src_e ? src_e->dtype : t->dtype);
     size_t ob = (size_t)dt_st_dtype_bytes(dt_st_dtype_name(it->out));
     int64_t r = 0, in = 0;
@@ -165,8 +195,8 @@ static int put_tensor(const merge_job *j, const merge_item *it, const char *hfdi
         if (!src_e) dt_map_release(p, ne * ib);
         if (it->a) add_delta(j, A, B, r, r0, nr, cols, in, wf);
         from_f32(wf, it->out, ne, wo);
-        if (dt_st_stream_put(s, t->name, (uint64_t)r0 * (uint64_t)cols * ob, wo, ne * ob, err))
-            return dt_error_prefix(err, "merging %s's '%s'", hfdir, t->name);
+        if (dt_st_stream_put(s, it->name, (uint64_t)r0 * (uint64_t)cols * ob, wo, ne * ob, err))
+            return dt_error_prefix(err, "merging %s's '%s'", hfdir, it->name);
     }
     return DT_OK;
 }
@@ -180,17 +210,16 @@ static int write_shard(const merge_job *j, int sh, const char *hfdir, const char
     if (!w) return dt_errorf(err, DT_ENOMEM, "%s: out of memory", path);
     int rc = dt_st_writer_meta(w, "format", "pt", err);   /* what transformers writes */
     for (int i = 0; !rc && i < j->n; i++) {
-        const dt_st_tensor *t = j->items[i].src->t;
-        if (j->items[i].shard == sh)
-            rc = dt_st_writer_add(w, t->name, dt_st_dtype_name(j->items[i].out), t->ndim, t->shape, NULL, err);
+        const merge_item *it = &j->items[i];
+        if (it->shard == sh && !it->dropped)
+            rc = dt_st_writer_add(w, it->name, dt_st_dtype_name(it->out), it->ndim, it->shape, NULL, err);
     }
     dt_st_stream *s = NULL;
     if (!rc) rc = dt_st_stream_open(w, path, &s, err);
     for (int i = 0; !rc && i < j->n; i++) {
         const merge_item *it = &j->items[i];
-        if (it->shard != sh) continue;
-        int64_t cols = it->src->t->ndim > 1 ? it->src->t->shape[1] : 1;
-        size_t br = block_elems / (size_t)cols;
+        if (it->shard != sh || it->dropped) continue;
+        size_t br = block_elems / (size_t)it->shape[1];
         rc = put_tensor(j, it, hfdir, s, A, B, wf, wo, br ? br : 1, err);
     }
     if (s) {
@@ -201,6 +230,10 @@ static int write_shard(const merge_job *j, int sh, const char *hfdir, const char
     return rc;
 }
 
+static int cmp_item_name(const void *x, const void *y) {
+    return strcmp((*(const merge_item *const *)x)->name, (*(const merge_item *const *)y)->name);
+}
+
 /* model.safetensors.index.json as transformers 5 writes it. */
 static int write_index(const merge_job *j, const char *tmp, dt_error *err) {
     uint64_t total = 0, params = 0;
@@ -209,17 +242,27 @@ static int write_index(const merge_job *j, const char *tmp, dt_error *err) {
         cJSON_Delete(root), cJSON_Delete(meta), cJSON_Delete(map);
         return dt_errorf(err, DT_ENOMEM, "index: out of memory");
     }
-    for (int i = 0; i < j->n; i++) total += out_bytes(&j->items[i]), params += dt_st_numel(j->items[i].src->t);
+    const merge_item **by_name = malloc(((size_t)j->n + 1) * sizeof *by_name);
+    int nk = 0;
+    for (int i = 0; by_name && i < j->n; i++) {
+        if (j->items[i].dropped) continue;
+        total += out_bytes(&j->items[i]), params += item_numel(&j->items[i]);
+        by_name[nk++] = &j->items[i];
+    }
     cJSON_AddNumberToObject(meta, "total_parameters", (double)params);
     cJSON_AddNumberToObject(meta, "total_size", (double)total);
     cJSON_AddItemToObject(root, "metadata", meta);
-    for (int i = 0; i < j->base->n; i++) {   /* sorted by name, as transformers sorts the weight_map */
-        const dt_hfw_entry *e = &j->base->by_name[i];
-        int k = 0;
-        while (j->items[k].src->t != e->t) k++;
+    if (by_name) qsort(by_name, (size_t)nk, sizeof *by_name, cmp_item_name);   /* as transformers sorts the weight_map */
+    for (int k = 0; k < nk; k++) {
         char name[64];
-        shard_name(j, j->items[k].shard, name, sizeof name);
-        cJSON_AddStringToObject(map, e->t->name, name);
+        shard_name(j, by_name[k]->shard, name, sizeof name);
+        cJSON_AddStringToObject(map, by_name[k]->name, name);
+    }
+    const int oom = !by_name;
+    free(by_name);
+    if (oom) {
+        cJSON_Delete(root), cJSON_Delete(map);
+        return dt_errorf(err, DT_ENOMEM, "index: out of memory");
     }
     cJSON_AddItemToObject(root, "weight_map", map);
     char *text = dt_json_print(root), path[DT_HFW_PATH_MAX];
@@ -243,12 +286,45 @@ static int is_weight_file(const char *n) {
     return 0;
 }
 
-/* config.json with its dtype set to the output's (transformers 5 "dtype"; 4.x "torch_dtype"). */
-static int copy_config(const char *src, const char *dst, int out_dtype, dt_error *err) {
+/* A causal LM's config.json made a sequence classifier's of n labels, as transformers'
+ * AutoModelForSequenceClassification.save_pretrained writes it: architectures
+ * "<Family>ForSequenceClassification", id2label / label2id LABEL_i (PretrainedConfig's default). */
+static int config_to_cls(cJSON *root, int64_t n, const char *src, dt_error *err) {
+    const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
+    const cJSON *a0 = cJSON_GetArrayItem(arch, 0);
+    const char *name = cJSON_IsString(a0) ? a0->valuestring : "";
+    const char *suffix = "ForCausalLM";
+    size_t ln = strlen(name), ls = strlen(suffix);
+    if (ln <= ls || strcmp(name + ln - ls, suffix))
+        return dt_errorf(err, DT_EINVAL, "%s: architectures is not a *ForCausalLM model: a SEQ_CLS adapter (a reward "
+                         "model's score head) merges into a causal LM or a sequence classifier", src);
+    char cls[256];
+    snprintf(cls, sizeof cls, "%.*sForSequenceClassification", (int)(ln - ls), name);
+    cJSON *na = cJSON_CreateArray();
+    cJSON_AddItemToArray(na, cJSON_CreateString(cls));
+    cJSON_ReplaceItemInObjectCaseSensitive(root, "architectures", na);
+    cJSON *id2 = cJSON_CreateObject(), *l2id = cJSON_CreateObject();
+    for (int64_t i = 0; i < n; i++) {
+        char k[32], v[32];
+        snprintf(k, sizeof k, "%lld", (long long)i);
+        snprintf(v, sizeof v, "LABEL_%lld", (long long)i);
+        cJSON_AddStringToObject(id2, k, v);
+        cJSON_AddNumberToObject(l2id, v, (double)i);
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "id2label");
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "label2id");
+    cJSON_AddItemToObject(root, "id2label", id2);
+    cJSON_AddItemToObject(root, "label2id", l2id);
+    return DT_OK;
+}
+
+/* config.json with its dtype set to the output's (transformers 5 "dtype"; 4.x "torch_dtype");
+ * to_cls > 0: a sequence classifier's of that many labels (config_to_cls). */
+static int copy_config(const char *src, const char *dst, int out_dtype, int64_t to_cls, dt_error *err) {
     char *text = NULL;
     size_t len = 0;
     if (dt_file_read(src, "config.json", COPY_MAX_BYTES, &text, &len, err)) return err->code;
-    if (out_dtype < 0) {
+    if (out_dtype < 0 && to_cls < 1) {
         int rc = dt_write_file_atomic(dst, text, len, err);
         free(text);
         return rc;
@@ -256,14 +332,18 @@ static int copy_config(const char *src, const char *dst, int out_dtype, dt_error
     cJSON *root = NULL;
     int rc = dt_json_parse(text, src, &root, err);
     free(text);
-    if (rc) return rc;
-    const char *name = out_dtype == DT_DTYPE_FP32 ? "float32" : out_dtype == DT_DTYPE_BF16 ? "bfloat16" : "float16";
+    if (!rc && to_cls > 0) rc = config_to_cls(root, to_cls, src, err);
+    if (rc) {
+        cJSON_Delete(root);
+        return rc;
+    }
+    const char *name = out_dtype < 0 ? NULL : out_dtype == DT_DTYPE_FP32 ? "float32" : out_dtype == DT_DTYPE_BF16 ? "bfloat16" : "float16";
     const char *keys[] = {"dtype", "torch_dtype"};
     int set = 0;
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; name && k < 2; k++)
         if (cJSON_GetObjectItemCaseSensitive(root, keys[k]))
             cJSON_ReplaceItemInObjectCaseSensitive(root, keys[k], cJSON_CreateString(name)), set = 1;
-    if (!set) cJSON_AddStringToObject(root, "dtype", name);
+    if (name && !set) cJSON_AddStringToObject(root, "dtype", name);
     char *out = dt_json_print(root);
     cJSON_Delete(root);
     if (!out) return dt_errorf(err, DT_ENOMEM, "%s: out of memory", src);
@@ -274,7 +354,7 @@ static int copy_config(const char *src, const char *dst, int out_dtype, dt_error
 
 /* Every regular non-weight file of hfdir (config.json, tokenizer files, generation_config.json,
  * chat templates): a FIFO or device there is refused, subdirectories are not copied. */
-static int copy_files(const char *hfdir, const char *tmp, int out_dtype, dt_error *err) {
+static int copy_files(const char *hfdir, const char *tmp, int out_dtype, int64_t to_cls, dt_error *err) {
     DIR *d = opendir(hfdir);
     if (!d) return dt_errorf(err, DT_EINVAL, "%s: cannot open: %s", hfdir, strerror(errno));
     char src[DT_HFW_PATH_MAX], dst[DT_HFW_PATH_MAX];
@@ -288,7 +368,7 @@ static int copy_files(const char *hfdir, const char *tmp, int out_dtype, dt_erro
         if (lstat(src, &st) || S_ISDIR(st.st_mode)) continue;
         if (!strcmp(e->d_name, "config.json")) {
             have_config = 1;
-            rc = copy_config(src, dst, out_dtype, err);
+            rc = copy_config(src, dst, out_dtype, to_cls, err);
             continue;
         }
         char *buf = NULL;
@@ -308,7 +388,7 @@ static int write_all(merge_job *j, const char *hfdir, const char *tmp, int out_d
     size_t amax = 1, bmax = 1, cmax = 1;
     for (int i = 0; i < j->n; i++) {
         const merge_item *it = &j->items[i];
-        size_t cols = (size_t)(it->src->t->ndim > 1 ? it->src->t->shape[1] : 1);
+        size_t cols = (size_t)it->shape[1];
         if (cols > cmax) cmax = cols;
         if (!it->a) continue;
         size_t na = (size_t)(it->a->shape[0] * it->a->shape[1]), nb = (size_t)(it->b->shape[0] * it->b->shape[1]);
@@ -322,7 +402,7 @@ static int write_all(merge_job *j, const char *hfdir, const char *tmp, int out_d
     int rc = A && B && wf && wo ? DT_OK : dt_errorf(err, DT_ENOMEM, "merge: out of memory for the row buffers");
     for (int sh = 0; !rc && sh < j->nshards; sh++) rc = write_shard(j, sh, hfdir, tmp, A, B, wf, wo, block, err);
     if (!rc && j->nshards > 1) rc = write_index(j, tmp, err);
-    if (!rc) rc = copy_files(hfdir, tmp, out_dtype, err);
+    if (!rc) rc = copy_files(hfdir, tmp, out_dtype, j->to_cls, err);
     free(A), free(B), free(wf), free(wo);
     return rc;
 }

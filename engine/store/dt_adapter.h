@@ -3,7 +3,9 @@
  * merge of an adapter into its base model (`dtrun merge`).
  *
  * An adapter directory holds two files, as PeftModel.save_pretrained writes them:
- *   adapter_config.json        LoraConfig.to_dict(): peft_type "LORA", task_type "CAUSAL_LM",
+ *   adapter_config.json        LoraConfig.to_dict(): peft_type "LORA", task_type "CAUSAL_LM"
+ *                              (or "SEQ_CLS": a reward model, modules_to_save ["classifier",
+ *                              "score"] and "base_model.model.score.weight" in the weights),
  *                              r, lora_alpha, lora_dropout, target_modules, use_rslora,
  *                              modules_to_save, fan_in_fan_out (true for GPT-2's Conv1D),
  *                              bias "none", base_model_name_or_path, inference_mode, ...;
@@ -45,6 +47,10 @@ typedef struct dt_adapter_config {
      * lora_target the config's target_modules (a list; a regex string is refused). */
     dt_finetune ft;
     dt_family family;                          /* gpt2: fan_in_fan_out true */
+    int seq_cls;                               /* task_type "SEQ_CLS" (a reward model: its score head
+                                                * "score.weight" among modules_to_save, as PEFT's
+                                                * PeftModelForSequenceClassification saves it); 0
+                                                * "CAUSAL_LM" */
     char base_model[DT_ADAPTER_BASE_MAX];      /* base_model_name_or_path; "" writes null */
     char base_fingerprint[DT_ADAPTER_FP_HEX];  /* hex; "" = unknown (nothing written, nothing checked) */
 } dt_adapter_config;
@@ -129,7 +135,12 @@ int dt_adapter_base_fingerprint(const char *hfdir, char hex[DT_ADAPTER_FP_HEX], 
  * tensors (every adapted module present, shapes), its fingerprint when it has one, out absent
  * or an empty directory. Streams one tensor at a time, in row blocks: memory is bounded by the
  * adapter plus a few row blocks, never the model. Written into a temporary directory beside
- * out and renamed onto it; on any failure nothing is left. */
+ * out and renamed onto it; on any failure nothing is left. A SEQ_CLS adapter (a reward model's)
+ * on a causal-LM base gives a sequence-classification directory, as PEFT's merge of it on
+ * AutoModelForSequenceClassification saves: the base's lm_head.weight left out, the adapter's
+ * score.weight added, config.json's architectures *ForSequenceClassification with id2label /
+ * label2id of one label per score row (the base's pad_token_id kept: set it when the base has
+ * none and the model scores padded batches). */
 typedef struct dt_merge_opts {
     int64_t max_shard_bytes;   /* bytes; transformers' default is 5 GB = 5e9 */
     int out_dtype;             /* a dt_dtype (fp32 / bf16 / fp16), or -1: each tensor keeps the base's */

@@ -6,6 +6,14 @@
 #     world-1 stage-0 losses and grad norms (relative 1e-5, as test_zero.sh) and the same
 #     step metrics (rewards/margins or margin: 1e-4 absolute);
 #   - dpo under LoRA (reference = the policy with its adapters off): world 2 stage 2 gives world 1;
+#   - rm under LoRA (the score head trained whole, PEFT's SEQ_CLS modules_to_save): world 2 at
+#     stages 2 and 3 gives world 1; the checkpoint's adapter/ is SEQ_CLS with
+#     base_model.model.score.weight; --init-adapter reads it back: a run from it at lr 1e-12
+#     evaluates to the run's last eval_loss (1e-5);
+#   - dpo with precompute_ref (TRL's precompute_ref_log_probs: no reference model) gives the
+#     in-step reference's losses, grad norms and margins at world 1, world 2 stage 3, under LoRA,
+#     and resumed (the starting model read again for the table); its tracked parameter bytes
+#     are the policy's alone (the reference's gone) and its total below the in-step run's;
 #   - the checkpoint is what the objective makes: rm a *ForSequenceClassification directory with
 #     score.weight [1, C] and no lm_head, dpo a causal LM;
 #   - resume (world 2, stage 1) continues the pair order: its losses equal the uninterrupted run's.
@@ -42,9 +50,9 @@ python3 -c 'import json, sys; m = json.load(open(sys.argv[1])); sys.exit(len(m["
 "$DTPLAN" solve --model "$TMP/config.json" --gpus 1 --mem 2G --hardware cpu --stages 0 --objective "$OBJ" \
     --data "$TMP/prefs" --seq 40 --global-batch 8 --steps $STEPS --precision fp32 --lr 1e-3 \
     -o "$TMP/solved.json" >/dev/null || { echo "FAIL: dtplan cannot plan $OBJ"; exit 1; }
-[ "$OBJ" = dpo ] && { "$DTPLAN" solve --model "$TMP/config.json" --gpus 1 --mem 2G --hardware cpu --stages 0 \
-    --objective dpo --finetune lora --data "$TMP/prefs" --seq 40 --global-batch 8 --steps $STEPS --precision fp32 \
-    --lr 1e-3 -o "$TMP/solved-lora.json" >/dev/null || { echo "FAIL: dtplan cannot plan LoRA dpo"; exit 1; }; }
+"$DTPLAN" solve --model "$TMP/config.json" --gpus 1 --mem 2G --hardware cpu --stages 0 \
+    --objective "$OBJ" --finetune lora --data "$TMP/prefs" --seq 40 --global-batch 8 --steps $STEPS --precision fp32 \
+    --lr 1e-3 -o "$TMP/solved-lora.json" >/dev/null || { echo "FAIL: dtplan cannot plan LoRA $OBJ"; exit 1; }
 
 # plan SOLVED STAGE WORLD OFFLOAD OUT: 8 pairs a step (micro-batch 2), evaluation and a checkpoint
 # every 4 steps, the layout given
@@ -105,6 +113,85 @@ if [ "$OBJ" = dpo ]; then
         check "$TMP/lora-2" "$TMP/lora-base" "LoRA dpo (reference = adapters off) stage 2 world 2" || FAIL=1
     else
         echo "FAIL: LoRA dpo runs"; FAIL=1
+    fi
+fi
+
+if [ "$OBJ" = dpo ]; then
+    # pc IN OUT: IN with objective.precompute_ref
+    pc() { python3 -c 'import json, sys; p = json.load(open(sys.argv[1])); p["objective"]["precompute_ref"] = True
+json.dump(p, open(sys.argv[2], "w"), indent=2)' "$1" "$2"; }
+    pc "$TMP/base.json" "$TMP/pc-1.json"
+    plan "$TMP/solved.json" 3 2 none "$TMP/pc-3.tmp.json" && pc "$TMP/pc-3.tmp.json" "$TMP/pc-3.json"
+    pc "$TMP/lora-base.json" "$TMP/pc-lora.json"
+    for c in "1 pc-1 base" "2 pc-3 base" "1 pc-lora lora-base"; do
+        read -r w name ref <<<"$c"
+        if run "$w" "$TMP/$name.json" "$TMP/$name" 2>"$TMP/$name.log"; then
+            check "$TMP/$name" "$TMP/$ref" "dpo precompute_ref ($name, world $w) = the in-step reference" || FAIL=1
+        else
+            echo "FAIL: dpo precompute_ref $name: $(tail -2 "$TMP/$name.log")"; FAIL=1
+        fi
+    done
+    python3 - "$TMP/pc-1" "$TMP/base" <<'PY' || FAIL=1
+import json, sys
+pc, base = (json.load(open(d + "/run-report.json"))["tracked"] for d in sys.argv[1:])
+if not (base["params"] == 2 * pc["params"] and pc["total"] < base["total"]):
+    print(f"FAIL precompute_ref memory: tracked {pc} vs the in-step reference's {base}"); sys.exit(1)
+print(f"ok   precompute_ref holds no reference: tracked params {pc['params']} B (in-step {base['params']} B), "
+      f"total {pc['total']} B (in-step {base['total']} B)")
+PY
+    # resumed at step 4 (world 2, stage 1): the table from the starting model, read again (from
+    # the policy at step 4 its losses would differ)
+    plan "$TMP/solved.json" 1 2 none "$TMP/pcr.tmp.json" && pc "$TMP/pcr.tmp.json" "$TMP/pcr.json"
+    if run 2 "$TMP/pcr.json" "$TMP/pcr" --max-steps 4 && run 2 "$TMP/pcr.json" "$TMP/pcr" --resume 2>"$TMP/pcr.log"; then
+        check "$TMP/pcr" "$TMP/o-1-none" "dpo precompute_ref resumed at step 4 = the in-step run" || FAIL=1
+    else
+        echo "FAIL: dpo precompute_ref resume runs"; FAIL=1
+    fi
+fi
+
+if [ "$OBJ" = rm ]; then
+    plan "$TMP/solved-lora.json" 0 1 none "$TMP/rl-base.json"
+    run 1 "$TMP/rl-base.json" "$TMP/rl-base" 2>"$TMP/rl-base.log" || { echo "FAIL: LoRA rm: $(tail -2 "$TMP/rl-base.log")"; FAIL=1; }
+    for st in 2 3; do
+        plan "$TMP/solved-lora.json" $st 2 none "$TMP/rl-$st.json"
+        if run 2 "$TMP/rl-$st.json" "$TMP/rl-$st" 2>"$TMP/rl-$st.log"; then
+            check "$TMP/rl-$st" "$TMP/rl-base" "LoRA rm (score head as modules_to_save) stage $st world 2" || FAIL=1
+        else
+            echo "FAIL: LoRA rm stage $st world 2: $(tail -2 "$TMP/rl-$st.log")"; FAIL=1
+        fi
+    done
+    CK="$TMP/rl-3/ckpt-$(printf %08d $STEPS)"
+    python3 - "$CK/adapter" <<'PY' || FAIL=1
+import json, struct, sys
+d = sys.argv[1]
+c = json.load(open(d + "/adapter_config.json"))
+f = open(d + "/adapter_model.safetensors", "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n))
+ok = (c["task_type"] == "SEQ_CLS" and "score" in (c["modules_to_save"] or [])
+      and h.get("base_model.model.score.weight", {}).get("shape") == [1, 64]
+      and not any("lm_head" in k for k in h))
+if not ok:
+    print(f"FAIL LoRA rm adapter: task_type {c['task_type']}, modules_to_save {c['modules_to_save']}, "
+          f"{sorted(k for k in h if 'layers' not in k)}"); sys.exit(1)
+print("ok   LoRA rm adapter: SEQ_CLS, modules_to_save", c["modules_to_save"], "with base_model.model.score.weight")
+PY
+    # --init-adapter: the same model again (lr 1e-12 leaves it as read), evaluated after its first step
+    python3 - "$TMP/rl-base.json" "$TMP/rl-read.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["optimizer"]["lr"] = 1e-12
+p["data"]["eval_interval"] = 1
+json.dump(p, open(sys.argv[2], "w"), indent=2)
+PY
+    if run 1 "$TMP/rl-read.json" "$TMP/rl-read" --init-adapter "$CK/adapter" --max-steps 1 2>"$TMP/rl-read.log"; then
+        python3 - "$TMP/rl-read" "$TMP/rl-3" <<'PY' || FAIL=1
+import json, sys
+ev = lambda d: [json.loads(l)["eval_loss"] for l in open(d + "/metrics.jsonl") if "eval_loss" in l]
+a, b = ev(sys.argv[1])[0], ev(sys.argv[2])[-1]
+if abs(a - b) > 1e-5 * abs(b): print(f"FAIL --init-adapter: eval_loss {a} vs the run's last {b}"); sys.exit(1)
+print(f"ok   --init-adapter of the LoRA rm adapter: eval_loss {a:.9g} = the run's last {b:.9g}")
+PY
+    else
+        echo "FAIL: --init-adapter run: $(tail -2 "$TMP/rl-read.log")"; FAIL=1
     fi
 fi
 

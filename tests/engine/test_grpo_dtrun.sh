@@ -132,6 +132,9 @@ bad = []
 metrics_close(sys.argv[2], sys.argv[1], bad, rel=1e-5)
 a, b = series(sys.argv[1], "reward"), series(sys.argv[2], "reward")
 if max(abs(x - y) for x, y in zip(a, b)) > 1e-6: bad.append(f"rewards differ: {a} vs {b}")
+# reward_std over every rank's rewards (TRL gathers them), not the mean of each rank's std
+sa, sb = series(sys.argv[1], "reward_std"), series(sys.argv[2], "reward_std")
+if max(abs(x - y) for x, y in zip(sa, sb)) > 1e-6: bad.append(f"reward_std differs: {sa} vs {sb}")
 if bad: print(f"FAIL {sys.argv[3]}:\n  " + "\n  ".join(bad)); raise SystemExit(1)
 print(f"ok   {sys.argv[3]} takes 1 rank's steps: rewards {b}")
 PY
@@ -170,6 +173,39 @@ if dt_run_ranks "$DTRUN" 1 k1.json k1 && dt_run_ranks "$DTRUN" 2 k3.json k3; the
 else
     fail "grpo ZeRO-3 runs"
 fi
+# the plan's temperature and top_p (TRL's GRPOConfig temperature / top_p): sampled with them, the
+# loss's log-probs at the temperature; 2 ranks still take 1 rank's steps, and the plan keeps them
+plan t1.json 1 0 4 --temperature 0.7 --top-p 0.9
+set_batch t1.json 80 2
+plan t2.json 2 1 4 --temperature 0.7 --top-p 0.9
+set_batch t2.json 80 1
+python3 -c 'import json, sys; o = json.load(open(sys.argv[1]))["objective"]
+sys.exit(not (o["temperature"] == 0.7 and o["top_p"] == 0.9))' t2.json || fail "the plan lacks temperature 0.7 / top_p 0.9"
+if dt_run_ranks "$DTRUN" 1 t1.json t1 && dt_run_ranks "$DTRUN" 2 t2.json t2; then
+    same_steps t1 t2 "grpo at temperature 0.7, top_p 0.9 on 2 ranks"
+    python3 - <<PY || FAIL=1
+$dt_metrics_close
+a, b = series("g1", "loss"), series("t1", "loss")
+if a[:4] == b: print("FAIL temperature 0.7 / top_p 0.9 changed no loss"); raise SystemExit(1)
+print("ok   temperature 0.7 / top_p 0.9 sample and score otherwise than 1 / 1")
+PY
+else
+    fail "grpo runs at temperature 0.7"
+fi
+# bad sampler settings: one line, exit 2, no plan written
+for bad in "--temperature 0" "--top-p 1.5" "--top-p 0"; do
+    rm -f bad.json
+    # shellcheck disable=SC2086
+    "$DTPLAN" solve --model config.json --gpus 1 --mem 2G --hardware cpu --objective grpo --num-generations 16 \
+        --max-completion-length 2 --data pr --seq 6 --global-batch 160 --precision fp32 $bad -o bad.json \
+        >/dev/null 2>err.txt
+    rc=$?
+    if [ $rc -ne 2 ] || [ "$(wc -l <err.txt)" -ne 1 ] || ! grep -q "temperature\|top-p" err.txt || [ -e bad.json ]; then
+        fail "$bad: exit $rc, $(cat err.txt)"
+    else
+        echo "ok   $bad refused: $(cat err.txt)"
+    fi
+done
 
 # ---- a resume continues bitwise (2 prompts per micro-batch, accumulation 5) ----
 plan gr.json 1 0 6

@@ -109,5 +109,37 @@ bad 2 "dtype" "$TMP/o17" -- M --base "$G/llama/base" --adapter "$G/llama/adapter
 bad 2 "needs --base" "$TMP/o18" -- M --adapter "$G/llama/adapter" -o "$TMP/o18"
 bad 2 "parent directory" "$TMP/x/y" -- M --base "$G/llama/base" --adapter "$G/llama/adapter" -o "$TMP/x/y"
 
+# a reward model's SEQ_CLS adapter (PEFT's, scripts/gen_objective_goldens.py rmlora-qwen3: LoRA +
+# the score head as modules_to_save) on its causal-LM base: a sequence-classification directory,
+# bitwise PEFT's merge_and_unload() as save_pretrained writes it (score.weight, no lm_head)
+command -v python3 >/dev/null || fail "python3 is needed to read the merged safetensors"
+for fam in llama qwen3; do
+O=$3/tests/engine/golden/objective/rmlora-$fam
+"$DTRUN" merge --base "$3/tests/kernels/golden/llama/$fam" --adapter "$O/adapter" -o "$TMP/cls-$fam" >/dev/null 2>"$TMP/err" ||
+  fail "SEQ_CLS merge ($fam) failed: $(cat "$TMP/err")"
+python3 - "$TMP/cls-$fam" "$O/merged" <<'PY' || fail "SEQ_CLS merge ($fam) differs from PEFT's"
+import json, struct, sys
+def load(p):
+    b = open(p, "rb").read(); n = struct.unpack_from("<Q", b)[0]; h = json.loads(b[8:8 + n])
+    h.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items()}
+ours, peft = load(sys.argv[1] + "/model.safetensors"), load(sys.argv[2] + "/model.safetensors")
+bad = []
+if sorted(ours) != sorted(peft): bad.append(f"tensors {sorted(set(ours) ^ set(peft))} differ")
+diff = [k for k in ours if k in peft and ours[k] != peft[k]]
+if diff: bad.append(f"not bitwise PEFT's merge: {diff}")
+c, pc = json.load(open(sys.argv[1] + "/config.json")), json.load(open(sys.argv[2] + "/config.json"))
+if c["architectures"] != pc["architectures"] or c.get("id2label") != pc["id2label"] or "lm_head.weight" in ours:
+    bad.append(f"config: {c['architectures']} {c.get('id2label')}, PEFT's {pc['architectures']} {pc['id2label']}")
+if bad: print("FAIL SEQ_CLS merge: " + "; ".join(bad)); sys.exit(1)
+print(f"ok   SEQ_CLS merge: {c['architectures'][0]}, {len(ours)} tensors bitwise PEFT's merge_and_unload")
+PY
+done
+# ... on a base that is no causal LM: one line, nothing left (the shards were written first)
+mkdir "$TMP/b_model" && cp "$3/tests/kernels/golden/llama/qwen3/"* "$TMP/b_model/" &&
+  sed -i 's/Qwen3ForCausalLM/Qwen3Model/' "$TMP/b_model/config.json"
+O=$3/tests/engine/golden/objective/rmlora-qwen3
+bad 2 "not a \*ForCausalLM" "$TMP/o19" -- M --base "$TMP/b_model" --adapter "$O/adapter" -o "$TMP/o19"
+
 [ "$fails" -eq 0 ] && echo ok
 exit $((fails > 0))

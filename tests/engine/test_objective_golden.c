@@ -5,7 +5,10 @@
  *
  * The batch's pairs go through a pair shard (dt_pairshard_write) and the objective's own loader,
  * which walks them in its shuffled order: the loss and metrics are means and the gradients sums
- * over the pairs, so the order changes only their rounding.
+ * over the pairs, so the order changes only their rounding. rmlora-FAM: rm under LoRA (PEFT's
+ * SEQ_CLS: the score head trained whole as modules_to_save), the base read from the golden's
+ * model/ and the adapters and score from the adapter/ PEFT saved (read by dt_adapter_read):
+ * every adapter's and the score's gradient against PEFT + TRL's.
  * Usage: test_objective_golden SRCDIR GOLDEN_DIR CASE... (CASE: dpo-llama, rm-qwen3, ...) */
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +17,7 @@
 #include <unistd.h>
 
 #include "../kernels/golden_util.h"
+#include "dt_adapter.h"
 #include "dt_ckpt.h"
 #include "dt_comm.h"
 #include "dt_lm.h"
@@ -41,6 +45,23 @@ static const void *tensor(const dt_st_file *f, const char *name, const char *c) 
         exit(1);
     }
     return dt_st_data(f, t);
+}
+
+/* The trained set from PEFT's adapter directory: every trained tensor (lora_A / lora_B, the
+ * score head of modules_to_save) by its engine name. */
+static int load_adapter(dt_lm *g, const char *adir, const char *c, dt_error *err) {
+    dt_adapter *a = NULL;
+    if (dt_adapter_read(adir, &a, err)) return err->code;
+    int rc = dt_adapter_cfg(a)->seq_cls ? DT_OK : dt_errorf(err, DT_EINVAL, "%s: task_type is not SEQ_CLS", adir);
+    for (int i = 0; !rc && i < dt_lm_num_tensors(g); i++) {
+        const dt_tensor_info *t = dt_lm_tensor(g, i);
+        const dt_adapter_entry *e = dt_adapter_find(a, t->name);
+        if (!e || (size_t)(e->shape[0] * e->shape[1]) != t->numel)
+            rc = dt_errorf(err, DT_EINVAL, "%s: %s: no %s of %zu elements", c, adir, t->name, t->numel);
+        else dt_adapter_entry_f32(e, (float *)dt_lm_params(g) + t->offset);
+    }
+    dt_adapter_free(a);
+    return rc;
 }
 
 /* The golden's pairs as a pair shard at path (pad id 0, vocab V). */
@@ -76,9 +97,11 @@ static void run_case(const char *srcdir, const char *gdir, const char *c) {
     }
     /* rm-FAM: the sequence classifier saved beside the golden; dpo-FAM[-moved]: the reference is
      * the family's checkpoint, the policy that checkpoint or (moved) the one saved beside it */
-    const int rm = !strncmp(c, "rm-", 3), moved = strstr(c, "-moved") != NULL;
-    char fam[32], rdir[DT_PATH_MAX];
-    snprintf(fam, sizeof fam, "%.*s", (int)strcspn(c + (rm ? 3 : 4), "-"), c + (rm ? 3 : 4));
+    const int lora = !strncmp(c, "rmlora-", 7), rm = lora || !strncmp(c, "rm-", 3), moved = strstr(c, "-moved") != NULL;
+    const char *fam0 = strchr(c, '-') + 1;
+    char fam[32], rdir[DT_PATH_MAX], adir[DT_PATH_MAX + 16];
+    snprintf(fam, sizeof fam, "%.*s", (int)strcspn(fam0, "-"), fam0);
+    snprintf(adir, sizeof adir, "%s/%s/adapter", gdir, c);
     snprintf(rdir, sizeof rdir, "%s/tests/kernels/golden/llama/%s", srcdir, fam);
     if (rm) snprintf(mdir, sizeof mdir, "%s/%s/model", gdir, c);
     else if (moved) snprintf(mdir, sizeof mdir, "%s/%s/policy", gdir, c);
@@ -99,6 +122,13 @@ static void run_case(const char *srcdir, const char *gdir, const char *c) {
     plan.batch.grad_accum = 1;
     dt_precision_from_preset(DT_PREC_FP32, &plan.precision);
     dt_objective_defaults(rm ? DT_OBJ_RM : DT_OBJ_DPO, &plan.objective);
+    if (lora) {   /* the golden's LoraConfig: r, alpha, dropout 0, the seven block linears */
+        dt_finetune_defaults(DT_FT_LORA, &plan.finetune);
+        plan.finetune.lora_rank = (int64_t)atof(dt_st_metadata(f, "lora_r"));
+        plan.finetune.lora_alpha = atof(dt_st_metadata(f, "lora_alpha"));
+        plan.finetune.lora_dropout = 0;
+        plan.finetune.lora_target_all = 1;
+    }
     snprintf(plan.output.init, sizeof plan.output.init, "%s", rm ? mdir : rdir);   /* dpo: the reference */
     if (!mkdtemp(tmp)) exit(1);
     snprintf(shard, sizeof shard, "%s/train-000000.bin", tmp);
@@ -107,14 +137,18 @@ static void run_case(const char *srcdir, const char *gdir, const char *c) {
     const dt_objrun_ops *ops = dt_objrun_for(plan.objective.kind);
     dt_model model = plan.model;
     ops->configure(&plan, &model);
-    const dt_lm_options lo = {.B = 2 * N, .T = T, .attn = DT_ATTN_FLASH, .device = DT_DEVICE_CPU};
+    const dt_lm_options lo = {.B = 2 * N, .T = T, .attn = DT_ATTN_FLASH, .device = DT_DEVICE_CPU,
+                              .finetune = lora ? &plan.finetune : NULL};
     dt_lm *g = NULL;
     dt_comm *comm = NULL;
     dt_objrun *o = NULL;
     double loss = 0;
     dt_objrun_metrics m = {0};
     int rc = dt_lm_create_opts(&model, &plan.precision, &lo, &g, &err);
-    if (!rc) rc = dt_weights_load(g, &model, DT_DTYPE_FP32, mdir, &err);
+    if (!rc && !lora) rc = dt_weights_load(g, &model, DT_DTYPE_FP32, mdir, &err);
+    if (!rc && lora) rc = dt_weights_load_base(g, &model, DT_DTYPE_FP32, mdir, &err);
+    if (!rc && lora) rc = load_adapter(g, adir, c, &err);
+    if (!rc && ops->check(&plan, &err)) rc = err.code;
     if (!rc) rc = dt_comm_init_self(&comm, &err);
     const dt_objrun_ctx ctx = {.plan = &plan, .model = &model, .comm = comm, .rank = 0, .world = 1,
                                .train_path = tmp, .valid_path = ""};

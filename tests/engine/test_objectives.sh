@@ -9,7 +9,7 @@
 #     checkpoint: its score head drawn from the seed) learns,
 #     and rm from its own sequence-classification checkpoint (score.weight read) starts below the
 #     fresh head on the same first pairs;
-#   - bad input, one line and exit 2, nothing half-written: rm under LoRA; a pair with an empty side and a
+#   - bad input, one line and exit 2, nothing half-written: rm under LoRA at bf16; a pair with an empty side and a
 #     prompt of --seq tokens (prepare names FILE:LINE; a previous output stays whole), a folder
 #     given to --format pairs, a plan whose seq_len the prompts fill (dtrun names the input line
 #     before any step), a damaged pair shard (its CRC), token shards given to a dpo plan.
@@ -190,11 +190,11 @@ open(sys.argv[1], "wb").write(bytes(b))
 PY
 bad 2 'train-000000.bin: payload CRC mismatch' "a damaged pair shard" \
     "$DTRUN" "$T/dpo.json" --data "$T/damaged/train" --out "$T/dmg" --quiet
-# rm under LoRA: one line before anything runs (its PEFT adapter is not written yet)
+# rm under LoRA with 16-bit parameters: one line before anything runs (LoRA rm trains at fp32)
 "$DTPLAN" solve --model "$T/config.json" --gpus 1 --mem 2G --hardware cpu --stages 0 --objective rm --finetune lora \
-    --data "$T/prefs" --seq 40 --global-batch 8 --steps 4 --precision fp32 -o "$T/rm-lora.json" >/dev/null ||
+    --data "$T/prefs" --seq 40 --global-batch 8 --steps 4 --precision mixed-bf16 -o "$T/rm-lora.json" >/dev/null ||
     { echo "FAIL: plan LoRA rm"; FAIL=1; }
-bad 2 "rm trains full or freeze fine-tuning, not LoRA yet" "rm under LoRA" \
+bad 2 "rm trains LoRA with fp32 parameters .* not LoRA at bf16" "rm under LoRA at bf16" \
     "$DTRUN" "$T/rm-lora.json" --out "$T/rmlora" --quiet
 [ -e "$T/rmlora" ] && { echo "FAIL: a refused rm LoRA run left $T/rmlora"; FAIL=1; }
 # token shards to a dpo plan: the command that makes pairs
