@@ -398,23 +398,49 @@ void dt_p3_describe(const dt_plan *p, char *buf, size_t n) {
 static const int64_t k_solver_vpp[] = {1, 2, 4};
 #define N_SOLVER_VPP ((int)(sizeof k_solver_vpp / sizeof k_solver_vpp[0]))
 
-static int push_layout(const dt_plan *base, int64_t tp, int64_t cp, int64_t pp, int64_t v, dt_layout *out, int n,
-                       int max) {
+static int push_layout(const dt_plan *base, int64_t tp, int sp, int64_t cp, int64_t pp, int64_t v, dt_layout *out,
+                       int n, int max) {
     if (n >= max) return n;
     dt_plan q = *base;
-    dt_layout_set(&q, tp, 1, cp, pp, v);
+    dt_layout_set(&q, tp, sp, cp, pp, v);
     if (base->batch.global_batch % dt_layout_dp(&q)) return n;
     out[n] = q.layout;
     return n + 1;
+}
+
+int dt_p3_dtrun_tp_refusal(const dt_plan *base, int64_t tp, char *why, size_t n) {
+    const dt_model *m = &base->model;
+    const int64_t G = base->cluster.gpus_per_node;
+    const struct {
+        const char *what;
+        int64_t n;
+    } dims[] = {{"ranks per node", G},   {"attention heads", m->n_head}, {"KV heads", m->n_kv_head},
+                {"ffn size", m->ffn},    {"vocabulary", m->vocab}};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        if (dims[i].n % tp) {
+            if (why) snprintf(why, n, "tp %lld does not divide the %s (%lld)", (long long)tp, dims[i].what, (long long)dims[i].n);
+            return 1;
+        }
+    if (base->batch.global_batch % (base->parallel.world_size / tp)) {
+        if (why) snprintf(why, n, "the global batch %lld is not a multiple of dp = %lld", (long long)base->batch.global_batch,
+                          (long long)(base->parallel.world_size / tp));
+        return 1;
+    }
+    return 0;
 }
 
 int dt_p3_layout_candidates(const dt_plan *base, dt_runtime_kind kind, dt_layout *out, int max) {
     if (max < 1) return 0;
     memset(&out[0], 0, sizeof out[0]);
     int n = 1;
-    if (kind == DT_RUNTIME_DTRUN) return n;
     const dt_model *m = &base->model;
     const int64_t G = base->cluster.gpus_per_node, W = base->cluster.nodes * G, L = m->n_layer;
+    if (kind == DT_RUNTIME_DTRUN) {   /* dtrun: TP without SP on CPU ranks (engine/model/lm_tp.c) */
+        if (base->cluster.device != DT_DEVICE_CPU) return n;
+        for (int64_t tp = 2; tp <= G; tp++)
+            if (!dt_p3_dtrun_tp_refusal(base, tp, NULL, 0)) n = push_layout(base, tp, 0, 1, 1, 1, out, n, max);
+        return n;
+    }
     for (int64_t tp = 1; tp <= G; tp++) {
         if (G % tp || m->n_head % tp || m->n_kv_head % tp) continue;
         for (int64_t cp = 1; tp * cp <= G; cp++) {
@@ -424,7 +450,7 @@ int dt_p3_layout_candidates(const dt_plan *base, dt_runtime_kind kind, dt_layout
                 for (int i = 0; i < N_SOLVER_VPP; i++) {
                     const int64_t v = k_solver_vpp[i];
                     if (v > 1 && (pp < DT_LAYOUT_MIN_PP_INTERLEAVED || (L / pp) % v)) continue;
-                    n = push_layout(base, tp, cp, pp, v, out, n, max);
+                    n = push_layout(base, tp, 1, cp, pp, v, out, n, max);
                 }
             }
         }
