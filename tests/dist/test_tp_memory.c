@@ -17,15 +17,12 @@
 #include "dt_memory.h"
 #include "dt_memtrack.h"
 #include "dt_test.h"
+#include "dt_test_memtrack.h"
 #include "dt_test_plan.h"
 #include "dt_tpgroup.h"
 #include "dt_zero.h"
 
 #define TP 2
-
-static int64_t tracked(dt_mem_category c) {
-    return dt_mem_current(DT_POOL_DEVICE, c) + dt_mem_current(DT_POOL_HOST, c);
-}
 
 static void check_stage(dt_comm *world, dt_tpgroup *tpg, dt_plan p, int stage, int64_t K) {
     p.parallel.zero_stage = stage;
@@ -40,7 +37,7 @@ static void check_stage(dt_comm *world, dt_tpgroup *tpg, dt_plan p, int stage, i
     }
     const dt_mem_breakdown *m = &ph.at[ph.peak];
     int64_t before[DT_MEM_CAT_COUNT];
-    for (int k = 0; k < DT_MEM_CAT_COUNT; k++) before[k] = tracked((dt_mem_category)k);
+    dt_test_tracked_snapshot(before);
     const dt_lm_options o = {.B = p.batch.micro_batch, .T = p.batch.seq_len, .ckpt_layers = K,
                              .attn = p.activations.attention, .device = DT_DEVICE_CPU, .ordinal = 0,
                              .flags = stage == 3 ? DT_LM_NO_FLAT : 0, .finetune = &p.finetune,
@@ -54,16 +51,10 @@ static void check_stage(dt_comm *world, dt_tpgroup *tpg, dt_plan p, int stage, i
         dt_lm_free(g);
         return;
     }
-    const int64_t want[DT_MEM_CAT_COUNT] = {m->params, m->grads, m->optimizer, m->activations, m->buffers};
-    for (int k = 0; k < DT_MEM_CAT_COUNT; k++) {
-        const int64_t got = tracked((dt_mem_category)k) - before[k];
-        if (got != want[k])
-            fprintf(stderr, "rank %d %s %s ZeRO-%d K %lld %s: engine %lld, planner %lld (%+lld)\n", rank, p.model.name,
-                    dt_precision_preset_name(p.precision.preset), stage, (long long)K,
-                    dt_mem_category_name((dt_mem_category)k), (long long)got, (long long)want[k],
-                    (long long)(got - want[k]));
-        CHECK_EQ_I64(got, want[k]);
-    }
+    char label[160];
+    snprintf(label, sizeof label, "rank %d %s %s ZeRO-%d K %lld", rank, p.model.name,
+             dt_precision_preset_name(p.precision.preset), stage, (long long)K);
+    dt_test_tracked_check(before, m, label);
     CHECK_EQ_I64((int64_t)dt_lm_activation_bytes(g), m->activations);
     dt_zero_free(z);
     dt_lm_free(g);
