@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dt_dtrun_tp.h"
 #include "dt_layout.h"
 #include "dt_model.h"
 #include "dt_timeterms.h"
@@ -34,6 +35,14 @@
 /* Megatron-LM context parallelism (context_parallel.md): K and V circulate the ring in the
  * forward (c - 1 steps); the backward circulates K, V again and dK, dV: 3 x the forward. */
 #define DT_P3_CP_BWD_FACTOR 2
+/* dtrun's TP on CPU ranks (engine/model/lm_tp.c): its collectives are fp32 whatever the
+ * activations' dtype; besides the blocks' 2 + 2 all-reduces of [B·T, C], per micro-batch the
+ * vocabulary-parallel embedding's sum (forward) and the classifier's input gradient (backward)
+ * are one all-reduce of [B·T, C] each, and the cross-entropy all-gathers one fp32 row maximum
+ * per token and all-reduces 2 fp32 per token (sum of exponentials, target logit). */
+#define DT_P3_DTRUN_TP_FP32 4
+#define DT_P3_DTRUN_TP_HEAD_ALLREDUCES 2
+#define DT_P3_DTRUN_TP_LOSS_REDUCED 2
 /* Backward FLOPs are twice the forward's (Narayanan Eq. 3's 3 = 1 forward + 2 backward). */
 #define DT_P3_BWD_OVER_FWD 2.0
 
@@ -267,8 +276,9 @@ int dt_p3_time_terms(const dt_plan *p, dt_time_terms *t, dt_p3_time *parts, dt_e
     const double blk_b1 = blk_b / (double)L;
     /* CP: each rank's queries meet all c key slices (the shadow priced s/c x s/c) */
     const double attn_extra = cm.attn_core_s * (double)(l.cp - 1);
-    const int64_t e = dt_dtype_size(p->precision.activation);
-    const double sbh = (double)(p->batch.seq_len / l.cp) * (double)p->batch.micro_batch * (double)p->model.hidden;
+    const int dtrun_tp = dt_dtrun_tp_active(p);
+    const int64_t e = dtrun_tp ? DT_P3_DTRUN_TP_FP32 : dt_dtype_size(p->precision.activation);
+    const double sb = (double)(p->batch.seq_len / l.cp) * (double)p->batch.micro_batch, sbh = sb * (double)p->model.hidden;
     p3_link tpl = link_for(p, l.tp, &parts->tp_inter);
     p3_link cpl = link_for(p, l.tp * l.cp, &parts->cp_inter);
     p3_link dpl = link_for(p, l.tp * l.cp * d, &parts->dp_inter);
@@ -276,6 +286,11 @@ int dt_p3_time_terms(const dt_plan *p, dt_time_terms *t, dt_p3_time *parts, dt_e
     /* TP: each collective moves b s h activations; all-reduce, or RS + AG of the same volume */
     const double tp1 = l.sp ? 2.0 * coll_s((double)e * sbh, l.tp, tpl.bw, tpl.alpha, 0)
                             : coll_s((double)e * sbh, l.tp, tpl.bw, tpl.alpha, 1);
+    /* dtrun: the embedding's and the classifier's all-reduces, the loss's two collectives */
+    const double tp_head = !dtrun_tp ? 0.0
+                                     : DT_P3_DTRUN_TP_HEAD_ALLREDUCES * tp1 +
+                                           coll_s((double)e * sb * (double)l.tp, l.tp, tpl.bw, tpl.alpha, 0) +
+                                           coll_s((double)e * sb * DT_P3_DTRUN_TP_LOSS_REDUCED, l.tp, tpl.bw, tpl.alpha, 1);
     /* CP ring: K and V slices of the rank, c - 1 steps, hidden behind the attention core */
     const double kv = 2.0 * (double)e * (double)(p->batch.seq_len / l.cp) * (double)p->batch.micro_batch *
                       (double)(p->model.n_kv_head * p->model.head_dim) / (double)l.tp;
@@ -289,7 +304,7 @@ int dt_p3_time_terms(const dt_plan *p, dt_time_terms *t, dt_p3_time *parts, dt_e
         const double Ls = (double)dt_layout_stage_layers(p, s);
         double f = Ls * (blk_f + attn_extra) / (double)l.tp, b = Ls * (blk_b1 + DT_P3_BWD_OVER_FWD * attn_extra) / (double)l.tp;
         if (s == l.pp - 1) f += head_f / (double)l.tp, b += head_b / (double)l.tp;
-        const double tp = Ls * (DT_P3_TP_COLL_FWD + DT_P3_TP_COLL_BWD) * tp1, cp = Ls * cp_exp_layer;
+        const double tp = Ls * (DT_P3_TP_COLL_FWD + DT_P3_TP_COLL_BWD) * tp1 + tp_head, cp = Ls * cp_exp_layer;
         if (f + b + tp + cp > slot) {
             slot = f + b + tp + cp, slot_layers = Ls;
             parts->stage_fwd_s = f, parts->stage_bwd_s = b, parts->tp_comm_s = tp;

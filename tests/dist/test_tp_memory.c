@@ -5,7 +5,8 @@
  * connect_tp, build_model), on every rank. Run under mpirun: 4 ranks = TP 2 x DP 2, 2 ranks
  * = TP 2 x DP 1; GPT-2 (packed c_attn, tied head), Qwen3 (GQA, partial q/k-norm gradients),
  * fp32 and mixed-bf16, ZeRO 0-3, with and without checkpointed blocks. And one hand count of
- * the shard's parameters, so a planner and an engine wrong the same way still fail. */
+ * the shard's parameters, so a planner and an engine wrong the same way still fail; and the
+ * TP collectives' time of a micro-batch against a hand count. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include "dt_layout.h"
 #include "dt_lm.h"
 #include "dt_memory.h"
+#include "dt_parallel3d.h"
 #include "dt_memtrack.h"
 #include "dt_test.h"
 #include "dt_test_memtrack.h"
@@ -83,6 +85,30 @@ static void hand_count(const dt_plan *p) {
     else CHECK(b.params >= 4 * (psi / dp) && b.params < 4 * psi);
 }
 
+/* The TP collectives of one micro-batch (dt_p3_time_terms on the plan): per block 2 + 2
+ * all-reduces of [B·T, C] fp32, the embedding's and the classifier's all-reduce, the loss's
+ * all-gather of B·T·tp row maxima and all-reduce of 2·B·T, each a ring over tp ranks on the
+ * profile's intra-node bus bandwidth and latency (what dtrun calibrate measures); fp32 under
+ * a 16-bit precision too (engine/model/lm_tp.c all-reduces fp32). */
+static void tp_time(const dt_plan *p) {
+    const double N = (double)(p->batch.micro_batch * p->batch.seq_len), C = (double)p->model.hidden;
+    const double bw = p->cluster.hw.intra_busbw, a = p->cluster.hw.intra_alpha_s, t = TP;
+    const double ar = 2 * (t - 1) * a + 4 * N * C * 2 * (t - 1) / t / bw;       /* ring all-reduce */
+    const double ag = (t - 1) * a + 4 * N * t * (t - 1) / t / bw;               /* all-gather */
+    const double red = 2 * (t - 1) * a + 4 * N * 2 * 2 * (t - 1) / t / bw;     /* 2 fp32 per token */
+    const double want = (double)p->model.n_layer * 4 * ar + 2 * ar + ag + red;
+    dt_time_terms tt;
+    dt_p3_time parts;
+    dt_error err = {0};
+    for (int k = 0; k < 2; k++) {
+        dt_plan q = *p;
+        dt_precision_from_preset(k ? DT_PREC_MIXED_BF16 : DT_PREC_FP32, &q.precision);
+        CHECK(dt_p3_time_terms(&q, &tt, &parts, &err) == DT_OK);
+        CHECK_NEAR(parts.tp_comm_s, want, 1e-9 * want);
+        CHECK(parts.tp_inter == 0);
+    }
+}
+
 int main(void) {
     dt_error err = {0};
     dt_comm *world = NULL;
@@ -107,6 +133,7 @@ int main(void) {
             dt_layout_set(&p, TP, 0, 1, 1, 1);
             CHECK(dt_dtrun_tp_active(&p));
             if (f == 0 && k == 0) hand_count(&p);
+            if (k == 0) tp_time(&p);
             for (int stage = 0; stage <= 3; stage++) {
                 check_stage(world, tpg, p, stage, 0);
                 check_stage(world, tpg, p, stage, p.model.n_layer);
