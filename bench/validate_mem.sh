@@ -19,7 +19,7 @@
 #                              [--methods "full freeze lora"]
 #                              [--worlds "1 2"] [--stages "0 1 2 3"] [--offload "none cpu"]
 #                              [--mem-factor X] [--quick] [--baseline DIR]
-#                              [--runtime-from PROFILE.json] [--sub-group-size N]
+#                              [--runtime-from PROFILE.json] [--sub-group-size N] [--tp N]
 #   BUILD_DIR     where dtplan and dtrun are (default build)
 #   --methods M   fine-tuning methods (issue 32; default full): full; freeze = the last 2
 #                 blocks trained (dtplan --finetune freeze --trainable-layers 2, LLaMA-
@@ -43,6 +43,11 @@
 #   --sub-group-size N  DeepSpeed's sub_group_size for the plans (dtplan solve
 #                 --sub-group-size: the NVMe optimizer's host swap buffers)
 #   --quick       gpt2 only, stages 0 and 3, no offload (a smoke run)
+#   --tp N        tensor parallelism (layout tp N, no SP: docs/parallelism.md "In dtrun"):
+#                 each world of --worlds is tp x dp ranks, the global batch dp, ZeRO over
+#                 the DP group; no offload (a layout has none). The model's heads, KV
+#                 heads, ffn and vocabulary must divide by N (e.g. qwen3-tiny, gpt2-small-test,
+#                 qwen2.5-0.5b; GPT-2's 50257 does not)
 #   --mem-factor  a config is skipped, with a note, when X times its rough need
 #                 (the model states of all ranks, plus the full model twice for
 #                 the checkpoint) exceeds MemAvailable (default 1.3)
@@ -52,7 +57,7 @@
 # removed after it ran. docs/benchmarks.md has a recorded run.
 set -u
 BUILD=build STEPS=2 MODELS="gpt2 gpt2-medium" WORLDS="1 2" QUICK=0 FACTOR=1.3
-STAGES="0 1 2 3" MODES="none cpu" BASELINE="" RT_FROM="" SUBGROUP="" METHODS=full CALIBRATED=0
+STAGES="0 1 2 3" MODES="none cpu" BASELINE="" RT_FROM="" SUBGROUP="" METHODS=full CALIBRATED=0 TP=1
 while [ $# -gt 0 ]; do
     case "$1" in
     --steps) STEPS=$2; shift 2 ;;
@@ -67,7 +72,8 @@ while [ $# -gt 0 ]; do
     --baseline) BASELINE=$2; shift 2 ;;
     --runtime-from) RT_FROM=$2; shift 2 ;;
     --sub-group-size) SUBGROUP=$2; shift 2 ;;
-    -h | --help) sed -n '2,56p' "$0"; exit 0 ;;
+    --tp) TP=$2; shift 2 ;;
+    -h | --help) sed -n '2,62p' "$0"; exit 0 ;;
     -*) echo "validate_mem.sh: unknown option '$1'" >&2; exit 2 ;;
     *) BUILD=$1; shift ;;
     esac
@@ -114,7 +120,7 @@ MEM_LIMIT=$((MEM_KIB / 1024 / 1024))G
 echo "validate_mem: $(date -u +%FT%TZ), $NPROC CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')),"\
      "$((MEM_KIB / 1024)) MiB, load $(cut -d' ' -f1-3 /proc/loadavg), steps $STEPS + 1 resumed, out $OUT"
 [ -n "$BASELINE" ] && echo "builds: before = $BASELINE/dtrun, after = $DTRUN"
-printf 'build\tmodel\tmethod\tstage\toffload\tworld\trank\tphase\truns\tpredicted\treal\ttracked\truntime\tratio\tstep_s\tpred_step_s\n' >"$OUT/rows.tsv"
+printf 'build\tmodel\tmethod\tstage\toffload\tworld\ttp\trank\tphase\truns\tpredicted\treal\ttracked\truntime\tratio\tstep_s\tpred_step_s\n' >"$OUT/rows.tsv"
 : >"$OUT/skipped.txt"
 
 # the dtplan flags of a method (--methods)
@@ -133,14 +139,17 @@ plan() {
     local m=$1 s=$2 o=$3 w=$4 f=$5 d=$6 ft=$7
     [ "$o" = nvme ] && mkdir -p "$OUT/nvme"
     "$DTPLAN" solve --mem "$MEM_LIMIT" --hardware "$OUT/cpu-here.json" --model "$m" --seq 128 $(method_flags "$ft") \
-        --precision fp32 --gpus "$w" --global-batch "$w" --data "$DATA" --steps $((STEPS + 1)) \
+        --precision fp32 --no-layouts --gpus "$w" --global-batch "$w" --data "$DATA" --steps $((STEPS + 1)) \
         --eval-interval 2 --out "$d" -o "$f" ${SUBGROUP:+--sub-group-size "$SUBGROUP"} \
         $([ "$o" = nvme ] && echo --nvme-path "$OUT/nvme") >/dev/null 2>"$OUT/solve.err" || {
         echo "  solve failed: $(tail -1 "$OUT/solve.err")"; return 1; }
-    python3 - "$f" "$s" "$o" "$w" "$OUT/nvme" <<'PY'
+    python3 - "$f" "$s" "$o" "$w" "$OUT/nvme" "$TP" <<'PY'
 import json, sys
-f, s, o, w, nvme = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5]
+f, s, o, w, nvme, tp = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5], int(sys.argv[6])
 p = json.load(open(f))
+if tp > 1:   # TP x DP: the global batch is the DP group's (one sequence per DP rank)
+    p["layout"] = {"tp": tp, "cp": 1, "pp": 1, "sequence_parallel": False}
+    w //= tp
 p["parallel"].update(zero_stage=s, offload_optimizer=o,
                      offload_param="cpu" if o == "cpu" and s == 3 else "none",
                      nvme_path=nvme if o == "nvme" else "")
@@ -168,7 +177,9 @@ ft = p.get("finetune", {})
 t = n   # trained: freeze's blocks, LoRA's adapters (at most 2 % of the blocks at r 8)
 if ft.get("method") == "freeze": t = 12 * abs(ft.get("trainable_layers", 2)) * m["hidden"] ** 2
 if ft.get("method") == "lora": t = 0.02 * n
-per = {0: 16 * t, 1: 8 * t + 8 * t / w, 2: 4 * t + 12 * t / w, 3: 16 * t / w}[st] + 4 * (n - t)
+tp = p.get("layout", {}).get("tp", 1)   # a TP rank holds 1/tp of it, ZeRO over dp = w / tp
+d = w // tp
+per = ({0: 16 * t, 1: 8 * t + 8 * t / d, 2: 4 * t + 12 * t / d, 3: 16 * t / d}[st] + 4 * (n - t)) / tp
 if p["parallel"]["offload_optimizer"] == "nvme": per -= 8 * t / w   # m and v in files
 print(int(per * w + 2 * 4 * n))   # + the start-up's whole model per rank and the checkpoint writer
 PY
@@ -182,7 +193,10 @@ for m in $MODELS; do
         for o in $MODES; do
           [ "$s" = 0 ] && [ "$o" = cpu ] && continue
           [ "$s" != 3 ] && [ "$o" = nvme ] && continue   # DeepSpeed: NVMe optimizer offload needs stage 3
-          label="$m $ft ZeRO-$s offload $o, $w rank(s)"
+          label="$m $ft ZeRO-$s offload $o, $w rank(s)$([ "$TP" -gt 1 ] && echo " (tp $TP)")"
+          if [ "$TP" -gt 1 ] && { [ "$o" != none ] || [ $((w % TP)) != 0 ]; }; then
+              echo "$label: skipped (tp $TP: no offload, a world that tp divides)" | tee -a "$OUT/skipped.txt"; continue
+          fi
           f=$OUT/plan.json d=$OUT/run
           rm -rf "$d"
           plan "$m" "$s" "$o" "$w" "$f" "$d" "$ft" || { echo "$label: skipped (no plan)" | tee -a "$OUT/skipped.txt"; continue; }
@@ -206,9 +220,9 @@ for m in $MODELS; do
             if ! "$run" "$f" --out "$d" --resume --max-steps $((STEPS + 1)) --no-progress >"$OUT/run2.log" 2>&1; then
                 echo "$label ($bl): FAILED (resumed run): $(tail -2 "$OUT/run2.log")" | tee -a "$OUT/skipped.txt"; continue
             fi
-            python3 - "$d" "$m" "$s" "$o" "$w" "$bl" "$ft" >>"$OUT/rows.tsv" <<'PY'
+            python3 - "$d" "$m" "$s" "$o" "$w" "$bl" "$ft" "$TP" >>"$OUT/rows.tsv" <<'PY'
 import json, sys
-d, m, s, o, w, bl, ft = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6], sys.argv[7]
+d, m, s, o, w, bl, ft, tp = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6], sys.argv[7], sys.argv[8]
 PH = ["startup", "forward", "backward", "optimizer", "eval", "ckpt_save", "ckpt_load", "export"]
 for r in range(w):
     name = "run-report.json" if r == 0 else "run-report-rank%05d.json" % r
@@ -221,7 +235,7 @@ for r in range(w):
         real, pred = e["real_peak_rss"], e["predicted_total"]
         tr = e["tracked"]["total"]
         ratio = real / pred if real and pred else float("nan")
-        print(f"{bl}\t{m}\t{ft}\t{s}\t{o}\t{w}\t{r}\t{ph}\t{e['runs']}\t{pred}\t{real}\t{tr}\t{e['runtime']}\t{ratio:.3f}\t{step}\t{pstep}")
+        print(f"{bl}\t{m}\t{ft}\t{s}\t{o}\t{w}\t{tp}\t{r}\t{ph}\t{e['runs']}\t{pred}\t{real}\t{tr}\t{e['runtime']}\t{ratio:.3f}\t{step}\t{pstep}")
 PY
             echo "$label ($bl): done in $(( $(date +%s) - t0 )) s, load $(cut -d' ' -f1 /proc/loadavg)"
           done
@@ -241,7 +255,8 @@ rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 keys = []
 by = {}
 for r in rows:
-    k = (r["model"], r["method"], r["stage"], r["offload"], r["world"], r["rank"], r["build"])
+    k = (r["model"], r["method"], r["stage"], r["offload"], r["world"] + (f" (tp {r['tp']})" if r["tp"] != "1" else ""),
+         r["rank"], r["build"])
     if k not in by: keys.append(k); by[k] = {}
     by[k][r["phase"]] = r
 two = len({k[6] for k in keys}) > 1

@@ -87,7 +87,14 @@ void dt_p3_pipe_free(dt_p3_pipe *pp);
  * (pp >= 3), tp x cp x pp dividing the world and the global batch a multiple of dp. Returns the
  * count (at most max). Batch-dependent rules (interleaving's micro-batch count, DeepSpeed's
  * ZeRO limit with pipelines) are dt_plan_validate's, per candidate. */
+/* Runtime dtrun (CPU device only): tp = 2 .. ranks per node without SP, CP or PP, where
+ * dt_p3_dtrun_tp_refusal accepts it. */
 #define DT_P3_MAX_LAYOUTS 512
+/* Why dtrun's engine cannot run base at tensor-parallel degree tp (engine/model/lm_tp.c
+ * dt_lm_check_tp: tp divides the heads, KV heads, ffn and vocabulary; inside a node; the
+ * global batch a multiple of dp): 0 when it can, else 1 with one line in why (n bytes; why
+ * may be NULL). */
+int dt_p3_dtrun_tp_refusal(const dt_plan *base, int64_t tp, char *why, size_t n);
 int dt_p3_layout_candidates(const dt_plan *base, dt_runtime_kind kind, dt_layout *out, int max);
 
 /* One line for people: "TP 8 (sequence parallel) x CP 1 x PP 4 (1f1b, 20 layers per stage) x DP 2

@@ -7,6 +7,7 @@
  * a activation bytes. shard = ceil(Ψ / N) (partitions padded to equal size). */
 #include "dt_memory.h"
 
+#include "dt_dtrun_tp.h"
 #include "dt_layout.h"
 #include "dt_parallel3d.h"
 #include "dt_consts.h"
@@ -65,23 +66,24 @@ static int64_t gather_unit(const dt_model *m) {
 int dt_memory_hf_on_cpu(const dt_plan *p) { return p->cluster.device == DT_DEVICE_CPU && hf_runtime(p); }
 
 /* fp32 elements per token of the CPU engine's backward scratch (engine/model/lm.c
- * create): gpt2 dres, dC [C] each, dQKV [3C], dF [F]; llama dres, dC [C] each,
- * dQKV [QK + KVD] (q | k, then v), dF [2F] (gate | up), dA [max(QD, F)]. */
+ * create): gpt2 dres, dC [C] each, dQKV [3·QD], dF [F]; llama dres, dC [C] each,
+ * dQKV [QK + KVD] (q | k, then v), dF [2F] (gate | up), dA [max(QD, F)]. QD = heads x
+ * head_dim is C for a whole GPT-2 and C / tp for its TP shard (planner/dtrun_tp.c). */
 static int64_t cpu_scratch_per_token(const dt_model *m) {
     const int64_t C = m->hidden, F = m->ffn;
-    if (m->family == DT_FAMILY_GPT2) return 2 * C + 3 * C + F;
     const int64_t QD = m->n_head * m->head_dim, KVD = m->n_kv_head * m->head_dim;
+    if (m->family == DT_FAMILY_GPT2) return 2 * C + 3 * QD + F;
     return 2 * C + (QD + 2 * KVD) + 2 * F + imax(QD, F);
 }
 
 /* fp32 elements per token of one block's working copies when activations are
- * 16-bit (lm.c alloc_f32_views): gpt2 x ln1 att res1 ln2 xout [C], qkv [3C],
+ * 16-bit (lm.c alloc_f32_views): gpt2 x ln1 res1 ln2 xout [C], att [QD], qkv [3·QD],
  * fch gelu [F]; llama x ln1 res1 ln2 xout [C], att [QD], qk [QK], v [KVD],
  * gate | up [2F], act [F], and (q/k norm) the raw qk [QK]. */
 static int64_t cpu_views_per_token(const dt_model *m) {
     const int64_t C = m->hidden, F = m->ffn;
-    if (m->family == DT_FAMILY_GPT2) return 9 * C + 2 * F;
     const int64_t QD = m->n_head * m->head_dim, KVD = m->n_kv_head * m->head_dim, QK = QD + KVD;
+    if (m->family == DT_FAMILY_GPT2) return 5 * C + QD + 3 * QD + 2 * F;
     return 5 * C + QD + QK + KVD + 3 * F + (m->qk_norm ? QK : 0);
 }
 
@@ -228,6 +230,16 @@ static int64_t cpu_comm_temporaries(const dt_plan *p, int64_t psi) {
 
 int dt_memory_cpu_runtime(const dt_plan *p, int64_t n_params, dt_mem_runtime *out) {
     memset(out, 0, sizeof *out);
+    if (dt_dtrun_tp_active(p)) {   /* the TP shard over its DP group, the runtime of the whole world */
+        dt_plan q;
+        dt_dtrun_tp_shard_plan(p, &q);
+        dt_memory_cpu_runtime(&q, 0, out);
+        out->base = dt_hardware_runtime_bytes(&p->cluster.hw, p->parallel.world_size);
+        /* the TP all-reduce's temporary (libnbc: the whole in-place call), alive beside the
+         * DP group's in backward */
+        out->comm = sadd(out->comm, imin(dt_dtrun_tp_allreduce_bytes(p), CPU_COMM_PIECE_BYTES));
+        return 1;
+    }
     if (!cpu_engine_layout(p) || hf_runtime(p)) return 0;
     const int64_t psi = n_params > 0 ? n_params : dt_model_params(&p->model);
     out->base = dt_hardware_runtime_bytes(&p->cluster.hw, p->parallel.world_size);
@@ -637,7 +649,38 @@ static void total_of(dt_mem_breakdown *m) {
     m->total = sadd(m->total, m->reserve);
 }
 
+static int checked_phases(const dt_plan *p, int64_t n_params, dt_mem_phases *out, dt_error *err);
+
+/* A dtrun TP plan on CPU ranks (planner/dtrun_tp.c): the engine's TP shard on its DP group,
+ * plus the TP group's buffers; the runtime term of the whole world. */
+static int dtrun_tp_phases(const dt_plan *p, dt_mem_phases *out, dt_error *err) {
+    if (p->finetune.method != DT_FT_FULL)
+        return dt_errorf(err, DT_EINVAL, "layout.tp %lld with finetune.method %s: dtrun's tensor parallelism trains "
+                         "full fine-tuning only; plan the method with tp 1 (dtplan solve --no-layouts)",
+                         (long long)dt_layout_of(p).tp, dt_ft_method_name(p->finetune.method));
+    dt_plan q;   /* the shard's shape is the engine's, not a model of its own (gpt2: heads x head_dim < hidden) */
+    dt_dtrun_tp_shard_plan(p, &q);
+    int rc = checked_phases(&q, 0, out, err);
+    if (rc) return rc;
+    dt_mem_runtime rt;
+    dt_memory_cpu_runtime(p, 0, &rt);
+    dt_mem_breakdown *m = &out->at[out->peak];
+    m->buffers = sadd(m->buffers, dt_dtrun_tp_buffers(p));
+    m->reserve = sadd(rt.base, imax(rt.comm, rt.io));
+    total_of(m);
+    return saturated(p, m, err);
+}
+
 int dt_memory_phases(const dt_plan *p, int64_t n_params, dt_mem_phases *out, dt_error *err) {
+    memset(out, 0, sizeof *out);
+    int rc = check_plan(p, err);
+    if (rc) return rc;
+    if (dt_dtrun_tp_active(p)) return dtrun_tp_phases(p, out, err);   /* dtrun's own TP terms */
+    return checked_phases(p, n_params, out, err);
+}
+
+/* dt_memory_phases on a plan whose shape is checked (the caller's, or the engine's TP shard). */
+static int checked_phases(const dt_plan *p, int64_t n_params, dt_mem_phases *out, dt_error *err) {
     memset(out, 0, sizeof *out);
     /* objectives (planner/objective.c): the policy's shape under pairs / a score head, the
      * other models' persistent terms per phase, the generation phase after */
@@ -647,8 +690,8 @@ int dt_memory_phases(const dt_plan *p, int64_t n_params, dt_mem_phases *out, dt_
     const int obj = dt_objplan_active(p);
     if (obj && dt_objplan_shape(orig, &n_params, &shaped)) p = &shaped;
     if (obj) dt_objplan_terms(orig, &ot);
-    int rc = check_plan(p, err);
-    if (rc || (rc = dt_vlmplan_check(p, err))) return rc;
+    int rc = dt_vlmplan_check(p, err);
+    if (rc) return rc;
     if (dt_layout_active(p)) {   /* TP / CP / PP: the binding pipeline stage (planner/parallel3d.c) */
         if (p->finetune.method != DT_FT_FULL)
             return dt_errorf(err, DT_EINVAL, "a layout (TP / CP / PP) with finetune.method %s is not modelled yet: "

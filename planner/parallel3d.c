@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dt_dtrun_tp.h"
 #include "dt_layout.h"
 #include "dt_model.h"
 #include "dt_timeterms.h"
@@ -34,6 +35,14 @@
 /* Megatron-LM context parallelism (context_parallel.md): K and V circulate the ring in the
  * forward (c - 1 steps); the backward circulates K, V again and dK, dV: 3 x the forward. */
 #define DT_P3_CP_BWD_FACTOR 2
+/* dtrun's TP on CPU ranks (engine/model/lm_tp.c): its collectives are fp32 whatever the
+ * activations' dtype; besides the blocks' 2 + 2 all-reduces of [B·T, C], per micro-batch the
+ * vocabulary-parallel embedding's sum (forward) and the classifier's input gradient (backward)
+ * are one all-reduce of [B·T, C] each, and the cross-entropy all-gathers one fp32 row maximum
+ * per token and all-reduces 2 fp32 per token (sum of exponentials, target logit). */
+#define DT_P3_DTRUN_TP_FP32 4
+#define DT_P3_DTRUN_TP_HEAD_ALLREDUCES 2
+#define DT_P3_DTRUN_TP_LOSS_REDUCED 2
 /* Backward FLOPs are twice the forward's (Narayanan Eq. 3's 3 = 1 forward + 2 backward). */
 #define DT_P3_BWD_OVER_FWD 2.0
 
@@ -267,8 +276,9 @@ int dt_p3_time_terms(const dt_plan *p, dt_time_terms *t, dt_p3_time *parts, dt_e
     const double blk_b1 = blk_b / (double)L;
     /* CP: each rank's queries meet all c key slices (the shadow priced s/c x s/c) */
     const double attn_extra = cm.attn_core_s * (double)(l.cp - 1);
-    const int64_t e = dt_dtype_size(p->precision.activation);
-    const double sbh = (double)(p->batch.seq_len / l.cp) * (double)p->batch.micro_batch * (double)p->model.hidden;
+    const int dtrun_tp = dt_dtrun_tp_active(p);
+    const int64_t e = dtrun_tp ? DT_P3_DTRUN_TP_FP32 : dt_dtype_size(p->precision.activation);
+    const double sb = (double)(p->batch.seq_len / l.cp) * (double)p->batch.micro_batch, sbh = sb * (double)p->model.hidden;
     p3_link tpl = link_for(p, l.tp, &parts->tp_inter);
     p3_link cpl = link_for(p, l.tp * l.cp, &parts->cp_inter);
     p3_link dpl = link_for(p, l.tp * l.cp * d, &parts->dp_inter);
@@ -276,6 +286,11 @@ int dt_p3_time_terms(const dt_plan *p, dt_time_terms *t, dt_p3_time *parts, dt_e
     /* TP: each collective moves b s h activations; all-reduce, or RS + AG of the same volume */
     const double tp1 = l.sp ? 2.0 * coll_s((double)e * sbh, l.tp, tpl.bw, tpl.alpha, 0)
                             : coll_s((double)e * sbh, l.tp, tpl.bw, tpl.alpha, 1);
+    /* dtrun: the embedding's and the classifier's all-reduces, the loss's two collectives */
+    const double tp_head = !dtrun_tp ? 0.0
+                                     : DT_P3_DTRUN_TP_HEAD_ALLREDUCES * tp1 +
+                                           coll_s((double)e * sb * (double)l.tp, l.tp, tpl.bw, tpl.alpha, 0) +
+                                           coll_s((double)e * sb * DT_P3_DTRUN_TP_LOSS_REDUCED, l.tp, tpl.bw, tpl.alpha, 1);
     /* CP ring: K and V slices of the rank, c - 1 steps, hidden behind the attention core */
     const double kv = 2.0 * (double)e * (double)(p->batch.seq_len / l.cp) * (double)p->batch.micro_batch *
                       (double)(p->model.n_kv_head * p->model.head_dim) / (double)l.tp;
@@ -289,7 +304,7 @@ int dt_p3_time_terms(const dt_plan *p, dt_time_terms *t, dt_p3_time *parts, dt_e
         const double Ls = (double)dt_layout_stage_layers(p, s);
         double f = Ls * (blk_f + attn_extra) / (double)l.tp, b = Ls * (blk_b1 + DT_P3_BWD_OVER_FWD * attn_extra) / (double)l.tp;
         if (s == l.pp - 1) f += head_f / (double)l.tp, b += head_b / (double)l.tp;
-        const double tp = Ls * (DT_P3_TP_COLL_FWD + DT_P3_TP_COLL_BWD) * tp1, cp = Ls * cp_exp_layer;
+        const double tp = Ls * (DT_P3_TP_COLL_FWD + DT_P3_TP_COLL_BWD) * tp1 + tp_head, cp = Ls * cp_exp_layer;
         if (f + b + tp + cp > slot) {
             slot = f + b + tp + cp, slot_layers = Ls;
             parts->stage_fwd_s = f, parts->stage_bwd_s = b, parts->tp_comm_s = tp;
@@ -398,23 +413,49 @@ void dt_p3_describe(const dt_plan *p, char *buf, size_t n) {
 static const int64_t k_solver_vpp[] = {1, 2, 4};
 #define N_SOLVER_VPP ((int)(sizeof k_solver_vpp / sizeof k_solver_vpp[0]))
 
-static int push_layout(const dt_plan *base, int64_t tp, int64_t cp, int64_t pp, int64_t v, dt_layout *out, int n,
-                       int max) {
+static int push_layout(const dt_plan *base, int64_t tp, int sp, int64_t cp, int64_t pp, int64_t v, dt_layout *out,
+                       int n, int max) {
     if (n >= max) return n;
     dt_plan q = *base;
-    dt_layout_set(&q, tp, 1, cp, pp, v);
+    dt_layout_set(&q, tp, sp, cp, pp, v);
     if (base->batch.global_batch % dt_layout_dp(&q)) return n;
     out[n] = q.layout;
     return n + 1;
+}
+
+int dt_p3_dtrun_tp_refusal(const dt_plan *base, int64_t tp, char *why, size_t n) {
+    const dt_model *m = &base->model;
+    const int64_t G = base->cluster.gpus_per_node;
+    const struct {
+        const char *what;
+        int64_t n;
+    } dims[] = {{"ranks per node", G},   {"attention heads", m->n_head}, {"KV heads", m->n_kv_head},
+                {"ffn size", m->ffn},    {"vocabulary", m->vocab}};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        if (dims[i].n % tp) {
+            if (why) snprintf(why, n, "tp %lld does not divide the %s (%lld)", (long long)tp, dims[i].what, (long long)dims[i].n);
+            return 1;
+        }
+    if (base->batch.global_batch % (base->parallel.world_size / tp)) {
+        if (why) snprintf(why, n, "the global batch %lld is not a multiple of dp = %lld", (long long)base->batch.global_batch,
+                          (long long)(base->parallel.world_size / tp));
+        return 1;
+    }
+    return 0;
 }
 
 int dt_p3_layout_candidates(const dt_plan *base, dt_runtime_kind kind, dt_layout *out, int max) {
     if (max < 1) return 0;
     memset(&out[0], 0, sizeof out[0]);
     int n = 1;
-    if (kind == DT_RUNTIME_DTRUN) return n;
     const dt_model *m = &base->model;
     const int64_t G = base->cluster.gpus_per_node, W = base->cluster.nodes * G, L = m->n_layer;
+    if (kind == DT_RUNTIME_DTRUN) {   /* dtrun: TP without SP on CPU ranks (engine/model/lm_tp.c) */
+        if (base->cluster.device != DT_DEVICE_CPU) return n;
+        for (int64_t tp = 2; tp <= G; tp++)
+            if (!dt_p3_dtrun_tp_refusal(base, tp, NULL, 0)) n = push_layout(base, tp, 0, 1, 1, 1, out, n, max);
+        return n;
+    }
     for (int64_t tp = 1; tp <= G; tp++) {
         if (G % tp || m->n_head % tp || m->n_kv_head % tp) continue;
         for (int64_t cp = 1; tp * cp <= G; cp++) {
@@ -424,7 +465,7 @@ int dt_p3_layout_candidates(const dt_plan *base, dt_runtime_kind kind, dt_layout
                 for (int i = 0; i < N_SOLVER_VPP; i++) {
                     const int64_t v = k_solver_vpp[i];
                     if (v > 1 && (pp < DT_LAYOUT_MIN_PP_INTERLEAVED || (L / pp) % v)) continue;
-                    n = push_layout(base, tp, cp, pp, v, out, n, max);
+                    n = push_layout(base, tp, 1, cp, pp, v, out, n, max);
                 }
             }
         }

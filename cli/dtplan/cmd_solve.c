@@ -59,8 +59,9 @@ static void usage(FILE *f) {
             "  --sub-group-size N    DeepSpeed's sub_group_size, elements per optimizer tile (default 1e9); with\n"
             "                        NVMe optimizer offload each of the 4 host swap buffers holds one tile\n"
             "  --layouts             weigh tensor / context / pipeline layouts (tp, cp, pp, virtual stages) next\n"
-            "                        to DP x ZeRO: the default on GPUs over several nodes; --no-layouts turns it\n"
-            "                        off (docs/parallelism.md)\n"
+            "                        to DP x ZeRO: the default on GPUs over several nodes, and on CPU ranks\n"
+            "                        under runtime dtrun, whose tp only is weighed there;\n"
+            "                        --no-layouts turns it off (docs/parallelism.md)\n"
             "  --plot FILE.png|.svg  every evaluated configuration: peak memory vs step time\n"
             "training settings carried by the plan (no effect on memory or time):\n"
             "  --data PATH           training text directory, llm.c shards, or dtrun prepare's output (its shards,\n"
@@ -141,11 +142,21 @@ static void print_side(const char *label, const dt_solve_choice *c, const dt_sol
                dt_format_bytes(c->mem.total, u, b[0], 48), dt_format_bytes(rq->mem_limit_bytes, u, b[1], 48));
 }
 
+/* dtrun on CPU ranks: the tensor-parallel degrees its engine cannot run, and why. */
+static void print_dtrun_tp_refusals(const dt_solve_request *rq) {
+    const dt_plan *b = &rq->base;
+    if (rq->layout_runtime != DT_RUNTIME_DTRUN || b->cluster.device != DT_DEVICE_CPU) return;
+    char why[192];
+    for (int64_t tp = 2; tp <= b->cluster.gpus_per_node; tp++)
+        if (dt_p3_dtrun_tp_refusal(b, tp, why, sizeof why)) printf("  tp %lld not weighed: %s\n", (long long)tp, why);
+}
+
 /* Layouts (TP / CP / PP) weighed against DP x ZeRO alone: both sides and why one won. */
 static void print_layout_verdict(const dt_solve_request *rq, const dt_solve_result *r, dt_units u) {
     if (!rq->layouts) return;
     const dt_solve_choice *d = &r->best_dp, *l = &r->best_layout;
     printf("layouts weighed against DP x ZeRO (layouts planned for runtime %s):\n", dt_runtime_name(rq->layout_runtime));
+    print_dtrun_tp_refusals(rq);
     print_side("DP x ZeRO:", d, rq, u);
     print_side("with a layout:", l, rq, u);
     const int dl = r->best.layout.tp > 1 || r->best.layout.cp > 1 || r->best.layout.pp > 1;
@@ -560,9 +571,11 @@ int dt_cmd_solve(int argc, char **argv) {
      * on one node too): under the request's runtime when it runs them (deepspeed, fsdp), else
      * under fsdp (torchtitan's FSDP2 x TP x CP x PP; dtrun runs data parallelism only) */
     if (layouts && no_layouts) return dt_cli_fail(2, "solve: --layouts and --no-layouts contradict each other");
-    if (layouts && b->cluster.device != DT_DEVICE_CUDA)
-        return dt_cli_fail(2, "solve: --layouts: hardware %s is a CPU profile; tensor / pipeline layouts are planned "
-                              "for GPUs (use a GPU --hardware such as %s)",
+    const int cpu_dtrun = b->cluster.device == DT_DEVICE_CPU && b->runtime.kind == DT_RUNTIME_DTRUN;
+    if (layouts && b->cluster.device != DT_DEVICE_CUDA && !cpu_dtrun)
+        return dt_cli_fail(2, "solve: --layouts: hardware %s is a CPU profile; on CPU ranks only dtrun's tensor "
+                              "parallelism is planned (--runtime dtrun), other layouts for GPUs (use a GPU --hardware "
+                              "such as %s)",
                            b->cluster.hw.name, DT_SOLVE_DEFAULT_HARDWARE);
     /* the fine-tuning methods are not modelled with a layout (planner/memory.c refuses the pair) */
     const int fine = fta.v[FT_METHOD] && strcmp(fta.v[FT_METHOD], "full") != 0;
@@ -570,7 +583,8 @@ int dt_cmd_solve(int argc, char **argv) {
         return dt_cli_fail(2, "solve: --layouts with --finetune %s: layouts are modelled for full fine-tuning only "
                               "(drop --layouts: the method is planned with DP x ZeRO)", fta.v[FT_METHOD]);
     rq.layouts = layouts || (!no_layouts && !fine && b->cluster.device == DT_DEVICE_CUDA && n_nodes > 1);
-    rq.layout_runtime = b->runtime.kind == DT_RUNTIME_DTRUN ? DT_RUNTIME_FSDP : b->runtime.kind;
+    /* dtrun on CPU ranks runs TP itself (tp a decision variable: docs/parallelism.md "In dtrun") */
+    rq.layout_runtime = b->runtime.kind == DT_RUNTIME_DTRUN && !cpu_dtrun ? DT_RUNTIME_FSDP : b->runtime.kind;
     if (v[O_NVME_PATH]) {
         if (strlen(v[O_NVME_PATH]) >= sizeof b->parallel.nvme_path)
             return dt_cli_fail(2, "solve: --nvme-path: longer than %d bytes (use a shorter path)",
@@ -582,6 +596,10 @@ int dt_cmd_solve(int argc, char **argv) {
         return dt_cli_fail(2, "%s", err.msg);
     if (dt_ft_args_apply(&fta, b)) return 2;   /* the method, checked against the model; solve keeps it */
     if (dt_obj_args_apply(&oba, b)) return 2;  /* the objective, checked against the batch; solve keeps it */
+    /* CPU ranks under dtrun: tp weighed by default where its engine may run it (full fine-tuning,
+     * pt / sft, several ranks) */
+    const int obj_tp = b->objective.kind == DT_OBJ_AUTO || b->objective.kind == DT_OBJ_PT || b->objective.kind == DT_OBJ_SFT;
+    if (cpu_dtrun && !no_layouts && !fine && obj_tp && n_gpus > 1) rq.layouts = 1;
     char data_note[1024];
     if (dt_solve_apply_prepared(b, v[O_DATA], data_note, sizeof data_note, &err))
         return dt_cli_fail(2, "solve: %s", err.msg);

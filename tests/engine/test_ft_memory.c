@@ -30,6 +30,7 @@
 #include "dt_memory.h"
 #include "dt_memtrack.h"
 #include "dt_test.h"
+#include "dt_test_memtrack.h"
 #include "dt_test_plan.h"
 #include "dt_zero.h"
 
@@ -62,10 +63,6 @@ static void set_method(dt_plan *p, const ft_case *c) {
     p->activations.attention = c->materialized ? DT_ATTN_MATERIALIZED : DT_ATTN_FLASH;
 }
 
-static int64_t tracked(dt_mem_category c) {
-    return dt_mem_current(DT_POOL_DEVICE, c) + dt_mem_current(DT_POOL_HOST, c);
-}
-
 /* one case at one stage: the engine's tracked bytes per category = the plan's terms */
 static void check_stage(dt_comm *comm, dt_plan p, const ft_case *c, int stage) {
     set_method(&p, c);
@@ -81,7 +78,7 @@ static void check_stage(dt_comm *comm, dt_plan p, const ft_case *c, int stage) {
     }
     const dt_mem_breakdown *m = &ph.at[DT_MEM_PHASE_SUM];
     int64_t before[DT_MEM_CAT_COUNT];
-    for (int k = 0; k < DT_MEM_CAT_COUNT; k++) before[k] = tracked((dt_mem_category)k);
+    dt_test_tracked_snapshot(before);
     const dt_lm_options o = {.B = p.batch.micro_batch, .T = p.batch.seq_len, .ckpt_layers = c->K,
                              .attn = p.activations.attention, .device = DT_DEVICE_CPU, .ordinal = 0,
                              .flags = stage == 3 ? DT_LM_NO_FLAT : 0, .finetune = &p.finetune};
@@ -95,15 +92,9 @@ static void check_stage(dt_comm *comm, dt_plan p, const ft_case *c, int stage) {
         dt_lm_free(g);
         return;
     }
-    const int64_t want[DT_MEM_CAT_COUNT] = {m->params, m->grads, m->optimizer, m->activations, m->buffers};
-    for (int k = 0; k < DT_MEM_CAT_COUNT; k++) {
-        const int64_t got = tracked((dt_mem_category)k) - before[k];
-        if (got != want[k])
-            fprintf(stderr, "%s ZeRO-%d %s: engine %lld, planner %lld (%+lld)\n", c->name, stage,
-                    dt_mem_category_name((dt_mem_category)k), (long long)got, (long long)want[k],
-                    (long long)(got - want[k]));
-        CHECK_EQ_I64(got, want[k]);
-    }
+    char label[160];
+    snprintf(label, sizeof label, "%s ZeRO-%d", c->name, stage);
+    dt_test_tracked_check(before, m, label);
     CHECK_EQ_I64((int64_t)dt_lm_activation_bytes(g), m->activations);
     dt_zero_free(z);
     dt_lm_free(g);

@@ -167,9 +167,38 @@ json.dump(p, open(sys.argv[2], "w"), indent=2)
 PY
 "$DTPLAN" show "$T/u.json" >"$T/show" 2>&1 && grep -q "18 / 22 / 18 layers on first / middle / last stages" "$T/show" &&
     ok "an uneven split" || fail "uneven split: $(cat "$T/show")"
-"$DTPLAN" solve --mem 2G --model gpt2 --gpus 4 --layouts --hardware cpu >"$T/out" 2>"$T/err"
-[ $? -eq 2 ] && grep -q "is a CPU profile" "$T/err" && ok "--layouts on CPU ranks is refused" ||
-    fail "--layouts on cpu: $(cat "$T/err")"
+"$DTPLAN" solve --mem 2G --model gpt2-tiny --gpus 4 --layouts --hardware cpu --finetune lora >"$T/out" 2>"$T/err"
+[ $? -eq 2 ] && grep -q "layouts are modelled for full fine-tuning only" "$T/err" &&
+    ok "--layouts with LoRA on CPU ranks is refused" || fail "--layouts on cpu with lora: $(cat "$T/err")"
+
+# dtrun on CPU ranks: tp is a decision variable where its engine runs it (docs/parallelism.md "In dtrun").
+# Qwen2.5-0.5B on 4 ranks of 4 GiB: DP x ZeRO-3 does not fit (the 136M-element embedding unit's
+# buffers), TP 2 x ZeRO-3 does; tp 3 and 4 are not weighed, each with its reason.
+"$DTPLAN" solve --hardware cpu --model qwen2.5-0.5b --mem 4G --host-mem 200G --gpus 4 --seq 512 --global-batch 8 \
+    --precision fp32 --no-offload -o "$T/cpu_tp.json" >"$T/out" 2>&1 || fail "solve dtrun tp on cpu: $(cat "$T/out")"
+grep -q "^layouts weighed against DP x ZeRO (layouts planned for runtime dtrun):" "$T/out" &&
+    grep -q "^  tp 3 not weighed: tp 3 does not divide the ranks per node (4)" "$T/out" &&
+    grep -q "^  tp 4 not weighed: tp 4 does not divide the attention heads (14)" "$T/out" &&
+    grep -q "^  why: the layout fits and DP x ZeRO does not" "$T/out" &&
+    ok "solve on CPU ranks weighs dtrun's tp, says which degrees it cannot run and why it picked TP" ||
+    fail "dtrun tp verdict: $(cat "$T/out")"
+python3 - "$T/cpu_tp.json" <<'PY' && ok "the CPU plan records tp 2 without SP, for runtime dtrun" || fail "cpu tp plan: $(cat "$T/cpu_tp.json")"
+import json, sys
+p = json.load(open(sys.argv[1]))
+l = p["layout"]
+assert (l["tp"], l["cp"], l["pp"], l["sequence_parallel"]) == (2, 1, 1, False), l
+assert p.get("runtime", {}).get("kind", "dtrun") == "dtrun" and p["parallel"]["world_size"] == 4
+assert p["prediction"]["memory"]["total"] <= 4 * 2**30
+PY
+# GPT-2's 50257-token vocabulary: tp 2 is not weighed (dtrun does not pad it); DP x ZeRO is chosen
+"$DTPLAN" solve --hardware cpu --model gpt2 --mem 4G --gpus 2 --seq 128 --global-batch 2 -o "$T/cpu_g.json" >"$T/out" 2>&1 ||
+    fail "solve gpt2 on cpu: $(cat "$T/out")"
+grep -q "^  tp 2 not weighed: tp 2 does not divide the vocabulary (50257)" "$T/out" &&
+    grep -q "^  why: DP x ZeRO is the only kind of candidate here" "$T/out" && ! grep -q '"layout"' "$T/cpu_g.json" &&
+    ok "gpt2's odd vocabulary: tp not weighed, said why" || fail "gpt2 cpu verdict: $(cat "$T/out")"
+"$DTPLAN" solve --hardware cpu --model qwen2.5-0.5b --mem 4G --host-mem 200G --gpus 4 --seq 512 --global-batch 8 \
+    --precision fp32 --no-offload --no-layouts >"$T/out" 2>&1
+grep -q "layouts weighed" "$T/out" && fail "--no-layouts on cpu still weighs tp"
 
 echo "$fails failed"
 [ $fails -eq 0 ]
