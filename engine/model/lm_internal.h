@@ -141,6 +141,8 @@ struct dt_lm {
     dt_pgroups *pg;
     int64_t first_trained;    /* blocks below it run no backward (L: none trained) */
     int embed_trained;        /* the encoder's backward runs (wte / wpe trained) */
+    dt_lm_embeds embeds;      /* dt_lm_options.embeds (zeroed: none); input_grad: its backward is set */
+    int input_grad;
     lm_slot *slots;           /* [L][family->block_kinds] where block l's kinds live */
     lm_slot wte, wpe;         /* group 0's tensors (wpe off SIZE_MAX: none) */
     lm_slot cls, norm_w;      /* the classifier matrix (in cls_group), the final norm's first tensor */
@@ -275,7 +277,7 @@ static inline double lm_uniform01_at(uint64_t seed, uint64_t counter) { return d
  * gradient flows below it (the embeddings are frozen) and that norm's weight is frozen —
  * then the first linears skip their input gradient and the norm its backward. */
 static inline int lm_block_input_grad(const dt_lm *g, int l, const lm_params *P, int norm_kind) {
-    return l != g->first_trained || g->embed_trained || lm_slot_trained(P->slot[norm_kind]);
+    return l != g->first_trained || g->embed_trained || g->input_grad || lm_slot_trained(P->slot[norm_kind]);
 }
 
 static inline void *lm_tensor_ptr(void *base, size_t elem_off, int esz) {

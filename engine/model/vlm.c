@@ -1,0 +1,142 @@
+/* vlm.c — a LLaVA model in the engine (dt_vlmrun.h): the vision side (vision_cpu.c) feeding a
+ * dt_lm through its input-embeddings hook (dt_lm_embeds). The hook's forward writes the
+ * projector's output rows, in order, over the token embeddings at the image-token positions
+ * (LlavaModel.get_placeholder_mask + masked_scatter); its backward gathers dL/d(inputs_embeds)
+ * at those positions into dembeds [B * images * tokens, C] and zeroes them there, so the
+ * embedding's gradient sees only the text positions, as autograd through masked_scatter does. */
+#include "dt_vlmrun.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "dt_finetune.h"
+#include "dt_memtrack.h"
+
+struct dt_vlmrun {
+    dt_lm *lm;
+    dt_vit *vit;
+    int64_t B, T, C, per_seq;   /* per_seq: image tokens in each sequence */
+    int32_t image_token;
+    float *dembeds;             /* [B * per_seq, C] */
+};
+
+/* the image-token positions of sequence b hold per_seq of them, else one line */
+static int count_images(const dt_vlmrun *r, const int32_t *inputs, int64_t b, dt_error *err) {
+    int64_t n = 0;
+    for (int64_t t = 0; t < r->T; t++) n += inputs[b * r->T + t] == r->image_token;
+    if (n != r->per_seq)
+        return dt_errorf(err, DT_EINVAL, "vlm: sequence %lld holds %lld image tokens (id %d), its images give %lld "
+                         "features: the data and the model's images_per_sample / image size disagree",
+                         (long long)b, (long long)n, (int)r->image_token, (long long)r->per_seq);
+    return DT_OK;
+}
+
+static int embeds_forward(void *ctx, const int32_t *inputs, float *x0, dt_error *err) {
+    dt_vlmrun *r = ctx;
+    const float *e = dt_vit_embeds(r->vit);
+    for (int64_t b = 0; b < r->B; b++) {
+        int rc = count_images(r, inputs, b, err);
+        if (rc) return rc;
+    }
+    int64_t j = 0;
+    for (int64_t n = 0; n < r->B * r->T; n++)
+        if (inputs[n] == r->image_token)
+            memcpy(x0 + n * r->C, e + (j++) * r->C, sizeof(float) * (size_t)r->C);
+    return DT_OK;
+}
+
+static int embeds_backward(void *ctx, const int32_t *inputs, float *dx0, dt_error *err) {
+    (void)err;
+    dt_vlmrun *r = ctx;
+    int64_t j = 0;
+    for (int64_t n = 0; n < r->B * r->T; n++)
+        if (inputs[n] == r->image_token) {
+            memcpy(r->dembeds + (j++) * r->C, dx0 + n * r->C, sizeof(float) * (size_t)r->C);
+            memset(dx0 + n * r->C, 0, sizeof(float) * (size_t)r->C);
+        }
+    return DT_OK;
+}
+
+static int check_built(const dt_vlm *v, const dt_precision *prec, const dt_lm_options *o, dt_error *err) {
+    if (v->stage == DT_VLM_FULL)
+        return dt_errorf(err, DT_EINVAL, "--vlm-stage full (the vision tower trained) is not built in dtrun's engine "
+                         "yet: use --vlm-stage pretrain or sft (LLaVA-1.5's stages, the tower frozen)");
+    if (o->device != DT_DEVICE_CPU)
+        return dt_errorf(err, DT_EINVAL, "vlm: dtrun's vision-language engine runs on the CPU only (use --device cpu)");
+    if (prec->param != DT_DTYPE_FP32 || prec->activation != DT_DTYPE_FP32)
+        return dt_errorf(err, DT_EINVAL, "vlm: dtrun's vision-language engine runs fp32 only; 16-bit precisions are "
+                         "not built (use --precision fp32)");
+    if (o->finetune && o->finetune->method != DT_FT_FULL)
+        return dt_errorf(err, DT_EINVAL, "vlm: --finetune %s with a vision-language model is not built in dtrun's "
+                         "engine (the stages train the projector, or the projector and the whole language model)",
+                         dt_ft_method_name(o->finetune->method));
+    if (o->tp) return dt_errorf(err, DT_EINVAL, "vlm: tensor parallelism with a vision-language model is not built");
+    if (v->image_token_index < 0 || v->image_token_index >= INT32_MAX)
+        return dt_errorf(err, DT_EINVAL, "vlm: image_token_index %lld out of range", (long long)v->image_token_index);
+    return DT_OK;
+}
+
+int dt_vlmrun_create(const dt_model *lm, const dt_vlm *v, const dt_precision *prec, const dt_lm_options *o,
+                     dt_vlmrun **out, dt_error *err) {
+    *out = NULL;
+    int rc = check_built(v, prec, o, err);
+    if (rc) return rc;
+    if (v->image_token_index >= lm->vocab)
+        return dt_errorf(err, DT_EINVAL, "vlm: image_token_index %lld is outside the language model's vocabulary of "
+                         "%lld", (long long)v->image_token_index, (long long)lm->vocab);
+    dt_vlmrun *r = calloc(1, sizeof *r);
+    if (!r) return dt_errorf(err, DT_ENOMEM, "vlm: out of memory");
+    r->B = o->B, r->T = o->T, r->C = lm->hidden, r->image_token = (int32_t)v->image_token_index;
+    r->per_seq = dt_vlm_sequence_image_tokens(v);
+    if ((rc = dt_vlm_check_seq(v, o->T, err)) ||
+        (rc = dt_vit_create(v, lm, o->B * v->images_per_sample, &r->vit, err))) {
+        dt_vlmrun_free(r);
+        return rc;
+    }
+    const dt_lm_embeds hook = {r, embeds_forward, embeds_backward};
+    dt_lm_options lo = *o;
+    lo.embeds = &hook;
+    if (!dt_vlm_trains_llm(v)) lo.flags |= DT_LM_FROZEN;
+    r->dembeds = dt_mem_alloc(DT_POOL_HOST, DT_MEM_BUFFERS, sizeof(float) * (size_t)(r->B * r->per_seq * r->C));
+    if (!r->dembeds) {
+        dt_vlmrun_free(r);
+        return dt_errorf(err, DT_ENOMEM, "vlm: out of memory");
+    }
+    if ((rc = dt_lm_create_opts(lm, prec, &lo, &r->lm, err))) {
+        dt_vlmrun_free(r);
+        return rc;
+    }
+    *out = r;
+    return DT_OK;
+}
+
+void dt_vlmrun_free(dt_vlmrun *r) {
+    if (!r) return;
+    dt_lm_free(r->lm);
+    dt_vit_free(r->vit);
+    dt_mem_free(r->dembeds);
+    free(r);
+}
+
+dt_lm *dt_vlmrun_lm(dt_vlmrun *r) { return r->lm; }
+dt_vit *dt_vlmrun_vit(dt_vlmrun *r) { return r->vit; }
+
+int dt_vlmrun_forward(dt_vlmrun *r, const float *pixels, const int32_t *inputs, const int32_t *targets,
+                      float *loss, dt_error *err) {
+    int rc = dt_vit_forward(r->vit, pixels, err);
+    return rc ? rc : dt_lm_forward(r->lm, inputs, targets, loss, err);
+}
+
+int dt_vlmrun_backward(dt_vlmrun *r, float grad_scale, dt_error *err) {
+    int rc = dt_lm_backward(r->lm, grad_scale, err);
+    if (rc) return rc;
+    dt_vit_backward(r->vit, r->dembeds);
+    return DT_OK;
+}
+
+void dt_vlmrun_zero_grad(dt_vlmrun *r) {
+    dt_lm_zero_grad(r->lm);
+    dt_vit_zero_grad(r->vit);
+}
+
+double dt_vlmrun_grad_sumsq(const dt_vlmrun *r) { return dt_lm_grad_sumsq(r->lm) + dt_vit_grad_sumsq(r->vit); }

@@ -1,0 +1,300 @@
+/* test_vlm_golden.c — dtrun's LLaVA engine (engine/model/dt_vlmrun.h) against transformers'
+ * LlavaForConditionalGeneration: tests/engine/golden/vlm/{llama,qwen2}/
+ * (scripts/gen_vlm_engine_goldens.py; a CLIP tower of 3 blocks, features of block 2 without
+ * the class token, the mlp2x_gelu projector, a 2-block Llama or Qwen2). For each stage
+ * (pretrain: the projector trained, the language model frozen; sft: the projector and the
+ * language model trained; the tower frozen in both), fp32, B 2 x T 40 with 16 image tokens
+ * per sequence:
+ *   features                 the tower's selected features of micro-batch (0, 0)
+ *   logits, loss             the forward of micro-batch (0, 0)
+ *   grad.proj.*, grad.text.* every trained tensor's gradient (the projector's come through the
+ *                            language model's gradient of its input embeddings)
+ *   step_losses, step_norms  20 AdamW steps of 2 accumulated micro-batches, global-norm clipping
+ *   after.proj.*             the projector after them
+ * Tolerances (fp32 against torch's fp32, summation orders differ): measured distances are
+ * ~1e-6 for features and logits and ~1e-6 relative for gradients; the bounds are
+ * test_lora.c's (logits 2e-5 abs, losses and norms 1e-5 relative, gradients 1e-4 of each
+ * tensor's largest, weights after the steps 1e-4 abs), features as logits.
+ * Also: stage full and a sequence whose image tokens do not match its images are refused.
+ * Usage: test_engine_vlm_golden GOLDEN_DIR (tests/engine/golden/vlm) */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kernels/golden_util.h"
+#include "dt_ckpt.h"
+#include "dt_hfdir.h"
+#include "dt_json.h"
+#include "dt_optim.h"
+#include "dt_safetensors.h"
+#include "dt_test.h"
+#include "dt_vlmrun.h"
+
+#define LOGIT_TOL 2e-5
+#define LOSS_RTOL 1e-5
+#define GRAD_RTOL 1e-4
+#define AFTER_TOL 1e-4
+
+static const void *gt(dt_st_file *f, const char *name, uint64_t numel) {
+    const dt_st_tensor *t = dt_st_find(f, name);
+    if (!t || (numel && dt_st_numel(t) != numel)) {
+        fprintf(stderr, "golden: tensor %s missing or of another size\n", name);
+        exit(1);
+    }
+    return dt_st_data(f, t);
+}
+
+static double meta(dt_st_file *f, const char *key) {
+    const char *v = dt_st_metadata(f, key);
+    if (!v) {
+        fprintf(stderr, "golden: metadata %s missing\n", key);
+        exit(1);
+    }
+    return atof(v);
+}
+
+static void model_of(const char *dir, dt_model *m, dt_vlm *v) {
+    char p[DT_GOLDEN_PATH_MAX + 16], *txt = NULL;
+    dt_error err = {0};
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    if (dt_json_read_file(p, &txt, NULL, &err) || dt_model_from_config_json_vlm(txt, p, m, v, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+    free(txt);
+}
+
+/* the vision side's part from the golden's prefix.<name> */
+static void load_part(dt_vit *t, int part, dt_st_file *f, const char *prefix) {
+    float *p = dt_vit_params(t, part);
+    for (int i = 0; i < dt_vit_num_tensors(t, part); i++) {
+        const dt_vit_tensor *x = dt_vit_tensor_at(t, part, i);
+        char key[DT_ST_NAME_MAX];
+        snprintf(key, sizeof key, "%s%s", prefix, x->name);
+        memcpy(p + x->offset, gt(f, key, x->numel), x->numel * sizeof(float));
+    }
+}
+
+/* worst difference of the projector's flat (params or grads) from prefix.proj.<name> (rel: of each
+ * tensor's largest) */
+static double worst_proj(const dt_vit *t, const float *flat, dt_st_file *f, const char *prefix, int rel) {
+    double worst = 0;
+    for (int i = 0; i < dt_vit_num_tensors(t, DT_VIT_PROJECTOR); i++) {
+        const dt_vit_tensor *x = dt_vit_tensor_at(t, DT_VIT_PROJECTOR, i);
+        char key[DT_ST_NAME_MAX];
+        snprintf(key, sizeof key, "%s.proj.%s", prefix, x->name);
+        double rm, e = golden_max_abs_diff(flat + x->offset, gt(f, key, x->numel), x->numel, &rm);
+        if (rel) e /= rm > 0 ? rm : 1.0;
+        worst = e > worst ? e : worst;
+    }
+    return worst;
+}
+
+/* the same for the language model's trained tensors against prefix.text.<name> */
+static double worst_text(const dt_lm *g, const float *flat, dt_st_file *f, const char *prefix) {
+    double worst = 0;
+    for (int i = 0; i < dt_lm_num_tensors(g); i++) {
+        const dt_tensor_info *x = dt_lm_tensor(g, i);
+        char key[DT_ST_NAME_MAX];
+        snprintf(key, sizeof key, "%s.text.%s", prefix, x->name);
+        double rm, e = golden_max_abs_diff(flat + x->offset, gt(f, key, x->numel), x->numel, &rm);
+        e /= rm > 0 ? rm : 1.0;
+        worst = e > worst ? e : worst;
+    }
+    return worst;
+}
+
+typedef struct {
+    dt_st_file *f;
+    int64_t B, T, steps, accum, npx;
+    const float *pixels;
+    const int32_t *inputs, *targets;
+} golden;
+
+static const float *px_of(const golden *c, int64_t s, int64_t a) { return c->pixels + (s * c->accum + a) * c->B * c->npx; }
+static const int32_t *in_of(const golden *c, int64_t s, int64_t a) { return c->inputs + (s * c->accum + a) * c->B * c->T; }
+static const int32_t *tg_of(const golden *c, int64_t s, int64_t a) { return c->targets + (s * c->accum + a) * c->B * c->T; }
+
+/* the forward and backward of micro-batch (0, 0) */
+static void check_forward(dt_vlmrun *r, const golden *c, const char *stage, int64_t V) {
+    dt_error err = {0};
+    dt_lm *g = dt_vlmrun_lm(r);
+    dt_vit *t = dt_vlmrun_vit(r);
+    float loss = 0.0f;
+    char key[64];
+    dt_vlmrun_zero_grad(r);
+    CHECK(dt_vlmrun_forward(r, px_of(c, 0, 0), in_of(c, 0, 0), tg_of(c, 0, 0), &loss, &err) == DT_OK);
+    const size_t nf = (size_t)(c->B * dt_vit_tokens(t)) * (size_t)dt_vit_tensor_at(t, DT_VIT_TOWER, 0)->numel;
+    double rm;
+    const double fe = golden_max_abs_diff(dt_vit_features(t), gt(c->f, "features", nf), nf, &rm);
+    const size_t nl = (size_t)(c->B * c->T * V);
+    snprintf(key, sizeof key, "%s.logits", stage);
+    const double le = golden_max_abs_diff(dt_lm_logits(g), gt(c->f, key, nl), nl, &rm);
+    snprintf(key, sizeof key, "%s.loss", stage);
+    const float gl = ((const float *)gt(c->f, key, 1))[0];
+    CHECK(dt_vlmrun_backward(r, 1.0f, &err) == DT_OK);
+    snprintf(key, sizeof key, "%s.grad", stage);
+    const double pe = worst_proj(t, dt_vit_grads(t), c->f, key, 1);
+    const double te = worst_text(g, dt_lm_grads(g), c->f, key);
+    printf("  %s: features |diff| %.3g, logits %.3g, loss %.7f vs %.7f, gradients: projector %.3g, language model "
+           "%.3g (%d tensors) of each tensor's largest\n", stage, fe, le, loss, gl, pe, te, dt_lm_num_tensors(g));
+    CHECK(fe <= LOGIT_TOL);
+    CHECK(le <= LOGIT_TOL);
+    CHECK(fabs(loss - gl) <= LOSS_RTOL * fabs(gl));
+    CHECK(pe <= GRAD_RTOL);
+    CHECK(te <= GRAD_RTOL);
+}
+
+/* *worst = max(*worst, |got - want| / |want|) */
+static void track(double *worst, double got, double want) {
+    const double e = fabs(got - want) / fabs(want);
+    if (e > *worst) *worst = e;
+}
+
+/* step s's gradients, accumulated over its micro-batches from zero; their mean loss */
+static double accumulate(dt_vlmrun *r, const golden *c, int64_t s) {
+    dt_error err = {0};
+    double total = 0;
+    dt_vlmrun_zero_grad(r);
+    for (int64_t a = 0; a < c->accum; a++) {
+        float loss = 0.0f;
+        CHECK(dt_vlmrun_forward(r, px_of(c, s, a), in_of(c, s, a), tg_of(c, s, a), &loss, &err) == DT_OK);
+        CHECK(dt_vlmrun_backward(r, 1.0f / (float)c->accum, &err) == DT_OK);
+        total += loss;
+    }
+    return total / (double)c->accum;
+}
+
+/* the STEPS-step loop: AdamW over the language model's trained set and the projector, clipped
+ * by their global norm */
+static void check_training(dt_vlmrun *r, const golden *c, const char *stage) {
+    dt_error err = {0};
+    dt_lm *g = dt_vlmrun_lm(r);
+    dt_vit *t = dt_vlmrun_vit(r);
+    dt_precision pr;
+    dt_precision_from_preset(DT_PREC_FP32, &pr);
+    dt_optim *ol = NULL, *op;
+    const size_t nlm = dt_lm_num_params(g), npj = dt_vit_numel(t, DT_VIT_PROJECTOR);
+    if (nlm) CHECK(dt_optim_create(&pr, nlm, &ol, &err) == DT_OK);
+    CHECK(dt_optim_create(&pr, npj, &op, &err) == DT_OK);
+    char key[64];
+    snprintf(key, sizeof key, "%s.step_losses", stage);
+    const float *want = gt(c->f, key, (uint64_t)c->steps);
+    snprintf(key, sizeof key, "%s.step_norms", stage);
+    const float *want_norm = gt(c->f, key, (uint64_t)c->steps);
+    const dt_adamw hp = {meta(c->f, "lr"), meta(c->f, "beta1"), meta(c->f, "beta2"), meta(c->f, "eps"),
+                         meta(c->f, "weight_decay")};
+    double worst_loss = 0, worst_norm = 0;
+    for (int64_t s = 0; s < c->steps; s++) {
+        track(&worst_loss, accumulate(r, c, s), want[s]);
+        const double norm = sqrt(dt_vlmrun_grad_sumsq(r));
+        track(&worst_norm, norm, want_norm[s]);
+        const double mul = 1.0 / dt_clip_divisor(norm, 1.0, meta(c->f, "max_norm"));
+        for (int i = 0; i < dt_lm_num_tensors(g); i++) {
+            const dt_tensor_info *x = dt_lm_tensor(g, i);
+            dt_optim_update(ol, dt_lm_params(g), dt_lm_grads(g), x->offset, x->numel, &hp, mul,
+                            (x->flags & DT_TENSOR_DECAY) != 0, s + 1);
+        }
+        for (int i = 0; i < dt_vit_num_tensors(t, DT_VIT_PROJECTOR); i++) {
+            const dt_vit_tensor *x = dt_vit_tensor_at(t, DT_VIT_PROJECTOR, i);
+            dt_optim_update(op, dt_vit_params(t, DT_VIT_PROJECTOR), dt_vit_grads(t), x->offset, x->numel, &hp, mul,
+                            x->decay, s + 1);
+        }
+    }
+    snprintf(key, sizeof key, "%s.after", stage);
+    const double ae = worst_proj(t, dt_vit_params(t, DT_VIT_PROJECTOR), c->f, key, 0);
+    printf("  %s: %lld steps x %lld micro-batches: losses worst %.3g relative, norms %.3g, projector after %.3g\n",
+           stage, (long long)c->steps, (long long)c->accum, worst_loss, worst_norm, ae);
+    CHECK(worst_loss <= LOSS_RTOL);
+    CHECK(worst_norm <= LOSS_RTOL);
+    CHECK(ae <= AFTER_TOL);
+    dt_optim_free(ol);
+    dt_optim_free(op);
+}
+
+static dt_vlmrun *open_model(const char *dir, dt_model *m, dt_vlm *v, const golden *c, dt_error *err) {
+    dt_precision pr;
+    dt_precision_from_preset(DT_PREC_FP32, &pr);
+    const dt_lm_options o = {.B = c->B, .T = c->T, .attn = DT_ATTN_FLASH, .device = DT_DEVICE_CPU};
+    dt_vlmrun *r;
+    if (dt_vlmrun_create(m, v, &pr, &o, &r, err)) return NULL;
+    char text[DT_GOLDEN_PATH_MAX];
+    snprintf(text, sizeof text, "%s/text", dir);
+    dt_lm *g = dt_vlmrun_lm(r);
+    if ((dt_lm_num_params(g) && dt_hf_load_dir(g, DT_DTYPE_FP32, text, dt_lm_params(g), err)) ||
+        dt_weights_load_base(g, m, DT_DTYPE_FP32, text, err)) {
+        dt_vlmrun_free(r);
+        return NULL;
+    }
+    load_part(dt_vlmrun_vit(r), DT_VIT_TOWER, c->f, "vision.");
+    load_part(dt_vlmrun_vit(r), DT_VIT_PROJECTOR, c->f, "proj.");
+    return r;
+}
+
+static void check_case(const char *root, const char *name) {
+    char dir[DT_GOLDEN_PATH_MAX], file[DT_GOLDEN_PATH_MAX + 32];
+    snprintf(dir, sizeof dir, "%s/%s", root, name);
+    snprintf(file, sizeof file, "%s/golden.safetensors", dir);
+    dt_model m;
+    dt_vlm v;
+    model_of(dir, &m, &v);
+    dt_error err = {0};
+    golden c = {0};
+    if (dt_st_open(file, &c.f, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+    c.B = (int64_t)meta(c.f, "B"), c.T = (int64_t)meta(c.f, "T"), c.steps = (int64_t)meta(c.f, "steps");
+    c.accum = (int64_t)meta(c.f, "accum");
+    c.npx = v.tower.channels * v.tower.image_size * v.tower.image_size;
+    const int64_t micro = c.steps * c.accum * c.B;
+    c.pixels = gt(c.f, "pixels", (uint64_t)(micro * c.npx));
+    c.inputs = gt(c.f, "inputs", (uint64_t)(micro * c.T));
+    c.targets = gt(c.f, "targets", (uint64_t)(micro * c.T));
+    printf("%s\n", name);
+    static const dt_vlm_stage stages[2] = {DT_VLM_PRETRAIN, DT_VLM_SFT};
+    for (int k = 0; k < 2; k++) {
+        v.stage = stages[k];
+        dt_vlmrun *r = open_model(dir, &m, &v, &c, &err);
+        if (!r) {
+            fprintf(stderr, "%s %s: %s\n", name, dt_vlm_stage_name(v.stage), err.msg);
+            exit(1);
+        }
+        /* pretrain: the language model is all base set, nothing of it trained */
+        CHECK_EQ_I64((int64_t)dt_lm_num_params(dt_vlmrun_lm(r)) == 0, v.stage == DT_VLM_PRETRAIN);
+        check_forward(r, &c, dt_vlm_stage_name(v.stage), m.vocab);
+        check_training(r, &c, dt_vlm_stage_name(v.stage));
+        dt_vlmrun_free(r);
+    }
+    /* refusals: stage full; a sequence with an image token too few */
+    v.stage = DT_VLM_FULL;
+    CHECK(open_model(dir, &m, &v, &c, &err) == NULL && strstr(err.msg, "--vlm-stage full"));
+    v.stage = DT_VLM_SFT;
+    dt_vlmrun *r = open_model(dir, &m, &v, &c, &err);
+    CHECK(r != NULL);
+    int32_t *in = malloc(sizeof(int32_t) * (size_t)(c.B * c.T));
+    memcpy(in, in_of(&c, 0, 0), sizeof(int32_t) * (size_t)(c.B * c.T));
+    for (int64_t t = 0; t < c.T; t++)
+        if (in[c.T + t] == v.image_token_index) {
+            in[c.T + t] = 0;
+            break;
+        }
+    float loss;
+    CHECK(dt_vlmrun_forward(r, px_of(&c, 0, 0), in, tg_of(&c, 0, 0), &loss, &err) == DT_EINVAL);
+    CHECK(strstr(err.msg, "sequence 1 holds 15 image tokens") != NULL);
+    printf("  refused: %s\n", err.msg);
+    free(in);
+    dt_vlmrun_free(r);
+    dt_st_close(c.f);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s GOLDEN_DIR\n", argv[0]);
+        return 2;
+    }
+    check_case(argv[1], "llama");
+    check_case(argv[1], "qwen2");
+    TEST_MAIN_END();
+}
