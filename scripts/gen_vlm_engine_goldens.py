@@ -21,9 +21,11 @@ torch.manual_seed(SEED + case index), then every projector and LayerNorm bias an
 weight perturbed by N(0, 0.1^2) (the init's zeros / ones would hide a transposed or missing
 term).
 
-Each case directory holds config.json (the LlavaConfig), text/ (the language model and lm_head
-as LlamaForCausalLM / Qwen2ForCausalLM save_pretrained: the directory dtrun's Hugging Face
-reader loads) and golden.safetensors with:
+Each case directory holds config.json (the LlavaConfig), hf/ (the whole model as
+LlavaForConditionalGeneration.save_pretrained writes it, sharded at SHARD: the directory
+`--init` takes), text/ (the language model and lm_head as LlamaForCausalLM / Qwen2ForCausalLM
+save_pretrained: what dtrun's text reader loads, a cross-check of hf/'s names) and
+golden.safetensors with:
   vision.<name>   the tower's tensors, Hugging Face's names without "model.vision_tower."
   proj.<name>     the projector's, without "model.multi_modal_projector." (linear_1.weight, ...)
   pixels F32 [STEPS, ACCUM, B, 3, 32, 32]   N(0, 1) pixel values (the processor's output range)
@@ -62,6 +64,7 @@ B, T, PREFIX = 2, 40, 4
 STEPS, ACCUM = 20, 2
 LR, BETAS, EPS, WD, MAX_NORM = 2e-3, (0.9, 0.95), 1e-8, 0.1, 1.0
 PERTURB = 0.1
+SHARD = "200KB"   # hf/: several shards and an index, as a large checkpoint has
 IGNORE = -100
 
 VISION = dict(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
@@ -182,6 +185,7 @@ def run_case(index, case, tcls, tmodel, out_root):
         f.write(cfg.to_json_string())
     os.replace(os.path.join(out, "config.json.tmp"), os.path.join(out, "config.json"))
     save_text(model, cfg, tmodel, out)
+    model.save_pretrained(os.path.join(out, "hf"), max_shard_size=SHARD)
     data = batches(cfg)
     tensors = {}
     for n, p in model.state_dict().items():

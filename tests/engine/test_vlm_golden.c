@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../kernels/golden_util.h"
 #include "dt_ckpt.h"
@@ -29,6 +30,7 @@
 #include "dt_optim.h"
 #include "dt_safetensors.h"
 #include "dt_test.h"
+#include "dt_vlmdir.h"
 #include "dt_vlmrun.h"
 
 #define LOGIT_TOL 2e-5
@@ -232,6 +234,85 @@ static dt_vlmrun *open_model(const char *dir, dt_model *m, dt_vlm *v, const gold
     return r;
 }
 
+/* 1 when every parameter of a and b (tower, projector, both sets of the language model) is bitwise equal */
+static int same_params(dt_vlmrun *a, dt_vlmrun *b) {
+    dt_vit *va = dt_vlmrun_vit(a), *vb = dt_vlmrun_vit(b);
+    dt_lm *ga = dt_vlmrun_lm(a), *gb = dt_vlmrun_lm(b);
+    return !memcmp(dt_vit_params(va, DT_VIT_TOWER), dt_vit_params(vb, DT_VIT_TOWER),
+                   dt_vit_numel(va, DT_VIT_TOWER) * sizeof(float)) &&
+           !memcmp(dt_vit_params(va, DT_VIT_PROJECTOR), dt_vit_params(vb, DT_VIT_PROJECTOR),
+                   dt_vit_numel(va, DT_VIT_PROJECTOR) * sizeof(float)) &&
+           !memcmp(dt_lm_params(ga), dt_lm_params(gb), dt_lm_num_params(ga) * sizeof(float)) &&
+           !memcmp(dt_lm_base_params(ga), dt_lm_base_params(gb), dt_lm_num_base_params(ga) * sizeof(float));
+}
+
+/* a model of the golden's shape, from a LlavaForConditionalGeneration directory */
+static dt_vlmrun *from_dir(const dt_model *m, const dt_vlm *v, const golden *c, const char *dir, dt_error *err) {
+    dt_precision pr;
+    dt_precision_from_preset(DT_PREC_FP32, &pr);
+    const dt_lm_options o = {.B = c->B, .T = c->T, .attn = DT_ATTN_FLASH, .device = DT_DEVICE_CPU};
+    dt_vlmrun *r;
+    if (dt_vlmrun_create(m, v, &pr, &o, &r, err)) return NULL;
+    if (dt_vlmdir_load(r, m, v, dir, err)) {
+        dt_vlmrun_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* removes what dt_vlmdir_save wrote into dir (config, index, shards), then dir */
+static void remove_export(const char *dir) {
+    char p[DT_GOLDEN_PATH_MAX + 64];
+    const char *fixed[] = {"config.json", "model.safetensors", "model.safetensors.index.json"};
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, fixed[i]);
+        unlink(p);
+    }
+    for (int n = 1; n < 100; n++)
+        for (int k = 1; k <= n; k++) {
+            snprintf(p, sizeof p, "%s/model-%05d-of-%05d.safetensors", dir, k, n);
+            unlink(p);
+        }
+    rmdir(dir);
+}
+
+/* Hugging Face directories in and out: the golden's hf/ (transformers' save_pretrained, sharded)
+ * read into the same parameters as the golden's own tensors; written back (sharded) and read
+ * again bitwise; a non-empty export directory and a directory of another model refused.
+ * DT_KEEP_EXPORT=DIR keeps the export in DIR/<case> (scripts/check_vlm_export.py loads it). */
+#define EXPORT_SHARD_BYTES 100000
+static void check_hfdir(const char *dir, const char *name, const dt_model *m, dt_vlm *v, const golden *c) {
+    dt_error err = {0};
+    char hf[DT_GOLDEN_PATH_MAX + 8], tmpl[] = "/tmp/dt_vlm_export_XXXXXX", out[DT_GOLDEN_PATH_MAX + 8];
+    snprintf(hf, sizeof hf, "%s/hf", dir);
+    const char *keep = getenv("DT_KEEP_EXPORT");
+    CHECK(mkdtemp(tmpl) != NULL);
+    snprintf(out, sizeof out, "%s/%s", keep ? keep : tmpl, keep ? name : "export");
+    static const dt_vlm_stage stages[2] = {DT_VLM_PRETRAIN, DT_VLM_SFT};
+    for (int k = 0; k < 2; k++) {
+        v->stage = stages[k];
+        dt_vlmrun *ref = open_model(dir, (dt_model *)m, v, c, &err), *a = from_dir(m, v, c, hf, &err);
+        CHECK(ref && a);
+        CHECK(same_params(ref, a));
+        remove_export(out);
+        CHECK(dt_vlmdir_save(a, m, v, out, EXPORT_SHARD_BYTES, &err) == DT_OK);
+        dt_vlmrun *b = from_dir(m, v, c, out, &err);
+        CHECK(b && same_params(a, b));
+        CHECK(dt_vlmdir_save(a, m, v, out, EXPORT_SHARD_BYTES, &err) == DT_EINVAL && strstr(err.msg, "is not empty"));
+        printf("  %s: %s read as the golden's tensors, exported (sharded) and read back bitwise\n",
+               dt_vlm_stage_name(v->stage), hf);
+        dt_vlmrun_free(ref);
+        dt_vlmrun_free(a);
+        dt_vlmrun_free(b);
+    }
+    dt_vlm other = *v;
+    other.image_token_index--;
+    CHECK(from_dir(m, &other, c, hf, &err) == NULL && strstr(err.msg, "config.json: image_token_index is"));
+    printf("  refused: %s\n", err.msg);
+    if (!keep) remove_export(out);
+    rmdir(tmpl);
+}
+
 static void check_case(const char *root, const char *name) {
     char dir[DT_GOLDEN_PATH_MAX], file[DT_GOLDEN_PATH_MAX + 32];
     snprintf(dir, sizeof dir, "%s/%s", root, name);
@@ -267,6 +348,7 @@ static void check_case(const char *root, const char *name) {
         check_training(r, &c, dt_vlm_stage_name(v.stage));
         dt_vlmrun_free(r);
     }
+    check_hfdir(dir, name, &m, &v, &c);
     /* refusals: stage full; a sequence with an image token too few */
     v.stage = DT_VLM_FULL;
     CHECK(open_model(dir, &m, &v, &c, &err) == NULL && strstr(err.msg, "--vlm-stage full"));
