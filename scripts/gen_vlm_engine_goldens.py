@@ -36,6 +36,9 @@ golden.safetensors with:
   <stage>.logits F32 [B, T, V], <stage>.loss F32 [1]: micro-batch (0, 0)
   <stage>.grad.proj.<name>, <stage>.grad.text.<name>: gradients of what the stage trains
                                    (text.<name>: the language model's names as in text/)
+  mixed.inputs, mixed.targets I32 [B, T]: micro-batch (0, 0) with sequence 1 text-only (its
+                                   image tokens replaced by text), pixel_values sequence 0's only
+  <stage>.mixed.logits, .mixed.loss, .mixed.grad.*: that batch's forward and gradients
   <stage>.step_losses F32 [STEPS], <stage>.step_norms F32 [STEPS]: STEPS AdamW steps of ACCUM
                                    micro-batches (loss / ACCUM per backward), global-norm
                                    clipping to MAX_NORM (torch clip_grad_norm_), constant LR
@@ -102,6 +105,19 @@ def batches(cfg):
     return inputs, targets, pixels
 
 
+def mixed(inp, tgt, img):
+    """micro-batch (0, 0) with sequence 1's image tokens replaced by text (a fixed draw) and its
+    targets re-derived: the text-only sequence of a mixed batch"""
+    g = torch.Generator().manual_seed(SEED)
+    inp = inp.clone()
+    n = int((inp[1] == img).sum())
+    inp[1][inp[1] == img] = torch.randint(0, img, (n,), generator=g)
+    tgt = torch.full_like(inp, IGNORE)
+    tgt[:, :-1] = inp[:, 1:]
+    tgt[tgt == img] = IGNORE
+    return inp, tgt
+
+
 def loss_of(model, inp, tgt, px):
     out = model(input_ids=inp, pixel_values=px)
     logits = out.logits
@@ -141,6 +157,16 @@ def run_stage(model, stage, data, tensors):
     tensors[stage + ".loss"] = loss.detach().reshape(1).clone()
     for n, p in params:
         tensors[stage + ".grad." + short(n)] = p.grad.detach().clone()
+    model.zero_grad(set_to_none=True)
+    # a batch with a text-only conversation (LLaVA's mix665k has them): sequence 1 holds no image
+    # and only sequence 0's image is passed (pixel_values [1, ...]), as a collator gives them
+    inp, tgt = mixed(inputs[0, 0], targets[0, 0], model.config.image_token_id)
+    mlogits, mloss = loss_of(model, inp, tgt, pixels[0, 0][:1])
+    mloss.backward()
+    tensors[stage + ".mixed.logits"] = mlogits.detach().clone()
+    tensors[stage + ".mixed.loss"] = mloss.detach().reshape(1).clone()
+    for n, p in params:
+        tensors[stage + ".mixed.grad." + short(n)] = p.grad.detach().clone()
     model.zero_grad(set_to_none=True)
     decay = [p for n, p in params if p.ndim >= 2]
     no_decay = [p for n, p in params if p.ndim < 2]
@@ -196,6 +222,9 @@ def run_case(index, case, tcls, tmodel, out_root):
     tensors["pixels"] = data[2].contiguous()
     tensors["inputs"] = data[0].to(torch.int32)
     tensors["targets"] = data[1].to(torch.int32)
+    mi, mt = mixed(data[0][0, 0], data[1][0, 0], cfg.image_token_id)
+    tensors["mixed.inputs"] = mi.to(torch.int32)
+    tensors["mixed.targets"] = mt.to(torch.int32)
     with torch.no_grad():
         hs = model.model.vision_tower(data[2][0, 0], output_hidden_states=True).hidden_states
         tensors["features"] = hs[cfg.vision_feature_layer][:, 1:].detach().clone()

@@ -47,13 +47,13 @@ void dt_vit_zero_grad(dt_vit *t);
 int64_t dt_vit_tokens(const dt_vit *t);
 int64_t dt_vit_width(const dt_vit *t);
 
-/* pixels [n_images, channels, image_size, image_size] (CLIPImageProcessor's output): the
- * tower's selected features [n_images * tokens, D] (hidden_states[vision_feature_layer], the
- * class token dropped under "default") and the projector's output [n_images * tokens, C]. */
-int dt_vit_forward(dt_vit *t, const float *pixels, dt_error *err);
+/* pixels [n, channels, image_size, image_size] (CLIPImageProcessor's output), 0 <= n <=
+ * n_images: the tower's selected features [n * tokens, D] (hidden_states[vision_feature_layer],
+ * the class token dropped under "default") and the projector's output [n * tokens, C]. */
+int dt_vit_forward(dt_vit *t, const float *pixels, int64_t n, dt_error *err);
 const float *dt_vit_features(const dt_vit *t);
 const float *dt_vit_embeds(const dt_vit *t);
-/* The projector's backward of the last forward: dembeds [n_images * tokens, C] (the gradient
+/* The projector's backward of the last forward: dembeds [n * tokens, C] (the gradient
  * of its output); its parameter gradients += (the tower is frozen: no input gradient). */
 void dt_vit_backward(dt_vit *t, const float *dembeds);
 /* Sum of squares of the projector's gradients, in double, in a fixed order. */

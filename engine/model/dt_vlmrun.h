@@ -31,12 +31,15 @@ void dt_vlmrun_free(dt_vlmrun *r);
 dt_lm *dt_vlmrun_lm(dt_vlmrun *r);
 dt_vit *dt_vlmrun_vit(dt_vlmrun *r);
 
-/* pixels [B * images_per_sample, channels, image_size, image_size]; inputs, targets [B, T]
- * as dt_lm_forward's, each sequence holding exactly images_per_sample x dt_vit_tokens
- * image tokens (DT_EINVAL naming the sequence otherwise, as transformers' "Image features
- * and image tokens do not match"). *loss: the mean cross-entropy over the counted targets. */
-int dt_vlmrun_forward(dt_vlmrun *r, const float *pixels, const int32_t *inputs, const int32_t *targets,
-                      float *loss, dt_error *err);
+/* pixels [B, images_per_sample, channels, image_size, image_size] (dt_pixshard.h's
+ * dt_vlm_batch gives them so); has_image [B]: which sequences have their images (NULL: all;
+ * a text-only conversation's pixel rows are not read and it holds no image token); inputs,
+ * targets [B, T] as dt_lm_forward's, a sequence with images holding exactly
+ * images_per_sample x dt_vit_tokens image tokens (DT_EINVAL naming the sequence otherwise, as
+ * transformers' "Image features and image tokens do not match"). *loss: the mean
+ * cross-entropy over the counted targets. */
+int dt_vlmrun_forward(dt_vlmrun *r, const float *pixels, const uint8_t *has_image, const int32_t *inputs,
+                      const int32_t *targets, float *loss, dt_error *err);
 /* The backward of the last forward, gradients accumulated times grad_scale (dt_lm_backward's):
  * the language model's trained tensors (sft) and the projector's. */
 int dt_vlmrun_backward(dt_vlmrun *r, float grad_scale, dt_error *err);

@@ -37,7 +37,7 @@ enum { BK_KW, BK_KB, BK_VW, BK_VB, BK_QW, BK_QB, BK_OW, BK_OB, BK_LN1W, BK_LN1B,
        BK_LN2W, BK_LN2B };
 
 struct dt_vit {
-    int64_t n, ch, img, p, G, P2, S, D, H, hd, F, L, used, C, tok, keep_cls;
+    int64_t cap, n, ch, img, p, G, P2, S, D, H, hd, F, L, used, C, tok, keep_cls;
     dt_vit_tensor *tt, pt[PROJ_TENSORS];   /* tower tensors [ntt], projector's */
     int ntt;
     size_t nt, np;                          /* elements of each part */
@@ -135,7 +135,7 @@ int dt_vit_create(const dt_vlm *v, const dt_model *lm, int64_t n_images, dt_vit 
     if (n_images < 1) return dt_errorf(err, DT_EINVAL, "vision tower: %lld images per pass", (long long)n_images);
     dt_vit *t = calloc(1, sizeof *t);
     if (!t) return dt_errorf(err, DT_ENOMEM, "vision tower: out of memory");
-    t->n = n_images, t->ch = v->tower.channels, t->img = v->tower.image_size, t->p = v->tower.patch;
+    t->cap = t->n = n_images, t->ch = v->tower.channels, t->img = v->tower.image_size, t->p = v->tower.patch;
     t->G = t->img / t->p, t->P2 = t->G * t->G, t->S = t->P2 + 1;
     t->D = v->tower.hidden, t->H = v->tower.n_head, t->hd = t->D / t->H, t->F = v->tower.ffn;
     t->L = v->tower.n_layer, t->used = dt_vlm_used_layers(v), t->C = lm->hidden;
@@ -286,8 +286,12 @@ static float gelu_grad(float x) {
     return cdf + x * expf(-0.5f * x * x) * (float)(0.5 * M_2_SQRTPI * M_SQRT1_2);
 }
 
-int dt_vit_forward(dt_vit *t, const float *pixels, dt_error *err) {
-    if (!pixels) return dt_errorf(err, DT_EINVAL, "vision tower: forward needs pixel values");
+int dt_vit_forward(dt_vit *t, const float *pixels, int64_t n, dt_error *err) {
+    if (n < 0 || n > t->cap || (n && !pixels))
+        return dt_errorf(err, DT_EINVAL, "vision tower: %lld images for a pass of at most %lld", (long long)n,
+                         (long long)t->cap);
+    t->n = n;   /* this pass's images (the scratch holds cap) */
+    if (!n) return DT_OK;
     embed(t, pixels);
     for (int64_t l = 0; l < t->used; l++) block(t, l);
     const int64_t D = t->D, C = t->C, M = t->n * t->tok, skip = t->keep_cls ? 0 : 1;
@@ -310,6 +314,7 @@ static void linear_wgrad(float *dw, float *db, const float *dout, const float *i
 
 void dt_vit_backward(dt_vit *t, const float *dembeds) {
     const int64_t D = t->D, C = t->C, M = t->n * t->tok;
+    if (!M) return;
     float *g = t->pg;
     const float *w2 = t->pw + t->pt[2].offset;
     linear_wgrad(g + t->pt[2].offset, g + t->pt[3].offset, dembeds, t->g1, M, C, C);

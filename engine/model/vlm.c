@@ -15,8 +15,11 @@
 struct dt_vlmrun {
     dt_lm *lm;
     dt_vit *vit;
-    int64_t B, T, C, per_seq;   /* per_seq: image tokens in each sequence */
+    int64_t B, T, C, per_seq;   /* per_seq: image tokens in a sequence with its images */
+    int64_t ips, npx;           /* images per sequence, pixel values per image */
     int32_t image_token;
+    uint8_t *has;               /* [B] this pass's sequences with images */
+    float *px;                  /* [B * ips, npx] their pixel values, compacted */
     float *dembeds;             /* [B * per_seq, C] */
 };
 
@@ -24,10 +27,11 @@ struct dt_vlmrun {
 static int count_images(const dt_vlmrun *r, const int32_t *inputs, int64_t b, dt_error *err) {
     int64_t n = 0;
     for (int64_t t = 0; t < r->T; t++) n += inputs[b * r->T + t] == r->image_token;
-    if (n != r->per_seq)
+    const int64_t want = r->has[b] ? r->per_seq : 0;
+    if (n != want)
         return dt_errorf(err, DT_EINVAL, "vlm: sequence %lld holds %lld image tokens (id %d), its images give %lld "
                          "features: the data and the model's images_per_sample / image size disagree",
-                         (long long)b, (long long)n, (int)r->image_token, (long long)r->per_seq);
+                         (long long)b, (long long)n, (int)r->image_token, (long long)want);
     return DT_OK;
 }
 
@@ -88,6 +92,7 @@ int dt_vlmrun_create(const dt_model *lm, const dt_vlm *v, const dt_precision *pr
     if (!r) return dt_errorf(err, DT_ENOMEM, "vlm: out of memory");
     r->B = o->B, r->T = o->T, r->C = lm->hidden, r->image_token = (int32_t)v->image_token_index;
     r->per_seq = dt_vlm_sequence_image_tokens(v);
+    r->ips = v->images_per_sample, r->npx = v->tower.channels * v->tower.image_size * v->tower.image_size;
     if ((rc = dt_vlm_check_seq(v, o->T, err)) ||
         (rc = dt_vit_create(v, lm, o->B * v->images_per_sample, &r->vit, err))) {
         dt_vlmrun_free(r);
@@ -98,7 +103,9 @@ int dt_vlmrun_create(const dt_model *lm, const dt_vlm *v, const dt_precision *pr
     lo.embeds = &hook;
     if (!dt_vlm_trains_llm(v)) lo.flags |= DT_LM_FROZEN;
     r->dembeds = dt_mem_alloc(DT_POOL_HOST, DT_MEM_BUFFERS, sizeof(float) * (size_t)(r->B * r->per_seq * r->C));
-    if (!r->dembeds) {
+    r->px = dt_mem_alloc(DT_POOL_HOST, DT_MEM_BUFFERS, sizeof(float) * (size_t)(r->B * r->ips * r->npx));
+    r->has = calloc((size_t)r->B, 1);
+    if (!r->dembeds || !r->px || !r->has) {
         dt_vlmrun_free(r);
         return dt_errorf(err, DT_ENOMEM, "vlm: out of memory");
     }
@@ -115,15 +122,23 @@ void dt_vlmrun_free(dt_vlmrun *r) {
     dt_lm_free(r->lm);
     dt_vit_free(r->vit);
     dt_mem_free(r->dembeds);
+    dt_mem_free(r->px);
+    free(r->has);
     free(r);
 }
 
 dt_lm *dt_vlmrun_lm(dt_vlmrun *r) { return r->lm; }
 dt_vit *dt_vlmrun_vit(dt_vlmrun *r) { return r->vit; }
 
-int dt_vlmrun_forward(dt_vlmrun *r, const float *pixels, const int32_t *inputs, const int32_t *targets,
-                      float *loss, dt_error *err) {
-    int rc = dt_vit_forward(r->vit, pixels, err);
+int dt_vlmrun_forward(dt_vlmrun *r, const float *pixels, const uint8_t *has_image, const int32_t *inputs,
+                      const int32_t *targets, float *loss, dt_error *err) {
+    int64_t n = 0;   /* sequences with images: their pixel rows, in order */
+    const size_t row = sizeof(float) * (size_t)(r->ips * r->npx);
+    for (int64_t b = 0; b < r->B; b++) {
+        r->has[b] = !has_image || has_image[b];
+        if (r->has[b]) memcpy((char *)r->px + (size_t)(n++) * row, (const char *)pixels + (size_t)b * row, row);
+    }
+    int rc = dt_vit_forward(r->vit, r->px, n * r->ips, err);
     return rc ? rc : dt_lm_forward(r->lm, inputs, targets, loss, err);
 }
 

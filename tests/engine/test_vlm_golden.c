@@ -9,6 +9,8 @@
  *   logits, loss             the forward of micro-batch (0, 0)
  *   grad.proj.*, grad.text.* every trained tensor's gradient (the projector's come through the
  *                            language model's gradient of its input embeddings)
+ *   mixed.*                  the same batch with sequence 1 text-only (no image, its pixel rows
+ *                            unread), as a mixed LLaVA batch
  *   step_losses, step_norms  20 AdamW steps of 2 accumulated micro-batches, global-norm clipping
  *   after.proj.*             the projector after them
  * Tolerances (fp32 against torch's fp32, summation orders differ): measured distances are
@@ -126,7 +128,7 @@ static void check_forward(dt_vlmrun *r, const golden *c, const char *stage, int6
     float loss = 0.0f;
     char key[64];
     dt_vlmrun_zero_grad(r);
-    CHECK(dt_vlmrun_forward(r, px_of(c, 0, 0), in_of(c, 0, 0), tg_of(c, 0, 0), &loss, &err) == DT_OK);
+    CHECK(dt_vlmrun_forward(r, px_of(c, 0, 0), NULL, in_of(c, 0, 0), tg_of(c, 0, 0), &loss, &err) == DT_OK);
     const size_t nf = (size_t)(c->B * dt_vit_tokens(t)) * (size_t)dt_vit_tensor_at(t, DT_VIT_TOWER, 0)->numel;
     double rm;
     const double fe = golden_max_abs_diff(dt_vit_features(t), gt(c->f, "features", nf), nf, &rm);
@@ -148,6 +150,38 @@ static void check_forward(dt_vlmrun *r, const golden *c, const char *stage, int6
     CHECK(te <= GRAD_RTOL);
 }
 
+/* micro-batch (0, 0) with sequence 1 text-only (mixed.inputs): its pixel rows NaN, never read */
+static void check_mixed(dt_vlmrun *r, const golden *c, const char *stage, int64_t V) {
+    dt_error err = {0};
+    dt_lm *g = dt_vlmrun_lm(r);
+    const size_t row = (size_t)c->npx, nl = (size_t)(c->B * c->T * V);
+    float *px = malloc(sizeof(float) * row * (size_t)c->B), loss = 0.0f;
+    memcpy(px, px_of(c, 0, 0), sizeof(float) * row);
+    for (size_t e = row; e < row * (size_t)c->B; e++) px[e] = NAN;
+    uint8_t has[2] = {1, 0};
+    CHECK(c->B == 2);
+    char key[64];
+    dt_vlmrun_zero_grad(r);
+    CHECK(dt_vlmrun_forward(r, px, has, gt(c->f, "mixed.inputs", (uint64_t)(c->B * c->T)),
+                            gt(c->f, "mixed.targets", (uint64_t)(c->B * c->T)), &loss, &err) == DT_OK);
+    snprintf(key, sizeof key, "%s.mixed.logits", stage);
+    double rm;
+    const double le = golden_max_abs_diff(dt_lm_logits(g), gt(c->f, key, nl), nl, &rm);
+    snprintf(key, sizeof key, "%s.mixed.loss", stage);
+    const float gl = ((const float *)gt(c->f, key, 1))[0];
+    CHECK(dt_vlmrun_backward(r, 1.0f, &err) == DT_OK);
+    snprintf(key, sizeof key, "%s.mixed.grad", stage);
+    const double pe = worst_proj(dt_vlmrun_vit(r), dt_vit_grads(dt_vlmrun_vit(r)), c->f, key, 1);
+    const double te = worst_text(g, dt_lm_grads(g), c->f, key);
+    printf("  %s, sequence 1 text-only: logits |diff| %.3g, loss %.7f vs %.7f, gradients: projector %.3g, language "
+           "model %.3g\n", stage, le, loss, gl, pe, te);
+    CHECK(le <= LOGIT_TOL);
+    CHECK(fabs(loss - gl) <= LOSS_RTOL * fabs(gl));
+    CHECK(pe <= GRAD_RTOL);
+    CHECK(te <= GRAD_RTOL);
+    free(px);
+}
+
 /* *worst = max(*worst, |got - want| / |want|) */
 static void track(double *worst, double got, double want) {
     const double e = fabs(got - want) / fabs(want);
@@ -161,7 +195,7 @@ static double accumulate(dt_vlmrun *r, const golden *c, int64_t s) {
     dt_vlmrun_zero_grad(r);
     for (int64_t a = 0; a < c->accum; a++) {
         float loss = 0.0f;
-        CHECK(dt_vlmrun_forward(r, px_of(c, s, a), in_of(c, s, a), tg_of(c, s, a), &loss, &err) == DT_OK);
+        CHECK(dt_vlmrun_forward(r, px_of(c, s, a), NULL, in_of(c, s, a), tg_of(c, s, a), &loss, &err) == DT_OK);
         CHECK(dt_vlmrun_backward(r, 1.0f / (float)c->accum, &err) == DT_OK);
         total += loss;
     }
@@ -345,6 +379,7 @@ static void check_case(const char *root, const char *name) {
         /* pretrain: the language model is all base set, nothing of it trained */
         CHECK_EQ_I64((int64_t)dt_lm_num_params(dt_vlmrun_lm(r)) == 0, v.stage == DT_VLM_PRETRAIN);
         check_forward(r, &c, dt_vlm_stage_name(v.stage), m.vocab);
+        check_mixed(r, &c, dt_vlm_stage_name(v.stage), m.vocab);
         check_training(r, &c, dt_vlm_stage_name(v.stage));
         dt_vlmrun_free(r);
     }
@@ -363,7 +398,7 @@ static void check_case(const char *root, const char *name) {
             break;
         }
     float loss;
-    CHECK(dt_vlmrun_forward(r, px_of(&c, 0, 0), in, tg_of(&c, 0, 0), &loss, &err) == DT_EINVAL);
+    CHECK(dt_vlmrun_forward(r, px_of(&c, 0, 0), NULL, in, tg_of(&c, 0, 0), &loss, &err) == DT_EINVAL);
     CHECK(strstr(err.msg, "sequence 1 holds 15 image tokens") != NULL);
     printf("  refused: %s\n", err.msg);
     free(in);
