@@ -144,30 +144,31 @@ def short(n):
     raise ValueError(n)
 
 
+def store_pass(model, params, prefix, inp, tgt, px, tensors):
+    """one forward and backward: prefix.logits, .loss and .grad.<name> of every trained tensor"""
+    logits, loss = loss_of(model, inp, tgt, px)
+    loss.backward()
+    tensors[prefix + ".logits"] = logits.detach().clone()
+    tensors[prefix + ".loss"] = loss.detach().reshape(1).clone()
+    for n, p in params:
+        tensors[prefix + ".grad." + short(n)] = p.grad.detach().clone()
+    model.zero_grad(set_to_none=True)
+    return loss.item()
+
+
 def run_stage(model, stage, data, tensors):
     inputs, targets, pixels = data
     init = {k: v.detach().clone() for k, v in model.state_dict().items()}
     params = trained(model, stage)
-    logits, loss = loss_of(model, inputs[0, 0], targets[0, 0], pixels[0, 0])
+    loss = store_pass(model, params, stage, inputs[0, 0], targets[0, 0], pixels[0, 0], tensors)
     labels = torch.where(inputs[0, 0] == model.config.image_token_id, IGNORE, inputs[0, 0])
-    hf = model(input_ids=inputs[0, 0], pixel_values=pixels[0, 0], labels=labels).loss   # transformers' own loss
-    assert abs(hf.item() - loss.item()) <= 1e-6 * abs(loss.item()), (hf.item(), loss.item())
-    loss.backward()
-    tensors[stage + ".logits"] = logits.detach().clone()
-    tensors[stage + ".loss"] = loss.detach().reshape(1).clone()
-    for n, p in params:
-        tensors[stage + ".grad." + short(n)] = p.grad.detach().clone()
-    model.zero_grad(set_to_none=True)
+    with torch.no_grad():   # transformers' own loss on the same labels
+        hf = model(input_ids=inputs[0, 0], pixel_values=pixels[0, 0], labels=labels).loss
+    assert abs(hf.item() - loss) <= 1e-6 * abs(loss), (hf.item(), loss)
     # a batch with a text-only conversation (LLaVA's mix665k has them): sequence 1 holds no image
     # and only sequence 0's image is passed (pixel_values [1, ...]), as a collator gives them
     inp, tgt = mixed(inputs[0, 0], targets[0, 0], model.config.image_token_id)
-    mlogits, mloss = loss_of(model, inp, tgt, pixels[0, 0][:1])
-    mloss.backward()
-    tensors[stage + ".mixed.logits"] = mlogits.detach().clone()
-    tensors[stage + ".mixed.loss"] = mloss.detach().reshape(1).clone()
-    for n, p in params:
-        tensors[stage + ".mixed.grad." + short(n)] = p.grad.detach().clone()
-    model.zero_grad(set_to_none=True)
+    store_pass(model, params, stage + ".mixed", inp, tgt, pixels[0, 0][:1], tensors)
     decay = [p for n, p in params if p.ndim >= 2]
     no_decay = [p for n, p in params if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
@@ -190,7 +191,7 @@ def run_stage(model, stage, data, tensors):
             tensors[stage + ".after." + short(n)] = p.detach().clone()
     model.load_state_dict(init)   # the next stage starts from the same weights
     print("  %s: loss %.6f, steps %.4f -> %.4f, norms %.3f .. %.3f, %d trained tensors" %
-          (stage, loss.item(), step_losses[0], step_losses[-1], min(norms), max(norms), len(params)))
+          (stage, loss, step_losses[0], step_losses[-1], min(norms), max(norms), len(params)))
 
 
 def save_text(model, cfg, tcls_model, out):
