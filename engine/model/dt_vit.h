@@ -31,32 +31,32 @@ typedef struct dt_vit_tensor {
 
 typedef struct dt_vit dt_vit;
 
-/* The vision side of v into lm's width (lm->hidden) for n_images images per pass.
+/* The vision side of v into lm's width (lm->hidden) for up to n_images images per pass.
  * DT_EINVAL with one line for what is not built: a SigLIP tower, the one-linear projector. */
 int dt_vit_create(const dt_vlm *v, const dt_model *lm, int64_t n_images, dt_vit **out, dt_error *err);
 void dt_vit_free(dt_vit *t);
 
+/* The tower's tensors (its own flat fp32 buffer, dt_vit_tower_params) and the projector's
+ * (linear_1.weight, linear_1.bias, linear_2.weight, linear_2.bias: their names and shapes;
+ * the values live where the caller keeps them, e.g. dt_lm's group 0, dt_lm_extra). */
 int dt_vit_num_tensors(const dt_vit *t, int part);
 const dt_vit_tensor *dt_vit_tensor_at(const dt_vit *t, int part, int i);
-size_t dt_vit_numel(const dt_vit *t, int part);
-float *dt_vit_params(dt_vit *t, int part);
-/* The projector's gradients (accumulated by dt_vit_backward, zeroed by dt_vit_zero_grad). */
-float *dt_vit_grads(dt_vit *t);
-void dt_vit_zero_grad(dt_vit *t);
+size_t dt_vit_tower_numel(const dt_vit *t);
+float *dt_vit_tower_params(dt_vit *t);
 /* Tokens each image gives the language model (dt_vlm_image_tokens) and the width of one. */
 int64_t dt_vit_tokens(const dt_vit *t);
 int64_t dt_vit_width(const dt_vit *t);
 
 /* pixels [n, channels, image_size, image_size] (CLIPImageProcessor's output), 0 <= n <=
  * n_images: the tower's selected features [n * tokens, D] (hidden_states[vision_feature_layer],
- * the class token dropped under "default") and the projector's output [n * tokens, C]. */
-int dt_vit_forward(dt_vit *t, const float *pixels, int64_t n, dt_error *err);
+ * the class token dropped under "default"). */
+int dt_vit_tower_forward(dt_vit *t, const float *pixels, int64_t n, dt_error *err);
 const float *dt_vit_features(const dt_vit *t);
-const float *dt_vit_embeds(const dt_vit *t);
-/* The projector's backward of the last forward: dembeds [n * tokens, C] (the gradient
- * of its output); its parameter gradients += (the tower is frozen: no input gradient). */
-void dt_vit_backward(dt_vit *t, const float *dembeds);
-/* Sum of squares of the projector's gradients, in double, in a fixed order. */
-double dt_vit_grad_sumsq(const dt_vit *t);
+/* The projector on the last tower forward's features, with its four tensors w[i] (fp32, in
+ * dt_vit_tensor_at(t, DT_VIT_PROJECTOR, i)'s order and shapes): embeds [n * tokens, C]. */
+void dt_vit_project(dt_vit *t, const float *const w[4], float *embeds);
+/* Its backward: dembeds [n * tokens, C] (the gradient of its output) into the gradients g[i]
+ * (+=; the tower is frozen: no input gradient). */
+void dt_vit_project_backward(dt_vit *t, const float *const w[4], float *const g[4], const float *dembeds);
 
 #endif

@@ -26,8 +26,11 @@ typedef struct dt_vlmrun dt_vlmrun;
 int dt_vlmrun_create(const dt_model *lm, const dt_vlm *v, const dt_precision *prec, const dt_lm_options *o,
                      dt_vlmrun **out, dt_error *err);
 void dt_vlmrun_free(dt_vlmrun *r);
-/* Its parts: the language model (every tensor in the base set under pretrain) and the vision
- * side (tower frozen, projector trained). */
+/* Its parts: the language model, whose group 0 holds the projector's tensors as extra tensors
+ * (dt_lm_extra, named DT_VLM_PROJECTOR_PREFIX + "linear_1.weight", ...; always trained), every
+ * tensor of its own in the base set under pretrain; and the vision side (the frozen tower's
+ * weights, dt_vit_tower_params). */
+#define DT_VLM_PROJECTOR_PREFIX "multi_modal_projector."
 dt_lm *dt_vlmrun_lm(dt_vlmrun *r);
 dt_vit *dt_vlmrun_vit(dt_vlmrun *r);
 
@@ -41,10 +44,9 @@ dt_vit *dt_vlmrun_vit(dt_vlmrun *r);
 int dt_vlmrun_forward(dt_vlmrun *r, const float *pixels, const uint8_t *has_image, const int32_t *inputs,
                       const int32_t *targets, float *loss, dt_error *err);
 /* The backward of the last forward, gradients accumulated times grad_scale (dt_lm_backward's):
- * the language model's trained tensors (sft) and the projector's. */
+ * the language model's trained tensors (sft) and the projector's. Zeroing, the gradient norm,
+ * the optimizer and checkpoints are the language model's (dt_lm_zero_grad, ...): the
+ * projector is its trained set's too. */
 int dt_vlmrun_backward(dt_vlmrun *r, float grad_scale, dt_error *err);
-void dt_vlmrun_zero_grad(dt_vlmrun *r);
-/* Sum of squared gradients of everything trained (language model, then projector). */
-double dt_vlmrun_grad_sumsq(const dt_vlmrun *r);
 
 #endif

@@ -172,6 +172,7 @@ static int build_layout(dt_lm *g, const dt_model_desc *d, dt_error *err) {
     lm_layout lo = {0};
     group_begin(g, 0, &lo);
     lm_layout_embed(g, d, &lo);
+    lm_layout_extra(g, &lo);
     group_end(g, 0, &lo);
     for (int l = 0; l < g->L; l++) {
         group_begin(g, 1 + l, &lo);
@@ -435,6 +436,10 @@ static int setup_method(dt_lm *g, const dt_model *m, const dt_precision *prec, c
 static int setup_embeds(dt_lm *g, const dt_model *m, const dt_precision *prec, const dt_lm_options *o,
                         dt_error *err) {
     if (o->embeds) g->embeds = *o->embeds;
+    if (o->nextra < 0 || (o->nextra && !o->extra)) return dt_errorf(err, DT_EINVAL, "model: bad extra tensors");
+    if (o->nextra && !(g->extra_off = calloc((size_t)o->nextra, sizeof *g->extra_off)))
+        return dt_errorf(err, DT_ENOMEM, "model: out of memory");
+    g->extra = o->extra, g->nextra = o->nextra;
     g->input_grad = o->embeds && o->embeds->backward;
     if (o->embeds && (o->device != DT_DEVICE_CPU || prec->activation != DT_DTYPE_FP32 || o->tp))
         return dt_errorf(err, DT_EINVAL, "model: input embeddings (a vision-language model) are built for the CPU "
@@ -482,7 +487,7 @@ int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_o
     lm_tp_shard_desc(g, &desc);   /* tensor parallelism: this rank's shard */
     /* either set may hold them all; LoRA adds an A and a B to each linear of the blocks */
     const int linears = desc.block.attn.n_in + 1 + desc.block.mlp.n_in + 1;
-    const int all = lm_layout_count(&desc, g->L, g->tied) + (g->lora_r ? 2 * linears * (int)g->L : 0);
+    const int all = lm_layout_count(&desc, g->L, g->tied) + (g->lora_r ? 2 * linears * (int)g->L : 0) + g->nextra;
     g->tensors = calloc((size_t)all, sizeof *g->tensors);
     g->names = calloc((size_t)all, sizeof *g->names);
     g->btensors = calloc((size_t)all, sizeof *g->btensors);
@@ -627,6 +632,7 @@ void dt_lm_free(dt_lm *g) {
     free(g->bnames);
     free(g->slots);
     free(g->pg);
+    free(g->extra_off);
     free(g->group_off);
     free(g->group_numel);
     free(g->bgroup_off);
@@ -665,6 +671,8 @@ size_t dt_lm_num_base_params(const dt_lm *g) { return g->nbase_params; }
 void *dt_lm_base_params(dt_lm *g) { return g->base; }
 dt_dtype dt_lm_base_dtype(const dt_lm *g) { return g->bt; }
 int64_t dt_lm_first_trained_layer(const dt_lm *g) { return g->first_trained; }
+float *dt_lm_extra_params(dt_lm *g, int i) { return (float *)g->gparams[0] + g->extra_off[i]; }
+float *dt_lm_extra_grads(dt_lm *g, int i) { return g->ggrads[0] ? (float *)g->ggrads[0] + g->extra_off[i] : NULL; }
 void dt_lm_set_dropout(dt_lm *g, int on, uint64_t key) {
     g->drop_on = on;
     g->drop_key = key;

@@ -10,7 +10,8 @@
  *   proj     linear_2(gelu(linear_1(features)))   (gelu: the erf form, ACT2FN["gelu"])
  * Blocks above the feature layer never reach the loss and are not run (their weights are held
  * for the checkpoint). The frozen tower keeps nothing for a backward; the projector keeps its
- * input, linear_1's output and the GELU's for its own. */
+ * input, linear_1's output and the GELU's for its own; its weights are the caller's (dt_lm's
+ * group 0 in a vision-language model: dt_lm_extra). */
 #include "dt_vit.h"
 
 #include <math.h>
@@ -40,14 +41,14 @@ struct dt_vit {
     int64_t cap, n, ch, img, p, G, P2, S, D, H, hd, F, L, used, C, tok, keep_cls;
     dt_vit_tensor *tt, pt[PROJ_TENSORS];   /* tower tensors [ntt], projector's */
     int ntt;
-    size_t nt, np;                          /* elements of each part */
-    float *tw, *pw, *pg;                    /* tower params; projector params, grads */
+    size_t nt;                              /* the tower's elements */
+    float *tw;                              /* the tower's params */
     /* tower scratch: patches [n*P2, ch*p*p], h [n*S, D], x [n*S, D], q k v o [n*S, D] each,
      * f [n*S, F], mean / rstd [n*S], scores [S, S] */
     float *patches, *h, *x, *q, *k, *vv, *o, *f, *mean, *rstd, *sc;
-    /* projector: feat [M, D], a1 [M, C] (linear_1's output), g1 [M, C] (GELU's), out [M, C],
-     * d1 [M, C] (backward scratch); M = n * tok */
-    float *feat, *a1, *g1, *out, *d1;
+    /* projector: feat [M, D], a1 [M, C] (linear_1's output), g1 [M, C] (GELU's), d1 [M, C]
+     * (backward scratch); M = n * tok */
+    float *feat, *a1, *g1, *d1;
 };
 
 /* ---- the tensor table ---- */
@@ -109,7 +110,6 @@ static void layout_tower(dt_vit *t) {
     t->nt = off;
     size_t po = 0;
     add_linear(add_linear(t->pt, &po, "linear_1", t->C, t->D), &po, "linear_2", t->C, t->C);
-    t->np = po;
 }
 
 static const float *tw(const dt_vit *t, int i) { return t->tw + t->tt[i].offset; }
@@ -150,8 +150,6 @@ int dt_vit_create(const dt_vlm *v, const dt_model *lm, int64_t n_images, dt_vit 
     const int64_t nS = t->n * t->S, M = t->n * t->tok;
     int ok = 1;
     t->tw = take((int64_t)t->nt, DT_MEM_PARAMS, &ok);
-    t->pw = take((int64_t)t->np, DT_MEM_PARAMS, &ok);
-    t->pg = take((int64_t)t->np, DT_MEM_GRADS, &ok);
     t->patches = take(t->n * t->P2 * t->ch * t->p * t->p, DT_MEM_BUFFERS, &ok);
     t->h = take(nS * t->D, DT_MEM_BUFFERS, &ok);
     t->x = take(nS * t->D, DT_MEM_BUFFERS, &ok);
@@ -166,7 +164,6 @@ int dt_vit_create(const dt_vlm *v, const dt_model *lm, int64_t n_images, dt_vit 
     t->feat = take(M * t->D, DT_MEM_ACTIVATIONS, &ok);
     t->a1 = take(M * t->C, DT_MEM_ACTIVATIONS, &ok);
     t->g1 = take(M * t->C, DT_MEM_ACTIVATIONS, &ok);
-    t->out = take(M * t->C, DT_MEM_BUFFERS, &ok);
     t->d1 = take(M * t->C, DT_MEM_BUFFERS, &ok);
     if (!ok) {
         dt_vit_free(t);
@@ -179,8 +176,8 @@ int dt_vit_create(const dt_vlm *v, const dt_model *lm, int64_t n_images, dt_vit 
 
 void dt_vit_free(dt_vit *t) {
     if (!t) return;
-    float *bufs[] = {t->tw, t->pw, t->pg, t->patches, t->h, t->x, t->q, t->k, t->vv, t->o, t->f,
-                     t->mean, t->rstd, t->sc, t->feat, t->a1, t->g1, t->out, t->d1};
+    float *bufs[] = {t->tw, t->patches, t->h, t->x, t->q, t->k, t->vv, t->o, t->f,
+                     t->mean, t->rstd, t->sc, t->feat, t->a1, t->g1, t->d1};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dt_mem_free(bufs[i]);
     free(t->tt);
     free(t);
@@ -190,14 +187,11 @@ int dt_vit_num_tensors(const dt_vit *t, int part) { return part == DT_VIT_TOWER 
 const dt_vit_tensor *dt_vit_tensor_at(const dt_vit *t, int part, int i) {
     return part == DT_VIT_TOWER ? &t->tt[i] : &t->pt[i];
 }
-size_t dt_vit_numel(const dt_vit *t, int part) { return part == DT_VIT_TOWER ? t->nt : t->np; }
-float *dt_vit_params(dt_vit *t, int part) { return part == DT_VIT_TOWER ? t->tw : t->pw; }
-float *dt_vit_grads(dt_vit *t) { return t->pg; }
-void dt_vit_zero_grad(dt_vit *t) { memset(t->pg, 0, sizeof(float) * t->np); }
+size_t dt_vit_tower_numel(const dt_vit *t) { return t->nt; }
+float *dt_vit_tower_params(dt_vit *t) { return t->tw; }
 int64_t dt_vit_tokens(const dt_vit *t) { return t->tok; }
 int64_t dt_vit_width(const dt_vit *t) { return t->C; }
 const float *dt_vit_features(const dt_vit *t) { return t->feat; }
-const float *dt_vit_embeds(const dt_vit *t) { return t->out; }
 
 /* ---- the tower's forward ---- */
 
@@ -286,7 +280,7 @@ static float gelu_grad(float x) {
     return cdf + x * expf(-0.5f * x * x) * (float)(0.5 * M_2_SQRTPI * M_SQRT1_2);
 }
 
-int dt_vit_forward(dt_vit *t, const float *pixels, int64_t n, dt_error *err) {
+int dt_vit_tower_forward(dt_vit *t, const float *pixels, int64_t n, dt_error *err) {
     if (n < 0 || n > t->cap || (n && !pixels))
         return dt_errorf(err, DT_EINVAL, "vision tower: %lld images for a pass of at most %lld", (long long)n,
                          (long long)t->cap);
@@ -294,14 +288,21 @@ int dt_vit_forward(dt_vit *t, const float *pixels, int64_t n, dt_error *err) {
     if (!n) return DT_OK;
     embed(t, pixels);
     for (int64_t l = 0; l < t->used; l++) block(t, l);
-    const int64_t D = t->D, C = t->C, M = t->n * t->tok, skip = t->keep_cls ? 0 : 1;
+    const int64_t D = t->D, skip = t->keep_cls ? 0 : 1;
     for (int64_t i = 0; i < t->n; i++)
         memcpy(t->feat + i * t->tok * D, t->h + (i * t->S + skip) * D, sizeof(float) * (size_t)(t->tok * D));
-    const float *pw = t->pw;
-    linear(t->a1, t->feat, pw + t->pt[0].offset, pw + t->pt[1].offset, M, D, C);
-    for (int64_t e = 0; e < M * C; e++) t->g1[e] = gelu(t->a1[e]);
-    linear(t->out, t->g1, pw + t->pt[2].offset, pw + t->pt[3].offset, M, C, C);
     return DT_OK;
+}
+
+/* the projector's tensors in dt_vit_tensor_at's order */
+enum { PJ_W1, PJ_B1, PJ_W2, PJ_B2 };
+
+void dt_vit_project(dt_vit *t, const float *const w[4], float *embeds) {
+    const int64_t D = t->D, C = t->C, M = t->n * t->tok;
+    if (!M) return;
+    linear(t->a1, t->feat, w[PJ_W1], w[PJ_B1], M, D, C);
+    for (int64_t e = 0; e < M * C; e++) t->g1[e] = gelu(t->a1[e]);
+    linear(embeds, t->g1, w[PJ_W2], w[PJ_B2], M, C, C);
 }
 
 /* dw[OC, IC] += dout[N, OC]ᵀ @ inp[N, IC]; db[OC] += Σ_n dout (rows in order) */
@@ -312,19 +313,11 @@ static void linear_wgrad(float *dw, float *db, const float *dout, const float *i
         for (int64_t c = 0; c < OC; c++) db[c] += dout[r * OC + c];
 }
 
-void dt_vit_backward(dt_vit *t, const float *dembeds) {
+void dt_vit_project_backward(dt_vit *t, const float *const w[4], float *const g[4], const float *dembeds) {
     const int64_t D = t->D, C = t->C, M = t->n * t->tok;
     if (!M) return;
-    float *g = t->pg;
-    const float *w2 = t->pw + t->pt[2].offset;
-    linear_wgrad(g + t->pt[2].offset, g + t->pt[3].offset, dembeds, t->g1, M, C, C);
-    dt_op_gemm(0, 0, M, C, C, 1.0f, dembeds, C, w2, C, 0.0f, t->d1, C);   /* d g1 [M, C] */
+    linear_wgrad(g[PJ_W2], g[PJ_B2], dembeds, t->g1, M, C, C);
+    dt_op_gemm(0, 0, M, C, C, 1.0f, dembeds, C, w[PJ_W2], C, 0.0f, t->d1, C);   /* d g1 [M, C] */
     for (int64_t e = 0; e < M * C; e++) t->d1[e] *= gelu_grad(t->a1[e]);
-    linear_wgrad(g + t->pt[0].offset, g + t->pt[1].offset, t->d1, t->feat, M, D, C);
-}
-
-double dt_vit_grad_sumsq(const dt_vit *t) {
-    double s = 0.0;
-    for (size_t e = 0; e < t->np; e++) s += (double)t->pg[e] * (double)t->pg[e];
-    return s;
+    linear_wgrad(g[PJ_W1], g[PJ_B1], t->d1, t->feat, M, D, C);
 }

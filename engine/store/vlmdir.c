@@ -61,10 +61,13 @@ static void aliases(vt *x, const char *canon) {
     }
 }
 
-/* the language model's tensor t (dt_lm's name "model.Y" or "lm_head.weight") at data */
+/* the language model's tensor t (dt_lm's name "model.Y", "lm_head.weight", or the projector's
+ * "multi_modal_projector.X") at data */
 static void add_lm(vt *x, const dt_tensor_info *t, float *data) {
     char canon[NAME_MAX_LEN];
-    if (!strncmp(t->name, "model.", 6)) snprintf(canon, sizeof canon, LANG "%s", t->name + 6);
+    if (!strncmp(t->name, DT_VLM_PROJECTOR_PREFIX, strlen(DT_VLM_PROJECTOR_PREFIX)))
+        snprintf(canon, sizeof canon, "model.%s", t->name);   /* the projector, in group 0 */
+    else if (!strncmp(t->name, "model.", 6)) snprintf(canon, sizeof canon, LANG "%s", t->name + 6);
     else snprintf(canon, sizeof canon, "%s", t->name);
     aliases(x, canon);
     x->data = data, x->numel = t->numel, x->ndim = t->ndim;
@@ -72,29 +75,26 @@ static void add_lm(vt *x, const dt_tensor_info *t, float *data) {
 }
 
 static void add_vit(vt *x, const char *prefix, const dt_vit_tensor *t, float *data) {
-    char canon[NAME_MAX_LEN];
+    char canon[NAME_MAX_LEN * 2];
     snprintf(canon, sizeof canon, "%s%s", prefix, t->name);
     aliases(x, canon);
     x->data = data, x->numel = t->numel, x->ndim = t->ndim;
     memcpy(x->shape, t->shape, sizeof x->shape);
 }
 
-/* every tensor of r: tower, projector, the language model's trained then base set */
+/* every tensor of r: the tower, then the language model's trained set (the projector among
+ * it) and base set */
 static int list_of(dt_vlmrun *r, vt_list *out, dt_error *err) {
     dt_lm *g = dt_vlmrun_lm(r);
     dt_vit *v = dt_vlmrun_vit(r);
-    const int nt = dt_vit_num_tensors(v, DT_VIT_TOWER), np = dt_vit_num_tensors(v, DT_VIT_PROJECTOR);
-    const int n = nt + np + dt_lm_num_tensors(g) + dt_lm_num_base_tensors(g);
+    const int nt = dt_vit_num_tensors(v, DT_VIT_TOWER);
+    const int n = nt + dt_lm_num_tensors(g) + dt_lm_num_base_tensors(g);
     out->t = calloc((size_t)n, sizeof *out->t);
     if (!out->t) return dt_errorf(err, DT_ENOMEM, "vlm: out of memory for the tensor table");
     int k = 0;
     for (int i = 0; i < nt; i++) {
         const dt_vit_tensor *t = dt_vit_tensor_at(v, DT_VIT_TOWER, i);
-        add_vit(&out->t[k++], TOWER, t, dt_vit_params(v, DT_VIT_TOWER) + t->offset);
-    }
-    for (int i = 0; i < np; i++) {
-        const dt_vit_tensor *t = dt_vit_tensor_at(v, DT_VIT_PROJECTOR, i);
-        add_vit(&out->t[k++], PROJ, t, dt_vit_params(v, DT_VIT_PROJECTOR) + t->offset);
+        add_vit(&out->t[k++], TOWER, t, dt_vit_tower_params(v) + t->offset);
     }
     for (int i = 0; i < dt_lm_num_tensors(g); i++)
         add_lm(&out->t[k++], dt_lm_tensor(g, i), (float *)dt_lm_params(g) + dt_lm_tensor(g, i)->offset);

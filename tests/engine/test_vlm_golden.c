@@ -69,41 +69,42 @@ static void model_of(const char *dir, dt_model *m, dt_vlm *v) {
     free(txt);
 }
 
-/* the vision side's part from the golden's prefix.<name> */
-static void load_part(dt_vit *t, int part, dt_st_file *f, const char *prefix) {
-    float *p = dt_vit_params(t, part);
-    for (int i = 0; i < dt_vit_num_tensors(t, part); i++) {
-        const dt_vit_tensor *x = dt_vit_tensor_at(t, part, i);
-        char key[DT_ST_NAME_MAX];
-        snprintf(key, sizeof key, "%s%s", prefix, x->name);
-        memcpy(p + x->offset, gt(f, key, x->numel), x->numel * sizeof(float));
+/* 1 when tensor t of the language model is the projector (its group 0's extra tensors) */
+static int is_proj(const dt_tensor_info *t) {
+    return !strncmp(t->name, DT_VLM_PROJECTOR_PREFIX, strlen(DT_VLM_PROJECTOR_PREFIX));
+}
+
+/* the tower from the golden's vision.<name>, the projector from proj.<name> */
+static void load_vision(dt_vlmrun *r, dt_st_file *f) {
+    dt_vit *t = dt_vlmrun_vit(r);
+    dt_lm *g = dt_vlmrun_lm(r);
+    char key[DT_ST_NAME_MAX];
+    for (int i = 0; i < dt_vit_num_tensors(t, DT_VIT_TOWER); i++) {
+        const dt_vit_tensor *x = dt_vit_tensor_at(t, DT_VIT_TOWER, i);
+        snprintf(key, sizeof key, "vision.%s", x->name);
+        memcpy(dt_vit_tower_params(t) + x->offset, gt(f, key, x->numel), x->numel * sizeof(float));
+    }
+    for (int i = 0; i < dt_lm_num_tensors(g); i++) {
+        const dt_tensor_info *x = dt_lm_tensor(g, i);
+        if (!is_proj(x)) continue;
+        snprintf(key, sizeof key, "proj.%s", x->name + strlen(DT_VLM_PROJECTOR_PREFIX));
+        memcpy((float *)dt_lm_params(g) + x->offset, gt(f, key, x->numel), x->numel * sizeof(float));
     }
 }
 
-/* worst difference of the projector's flat (params or grads) from prefix.proj.<name> (rel: of each
- * tensor's largest) */
-static double worst_proj(const dt_vit *t, const float *flat, dt_st_file *f, const char *prefix, int rel) {
-    double worst = 0;
-    for (int i = 0; i < dt_vit_num_tensors(t, DT_VIT_PROJECTOR); i++) {
-        const dt_vit_tensor *x = dt_vit_tensor_at(t, DT_VIT_PROJECTOR, i);
-        char key[DT_ST_NAME_MAX];
-        snprintf(key, sizeof key, "%s.proj.%s", prefix, x->name);
-        double rm, e = golden_max_abs_diff(flat + x->offset, gt(f, key, x->numel), x->numel, &rm);
-        if (rel) e /= rm > 0 ? rm : 1.0;
-        worst = e > worst ? e : worst;
-    }
-    return worst;
-}
-
-/* the same for the language model's trained tensors against prefix.text.<name> */
-static double worst_text(const dt_lm *g, const float *flat, dt_st_file *f, const char *prefix) {
+/* worst difference of the language model's trained tensors in flat (params or grads) from the
+ * golden's: the projector's from prefix.proj.<name>, the others' (proj 0) from prefix.text.<name>
+ * (rel: of each tensor's largest) */
+static double worst_of(const dt_lm *g, const float *flat, dt_st_file *f, const char *prefix, int proj, int rel) {
     double worst = 0;
     for (int i = 0; i < dt_lm_num_tensors(g); i++) {
         const dt_tensor_info *x = dt_lm_tensor(g, i);
+        if (is_proj(x) != proj) continue;
         char key[DT_ST_NAME_MAX];
-        snprintf(key, sizeof key, "%s.text.%s", prefix, x->name);
+        if (proj) snprintf(key, sizeof key, "%s.proj.%s", prefix, x->name + strlen(DT_VLM_PROJECTOR_PREFIX));
+        else snprintf(key, sizeof key, "%s.text.%s", prefix, x->name);
         double rm, e = golden_max_abs_diff(flat + x->offset, gt(f, key, x->numel), x->numel, &rm);
-        e /= rm > 0 ? rm : 1.0;
+        if (rel) e /= rm > 0 ? rm : 1.0;
         worst = e > worst ? e : worst;
     }
     return worst;
@@ -127,7 +128,7 @@ static void check_forward(dt_vlmrun *r, const golden *c, const char *stage, int6
     dt_vit *t = dt_vlmrun_vit(r);
     float loss = 0.0f;
     char key[64];
-    dt_vlmrun_zero_grad(r);
+    dt_lm_zero_grad(dt_vlmrun_lm(r));
     CHECK(dt_vlmrun_forward(r, px_of(c, 0, 0), NULL, in_of(c, 0, 0), tg_of(c, 0, 0), &loss, &err) == DT_OK);
     const size_t nf = (size_t)(c->B * dt_vit_tokens(t)) * (size_t)dt_vit_tensor_at(t, DT_VIT_TOWER, 0)->numel;
     double rm;
@@ -139,10 +140,11 @@ static void check_forward(dt_vlmrun *r, const golden *c, const char *stage, int6
     const float gl = ((const float *)gt(c->f, key, 1))[0];
     CHECK(dt_vlmrun_backward(r, 1.0f, &err) == DT_OK);
     snprintf(key, sizeof key, "%s.grad", stage);
-    const double pe = worst_proj(t, dt_vit_grads(t), c->f, key, 1);
-    const double te = worst_text(g, dt_lm_grads(g), c->f, key);
+    const double pe = worst_of(g, dt_lm_grads(g), c->f, key, 1, 1);
+    const double te = worst_of(g, dt_lm_grads(g), c->f, key, 0, 1);
     printf("  %s: features |diff| %.3g, logits %.3g, loss %.7f vs %.7f, gradients: projector %.3g, language model "
-           "%.3g (%d tensors) of each tensor's largest\n", stage, fe, le, loss, gl, pe, te, dt_lm_num_tensors(g));
+           "%.3g (%d trained tensors, the projector's 4 among them) of each tensor's largest\n", stage, fe, le, loss, gl, pe, te,
+           dt_lm_num_tensors(g));
     CHECK(fe <= LOGIT_TOL);
     CHECK(le <= LOGIT_TOL);
     CHECK(fabs(loss - gl) <= LOSS_RTOL * fabs(gl));
@@ -161,7 +163,7 @@ static void check_mixed(dt_vlmrun *r, const golden *c, const char *stage, int64_
     uint8_t has[2] = {1, 0};
     CHECK(c->B == 2);
     char key[64];
-    dt_vlmrun_zero_grad(r);
+    dt_lm_zero_grad(dt_vlmrun_lm(r));
     CHECK(dt_vlmrun_forward(r, px, has, gt(c->f, "mixed.inputs", (uint64_t)(c->B * c->T)),
                             gt(c->f, "mixed.targets", (uint64_t)(c->B * c->T)), &loss, &err) == DT_OK);
     snprintf(key, sizeof key, "%s.mixed.logits", stage);
@@ -171,8 +173,8 @@ static void check_mixed(dt_vlmrun *r, const golden *c, const char *stage, int64_
     const float gl = ((const float *)gt(c->f, key, 1))[0];
     CHECK(dt_vlmrun_backward(r, 1.0f, &err) == DT_OK);
     snprintf(key, sizeof key, "%s.mixed.grad", stage);
-    const double pe = worst_proj(dt_vlmrun_vit(r), dt_vit_grads(dt_vlmrun_vit(r)), c->f, key, 1);
-    const double te = worst_text(g, dt_lm_grads(g), c->f, key);
+    const double pe = worst_of(g, dt_lm_grads(g), c->f, key, 1, 1);
+    const double te = worst_of(g, dt_lm_grads(g), c->f, key, 0, 1);
     printf("  %s, sequence 1 text-only: logits |diff| %.3g, loss %.7f vs %.7f, gradients: projector %.3g, language "
            "model %.3g\n", stage, le, loss, gl, pe, te);
     CHECK(le <= LOGIT_TOL);
@@ -192,7 +194,7 @@ static void track(double *worst, double got, double want) {
 static double accumulate(dt_vlmrun *r, const golden *c, int64_t s) {
     dt_error err = {0};
     double total = 0;
-    dt_vlmrun_zero_grad(r);
+    dt_lm_zero_grad(dt_vlmrun_lm(r));
     for (int64_t a = 0; a < c->accum; a++) {
         float loss = 0.0f;
         CHECK(dt_vlmrun_forward(r, px_of(c, s, a), NULL, in_of(c, s, a), tg_of(c, s, a), &loss, &err) == DT_OK);
@@ -202,18 +204,15 @@ static double accumulate(dt_vlmrun *r, const golden *c, int64_t s) {
     return total / (double)c->accum;
 }
 
-/* the STEPS-step loop: AdamW over the language model's trained set and the projector, clipped
- * by their global norm */
+/* the STEPS-step loop: AdamW over the language model's trained set (the projector's tensors
+ * among it), clipped by their global norm */
 static void check_training(dt_vlmrun *r, const golden *c, const char *stage) {
     dt_error err = {0};
     dt_lm *g = dt_vlmrun_lm(r);
-    dt_vit *t = dt_vlmrun_vit(r);
     dt_precision pr;
     dt_precision_from_preset(DT_PREC_FP32, &pr);
-    dt_optim *ol = NULL, *op;
-    const size_t nlm = dt_lm_num_params(g), npj = dt_vit_numel(t, DT_VIT_PROJECTOR);
-    if (nlm) CHECK(dt_optim_create(&pr, nlm, &ol, &err) == DT_OK);
-    CHECK(dt_optim_create(&pr, npj, &op, &err) == DT_OK);
+    dt_optim *opt;   /* the language model's trained set: the projector and (sft) its own tensors */
+    CHECK(dt_optim_create(&pr, dt_lm_num_params(g), &opt, &err) == DT_OK);
     char key[64];
     snprintf(key, sizeof key, "%s.step_losses", stage);
     const float *want = gt(c->f, key, (uint64_t)c->steps);
@@ -224,29 +223,39 @@ static void check_training(dt_vlmrun *r, const golden *c, const char *stage) {
     double worst_loss = 0, worst_norm = 0;
     for (int64_t s = 0; s < c->steps; s++) {
         track(&worst_loss, accumulate(r, c, s), want[s]);
-        const double norm = sqrt(dt_vlmrun_grad_sumsq(r));
+        const double norm = sqrt(dt_lm_grad_sumsq(dt_vlmrun_lm(r)));
         track(&worst_norm, norm, want_norm[s]);
         const double mul = 1.0 / dt_clip_divisor(norm, 1.0, meta(c->f, "max_norm"));
         for (int i = 0; i < dt_lm_num_tensors(g); i++) {
             const dt_tensor_info *x = dt_lm_tensor(g, i);
-            dt_optim_update(ol, dt_lm_params(g), dt_lm_grads(g), x->offset, x->numel, &hp, mul,
+            dt_optim_update(opt, dt_lm_params(g), dt_lm_grads(g), x->offset, x->numel, &hp, mul,
                             (x->flags & DT_TENSOR_DECAY) != 0, s + 1);
-        }
-        for (int i = 0; i < dt_vit_num_tensors(t, DT_VIT_PROJECTOR); i++) {
-            const dt_vit_tensor *x = dt_vit_tensor_at(t, DT_VIT_PROJECTOR, i);
-            dt_optim_update(op, dt_vit_params(t, DT_VIT_PROJECTOR), dt_vit_grads(t), x->offset, x->numel, &hp, mul,
-                            x->decay, s + 1);
         }
     }
     snprintf(key, sizeof key, "%s.after", stage);
-    const double ae = worst_proj(t, dt_vit_params(t, DT_VIT_PROJECTOR), c->f, key, 0);
+    const double ae = worst_of(g, dt_lm_params(g), c->f, key, 1, 0);
     printf("  %s: %lld steps x %lld micro-batches: losses worst %.3g relative, norms %.3g, projector after %.3g\n",
            stage, (long long)c->steps, (long long)c->accum, worst_loss, worst_norm, ae);
     CHECK(worst_loss <= LOSS_RTOL);
     CHECK(worst_norm <= LOSS_RTOL);
     CHECK(ae <= AFTER_TOL);
-    dt_optim_free(ol);
-    dt_optim_free(op);
+    dt_optim_free(opt);
+}
+
+/* the language model's own tensors (both sets) by name from dir/model.safetensors (fp32) */
+static int load_text(dt_lm *g, const char *dir, dt_error *err) {
+    char p[DT_GOLDEN_PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    dt_st_file *f;
+    if (dt_st_open(p, &f, err)) return err->code;
+    for (int set = 0; set < 2; set++)
+        for (int i = 0; i < (set ? dt_lm_num_base_tensors(g) : dt_lm_num_tensors(g)); i++) {
+            const dt_tensor_info *x = set ? dt_lm_base_tensor(g, i) : dt_lm_tensor(g, i);
+            float *base = set ? dt_lm_base_params(g) : dt_lm_params(g);
+            if (!is_proj(x)) memcpy(base + x->offset, gt(f, x->name, x->numel), x->numel * sizeof(float));
+        }
+    dt_st_close(f);
+    return DT_OK;
 }
 
 static dt_vlmrun *open_model(const char *dir, dt_model *m, dt_vlm *v, const golden *c, dt_error *err) {
@@ -257,25 +266,19 @@ static dt_vlmrun *open_model(const char *dir, dt_model *m, dt_vlm *v, const gold
     if (dt_vlmrun_create(m, v, &pr, &o, &r, err)) return NULL;
     char text[DT_GOLDEN_PATH_MAX];
     snprintf(text, sizeof text, "%s/text", dir);
-    dt_lm *g = dt_vlmrun_lm(r);
-    if ((dt_lm_num_params(g) && dt_hf_load_dir(g, DT_DTYPE_FP32, text, dt_lm_params(g), err)) ||
-        dt_weights_load_base(g, m, DT_DTYPE_FP32, text, err)) {
+    if (load_text(dt_vlmrun_lm(r), text, err)) {
         dt_vlmrun_free(r);
         return NULL;
     }
-    load_part(dt_vlmrun_vit(r), DT_VIT_TOWER, c->f, "vision.");
-    load_part(dt_vlmrun_vit(r), DT_VIT_PROJECTOR, c->f, "proj.");
+    load_vision(r, c->f);
     return r;
 }
 
-/* 1 when every parameter of a and b (tower, projector, both sets of the language model) is bitwise equal */
+/* 1 when every parameter of a and b (tower, both sets of the language model: the projector among them) is bitwise equal */
 static int same_params(dt_vlmrun *a, dt_vlmrun *b) {
     dt_vit *va = dt_vlmrun_vit(a), *vb = dt_vlmrun_vit(b);
     dt_lm *ga = dt_vlmrun_lm(a), *gb = dt_vlmrun_lm(b);
-    return !memcmp(dt_vit_params(va, DT_VIT_TOWER), dt_vit_params(vb, DT_VIT_TOWER),
-                   dt_vit_numel(va, DT_VIT_TOWER) * sizeof(float)) &&
-           !memcmp(dt_vit_params(va, DT_VIT_PROJECTOR), dt_vit_params(vb, DT_VIT_PROJECTOR),
-                   dt_vit_numel(va, DT_VIT_PROJECTOR) * sizeof(float)) &&
+    return !memcmp(dt_vit_tower_params(va), dt_vit_tower_params(vb), dt_vit_tower_numel(va) * sizeof(float)) &&
            !memcmp(dt_lm_params(ga), dt_lm_params(gb), dt_lm_num_params(ga) * sizeof(float)) &&
            !memcmp(dt_lm_base_params(ga), dt_lm_base_params(gb), dt_lm_num_base_params(ga) * sizeof(float));
 }
@@ -376,8 +379,8 @@ static void check_case(const char *root, const char *name) {
             fprintf(stderr, "%s %s: %s\n", name, dt_vlm_stage_name(v.stage), err.msg);
             exit(1);
         }
-        /* pretrain: the language model is all base set, nothing of it trained */
-        CHECK_EQ_I64((int64_t)dt_lm_num_params(dt_vlmrun_lm(r)) == 0, v.stage == DT_VLM_PRETRAIN);
+        /* pretrain: the language model's own tensors are all base set, its trained set the projector's */
+        CHECK_EQ_I64(dt_lm_num_tensors(dt_vlmrun_lm(r)) == 4, v.stage == DT_VLM_PRETRAIN);
         check_forward(r, &c, dt_vlm_stage_name(v.stage), m.vocab);
         check_mixed(r, &c, dt_vlm_stage_name(v.stage), m.vocab);
         check_training(r, &c, dt_vlm_stage_name(v.stage));
