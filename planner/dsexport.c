@@ -315,8 +315,8 @@ char *dt_dsexport_launch(const dt_plan *p, const dt_dsexport_opts *in, dt_error 
               "--master_port %d %s --deepspeed %s%s\n",
               nodes, per, node_rank, o.master_addr, o.master_port, o.script, o.config_path, va);
     sb_printf(&b, "%s", vlm_dtrun_note(p));
-    if (dt_vlm_active(&p->vlm)) {   /* cli/dtrun refuses the plan: no VLM engine in this build */
-        sb_printf(&b, "# dtrun: its VLM engine is not built yet (docs/vlm.md)\n");
+    if (dt_vlm_active(&p->vlm)) {   /* cli/dtrun refuses the plan: its trainer does not run VLM plans yet */
+        sb_printf(&b, "# dtrun: its trainer does not run VLM plans yet (docs/vlm.md)\n");
         return sb_close(&b, err);
     }
     sb_printf(&b, "# dtrun: the plan itself (starts the %lld local rank(s) of each node)\n", per);
@@ -356,7 +356,7 @@ char *dt_dsexport_sbatch(const dt_plan *p, const dt_dsexport_opts *in, dt_error 
               "--node_rank $SLURM_NODEID --master_addr $MASTER_ADDR --master_port $MASTER_PORT "
               "%s --deepspeed %s%s'\n",
               o.script, o.config_path, va);
-    if (dt_vlm_active(&p->vlm)) return sb_close(&b, err);   /* no VLM engine in dtrun yet */
+    if (dt_vlm_active(&p->vlm)) return sb_close(&b, err);   /* dtrun does not train VLM plans yet */
     sb_printf(&b, "# or the plan itself with dtrun:\n");
     sb_printf(&b,
               "# srun --kill-on-bad-exit=1 --jobid $SLURM_JOB_ID bash -c 'dtrun --nnodes $SLURM_NNODES "

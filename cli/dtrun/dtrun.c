@@ -281,12 +281,12 @@ static int cmd_train(int argc, char **argv) {
     int rc = dt_plan_load(plan_path, &plan, &err);
     if (!rc) rc = dt_plan_validate(&plan, &err);
     if (!rc && init_path) rc = set_init(&plan, init_path, &err);
-    if (!rc && dt_vlm_active(&plan.vlm))   /* the engine's half of issue 35 is not in this build */
+    if (!rc && dt_vlm_active(&plan.vlm))   /* the model is built (dt_vlmrun.h); the trainer does not run it yet */
         rc = dt_errorf(&err, DT_EINVAL,
-                       "%s plans a vision-language model (model.vision: %s tower, stage %s); dtrun's VLM engine is "
-                       "not built yet: run it with LLaVA / transformers on DeepSpeed (dtplan export writes the config "
-                       "and launch lines)", plan_path, dt_vit_kind_name(plan.vlm.tower.kind),
-                       dt_vlm_stage_name(plan.vlm.stage));
+                       "%s plans a vision-language model (model.vision: %s tower, stage %s); dtrun's trainer does not "
+                       "run VLM plans yet (its LLaVA model is built: docs/vlm.md \"In dtrun\"): run it with LLaVA / "
+                       "transformers on DeepSpeed (dtplan export writes the config and launch lines)", plan_path,
+                       dt_vit_kind_name(plan.vlm.tower.kind), dt_vlm_stage_name(plan.vlm.stage));
     if (!rc && plan.runtime.kind != DT_RUNTIME_DTRUN)   /* a plan predicting another framework's run */
         rc = dt_errorf(&err, DT_EINVAL,
                        "%s predicts a %s run (runtime.kind); dtrun trains plans made for itself: re-plan with "

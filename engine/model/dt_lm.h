@@ -148,6 +148,35 @@ typedef struct dt_lm_tp {
 /* DT_LM_FORWARD_ONLY: a frozen model that only runs forwards (dpo's reference): no gradient
  * buffer is allocated and dt_lm_backward / _backward_logits are DT_EINVAL. */
 #define DT_LM_FORWARD_ONLY 2u
+/* DT_LM_FROZEN: every tensor is frozen (the base set; no trained set), as a vision-language
+ * model's language model in LLaVA's stage pretrain (docs/vlm.md "In dtrun"); with embeds (below)
+ * its backward still runs every block for the gradient of the input embeddings. */
+#define DT_LM_FROZEN 4u
+/* The input embeddings of a vision-language model (transformers' LlavaModel: inputs_embeds =
+ * embed_tokens(input_ids).masked_scatter(input_ids == image_token_id, image_features)). After
+ * the token embedding, forward(ctx, inputs, x0) may overwrite rows of x0 [B*T, C] (fp32, host
+ * memory); in backward, before the embedding's gradient, backward(ctx, inputs, dx0) reads
+ * dL/dx0 [B*T, C] (fp32, host, scaled as the parameter gradients) and zeroes the rows its
+ * forward overwrote (they never reached embed_tokens). Setting backward makes every block run
+ * its backward down to x0, frozen or not. CPU, fp32 activations only (dt_lm_create_opts says so
+ * in one line otherwise). A non-zero return aborts the pass with that code. */
+typedef struct dt_lm_embeds {
+    void *ctx;
+    int (*forward)(void *ctx, const int32_t *inputs, float *x0, dt_error *err);
+    int (*backward)(void *ctx, const int32_t *inputs, float *dx0, dt_error *err);
+} dt_lm_embeds;
+/* A tensor outside the language model that its group 0 holds (dt_lm_options.extra): a
+ * vision-language model's projector (docs/vlm.md "In dtrun"), so ZeRO, the optimizer,
+ * clipping and checkpoints treat it as the model's own. Always trained (whatever the method
+ * freezes), laid out after the embeddings in the order given; [d0] (d1 0) or [d0, d1]; drawn
+ * N(0, init_std^2) (0: zeros); decay: AdamW's weight decay applies. The input-embeddings hook
+ * reads them through dt_lm_extra_params / _grads, inside group 0's hooks. */
+typedef struct dt_lm_extra {
+    const char *name;
+    int64_t d0, d1;
+    double init_std;
+    int decay;
+} dt_lm_extra;
 /* Everything dt_lm_create_opts takes besides the model and precision. */
 typedef struct dt_lm_options {
     int64_t B, T;               /* micro-batch, sequence length (<= max_pos) */
@@ -173,7 +202,14 @@ typedef struct dt_lm_options {
      * full fine-tuning only (dt_lm_check_tp). Tensor names stay the Hugging Face names;
      * dt_tensor_info.tp says where each sits in the whole. */
     const dt_lm_tp *tp;
+    const dt_lm_embeds *embeds;   /* NULL: the token embedding alone (a text model) */
+    const dt_lm_extra *extra;     /* nextra tensors group 0 holds besides the embeddings */
+    int nextra;
 } dt_lm_options;
+/* Extra tensor i's fp32 values and gradient where group 0 is bound now (the flat buffers, or
+ * a ZeRO engine's binding inside group 0's hooks); NULL without a gradient buffer. */
+float *dt_lm_extra_params(dt_lm *g, int i);
+float *dt_lm_extra_grads(dt_lm *g, int i);
 /* What of tensor parallelism over tp ranks this engine runs for m: DT_EINVAL, one line
  * naming the dimension tp does not divide (heads, KV heads, ffn, vocabulary), or what is
  * not built (a device other than the CPU, freeze / LoRA / QLoRA). */

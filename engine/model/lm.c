@@ -172,6 +172,7 @@ static int build_layout(dt_lm *g, const dt_model_desc *d, dt_error *err) {
     lm_layout lo = {0};
     group_begin(g, 0, &lo);
     lm_layout_embed(g, d, &lo);
+    lm_layout_extra(g, &lo);
     group_end(g, 0, &lo);
     for (int l = 0; l < g->L; l++) {
         group_begin(g, 1 + l, &lo);
@@ -201,7 +202,7 @@ static int64_t shared_blocks(const dt_lm *g) { return g->K > g->first_trained ? 
  * input gradient or weight gradient: lm_block_input_grad) or by its recompute (l < K). */
 static int block_reads_input(const dt_lm *g, int64_t l) {
     const lm_slot norm = g->slots[l * g->family->block_kinds + g->family->first_norm_kind];
-    return l < g->K || l != g->first_trained || g->embed_trained || lm_slot_trained(norm);
+    return l < g->K || l != g->first_trained || g->embed_trained || g->input_grad || lm_slot_trained(norm);
 }
 
 /* The residual stream's first x[l] that backward reads (x[0 .. u) serve only the forward). */
@@ -429,6 +430,34 @@ static int setup_method(dt_lm *g, const dt_model *m, const dt_precision *prec, c
     return DT_OK;
 }
 
+/* A vision-language model's language model (dt_lm_options.embeds, DT_LM_FROZEN): every tensor
+ * frozen when asked (LLaVA's pretrain); the input embeddings' gradient makes backward reach
+ * block 0 (every block's backward runs, frozen weights getting no gradient). */
+static int setup_embeds(dt_lm *g, const dt_model *m, const dt_precision *prec, const dt_lm_options *o,
+                        dt_error *err) {
+    if (o->embeds) g->embeds = *o->embeds;
+    if (o->nextra < 0 || (o->nextra && !o->extra)) return dt_errorf(err, DT_EINVAL, "model: bad extra tensors");
+    if (o->nextra && !(g->extra_off = calloc((size_t)o->nextra, sizeof *g->extra_off)))
+        return dt_errorf(err, DT_ENOMEM, "model: out of memory");
+    g->extra = o->extra, g->nextra = o->nextra;
+    g->input_grad = o->embeds && o->embeds->backward;
+    if (o->embeds && (o->device != DT_DEVICE_CPU || prec->activation != DT_DTYPE_FP32 || o->tp))
+        return dt_errorf(err, DT_EINVAL, "model: input embeddings (a vision-language model) are built for the CPU "
+                         "with fp32 activations and no tensor parallelism (use --device cpu --precision fp32)");
+    if (o->flags & DT_LM_FROZEN) {
+        if (g->pg) return dt_errorf(err, DT_EINVAL, "model: a frozen language model takes no fine-tuning method");
+        if (!(g->pg = malloc(sizeof *g->pg))) return dt_errorf(err, DT_ENOMEM, "model: out of memory");
+        const dt_finetune full = {0};
+        int rc = dt_model_pgroups(m, &full, prec->param, DT_ROLE_POLICY, g->pg, err);
+        if (rc) return rc;
+        for (int i = 0; i < g->pg->n; i++) g->pg->g[i].train = DT_TRAIN_FROZEN;
+        g->first_trained = dt_pgroups_first_trained_layer(g->pg);
+        g->embed_trained = 0;
+    }
+    if (g->input_grad) g->first_trained = 0;
+    return DT_OK;
+}
+
 int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_options *o, dt_lm **out,
                       dt_error *err) {
     *out = NULL;
@@ -449,7 +478,7 @@ int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_o
     configure(g, m, prec, o);
 
     g->ngroups = (int)g->L + 2;
-    if ((rc = setup_method(g, m, prec, o->finetune, err))) {
+    if ((rc = setup_method(g, m, prec, o->finetune, err)) || (rc = setup_embeds(g, m, prec, o, err))) {
         dt_lm_free(g);
         return rc;
     }
@@ -458,7 +487,7 @@ int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_o
     lm_tp_shard_desc(g, &desc);   /* tensor parallelism: this rank's shard */
     /* either set may hold them all; LoRA adds an A and a B to each linear of the blocks */
     const int linears = desc.block.attn.n_in + 1 + desc.block.mlp.n_in + 1;
-    const int all = lm_layout_count(&desc, g->L, g->tied) + (g->lora_r ? 2 * linears * (int)g->L : 0);
+    const int all = lm_layout_count(&desc, g->L, g->tied) + (g->lora_r ? 2 * linears * (int)g->L : 0) + g->nextra;
     g->tensors = calloc((size_t)all, sizeof *g->tensors);
     g->names = calloc((size_t)all, sizeof *g->names);
     g->btensors = calloc((size_t)all, sizeof *g->btensors);
@@ -493,7 +522,7 @@ int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_o
     int64_t N = B * T, C = g->C, V = g->V, Vout = g->Vout;
     const int flat = !(o->flags & DT_LM_NO_FLAT);
     g->forward_only = (o->flags & DT_LM_FORWARD_ONLY) != 0;
-    if (flat) {
+    if (flat && g->nparams) {   /* none: every tensor frozen (DT_LM_FROZEN) */
         g->params = dev->alloc(DT_POOL_DEVICE, DT_MEM_PARAMS, g->nparams * (size_t)g->psz);
         if (!g->forward_only) g->grads = dev->alloc(DT_POOL_DEVICE, DT_MEM_GRADS, g->nparams * (size_t)g->gsz);
     }
@@ -501,7 +530,7 @@ int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_o
     if (g->nbase_params) g->base = dev->alloc(DT_POOL_DEVICE, DT_MEM_PARAMS, g->nbase_params * (size_t)g->bsz);
     g->act_bytes = layout_acts(g, NULL);
     g->act_mem = dev->alloc(DT_POOL_DEVICE, DT_MEM_ACTIVATIONS, g->act_bytes);
-    int ok = (!flat || (g->params && (g->grads || g->forward_only))) && g->act_mem && (!g->nbase_params || g->base) &&
+    int ok = (!flat || !g->nparams || (g->params && (g->grads || g->forward_only))) && g->act_mem && (!g->nbase_params || g->base) &&
              lm_qbase_alloc(g);
     if (ok) layout_acts(g, g->act_mem);
     for (int grp = 0; grp < g->ngroups && flat; grp++) {   /* else unbound until dt_lm_bind_group */
@@ -603,6 +632,7 @@ void dt_lm_free(dt_lm *g) {
     free(g->bnames);
     free(g->slots);
     free(g->pg);
+    free(g->extra_off);
     free(g->group_off);
     free(g->group_numel);
     free(g->bgroup_off);
@@ -641,6 +671,8 @@ size_t dt_lm_num_base_params(const dt_lm *g) { return g->nbase_params; }
 void *dt_lm_base_params(dt_lm *g) { return g->base; }
 dt_dtype dt_lm_base_dtype(const dt_lm *g) { return g->bt; }
 int64_t dt_lm_first_trained_layer(const dt_lm *g) { return g->first_trained; }
+float *dt_lm_extra_params(dt_lm *g, int i) { return (float *)g->gparams[0] + g->extra_off[i]; }
+float *dt_lm_extra_grads(dt_lm *g, int i) { return g->ggrads[0] ? (float *)g->ggrads[0] + g->extra_off[i] : NULL; }
 void dt_lm_set_dropout(dt_lm *g, int on, uint64_t key) {
     g->drop_on = on;
     g->drop_key = key;
@@ -842,6 +874,7 @@ int dt_lm_forward(dt_lm *g, const int32_t *inputs, const int32_t *targets, float
         g->dev->encoder_forward_cast(x0, g->inputs, slot_ptr(g, 0, g->wte), et, wpe, B, T, C);
     }
     if (g->tp && (rc = encoder_tp_reduce(g, x0))) return gemm_failed(g, err, rc, "forward", -1);
+    if (g->embeds.forward && (rc = g->embeds.forward(g->embeds.ctx, g->h_inputs, x0, err))) return rc;
     lm_prof_end(g, DT_LM_OP_ENCODER, m, 0.0);
     lm_act_commit(g, g->x[0], x0, (size_t)(N * C));
     if ((rc = hook(g, g->hooks.after_forward, 0, err, "after_forward"))) return rc;
@@ -1100,6 +1133,7 @@ static int backward_from_dlogits(dt_lm *g, dt_error *err) {
 
     /* untied: group 0 is entered here for the first time in this pass */
     if (!g->tied && (rc = hook(g, g->hooks.before_backward, 0, err, "before_backward"))) return rc;
+    if (g->input_grad && (rc = g->embeds.backward(g->embeds.ctx, g->h_inputs, g->dres, err))) return rc;
     if (g->embed_trained) {
         m = lm_prof_begin(g);
         lm_tp_encoder_backward_prep(g, g->tp ? lm_slot_grad_any(g, g->wpe) : NULL);

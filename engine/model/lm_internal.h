@@ -141,6 +141,11 @@ struct dt_lm {
     dt_pgroups *pg;
     int64_t first_trained;    /* blocks below it run no backward (L: none trained) */
     int embed_trained;        /* the encoder's backward runs (wte / wpe trained) */
+    dt_lm_embeds embeds;      /* dt_lm_options.embeds (zeroed: none); input_grad: its backward is set */
+    int input_grad;
+    const dt_lm_extra *extra; /* dt_lm_options.extra [nextra]: group 0's tensors after the embeddings, */
+    int nextra;               /* from full offset extra_foff, at extra_off[i] in group 0 (fp32) */
+    size_t extra_foff, *extra_off;
     lm_slot *slots;           /* [L][family->block_kinds] where block l's kinds live */
     lm_slot wte, wpe;         /* group 0's tensors (wpe off SIZE_MAX: none) */
     lm_slot cls, norm_w;      /* the classifier matrix (in cls_group), the final norm's first tensor */
@@ -275,7 +280,7 @@ static inline double lm_uniform01_at(uint64_t seed, uint64_t counter) { return d
  * gradient flows below it (the embeddings are frozen) and that norm's weight is frozen —
  * then the first linears skip their input gradient and the norm its backward. */
 static inline int lm_block_input_grad(const dt_lm *g, int l, const lm_params *P, int norm_kind) {
-    return l != g->first_trained || g->embed_trained || lm_slot_trained(P->slot[norm_kind]);
+    return l != g->first_trained || g->embed_trained || g->input_grad || lm_slot_trained(P->slot[norm_kind]);
 }
 
 static inline void *lm_tensor_ptr(void *base, size_t elem_off, int esz) {
@@ -430,8 +435,9 @@ typedef struct lm_tensor_decl {
     /* what models/dt_pgroup.h calls it, for its trainability: the module (in-block path
      * "self_attn.q_proj", or outside "embed_tokens"), "weight" | "bias", the block (-1 outside) */
     const char *module, *tensor;
-    int64_t layer;
+    int64_t layer;        /* LM_LAYER_EXTRA: a dt_lm_extra, trained whatever the method freezes */
 } lm_tensor_decl;
+#define LM_LAYER_EXTRA (-2)
 
 /* Where the next tensor goes: table index and element offset in each set (trained,
  * base), and its offset in the full fine-tuning layout (every tensor trained), which
@@ -451,6 +457,8 @@ typedef struct lm_layout {
 void lm_layout_add(dt_lm *g, lm_layout *lo, int group, const lm_tensor_decl *d);
 /* Tensors of the whole model described by d (L blocks; tied: no lm_head tensor). */
 int lm_layout_count(const dt_model_desc *d, int64_t L, int tied);
+/* group 0's extra tensors (dt_lm_options.extra), after the embeddings */
+void lm_layout_extra(dt_lm *g, lm_layout *lo);
 /* Group 0 (the embeddings), block l's group 1 + l, group L + 1 (the final norm and,
  * untied, lm_head: sets g->norm_off, norm_numel, cls_group, cls_off), by d and
  * g->family's rules. */

@@ -18,6 +18,7 @@
 
 /* 1 when the method trains the tensor d declares (every tensor under full fine-tuning) */
 static int decl_trained(const dt_lm *g, const lm_tensor_decl *d) {
+    if (d->layer == LM_LAYER_EXTRA) return 1;
     /* a sequence classifier's head is new: always trained (PEFT's SEQ_CLS modules_to_save) */
     if (g->seq_cls && !strcmp(d->module, DT_LM_SCORE_HEAD)) return 1;
     return !g->pg || dt_pgroups_tensor_trained(g->pg, d->module, d->tensor, d->layer);
@@ -166,6 +167,19 @@ void lm_layout_embed(dt_lm *g, const dt_model_desc *d, lm_layout *lo) {
     }
 }
 
+void lm_layout_extra(dt_lm *g, lm_layout *lo) {
+    g->extra_foff = lo->foff;
+    for (int i = 0; i < g->nextra; i++) {
+        const dt_lm_extra *e = &g->extra[i];
+        const lm_tensor_decl d = {e->name, e->d1 ? 2 : 1, e->d0, e->d1,
+                                  DT_TENSOR_TRAINABLE | (e->decay ? DT_TENSOR_DECAY : 0u),
+                                  {e->init_std > 0 ? DT_INIT_NORMAL : DT_INIT_ZERO, e->init_std}, 0, e->name, "weight",
+                                  LM_LAYER_EXTRA};
+        g->extra_off[i] = lo->off - g->group_off[0];
+        lm_layout_add(g, lo, 0, &d);
+    }
+}
+
 void lm_layout_block(dt_lm *g, const dt_model_desc *d, int l, lm_layout *lo) {
     const lm_family *f = g->family;
     char prefix[DT_TENSOR_NAME_MAX];
@@ -256,7 +270,7 @@ int lm_layout_kinds(dt_lm *g, dt_error *err) {
         for (int i = 0; i < n; i++) {
             const lm_slot s = {t[i].offset - go[t[i].group], pass ? DT_LM_SET_BASE : DT_LM_SET_TRAINED};
             if (t[i].group == 0 && t[i].full_offset == 0) g->wte = s;
-            else if (t[i].group == 0) g->wpe = s;
+            else if (t[i].group == 0 && t[i].full_offset < g->extra_foff) g->wpe = s;   /* not an extra */
             if (t[i].group == last && t[i].full_offset == g->full_head_off) g->norm_w = s;
             if (t[i].group == last && t[i].full_offset == g->full_head_off + g->norm_numel) g->cls = s;
         }

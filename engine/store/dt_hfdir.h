@@ -72,6 +72,10 @@ int dt_hf_src_open_seeded(const dt_lm *g, const char *path, uint64_t seed, dt_hf
  * by the file's size. */
 void dt_map_release(const void *p, size_t len);
 
+/* The distinct shard files of a safetensors index's weight_map (ipath: the index.json), in
+ * first-seen order: *names (free it) holds *n plain file names inside the index's directory;
+ * DT_EINVAL naming the index when it has no weight_map or a name is not such a file. */
+int dt_hf_index_shards(const char *ipath, char (**names)[256], int *n, dt_error *err);
 /* Loads every tensor of g from dir: model.safetensors, or the shards of
  * model.safetensors.index.json one file at a time (each memory-mapped, never
  * all at once), into host memory params of g's flat layout in dtype pdt.

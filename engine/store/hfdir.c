@@ -256,8 +256,7 @@ static int shard_name_ok(const char *s) {
     return s[0] && s[0] != '.' && !strchr(s, '/') && strlen(s) < 256;
 }
 
-/* The distinct shard files of the index's weight_map, in first-seen order. */
-static int index_shards(const char *ipath, char (**names)[256], int *n, dt_error *err) {
+int dt_hf_index_shards(const char *ipath, char (**names)[256], int *n, dt_error *err) {
     char *txt = NULL;
     if (dt_json_read_file(ipath, &txt, NULL, err)) return err->code;
     cJSON *root = cJSON_Parse(txt);
@@ -445,7 +444,7 @@ static int open_dir_set(const dt_lm *g, int set, const uint64_t *seed, const cha
     dt_hf_src *s = src_new(g, set, seed);
     if (!s) return dt_errorf(err, DT_ENOMEM, "%s: out of memory", dir);
     snprintf(s->dir, sizeof s->dir, "%s", dir);
-    int rc = index_shards(p, &s->names, &s->nfiles, err);
+    int rc = dt_hf_index_shards(p, &s->names, &s->nfiles, err);
     for (int k = 0; k < s->nfiles && !rc; k++) rc = src_scan(s, k, 0, err);   /* one shard mapped at a time */
     for (int i = 0; i < src_ntensors(s) && !rc; i++)
         if (s->file_of[i] < 0 && !src_drawn(s, i, src_tensor(s, i)))

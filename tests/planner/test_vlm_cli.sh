@@ -90,7 +90,7 @@ has "vision          clip ViT" simulate
 ok export --deepspeed "$T/plan.json" -o "$T/ds.json" --slurm "$T/launch.slurm"
 has "--tune_mm_mlp_adapter True" export
 has "--mm_vision_select_layer -2" export
-has "# dtrun: its VLM engine is not built yet" export
+has "# dtrun: its trainer does not run VLM plans yet" export
 grep -qF -- "--tune_mm_mlp_adapter True" "$T/launch.slurm" || fail "sbatch lacks the stage's arguments"
 grep -qF '"train_batch_size": 32' "$T/ds.json" || fail "ds config batch: $(head -3 "$T/ds.json")"
 
@@ -100,8 +100,8 @@ grep -qF '"train_batch_size": 32' "$T/ds.json" || fail "ds config batch: $(head 
 grep -qE -- "dtplan solve --model llava-1.5-13b --vlm-stage sft --images-per-sample 2 --mem 24G --gpus 1 --seq 2048 --finetune q?lora" \
     "$T/err" || fail "solve hint: $(cat "$T/err")"
 
-# dtrun: no VLM engine yet, one line, exit 2
-dt_bad "dtrun's VLM engine is not built yet" "$DTRUN" "$T/plan.json"
+# dtrun: its trainer does not run VLM plans yet, one line, exit 2
+dt_bad "dtrun's trainer does not run VLM plans yet" "$DTRUN" "$T/plan.json"
 
 # bad input
 bad "gpt2 is a text model" estimate --model gpt2 --vlm-stage sft
