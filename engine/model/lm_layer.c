@@ -475,8 +475,8 @@ int lm_linear_backward(dt_lm *g, const lm_linear *lin, const lm_params *P, float
         m = lm_prof_begin(g);
         if (dinp) rc = lm_qbase_backward16(g, lin, dinp, mode, dout, N);
         lm_prof_end(g, kind, m, flops);
-        rows = N;   /* the 16-bit weight's chunks below: none */
     }
+    /* the stored 16-bit weight's chunks (none for a quantised one) */
     for (int64_t r0 = lm_linear_quantized(lin) ? N : 0; r0 < N && !rc; r0 += rows) {
         int64_t nr = r0 + rows <= N ? rows : N - r0;
         const void *x = lm_tensor_ptr((void *)inp, (size_t)(r0 * IC), g->asz);   /* [nr, IC] */
