@@ -16,7 +16,7 @@
 # ckpt save, export from the first run; ckpt load from the resumed one.
 #
 # usage: bench/validate_mem.sh [BUILD_DIR] [--steps N] [--models "gpt2 gpt2-medium"]
-#                              [--methods "full freeze lora"]
+#                              [--methods "full freeze lora qlora qlora-bf16"]
 #                              [--worlds "1 2"] [--stages "0 1 2 3"] [--offload "none cpu"]
 #                              [--mem-factor X] [--quick] [--baseline DIR]
 #                              [--runtime-from PROFILE.json] [--sub-group-size N] [--tp N]
@@ -24,7 +24,12 @@
 #   --methods M   fine-tuning methods (issue 32; default full): full; freeze = the last 2
 #                 blocks trained (dtplan --finetune freeze --trainable-layers 2, LLaMA-
 #                 Factory's default); lora = r 8, alpha 16, dropout 0 on every linear of
-#                 the blocks (--finetune lora, LLaMA-Factory's defaults). Any catalog model
+#                 the blocks (--finetune lora, LLaMA-Factory's defaults); qlora = the same
+#                 adapters over the blocks' linears in NF4 with double quantisation, fp32
+#                 compute (--finetune qlora --compute-dtype fp32); qlora-bf16 = the same with
+#                 bf16 compute under mixed-bf16 (--compute-dtype bf16 --precision mixed-bf16:
+#                 LLaMA-Factory's quantization_bit 4 with bf16: true); every other method is
+#                 planned fp32. Any catalog model
 #                 (--models "gpt2-medium qwen3-0.6b"); the text is the fortunes' bytes.
 #   --baseline DIR  also run every config with DIR/dtrun (an earlier build) first;
 #                 the tables then have a row per build ("before": DIR, "after":
@@ -129,9 +134,13 @@ method_flags() {
     full) ;;
     freeze) echo --finetune freeze --trainable-layers 2 ;;
     lora) echo --finetune lora --lora-rank 8 --lora-alpha 16 ;;
-    *) echo "validate_mem.sh: unknown method '$1' (full, freeze, lora)" >&2; return 1 ;;
+    qlora) echo --finetune qlora --lora-rank 8 --lora-alpha 16 --compute-dtype fp32 ;;
+    qlora-bf16) echo --finetune qlora --lora-rank 8 --lora-alpha 16 --compute-dtype bf16 ;;
+    *) echo "validate_mem.sh: unknown method '$1' (full, freeze, lora, qlora, qlora-bf16)" >&2; return 1 ;;
     esac
 }
+# the precision a method is planned in: fp32, but bf16 QLoRA's mixed-bf16 (what dtrun trains it under)
+method_precision() { if [ "$1" = qlora-bf16 ]; then echo mixed-bf16; else echo fp32; fi; }
 for ft in $METHODS; do method_flags "$ft" >/dev/null || exit 2; done
 
 # plan MODEL STAGE OFFLOAD WORLD FILE RUNDIR METHOD
@@ -139,7 +148,7 @@ plan() {
     local m=$1 s=$2 o=$3 w=$4 f=$5 d=$6 ft=$7
     [ "$o" = nvme ] && mkdir -p "$OUT/nvme"
     "$DTPLAN" solve --mem "$MEM_LIMIT" --hardware "$OUT/cpu-here.json" --model "$m" --seq 128 $(method_flags "$ft") \
-        --precision fp32 --no-layouts --gpus "$w" --global-batch "$w" --data "$DATA" --steps $((STEPS + 1)) \
+        --precision "$(method_precision "$ft")" --no-layouts --gpus "$w" --global-batch "$w" --data "$DATA" --steps $((STEPS + 1)) \
         --eval-interval 2 --out "$d" -o "$f" ${SUBGROUP:+--sub-group-size "$SUBGROUP"} \
         $([ "$o" = nvme ] && echo --nvme-path "$OUT/nvme") >/dev/null 2>"$OUT/solve.err" || {
         echo "  solve failed: $(tail -1 "$OUT/solve.err")"; return 1; }
@@ -176,12 +185,16 @@ st = p["parallel"]["zero_stage"]
 ft = p.get("finetune", {})
 t = n   # trained: freeze's blocks, LoRA's adapters (at most 2 % of the blocks at r 8)
 if ft.get("method") == "freeze": t = 12 * abs(ft.get("trainable_layers", 2)) * m["hidden"] ** 2
-if ft.get("method") == "lora": t = 0.02 * n
+if ft.get("method") in ("lora", "qlora"): t = 0.02 * n
+# the frozen base's bytes: 4 B/param, but under qlora the blocks' linears at 4 bits plus their
+# absmax (0.5 + 4/64 B/param, an upper bound with or without double quantisation)
+lin = 12 * m["n_layer"] * m["hidden"] ** 2 if ft.get("method") == "qlora" else 0
+frozen = 4 * (n - t - lin) + (0.5 + 4 / 64) * lin
 tp = p.get("layout", {}).get("tp", 1)   # a TP rank holds 1/tp of it, ZeRO over dp = w / tp
 d = w // tp
-per = ({0: 16 * t, 1: 8 * t + 8 * t / d, 2: 4 * t + 12 * t / d, 3: 16 * t / d}[st] + 4 * (n - t)) / tp
+per = ({0: 16 * t, 1: 8 * t + 8 * t / d, 2: 4 * t + 12 * t / d, 3: 16 * t / d}[st] + frozen) / tp
 if p["parallel"]["offload_optimizer"] == "nvme": per -= 8 * t / w   # m and v in files
-print(int(per * w + 2 * 4 * n))   # + the start-up's whole model per rank and the checkpoint writer
+print(int(per * w + 2 * (frozen + 4 * t)))   # + the start-up's whole model per rank and the checkpoint writer
 PY
 }
 

@@ -318,19 +318,22 @@ int dt_ftplan_terms(const dt_plan *p, const dt_ftplan *ft, dt_ft_terms *out) {
 }
 
 /* Elements of the engine's largest parameter group's frozen part (engine/model/lm.c: group 0
- * the embeddings, 1 .. L one block each, L+1 the final norm and an untied lm_head). */
+ * the embeddings, 1 .. L one block each, L+1 the final norm and an untied lm_head). QLoRA's
+ * quantised weights are not in it: the engine keeps them in their own set, dequantised per use
+ * and never widened with the group (engine/model/lm_qbase.c). */
 static int64_t largest_frozen_group(const dt_pgroups *s, int64_t L) {
     int64_t emb = 0, head = 0, best = 0;
     for (int i = 0; i < s->n; i++) {
         const dt_pgroup *g = &s->g[i];
-        if (g->in_block || g->train != DT_TRAIN_FROZEN) continue;
+        if (g->in_block || g->train != DT_TRAIN_FROZEN || dt_storage_is_quantized(g->storage)) continue;
         *(g->embedding ? &emb : &head) += dt_pgroup_elems(g);
     }
     for (int64_t l = 0; l < L; l++) {
         int64_t n = 0;
         for (int i = 0; i < s->n; i++) {
             const dt_pgroup *g = &s->g[i];
-            if (g->in_block && g->train == DT_TRAIN_FROZEN && l >= g->first_layer && l < g->first_layer + g->n_layers)
+            if (g->in_block && g->train == DT_TRAIN_FROZEN && !dt_storage_is_quantized(g->storage) &&
+                l >= g->first_layer && l < g->first_layer + g->n_layers)
                 n += g->rows * g->cols;
         }
         if (n > best) best = n;
@@ -338,11 +341,14 @@ static int64_t largest_frozen_group(const dt_pgroups *s, int64_t L) {
     return emb > best ? (emb > head ? emb : head) : (best > head ? best : head);
 }
 
-/* Elements of block 0's group, both sets (its weights and, under LoRA, its adapters). */
+/* Elements of block 0's group, both sets (its weights and, under LoRA, its adapters; QLoRA's
+ * quantised weights are a set of their own, as above). */
 static int64_t block0_elems(const dt_pgroups *s) {
     int64_t n = 0;
     for (int i = 0; i < s->n; i++)
-        if (s->g[i].in_block && s->g[i].first_layer == 0 && s->g[i].n_layers > 0) n += s->g[i].rows * s->g[i].cols;
+        if (s->g[i].in_block && s->g[i].first_layer == 0 && s->g[i].n_layers > 0 &&
+            !dt_storage_is_quantized(s->g[i].storage))
+            n += s->g[i].rows * s->g[i].cols;
     return n;
 }
 

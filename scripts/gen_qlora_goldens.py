@@ -61,6 +61,26 @@ give the same bytes.
 Batch, forward / gradient check, training: as scripts/gen_lora_goldens.py (B 2, T 13;
 micro-batch (0, 0): logits, loss, grad.<name> of every adapter), with STEPS = 5 optimizer
 steps of ACCUM = 2 micro-batches (AdamW, WarmupDecayLR, clipping); after.<name>.
+
+bf16 compute (the "-bf16" cases, BF16_CASES: what LLaMA-Factory runs for quantization_bit 4 with
+bf16: true, and dtrun's mixed-bf16): the base loaded with from_pretrained(dtype=torch.bfloat16,
+quantization_config=BitsAndBytesConfig(..., bnb_4bit_compute_dtype=torch.bfloat16)), so the
+weights are rounded to bf16 before bitsandbytes quantises them (quant_state.dtype bfloat16,
+asserted; the bytes asserted equal to quantize_4bit of the bf16-rounded checkpoint weight) and
+embeddings, norms and lm_head stay bfloat16: LLaMA-Factory 0.9.5 does not call
+prepare_model_for_kbit_training (model/model_utils/checkpointing.py prepare_model_for_training
+upcasts the norms only with upcast_layernorm, off by default). get_peft_model's
+autocast_adapter_dtype makes the adapters float32; forward and loss under torch.autocast("cpu",
+torch.bfloat16) as HF Trainer's bf16=True (gen_lora_goldens.loss_of). Linear4bit casts its input
+to bf16 and MatMul4Bit dequantises the weight to bf16 (bitsandbytes' CPU dequantize_4bit kernel:
+the fp32 product code x absmax rounded to nearest even, asserted equal to dequantize_4bit in fp32
+then .to(bfloat16) for every weight) for the forward GEMM and again for backward's input
+gradient. ref.*: the exact answer the bf16 run approximates: the same bf16-loaded, bf16-quantised
+model after peft.prepare_model_for_kbit_training (peft 0.21.2 utils/other.py: every fp16 / bf16
+parameter that is not Params4bit cast to float32), compute dtype float32, no autocast: float32
+arithmetic on the same bf16 values (the quantised weights' dequantised values in fp32 for the
+forward, rounded to the quant state's bf16 in backward's dequantize_4bit(B, state)); as
+gen_lora_goldens.py's ref.*. STEPS = 5 of ACCUM = 2 as above.
 """
 import os
 import sys
@@ -82,6 +102,7 @@ BASE_SEED = 777
 INTERMEDIATE = 128   # a multiple of BLOCK (down_proj's in_features)
 # (base, quant type, double quantisation)
 CASES = [("llama", "nf4", True), ("qwen3", "nf4", True), ("llama", "fp4", False)]
+BF16_CASES = [("llama", "nf4", True), ("qwen3", "nf4", True)]   # (base, quant type, double quantisation)
 DEQUANT_CHECKED = ("model.layers.0.self_attn.q_proj.weight", "model.layers.0.mlp.down_proj.weight")
 
 
@@ -118,8 +139,9 @@ def flat_dequant(packed, qs):
     return (qs.code[codes[:n]] * absmax.repeat_interleave(qs.blocksize)[:n]).reshape(qs.shape)
 
 
-def quant_tensors(model, base_dir, dq, tensors):
-    """the bytes of every Linear4bit, checked against quantize_4bit of the checkpoint's weight"""
+def quant_tensors(model, base_dir, dq, tensors, load_dtype=torch.float32):
+    """the bytes of every Linear4bit, checked against quantize_4bit of the checkpoint's weight
+    as loaded (load_dtype: bf16 rounds it first)"""
     ref = load_file(os.path.join(base_dir, "model.safetensors"))
     n = 0
     for name, mod in model.named_modules():
@@ -129,7 +151,8 @@ def quant_tensors(model, base_dir, dq, tensors):
         qs = mod.weight.quant_state
         assert qs.blocksize == BLOCK and bool(qs.nested) == dq
         packed = mod.weight.data.reshape(-1).clone()
-        want, wqs = bnbf.quantize_4bit(ref[w].to(torch.float32), blocksize=BLOCK, compress_statistics=dq,
+        assert qs.dtype == load_dtype, (w, qs.dtype)
+        want, wqs = bnbf.quantize_4bit(ref[w].to(load_dtype), blocksize=BLOCK, compress_statistics=dq,
                                        quant_type=qs.quant_type)
         assert torch.equal(packed, want.reshape(-1)) and torch.equal(qs.absmax, wqs.absmax), w
         tensors["q." + w] = packed
@@ -138,14 +161,25 @@ def quant_tensors(model, base_dir, dq, tensors):
             assert torch.equal(qs.state2.absmax, wqs.state2.absmax) and torch.equal(qs.offset, wqs.offset), w
             tensors["nested_absmax." + w] = qs.state2.absmax.clone()
             tensors["offset." + w] = qs.offset.reshape(1).clone()
-        kernel = bnbf.dequantize_4bit(mod.weight.data, qs)
-        assert torch.equal(kernel, flat_dequant(packed, qs)), w   # == : FP4's zero is +0.0 in both
+        kernel = bnbf.dequantize_4bit(mod.weight.data, qs)   # in qs.dtype: what each use computes
+        assert torch.equal(kernel, flat_dequant(packed, qs).to(load_dtype)), w   # == : FP4's zero is +0.0 in both
         if w in DEQUANT_CHECKED:
-            tensors["dequant." + w] = kernel.clone()
+            tensors["dequant." + w] = kernel.float().clone()
             key = "quant_state.bitsandbytes__" + qs.quant_type
             tensors["serialized." + w] = qs.as_dict(packed=True)[key].clone()
         n += 1
     return n
+
+
+def case_meta(case, qt, dq, compute):
+    """a case file's metadata: versions, quantisation, LoRA and the training loop's settings"""
+    return {"case": case, "base": "tests/kernels/golden/qlora/base-" + case, "versions":
+            "torch %s, transformers %s, bitsandbytes %s, peft %s" % (torch.__version__, transformers.__version__,
+                                                                     bitsandbytes.__version__, peft.__version__),
+            "quant": qt, "double_quant": str(int(dq)), "block": str(BLOCK), "compute_dtype": compute,
+            "r": str(lg.R), "alpha": str(lg.ALPHA), "B": str(lg.B), "T": str(lg.T), "steps": str(STEPS),
+            "accum": str(ACCUM), "lr": repr(lg.LR), "warmup": str(lg.WARMUP), "max_norm": repr(lg.MAX_NORM),
+            "beta1": repr(lg.BETAS[0]), "beta2": repr(lg.BETAS[1]), "eps": repr(lg.EPS), "weight_decay": repr(lg.WD)}
 
 
 def run_case(index, case, qt, dq, out):
@@ -198,17 +232,47 @@ def run_case(index, case, qt, dq, out):
     tensors["step_norms"] = torch.tensor(norms, dtype=torch.float32)
     for n, p in adapters:
         tensors["after." + lg.our_name(n)] = p.detach().clone()
-    meta = {"case": case, "base": "tests/kernels/golden/qlora/base-" + case, "versions":
-            "torch %s, transformers %s, bitsandbytes %s, peft %s" % (torch.__version__, transformers.__version__,
-                                                                     bitsandbytes.__version__, peft.__version__),
-            "quant": qt, "double_quant": str(int(dq)), "block": str(BLOCK), "compute_dtype": "fp32",
-            "r": str(lg.R), "alpha": str(lg.ALPHA), "B": str(lg.B), "T": str(lg.T), "steps": str(STEPS),
-            "accum": str(ACCUM), "lr": repr(lg.LR), "warmup": str(lg.WARMUP), "max_norm": repr(lg.MAX_NORM),
-            "beta1": repr(lg.BETAS[0]), "beta2": repr(lg.BETAS[1]), "eps": repr(lg.EPS), "weight_decay": repr(lg.WD)}
+    meta = case_meta(case, qt, dq, "fp32")
     name = "%s-%s%s" % (case, qt, "-dq" if dq else "")
     save_aligned(tensors, os.path.join(out, name + ".safetensors"), meta)
     print("%s: %d quantised linears, %d adapter tensors, loss %.6f, steps %.4f -> %.4f, norms %.3f .. %.3f" %
           (name, nq, len(adapters), loss.item(), step_losses[0], step_losses[-1], min(norms), max(norms)))
+
+
+def load_bf16(base_dir, qt, dq, compute):
+    """the base as LLaMA-Factory loads it for bf16 QLoRA: bfloat16, quantised from the bf16 weights"""
+    qcfg = transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=qt, bnb_4bit_use_double_quant=dq,
+                                           bnb_4bit_compute_dtype=compute)
+    return transformers.AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.bfloat16, device_map="cpu",
+                                                             attn_implementation="eager", quantization_config=qcfg)
+
+
+def run_case_bf16(index, case, qt, dq, out):
+    """QLoRA with bnb_4bit_compute_dtype=bfloat16 under autocast, and its fp32 reference (ref.*)"""
+    base_dir = os.path.join(out, "base-" + case)
+    cfg = peft.LoraConfig(r=lg.R, lora_alpha=lg.ALPHA, lora_dropout=0.0, bias="none", target_modules=lg.TARGETS)
+    model = peft.get_peft_model(load_bf16(base_dir, qt, dq, torch.bfloat16), cfg)
+    model.train()
+    for n, p in model.named_parameters():
+        assert p.__class__.__name__ == "Params4bit" or p.dtype == (torch.float32 if ".lora_" in n else torch.bfloat16), n
+    tensors = {}
+    nq = quant_tensors(model, base_dir, dq, tensors, torch.bfloat16)
+    lg.STEPS, lg.ACCUM = STEPS, ACCUM   # the loop's length and lr_at's schedule
+    loss, step_losses, norms, _ = lg.train_case(model, index, True, "", tensors)
+    ref = peft.prepare_model_for_kbit_training(load_bf16(base_dir, qt, dq, torch.float32),
+                                               use_gradient_checkpointing=False)
+    for p in ref.parameters():
+        assert p.__class__.__name__ == "Params4bit" or p.dtype == torch.float32
+    ref = peft.get_peft_model(ref, cfg)
+    ref.train()
+    lg.train_case(ref, index, False, "ref.", tensors)
+    meta = case_meta(case, qt, dq, "bf16")
+    meta["precision"] = ("bf16 base (embeddings, norms, lm_head), 4-bit linears dequantised to bf16, fp32 adapters, "
+                         "torch.autocast bf16 (LLaMA-Factory quantization_bit 4, bf16: true)")
+    name = "%s-%s%s-bf16" % (case, qt, "-dq" if dq else "")
+    save_aligned(tensors, os.path.join(out, name + ".safetensors"), meta)
+    print("%s: %d quantised linears, loss %.6f, steps %.4f -> %.4f, norms %.3f .. %.3f" %
+          (name, nq, loss, step_losses[0], step_losses[-1], min(norms), max(norms)))
 
 
 def bf16_bytes(out):
@@ -249,6 +313,8 @@ def main():
     for i, (case, qt, dq) in enumerate(CASES):
         run_case(i, case, qt, dq, out)
     bf16_bytes(out)
+    for case, qt, dq in BF16_CASES:
+        run_case_bf16(0 if case == "llama" else 1, case, qt, dq, out)
 
 
 if __name__ == "__main__":

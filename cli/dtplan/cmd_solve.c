@@ -643,15 +643,21 @@ int dt_cmd_solve(int argc, char **argv) {
     dt_obj_print_summary(b, "objective: ");
     /* what dtrun's engine trains (engine/model/lm.c dt_lm_check_method: full, freeze, LoRA with
      * fp32 adapters, under a 16-bit precision without modules_to_save, and QLoRA over NF4 / FP4
-     * with fp32 parameters and compute on the CPU, lm_qbase.c); dtplan does not link the engine,
-     * so the rule is stated here */
+     * on the CPU with fp32 compute over fp32 parameters or bf16 compute over mixed-bf16, without
+     * --prepare-kbit under 16-bit parameters, lm_qbase.c); dtplan does not link the engine, so
+     * the rule is stated here */
     const char *no_engine = NULL;
     const int lora = b->finetune.method == DT_FT_LORA, qlora = b->finetune.method == DT_FT_QLORA;
+    const dt_dtype qc = b->finetune.compute_dtype, qp = b->precision.param;
     if (qlora && b->finetune.quant == DT_STORAGE_INT8) no_engine = "QLoRA over an int8 base (plan it with --quant nf4)";
-    else if (qlora && b->finetune.compute_dtype != DT_DTYPE_FP32)
-        no_engine = "QLoRA with 16-bit compute (plan it with --compute-dtype fp32)";
-    else if (qlora && b->precision.param != DT_DTYPE_FP32)
-        no_engine = "QLoRA with 16-bit parameters (plan it with --precision fp32)";
+    else if (qlora && qc == DT_DTYPE_FP16)
+        no_engine = "QLoRA with fp16 compute (plan it with --compute-dtype bf16 or fp32)";
+    else if (qlora && qc == DT_DTYPE_BF16 && (qp != DT_DTYPE_BF16 || b->precision.activation != DT_DTYPE_BF16))
+        no_engine = "QLoRA with bf16 compute outside mixed-bf16 (plan it with --precision mixed-bf16)";
+    else if (qlora && qc == DT_DTYPE_FP32 && qp != DT_DTYPE_FP32)
+        no_engine = "QLoRA with fp32 compute over 16-bit parameters (plan it with --compute-dtype bf16)";
+    else if (qlora && qp != DT_DTYPE_FP32 && b->finetune.upcast_unquantized)
+        no_engine = "QLoRA with --prepare-kbit over 16-bit parameters (plan it without --prepare-kbit)";
     else if (qlora && b->cluster.device != DT_DEVICE_CPU) no_engine = "QLoRA on the GPU";
     else if (dt_ft_is_lora(&b->finetune) && b->finetune.adapter_dtype != DT_DTYPE_FP32)
         no_engine = "LoRA with 16-bit adapters (plan it with --adapter-dtype fp32)";

@@ -177,6 +177,8 @@ static int load_model(const char *ckpt, const dt_model *m, int64_t T, dt_lm **g,
     dt_precision prec;
     dt_precision_from_preset(DT_PREC_FP32, &prec);
     int rc = ckpt_method(ckpt, ft, err);
+    /* QLoRA: the quantised weights dequantised to fp32 in the fp32 model (a bf16-compute run's too) */
+    if (ft->method == DT_FT_QLORA) ft->compute_dtype = DT_DTYPE_FP32;
     const dt_lm_options o = {.B = 1, .T = T, .attn = DT_ATTN_FLASH, .device = DT_DEVICE_CPU, .finetune = ft};
     if (!rc) rc = dt_lm_create_opts(m, &prec, &o, g, err);
     /* the directory: model.safetensors or a sharded save_pretrained layout */

@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 
+#include "dt_dtype.h"
 #include "dt_quant.h"
 
 /* The 16 values of fmt's code book (DT_STORAGE_NF4 or DT_STORAGE_FP4) in code order, as
@@ -28,6 +29,10 @@ void dt_quant4_quantize(const float *x, int64_t n, dt_storage fmt, int64_t block
  * FP4's code 8 is -0.0; the caller rounds to its dtype). */
 void dt_quant4_dequantize(const uint8_t *packed, const float *absmax, int64_t n, dt_storage fmt, int64_t block,
                           float *out);
+/* The same into out [n] of dtype dt: DT_DTYPE_FP32 (float) or DT_DTYPE_BF16 (dt_bf16, the fp32
+ * value rounded to nearest even, as bitsandbytes' dequantize_4bit to a bf16 quant state). */
+void dt_quant4_dequantize_as(const uint8_t *packed, const float *absmax, int64_t n, dt_storage fmt, int64_t block,
+                             dt_dtype dt, void *out);
 
 /* Double quantisation of nb fp32 absmax values (compress_statistics): offset = their mean,
  * qabsmax [nb] the 8-bit codes of absmax - offset in blocks of DT_QUANT_NESTED_BLOCK,
@@ -41,5 +46,9 @@ void dt_quant4_undouble(const uint8_t *qabsmax, const float *nested_absmax, floa
 void dt_quant4_dequantize_nested(const uint8_t *packed, const uint8_t *qabsmax, const float *nested_absmax, float offset,
                                  const float map[DT_QUANT_DYNAMIC_CODES], int64_t n, dt_storage fmt, int64_t block,
                                  float *out);
+/* The same into out [n] of dtype dt (DT_DTYPE_FP32 or DT_DTYPE_BF16), as dt_quant4_dequantize_as. */
+void dt_quant4_dequantize_nested_as(const uint8_t *packed, const uint8_t *qabsmax, const float *nested_absmax,
+                                    float offset, const float map[DT_QUANT_DYNAMIC_CODES], int64_t n, dt_storage fmt,
+                                    int64_t block, dt_dtype dt, void *out);
 
 #endif

@@ -135,20 +135,34 @@ static void dequant_code(dt_storage fmt, float code[DT_QUANT_4BIT_CODES]) {
     if (fmt == DT_STORAGE_FP4) code[FP4_NEG_ZERO_CODE] = -0.0f;
 }
 
-/* out[lo .. hi) = code[q] x am */
-static void dequant_range(const float *code, const uint8_t *packed, int64_t lo, int64_t hi, float am, float *out) {
+/* out[lo .. hi) = code[q] x am, in fp32 or (bf16) the fp32 product rounded to nearest even:
+ * bitsandbytes' CPU kernel cdequantize_blockwise_cpu_{nf4,fp4}_bf16 gives the same values as
+ * its fp32 product cast with .to(torch.bfloat16) (scripts/gen_qlora_goldens.py asserts it for
+ * every weight of its bf16 goldens) */
+static void dequant_range(const float *code, const uint8_t *packed, int64_t lo, int64_t hi, float am, dt_dtype dt,
+                          void *out) {
+    float *o32 = out;
+    dt_bf16 *o16 = out;
     for (int64_t i = lo; i < hi; i++) {
         const uint8_t q = i % 2 ? packed[i / 2] & 0x0F : packed[i / 2] >> 4;
-        out[i] = code[q] * am;
+        const float v = code[q] * am;
+        if (dt == DT_DTYPE_BF16) o16[i] = dt_f32_to_bf16(v);
+        else o32[i] = v;
     }
+}
+
+void dt_quant4_dequantize_as(const uint8_t *packed, const float *absmax, int64_t n, dt_storage fmt, int64_t block,
+                             dt_dtype dt, void *out) {
+    float code[DT_QUANT_4BIT_CODES];
+    dequant_code(fmt, code);
+    const int64_t nb = dt_quant_blocks(n, block);
+    for (int64_t b = 0; b < nb; b++)
+        dequant_range(code, packed, b * block, b + 1 < nb ? (b + 1) * block : n, absmax[b], dt, out);
 }
 
 void dt_quant4_dequantize(const uint8_t *packed, const float *absmax, int64_t n, dt_storage fmt, int64_t block,
                           float *out) {
-    float code[DT_QUANT_4BIT_CODES];
-    dequant_code(fmt, code);
-    const int64_t nb = dt_quant_blocks(n, block);
-    for (int64_t b = 0; b < nb; b++) dequant_range(code, packed, b * block, b + 1 < nb ? (b + 1) * block : n, absmax[b], out);
+    dt_quant4_dequantize_as(packed, absmax, n, fmt, block, DT_DTYPE_FP32, out);
 }
 
 /* ---- the absmax's double quantisation ---- */
@@ -275,14 +289,20 @@ void dt_quant4_undouble(const uint8_t *qabsmax, const float *nested_absmax, floa
     for (int64_t i = 0; i < nb; i++) absmax[i] = undouble_one(map, qabsmax, nested_absmax, offset, i);
 }
 
-void dt_quant4_dequantize_nested(const uint8_t *packed, const uint8_t *qabsmax, const float *nested_absmax, float offset,
-                                 const float map[DT_QUANT_DYNAMIC_CODES], int64_t n, dt_storage fmt, int64_t block,
-                                 float *out) {
+void dt_quant4_dequantize_nested_as(const uint8_t *packed, const uint8_t *qabsmax, const float *nested_absmax,
+                                    float offset, const float map[DT_QUANT_DYNAMIC_CODES], int64_t n, dt_storage fmt,
+                                    int64_t block, dt_dtype dt, void *out) {
     float code[DT_QUANT_4BIT_CODES];
     dequant_code(fmt, code);
     const int64_t nb = dt_quant_blocks(n, block);
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < nb; b++)
         dequant_range(code, packed, b * block, b + 1 < nb ? (b + 1) * block : n,
-                      undouble_one(map, qabsmax, nested_absmax, offset, b), out);
+                      undouble_one(map, qabsmax, nested_absmax, offset, b), dt, out);
+}
+
+void dt_quant4_dequantize_nested(const uint8_t *packed, const uint8_t *qabsmax, const float *nested_absmax, float offset,
+                                 const float map[DT_QUANT_DYNAMIC_CODES], int64_t n, dt_storage fmt, int64_t block,
+                                 float *out) {
+    dt_quant4_dequantize_nested_as(packed, qabsmax, nested_absmax, offset, map, n, fmt, block, DT_DTYPE_FP32, out);
 }

@@ -386,7 +386,7 @@ int dt_lm_check_method(const dt_precision *prec, dt_device device, const dt_fine
     const char *no = NULL;
     if (!ft || ft->method == DT_FT_FULL || ft->method == DT_FT_FREEZE) return DT_OK;
     /* LoRA runs on every device (its ops are the device's, dt_device_ops); QLoRA's base by
-     * lm_qbase_check's rules (fp32 parameters and compute, NF4 / FP4, the CPU) */
+     * lm_qbase_check's rules (NF4 / FP4 on the CPU; fp32 compute on fp32, bf16 on mixed-bf16) */
     if (ft->method == DT_FT_QLORA && lm_qbase_check(prec, ft, device, err)) return err->code;
     if (ft->adapter_dtype != DT_DTYPE_FP32) no = "LoRA with 16-bit adapters (--adapter-dtype)";
     else if (prec->param != DT_DTYPE_FP32 && ft->modules_to_save.n > 0)
@@ -394,7 +394,7 @@ int dt_lm_check_method(const dt_precision *prec, dt_device device, const dt_fine
     if (!no) return DT_OK;
     return dt_errorf(err, DT_EINVAL,
                      "model: %s is not built in this engine yet; it trains full, freeze, LoRA with fp32 "
-                     "adapters and QLoRA with fp32 compute (run the plan with PEFT and DeepSpeed: dtplan export)", no);
+                     "adapters and QLoRA with fp32 or bf16 compute (run the plan with PEFT and DeepSpeed: dtplan export)", no);
 }
 
 void dt_lm_trained_precision(const dt_precision *prec, const dt_finetune *ft, dt_precision *out) {
@@ -590,6 +590,10 @@ int dt_lm_create_opts(const dt_model *m, const dt_precision *prec, const dt_lm_o
         for (int64_t v = 0; v < V; v++) g->h_tok_head[v] = -1;
     if (g->at != DT_DTYPE_FP32) ok = ok && alloc_f32_views(g);
     if (ok) set_gemm16(g);
+    if (ok && (rc = lm_qbase_ready(g, err))) {   /* QLoRA's bf16 compute needs gemm16 */
+        dt_lm_free(g);
+        return rc;
+    }
     if (!ok) {
         dt_lm_free(g);
         return dt_errorf(err, DT_ENOMEM,

@@ -3,6 +3,7 @@
  * 0, 1 or N(0, std²)), nothing inferred from its name. docs/engine.md
  * "Initialisation". */
 #include <math.h>
+#include <stdlib.h>
 
 #include "dt_device.h"
 #include "dt_dtype.h"
@@ -95,13 +96,19 @@ int dt_lm_init_random(dt_lm *g, uint64_t seed, dt_error *err) {
 
 /* QLoRA's quantised linears: each drawn by its rule at its full_offset, then quantised */
 static int init_quant(dt_lm *g, uint64_t seed, dt_error *err) {
-    float *w = lm_qbase_scratch(g);   /* [largest] one weight's values */
+    size_t largest = 0;
+    for (int i = 0; i < dt_lm_num_quant_tensors(g); i++)
+        if (dt_lm_quant_tensor(g, i)->numel > largest) largest = dt_lm_quant_tensor(g, i)->numel;
+    if (!largest) return DT_OK;
+    float *w = malloc(sizeof(float) * largest);   /* [largest] one weight's values at a time, as quantbase.c's load */
+    if (!w) return dt_errorf(err, DT_ENOMEM, "model: out of memory for one quantised weight (%zu values)", largest);
     int rc = DT_OK;
     for (int i = 0; i < dt_lm_num_quant_tensors(g) && !rc; i++) {
         const dt_tensor_info *t = dt_lm_quant_tensor(g, i);
         init_set(t, 1, seed, t->offset, t->offset + t->numel, w, DT_DTYPE_FP32);
         rc = dt_lm_quant_set(g, i, w, err);
     }
+    free(w);
     return rc;
 }
 

@@ -387,8 +387,9 @@ int lm_linear_backward(dt_lm *g, const lm_linear *lin, const lm_params *P, float
  * sets: a slot of set DT_LM_SET_QUANT names its tensor by index (off), and a linear whose
  * weight is there runs on the weight dequantised per use into one transient buffer. */
 typedef struct lm_qbase lm_qbase;
-/* What of QLoRA this engine trains (dt_lm_check_method): NF4 / FP4, fp32 compute and parameters,
- * the CPU; DT_EINVAL with one line naming the setting and the fix otherwise. */
+/* What of QLoRA this engine trains (dt_lm_check_method): NF4 / FP4 on the CPU, fp32 compute over
+ * fp32 parameters or bf16 compute over mixed-bf16 (bf16 parameters and activations); DT_EINVAL
+ * with one line naming the setting and the fix otherwise. */
 int lm_qbase_check(const dt_precision *prec, const struct dt_finetune *ft, dt_device device, dt_error *err);
 /* Sets up g->qb for a qlora method (nothing otherwise): DT_EINVAL naming what is not built. */
 int lm_qbase_setup(dt_lm *g, const dt_model *m, const struct dt_finetune *ft, dt_error *err);
@@ -400,19 +401,25 @@ int lm_qbase_add(dt_lm *g, struct lm_layout *lo, int group, const struct lm_tens
 /* The slot of the quantised tensor named name in group grp: 1 found (*s set), 0 not. */
 int lm_qbase_find(const dt_lm *g, int grp, const char *name, lm_slot *s);
 /* The quantised storage (DT_MEM_PARAMS, exactly dt_storage_tensor_bytes per tensor) and the
- * transient dequantised weight (DT_MEM_BUFFERS, the largest tensor in fp32): 1 ok, 0 out of
- * memory. */
+ * transient dequantised weight (DT_MEM_BUFFERS, the largest tensor in the compute dtype): 1 ok,
+ * 0 out of memory. */
 int lm_qbase_alloc(dt_lm *g);
 void lm_qbase_free(dt_lm *g);
-/* The transient fp32 buffer of the largest quantised weight (NULL without QLoRA): free between
- * uses, e.g. for a weight's values before dt_lm_quant_set (lm_init.c). */
-float *lm_qbase_scratch(dt_lm *g);
+/* After set_gemm16: bf16 compute runs on the 16-bit GEMM path only; DT_EINVAL in one line when
+ * g could not take it, DT_OK otherwise (and without QLoRA). */
+int lm_qbase_ready(const dt_lm *g, dt_error *err);
 /* A linear whose weight is quantised: its base GEMMs on the dequantised weight (one tensor
  * at a time, each onto its output columns), bias, and no weight gradient (frozen). */
 static inline int lm_linear_quantized(const lm_linear *lin) { return lin->w.set == DT_LM_SET_QUANT; }
 int lm_qbase_forward(dt_lm *g, const lm_linear *lin, const lm_params *P, float *out, const float *x, int64_t N);
 int lm_qbase_backward(dt_lm *g, const lm_linear *lin, float *G, float *dinp, lm_dinp_mode mode, const float *dout,
                       int64_t N);
+/* bf16 compute (dt_lm.gemm16): out [N, OC] (+)= x W^T (beta 0 sets, 1 adds onto the broadcast bias)
+ * with x the stored bf16 input [N, IC] and W dequantised to bf16; dinp [N, IC] (+)= dout W with dout
+ * (fp32 [N, OC]) rounded to bf16 in g->d16 row chunks, as lm_linear_backward's 16-bit path. */
+int lm_qbase_forward16(dt_lm *g, const lm_linear *lin, float *out, const void *x, int64_t N, float beta);
+int lm_qbase_backward16(dt_lm *g, const lm_linear *lin, float *dinp, lm_dinp_mode mode, const float *dout,
+                        int64_t N);
 
 /* ---- the tensor table (lm_layer.c) ----
  * Built from models/' description of the family (dt_model_describe: the modules of

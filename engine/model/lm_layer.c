@@ -431,15 +431,17 @@ int lm_linear_forward(dt_lm *g, const lm_linear *lin, const lm_params *P, float 
         return DT_OK;
     }
     const int wt = lay == LM_W_OUT_IN;
-    const void *w = slot_w16(g, P, lin->w);   /* [IC, OC] or [OC, IC] */
+    const void *w = lm_linear_quantized(lin) ? NULL : slot_w16(g, P, lin->w);   /* [IC, OC] or [OC, IC] */
     float beta = 0.0f;
     if (bias) {   /* as the fp32 ops: the GEMM adds onto the broadcast bias */
         g->dev->broadcast_rows(out, bias, N, OC);
         beta = 1.0f;
     }
-    /* out[N, OC] (+)= inp[N, IC] @ w (Conv1D) or w^T (nn.Linear) */
-    int rc = g->dev->gemm_ex(0, wt, N, OC, IC, 1.0f, inp, g->at, IC, w, lm_slot_dtype(g, lin->w),
-                             wt ? IC : OC, beta, out, DT_DTYPE_FP32, OC);
+    /* out[N, OC] (+)= inp[N, IC] @ w (Conv1D) or w^T (nn.Linear); QLoRA's base dequantised to bf16 */
+    int rc = lm_linear_quantized(lin) ? lm_qbase_forward16(g, lin, out, inp, N, beta)
+                                      : g->dev->gemm_ex(0, wt, N, OC, IC, 1.0f, inp, g->at, IC, w,
+                                                        lm_slot_dtype(g, lin->w), wt ? IC : OC, beta, out,
+                                                        DT_DTYPE_FP32, OC);
     lm_prof_end(g, kind, m, flops);
     if (rc || !lin->nlora) return rc;
     const float *x32 = lora_input16(g, lin, inp, N);
@@ -475,7 +477,7 @@ int lm_linear_backward(dt_lm *g, const lm_linear *lin, const lm_params *P, float
         return DT_OK;
     }
     const int wt = lay == LM_W_OUT_IN;
-    const void *w = slot_w16(g, P, lin->w);   /* [IC, OC] or [OC, IC] */
+    const void *w = lm_linear_quantized(lin) ? NULL : slot_w16(g, P, lin->w);   /* [IC, OC] or [OC, IC] */
     if (dbias) g->dev->bias_backward(dbias, dout, N, OC);   /* from the fp32 gradient */
     lm_prof_end(g, kind, m, 0.0);
     /* rows of dout per bf16 chunk: all N unless OC > d16_cap / N (dt_lm_create
@@ -483,7 +485,13 @@ int lm_linear_backward(dt_lm *g, const lm_linear *lin, const lm_params *P, float
     int64_t rows = (int64_t)(g->d16_cap / (size_t)OC);
     if (rows > N) rows = N;
     int rc = DT_OK;
-    for (int64_t r0 = 0; r0 < N && !rc; r0 += rows) {
+    if (lm_linear_quantized(lin)) {   /* QLoRA's base: frozen, dinp only, on the weight dequantised to bf16 */
+        m = lm_prof_begin(g);
+        if (dinp) rc = lm_qbase_backward16(g, lin, dinp, mode, dout, N);
+        lm_prof_end(g, kind, m, flops);
+    }
+    /* the stored 16-bit weight's chunks (none for a quantised one) */
+    for (int64_t r0 = lm_linear_quantized(lin) ? N : 0; r0 < N && !rc; r0 += rows) {
         int64_t nr = r0 + rows <= N ? rows : N - r0;
         const void *x = lm_tensor_ptr((void *)inp, (size_t)(r0 * IC), g->asz);   /* [nr, IC] */
         m = lm_prof_begin(g);

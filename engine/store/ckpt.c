@@ -84,7 +84,8 @@ static int add_weights(dt_st_writer *w, dt_lm *g, dt_dtype pdt, void *base, dt_e
                                   flat ? pelem(flat, dt, t->offset) : NULL, err);
         }
     }
-    return rc ? rc : dt_quantbase_add(w, g, pdt, base != NULL, err);   /* QLoRA: the quantised linears */
+    /* QLoRA: the quantised linears, their quant state in the model's (the base set's) dtype */
+    return rc ? rc : dt_quantbase_add(w, g, dt_lm_base_dtype(g), base != NULL, err);
 }
 
 /* Elements [lo, lo + n) of g's base set as host memory: in place where the host addresses

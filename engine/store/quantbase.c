@@ -239,11 +239,17 @@ static int load_stored_one(dt_lm *g, dt_dtype pdt, const dt_st_file *f, const ch
                              file, p[k].name);
         memcpy(p[k].data, d, p[k].bytes);
     }
-    n = parts_of(g, i, pdt, text, p);   /* with the offset read */
-    if (flen != p[n - 1].bytes || memcmp(fj, text, flen))
-        return dt_errorf(err, DT_EINVAL, "%s: %s is %.*s; this plan quantises it as %s", file, js->name, (int)flen, fj,
-                         text);
-    return DT_OK;
+    /* with the offset read; the state's "dtype" (what it was quantised from, the model's param dtype)
+     * may be any float dtype: the bytes are read as they are, as transformers reads a pre-quantised
+     * checkpoint's quant state (a mixed-bf16 run's checkpoint sampled or trained on in fp32) */
+    const dt_dtype any[] = {pdt, DT_DTYPE_FP32, DT_DTYPE_BF16, DT_DTYPE_FP16};
+    for (size_t k = 0; k < sizeof any / sizeof any[0]; k++) {
+        n = parts_of(g, i, any[k], text, p);
+        if (flen == p[n - 1].bytes && !memcmp(fj, text, flen)) return DT_OK;
+    }
+    n = parts_of(g, i, pdt, text, p);
+    return dt_errorf(err, DT_EINVAL, "%s: %s is %.*s; this plan quantises it as %s", file, js->name, (int)flen, fj,
+                     text);
 }
 
 static int load_stored(dt_lm *g, dt_dtype pdt, const char *file, dt_error *err) {

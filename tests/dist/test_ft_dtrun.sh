@@ -1,13 +1,13 @@
 #!/bin/bash
 # The freeze, LoRA and QLoRA methods trained by dtrun (docs/finetune.md "In dtrun"): the frozen
 # tensors live in the model's base set (replicated, no gradient, no optimizer state; QLoRA: the
-# blocks' linears quantised, NF4 with double quantisation, fp32 compute), what is trained (freeze:
+# blocks' linears quantised, NF4 with double quantisation; fp32 compute, bf16 under mixed-bf16), what is trained (freeze:
 # the last block, --trainable-layers 1; lora / qlora: r 8, alpha 16 adapters on every linear of the
 # blocks) goes through ZeRO as in full fine-tuning. For MODEL (gpt2-tiny: tied, LayerNorm, Conv1D;
 # qwen3-tiny: tied, q/k norm), METHOD (freeze | lora | qlora) and PRECISION (fp32, the default,
 # or a dtplan preset such as mixed-bf16: the base stored in its 16-bit dtype, LoRA's adapters fp32
 # with fp32 gradients and no master copy, PEFT's autocast_adapter_dtype, as the planner counts them
-# for dtrun; QLoRA: fp32 only):
+# for dtrun; QLoRA: fp32 with fp32 compute, or mixed-bf16 with bf16 compute, LLaMA-Factory's):
 #   - world 2, ZeRO stages 0-3 (and stage 3 with optimizer and parameters offloaded) give the
 #     world-1 stage-0 losses and grad norms (relative 1e-5, as test_zero.sh; 16-bit: 1e-4, as
 #     test_bf16.sh, docs/zero.md "bf16 across world sizes": the fp32 sums' last-bit differences
@@ -30,7 +30,8 @@
 #   - QLoRA from a Hugging Face directory (--init): resume bitwise, a base with one linear's weight
 #     changed refused on resume (the quantised bytes are the fingerprint);
 #   - a hand-edited plan with trainable_layers out of range, or a QLoRA plan of what is not built
-#     (bf16 compute, an int8 base): one line, exit 2, no output directory.
+#     (bf16 compute over fp32 parameters, fp32 compute over 16-bit ones, an int8 base): one line,
+#     exit 2, no output directory.
 # Usage: test_ft_dtrun.sh DTPLAN DTRUN SRCDIR MODEL METHOD [PRECISION]
 set -u
 DTRUN=$2
@@ -49,7 +50,9 @@ STEPS=12
 
 FT_ARGS="--finetune freeze --trainable-layers 1"
 [ "$METHOD" = lora ] && FT_ARGS="--finetune lora"
-[ "$METHOD" = qlora ] && FT_ARGS="--finetune qlora --compute-dtype fp32"
+QCOMPUTE=fp32   # QLoRA's compute dtype: the parameters' (bf16 under mixed-bf16)
+[ "$PREC" = mixed-bf16 ] && QCOMPUTE=bf16
+[ "$METHOD" = qlora ] && FT_ARGS="--finetune qlora --compute-dtype $QCOMPUTE"
 # shellcheck disable=SC2086
 "$1" solve --model "$MODEL" --gpus 1 --mem 2G --hardware cpu --stages 0 $FT_ARGS --precision "$PREC" \
     -o "$TMP/model-plan.json" >/dev/null || { echo "FAIL: dtplan cannot plan $MODEL with $FT_ARGS"; exit 1; }
@@ -193,9 +196,13 @@ import json, struct, sys
 path = sys.argv[1]
 b = bytearray(open(path, "rb").read()); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
 k = next(k for k in h if k.endswith(("layers.0.self_attn.q_proj.weight", "h.0.attn.c_attn.weight")))
-assert h[k]["dtype"] == "F32", h[k]
 o = 8 + n + h[k]["data_offsets"][0]
-struct.pack_into("<f", b, o, -4 * struct.unpack_from("<f", b, o)[0] - 0.5)   # element 0: another code and absmax
+if h[k]["dtype"] == "BF16":   # a mixed-bf16 run's base: element 0 as bf16 (the high half of an fp32)
+    v = struct.unpack("<f", b"\0\0" + bytes(b[o:o + 2]))[0]
+    b[o:o + 2] = struct.pack("<f", -4 * v - 0.5)[2:]
+else:
+    assert h[k]["dtype"] == "F32", h[k]
+    struct.pack_into("<f", b, o, -4 * struct.unpack_from("<f", b, o)[0] - 0.5)   # element 0: another code and absmax
 open(path, "wb").write(bytes(b))
 PY
     rm -rf "$TMP/qi-split/ckpt-00000006"
@@ -208,14 +215,17 @@ fi
 
 # hand-edited plans the engine must refuse: one line, exit 2, nothing written
 plan 0 1 none "$TMP/range.json" 'finetune={"method":"freeze","trainable_layers":9,"trainable_modules":[]}' 
-"$1" solve --model "$MODEL" --gpus 1 --mem 2G --hardware cpu --stages 0 --finetune qlora -o "$TMP/qlora-plan.json" \
-    >/dev/null || { echo "FAIL: dtplan cannot plan $MODEL with QLoRA"; exit 1; }
+# QLoRA's compute dtype against the parameters': bf16 over fp32 (PEFT's upcast, not built), fp32 over 16-bit
+BADQ=bf16 BADQ_FIX="plan --precision mixed-bf16"
+[ "$PREC" != fp32 ] && BADQ=fp32 BADQ_FIX="plan --compute-dtype bf16"
+"$1" solve --model "$MODEL" --gpus 1 --mem 2G --hardware cpu --stages 0 --finetune qlora --compute-dtype $BADQ \
+    -o "$TMP/qlora-plan.json" >/dev/null || { echo "FAIL: dtplan cannot plan $MODEL with QLoRA"; exit 1; }
 ftjson() { python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["finetune"]))' "$1"; }
 plan 0 1 none "$TMP/qlora.json" "finetune=$(ftjson "$TMP/qlora-plan.json")"
 "$1" solve --model "$MODEL" --gpus 1 --mem 2G --hardware cpu --stages 0 --finetune qlora --quant int8 \
     -o "$TMP/int8-plan.json" >/dev/null || { echo "FAIL: dtplan cannot plan $MODEL with QLoRA int8"; exit 1; }
 plan 0 1 none "$TMP/int8.json" "finetune=$(ftjson "$TMP/int8-plan.json")"
-for bad in "range:--trainable-layers 9" "qlora:plan --compute-dtype fp32" "int8:plan --quant nf4 or fp4"; do
+for bad in "range:--trainable-layers 9" "qlora:$BADQ_FIX" "int8:plan --quant nf4 or fp4"; do
     name=${bad%%:*} want=${bad#*:}
     "$DTRUN" "$TMP/$name.json" --out "$TMP/out-$name" >/dev/null 2>"$TMP/err"; rc=$?
     { [ $rc -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -qF -- "$want" "$TMP/err" && [ ! -e "$TMP/out-$name" ]; } ||

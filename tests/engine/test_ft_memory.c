@@ -1,18 +1,21 @@
-/* test_ft_memory.c — issue 32: dtrun's memory under freeze and LoRA equals the planner's
+/* test_ft_memory.c — issue 32: dtrun's memory under freeze, LoRA and QLoRA equals the planner's
  * terms for the runtime dtrun, term by term (docs/finetune.md "In dtrun", docs/memory-model.md
  * "Fine-tuning"): for GPT-2 and Qwen3 (tiny), freeze (the last blocks, the first blocks,
- * some modules) and LoRA (every linear, q_proj / v_proj only, dropout > 0), with and
+ * some modules), LoRA (every linear, q_proj / v_proj only, dropout > 0) and QLoRA (NF4 with
+ * double quantisation, FP4 without; fp32 compute in fp32, bf16 compute under mixed-bf16), with and
  * without checkpointed blocks, in fp32, mixed-bf16 and mixed-fp16 (the 16-bit base set and
  * its fp32 working copies), at ZeRO 0-3 (one rank), the bytes dt_memtrack counts per
  * category after the model and the ZeRO engine are created equal the plan's
  * (dt_memory_phases, runtime dtrun):
- *   params      the trained set (its ZeRO-3 shard) + the frozen base, replicated;
+ *   params      the trained set (its ZeRO-3 shard) + the frozen base, replicated (QLoRA: the
+ *               quantised linears' storage, dt_storage_tensor_bytes each, + the rest);
  *   grads       the trained set's (ZeRO-2/3: its shard);
  *   optimizer   AdamW's moments over the trained set;
  *   activations dt_lm_activation_bytes: the engine's layout (blocks below the first
  *               trained one share one record, unread inputs two buffers, x·Aᵀ per adapted
  *               linear only, lm_head's input only when the classifier is trained);
- *   buffers     the step's scratch, LoRA's scratch, ZeRO's unit buffers sized by the
+ *   buffers     the step's scratch, LoRA's scratch, QLoRA's dequantised weight (the largest
+ *               in the compute dtype), ZeRO's unit buffers sized by the
  *               trained part of each unit, and under a 16-bit precision the fp32 working
  *               copies of each set (dt_ftplan_dtrun_convert_bytes).
  * And each activation term against a hand count of the engine's tensors for one case, so
@@ -43,6 +46,7 @@ typedef struct {
     double dropout;
     int64_t K;               /* checkpointed blocks */
     int materialized;        /* materialized attention (its backward reads the probabilities, not the output) */
+    int fp4;                 /* qlora: FP4 without double quantisation (else NF4 with) */
 } ft_case;
 
 static void set_method(dt_plan *p, const ft_case *c) {
@@ -53,6 +57,13 @@ static void set_method(dt_plan *p, const ft_case *c) {
         if (c->modules)
             CHECK(dt_ft_names_parse(c->modules, "--trainable-modules", &p->finetune.trainable_modules, &err) == 0);
     } else {
+        if (c->method == DT_FT_QLORA) {   /* bf16 compute under mixed-bf16 (LLaMA-Factory's), else fp32 */
+            p->finetune.compute_dtype = p->precision.param == DT_DTYPE_BF16 ? DT_DTYPE_BF16 : DT_DTYPE_FP32;
+            if (c->fp4) {
+                p->finetune.quant = DT_STORAGE_FP4;
+                p->finetune.double_quant = 0;
+            }
+        }
         p->finetune.lora_dropout = c->dropout;
         if (c->targets) {
             p->finetune.lora_target_all = 0;
@@ -116,13 +127,13 @@ static void hand_count_gpt2(void) {
     dt_error err = {0};
     /* freeze the last block (of 5): blocks 0 .. 3 share one record, x[0 .. 3] two buffers
      * (block 4's trained ln_1 reads its input x[4]), x[4], x[5]; wte frozen: no lnf */
-    ft_case fz = {"freeze last 1", DT_FT_FREEZE, 1, NULL, NULL, 0, 0, 0};
+    ft_case fz = {"freeze last 1", DT_FT_FREEZE, 1, NULL, NULL, 0, 0, 0, 0};
     set_method(&p, &fz);
     int64_t want = x * (2 + 2) + rec * 2 + head_stats;
     CHECK_EQ_I64(dt_memory_activations(&p, 0), want);
     /* LoRA on every linear: every block kept, block 0's input kept (x[0] is the encoder's
      * output: no buffer to share), no shared record, lnf its own buffer, 4 adapters per block */
-    ft_case lo = {"lora all", DT_FT_LORA, 0, NULL, NULL, 0, 0, 0};
+    ft_case lo = {"lora all", DT_FT_LORA, 0, NULL, NULL, 0, 0, 0, 0};
     set_method(&p, &lo);
     want = x * (L + 1) + rec * L + x + head_stats + 4 * N * r * 4 * L;
     CHECK_EQ_I64(dt_memory_activations(&p, 0), want);
@@ -183,7 +194,7 @@ static void comm_tail(void) {
         dt_zero_untracked_bytes(&p, 0, &comm, &io);
         CHECK(comm > 0);
         CHECK_EQ_I64(dt_zero_untracked_tail(&p, 0), comm);
-        const ft_case fz = {"freeze last 2", DT_FT_FREEZE, 2, NULL, NULL, 0, 0, 0};
+        const ft_case fz = {"freeze last 2", DT_FT_FREEZE, 2, NULL, NULL, 0, 0, 0, 0};
         set_method(&p, &fz);
         dt_zero_untracked_bytes(&p, 0, &comm, &io);
         CHECK(comm > 0);
@@ -205,17 +216,21 @@ int main(void) {
     hand_count_gpt2();
     comm_tail();
     static const ft_case cases[] = {
-        {"freeze last 2", DT_FT_FREEZE, 2, NULL, NULL, 0, 0, 0},
-        {"freeze last 2, 2 checkpointed", DT_FT_FREEZE, 2, NULL, NULL, 0, 2, 0},
-        {"freeze last 1, all checkpointed", DT_FT_FREEZE, 1, NULL, NULL, 0, -1, 0},
-        {"freeze first 1", DT_FT_FREEZE, -1, NULL, NULL, 0, 0, 0},
-        {"freeze last 2 mlp", DT_FT_FREEZE, 2, "mlp", NULL, 0, 0, 0},
-        {"lora all", DT_FT_LORA, 0, NULL, NULL, 0, 0, 0},
-        {"lora all, dropout 0.1, 1 checkpointed", DT_FT_LORA, 0, NULL, NULL, 0.1, 1, 0},
-        {"lora q,v", DT_FT_LORA, 0, NULL, "q_proj,v_proj", 0, 0, 0},
-        {"lora c_attn", DT_FT_LORA, 0, NULL, "c_attn", 0, 0, 0},
-        {"lora q,v, materialized attention", DT_FT_LORA, 0, NULL, "q_proj,v_proj", 0, 0, 1},
-        {"lora c_attn, materialized attention", DT_FT_LORA, 0, NULL, "c_attn", 0, 0, 1},
+        {"freeze last 2", DT_FT_FREEZE, 2, NULL, NULL, 0, 0, 0, 0},
+        {"freeze last 2, 2 checkpointed", DT_FT_FREEZE, 2, NULL, NULL, 0, 2, 0, 0},
+        {"freeze last 1, all checkpointed", DT_FT_FREEZE, 1, NULL, NULL, 0, -1, 0, 0},
+        {"freeze first 1", DT_FT_FREEZE, -1, NULL, NULL, 0, 0, 0, 0},
+        {"freeze last 2 mlp", DT_FT_FREEZE, 2, "mlp", NULL, 0, 0, 0, 0},
+        {"lora all", DT_FT_LORA, 0, NULL, NULL, 0, 0, 0, 0},
+        {"lora all, dropout 0.1, 1 checkpointed", DT_FT_LORA, 0, NULL, NULL, 0.1, 1, 0, 0},
+        {"lora q,v", DT_FT_LORA, 0, NULL, "q_proj,v_proj", 0, 0, 0, 0},
+        {"lora c_attn", DT_FT_LORA, 0, NULL, "c_attn", 0, 0, 0, 0},
+        {"lora q,v, materialized attention", DT_FT_LORA, 0, NULL, "q_proj,v_proj", 0, 0, 1, 0},
+        {"lora c_attn, materialized attention", DT_FT_LORA, 0, NULL, "c_attn", 0, 0, 1, 0},
+        {"qlora all nf4-dq", DT_FT_QLORA, 0, NULL, NULL, 0, 0, 0, 0},
+        {"qlora all fp4, dropout 0.1, 1 checkpointed", DT_FT_QLORA, 0, NULL, NULL, 0.1, 1, 0, 1},
+        {"qlora q,v nf4-dq", DT_FT_QLORA, 0, NULL, "q_proj,v_proj", 0, 0, 0, 0},
+        {"qlora c_attn nf4-dq", DT_FT_QLORA, 0, NULL, "c_attn", 0, 0, 0, 0},
     };
     const char *plans[2] = {"configs/plans/tiny-cpu.json", "tests/kernels/golden/train/qwen3.plan.json"};
     /* fp32, and the 16-bit base sets (lora16): a 16-bit trained set under freeze, fp32 adapters
@@ -233,6 +248,7 @@ int main(void) {
                 ft_case c = cases[i];
                 const int gpt2 = p.model.family == DT_FAMILY_GPT2;
                 if (c.targets && gpt2 != !strcmp(c.targets, "c_attn")) continue;   /* the family's module names */
+                if (c.method == DT_FT_QLORA && precs[k] == DT_PREC_MIXED_FP16) continue;   /* not built: refused */
                 if (c.K < 0) c.K = p.model.n_layer;
                 fprintf(stderr, "== %s %s: %s\n", p.model.name, dt_precision_preset_name(precs[k]), c.name);
                 for (int stage = 0; stage <= 3; stage++) check_stage(comm, p, &c, stage);

@@ -24,9 +24,9 @@
  * neither run reproduces the other to bf16's unit roundoff (2^-8) over a network. The bound
  * is accuracy instead: the golden also holds the same PEFT model in fp32 on the same
  * bf16-rounded base (ref.*, the exact answer both approximate), and every quantity of dtrun's
- * run must be within BF16_VS_PEFT (2) times PEFT + autocast's own distance from it — as
+ * run must be within LG_BF16_VS_PEFT (2) times PEFT + autocast's own distance from it — as
  * accurate as the stack users run, to a factor 2 for rounding at other places — and within
- * BF16_REL_CAP of it relative to the quantity's size (bf16's 2^-8 times 8 for the
+ * LG_BF16_REL_CAP of it relative to the quantity's size (bf16's 2^-8 times 8 for the
  * accumulation over the blocks), so a large error of PEFT's cannot hide one of ours.
  * With a second argument "cuda" every case runs on the CUDA device (exit 77 without a GPU;
  * the fp32 tolerances x GPU_TOL_SCALE for cuBLAS's summation order, as test_llama.c; the
@@ -57,8 +57,6 @@
 #define LORA_TENSORS_PER_BLOCK 14   /* A and B of q, k, v, o, gate, up, down */
 #define GPU_TOL_SCALE 10.0          /* test_llama.c's */
 #define SKIP 77                     /* ctest's SKIP_RETURN_CODE for the GPU tests */
-#define BF16_VS_PEFT 2.0            /* dtrun's distance from the exact answer / PEFT's */
-#define BF16_REL_CAP (8.0 / 256.0)  /* 8 x bf16's unit roundoff 2^-8, of the quantity's largest */
 
 static dt_device g_device = DT_DEVICE_CPU;   /* where the cases run */
 static double g_tol = 1.0;                  /* the fp32 tolerances' scale for that device */
@@ -72,62 +70,6 @@ static void model_copy(const dt_lm *g, float *dst, const float *src, size_t n, i
     dev->memcpy(dst, src, n * sizeof(float), kind, s);
     if (!to_host) dev->handoff(s, DT_STREAM_COMPUTE);
     dev->stream_sync(s);
-}
-
-/* every trained tensor (from flat, or with flat NULL the golden's other.<name>) against the
- * golden's prefix.<name>: max abs diff (rel: of each tensor's largest reference) */
-static double worst_of(const dt_lm *g, const float *flat, const char *other, dt_st_file *f, const char *prefix,
-                       int rel) {
-    double worst = 0;
-    for (int i = 0; i < dt_lm_num_tensors(g); i++) {
-        const dt_tensor_info *t = dt_lm_tensor(g, i);
-        char name[DT_ST_NAME_MAX], oname[DT_ST_NAME_MAX];
-        snprintf(name, sizeof name, "%s.%s", prefix, t->name);
-        snprintf(oname, sizeof oname, "%s.%s", other ? other : "", t->name);
-        const float *a = flat ? flat + t->offset : lg_tensor(f, oname, t->numel);
-        double rm;
-        double e = golden_max_abs_diff(a, lg_tensor(f, name, t->numel), t->numel, &rm);
-        if (rel) e /= rm > 0 ? rm : 1.0;
-        if (e > worst) worst = e;
-    }
-    return worst;
-}
-
-static double worst_vs(const dt_lm *g, const float *flat, dt_st_file *f, const char *prefix, int rel) {
-    return worst_of(g, flat, NULL, f, prefix, rel);
-}
-
-/* mixed-bf16: dtrun's error `ours` and PEFT + autocast's `peft`, both against the fp32 run on
- * the bf16 base, of a quantity whose largest reference magnitude is `scale` */
-static void check_bf16(const char *what, double ours, double peft, double scale) {
-    printf("  bf16 %-22s dtrun %.3g, PEFT+autocast %.3g from the exact (bound %.3g)\n", what, ours, peft,
-           BF16_VS_PEFT * peft);
-    CHECK(ours <= BF16_VS_PEFT * peft);
-    CHECK(ours <= BF16_REL_CAP * scale);
-}
-
-/* the golden's tensor prefix + name */
-static const float *gref(dt_st_file *f, const char *prefix, const char *name, uint64_t numel) {
-    char key[DT_ST_NAME_MAX];
-    snprintf(key, sizeof key, "%s%s", prefix, name);
-    return lg_tensor(f, key, numel);
-}
-
-/* largest |x| over n */
-static double max_abs(const float *x, size_t n) {
-    double m = 0;
-    for (size_t i = 0; i < n; i++) m = fabs(x[i]) > m ? fabs(x[i]) : m;
-    return m;
-}
-
-/* worst relative difference of a[0..n) from b */
-static double worst_rel(const float *a, const double *b64, const float *b, size_t n) {
-    double w = 0;
-    for (size_t i = 0; i < n; i++) {
-        const double x = b64 ? b64[i] : (double)b[i], e = fabs(x - a[i]) / fabs(a[i]);
-        w = e > w ? e : w;
-    }
-    return w;
 }
 
 typedef struct {
@@ -186,22 +128,22 @@ static void check_case(const char *golden_dir, const lora_case *c) {
     dt_lm_set_dropout(g, 1, dt_lm_dropout_key(drop_seed, 0, 0));
     CHECK(dt_lm_forward(g, in, tg, &loss, &err) == DT_OK);
     const size_t nlog = (size_t)(B * T * m.vocab);
-    const float *want_logits = gref(f, ref, "logits", nlog);
+    const float *want_logits = lg_ref(f, ref, "logits", nlog);
     float *logits = malloc(nlog * sizeof(float));
     model_copy(g, logits, dt_lm_logits(g), nlog, 1);
     double rm;
     const double le = golden_max_abs_diff(logits, want_logits, nlog, &rm);
-    const float gl = gref(f, ref, "loss", 1)[0];
+    const float gl = lg_ref(f, ref, "loss", 1)[0];
     const float first_loss = loss;
     CHECK(dt_lm_backward(g, 1.0f, &err) == DT_OK);
     model_copy(g, grads, dgrads, np, 1);
-    const double ge = worst_vs(g, grads, f, refp, 1);
+    const double ge = lg_worst_vs(g, grads, f, refp, 1);
     printf("%s%s%s: logits |diff| %.3g, loss %.7f vs %.7f, adapter gradients worst %.3g of each tensor's largest\n",
            name, c->dropout ? " (dropout)" : "", c->bf16 ? " mixed-bf16" : "", le, loss, gl, ge);
     if (c->bf16) {
-        check_bf16("logits", le, golden_max_abs_diff(lg_tensor(f, "logits", nlog), want_logits, nlog, &rm),
-                   max_abs(want_logits, nlog));
-        check_bf16("gradients (relative)", ge, worst_of(g, NULL, "grad", f, refp, 1), 1.0);
+        lg_check_bf16("logits", le, golden_max_abs_diff(lg_tensor(f, "logits", nlog), want_logits, nlog, &rm),
+                   lg_max_abs(want_logits, nlog));
+        lg_check_bf16("gradients (relative)", ge, lg_worst_golden(g, f, "grad", refp, 1), 1.0);
     } else {
         CHECK(le <= LOGIT_TOL * g_tol);
         CHECK(fabs(loss - gl) <= LOSS_RTOL * g_tol * fabs(gl));
@@ -215,8 +157,8 @@ static void check_case(const char *golden_dir, const lora_case *c) {
     dt_schedule sched = {.kind = DT_SCHED_WARMUP_DECAY_LR, .total_steps = steps,
                          .warmup_steps = (int64_t)lg_meta(f, "warmup"), .warmup_linear = 1};
     const double lr = lg_meta(f, "lr"), max_norm = lg_meta(f, "max_norm");
-    const float *want = gref(f, ref, "step_losses", (uint64_t)steps);
-    const float *want_norm = gref(f, ref, "step_norms", (uint64_t)steps);
+    const float *want = lg_ref(f, ref, "step_losses", (uint64_t)steps);
+    const float *want_norm = lg_ref(f, ref, "step_norms", (uint64_t)steps);
     double *got = malloc(sizeof(double) * (size_t)steps), *got_norm = malloc(sizeof(double) * (size_t)steps);
     for (int64_t s = 0; s < steps; s++) {
         dt_lm_zero_grad(g);
@@ -242,10 +184,10 @@ static void check_case(const char *golden_dir, const lora_case *c) {
         }
         model_copy(g, dparams, params, np, 0);
     }
-    const double worst_loss = worst_rel(want, got, NULL, (size_t)steps);
-    const double worst_norm = worst_rel(want_norm, got_norm, NULL, (size_t)steps);
+    const double worst_loss = lg_worst_rel(want, got, NULL, (size_t)steps);
+    const double worst_norm = lg_worst_rel(want_norm, got_norm, NULL, (size_t)steps);
     snprintf(refp, sizeof refp, "%safter", ref);
-    const double ae = worst_vs(g, params, f, refp, c->bf16);
+    const double ae = lg_worst_vs(g, params, f, refp, c->bf16);
     printf("%s%s%s: %lld steps x %lld micro-batches: losses worst %.3g relative, norms %.3g, adapters after %.3g\n",
            name, c->dropout ? " (dropout)" : "", c->bf16 ? " mixed-bf16" : "", (long long)steps, (long long)accum,
            worst_loss, worst_norm, ae);
@@ -255,10 +197,10 @@ static void check_case(const char *golden_dir, const lora_case *c) {
         /* the first micro-batch's loss joins the 40 of the steps: one scalar's error is a draw,
          * the worst of many is PEFT's error's scale */
         const double loss0 = fabs(first_loss - gl) / fabs(gl);
-        check_bf16("losses (relative)", loss0 > worst_loss ? loss0 : worst_loss,
-                   worst_rel(want, NULL, peft_loss, (size_t)steps), 1.0);
-        check_bf16("step norms (relative)", worst_norm, worst_rel(want_norm, NULL, peft_norm, (size_t)steps), 1.0);
-        check_bf16("adapters after (relative)", ae, worst_of(g, NULL, "after", f, refp, 1), 1.0);
+        lg_check_bf16("losses (relative)", loss0 > worst_loss ? loss0 : worst_loss,
+                   lg_worst_rel(want, NULL, peft_loss, (size_t)steps), 1.0);
+        lg_check_bf16("step norms (relative)", worst_norm, lg_worst_rel(want_norm, NULL, peft_norm, (size_t)steps), 1.0);
+        lg_check_bf16("adapters after (relative)", ae, lg_worst_golden(g, f, "after", refp, 1), 1.0);
     } else {
         CHECK(worst_loss <= LOSS_RTOL * g_tol);
         CHECK(worst_norm <= LOSS_RTOL * g_tol);

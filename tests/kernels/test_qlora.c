@@ -3,7 +3,11 @@
  * goldens' configs with intermediate 128 (tests/kernels/golden/qlora/base-{llama,qwen3}) read by name
  * (dt_weights_load_base): the blocks' linears quantised on load (NF4 with double quantisation,
  * and FP4 without), embeddings, norms and lm_head kept fp32; LoRA r 8, alpha 16 on every linear of
- * the blocks, set to the golden's init.<name>; compute fp32. Checked:
+ * the blocks, set to the golden's init.<name>; compute fp32, and (the "-bf16" goldens, NF4 with
+ * double quantisation on both bases) compute bf16 under mixed-bf16 as LLaMA-Factory runs it: the
+ * base loaded bf16 (embeddings, norms, lm_head bf16, the linears quantised from the bf16-rounded
+ * weights), each quantised weight dequantised to bf16 per use, bf16 activations, fp32 adapters.
+ * Checked:
  *   q. / absmax. / nested_absmax. / offset.<W>   every quantised weight's bytes, bit for bit
  *                                             bitsandbytes' (Params4bit after the 4-bit load)
  *   dequant.<W>                               its dequantised values, equal (bitsandbytes' CPU
@@ -12,7 +16,10 @@
  *                                             for byte QuantState.as_dict(packed=True)'s
  *   logits, loss, grad.<name>, step_losses, step_norms, after.<name>
  *                                             as test_lora.c (tests/kernels/lora_golden.h),
- *                                             5 steps of 2 micro-batches
+ *                                             5 steps of 2 micro-batches; the bf16 runs
+ *                                             against ref.* (the same model in fp32) with
+ *                                             lora_golden.h's bf16 bounds (2 x PEFT + autocast's
+ *                                             own distance, capped at 8 x 2^-8 of the size)
  * the bytes of a bf16 checkpoint in three shards, quantised from the bf16 weights transformers
  * loads by default (qwen3-bf16-sharded-nf4-dq-bytes.safetensors); and what the engine holds
  * against what the planner counts (models/dt_pgroup.h): the frozen
@@ -47,13 +54,19 @@ static void ft_of(dt_st_file *f, dt_finetune *ft) {
     ft->quant = strcmp(dt_st_metadata(f, "quant"), "fp4") ? DT_STORAGE_NF4 : DT_STORAGE_FP4;
     ft->double_quant = (int)lg_meta(f, "double_quant");
     ft->quant_block = (int64_t)lg_meta(f, "block");
-    ft->compute_dtype = DT_DTYPE_FP32;
+    const char *cd = dt_st_metadata(f, "compute_dtype");
+    ft->compute_dtype = cd && !strcmp(cd, "bf16") ? DT_DTYPE_BF16 : DT_DTYPE_FP32;
 }
 
-/* a QLoRA model of m under ft (fp32 parameters, CPU), B x T; NULL with err set */
+/* the precision QLoRA with ft's compute dtype runs under: fp32, or mixed-bf16 for bf16 compute */
+static void prec_of(const dt_finetune *ft, dt_precision *pr) {
+    dt_precision_from_preset(ft->compute_dtype == DT_DTYPE_BF16 ? DT_PREC_MIXED_BF16 : DT_PREC_FP32, pr);
+}
+
+/* a QLoRA model of m under ft (prec_of's precision, CPU), B x T; NULL with err set */
 static dt_lm *qlora_model(const dt_model *m, const dt_finetune *ft, int64_t B, int64_t T, dt_error *err) {
     dt_precision pr;
-    dt_precision_from_preset(DT_PREC_FP32, &pr);
+    prec_of(ft, &pr);
     const dt_lm_options o = {.B = B, .T = T, .attn = DT_ATTN_FLASH, .device = DT_DEVICE_CPU, .finetune = ft};
     dt_lm *g = NULL;
     return dt_lm_create_opts(m, &pr, &o, &g, err) ? NULL : g;
@@ -66,8 +79,9 @@ static int bytes_equal(dt_st_file *f, const char *prefix, const char *name, cons
     return t && t->end - t->begin == bytes && !memcmp(dt_st_data(f, t), ours, bytes);
 }
 
-/* every quantised weight's state (and want_dequant of them dequantised) against bitsandbytes' */
-static void check_bytes(dt_lm *g, dt_st_file *f, int want_dequant) {
+/* every quantised weight's state (and want_dequant of them dequantised, in the compute dtype cdt)
+ * against bitsandbytes' */
+static void check_bytes(dt_lm *g, dt_st_file *f, int want_dequant, dt_dtype cdt) {
     int bad = 0, dequantised = 0;
     for (int i = 0; i < dt_lm_num_quant_tensors(g); i++) {
         const char *w = dt_lm_quant_tensor(g, i)->name;
@@ -84,14 +98,15 @@ static void check_bytes(dt_lm *g, dt_st_file *f, int want_dequant) {
         char key[DT_ST_NAME_MAX];
         snprintf(key, sizeof key, "dequant.%s", w);
         if (!dt_st_find(f, key)) continue;
-        float *v = malloc(sizeof(float) * (size_t)s.n);
+        void *v = malloc(sizeof(float) * (size_t)s.n);   /* [n] of cdt */
         if (s.double_quant)
-            dt_quant4_dequantize_nested(s.packed, s.qabsmax, s.nested_absmax, *s.offset, s.map, s.n, (dt_storage)s.fmt,
-                                        s.block, v);
+            dt_quant4_dequantize_nested_as(s.packed, s.qabsmax, s.nested_absmax, *s.offset, s.map, s.n,
+                                           (dt_storage)s.fmt, s.block, cdt, v);
         else
-            dt_quant4_dequantize(s.packed, s.absmax, s.n, (dt_storage)s.fmt, s.block, v);
-        const float *want = lg_tensor(f, key, (uint64_t)s.n);
-        for (int64_t k = 0; k < s.n; k++) bad += v[k] != want[k];   /* == : a zero's sign aside (below) */
+            dt_quant4_dequantize_as(s.packed, s.absmax, s.n, (dt_storage)s.fmt, s.block, cdt, v);
+        const float *want = lg_tensor(f, key, (uint64_t)s.n);   /* bf16 compute: the bf16 values widened */
+        for (int64_t k = 0; k < s.n; k++)   /* == : a zero's sign aside (below) */
+            bad += (cdt == DT_DTYPE_BF16 ? dt_bf16_to_f32(((const dt_bf16 *)v)[k]) : ((const float *)v)[k]) != want[k];
         free(v);
         dequantised++;
     }
@@ -103,11 +118,11 @@ static void check_bytes(dt_lm *g, dt_st_file *f, int want_dequant) {
 
 /* the engine's memory against the planner's terms: the frozen base (fp32 tensors + quantised
  * storage) and the one dequantised weight */
-static void check_memory(dt_lm *g, const dt_model *m, const dt_finetune *ft, int64_t params_delta,
-                         int64_t buffers_delta) {
+static void check_memory(dt_lm *g, const dt_model *m, const dt_finetune *ft, const dt_precision *pr,
+                         int64_t params_delta, int64_t buffers_delta) {
     dt_pgroups *pg = malloc(sizeof *pg);
     dt_error err = {0};
-    CHECK(dt_model_pgroups(m, ft, DT_DTYPE_FP32, DT_ROLE_POLICY, pg, &err) == DT_OK);
+    CHECK(dt_model_pgroups(m, ft, pr->param, DT_ROLE_POLICY, pg, &err) == DT_OK);
     int64_t qbytes = 0, largest = 0;
     for (int i = 0; i < dt_lm_num_quant_tensors(g); i++) {
         dt_lm_qstate s;
@@ -115,13 +130,15 @@ static void check_memory(dt_lm *g, const dt_model *m, const dt_finetune *ft, int
         qbytes += dt_storage_tensor_bytes((dt_storage)s.fmt, s.rows, s.cols, s.double_quant, s.block);
         if (s.n > largest) largest = s.n;
     }
-    const int64_t frozen = (int64_t)dt_lm_num_base_params(g) * 4 + qbytes;
+    /* the base set in the param dtype, the adapters fp32 (PEFT's autocast_adapter_dtype) */
+    const int64_t frozen = (int64_t)dt_lm_num_base_params(g) * (int64_t)dt_dtype_size(pr->param) + qbytes;
+    const int64_t dequant = largest * (int64_t)dt_dtype_size(ft->compute_dtype);
     CHECK_EQ_I64(frozen, dt_pgroups_bytes(pg, DT_TRAIN_FROZEN));
     CHECK_EQ_I64(params_delta, frozen + (int64_t)dt_lm_num_params(g) * 4);
     CHECK_EQ_I64(largest, dt_pgroups_largest_quantized(pg));
-    CHECK(buffers_delta >= largest * 4);
-    printf("  frozen bytes %lld (quantised %lld) = the planner's; dequantised weight %lld bytes\n", (long long)frozen,
-           (long long)qbytes, (long long)largest * 4);
+    CHECK(buffers_delta >= dequant);
+    printf("  frozen bytes %lld (quantised %lld) = the planner's; dequantised weight %lld bytes (%s)\n",
+           (long long)frozen, (long long)qbytes, (long long)dequant, dt_dtype_name(ft->compute_dtype));
     free(pg);
 }
 
@@ -133,7 +150,9 @@ static void check_serialised(dt_lm *g, const dt_model *m, const dt_finetune *ft,
     CHECK(fd >= 0);
     close(fd);
     dt_error err = {0};
-    CHECK(dt_weights_save(g, DT_DTYPE_FP32, file, &err) == DT_OK);
+    dt_precision pr;
+    prec_of(ft, &pr);
+    CHECK(dt_weights_save(g, pr.param, file, &err) == DT_OK);
     dt_st_file *w;
     CHECK(dt_st_open(file, &w, &err) == DT_OK);
     int json = 0;
@@ -152,8 +171,8 @@ static void check_serialised(dt_lm *g, const dt_model *m, const dt_finetune *ft,
     CHECK_EQ_I64(json, 2);
     dt_st_close(w);
     dt_lm *g2 = qlora_model(m, ft, 1, c->T, &err);
-    CHECK(g2 && dt_weights_load_base(g2, m, DT_DTYPE_FP32, file, &err) == DT_OK);
-    CHECK(dt_quantbase_check(g2, DT_DTYPE_FP32, file, &err) == DT_OK);
+    CHECK(g2 && dt_weights_load_base(g2, m, pr.param, file, &err) == DT_OK);
+    CHECK(dt_quantbase_check(g2, pr.param, file, &err) == DT_OK);
     int same = 1;
     for (int i = 0; i < dt_lm_num_quant_tensors(g); i++) {
         dt_lm_qstate a, b;
@@ -174,12 +193,12 @@ static void check_serialised(dt_lm *g, const dt_model *m, const dt_finetune *ft,
     other.double_quant = !ft->double_quant;
     CHECK((g2 = qlora_model(m, &other, 1, c->T, &err)) != NULL);
     dt_error e2 = {0};
-    CHECK(dt_weights_load_base(g2, m, DT_DTYPE_FP32, file, &e2) == DT_EINVAL);
+    CHECK(dt_weights_load_base(g2, m, pr.param, file, &e2) == DT_EINVAL);
     printf("  another quantisation refused: %s\n", e2.msg);
     CHECK(strstr(e2.msg, "quant") != NULL);
     CHECK(dt_lm_init_base_random(g2, 1, &err) == DT_OK);
     e2 = (dt_error){0};
-    CHECK(dt_quantbase_check(g2, DT_DTYPE_FP32, file, &e2) == DT_EINVAL);
+    CHECK(dt_quantbase_check(g2, pr.param, file, &e2) == DT_EINVAL);
     dt_lm_free(g2);
     unlink(file);
 }
@@ -201,8 +220,10 @@ static void check_case(const char *golden_dir, const char *name, const char *qua
     dt_error err = {0};
     dt_finetune ft;
     ft_of(c.f, &ft);
-    dt_precision pr;
-    dt_precision_from_preset(DT_PREC_FP32, &pr);
+    dt_precision pr, trained;
+    prec_of(&ft, &pr);
+    dt_lm_trained_precision(&pr, &ft, &trained);   /* the adapters fp32, no master copy */
+    CHECK(trained.param == DT_DTYPE_FP32 && trained.grad == DT_DTYPE_FP32 && !trained.has_master);
     const dt_lm_options o = {.B = c.B, .T = c.T, .attn = DT_ATTN_FLASH, .device = DT_DEVICE_CPU, .finetune = &ft};
     const dt_device_ops *dev;
     CHECK(dt_device_get(DT_DEVICE_CPU, 0, &dev, &err) == DT_OK);
@@ -216,13 +237,14 @@ static void check_case(const char *golden_dir, const char *name, const char *qua
     printf("%s:\n", label);
     CHECK_EQ_I64(dt_lm_num_tensors(g), LORA_TENSORS_PER_BLOCK * m.n_layer);
     CHECK_EQ_I64(dt_lm_num_quant_tensors(g), QUANT_TENSORS_PER_BLOCK * m.n_layer);
-    check_memory(g, &m, &ft, dev->mem_current(DT_POOL_DEVICE, DT_MEM_PARAMS) - p0,
+    check_memory(g, &m, &ft, &pr, dev->mem_current(DT_POOL_DEVICE, DT_MEM_PARAMS) - p0,
                  dev->mem_current(DT_POOL_DEVICE, DT_MEM_BUFFERS) - b0);
-    check_bytes(g, c.f, 2);
+    check_bytes(g, c.f, 2, ft.compute_dtype);
     lg_set_adapters(g, c.f);
     int32_t *in = malloc(sizeof(int32_t) * (size_t)(c.B * c.T)), *tg = malloc(sizeof(int32_t) * (size_t)(c.B * c.T));
-    lg_check_forward(g, &c, in, tg);
-    lg_check_training(g, &c, &pr, in, tg);
+    CHECK(c.bf16 == (ft.compute_dtype == DT_DTYPE_BF16));
+    const double loss0 = lg_check_forward(g, &c, in, tg);
+    lg_check_training(g, &c, &trained, loss0, in, tg);
     check_serialised(g, &m, &ft, &c);
     free(in);
     free(tg);
@@ -248,7 +270,7 @@ static void check_bf16(const char *golden_dir) {
     CHECK(g && dt_weights_load_base(g, &m, DT_DTYPE_FP32, dir, &err) == DT_OK);
     if (f && g && !err.code) {
         printf("qwen3 bf16, 3 shards:\n");
-        check_bytes(g, f, 0);
+        check_bytes(g, f, 0, DT_DTYPE_FP32);
     }
     dt_st_close(f);
     dt_lm_free(g);
@@ -256,36 +278,48 @@ static void check_bf16(const char *golden_dir) {
 
 /* what of QLoRA is not built: one line each naming the setting and the fix */
 static void check_refusals(void) {
-    dt_finetune ft;
-    dt_precision pr;
-    dt_precision_from_preset(DT_PREC_FP32, &pr);
     const struct {
         dt_storage quant;
         dt_dtype compute;
+        dt_precision_preset prec;
         dt_device device;
+        int upcast;
         const char *want;
-    } cases[] = {{DT_STORAGE_INT8, DT_DTYPE_FP32, DT_DEVICE_CPU, "--quant nf4 or fp4"},
-                 {DT_STORAGE_NF4, DT_DTYPE_BF16, DT_DEVICE_CPU, "--compute-dtype fp32"},
-                 {DT_STORAGE_NF4, DT_DTYPE_FP32, DT_DEVICE_CUDA, "QLoRA on the CUDA device"}};
+    } cases[] = {{DT_STORAGE_INT8, DT_DTYPE_FP32, DT_PREC_FP32, DT_DEVICE_CPU, 0, "--quant nf4 or fp4"},
+                 /* PEFT's prepare_model_for_kbit_training upcast: fp32 parameters, bf16 compute */
+                 {DT_STORAGE_NF4, DT_DTYPE_BF16, DT_PREC_FP32, DT_DEVICE_CPU, 0, "--precision mixed-bf16"},
+                 {DT_STORAGE_NF4, DT_DTYPE_FP16, DT_PREC_MIXED_FP16, DT_DEVICE_CPU, 0, "--compute-dtype bf16"},
+                 {DT_STORAGE_NF4, DT_DTYPE_FP32, DT_PREC_MIXED_BF16, DT_DEVICE_CPU, 0, "--compute-dtype bf16"},
+                 {DT_STORAGE_NF4, DT_DTYPE_BF16, DT_PREC_MIXED_BF16, DT_DEVICE_CPU, 1, "drop --prepare-kbit"},
+                 {DT_STORAGE_NF4, DT_DTYPE_FP32, DT_PREC_FP32, DT_DEVICE_CUDA, 0, "QLoRA on the CUDA device"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dt_finetune ft;
+        dt_precision pr;
+        dt_precision_from_preset(cases[i].prec, &pr);
         dt_finetune_defaults(DT_FT_QLORA, &ft);
         ft.quant = cases[i].quant;
         ft.compute_dtype = cases[i].compute;
+        ft.upcast_unquantized = cases[i].upcast;
         dt_error err = {0};
         CHECK(dt_lm_check_method(&pr, cases[i].device, &ft, &err) == DT_EINVAL);
         CHECK(strstr(err.msg, cases[i].want) != NULL);
         CHECK(strchr(err.msg, '\n') == NULL);
         printf("refused: %s\n", err.msg);
     }
-    dt_finetune_defaults(DT_FT_QLORA, &ft);
-    ft.compute_dtype = DT_DTYPE_FP32;
-    dt_error err = {0};
-    CHECK(dt_lm_check_method(&pr, DT_DEVICE_CPU, &ft, &err) == DT_OK);
-    dt_precision bf;   /* 16-bit parameters: refused by QLoRA's own rule, whatever LoRA's is */
-    dt_precision_from_preset(DT_PREC_MIXED_BF16, &bf);
-    CHECK(dt_lm_check_method(&bf, DT_DEVICE_CPU, &ft, &err) == DT_EINVAL);
-    CHECK(strstr(err.msg, "plan --precision fp32") != NULL);
-    printf("refused: %s\n", err.msg);
+    /* built: fp32 compute over fp32, bf16 compute over mixed-bf16 */
+    const struct {
+        dt_dtype compute;
+        dt_precision_preset prec;
+    } built[] = {{DT_DTYPE_FP32, DT_PREC_FP32}, {DT_DTYPE_BF16, DT_PREC_MIXED_BF16}};
+    for (size_t i = 0; i < sizeof built / sizeof built[0]; i++) {
+        dt_finetune ft;
+        dt_precision pr;
+        dt_finetune_defaults(DT_FT_QLORA, &ft);
+        ft.compute_dtype = built[i].compute;
+        dt_precision_from_preset(built[i].prec, &pr);
+        dt_error err = {0};
+        CHECK(dt_lm_check_method(&pr, DT_DEVICE_CPU, &ft, &err) == DT_OK);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -296,6 +330,8 @@ int main(int argc, char **argv) {
     check_case(argv[1], "llama", "nf4-dq");
     check_case(argv[1], "qwen3", "nf4-dq");
     check_case(argv[1], "llama", "fp4");
+    check_case(argv[1], "llama", "nf4-dq-bf16");
+    check_case(argv[1], "qwen3", "nf4-dq-bf16");
     check_bf16(argv[1]);
     check_refusals();
     TEST_MAIN_END();
