@@ -637,6 +637,21 @@ static void total_of(dt_mem_breakdown *m) {
     m->total = sadd(m->total, m->reserve);
 }
 
+void dt_memory_objective_terms(const dt_plan *p, dt_obj_terms *t) {
+    dt_objplan_terms(p, t);
+    if (!t->ref_held || p->runtime.kind != DT_RUNTIME_DTRUN) return;
+    /* dtrun's reference (engine/run/objective_pairs.c objrun_reference_open): a dt_lm of the
+     * policy's rows without checkpointing or a fine-tuning method, forward only (no gradient
+     * buffer; the activation and scratch layout of a trained model all the same) */
+    dt_plan ref;
+    int64_t n = 0;
+    if (!dt_objplan_shape(p, &n, &ref)) ref = *p;
+    dt_finetune_defaults(DT_FT_FULL, &ref.finetune);
+    ref.activations.ckpt_layers = 0;
+    t->ref_activations = dt_memory_activations(&ref, 0);
+    t->ref_buffers = compute_buffers(&ref);
+}
+
 int dt_memory_phases(const dt_plan *p, int64_t n_params, dt_mem_phases *out, dt_error *err) {
     memset(out, 0, sizeof *out);
     /* objectives (planner/objective.c): the policy's shape under pairs / a score head, the
@@ -646,7 +661,7 @@ int dt_memory_phases(const dt_plan *p, int64_t n_params, dt_mem_phases *out, dt_
     dt_obj_terms ot;
     const int obj = dt_objplan_active(p);
     if (obj && dt_objplan_shape(orig, &n_params, &shaped)) p = &shaped;
-    if (obj) dt_objplan_terms(orig, &ot);
+    if (obj) dt_memory_objective_terms(orig, &ot);
     int rc = check_plan(p, err);
     if (rc || (rc = dt_vlmplan_check(p, err))) return rc;
     if (dt_layout_active(p)) {   /* TP / CP / PP: the binding pipeline stage (planner/parallel3d.c) */
