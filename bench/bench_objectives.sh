@@ -13,7 +13,9 @@
 # each step in a TrainerCallback). Examples per second = examples per step / that; tokens per
 # second = examples per second x the data's mean tokens per example (prompt + chosen + prompt +
 # rejected for dpo; prompt + max completion for grpo, with each side's measured mean completion
-# length beside it), the same count for both, so the ratio is the ratio of step times.
+# length beside it), the same count for both, so the ratio is the ratio of step times. Beside it
+# the CPU time of a step (every thread's; dtrun: metrics.jsonl cpu_ms, CLOCK_PROCESS_CPUTIME_ID; TRL: Python's
+# process_time), which a shared machine's load distorts less than the wall time.
 #
 # usage: bench/bench_objectives.sh [BUILD_DIR] [--objectives "dpo grpo"] [--steps N]
 #                                  [--threads K] [--python PY]
@@ -89,7 +91,9 @@ d = sys.argv[1]
 rep = json.load(open(d + "/run-report.json"))
 m = [json.loads(l) for l in open(d + "/metrics.jsonl")]
 lens = [x["completions/mean_length"] for x in m if "completions/mean_length" in x]
-print(json.dumps({"step_s": rep["measured"]["step_time_s"], "mean_completion_length": sum(lens) / len(lens) if lens else None}))
+cpu = [x["cpu_ms"] / 1000 for x in m[1:]] or [x["cpu_ms"] / 1000 for x in m]   # the first step excluded, as step_s
+print(json.dumps({"step_s": rep["measured"]["step_time_s"], "cpu_s": sum(cpu) / len(cpu),
+                  "mean_completion_length": sum(lens) / len(lens) if lens else None}))
 PY
 }
 run_trl() {   # run_trl KIND
@@ -115,8 +119,8 @@ out, tok, C, kinds = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
 t = PreTrainedTokenizerFast(tokenizer_file=tok)
 n = lambda s: len(t(s)["input_ids"])
 print("| objective | examples / step | tokens / example | dtrun s / step | TRL s / step | dtrun tokens/s | TRL tokens/s "
-      "| dtrun / TRL | mean completion dtrun / TRL |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+      "| dtrun / TRL | CPU s / step dtrun / TRL | by CPU time | mean completion dtrun / TRL |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 for k in kinds:
     try:
         d, r = (json.load(open(f"{out}/{w}-{k}.json")) for w in ("dtrun", "trl"))
@@ -128,6 +132,7 @@ for k in kinds:
     ex = r["examples_per_step"]
     td, tt = ex * per / d["step_s"], ex * per / r["step_s"]
     lens = "-" if d["mean_completion_length"] is None else f"{d['mean_completion_length']:.1f} / {r['mean_completion_length']:.1f}"
-    print(f"| {k} | {ex} | {per:.1f} | {d['step_s']:.2f} | {r['step_s']:.2f} | {td:.0f} | {tt:.0f} | {td / tt:.2f}x | {lens} |")
+    cs = f"{d['cpu_s']:.2f} / {r['cpu_s']:.2f} | {r['cpu_s'] / d['cpu_s']:.2f}x" if "cpu_s" in r else "- | -"
+    print(f"| {k} | {ex} | {per:.1f} | {d['step_s']:.2f} | {r['step_s']:.2f} | {td:.0f} | {tt:.0f} | {td / tt:.2f}x | {cs} | {lens} |")
 PY
 echo "load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

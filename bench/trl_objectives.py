@@ -2,8 +2,9 @@
 """trl_objectives.py — the TRL side of bench/bench_objectives.sh: TRL 1.16's DPOTrainer or
 GRPOTrainer on the CPU (fp32, torch's threads as given) over the same model directory and
 JSONL as dtrun, with the same batch, sequence, steps and objective settings. Prints one JSON
-line: the mean wall time of an optimizer step (torch's clock around each step, the first
-excluded as dtrun's mean_step_s excludes it), the steps timed, and the examples per step.
+line: the mean wall time of an optimizer step (Python's perf_counter around each step, the
+first excluded as dtrun's mean_step_s excludes it), the mean CPU time of the process in a step
+(process_time: every thread's), the steps timed, and the examples per step.
 
 usage: trl_objectives.py dpo|grpo MODEL_DIR DATA.jsonl --micro B --accum A --steps N --seq T
                          [--threads K] [--completion C --generations G --beta BETA]"""
@@ -39,14 +40,15 @@ def main():
                                   eos_token="<|endoftext|>", pad_token="<|endoftext|>")
     model = AutoModelForCausalLM.from_pretrained(o.model, torch_dtype=torch.float32)
     data = load_dataset("json", data_files=o.data, split="train")
-    times = []
+    times, cpu = [], []
 
-    class Clock(TrainerCallback):
+    class Clock(TrainerCallback):   # wall time and the process's CPU time (all its threads) per step
         def on_step_begin(self, args, state, control, **kw):
-            self.t0 = time.perf_counter()
+            self.t0, self.c0 = time.perf_counter(), time.process_time()
 
         def on_step_end(self, args, state, control, **kw):
             times.append(time.perf_counter() - self.t0)
+            cpu.append(time.process_time() - self.c0)
 
     out = tempfile.mkdtemp(prefix="trl_bench_")
     common = dict(output_dir=out, per_device_train_batch_size=o.micro, gradient_accumulation_steps=o.accum,
@@ -74,8 +76,10 @@ def main():
         per_step = o.micro * o.accum
     tr.train()
     timed = times[1:] if len(times) > 1 else times
+    ctimed = cpu[1:] if len(cpu) > 1 else cpu
     lens = [h.get("completions/mean_length") for h in tr.state.log_history if "completions/mean_length" in h]
-    print(json.dumps({"kind": o.kind, "step_s": sum(timed) / len(timed), "steps_timed": len(timed),
+    print(json.dumps({"kind": o.kind, "step_s": sum(timed) / len(timed), "cpu_s": sum(ctimed) / len(ctimed),
+                      "steps_timed": len(timed),
                       "examples_per_step": per_step, "threads": torch.get_num_threads(),
                       "mean_completion_length": sum(lens) / len(lens) if lens else None}))
 
