@@ -16,7 +16,7 @@
 # ckpt save, export from the first run; ckpt load from the resumed one.
 #
 # usage: bench/validate_mem.sh [BUILD_DIR] [--steps N] [--models "gpt2 gpt2-medium"]
-#                              [--methods "full freeze lora qlora qlora-bf16"]
+#                              [--methods "full freeze lora qlora qlora-bf16"] [--objectives "dpo grpo"]
 #                              [--worlds "1 2"] [--stages "0 1 2 3"] [--offload "none cpu"]
 #                              [--mem-factor X] [--quick] [--baseline DIR]
 #                              [--runtime-from PROFILE.json] [--sub-group-size N] [--tp N]
@@ -31,6 +31,16 @@
 #                 LLaMA-Factory's quantization_bit 4 with bf16: true); every other method is
 #                 planned fp32. Any catalog model
 #                 (--models "gpt2-medium qwen3-0.6b"); the text is the fortunes' bytes.
+#   --objectives O  objectives (issue 33 item 6; default none: next-token prediction on the
+#                 fortunes): dpo (dtplan --objective dpo: policy + frozen reference, chosen
+#                 and rejected in one batch of 2 x micro-batch 1) and grpo (--objective grpo
+#                 --num-generations 4 --max-completion-length 32, beta 0.04 so a reference is
+#                 held; micro-batch 2 x accumulation 2 = one group of 4 per rank and step),
+#                 on synthetic preference pairs / prompts written with the qwen2-mini
+#                 tokenizer (tests/tokenizer/data, 1500 ids) and prepared by dtrun prepare;
+#                 the objective's phases (objective, generate) get their own columns. Models
+#                 for objectives: catalog names or config.json paths (the recorded run's
+#                 Qwen3-0.6B block x 8: bench/objectives_model.py DIR writes DIR/config.json).
 #   --baseline DIR  also run every config with DIR/dtrun (an earlier build) first;
 #                 the tables then have a row per build ("before": DIR, "after":
 #                 BUILD_DIR) and OUT/compare.md puts the transient phases (start-up,
@@ -62,12 +72,13 @@
 # removed after it ran. docs/benchmarks.md has a recorded run.
 set -u
 BUILD=build STEPS=2 MODELS="gpt2 gpt2-medium" WORLDS="1 2" QUICK=0 FACTOR=1.3
-STAGES="0 1 2 3" MODES="none cpu" BASELINE="" RT_FROM="" SUBGROUP="" METHODS=full CALIBRATED=0 TP=1
+STAGES="0 1 2 3" MODES="none cpu" BASELINE="" RT_FROM="" SUBGROUP="" METHODS=full CALIBRATED=0 TP=1 OBJECTIVES=none
 while [ $# -gt 0 ]; do
     case "$1" in
     --steps) STEPS=$2; shift 2 ;;
     --models) MODELS=$2; shift 2 ;;
     --methods) METHODS=$2; shift 2 ;;
+    --objectives) OBJECTIVES=$2; shift 2 ;;
     --calibrated) CALIBRATED=1; shift ;;
     --worlds) WORLDS=$2; shift 2 ;;
     --stages) STAGES=$2; shift 2 ;;
@@ -78,7 +89,7 @@ while [ $# -gt 0 ]; do
     --runtime-from) RT_FROM=$2; shift 2 ;;
     --sub-group-size) SUBGROUP=$2; shift 2 ;;
     --tp) TP=$2; shift 2 ;;
-    -h | --help) sed -n '2,62p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,72p' "$0"; exit 0 ;;
     -*) echo "validate_mem.sh: unknown option '$1'" >&2; exit 2 ;;
     *) BUILD=$1; shift ;;
     esac
@@ -143,18 +154,40 @@ method_flags() {
 method_precision() { if [ "$1" = qlora-bf16 ]; then echo mixed-bf16; else echo fp32; fi; }
 for ft in $METHODS; do method_flags "$ft" >/dev/null || exit 2; done
 
-# plan MODEL STAGE OFFLOAD WORLD FILE RUNDIR METHOD
+# the dtplan flags and the prepared data of an objective (--objectives)
+GRPO_G=4 GRPO_COMPLETION=32
+objective_flags() {
+    case "$1" in
+    none) echo --data "$DATA" ;;
+    dpo) echo --objective dpo --data "$OUT/data-dpo" ;;
+    grpo) echo --objective grpo --num-generations $GRPO_G --max-completion-length $GRPO_COMPLETION \
+               --kl-coef 0.04 --data "$OUT/data-grpo" ;;
+    *) echo "validate_mem.sh: unknown objective '$1' (none, dpo, grpo)" >&2; return 1 ;;
+    esac
+}
+for ob in $OBJECTIVES; do
+    objective_flags "$ob" >/dev/null || exit 2
+    [ "$ob" = none ] && continue
+    python3 "$SRC/bench/objectives_data.py" "$ob" "$OUT/$ob.jsonl" || exit 2
+    fmt=pairs; [ "$ob" = grpo ] && fmt=prompts
+    "$DTRUN" prepare --format $fmt --tokenizer "$SRC/tests/tokenizer/data/qwen2-mini.json" --out "$OUT/data-$ob" \
+        --val-fraction 0 --seq 128 --quiet "$OUT/$ob.jsonl" ||
+        { echo "validate_mem.sh: dtrun prepare --format $fmt failed" >&2; exit 2; }
+done
+
+# plan MODEL STAGE OFFLOAD WORLD FILE RUNDIR METHOD OBJECTIVE
 plan() {
-    local m=$1 s=$2 o=$3 w=$4 f=$5 d=$6 ft=$7
+    local m=$1 s=$2 o=$3 w=$4 f=$5 d=$6 ft=$7 ob=$8
+    local per=1; [ "$ob" = grpo ] && per=$GRPO_G   # grpo: one group of G completions per rank and step
     [ "$o" = nvme ] && mkdir -p "$OUT/nvme"
     "$DTPLAN" solve --mem "$MEM_LIMIT" --hardware "$OUT/cpu-here.json" --model "$m" --seq 128 $(method_flags "$ft") \
-        --precision "$(method_precision "$ft")" --no-layouts --gpus "$w" --global-batch "$w" --data "$DATA" --steps $((STEPS + 1)) \
+        --precision "$(method_precision "$ft")" --no-layouts --gpus "$w" --global-batch $((w * per)) $(objective_flags "$ob") --steps $((STEPS + 1)) \
         --eval-interval 2 --out "$d" -o "$f" ${SUBGROUP:+--sub-group-size "$SUBGROUP"} \
         $([ "$o" = nvme ] && echo --nvme-path "$OUT/nvme") >/dev/null 2>"$OUT/solve.err" || {
         echo "  solve failed: $(tail -1 "$OUT/solve.err")"; return 1; }
-    python3 - "$f" "$s" "$o" "$w" "$OUT/nvme" "$TP" <<'PY'
+    python3 - "$f" "$s" "$o" "$w" "$OUT/nvme" "$TP" "$per" <<'PY'
 import json, sys
-f, s, o, w, nvme, tp = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5], int(sys.argv[6])
+f, s, o, w, nvme, tp, per = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5], int(sys.argv[6]), int(sys.argv[7])
 p = json.load(open(f))
 if tp > 1:   # TP x DP: the global batch is the DP group's (one sequence per DP rank)
     p["layout"] = {"tp": tp, "cp": 1, "pp": 1, "sequence_parallel": False}
@@ -162,7 +195,8 @@ if tp > 1:   # TP x DP: the global batch is the DP group's (one sequence per DP 
 p["parallel"].update(zero_stage=s, offload_optimizer=o,
                      offload_param="cpu" if o == "cpu" and s == 3 else "none",
                      nvme_path=nvme if o == "nvme" else "")
-p["batch"].update(micro_batch=1, grad_accum=1, global_batch=w)
+# grpo: micro-batch 2 x accumulation 2 = the rank's group of G = 4
+p["batch"].update(micro_batch=per // 2 if per > 1 else 1, grad_accum=2 if per > 1 else 1, global_batch=w * per)
 p["activations"]["ckpt_layers"] = 0
 p["data"].update(eval_interval=2, eval_batches=1)
 p["output"].update(save_interval=0, keep_last=1)
@@ -200,19 +234,21 @@ PY
 
 [ "$QUICK" = 1 ] && { MODES=none; STAGES="0 3"; }
 for m in $MODELS; do
+  for ob in $OBJECTIVES; do
   for ft in $METHODS; do
     for w in $WORLDS; do
       for s in $STAGES; do
         for o in $MODES; do
           [ "$s" = 0 ] && [ "$o" = cpu ] && continue
           [ "$s" != 3 ] && [ "$o" = nvme ] && continue   # DeepSpeed: NVMe optimizer offload needs stage 3
-          label="$m $ft ZeRO-$s offload $o, $w rank(s)$([ "$TP" -gt 1 ] && echo " (tp $TP)")"
+          fl=$ft; [ "$ob" != none ] && fl="$ft $ob"   # the table's method column: "full dpo"
+          label="$m $fl ZeRO-$s offload $o, $w rank(s)$([ "$TP" -gt 1 ] && echo " (tp $TP)")"
           if [ "$TP" -gt 1 ] && { [ "$o" != none ] || [ $((w % TP)) != 0 ]; }; then
               echo "$label: skipped (tp $TP: no offload, a world that tp divides)" | tee -a "$OUT/skipped.txt"; continue
           fi
           f=$OUT/plan.json d=$OUT/run
           rm -rf "$d"
-          plan "$m" "$s" "$o" "$w" "$f" "$d" "$ft" || { echo "$label: skipped (no plan)" | tee -a "$OUT/skipped.txt"; continue; }
+          plan "$m" "$s" "$o" "$w" "$f" "$d" "$ft" "$ob" || { echo "$label: skipped (no plan)" | tee -a "$OUT/skipped.txt"; continue; }
           need=$(predicted_all_ranks "$f" "$w")
           avail=$(($(awk '/^MemAvailable:/ {print $2}' /proc/meminfo) * 1024))
           want=$(python3 -c "print(int($need * $FACTOR))")
@@ -233,10 +269,10 @@ for m in $MODELS; do
             if ! "$run" "$f" --out "$d" --resume --max-steps $((STEPS + 1)) --no-progress >"$OUT/run2.log" 2>&1; then
                 echo "$label ($bl): FAILED (resumed run): $(tail -2 "$OUT/run2.log")" | tee -a "$OUT/skipped.txt"; continue
             fi
-            python3 - "$d" "$m" "$s" "$o" "$w" "$bl" "$ft" "$TP" >>"$OUT/rows.tsv" <<'PY'
+            python3 - "$d" "$m" "$s" "$o" "$w" "$bl" "$fl" "$TP" >>"$OUT/rows.tsv" <<'PY'
 import json, sys
 d, m, s, o, w, bl, ft, tp = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6], sys.argv[7], sys.argv[8]
-PH = ["startup", "forward", "backward", "optimizer", "eval", "ckpt_save", "ckpt_load", "export"]
+PH = ["startup", "forward", "backward", "objective", "generate", "optimizer", "eval", "ckpt_save", "ckpt_load", "export"]
 for r in range(w):
     name = "run-report.json" if r == 0 else "run-report-rank%05d.json" % r
     rep = json.load(open(f"{d}/first/{name}"))
@@ -244,7 +280,8 @@ for r in range(w):
     step, pstep = rep["measured"].get("step_time_s"), rep["predicted"].get("step_time_s")
     second = json.load(open(f"{d}/{name}"))["real_memory"]["phases"]
     for ph in PH:
-        e = second[ph] if ph == "ckpt_load" else first[ph]
+        e = (second if ph == "ckpt_load" else first).get(ph)
+        if e is None: continue   # a build without the phase
         real, pred = e["real_peak_rss"], e["predicted_total"]
         tr = e["tracked"]["total"]
         ratio = real / pred if real and pred else float("nan")
@@ -257,12 +294,13 @@ PY
       done
     done
   done
+  done
 done
 
 python3 - "$OUT/rows.tsv" >"$OUT/table.md" <<'PY'
 import csv, sys
-PH = ["startup", "forward", "backward", "optimizer", "eval", "ckpt_save", "ckpt_load", "export"]
-LB = ["start-up", "forward", "backward", "optimizer", "eval", "ckpt save", "ckpt load", "export"]
+PH = ["startup", "forward", "backward", "objective", "generate", "optimizer", "eval", "ckpt_save", "ckpt_load", "export"]
+LB = ["start-up", "forward", "backward", "objective", "generate", "optimizer", "eval", "ckpt save", "ckpt load", "export"]
 MIB = 1 << 20
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 keys = []
@@ -281,10 +319,11 @@ def f(x):
     except (TypeError, ValueError): return float("nan")
 for k in keys:
     e = by[k]
-    pred = f(e["forward"]["predicted"]) if "forward" in e else float("nan")
+    ran = [ph for ph in ("forward", "objective") if ph in e and e[ph]["runs"] != "0"]   # objectives: their micro-step
+    pred = f(e[ran[0]]["predicted"]) if ran else float("nan")
     cells = []
     for ph in PH:   # each phase against its own prediction
-        if ph not in e or e[ph]["real"] in ("None", ""):
+        if ph not in e or e[ph]["real"] in ("None", "") or e[ph]["runs"] == "0":
             cells.append("-"); continue
         real = f(e[ph]["real"])
         cells.append(f"{real / MIB:.0f} ({real / f(e[ph]['predicted']):.2f})")
@@ -319,7 +358,7 @@ for k in keys:
 PY
 echo
 echo "real peak RSS per phase, MiB (real / predicted); predicted = the plan's figure for the rank and phase"
-echo "(column 'predicted MiB': the forward's; step s: rank's mean step time, the plan's prediction):"
+echo "(column 'predicted MiB': the forward's, an objective's micro-step's; step s: rank's mean step time, the plan's prediction):"
 cat "$OUT/table.md"
 if [ -n "$BASELINE" ]; then
     echo; echo "transient phases, before ($BASELINE) -> after ($BUILD), MiB (real / predicted):"; cat "$OUT/compare.md"

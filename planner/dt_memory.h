@@ -21,6 +21,13 @@ int dt_memory_estimate(const dt_plan *p, dt_mem_breakdown *out, dt_error *err);
  * n_params <= 0 means dt_model_params(&p->model). */
 int dt_memory_estimate_n(const dt_plan *p, int64_t n_params, dt_mem_breakdown *out, dt_error *err);
 
+/* The objective's terms (dt_objplan_terms, planner/dt_objplan.h) and, under the runtime dtrun,
+ * its reference model's activation buffer and scratch in bytes: the layout a full-fine-tuning
+ * policy of the reference's rows allocates (dpo: 2 x micro-batch, grpo: micro-batch), since
+ * dtrun's forward-only reference allocates that layout. t is a struct dt_obj_terms. */
+struct dt_obj_terms;
+void dt_memory_objective_terms(const dt_plan *p, struct dt_obj_terms *t);
+
 /* Runtime profiles deepspeed / fsdp (docs/memory-model.md "Runtime profiles"): the device
  * peak is the largest of what is live in each phase of the step, not the sum of every
  * term's own peak. dtrun keeps the sum (its engine allocates every buffer at once). */

@@ -43,13 +43,23 @@ typedef struct dt_obj_terms {
     int64_t gathered;           /* ZeRO-3: the rest of the policy gathered for generate */
     int64_t gen_total;          /* the generation phase's device total */
     int64_t gen_excess;         /* what it adds above the training peak (0 when below) */
+    /* the runtime dtrun, what its engine holds for the whole run (docs/objectives.md "Memory in
+     * dtrun"; every other runtime leaves these 0): */
+    int64_t ref_activations;    /* the reference's own activation buffer: a forward-only model
+                                 * allocates the full-fine-tuning layout (dt_memory_objective_terms) */
+    int64_t ref_buffers;        /* ... and its scratch (logits, loss, token ids) */
+    int64_t generator;          /* grpo: the generator, created once: an fp32 copy of every weight,
+                                 * the KV cache (kv_cache), the sampler's logits, scratch rows */
+    int64_t gen_unit;           /* grpo ZeRO-3: one gathered group (the largest), fp32 */
+    int64_t rollout_batch;      /* grpo: the step's rollout rows (ids, labels, mask) and per-row values */
     double ref_fwd_s;           /* reference (and ppo reward / critic value) forwards */
     double critic_s;            /* ppo: the critic's training */
     double prefill_s, decode_s; /* generation: prompts compute-bound, tokens memory-bound */
 } dt_obj_terms;
 
 /* The memory terms for p (all zero for pt / sft; the generation phase needs the peak:
- * dt_objplan_generation). */
+ * dt_objplan_generation). Under the runtime dtrun the reference's activations and scratch
+ * stay 0 here: dt_memory_objective_terms (dt_memory.h) fills them. */
 void dt_objplan_terms(const dt_plan *p, dt_obj_terms *out);
 /* Adds the time terms (reference forwards, critic, prefill, decode) to out. */
 int dt_objplan_time(const dt_plan *p, dt_obj_terms *out, dt_error *err);

@@ -671,6 +671,21 @@ static int dtrun_tp_phases(const dt_plan *p, dt_mem_phases *out, dt_error *err) 
     return saturated(p, m, err);
 }
 
+void dt_memory_objective_terms(const dt_plan *p, dt_obj_terms *t) {
+    dt_objplan_terms(p, t);
+    if (!t->ref_held || p->runtime.kind != DT_RUNTIME_DTRUN) return;
+    /* dtrun's reference (engine/run/objective_pairs.c objrun_reference_open): a dt_lm of the
+     * policy's rows without checkpointing or a fine-tuning method, forward only (no gradient
+     * buffer; the activation and scratch layout of a trained model all the same) */
+    dt_plan ref;
+    int64_t n = 0;
+    if (!dt_objplan_shape(p, &n, &ref)) ref = *p;
+    dt_finetune_defaults(DT_FT_FULL, &ref.finetune);
+    ref.activations.ckpt_layers = 0;
+    t->ref_activations = dt_memory_activations(&ref, 0);
+    t->ref_buffers = compute_buffers(&ref);
+}
+
 int dt_memory_phases(const dt_plan *p, int64_t n_params, dt_mem_phases *out, dt_error *err) {
     memset(out, 0, sizeof *out);
     int rc = check_plan(p, err);
@@ -689,7 +704,7 @@ static int checked_phases(const dt_plan *p, int64_t n_params, dt_mem_phases *out
     dt_obj_terms ot;
     const int obj = dt_objplan_active(p);
     if (obj && dt_objplan_shape(orig, &n_params, &shaped)) p = &shaped;
-    if (obj) dt_objplan_terms(orig, &ot);
+    if (obj) dt_memory_objective_terms(orig, &ot);
     int rc = dt_vlmplan_check(p, err);
     if (rc) return rc;
     if (dt_layout_active(p)) {   /* TP / CP / PP: the binding pipeline stage (planner/parallel3d.c) */

@@ -6,6 +6,7 @@
 #include "dt_objplan.h"
 #include "dt_ftplan.h"
 #include "dt_model.h"
+#include "dt_pgroup.h"
 #include "dt_timemodel.h"
 
 #include <stdio.h>
@@ -74,6 +75,49 @@ static int64_t kv_per_token(const dt_plan *p) {
     return KV_TENSORS * m->n_layer * m->n_kv_head * m->head_dim * (int64_t)dt_dtype_size(p->precision.activation);
 }
 
+/* dtrun's generator (engine/model/lm_generate.c dt_gen_create), in fp32 floats: an fp32 copy
+ * of every weight; keys and values [S, L, M, kv d] each; per row (R = max(M, S)) the hidden
+ * state, its norm and a temporary [C] each, q k v [q d + 2 kv d], the attention output [q d],
+ * the MLP's input [2F for llama's gate and up, F for GPT-2] and activation [F], the norm's mean
+ * and rstd, q/k-norm's rstd [H + kv]; S rows of the last hidden state [C] and of logits [V];
+ * llama's RoPE tables [M, D/2] x 2; the sampler's probabilities (double) and order (int32) [V];
+ * one attention-score row [M] per OpenMP thread, counted for one (the plan does not know the
+ * threads: each more adds M x 4 bytes). Sized once for the step's rollout: S = the rank's
+ * completions (micro-batch x accumulation; dtrun generates them in one batch), M = seq_len. */
+static int64_t dtrun_generator(const dt_plan *p, int64_t n, int64_t S) {
+    const dt_model *m = &p->model;
+    const int llama = m->family != DT_FAMILY_GPT2;
+    const int64_t M = p->batch.seq_len, R = M > S ? M : S, C = m->hidden, V = m->vocab, F = m->ffn;
+    const int64_t D = llama ? m->head_dim : C / m->n_head, H = m->n_head, kv = m->n_kv_head;
+    const int64_t QD = H * D, KVD = kv * D;
+    const int64_t per_row = 3 * C + (QD + 2 * KVD) + QD + (llama ? 2 : 1) * F + F + 2 + (H + kv);
+    int64_t floats = n + KV_TENSORS * S * m->n_layer * M * KVD + R * per_row + S * C + S * V + M;
+    if (llama) floats += M * D;   /* cos and sin, [M, D/2] each */
+    return floats * FP32_BYTES + V * (int64_t)(sizeof(double) + sizeof(int32_t));
+}
+
+/* The largest parameter group dtrun's ZeRO-3 engine gathers, elements: its units (the
+ * embeddings, a block, the final norm with an untied head) over the trained set, unpadded
+ * (models/dt_pgroup.h dt_model_zero_units with one rank). */
+static int64_t largest_group(const dt_plan *p) {
+    int64_t emb = 0, other = 0, state = 0;
+    dt_model_zero_units(&p->model, &p->finetune, 1, &emb, &other, &state);
+    return emb > other ? emb : other;
+}
+
+static void dtrun_generation(const dt_plan *p, int64_t n, dt_obj_terms *t) {
+    const int64_t S = t->rollout_seqs, T = p->batch.seq_len;
+    t->gen_seqs = S;   /* dtrun decodes the whole rollout at once (no generation micro-batch) */
+    t->kv_cache = kv_per_token(p) * T * S;
+    t->sampler_logits = S * p->model.vocab * FP32_BYTES;
+    t->generator = dtrun_generator(p, n, S);
+    if (p->parallel.zero_stage == 3) t->gen_unit = largest_group(p) * FP32_BYTES;
+    /* dt_grpo_rollout (engine/run/dt_grpo.h): ids, labels (int32) and mask (fp32) per token,
+     * prompt and completion lengths (int64), reward and advantage (fp32) per row */
+    t->rollout_batch = S * T * (2 * (int64_t)sizeof(int32_t) + FP32_BYTES) +
+                       S * (2 * (int64_t)sizeof(int64_t) + 2 * FP32_BYTES);
+}
+
 static void memory_terms(const dt_plan *p, dt_obj_kind k, dt_obj_terms *t) {
     const dt_objective *o = &p->objective;
     const int64_t n = dt_objplan_policy_params(p);
@@ -86,7 +130,10 @@ static void memory_terms(const dt_plan *p, dt_obj_kind k, dt_obj_terms *t) {
     if (dt_ft_is_lora(&p->finetune)) ref = 0;
     t->ref_held = ref;
     t->split = k == DT_OBJ_PPO && o->placement == DT_PLACE_SPLIT;
-    if (ref) t->ref_weights = frozen_copy(p, n);
+    /* dtrun's reference is a flat, replicated copy at every stage (engine/run/objective_pairs.c
+     * objrun_reference_open): ZeRO-3 does not partition it */
+    const int dtrun = p->runtime.kind == DT_RUNTIME_DTRUN;
+    if (ref) t->ref_weights = dtrun ? n * (int64_t)dt_dtype_size(p->precision.param) : frozen_copy(p, n);
     if (k == DT_OBJ_PPO) {
         /* critic and reward: the policy's architecture with a score head (DeepSpeed-Chat
          * create_critic_model / create_reward_model, OpenRLHF get_llm_for_sequence_regression) */
@@ -109,6 +156,10 @@ static void memory_terms(const dt_plan *p, dt_obj_kind k, dt_obj_terms *t) {
     t->rollout_seqs = p->batch.micro_batch * p->batch.grad_accum;
     t->gen_seqs = o->gen_batch > 0 && o->gen_batch < t->rollout_seqs ? o->gen_batch : t->rollout_seqs;
     if (t->gen_engine) return;   /* the engine's KV cache lives in its reservation */
+    if (dtrun) {
+        dtrun_generation(p, n, t);
+        return;
+    }
     t->kv_cache = kv_per_token(p) * p->batch.seq_len * t->gen_seqs;
     t->sampler_logits = t->gen_seqs * p->model.vocab * ((int64_t)dt_dtype_size(p->precision.activation) + FP32_BYTES);
     if (p->parallel.zero_stage == 3) {
@@ -180,15 +231,22 @@ void dt_objplan_add_phase(const dt_obj_terms *t, dt_mem_breakdown *m) {
     m->params += t->ref_weights + t->reward_weights + cp;
     m->grads += cg;
     m->optimizer += co;
-    m->buffers += t->gen_engine;
+    m->activations += t->ref_activations;
+    m->buffers += t->gen_engine + t->ref_buffers + t->generator + t->gen_unit + t->rollout_batch;
 }
 
 void dt_objplan_generation(const dt_plan *p, dt_obj_terms *t, dt_mem_phases *ph, int apply) {
     if (!dt_obj_generates(kind_of(p))) return;
     /* generation runs before the step's forward: the weights (every model's) and optimizer
      * state stay, the gradients are freed (zero_grad set_to_none), no activations */
-    const int at = p->runtime.kind == DT_RUNTIME_DTRUN ? DT_MEM_PHASE_SUM : DT_MEM_PHASE_STEP;
-    const dt_mem_breakdown *s = &ph->at[at];
+    if (p->runtime.kind == DT_RUNTIME_DTRUN) {
+        /* dtrun allocates the generator, its cache and the rollout up front (in buffers): the
+         * generation phase holds what every phase holds */
+        t->gen_total = ph->at[DT_MEM_PHASE_SUM].total;
+        t->gen_excess = 0;
+        return;
+    }
+    const dt_mem_breakdown *s = &ph->at[DT_MEM_PHASE_STEP];
     t->gen_total = s->params + s->optimizer + s->reserve + t->gen_engine + t->kv_cache + t->sampler_logits +
                    t->gathered;
     dt_mem_breakdown *pk = &ph->at[ph->peak];
@@ -205,7 +263,8 @@ void dt_objplan_describe(const dt_plan *p, char *buf, size_t n) {
     const dt_objective *o = &p->objective;
     dt_obj_terms t;
     dt_objplan_terms(p, &t);
-    const char *where = p->parallel.zero_stage == 3 ? "partitioned (ZeRO-3)" : "replicated (partitioned under ZeRO-3)";
+    const char *where = p->runtime.kind == DT_RUNTIME_DTRUN ? "replicated (dtrun: at every stage)"
+                        : p->parallel.zero_stage == 3 ? "partitioned (ZeRO-3)" : "replicated (partitioned under ZeRO-3)";
     switch (k) {
     case DT_OBJ_RM:
         snprintf(buf, n, "rm: the model + %s, 2 sequences per example",

@@ -170,7 +170,7 @@ void dt_obj_print_terms(const dt_plan *p, dt_units u) {
     dt_obj_terms t;
     dt_mem_phases ph;
     dt_error e = {0};
-    dt_objplan_terms(p, &t);
+    dt_memory_objective_terms(p, &t);
     if (dt_memory_phases(p, p->model.requested_params, &ph, &e)) return;
     dt_objplan_generation(p, &t, &ph, 0);   /* measured against the reported peak: excess already in */
     const dt_mem_breakdown *m = &ph.at[ph.peak];
@@ -190,9 +190,16 @@ void dt_obj_print_terms(const dt_plan *p, dt_units u) {
                                                    : "trained, score head h -> 1 instead of the LM head");
     row(pol, "grads", m->grads - crit_g, u, "");
     row(pol, "optimizer", m->optimizer - crit_o, u, "");
-    row(pol, "activ", m->activations, u, pairs ? "chosen + rejected: 2 x micro-batch sequences" : "kept for backward");
+    row(pol, "activ", m->activations - t.ref_activations, u,
+        pairs ? "chosen + rejected: 2 x micro-batch sequences" : "kept for backward");
+    const int dtrun = p->runtime.kind == DT_RUNTIME_DTRUN;
     if (t.ref_held && !t.split)
-        row("reference", "weights", t.ref_weights, u, p->parallel.zero_stage == 3 ? "frozen, forward only; partitioned (ZeRO-3)" : "frozen, forward only; replicated on every rank");
+        row("reference", "weights", t.ref_weights, u,
+            dtrun ? "frozen, forward only; replicated on every rank at every stage (dtrun)"
+            : p->parallel.zero_stage == 3 ? "frozen, forward only; partitioned (ZeRO-3)"
+                                          : "frozen, forward only; replicated on every rank");
+    if (t.ref_activations) row("reference", "activ", t.ref_activations, u, "dtrun: its own activation buffer (its rows)");
+    if (t.ref_buffers) row("reference", "buffers", t.ref_buffers, u, "dtrun: its logits and scratch");
     if (k == DT_OBJ_PPO) {
         row("critic", "weights", crit_p, u, "trained (the policy's architecture + a score head)");
         row("critic", "grads", crit_g, u, "");
@@ -205,7 +212,12 @@ void dt_obj_print_terms(const dt_plan *p, dt_units u) {
         row("generation", "KV cache", t.kv_cache, u, "2 L kv d bytes x seq_len x sequences in flight");
         row("generation", "logits", t.sampler_logits, u, "sampler: last position's logits + fp32 copy");
         if (t.gathered) row("generation", "gathered", t.gathered, u, "ZeRO-3: the policy's other partitions for generate");
-        row("generation", "phase", t.gen_total, u, t.gen_total >= m->total ? "the step's peak: its excess over training is in buffers" : "below the training peak");
+        if (t.generator) row("generation", "generator", t.generator, u, "dtrun: fp32 weights + KV cache + logits + scratch, held all run");
+        if (t.gen_unit) row("generation", "unit", t.gen_unit, u, "dtrun ZeRO-3: the largest group, gathered for the generator");
+        if (t.rollout_batch) row("generation", "rollout", t.rollout_batch, u, "ids, labels, mask per token; lengths, rewards");
+        row("generation", "phase", t.gen_total, u,
+            dtrun ? "dtrun: allocated up front, every phase holds it (the total)"
+            : t.gen_total >= m->total ? "the step's peak: its excess over training is in buffers" : "below the training peak");
     }
     if (dt_objplan_time(p, &t, &e)) return;
     if (dt_objplan_step_s(&t) <= 0) return;   /* rm: one model, no phase of its own */

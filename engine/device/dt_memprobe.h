@@ -48,7 +48,10 @@ typedef enum {
     DT_PHASE_CKPT_SAVE = 5,  /* a checkpoint save (contains the export) */
     DT_PHASE_CKPT_LOAD = 6,  /* loading a checkpoint to resume (inside start-up) */
     DT_PHASE_EXPORT = 7,     /* writing the consolidated weights (model.safetensors, config.json) */
-    DT_PHASE_COUNT = 8
+    DT_PHASE_OBJECTIVE = 8,  /* an objective's micro-step (rm / dpo / grpo: the reference's forward,
+                              * the policy's forward and backward; grpo's rollout at a step's first) */
+    DT_PHASE_GENERATE = 9,   /* grpo's rollout: generation, rewards, advantages (inside objective) */
+    DT_PHASE_COUNT = 10
 } dt_phase;
 
 typedef enum {

@@ -225,13 +225,15 @@ int64_t dt_memprobe_rss_now(void) {
 
 const char *dt_phase_name(dt_phase p) {
     static const char *n[DT_PHASE_COUNT] = {"startup",   "forward",   "backward",  "optimizer",
-                                            "eval",      "ckpt_save", "ckpt_load", "export"};
+                                            "eval",      "ckpt_save", "ckpt_load", "export",
+                                            "objective", "generate"};
     return (int)p >= 0 && p < DT_PHASE_COUNT ? n[p] : "?";
 }
 
 const char *dt_phase_label(dt_phase p) {
     static const char *n[DT_PHASE_COUNT] = {"start-up",  "forward",   "backward",  "optimizer",
-                                            "eval",      "ckpt save", "ckpt load", "export"};
+                                            "eval",      "ckpt save", "ckpt load", "export",
+                                            "objective", "generate"};
     return (int)p >= 0 && p < DT_PHASE_COUNT ? n[p] : "?";
 }
 

@@ -18,6 +18,7 @@
 
 #include "dt_finetune.h"
 #include "dt_generate.h"
+#include "dt_memtrack.h"
 #include "dt_ops.h"
 #include "lm_internal.h"
 
@@ -192,10 +193,16 @@ static size_t layout_all(dt_gen *gen) {
 /* ----------------------------------------------------------------------------
  * create / free */
 
-static float *gen_alloc(dt_gen *gen, size_t n) {
-    gen->bytes += n * sizeof(float);
-    return calloc(n ? n : 1, sizeof(float));
+/* Every buffer through dt_memtrack (category buffers, host pool: the generator computes on
+ * the CPU), so a run's tracked bytes and the planner's generator term (docs/objectives.md
+ * "Memory in dtrun") count it; zero-filled as calloc. */
+static void *gen_track(dt_gen *gen, size_t bytes) {
+    if (!bytes) bytes = sizeof(float);
+    gen->bytes += bytes;
+    return dt_mem_alloc(DT_POOL_HOST, DT_MEM_BUFFERS, bytes);
 }
+
+static float *gen_alloc(dt_gen *gen, size_t n) { return gen_track(gen, n * sizeof(float)); }
 
 int dt_gen_create(const dt_model *m, int64_t max_batch, int64_t max_len, dt_gen **out, dt_error *err) {
     *out = NULL;
@@ -242,9 +249,8 @@ int dt_gen_create(const dt_model *m, int64_t max_batch, int64_t max_len, dt_gen 
     gen->sel = gen_alloc(gen, (size_t)(S * C));
     gen->logits = gen_alloc(gen, (size_t)(S * gen->V));
     gen->scores = gen_alloc(gen, (size_t)(gen->nthreads * gen->M));
-    gen->prob = calloc((size_t)gen->V, sizeof *gen->prob);
-    gen->order = calloc((size_t)gen->V, sizeof *gen->order);
-    gen->bytes += (size_t)gen->V * (sizeof *gen->prob + sizeof *gen->order);
+    gen->prob = gen_track(gen, (size_t)gen->V * sizeof *gen->prob);
+    gen->order = gen_track(gen, (size_t)gen->V * sizeof *gen->order);
     int ok = gen->w && gen->kc && gen->vc && gen->x && gen->n && gen->tmp && gen->qkv && gen->att && gen->h1 &&
              gen->act && gen->mean && gen->rstd && gen->qkrstd && gen->sel && gen->logits && gen->scores &&
              gen->prob && gen->order;
@@ -268,9 +274,9 @@ void dt_gen_free(dt_gen *gen) {
     float *bufs[] = {gen->w,   gen->kc,   gen->vc,  gen->x,      gen->n,      gen->tmp,    gen->qkv,
                      gen->att, gen->h1,   gen->act, gen->mean,   gen->rstd,   gen->qkrstd, gen->sel,
                      gen->logits, gen->scores, gen->rope_cos, gen->rope_sin};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
-    free(gen->prob);
-    free(gen->order);
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dt_mem_free(bufs[i]);
+    dt_mem_free(gen->prob);
+    dt_mem_free(gen->order);
     free(gen->slots);
     free(gen);
 }

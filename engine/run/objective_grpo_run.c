@@ -25,6 +25,7 @@
 #include "dt_finetune.h"
 #include "dt_generate.h"
 #include "dt_grpo.h"
+#include "dt_memprobe.h"
 #include "dt_sha256.h"
 #include "dt_tokenizer.h"
 #include "dt_zero.h"
@@ -292,7 +293,9 @@ static int step_rollout(dt_objrun *o, dt_lm *g, dt_error *err) {
     const int64_t first = o->p.pos.cursor - o->P * o->p.world + o->p.rank * o->P;
     o->go.gen.seed = rollout_seed(o, o->p.pos.cursor - o->P * o->p.world);
     o->go.gen.first_stream = (uint64_t)((first - (o->p.pos.cursor - o->P * o->p.world)) * o->G);
+    dt_memprobe_begin(DT_PHASE_GENERATE);
     int rc = dt_grpo_rollout_run(o->gen, &o->go, o->prompts, o->P, decode, o, &o->roll, err);
+    dt_memprobe_end(DT_PHASE_GENERATE);
     if (rc) return rc;
     const dt_grpo_rollout *r = &o->roll;
     const double v[GM_N] = {0, r->m.reward, r->m.reward_std, r->m.frac_reward_zero_std, r->m.mean_length,

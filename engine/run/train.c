@@ -511,7 +511,9 @@ static int train_step(trainer *t, double *loss_out, double *lr_out, double *norm
         dt_lm_set_dropout(t->g, 1, dt_lm_dropout_key(t->plan->data.seed, t->st.step, (int64_t)t->rank * accum + a));
         if (t->obj) {   /* the objective's own batch, forwards, loss and backward */
             double oloss;
+            dt_memprobe_begin(DT_PHASE_OBJECTIVE);
             if (t->obj->micro(t->objr, t->g, (float)grad_scale, &oloss, err)) return err->code;
+            dt_memprobe_end(DT_PHASE_OBJECTIVE);
             loss_sum += oloss;
             continue;
         }
