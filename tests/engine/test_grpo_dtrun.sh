@@ -259,6 +259,7 @@ plan ir.json 1 0 6 --num-iterations 2
 resumes ir.json 2 4 "num_iterations 2 resume at step 4"
 dt_run_ranks "$DTRUN" 1 ir.json ic --max-steps 3 || fail "num_iterations 2 run to step 3"
 dt_bad "inside a grpo rollout's num_iterations 2 steps" "$DTRUN" ir.json --out ic --quiet --resume
+[ "$(wc -l <ic/metrics.jsonl)" = 3 ] || fail "a refused num_iterations resume changed ic/metrics.jsonl"
 dt_bad "--num-iterations is a grpo setting, not dpo's" "$DTPLAN" solve --model config.json --gpus 1 --mem 2G \
     --hardware cpu --objective dpo --num-iterations 2 --data pr --seq 6 --global-batch 8 --precision fp32 -o nd.json
 [ -e nd.json ] && fail "a refused --num-iterations wrote a plan"
