@@ -347,8 +347,9 @@ static int grpo_micro(dt_objrun *o, dt_lm *g, float grad_scale, double *loss, dt
     }
     dt_grpo_metrics m = {0};
     if (!rc) rc = forward_logps(o, g, r0, o->logp, err);
-    if (!rc) rc = dt_grpo_loss(&o->cfg, o->B, T, o->logp, old_logps(o, iter, r0), o->cfg.beta != 0 ? o->ref_logp : NULL,
-                               o->roll.adv + r0, o->roll.mask + r0 * T, o->d_logp, &m, err);
+    if (!rc) rc = dt_grpo_loss(&o->cfg, o->B, T, o->logp, old_logps(o, iter, r0),
+                               o->cfg.beta != 0 ? o->ref_logp : NULL, o->roll.adv + r0, o->roll.mask + r0 * T,
+                               o->d_logp, &m, err);
     /* d/dlogits = d/d(logits / temperature) / temperature */
     const float dscale = (float)(grad_scale / o->go.gen.temperature);
     for (int64_t i = 0; i < o->B * T && !rc; i++) o->d_logp[i] *= dscale;
@@ -367,9 +368,10 @@ static int grpo_resume_step(dt_objrun *o, int64_t step, dt_error *err) {
     const int64_t N = o->p.plan->objective.num_iterations;
     if (step % N == 0) return DT_OK;
     return dt_errorf(err, DT_EINVAL, "the checkpoint of step %lld is inside a grpo rollout's num_iterations %lld "
-                     "steps (step %lld of %lld): checkpoints keep no rollout; resume from a checkpoint at a multiple "
-                     "of %lld (dtplan solve --save-interval a multiple of %lld), or re-plan with --num-iterations 1",
-                     (long long)step, (long long)N, (long long)(step % N + 1), (long long)N, (long long)N, (long long)N);
+                     "steps (it ends the rollout's step %lld of %lld) and checkpoints keep no rollout: resume it with "
+                     "a plan of --num-iterations 1, or save and stop at multiples of %lld (dtplan solve "
+                     "--save-interval, dtrun --max-steps)",
+                     (long long)step, (long long)N, (long long)(step % N), (long long)N, (long long)N);
 }
 
 static int grpo_step_metrics(dt_objrun *o, dt_objrun_metrics *m, dt_error *err) {
@@ -401,4 +403,5 @@ static void grpo_free(dt_objrun *o) {
 const dt_objrun_ops dt_objrun_grpo = {
     .kind = DT_OBJ_GRPO, .rows_per_example = 1, .check = grpo_check, .configure = grpo_configure, .open = grpo_open,
     .micro = grpo_micro, .step_metrics = grpo_step_metrics, .evaluate = grpo_evaluate, .examples = objpairs_examples,
-    .get_pos = objpairs_get_pos, .set_pos = objpairs_set_pos, .resume_step = grpo_resume_step, .data_fingerprint = objpairs_fingerprint, .free = grpo_free};
+    .get_pos = objpairs_get_pos, .set_pos = objpairs_set_pos, .resume_step = grpo_resume_step,
+    .data_fingerprint = objpairs_fingerprint, .free = grpo_free};

@@ -13,7 +13,8 @@
 #   - num_iterations 2 (TRL's, the paper's mu): a rollout serves 2 steps (same rewards), the
 #     ratio is 1 on its first (nothing clipped) and leaves the clip range on a second;
 #     2 ranks take 1 rank's steps; a resume at a rollout's start continues bitwise, one inside
-#     its 2 steps is refused by name; --num-iterations 0 / 2x / with dpo refused by dtplan;
+#     its 2 steps is refused by name (its fix, a plan of num_iterations 1, resumes it);
+#     --num-iterations 0 / 2x / with dpo refused by dtplan;
 #   - bad input, one line and exit 2, nothing half-written: an empty prompt and a prompt longer
 #     than --seq (prepare names FILE:LINE; a previous output stays whole), a plan whose seq_len
 #     the prompt and completion exceed (dtrun names the record before any step), a record
@@ -260,6 +261,10 @@ resumes ir.json 2 4 "num_iterations 2 resume at step 4"
 dt_run_ranks "$DTRUN" 1 ir.json ic --max-steps 3 || fail "num_iterations 2 run to step 3"
 dt_bad "inside a grpo rollout's num_iterations 2 steps" "$DTRUN" ir.json --out ic --quiet --resume
 [ "$(wc -l <ic/metrics.jsonl)" = 3 ] || fail "a refused num_iterations resume changed ic/metrics.jsonl"
+plan ir1.json 1 0 6   # the refusal's fix: that checkpoint resumes with a plan of num_iterations 1
+set_batch ir1.json 32 5
+dt_run_ranks "$DTRUN" 1 ir1.json ic --resume && [ "$(wc -l <ic/metrics.jsonl)" = 6 ] ||
+    fail "the mid-rollout checkpoint does not resume with --num-iterations 1"
 dt_bad "--num-iterations is a grpo setting, not dpo's" "$DTPLAN" solve --model config.json --gpus 1 --mem 2G \
     --hardware cpu --objective dpo --num-iterations 2 --data pr --seq 6 --global-batch 8 --precision fp32 -o nd.json
 [ -e nd.json ] && fail "a refused --num-iterations wrote a plan"
