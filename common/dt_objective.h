@@ -51,6 +51,9 @@ typedef enum { DT_RM_HEAD_SCORE = 0, DT_RM_HEAD_VALUE = 1 } dt_rm_head;
 #define DT_OBJ_DEFAULT_COMPLETION 512
 #define DT_OBJ_DEFAULT_TEMPERATURE 1.0
 #define DT_OBJ_DEFAULT_TOP_P 1.0
+/* TRL GRPOConfig num_iterations default (trl 1.16 trainer/grpo_config.py; the GRPO paper's mu,
+ * DeepSeekMath section 4.1.2): one optimizer step per rollout */
+#define DT_OBJ_DEFAULT_ITERATIONS 1
 
 typedef struct dt_objective {
     dt_obj_kind kind;
@@ -69,6 +72,9 @@ typedef struct dt_objective {
     /* grpo: the sampler's temperature (> 0) and nucleus top_p (in (0, 1]; 1 keeps every token),
      * TRL GRPOConfig temperature / top_p; 0 for the other objectives */
     double temperature, top_p;
+    /* grpo: optimizer steps per rollout (TRL GRPOConfig num_iterations, >= 1): a rollout and the
+     * per-token log-probs of the policy that generated it serve that many steps; 0 for the others */
+    int64_t num_iterations;
     /* ppo: placement; a separate generation engine's share of each GPU's memory (vLLM's
      * gpu_memory_utilization; 0 = generation in the training engine) */
     dt_placement placement;
@@ -94,7 +100,7 @@ int dt_pref_loss_parse(const char *s, dt_pref_loss *out, dt_error *err);
 int dt_pref_loss_ref_free(dt_pref_loss l);
 const char *dt_rm_head_name(dt_rm_head h);          /* "score" | "value" */
 int dt_rm_head_parse(const char *s, dt_rm_head *out, dt_error *err);
-/* Defaults for kind k: grpo G 8, completion 512, beta 0, temperature 1, top_p 1; ppo 1 generation, completion 512,
+/* Defaults for kind k: grpo G 8, completion 512, beta 0, temperature 1, top_p 1, 1 iteration; ppo 1 generation, completion 512,
  * beta 0.05 (TRL PPOConfig kl_coef); dpo loss sigmoid, pref_beta 0.1; rm score head; the rest
  * zero. */
 void dt_objective_defaults(dt_obj_kind k, dt_objective *out);

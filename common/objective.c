@@ -54,6 +54,7 @@ void dt_objective_defaults(dt_obj_kind k, dt_objective *out) {
         out->num_generations = DT_OBJ_DEFAULT_GENERATIONS;
         out->temperature = DT_OBJ_DEFAULT_TEMPERATURE;
         out->top_p = DT_OBJ_DEFAULT_TOP_P;
+        out->num_iterations = DT_OBJ_DEFAULT_ITERATIONS;
     }
     if (k == DT_OBJ_PPO) out->num_generations = 1, out->kl_coef = PPO_DEFAULT_KL;
     if (k == DT_OBJ_DPO) out->pref_beta = DT_OBJ_DEFAULT_PREF_BETA;
@@ -95,6 +96,10 @@ int dt_objective_check(const dt_objective *o, int64_t seq_len, int64_t rollout_b
     if (o->kind != DT_OBJ_GRPO && (o->temperature != 0.0 || o->top_p != 0.0))
         return dt_errorf(err, DT_EINVAL, "%s: temperature and top-p are grpo settings, not %s's (drop them, or use "
                          "--objective grpo)", where, name);
+    if (o->kind == DT_OBJ_GRPO ? o->num_iterations < 1 : o->num_iterations != 0)
+        return dt_errorf(err, DT_EINVAL, "%s: num-iterations %" PRId64 ": %s", where, o->num_iterations,
+                         o->kind == DT_OBJ_GRPO ? "must be >= 1 (TRL's default is 1)"
+                                                : "a grpo setting (drop it, or use --objective grpo)");
     if (o->kind == DT_OBJ_GRPO && (!(o->temperature > 0.0) || !isfinite(o->temperature) || !(o->top_p > 0.0) ||
                                    !(o->top_p <= 1.0)))
         return dt_errorf(err, DT_EINVAL, "%s: temperature %g must be > 0 and top-p %g in (0, 1] (TRL's defaults: 1 "
@@ -140,6 +145,7 @@ void dt_objective_write_json(cJSON *root, const dt_objective *o) {
     if (o->kind == DT_OBJ_GRPO) {
         cJSON_AddNumberToObject(j, "temperature", o->temperature);
         cJSON_AddNumberToObject(j, "top_p", o->top_p);
+        cJSON_AddNumberToObject(j, "num_iterations", (double)o->num_iterations);
     }
     if (o->kind != DT_OBJ_PPO) return;
     cJSON_AddStringToObject(j, "placement", k_place[o->placement]);
@@ -178,8 +184,11 @@ void dt_objective_read_json(dt_jobj *root, dt_objective *o, dt_error *err) {
     if (!j.failed && o->kind == DT_OBJ_GRPO) {   /* optional (plans before them: TRL's 1 and 1) */
         o->temperature = DT_OBJ_DEFAULT_TEMPERATURE;
         o->top_p = DT_OBJ_DEFAULT_TOP_P;
+        o->num_iterations = DT_OBJ_DEFAULT_ITERATIONS;
         if (dt_jobj_has(&j, "temperature")) dt_jobj_num(&j, "temperature", DT_JNUM_POS, &o->temperature, err);
         if (!j.failed && dt_jobj_has(&j, "top_p")) dt_jobj_num(&j, "top_p", DT_JNUM_POS, &o->top_p, err);
+        if (!j.failed && dt_jobj_has(&j, "num_iterations"))
+            dt_jobj_int(&j, "num_iterations", 1, INT32_MAX, &o->num_iterations, err);
     }
     if (!j.failed && o->kind == DT_OBJ_PPO) {
         if (!dt_jobj_enum(&j, "placement", k_place, 2, &v, err)) o->placement = (dt_placement)v;

@@ -11,7 +11,7 @@ _dtplan_ft="--finetune --trainable-layers --trainable-modules --lora-rank --lora
 --prepare-kbit --vlm-stage --images-per-sample"
 # the objective options of estimate, solve and simulate (cli/dtplan/objopts.c)
 _dtplan_obj="--objective --precompute-ref --num-generations --max-completion-length --kl-coef --gen-batch --temperature
---top-p --placement --gen-mem-fraction --pref-loss --pref-beta --label-smoothing --rm-head"
+--top-p --placement --gen-mem-fraction --pref-loss --pref-beta --label-smoothing --rm-head --num-iterations"
 _dtplan() {
     local cur prev cmd i
     cur=${COMP_WORDS[COMP_CWORD]}

@@ -54,7 +54,8 @@ typedef struct dt_obj_terms {
     int64_t rollout_batch;      /* grpo: the step's rollout rows (ids, labels, mask) and per-row values */
     double ref_fwd_s;           /* reference (and ppo reward / critic value) forwards */
     double critic_s;            /* ppo: the critic's training */
-    double prefill_s, decode_s; /* generation: prompts compute-bound, tokens memory-bound */
+    double prefill_s, decode_s; /* generation per step: prompts compute-bound, tokens memory-bound
+                                 * (grpo: a rollout's over its num_iterations steps) */
 } dt_obj_terms;
 
 /* The memory terms for p (all zero for pt / sft; the generation phase needs the peak:

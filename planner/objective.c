@@ -195,6 +195,13 @@ static void generation_time(const dt_plan *p, dt_obj_terms *t) {
     const double kv = (double)kv_per_token(p) * (P + C / 2.0) * S;
     const double mem = (w + kv) / bw, cmp = FLOPS_PER_PARAM_TOKEN * N * S / R;
     t->decode_s = rounds * C * (mem > cmp ? mem : cmp);
+    /* grpo num_iterations: one rollout serves that many optimizer steps (TRL 1.16 GRPOTrainer
+     * _prepare_inputs regenerates every steps_per_generation x num_iterations micro-batches),
+     * so a step carries 1 / num_iterations of its generation */
+    if (p->objective.kind == DT_OBJ_GRPO && p->objective.num_iterations > 1) {
+        t->prefill_s /= (double)p->objective.num_iterations;
+        t->decode_s /= (double)p->objective.num_iterations;
+    }
 }
 
 void dt_objplan_terms(const dt_plan *p, dt_obj_terms *out) {

@@ -11,7 +11,7 @@
 
 enum {
     OBJ_KIND, OBJ_GEN, OBJ_COMPLETION, OBJ_KL, OBJ_GEN_BATCH, OBJ_TEMPERATURE, OBJ_TOP_P, OBJ_PLACEMENT, OBJ_GEN_MEM, OBJ_PREF_LOSS, OBJ_PREF_BETA,
-    OBJ_RM_HEAD, OBJ_LABEL_SMOOTHING, OBJ_N_VALUES
+    OBJ_RM_HEAD, OBJ_LABEL_SMOOTHING, OBJ_ITERATIONS, OBJ_N_VALUES
 };
 typedef struct dt_obj_args {
     const char *v[OBJ_N_VALUES];   /* option values as given, indexed by the OBJ_ enum */

@@ -23,7 +23,7 @@ static const struct {
     [OBJ_TOP_P] = {"--top-p", "0.9"},              [OBJ_PLACEMENT] = {"--placement", "colocated"},
     [OBJ_GEN_MEM] = {"--gen-mem-fraction", "0.3"},  [OBJ_PREF_LOSS] = {"--pref-loss", "sigmoid"},
     [OBJ_PREF_BETA] = {"--pref-beta", "0.1"},      [OBJ_RM_HEAD] = {"--rm-head", "value"},
-    [OBJ_LABEL_SMOOTHING] = {"--label-smoothing", "0.1"},
+    [OBJ_LABEL_SMOOTHING] = {"--label-smoothing", "0.1"}, [OBJ_ITERATIONS] = {"--num-iterations", "2"},
 };
 
 int dt_obj_args_take(dt_obj_args *a, int argc, char **argv, int *i, const char *cmd) {
@@ -65,6 +65,8 @@ void dt_obj_usage(FILE *f) {
                "  --gen-batch S         grpo/ppo: sequences decoded at once per GPU (default: the rank's rollout)\n"
                "  --temperature T       grpo: the sampler's temperature (default 1, TRL's; > 0)\n"
                "  --top-p P             grpo: nucleus sampling's top_p (default 1: every token; in (0, 1])\n"
+               "  --num-iterations N    grpo: optimizer steps per rollout (TRL's num_iterations, the paper's mu;\n"
+               "                        default 1; >= 2: the clipped ratio to the generating policy's log-probs)\n"
                "  --placement P         ppo: colocated (default) | split (frozen models on their own GPUs)\n"
                "  --gen-mem-fraction F  ppo: a separate generation engine's share of each GPU (vLLM's\n"
                "                        gpu_memory_utilization; default 0: generation in the training engine)\n");
@@ -109,9 +111,11 @@ int dt_obj_args_apply(const dt_obj_args *a, dt_plan *p) {
     if (a->v[OBJ_KL] && real(a, OBJ_KL, &o.kl_coef)) return 2;
     if (a->v[OBJ_TEMPERATURE] && real(a, OBJ_TEMPERATURE, &o.temperature)) return 2;
     if (a->v[OBJ_TOP_P] && real(a, OBJ_TOP_P, &o.top_p)) return 2;
-    if ((a->v[OBJ_TEMPERATURE] || a->v[OBJ_TOP_P]) && k != DT_OBJ_GRPO)
-        return dt_cli_fail(2, "%s is a grpo setting, not %s's (drop it, or use --objective grpo)",
-                           k_opts[a->v[OBJ_TEMPERATURE] ? OBJ_TEMPERATURE : OBJ_TOP_P].name, dt_obj_name(k));
+    if (a->v[OBJ_ITERATIONS] && integer(a, OBJ_ITERATIONS, 1, &o.num_iterations)) return 2;
+    for (int i = 0; i < OBJ_N_VALUES; i++)
+        if (a->v[i] && k != DT_OBJ_GRPO && (i == OBJ_TEMPERATURE || i == OBJ_TOP_P || i == OBJ_ITERATIONS))
+            return dt_cli_fail(2, "%s is a grpo setting, not %s's (drop it, or use --objective grpo)", k_opts[i].name,
+                               dt_obj_name(k));
     if (a->v[OBJ_GEN_MEM] && real(a, OBJ_GEN_MEM, &o.gen_mem_fraction)) return 2;
     dt_error pe = {0};
     if (a->v[OBJ_PREF_LOSS] && dt_pref_loss_parse(a->v[OBJ_PREF_LOSS], &o.pref_loss, &pe))
@@ -264,8 +268,8 @@ void dt_obj_print_framework(const dt_plan *p, FILE *f) {
                 o->rm_head == DT_RM_HEAD_VALUE ? "" : " (which trains a value head instead: plan --rm-head value)");
         break;
     case DT_OBJ_GRPO:
-        fprintf(f, "TRL GRPOConfig: num_generations=%" PRId64 ", max_completion_length=%" PRId64 ", beta=%g%s\n",
-                o->num_generations, o->completion_len, o->kl_coef,
+        fprintf(f, "TRL GRPOConfig: num_generations=%" PRId64 ", max_completion_length=%" PRId64 ", beta=%g, "
+                "num_iterations=%" PRId64 "%s\n", o->num_generations, o->completion_len, o->kl_coef, o->num_iterations,
                 p->parallel.zero_stage == 3 ? ", ds3_gather_for_generation=True" : "");
         break;
     default:

@@ -76,6 +76,9 @@ typedef struct dt_objrun_ops {
     int64_t (*examples)(const dt_objrun *o);
     dt_loader_pos (*get_pos)(const dt_objrun *o);
     int (*set_pos)(dt_objrun *o, dt_loader_pos pos, dt_error *err);
+    /* Optional (NULL: any step): checks that a resume at this optimizer step can continue
+     * (grpo: not inside a rollout's num_iterations steps); DT_EINVAL with the fix. */
+    int (*resume_step)(dt_objrun *o, int64_t step, dt_error *err);
     /* The tokenizer fingerprint of the data (hex, for checkpoints), "" none. */
     const char *(*data_fingerprint)(const dt_objrun *o);
     void (*free)(dt_objrun *o);

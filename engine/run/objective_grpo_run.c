@@ -14,6 +14,13 @@
  *   per micro-batch, its slice of rows: the reference's per-token log-probs when the KL
  *   coefficient is not 0 (a frozen replicated copy, or the policy with its adapters off under
  *   LoRA), the policy's forward, the loss's dL/dlogits and dt_lm_backward_logits.
+ * num_iterations N (TRL's, the GRPO paper's mu): a rollout serves N optimizer steps, each walking
+ * all its micro-batches (TRL 1.16 _prepare_inputs: generate_every = steps_per_generation x
+ * num_iterations micro-batches); the data advances once per rollout. The first step's forwards
+ * run on the generating weights, so their log-probs, detached, are the old_per_token_logps
+ * (TRL computes them at generation time; ours come from the same weights and rows without an
+ * extra forward) and its ratio is 1 as with N = 1; steps 2 .. N clip the ratio to them. A
+ * checkpoint inside a rollout's N steps does not keep the rollout: its resume is refused.
  * The plan's temperature and top_p sample the completions, and the log-probs of the loss (policy
  * and reference) are those of logits / temperature, as TRL's fused LM head computes them. reward
  * and reward_std are TRL's over the rewards of every rank (TRL gathers them before normalising).
@@ -48,6 +55,7 @@ struct dt_objrun {
     float *unit;                /* ZeRO-3: one gathered unit [largest group], for the generator */
     int64_t P, G;               /* prompts per step on this rank, completions per prompt */
     int64_t B, k;               /* completion rows per micro-batch; this micro-batch's index in the step */
+    int64_t iter;               /* this step's index among the rollout's num_iterations steps */
     dt_grpo_rollout roll;       /* the step's rollout on this rank: P x G rows */
     double rm[GM_N];            /* the step's rollout metrics (reward .. clipped_ratio) */
     dt_gen *gen;
@@ -59,6 +67,7 @@ struct dt_objrun {
     char **text;                /* [P, 2] each prompt's text and answer (decoded ids) */
     char *where;                /* [P, GRPO_WHERE_MAX] */
     float *logp, *ref_logp, *d_logp;   /* [B, T] */
+    float *old_logp;            /* num_iterations > 1: [P x G, T] the generating policy's log-probs */
     float *all_rewards;         /* [world, P x G] the step's rewards of every rank, in rank order */
 };
 
@@ -141,7 +150,10 @@ static int alloc_buffers(dt_objrun *o, dt_error *err) {
     o->ref_logp = malloc(BT * sizeof(float));
     o->d_logp = malloc(BT * sizeof(float));
     o->all_rewards = malloc((size_t)(o->p.world * o->P * o->G) * sizeof(float));
-    if (!o->prompts || !o->text || !o->where || !o->logp || !o->ref_logp || !o->d_logp || !o->all_rewards)
+    if (o->p.plan->objective.num_iterations > 1)
+        o->old_logp = malloc((size_t)(o->P * o->G * o->p.T) * sizeof(float));
+    if (!o->prompts || !o->text || !o->where || !o->logp || !o->ref_logp || !o->d_logp || !o->all_rewards ||
+        (o->p.plan->objective.num_iterations > 1 && !o->old_logp))
         return dt_errorf(err, DT_ENOMEM, "grpo: out of memory for a step's %zu prompts", P);
     return DT_OK;
 }
@@ -309,10 +321,27 @@ static int step_rollout(dt_objrun *o, dt_lm *g, dt_error *err) {
     return DT_OK;
 }
 
-static int grpo_micro(dt_objrun *o, dt_lm *g, float grad_scale, double *loss, dt_error *err) {
-    if (o->k == 0 && step_rollout(o, g, err)) return err->code;
-    const int64_t r0 = o->k * o->B, T = o->p.T, V = dt_lm_logits_width(g);
+/* The old log-probs the loss clips against: none in a rollout's first step (its forwards run
+ * on the generating weights: TRL's per_token_logps.detach(), ratio 1), whose logp rows are
+ * kept for steps 2 .. num_iterations. */
+static const float *old_logps(dt_objrun *o, int64_t iter, int64_t r0) {
+    float *old = o->old_logp ? o->old_logp + r0 * o->p.T : NULL;
+    if (!old) return NULL;
+    if (iter > 0) return old;
+    memcpy(old, o->logp, (size_t)(o->B * o->p.T) * sizeof(float));
+    return NULL;
+}
+
+/* The next micro-batch's place: k in the step, iter among the rollout's steps. */
+static void next_micro(dt_objrun *o) {
     o->k = (o->k + 1) % o->p.plan->batch.grad_accum;
+    if (o->k == 0) o->iter = (o->iter + 1) % o->p.plan->objective.num_iterations;
+}
+
+static int grpo_micro(dt_objrun *o, dt_lm *g, float grad_scale, double *loss, dt_error *err) {
+    if (o->k == 0 && o->iter == 0 && step_rollout(o, g, err)) return err->code;
+    const int64_t r0 = o->k * o->B, T = o->p.T, V = dt_lm_logits_width(g), iter = o->iter;
+    next_micro(o);
     int rc = DT_OK;
     if (o->cfg.beta != 0) {   /* the reference: the frozen copy, or the policy's base (LoRA) */
         dt_lm_set_adapters(g, o->ref != NULL);
@@ -321,8 +350,9 @@ static int grpo_micro(dt_objrun *o, dt_lm *g, float grad_scale, double *loss, dt
     }
     dt_grpo_metrics m = {0};
     if (!rc) rc = forward_logps(o, g, r0, o->logp, err);
-    if (!rc) rc = dt_grpo_loss(&o->cfg, o->B, T, o->logp, NULL, o->cfg.beta != 0 ? o->ref_logp : NULL,
-                               o->roll.adv + r0, o->roll.mask + r0 * T, o->d_logp, &m, err);
+    if (!rc) rc = dt_grpo_loss(&o->cfg, o->B, T, o->logp, old_logps(o, iter, r0),
+                               o->cfg.beta != 0 ? o->ref_logp : NULL, o->roll.adv + r0, o->roll.mask + r0 * T,
+                               o->d_logp, &m, err);
     /* d/dlogits = d/d(logits / temperature) / temperature */
     const float dscale = (float)(grad_scale / o->go.gen.temperature);
     for (int64_t i = 0; i < o->B * T && !rc; i++) o->d_logp[i] *= dscale;
@@ -334,6 +364,17 @@ static int grpo_micro(dt_objrun *o, dt_lm *g, float grad_scale, double *loss, dt
     objpairs_add(&o->p, o->rm, GM_N);
     *loss = m.loss;
     return DT_OK;
+}
+
+/* A resume at step: inside a rollout's num_iterations steps the rollout is not in the checkpoint. */
+static int grpo_resume_step(dt_objrun *o, int64_t step, dt_error *err) {
+    const int64_t N = o->p.plan->objective.num_iterations;
+    if (step % N == 0) return DT_OK;
+    return dt_errorf(err, DT_EINVAL, "the checkpoint of step %lld is inside a grpo rollout's num_iterations %lld "
+                     "steps (it ends the rollout's step %lld of %lld) and checkpoints keep no rollout: resume it with "
+                     "a plan of --num-iterations 1, or save and stop at multiples of %lld (dtplan solve "
+                     "--save-interval, dtrun --max-steps)",
+                     (long long)step, (long long)N, (long long)(step % N), (long long)N, (long long)N);
 }
 
 static int grpo_step_metrics(dt_objrun *o, dt_objrun_metrics *m, dt_error *err) {
@@ -358,11 +399,12 @@ static void grpo_free(dt_objrun *o) {
     dt_tok_free(o->tok);
     for (int64_t b = 0; o->text && b < 2 * o->P; b++) free(o->text[b]);
     free(o->text), free(o->prompts), free(o->where);
-    free(o->logp), free(o->ref_logp), free(o->d_logp), free(o->all_rewards);
+    free(o->logp), free(o->ref_logp), free(o->d_logp), free(o->all_rewards), free(o->old_logp);
     free(o);
 }
 
 const dt_objrun_ops dt_objrun_grpo = {
     .kind = DT_OBJ_GRPO, .rows_per_example = 1, .check = grpo_check, .configure = grpo_configure, .open = grpo_open,
     .micro = grpo_micro, .step_metrics = grpo_step_metrics, .evaluate = grpo_evaluate, .examples = objpairs_examples,
-    .get_pos = objpairs_get_pos, .set_pos = objpairs_set_pos, .data_fingerprint = objpairs_fingerprint, .free = grpo_free};
+    .get_pos = objpairs_get_pos, .set_pos = objpairs_set_pos, .resume_step = grpo_resume_step,
+    .data_fingerprint = objpairs_fingerprint, .free = grpo_free};

@@ -310,6 +310,7 @@ static int init_weights(trainer *t, int64_t *resumed_from, dt_error *err) {
             if (t->opts->log && t->rank == 0 && saved_world != t->world)
                 fprintf(t->opts->log, "dtrun: optimizer state of %lld shard(s) resharded for %d rank(s), stage %d\n",
                         (long long)saved_world, t->world, p->parallel.zero_stage);
+            if (t->obj && t->obj->resume_step && t->obj->resume_step(t->objr, step, err)) return err->code;
             return t->obj ? t->obj->set_pos(t->objr, t->st.data, err) : dt_loader_set_pos(t->train_l, t->st.data, err);
         }
         if (t->opts->log) fprintf(t->opts->log, "dtrun: no checkpoint in %s, starting from step 0\n", t->out_dir);

@@ -10,6 +10,11 @@
 #     steps as 1 rank with accumulation 2 (rollouts seeded by the data, not the rank);
 #   - a group spread over micro-batches (8 x 20 with G 16) takes the same step as 160 x 1;
 #   - a resume from a checkpoint continues bitwise; LoRA with beta 0.04 (reference = adapters off);
+#   - num_iterations 2 (TRL's, the paper's mu): a rollout serves 2 steps (same rewards), the
+#     ratio is 1 on its first (nothing clipped) and leaves the clip range on a second;
+#     2 ranks take 1 rank's steps; a resume at a rollout's start continues bitwise, one inside
+#     its 2 steps is refused by name (its fix, a plan of num_iterations 1, resumes it);
+#     --num-iterations 0 / 2x / with dpo refused by dtplan;
 #   - bad input, one line and exit 2, nothing half-written: an empty prompt and a prompt longer
 #     than --seq (prepare names FILE:LINE; a previous output stays whole), a plan whose seq_len
 #     the prompt and completion exceed (dtrun names the record before any step), a record
@@ -192,15 +197,15 @@ PY
 else
     fail "grpo runs at temperature 0.7"
 fi
-# bad sampler settings: one line, exit 2, no plan written
-for bad in "--temperature 0" "--top-p 1.5" "--top-p 0"; do
+# bad sampler and iteration settings: one line, exit 2, no plan written
+for bad in "--temperature 0" "--top-p 1.5" "--top-p 0" "--num-iterations 0" "--num-iterations 2x"; do
     rm -f bad.json
     # shellcheck disable=SC2086
     "$DTPLAN" solve --model config.json --gpus 1 --mem 2G --hardware cpu --objective grpo --num-generations 16 \
         --max-completion-length 2 --data pr --seq 6 --global-batch 160 --precision fp32 $bad -o bad.json \
         >/dev/null 2>err.txt
     rc=$?
-    if [ $rc -ne 2 ] || [ "$(wc -l <err.txt)" -ne 1 ] || ! grep -q "temperature\|top-p" err.txt || [ -e bad.json ]; then
+    if [ $rc -ne 2 ] || [ "$(wc -l <err.txt)" -ne 1 ] || ! grep -q "temperature\|top-p\|num-iterations" err.txt || [ -e bad.json ]; then
         fail "$bad: exit $rc, $(cat err.txt)"
     else
         echo "ok   $bad refused: $(cat err.txt)"
@@ -208,18 +213,61 @@ for bad in "--temperature 0" "--top-p 1.5" "--top-p 0"; do
 done
 
 # ---- a resume continues bitwise (2 prompts per micro-batch, accumulation 5) ----
+resumes() {   # resumes PLAN SAVE STOP WHAT: 6 steps, saved every SAVE; stopped at STOP and resumed, the same
+    local pl=$1 every=$2 stop=$3 what=$4
+    set_batch "$pl" 32 5
+    python3 -c 'import json, sys; p = json.load(open(sys.argv[1])); p["output"].update(save_interval=int(sys.argv[2]),
+keep_last=4); json.dump(p, open(sys.argv[1], "w"))' "$pl" "$every"
+    if dt_run_ranks "$DTRUN" 1 "$pl" "$pl.a" && dt_run_ranks "$DTRUN" 1 "$pl" "$pl.b" --max-steps "$stop" &&
+       dt_run_ranks "$DTRUN" 1 "$pl" "$pl.b" --resume; then
+        python3 -c 'import json, sys; k = ("step", "loss", "reward", "grad_norm"); r = lambda d: [[json.loads(l)[x]
+for x in k] for l in open(d + "/metrics.jsonl")]; sys.exit(r(sys.argv[1]) != r(sys.argv[2]))' "$pl.a" "$pl.b" &&
+            echo "ok   $what: steps $((stop + 1))-6 equal the uninterrupted run's" || fail "$what: the resumed run differs"
+    else
+        fail "$what: runs"
+    fi
+}
 plan gr.json 1 0 6
-set_batch gr.json 32 5
-python3 -c 'import json; p = json.load(open("gr.json")); p["output"].update(save_interval=3, keep_last=4)
-json.dump(p, open("gr.json", "w"))'
-if dt_run_ranks "$DTRUN" 1 gr.json ra && dt_run_ranks "$DTRUN" 1 gr.json rb --max-steps 3 &&
-   dt_run_ranks "$DTRUN" 1 gr.json rb --resume; then
-    python3 -c 'import json, sys; k = ("step", "loss", "reward", "grad_norm"); r = lambda d: [[json.loads(l)[x]
-for x in k] for l in open(d + "/metrics.jsonl")]; sys.exit(r("ra") != r("rb"))' &&
-        echo "ok   grpo resume: steps 4-6 equal the uninterrupted run's" || fail "a resumed grpo run differs"
+resumes gr.json 3 3 "grpo resume"
+
+# ---- num_iterations 2 (TRL's, the paper's mu): a rollout serves 2 steps, the second clips its
+# ratio to the generating policy's log-probs; 2 ranks take 1 rank's steps; a resume at a rollout's
+# start continues bitwise, one inside it is refused by name ----
+plan i1.json 1 0 6 --num-iterations 2
+set_batch i1.json 80 2
+plan i2.json 2 1 6 --num-iterations 2
+set_batch i2.json 80 1
+python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["objective"]["num_iterations"] != 2)' i2.json ||
+    fail "the plan lacks num_iterations 2"
+if dt_run_ranks "$DTRUN" 1 i1.json i1 && dt_run_ranks "$DTRUN" 2 i2.json i2; then
+    same_steps i1 i2 "grpo num_iterations 2 on 2 ranks (ZeRO-1)"
+    python3 - <<PY || FAIL=1
+$dt_metrics_close
+r, c = series("i1", "reward"), series("i1", "clip_ratio/region_mean")
+# steps 1, 3, 5 generate; 2, 4, 6 reuse their rollout (same rewards) with the ratio to the
+# generating policy: 1 on a rollout's first step (nothing clipped), off 1 on its second
+bad = [f"steps {i + 1}, {i + 2} do not share a rollout: rewards {r[i]} {r[i + 1]}" for i in (0, 2, 4) if r[i] != r[i + 1]]
+bad += [f"step {i + 1}: ratio clipped on a rollout's first step ({c[i]})" for i in (0, 2, 4) if c[i] != 0]
+if not any(c[i] > 0 for i in (1, 3, 5)): bad.append(f"the second iterations' ratio stayed in the clip range: {c}")
+if r[0] == r[2] == r[4]: bad.append(f"no new rollout every 2 steps: rewards {r}")
+if bad: print("FAIL num_iterations 2:\n  " + "\n  ".join(bad)); raise SystemExit(1)
+print(f"ok   num_iterations 2: a rollout per 2 steps, clip_ratio/region_mean {c}")
+PY
 else
-    fail "grpo resume runs"
+    fail "grpo num_iterations 2 runs"
 fi
+plan ir.json 1 0 6 --num-iterations 2
+resumes ir.json 2 4 "num_iterations 2 resume at step 4"
+dt_run_ranks "$DTRUN" 1 ir.json ic --max-steps 3 || fail "num_iterations 2 run to step 3"
+dt_bad "inside a grpo rollout's num_iterations 2 steps" "$DTRUN" ir.json --out ic --quiet --resume
+[ "$(wc -l <ic/metrics.jsonl)" = 3 ] || fail "a refused num_iterations resume changed ic/metrics.jsonl"
+plan ir1.json 1 0 6   # the refusal's fix: that checkpoint resumes with a plan of num_iterations 1
+set_batch ir1.json 32 5
+dt_run_ranks "$DTRUN" 1 ir1.json ic --resume && [ "$(wc -l <ic/metrics.jsonl)" = 6 ] ||
+    fail "the mid-rollout checkpoint does not resume with --num-iterations 1"
+dt_bad "--num-iterations is a grpo setting, not dpo's" "$DTPLAN" solve --model config.json --gpus 1 --mem 2G \
+    --hardware cpu --objective dpo --num-iterations 2 --data pr --seq 6 --global-batch 8 --precision fp32 -o nd.json
+[ -e nd.json ] && fail "a refused --num-iterations wrote a plan"
 
 # ---- LoRA: the reference is the policy with its adapters off (kl 0 at the start, then > 0) ----
 plan gl.json 1 0 8 --kl-coef 0.04 --finetune lora

@@ -45,6 +45,12 @@ bw=$(sed -n 's/.*"mem_bw": *\([0-9.e+]*\).*/\1/p' "$SRC/configs/hardware/H100-SX
 dec=$("$DTPLAN" estimate $M --objective grpo --micro-batch 8 --json | sed -n 's/.*"decode_s": \([0-9.e+-]*\).*/\1/p')
 awk -v bw="$bw" -v d="$dec" 'BEGIN { w = 7615616512 * 2; kv = 57344 * (512 + 256) * 8;
     e = 512 * (w + kv) / (bw * 0.88); r = d / e - 1; exit !(r < 1e-4 && r > -1e-4) }' || fail "decode time $dec s, bw $bw"
+# grpo --num-iterations 4: one rollout per 4 steps, a quarter of its prefill and decode per step
+# (the JSON prints 6 significant digits: 1e-5)
+dec4=$("$DTPLAN" estimate $M --objective grpo --micro-batch 8 --num-iterations 4 --json |
+    sed -n 's/.*"decode_s": \([0-9.e+-]*\).*/\1/p')
+awk -v d="$dec" -v q="$dec4" 'BEGIN { r = 4 * q / d - 1; exit !(q > 0 && r < 1e-5 && r > -1e-5) }' ||
+    fail "num-iterations 4: decode $dec4 s per step, not $dec / 4"
 # a separate generation engine holds F x device memory and the KV cache inside it
 "$DTPLAN" estimate $M --objective ppo --gen-mem-fraction 0.5 --json | grep -q '"gen_engine_bytes": 42949672960, "ref_fwd_s"' ||
     fail "gen-mem-fraction 0.5 of 80 GiB"
