@@ -156,10 +156,10 @@ int dt_plan_set_attention(dt_plan *p, const char *name, const char *what, dt_err
     static const struct { const char *name; dt_attn_kernel kernel; dt_attention storage; } k_att[] = {
         {"flash", DT_KERNEL_FLASH, DT_ATTN_FLASH}, {"materialized", DT_KERNEL_EAGER, DT_ATTN_MATERIALIZED},
         {"sdpa", DT_KERNEL_SDPA, DT_ATTN_FLASH},   {"eager", DT_KERNEL_EAGER, DT_ATTN_MATERIALIZED}};
-    const int dtrun = p->runtime.kind == DT_RUNTIME_DTRUN;
+    const int dtrun = p->runtime.kind == DT_RUNTIME_DTRUN, megatron = p->runtime.kind == DT_RUNTIME_MEGATRON;
     for (int i = 0; name && i < N_OF(k_att); i++) {
         if (strcmp(name, k_att[i].name)) continue;
-        if (dtrun && k_att[i].kernel == DT_KERNEL_SDPA) break;
+        if ((dtrun || megatron) && k_att[i].kernel == DT_KERNEL_SDPA) break;
         if (dtrun && !strcmp(name, "eager")) break;
         p->activations.attention = k_att[i].storage;
         if (!dtrun) p->runtime.attention = k_att[i].kernel;
@@ -167,7 +167,9 @@ int dt_plan_set_attention(dt_plan *p, const char *name, const char *what, dt_err
     }
     return dt_errorf(err, DT_EINVAL, "%s '%s': expected %s", what, name ? name : "",
                      dtrun ? "flash or materialized (eager and sdpa are kernels of --runtime deepspeed / fsdp)"
-                           : "sdpa, flash or eager");
+                     : megatron ? "flash or eager (= materialized: Megatron-LM's unfused attention; sdpa is PyTorch's "
+                                  "kernel under Hugging Face code)"
+                                : "sdpa, flash or eager");
 }
 
 const char *dt_collective_name(dt_collective c) {
@@ -495,6 +497,10 @@ static int validate_deepspeed_keys(const dt_plan *p, dt_error *err) {
  * on CUDA GPUs only. */
 static int validate_megatron(const dt_plan *p, dt_error *err) {
     const dt_parallel *q = &p->parallel;
+    if (p->runtime.attention == DT_KERNEL_SDPA)
+        return dt_errorf(err, DT_EINVAL,
+                         "runtime.attention = \"sdpa\" with runtime megatron: PyTorch's kernel under Hugging Face "
+                         "code; Megatron-LM runs \"flash\" (its fused / flash backends) or \"eager\" (unfused)");
     if (p->cluster.device != DT_DEVICE_CUDA)
         return dt_errorf(err, DT_EINVAL,
                          "runtime.kind = megatron on CPU ranks: Megatron-LM runs on CUDA GPUs only (use a GPU "

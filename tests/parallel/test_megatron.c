@@ -89,6 +89,10 @@ static void names_and_rules(void) {
         dt_error_clear(&e);
         CHECK(dt_plan_validate(&p, &e) == DT_EINVAL && strstr(e.msg, "megatron") && strstr(e.msg, "ZeRO-"));
     }
+    mg_plan(&p, &c);   /* sdpa is PyTorch's kernel under Hugging Face code, not a Megatron backend */
+    CHECK(dt_plan_set_attention(&p, "sdpa", "--attention", &e) == DT_EINVAL && strstr(e.msg, "flash or eager"));
+    p.runtime.attention = DT_KERNEL_SDPA;
+    CHECK(dt_plan_validate(&p, &e) == DT_EINVAL && strstr(e.msg, "\"sdpa\" with runtime megatron"));
     mg_plan(&p, &c);
     p.parallel.offload_optimizer = DT_OFFLOAD_CPU;
     CHECK(dt_plan_validate(&p, &e) == DT_EINVAL && strstr(e.msg, "offload"));
