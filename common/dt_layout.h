@@ -15,7 +15,8 @@
 
 /* p's layout with zeros read as 1 (a zeroed dt_layout is "no layout"). */
 dt_layout dt_layout_of(const dt_plan *p);
-/* 1 when tp, cp or pp is above 1 (the plan has a "layout" section). */
+/* 1 when tp, cp or pp is above 1, or the runtime is megatron (the plan has a "layout" section
+ * and the layout model, planner/parallel3d.c, prices it). */
 int dt_layout_active(const dt_plan *p);
 /* The data-parallel size: world_size / (tp x cp x pp); world_size without a layout. */
 int64_t dt_layout_dp(const dt_plan *p);
@@ -32,7 +33,7 @@ void dt_layout_set(dt_plan *p, int64_t tp, int sp, int64_t cp, int64_t pp, int64
  * pipeline engine, no ring context parallelism; fsdp: torchtitan's FSDP2 x TP x CP x PP). */
 int dt_layout_validate(const dt_plan *p, dt_error *err);
 
-/* JSON: the optional "$.layout" object, written only when dt_layout_active. */
+/* JSON: the optional "$.layout" object, written only when tp, cp or pp is above 1. */
 void dt_layout_write(cJSON *root, const dt_plan *p);
 void dt_layout_read(dt_jobj *root, dt_plan *p, dt_error *err);
 

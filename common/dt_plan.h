@@ -83,7 +83,9 @@ typedef struct dt_activations {
  * Face Transformers model code under DeepSpeed ZeRO. fsdp: the same model code under
  * PyTorch FSDP (fully_shard, bf16 compute with fp32 sharded params). The other fields
  * are the run's choices; for dtrun they are all zero (a zeroed struct is the dtrun profile). */
-typedef enum { DT_RUNTIME_DTRUN = 0, DT_RUNTIME_DEEPSPEED = 1, DT_RUNTIME_FSDP = 2 } dt_runtime_kind;
+/* What runs the plan: dtrun; DeepSpeed or FSDP running Hugging Face model code; Megatron-LM
+ * running its own fused GPT / Llama (docs/parallelism.md "Runtimes"). */
+typedef enum { DT_RUNTIME_DTRUN = 0, DT_RUNTIME_DEEPSPEED = 1, DT_RUNTIME_FSDP = 2, DT_RUNTIME_MEGATRON = 3 } dt_runtime_kind;
 /* The attention kernel the framework runs: eager (HF's matmul-softmax-matmul, keeps the
  * s x s probabilities), sdpa (torch scaled_dot_product_attention, its flash or
  * memory-efficient back-end on GPUs), flash (flash-attn 2). */
@@ -265,7 +267,10 @@ char *dt_plan_to_json(const dt_plan *p, dt_error *err);
 int dt_plan_save(const char *path, const dt_plan *p, dt_error *err);
 
 const char *dt_offload_name(dt_offload o);        /* "none" | "cpu" | "nvme" */
-const char *dt_runtime_name(dt_runtime_kind k);   /* "dtrun" | "deepspeed" | "fsdp" */
+const char *dt_runtime_name(dt_runtime_kind k);   /* "dtrun" | "deepspeed" | "fsdp" | "megatron" */
+/* Whose model code the runtime runs, for show / estimate: "Hugging Face model code",
+ * "Megatron-LM's own model code", "dtrun's engine". */
+const char *dt_runtime_code(dt_runtime_kind k);
 /* "--runtime VALUE" text; an unknown name is one line naming it and the choices. */
 int dt_runtime_parse(const char *s, dt_runtime_kind *out, dt_error *err);
 const char *dt_attn_kernel_name(dt_attn_kernel k);   /* "flash" | "sdpa" | "eager" */

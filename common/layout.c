@@ -23,7 +23,9 @@ dt_layout dt_layout_of(const dt_plan *p) {
 
 int dt_layout_active(const dt_plan *p) {
     dt_layout l = dt_layout_of(p);
-    return l.tp > 1 || l.cp > 1 || l.pp > 1;
+    /* a Megatron-LM plan is always one of Megatron's layouts (tp = cp = pp = 1 included):
+     * its memory and time are the layout model's, with no Hugging Face terms */
+    return l.tp > 1 || l.cp > 1 || l.pp > 1 || p->runtime.kind == DT_RUNTIME_MEGATRON;
 }
 
 int64_t dt_layout_dp(const dt_plan *p) {
@@ -134,6 +136,7 @@ static int validate_runtime_combo(const dt_plan *p, const dt_layout *l, dt_error
                              l->cp);
         break;
     case DT_RUNTIME_FSDP:
+    case DT_RUNTIME_MEGATRON:   /* TP, SP, CP, PP, interleaving; its DP rules are in plan.c */
         break;
     }
     /* the layout's time model prices no host transfers (docs/parallelism.md) */
@@ -189,8 +192,8 @@ int dt_layout_validate(const dt_plan *p, dt_error *err) {
 }
 
 void dt_layout_write(cJSON *root, const dt_plan *p) {
-    if (!dt_layout_active(p)) return;
     dt_layout l = dt_layout_of(p);
+    if (l.tp == 1 && l.cp == 1 && l.pp == 1) return;   /* a megatron plan at 1 x 1 x 1 too: no section */
     cJSON *o = cJSON_AddObjectToObject(root, "layout");
     if (!o) return;
     cJSON_AddNumberToObject(o, "tp", (double)l.tp);

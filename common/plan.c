@@ -55,7 +55,7 @@
 #define DS_PERSISTENCE_THRESHOLD 100000LL
 
 static const char *const k_attention_names[] = {"flash", "materialized"};
-static const char *const k_runtime_names[] = {"dtrun", "deepspeed", "fsdp"};
+static const char *const k_runtime_names[] = {"dtrun", "deepspeed", "fsdp", "megatron"};
 static const char *const k_kernel_names[] = {"flash", "sdpa", "eager"};
 static const char *const k_largest_names[] = {"module", "block_matrix"};
 static const char *const k_device_names[] = {"cpu", "cuda"};
@@ -73,6 +73,11 @@ const char *dt_runtime_name(dt_runtime_kind k) {
     return ((int)k >= 0 && (int)k < N_OF(k_runtime_names)) ? k_runtime_names[k] : "?";
 }
 
+const char *dt_runtime_code(dt_runtime_kind k) {
+    if (k == DT_RUNTIME_DTRUN) return "dtrun's engine";
+    return k == DT_RUNTIME_MEGATRON ? "Megatron-LM's own model code" : "Hugging Face model code";
+}
+
 int dt_runtime_parse(const char *s, dt_runtime_kind *out, dt_error *err) {
     for (int i = 0; s && i < N_OF(k_runtime_names); i++)
         if (!strcmp(s, k_runtime_names[i])) {
@@ -80,7 +85,7 @@ int dt_runtime_parse(const char *s, dt_runtime_kind *out, dt_error *err) {
             return DT_OK;
         }
     return dt_errorf(err, DT_EINVAL,
-                     "--runtime '%s': unknown runtime (use dtrun, deepspeed or fsdp; e.g. --runtime deepspeed)",
+                     "--runtime '%s': unknown runtime (use dtrun, deepspeed, fsdp or megatron; e.g. --runtime deepspeed)",
                      s ? s : "");
 }
 
@@ -90,6 +95,27 @@ const char *dt_attn_kernel_name(dt_attn_kernel k) {
 
 const char *dt_largest_layer_name(dt_largest_layer l) {
     return ((int)l >= 0 && (int)l < N_OF(k_largest_names)) ? k_largest_names[l] : "?";
+}
+
+/* megatron: Megatron-LM's own GPT / Llama (megatron/core/models/gpt), not Hugging Face's code.
+ * Its attention is the fused / flash kernel (--attention-backend auto picks Transformer
+ * Engine's fused attention, megatron/training/arguments.py); the softmax of unfused attention
+ * is FusedScaleMaskSoftmax (--no-masked-softmax-fusion off by default), which computes in fp32
+ * in registers and stores its output in the activation dtype, so no fp32 copy is kept; the
+ * bias-GeLU / bias-SwiGLU and bias-dropout-add fusions are on (--no-bias-gelu-fusion,
+ * --no-bias-dropout-fusion off by default): the activation is one fused op; the norms are
+ * fused kernels (no fp32 copy of the input); vocab_parallel_cross_entropy upcasts the logits
+ * (megatron/core/tensor_parallel/cross_entropy.py calculate_logits_max: .float()) and writes
+ * the gradient in place (fused_loss). Dropout as the family's usual recipe has it: GPT's
+ * --hidden-dropout / --attention-dropout 0.1 (arguments.py defaults), 0 for Llama (the
+ * examples' Llama recipes pass 0.0), like the Hugging Face configs. */
+static void megatron_defaults(dt_runtime *out) {
+    out->attention = DT_KERNEL_FLASH;
+    out->upcast_logits = 1;
+    out->fused_loss = 1;
+    out->upcast_norm = 0;
+    out->upcast_softmax = 0;
+    out->unfused_act = 0;
 }
 
 /* dtrun: its engine (no dropout, fused kernels). deepspeed / fsdp: Hugging Face
@@ -117,6 +143,7 @@ void dt_runtime_defaults(dt_runtime_kind kind, const dt_model *m, dt_runtime *ou
     out->upcast_norm = llama;
     out->upcast_softmax = llama;
     out->unfused_act = 1;
+    if (kind == DT_RUNTIME_MEGATRON) megatron_defaults(out);
 }
 
 void dt_plan_set_runtime(dt_plan *p, dt_runtime_kind kind) {
@@ -129,10 +156,10 @@ int dt_plan_set_attention(dt_plan *p, const char *name, const char *what, dt_err
     static const struct { const char *name; dt_attn_kernel kernel; dt_attention storage; } k_att[] = {
         {"flash", DT_KERNEL_FLASH, DT_ATTN_FLASH}, {"materialized", DT_KERNEL_EAGER, DT_ATTN_MATERIALIZED},
         {"sdpa", DT_KERNEL_SDPA, DT_ATTN_FLASH},   {"eager", DT_KERNEL_EAGER, DT_ATTN_MATERIALIZED}};
-    const int dtrun = p->runtime.kind == DT_RUNTIME_DTRUN;
+    const int dtrun = p->runtime.kind == DT_RUNTIME_DTRUN, megatron = p->runtime.kind == DT_RUNTIME_MEGATRON;
     for (int i = 0; name && i < N_OF(k_att); i++) {
         if (strcmp(name, k_att[i].name)) continue;
-        if (dtrun && k_att[i].kernel == DT_KERNEL_SDPA) break;
+        if ((dtrun || megatron) && k_att[i].kernel == DT_KERNEL_SDPA) break;
         if (dtrun && !strcmp(name, "eager")) break;
         p->activations.attention = k_att[i].storage;
         if (!dtrun) p->runtime.attention = k_att[i].kernel;
@@ -140,7 +167,9 @@ int dt_plan_set_attention(dt_plan *p, const char *name, const char *what, dt_err
     }
     return dt_errorf(err, DT_EINVAL, "%s '%s': expected %s", what, name ? name : "",
                      dtrun ? "flash or materialized (eager and sdpa are kernels of --runtime deepspeed / fsdp)"
-                           : "sdpa, flash or eager");
+                     : megatron ? "flash or eager (= materialized: Megatron-LM's unfused attention; sdpa is PyTorch's "
+                                  "kernel under Hugging Face code)"
+                                : "sdpa, flash or eager");
 }
 
 const char *dt_collective_name(dt_collective c) {
@@ -462,13 +491,36 @@ static int validate_deepspeed_keys(const dt_plan *p, dt_error *err) {
     return DT_OK;
 }
 
+/* Megatron-LM's data parallelism is plain DDP or the distributed optimizer
+ * (--use-distributed-optimizer: the fp32 main parameters and Adam states sharded over DP,
+ * megatron/core/optimizer/distrib_optimizer.py) = ZeRO-1; it has no ZeRO-2 / 3, and runs
+ * on CUDA GPUs only. */
+static int validate_megatron(const dt_plan *p, dt_error *err) {
+    const dt_parallel *q = &p->parallel;
+    if (p->runtime.attention == DT_KERNEL_SDPA)
+        return dt_errorf(err, DT_EINVAL,
+                         "runtime.attention = \"sdpa\" with runtime megatron: PyTorch's kernel under Hugging Face "
+                         "code; Megatron-LM runs \"flash\" (its fused / flash backends) or \"eager\" (unfused)");
+    if (p->cluster.device != DT_DEVICE_CUDA)
+        return dt_errorf(err, DT_EINVAL,
+                         "runtime.kind = megatron on CPU ranks: Megatron-LM runs on CUDA GPUs only (use a GPU "
+                         "hardware profile, or runtime dtrun)");
+    if (q->zero_stage >= 2)
+        return dt_errorf(err, DT_EINVAL,
+                         "parallel.zero_stage = %d with runtime megatron: Megatron-LM has no ZeRO-%d (its data "
+                         "parallelism is DDP, zero_stage 0, or the distributed optimizer, zero_stage 1); use 0 or 1, "
+                         "or runtime deepspeed / fsdp",
+                         q->zero_stage, q->zero_stage);
+    return DT_OK;   /* offload: refused with every layout (common/layout.c) */
+}
+
 /* The runtime section: a dtrun plan carries none (its fields stay at the defaults);
  * deepspeed / fsdp plans run on GPUs, with what their frameworks support. */
 static int validate_runtime(const dt_plan *p, dt_error *err) {
     const dt_runtime *r = &p->runtime;
     int rc;
     if ((int)r->kind < 0 || (int)r->kind >= N_OF(k_runtime_names))
-        return dt_errorf(err, DT_EINVAL, "runtime.kind: not dtrun, deepspeed or fsdp");
+        return dt_errorf(err, DT_EINVAL, "runtime.kind: not dtrun, deepspeed, fsdp or megatron");
     if (r->kind == DT_RUNTIME_DTRUN) {
         if (r->attention || r->dropout || r->upcast_logits || r->fused_loss || r->upcast_norm || r->upcast_softmax ||
             r->unfused_act ||
@@ -495,6 +547,7 @@ static int validate_runtime(const dt_plan *p, dt_error *err) {
                          "materialized probabilities, sdpa and flash do not): set activations.attention to \"%s\"",
                          k_kernel_names[r->attention], k_attention_names[p->activations.attention],
                          k_attention_names[storage]);
+    if (r->kind == DT_RUNTIME_MEGATRON && (rc = validate_megatron(p, err))) return rc;
     /* on CPU ranks (issue 34): only with the runtime's footprint measured on the machine */
     if (p->cluster.device != DT_DEVICE_CUDA &&
         dt_hardware_hf_runtime_bytes(&p->cluster.hw, r->kind == DT_RUNTIME_DEEPSPEED, p->parallel.zero_stage) <= 0)

@@ -55,7 +55,7 @@ _dtplan() {
     --precision) COMPREPLY=($(compgen -W "mixed-bf16 mixed-fp16 pure-bf16 fp32" -- "$cur")); return ;;
     --units) COMPREPLY=($(compgen -W "GiB GB" -- "$cur")); return ;;
     --compare) COMPREPLY=($(compgen -W "deepspeed" -- "$cur")); return ;;
-    --runtime) COMPREPLY=($(compgen -W "dtrun deepspeed fsdp" -- "$cur")); return ;;
+    --runtime) COMPREPLY=($(compgen -W "dtrun deepspeed fsdp megatron" -- "$cur")); return ;;
     --finetune) COMPREPLY=($(compgen -W "full freeze lora qlora" -- "$cur")); return ;;
     --vlm-stage) COMPREPLY=($(compgen -W "pretrain sft full" -- "$cur")); return ;;
     --objective) COMPREPLY=($(compgen -W "pt sft rm dpo grpo ppo" -- "$cur")); return ;;

@@ -206,6 +206,13 @@ static cJSON *config_tree(const dt_plan *p) {
 
 char *dt_dsexport_config(const dt_plan *p, dt_error *err) {
     if (check_plan(p, err)) return NULL;
+    if (p->runtime.kind == DT_RUNTIME_MEGATRON) {
+        dt_errorf(err, DT_EINVAL,
+                  "export --deepspeed: the plan is for runtime megatron (Megatron-LM's own model code and "
+                  "distributed optimizer), not DeepSpeed; dtplan export --megatron writes its arguments, or re-plan "
+                  "with dtplan solve --runtime deepspeed");
+        return NULL;
+    }
     if (dt_layout_active(p)) {   /* a ds_config.json holds no TP / CP / PP degrees */
         dt_layout l = dt_layout_of(p);
         dt_errorf(err, DT_EINVAL,

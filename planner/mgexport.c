@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "dt_layout.h"
+#include "dt_megatron.h"
 
 #define MG_SCRIPT "pretrain_gpt.py"
 /* Megatron-LM's default dropout (arguments.py: --attention-dropout, --hidden-dropout 0.1). */
@@ -93,7 +94,13 @@ static void training_args(FILE *f, const dt_plan *p) {
     arg(f, "--seq-length", "%lld", (long long)p->batch.seq_len);
     if (pr->param == DT_DTYPE_BF16) arg(f, "--bf16", NULL);
     else if (pr->param == DT_DTYPE_FP16) arg(f, "--fp16", NULL);
-    if (pr->param != DT_DTYPE_FP32 && pr->grad == DT_DTYPE_BF16) arg(f, "--grad-reduce-in-bf16", NULL);
+    /* a megatron plan keeps Megatron's fp32 grad buffer with --bf16 (dt_mg_grad_bytes) */
+    if (pr->param != DT_DTYPE_FP32 && pr->grad == DT_DTYPE_BF16 && dt_mg_grad_bytes(p) == dt_dtype_size(DT_DTYPE_BF16))
+        arg(f, "--grad-reduce-in-bf16", NULL);
+    /* the plan's unfused (materialized) attention under runtime megatron: AttnBackend.unfused
+     * (megatron/core/transformer/enums.py); flash is the default backend's choice */
+    if (p->runtime.kind == DT_RUNTIME_MEGATRON && p->runtime.attention == DT_KERNEL_EAGER)
+        arg(f, "--attention-backend", "unfused");
     const int64_t K = p->activations.ckpt_layers, L = p->model.n_layer;
     if (K > 0) {
         arg(f, "--recompute-granularity", "full");
@@ -140,7 +147,7 @@ static void notes(FILE *f, const dt_plan *p) {
         fprintf(f, "# note: Megatron-LM keeps fp32 main parameters with --bf16/--fp16; the plan's %s without a "
                    "master copy has no Megatron switch\n",
                 dt_precision_preset_name(p->precision.preset));
-    if (p->runtime.kind != DT_RUNTIME_DTRUN)
+    if (p->runtime.kind != DT_RUNTIME_DTRUN && p->runtime.kind != DT_RUNTIME_MEGATRON)
         fprintf(f, "# note: the plan's prediction is for runtime %s (Hugging Face model code); Megatron-LM's own "
                    "model code keeps fewer activations (docs/parallelism.md)\n",
                 dt_runtime_name(p->runtime.kind));

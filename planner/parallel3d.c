@@ -15,6 +15,7 @@
 
 #include "dt_dtrun_tp.h"
 #include "dt_layout.h"
+#include "dt_megatron.h"
 #include "dt_model.h"
 #include "dt_timeterms.h"
 
@@ -22,8 +23,6 @@
 #define DT_P3_MASK_BYTES 1
 /* FlashAttention keeps one fp32 log-sum-exp per query row and head (Dao et al. 2022, §3.1). */
 #define DT_P3_LSE_BYTES 4
-/* Korthikanti §4.3: the output layer's logits are kept in fp32 for the loss. */
-#define DT_P3_FP32 4
 /* Receive buffers a pipeline stage keeps per micro-batch in flight: one activation, one
  * gradient (Megatron-LM schedules.py recv_forward / recv_backward). */
 #define DT_P3_P2P_BUFFERS 2
@@ -145,7 +144,7 @@ static void model_states(const dt_plan *p, int64_t psi, dt_mem_breakdown *out) {
     const dt_parallel *z = &p->parallel;
     const dt_precision *pr = &p->precision;
     const int64_t d = dt_layout_dp(p), shard = sdiv(psi, d);
-    const int64_t pb = dt_precision_param_bytes(pr), gb = dt_precision_grad_bytes(pr);
+    const int64_t pb = dt_precision_param_bytes(pr), gb = dt_mg_grad_bytes(p);
     const int64_t ob = dt_precision_optimizer_bytes(pr);
     const int st = z->zero_stage;
     const int64_t p_elems = st >= 3 ? shard : psi, o_elems = st >= 1 ? shard : psi;
@@ -162,11 +161,10 @@ static int64_t stage_buffers(const dt_plan *p, int64_t psi) {
     const int64_t e = dt_dtype_size(p->precision.activation);
     const int64_t sbh = p->batch.seq_len / l.cp * p->batch.micro_batch * p->model.hidden;
     int64_t buf = 0;
-    if (l.pp > 1) buf += DT_P3_P2P_BUFFERS * e * sbh / (l.sp ? l.tp : 1);
+    if (l.pp > 1) buf += DT_P3_P2P_BUFFERS * e * sbh / dt_mg_p2p_split(p, l.tp, l.sp);
     if (l.sp) buf += e * sbh;
     const int st = p->parallel.zero_stage;
-    if (st == 1 || st == 2)
-        buf += dt_precision_grad_bytes(&p->precision) * imin(p->parallel.reduce_bucket_elems, psi);
+    buf += dt_mg_bucket_bytes(p, psi);
     if (st == 3)
         buf += 2 * dt_precision_param_bytes(&p->precision) * sdiv(dt_model_block_matmul_params(&p->model), l.tp);
     return buf;
@@ -190,7 +188,7 @@ static int64_t stage_activations(const dt_plan *p, int64_t s, int64_t layers, do
         /* the final norm's and the output layer's inputs; the logits (vocabulary-parallel),
          * with their fp32 copy when the loss upcasts (§4.3: 4 s b V / t) */
         bytes += (double)(2 * e * sbh / rep);
-        bytes += (double)((e + (p->runtime.upcast_logits ? DT_P3_FP32 : 0)) * sbv / l.tp);
+        bytes += (double)(dt_mg_logit_bytes(p, e) * sbv / l.tp);
     }
     return (int64_t)ceil(bytes);
 }
@@ -311,8 +309,9 @@ int dt_p3_time_terms(const dt_plan *p, dt_time_terms *t, dt_p3_time *parts, dt_e
             parts->cp_comm_s = Ls * cp_layer, parts->cp_exposed_s = cp;
         }
     }
-    /* p2p: one activation (1/t of it with SP's scatter) per micro-batch per boundary, each way */
-    parts->p2p_s = l.pp > 1 ? ppl.alpha + (double)e * sbh / (double)(l.sp ? l.tp : 1) / ppl.bw : 0.0;
+    /* p2p: one activation (1/t of it with SP's scatter or Megatron-LM's scatter-gather) per
+     * micro-batch per boundary, each way */
+    parts->p2p_s = l.pp > 1 ? ppl.alpha + (double)e * sbh / (double)dt_mg_p2p_split(p, l.tp, l.sp) / ppl.bw : 0.0;
     const double slots = (double)m + (double)(l.pp - 1) / (double)l.vpp;   /* Narayanan §2.2.2 */
     parts->bubble_s = (double)(l.pp - 1) / (double)l.vpp * slot;
     const double p2p_total = 2.0 * parts->p2p_s * ((double)(m * l.vpp) + (double)(l.pp - 1));
@@ -323,7 +322,7 @@ int dt_p3_time_terms(const dt_plan *p, dt_time_terms *t, dt_p3_time *parts, dt_e
     dt_p3_stage_mem sm;
     if (dt_p3_stage_memory(p, 0, 0, &sm, err)) return err->code;
     const double psi = (double)sm.params_elems;
-    const double pb = (double)dt_precision_param_bytes(&p->precision), gb = (double)dt_precision_grad_bytes(&p->precision);
+    const double pb = (double)dt_precision_param_bytes(&p->precision), gb = (double)dt_mg_grad_bytes(p);
     const int st = p->parallel.zero_stage;
     double dp = 0.0, hide = 0.0;
     if (st < 3) {
@@ -459,7 +458,7 @@ int dt_p3_layout_candidates(const dt_plan *base, dt_runtime_kind kind, dt_layout
     for (int64_t tp = 1; tp <= G; tp++) {
         if (G % tp || m->n_head % tp || m->n_kv_head % tp) continue;
         for (int64_t cp = 1; tp * cp <= G; cp++) {
-            if (G % (tp * cp) || base->batch.seq_len % cp || (cp > 1 && kind != DT_RUNTIME_FSDP)) continue;
+            if (G % (tp * cp) || base->batch.seq_len % cp || (cp > 1 && kind != DT_RUNTIME_FSDP && kind != DT_RUNTIME_MEGATRON)) continue;
             for (int64_t pp = 1; pp <= L && tp * cp * pp <= W; pp++) {
                 if (L % pp || W % (tp * cp * pp) || (tp * cp * pp == 1)) continue;
                 for (int i = 0; i < N_SOLVER_VPP; i++) {

@@ -21,7 +21,7 @@ static const char *const k_quantity_names[DT_VAL_QUANTITY_COUNT] = {"samples_per
                                                                      "peak_allocated_bytes",
                                                                      "model_tflops_per_gpu"};
 static const char *const k_offload_names[] = {"none", "cpu", "nvme"};
-static const char *const k_runtime_names[] = {"dtrun", "deepspeed", "fsdp"};
+static const char *const k_runtime_names[] = {"dtrun", "deepspeed", "fsdp", "megatron"};   /* dt_runtime_kind order */
 #define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 /* NVMe offload needs a directory; a case states where its source swapped to, or the
  * DeepSpeed documentation's example path (docs/_pages/config-json.md "/local_nvme"). */

@@ -11,6 +11,7 @@
 #include "dt_cli.h"
 #include "dt_layout.h"
 #include "dt_parallel3d.h"
+#include "dt_megatron.h"
 #include "dt_model.h"
 #include "dt_dsconfig.h"
 #include "dt_memory.h"
@@ -83,7 +84,9 @@ static void usage(FILE *f) {
             "                        sdpa (their default) | flash | eager (keeps the s x s probabilities)\n"
             "  --runtime R           what runs the plan: dtrun (default: this repository's engine, the model as\n"
             "                        before runtimes existed) | deepspeed | fsdp (Hugging Face model code; peak =\n"
-            "                        the largest phase of the step; docs/memory-model.md \"Runtime profiles\")\n"
+            "                        the largest phase of the step; docs/memory-model.md \"Runtime profiles\") |\n"
+            "                        megatron (Megatron-LM's own model code, ZeRO stage 0 or 1 = its distributed\n"
+            "                        optimizer; docs/parallelism.md \"Runtimes\")\n"
             "  --recompute selective recompute the attention core (Korthikanti et al. 2022 section 5) of every\n"
             "                        block not checkpointed; deepspeed / fsdp only (none: the default)\n"
             "  --largest-layer L     module (default: DeepSpeed's model_to_params) | block_matrix: what ZeRO-3's\n"
@@ -282,7 +285,10 @@ static int check_mismatch(const est_args *a, const dt_dsconfig *ds, const dt_pla
 static int apply_runtime(const est_args *a, est_ctx *c, const dt_dsconfig *ds) {
     dt_plan *p = &c->plan;
     const dt_runtime_kind kind = p->runtime.kind;   /* parsed in setup */
-    if (kind != DT_RUNTIME_DTRUN && p->cluster.device != DT_DEVICE_CUDA &&
+    if (kind == DT_RUNTIME_MEGATRON && p->cluster.device != DT_DEVICE_CUDA)
+        return fail("--runtime megatron: hardware %s is a CPU profile and Megatron-LM runs on CUDA GPUs only (use a GPU "
+                    "--hardware such as H100-SXM-80GB, or --runtime dtrun)", p->cluster.hw.name);
+    if (kind != DT_RUNTIME_DTRUN && kind != DT_RUNTIME_MEGATRON && p->cluster.device != DT_DEVICE_CUDA &&
         dt_hardware_hf_runtime_bytes(&p->cluster.hw, kind == DT_RUNTIME_DEEPSPEED, -1) <= 0)
         return fail("--runtime %s on CPU ranks needs the CPU profile's measured %s; hardware %s has none (bench/"
                     "validate_runtimes.sh measures it; or use a GPU --hardware such as H100-SXM-80GB, or --runtime "
@@ -585,12 +591,15 @@ static void print_header(const est_ctx *c) {
     printf("%s m and v), activations %s\n", dt_dtype_name(pr->moment), dt_dtype_name(pr->activation));
     if (p->runtime.kind != DT_RUNTIME_DTRUN) {
         const dt_runtime *r = &p->runtime;
-        printf("runtime    %s (Hugging Face model code): %s attention%s, dropout %s, logits %s, RMSNorm %s, "
+        printf("runtime    %s (%s): %s attention%s, dropout %s, logits %s, RMSNorm %s, "
                "activation %s; the peak is the largest phase of the step\n",
-               dt_runtime_name(r->kind), dt_attn_kernel_name(r->attention),
+               dt_runtime_name(r->kind), dt_runtime_code(r->kind), dt_attn_kernel_name(r->attention),
                p->activations.selective ? " with selective recompute" : "", r->dropout ? "on" : "off",
                r->upcast_logits ? "fp32" : "16-bit", r->upcast_norm ? "in fp32" : "as the weights",
                r->unfused_act ? "unfused" : "fused");
+        char mg[320];
+        dt_mg_describe(p, mg, sizeof mg);
+        if (mg[0]) printf("megatron   %s\n", mg);
         if (r->kind == DT_RUNTIME_DEEPSPEED)
             printf("zero-3     largest layer = %s; max_reuse_distance %" PRId64 ", persistence_threshold %" PRId64
                    ", fetch overhead %g s per module\n",

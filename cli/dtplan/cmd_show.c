@@ -10,6 +10,7 @@
 #include "dt_cli_ft.h"
 #include "dt_cli_obj.h"
 #include "dt_ftplan.h"
+#include "dt_megatron.h"
 #include "dt_model.h"
 #include "dt_parallel3d.h"
 #include "dt_plan.h"
@@ -143,12 +144,15 @@ static void show_training(const dt_plan *p) {
            p->activations.attention == DT_ATTN_FLASH ? "flash" : "materialized");
     if (p->runtime.kind != DT_RUNTIME_DTRUN) {
         const dt_runtime *r = &p->runtime;
-        printf("runtime      %s (Hugging Face model code): %s attention%s, dropout %s, logits %s, RMSNorm %s, "
+        printf("runtime      %s (%s): %s attention%s, dropout %s, logits %s, RMSNorm %s, "
                "activation %s\n",
-               dt_runtime_name(r->kind), dt_attn_kernel_name(r->attention),
+               dt_runtime_name(r->kind), dt_runtime_code(r->kind), dt_attn_kernel_name(r->attention),
                p->activations.selective ? " with selective recompute" : "", r->dropout ? "on" : "off",
                r->upcast_logits ? "fp32" : "16-bit", r->upcast_norm ? "in fp32" : "as the weights",
                r->unfused_act ? "unfused" : "fused");
+        char mg[320];
+        dt_mg_describe(p, mg, sizeof mg);
+        if (mg[0]) printf("             %s\n", mg);
         if (r->kind == DT_RUNTIME_DEEPSPEED)
             printf("             ZeRO-3: largest layer %s, max_reuse_distance %lld, persistence_threshold %lld, "
                    "fetch overhead %g s per module\n",

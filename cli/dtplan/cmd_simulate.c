@@ -32,7 +32,7 @@ static int usage(FILE *f) {
             "  --detail       every segment of the critical path (default: a summary, the 5 largest\n"
             "                 contributors by phase and kind)\n"
             "  --json         machine-readable summary on stdout\n"
-            "  --runtime R    simulate the plan as run by dtrun | deepspeed | fsdp (default: the plan's own;\n"
+            "  --runtime R    simulate the plan as run by dtrun | deepspeed | fsdp | megatron (default: the plan's own;\n"
             "                 another runtime takes its defaults, docs/memory-model.md \"Runtime profiles\")\n"
             "       dtplan simulate --config FILE.yaml [estimate's options] [--detail] [--trace F] [--plot F] [--json]\n"
             "  --config FILE  simulate the configuration a LLaMA-Factory / HF TrainingArguments / runbook config\n"

@@ -31,6 +31,8 @@
 #define SOLVE_MAX_GPUS (INT64_C(1) << 20)
 #define SOLVE_MAX_SEQ (INT64_C(1) << 24)
 #define SOLVE_MAX_BATCH (INT64_C(1) << 40)
+/* the ZeRO stages Megatron-LM has: 0 (DDP) and 1 (--use-distributed-optimizer) */
+#define SOLVE_MEGATRON_STAGES 0x3u
 #define SOLVE_MAX_STEPS (INT64_C(1) << 40)
 
 static void usage(FILE *f) {
@@ -52,8 +54,10 @@ static void usage(FILE *f) {
             "  --stages 0,1,2,3      stages the solver may choose (comma-separated, each once); --no-offload;\n"
             "                        --no-overlap\n"
             "  --units GiB|GB        display unit; -o plan.json writes the chosen plan\n"
-            "  --runtime R           dtrun (default) | deepspeed | fsdp: what runs the plan (docs/memory-model.md\n"
-            "                        \"Runtime profiles\"); deepspeed / fsdp may also choose selective recompute\n"
+            "  --runtime R           dtrun (default) | deepspeed | fsdp | megatron: what runs the plan\n"
+            "                        (docs/memory-model.md \"Runtime profiles\", docs/parallelism.md \"Runtimes\");\n"
+            "                        deepspeed / fsdp / megatron may also choose selective recompute; megatron\n"
+            "                        weighs its TP x CP x PP layouts on one node too, stages 0-1 only\n"
             "  --attention A         dtrun: flash (default) | materialized; deepspeed / fsdp: sdpa (default) |\n"
             "                        flash | eager\n"
             "  --sub-group-size N    DeepSpeed's sub_group_size, elements per optimizer tile (default 1e9); with\n"
@@ -245,7 +249,8 @@ static void print_result(const dt_solve_request *rq, const dt_solve_result *r, d
         const dt_solve_choice *c = &r->per_stage[s];
         if (s == r->best.zero_stage) continue;
         if (!((rq->stage_mask >> s) & 1u)) {
-            printf("  %-14s not allowed (--stages)\n", stage_name(s));
+            printf("  %-14s %s\n", stage_name(s),
+                   rq->base.runtime.kind == DT_RUNTIME_MEGATRON && s >= 2 ? "not in Megatron-LM" : "not allowed (--stages)");
             continue;
         }
         if (!c->valid) {
@@ -499,7 +504,9 @@ int dt_cmd_solve(int argc, char **argv) {
     const char *gpus = v[O_GPUS] ? v[O_GPUS] : "1", *nodes = v[O_NODES] ? v[O_NODES] : "1", *seq = v[O_SEQ];
     const char *hardware = v[O_HARDWARE] ? v[O_HARDWARE] : DT_SOLVE_DEFAULT_HARDWARE, *link = v[O_LINK];
     const char *host = v[O_HOST], *nvme = v[O_NVME], *prec = v[O_PREC], *outp = v[O_OUT_PLAN], *plot = v[O_PLOT];
-    const char *stages = v[O_STAGES] ? v[O_STAGES] : "0,1,2,3", *units = v[O_UNITS] ? v[O_UNITS] : "GiB";
+    /* Megatron-LM's data parallelism: DDP or its distributed optimizer (ZeRO-1) */
+    const int mg_rt = v[O_RUNTIME] && !strcmp(v[O_RUNTIME], "megatron");
+    const char *stages = v[O_STAGES] ? v[O_STAGES] : mg_rt ? "0,1" : "0,1,2,3", *units = v[O_UNITS] ? v[O_UNITS] : "GiB";
     dt_error err;
     dt_error_clear(&err);
     if (!mem) return dt_cli_fail(2, "solve: --mem is required (e.g. --mem 80G)");
@@ -522,6 +529,10 @@ int dt_cmd_solve(int argc, char **argv) {
         dt_parse_int(nodes, "--nodes", 1, SOLVE_MAX_GPUS, 2, &n_nodes, &err) || dt_parse_units(units, &u, &err) ||
         parse_stages(stages, &rq.stage_mask, &err))
         return dt_cli_fail(2, "%s", err.msg);
+    if (mg_rt && (rq.stage_mask & ~SOLVE_MEGATRON_STAGES))
+        return dt_cli_fail(2, "solve: --stages %s with --runtime megatron: Megatron-LM has no ZeRO-2 or ZeRO-3 (its "
+                              "data parallelism is DDP, stage 0, or the distributed optimizer, stage 1); use --stages "
+                              "0,1, or --runtime deepspeed / fsdp", stages);
     if (n_gpus % n_nodes)
         return dt_cli_fail(2, "solve: --gpus %lld is not divisible by --nodes %lld: every node runs the same number "
                               "of GPUs", (long long)n_gpus, (long long)n_nodes);
@@ -532,6 +543,10 @@ int dt_cmd_solve(int argc, char **argv) {
     if (v[O_RUNTIME]) {
         dt_runtime_kind kind;
         if (dt_runtime_parse(v[O_RUNTIME], &kind, &err)) return dt_cli_fail(2, "%s", err.msg);
+        if (kind == DT_RUNTIME_MEGATRON && b->cluster.device != DT_DEVICE_CUDA)
+            return dt_cli_fail(2, "solve: --runtime megatron: hardware %s is a CPU profile and Megatron-LM runs on CUDA "
+                                  "GPUs only (use a GPU --hardware such as %s, or --runtime dtrun)",
+                               b->cluster.hw.name, DT_SOLVE_DEFAULT_HARDWARE);
         if (kind != DT_RUNTIME_DTRUN && b->cluster.device != DT_DEVICE_CUDA &&
             dt_hardware_hf_runtime_bytes(&b->cluster.hw, kind == DT_RUNTIME_DEEPSPEED, -1) <= 0)
             return dt_cli_fail(2, "solve: --runtime %s on CPU ranks needs the CPU profile's measured %s; hardware %s "
@@ -582,7 +597,12 @@ int dt_cmd_solve(int argc, char **argv) {
     if (layouts && fine)
         return dt_cli_fail(2, "solve: --layouts with --finetune %s: layouts are modelled for full fine-tuning only "
                               "(drop --layouts: the method is planned with DP x ZeRO)", fta.v[FT_METHOD]);
-    rq.layouts = layouts || (!no_layouts && !fine && b->cluster.device == DT_DEVICE_CUDA && n_nodes > 1);
+    /* Megatron-LM plans are its layouts on one node too */
+    const int megatron = b->runtime.kind == DT_RUNTIME_MEGATRON;
+    if (megatron && fine)
+        return dt_cli_fail(2, "solve: --runtime megatron with --finetune %s: Megatron-LM's plans are modelled for full "
+                              "training only (use --runtime deepspeed or fsdp for the method)", fta.v[FT_METHOD]);
+    rq.layouts = layouts || (!no_layouts && !fine && b->cluster.device == DT_DEVICE_CUDA && (n_nodes > 1 || megatron));
     /* dtrun on CPU ranks runs TP itself (tp a decision variable: docs/parallelism.md "In dtrun") */
     rq.layout_runtime = b->runtime.kind == DT_RUNTIME_DTRUN && !cpu_dtrun ? DT_RUNTIME_FSDP : b->runtime.kind;
     if (v[O_NVME_PATH]) {
@@ -629,9 +649,13 @@ int dt_cmd_solve(int argc, char **argv) {
                dt_format_count(b->model.requested_params, rbuf, sizeof rbuf), (long long)b->model.n_layer,
                (long long)b->model.hidden, (long long)dt_model_params(&b->model), pbuf);
     }
-    if (b->runtime.kind != DT_RUNTIME_DTRUN)
-        printf("runtime: %s (Hugging Face model code, %s attention); device memory is the step's largest phase\n",
-               dt_runtime_name(b->runtime.kind), dt_attn_kernel_name(b->runtime.attention));
+    if (b->runtime.kind == DT_RUNTIME_MEGATRON)
+        printf("runtime: megatron (%s, %s attention; ZeRO stage 0 = DDP, 1 = its distributed optimizer)\n",
+               dt_runtime_code(b->runtime.kind), dt_attn_kernel_name(b->runtime.attention));
+    else if (b->runtime.kind != DT_RUNTIME_DTRUN)
+        printf("runtime: %s (%s, %s attention); device memory is the step's largest phase\n",
+               dt_runtime_name(b->runtime.kind), dt_runtime_code(b->runtime.kind),
+               dt_attn_kernel_name(b->runtime.attention));
     if (data_note[0]) printf("%s\n", data_note);
     else if (!b->data.train[0])
         printf("data: none named: %s has a %lld-token vocabulary, so the byte-level demo text is not its data; the "

@@ -293,7 +293,9 @@ static int cmd_train(int argc, char **argv) {
                        "dtplan solve ... --runtime dtrun, or run this one with %s", plan_path,
                        dt_runtime_name(plan.runtime.kind),
                        plan.runtime.kind == DT_RUNTIME_DEEPSPEED ? "deepspeed (dtplan export writes its config)"
-                                                                 : "torchrun and PyTorch FSDP");
+                       : plan.runtime.kind == DT_RUNTIME_MEGATRON ? "Megatron-LM (dtplan export --megatron writes its "
+                                                                    "arguments)"
+                                                                  : "torchrun and PyTorch FSDP");
     if (!rc) rc = check_finetune(&plan, plan_path, &err);
     /* an objective beyond next-token prediction with no table in engine/run/dt_objrun.h (ppo) */
     if (!rc && plan.objective.kind >= DT_OBJ_RM && !dt_objrun_for(plan.objective.kind))

@@ -601,7 +601,9 @@ static void test_runtime_section(void) {
     /* strict: unknown and missing keys, kinds, consistency */
     expect_mut_reject(t0, "runtime.kernel", "\"sdpa\"", "$.runtime.kernel: unknown key");
     expect_mut_reject(t0, "runtime.dropout", NULL, "$.runtime.dropout: missing required key");
-    expect_mut_reject(t0, "runtime.kind", "\"megatron\"", "$.runtime.kind");
+    expect_mut_reject(t0, "runtime.kind", "\"megatron-lm\"", "$.runtime.kind");
+    /* runtime megatron reads, and refuses this plan's ZeRO-2 by name */
+    expect_mut_reject(t0, "runtime.kind", "\"megatron\"", "parallel.zero_stage = 2 with runtime megatron: Megatron-LM has no ZeRO-2");
     expect_mut_reject(t0, "runtime.kind", "\"dtrun\"", "$.runtime.kind: \"dtrun\" plans carry no runtime section");
     expect_mut_reject(t0, "runtime.attention", "\"sdpa\"",
                       "runtime.attention = \"sdpa\" contradicts activations.attention = \"materialized\"");

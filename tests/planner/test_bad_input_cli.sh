@@ -200,7 +200,11 @@ bad "simulate: --trace needs a value" simulate "$plan" --trace ""
 bad "-o needs a value" report "$T" -o ""
 
 # ---- issue 17: the runtime profile and the validation suite ----
-bad "--runtime 'megatron': unknown runtime (use dtrun, deepspeed or fsdp" estimate $P --runtime megatron
+bad "--runtime 'megatron-lm': unknown runtime (use dtrun, deepspeed, fsdp or megatron" estimate $P --runtime megatron-lm
+bad "--runtime megatron: hardware cpu is a CPU profile and Megatron-LM runs on CUDA GPUs only" estimate $P --runtime megatron --hardware cpu
+bad "solve: --runtime megatron: hardware cpu is a CPU profile and Megatron-LM runs on CUDA GPUs only" solve $P --mem 2G --runtime megatron --hardware cpu
+bad "--attention 'sdpa': expected flash or eager (= materialized: Megatron-LM's unfused attention" solve $P --mem 80G --runtime megatron --attention sdpa
+bad "solve: --stages 0,1,2 with --runtime megatron: Megatron-LM has no ZeRO-2 or ZeRO-3" solve $P --mem 80G --runtime megatron --stages 0,1,2
 bad "--runtime 'bogus': unknown runtime" solve $P --mem 80G --runtime bogus
 bad "--runtime 'DeepSpeed': unknown runtime" simulate "$plan" --runtime DeepSpeed
 bad "--runtime deepspeed on CPU ranks needs the CPU profile's measured deepspeed_runtime_bytes; hardware cpu has none" estimate $P --runtime deepspeed --hardware cpu

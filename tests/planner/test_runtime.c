@@ -281,8 +281,8 @@ static void test_names(void) {
     dt_runtime_kind k;
     dt_error e = {0};
     CHECK(dt_runtime_parse("fsdp", &k, &e) == DT_OK && k == DT_RUNTIME_FSDP);
-    CHECK(dt_runtime_parse("megatron", &k, &e) == DT_EINVAL);
-    CHECK(strstr(e.msg, "--runtime 'megatron': unknown runtime (use dtrun, deepspeed or fsdp") != NULL);
+    CHECK(dt_runtime_parse("megatron-lm", &k, &e) == DT_EINVAL);
+    CHECK(strstr(e.msg, "--runtime 'megatron-lm': unknown runtime (use dtrun, deepspeed, fsdp or megatron") != NULL);
     CHECK(!strcmp(dt_runtime_name(DT_RUNTIME_DEEPSPEED), "deepspeed"));
     CHECK(!strcmp(dt_attn_kernel_name(DT_KERNEL_SDPA), "sdpa"));
     CHECK(!strcmp(dt_mem_phase_name(DT_MEM_PHASE_BWD_END), "backward end"));
