@@ -30,6 +30,9 @@ int dt_vlmtrain_init_base(dt_vlmrun *r, const dt_plan *p, int *from_dir, dt_erro
 
 /* The trained model as a LlavaForConditionalGeneration directory OUT/hf-step<8 digits>
  * (dt_vlmdir_save; rank 0 calls it, the parameters whole on every rank: ZeRO 0-2). */
+/* The export of a run that stops at step stop: its directory absent or empty, else DT_EINVAL
+ * naming it (checked before the first step, so a run does not end refused). */
+int dt_vlmtrain_check_export(const char *out_dir, int64_t stop, dt_error *err);
 int dt_vlmtrain_export(dt_vlmrun *r, const dt_plan *p, const char *out_dir, int64_t step, char *path, size_t cap,
                        dt_error *err);
 

@@ -768,7 +768,12 @@ static void print_banner(const trainer *t, int64_t resumed) {
             (long long)plan->batch.micro_batch, (long long)plan->batch.seq_len, (long long)plan->batch.grad_accum,
             (long long)plan->activations.ckpt_layers, (long long)plan->model.n_layer,
             (long long)(t->obj ? t->obj->examples(t->objr) : dt_loader_windows(t->train_l)));
-    if (t->obj && plan->objective.kind == DT_OBJ_GRPO)
+    if (t->vr)
+        fprintf(log, "dtrun: vision-language stage %s: %lld training documents with their images (pixel shards), "
+                     "the %s tower frozen; a LlavaForConditionalGeneration export at the end\n",
+                dt_vlm_stage_name(plan->vlm.stage), (long long)t->obj->examples(t->objr),
+                dt_vit_kind_name(plan->vlm.tower.kind));
+    else if (t->obj && plan->objective.kind == DT_OBJ_GRPO)
         fprintf(log, "dtrun: objective grpo: %lld training prompts, %lld completions per prompt, %lld rows per "
                      "micro-batch; %s\n", (long long)t->obj->examples(t->objr),
                 (long long)plan->objective.num_generations, (long long)plan->batch.micro_batch,
@@ -1025,6 +1030,13 @@ int dt_train(const dt_plan *plan, const dt_train_opts *opts, dt_train_result *re
     dt_memprobe_clear();
     dt_memprobe_begin(DT_PHASE_STARTUP);
     int64_t resumed = -1;
+    /* a new VLM run's export must find its directory free before --overwrite clears anything */
+    if (!opts->resume && dt_vlm_active(&plan->vlm)) {
+        const int64_t total = plan->schedule.total_steps;
+        rc = dt_vlmtrain_check_export(opts->out_dir ? opts->out_dir : plan->output.dir,
+                                      opts->max_steps > 0 && opts->max_steps < total ? opts->max_steps : total, err);
+        if (rc) goto done;
+    }
     if ((rc = open_run_dir(&t, err)) || (rc = build_model(&t, &resumed, err))) goto done;
     plan_steps(&t);
     res->first_step = t.st.step;
@@ -1033,6 +1045,8 @@ int dt_train(const dt_plan *plan, const dt_train_opts *opts, dt_train_result *re
         res->steps = t.st.step;
         goto done;
     }
+    /* a resumed VLM run's export must find its directory free before any step runs */
+    if (t.vr && (rc = dt_vlmtrain_check_export(t.out_dir, t.stop, err))) goto done;
     if (t.world > 1 && (rc = dt_heartbeat_open(&t.hb, t.out_dir, t.rank, err))) goto done;
     if ((rc = open_metrics(&t, opts->resume, err))) goto done;
     print_banner(&t, resumed);

@@ -10,6 +10,7 @@
  * transformers' Trainer before average_tokens_across_devices. */
 #include "dt_vlmtrain.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -225,9 +226,28 @@ int dt_vlmtrain_init_base(dt_vlmrun *r, const dt_plan *p, int *from_dir, dt_erro
     return dt_lm_init_base_random(dt_vlmrun_lm(r), p->data.seed, err);
 }
 
-int dt_vlmtrain_export(dt_vlmrun *r, const dt_plan *p, const char *out_dir, int64_t step, char *path, size_t cap,
-                       dt_error *err) {
+static int export_path(const char *out_dir, int64_t step, char *path, size_t cap, dt_error *err) {
     if (snprintf(path, cap, "%s/hf-step%08lld", out_dir, (long long)step) >= (int)cap)
         return dt_errorf(err, DT_EINVAL, "vlm: the export path under %s is too long", out_dir);
+    return DT_OK;
+}
+
+int dt_vlmtrain_check_export(const char *out_dir, int64_t stop, dt_error *err) {
+    char path[DT_PATH_MAX * 2];
+    if (export_path(out_dir, stop, path, sizeof path, err)) return err->code;
+    DIR *d = opendir(path);
+    if (!d) return DT_OK;
+    int empty = 1;
+    for (struct dirent *e; empty && (e = readdir(d));) empty = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0;
+    closedir(d);
+    if (!empty)
+        return dt_errorf(err, DT_EINVAL, "%s holds an earlier run's export, which this run's would replace: move it "
+                         "away, or train into another --out", path);
+    return DT_OK;
+}
+
+int dt_vlmtrain_export(dt_vlmrun *r, const dt_plan *p, const char *out_dir, int64_t step, char *path, size_t cap,
+                       dt_error *err) {
+    if (export_path(out_dir, step, path, cap, err)) return err->code;
     return dt_vlmdir_save(r, &p->model, &p->vlm, path, VLM_EXPORT_SHARD_BYTES, err);
 }

@@ -107,5 +107,12 @@ PY
 plan sft 2 1 3 "$T/z3.json"
 dt_bad "ZeRO-3 with a vision-language model is not built" "$DTRUN" "$T/z3.json" --out "$T/z3"
 [ ! -e "$T/z3" ] || fail "a refused run wrote $T/z3"
+# --overwrite of a finished run: its export is refused before anything there is removed
+# (the plan edited by jq also draws the stale-prediction warning: not dt_bad's one line)
+"$DTRUN" "$T/sft-w1.json" --out "$T/sft-w1" --overwrite --init "$T/pretrain-w1/hf-step0000000$STEPS" >"$T/out" 2>"$T/err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "sft-w1/hf-step0000000$STEPS holds an earlier run's export" "$T/err" ||
+  fail "--overwrite over an export: exit $rc, $(cat "$T/err")"
+[ -d "$T/sft-w1/ckpt-0000000$STEPS" ] && [ -f "$T/sft-w1/metrics.jsonl" ] || fail "a refused --overwrite removed the run"
 [ $fails -eq 0 ] && echo "ok: LLaVA pretrain then sft, 1 rank == 2 ranks (ZeRO 1, 2), resume bitwise" || echo "$fails failure(s)"
 exit $((fails > 0))
