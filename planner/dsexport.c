@@ -322,8 +322,8 @@ char *dt_dsexport_launch(const dt_plan *p, const dt_dsexport_opts *in, dt_error 
               "--master_port %d %s --deepspeed %s%s\n",
               nodes, per, node_rank, o.master_addr, o.master_port, o.script, o.config_path, va);
     sb_printf(&b, "%s", vlm_dtrun_note(p));
-    if (dt_vlm_active(&p->vlm)) {   /* cli/dtrun refuses the plan: its trainer does not run VLM plans yet */
-        sb_printf(&b, "# dtrun: its trainer does not run VLM plans yet (docs/vlm.md)\n");
+    if (dt_vlm_active(&p->vlm)) {   /* cli/dtrun trains a VLM plan on the CPU in fp32 only (dt_vlmtrain.h) */
+        sb_printf(&b, "# dtrun: trains VLM plans on the CPU in fp32 only, ZeRO 0-2 (docs/vlm.md \"In dtrun\")\n");
         return sb_close(&b, err);
     }
     sb_printf(&b, "# dtrun: the plan itself (starts the %lld local rank(s) of each node)\n", per);

@@ -37,6 +37,7 @@
 #include "dt_rundir.h"
 #include "dt_timemodel.h"
 #include "dt_train.h"
+#include "dt_vlmtrain.h"
 #ifdef DT_HAVE_CUDA
 #include "dt_nccl.h"
 #endif
@@ -281,12 +282,10 @@ static int cmd_train(int argc, char **argv) {
     int rc = dt_plan_load(plan_path, &plan, &err);
     if (!rc) rc = dt_plan_validate(&plan, &err);
     if (!rc && init_path) rc = set_init(&plan, init_path, &err);
-    if (!rc && dt_vlm_active(&plan.vlm))   /* the model is built (dt_vlmrun.h); the trainer does not run it yet */
-        rc = dt_errorf(&err, DT_EINVAL,
-                       "%s plans a vision-language model (model.vision: %s tower, stage %s); dtrun's trainer does not "
-                       "run VLM plans yet (its LLaVA model is built: docs/vlm.md \"In dtrun\"): run it with LLaVA / "
-                       "transformers on DeepSpeed (dtplan export writes the config and launch lines)", plan_path,
-                       dt_vit_kind_name(plan.vlm.tower.kind), dt_vlm_stage_name(plan.vlm.stage));
+    /* what of a vision-language plan this engine does not train (dt_vlmtrain.h): one line each */
+    if (!rc && dt_vlm_active(&plan.vlm) && dt_vlmtrain_ops()->check(&plan, &err))
+        rc = dt_error_prefix(&err, "%s plans a vision-language model (%s tower, stage %s)", plan_path,
+                             dt_vit_kind_name(plan.vlm.tower.kind), dt_vlm_stage_name(plan.vlm.stage));
     if (!rc && plan.runtime.kind != DT_RUNTIME_DTRUN)   /* a plan predicting another framework's run */
         rc = dt_errorf(&err, DT_EINVAL,
                        "%s predicts a %s run (runtime.kind); dtrun trains plans made for itself: re-plan with "

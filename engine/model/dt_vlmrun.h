@@ -26,6 +26,8 @@ typedef struct dt_vlmrun dt_vlmrun;
 int dt_vlmrun_create(const dt_model *lm, const dt_vlm *v, const dt_precision *prec, const dt_lm_options *o,
                      dt_vlmrun **out, dt_error *err);
 void dt_vlmrun_free(dt_vlmrun *r);
+/* dt_vlmrun_create's refusals alone (o: its device, finetune and tp), before anything is built. */
+int dt_vlmrun_check(const dt_vlm *v, const dt_precision *prec, const dt_lm_options *o, dt_error *err);
 /* Its parts: the language model, whose group 0 holds the projector's tensors as extra tensors
  * (dt_lm_extra, named DT_VLM_PROJECTOR_PREFIX + "linear_1.weight", ...; always trained), every
  * tensor of its own in the base set under pretrain; and the vision side (the frozen tower's

@@ -97,7 +97,7 @@ static void set_extra(dt_vlmrun *r) {
     }
 }
 
-static int check_built(const dt_vlm *v, const dt_precision *prec, const dt_lm_options *o, dt_error *err) {
+int dt_vlmrun_check(const dt_vlm *v, const dt_precision *prec, const dt_lm_options *o, dt_error *err) {
     if (v->stage == DT_VLM_FULL)
         return dt_errorf(err, DT_EINVAL, "--vlm-stage full (the vision tower trained) is not built in dtrun's engine "
                          "yet: use --vlm-stage pretrain or sft (LLaVA-1.5's stages, the tower frozen)");
@@ -119,7 +119,7 @@ static int check_built(const dt_vlm *v, const dt_precision *prec, const dt_lm_op
 int dt_vlmrun_create(const dt_model *lm, const dt_vlm *v, const dt_precision *prec, const dt_lm_options *o,
                      dt_vlmrun **out, dt_error *err) {
     *out = NULL;
-    int rc = check_built(v, prec, o, err);
+    int rc = dt_vlmrun_check(v, prec, o, err);
     if (rc) return rc;
     if (v->image_token_index >= lm->vocab)
         return dt_errorf(err, DT_EINVAL, "vlm: image_token_index %lld is outside the language model's vocabulary of "

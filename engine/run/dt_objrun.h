@@ -39,6 +39,7 @@ typedef struct dt_objrun_ctx {
     FILE *log;                       /* rank 0's human log, else NULL */
     const char *reward_cmd;          /* grpo: the user's reward command (dt_reward.h), NULL: exact answer */
     double reward_timeout_s;         /* grpo: its wall-clock limit per call */
+    struct dt_vlmrun *vlm;           /* a VLM plan's model (dt_vlmtrain.h), else NULL */
 } dt_objrun_ctx;
 
 /* Metrics of a step or of an evaluation, under TRL's names. */

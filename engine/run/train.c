@@ -30,6 +30,7 @@
 #include "dt_layout.h"
 #include "dt_tpgroup.h"
 #include "dt_tracer.h"
+#include "dt_vlmtrain.h"
 #include "dt_zero.h"
 
 #define DT_PROGRESS_WIDTH 24     /* characters of the progress bar */
@@ -66,6 +67,8 @@ typedef struct {
     const dt_objrun_ops *obj;
     dt_objrun *objr;
     dt_objrun_metrics step_m, eval_m;   /* the last step's and evaluation's objective metrics */
+    dt_vlmrun *vr;               /* a VLM plan's model (dt_vlmtrain.h; g is its language model), else NULL */
+    int vlm_from_dir;            /* its weights came from output.init (a LLaVA directory) */
     dt_comm *comm;
     int own_comm, rank, world;
     /* tensor parallelism (layout.tp > 1): the TP and DP groups (NULL: none); the data, ZeRO
@@ -207,7 +210,8 @@ static int open_objective(trainer *t, const char *train_path, const dt_corpus_op
     const dt_objrun_ctx c = {.plan = t->plan, .model = &t->model, .comm = t->comm, .zero = t->z, .rank = t->rank,
                              .world = t->world, .train_path = train_path, .valid_path = t->plan->data.valid,
                              .fingerprint = o->fingerprint, .fingerprint_hint = o->fingerprint_hint, .log = t->log,
-                             .reward_cmd = t->opts->reward_cmd, .reward_timeout_s = t->opts->reward_timeout_s};
+                             .reward_cmd = t->opts->reward_cmd, .reward_timeout_s = t->opts->reward_timeout_s,
+                             .vlm = t->vr};
     if (t->obj->open(&c, t->g, &t->objr, err)) return err->code;
     snprintf(t->data_fp, sizeof t->data_fp, "%s", t->obj->data_fingerprint(t->objr));
     return DT_OK;
@@ -281,6 +285,7 @@ static int check_resumed_data(trainer *t, const char *ckpt, dt_error *err) {
  * only what is trained). */
 static int init_base(trainer *t, dt_error *err) {
     const dt_plan *p = t->plan;
+    if (t->vr) return dt_vlmtrain_init_base(t->vr, p, &t->vlm_from_dir, err);   /* the tower, and the base set */
     if (p->output.init[0]) {
         if (dt_weights_load_base(t->g, &t->model, t->src->precision.param, p->output.init, err))
             return dt_error_prefix(err, "output.init");
@@ -323,6 +328,8 @@ static int init_weights(trainer *t, int64_t *resumed_from, dt_error *err) {
             rc = dt_error_prefix(err, "--init-adapter %s", t->opts->init_adapter);
         dt_adapter_free(a);
         if (rc) return rc;
+    } else if (t->vlm_from_dir) {   /* the LLaVA directory's trained set, read by init_base */
+        if (dt_zero_init_from_model(t->z, err)) return err->code;
     } else if (p->output.init[0]) {   /* stage 3: each rank reads only its shards of the file */
         /* LoRA from a base model: the adapters it lacks start as PEFT starts them, from the seed;
          * a reward model from a causal LM: its score head as transformers initialises it */
@@ -607,7 +614,8 @@ static void trainer_free(trainer *t) {
     free(t->counted);
     if (t->count_buf) t->dev->free(t->count_buf);
     dt_zero_free(t->z);
-    dt_lm_free(t->g);
+    if (t->vr) dt_vlmrun_free(t->vr);   /* g is its language model */
+    else dt_lm_free(t->g);
     dt_tpgroup_free(t->tpg);
     if (t->own_comm) dt_comm_free(t->comm);
     free(t->plan_json);
@@ -659,7 +667,8 @@ static int trainer_connect(trainer *t, const dt_plan *plan, const dt_train_opts 
     }
     t->rank = dt_comm_rank(t->comm);
     t->world = dt_comm_size(t->comm);
-    t->obj = dt_objrun_for(plan->objective.kind);   /* NULL: pt / sft */
+    /* NULL: pt / sft; a VLM plan's own table (dt_vlmtrain.h) */
+    t->obj = dt_vlm_active(&plan->vlm) ? dt_vlmtrain_ops() : dt_objrun_for(plan->objective.kind);
     /* the device first: a cuda plan on a build or machine without a GPU stops
      * here with dt_device_get's one line, before anything is written */
     if ((rc = check_plan(plan, t->world, err)) || (t->obj && (rc = t->obj->check(plan, err))) ||
@@ -706,7 +715,9 @@ static int build_model(trainer *t, int64_t *resumed, dt_error *err) {
                               .attn = plan->activations.attention, .device = plan->cluster.device,
                               .ordinal = dt_comm_local_rank(t->comm), .flags = flags,
                               .finetune = &plan->finetune, .tp = t->tpg ? dt_tpgroup_model(t->tpg) : NULL};
-    int rc = dt_lm_create_opts(&t->model, &t->src->precision, &lo, &t->g, err);
+    int rc = t->obj == dt_vlmtrain_ops() ? dt_vlmtrain_create(plan, &lo, &t->vr, err)
+                                         : dt_lm_create_opts(&t->model, &t->src->precision, &lo, &t->g, err);
+    if (!rc && t->vr) t->g = dt_vlmrun_lm(t->vr);
     if (!rc) rc = dt_zero_create(plan, t->dcomm, t->g, &t->z, err);
     if (!rc && t->tpg) dt_zero_set_tp(t->z, dt_tpgroup_tp(t->tpg));
     if (!rc) rc = setup_data(t, err);
@@ -760,7 +771,12 @@ static void print_banner(const trainer *t, int64_t resumed) {
             (long long)plan->batch.micro_batch, (long long)plan->batch.seq_len, (long long)plan->batch.grad_accum,
             (long long)plan->activations.ckpt_layers, (long long)plan->model.n_layer,
             (long long)(t->obj ? t->obj->examples(t->objr) : dt_loader_windows(t->train_l)));
-    if (t->obj && plan->objective.kind == DT_OBJ_GRPO)
+    if (t->vr)
+        fprintf(log, "dtrun: vision-language stage %s: %lld training documents with their images (pixel shards), "
+                     "the %s tower frozen; a LlavaForConditionalGeneration export at the end\n",
+                dt_vlm_stage_name(plan->vlm.stage), (long long)t->obj->examples(t->objr),
+                dt_vit_kind_name(plan->vlm.tower.kind));
+    else if (t->obj && plan->objective.kind == DT_OBJ_GRPO)
         fprintf(log, "dtrun: objective grpo: %lld training prompts, %lld completions per prompt, %lld rows per "
                      "micro-batch; %s\n", (long long)t->obj->examples(t->objr),
                 (long long)plan->objective.num_generations, (long long)plan->batch.micro_batch,
@@ -967,6 +983,14 @@ static int write_run_report(trainer *t, const dt_train_result *res, dt_error *er
     return dt_run_report_write(rpath, t->plan, t->opts->plan_path, &m, t->log, err);
 }
 
+/* A VLM run's model as a LlavaForConditionalGeneration directory beside its checkpoints (rank 0). */
+static int export_vlm(trainer *t, dt_error *err) {
+    char path[DT_PATH_MAX * 2];
+    if (dt_vlmtrain_export(t->vr, t->plan, t->out_dir, t->st.step, path, sizeof path, err)) return err->code;
+    if (t->log) fprintf(t->log, "dtrun: wrote %s (LlavaForConditionalGeneration, Hugging Face's names)\n", path);
+    return DT_OK;
+}
+
 /* After the loop (rc: its outcome): device errors, culprit, result figures; on success report and trace. */
 static int finish_run(trainer *t, int rc, dt_train_result *res, dt_error *err) {
     /* the last optimizer step's asynchronous device errors, before the report */
@@ -982,6 +1006,7 @@ static int finish_run(trainer *t, int rc, dt_train_result *res, dt_error *err) {
     if (!rc) rc = write_run_report(t, res, err);
     /* every rank's real memory per phase, read back from the reports once all are written */
     if (!rc && t->world > 1) rc = dt_comm_barrier(t->comm, err);
+    if (!rc && t->vr && t->rank == 0) rc = export_vlm(t, err);
     if (!rc && t->log) rc = dt_memreport_print(t->out_dir, t->world, t->log, err);
     if (!rc && t->opts->trace_path) {
         rc = dt_tracer_finish(t->opts->trace_path, t->comm, err);
@@ -1008,6 +1033,13 @@ int dt_train(const dt_plan *plan, const dt_train_opts *opts, dt_train_result *re
     dt_memprobe_clear();
     dt_memprobe_begin(DT_PHASE_STARTUP);
     int64_t resumed = -1;
+    /* a new VLM run's export must find its directory free before --overwrite clears anything */
+    if (!opts->resume && dt_vlm_active(&plan->vlm)) {
+        const int64_t total = plan->schedule.total_steps;
+        rc = dt_vlmtrain_check_export(opts->out_dir ? opts->out_dir : plan->output.dir,
+                                      opts->max_steps > 0 && opts->max_steps < total ? opts->max_steps : total, err);
+        if (rc) goto done;
+    }
     if ((rc = open_run_dir(&t, err)) || (rc = build_model(&t, &resumed, err))) goto done;
     plan_steps(&t);
     res->first_step = t.st.step;
@@ -1016,6 +1048,8 @@ int dt_train(const dt_plan *plan, const dt_train_opts *opts, dt_train_result *re
         res->steps = t.st.step;
         goto done;
     }
+    /* a resumed VLM run's export must find its directory free before any step runs */
+    if (t.vr && (rc = dt_vlmtrain_check_export(t.out_dir, t.stop, err))) goto done;
     if (t.world > 1 && (rc = dt_heartbeat_open(&t.hb, t.out_dir, t.rank, err))) goto done;
     if ((rc = open_metrics(&t, opts->resume, err))) goto done;
     print_banner(&t, resumed);

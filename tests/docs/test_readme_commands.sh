@@ -2,8 +2,8 @@
 # Every command of README.md's ```sh blocks runs as written (issue 18: a new user's
 # first hour). Usage: test_readme_commands.sh DTPLAN DTRUN SOURCE_DIR [README]
 #
-# The commands run in order, in a temp directory that holds a link to the source's
-# configs/ (README's commands are written for the repository root), with `dtplan` and
+# The commands run in order, in a temp directory that holds links to the source's
+# configs/, models/ and tests/ (README's commands are written for the repository root), with `dtplan` and
 # `dtrun` replaced by the build's binaries. ```bash blocks are not run (installing
 # packages, two-node launches). Commands on a GPU plan (gpu-plan.json) must either
 # succeed (a GPU is present) or fail with exit 1 and exactly one line on stderr.
@@ -14,6 +14,9 @@ README=${4:-$SRC/README.md}
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 ln -s "$SRC/configs" "$T/configs"
+# the tiny LLaVA example reads the catalog and the test tokenizer and images
+ln -s "$SRC/models" "$T/models"
+ln -s "$SRC/tests" "$T/tests"
 fails=0
 
 # "LINE<TAB>COMMAND" for every command line of the ```sh blocks (comments dropped)

@@ -3,7 +3,7 @@
 # solve, show, simulate and export; every term with the vision tower, projector and language
 # model rows named; the stages' freezing (pretrain < sft < full); the runbook's workflow (4 GPUs,
 # total batch 32 as 8 per GPU, the learning rate scaled linear / sqrt by the GPU count) as one
-# solve; bad input one line, exit 2, nothing on stdout; dtrun refuses a VLM plan in one line.
+# solve; bad input one line, exit 2, nothing on stdout; dtrun refuses a GPU VLM plan in one line.
 # usage: test_vlm_cli.sh DTPLAN DTRUN SOURCE_DIR
 set -u
 . "$(dirname "$0")/../lib.sh"
@@ -90,7 +90,7 @@ has "vision          clip ViT" simulate
 ok export --deepspeed "$T/plan.json" -o "$T/ds.json" --slurm "$T/launch.slurm"
 has "--tune_mm_mlp_adapter True" export
 has "--mm_vision_select_layer -2" export
-has "# dtrun: its trainer does not run VLM plans yet" export
+has "# dtrun: trains VLM plans on the CPU in fp32 only, ZeRO 0-2" export
 grep -qF -- "--tune_mm_mlp_adapter True" "$T/launch.slurm" || fail "sbatch lacks the stage's arguments"
 grep -qF '"train_batch_size": 32' "$T/ds.json" || fail "ds config batch: $(head -3 "$T/ds.json")"
 
@@ -100,8 +100,9 @@ grep -qF '"train_batch_size": 32' "$T/ds.json" || fail "ds config batch: $(head 
 grep -qE -- "dtplan solve --model llava-1.5-13b --vlm-stage sft --images-per-sample 2 --mem 24G --gpus 1 --seq 2048 --finetune q?lora" \
     "$T/err" || fail "solve hint: $(cat "$T/err")"
 
-# dtrun: its trainer does not run VLM plans yet, one line, exit 2
-dt_bad "dtrun's trainer does not run VLM plans yet" "$DTRUN" "$T/plan.json"
+# dtrun trains VLM plans on the CPU only (tests/dist/test_vlm_dtrun.sh): this GPU plan is one line, exit 2
+dt_bad "plans a vision-language model (clip tower, stage pretrain): vlm: dtrun's vision-language engine runs on the CPU only" \
+  "$DTRUN" "$T/plan.json"
 
 # bad input
 bad "gpt2 is a text model" estimate --model gpt2 --vlm-stage sft
