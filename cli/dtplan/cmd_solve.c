@@ -33,6 +33,8 @@
 #define SOLVE_MAX_BATCH (INT64_C(1) << 40)
 /* the ZeRO stages Megatron-LM has: 0 (DDP) and 1 (--use-distributed-optimizer) */
 #define SOLVE_MEGATRON_STAGES 0x3u
+/* the ZeRO stages dtrun's vision-language trainer runs: 0-2 (engine/run/vlm_train.c) */
+#define SOLVE_DTRUN_VLM_STAGES 0x7u
 #define SOLVE_MAX_STEPS (INT64_C(1) << 40)
 
 static void usage(FILE *f) {
@@ -250,7 +252,11 @@ static void print_result(const dt_solve_request *rq, const dt_solve_result *r, d
         if (s == r->best.zero_stage) continue;
         if (!((rq->stage_mask >> s) & 1u)) {
             printf("  %-14s %s\n", stage_name(s),
-                   rq->base.runtime.kind == DT_RUNTIME_MEGATRON && s >= 2 ? "not in Megatron-LM" : "not allowed (--stages)");
+                   rq->base.runtime.kind == DT_RUNTIME_MEGATRON && s >= 2 ? "not in Megatron-LM"
+                   : dt_vlm_active(&rq->base.vlm) && rq->base.runtime.kind == DT_RUNTIME_DTRUN &&
+                           rq->base.cluster.device == DT_DEVICE_CPU && s == 3
+                       ? "not in dtrun's VLM trainer yet"
+                       : "not allowed (--stages)");
             continue;
         }
         if (!c->valid) {
@@ -582,6 +588,14 @@ int dt_cmd_solve(int argc, char **argv) {
         (nvme && dt_parse_bytes(nvme, "--nvme", &rq.nvme_limit_bytes, &err)))
         return dt_cli_fail(2, "%s", err.msg);
     rq.allow_offload = !no_offload;
+    /* CPU ranks: dtrun's VLM trainer runs ZeRO 0-2 without offload (engine/run/vlm_train.c: --init
+     * and the export hold the whole language model on every rank); solve keeps to what it runs */
+    const int dtrun_vlm =
+        dt_vlm_active(&b->vlm) && b->runtime.kind == DT_RUNTIME_DTRUN && b->cluster.device == DT_DEVICE_CPU;
+    if (dtrun_vlm && v[O_STAGES] && (rq.stage_mask & ~SOLVE_DTRUN_VLM_STAGES))
+        return dt_cli_fail(2, "solve: --stages %s for a vision-language model under runtime dtrun: dtrun's VLM trainer "
+                              "runs ZeRO 0-2 (no ZeRO-3 yet); use --stages 0,1,2, or --runtime deepspeed", stages);
+    if (dtrun_vlm) rq.stage_mask &= SOLVE_DTRUN_VLM_STAGES, rq.allow_offload = 0;
     /* GPU requests over several nodes weigh TP / CP / PP layouts next to DP x ZeRO (--layouts
      * on one node too): under the request's runtime when it runs them (deepspeed, fsdp), else
      * under fsdp (torchtitan's FSDP2 x TP x CP x PP; dtrun runs data parallelism only) */
@@ -617,9 +631,9 @@ int dt_cmd_solve(int argc, char **argv) {
     if (dt_ft_args_apply(&fta, b)) return 2;   /* the method, checked against the model; solve keeps it */
     if (dt_obj_args_apply(&oba, b)) return 2;  /* the objective, checked against the batch; solve keeps it */
     /* CPU ranks under dtrun: tp weighed by default where its engine may run it (full fine-tuning,
-     * pt / sft, several ranks) */
+     * pt / sft, several ranks, no vision tower) */
     const int obj_tp = b->objective.kind == DT_OBJ_AUTO || b->objective.kind == DT_OBJ_PT || b->objective.kind == DT_OBJ_SFT;
-    if (cpu_dtrun && !no_layouts && !fine && obj_tp && n_gpus > 1) rq.layouts = 1;
+    if (cpu_dtrun && !no_layouts && !fine && obj_tp && n_gpus > 1 && !dt_vlm_active(&b->vlm)) rq.layouts = 1;
     char data_note[1024];
     if (dt_solve_apply_prepared(b, v[O_DATA], data_note, sizeof data_note, &err))
         return dt_cli_fail(2, "solve: %s", err.msg);

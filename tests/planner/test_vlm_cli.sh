@@ -118,5 +118,18 @@ bad "vision_config has no 'image_size'" estimate --model "$T/partial.json"
 sed 's/"stage": "pretrain"/"stage": "stage1"/' "$T/plan.json" >"$T/badstage.json"
 bad "stage" show "$T/badstage.json"
 
+# CPU ranks under dtrun: solve keeps to what dtrun's VLM trainer runs (ZeRO 0-2, no offload, no
+# TP layout weighed by default), so a default solve over 2 ranks gives a plan dtrun trains
+jq '.text_config.vocab_size = 1536 | .image_token_index = 1500' "$SRC/models/catalog/llava-tiny.json" >"$T/tiny.json"
+ok solve --model "$T/tiny.json" --vlm-stage pretrain --hardware cpu --mem 2G --seq 96 --gpus 2 --precision fp32 \
+    -o "$T/cpu2.json"
+has "ZeRO-3         not in dtrun's VLM trainer yet" solve cpu 2 ranks
+st=$(jq -r '.parallel.zero_stage' "$T/cpu2.json") oo=$(jq -r '.parallel.offload_optimizer' "$T/cpu2.json")
+{ [ "$st" -le 2 ] && [ "$oo" = none ] && ! jq -e '.layout' "$T/cpu2.json" >/dev/null; } ||
+    fail "cpu VLM solve: stage $st, offload $oo, layout $(jq -c '.layout' "$T/cpu2.json")"
+bad "dtrun's VLM trainer runs ZeRO 0-2" solve --model "$T/tiny.json" --vlm-stage sft --hardware cpu --mem 2G \
+    --seq 96 --stages 3 -o "$T/cpu3.json"
+[ -e "$T/cpu3.json" ] && fail "refused --stages 3 wrote a plan"
+
 [ $fails -eq 0 ] && echo ok
 exit $((fails > 0))
