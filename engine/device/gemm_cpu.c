@@ -247,14 +247,21 @@ static void c_block(float *c32, void *C, dt_dtype ct, int64_t ldc, int64_t j0, i
     }
 }
 
+/* Elements a strided rows x cols matrix spans: a sub-matrix of a wider one (a column offset, ld
+ * the wider row) ends at its last row's last column, not at rows x ld, which would read (or
+ * write) past the end of the caller's buffer. */
+static size_t strided_span(int64_t rows, int64_t cols, int64_t ld) {
+    return rows > 0 && cols > 0 ? (size_t)((rows - 1) * ld + cols) : 0;
+}
+
 /* op(B) fits one block: B and C widened whole, their strides kept */
 static int widen_whole(dt_gemm_kernel fk, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                        const float *a32, int64_t lda, const uint16_t *B, int64_t ldb, float *b32,
                        float beta, void *C, dt_dtype ct, float *c32, int64_t ldc) {
-    dt_convert(b32, DT_DTYPE_FP32, B, DT_DTYPE_BF16, (size_t)((tb ? N : K) * ldb));
-    if (c32) dt_convert(c32, DT_DTYPE_FP32, C, ct, (size_t)(M * ldc));
+    dt_convert(b32, DT_DTYPE_FP32, B, DT_DTYPE_BF16, strided_span(tb ? N : K, tb ? K : N, ldb));
+    if (c32) dt_convert(c32, DT_DTYPE_FP32, C, ct, strided_span(M, N, ldc));
     int rc = f32_on(fk, ta, tb, M, N, K, alpha, a32, lda, b32, ldb, beta, c32 ? c32 : (float *)C, ldc);
-    if (rc == DT_OK && c32) dt_convert(C, ct, c32, DT_DTYPE_FP32, (size_t)(M * ldc));
+    if (rc == DT_OK && c32) dt_convert(C, ct, c32, DT_DTYPE_FP32, strided_span(M, N, ldc));
     return rc;
 }
 
@@ -296,7 +303,7 @@ static int bf16_widen(dt_gemm_kernel fk, int ta, int tb, int64_t M, int64_t N, i
     float *c32 = ct == DT_DTYPE_FP32 ? NULL : malloc((one ? (size_t)(M * ldc) : (size_t)(M * nb)) * sizeof(float));
     int rc = DT_ENOMEM;
     if (a32 && b32 && (ct == DT_DTYPE_FP32 || c32)) {
-        dt_convert(a32, DT_DTYPE_FP32, A, DT_DTYPE_BF16, (size_t)(arows * lda));
+        dt_convert(a32, DT_DTYPE_FP32, A, DT_DTYPE_BF16, strided_span(arows, ta ? M : K, lda));
         rc = one ? widen_whole(fk, ta, tb, M, N, K, alpha, a32, lda, B, ldb, b32, beta, C, ct, c32, ldc)
                  : widen_blocks(fk, ta, tb, M, N, K, alpha, a32, lda, B, ldb, b32, nb, beta, C, ct, c32, ldc);
     }

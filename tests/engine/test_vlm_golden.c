@@ -274,13 +274,19 @@ static dt_vlmrun *open_model(const char *dir, dt_model *m, dt_vlm *v, const gold
     return r;
 }
 
+/* 1 when n floats at a and b are bitwise equal; an empty set (a NULL pointer: a stage without a
+ * frozen base) is equal without being read (memcmp's arguments must not be NULL) */
+static int same_floats(const float *a, const float *b, size_t n) {
+    return n == 0 || !memcmp(a, b, n * sizeof(float));
+}
+
 /* 1 when every parameter of a and b (tower, both sets of the language model: the projector among them) is bitwise equal */
 static int same_params(dt_vlmrun *a, dt_vlmrun *b) {
     dt_vit *va = dt_vlmrun_vit(a), *vb = dt_vlmrun_vit(b);
     dt_lm *ga = dt_vlmrun_lm(a), *gb = dt_vlmrun_lm(b);
-    return !memcmp(dt_vit_tower_params(va), dt_vit_tower_params(vb), dt_vit_tower_numel(va) * sizeof(float)) &&
-           !memcmp(dt_lm_params(ga), dt_lm_params(gb), dt_lm_num_params(ga) * sizeof(float)) &&
-           !memcmp(dt_lm_base_params(ga), dt_lm_base_params(gb), dt_lm_num_base_params(ga) * sizeof(float));
+    return same_floats(dt_vit_tower_params(va), dt_vit_tower_params(vb), (size_t)dt_vit_tower_numel(va)) &&
+           same_floats(dt_lm_params(ga), dt_lm_params(gb), (size_t)dt_lm_num_params(ga)) &&
+           same_floats(dt_lm_base_params(ga), dt_lm_base_params(gb), (size_t)dt_lm_num_base_params(ga));
 }
 
 /* a model of the golden's shape, from a LlavaForConditionalGeneration directory */
