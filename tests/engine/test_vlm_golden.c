@@ -121,66 +121,76 @@ static const float *px_of(const golden *c, int64_t s, int64_t a) { return c->pix
 static const int32_t *in_of(const golden *c, int64_t s, int64_t a) { return c->inputs + (s * c->accum + a) * c->B * c->T; }
 static const int32_t *tg_of(const golden *c, int64_t s, int64_t a) { return c->targets + (s * c->accum + a) * c->B * c->T; }
 
+/* A pass after its forward, against the golden's tensors under key prefix pre ("sft",
+ * "sft.mixed"): the logits, then the backward and the gradients of the projector and the
+ * language model (each of each tensor's largest); the golden's loss in *gl. */
+typedef struct {
+    double logits, proj, text;
+    float gl;
+} pass_diff;
+
+static pass_diff check_pass(dt_vlmrun *r, const golden *c, const char *pre, int64_t V) {
+    dt_error err = {0};
+    dt_lm *g = dt_vlmrun_lm(r);
+    const size_t nl = (size_t)(c->B * c->T * V);
+    pass_diff d;
+    char key[64];
+    double rm;
+    snprintf(key, sizeof key, "%s.logits", pre);
+    d.logits = golden_max_abs_diff(dt_lm_logits(g), gt(c->f, key, nl), nl, &rm);
+    snprintf(key, sizeof key, "%s.loss", pre);
+    d.gl = ((const float *)gt(c->f, key, 1))[0];
+    CHECK(dt_vlmrun_backward(r, 1.0f, &err) == DT_OK);
+    snprintf(key, sizeof key, "%s.grad", pre);
+    d.proj = worst_of(g, dt_lm_grads(g), c->f, key, 1, 1);
+    d.text = worst_of(g, dt_lm_grads(g), c->f, key, 0, 1);
+    return d;
+}
+
+static void check_pass_bounds(const pass_diff *d, float loss) {
+    CHECK(d->logits <= LOGIT_TOL);
+    CHECK(fabs(loss - d->gl) <= LOSS_RTOL * fabs(d->gl));
+    CHECK(d->proj <= GRAD_RTOL);
+    CHECK(d->text <= GRAD_RTOL);
+}
+
 /* the forward and backward of micro-batch (0, 0) */
 static void check_forward(dt_vlmrun *r, const golden *c, const char *stage, int64_t V) {
     dt_error err = {0};
     dt_lm *g = dt_vlmrun_lm(r);
     dt_vit *t = dt_vlmrun_vit(r);
     float loss = 0.0f;
-    char key[64];
-    dt_lm_zero_grad(dt_vlmrun_lm(r));
+    dt_lm_zero_grad(g);
     CHECK(dt_vlmrun_forward(r, px_of(c, 0, 0), NULL, in_of(c, 0, 0), tg_of(c, 0, 0), &loss, &err) == DT_OK);
     const size_t nf = (size_t)(c->B * dt_vit_tokens(t)) * (size_t)dt_vit_tensor_at(t, DT_VIT_TOWER, 0)->numel;
     double rm;
     const double fe = golden_max_abs_diff(dt_vit_features(t), gt(c->f, "features", nf), nf, &rm);
-    const size_t nl = (size_t)(c->B * c->T * V);
-    snprintf(key, sizeof key, "%s.logits", stage);
-    const double le = golden_max_abs_diff(dt_lm_logits(g), gt(c->f, key, nl), nl, &rm);
-    snprintf(key, sizeof key, "%s.loss", stage);
-    const float gl = ((const float *)gt(c->f, key, 1))[0];
-    CHECK(dt_vlmrun_backward(r, 1.0f, &err) == DT_OK);
-    snprintf(key, sizeof key, "%s.grad", stage);
-    const double pe = worst_of(g, dt_lm_grads(g), c->f, key, 1, 1);
-    const double te = worst_of(g, dt_lm_grads(g), c->f, key, 0, 1);
+    const pass_diff d = check_pass(r, c, stage, V);
     printf("  %s: features |diff| %.3g, logits %.3g, loss %.7f vs %.7f, gradients: projector %.3g, language model "
-           "%.3g (%d trained tensors, the projector's 4 among them) of each tensor's largest\n", stage, fe, le, loss, gl, pe, te,
-           dt_lm_num_tensors(g));
+           "%.3g (%d trained tensors, the projector's 4 among them) of each tensor's largest\n", stage, fe, d.logits,
+           loss, d.gl, d.proj, d.text, dt_lm_num_tensors(g));
     CHECK(fe <= LOGIT_TOL);
-    CHECK(le <= LOGIT_TOL);
-    CHECK(fabs(loss - gl) <= LOSS_RTOL * fabs(gl));
-    CHECK(pe <= GRAD_RTOL);
-    CHECK(te <= GRAD_RTOL);
+    check_pass_bounds(&d, loss);
 }
 
 /* micro-batch (0, 0) with sequence 1 text-only (mixed.inputs): its pixel rows NaN, never read */
 static void check_mixed(dt_vlmrun *r, const golden *c, const char *stage, int64_t V) {
     dt_error err = {0};
-    dt_lm *g = dt_vlmrun_lm(r);
-    const size_t row = (size_t)c->npx, nl = (size_t)(c->B * c->T * V);
+    const size_t row = (size_t)c->npx;
     float *px = malloc(sizeof(float) * row * (size_t)c->B), loss = 0.0f;
     memcpy(px, px_of(c, 0, 0), sizeof(float) * row);
     for (size_t e = row; e < row * (size_t)c->B; e++) px[e] = NAN;
     uint8_t has[2] = {1, 0};
     CHECK(c->B == 2);
-    char key[64];
     dt_lm_zero_grad(dt_vlmrun_lm(r));
     CHECK(dt_vlmrun_forward(r, px, has, gt(c->f, "mixed.inputs", (uint64_t)(c->B * c->T)),
                             gt(c->f, "mixed.targets", (uint64_t)(c->B * c->T)), &loss, &err) == DT_OK);
-    snprintf(key, sizeof key, "%s.mixed.logits", stage);
-    double rm;
-    const double le = golden_max_abs_diff(dt_lm_logits(g), gt(c->f, key, nl), nl, &rm);
-    snprintf(key, sizeof key, "%s.mixed.loss", stage);
-    const float gl = ((const float *)gt(c->f, key, 1))[0];
-    CHECK(dt_vlmrun_backward(r, 1.0f, &err) == DT_OK);
-    snprintf(key, sizeof key, "%s.mixed.grad", stage);
-    const double pe = worst_of(g, dt_lm_grads(g), c->f, key, 1, 1);
-    const double te = worst_of(g, dt_lm_grads(g), c->f, key, 0, 1);
+    char pre[48];
+    snprintf(pre, sizeof pre, "%s.mixed", stage);
+    const pass_diff d = check_pass(r, c, pre, V);
     printf("  %s, sequence 1 text-only: logits |diff| %.3g, loss %.7f vs %.7f, gradients: projector %.3g, language "
-           "model %.3g\n", stage, le, loss, gl, pe, te);
-    CHECK(le <= LOGIT_TOL);
-    CHECK(fabs(loss - gl) <= LOSS_RTOL * fabs(gl));
-    CHECK(pe <= GRAD_RTOL);
-    CHECK(te <= GRAD_RTOL);
+           "model %.3g\n", stage, d.logits, loss, d.gl, d.proj, d.text);
+    check_pass_bounds(&d, loss);
     free(px);
 }
 
